@@ -6,7 +6,9 @@
 #   make test       install what is missing, build, unit tests (cmocka) + integration (pytest)
 
 BUILD     ?= build
-CC        ?= gcc
+ifeq ($(origin CC),default)
+CC        := gcc
+endif
 OPT       ?= -O2
 PKGS      := libmicrohttpd libcurl libcjson libpq openssl
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
@@ -25,7 +27,8 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 SRCS      := $(wildcard src/*.c)
-OBJS      := $(SRCS:%.c=$(BUILD)/%.o)
+MIGRATIONS:= $(sort $(wildcard migrations/*.sql))
+OBJS      := $(SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
 LIB_OBJS  := $(filter-out $(BUILD)/src/main.o,$(OBJS))
 MOCK_SRCS := $(wildcard tests/mock/*.c)
 MOCK_OBJS := $(MOCK_SRCS:%.c=$(BUILD)/%.o)
@@ -42,6 +45,13 @@ $(BUILD)/idemgate: $(OBJS)
 
 $(BUILD)/idemgate-mock: $(MOCK_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed_migrations.sh
+	@mkdir -p $(dir $@)
+	scripts/embed_migrations.sh $(MIGRATIONS) > $@
+
+$(BUILD)/gen/migrations.o: $(BUILD)/gen/migrations.c
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -1,0 +1,38 @@
+#ifndef IDEMGATE_CLASSIFY_H
+#define IDEMGATE_CLASSIFY_H
+
+#include "idemgate/states.h"
+
+/* Outcome classification of one outbound call: pure, table-tested. The evidence rules follow
+ * what libcurl 7.88 reports on this platform (STYLE.md): REQUEST_SIZE == 0 means no byte left;
+ * bytes sent with HEADER_SIZE == 0 means sent without any answer; HEADER_SIZE > 0 means a
+ * response started, and its status line is a definite answer. */
+
+enum cls_outcome {
+    CLS_NOT_SENT = 0,     /* nothing left this host: safe to send */
+    CLS_REJECTED_REQUEST, /* a definite 4xx about the request: failed, no retry */
+    CLS_REJECTED_ACCOUNT, /* 401/402/403: failed, and the credential is suspect */
+    CLS_BACKOFF,          /* 408/425/429/5xx with a definite response: try again later */
+    CLS_AMBIGUOUS,        /* sent, no definite answer: the task may exist */
+    CLS_SUCCESS,          /* 2xx with a complete body */
+    CLS_PARTIAL,          /* 2xx with fewer outputs than asked */
+    CLS__COUNT
+};
+
+struct cls_evidence {
+    int curl_code;     /* CURLcode of the transfer; 0 = CURLE_OK */
+    long bytes_sent;   /* CURLINFO_REQUEST_SIZE */
+    long header_bytes; /* CURLINFO_HEADER_SIZE */
+    int http_status;   /* CURLINFO_RESPONSE_CODE; 0 when none */
+    int outputs_short; /* 2xx carried fewer outputs than requested */
+};
+
+enum cls_outcome cls_classify(const struct cls_evidence *e);
+const char *cls_name(enum cls_outcome o);
+
+/* The state an outcome leads to from `sending`, in the current policy: success and partial →
+ * completed; a definite rejection → failed; everything else → unknown (never resent blindly;
+ * the reconciler decides). */
+enum op_state cls_next_state(enum cls_outcome o);
+
+#endif

@@ -1,0 +1,11 @@
+#ifndef IDEMGATE_CLI_H
+#define IDEMGATE_CLI_H
+
+#include "idemgate/config.h"
+
+/* The administrative commands of the idemgate binary. Each returns a process exit status. */
+int cli_migrate(const struct cfg *cfg);
+int cli_tenant(const struct cfg *cfg, int argc, char **argv);
+int cli_check_config(const struct cfg *cfg);
+
+#endif

@@ -1,0 +1,66 @@
+#ifndef IDEMGATE_CONFIG_H
+#define IDEMGATE_CONFIG_H
+
+#include <stddef.h>
+
+/* The gateway's settings: one validated table (name, environment variable, type, default,
+ * bounds), read once from a JSON file and the environment into an immutable struct that is
+ * passed down. The environment wins over the file. Nothing here is global. */
+
+enum cfg_mode { CFG_MODE_SYNC = 0 };
+
+/* A route a client may call on a provider: POST /v1/providers/{provider}/{route}. Nothing that
+ * is not declared is forwarded: the gateway is never an open proxy. */
+struct cfg_route {
+    char *route;  /* e.g. "images/generations" */
+    char *method; /* outbound method, e.g. "POST" */
+    char *path;   /* outbound path appended to base_url, e.g. "/v1/images/generations" */
+};
+
+struct cfg_provider {
+    char *name;
+    char *base_url;
+    enum cfg_mode mode;
+    char *auth_header; /* e.g. "Authorization"; NULL sends no credential */
+    char *auth_prefix; /* e.g. "Bearer " */
+    char *secret_env;  /* the environment variable holding the secret; the secret is never stored */
+    long connect_timeout_ms;
+    long total_timeout_ms;
+    struct cfg_route *routes;
+    size_t n_routes;
+};
+
+struct cfg {
+    char *config_path;
+    char *listen_host;
+    int listen_port;
+    char *database_url;
+    char *instance_id; /* names this replica as a lease owner; defaults to host:pid */
+    int http_threads;
+    int dispatch_workers;
+    long max_body_bytes;
+    int max_json_depth;
+    int lease_seconds;
+    int reaper_interval_ms;
+    int poll_interval_ms;
+    int max_wait_seconds;
+    int job_ttl_hours;
+    int max_connections;
+    char *log_level;
+    struct cfg_provider *providers;
+    size_t n_providers;
+};
+
+/* Loads path (NULL: defaults and environment only) and the environment into a new struct. On
+ * failure returns NULL and writes a message naming the file and the field into err. */
+struct cfg *cfg_load(const char *path, char *err, size_t errlen);
+void cfg_free(struct cfg *c);
+
+const struct cfg_provider *cfg_find_provider(const struct cfg *c, const char *name, size_t len);
+const struct cfg_route *cfg_find_route(const struct cfg_provider *p, const char *route,
+                                       size_t len);
+
+/* Writes the settings table (name, environment variable, default, meaning) as Markdown. */
+void cfg_print_reference(void);
+
+#endif

@@ -1,0 +1,17 @@
+#ifndef IDEMGATE_FINGERPRINT_H
+#define IDEMGATE_FINGERPRINT_H
+
+#include "idemgate/crypto.h"
+
+#include <stddef.h>
+
+/* The request fingerprint: what makes two requests "the same intended operation". Version 1 is
+ * SHA-256 over a domain tag, the provider, the route and the RFC 8785 canonical body, each
+ * separated by a NUL (neither a provider nor a route can hold one). Stored with its version so a
+ * later definition can coexist with rows written under this one. */
+#define FP_VERSION 1
+
+void fp_compute(const char *provider, size_t plen, const char *route, size_t rlen,
+                const char *canonical, size_t clen, char out_hex[CRYPTO_SHA256_HEX]);
+
+#endif

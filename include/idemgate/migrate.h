@@ -1,0 +1,24 @@
+#ifndef IDEMGATE_MIGRATE_H
+#define IDEMGATE_MIGRATE_H
+
+#include "idemgate/store.h"
+
+/* Schema migrations, embedded in the binary from migrations/NNNN_name.sql at build time. */
+struct migration {
+    int version;
+    const char *name;
+    const char *sql;
+};
+
+extern const struct migration migrations[];
+extern const int migrations_count;
+
+/* The version of the newest embedded migration. */
+int migrate_latest(void);
+
+/* Applies, in order, every migration newer than the database's, each in its own transaction and
+ * recorded in schema_migrations, all under a session advisory lock so that replicas starting
+ * together apply each migration exactly once. Returns 0, or a negative store_err. */
+__attribute__((warn_unused_result)) int migrate_run(struct db *db);
+
+#endif

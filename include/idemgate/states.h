@@ -1,0 +1,27 @@
+#ifndef IDEMGATE_STATES_H
+#define IDEMGATE_STATES_H
+
+/* The operation state machine (DESIGN.md §2). Pure: names and allowed transitions. */
+
+enum op_state {
+    ST_PREPARED = 0, /* committed, nothing sent (or proven not sent) */
+    ST_SENDING,      /* a worker holds the lease and may have sent */
+    ST_ACCEPTED,     /* the provider's task id is known */
+    ST_UNKNOWN,      /* ambiguous: reconcile before any resend */
+    ST_REVIEW,       /* an operator decides */
+    ST_COMPLETED,    /* terminal: the provider's result is stored */
+    ST_FAILED,       /* terminal: an explicit rejection or task failure */
+    ST__COUNT
+};
+
+const char *st_name(enum op_state s);
+/* Returns the state named s, or -1. */
+int st_parse(const char *s);
+/* 1 for completed and failed, which never change again. */
+int st_is_terminal(enum op_state s);
+/* 1 when from → to is an edge of the state machine. A state never moves backwards to one with
+ * less evidence (nothing leaves a terminal state; sending or unknown never return to prepared
+ * except on proof that nothing was sent). */
+int st_can_transition(enum op_state from, enum op_state to);
+
+#endif

@@ -1,0 +1,170 @@
+#ifndef IDEMGATE_STORE_H
+#define IDEMGATE_STORE_H
+
+#include "idemgate/states.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* PostgreSQL, the single source of truth. Every SQL statement of the gateway lives in this file's
+ * implementation, prepared once per connection. A `struct db` is one connection used by one
+ * thread at a time; it reconnects by itself after a failure (the failing call reports
+ * STORE_EUNAVAIL, the next call tries again). */
+
+enum store_err {
+    STORE_OK = 0,
+    STORE_EUNAVAIL = -1,  /* the database cannot be reached: 503 with Retry-After */
+    STORE_ERETRY = -2,    /* serialization failure or deadlock: run the statement again */
+    STORE_EINTERNAL = -3, /* anything else: a bug or a broken schema */
+    STORE_ENOTFOUND = -4, /* no such row (or nothing to do) */
+    STORE_EAUTH = -5,     /* no live tenant has that token */
+    STORE_ECONFLICT = -6, /* a unique name is taken */
+};
+
+struct db;
+
+/* Connects to url and prepares every statement. Never fails for an unreachable database: the
+ * handle is returned disconnected and each call retries the connection (so a replica started
+ * before PostgreSQL comes up by itself). Returns NULL only when out of memory. */
+struct db *store_db_open(const char *url);
+void store_db_close(struct db *db);
+/* 1 when the last call reached the database. */
+int store_db_ok(struct db *db);
+/* Counts the connections made so far; a change means session state (LISTEN) was lost. */
+unsigned store_db_generation(struct db *db);
+/* The raw libpq connection (migrate.c and tests of the store only); may be NULL. */
+void *store_db_pgconn(struct db *db);
+/* Makes sure the connection is up (reconnecting if it is not); 0 or STORE_EUNAVAIL. */
+__attribute__((warn_unused_result)) int store_db_ensure(struct db *db);
+
+/* A job as read from the operations table. The strings point into a result owned by the
+ * struct; store_job_fini releases them. Absent values are NULL (numbers: 0). */
+struct store_job {
+    void *res; /* PGresult */
+    long long tenant_id;
+    const char *id;
+    const char *idempotency_key;
+    const char *fingerprint_hex;
+    const char *provider;
+    const char *route;
+    enum op_state state;
+    long long lease_version;
+    int transport_attempts;
+    int generation_attempts;
+    const char *parent_id;
+    const char *remote_id;
+    int resp_status;
+    const char *resp_headers; /* JSON object text */
+    unsigned char *resp_body; /* decoded bytes (owned), resp_body_len long */
+    size_t resp_body_len;
+    const char *last_error;
+    const char *created_at, *updated_at, *first_sent_at, *finished_at, *expires_at;
+};
+void store_job_fini(struct store_job *j);
+
+struct store_intake_req {
+    const char *token_sha256_hex;
+    const char *idempotency_key;
+    const char *new_id; /* used only when the row is new */
+    const char *fingerprint_hex;
+    int fingerprint_version;
+    const char *provider;
+    const char *route;
+    const char *method;
+    const char *url;
+    const char *credential; /* name of the variable that holds the secret, or "" */
+    const char *body;
+    size_t body_len;
+    int ttl_hours;
+};
+
+/* The intake decision in one round trip: insert the intent (committed on return) or read the
+ * row that holds the key. *created is 1 for a new row. STORE_EAUTH for a bad token. A racing
+ * insert is re-read, never reported as an error. */
+__attribute__((warn_unused_result)) int store_intake(struct db *db,
+                                                     const struct store_intake_req *r,
+                                                     struct store_job *out, int *created);
+
+/* A tenant's job by id: STORE_EAUTH, STORE_ENOTFOUND (also another tenant's job) or STORE_OK. */
+__attribute__((warn_unused_result)) int store_job_get(struct db *db, const char *token_sha256_hex,
+                                                      const char *job_id, struct store_job *out);
+
+/* An operation claimed for dispatch. Strings point into `res`; store_claim_fini frees. */
+struct store_claim {
+    void *res;
+    long long tenant_id;
+    const char *id;
+    long long lease_version;
+    const char *provider;
+    const char *route;
+    const char *method;
+    const char *url;
+    const char *credential;
+    unsigned char *body; /* owned */
+    size_t body_len;
+    double lease_remaining_s; /* database time left on the lease when the claim committed */
+};
+void store_claim_fini(struct store_claim *c);
+
+/* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
+ * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
+ * return, before any byte goes to the provider. STORE_ENOTFOUND when nothing is due. */
+__attribute__((warn_unused_result)) int store_claim(struct db *db, const char *owner,
+                                                    int lease_seconds, struct store_claim *out);
+
+/* The result of one outbound call, written only if the claim still holds. */
+struct store_finish {
+    long long tenant_id;
+    const char *id;
+    long long lease_version;
+    enum op_state state;  /* the state to write */
+    const char *outcome;  /* classifier outcome name */
+    int http_status;      /* 0: none */
+    int curl_code;
+    long bytes_sent;
+    const char *resp_headers; /* JSON object text or NULL */
+    const char *resp_body;
+    size_t resp_body_len;
+    const char *remote_id; /* or NULL */
+    const char *error;     /* or NULL */
+    long retry_delay_ms;   /* next_attempt_at = now() + this, when the state is prepared */
+    double started_at, finished_at; /* Unix seconds, from this host's clock */
+};
+
+/* Writes the outcome with `WHERE lease_version = $ AND state = 'sending'` and records the
+ * attempt in the same statement. *applied is 0 when the claim was lost (fenced): the attempt is
+ * then recorded with decision 'fenced' and the operation is unchanged. */
+__attribute__((warn_unused_result)) int store_finish(struct db *db, const struct store_finish *f,
+                                                     int *applied);
+
+/* Turns up to `limit` operations whose sending lease expired into unknown; *count of them. */
+__attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int *count);
+
+/* Subscribes this connection to a NOTIFY channel. */
+__attribute__((warn_unused_result)) int store_listen(struct db *db, const char *channel);
+/* Waits up to timeout_ms for a notification on this connection, then calls cb(payload, arg) for
+ * each one received. Returns the number received, or STORE_EUNAVAIL. */
+int store_wait_notify(struct db *db, int timeout_ms, void (*cb)(const char *payload, void *arg),
+                      void *arg);
+
+/* Of the job ids given, those that are terminal: cb(id, arg) for each. */
+__attribute__((warn_unused_result)) int store_terminal_ids(struct db *db, const char *const *ids,
+                                                           size_t n,
+                                                           void (*cb)(const char *id, void *arg),
+                                                           void *arg);
+
+__attribute__((warn_unused_result)) int store_tenant_add(struct db *db, const char *name,
+                                                         const char *token_sha256_hex);
+__attribute__((warn_unused_result)) int store_tenant_revoke(struct db *db, const char *name);
+/* Calls cb for every tenant: name, created_at, revoked_at (NULL when live). */
+__attribute__((warn_unused_result)) int store_tenant_list(struct db *db,
+                                                          void (*cb)(const char *name,
+                                                                     const char *created,
+                                                                     const char *revoked,
+                                                                     void *arg),
+                                                          void *arg);
+
+/* The newest applied migration (0 when none), for readiness. */
+__attribute__((warn_unused_result)) int store_schema_version(struct db *db, int *version);
+
+#endif

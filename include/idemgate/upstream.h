@@ -1,0 +1,49 @@
+#ifndef IDEMGATE_UPSTREAM_H
+#define IDEMGATE_UPSTREAM_H
+
+#include <stddef.h>
+
+/* One outbound HTTP call with libcurl, and the evidence of what happened on the wire. A create
+ * never reuses a connection: libcurl 7.88 silently re-sends a POST on a new connection when a
+ * reused one dies before the response (STYLE.md), which would pay twice. */
+
+struct up_request {
+    const char *method;
+    const char *url;
+    const char *auth_header; /* e.g. "Authorization", or NULL */
+    const char *auth_value;  /* prefix + secret; never logged */
+    const char *client_ref;  /* sent as X-Idemgate-Operation, or NULL */
+    const char *body;
+    size_t body_len;
+    long connect_timeout_ms;
+    long total_timeout_ms;
+    size_t max_response_bytes;
+    /* Called by libcurl after the connection is made and just before the request is sent. A
+     * nonzero return aborts the transfer with nothing sent (a lease that ran out, say). */
+    int (*before_send)(void *arg);
+    void *before_send_arg;
+};
+
+struct up_response {
+    int curl_code;
+    long bytes_sent;   /* CURLINFO_REQUEST_SIZE */
+    long header_bytes; /* CURLINFO_HEADER_SIZE */
+    int http_status;
+    int aborted_before_send; /* before_send refused */
+    char *headers_json;      /* allow-listed response headers as a JSON object (owned) */
+    char *body;              /* owned, NUL-terminated, body_len bytes */
+    size_t body_len;
+    int body_truncated; /* longer than max_response_bytes: the rest was dropped */
+    char error[256];    /* libcurl's message; never holds request data */
+};
+
+/* Global libcurl set-up, once, before any thread starts. */
+int up_global_init(void);
+void up_global_fini(void);
+
+/* Performs the call. Always fills *res (free it with up_response_fini); returns 0 when a
+ * response with a status line arrived, -1 otherwise (the evidence says how far it got). */
+int up_call(const struct up_request *req, struct up_response *res);
+void up_response_fini(struct up_response *res);
+
+#endif

@@ -1,0 +1,28 @@
+#!/bin/sh
+# Installs the Debian 12 packages idemgate needs to build, run and test, and only those that are
+# missing: a machine that has them all is not touched (no apt-get update, no root needed).
+set -eu
+
+PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev libpq-dev
+libssl-dev libcmocka-dev postgresql-15 postgresql-client-15 python3 python3-pytest curl procps
+util-linux"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "deps: installing missing Debian packages:$missing"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "deps: need root (or sudo) to install:$missing" >&2; exit 1; }
+    SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+# The package lists of a fresh machine may be empty or stale: refresh once, then install.
+$SUDO apt-get update -qq || true
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

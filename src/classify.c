@@ -1,0 +1,56 @@
+#include "idemgate/classify.h"
+
+static const char *const names[CLS__COUNT] = {
+    "not_sent", "rejected_request", "rejected_account", "backoff", "ambiguous", "success", "partial",
+};
+
+const char *cls_name(enum cls_outcome o)
+{
+    return (unsigned)o < CLS__COUNT ? names[o] : "invalid";
+}
+
+/* Classifies a definite HTTP status (a status line was received). */
+static enum cls_outcome by_status(int status, int outputs_short)
+{
+    if (status >= 200 && status < 300)
+        return outputs_short ? CLS_PARTIAL : CLS_SUCCESS;
+    if (status == 401 || status == 402 || status == 403)
+        return CLS_REJECTED_ACCOUNT;
+    if (status == 408 || status == 425 || status == 429 || status >= 500)
+        return CLS_BACKOFF;
+    if (status >= 400)
+        return CLS_REJECTED_REQUEST;
+    /* 1xx/3xx to a create we do not follow: nothing says whether the task exists. */
+    return CLS_AMBIGUOUS;
+}
+
+enum cls_outcome cls_classify(const struct cls_evidence *e)
+{
+    if (e->curl_code == 0)
+        return e->http_status ? by_status(e->http_status, e->outputs_short) : CLS_AMBIGUOUS;
+    if (e->bytes_sent <= 0)
+        return CLS_NOT_SENT;
+    if (e->header_bytes > 0 && e->http_status > 0) {
+        /* The response started and then broke (truncated body, timeout mid-body). A refusal
+         * stays a refusal; a 2xx whose body was lost may hold a task we could not read. */
+        if (e->http_status >= 200 && e->http_status < 300)
+            return CLS_AMBIGUOUS;
+        enum cls_outcome o = by_status(e->http_status, 0);
+        return o == CLS_SUCCESS ? CLS_AMBIGUOUS : o;
+    }
+    return CLS_AMBIGUOUS;
+}
+
+enum op_state cls_next_state(enum cls_outcome o)
+{
+    switch (o) {
+    case CLS_SUCCESS:
+    case CLS_PARTIAL:
+        return ST_COMPLETED;
+    case CLS_REJECTED_REQUEST:
+    case CLS_REJECTED_ACCOUNT:
+        return ST_FAILED;
+    default:
+        return ST_UNKNOWN;
+    }
+}

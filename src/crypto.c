@@ -1,0 +1,103 @@
+#include "idemgate/crypto.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <string.h>
+
+int crypto_sha256_begin(struct crypto_sha256 *h)
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        return -1;
+    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(ctx);
+        return -1;
+    }
+    h->md_ctx = ctx;
+    return 0;
+}
+
+void crypto_sha256_update(struct crypto_sha256 *h, const void *p, size_t len)
+{
+    EVP_DigestUpdate(h->md_ctx, p, len);
+}
+
+void crypto_sha256_end(struct crypto_sha256 *h, uint8_t out[CRYPTO_SHA256_LEN])
+{
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(h->md_ctx, out, &n);
+    EVP_MD_CTX_free(h->md_ctx);
+    h->md_ctx = NULL;
+}
+
+void crypto_sha256(const void *p, size_t len, uint8_t out[CRYPTO_SHA256_LEN])
+{
+    unsigned int n = 0;
+    EVP_Digest(p, len, out, &n, EVP_sha256(), NULL);
+}
+
+void crypto_hex(const uint8_t *p, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+void crypto_sha256_hex(const void *p, size_t len, char out[CRYPTO_SHA256_HEX])
+{
+    uint8_t d[CRYPTO_SHA256_LEN];
+    crypto_sha256(p, len, d);
+    crypto_hex(d, sizeof(d), out);
+}
+
+int crypto_random(void *p, size_t len)
+{
+    return RAND_bytes(p, (int)len) == 1 ? 0 : -1;
+}
+
+int crypto_job_id(char out[CRYPTO_JOB_ID_LEN])
+{
+    static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
+    uint8_t r[17];
+    if (crypto_random(r, sizeof(r)) < 0)
+        return -1;
+    memcpy(out, "job_", 4);
+    /* 26 characters of 5 bits each use 130 bits: the first 128 are random, the last 2 are too. */
+    unsigned acc = 0;
+    int bits = 0, n = 0;
+    for (size_t i = 0; n < 26; i++) {
+        acc = (acc << 8) | r[i];
+        bits += 8;
+        while (bits >= 5 && n < 26) {
+            out[4 + n++] = b32[(acc >> (bits - 5)) & 31];
+            bits -= 5;
+        }
+    }
+    out[30] = '\0';
+    return 0;
+}
+
+int crypto_token(char out[CRYPTO_TOKEN_LEN])
+{
+    uint8_t r[32];
+    unsigned char b64[48];
+    if (crypto_random(r, sizeof(r)) < 0)
+        return -1;
+    int n = EVP_EncodeBlock(b64, r, sizeof(r)); /* 44 chars, the last one '=' padding */
+    memcpy(out, "igt_", 4);
+    for (int i = 0; i < 43 && i < n; i++) {
+        char c = (char)b64[i];
+        out[4 + i] = c == '+' ? '-' : c == '/' ? '_' : c;
+    }
+    out[47] = '\0';
+    return 0;
+}
+
+int crypto_ct_equal(const void *a, const void *b, size_t len)
+{
+    return CRYPTO_memcmp(a, b, len) == 0;
+}

@@ -1,0 +1,1090 @@
+#include "idemgate/jcs.h"
+
+#include <float.h>
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Design: one pass parses the input into a flat pre-order array of 16-byte nodes, with decoded
+ * strings in one pool and container children in one index array; each object's member list is
+ * merge-sorted (and checked for duplicates) when the object closes; one more pass writes the
+ * canonical text. Both passes use explicit stacks, so hostile nesting cannot exhaust the C stack.
+ * Offsets are 32-bit to keep nodes small, which limits inputs to under 4 GiB. */
+
+enum node_type { N_NULL, N_FALSE, N_TRUE, N_NUM, N_STR, N_ARR, N_OBJ };
+
+struct node {
+    union {
+        double num; /* N_NUM */
+        struct {
+            uint32_t off; /* N_STR: offset in pool; N_ARR/N_OBJ: offset in kids */
+            uint32_t len; /* N_STR: byte length; N_ARR: elements; N_OBJ: members */
+        } span;
+    } u;
+    uint32_t src; /* byte offset of the value in the input, for error reports */
+    uint8_t type;
+};
+
+/* An open container during parsing: its node and where its children start on the child stack. */
+struct frame {
+    uint32_t node;
+    uint32_t base;
+};
+
+/* An open container during writing: its node and the index of the child being written. */
+struct wframe {
+    uint32_t node;
+    uint32_t i;
+};
+
+/* A member name being sorted. The prefix packs its first eight mapped bytes big-endian (zero
+ * padded), so most comparisons are one integer compare instead of two random memory reads;
+ * equal prefixes fall back to the full comparison. */
+struct sort_item {
+    uint64_t prefix;
+    uint32_t node;
+};
+
+struct parser {
+    const unsigned char *in;
+    size_t len;
+    size_t pos;
+    int max_depth;
+    struct jcs_error *err;
+
+    struct node *nodes;
+    size_t n_nodes, cap_nodes;
+    /* Decoded strings never outgrow their escaped form, so the pool is sized to the input once. */
+    char *pool;
+    size_t n_pool;
+    /* Children of closed containers: element node indices for arrays, member-name node indices
+     * for objects (a member's value node always directly follows its name node). */
+    uint32_t *kids;
+    size_t n_kids, cap_kids;
+    /* Children of the containers still open, innermost last. */
+    uint32_t *cs;
+    size_t n_cs, cap_cs;
+    struct frame *frames;
+    size_t n_frames, cap_frames, max_frames;
+    /* Merge-sort scratch, reused across objects. */
+    struct sort_item *scratch;
+    size_t cap_scratch;
+};
+
+/* Output buffer that records an allocation failure instead of returning it from every append,
+ * so the writer can check once at the end. */
+struct obuf {
+    char *p;
+    size_t len, cap;
+    int failed;
+};
+
+static int fail(struct parser *p, int code, size_t offset, const char *what)
+{
+    p->err->code = code;
+    p->err->offset = offset;
+    p->err->what = what;
+    return code;
+}
+
+/* Grows *arr so that it holds at least need elements of size elem, doubling to keep appends
+ * amortised O(1). */
+static int reserve(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2 / elem)
+            return -1;
+        ncap *= 2;
+    }
+    void *q = realloc(*arr, ncap * elem);
+    if (!q)
+        return -1;
+    *arr = q;
+    *cap = ncap;
+    return 0;
+}
+
+/* The C locale, for strtod_l: a process that calls setlocale() must not change how numbers
+ * parse. glibc hands out a static object for "C", so this never leaks. */
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+
+static void c_locale_init(void)
+{
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+}
+
+static locale_t get_c_locale(void)
+{
+    pthread_once(&c_locale_once, c_locale_init);
+    return c_locale;
+}
+
+/* ---- Numbers: ECMAScript Number.prototype.toString ---- */
+
+/* Lays out the decimal digits s[0..k) of value 0.s × 10^n (sign aside) as ECMAScript does
+ * (ECMA-262 Number::toString, radix 10). */
+static int es_layout(char *buf, int neg, const char *s, int k, int n)
+{
+    char *o = buf;
+
+    if (neg)
+        *o++ = '-';
+    if (k <= n && n <= 21) {
+        memcpy(o, s, (size_t)k);
+        o += k;
+        memset(o, '0', (size_t)(n - k));
+        o += n - k;
+    } else if (0 < n && n <= 21) {
+        memcpy(o, s, (size_t)n);
+        o += n;
+        *o++ = '.';
+        memcpy(o, s + n, (size_t)(k - n));
+        o += k - n;
+    } else if (-6 < n && n <= 0) {
+        *o++ = '0';
+        *o++ = '.';
+        memset(o, '0', (size_t)-n);
+        o += -n;
+        memcpy(o, s, (size_t)k);
+        o += k;
+    } else {
+        int e = n - 1;
+        *o++ = s[0];
+        if (k > 1) {
+            *o++ = '.';
+            memcpy(o, s + 1, (size_t)(k - 1));
+            o += k - 1;
+        }
+        *o++ = 'e';
+        *o++ = e < 0 ? '-' : '+';
+        if (e < 0)
+            e = -e;
+        char rev[8];
+        int r = 0;
+        do {
+            rev[r++] = (char)('0' + e % 10);
+            e /= 10;
+        } while (e);
+        while (r)
+            *o++ = rev[--r];
+    }
+    *o = '\0';
+    return (int)(o - buf);
+}
+
+/* Rounds a (> 0) correctly to p significant digits with printf and returns them in dig
+ * (no trailing NUL), setting *exp10 so that a ≈ d.ddd × 10^exp10. Only the digits and the
+ * exponent are read back, so whatever decimal point the current locale uses does not matter. */
+static int sci_digits(double a, int p, char dig[24], int *exp10)
+{
+    char tmp[48];
+    int k = 0, i = 0, e = 0, neg = 0;
+
+    snprintf(tmp, sizeof tmp, "%.*e", p - 1, a);
+    for (; tmp[i] && tmp[i] != 'e'; i++)
+        if (tmp[i] >= '0' && tmp[i] <= '9' && k < 24)
+            dig[k++] = tmp[i];
+    if (tmp[i] == 'e')
+        i++;
+    if (tmp[i] == '-' || tmp[i] == '+')
+        neg = tmp[i++] == '-';
+    for (; tmp[i] >= '0' && tmp[i] <= '9'; i++)
+        e = e * 10 + (tmp[i] - '0');
+    *exp10 = neg ? -e : e;
+    return k;
+}
+
+/* Whether d.ddd × 10^exp10 (digits dig[0..k)) reads back as exactly a. */
+static int roundtrips(double a, const char *dig, int k, int exp10, locale_t loc)
+{
+    char tmp[48];
+    int n = 0;
+
+    tmp[n++] = dig[0];
+    tmp[n++] = '.';
+    memcpy(tmp + n, dig + 1, (size_t)(k - 1));
+    n += k - 1;
+    snprintf(tmp + n, sizeof tmp - (size_t)n, "e%d", exp10);
+    return strtod_l(tmp, NULL, loc) == a;
+}
+
+/* Finds the shortest digit string that round-trips to a (> 0, finite): the smallest p in 1..17
+ * for which the correctly rounded p-digit decimal reads back as a. Returns the digit count, or
+ * -1 if the C locale is unavailable. */
+static int shortest_digits(double a, char dig[24], int *exp10)
+{
+    locale_t loc = get_c_locale();
+    int k;
+
+    if (!loc)
+        return -1;
+    if (a >= DBL_MIN) {
+        /* For a normal double, adjacent decimals of 15 significant digits are more than four
+         * units in the last place apart, so at most one of them (of any length up to 15) can
+         * read back as a: if the 15-digit rounding does, it is the shortest once its trailing
+         * zeros go. That settles most numbers in two library calls instead of up to seventeen. */
+        k = sci_digits(a, 15, dig, exp10);
+        while (k > 1 && dig[k - 1] == '0')
+            k--;
+        if (roundtrips(a, dig, k, *exp10, loc))
+            return k;
+        k = sci_digits(a, 16, dig, exp10);
+        if (roundtrips(a, dig, k, *exp10, loc))
+            return k;
+        return sci_digits(a, 17, dig, exp10);
+    }
+    /* Subnormals have fewer significant bits, so short decimals are found by plain search. */
+    for (int p = 1; p < 17; p++) {
+        k = sci_digits(a, p, dig, exp10);
+        if (roundtrips(a, dig, k, *exp10, loc))
+            return k;
+    }
+    return sci_digits(a, 17, dig, exp10);
+}
+
+int jcs_format_double(double v, char buf[32])
+{
+    char dig[24];
+    int k, exp10;
+
+    if (!isfinite(v)) {
+        buf[0] = '\0';
+        return -1;
+    }
+    if (v == 0) {
+        /* Both zeros print as "0" in ECMAScript. */
+        buf[0] = '0';
+        buf[1] = '\0';
+        return 1;
+    }
+    int neg = signbit(v) != 0;
+    double a = fabs(v);
+    if (a < 9007199254740992.0 && a == (double)(uint64_t)a) {
+        /* Below 2^53 an integer's own digits are the shortest that round-trip: any other
+         * decimal with no more significant digits is at least 1 away, beyond half an ulp. */
+        char rev[24];
+        uint64_t u = (uint64_t)a;
+        int r = 0;
+        while (u) {
+            rev[r++] = (char)('0' + u % 10);
+            u /= 10;
+        }
+        for (k = 0; k < r; k++)
+            dig[k] = rev[r - 1 - k];
+        exp10 = r - 1;
+        while (k > 1 && dig[k - 1] == '0')
+            k--;
+    } else {
+        k = shortest_digits(a, dig, &exp10);
+        if (k < 0) {
+            buf[0] = '\0';
+            return -1;
+        }
+    }
+    return es_layout(buf, neg, dig, k, exp10 + 1);
+}
+
+/* ---- Parsing ---- */
+
+static int is_ws(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static void skip_ws(struct parser *p)
+{
+    while (p->pos < p->len && is_ws(p->in[p->pos]))
+        p->pos++;
+}
+
+static int is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Bytes that would continue a number or literal token; after one of those tokens they mean a
+ * malformed token (0x1F, 1.5.3, truex) rather than trailing data. */
+static int is_token_byte(unsigned char c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
+           c == '+' || c == '-' || c == '_';
+}
+
+static int new_node(struct parser *p, uint8_t type, uint32_t *idx)
+{
+    if (reserve((void **)&p->nodes, &p->cap_nodes, p->n_nodes + 1, sizeof *p->nodes))
+        return fail(p, JCS_ENOMEM, p->pos, "out of memory");
+    struct node *n = &p->nodes[p->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->type = type;
+    n->src = (uint32_t)p->pos;
+    *idx = (uint32_t)p->n_nodes++;
+    return 0;
+}
+
+static int push_child(struct parser *p, uint32_t idx)
+{
+    if (reserve((void **)&p->cs, &p->cap_cs, p->n_cs + 1, sizeof *p->cs))
+        return fail(p, JCS_ENOMEM, p->pos, "out of memory");
+    p->cs[p->n_cs++] = idx;
+    return 0;
+}
+
+/* Length of the well-formed UTF-8 sequence (2 to 4 bytes) at s, or 0 if it is not one:
+ * Unicode Table 3-7, which excludes overlong forms, surrogates and code points above U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t avail)
+{
+    unsigned lo = 0x80, hi = 0xBF;
+    size_t k;
+
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        k = 2;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        k = 3;
+        if (s[0] == 0xE0)
+            lo = 0xA0;
+        else if (s[0] == 0xED)
+            hi = 0x9F;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        k = 4;
+        if (s[0] == 0xF0)
+            lo = 0x90;
+        else if (s[0] == 0xF4)
+            hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (avail < k || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t j = 2; j < k; j++)
+        if ((s[j] & 0xC0) != 0x80)
+            return 0;
+    return k;
+}
+
+static int hex4(const unsigned char *s)
+{
+    int v = 0;
+
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = s[i];
+        int d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+static size_t utf8_put(char *o, uint32_t cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Decodes the \u escape at in[i] (its backslash), joining a surrogate pair, and advances *pi
+ * past it. */
+static int parse_u_escape(struct parser *p, size_t *pi, uint32_t *cp)
+{
+    const unsigned char *in = p->in;
+    size_t i = *pi;
+
+    if (p->len - i < 6)
+        return fail(p, JCS_ESYNTAX, i, "invalid \\u escape");
+    int hi = hex4(in + i + 2);
+    if (hi < 0)
+        return fail(p, JCS_ESYNTAX, i, "invalid \\u escape");
+    if (hi >= 0xDC00 && hi <= 0xDFFF)
+        return fail(p, JCS_EUTF8, i, "lone low surrogate");
+    if (hi < 0xD800 || hi > 0xDBFF) {
+        *cp = (uint32_t)hi;
+        *pi = i + 6;
+        return 0;
+    }
+    if (p->len - i < 12 || in[i + 6] != '\\' || in[i + 7] != 'u')
+        return fail(p, JCS_EUTF8, i, "lone high surrogate");
+    int lo = hex4(in + i + 8);
+    if (lo < 0)
+        return fail(p, JCS_ESYNTAX, i + 6, "invalid \\u escape");
+    if (lo < 0xDC00 || lo > 0xDFFF)
+        return fail(p, JCS_EUTF8, i, "lone high surrogate");
+    *cp = 0x10000 + (((uint32_t)hi - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
+    *pi = i + 12;
+    return 0;
+}
+
+/* Parses the string whose opening quote is at p->pos, decoding it into the pool, and leaves
+ * p->pos after the closing quote. */
+static int parse_string(struct parser *p, uint32_t *off, uint32_t *slen)
+{
+    const unsigned char *in = p->in;
+    size_t n = p->len, i = p->pos + 1;
+    char *o = p->pool + p->n_pool;
+    char *start = o;
+
+    for (;;) {
+        if (i >= n)
+            return fail(p, JCS_ESYNTAX, p->pos, "unterminated string");
+        unsigned char c = in[i];
+        if (c == '"')
+            break;
+        if (c >= 0x20 && c < 0x80 && c != '\\') {
+            *o++ = (char)c;
+            i++;
+        } else if (c == '\\') {
+            if (i + 1 >= n)
+                return fail(p, JCS_ESYNTAX, p->pos, "unterminated string");
+            char e;
+            switch (in[i + 1]) {
+            case '"':
+                e = '"';
+                break;
+            case '\\':
+                e = '\\';
+                break;
+            case '/':
+                e = '/';
+                break;
+            case 'b':
+                e = '\b';
+                break;
+            case 'f':
+                e = '\f';
+                break;
+            case 'n':
+                e = '\n';
+                break;
+            case 'r':
+                e = '\r';
+                break;
+            case 't':
+                e = '\t';
+                break;
+            case 'u': {
+                uint32_t cp;
+                int rc = parse_u_escape(p, &i, &cp);
+                if (rc)
+                    return rc;
+                o += utf8_put(o, cp);
+                continue;
+            }
+            default:
+                return fail(p, JCS_ESYNTAX, i, "invalid escape");
+            }
+            *o++ = e;
+            i += 2;
+        } else if (c < 0x20) {
+            return fail(p, JCS_ESYNTAX, i, "control character in string");
+        } else {
+            size_t k = utf8_seq(in + i, n - i);
+            if (!k)
+                return fail(p, JCS_EUTF8, i, "invalid UTF-8");
+            memcpy(o, in + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    *off = (uint32_t)p->n_pool;
+    *slen = (uint32_t)(o - start);
+    p->n_pool += (size_t)(o - start);
+    p->pos = i + 1;
+    return 0;
+}
+
+/* Validates the RFC 8259 number at p->pos and converts it to the nearest double. */
+static int parse_number(struct parser *p, double *out)
+{
+    const unsigned char *in = p->in;
+    size_t n = p->len, start = p->pos, i = start;
+    int integral = 1;
+
+    if (in[i] == '-')
+        i++;
+    if (i >= n || !is_digit(in[i]))
+        return fail(p, JCS_ESYNTAX, i, "invalid number");
+    if (in[i] == '0') {
+        i++;
+        if (i < n && is_digit(in[i]))
+            return fail(p, JCS_ESYNTAX, i, "leading zero in number");
+    } else {
+        while (i < n && is_digit(in[i]))
+            i++;
+    }
+    if (i < n && in[i] == '.') {
+        integral = 0;
+        i++;
+        if (i >= n || !is_digit(in[i]))
+            return fail(p, JCS_ESYNTAX, i, "invalid number");
+        while (i < n && is_digit(in[i]))
+            i++;
+    }
+    if (i < n && (in[i] == 'e' || in[i] == 'E')) {
+        integral = 0;
+        i++;
+        if (i < n && (in[i] == '+' || in[i] == '-'))
+            i++;
+        if (i >= n || !is_digit(in[i]))
+            return fail(p, JCS_ESYNTAX, i, "invalid number");
+        while (i < n && is_digit(in[i]))
+            i++;
+    }
+    if (i < n && is_token_byte(in[i]))
+        return fail(p, JCS_ESYNTAX, i, "invalid number");
+
+    size_t tlen = i - start;
+    int neg = in[start] == '-';
+    if (integral && tlen - (size_t)neg <= 15) {
+        /* Integers of up to 15 digits are exact in a double: no need for strtod. */
+        int64_t v = 0;
+        for (size_t j = start + (size_t)neg; j < i; j++)
+            v = v * 10 + (in[j] - '0');
+        *out = neg ? -(double)v : (double)v;
+    } else {
+        /* strtod needs a NUL-terminated copy, and the C locale so that '.' is the decimal
+         * point whatever setlocale() the process did. */
+        locale_t loc = get_c_locale();
+        char small[64];
+        char *buf = tlen < sizeof small ? small : malloc(tlen + 1);
+        if (!loc || !buf)
+            return fail(p, JCS_ENOMEM, start, "out of memory");
+        memcpy(buf, in + start, tlen);
+        buf[tlen] = '\0';
+        *out = strtod_l(buf, NULL, loc);
+        if (buf != small)
+            free(buf);
+        if (!isfinite(*out))
+            return fail(p, JCS_ENUMBER, start, "number out of double range");
+    }
+    p->pos = i;
+    return 0;
+}
+
+static int parse_literal(struct parser *p, uint8_t *type)
+{
+    static const struct {
+        const char *text;
+        size_t len;
+        uint8_t type;
+    } lits[] = {{"true", 4, N_TRUE}, {"false", 5, N_FALSE}, {"null", 4, N_NULL}};
+
+    for (size_t j = 0; j < sizeof lits / sizeof lits[0]; j++) {
+        size_t end = p->pos + lits[j].len;
+        if (p->in[p->pos] != (unsigned char)lits[j].text[0])
+            continue;
+        if (p->len - p->pos < lits[j].len || memcmp(p->in + p->pos, lits[j].text, lits[j].len) ||
+            (end < p->len && is_token_byte(p->in[end])))
+            return fail(p, JCS_ESYNTAX, p->pos, "invalid literal");
+        *type = lits[j].type;
+        p->pos = end;
+        return 0;
+    }
+    return fail(p, JCS_ESYNTAX, p->pos, "unexpected character");
+}
+
+/* Maps a byte of well-formed UTF-8 so that comparing mapped bytes gives UTF-16 code unit order
+ * (RFC 8785 §3.2.3). Byte order is code point order, and UTF-16 differs from that only by
+ * putting U+E000..U+FFFF (lead bytes 0xEE, 0xEF) above U+10000 and up (lead bytes 0xF0..0xF4),
+ * whose surrogates are 0xD800..0xDFFF. Those two bytes only ever occur as lead bytes, so moving
+ * them above 0xF4 is all it takes. */
+static unsigned utf16_order(unsigned char c)
+{
+    return c == 0xEE || c == 0xEF ? c + 7u : c;
+}
+
+/* Compares two member names (decoded, well-formed UTF-8) as arrays of UTF-16 code units. The
+ * first differing byte is at the same place in a code point in both names (they share the
+ * bytes before it), so it decides. */
+static int name_cmp(const struct parser *p, uint32_t a, uint32_t b)
+{
+    const struct node *na = &p->nodes[a], *nb = &p->nodes[b];
+    const unsigned char *sa = (const unsigned char *)p->pool + na->u.span.off;
+    const unsigned char *sb = (const unsigned char *)p->pool + nb->u.span.off;
+    size_t la = na->u.span.len, lb = nb->u.span.len;
+    size_t m = la < lb ? la : lb, i = 0;
+
+    while (i < m && sa[i] == sb[i])
+        i++;
+    if (i == m)
+        return la < lb ? -1 : la > lb;
+    return utf16_order(sa[i]) < utf16_order(sb[i]) ? -1 : 1;
+}
+
+static int item_less(const struct parser *p, const struct sort_item *x, const struct sort_item *y)
+{
+    if (x->prefix != y->prefix)
+        return x->prefix < y->prefix;
+    return name_cmp(p, x->node, y->node) < 0;
+}
+
+/* Sorts the member-name node indices v[0..n) with a stable bottom-up merge sort, so that equal
+ * names stay in input order and the duplicate check can point at the later one. */
+static int sort_names(struct parser *p, uint32_t *v, size_t n)
+{
+    if (reserve((void **)&p->scratch, &p->cap_scratch, 2 * n, sizeof *p->scratch))
+        return fail(p, JCS_ENOMEM, p->pos, "out of memory");
+    struct sort_item *src = p->scratch, *dst = p->scratch + n;
+    for (size_t i = 0; i < n; i++) {
+        const struct node *nd = &p->nodes[v[i]];
+        const unsigned char *s = (const unsigned char *)p->pool + nd->u.span.off;
+        uint64_t prefix = 0;
+        for (size_t j = 0; j < 8; j++)
+            prefix = prefix << 8 | (j < nd->u.span.len ? utf16_order(s[j]) : 0);
+        src[i].prefix = prefix;
+        src[i].node = v[i];
+    }
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n;
+            size_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+            size_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi)
+                dst[o++] = item_less(p, &src[j], &src[i]) ? src[j++] : src[i++];
+            while (i < mid)
+                dst[o++] = src[i++];
+            while (j < hi)
+                dst[o++] = src[j++];
+        }
+        struct sort_item *t = src;
+        src = dst;
+        dst = t;
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i] = src[i].node;
+    return 0;
+}
+
+/* Closes the innermost open container: moves its children to kids, and for an object sorts the
+ * members and rejects duplicate names. */
+static int close_container(struct parser *p)
+{
+    struct frame *f = &p->frames[p->n_frames - 1];
+    struct node *nd = &p->nodes[f->node];
+    size_t count = p->n_cs - f->base;
+
+    if (reserve((void **)&p->kids, &p->cap_kids, p->n_kids + count, sizeof *p->kids))
+        return fail(p, JCS_ENOMEM, p->pos, "out of memory");
+    uint32_t *v = p->kids + p->n_kids;
+    if (count)
+        memcpy(v, p->cs + f->base, count * sizeof *v);
+    nd->u.span.off = (uint32_t)p->n_kids;
+    nd->u.span.len = (uint32_t)count;
+    if (nd->type == N_OBJ && count > 1) {
+        int rc = sort_names(p, v, count);
+        if (rc)
+            return rc;
+        size_t dup = SIZE_MAX;
+        for (size_t i = 1; i < count; i++) {
+            const struct node *a = &p->nodes[v[i - 1]], *b = &p->nodes[v[i]];
+            if (a->u.span.len == b->u.span.len &&
+                !memcmp(p->pool + a->u.span.off, p->pool + b->u.span.off, a->u.span.len) &&
+                b->src < dup)
+                dup = b->src;
+        }
+        if (dup != SIZE_MAX)
+            return fail(p, JCS_EDUPKEY, dup, "duplicate member name");
+    }
+    p->n_kids += count;
+    p->n_cs = f->base;
+    p->n_frames--;
+    return 0;
+}
+
+/* Parses `"name" :` at p->pos (after whitespace) and records the name as the next member. */
+static int parse_name(struct parser *p)
+{
+    uint32_t idx, off, slen;
+    int rc;
+
+    skip_ws(p);
+    if (p->pos >= p->len || p->in[p->pos] != '"')
+        return fail(p, JCS_ESYNTAX, p->pos, "expected member name");
+    if ((rc = new_node(p, N_STR, &idx)) || (rc = parse_string(p, &off, &slen)))
+        return rc;
+    p->nodes[idx].u.span.off = off;
+    p->nodes[idx].u.span.len = slen;
+    if ((rc = push_child(p, idx)))
+        return rc;
+    skip_ws(p);
+    if (p->pos >= p->len || p->in[p->pos] != ':')
+        return fail(p, JCS_ESYNTAX, p->pos, "expected ':'");
+    p->pos++;
+    return 0;
+}
+
+/* Parses the value at p->pos. A container is only opened (and its first member name read):
+ * *opened tells the caller to parse its contents next. */
+static int parse_value(struct parser *p, int *opened)
+{
+    uint32_t idx;
+    int rc;
+
+    *opened = 0;
+    skip_ws(p);
+    if (p->pos >= p->len)
+        return fail(p, JCS_ESYNTAX, p->pos, "expected a value");
+    unsigned char c = p->in[p->pos];
+    if ((rc = new_node(p, N_NULL, &idx)))
+        return rc;
+    if (p->n_frames && p->nodes[p->frames[p->n_frames - 1].node].type == N_ARR &&
+        (rc = push_child(p, idx)))
+        return rc;
+    struct node *nd = &p->nodes[idx];
+
+    if (c == '[' || c == '{') {
+        if (p->n_frames >= (size_t)(p->max_depth > 0 ? p->max_depth : 0))
+            return fail(p, JCS_EDEPTH, p->pos, "nesting too deep");
+        if (reserve((void **)&p->frames, &p->cap_frames, p->n_frames + 1, sizeof *p->frames))
+            return fail(p, JCS_ENOMEM, p->pos, "out of memory");
+        nd->type = c == '[' ? N_ARR : N_OBJ;
+        p->frames[p->n_frames].node = idx;
+        p->frames[p->n_frames].base = (uint32_t)p->n_cs;
+        p->n_frames++;
+        if (p->n_frames > p->max_frames)
+            p->max_frames = p->n_frames;
+        p->pos++;
+        skip_ws(p);
+        if (p->pos < p->len && p->in[p->pos] == (c == '[' ? ']' : '}')) {
+            if ((rc = close_container(p)))
+                return rc;
+            p->pos++;
+            return 0;
+        }
+        *opened = 1;
+        return c == '{' ? parse_name(p) : 0;
+    }
+    if (c == '"') {
+        uint32_t off, slen;
+        if ((rc = parse_string(p, &off, &slen)))
+            return rc;
+        nd = &p->nodes[idx];
+        nd->type = N_STR;
+        nd->u.span.off = off;
+        nd->u.span.len = slen;
+        return 0;
+    }
+    if (c == '-' || is_digit(c)) {
+        double v;
+        if ((rc = parse_number(p, &v)))
+            return rc;
+        nd->type = N_NUM;
+        nd->u.num = v;
+        return 0;
+    }
+    uint8_t type;
+    if ((rc = parse_literal(p, &type)))
+        return rc;
+    nd->type = type;
+    return 0;
+}
+
+/* Consumes what follows a complete value: separators and closing brackets. Returns 1 when
+ * another value is expected, 0 when the document is complete, or an error. */
+static int after_value(struct parser *p)
+{
+    int rc;
+
+    for (;;) {
+        skip_ws(p);
+        if (!p->n_frames) {
+            if (p->pos < p->len)
+                return fail(p, JCS_ETRAILING, p->pos, "data after the top-level value");
+            return 0;
+        }
+        int is_obj = p->nodes[p->frames[p->n_frames - 1].node].type == N_OBJ;
+        if (p->pos >= p->len)
+            return fail(p, JCS_ESYNTAX, p->pos, "unexpected end of input");
+        unsigned char c = p->in[p->pos];
+        if (c == ',') {
+            p->pos++;
+            if (is_obj && (rc = parse_name(p)))
+                return rc;
+            return 1;
+        }
+        if (c != (is_obj ? '}' : ']'))
+            return fail(p, JCS_ESYNTAX, p->pos,
+                        is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+        if ((rc = close_container(p)))
+            return rc;
+        p->pos++;
+    }
+}
+
+static int parse_document(struct parser *p)
+{
+    for (;;) {
+        int opened, rc = parse_value(p, &opened);
+        if (rc)
+            return rc;
+        if (opened)
+            continue;
+        rc = after_value(p);
+        if (rc <= 0)
+            return rc;
+    }
+}
+
+/* ---- Writing ---- */
+
+static void put(struct obuf *o, const void *s, size_t n)
+{
+    if (o->failed)
+        return;
+    if (reserve((void **)&o->p, &o->cap, o->len + n + 1, 1)) {
+        o->failed = 1;
+        return;
+    }
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+}
+
+static void putc_(struct obuf *o, char c)
+{
+    put(o, &c, 1);
+}
+
+/* Writes a string as RFC 8785 §3.2.2.2 wants: only '"', '\\' and controls are escaped, with the
+ * short forms where JSON has them and lowercase \u00xx otherwise. */
+static void write_string(struct obuf *o, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t run = 0;
+
+    putc_(o, '"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put(o, s + run, i - run);
+        run = i + 1;
+        char esc[6] = {'\\', 0};
+        size_t elen = 2;
+        switch (c) {
+        case '"':
+            esc[1] = '"';
+            break;
+        case '\\':
+            esc[1] = '\\';
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            memcpy(esc + 1, "u00", 3);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            elen = 6;
+        }
+        put(o, esc, elen);
+    }
+    put(o, s + run, n - run);
+    putc_(o, '"');
+}
+
+static void write_scalar(const struct parser *p, const struct node *nd, struct obuf *o)
+{
+    char num[32];
+
+    switch (nd->type) {
+    case N_NULL:
+        put(o, "null", 4);
+        break;
+    case N_FALSE:
+        put(o, "false", 5);
+        break;
+    case N_TRUE:
+        put(o, "true", 4);
+        break;
+    case N_NUM:
+        /* The parser only admits finite values, so the length is never negative. */
+        put(o, num, (size_t)jcs_format_double(nd->u.num, num));
+        break;
+    case N_STR:
+        write_string(o, p->pool + nd->u.span.off, nd->u.span.len);
+        break;
+    case N_ARR:
+        put(o, "[]", 2);
+        break;
+    default:
+        put(o, "{}", 2);
+        break;
+    }
+}
+
+/* Returns the node of child i of container nd, first writing the member name and ':' when nd is
+ * an object. */
+static uint32_t enter_child(const struct parser *p, const struct node *nd, uint32_t i,
+                            struct obuf *o)
+{
+    uint32_t k = p->kids[nd->u.span.off + i];
+
+    if (nd->type == N_ARR)
+        return k;
+    const struct node *name = &p->nodes[k];
+    write_string(o, p->pool + name->u.span.off, name->u.span.len);
+    putc_(o, ':');
+    return k + 1;
+}
+
+static int write_document(const struct parser *p, struct obuf *o)
+{
+    struct wframe *st = NULL;
+    size_t sp = 0;
+    uint32_t cur = 0;
+
+    if (p->max_frames && !(st = malloc(p->max_frames * sizeof *st)))
+        return -1;
+    for (;;) {
+        const struct node *nd = &p->nodes[cur];
+        if ((nd->type == N_ARR || nd->type == N_OBJ) && nd->u.span.len) {
+            putc_(o, nd->type == N_ARR ? '[' : '{');
+            st[sp].node = cur;
+            st[sp].i = 0;
+            sp++;
+            cur = enter_child(p, nd, 0, o);
+            continue;
+        }
+        write_scalar(p, nd, o);
+        /* Close every container whose last child this was, then move to the next sibling. */
+        for (;;) {
+            if (!sp) {
+                free(st);
+                return o->failed ? -1 : 0;
+            }
+            struct wframe *wf = &st[sp - 1];
+            const struct node *parent = &p->nodes[wf->node];
+            if (++wf->i < parent->u.span.len) {
+                putc_(o, ',');
+                cur = enter_child(p, parent, wf->i, o);
+                break;
+            }
+            putc_(o, parent->type == N_ARR ? ']' : '}');
+            sp--;
+        }
+    }
+}
+
+static void parser_free(struct parser *p)
+{
+    free(p->nodes);
+    free(p->pool);
+    free(p->kids);
+    free(p->cs);
+    free(p->frames);
+    free(p->scratch);
+}
+
+int jcs_canonicalize(const char *in, size_t len, int max_depth, char **out, size_t *out_len,
+                     struct jcs_error *err)
+{
+    struct jcs_error local;
+    struct parser p;
+    struct obuf o = {0};
+    int rc;
+
+    *out = NULL;
+    *out_len = 0;
+    if (!err)
+        err = &local;
+    err->code = JCS_OK;
+    err->offset = 0;
+    err->what = "ok";
+
+    memset(&p, 0, sizeof p);
+    p.in = (const unsigned char *)in;
+    p.len = len;
+    p.max_depth = max_depth;
+    p.err = err;
+    if (len >= UINT32_MAX)
+        return fail(&p, JCS_ENOMEM, 0, "input too large");
+    if (!get_c_locale())
+        return fail(&p, JCS_ENOMEM, 0, "out of memory");
+    p.pool = malloc(len + 1);
+    if (!p.pool)
+        return fail(&p, JCS_ENOMEM, 0, "out of memory");
+
+    rc = parse_document(&p);
+    if (!rc) {
+        /* Canonical text is usually no longer than the input; growth covers the rest. */
+        o.cap = len + 16;
+        o.p = malloc(o.cap);
+        if (!o.p || write_document(&p, &o))
+            rc = fail(&p, JCS_ENOMEM, len, "out of memory");
+    }
+    parser_free(&p);
+    if (rc) {
+        free(o.p);
+        return rc;
+    }
+    o.p[o.len] = '\0';
+    *out = o.p;
+    *out_len = o.len;
+    return JCS_OK;
+}
+
+const char *jcs_strerror(int code)
+{
+    switch (code) {
+    case JCS_OK:
+        return "ok";
+    case JCS_ENOMEM:
+        return "out_of_memory";
+    case JCS_ESYNTAX:
+        return "syntax_error";
+    case JCS_EDUPKEY:
+        return "duplicate_key";
+    case JCS_ENUMBER:
+        return "invalid_number";
+    case JCS_EDEPTH:
+        return "too_deep";
+    case JCS_EUTF8:
+        return "invalid_utf8";
+    case JCS_ETRAILING:
+        return "trailing_data";
+    default:
+        return "unknown_error";
+    }
+}

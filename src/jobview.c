@@ -1,0 +1,94 @@
+#include "idemgate/jobview.h"
+
+#include <cjson/cJSON.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add_str(cJSON *o, const char *k, const char *v)
+{
+    if (v)
+        cJSON_AddStringToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+/* The provider's body as JSON when it is JSON (embedded as is, so big numbers and key order
+ * survive), otherwise base64. */
+static void add_body(cJSON *result, const struct store_job *j)
+{
+    if (!j->resp_body)
+        return;
+    const char *end = NULL;
+    cJSON *probe = cJSON_ParseWithLengthOpts((const char *)j->resp_body, j->resp_body_len, &end, 0);
+    int whole = probe && end == (const char *)j->resp_body + j->resp_body_len;
+    cJSON_Delete(probe);
+    if (whole && memchr(j->resp_body, '\0', j->resp_body_len) == NULL) {
+        cJSON_AddItemToObject(result, "body", cJSON_CreateRaw((const char *)j->resp_body));
+        return;
+    }
+    size_t cap = 4 * ((j->resp_body_len + 2) / 3) + 1;
+    unsigned char *b64 = malloc(cap);
+    if (!b64)
+        return;
+    EVP_EncodeBlock(b64, j->resp_body, (int)j->resp_body_len);
+    cJSON_AddStringToObject(result, "body_base64", (const char *)b64);
+    free(b64);
+}
+
+char *jobview_json(const struct store_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    char self[64];
+    snprintf(self, sizeof(self), "/v1/jobs/%s", j->id);
+    add_str(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", "job");
+    add_str(o, "state", st_name(j->state));
+    cJSON_AddBoolToObject(o, "terminal", st_is_terminal(j->state));
+    add_str(o, "provider", j->provider);
+    add_str(o, "route", j->route);
+    add_str(o, "idempotency_key", j->idempotency_key);
+    add_str(o, "remote_id", j->remote_id);
+    add_str(o, "parent_id", j->parent_id);
+    cJSON *att = cJSON_AddObjectToObject(o, "attempts");
+    cJSON_AddNumberToObject(att, "transport", j->transport_attempts);
+    cJSON_AddNumberToObject(att, "generation", j->generation_attempts);
+    add_str(o, "created_at", j->created_at);
+    add_str(o, "updated_at", j->updated_at);
+    add_str(o, "first_sent_at", j->first_sent_at);
+    add_str(o, "finished_at", j->finished_at);
+    add_str(o, "expires_at", j->expires_at);
+    if (j->resp_status) {
+        cJSON *result = cJSON_AddObjectToObject(o, "result");
+        cJSON_AddNumberToObject(result, "status", j->resp_status);
+        if (j->resp_headers)
+            cJSON_AddItemToObject(result, "headers", cJSON_CreateRaw(j->resp_headers));
+        add_body(result, j);
+    } else {
+        cJSON_AddNullToObject(o, "result");
+    }
+    add_str(o, "last_error", j->last_error);
+    cJSON *links = cJSON_AddObjectToObject(o, "links");
+    cJSON_AddStringToObject(links, "self", self);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+int jobview_stored_header(const struct store_job *j, const char *name, char *out, size_t outlen)
+{
+    if (!j->resp_headers)
+        return -1;
+    cJSON *h = cJSON_Parse(j->resp_headers);
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, name));
+    int rc = -1;
+    if (v && strlen(v) < outlen) {
+        strcpy(out, v);
+        rc = 0;
+    }
+    cJSON_Delete(h);
+    return rc;
+}

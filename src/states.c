@@ -1,0 +1,49 @@
+#include "idemgate/states.h"
+
+#include <string.h>
+
+static const char *const names[ST__COUNT] = {
+    "prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
+};
+
+/* allowed[from] is a bit set of the states `from` may move to. */
+#define B(s) (1u << (s))
+static const unsigned allowed[ST__COUNT] = {
+    [ST_PREPARED] = B(ST_SENDING),
+    /* A call's outcome; prepared only when libcurl proves no byte left (or a definite answer
+     * says try again later); unknown when nobody can know. */
+    [ST_SENDING] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_UNKNOWN) | B(ST_COMPLETED) | B(ST_FAILED),
+    [ST_ACCEPTED] = B(ST_COMPLETED) | B(ST_FAILED),
+    /* Reconciliation: found, proven absent, resent under the same provider key, or escalated. */
+    [ST_UNKNOWN] = B(ST_SENDING) | B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) |
+                   B(ST_REVIEW),
+    [ST_REVIEW] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) | B(ST_FAILED),
+    [ST_COMPLETED] = 0,
+    [ST_FAILED] = 0,
+};
+#undef B
+
+const char *st_name(enum op_state s)
+{
+    return (unsigned)s < ST__COUNT ? names[s] : "invalid";
+}
+
+int st_parse(const char *s)
+{
+    for (int i = 0; i < ST__COUNT; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+int st_is_terminal(enum op_state s)
+{
+    return s == ST_COMPLETED || s == ST_FAILED;
+}
+
+int st_can_transition(enum op_state from, enum op_state to)
+{
+    if ((unsigned)from >= ST__COUNT || (unsigned)to >= ST__COUNT)
+        return 0;
+    return (allowed[from] >> to) & 1u;
+}

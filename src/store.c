@@ -1,0 +1,616 @@
+#include "idemgate/store.h"
+
+#include "idemgate/log.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct db {
+    char *url;
+    PGconn *conn;
+    int ok;
+    unsigned generation; /* +1 on every new connection: LISTEN must then be issued again */
+};
+
+/* The projection of a job, identical for every statement that returns one so that one reader
+ * (job_from_row) serves them all. */
+#define TS(a, c) "to_char(" a "." c " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+#define JOB_COLS(a)                                                                                \
+    a ".tenant_id, " a ".id, " a ".idempotency_key, encode(" a ".fingerprint, 'hex'), " a          \
+      ".provider, " a ".route, " a ".state, " a ".lease_version, " a ".transport_attempts, " a     \
+      ".generation_attempts, " a ".parent_id, " a ".remote_id, " a ".resp_status, " a              \
+      ".resp_headers, " a ".resp_body, " a ".last_error, " TS(a, "created_at") ", " TS(            \
+          a, "updated_at") ", " TS(a, "first_sent_at") ", " TS(a, "finished_at") ", " TS(a,        \
+                                                                                     "expires_at")
+enum {
+    JC_TENANT, JC_ID, JC_KEY, JC_FP, JC_PROVIDER, JC_ROUTE, JC_STATE, JC_LEASE_VERSION,
+    JC_TRANSPORT, JC_GENERATION, JC_PARENT, JC_REMOTE, JC_RESP_STATUS, JC_RESP_HEADERS,
+    JC_RESP_BODY, JC_LAST_ERROR, JC_CREATED, JC_UPDATED, JC_FIRST_SENT, JC_FINISHED, JC_EXPIRES,
+    JC__COUNT
+};
+
+struct stmt {
+    const char *name;
+    const char *sql;
+};
+
+static const struct stmt stmts[] = {
+    /* Intake: the tenant, the insert and the read of an existing row in one round trip. Zero rows
+     * means a bad token, or a racing insert committed after this statement's snapshot: the
+     * caller then reads again (by_key), which decides. */
+    {"intake",
+     "WITH t AS (SELECT id FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
+     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+     "  state, expires_at) "
+     " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, 'prepared', "
+     "  now() + make_interval(hours => $12) FROM t "
+     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
+     "SELECT 1, " JOB_COLS("ins") " FROM ins "
+     "UNION ALL "
+     "SELECT 0, " JOB_COLS("o") " FROM operations o JOIN t ON o.tenant_id = t.id "
+     " WHERE o.idempotency_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)"},
+    /* The re-read after an intake that returned nothing: a row per live tenant, with the job
+     * when the key exists. */
+    {"by_key",
+     "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
+     " ON o.tenant_id = t.id AND o.idempotency_key = $2 "
+     "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL"},
+    {"job_get",
+     "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
+     " ON o.tenant_id = t.id AND o.id = $2 "
+     "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL"},
+    /* The claim commits `sending` and the new fencing token before any byte leaves. */
+    {"claim",
+     "UPDATE operations o SET state = 'sending', lease_owner = $1, "
+     " lease_version = o.lease_version + 1, "
+     " lease_expires_at = now() + make_interval(secs => $2), "
+     " transport_attempts = o.transport_attempts + 1, "
+     " first_sent_at = coalesce(o.first_sent_at, now()), updated_at = now() "
+     "FROM (SELECT tenant_id, id FROM operations WHERE state = 'prepared' "
+     "      AND next_attempt_at <= now() ORDER BY next_attempt_at LIMIT 1 "
+     "      FOR UPDATE SKIP LOCKED) c "
+     "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
+     "RETURNING o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, "
+     " o.req_url, o.req_credential, o.req_body, "
+     " extract(epoch FROM o.lease_expires_at - now())::float8"},
+    /* A result is written only under the lease that sent it (fencing); the attempt is recorded
+     * whatever happens, as 'fenced' when the write was dropped. */
+    {"finish",
+     "WITH upd AS (UPDATE operations SET state = $4, resp_status = $5, "
+     "  resp_headers = $6::jsonb, resp_body = $7, last_error = $8, "
+     "  remote_id = coalesce($9, remote_id), lease_owner = NULL, lease_expires_at = NULL, "
+     "  updated_at = now(), next_attempt_at = now() + make_interval(secs => $15 / 1000.0), "
+     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') THEN now() END "
+     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'sending' "
+     " RETURNING 1) "
+     "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
+     " finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "
+     "SELECT $1, $2, $3, 'create', to_timestamp($10), to_timestamp($11), $12, $5, $13, $14, "
+     " CASE WHEN EXISTS (SELECT 1 FROM upd) THEN $4 ELSE 'fenced' END, $8 "
+     "RETURNING decision"},
+    /* Nobody can know whether a dead worker's bytes left: expired `sending` leases become
+     * unknown, never prepared. */
+    {"reap",
+     "WITH r AS (UPDATE operations o SET state = 'unknown', lease_owner = NULL, "
+     "  lease_expires_at = NULL, updated_at = now(), "
+     "  last_error = 'lease expired while sending' "
+     " FROM (SELECT tenant_id, id FROM operations WHERE state = 'sending' "
+     "       AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
+     "       FOR UPDATE SKIP LOCKED) c "
+     " WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
+     " RETURNING o.tenant_id, o.id, o.lease_version) "
+     "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, outcome, decision, "
+     " error) "
+     "SELECT tenant_id, id, lease_version, 'create', 'lease_expired', 'unknown', "
+     " 'lease expired while sending' FROM r RETURNING operation_id"},
+    {"terminal_ids",
+     "SELECT id FROM operations WHERE id = ANY($1::text[]) "
+     " AND state IN ('completed', 'failed')"},
+    {"tenant_add", "INSERT INTO tenants (name, token_sha256) VALUES ($1, $2)"},
+    {"tenant_revoke",
+     "UPDATE tenants SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL"},
+    {"tenant_list",
+     "SELECT name, " TS("tenants", "created_at") ", " TS("tenants", "revoked_at")
+     " FROM tenants ORDER BY name"},
+    {"schema_version", "SELECT coalesce(max(version), 0) FROM schema_migrations"},
+};
+#define N_STMTS (sizeof(stmts) / sizeof(stmts[0]))
+
+/* Prepares the statements; the schema may not exist yet (before `migrate`), so a failure to
+ * prepare is not fatal: statements are prepared again lazily on first use. */
+static void prepare_all(struct db *db)
+{
+    for (size_t i = 0; i < N_STMTS; i++) {
+        PGresult *r = PQprepare(db->conn, stmts[i].name, stmts[i].sql, 0, NULL);
+        PQclear(r);
+    }
+}
+
+/* Server notices ("relation already exists, skipping") are not events: drop them. */
+static void ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+static int connect_db(struct db *db)
+{
+    if (db->conn && PQstatus(db->conn) == CONNECTION_OK)
+        return STORE_OK;
+    if (db->conn)
+        PQfinish(db->conn);
+    db->conn = PQconnectdb(db->url);
+    if (PQstatus(db->conn) != CONNECTION_OK) {
+        if (db->ok) /* log the transition, not every retry */
+            LOG(LOG_WARN, "db_unavailable", LS("error", PQerrorMessage(db->conn)));
+        db->ok = 0;
+        PQfinish(db->conn);
+        db->conn = NULL;
+        return STORE_EUNAVAIL;
+    }
+    PQsetNoticeProcessor(db->conn, ignore_notice, NULL);
+    db->ok = 1;
+    db->generation++;
+    prepare_all(db);
+    return STORE_OK;
+}
+
+struct db *store_db_open(const char *url)
+{
+    struct db *db = calloc(1, sizeof(*db));
+    if (!db)
+        return NULL;
+    db->url = strdup(url);
+    if (!db->url) {
+        free(db);
+        return NULL;
+    }
+    db->ok = 1;
+    (void)connect_db(db);
+    return db;
+}
+
+void store_db_close(struct db *db)
+{
+    if (!db)
+        return;
+    if (db->conn)
+        PQfinish(db->conn);
+    free(db->url);
+    free(db);
+}
+
+int store_db_ok(struct db *db)
+{
+    return db->ok;
+}
+
+unsigned store_db_generation(struct db *db)
+{
+    return db->generation;
+}
+
+void *store_db_pgconn(struct db *db)
+{
+    return db->conn;
+}
+
+int store_db_ensure(struct db *db)
+{
+    return connect_db(db);
+}
+
+/* Maps a failed result to a store error. Connection failures mark the handle for reconnection. */
+static int result_error(struct db *db, PGresult *r, const char *stmt)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (!db->conn || PQstatus(db->conn) != CONNECTION_OK || !state ||
+        strncmp(state, "08", 2) == 0 || strncmp(state, "57P", 3) == 0) {
+        if (db->ok)
+            LOG(LOG_WARN, "db_unavailable", LS("statement", stmt),
+                LS("error", db->conn ? PQerrorMessage(db->conn) : "no connection"));
+        db->ok = 0;
+        if (db->conn) {
+            PQfinish(db->conn);
+            db->conn = NULL;
+        }
+        return STORE_EUNAVAIL;
+    }
+    if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+        return STORE_ERETRY;
+    if (strcmp(state, "23505") == 0)
+        return STORE_ECONFLICT;
+    LOG(LOG_ERROR, "db_error", LS("statement", stmt), LS("sqlstate", state),
+        LS("error", PQresultErrorMessage(r)));
+    return STORE_EINTERNAL;
+}
+
+/* Runs a prepared statement. Text parameters, except those marked in `binary` (a bit per
+ * parameter), which are sent as raw bytes (bytea). On success *out holds the result. */
+static int run(struct db *db, const char *name, int n, const char *const *vals, const int *lens,
+               unsigned binary, PGresult **out)
+{
+    int fmts[16] = {0};
+    *out = NULL;
+    if (connect_db(db) < 0)
+        return STORE_EUNAVAIL;
+    for (int i = 0; i < n; i++)
+        fmts[i] = (binary >> i) & 1u;
+    PGresult *r = PQexecPrepared(db->conn, name, n, vals, lens, fmts, 0);
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (state && strcmp(state, "26000") == 0) {
+        /* Not prepared yet (the connection predates the schema): prepare and run once more. */
+        PQclear(r);
+        prepare_all(db);
+        r = PQexecPrepared(db->conn, name, n, vals, lens, fmts, 0);
+    }
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+        int e = result_error(db, r, name);
+        PQclear(r);
+        return e;
+    }
+    db->ok = 1;
+    *out = r;
+    return STORE_OK;
+}
+
+static const char *val(PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes a bytea in PostgreSQL's hex output format ("\x…") into a new buffer. */
+static int bytea_decode(const char *s, unsigned char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (!s)
+        return 0;
+    if (s[0] != '\\' || s[1] != 'x')
+        return -1;
+    size_t n = strlen(s + 2) / 2;
+    unsigned char *b = malloc(n + 1);
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(s[2 + 2 * i]), lo = hexval(s[3 + 2 * i]);
+        if (hi < 0 || lo < 0) {
+            free(b);
+            return -1;
+        }
+        b[i] = (unsigned char)(hi << 4 | lo);
+    }
+    b[n] = '\0';
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+/* Fills j from row 0 of r, which has a leading column and then JOB_COLS. Takes ownership of r. */
+static int job_from_row(PGresult *r, struct store_job *j)
+{
+    const int o = 1;
+    memset(j, 0, sizeof(*j));
+    j->res = r;
+    j->tenant_id = atoll(PQgetvalue(r, 0, o + JC_TENANT));
+    j->id = val(r, 0, o + JC_ID);
+    j->idempotency_key = val(r, 0, o + JC_KEY);
+    j->fingerprint_hex = val(r, 0, o + JC_FP);
+    j->provider = val(r, 0, o + JC_PROVIDER);
+    j->route = val(r, 0, o + JC_ROUTE);
+    const char *st = val(r, 0, o + JC_STATE);
+    int s = st ? st_parse(st) : -1;
+    j->state = s < 0 ? ST_UNKNOWN : (enum op_state)s;
+    j->lease_version = atoll(PQgetvalue(r, 0, o + JC_LEASE_VERSION));
+    j->transport_attempts = atoi(PQgetvalue(r, 0, o + JC_TRANSPORT));
+    j->generation_attempts = atoi(PQgetvalue(r, 0, o + JC_GENERATION));
+    j->parent_id = val(r, 0, o + JC_PARENT);
+    j->remote_id = val(r, 0, o + JC_REMOTE);
+    j->resp_status = atoi(PQgetvalue(r, 0, o + JC_RESP_STATUS));
+    j->resp_headers = val(r, 0, o + JC_RESP_HEADERS);
+    j->last_error = val(r, 0, o + JC_LAST_ERROR);
+    j->created_at = val(r, 0, o + JC_CREATED);
+    j->updated_at = val(r, 0, o + JC_UPDATED);
+    j->first_sent_at = val(r, 0, o + JC_FIRST_SENT);
+    j->finished_at = val(r, 0, o + JC_FINISHED);
+    j->expires_at = val(r, 0, o + JC_EXPIRES);
+    if (bytea_decode(val(r, 0, o + JC_RESP_BODY), &j->resp_body, &j->resp_body_len) < 0) {
+        store_job_fini(j);
+        return STORE_EINTERNAL;
+    }
+    return STORE_OK;
+}
+
+void store_job_fini(struct store_job *j)
+{
+    PQclear(j->res);
+    free(j->resp_body);
+    memset(j, 0, sizeof(*j));
+}
+
+/* The re-read: a tenant row with or without the job. */
+static int read_by(struct db *db, const char *stmt, const char *token, const char *key,
+                   struct store_job *out)
+{
+    PGresult *r;
+    const char *v[2] = {token, key};
+    int e = run(db, stmt, 2, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_EAUTH;
+    }
+    if (PQgetisnull(r, 0, 1 + JC_ID)) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    return job_from_row(r, out);
+}
+
+int store_intake(struct db *db, const struct store_intake_req *q, struct store_job *out,
+                 int *created)
+{
+    char fpv[16], ttl[16];
+    snprintf(fpv, sizeof(fpv), "%d", q->fingerprint_version);
+    snprintf(ttl, sizeof(ttl), "%d", q->ttl_hours);
+    const char *v[12] = {q->token_sha256_hex, q->idempotency_key, q->new_id, q->fingerprint_hex,
+                         fpv, q->provider, q->route, q->method, q->url, q->credential, q->body,
+                         ttl};
+    int lens[12] = {0};
+    lens[10] = (int)q->body_len;
+    /* A racing insert or a serialization failure is read again, a bounded number of times. */
+    int lost = 0;
+    for (int tries = 0; tries < 5; tries++) {
+        PGresult *r;
+        int e = run(db, "intake", 12, v, lens, 1u << 10, &r);
+        /* A connection lost mid-statement (even during the implicit COMMIT) leaves the outcome
+         * unknown: one fresh connection and the same idempotent statement decide. The row is
+         * ours when it carries the id we proposed. */
+        if (e == STORE_EUNAVAIL && !lost++)
+            continue;
+        if (e == STORE_ERETRY)
+            continue;
+        if (e < 0)
+            return e;
+        if (PQntuples(r) > 0) {
+            *created = atoi(PQgetvalue(r, 0, 0)) == 1 ||
+                       strcmp(PQgetvalue(r, 0, 1 + JC_ID), q->new_id) == 0;
+            return job_from_row(r, out);
+        }
+        PQclear(r);
+        e = read_by(db, "by_key", q->token_sha256_hex, q->idempotency_key, out);
+        if (e == STORE_OK)
+            *created = strcmp(out->id, q->new_id) == 0;
+        if (e != STORE_ENOTFOUND && e != STORE_ERETRY)
+            return e;
+    }
+    return STORE_ERETRY;
+}
+
+int store_job_get(struct db *db, const char *token, const char *job_id, struct store_job *out)
+{
+    return read_by(db, "job_get", token, job_id, out);
+}
+
+void store_claim_fini(struct store_claim *c)
+{
+    PQclear(c->res);
+    free(c->body);
+    memset(c, 0, sizeof(*c));
+}
+
+int store_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+{
+    char secs[16];
+    snprintf(secs, sizeof(secs), "%d", lease_seconds);
+    const char *v[2] = {owner, secs};
+    PGresult *r;
+    memset(out, 0, sizeof(*out));
+    int e = run(db, "claim", 2, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    out->res = r;
+    out->tenant_id = atoll(PQgetvalue(r, 0, 0));
+    out->id = PQgetvalue(r, 0, 1);
+    out->lease_version = atoll(PQgetvalue(r, 0, 2));
+    out->provider = PQgetvalue(r, 0, 3);
+    out->route = PQgetvalue(r, 0, 4);
+    out->method = PQgetvalue(r, 0, 5);
+    out->url = PQgetvalue(r, 0, 6);
+    out->credential = PQgetvalue(r, 0, 7);
+    out->lease_remaining_s = atof(PQgetvalue(r, 0, 9));
+    if (bytea_decode(val(r, 0, 8), &out->body, &out->body_len) < 0) {
+        store_claim_fini(out);
+        return STORE_EINTERNAL;
+    }
+    return STORE_OK;
+}
+
+int store_finish(struct db *db, const struct store_finish *f, int *applied)
+{
+    char tid[24], lv[24], status[16], t0[32], t1[32], curl[16], sent[24];
+    snprintf(tid, sizeof(tid), "%lld", f->tenant_id);
+    snprintf(lv, sizeof(lv), "%lld", f->lease_version);
+    snprintf(status, sizeof(status), "%d", f->http_status);
+    snprintf(t0, sizeof(t0), "%.6f", f->started_at);
+    snprintf(t1, sizeof(t1), "%.6f", f->finished_at);
+    snprintf(curl, sizeof(curl), "%d", f->curl_code);
+    snprintf(sent, sizeof(sent), "%ld", f->bytes_sent);
+    char delay[24];
+    snprintf(delay, sizeof(delay), "%ld", f->retry_delay_ms);
+    const char *v[15] = {tid,
+                         f->id,
+                         lv,
+                         st_name(f->state),
+                         f->http_status ? status : NULL,
+                         f->resp_headers,
+                         f->resp_body,
+                         f->error,
+                         f->remote_id,
+                         t0,
+                         t1,
+                         f->outcome,
+                         curl,
+                         sent,
+                         delay};
+    int lens[15] = {0};
+    lens[6] = (int)f->resp_body_len;
+    PGresult *r;
+    int e = run(db, "finish", 15, v, lens, 1u << 6, &r);
+    if (e < 0)
+        return e;
+    *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
+    PQclear(r);
+    return STORE_OK;
+}
+
+int store_reap(struct db *db, int limit, int *count)
+{
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *v[1] = {lim};
+    PGresult *r;
+    int e = run(db, "reap", 1, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    *count = PQntuples(r);
+    for (int i = 0; i < *count; i++)
+        LOG(LOG_WARN, "lease_expired", LS("job_id", PQgetvalue(r, i, 0)), LS("state", "unknown"));
+    PQclear(r);
+    return STORE_OK;
+}
+
+int store_listen(struct db *db, const char *channel)
+{
+    if (connect_db(db) < 0)
+        return STORE_EUNAVAIL;
+    char sql[128];
+    snprintf(sql, sizeof(sql), "LISTEN %s", channel);
+    PGresult *r = PQexec(db->conn, sql);
+    int e = PQresultStatus(r) == PGRES_COMMAND_OK ? STORE_OK : result_error(db, r, "listen");
+    PQclear(r);
+    return e;
+}
+
+int store_wait_notify(struct db *db, int timeout_ms, void (*cb)(const char *, void *), void *arg)
+{
+    if (!db->conn)
+        return STORE_EUNAVAIL;
+    int n = 0;
+    PGnotify *nt;
+    /* Notifications may already be buffered from an earlier call. */
+    if (PQconsumeInput(db->conn) == 0)
+        return result_error(db, NULL, "notify");
+    while ((nt = PQnotifies(db->conn))) {
+        cb(nt->extra, arg);
+        PQfreemem(nt);
+        n++;
+    }
+    if (n > 0)
+        return n;
+    struct pollfd pfd = {.fd = PQsocket(db->conn), .events = POLLIN};
+    if (pfd.fd < 0)
+        return result_error(db, NULL, "notify");
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+        return 0;
+    if (PQconsumeInput(db->conn) == 0)
+        return result_error(db, NULL, "notify");
+    while ((nt = PQnotifies(db->conn))) {
+        cb(nt->extra, arg);
+        PQfreemem(nt);
+        n++;
+    }
+    return n;
+}
+
+int store_terminal_ids(struct db *db, const char *const *ids, size_t n,
+                       void (*cb)(const char *, void *), void *arg)
+{
+    /* A text[] literal; job ids are [a-z0-9_] only, so no quoting is needed. */
+    size_t cap = 3 + n * 32;
+    char *arr = malloc(cap);
+    if (!arr)
+        return STORE_EINTERNAL;
+    size_t pos = 0;
+    arr[pos++] = '{';
+    for (size_t i = 0; i < n; i++)
+        pos += (size_t)snprintf(arr + pos, cap - pos, "%s%s", i ? "," : "", ids[i]);
+    arr[pos++] = '}';
+    arr[pos] = '\0';
+    const char *v[1] = {arr};
+    PGresult *r;
+    int e = run(db, "terminal_ids", 1, v, NULL, 0, &r);
+    free(arr);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), arg);
+    PQclear(r);
+    return STORE_OK;
+}
+
+int store_tenant_add(struct db *db, const char *name, const char *token)
+{
+    const char *v[2] = {name, token};
+    PGresult *r;
+    int e = run(db, "tenant_add", 2, v, NULL, 0, &r);
+    PQclear(r);
+    return e;
+}
+
+int store_tenant_revoke(struct db *db, const char *name)
+{
+    const char *v[1] = {name};
+    PGresult *r;
+    int e = run(db, "tenant_revoke", 1, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    e = atoi(PQcmdTuples(r)) == 1 ? STORE_OK : STORE_ENOTFOUND;
+    PQclear(r);
+    return e;
+}
+
+int store_tenant_list(struct db *db,
+                      void (*cb)(const char *, const char *, const char *, void *), void *arg)
+{
+    PGresult *r;
+    int e = run(db, "tenant_list", 0, NULL, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), val(r, i, 2), arg);
+    PQclear(r);
+    return STORE_OK;
+}
+
+int store_schema_version(struct db *db, int *version)
+{
+    PGresult *r;
+    int e = run(db, "schema_version", 0, NULL, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    *version = atoi(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return STORE_OK;
+}

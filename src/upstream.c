@@ -1,0 +1,183 @@
+#include "idemgate/upstream.h"
+
+#include "idemgate/crash.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Response headers kept on the operation: what a client or a retry policy needs, nothing that
+ * could identify the account. */
+static const char *const header_allow[] = {
+    "content-type", "retry-after", "retry-after-ms", "x-request-id", "request-id",
+    "openai-poll-after-ms", "location", "idempotent-replayed",
+};
+
+struct call_ctx {
+    struct up_response *res;
+    size_t max;
+    cJSON *headers;
+    const struct up_request *req;
+};
+
+int up_global_init(void)
+{
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
+}
+
+void up_global_fini(void)
+{
+    curl_global_cleanup();
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct call_ctx *c = arg;
+    size_t len = size * n;
+    struct up_response *r = c->res;
+    size_t take = len;
+    if (r->body_len + take > c->max) {
+        take = c->max - r->body_len;
+        r->body_truncated = 1;
+    }
+    if (take) {
+        char *nb = realloc(r->body, r->body_len + take + 1);
+        if (!nb)
+            return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
+        memcpy(nb + r->body_len, p, take);
+        r->body = nb;
+        r->body_len += take;
+        r->body[r->body_len] = '\0';
+    }
+    return len;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct call_ctx *c = arg;
+    size_t len = size * n;
+    /* A new status line (after 100-continue, say) starts a new header block. */
+    if (len > 5 && strncmp(p, "HTTP/", 5) == 0) {
+        cJSON_Delete(c->headers);
+        c->headers = cJSON_CreateObject();
+        return len;
+    }
+    const char *colon = memchr(p, ':', len);
+    if (!colon || !c->headers)
+        return len;
+    size_t nlen = (size_t)(colon - p);
+    for (size_t i = 0; i < sizeof(header_allow) / sizeof(header_allow[0]); i++) {
+        if (strlen(header_allow[i]) == nlen && strncasecmp(p, header_allow[i], nlen) == 0) {
+            const char *v = colon + 1, *end = p + len;
+            while (v < end && (*v == ' ' || *v == '\t'))
+                v++;
+            while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+                end--;
+            char buf[512];
+            size_t vl = (size_t)(end - v) < sizeof(buf) - 1 ? (size_t)(end - v) : sizeof(buf) - 1;
+            memcpy(buf, v, vl);
+            buf[vl] = '\0';
+            cJSON_DeleteItemFromObjectCaseSensitive(c->headers, header_allow[i]);
+            cJSON_AddStringToObject(c->headers, header_allow[i], buf);
+        }
+    }
+    return len;
+}
+
+/* CURLOPT_PREREQFUNCTION: the connection exists, no request byte has left yet. The last chance
+ * to refuse to send, and the exact "before send" crash point of the fault harness. */
+static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+                     int conn_local_port)
+{
+    (void)conn_primary_ip;
+    (void)conn_local_ip;
+    (void)conn_primary_port;
+    (void)conn_local_port;
+    struct call_ctx *c = arg;
+    CRASH_POINT("before_send");
+    if (c->req->before_send && c->req->before_send(c->req->before_send_arg) != 0) {
+        c->res->aborted_before_send = 1;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    return CURL_PREREQFUNC_OK;
+}
+
+int up_call(const struct up_request *req, struct up_response *res)
+{
+    struct call_ctx ctx = {.res = res, .max = req->max_response_bytes, .req = req};
+    struct curl_slist *hdrs = NULL;
+    char line[1024];
+    int rc = -1;
+
+    memset(res, 0, sizeof(*res));
+    CURL *h = curl_easy_init();
+    ctx.headers = cJSON_CreateObject();
+    if (!h || !ctx.headers) {
+        res->curl_code = CURLE_OUT_OF_MEMORY;
+        snprintf(res->error, sizeof(res->error), "out of memory");
+        goto done;
+    }
+    hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    hdrs = curl_slist_append(hdrs, "Accept: application/json");
+    hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue round trip */
+    if (req->auth_header && req->auth_value) {
+        snprintf(line, sizeof(line), "%s: %s", req->auth_header, req->auth_value);
+        hdrs = curl_slist_append(hdrs, line);
+        explicit_bzero(line, sizeof(line));
+    }
+    if (req->client_ref) {
+        snprintf(line, sizeof(line), "X-Idemgate-Operation: %s", req->client_ref);
+        hdrs = curl_slist_append(hdrs, line);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, req->url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+    if (req->body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req->total_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &ctx);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &ctx);
+    curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(h, CURLOPT_PREREQDATA, &ctx);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "idemgate/0.1");
+
+    CURLcode cc = curl_easy_perform(h);
+    long status = 0, reqsize = 0, hdrsize = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &reqsize);
+    curl_easy_getinfo(h, CURLINFO_HEADER_SIZE, &hdrsize);
+    res->curl_code = (int)cc;
+    res->http_status = (int)status;
+    res->bytes_sent = reqsize;
+    res->header_bytes = hdrsize;
+    if (cc != CURLE_OK)
+        snprintf(res->error, sizeof(res->error), "curl %d: %s", (int)cc, curl_easy_strerror(cc));
+    rc = cc == CURLE_OK && status > 0 ? 0 : -1;
+done:
+    res->headers_json = ctx.headers ? cJSON_PrintUnformatted(ctx.headers) : NULL;
+    cJSON_Delete(ctx.headers);
+    curl_slist_free_all(hdrs); /* the slist copies were made by libcurl from `line`, cleared */
+    if (h)
+        curl_easy_cleanup(h);
+    return rc;
+}
+
+void up_response_fini(struct up_response *res)
+{
+    free(res->headers_json);
+    free(res->body);
+    memset(res, 0, sizeof(*res));
+}

@@ -1,0 +1,180 @@
+#include "idemgate/waiters.h"
+
+#include "idemgate/crypto.h"
+#include "idemgate/log.h"
+#include "idemgate/store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct waiter {
+    char job_id[CRYPTO_JOB_ID_LEN];
+    double deadline;
+    int checked; /* its job's state was read after LISTEN was in place */
+    void (*wake)(void *arg);
+    void *arg;
+};
+
+struct waiters {
+    const struct cfg *cfg;
+    pthread_mutex_t mu;
+    struct waiter *v;
+    size_t n, cap;
+    atomic_int stop;
+    pthread_t thread;
+};
+
+double waiters_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int waiters_add(struct waiters *w, const char *job_id, double deadline, void (*wake)(void *),
+                void *arg)
+{
+    if (!w || strlen(job_id) >= CRYPTO_JOB_ID_LEN)
+        return -1;
+    pthread_mutex_lock(&w->mu);
+    if (atomic_load(&w->stop) || (w->n == w->cap && w->cap >= 1u << 20)) {
+        pthread_mutex_unlock(&w->mu);
+        return -1;
+    }
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        struct waiter *nv = realloc(w->v, cap * sizeof(*nv));
+        if (!nv) {
+            pthread_mutex_unlock(&w->mu);
+            return -1;
+        }
+        w->v = nv;
+        w->cap = cap;
+    }
+    struct waiter *e = &w->v[w->n++];
+    strcpy(e->job_id, job_id);
+    e->deadline = deadline;
+    e->checked = 0;
+    e->wake = wake;
+    e->arg = arg;
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+/* Wakes and removes waiter i; the caller holds the lock. */
+static void wake_at(struct waiters *w, size_t i)
+{
+    struct waiter e = w->v[i];
+    w->v[i] = w->v[--w->n];
+    e.wake(e.arg);
+}
+
+static void wake_job(const char *id, void *arg)
+{
+    struct waiters *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n;) {
+        if (strcmp(w->v[i].job_id, id) == 0)
+            wake_at(w, i);
+        else
+            i++;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A job may have become terminal between the client's read and the waiter's registration, when
+ * no LISTEN could see it: read the state of every waiter not yet checked. */
+static void check_new(struct waiters *w, struct db *db)
+{
+    const char *ids[256];
+    char copy[256][CRYPTO_JOB_ID_LEN];
+    size_t n = 0;
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n && n < 256; i++) {
+        if (!w->v[i].checked) {
+            strcpy(copy[n], w->v[i].job_id);
+            ids[n] = copy[n];
+            n++;
+            w->v[i].checked = 1;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (n && store_terminal_ids(db, ids, n, wake_job, w) < 0) {
+        pthread_mutex_lock(&w->mu);
+        for (size_t i = 0; i < w->n; i++)
+            w->v[i].checked = 0;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+static void *waiters_main(void *arg)
+{
+    struct waiters *w = arg;
+    struct db *db = store_db_open(w->cfg->database_url);
+    unsigned gen = 0;
+    if (!db)
+        return NULL;
+    while (!atomic_load(&w->stop)) {
+        if (store_db_generation(db) != gen || !store_db_ok(db)) {
+            if (store_listen(db, "idemgate_done") == STORE_OK) {
+                gen = store_db_generation(db);
+                /* Notifications sent while we were not listening are lost: read them all. */
+                pthread_mutex_lock(&w->mu);
+                for (size_t i = 0; i < w->n; i++)
+                    w->v[i].checked = 0;
+                pthread_mutex_unlock(&w->mu);
+            }
+        }
+        if (store_db_ok(db))
+            check_new(w, db);
+        int timeout = 50;
+        if (!store_db_ok(db) || store_wait_notify(db, timeout, wake_job, w) < 0) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        double now = waiters_now();
+        pthread_mutex_lock(&w->mu);
+        for (size_t i = 0; i < w->n;) {
+            if (w->v[i].deadline <= now)
+                wake_at(w, i);
+            else
+                i++;
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+    store_db_close(db);
+    return NULL;
+}
+
+struct waiters *waiters_start(const struct cfg *cfg)
+{
+    struct waiters *w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    w->cfg = cfg;
+    pthread_mutex_init(&w->mu, NULL);
+    if (pthread_create(&w->thread, NULL, waiters_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void waiters_stop(struct waiters *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    atomic_store(&w->stop, 1);
+    while (w->n)
+        wake_at(w, 0);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    free(w->v);
+    free(w);
+}

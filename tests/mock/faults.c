@@ -1,0 +1,491 @@
+/*
+ * idemgate-mock: behaviour controls, the fault table and the fault script queue
+ * (see faults.h).
+ */
+#include "faults.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* How long "hang" holds a connection before closing it, in milliseconds. */
+#define HANG_MS (600u * 1000u)
+
+/* Upper bound of any delay, so a typo cannot park a connection thread for days. */
+#define MAX_DELAY_MS (600u * 1000u)
+
+/* Most outputs a create can return, matching the clamp of the request's "n". */
+#define MAX_N_OUT 10u
+
+/* Most entries the script queue holds, so a runaway test cannot exhaust memory. */
+#define SCRIPT_MAX 100000u
+
+/* ---- Fault delivery ---------------------------------------------------------------- */
+
+/*
+ * Never answers: holds the connection until HANG_MS passed, the client went away or the
+ * mock shuts down, then closes it without a response.
+ */
+static enum MHD_Result deliver_hang(struct mock_request *req, const struct mock_reply *r)
+{
+    (void)r;
+    mock_sleep_ms(req, HANG_MS, true);
+    return MHD_NO;
+}
+
+/*
+ * Closes the connection without a response.  Returning MHD_NO after the body has been
+ * read makes libmicrohttpd close the socket with an orderly FIN.
+ */
+static enum MHD_Result deliver_close(struct mock_request *req, const struct mock_reply *r)
+{
+    (void)req;
+    (void)r;
+    return MHD_NO;
+}
+
+/*
+ * Aborts the connection with a TCP RST.  A zero linger time turns the close that follows
+ * into an abortive one, and disconnecting the socket right away sends the RST before
+ * libmicrohttpd gets a chance to shut the write side down with a FIN, which clients would
+ * report as an empty reply instead of a reset.
+ */
+static enum MHD_Result deliver_reset(struct mock_request *req, const struct mock_reply *r)
+{
+    const union MHD_ConnectionInfo *info;
+    struct linger lin = {.l_onoff = 1, .l_linger = 0};
+    struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+
+    (void)r;
+    info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info != NULL) {
+        if (setsockopt(info->connect_fd, SOL_SOCKET, SO_LINGER, &lin, sizeof(lin)) != 0)
+            fprintf(stderr, "idemgate-mock: SO_LINGER: %s\n", strerror(errno));
+        /*
+         * Linux treats connect() to AF_UNSPEC as "disconnect", which resets an established
+         * TCP connection while the descriptor stays open and owned by libmicrohttpd.
+         */
+        if (connect(info->connect_fd, &unspec, sizeof(unspec)) != 0)
+            fprintf(stderr, "idemgate-mock: disconnect: %s\n", strerror(errno));
+    }
+    return MHD_NO;
+}
+
+/*
+ * Answers normally.  The slowness of "slow_headers" is its default delay, which the
+ * create pipeline sleeps before delivering, so nothing at all is sent during it.
+ */
+static enum MHD_Result deliver_normal(struct mock_request *req, const struct mock_reply *r)
+{
+    return reply_send(req, r);
+}
+
+/* The body of a truncated response: the full text and how much of it is really sent. */
+struct truncated_body {
+    char *data;
+    size_t cut;
+};
+
+/*
+ * libmicrohttpd content reader for "truncate": hands out bytes up to the cut and then
+ * reports an error, which makes libmicrohttpd close the connection although the declared
+ * Content-Length promised more.
+ */
+static ssize_t truncated_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    const struct truncated_body *t = cls;
+    size_t n;
+
+    if (pos >= t->cut)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    n = t->cut - (size_t)pos;
+    if (n > max)
+        n = max;
+    memcpy(buf, t->data + pos, n);
+    return (ssize_t)n;
+}
+
+/* Frees a truncated_body once libmicrohttpd is done with the response. */
+static void truncated_free(void *cls)
+{
+    struct truncated_body *t = cls;
+
+    free(t->data);
+    free(t);
+}
+
+/*
+ * Sends the status line, the headers and a Content-Length for the whole body, but only the
+ * first half of the body, then closes the connection.
+ */
+static enum MHD_Result deliver_truncate(struct mock_request *req, const struct mock_reply *r)
+{
+    struct truncated_body *t = malloc(sizeof(*t));
+    struct MHD_Response *resp;
+
+    if (t == NULL)
+        return MHD_NO;
+    t->data = malloc(r->body_len + 1);
+    if (t->data == NULL) {
+        free(t);
+        return MHD_NO;
+    }
+    memcpy(t->data, r->body ? r->body : "", r->body_len);
+    t->cut = r->body_len / 2;
+    resp = MHD_create_response_from_callback(r->body_len, 4096, truncated_read, t, truncated_free);
+    if (resp == NULL) {
+        truncated_free(t);
+        return MHD_NO;
+    }
+    reply_add_headers(resp, r);
+    return reply_queue(req, r->status, resp);
+}
+
+/* Every fault the mock knows; a new fault is one more row. */
+static const struct mock_fault fault_table[] = {
+    {"hang", 0, false, deliver_hang},             /* the client gives up, the task lives */
+    {"close", 0, false, deliver_close},           /* an empty reply (FIN, no bytes) */
+    {"reset", 0, false, deliver_reset},           /* a connection reset (RST) */
+    {"slow_headers", 2000, true, deliver_normal}, /* nothing at all until the delay ends */
+    {"truncate", 0, true, deliver_truncate},      /* a body shorter than its length */
+};
+
+/* Returns the fault called name, or NULL when there is none. */
+const struct mock_fault *faults_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(fault_table) / sizeof(fault_table[0]); i++)
+        if (strcmp(fault_table[i].name, name) == 0)
+            return &fault_table[i];
+    return NULL;
+}
+
+/* ---- Control parsing --------------------------------------------------------------- */
+
+/*
+ * Parses text as a plain decimal integer within [min, max] into *out.  Returns false on
+ * anything else, including signs, spaces and trailing characters.
+ */
+static bool parse_uint(const char *text, unsigned long min, unsigned long max, unsigned int *out)
+{
+    char *end;
+    unsigned long v;
+
+    if (text[0] < '0' || text[0] > '9')
+        return false;
+    errno = 0;
+    v = strtoul(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return false;
+    *out = (unsigned int)v;
+    return true;
+}
+
+/* Parses delay_ms: milliseconds to wait before answering, 0..MAX_DELAY_MS. */
+static bool parse_delay(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MAX_DELAY_MS, &c->delay_ms))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "delay_ms must be an integer 0..%u", MAX_DELAY_MS);
+    return false;
+}
+
+/* Parses status: the HTTP status to answer with, 100..599. */
+static bool parse_status(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 100, 599, &c->status))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "status must be an integer 100..599");
+    return false;
+}
+
+/* Parses fault: the name of a row of fault_table. */
+static bool parse_fault(const char *text, struct mock_controls *c, char *err)
+{
+    c->fault = faults_find(text);
+    if (c->fault)
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "unknown fault \"%.60s\"", text);
+    return false;
+}
+
+/* Parses n_out: how many outputs a successful create returns, 0..MAX_N_OUT. */
+static bool parse_n_out(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MAX_N_OUT, &c->n_out))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "n_out must be an integer 0..%u", MAX_N_OUT);
+    return false;
+}
+
+/*
+ * Parses retry_after: sent verbatim as Retry-After, so it must fit the buffer and must not
+ * contain control characters that would break the header.
+ */
+static bool parse_retry_after(const char *text, struct mock_controls *c, char *err)
+{
+    size_t len = strlen(text);
+
+    for (size_t i = 0; i < len; i++) {
+        if ((unsigned char)text[i] < 0x20 || text[i] == 0x7f) {
+            snprintf(err, FAULTS_ERR_MAX, "retry_after must not contain control characters");
+            return false;
+        }
+    }
+    if (len == 0 || len >= sizeof(c->retry_after)) {
+        snprintf(err, FAULTS_ERR_MAX, "retry_after must be 1..%zu characters",
+                 sizeof(c->retry_after) - 1);
+        return false;
+    }
+    memcpy(c->retry_after, text, len + 1);
+    return true;
+}
+
+/* One control: its "_mock" key, its request header and how its text is parsed. */
+struct control_field {
+    const char *json_name;
+    const char *header_name;
+    unsigned int bit;
+    bool (*parse)(const char *text, struct mock_controls *c, char *err);
+};
+
+/* Every control the mock understands; a new control is one more row. */
+static const struct control_field field_table[] = {
+    {"delay_ms", "X-Mock-Delay-Ms", CTRL_DELAY, parse_delay},
+    {"status", "X-Mock-Status", CTRL_STATUS, parse_status},
+    {"fault", "X-Mock-Fault", CTRL_FAULT, parse_fault},
+    {"n_out", "X-Mock-N-Out", CTRL_N_OUT, parse_n_out},
+    {"retry_after", "X-Mock-Retry-After", CTRL_RETRY_AFTER, parse_retry_after},
+};
+
+#define FIELD_COUNT (sizeof(field_table) / sizeof(field_table[0]))
+
+/* Returns the field whose "_mock" key is name, or NULL when there is none. */
+static const struct control_field *field_by_json_name(const char *name)
+{
+    for (size_t i = 0; i < FIELD_COUNT; i++)
+        if (strcmp(field_table[i].json_name, name) == 0)
+            return &field_table[i];
+    return NULL;
+}
+
+/*
+ * Turns a JSON control value into the text the parsers take, so that {"status": 503} and
+ * {"status": "503"} mean the same.  Integers are printed into buf (at least 32 bytes).
+ * Returns NULL for values that are neither strings nor integers.
+ */
+static const char *json_value_text(const cJSON *v, char *buf, size_t size)
+{
+    if (cJSON_IsString(v))
+        return v->valuestring;
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1e9 &&
+        v->valuedouble == (double)(long)v->valuedouble) {
+        snprintf(buf, size, "%ld", (long)v->valuedouble);
+        return buf;
+    }
+    return NULL;
+}
+
+/*
+ * Parses a "_mock"-style JSON object into *out.  Returns false and describes the problem
+ * in err (FAULTS_ERR_MAX bytes) when a key is unknown or a value is out of range.
+ */
+bool faults_parse_object(const cJSON *obj, struct mock_controls *out, char *err)
+{
+    const cJSON *item;
+
+    memset(out, 0, sizeof(*out));
+    if (!cJSON_IsObject(obj)) {
+        snprintf(err, FAULTS_ERR_MAX, "mock controls must be a JSON object");
+        return false;
+    }
+    cJSON_ArrayForEach(item, obj)
+    {
+        const struct control_field *f = field_by_json_name(item->string);
+        char num[32];
+        const char *text;
+
+        /* Unknown keys are refused so that a misspelt control fails loudly in a test. */
+        if (f == NULL) {
+            snprintf(err, FAULTS_ERR_MAX, "unknown mock control \"%.60s\"", item->string);
+            return false;
+        }
+        text = json_value_text(item, num, sizeof(num));
+        if (text == NULL) {
+            snprintf(err, FAULTS_ERR_MAX, "%s must be a string or a non-negative integer",
+                     f->json_name);
+            return false;
+        }
+        if (!f->parse(text, out, err))
+            return false;
+        out->set |= f->bit;
+    }
+    return true;
+}
+
+/*
+ * Parses the X-Mock-* headers of the request into *out.  Returns false and describes the
+ * problem in err (FAULTS_ERR_MAX bytes) when a value is invalid.
+ */
+bool faults_parse_headers(struct MHD_Connection *conn, struct mock_controls *out, char *err)
+{
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < FIELD_COUNT; i++) {
+        const struct control_field *f = &field_table[i];
+        const char *text = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, f->header_name);
+
+        if (text == NULL)
+            continue;
+        if (!f->parse(text, out, err))
+            return false;
+        out->set |= f->bit;
+    }
+    return true;
+}
+
+/* Copies into dst every field that src sets and dst does not. */
+void faults_merge(struct mock_controls *dst, const struct mock_controls *src)
+{
+    unsigned int take = src->set & ~dst->set;
+
+    if (take & CTRL_DELAY)
+        dst->delay_ms = src->delay_ms;
+    if (take & CTRL_STATUS)
+        dst->status = src->status;
+    if (take & CTRL_FAULT)
+        dst->fault = src->fault;
+    if (take & CTRL_N_OUT)
+        dst->n_out = src->n_out;
+    if (take & CTRL_RETRY_AFTER)
+        memcpy(dst->retry_after, src->retry_after, sizeof(dst->retry_after));
+    dst->set |= take;
+}
+
+/* ---- Script queue ------------------------------------------------------------------ */
+
+/* One queued script entry. */
+struct script_node {
+    struct mock_controls controls;
+    struct script_node *next;
+};
+
+static pthread_mutex_t script_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct script_node *script_head;
+static struct script_node *script_tail;
+static size_t script_len;
+
+/* Frees a detached list of script nodes. */
+static void free_nodes(struct script_node *n)
+{
+    while (n) {
+        struct script_node *next = n->next;
+
+        free(n);
+        n = next;
+    }
+}
+
+/*
+ * Appends the entries of a {"faults": [...]} document to the script queue, all or none.
+ * Stores the number appended in *queued and the queue length afterwards in *pending.
+ * Returns false and describes the problem in err (FAULTS_ERR_MAX bytes) on a bad document.
+ */
+bool faults_script_append(const cJSON *doc, size_t *queued, size_t *pending, char *err)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(doc, "faults");
+    const cJSON *item;
+    struct script_node *head = NULL, *tail = NULL;
+    size_t n = 0;
+
+    if (!cJSON_IsArray(list)) {
+        snprintf(err, FAULTS_ERR_MAX, "body must be {\"faults\": [...]}");
+        return false;
+    }
+    /* Everything is parsed before the queue is touched, so a bad entry queues nothing. */
+    cJSON_ArrayForEach(item, list)
+    {
+        struct script_node *node = calloc(1, sizeof(*node));
+        char entry_err[FAULTS_ERR_MAX];
+
+        if (node == NULL) {
+            snprintf(err, FAULTS_ERR_MAX, "out of memory");
+            free_nodes(head);
+            return false;
+        }
+        if (!faults_parse_object(item, &node->controls, entry_err)) {
+            snprintf(err, FAULTS_ERR_MAX, "faults[%zu]: %.120s", n, entry_err);
+            free(node);
+            free_nodes(head);
+            return false;
+        }
+        if (tail)
+            tail->next = node;
+        else
+            head = node;
+        tail = node;
+        n++;
+    }
+
+    pthread_mutex_lock(&script_lock);
+    if (script_len + n > SCRIPT_MAX) {
+        pthread_mutex_unlock(&script_lock);
+        snprintf(err, FAULTS_ERR_MAX, "script queue would exceed %u entries", SCRIPT_MAX);
+        free_nodes(head);
+        return false;
+    }
+    if (head) {
+        if (script_tail)
+            script_tail->next = head;
+        else
+            script_head = head;
+        script_tail = tail;
+    }
+    script_len += n;
+    *pending = script_len;
+    pthread_mutex_unlock(&script_lock);
+
+    *queued = n;
+    return true;
+}
+
+/*
+ * Removes the oldest script entry into *out.  Returns false, leaving *out alone, when the
+ * queue is empty.
+ */
+bool faults_script_pop(struct mock_controls *out)
+{
+    struct script_node *node;
+
+    pthread_mutex_lock(&script_lock);
+    node = script_head;
+    if (node) {
+        script_head = node->next;
+        if (script_head == NULL)
+            script_tail = NULL;
+        script_len--;
+    }
+    pthread_mutex_unlock(&script_lock);
+
+    if (node == NULL)
+        return false;
+    *out = node->controls;
+    free(node);
+    return true;
+}
+
+/* Empties the script queue. */
+void faults_script_reset(void)
+{
+    struct script_node *old;
+
+    pthread_mutex_lock(&script_lock);
+    old = script_head;
+    script_head = script_tail = NULL;
+    script_len = 0;
+    pthread_mutex_unlock(&script_lock);
+    free_nodes(old);
+}

@@ -1,0 +1,92 @@
+/*
+ * idemgate-mock: behaviour controls, the fault table and the fault script queue.
+ *
+ * A create's behaviour (delay, error status, fault, partial output count, Retry-After) is a
+ * struct mock_controls.  Each field is taken from the highest-priority source that sets it:
+ * the next entry of the script queue (POST /_script), then the request body's "_mock"
+ * object, then X-Mock-* request headers, and finally --delay-ms for the delay.  New control
+ * fields are rows of the field table in faults.c; new faults are rows of its fault table.
+ */
+#ifndef IDEMGATE_MOCK_FAULTS_H
+#define IDEMGATE_MOCK_FAULTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+
+#include "mock.h"
+#include "reply.h"
+
+/*
+ * How a decided reply reaches (or fails to reach) the client.  A fault is pure data plus a
+ * delivery function, so adding one means adding a row to the table in faults.c.
+ */
+struct mock_fault {
+    const char *name;
+    /* The delay applied when no source sets delay_ms, so "slow_headers" alone is slow. */
+    unsigned int default_delay_ms;
+    /* False when the client never receives a status line; the ledger then records null. */
+    bool sends_status;
+    /* Delivers r through this fault.  r stays owned by the caller. */
+    enum MHD_Result (*deliver)(struct mock_request *req, const struct mock_reply *r);
+};
+
+/* Bits of mock_controls.set, one per field. */
+enum {
+    CTRL_DELAY = 1u << 0,
+    CTRL_STATUS = 1u << 1,
+    CTRL_FAULT = 1u << 2,
+    CTRL_N_OUT = 1u << 3,
+    CTRL_RETRY_AFTER = 1u << 4,
+};
+
+/* The behaviour of one create; a field is meaningful only when its bit is in set. */
+struct mock_controls {
+    unsigned int set;
+    unsigned int delay_ms;
+    unsigned int status;
+    const struct mock_fault *fault;
+    unsigned int n_out;
+    char retry_after[MOCK_RETRY_AFTER_MAX];
+};
+
+/* Longest error message the control parsers produce, including the terminating NUL. */
+#define FAULTS_ERR_MAX 160
+
+/* Returns the fault called name, or NULL when there is none. */
+const struct mock_fault *faults_find(const char *name);
+
+/*
+ * Parses a "_mock"-style JSON object into *out.  Returns false and describes the problem
+ * in err (FAULTS_ERR_MAX bytes) when a key is unknown or a value is out of range.
+ */
+bool faults_parse_object(const cJSON *obj, struct mock_controls *out, char *err);
+
+/*
+ * Parses the X-Mock-* headers of the request into *out.  Returns false and describes the
+ * problem in err (FAULTS_ERR_MAX bytes) when a value is invalid.
+ */
+bool faults_parse_headers(struct MHD_Connection *conn, struct mock_controls *out, char *err);
+
+/* Copies into dst every field that src sets and dst does not. */
+void faults_merge(struct mock_controls *dst, const struct mock_controls *src);
+
+/*
+ * Appends the entries of a {"faults": [...]} document to the script queue, all or none.
+ * Stores the number appended in *queued and the queue length afterwards in *pending.
+ * Returns false and describes the problem in err (FAULTS_ERR_MAX bytes) on a bad document.
+ */
+bool faults_script_append(const cJSON *doc, size_t *queued, size_t *pending, char *err);
+
+/*
+ * Removes the oldest script entry into *out.  Returns false, leaving *out alone, when the
+ * queue is empty.
+ */
+bool faults_script_pop(struct mock_controls *out);
+
+/* Empties the script queue. */
+void faults_script_reset(void);
+
+#endif

@@ -1,0 +1,595 @@
+/*
+ * idemgate-mock: a counting mock of the generative-AI providers idemgate fronts.
+ *
+ * This file holds the process: command line, libmicrohttpd daemon, request body
+ * accumulation, routing and the small administrative routes the tests drive.  Create
+ * routes are handled by providers.c, their ledger by ledger.c and faults by faults.c.
+ *
+ *   idemgate-mock --listen HOST:PORT [--delay-ms N] [--threads N]
+ */
+#include "mock.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "faults.h"
+#include "idemkeys.h"
+#include "ledger.h"
+#include "providers.h"
+#include "reply.h"
+
+/* Largest request body accepted; bigger ones are drained and answered with 413. */
+#define BODY_MAX (8u * 1024u * 1024u)
+
+/* Longest step of mock_sleep_ms(), which bounds how late it notices a shutdown. */
+#define SLEEP_STEP_MS 50
+
+/* Default for --threads: connections served at once, each by its own thread. */
+#define DEFAULT_CONNECTIONS 1000u
+
+/* Stack of each connection thread; ample for cJSON's bounded recursion. */
+#define THREAD_STACK_BYTES (512u * 1024u)
+
+static atomic_bool shutting_down;
+static unsigned int default_delay_ms;
+static char base_url[320];
+
+/* Returns true once SIGTERM or SIGINT has asked the process to stop. */
+bool mock_shutting_down(void)
+{
+    return atomic_load(&shutting_down);
+}
+
+/*
+ * Returns the base URL ("http://HOST:PORT", no trailing slash) that clients use to reach
+ * this mock, for the file links inside create responses.
+ */
+const char *mock_base_url(void)
+{
+    return base_url;
+}
+
+/* Returns the default create delay given by --delay-ms, in milliseconds. */
+unsigned int mock_default_delay_ms(void)
+{
+    return default_delay_ms;
+}
+
+/* Returns a monotonic clock reading in milliseconds. */
+static long long now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Sleeps for up to ms milliseconds in short steps so that a shutdown ends the sleep early.
+ * When stop_on_disconnect is true, the sleep also ends as soon as the client has closed
+ * its side of the connection.  Returns true when the full time elapsed, false when the
+ * sleep was cut short.
+ */
+bool mock_sleep_ms(const struct mock_request *req, unsigned int ms, bool stop_on_disconnect)
+{
+    const long long deadline = now_ms() + ms;
+    struct pollfd pfd = {.fd = -1, .events = POLLRDHUP};
+
+    if (stop_on_disconnect) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+        if (info)
+            pfd.fd = info->connect_fd;
+    }
+    for (;;) {
+        long long left = deadline - now_ms();
+
+        if (left <= 0)
+            return true;
+        if (mock_shutting_down())
+            return false;
+        /* poll() doubles as the sleep; a negative fd is ignored, so it then only waits. */
+        if (poll(&pfd, 1, (int)(left < SLEEP_STEP_MS ? left : SLEEP_STEP_MS)) > 0 &&
+            (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return false;
+    }
+}
+
+/* ---- Administrative and file routes ------------------------------------------------- */
+
+/* GET /_health: reports that the mock is up. */
+static enum MHD_Result handle_health(struct mock_request *req)
+{
+    cJSON *doc = cJSON_CreateObject();
+
+    cJSON_AddBoolToObject(doc, "ok", 1);
+    return reply_json(req, MHD_HTTP_OK, doc);
+}
+
+/* GET /_ledger: returns every create received since the start or the last reset. */
+static enum MHD_Result handle_ledger(struct mock_request *req)
+{
+    char *text = ledger_to_json();
+    struct MHD_Response *resp;
+
+    if (text == NULL)
+        return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
+                           "oom");
+    /* The ledger can be large, so the buffer is handed over instead of copied. */
+    resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return reply_queue(req, MHD_HTTP_OK, resp);
+}
+
+/* POST /_reset: forgets the ledger, the fault script and every idempotency key. */
+static enum MHD_Result handle_reset(struct mock_request *req)
+{
+    cJSON *doc = cJSON_CreateObject();
+
+    ledger_reset();
+    faults_script_reset();
+    idemkeys_reset();
+    cJSON_AddBoolToObject(doc, "ok", 1);
+    return reply_json(req, MHD_HTTP_OK, doc);
+}
+
+/* POST /_script: queues {"faults": [...]} entries, one per future create. */
+static enum MHD_Result handle_script(struct mock_request *req)
+{
+    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    char err[FAULTS_ERR_MAX];
+    size_t queued = 0, pending = 0;
+    bool ok = faults_script_append(doc, &queued, &pending, err);
+
+    cJSON_Delete(doc);
+    if (!ok)
+        return reply_error(req, MHD_HTTP_BAD_REQUEST, err, "mock_error", "invalid_script");
+    doc = cJSON_CreateObject();
+    cJSON_AddNumberToObject(doc, "queued", (double)queued);
+    cJSON_AddNumberToObject(doc, "pending", (double)pending);
+    return reply_json(req, MHD_HTTP_OK, doc);
+}
+
+/* GET /files/<name>: returns "PNG:<name>", deterministic bytes standing in for an image. */
+static enum MHD_Result handle_file(struct mock_request *req)
+{
+    const char *name = req->url + strlen("/files/");
+    struct mock_reply r;
+    enum MHD_Result ret;
+
+    if (*name == '\0')
+        return reply_error(req, MHD_HTTP_NOT_FOUND, "no such file", "invalid_request_error",
+                           "not_found");
+    reply_init(&r);
+    r.status = MHD_HTTP_OK;
+    r.content_type = "image/png";
+    r.body_len = strlen("PNG:") + strlen(name);
+    r.body = malloc(r.body_len + 1);
+    if (r.body == NULL)
+        return MHD_NO;
+    snprintf(r.body, r.body_len + 1, "PNG:%s", name);
+    ret = reply_send(req, &r);
+    reply_free(&r);
+    return ret;
+}
+
+/* One route outside the provider personalities. */
+struct admin_route {
+    const char *method;
+    const char *path;
+    bool prefix; /* true when path is a prefix rather than the whole path */
+    enum MHD_Result (*handle)(struct mock_request *req);
+};
+
+static const struct admin_route admin_routes[] = {
+    {"GET", "/_health", false, handle_health},  /* readiness probe */
+    {"GET", "/_ledger", false, handle_ledger},  /* the evidence the checker counts */
+    {"POST", "/_reset", false, handle_reset},   /* a clean slate between tests */
+    {"POST", "/_script", false, handle_script}, /* faults for the next creates */
+    {"GET", "/files/", true, handle_file},      /* outputs the create answers link to */
+};
+
+/* Sends a request to its route, or answers 404 when there is none. */
+static enum MHD_Result route(struct mock_request *req)
+{
+    const struct mock_personality *p;
+    char message[96];
+
+    if (strcmp(req->method, "POST") == 0 && (p = providers_lookup(req->url)) != NULL)
+        return providers_handle_create(req, p);
+    for (size_t i = 0; i < sizeof(admin_routes) / sizeof(admin_routes[0]); i++) {
+        const struct admin_route *r = &admin_routes[i];
+        bool match = r->prefix ? strncmp(req->url, r->path, strlen(r->path)) == 0
+                               : strcmp(req->url, r->path) == 0;
+
+        if (match && strcmp(req->method, r->method) == 0)
+            return r->handle(req);
+    }
+    snprintf(message, sizeof(message), "no route for %.10s %.60s", req->method, req->url);
+    return reply_error(req, MHD_HTTP_NOT_FOUND, message, "invalid_request_error", "not_found");
+}
+
+/* ---- libmicrohttpd glue ------------------------------------------------------------- */
+
+/* The body of one request, gathered across the access handler's upload calls. */
+struct body_buffer {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool too_large;
+};
+
+/*
+ * Appends an upload chunk to b, or marks b too large once the total passes BODY_MAX (the
+ * rest is then drained and dropped).  Returns false when memory ran out.
+ */
+static bool body_append(struct body_buffer *b, const char *data, size_t len)
+{
+    if (b->too_large || len > BODY_MAX - b->len) {
+        b->too_large = true;
+        return true;
+    }
+    if (b->len + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        char *grown;
+
+        while (cap < b->len + len + 1)
+            cap *= 2;
+        grown = realloc(b->data, cap);
+        if (grown == NULL)
+            return false;
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return true;
+}
+
+/* Writes the one stderr line per request: method, path and what the client got. */
+static void log_request(const struct mock_request *req)
+{
+    char outcome[64];
+
+    if (req->log_status && req->log_fault)
+        snprintf(outcome, sizeof(outcome), "%u fault=%s", req->log_status, req->log_fault);
+    else if (req->log_fault)
+        snprintf(outcome, sizeof(outcome), "fault=%s", req->log_fault);
+    else if (req->log_status)
+        snprintf(outcome, sizeof(outcome), "%u", req->log_status);
+    else
+        snprintf(outcome, sizeof(outcome), "closed");
+    fprintf(stderr, "idemgate-mock: %.10s %.200s -> %s\n", req->method, req->url, outcome);
+}
+
+/*
+ * libmicrohttpd access handler.  The first call of a request only allocates its body
+ * buffer, the following calls collect upload chunks, and the final call (no more data)
+ * routes the complete request, so every handler sees the whole body.
+ */
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls)
+{
+    struct body_buffer *b = *con_cls;
+    struct mock_request req = {0};
+    enum MHD_Result ret;
+
+    (void)cls;
+    (void)version;
+    if (b == NULL) {
+        b = calloc(1, sizeof(*b));
+        if (b == NULL)
+            return MHD_NO;
+        *con_cls = b;
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        if (!body_append(b, upload_data, *upload_data_size))
+            return MHD_NO;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+
+    req.conn = conn;
+    req.method = method;
+    req.url = url;
+    req.body = b->data ? b->data : "";
+    req.body_len = b->len;
+    if (b->too_large)
+        ret = reply_error(&req, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large",
+                          "invalid_request_error", "body_too_large");
+    else
+        ret = route(&req);
+    log_request(&req);
+    return ret;
+}
+
+/* libmicrohttpd completion callback: frees the body buffer of a finished request. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct body_buffer *b = *con_cls;
+
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (b) {
+        free(b->data);
+        free(b);
+        *con_cls = NULL;
+    }
+}
+
+/*
+ * libmicrohttpd error logger: prefixes its messages so they can be told apart from the
+ * mock's own lines in a test's captured stderr.
+ */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    line[strcspn(line, "\n")] = '\0';
+    fprintf(stderr, "idemgate-mock: libmicrohttpd: %s\n", line);
+}
+
+/* ---- Command line and process lifecycle --------------------------------------------- */
+
+/* Settings taken from the command line. */
+struct options {
+    char host[256];
+    char port[8];
+    unsigned int delay_ms;
+    unsigned int connections;
+};
+
+/* Prints the usage text to f. */
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: idemgate-mock [--listen HOST:PORT] [--delay-ms N] [--threads N]\n"
+               "  --listen HOST:PORT  address to listen on (default 127.0.0.1:9090)\n"
+               "  --delay-ms N        delay before answering every create (default 0)\n"
+               "  --threads N         connections served at once, one thread each "
+               "(default 1000)\n");
+}
+
+/* Parses a decimal number within [min, max] into *out; returns false on anything else. */
+static bool parse_number(const char *text, unsigned long min, unsigned long max, unsigned int *out)
+{
+    char *end;
+    unsigned long v;
+
+    if (text[0] < '0' || text[0] > '9')
+        return false;
+    errno = 0;
+    v = strtoul(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return false;
+    *out = (unsigned int)v;
+    return true;
+}
+
+/*
+ * Splits "HOST:PORT" (HOST may be a bracketed IPv6 literal) into opt->host and opt->port.
+ * Returns false when the text is malformed.
+ */
+static bool parse_listen(const char *text, struct options *opt)
+{
+    const char *colon = strrchr(text, ':');
+    const char *host = text;
+    size_t host_len;
+    unsigned int port;
+
+    if (colon == NULL || !parse_number(colon + 1, 0, 65535, &port))
+        return false;
+    host_len = (size_t)(colon - text);
+    if (host_len >= 2 && host[0] == '[' && host[host_len - 1] == ']') {
+        host++;
+        host_len -= 2;
+    }
+    if (host_len == 0 || host_len >= sizeof(opt->host))
+        return false;
+    memcpy(opt->host, host, host_len);
+    opt->host[host_len] = '\0';
+    snprintf(opt->port, sizeof(opt->port), "%u", port);
+    return true;
+}
+
+/* Returned by parse_args() when the mock should start rather than exit. */
+#define ARGS_START (-1)
+
+/* Parses argv into *opt.  Returns ARGS_START to go on, or the exit status to leave with. */
+static int parse_args(int argc, char **argv, struct options *opt)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"delay-ms", required_argument, NULL, 'd'},
+        {"threads", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+
+    snprintf(opt->host, sizeof(opt->host), "127.0.0.1");
+    snprintf(opt->port, sizeof(opt->port), "9090");
+    opt->delay_ms = 0;
+    opt->connections = DEFAULT_CONNECTIONS;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        const char *name = NULL;
+        bool ok;
+
+        if (c == 'l') {
+            name = "listen";
+            ok = parse_listen(optarg, opt);
+        } else if (c == 'd') {
+            name = "delay-ms";
+            ok = parse_number(optarg, 0, 600000, &opt->delay_ms);
+        } else if (c == 't') {
+            name = "threads";
+            ok = parse_number(optarg, 1, 100000, &opt->connections);
+        } else if (c == 'h') {
+            usage(stdout);
+            return EXIT_SUCCESS;
+        } else {
+            ok = false;
+        }
+        if (!ok) {
+            if (name)
+                fprintf(stderr, "idemgate-mock: bad value for --%s: %s\n", name, optarg);
+            usage(stderr);
+            return EXIT_FAILURE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "idemgate-mock: unexpected argument: %s\n", argv[optind]);
+        usage(stderr);
+        return EXIT_FAILURE;
+    }
+    return ARGS_START;
+}
+
+/*
+ * Resolves opt's host and port into *addr, preferring IPv4 when a name has both kinds.
+ * Returns false, after printing why, when the address cannot be resolved.
+ */
+static bool resolve_listen(const struct options *opt, struct sockaddr_storage *addr)
+{
+    struct addrinfo hints = {0}, *res, *pick = NULL;
+    int rc;
+
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    rc = getaddrinfo(opt->host, opt->port, &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "idemgate-mock: cannot resolve %s: %s\n", opt->host, gai_strerror(rc));
+        return false;
+    }
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            pick = ai;
+            break;
+        }
+        if (ai->ai_family == AF_INET6 && pick == NULL)
+            pick = ai;
+    }
+    if (pick)
+        memcpy(addr, pick->ai_addr, pick->ai_addrlen);
+    freeaddrinfo(res);
+    if (pick == NULL)
+        fprintf(stderr, "idemgate-mock: no IPv4 or IPv6 address for %s\n", opt->host);
+    return pick != NULL;
+}
+
+/*
+ * Raises the soft limit on open files to the hard limit, because every connection holds a
+ * descriptor and the usual soft limit of 1024 is close to the default connection limit.
+ */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+/*
+ * Starts the mock, prints the "listening" line and serves until SIGTERM or SIGINT.
+ * Returns 0 after a clean shutdown, 1 when the mock could not start.
+ */
+int main(int argc, char **argv)
+{
+    struct options opt;
+    struct sockaddr_storage addr = {0};
+    struct MHD_Daemon *daemon;
+    const union MHD_DaemonInfo *info;
+    unsigned int flags;
+    unsigned int port;
+    sigset_t stop_signals;
+    int rc, sig;
+
+    rc = parse_args(argc, argv, &opt);
+    if (rc != ARGS_START)
+        return rc;
+    default_delay_ms = opt.delay_ms;
+    if (!resolve_listen(&opt, &addr))
+        return EXIT_FAILURE;
+
+    /*
+     * A client that disconnects while the mock sleeps would otherwise kill the process
+     * with SIGPIPE on the next write.  The stop signals are blocked before any thread
+     * exists, so every thread inherits the mask and only sigwait() below receives them.
+     */
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    raise_fd_limit();
+
+    /*
+     * One thread per connection lets a handler sleep (delays, hangs) without holding up
+     * other clients; poll() instead of select() lifts the FD_SETSIZE ceiling.
+     */
+    flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+            MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    /* The logger comes first so that libmicrohttpd routes every message through it. */
+    daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+                              on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                              MHD_OPTION_CONNECTION_LIMIT, opt.connections,
+                              MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK_BYTES,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    if (daemon == NULL) {
+        fprintf(stderr, "idemgate-mock: cannot listen on %s:%s\n", opt.host, opt.port);
+        return EXIT_FAILURE;
+    }
+
+    /* Port 0 asks the kernel for a free port, so the real one is read back. */
+    info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    port = info && info->port ? info->port : (unsigned int)atoi(opt.port);
+    if (strchr(opt.host, ':'))
+        snprintf(base_url, sizeof(base_url), "http://[%s]:%u", opt.host, port);
+    else
+        snprintf(base_url, sizeof(base_url), "http://%s:%u", opt.host, port);
+    printf("idemgate-mock listening on %s:%u\n", opt.host, port);
+    fflush(stdout);
+
+    do {
+        rc = sigwait(&stop_signals, &sig);
+    } while (rc != 0);
+    fprintf(stderr, "idemgate-mock: signal %d, shutting down\n", sig);
+
+    /* Sleeping handlers watch this flag, so stopping the daemon does not wait on them. */
+    atomic_store(&shutting_down, true);
+    MHD_stop_daemon(daemon);
+    ledger_shutdown();
+    faults_script_reset();
+    idemkeys_reset();
+    return EXIT_SUCCESS;
+}

@@ -1,0 +1,288 @@
+/*
+ * idemgate-mock: provider personalities and the create pipeline they share
+ * (see providers.h).
+ */
+#include "providers.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+
+#include "faults.h"
+#include "idemkeys.h"
+#include "ledger.h"
+#include "reply.h"
+
+/* Bounds of the request's "n", as OpenAI's images API documents them. */
+#define MIN_N 1u
+#define MAX_N 10u
+
+/* Output tokens billed per returned image, so usage reflects what was delivered. */
+#define TOKENS_PER_OUTPUT 100u
+
+/*
+ * Renders an OpenAI-images-like answer: {"created", "data": [{"url"}...], "usage"}.  The
+ * file names carry the ledger sequence so tests can tie a downloaded file to its create.
+ */
+static cJSON *render_images(const struct create_input *in, unsigned long seq)
+{
+    unsigned long output_tokens = (unsigned long)in->n_out * TOKENS_PER_OUTPUT;
+    cJSON *doc = cJSON_CreateObject();
+    cJSON *data, *usage;
+
+    /* The keys are added in OpenAI's order, which keeps the bodies easy to compare by eye. */
+    cJSON_AddNumberToObject(doc, "created", (double)time(NULL));
+    data = cJSON_AddArrayToObject(doc, "data");
+    usage = cJSON_AddObjectToObject(doc, "usage");
+    if (data == NULL || usage == NULL) {
+        cJSON_Delete(doc);
+        return NULL;
+    }
+    for (unsigned int i = 0; i < in->n_out; i++) {
+        cJSON *item = cJSON_CreateObject();
+        char url[512];
+
+        snprintf(url, sizeof(url), "%s/files/%lu-%u.png", mock_base_url(), seq, i);
+        cJSON_AddStringToObject(item, "url", url);
+        cJSON_AddItemToArray(data, item);
+    }
+    cJSON_AddNumberToObject(usage, "input_tokens", (double)in->prompt_len);
+    cJSON_AddNumberToObject(usage, "output_tokens", (double)output_tokens);
+    cJSON_AddNumberToObject(usage, "total_tokens", (double)(in->prompt_len + output_tokens));
+    return doc;
+}
+
+/*
+ * Every provider the mock simulates; a new personality is one more row (an asynchronous
+ * one would add its poll and webhook routes and a render that returns a task id).
+ */
+static const struct mock_personality personality_table[] = {
+    {"openai-images", "/v1/images/generations", false, render_images},
+    {"native-idempotent", "/v2/generations", true, render_images},
+};
+
+/* Returns the personality whose create route is path, or NULL when there is none. */
+const struct mock_personality *providers_lookup(const char *path)
+{
+    for (size_t i = 0; i < sizeof(personality_table) / sizeof(personality_table[0]); i++)
+        if (strcmp(personality_table[i].path, path) == 0)
+            return &personality_table[i];
+    return NULL;
+}
+
+/* Writes the lower-case hex SHA-256 of data into hex (65 bytes). */
+static void sha256_hex(const char *data, size_t len, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+
+    if (EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL) != 1)
+        md_len = 0;
+    for (unsigned int i = 0; i < md_len && i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    hex[2 * (md_len < 32 ? md_len : 32)] = '\0';
+}
+
+/* Returns the TCP source port of the client, or 0 when it cannot be told. */
+static unsigned int remote_port(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = info ? info->client_addr : NULL;
+
+    if (sa == NULL)
+        return 0;
+    if (sa->sa_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)(const void *)sa)->sin_port);
+    if (sa->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)(const void *)sa)->sin6_port);
+    return 0;
+}
+
+/* Reads "prompt" and "n" from the create body, applying the defaults and the clamp. */
+static void read_input(const cJSON *doc, struct create_input *in)
+{
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(doc, "prompt");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(doc, "n");
+
+    in->prompt_len = cJSON_IsString(prompt) ? strlen(prompt->valuestring) : 0;
+    in->n = MIN_N;
+    if (cJSON_IsNumber(n)) {
+        if (n->valuedouble >= MAX_N)
+            in->n = MAX_N;
+        else if (n->valuedouble > MIN_N)
+            in->n = (unsigned int)n->valuedouble;
+    }
+    in->n_out = in->n;
+}
+
+/*
+ * Records a create that is refused before the pipeline gets going (a bad body, a bad
+ * control, a key in flight) and sends the matching error.
+ */
+static enum MHD_Result refuse(struct mock_request *req, struct ledger_record *rec,
+                              unsigned int status, const char *message, const char *type,
+                              const char *code)
+{
+    unsigned long seq;
+
+    rec->status = (int)status;
+    if (!ledger_append(rec, &seq))
+        fprintf(stderr, "idemgate-mock: ledger full or out of memory, create not recorded\n");
+    return reply_error(req, status, message, type, code);
+}
+
+/* The delay of a create: its own control, else its fault's default, else --delay-ms. */
+static unsigned int effective_delay(const struct mock_controls *ctrl)
+{
+    if (ctrl->set & CTRL_DELAY)
+        return ctrl->delay_ms;
+    if ((ctrl->set & CTRL_FAULT) && ctrl->fault->default_delay_ms)
+        return ctrl->fault->default_delay_ms;
+    return mock_default_delay_ms();
+}
+
+/*
+ * Merges the script entry (if any), the body's "_mock" object and the headers into *ctrl,
+ * in that order of priority.  The script entry is consumed only here, after every refusal
+ * that does not count as a create, so that a refused request never eats a scripted fault.
+ */
+static void resolve_controls(struct mock_controls *ctrl, const struct mock_controls *body_ctrl,
+                             const struct mock_controls *hdr_ctrl)
+{
+    memset(ctrl, 0, sizeof(*ctrl));
+    faults_script_pop(ctrl);
+    faults_merge(ctrl, body_ctrl);
+    faults_merge(ctrl, hdr_ctrl);
+}
+
+/*
+ * Handles a fully received create request for personality p: records it in the ledger and
+ * answers it as the controls say.  Returns MHD_NO when the connection must be closed.
+ */
+enum MHD_Result providers_handle_create(struct mock_request *req, const struct mock_personality *p)
+{
+    struct ledger_record rec = {0};
+    struct mock_controls body_ctrl = {0}, hdr_ctrl = {0}, ctrl;
+    struct create_input in;
+    struct mock_reply reply;
+    enum idem_claim claim = IDEM_NEW;
+    uint64_t token = 0;
+    char *stored = NULL;
+    unsigned int stored_status = 0, status;
+    unsigned long seq = 0;
+    char err[FAULTS_ERR_MAX];
+    cJSON *doc;
+    enum MHD_Result ret;
+
+    rec.route = p->path;
+    rec.idempotency_key =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    rec.client_ref =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Idemgate-Operation");
+    sha256_hex(req->body, req->body_len, rec.body_sha256);
+    rec.remote_port = remote_port(req->conn);
+
+    doc = cJSON_ParseWithLength(req->body, req->body_len);
+    if (!cJSON_IsObject(doc)) {
+        cJSON_Delete(doc);
+        return refuse(req, &rec, MHD_HTTP_BAD_REQUEST, "request body must be a JSON object",
+                      "invalid_request_error", "invalid_json");
+    }
+    read_input(doc, &in);
+    if ((cJSON_HasObjectItem(doc, "_mock") &&
+         !faults_parse_object(cJSON_GetObjectItemCaseSensitive(doc, "_mock"), &body_ctrl, err)) ||
+        !faults_parse_headers(req->conn, &hdr_ctrl, err)) {
+        cJSON_Delete(doc);
+        return refuse(req, &rec, MHD_HTTP_BAD_REQUEST, err, "mock_error", "invalid_mock_control");
+    }
+    cJSON_Delete(doc);
+
+    if (p->native_idempotency && rec.idempotency_key) {
+        claim = idemkeys_claim(p->name, rec.idempotency_key, &token, &stored, &stored_status);
+        if (claim == IDEM_ERROR)
+            return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
+                               "oom");
+        if (claim == IDEM_IN_FLIGHT) {
+            /* A refused duplicate starts no task, which the checker sees as replay=true. */
+            rec.replay = true;
+            return refuse(req, &rec, MHD_HTTP_CONFLICT,
+                          "a request with this Idempotency-Key is still in progress",
+                          "idempotency_error", "in_flight");
+        }
+    }
+
+    resolve_controls(&ctrl, &body_ctrl, &hdr_ctrl);
+    if (ctrl.set & CTRL_N_OUT)
+        in.n_out = ctrl.n_out;
+    if (ctrl.set & CTRL_STATUS)
+        status = ctrl.status;
+    else
+        status = claim == IDEM_DONE ? stored_status : MHD_HTTP_OK;
+
+    rec.replay = claim == IDEM_DONE;
+    rec.fault = ctrl.fault ? ctrl.fault->name : NULL;
+    rec.status = ctrl.fault && !ctrl.fault->sends_status ? LEDGER_NO_STATUS : (int)status;
+    if (!ledger_append(&rec, &seq)) {
+        fprintf(stderr, "idemgate-mock: ledger full or out of memory, refusing create\n");
+        if (claim == IDEM_NEW && token)
+            idemkeys_release(token, p->name, rec.idempotency_key);
+        free(stored);
+        return reply_error(req, MHD_HTTP_INSUFFICIENT_STORAGE, "mock ledger is full", "mock_error",
+                           "ledger_full");
+    }
+
+    reply_init(&reply);
+    if (status >= 400) {
+        char message[64], code[32];
+
+        snprintf(message, sizeof(message), "mock status %u", status);
+        snprintf(code, sizeof(code), "mock_%u", status);
+        reply_set_error(&reply, status, message, "mock_error", code);
+    } else if (claim == IDEM_DONE) {
+        reply.status = status;
+        reply.body = stored;
+        reply.body_len = strlen(stored);
+        reply.replayed = true;
+        stored = NULL;
+    } else {
+        reply_set_json(&reply, status, p->render(&in, seq));
+    }
+    free(stored);
+    memcpy(reply.retry_after, ctrl.retry_after, sizeof(reply.retry_after));
+
+    /*
+     * The provider keeps working while the client waits, even when the client gives up,
+     * so the delay is not cut short by a disconnect and the key stays in flight meanwhile.
+     */
+    mock_sleep_ms(req, effective_delay(&ctrl), false);
+
+    /*
+     * Only a successful create leaves a task behind; the key is settled before the
+     * fault is delivered, because a transport fault loses the answer, not the task.
+     */
+    if (claim == IDEM_NEW && token) {
+        if (status < 400 && reply.body)
+            idemkeys_complete(token, p->name, rec.idempotency_key, reply.body, status);
+        else
+            idemkeys_release(token, p->name, rec.idempotency_key);
+    }
+
+    if (reply.body == NULL) {
+        ret = MHD_NO;
+    } else if (ctrl.fault) {
+        req->log_fault = ctrl.fault->name;
+        ret = ctrl.fault->deliver(req, &reply);
+    } else {
+        ret = reply_send(req, &reply);
+    }
+    reply_free(&reply);
+    return ret;
+}
