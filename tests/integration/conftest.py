@@ -1,0 +1,242 @@
+"""Fixtures for the integration tests: a real PostgreSQL cluster, the real counting mock
+provider and real gateway processes, all on loopback or Unix sockets in temporary folders.
+
+Everything a test starts is stopped by the fixture that started it, by PID."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+GATEWAY_BIN = os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "build-test", "idemgate"))
+MOCK_BIN = os.environ.get("IDEMGATE_MOCK_BIN", os.path.join(ROOT, "build", "idemgate-mock"))
+PG_SH = os.path.join(ROOT, "scripts", "pg.sh")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_line(proc, needle, timeout=15.0):
+    """Reads proc's stdout until a line holds needle; fails after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    os.set_blocking(proc.stdout.fileno(), False)
+    buf = b""
+    while time.monotonic() < deadline:
+        chunk = proc.stdout.read()
+        if chunk:
+            buf += chunk
+            if needle.encode() in buf:
+                return
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before '{needle}'")
+        time.sleep(0.02)
+    raise TimeoutError(f"no '{needle}' within {timeout}s")
+
+
+class Http:
+    """A minimal HTTP client on the standard library that never raises on 4xx/5xx."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        data = body.encode() if isinstance(body, str) else body
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return Response(r.status, dict(r.headers), r.read())
+        except urllib.error.HTTPError as e:
+            return Response(e.code, dict(e.headers), e.read())
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = {k.lower(): v for k, v in headers.items()}
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return f"<{self.status} {self.body[:300]!r}>"
+
+
+@pytest.fixture(scope="session")
+def database_url():
+    """A throwaway PostgreSQL 15 cluster (initdb as the unprivileged postgres user when root)."""
+    d = tempfile.mkdtemp(prefix="idemgate-pg-")
+    os.chmod(d, 0o755)
+    port = str(free_port())
+    url = subprocess.check_output([PG_SH, "start", d, port], text=True).strip()
+    subprocess.check_call([GATEWAY_BIN, "migrate"], env=dict(os.environ, DATABASE_URL=url),
+                          stdout=subprocess.DEVNULL)
+    yield url
+    subprocess.call([PG_SH, "stop", d])
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def mock_server():
+    port = free_port()
+    proc = subprocess.Popen([MOCK_BIN, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    wait_for_line(proc, "listening")
+    yield {"port": port, "url": f"http://127.0.0.1:{port}", "http": Http(f"http://127.0.0.1:{port}")}
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+class Mock:
+    def __init__(self, info):
+        self.url = info["url"]
+        self.port = info["port"]
+        self.http = info["http"]
+
+    def ledger(self):
+        return self.http.request("GET", "/_ledger").json()["creates"]
+
+    def creates_for(self, job_id):
+        """Real creates (not provider-side replays) the mock received for one operation."""
+        return [c for c in self.ledger() if c["client_ref"] == job_id and not c.get("replay")]
+
+    def script(self, faults):
+        return self.http.request("POST", "/_script", json.dumps({"faults": faults}))
+
+
+@pytest.fixture
+def mock(mock_server):
+    m = Mock(mock_server)
+    m.http.request("POST", "/_reset")
+    return m
+
+
+def tenant_token(database_url, name=None):
+    name = name or "t-" + uuid.uuid4().hex[:12]
+    out = subprocess.check_output([GATEWAY_BIN, "tenant", "add", name], text=True,
+                                  env=dict(os.environ, DATABASE_URL=database_url))
+    return out.strip()
+
+
+@pytest.fixture
+def token(database_url):
+    return tenant_token(database_url)
+
+
+class Gateway:
+    def __init__(self, proc, port, log_path):
+        self.proc = proc
+        self.port = port
+        self.log_path = log_path
+        self.http = Http(f"http://127.0.0.1:{port}")
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def submit(self, token, key, body, route="mock-images/images/generations", headers=None,
+               timeout=30):
+        h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        if key is not None:
+            h["Idempotency-Key"] = key
+        h.update(headers or {})
+        if not isinstance(body, (str, bytes)):
+            body = json.dumps(body)
+        return self.http.request("POST", f"/v1/providers/{route}", body, h, timeout=timeout)
+
+    def job(self, token, job_id):
+        return self.http.request("GET", f"/v1/jobs/{job_id}",
+                                 headers={"Authorization": f"Bearer {token}"})
+
+    def wait_state(self, token, job_id, states, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            j = self.job(token, job_id).json()
+            if j["state"] in states or time.monotonic() > deadline:
+                return j
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def gateway_factory(database_url, mock, tmp_path):
+    """Starts gateway processes on free ports; settings override the defaults below."""
+    started = []
+
+    def start(**settings):
+        port = free_port()
+        cfg = {
+            "listen": f"127.0.0.1:{port}",
+            "http_threads": 4,
+            "dispatch_workers": 2,
+            "lease_seconds": 10,
+            "reaper_interval_ms": 200,
+            "poll_interval_ms": 500,
+            "log_level": "info",
+            "providers": [
+                {"name": "mock-images", "base_url": mock.url, "mode": "sync",
+                 "auth": {"header": "Authorization", "prefix": "Bearer ",
+                          "secret_env": "MOCK_IMAGES_API_KEY"},
+                 "timeouts": {"connect_ms": 1000, "total_ms": 5000},
+                 "routes": [{"route": "images/generations", "method": "POST",
+                             "path": "/v1/images/generations"}]},
+                {"name": "mock-keyed", "base_url": mock.url, "mode": "sync",
+                 "timeouts": {"connect_ms": 1000, "total_ms": 5000},
+                 "routes": [{"route": "generations", "method": "POST", "path": "/v2/generations"}]},
+            ],
+        }
+        env_extra = settings.pop("env", {})
+        cfg.update(settings)
+        n = len(started)
+        cfg_path = tmp_path / f"gateway{n}.json"
+        cfg_path.write_text(json.dumps(cfg))
+        log_path = tmp_path / f"gateway{n}.log"
+        env = dict(os.environ, DATABASE_URL=database_url, MOCK_IMAGES_API_KEY="sk-mock-secret")
+        env.pop("IDEMGATE_CRASH", None)
+        env.update(env_extra)
+        proc = subprocess.Popen([GATEWAY_BIN, "--config", str(cfg_path), "serve"],
+                                stdout=subprocess.PIPE, stderr=open(log_path, "w"), env=env)
+        wait_for_line(proc, "listening")
+        gw = Gateway(proc, port, str(log_path))
+        started.append(gw)
+        return gw
+
+    yield start
+    for gw in started:
+        if gw.proc.poll() is None:
+            gw.proc.send_signal(signal.SIGTERM)
+            try:
+                gw.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                gw.proc.kill()
+                gw.proc.wait()
+
+
+@pytest.fixture
+def gateway(gateway_factory):
+    return gateway_factory()
+
+
+@pytest.fixture
+def psql(database_url):
+    """Runs one SQL statement against the test database; returns rows as lists of strings."""
+    def run(sql):
+        out = subprocess.check_output(["psql", database_url, "-qtAX", "-F", "\t", "-c", sql],
+                                      text=True)
+        return [line.split("\t") for line in out.splitlines() if line]
+    return run

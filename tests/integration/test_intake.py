@@ -1,0 +1,229 @@
+"""The intake contract: every status and problem type of POST /v1/providers/{p}/{route}."""
+
+import json
+import uuid
+
+import pytest
+
+from conftest import tenant_token
+
+
+def key():
+    return "k-" + uuid.uuid4().hex
+
+
+def problem_type(resp):
+    assert resp.headers["content-type"] == "application/problem+json", resp
+    body = resp.json()
+    assert body["status"] == resp.status
+    return body["type"].rsplit(":", 1)[1]
+
+
+def test_new_then_replay(gateway, token, mock):
+    k = key()
+    r1 = gateway.submit(token, k, {"prompt": "a red fox", "n": 1})
+    assert r1.status == 202, r1
+    job = r1.json()
+    assert job["id"].startswith("job_")
+    assert r1.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert "idempotent-replayed" not in r1.headers
+    assert job["idempotency_key"] == k
+    assert r1.headers["x-request-id"]
+
+    # Key order and whitespace do not change the fingerprint: this is the same operation.
+    r2 = gateway.submit(token, k, '{ "n" : 1,\n  "prompt":"a red fox" }')
+    assert r2.status == 202, r2
+    assert r2.headers["idempotent-replayed"] == "true"
+    assert r2.json()["id"] == job["id"]
+
+    done = gateway.wait_state(token, job["id"], {"completed"})
+    assert done["state"] == "completed"
+    assert done["result"]["status"] == 200
+    assert len(done["result"]["body"]["data"]) == 1
+    assert done["attempts"] == {"transport": 1, "generation": 1}
+    assert len(mock.creates_for(job["id"])) == 1
+
+
+def test_quoted_and_bare_key_are_the_same_key(gateway, token):
+    k = key()
+    r1 = gateway.submit(token, k, {"prompt": "x"})
+    r2 = gateway.submit(token, f'"{k}"', {"prompt": "x"})
+    assert r1.status == 202 and r2.status == 202
+    assert r2.json()["id"] == r1.json()["id"]
+    assert r2.headers["idempotent-replayed"] == "true"
+
+
+@pytest.mark.parametrize("changed", [
+    {"prompt": "a red fox", "n": 2},          # a value changes
+    {"prompt": "a red fox ", "n": 1},         # one space inside a string
+    {"prompt": "a red fox", "n": 1.5},        # a number
+    {"prompt": "a red fox", "n": 1, "x": None},  # a member more
+])
+def test_key_reused_with_other_parameters_is_422_and_never_sent(gateway, token, mock, changed):
+    k = key()
+    r1 = gateway.submit(token, k, {"prompt": "a red fox", "n": 1})
+    assert r1.status == 202
+    gateway.wait_state(token, r1.json()["id"], {"completed"})
+    r2 = gateway.submit(token, k, changed)
+    assert r2.status == 422, r2
+    assert problem_type(r2) == "idempotency-key-reused"
+    assert len(mock.ledger()) == 1
+
+
+def test_same_key_other_route_is_422(gateway, token, mock):
+    k = key()
+    assert gateway.submit(token, k, {"prompt": "x"}).status == 202
+    r = gateway.submit(token, k, {"prompt": "x"}, route="mock-keyed/generations")
+    assert r.status == 422 and problem_type(r) == "idempotency-key-reused"
+
+
+def test_missing_key(gateway, token):
+    r = gateway.submit(token, None, {"prompt": "x"})
+    assert r.status == 400 and problem_type(r) == "missing-idempotency-key"
+
+
+@pytest.mark.parametrize("bad", [
+    "",                     # empty
+    "x" * 256,              # too long
+    '"unterminated',        # broken sf-string
+    '"a"b',                 # trailing bytes after the sf-string
+    '"bad\\escape"',        # only \" and \\ are escapes
+    "caf\u00e9",            # not ASCII
+    "tab\there",            # control character
+])
+def test_malformed_key(gateway, token, bad):
+    r = gateway.submit(token, bad, {"prompt": "x"})
+    assert r.status == 400, (bad, r)
+    assert problem_type(r) in ("invalid-idempotency-key", "missing-idempotency-key")
+
+
+def test_longest_key_is_accepted(gateway, token):
+    r = gateway.submit(token, "k" * 255, {"prompt": "x"})
+    assert r.status == 202, r
+
+
+def test_two_keys_is_400(gateway, token):
+    # urllib cannot repeat a header; send raw bytes.
+    import socket
+    body = b'{"prompt":"x"}'
+    req = (b"POST /v1/providers/mock-images/images/generations HTTP/1.1\r\nHost: x\r\n"
+           b"Authorization: Bearer " + token.encode() + b"\r\n"
+           b"Idempotency-Key: a\r\nIdempotency-Key: b\r\n"
+           b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    with socket.create_connection(("127.0.0.1", gateway.port)) as s:
+        s.sendall(req)
+        resp = s.recv(65536)
+    assert resp.startswith(b"HTTP/1.1 400"), resp[:200]
+    assert b"invalid-idempotency-key" in resp
+
+
+def test_oversize_body_is_413(gateway_factory, token):
+    gw = gateway_factory(max_body_bytes=1024)
+    r = gw.submit(token, key(), json.dumps({"prompt": "x" * 2000}))
+    assert r.status == 413 and problem_type(r) == "payload-too-large"
+    assert gw.submit(token, key(), json.dumps({"prompt": "x" * 900})).status == 202
+
+
+def test_default_body_cap_is_one_mebibyte(gateway, token):
+    big = json.dumps({"prompt": "x" * (1024 * 1024)})
+    r = gateway.submit(token, key(), big)
+    assert r.status == 413 and problem_type(r) == "payload-too-large"
+
+
+@pytest.mark.parametrize("body", [
+    '{"prompt": "x"} trailing',
+    '{"prompt": "x", "prompt": "y"}',
+    '{"prompt": "x", "n": 1e999}',
+    '[' * 65 + ']' * 65,
+    '{"prompt": "x",}',
+    '',
+    'not json',
+    '{"prompt": "\\ud800"}',
+])
+def test_bad_json_is_400(gateway, token, mock, body):
+    r = gateway.submit(token, key(), body)
+    assert r.status == 400, (body, r)
+    assert problem_type(r) == "invalid-json"
+    assert mock.ledger() == []
+
+
+def test_unknown_route_is_404_never_forwarded(gateway, token, mock):
+    for route in ("mock-images/v1/files", "mock-images/images/generations/../edits",
+                  "nope/images/generations", "mock-images"):
+        r = gateway.submit(token, key(), {"prompt": "x"}, route=route)
+        assert r.status == 404, (route, r)
+        assert problem_type(r) == "unknown-route"
+    assert mock.ledger() == []
+
+
+@pytest.mark.parametrize("auth", [None, "Bearer nope", "Basic dXNlcjpwYXNz", "Bearer "])
+def test_wrong_token_is_401(gateway, mock, auth):
+    h = {"Idempotency-Key": key()}
+    if auth is not None:
+        h["Authorization"] = auth
+    r = gateway.http.request("POST", "/v1/providers/mock-images/images/generations",
+                             '{"prompt":"x"}', h)
+    assert r.status == 401 and problem_type(r) == "unauthorized"
+    assert r.headers["www-authenticate"].startswith("Bearer")
+    assert mock.ledger() == []
+
+
+def test_401_comes_before_other_errors(gateway):
+    h = {"Authorization": "Bearer not-a-tenant"}
+    r = gateway.http.request("POST", "/v1/providers/nope/x", "garbage", h)
+    assert r.status == 401
+    r = gateway.http.request("POST", "/v1/providers/mock-images/images/generations", "garbage", h)
+    assert r.status == 401
+
+
+def test_revoked_token_is_401(gateway, database_url):
+    import subprocess, os
+    from conftest import GATEWAY_BIN
+    name = "rev-" + uuid.uuid4().hex[:8]
+    tok = tenant_token(database_url, name)
+    assert gateway.submit(tok, key(), {"prompt": "x"}).status == 202
+    subprocess.check_call([GATEWAY_BIN, "tenant", "revoke", name],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+    assert gateway.submit(tok, key(), {"prompt": "x"}).status == 401
+
+
+def test_tokens_are_stored_hashed(token, psql):
+    rows = psql("SELECT token_sha256 FROM tenants")
+    assert all(token not in r[0] for r in rows)
+    import hashlib
+    assert [hashlib.sha256(token.encode()).hexdigest()] in rows
+
+
+def test_request_framing_is_checked(gateway, token):
+    import socket
+    body = b'{"prompt":"x"}'
+    for extra in (b"Content-Length: 14\r\nContent-Length: 15\r\n",
+                  b"Content-Length: 14\r\nTransfer-Encoding: chunked\r\n"):
+        req = (b"POST /v1/providers/mock-images/images/generations HTTP/1.1\r\nHost: x\r\n"
+               b"Authorization: Bearer " + token.encode() + b"\r\nIdempotency-Key: f\r\n"
+               + extra + b"\r\n" + body)
+        with socket.create_connection(("127.0.0.1", gateway.port)) as s:
+            s.settimeout(5)
+            s.sendall(req)
+            resp = s.recv(65536)
+        assert resp.startswith(b"HTTP/1.1 400"), (extra, resp[:200])
+
+
+def test_health_and_readiness(gateway):
+    assert gateway.http.request("GET", "/healthz").status == 200
+    r = gateway.http.request("GET", "/readyz")
+    assert r.status == 200, r
+    assert r.json()["ready"] is True
+
+
+def test_secret_is_sent_but_never_stored_or_logged(gateway, token, mock, psql):
+    r = gateway.submit(token, key(), {"prompt": "a prompt that must not be logged"})
+    job = gateway.wait_state(token, r.json()["id"], {"completed"})
+    assert job["state"] == "completed"
+    dump = "\n".join("\t".join(row) for row in psql(
+        "SELECT o::text FROM operations o UNION ALL SELECT a::text FROM attempts a"))
+    assert "sk-mock-secret" not in dump
+    log = gateway.log()
+    assert "sk-mock-secret" not in log
+    assert "a prompt that must not be logged" not in log
+    assert token not in log

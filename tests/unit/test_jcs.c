@@ -1,0 +1,649 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <locale.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idemgate/jcs.h"
+
+#define DEPTH 64
+
+/* Every case runs on an exact-size heap copy of its input with no NUL after it, so that ASan
+ * catches any read past len. */
+static int canon(const char *in, size_t len, int max_depth, char **out, size_t *out_len,
+                 struct jcs_error *err)
+{
+    char *copy = malloc(len ? len : 1);
+    assert_non_null(copy);
+    memcpy(copy, in, len);
+    int rc = jcs_canonicalize(copy, len, max_depth, out, out_len, err);
+    free(copy);
+    return rc;
+}
+
+/* Canonicalises a NUL-terminated document that must be valid and returns the malloc'd result. */
+static char *canon_ok(const char *in)
+{
+    char *out = NULL;
+    size_t out_len = 0;
+    struct jcs_error err;
+    int rc = canon(in, strlen(in), DEPTH, &out, &out_len, &err);
+    if (rc)
+        fail_msg("input %s: %s at %zu (%s)", in, jcs_strerror(rc), err.offset, err.what);
+    assert_non_null(out);
+    assert_int_equal(strlen(out), out_len);
+    return out;
+}
+
+/* ---- Valid documents ---- */
+
+struct ok_case {
+    const char *in;
+    size_t len; /* 0: strlen(in) */
+    const char *out;
+};
+
+static const struct ok_case ok_cases[] = {
+    /* RFC 8785 §3.2.3, the main example. */
+    {"{\n"
+     "  \"numbers\": [333333333.33333329, 1E30, 4.50,\n"
+     "              2e-3, 0.000000000000000000000000001],\n"
+     "  \"string\": \"\\u20ac$\\u000F\\u000aA'\\u0042\\u0022\\u005c\\\\\\\"\\/\",\n"
+     "  \"literals\": [null, true, false]\n"
+     "}",
+     0,
+     "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],"
+     "\"string\":\"\xe2\x82\xac$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}"},
+    /* RFC 8785 §3.2.3, the sorting example: members come out in UTF-16 code unit order. */
+    {"{\n"
+     "  \"\\u20ac\": \"Euro Sign\",\n"
+     "  \"\\r\": \"Carriage Return\",\n"
+     "  \"\\ufb33\": \"Hebrew Letter Dalet With Dagesh\",\n"
+     "  \"1\": \"One\",\n"
+     "  \"\\ud83d\\ude00\": \"Emoji: Grinning Face\",\n"
+     "  \"\\u0080\": \"Control\",\n"
+     "  \"\\u00f6\": \"Latin Small Letter O With Diaeresis\"\n"
+     "}",
+     0,
+     "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\xc2\x80\":\"Control\","
+     "\"\xc3\xb6\":\"Latin Small Letter O With Diaeresis\",\"\xe2\x82\xac\":\"Euro Sign\","
+     "\"\xf0\x9f\x98\x80\":\"Emoji: Grinning Face\","
+     "\"\xef\xac\xb3\":\"Hebrew Letter Dalet With Dagesh\"}"},
+    /* Any value may be the top-level one, with RFC 8259 whitespace around it. */
+    {"null", 0, "null"},
+    {" \t\r\ntrue \t\r\n", 0, "true"},
+    {"false", 0, "false"},
+    {"\"\"", 0, "\"\""},
+    {"[ ]", 0, "[]"},
+    {"{ }", 0, "{}"},
+    {"[[],{},[{}]]", 0, "[[],{},[{}]]"},
+    {"[ 1 , [ 2 , { \"a\" : [ ] } ] ]", 0, "[1,[2,{\"a\":[]}]]"},
+    /* Numbers take their ECMAScript form; the input spelling does not matter. */
+    {"1.0", 0, "1"},
+    {"-0.0", 0, "0"},
+    {"-0", 0, "0"},
+    {"1E2", 0, "100"},
+    {"1e+2", 0, "100"},
+    {"100e-2", 0, "1"},
+    {"9007199254740993", 0, "9007199254740992"},
+    {"1e-400", 0, "0"},
+    {"-1e-400", 0, "0"},
+    {"123456789012345678901234567890", 0, "1.2345678901234568e+29"},
+    {"0.1", 0, "0.1"},
+    {"1e20", 0, "100000000000000000000"},
+    {"1e21", 0, "1e+21"},
+    {"0.000001", 0, "0.000001"},
+    {"1e-7", 0, "1e-7"},
+    {"-12.5e-1", 0, "-1.25"},
+    {"[0,-1,2.50,-3E0]", 0, "[0,-1,2.5,-3]"},
+    /* Strings: escapes decode, and only '"', '\\' and controls are escaped on output. */
+    {"\"\\u00e9\"", 0, "\"\xc3\xa9\""},
+    {"\"\\u00E9\"", 0, "\"\xc3\xa9\""},
+    {"\"\\/\"", 0, "\"/\""},
+    {"\"/\"", 0, "\"/\""},
+    {"\"\\b\\f\\n\\r\\t\"", 0, "\"\\b\\f\\n\\r\\t\""},
+    {"\"\\u0008\\u000C\\u000a\\u000D\\u0009\"", 0, "\"\\b\\f\\n\\r\\t\""},
+    {"\"\\u0000\\u0001\\u001F\\u001b\"", 0, "\"\\u0000\\u0001\\u001f\\u001b\""},
+    {"\"\\u007f\\u0080\"", 0, "\"\x7f\xc2\x80\""},
+    {"\"\\\"\\\\\"", 0, "\"\\\"\\\\\""},
+    {"\"\\ud83d\\ude00\"", 0, "\"\xf0\x9f\x98\x80\""},
+    {"\"\\uDBFF\\uDFFF\"", 0, "\"\xf4\x8f\xbf\xbf\""},
+    {"\"\\u2028\\u2029\"", 0, "\"\xe2\x80\xa8\xe2\x80\xa9\""},
+    {"\"\\uFEFF\\uffff\"", 0, "\"\xef\xbb\xbf\xef\xbf\xbf\""},
+    /* Raw UTF-8 of every length, including the extremes, passes through unchanged. */
+    {"\"\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf\"", 0,
+     "\"\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf\""},
+    {"\"\xf0\x90\x80\x80\xf4\x8f\xbf\xbf\"", 0, "\"\xf0\x90\x80\x80\xf4\x8f\xbf\xbf\""},
+    /* Sorting: U+10000 and up (surrogates in UTF-16) sort below U+E000..U+FFFF, unlike in
+     * code point order; names longer than eight bytes and prefixes are ordered correctly. */
+    {"{\"\\ue000\":1,\"\\ud800\\udc00\":2,\"\\ud7ff\":3}", 0,
+     "{\"\xed\x9f\xbf\":3,\"\xf0\x90\x80\x80\":2,\"\xee\x80\x80\":1}"},
+    {"{\"x\\uffff\":1,\"x\\udbff\\udfff\":2}", 0, "{\"x\xf4\x8f\xbf\xbf\":2,\"x\xef\xbf\xbf\":1}"},
+    {"{\"abcdefghij2\":1,\"abcdefghij1\":2,\"abcdefgh\":3,\"abcdefghij\":4}", 0,
+     "{\"abcdefgh\":3,\"abcdefghij\":4,\"abcdefghij1\":2,\"abcdefghij2\":1}"},
+    {"{\"a\\u0000\":1,\"a\":2,\"\":3,\"\\u0000\":4}", 0,
+     "{\"\":3,\"\\u0000\":4,\"a\":2,\"a\\u0000\":1}"},
+    {"{\"b\":1,\"B\":2,\"a\":3,\"A\":4,\"_\":5}", 0, "{\"A\":4,\"B\":2,\"_\":5,\"a\":3,\"b\":1}"},
+    {"{\"z\":{\"y\":1,\"x\":2},\"a\":[{\"d\":1,\"c\":2}]}", 0,
+     "{\"a\":[{\"c\":2,\"d\":1}],\"z\":{\"x\":2,\"y\":1}}"},
+    /* Only len bytes count: the input need not be NUL-terminated and may go on past len. */
+    {"[1,2]garbage", 5, "[1,2]"},
+    {"123", 2, "12"},
+    {"\"a\\u0000b\"", 0, "\"a\\u0000b\""},
+};
+
+static void test_ok_table(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof ok_cases / sizeof ok_cases[0]; i++) {
+        const struct ok_case *c = &ok_cases[i];
+        size_t len = c->len ? c->len : strlen(c->in);
+        char *out = NULL;
+        size_t out_len = 0;
+        struct jcs_error err;
+        int rc = canon(c->in, len, DEPTH, &out, &out_len, &err);
+        if (rc)
+            fail_msg("case %zu: %s at %zu (%s)", i, jcs_strerror(rc), err.offset, err.what);
+        if (out_len != strlen(c->out) || memcmp(out, c->out, out_len))
+            fail_msg("case %zu: got %s, want %s", i, out, c->out);
+        assert_int_equal(out[out_len], '\0');
+        free(out);
+    }
+}
+
+/* ---- Invalid documents ---- */
+
+struct err_case {
+    const char *in;
+    size_t len; /* 0: strlen(in) */
+    int code;
+    size_t offset;
+};
+
+static const struct err_case err_cases[] = {
+    /* Trailing bytes. */
+    {"{} x", 0, JCS_ETRAILING, 3},
+    {"1 2", 0, JCS_ETRAILING, 2},
+    {"[] []", 0, JCS_ETRAILING, 3},
+    {"\"a\"\"b\"", 0, JCS_ETRAILING, 3},
+    {"{}\0", 3, JCS_ETRAILING, 2},
+    /* Duplicate member names, also when they only become equal after unescaping; the offset
+     * points at the later name. */
+    {"{\"a\":1,\"a\":2}", 0, JCS_EDUPKEY, 7},
+    {"{\"a\":1,\"\\u0061\":2}", 0, JCS_EDUPKEY, 7},
+    {"{\"\\u00e9\":1,\"\xc3\xa9\":2}", 0, JCS_EDUPKEY, 12},
+    {"{\"b\":1,\"a\":{\"c\":1,\"c\":2},\"a\":3}", 0, JCS_EDUPKEY, 18},
+    {"{\"x\":1,\"a\":2,\"y\":3,\"a\":4,\"a\":5}", 0, JCS_EDUPKEY, 19},
+    /* Numbers outside the double range. */
+    {"1e999", 0, JCS_ENUMBER, 0},
+    {"-1e999", 0, JCS_ENUMBER, 0},
+    {"[1,-1e400]", 0, JCS_ENUMBER, 3},
+    {"{\"a\":17976931348623159e292}", 0, JCS_ENUMBER, 5},
+    /* Bad UTF-8 and lone surrogates. */
+    {"\"\xff\"", 0, JCS_EUTF8, 1},
+    {"\"\xc0\xaf\"", 0, JCS_EUTF8, 1},
+    {"\"\xc1\xbf\"", 0, JCS_EUTF8, 1},
+    {"\"\xe0\x80\xaf\"", 0, JCS_EUTF8, 1},
+    {"\"\xf0\x80\x80\xaf\"", 0, JCS_EUTF8, 1},
+    {"\"\xed\xa0\x80\"", 0, JCS_EUTF8, 1},
+    {"\"\xed\xbf\xbf\"", 0, JCS_EUTF8, 1},
+    {"\"\xf4\x90\x80\x80\"", 0, JCS_EUTF8, 1},
+    {"\"\xf5\x80\x80\x80\"", 0, JCS_EUTF8, 1},
+    {"\"a\x80\"", 0, JCS_EUTF8, 2},
+    {"\"\xe2\x82\"", 0, JCS_EUTF8, 1},
+    {"\"\xe2\x82", 0, JCS_EUTF8, 1},
+    {"\"\\ud800\"", 0, JCS_EUTF8, 1},
+    {"\"\\udc00\"", 0, JCS_EUTF8, 1},
+    {"\"\\ude00\\ud83d\"", 0, JCS_EUTF8, 1},
+    {"\"x\\ud800\\u0041\"", 0, JCS_EUTF8, 2},
+    {"\"\\ud800\\ud800\"", 0, JCS_EUTF8, 1},
+    {"{\"\\udbff\":1}", 0, JCS_EUTF8, 2},
+    /* Everything else that RFC 8259 does not allow. */
+    {"", 0, JCS_ESYNTAX, 0},
+    {" \n\t\r ", 0, JCS_ESYNTAX, 5},
+    {"\0", 1, JCS_ESYNTAX, 0},
+    {"[\0]", 3, JCS_ESYNTAX, 1},
+    {"[1,\0]", 5, JCS_ESYNTAX, 3},
+    {"\"a\0b\"", 5, JCS_ESYNTAX, 2},
+    {"\"a\x01\"", 0, JCS_ESYNTAX, 2},
+    {"\"a\nb\"", 0, JCS_ESYNTAX, 2},
+    {"\"a\x1f\"", 0, JCS_ESYNTAX, 2},
+    {"01", 0, JCS_ESYNTAX, 1},
+    {"-01", 0, JCS_ESYNTAX, 2},
+    {"00", 0, JCS_ESYNTAX, 1},
+    {".5", 0, JCS_ESYNTAX, 0},
+    {"1.", 0, JCS_ESYNTAX, 2},
+    {"1.e5", 0, JCS_ESYNTAX, 2},
+    {"+1", 0, JCS_ESYNTAX, 0},
+    {"-", 0, JCS_ESYNTAX, 1},
+    {"- 1", 0, JCS_ESYNTAX, 1},
+    {"1e", 0, JCS_ESYNTAX, 2},
+    {"1e+", 0, JCS_ESYNTAX, 3},
+    {"0x1F", 0, JCS_ESYNTAX, 1},
+    {"1.5.3", 0, JCS_ESYNTAX, 3},
+    {"NaN", 0, JCS_ESYNTAX, 0},
+    {"Infinity", 0, JCS_ESYNTAX, 0},
+    {"-Infinity", 0, JCS_ESYNTAX, 1},
+    {"[1,]", 0, JCS_ESYNTAX, 3},
+    {"[,1]", 0, JCS_ESYNTAX, 1},
+    {"[1 2]", 0, JCS_ESYNTAX, 3},
+    {"{\"a\":1,}", 0, JCS_ESYNTAX, 7},
+    {"{,}", 0, JCS_ESYNTAX, 1},
+    {"{\"a\" 1}", 0, JCS_ESYNTAX, 5},
+    {"{\"a\":}", 0, JCS_ESYNTAX, 5},
+    {"{a:1}", 0, JCS_ESYNTAX, 1},
+    {"{'a':1}", 0, JCS_ESYNTAX, 1},
+    {"{1:1}", 0, JCS_ESYNTAX, 1},
+    {"{\"a\":1]", 0, JCS_ESYNTAX, 6},
+    {"[1}", 0, JCS_ESYNTAX, 2},
+    {"[", 0, JCS_ESYNTAX, 1},
+    {"{\"a\":1", 0, JCS_ESYNTAX, 6},
+    {"]", 0, JCS_ESYNTAX, 0},
+    {"tru", 0, JCS_ESYNTAX, 0},
+    {"truex", 0, JCS_ESYNTAX, 0},
+    {"True", 0, JCS_ESYNTAX, 0},
+    {"nul", 0, JCS_ESYNTAX, 0},
+    {"\"abc", 0, JCS_ESYNTAX, 0},
+    {"\"abc\\", 0, JCS_ESYNTAX, 0},
+    {"\"\\x\"", 0, JCS_ESYNTAX, 1},
+    {"\"\\'\"", 0, JCS_ESYNTAX, 1},
+    {"\"\\u12\"", 0, JCS_ESYNTAX, 1},
+    {"\"\\u12G4\"", 0, JCS_ESYNTAX, 1},
+    {"\"\\ud800\\uzzzz\"", 0, JCS_ESYNTAX, 7},
+    {"\xef\xbb\xbf{}", 0, JCS_ESYNTAX, 0},
+    {"\f1", 0, JCS_ESYNTAX, 0},
+    {"\xc2\xa0\x31", 0, JCS_ESYNTAX, 0},
+    {"/* c */ 1", 0, JCS_ESYNTAX, 0},
+};
+
+static void test_err_table(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof err_cases / sizeof err_cases[0]; i++) {
+        const struct err_case *c = &err_cases[i];
+        size_t len = c->len ? c->len : strlen(c->in);
+        char *out = (char *)&out; /* must be reset to NULL */
+        size_t out_len = 7;
+        struct jcs_error err = {0, 0, NULL};
+        int rc = canon(c->in, len, DEPTH, &out, &out_len, &err);
+        if (rc != c->code || err.offset != c->offset)
+            fail_msg("case %zu: got %s at %zu (%s), want %s at %zu", i, jcs_strerror(rc),
+                     err.offset, err.what ? err.what : "?", jcs_strerror(c->code), c->offset);
+        assert_int_equal(err.code, c->code);
+        assert_non_null(err.what);
+        assert_true(strlen(err.what) > 0);
+        assert_null(out);
+        assert_int_equal(out_len, 0);
+    }
+}
+
+/* The err argument is optional, and the return value alone tells the error. */
+static void test_err_null(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    size_t out_len;
+    assert_int_equal(jcs_canonicalize("{\"a\":1,\"a\":1}", 13, DEPTH, &out, &out_len, NULL),
+                     JCS_EDUPKEY);
+    assert_null(out);
+    assert_int_equal(jcs_canonicalize(NULL, 0, DEPTH, &out, &out_len, NULL), JCS_ESYNTAX);
+    assert_null(out);
+    assert_int_equal(jcs_canonicalize("[1]", 3, DEPTH, &out, &out_len, NULL), JCS_OK);
+    assert_string_equal(out, "[1]");
+    free(out);
+}
+
+/* ---- Numbers ---- */
+
+struct num_case {
+    uint64_t bits;
+    const char *out;
+};
+
+/* RFC 8785 Appendix B and its test data, plus the edges of the ECMAScript layout rules. */
+static const struct num_case num_cases[] = {
+    {0x0000000000000000, "0"},
+    {0x8000000000000000, "0"},
+    {0x0000000000000001, "5e-324"},
+    {0x8000000000000001, "-5e-324"},
+    {0x7fefffffffffffff, "1.7976931348623157e+308"},
+    {0xffefffffffffffff, "-1.7976931348623157e+308"},
+    {0x4340000000000000, "9007199254740992"},
+    {0xc340000000000000, "-9007199254740992"},
+    {0x4430000000000000, "295147905179352830000"},
+    {0x44b52d02c7e14af5, "9.999999999999997e+22"},
+    {0x44b52d02c7e14af6, "1e+23"},
+    {0x44b52d02c7e14af7, "1.0000000000000001e+23"},
+    {0x444b1ae4d6e2ef4e, "999999999999999700000"},
+    {0x444b1ae4d6e2ef4f, "999999999999999900000"},
+    {0x444b1ae4d6e2ef50, "1e+21"},
+    {0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"},
+    {0x3eb0c6f7a0b5ed8d, "0.000001"},
+    {0x41b3de4355555553, "333333333.3333332"},
+    {0x41b3de4355555554, "333333333.33333325"},
+    {0x41b3de4355555555, "333333333.3333333"},
+    /* The brief had "333333333.33333337" (the %.17g digits) here; the 16 digits below are
+     * shorter and read back as the same double, and RFC 8785 Appendix B lists them. */
+    {0x41b3de4355555556, "333333333.3333334"},
+    {0x41b3de4355555557, "333333333.33333343"},
+    {0xbecbf647612f3696, "-0.0000033333333333333333"},
+    {0x43143ff3c1cb0959, "1424953923781206.2"},
+    {0x3ff0000000000000, "1"},
+    {0xbff0000000000000, "-1"},
+    {0x3fb999999999999a, "0.1"},
+    {0x3fd5555555555555, "0.3333333333333333"},
+    {0x3fd3333333333334, "0.30000000000000004"},
+    {0x4059000000000000, "100"},
+    {0x3e7ad7f29abcaf48, "1e-7"},
+    {0x0010000000000000, "2.2250738585072014e-308"},
+    {0x000fffffffffffff, "2.225073858507201e-308"},
+    {0x433fffffffffffff, "9007199254740991"},
+    {0x4340000000000001, "9007199254740994"},
+    {0x3ff0000000000001, "1.0000000000000002"},
+};
+
+static double from_bits(uint64_t bits)
+{
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static void test_number_table(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof num_cases / sizeof num_cases[0]; i++) {
+        const struct num_case *c = &num_cases[i];
+        double v = from_bits(c->bits);
+        char buf[32];
+
+        /* Formatting the double directly. */
+        int n = jcs_format_double(v, buf);
+        if (n != (int)strlen(c->out) || strcmp(buf, c->out))
+            fail_msg("case %zu (0x%016llx): got %s, want %s", i, (unsigned long long)c->bits, buf,
+                     c->out);
+
+        /* The same value through a document, written with 17 digits (or as the canonical form
+         * itself) inside an array. */
+        char doc[64];
+        snprintf(doc, sizeof doc, "[%.17g]", v);
+        char *out = canon_ok(doc);
+        char want[40];
+        snprintf(want, sizeof want, "[%s]", c->out);
+        if (strcmp(out, want))
+            fail_msg("case %zu: %s gave %s, want %s", i, doc, out, want);
+        free(out);
+        out = canon_ok(c->out);
+        assert_string_equal(out, c->out);
+        free(out);
+    }
+}
+
+static void test_format_nonfinite(void **state)
+{
+    (void)state;
+    char buf[32] = "x";
+    assert_int_equal(jcs_format_double(INFINITY, buf), -1);
+    assert_string_equal(buf, "");
+    assert_int_equal(jcs_format_double(-INFINITY, buf), -1);
+    assert_int_equal(jcs_format_double(NAN, buf), -1);
+}
+
+/* Number parsing and printing must not follow a locale whose decimal point is not '.'. */
+static void test_number_locale(void **state)
+{
+    (void)state;
+    const char *names[] = {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "ru_RU.UTF-8"};
+    const char *found = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !found; i++)
+        if (setlocale(LC_NUMERIC, names[i]))
+            found = names[i];
+    if (!found)
+        skip();
+    char *out = canon_ok("[1.5,0.1,1e-7,333333333.33333329]");
+    setlocale(LC_NUMERIC, "C");
+    assert_string_equal(out, "[1.5,0.1,1e-7,333333333.3333333]");
+    free(out);
+}
+
+/* ---- Equivalence and sensitivity ---- */
+
+/* Each group lists spellings of one document (shuffled members, varied whitespace, escapes,
+ * number forms); all must give the group's canonical text byte for byte. */
+struct equiv_group {
+    const char *out;
+    const char *in[6];
+};
+
+static const struct equiv_group equiv_groups[] = {
+    {"{\"a\":\"\xc3\xa9\",\"b\":[1,2,{\"x\":true,\"y\":null}],\"c\":{}}",
+     {"{\"a\":\"\xc3\xa9\",\"b\":[1,2,{\"x\":true,\"y\":null}],\"c\":{}}",
+      "{\"c\":{},\"b\":[1,2,{\"y\":null,\"x\":true}],\"a\":\"\\u00e9\"}",
+      " { \"b\" : [ 1.0 , 2e0 , { \"x\" : true , \"y\" : null } ] , \"a\" : \"\\u00E9\" ,"
+      " \"c\" : { } } ",
+      "\r\n\t{\"\\u0062\":[10e-1,0.2E1,{\"\\u0079\":null,\"x\":true}],\n\"c\"\t:{\r},"
+      "\"a\":\"\xc3\xa9\"}\n",
+      NULL}},
+    {"{\"id\":\"req-1\",\"items\":[{\"qty\":3,\"sku\":\"A/1\"}],\"total\":12.5}",
+     {"{\"total\":12.50,\"items\":[{\"sku\":\"A\\/1\",\"qty\":3}],\"id\":\"req-1\"}",
+      "{\"items\":[{\"qty\":3e0,\"sku\":\"A/1\"}],\"id\":\"req\\u002d1\",\"total\":1.25e1}",
+      "{ \"id\" : \"req-1\" , \"total\" : 125E-1 , \"items\" : [ { \"qty\" : 0.3e1 , "
+      "\"sku\" : \"\\u0041/1\" } ] }",
+      NULL}},
+};
+
+static void test_equivalence(void **state)
+{
+    (void)state;
+    for (size_t g = 0; g < sizeof equiv_groups / sizeof equiv_groups[0]; g++) {
+        for (size_t i = 0; equiv_groups[g].in[i]; i++) {
+            char *out = canon_ok(equiv_groups[g].in[i]);
+            if (strcmp(out, equiv_groups[g].out))
+                fail_msg("group %zu input %zu: got %s, want %s", g, i, out, equiv_groups[g].out);
+            free(out);
+        }
+    }
+}
+
+/* Pairs of documents that differ in meaning must give different canonical text. */
+static const char *const differ_pairs[][2] = {
+    {"1", "2"},
+    {"\"a\"", "\"b\""},
+    {"\"a\"", "\"A\""},
+    {"{\"a\":1}", "{\"a\":2}"},
+    {"{\"a\":1}", "{\"b\":1}"},
+    {"[1,2]", "[2,1]"},
+    {"null", "false"},
+    {"0", "false"},
+    {"\"1\"", "1"},
+    {"[]", "{}"},
+    {"{\"a\":[]}", "{\"a\":{}}"},
+    {"0.1", "0.10000000000000002"},
+    {"9007199254740992", "9007199254740994"},
+    {"{\"a\":{\"b\":1}}", "{\"a\":{\"b\":1,\"c\":1}}"},
+    {"\"a\\u0000\"", "\"a\""},
+};
+
+static void test_value_change(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof differ_pairs / sizeof differ_pairs[0]; i++) {
+        char *a = canon_ok(differ_pairs[i][0]);
+        char *b = canon_ok(differ_pairs[i][1]);
+        if (!strcmp(a, b))
+            fail_msg("pair %zu: both gave %s", i, a);
+        free(a);
+        free(b);
+    }
+}
+
+/* ---- Depth ---- */
+
+/* Builds `depth` nested containers: arrays, or objects of the form {"k":...}, around a 0. */
+static char *nested(int depth, int objects, size_t *len)
+{
+    size_t cap = (size_t)depth * 6 + 2, n = 0;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    for (int i = 0; i < depth; i++) {
+        if (objects) {
+            memcpy(s + n, "{\"k\":", 5);
+            n += 5;
+        } else {
+            s[n++] = '[';
+        }
+    }
+    s[n++] = '0';
+    for (int i = 0; i < depth; i++)
+        s[n++] = objects ? '}' : ']';
+    s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+static void test_depth(void **state)
+{
+    (void)state;
+    for (int objects = 0; objects <= 1; objects++) {
+        size_t len;
+        char *out = NULL;
+        size_t out_len;
+        struct jcs_error err;
+
+        /* Exactly max_depth levels pass and come back unchanged (the input is canonical). */
+        char *s = nested(DEPTH, objects, &len);
+        assert_int_equal(canon(s, len, DEPTH, &out, &out_len, &err), JCS_OK);
+        assert_int_equal(out_len, len);
+        assert_memory_equal(out, s, len);
+        free(out);
+        free(s);
+
+        /* One more level fails at the opening bracket of level max_depth + 1. */
+        s = nested(DEPTH + 1, objects, &len);
+        assert_int_equal(canon(s, len, DEPTH, &out, &out_len, &err), JCS_EDEPTH);
+        assert_int_equal(err.offset, (size_t)DEPTH * (objects ? 5 : 1));
+        assert_null(out);
+        free(s);
+    }
+}
+
+/* Hostile nesting fails cleanly, and even a huge allowed depth does not recurse on the C
+ * stack: parsing and writing use explicit stacks. */
+static void test_depth_hostile(void **state)
+{
+    (void)state;
+    const size_t n = 100000;
+    char *s = malloc(2 * n);
+    assert_non_null(s);
+    memset(s, '[', n);
+    memset(s + n, ']', n);
+    char *out = NULL;
+    size_t out_len;
+    struct jcs_error err;
+
+    assert_int_equal(canon(s, n, DEPTH, &out, &out_len, &err), JCS_EDEPTH);
+    assert_int_equal(err.offset, DEPTH);
+    assert_null(out);
+    assert_int_equal(canon(s, 2 * n, DEPTH, &out, &out_len, &err), JCS_EDEPTH);
+    assert_null(out);
+
+    assert_int_equal(canon(s, 2 * n, (int)n, &out, &out_len, &err), JCS_OK);
+    assert_int_equal(out_len, 2 * n);
+    assert_memory_equal(out, s, 2 * n);
+    free(out);
+    assert_int_equal(canon(s, 2 * n, (int)n - 1, &out, &out_len, &err), JCS_EDEPTH);
+    assert_int_equal(err.offset, n - 1);
+    free(s);
+
+    /* A depth limit of zero still allows scalars. */
+    assert_int_equal(canon("7", 1, 0, &out, &out_len, &err), JCS_OK);
+    free(out);
+    assert_int_equal(canon("[]", 2, 0, &out, &out_len, &err), JCS_EDEPTH);
+    assert_int_equal(canon("{}", 2, -1, &out, &out_len, &err), JCS_EDEPTH);
+}
+
+/* ---- Size ---- */
+
+/* A large object with members in scrambled order comes out sorted, and a large array keeps its
+ * order; both stay fast (no quadratic step). */
+static void test_large(void **state)
+{
+    (void)state;
+    const unsigned n = 50000;
+    size_t cap = (size_t)n * 24 + 16;
+    char *in = malloc(cap), *want = malloc(cap);
+    assert_non_null(in);
+    assert_non_null(want);
+
+    /* Member i is visited in the order i * 7919 mod n (7919 is prime, so this is a
+     * permutation); names are zero-padded so that byte order is numeric order. */
+    size_t a = 0, b = 0;
+    in[a++] = '{';
+    want[b++] = '{';
+    for (unsigned i = 0; i < n; i++) {
+        unsigned k = (unsigned)(((unsigned long long)i * 7919) % n);
+        a += (size_t)sprintf(in + a, "%s \"key%06u\" : %u", i ? "," : "", k, k);
+        b += (size_t)sprintf(want + b, "%s\"key%06u\":%u", i ? "," : "", i, i);
+    }
+    in[a++] = '}';
+    want[b++] = '}';
+    char *out = NULL;
+    size_t out_len;
+    struct jcs_error err;
+    assert_int_equal(canon(in, a, DEPTH, &out, &out_len, &err), JCS_OK);
+    assert_int_equal(out_len, b);
+    assert_memory_equal(out, want, b);
+    free(out);
+
+    a = 0;
+    in[a++] = '[';
+    for (unsigned i = 0; i < n; i++)
+        a += (size_t)sprintf(in + a, "%s%u.50", i ? ", " : "", n - i);
+    in[a++] = ']';
+    assert_int_equal(canon(in, a, DEPTH, &out, &out_len, &err), JCS_OK);
+    assert_memory_equal(out, "[50000.5,49999.5,", 17);
+    assert_memory_equal(out + out_len - 5, ",1.5]", 5);
+    free(out);
+    free(in);
+    free(want);
+}
+
+static void test_strerror(void **state)
+{
+    (void)state;
+    assert_string_equal(jcs_strerror(JCS_OK), "ok");
+    assert_string_equal(jcs_strerror(JCS_ENOMEM), "out_of_memory");
+    assert_string_equal(jcs_strerror(JCS_ESYNTAX), "syntax_error");
+    assert_string_equal(jcs_strerror(JCS_EDUPKEY), "duplicate_key");
+    assert_string_equal(jcs_strerror(JCS_ENUMBER), "invalid_number");
+    assert_string_equal(jcs_strerror(JCS_EDEPTH), "too_deep");
+    assert_string_equal(jcs_strerror(JCS_EUTF8), "invalid_utf8");
+    assert_string_equal(jcs_strerror(JCS_ETRAILING), "trailing_data");
+    assert_string_equal(jcs_strerror(-99), "unknown_error");
+    assert_string_equal(jcs_strerror(5), "unknown_error");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ok_table),
+        cmocka_unit_test(test_err_table),
+        cmocka_unit_test(test_err_null),
+        cmocka_unit_test(test_number_table),
+        cmocka_unit_test(test_format_nonfinite),
+        cmocka_unit_test(test_number_locale),
+        cmocka_unit_test(test_equivalence),
+        cmocka_unit_test(test_value_change),
+        cmocka_unit_test(test_depth),
+        cmocka_unit_test(test_depth_hostile),
+        cmocka_unit_test(test_large),
+        cmocka_unit_test(test_strerror),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
