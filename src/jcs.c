@@ -41,9 +41,9 @@ struct wframe {
     uint32_t i;
 };
 
-/* A member name being sorted. The prefix packs its first eight mapped bytes big-endian (zero
- * padded), so most comparisons are one integer compare instead of two random memory reads;
- * equal prefixes fall back to the full comparison. */
+/* A member name being sorted. The prefix packs its first eight bytes, mapped by utf16_order()
+ * and zero padded, big-endian, so that most comparisons are one integer compare instead of two
+ * random memory reads; equal prefixes fall back to the full comparison. */
 struct sort_item {
     uint64_t prefix;
     uint32_t node;
@@ -91,10 +91,13 @@ static int fail(struct parser *p, int code, size_t offset, const char *what)
     return code;
 }
 
-/* Grows *arr so that it holds at least need elements of size elem, doubling to keep appends
- * amortised O(1). */
-static int reserve(void **arr, size_t *cap, size_t need, size_t elem)
+/* Grows the array whose pointer is at arrp so that it holds at least need elements of size
+ * elem, doubling to keep appends amortised O(1). The pointer is read and written with memcpy so
+ * that one helper serves every element type without type-punning through void **. */
+static int reserve(void *arrp, size_t *cap, size_t need, size_t elem)
 {
+    void *arr, *q;
+
     if (need <= *cap)
         return 0;
     size_t ncap = *cap ? *cap : 16;
@@ -103,10 +106,10 @@ static int reserve(void **arr, size_t *cap, size_t need, size_t elem)
             return -1;
         ncap *= 2;
     }
-    void *q = realloc(*arr, ncap * elem);
-    if (!q)
+    memcpy(&arr, arrp, sizeof arr);
+    if (!(q = realloc(arr, ncap * elem)))
         return -1;
-    *arr = q;
+    memcpy(arrp, &q, sizeof q);
     *cap = ncap;
     return 0;
 }
@@ -218,7 +221,9 @@ static int roundtrips(double a, const char *dig, int k, int exp10, locale_t loc)
 
 /* Finds the shortest digit string that round-trips to a (> 0, finite): the smallest p in 1..17
  * for which the correctly rounded p-digit decimal reads back as a. Returns the digit count, or
- * -1 if the C locale is unavailable. */
+ * -1 if the C locale is unavailable. (Checked against V8's Number.prototype.toString on all
+ * powers of two and a few million other doubles: the closest p-digit decimal is never beaten by
+ * a farther one at the asymmetric gap below a power of two.) */
 static int shortest_digits(double a, char dig[24], int *exp10)
 {
     locale_t loc = get_c_locale();
@@ -227,10 +232,10 @@ static int shortest_digits(double a, char dig[24], int *exp10)
     if (!loc)
         return -1;
     if (a >= DBL_MIN) {
-        /* For a normal double, adjacent decimals of 15 significant digits are more than four
-         * units in the last place apart, so at most one of them (of any length up to 15) can
-         * read back as a: if the 15-digit rounding does, it is the shortest once its trailing
-         * zeros go. That settles most numbers in two library calls instead of up to seventeen. */
+        /* Near a normal double, decimals of at most 15 significant digits lie more than four
+         * units in the last place apart, so at most one of them can read back as a: if the
+         * 15-digit rounding does, it is the shortest once its trailing zeros go. That settles
+         * most numbers in two library calls instead of up to fifteen. */
         k = sci_digits(a, 15, dig, exp10);
         while (k > 1 && dig[k - 1] == '0')
             k--;
@@ -320,7 +325,7 @@ static int is_token_byte(unsigned char c)
 
 static int new_node(struct parser *p, uint8_t type, uint32_t *idx)
 {
-    if (reserve((void **)&p->nodes, &p->cap_nodes, p->n_nodes + 1, sizeof *p->nodes))
+    if (reserve(&p->nodes, &p->cap_nodes, p->n_nodes + 1, sizeof *p->nodes))
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
     struct node *n = &p->nodes[p->n_nodes];
     memset(n, 0, sizeof *n);
@@ -332,7 +337,7 @@ static int new_node(struct parser *p, uint8_t type, uint32_t *idx)
 
 static int push_child(struct parser *p, uint32_t idx)
 {
-    if (reserve((void **)&p->cs, &p->cap_cs, p->n_cs + 1, sizeof *p->cs))
+    if (reserve(&p->cs, &p->cap_cs, p->n_cs + 1, sizeof *p->cs))
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
     p->cs[p->n_cs++] = idx;
     return 0;
@@ -652,7 +657,7 @@ static int item_less(const struct parser *p, const struct sort_item *x, const st
  * names stay in input order and the duplicate check can point at the later one. */
 static int sort_names(struct parser *p, uint32_t *v, size_t n)
 {
-    if (reserve((void **)&p->scratch, &p->cap_scratch, 2 * n, sizeof *p->scratch))
+    if (reserve(&p->scratch, &p->cap_scratch, 2 * n, sizeof *p->scratch))
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
     struct sort_item *src = p->scratch, *dst = p->scratch + n;
     for (size_t i = 0; i < n; i++) {
@@ -693,7 +698,7 @@ static int close_container(struct parser *p)
     struct node *nd = &p->nodes[f->node];
     size_t count = p->n_cs - f->base;
 
-    if (reserve((void **)&p->kids, &p->cap_kids, p->n_kids + count, sizeof *p->kids))
+    if (reserve(&p->kids, &p->cap_kids, p->n_kids + count, sizeof *p->kids))
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
     uint32_t *v = p->kids + p->n_kids;
     if (count)
@@ -765,7 +770,7 @@ static int parse_value(struct parser *p, int *opened)
     if (c == '[' || c == '{') {
         if (p->n_frames >= (size_t)(p->max_depth > 0 ? p->max_depth : 0))
             return fail(p, JCS_EDEPTH, p->pos, "nesting too deep");
-        if (reserve((void **)&p->frames, &p->cap_frames, p->n_frames + 1, sizeof *p->frames))
+        if (reserve(&p->frames, &p->cap_frames, p->n_frames + 1, sizeof *p->frames))
             return fail(p, JCS_ENOMEM, p->pos, "out of memory");
         nd->type = c == '[' ? N_ARR : N_OBJ;
         p->frames[p->n_frames].node = idx;
@@ -861,7 +866,7 @@ static void put(struct obuf *o, const void *s, size_t n)
 {
     if (o->failed)
         return;
-    if (reserve((void **)&o->p, &o->cap, o->len + n + 1, 1)) {
+    if (reserve(&o->p, &o->cap, o->len + n + 1, 1)) {
         o->failed = 1;
         return;
     }
@@ -939,7 +944,8 @@ static void write_scalar(const struct parser *p, const struct node *nd, struct o
         put(o, "true", 4);
         break;
     case N_NUM:
-        /* The parser only admits finite values, so the length is never negative. */
+        /* The parser only admits finite values and jcs_canonicalize() made sure of the C locale
+         * up front, so the length is never negative. */
         put(o, num, (size_t)jcs_format_double(nd->u.num, num));
         break;
     case N_STR:

@@ -43,9 +43,10 @@ __attribute__((warn_unused_result)) int jcs_canonicalize(const char *in, size_t 
 const char *jcs_strerror(int code);
 
 /* Writes the ECMAScript Number.prototype.toString form of v (RFC 8785 §3.2.2.3: shortest
- * round-tripping digits, -0 as "0", plain notation for 1e-6 <= |v| < 1e21) to buf, NUL-terminated,
- * and returns its length (at most 25). v must be finite: for NaN or an infinity, buf is set to ""
- * and -1 is returned. Exposed for tests and for callers that emit canonical numbers themselves. */
+ * round-tripping digits, -0 as "0", plain notation for 1e-6 <= |v| < 1e21) to buf,
+ * NUL-terminated, and returns its length (at most 25). v must be finite: for NaN or an infinity
+ * (or if the C locale object cannot be created, which glibc never fails), buf is set to "" and -1
+ * is returned. Exposed for tests and for callers that emit canonical numbers themselves. */
 int jcs_format_double(double v, char buf[32]);
 
 #endif

@@ -211,7 +211,10 @@ def gateway_factory(database_url, mock, tmp_path):
         env.update(env_extra)
         proc = subprocess.Popen([GATEWAY_BIN, "--config", str(cfg_path), "serve"],
                                 stdout=subprocess.PIPE, stderr=open(log_path, "w"), env=env)
-        wait_for_line(proc, "listening")
+        try:
+            wait_for_line(proc, "listening")
+        except (RuntimeError, TimeoutError) as e:
+            raise RuntimeError(f"{e}: {log_path.read_text()[-2000:]}") from None
         gw = Gateway(proc, port, str(log_path))
         started.append(gw)
         return gw

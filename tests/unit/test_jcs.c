@@ -404,6 +404,11 @@ static void test_number_locale(void **state)
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !found; i++)
         if (setlocale(LC_NUMERIC, names[i]))
             found = names[i];
+    /* Only a locale whose decimal point differs from '.' proves anything. */
+    if (found && !strcmp(localeconv()->decimal_point, ".")) {
+        setlocale(LC_NUMERIC, "C");
+        found = NULL;
+    }
     if (!found)
         skip();
     char *out = canon_ok("[1.5,0.1,1e-7,333333333.33333329]");
