@@ -72,8 +72,13 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run.sh
 
-unit: $(UNIT_BINS)
-	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+# A locale whose decimal point is a comma proves number handling ignores the locale (test_jcs).
+$(BUILD)/locale/de_DE.UTF-8/LC_NUMERIC:
+	@mkdir -p $(BUILD)/locale
+	localedef -i de_DE -f UTF-8 $(BUILD)/locale/de_DE.UTF-8
+
+unit: $(UNIT_BINS) $(BUILD)/locale/de_DE.UTF-8/LC_NUMERIC
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; LOCPATH=$(BUILD)/locale $$t; done
 
 # Integration tests build a crash-point-enabled gateway of their own (build-test/).
 integration: all

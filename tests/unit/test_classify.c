@@ -1,0 +1,98 @@
+/* The outcome classifier, one row per case of libcurl evidence (STYLE.md) and HTTP status. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "idemgate/classify.h"
+
+/* libcurl codes, spelled out so the table reads like the evidence. */
+enum {
+    OK = 0,
+    COULDNT_RESOLVE_HOST = 6,
+    COULDNT_CONNECT = 7,
+    PARTIAL_FILE = 18,
+    ABORTED_BY_CALLBACK = 42,
+    OPERATION_TIMEDOUT = 28,
+    SSL_CONNECT_ERROR = 35,
+    GOT_NOTHING = 52,
+    SEND_ERROR = 55,
+    RECV_ERROR = 56,
+};
+
+struct row {
+    struct cls_evidence ev;
+    enum cls_outcome want;
+    enum op_state next;
+};
+
+static const struct row rows[] = {
+    /* Nothing left this host. */
+    {{COULDNT_RESOLVE_HOST, 0, 0, 0, 0}, CLS_NOT_SENT, ST_UNKNOWN},
+    {{COULDNT_CONNECT, 0, 0, 0, 0}, CLS_NOT_SENT, ST_UNKNOWN},
+    {{OPERATION_TIMEDOUT, 0, 0, 0, 0}, CLS_NOT_SENT, ST_UNKNOWN}, /* connect timeout */
+    {{SSL_CONNECT_ERROR, 0, 0, 0, 0}, CLS_NOT_SENT, ST_UNKNOWN},
+    {{ABORTED_BY_CALLBACK, 0, 0, 0, 0}, CLS_NOT_SENT, ST_UNKNOWN}, /* PREREQFUNCTION refused */
+    /* Sent, no answer: hang past the timeout, close, reset. */
+    {{OPERATION_TIMEDOUT, 300, 0, 0, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+    {{GOT_NOTHING, 300, 0, 0, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+    {{RECV_ERROR, 300, 0, 0, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+    {{SEND_ERROR, 120, 0, 0, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+    /* A response started, then broke: the status line decides when it refuses. */
+    {{PARTIAL_FILE, 300, 150, 200, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+    {{OPERATION_TIMEDOUT, 300, 150, 201, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+    {{PARTIAL_FILE, 300, 150, 400, 0}, CLS_REJECTED_REQUEST, ST_FAILED},
+    {{RECV_ERROR, 300, 150, 401, 0}, CLS_REJECTED_ACCOUNT, ST_FAILED},
+    {{PARTIAL_FILE, 300, 150, 503, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    /* Complete answers. */
+    {{OK, 300, 150, 200, 0}, CLS_SUCCESS, ST_COMPLETED},
+    {{OK, 300, 150, 201, 0}, CLS_SUCCESS, ST_COMPLETED},
+    {{OK, 300, 150, 200, 1}, CLS_PARTIAL, ST_COMPLETED},
+    {{OK, 300, 150, 400, 0}, CLS_REJECTED_REQUEST, ST_FAILED},
+    {{OK, 300, 150, 404, 0}, CLS_REJECTED_REQUEST, ST_FAILED},
+    {{OK, 300, 150, 409, 0}, CLS_REJECTED_REQUEST, ST_FAILED},
+    {{OK, 300, 150, 422, 0}, CLS_REJECTED_REQUEST, ST_FAILED},
+    {{OK, 300, 150, 401, 0}, CLS_REJECTED_ACCOUNT, ST_FAILED},
+    {{OK, 300, 150, 402, 0}, CLS_REJECTED_ACCOUNT, ST_FAILED},
+    {{OK, 300, 150, 403, 0}, CLS_REJECTED_ACCOUNT, ST_FAILED},
+    {{OK, 300, 150, 408, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    {{OK, 300, 150, 425, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    {{OK, 300, 150, 429, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    {{OK, 300, 150, 500, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    {{OK, 300, 150, 502, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    {{OK, 300, 150, 503, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    {{OK, 300, 150, 504, 0}, CLS_BACKOFF, ST_UNKNOWN},
+    /* A redirect to a create is not followed; nobody can say a task exists or not. */
+    {{OK, 300, 150, 302, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+    {{OK, 300, 0, 0, 0}, CLS_AMBIGUOUS, ST_UNKNOWN},
+};
+
+static void test_rows(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        enum cls_outcome got = cls_classify(&rows[i].ev);
+        if (got != rows[i].want)
+            fail_msg("row %zu: got %s, want %s", i, cls_name(got), cls_name(rows[i].want));
+        assert_int_equal(cls_next_state(got), rows[i].next);
+    }
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    assert_string_equal(cls_name(CLS_NOT_SENT), "not_sent");
+    assert_string_equal(cls_name(CLS_AMBIGUOUS), "ambiguous");
+    assert_string_equal(cls_name(CLS__COUNT), "invalid");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

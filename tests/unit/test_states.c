@@ -1,0 +1,74 @@
+/* The state machine's edges, listed exhaustively: every pair not in the table is forbidden. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "idemgate/states.h"
+
+struct edge {
+    enum op_state from, to;
+};
+
+static const struct edge allowed[] = {
+    {ST_PREPARED, ST_SENDING},
+    {ST_SENDING, ST_PREPARED},  {ST_SENDING, ST_ACCEPTED}, {ST_SENDING, ST_UNKNOWN},
+    {ST_SENDING, ST_COMPLETED}, {ST_SENDING, ST_FAILED},
+    {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED},
+    {ST_UNKNOWN, ST_SENDING},   {ST_UNKNOWN, ST_PREPARED}, {ST_UNKNOWN, ST_ACCEPTED},
+    {ST_UNKNOWN, ST_COMPLETED}, {ST_UNKNOWN, ST_REVIEW},
+    {ST_REVIEW, ST_PREPARED},   {ST_REVIEW, ST_ACCEPTED},  {ST_REVIEW, ST_COMPLETED},
+    {ST_REVIEW, ST_FAILED},
+};
+
+static int in_table(enum op_state from, enum op_state to)
+{
+    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+        if (allowed[i].from == from && allowed[i].to == to)
+            return 1;
+    return 0;
+}
+
+static void test_every_pair(void **state)
+{
+    (void)state;
+    for (int f = 0; f < ST__COUNT; f++)
+        for (int t = 0; t < ST__COUNT; t++)
+            assert_int_equal(st_can_transition((enum op_state)f, (enum op_state)t),
+                             in_table((enum op_state)f, (enum op_state)t));
+}
+
+static void test_terminal_states_never_change(void **state)
+{
+    (void)state;
+    for (int t = 0; t < ST__COUNT; t++) {
+        assert_false(st_can_transition(ST_COMPLETED, (enum op_state)t));
+        assert_false(st_can_transition(ST_FAILED, (enum op_state)t));
+    }
+    assert_true(st_is_terminal(ST_COMPLETED));
+    assert_true(st_is_terminal(ST_FAILED));
+    assert_false(st_is_terminal(ST_REVIEW));
+    assert_false(st_is_terminal(ST_UNKNOWN));
+}
+
+static void test_names_round_trip(void **state)
+{
+    (void)state;
+    for (int s = 0; s < ST__COUNT; s++)
+        assert_int_equal(st_parse(st_name((enum op_state)s)), s);
+    assert_int_equal(st_parse("bogus"), -1);
+    assert_string_equal(st_name(ST__COUNT), "invalid");
+    assert_false(st_can_transition(ST__COUNT, ST_PREPARED));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_pair),
+        cmocka_unit_test(test_terminal_states_never_change),
+        cmocka_unit_test(test_names_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
