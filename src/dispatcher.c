@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_RESPONSE_BYTES (16u * 1024 * 1024)
 /* Margin kept between the last moment a worker may start sending and its lease's end, for
@@ -23,6 +25,7 @@
 struct dispatcher {
     const struct cfg *cfg;
     atomic_int stop;
+    int stop_fd; /* an eventfd that wakes idle workers when stopping */
     int n;
     pthread_t *threads;
 };
@@ -198,7 +201,7 @@ static void *worker_main(void *arg)
             continue; /* there may be more due */
         }
         if (e == STORE_ENOTFOUND)
-            (void)store_wait_notify(db, cfg->poll_interval_ms, noop_notify, NULL);
+            (void)store_wait_notify(db, cfg->poll_interval_ms, d->stop_fd, noop_notify, NULL);
         /* Other errors: the loop reconnects and listens again. */
     }
     store_db_close(db);
@@ -211,8 +214,12 @@ struct dispatcher *disp_start(const struct cfg *cfg)
     if (!d)
         return NULL;
     d->cfg = cfg;
+    d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     d->threads = calloc((size_t)cfg->dispatch_workers + 1, sizeof(pthread_t));
-    if (!d->threads) {
+    if (!d->threads || d->stop_fd < 0) {
+        if (d->stop_fd >= 0)
+            close(d->stop_fd);
+        free(d->threads);
         free(d);
         return NULL;
     }
@@ -232,8 +239,13 @@ void disp_stop(struct dispatcher *d)
     if (!d)
         return;
     atomic_store(&d->stop, 1);
+    /* The counter stays non-zero, so every idle worker's poll returns at once. */
+    uint64_t one = 1;
+    ssize_t w = write(d->stop_fd, &one, sizeof(one));
+    (void)w;
     for (int i = 0; i < d->n; i++)
         pthread_join(d->threads[i], NULL);
+    close(d->stop_fd);
     free(d->threads);
     free(d);
 }

@@ -513,7 +513,8 @@ int store_listen(struct db *db, const char *channel)
     return e;
 }
 
-int store_wait_notify(struct db *db, int timeout_ms, void (*cb)(const char *, void *), void *arg)
+int store_wait_notify(struct db *db, int timeout_ms, int wake_fd, void (*cb)(const char *, void *),
+                      void *arg)
 {
     if (!db->conn)
         return STORE_EUNAVAIL;
@@ -529,10 +530,11 @@ int store_wait_notify(struct db *db, int timeout_ms, void (*cb)(const char *, vo
     }
     if (n > 0)
         return n;
-    struct pollfd pfd = {.fd = PQsocket(db->conn), .events = POLLIN};
-    if (pfd.fd < 0)
+    struct pollfd pfd[2] = {{.fd = PQsocket(db->conn), .events = POLLIN},
+                            {.fd = wake_fd, .events = POLLIN}};
+    if (pfd[0].fd < 0)
         return result_error(db, NULL, "notify");
-    if (poll(&pfd, 1, timeout_ms) <= 0)
+    if (poll(pfd, wake_fd >= 0 ? 2 : 1, timeout_ms) <= 0 || !(pfd[0].revents & POLLIN))
         return 0;
     if (PQconsumeInput(db->conn) == 0)
         return result_error(db, NULL, "notify");

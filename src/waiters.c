@@ -131,7 +131,7 @@ static void *waiters_main(void *arg)
         if (store_db_ok(db))
             check_new(w, db);
         int timeout = 50;
-        if (!store_db_ok(db) || store_wait_notify(db, timeout, wake_job, w) < 0) {
+        if (!store_db_ok(db) || store_wait_notify(db, timeout, -1, wake_job, w) < 0) {
             struct timespec ts = {0, 50 * 1000000L};
             nanosleep(&ts, NULL);
         }

@@ -142,10 +142,11 @@ __attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int
 
 /* Subscribes this connection to a NOTIFY channel. */
 __attribute__((warn_unused_result)) int store_listen(struct db *db, const char *channel);
-/* Waits up to timeout_ms for a notification on this connection, then calls cb(payload, arg) for
- * each one received. Returns the number received, or STORE_EUNAVAIL. */
-int store_wait_notify(struct db *db, int timeout_ms, void (*cb)(const char *payload, void *arg),
-                      void *arg);
+/* Waits up to timeout_ms for a notification on this connection, or for wake_fd (if >= 0) to
+ * become readable, then calls cb(payload, arg) for each notification received. Returns the
+ * number received, or STORE_EUNAVAIL. */
+int store_wait_notify(struct db *db, int timeout_ms, int wake_fd,
+                      void (*cb)(const char *payload, void *arg), void *arg);
 
 /* Of the job ids given, those that are terminal: cb(id, arg) for each. */
 __attribute__((warn_unused_result)) int store_terminal_ids(struct db *db, const char *const *ids,

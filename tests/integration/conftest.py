@@ -220,14 +220,21 @@ def gateway_factory(database_url, mock, tmp_path):
         return gw
 
     yield start
+    unclean = []
     for gw in started:
         if gw.proc.poll() is None:
             gw.proc.send_signal(signal.SIGTERM)
             try:
-                gw.proc.wait(timeout=10)
+                # A clean shutdown exits 0; under ASan a leak or memory error does not.
+                if gw.proc.wait(timeout=15) != 0:
+                    unclean.append((gw.proc.returncode, gw.log()[-3000:]))
             except subprocess.TimeoutExpired:
                 gw.proc.kill()
                 gw.proc.wait()
+                unclean.append(("no exit within 15 s of SIGTERM", gw.log()[-3000:]))
+        if "AddressSanitizer" in gw.log() or "runtime error:" in gw.log():
+            unclean.append(("sanitizer report", gw.log()[-3000:]))
+    assert not unclean, unclean
 
 
 @pytest.fixture
