@@ -5,7 +5,7 @@
 #include "faults.h"
 
 #include <errno.h>
-#include <inttypes.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,12 +194,15 @@ static bool parse_delay(const char *text, struct mock_controls *c, char *err)
     return false;
 }
 
-/* Parses status: the HTTP status to answer with, 100..599. */
+/*
+ * Parses status: the HTTP status to answer with, 200..599.  Informational 1xx codes are
+ * refused because they are not final answers and would leave a client waiting.
+ */
 static bool parse_status(const char *text, struct mock_controls *c, char *err)
 {
-    if (parse_uint(text, 100, 599, &c->status))
+    if (parse_uint(text, 200, 599, &c->status))
         return true;
-    snprintf(err, FAULTS_ERR_MAX, "status must be an integer 100..599");
+    snprintf(err, FAULTS_ERR_MAX, "status must be an integer 200..599");
     return false;
 }
 

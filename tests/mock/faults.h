@@ -4,8 +4,9 @@
  * A create's behaviour (delay, error status, fault, partial output count, Retry-After) is a
  * struct mock_controls.  Each field is taken from the highest-priority source that sets it:
  * the next entry of the script queue (POST /_script), then the request body's "_mock"
- * object, then X-Mock-* request headers, and finally --delay-ms for the delay.  New control
- * fields are rows of the field table in faults.c; new faults are rows of its fault table.
+ * object, then X-Mock-* request headers.  A delay nobody sets falls back to the fault's own
+ * default and then to --delay-ms.  New control fields are rows of the field table in
+ * faults.c; new faults are rows of its fault table.
  */
 #ifndef IDEMGATE_MOCK_FAULTS_H
 #define IDEMGATE_MOCK_FAULTS_H

@@ -114,25 +114,27 @@ void idemkeys_complete(uint64_t token, const char *scope, const char *key, const
                        unsigned int status)
 {
     struct idem_entry **link;
+    struct idem_entry *e, *dropped = NULL;
     char *copy = strdup(body);
 
     pthread_mutex_lock(&idem_lock);
     link = find_link(scope, key);
-    if (*link && (*link)->token == token && !(*link)->done) {
+    e = *link;
+    if (e && e->token == token && !e->done) {
         if (copy) {
-            (*link)->body = copy;
-            (*link)->status = status;
-            (*link)->done = true;
+            e->body = copy;
+            e->status = status;
+            e->done = true;
             copy = NULL;
         } else {
             /* Without a stored body there is nothing to replay, so the key is forgotten. */
-            struct idem_entry *e = *link;
-
             *link = e->next;
-            free_entry(e);
+            dropped = e;
         }
     }
     pthread_mutex_unlock(&idem_lock);
+    if (dropped)
+        free_entry(dropped);
     free(copy);
 }
 

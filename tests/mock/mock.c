@@ -9,6 +9,7 @@
  */
 #include "mock.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -23,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -471,13 +473,20 @@ static int parse_args(int argc, char **argv, struct options *opt)
 }
 
 /*
- * Resolves opt's host and port into *addr, preferring IPv4 when a name has both kinds.
- * Returns false, after printing why, when the address cannot be resolved.
+ * Resolves opt's host and port, preferring IPv4 when a name has both kinds, and opens a
+ * listening socket there.  Stores the port actually bound in *port, which differs from
+ * the requested one when that was 0.  Returns the socket, or -1 after printing why.
+ *
+ * The mock binds the socket itself rather than letting libmicrohttpd do it so that the
+ * port, and with it the base URL, is known before any connection thread can read it.
  */
-static bool resolve_listen(const struct options *opt, struct sockaddr_storage *addr)
+static int open_listener(const struct options *opt, unsigned int *port)
 {
     struct addrinfo hints = {0}, *res, *pick = NULL;
-    int rc;
+    struct sockaddr_storage bound;
+    socklen_t bound_len = sizeof(bound);
+    int one = 1;
+    int fd, rc;
 
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -485,7 +494,7 @@ static bool resolve_listen(const struct options *opt, struct sockaddr_storage *a
     rc = getaddrinfo(opt->host, opt->port, &hints, &res);
     if (rc != 0) {
         fprintf(stderr, "idemgate-mock: cannot resolve %s: %s\n", opt->host, gai_strerror(rc));
-        return false;
+        return -1;
     }
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         if (ai->ai_family == AF_INET) {
@@ -495,12 +504,30 @@ static bool resolve_listen(const struct options *opt, struct sockaddr_storage *a
         if (ai->ai_family == AF_INET6 && pick == NULL)
             pick = ai;
     }
-    if (pick)
-        memcpy(addr, pick->ai_addr, pick->ai_addrlen);
-    freeaddrinfo(res);
-    if (pick == NULL)
+    if (pick == NULL) {
         fprintf(stderr, "idemgate-mock: no IPv4 or IPv6 address for %s\n", opt->host);
-    return pick != NULL;
+        freeaddrinfo(res);
+        return -1;
+    }
+
+    /* SO_REUSEADDR lets a test restart the mock on the same port despite TIME_WAIT. */
+    fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, pick->ai_addr, pick->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        getsockname(fd, (struct sockaddr *)&bound, &bound_len) != 0) {
+        fprintf(stderr, "idemgate-mock: cannot listen on %s:%s: %s\n", opt->host, opt->port,
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    if (bound.ss_family == AF_INET6)
+        *port = ntohs(((const struct sockaddr_in6 *)(const void *)&bound)->sin6_port);
+    else
+        *port = ntohs(((const struct sockaddr_in *)(const void *)&bound)->sin_port);
+    return fd;
 }
 
 /*
@@ -524,20 +551,23 @@ static void raise_fd_limit(void)
 int main(int argc, char **argv)
 {
     struct options opt;
-    struct sockaddr_storage addr = {0};
     struct MHD_Daemon *daemon;
-    const union MHD_DaemonInfo *info;
     unsigned int flags;
     unsigned int port;
     sigset_t stop_signals;
-    int rc, sig;
+    int rc, sig, listen_fd;
 
     rc = parse_args(argc, argv, &opt);
     if (rc != ARGS_START)
         return rc;
     default_delay_ms = opt.delay_ms;
-    if (!resolve_listen(&opt, &addr))
+    listen_fd = open_listener(&opt, &port);
+    if (listen_fd < 0)
         return EXIT_FAILURE;
+    if (strchr(opt.host, ':'))
+        snprintf(base_url, sizeof(base_url), "http://[%s]:%u", opt.host, port);
+    else
+        snprintf(base_url, sizeof(base_url), "http://%s:%u", opt.host, port);
 
     /*
      * A client that disconnects while the mock sleeps would otherwise kill the process
@@ -557,27 +587,21 @@ int main(int argc, char **argv)
      */
     flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
             MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6)
+    if (strchr(opt.host, ':'))
         flags |= MHD_USE_IPv6;
     /* The logger comes first so that libmicrohttpd routes every message through it. */
     daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-                              on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                              on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd,
                               MHD_OPTION_CONNECTION_LIMIT, opt.connections,
                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK_BYTES,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     if (daemon == NULL) {
-        fprintf(stderr, "idemgate-mock: cannot listen on %s:%s\n", opt.host, opt.port);
+        fprintf(stderr, "idemgate-mock: cannot start the HTTP daemon\n");
+        close(listen_fd);
         return EXIT_FAILURE;
     }
-
-    /* Port 0 asks the kernel for a free port, so the real one is read back. */
-    info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
-    port = info && info->port ? info->port : (unsigned int)atoi(opt.port);
-    if (strchr(opt.host, ':'))
-        snprintf(base_url, sizeof(base_url), "http://[%s]:%u", opt.host, port);
-    else
-        snprintf(base_url, sizeof(base_url), "http://%s:%u", opt.host, port);
-    printf("idemgate-mock listening on %s:%u\n", opt.host, port);
+    /* IPv6 literals are bracketed so that the line always splits at its last colon. */
+    printf("idemgate-mock listening on %s\n", base_url + strlen("http://"));
     fflush(stdout);
 
     do {
@@ -587,6 +611,7 @@ int main(int argc, char **argv)
 
     /* Sleeping handlers watch this flag, so stopping the daemon does not wait on them. */
     atomic_store(&shutting_down, true);
+    /* libmicrohttpd closes the listening socket it was given. */
     MHD_stop_daemon(daemon);
     ledger_shutdown();
     faults_script_reset();

@@ -164,6 +164,48 @@ static void resolve_controls(struct mock_controls *ctrl, const struct mock_contr
 }
 
 /*
+ * Fills *reply with the answer to a create numbered seq: an OpenAI-shaped error for a
+ * status of 400 or more, the stored body (taken over from *stored) for a replay, else a
+ * fresh rendering by the personality.  reply->body stays NULL when memory ran out.
+ */
+static void build_reply(struct mock_reply *reply, const struct mock_personality *p,
+                        const struct create_input *in, unsigned long seq, unsigned int status,
+                        char **stored)
+{
+    reply_init(reply);
+    if (status >= 400) {
+        char message[64], code[32];
+
+        snprintf(message, sizeof(message), "mock status %u", status);
+        snprintf(code, sizeof(code), "mock_%u", status);
+        reply_set_error(reply, status, message, "mock_error", code);
+    } else if (stored) {
+        reply->status = status;
+        reply->body = *stored;
+        reply->body_len = strlen(*stored);
+        reply->replayed = true;
+        *stored = NULL;
+    } else {
+        reply_set_json(reply, status, p->render(in, seq));
+    }
+}
+
+/*
+ * Settles the idempotency key this request claimed.  Only a successful create leaves a
+ * task behind, so only its answer is kept for replays; an error frees the key for a retry.
+ * This runs before any fault is delivered, because a transport fault loses the answer,
+ * not the task.
+ */
+static void settle_claim(const struct mock_personality *p, const char *key, uint64_t token,
+                         const struct mock_reply *reply)
+{
+    if (reply->status < 400 && reply->body)
+        idemkeys_complete(token, p->name, key, reply->body, reply->status);
+    else
+        idemkeys_release(token, p->name, key);
+}
+
+/*
  * Handles a fully received create request for personality p: records it in the ledger and
  * answers it as the controls say.  Returns MHD_NO when the connection must be closed.
  */
@@ -190,6 +232,7 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
     sha256_hex(req->body, req->body_len, rec.body_sha256);
     rec.remote_port = remote_port(req->conn);
 
+    /* Malformed requests are still recorded: the ledger shows everything that arrived. */
     doc = cJSON_ParseWithLength(req->body, req->body_len);
     if (!cJSON_IsObject(doc)) {
         cJSON_Delete(doc);
@@ -219,6 +262,7 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
         }
     }
 
+    /* A status control also overrides a replay, so a test can fail the retry itself. */
     resolve_controls(&ctrl, &body_ctrl, &hdr_ctrl);
     if (ctrl.set & CTRL_N_OUT)
         in.n_out = ctrl.n_out;
@@ -239,22 +283,7 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
                            "ledger_full");
     }
 
-    reply_init(&reply);
-    if (status >= 400) {
-        char message[64], code[32];
-
-        snprintf(message, sizeof(message), "mock status %u", status);
-        snprintf(code, sizeof(code), "mock_%u", status);
-        reply_set_error(&reply, status, message, "mock_error", code);
-    } else if (claim == IDEM_DONE) {
-        reply.status = status;
-        reply.body = stored;
-        reply.body_len = strlen(stored);
-        reply.replayed = true;
-        stored = NULL;
-    } else {
-        reply_set_json(&reply, status, p->render(&in, seq));
-    }
+    build_reply(&reply, p, &in, seq, status, claim == IDEM_DONE ? &stored : NULL);
     free(stored);
     memcpy(reply.retry_after, ctrl.retry_after, sizeof(reply.retry_after));
 
@@ -263,17 +292,8 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
      * so the delay is not cut short by a disconnect and the key stays in flight meanwhile.
      */
     mock_sleep_ms(req, effective_delay(&ctrl), false);
-
-    /*
-     * Only a successful create leaves a task behind; the key is settled before the
-     * fault is delivered, because a transport fault loses the answer, not the task.
-     */
-    if (claim == IDEM_NEW && token) {
-        if (status < 400 && reply.body)
-            idemkeys_complete(token, p->name, rec.idempotency_key, reply.body, status);
-        else
-            idemkeys_release(token, p->name, rec.idempotency_key);
-    }
+    if (claim == IDEM_NEW && token)
+        settle_claim(p, rec.idempotency_key, token, &reply);
 
     if (reply.body == NULL) {
         ret = MHD_NO;
