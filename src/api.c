@@ -10,12 +10,15 @@
 #include "idemgate/migrate.h"
 #include "idemgate/store.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PROVIDERS_PREFIX "/v1/providers/"
 #define JOBS_PREFIX "/v1/jobs/"
+#define ADMIN_PROVIDERS "/v1/admin/providers/"
 /* Seconds a client should wait before retrying when the database is unreachable. */
 #define UNAVAILABLE_RETRY_AFTER 2
 
@@ -161,6 +164,23 @@ static void resume_wait(struct http_req *r)
     }
 }
 
+/* How many outputs the request asks for, when the provider's outputs are counted: the number at
+ * the profile's path in the body, or its default. -1 when outputs are not counted. */
+static int outputs_requested(const struct cfg_provider *p, const char *canon, size_t len)
+{
+    if (!p->outputs_received)
+        return -1;
+    int n = p->outputs_default;
+    if (p->outputs_requested) {
+        cJSON *doc = cJSON_ParseWithLength(canon, len);
+        const cJSON *v = jpath_first(p->outputs_requested, doc);
+        if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1000)
+            n = (int)v->valuedouble;
+        cJSON_Delete(doc);
+    }
+    return n;
+}
+
 static void handle_intake(struct http_req *r, const char *rest)
 {
     const struct cfg *cfg = http_req_cfg(r);
@@ -221,6 +241,7 @@ static void handle_intake(struct http_req *r, const char *rest)
         return;
     }
     snprintf(url, sizeof(url), "%s%s", p->base_url, rt->path);
+    int requested = outputs_requested(p, canon, canon_len);
     /* The canonical form is what is fingerprinted and what is sent: the provider receives
      * exactly the bytes the key is bound to. */
     struct store_intake_req q = {.token_sha256_hex = token,
@@ -235,7 +256,10 @@ static void handle_intake(struct http_req *r, const char *rest)
                                  .credential = p->secret_env ? p->secret_env : "",
                                  .body = canon,
                                  .body_len = canon_len,
-                                 .ttl_hours = cfg->job_ttl_hours};
+                                 .ttl_hours = cfg->job_ttl_hours,
+                                 .idem_header = p->idem_header,
+                                 .reconcile_strategy = cfg_reconcile_name(p->reconcile),
+                                 .outputs_requested = requested};
     struct store_job j;
     int created = 0;
     CRASH_POINT("before_intent_commit");
@@ -294,17 +318,232 @@ static void handle_job_get(struct http_req *r, const char *id)
     }
 }
 
+static void add_breaker(const char *provider, int status, const char *reason,
+                        const char *tripped_at, void *arg)
+{
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "provider", provider);
+    cJSON_AddBoolToObject(b, "tripped", 1);
+    cJSON_AddNumberToObject(b, "http_status", status);
+    cJSON_AddStringToObject(b, "reason", reason);
+    cJSON_AddStringToObject(b, "tripped_at", tripped_at);
+    cJSON_AddItemToArray(arg, b);
+}
+
+/* Ready: the database answers and the schema is the one this binary expects. A tripped provider
+ * credential is reported but does not make the replica unready: the other providers work. */
 static void handle_ready(struct http_req *r)
 {
     int version = 0;
     int e = store_schema_version(http_req_db(r), &version);
-    char body[160];
     int ready = e == STORE_OK && version == migrate_latest();
-    int n = snprintf(body, sizeof(body),
-                     "{\"ready\":%s,\"database\":%s,\"schema_version\":%d,\"schema_expected\":%d}",
-                     ready ? "true" : "false", e == STORE_OK ? "true" : "false", version,
-                     migrate_latest());
-    http_respond(r, ready ? 200 : 503, "application/json", body, (size_t)n, NULL);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "ready", ready);
+    cJSON_AddBoolToObject(o, "database", e == STORE_OK);
+    cJSON_AddNumberToObject(o, "schema_version", version);
+    cJSON_AddNumberToObject(o, "schema_expected", migrate_latest());
+    cJSON *tripped = cJSON_AddArrayToObject(o, "tripped_providers");
+    if (ready)
+        ready = store_breaker_list(http_req_db(r), add_breaker, tripped) == STORE_OK;
+    char *body = cJSON_PrintUnformatted(o);
+    if (body)
+        http_respond(r, ready ? 200 : 503, "application/json", body, strlen(body), NULL);
+    free(body);
+    cJSON_Delete(o);
+}
+
+struct list_ctx {
+    cJSON *arr;
+};
+
+static void add_listed(const struct store_job *j, void *arg)
+{
+    struct list_ctx *l = arg;
+    char *json = jobview_json(j);
+    if (json) {
+        cJSON_AddItemToArray(l->arr, cJSON_CreateRaw(json));
+        free(json);
+    }
+}
+
+/* GET /v1/jobs?state=S&limit=N: the tenant's jobs, oldest first. */
+static void handle_job_list(struct http_req *r)
+{
+    char token[CRYPTO_SHA256_HEX];
+    if (token_hash(r, token) < 0) {
+        respond_unauthorized(r);
+        return;
+    }
+    const char *state = http_req_query(r, "state");
+    const char *lim = http_req_query(r, "limit");
+    int limit = lim ? atoi(lim) : 100;
+    if ((state && st_parse(state) < 0) || limit < 1 || limit > 1000) {
+        if (!reject_if_unauthenticated(r, token))
+            http_problem(r, 400, "invalid-query", "Invalid query",
+                         "state must be a job state and limit within 1..1000", 0);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    struct list_ctx l = {cJSON_AddArrayToObject(o, "data")};
+    cJSON_AddStringToObject(o, "object", "list");
+    int e = store_jobs_list(http_req_db(r), token, state, limit, add_listed, &l);
+    if (e == STORE_OK && cJSON_GetArraySize(l.arr) == 0 && reject_if_unauthenticated(r, token)) {
+        cJSON_Delete(o);
+        return;
+    }
+    if (e < 0) {
+        respond_store_error(r, e);
+    } else {
+        char *body = cJSON_PrintUnformatted(o);
+        if (body)
+            http_respond(r, 200, "application/json", body, strlen(body), NULL);
+        free(body);
+    }
+    cJSON_Delete(o);
+}
+
+/* POST /v1/jobs/{id}/resolve: an operator's decision on a job in review. */
+static void handle_resolve(struct http_req *r, const char *id)
+{
+    char token[CRYPTO_SHA256_HEX];
+    size_t len = 0;
+    if (token_hash(r, token) < 0) {
+        respond_unauthorized(r);
+        return;
+    }
+    const char *body = http_req_body(r, &len);
+    cJSON *doc = cJSON_ParseWithLength(body, len);
+    const char *outcome = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "outcome"));
+    const char *remote = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "remote_id"));
+    const char *op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "operator"));
+    enum op_state next = ST_FAILED;
+    int ok = outcome != NULL;
+    if (ok && strcmp(outcome, "found") == 0)
+        ok = remote && *remote && strlen(remote) <= 255, next = ST_COMPLETED;
+    else if (ok && strcmp(outcome, "absent") == 0)
+        next = ST_PREPARED;
+    else if (ok && strcmp(outcome, "abandon") != 0)
+        ok = 0;
+    if (op && strlen(op) > 64)
+        ok = 0;
+    if (!ok) {
+        cJSON_Delete(doc);
+        if (!reject_if_unauthenticated(r, token))
+            http_problem(r, 400, "invalid-resolution", "Invalid resolution",
+                         "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
+                         "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters)",
+                         0);
+        return;
+    }
+    struct store_job j;
+    int applied = 0;
+    int e = store_resolve(http_req_db(r), token, id, outcome, next,
+                          next == ST_COMPLETED ? remote : NULL, op, &j, &applied);
+    if (e == STORE_EAUTH)
+        respond_unauthorized(r);
+    else if (e == STORE_ENOTFOUND)
+        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
+                     0);
+    else if (e < 0)
+        respond_store_error(r, e);
+    else if (applied) {
+        LOG(LOG_INFO, "resolved", LS("job_id", j.id), LS("outcome", outcome),
+            LS("state", st_name(j.state)), LS("request_id", http_req_id(r)));
+        respond_job(r, 200, &j, 0, 0);
+    } else if (j.resolution && strcmp(j.resolution, outcome) == 0 &&
+               (next != ST_COMPLETED || (j.remote_id && strcmp(j.remote_id, remote) == 0))) {
+        respond_job(r, 200, &j, 1, 0); /* the same decision again: nothing changes */
+    } else {
+        http_problem(r, 409, "not-in-review", "Job not in review",
+                     j.resolution ? "the job was already resolved differently"
+                                  : "only a job in state review can be resolved",
+                     0);
+    }
+    if (e == STORE_OK)
+        store_job_fini(&j);
+    cJSON_Delete(doc);
+}
+
+/* POST /v1/jobs/{id}/regenerate: a deliberate new paid creation, under its own key. */
+static void handle_regenerate(struct http_req *r, const char *parent_id)
+{
+    const struct cfg *cfg = http_req_cfg(r);
+    char token[CRYPTO_SHA256_HEX], key[HDR_KEY_MAX + 1], fp[CRYPTO_SHA256_HEX];
+    char job_id[CRYPTO_JOB_ID_LEN];
+    if (token_hash(r, token) < 0) {
+        respond_unauthorized(r);
+        return;
+    }
+    const char *raw_key = http_req_header(r, "Idempotency-Key");
+    if (!raw_key || http_req_header_count(r, "Idempotency-Key") != 1 ||
+        hdr_idempotency_key(raw_key, key) < 0) {
+        if (!reject_if_unauthenticated(r, token))
+            http_problem(r, 400, raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
+                         "A regeneration needs its own Idempotency-Key",
+                         "a regeneration is a new paid creation: give it a key of its own", 0);
+        return;
+    }
+    /* The operation a regeneration stands for is "one more from this parent". */
+    fp_compute("(regenerate)", 12, parent_id, strlen(parent_id), "", 0, fp);
+    if (crypto_job_id(job_id) < 0) {
+        http_problem(r, 500, "internal", "Internal error", "no randomness", 0);
+        return;
+    }
+    struct store_job j;
+    int created = 0;
+    int e = store_regenerate(http_req_db(r), token, parent_id, job_id, key, fp, FP_VERSION,
+                             cfg->job_ttl_hours, &j, &created);
+    if (e == STORE_EAUTH) {
+        respond_unauthorized(r);
+    } else if (e == STORE_ENOTFOUND) {
+        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
+                     0);
+    } else if (e == STORE_ECONFLICT) {
+        http_problem(r, 409, "parent-not-terminal", "Parent job not finished",
+                     "only a completed or failed job can be regenerated", 0);
+    } else if (e < 0) {
+        respond_store_error(r, e);
+    } else {
+        if (!created && strcmp(j.fingerprint_hex, fp) != 0)
+            http_problem(r, 422, "idempotency-key-reused",
+                         "Idempotency-Key reused with different parameters",
+                         "this key already belongs to another request", 0);
+        else {
+            LOG(LOG_INFO, created ? "regenerate_new" : "regenerate_replay", LS("job_id", j.id),
+                LS("parent_id", parent_id), LS("request_id", http_req_id(r)));
+            respond_job(r, 202, &j, !created, 1);
+        }
+        store_job_fini(&j);
+    }
+}
+
+/* POST /v1/admin/providers/{p}/reset: clears a tripped provider credential. */
+static void handle_admin_reset(struct http_req *r, const char *provider)
+{
+    const struct cfg *cfg = http_req_cfg(r);
+    char token[CRYPTO_SHA256_HEX];
+    if (!*cfg->admin_token_sha256 || token_hash(r, token) < 0 ||
+        strlen(cfg->admin_token_sha256) != 64 ||
+        !crypto_ct_equal(token, cfg->admin_token_sha256, 64)) {
+        http_problem(r, 401, "unauthorized", "Unauthorized", "the admin token is required", 0);
+        return;
+    }
+    if (!cfg_find_provider(cfg, provider, strlen(provider))) {
+        http_problem(r, 404, "unknown-provider", "Unknown provider", provider, 0);
+        return;
+    }
+    int cleared = 0;
+    int e = store_breaker_reset(http_req_db(r), provider, &cleared);
+    if (e < 0) {
+        respond_store_error(r, e);
+        return;
+    }
+    LOG(LOG_WARN, "provider_reset", LS("provider", provider), LI("cleared", cleared),
+        LS("request_id", http_req_id(r)));
+    char body[192];
+    int n = snprintf(body, sizeof(body), "{\"provider\":\"%s\",\"cleared\":%s}", provider,
+                     cleared ? "true" : "false");
+    http_respond(r, 200, "application/json", body, (size_t)n, NULL);
 }
 
 static int method_is(struct http_req *r, const char *m)
@@ -316,6 +555,35 @@ static void method_not_allowed(struct http_req *r, const char *allow)
 {
     (void)allow;
     http_problem(r, 405, "method-not-allowed", "Method not allowed", allow, 0);
+}
+
+/* /v1/jobs/{id} and /v1/jobs/{id}/{action}. */
+static void handle_job_path(struct http_req *r, const char *rest)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8];
+    const char *slash = strchr(rest, '/');
+    size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (n == 0 || n >= sizeof(id)) {
+        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+        return;
+    }
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    if (!slash) {
+        if (!method_is(r, "GET"))
+            method_not_allowed(r, "GET");
+        else
+            handle_job_get(r, id);
+    } else if (strcmp(slash, "/resolve") == 0 || strcmp(slash, "/regenerate") == 0) {
+        if (!method_is(r, "POST"))
+            method_not_allowed(r, "POST");
+        else if (strcmp(slash, "/resolve") == 0)
+            handle_resolve(r, id);
+        else
+            handle_regenerate(r, id);
+    } else {
+        http_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+    }
 }
 
 void api_handle(struct http_req *r)
@@ -330,12 +598,26 @@ void api_handle(struct http_req *r)
             method_not_allowed(r, "POST");
         else
             handle_intake(r, path + strlen(PROVIDERS_PREFIX));
-    } else if (strncmp(path, JOBS_PREFIX, strlen(JOBS_PREFIX)) == 0 &&
-               !strchr(path + strlen(JOBS_PREFIX), '/')) {
+    } else if (strcmp(path, "/v1/jobs") == 0) {
         if (!method_is(r, "GET"))
             method_not_allowed(r, "GET");
         else
-            handle_job_get(r, path + strlen(JOBS_PREFIX));
+            handle_job_list(r);
+    } else if (strncmp(path, JOBS_PREFIX, strlen(JOBS_PREFIX)) == 0) {
+        handle_job_path(r, path + strlen(JOBS_PREFIX));
+    } else if (strncmp(path, ADMIN_PROVIDERS, strlen(ADMIN_PROVIDERS)) == 0) {
+        const char *p = path + strlen(ADMIN_PROVIDERS);
+        const char *slash = strchr(p, '/');
+        char name[64];
+        if (!slash || strcmp(slash, "/reset") != 0 || (size_t)(slash - p) >= sizeof(name)) {
+            http_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+        } else if (!method_is(r, "POST")) {
+            method_not_allowed(r, "POST");
+        } else {
+            memcpy(name, p, (size_t)(slash - p));
+            name[slash - p] = '\0';
+            handle_admin_reset(r, name);
+        }
     } else if (strcmp(path, "/healthz") == 0) {
         http_respond(r, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL);
     } else if (strcmp(path, "/readyz") == 0) {

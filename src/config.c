@@ -1,5 +1,7 @@
 #include "idemgate/config.h"
 
+#include "idemgate/tmpl.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -24,6 +26,8 @@ struct cfg_setting {
 
 #define OFF(f) offsetof(struct cfg, f)
 static const struct cfg_setting settings[] = {
+    {"admin_token_sha256", "IDEMGATE_ADMIN_TOKEN_SHA256", T_STR, OFF(admin_token_sha256), "", 0,
+     0, "hex SHA-256 of the admin bearer token (empty: admin API off)"},
     {"database_url", "DATABASE_URL", T_STR, OFF(database_url), "postgresql:///idemgate", 0, 0,
      "libpq connection string of the PostgreSQL database"},
     {"dispatch_workers", "IDEMGATE_DISPATCH_WORKERS", T_INT, OFF(dispatch_workers), "2", 0, 256,
@@ -50,6 +54,8 @@ static const struct cfg_setting settings[] = {
      "cap on Prefer: wait=N"},
     {"poll_interval_ms", "IDEMGATE_POLL_INTERVAL_MS", T_INT, OFF(poll_interval_ms), "1000", 10,
      60000, "dispatcher fallback poll when no NOTIFY arrives"},
+    {"reconcile_workers", "IDEMGATE_RECONCILE_WORKERS", T_INT, OFF(reconcile_workers), "1", 0, 64,
+     "reconciler threads in this replica (resolve unknown operations)"},
     {"reaper_interval_ms", "IDEMGATE_REAPER_INTERVAL_MS", T_INT, OFF(reaper_interval_ms), "1000",
      0, 600000, "how often expired leases are turned into unknown (0: never, in this replica)"},
 };
@@ -136,6 +142,164 @@ static long get_long(const cJSON *o, const char *key, long def)
     return cJSON_IsNumber(v) ? (long)v->valuedouble : def;
 }
 
+static const char *const reconcile_names[] = {"none", "idempotent_resubmit", "get_by_client_id",
+                                              "list_match"};
+
+const char *cfg_reconcile_name(enum cfg_reconcile r)
+{
+    return (unsigned)r < 4 ? reconcile_names[r] : "none";
+}
+
+/* Compiles the JSONPath at o[key] into *out (left NULL when absent). */
+static int load_path(const cJSON *o, const char *key, struct jpath **out, int required,
+                     const char *file, const char *field, char *err, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const char *why = NULL;
+    *out = NULL;
+    if (!v) {
+        if (!required)
+            return 0;
+        errf(err, errlen, "%s: %s.%s is required", file, field, key);
+        return -1;
+    }
+    if (!cJSON_IsString(v) || jpath_compile(v->valuestring, out, &why) < 0) {
+        errf(err, errlen, "%s: %s.%s: not a JSONPath (%s)", file, field, key,
+             why ? why : "must be a string");
+        return -1;
+    }
+    return 0;
+}
+
+static int load_template(const cJSON *o, const char *key, char **out, const char *const *allowed,
+                         const char *file, const char *field, char *err, size_t errlen)
+{
+    char why[160];
+    *out = dup_str(o, key, NULL);
+    if (!*out) {
+        errf(err, errlen, "%s: %s.%s is required", file, field, key);
+        return -1;
+    }
+    if ((*out)[0] != '/' || tmpl_validate(*out, allowed, why, sizeof(why)) < 0) {
+        errf(err, errlen, "%s: %s.%s: %s", file, field, key,
+             (*out)[0] != '/' ? "must start with /" : why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The failure-semantics part of a provider: idempotency, client reference, retry, reconcile,
+ * outputs and probe. */
+static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                          size_t errlen)
+{
+    char field[160];
+    const cJSON *idem = cJSON_GetObjectItemCaseSensitive(o, "idempotency");
+    p->idem_header = idem ? dup_str(idem, "header", NULL) : NULL;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(o, "client_ref");
+    p->client_ref_header = ref ? dup_str(ref, "header", NULL) : NULL;
+    p->client_ref_body_field = ref ? dup_str(ref, "body_field", NULL) : NULL;
+
+    const cJSON *retry = cJSON_GetObjectItemCaseSensitive(o, "retry");
+    p->max_attempts = (int)get_long(retry, "max_attempts", 5);
+    p->deadline_ms = get_long(retry, "deadline_seconds", 900) * 1000;
+    p->backoff_base_ms = get_long(retry, "base_ms", 500);
+    p->backoff_cap_ms = get_long(retry, "cap_ms", 30000);
+    if (p->max_attempts < 1 || p->max_attempts > 1000 || p->deadline_ms < 1000 ||
+        p->backoff_base_ms < 1 || p->backoff_cap_ms < p->backoff_base_ms) {
+        errf(err, errlen,
+             "%s: providers.%s.retry: need 1 <= max_attempts <= 1000, deadline_seconds >= 1, "
+             "1 <= base_ms <= cap_ms",
+             file, p->name);
+        return -1;
+    }
+    const cJSON *hint = cJSON_GetObjectItemCaseSensitive(retry, "body_hint");
+    if (hint) {
+        const char *pat = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(hint, "pattern"));
+        long unit = get_long(hint, "unit_ms", 1000);
+        if (!pat || bo_body_hint_compile(&p->body_hint, pat, unit, 1) < 0) {
+            errf(err, errlen,
+                 "%s: providers.%s.retry.body_hint: \"pattern\" must be a POSIX extended regex "
+                 "with one capture group for the number",
+                 file, p->name);
+            return -1;
+        }
+    }
+
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "reconcile");
+    const char *strategy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "strategy"));
+    p->reconcile = p->idem_header ? RECON_IDEMPOTENT_RESUBMIT : RECON_NONE;
+    if (strategy) {
+        int found = 0;
+        for (int i = 0; i < 4; i++)
+            if (strcmp(strategy, reconcile_names[i]) == 0) {
+                p->reconcile = (enum cfg_reconcile)i;
+                found = 1;
+            }
+        if (!found) {
+            errf(err, errlen,
+                 "%s: providers.%s.reconcile.strategy must be none, idempotent_resubmit, "
+                 "get_by_client_id or list_match",
+                 file, p->name);
+            return -1;
+        }
+    }
+    if (p->reconcile == RECON_IDEMPOTENT_RESUBMIT && !p->idem_header) {
+        errf(err, errlen,
+             "%s: providers.%s.reconcile.strategy idempotent_resubmit needs idempotency.header",
+             file, p->name);
+        return -1;
+    }
+    p->recovery_window_ms = get_long(rec, "window_seconds", 900) * 1000;
+    p->reconcile_interval_ms = get_long(rec, "interval_ms", 2000);
+    if (p->recovery_window_ms < 1000 || p->reconcile_interval_ms < 10) {
+        errf(err, errlen, "%s: providers.%s.reconcile: window_seconds >= 1, interval_ms >= 10",
+             file, p->name);
+        return -1;
+    }
+    static const char *const lookup_vars[] = {"client_ref", NULL};
+    static const char *const list_vars[] = {"since", "until", NULL};
+    if (p->reconcile == RECON_GET_BY_CLIENT_ID) {
+        const cJSON *lk = cJSON_GetObjectItemCaseSensitive(rec, "lookup");
+        snprintf(field, sizeof(field), "providers.%s.reconcile.lookup", p->name);
+        if (load_template(lk, "path", &p->lookup_path, lookup_vars, file, field, err, errlen) <
+                0 ||
+            load_path(lk, "id", &p->lookup_id, 0, file, field, err, errlen) < 0)
+            return -1;
+    }
+    if (p->reconcile == RECON_LIST_MATCH) {
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(rec, "list");
+        snprintf(field, sizeof(field), "providers.%s.reconcile.list", p->name);
+        if (load_template(ls, "path", &p->list_path, list_vars, file, field, err, errlen) < 0 ||
+            load_path(ls, "items", &p->list_items, 1, file, field, err, errlen) < 0 ||
+            load_path(ls, "match", &p->list_match, 1, file, field, err, errlen) < 0 ||
+            load_path(ls, "id", &p->list_id, 0, file, field, err, errlen) < 0)
+            return -1;
+    }
+    if ((p->reconcile == RECON_GET_BY_CLIENT_ID || p->reconcile == RECON_LIST_MATCH) &&
+        !p->client_ref_header && !p->client_ref_body_field) {
+        /* Without a reference sent with the create there is nothing to match on. */
+        errf(err, errlen, "%s: providers.%s.reconcile.strategy %s needs client_ref", file,
+             p->name, reconcile_names[p->reconcile]);
+        return -1;
+    }
+
+    const cJSON *outs = cJSON_GetObjectItemCaseSensitive(o, "outputs");
+    snprintf(field, sizeof(field), "providers.%s.outputs", p->name);
+    if (load_path(outs, "requested", &p->outputs_requested, 0, file, field, err, errlen) < 0 ||
+        load_path(outs, "received", &p->outputs_received, 0, file, field, err, errlen) < 0 ||
+        load_path(outs, "usage", &p->usage, 0, file, field, err, errlen) < 0)
+        return -1;
+    p->outputs_default = (int)get_long(outs, "default", 1);
+    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(o, "probe");
+    p->probe_path = probe ? dup_str(probe, "path", NULL) : NULL;
+    if (probe && (!p->probe_path || p->probe_path[0] != '/')) {
+        errf(err, errlen, "%s: providers.%s.probe.path must start with /", file, p->name);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_providers(struct cfg *c, const cJSON *arr, const char *file, char *err,
                           size_t errlen)
 {
@@ -198,6 +362,8 @@ static int load_providers(struct cfg *c, const cJSON *arr, const char *file, cha
             return -1;
         }
         if (load_routes(p, cJSON_GetObjectItemCaseSensitive(o, "routes"), file, err, errlen) < 0)
+            return -1;
+        if (load_semantics(p, o, file, err, errlen) < 0)
             return -1;
     }
     return 0;
@@ -366,6 +532,20 @@ void cfg_free(struct cfg *c)
         free(p->auth_header);
         free(p->auth_prefix);
         free(p->secret_env);
+        free(p->idem_header);
+        free(p->client_ref_header);
+        free(p->client_ref_body_field);
+        bo_body_hint_free(&p->body_hint);
+        free(p->lookup_path);
+        jpath_free(p->lookup_id);
+        free(p->list_path);
+        jpath_free(p->list_items);
+        jpath_free(p->list_match);
+        jpath_free(p->list_id);
+        jpath_free(p->outputs_requested);
+        jpath_free(p->outputs_received);
+        jpath_free(p->usage);
+        free(p->probe_path);
     }
     free(c->providers);
     free(c->config_path);

@@ -64,6 +64,11 @@ const char *http_req_header(const struct http_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_req_query(const struct http_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
 struct count_ctx {
     const char *name;
     int n;

@@ -70,6 +70,33 @@ char *jobview_json(const struct store_job *j)
     } else {
         cJSON_AddNullToObject(o, "result");
     }
+    if (j->outputs_requested >= 0 || j->outputs_received >= 0) {
+        cJSON *outs = cJSON_AddObjectToObject(o, "outputs");
+        if (j->outputs_requested >= 0)
+            cJSON_AddNumberToObject(outs, "requested", j->outputs_requested);
+        if (j->outputs_received >= 0)
+            cJSON_AddNumberToObject(outs, "received", j->outputs_received);
+        if (j->outputs_requested >= 0 && j->outputs_received >= 0)
+            cJSON_AddNumberToObject(outs, "shortfall",
+                                    j->outputs_received < j->outputs_requested
+                                        ? j->outputs_requested - j->outputs_received
+                                        : 0);
+    }
+    if (j->usage)
+        cJSON_AddItemToObject(o, "usage", cJSON_CreateRaw(j->usage));
+    else
+        cJSON_AddNullToObject(o, "usage");
+    if (j->resolution) {
+        cJSON *res = cJSON_AddObjectToObject(o, "resolution");
+        add_str(res, "outcome", j->resolution);
+        add_str(res, "by", j->resolved_by);
+        add_str(res, "at", j->resolved_at);
+    }
+    if (j->blocked_reason && !st_is_terminal(j->state)) {
+        /* The provider's credential is tripped: the job waits for an operator. */
+        cJSON *b = cJSON_AddObjectToObject(o, "blocked");
+        add_str(b, "reason", j->blocked_reason);
+    }
     add_str(o, "last_error", j->last_error);
     cJSON *links = cJSON_AddObjectToObject(o, "links");
     cJSON_AddStringToObject(links, "self", self);

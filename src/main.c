@@ -8,6 +8,7 @@
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/reaper.h"
+#include "idemgate/reconciler.h"
 #include "idemgate/store.h"
 #include "idemgate/upstream.h"
 #include "idemgate/waiters.h"
@@ -45,6 +46,7 @@ static int serve(const struct cfg *cfg)
     struct http_server *http = NULL;
     struct dispatcher *disp = NULL;
     struct reaper *reaper = NULL;
+    struct reconciler *recon = NULL;
 
     /* Signals go to the main thread only: every thread started below inherits this mask. */
     sigemptyset(&set);
@@ -69,6 +71,9 @@ static int serve(const struct cfg *cfg)
     step = "dispatcher";
     if (!(disp = disp_start(cfg)))
         goto failed;
+    step = "reconciler";
+    if (!(recon = recon_start(cfg)))
+        goto failed;
     step = "reaper";
     reaper = reaper_start(cfg);
     if (cfg->reaper_interval_ms && !reaper)
@@ -88,6 +93,7 @@ static int serve(const struct cfg *cfg)
     w = NULL;
     http_drain(http, DRAIN_TIMEOUT_MS);
     disp_stop(disp); /* calls in flight finish and their results are written */
+    recon_stop(recon);
     reaper_stop(reaper);
     http_stop(http);
     up_global_fini();
@@ -97,6 +103,7 @@ failed:
     LOG(LOG_ERROR, "start_failed", LS("step", step));
     waiters_stop(w);
     disp_stop(disp);
+    recon_stop(recon);
     reaper_stop(reaper);
     http_stop(http);
     return 1;

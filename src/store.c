@@ -24,13 +24,23 @@ struct db {
       ".generation_attempts, " a ".parent_id, " a ".remote_id, " a ".resp_status, " a              \
       ".resp_headers, " a ".resp_body, " a ".last_error, " TS(a, "created_at") ", " TS(            \
           a, "updated_at") ", " TS(a, "first_sent_at") ", " TS(a, "finished_at") ", " TS(a,        \
-                                                                                     "expires_at")
+          "expires_at") ", " a ".outputs_requested, " a ".outputs_received, " a ".usage, " a       \
+      ".resolution, " a ".resolved_by, " TS(a, "resolved_at") ", " a ".reconcile_strategy, "       \
+      "(SELECT b.reason FROM provider_breakers b WHERE b.provider = " a ".provider)"
 enum {
     JC_TENANT, JC_ID, JC_KEY, JC_FP, JC_PROVIDER, JC_ROUTE, JC_STATE, JC_LEASE_VERSION,
     JC_TRANSPORT, JC_GENERATION, JC_PARENT, JC_REMOTE, JC_RESP_STATUS, JC_RESP_HEADERS,
     JC_RESP_BODY, JC_LAST_ERROR, JC_CREATED, JC_UPDATED, JC_FIRST_SENT, JC_FINISHED, JC_EXPIRES,
-    JC__COUNT
+    JC_OUT_REQ, JC_OUT_RECV, JC_USAGE, JC_RESOLUTION, JC_RESOLVED_BY, JC_RESOLVED_AT, JC_STRATEGY,
+    JC_BLOCKED, JC__COUNT
 };
+
+/* What a worker needs to act on an operation it claimed. */
+#define CLAIM_COLS                                                                                 \
+    "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
+    "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - now())::float8, "      \
+    "o.req_idem_header, o.reconcile_strategy, o.transport_attempts, "                              \
+    "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested"
 
 struct stmt {
     const char *name;
@@ -45,9 +55,9 @@ static const struct stmt stmts[] = {
      "WITH t AS (SELECT id FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
      "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
      "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
-     "  state, expires_at) "
+     "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested) "
      " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, 'prepared', "
-     "  now() + make_interval(hours => $12) FROM t "
+     "  now() + make_interval(hours => $12), $13, $14, $15::integer FROM t "
      " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
      "SELECT 1, " JOB_COLS("ins") " FROM ins "
      "UNION ALL "
@@ -63,40 +73,110 @@ static const struct stmt stmts[] = {
      "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
      " ON o.tenant_id = t.id AND o.id = $2 "
      "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL"},
-    /* The claim commits `sending` and the new fencing token before any byte leaves. */
+    /* The claim commits `sending` and the new fencing token before any byte leaves. Providers
+     * whose credential is tripped are skipped: their operations wait in `prepared`. */
     {"claim",
      "UPDATE operations o SET state = 'sending', lease_owner = $1, "
      " lease_version = o.lease_version + 1, "
      " lease_expires_at = now() + make_interval(secs => $2), "
      " transport_attempts = o.transport_attempts + 1, "
      " first_sent_at = coalesce(o.first_sent_at, now()), updated_at = now() "
-     "FROM (SELECT tenant_id, id FROM operations WHERE state = 'prepared' "
-     "      AND next_attempt_at <= now() ORDER BY next_attempt_at LIMIT 1 "
+     "FROM (SELECT tenant_id, id FROM operations p WHERE state = 'prepared' "
+     "      AND next_attempt_at <= now() AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
+     "      WHERE b.provider = p.provider) ORDER BY next_attempt_at LIMIT 1 "
      "      FOR UPDATE SKIP LOCKED) c "
      "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
-     "RETURNING o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, "
-     " o.req_url, o.req_credential, o.req_body, "
-     " extract(epoch FROM o.lease_expires_at - now())::float8"},
+     "RETURNING " CLAIM_COLS},
+    /* The reconciler's claim: an unknown operation that is due, under a new lease and fencing
+     * token; the state stays unknown while it looks. */
+    {"reconcile_claim",
+     "UPDATE operations o SET lease_owner = $1, lease_version = o.lease_version + 1, "
+     " lease_expires_at = now() + make_interval(secs => $2), updated_at = now() "
+     "FROM (SELECT tenant_id, id FROM operations WHERE state = 'unknown' "
+     "      AND next_attempt_at <= now() "
+     "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+     "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
+     "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
+     "RETURNING " CLAIM_COLS},
+    /* A transport retry under the same provider idempotency key: unknown → sending, under the
+     * lease the reconciler holds. */
+    {"reconcile_send",
+     "UPDATE operations SET state = 'sending', transport_attempts = transport_attempts + 1, "
+     " lease_expires_at = now() + make_interval(secs => $4), updated_at = now() "
+     "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'unknown' "
+     "RETURNING extract(epoch FROM lease_expires_at - now())::float8"},
     /* A result is written only under the lease that sent it (fencing); the attempt is recorded
      * whatever happens, as 'fenced' when the write was dropped. */
     {"finish",
-     "WITH upd AS (UPDATE operations SET state = $4, resp_status = $5, "
-     "  resp_headers = $6::jsonb, resp_body = $7, last_error = $8, "
-     "  remote_id = coalesce($9, remote_id), lease_owner = NULL, lease_expires_at = NULL, "
-     "  updated_at = now(), next_attempt_at = now() + make_interval(secs => $15 / 1000.0), "
+     "WITH upd AS (UPDATE operations SET state = $4, "
+     "  resp_status = coalesce($5::integer, resp_status), "
+     "  resp_headers = coalesce($6::jsonb, resp_headers), resp_body = coalesce($7, resp_body), "
+     "  last_error = $8, remote_id = coalesce($9, remote_id), lease_owner = NULL, "
+     "  lease_expires_at = NULL, updated_at = now(), "
+     "  next_attempt_at = now() + make_interval(secs => $15::float8 / 1000), "
+     "  outputs_received = coalesce($18::integer, outputs_received), "
+     "  outputs_requested = coalesce($19::integer, outputs_requested), "
+     "  usage = coalesce($20::jsonb, usage), "
      "  finished_at = CASE WHEN $4 IN ('completed', 'failed') THEN now() END "
-     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'sending' "
+     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
      " RETURNING 1) "
      "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
      " finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "
-     "SELECT $1, $2, $3, 'create', to_timestamp($10), to_timestamp($11), $12, $5, $13, $14, "
+     "SELECT $1, $2, $3, $17, to_timestamp($10), to_timestamp($11), $12, $5::integer, $13, $14, "
      " CASE WHEN EXISTS (SELECT 1 FROM upd) THEN $4 ELSE 'fenced' END, $8 "
      "RETURNING decision"},
+    {"breaker_trip",
+     "INSERT INTO provider_breakers (provider, http_status, reason, job_id) "
+     "VALUES ($1, $2, $3, $4) ON CONFLICT (provider) DO NOTHING"},
+    {"breaker_reset", "DELETE FROM provider_breakers WHERE provider = $1"},
+    {"breaker_list",
+     "SELECT provider, http_status, reason, " TS("provider_breakers", "tripped_at")
+     " FROM provider_breakers ORDER BY provider"},
+    {"jobs_list",
+     "SELECT 0, " JOB_COLS("o") " FROM tenants t JOIN operations o ON o.tenant_id = t.id "
+     "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL AND ($2::text IS NULL OR o.state = $2) "
+     "ORDER BY o.created_at, o.id LIMIT $3"},
+    /* An operator's decision on a job in review. Applied once; the same decision again is a
+     * no-op that returns the job, another decision after it is refused by the caller. */
+    {"resolve",
+     "WITH t AS (SELECT id, name FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
+     "upd AS (UPDATE operations o SET state = $4, resolution = $3, "
+     "  resolved_by = t.name || coalesce(' (' || $5 || ')', ''), "
+     "  resolved_at = now(), remote_id = coalesce($6, o.remote_id), updated_at = now(), "
+     "  next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL, "
+     "  lease_version = o.lease_version + 1, "
+     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') THEN now() END, "
+     "  last_error = CASE $3 WHEN 'abandon' THEN 'abandoned by an operator' "
+     "   WHEN 'absent' THEN 'proven absent by an operator' ELSE o.last_error END "
+     " FROM t WHERE o.tenant_id = t.id AND o.id = $2 AND o.state = 'review' RETURNING o.*) "
+     "SELECT 1, " JOB_COLS("upd") " FROM upd "
+     "UNION ALL "
+     "SELECT 0, " JOB_COLS("o") " FROM operations o JOIN t ON o.tenant_id = t.id "
+     " WHERE o.id = $2 AND NOT EXISTS (SELECT 1 FROM upd)"},
+    /* A deliberate new paid creation from a terminal job: a new operation with its own key,
+     * linked to its parent, counted as one more generation. */
+    {"regenerate",
+     "WITH t AS (SELECT id FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
+     "p AS (SELECT o.* FROM operations o JOIN t ON o.tenant_id = t.id WHERE o.id = $2 "
+     "      AND o.state IN ('completed', 'failed')), "
+     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+     "  req_idem_header, reconcile_strategy, outputs_requested, state, expires_at, parent_id, "
+     "  generation_attempts) "
+     " SELECT p.tenant_id, $3, $4, decode($5, 'hex'), $6, p.provider, p.route, p.req_method, "
+     "  p.req_url, p.req_credential, p.req_body, p.req_idem_header, p.reconcile_strategy, "
+     "  p.outputs_requested, 'prepared', now() + make_interval(hours => $7), p.id, "
+     "  p.generation_attempts + 1 FROM p "
+     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
+     "SELECT 1, " JOB_COLS("ins") " FROM ins "
+     "UNION ALL "
+     "SELECT 0, " JOB_COLS("o") " FROM operations o JOIN t ON o.tenant_id = t.id "
+     " WHERE o.idempotency_key = $4 AND NOT EXISTS (SELECT 1 FROM ins)"},
     /* Nobody can know whether a dead worker's bytes left: expired `sending` leases become
      * unknown, never prepared. */
     {"reap",
      "WITH r AS (UPDATE operations o SET state = 'unknown', lease_owner = NULL, "
-     "  lease_expires_at = NULL, updated_at = now(), "
+     "  lease_expires_at = NULL, updated_at = now(), next_attempt_at = now(), "
      "  last_error = 'lease expired while sending' "
      " FROM (SELECT tenant_id, id FROM operations WHERE state = 'sending' "
      "       AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
@@ -302,35 +382,44 @@ static int bytea_decode(const char *s, unsigned char **out, size_t *len)
     return 0;
 }
 
-/* Fills j from row 0 of r, which has a leading column and then JOB_COLS. Takes ownership of r. */
-static int job_from_row(PGresult *r, struct store_job *j)
+/* Fills j from row `row` of r, whose first column is a flag and the rest JOB_COLS. With own set,
+ * j takes ownership of r (store_job_fini frees it); otherwise r must outlive j. */
+static int job_from_row(PGresult *r, int row, int own, struct store_job *j)
 {
     const int o = 1;
     memset(j, 0, sizeof(*j));
-    j->res = r;
-    j->tenant_id = atoll(PQgetvalue(r, 0, o + JC_TENANT));
-    j->id = val(r, 0, o + JC_ID);
-    j->idempotency_key = val(r, 0, o + JC_KEY);
-    j->fingerprint_hex = val(r, 0, o + JC_FP);
-    j->provider = val(r, 0, o + JC_PROVIDER);
-    j->route = val(r, 0, o + JC_ROUTE);
-    const char *st = val(r, 0, o + JC_STATE);
+    j->res = own ? r : NULL;
+    j->tenant_id = atoll(PQgetvalue(r, row, o + JC_TENANT));
+    j->id = val(r, row, o + JC_ID);
+    j->idempotency_key = val(r, row, o + JC_KEY);
+    j->fingerprint_hex = val(r, row, o + JC_FP);
+    j->provider = val(r, row, o + JC_PROVIDER);
+    j->route = val(r, row, o + JC_ROUTE);
+    const char *st = val(r, row, o + JC_STATE);
     int s = st ? st_parse(st) : -1;
     j->state = s < 0 ? ST_UNKNOWN : (enum op_state)s;
-    j->lease_version = atoll(PQgetvalue(r, 0, o + JC_LEASE_VERSION));
-    j->transport_attempts = atoi(PQgetvalue(r, 0, o + JC_TRANSPORT));
-    j->generation_attempts = atoi(PQgetvalue(r, 0, o + JC_GENERATION));
-    j->parent_id = val(r, 0, o + JC_PARENT);
-    j->remote_id = val(r, 0, o + JC_REMOTE);
-    j->resp_status = atoi(PQgetvalue(r, 0, o + JC_RESP_STATUS));
-    j->resp_headers = val(r, 0, o + JC_RESP_HEADERS);
-    j->last_error = val(r, 0, o + JC_LAST_ERROR);
-    j->created_at = val(r, 0, o + JC_CREATED);
-    j->updated_at = val(r, 0, o + JC_UPDATED);
-    j->first_sent_at = val(r, 0, o + JC_FIRST_SENT);
-    j->finished_at = val(r, 0, o + JC_FINISHED);
-    j->expires_at = val(r, 0, o + JC_EXPIRES);
-    if (bytea_decode(val(r, 0, o + JC_RESP_BODY), &j->resp_body, &j->resp_body_len) < 0) {
+    j->lease_version = atoll(PQgetvalue(r, row, o + JC_LEASE_VERSION));
+    j->transport_attempts = atoi(PQgetvalue(r, row, o + JC_TRANSPORT));
+    j->generation_attempts = atoi(PQgetvalue(r, row, o + JC_GENERATION));
+    j->parent_id = val(r, row, o + JC_PARENT);
+    j->remote_id = val(r, row, o + JC_REMOTE);
+    j->resp_status = atoi(PQgetvalue(r, row, o + JC_RESP_STATUS));
+    j->resp_headers = val(r, row, o + JC_RESP_HEADERS);
+    j->last_error = val(r, row, o + JC_LAST_ERROR);
+    j->created_at = val(r, row, o + JC_CREATED);
+    j->updated_at = val(r, row, o + JC_UPDATED);
+    j->first_sent_at = val(r, row, o + JC_FIRST_SENT);
+    j->finished_at = val(r, row, o + JC_FINISHED);
+    j->expires_at = val(r, row, o + JC_EXPIRES);
+    j->outputs_requested = val(r, row, o + JC_OUT_REQ) ? atoi(val(r, row, o + JC_OUT_REQ)) : -1;
+    j->outputs_received = val(r, row, o + JC_OUT_RECV) ? atoi(val(r, row, o + JC_OUT_RECV)) : -1;
+    j->usage = val(r, row, o + JC_USAGE);
+    j->resolution = val(r, row, o + JC_RESOLUTION);
+    j->resolved_by = val(r, row, o + JC_RESOLVED_BY);
+    j->resolved_at = val(r, row, o + JC_RESOLVED_AT);
+    j->reconcile_strategy = val(r, row, o + JC_STRATEGY);
+    j->blocked_reason = val(r, row, o + JC_BLOCKED);
+    if (bytea_decode(val(r, row, o + JC_RESP_BODY), &j->resp_body, &j->resp_body_len) < 0) {
         store_job_fini(j);
         return STORE_EINTERNAL;
     }
@@ -361,25 +450,27 @@ static int read_by(struct db *db, const char *stmt, const char *token, const cha
         PQclear(r);
         return STORE_ENOTFOUND;
     }
-    return job_from_row(r, out);
+    return job_from_row(r, 0, 1, out);
 }
 
 int store_intake(struct db *db, const struct store_intake_req *q, struct store_job *out,
                  int *created)
 {
-    char fpv[16], ttl[16];
+    char fpv[16], ttl[16], outs[16];
     snprintf(fpv, sizeof(fpv), "%d", q->fingerprint_version);
     snprintf(ttl, sizeof(ttl), "%d", q->ttl_hours);
-    const char *v[12] = {q->token_sha256_hex, q->idempotency_key, q->new_id, q->fingerprint_hex,
+    snprintf(outs, sizeof(outs), "%d", q->outputs_requested);
+    const char *v[15] = {q->token_sha256_hex, q->idempotency_key, q->new_id, q->fingerprint_hex,
                          fpv, q->provider, q->route, q->method, q->url, q->credential, q->body,
-                         ttl};
-    int lens[12] = {0};
+                         ttl, q->idem_header, q->reconcile_strategy,
+                         q->outputs_requested >= 0 ? outs : NULL};
+    int lens[15] = {0};
     lens[10] = (int)q->body_len;
     /* A racing insert or a serialization failure is read again, a bounded number of times. */
     int lost = 0;
     for (int tries = 0; tries < 5; tries++) {
         PGresult *r;
-        int e = run(db, "intake", 12, v, lens, 1u << 10, &r);
+        int e = run(db, "intake", 15, v, lens, 1u << 10, &r);
         /* A connection lost mid-statement (even during the implicit COMMIT) leaves the outcome
          * unknown: one fresh connection and the same idempotent statement decide. The row is
          * ours when it carries the id we proposed. */
@@ -392,7 +483,7 @@ int store_intake(struct db *db, const struct store_intake_req *q, struct store_j
         if (PQntuples(r) > 0) {
             *created = atoi(PQgetvalue(r, 0, 0)) == 1 ||
                        strcmp(PQgetvalue(r, 0, 1 + JC_ID), q->new_id) == 0;
-            return job_from_row(r, out);
+            return job_from_row(r, 0, 1, out);
         }
         PQclear(r);
         e = read_by(db, "by_key", q->token_sha256_hex, q->idempotency_key, out);
@@ -416,20 +507,8 @@ void store_claim_fini(struct store_claim *c)
     memset(c, 0, sizeof(*c));
 }
 
-int store_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+static int claim_from(PGresult *r, struct store_claim *out)
 {
-    char secs[16];
-    snprintf(secs, sizeof(secs), "%d", lease_seconds);
-    const char *v[2] = {owner, secs};
-    PGresult *r;
-    memset(out, 0, sizeof(*out));
-    int e = run(db, "claim", 2, v, NULL, 0, &r);
-    if (e < 0)
-        return e;
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        return STORE_ENOTFOUND;
-    }
     out->res = r;
     out->tenant_id = atoll(PQgetvalue(r, 0, 0));
     out->id = PQgetvalue(r, 0, 1);
@@ -440,10 +519,65 @@ int store_claim(struct db *db, const char *owner, int lease_seconds, struct stor
     out->url = PQgetvalue(r, 0, 6);
     out->credential = PQgetvalue(r, 0, 7);
     out->lease_remaining_s = atof(PQgetvalue(r, 0, 9));
+    out->idem_header = val(r, 0, 10);
+    out->reconcile_strategy = PQgetvalue(r, 0, 11);
+    out->transport_attempts = atoi(PQgetvalue(r, 0, 12));
+    out->since_first_ms = val(r, 0, 13) ? atoll(val(r, 0, 13)) : 0;
+    out->outputs_requested = val(r, 0, 14) ? atoi(val(r, 0, 14)) : -1;
     if (bytea_decode(val(r, 0, 8), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;
     }
+    return STORE_OK;
+}
+
+static int claim_with(struct db *db, const char *stmt, const char *owner, int lease_seconds,
+                      struct store_claim *out)
+{
+    char secs[16];
+    snprintf(secs, sizeof(secs), "%d", lease_seconds);
+    const char *v[2] = {owner, secs};
+    PGresult *r;
+    memset(out, 0, sizeof(*out));
+    int e = run(db, stmt, 2, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    return claim_from(r, out);
+}
+
+int store_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+{
+    return claim_with(db, "claim", owner, lease_seconds, out);
+}
+
+int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
+                          struct store_claim *out)
+{
+    return claim_with(db, "reconcile_claim", owner, lease_seconds, out);
+}
+
+int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds)
+{
+    char tid[24], lv[24], secs[16];
+    snprintf(tid, sizeof(tid), "%lld", c->tenant_id);
+    snprintf(lv, sizeof(lv), "%lld", c->lease_version);
+    snprintf(secs, sizeof(secs), "%d", lease_seconds);
+    const char *v[4] = {tid, c->id, lv, secs};
+    PGresult *r;
+    int e = run(db, "reconcile_send", 4, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    c->lease_remaining_s = atof(PQgetvalue(r, 0, 0));
+    c->transport_attempts++;
+    PQclear(r);
     return STORE_OK;
 }
 
@@ -457,9 +591,11 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     snprintf(t1, sizeof(t1), "%.6f", f->finished_at);
     snprintf(curl, sizeof(curl), "%d", f->curl_code);
     snprintf(sent, sizeof(sent), "%ld", f->bytes_sent);
-    char delay[24];
+    char delay[24], orecv[16], oreq[16];
     snprintf(delay, sizeof(delay), "%ld", f->retry_delay_ms);
-    const char *v[15] = {tid,
+    snprintf(orecv, sizeof(orecv), "%d", f->outputs_received);
+    snprintf(oreq, sizeof(oreq), "%d", f->outputs_requested);
+    const char *v[20] = {tid,
                          f->id,
                          lv,
                          st_name(f->state),
@@ -473,11 +609,16 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
                          f->outcome,
                          curl,
                          sent,
-                         delay};
-    int lens[15] = {0};
+                         delay,
+                         st_name(f->from),
+                         f->kind ? f->kind : "create",
+                         f->outputs_received >= 0 ? orecv : NULL,
+                         f->outputs_requested >= 0 ? oreq : NULL,
+                         f->usage};
+    int lens[20] = {0};
     lens[6] = (int)f->resp_body_len;
     PGresult *r;
-    int e = run(db, "finish", 15, v, lens, 1u << 6, &r);
+    int e = run(db, "finish", 20, v, lens, 1u << 6, &r);
     if (e < 0)
         return e;
     *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
@@ -615,4 +756,127 @@ int store_schema_version(struct db *db, int *version)
     *version = atoi(PQgetvalue(r, 0, 0));
     PQclear(r);
     return STORE_OK;
+}
+
+int store_breaker_trip(struct db *db, const char *provider, int http_status, const char *reason,
+                       const char *job_id)
+{
+    char st[16];
+    snprintf(st, sizeof(st), "%d", http_status);
+    const char *v[4] = {provider, st, reason, job_id};
+    PGresult *r;
+    int e = run(db, "breaker_trip", 4, v, NULL, 0, &r);
+    PQclear(r);
+    return e;
+}
+
+int store_breaker_reset(struct db *db, const char *provider, int *cleared)
+{
+    const char *v[1] = {provider};
+    PGresult *r;
+    int e = run(db, "breaker_reset", 1, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    *cleared = atoi(PQcmdTuples(r)) > 0;
+    PQclear(r);
+    return STORE_OK;
+}
+
+int store_breaker_list(struct db *db,
+                       void (*cb)(const char *, int, const char *, const char *, void *),
+                       void *arg)
+{
+    PGresult *r;
+    int e = run(db, "breaker_list", 0, NULL, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), atoi(PQgetvalue(r, i, 1)), PQgetvalue(r, i, 2),
+           PQgetvalue(r, i, 3), arg);
+    PQclear(r);
+    return STORE_OK;
+}
+
+int store_jobs_list(struct db *db, const char *token, const char *state, int limit,
+                    void (*cb)(const struct store_job *, void *), void *arg)
+{
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *v[3] = {token, state, lim};
+    PGresult *r;
+    int e = run(db, "jobs_list", 3, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r) && e == STORE_OK; i++) {
+        struct store_job j;
+        e = job_from_row(r, i, 0, &j);
+        if (e == STORE_OK) {
+            cb(&j, arg);
+            store_job_fini(&j);
+        }
+    }
+    PQclear(r);
+    return e;
+}
+
+int store_resolve(struct db *db, const char *token, const char *job_id, const char *outcome,
+                  enum op_state new_state, const char *remote_id, const char *by,
+                  struct store_job *out, int *applied)
+{
+    const char *v[6] = {token, job_id, outcome, st_name(new_state), by, remote_id};
+    PGresult *r;
+    int e = run(db, "resolve", 6, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        /* No row: a bad token, or no such job for this tenant. */
+        return read_by(db, "job_get", token, "", out) == STORE_EAUTH ? STORE_EAUTH
+                                                                     : STORE_ENOTFOUND;
+    }
+    *applied = atoi(PQgetvalue(r, 0, 0)) == 1;
+    return job_from_row(r, 0, 1, out);
+}
+
+int store_regenerate(struct db *db, const char *token, const char *parent_id, const char *new_id,
+                     const char *key, const char *fp_hex, int fp_version, int ttl_hours,
+                     struct store_job *out, int *created)
+{
+    char fpv[16], ttl[16];
+    snprintf(fpv, sizeof(fpv), "%d", fp_version);
+    snprintf(ttl, sizeof(ttl), "%d", ttl_hours);
+    const char *v[7] = {token, parent_id, new_id, key, fp_hex, fpv, ttl};
+    for (int tries = 0; tries < 3; tries++) {
+        PGresult *r;
+        int e = run(db, "regenerate", 7, v, NULL, 0, &r);
+        if (e == STORE_ERETRY)
+            continue;
+        if (e < 0)
+            return e;
+        if (PQntuples(r) > 0) {
+            *created = atoi(PQgetvalue(r, 0, 0)) == 1;
+            return job_from_row(r, 0, 1, out);
+        }
+        PQclear(r);
+        /* Nothing inserted and no row with the key: a racing insert, a bad token, or a parent
+         * that is not a terminal job of this tenant. */
+        e = read_by(db, "by_key", token, key, out);
+        if (e == STORE_OK) {
+            *created = 0;
+            return e;
+        }
+        if (e == STORE_EAUTH)
+            return e;
+        struct store_job parent;
+        e = read_by(db, "job_get", token, parent_id, &parent);
+        if (e == STORE_OK) {
+            int terminal = st_is_terminal(parent.state);
+            store_job_fini(&parent);
+            if (!terminal)
+                return STORE_ECONFLICT;
+            continue;
+        }
+        return e;
+    }
+    return STORE_ERETRY;
 }

@@ -120,7 +120,8 @@ int up_call(const struct up_request *req, struct up_response *res)
         snprintf(res->error, sizeof(res->error), "out of memory");
         goto done;
     }
-    hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    if (req->body)
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
     hdrs = curl_slist_append(hdrs, "Accept: application/json");
     hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue round trip */
     if (req->auth_header && req->auth_value) {
@@ -128,13 +129,15 @@ int up_call(const struct up_request *req, struct up_response *res)
         hdrs = curl_slist_append(hdrs, line);
         explicit_bzero(line, sizeof(line));
     }
-    if (req->client_ref) {
-        snprintf(line, sizeof(line), "X-Idemgate-Operation: %s", req->client_ref);
+    for (const char *const *x = req->headers; x && x[0] && x[1]; x += 2) {
+        snprintf(line, sizeof(line), "%s: %s", x[0], x[1]);
         hdrs = curl_slist_append(hdrs, line);
     }
     curl_easy_setopt(h, CURLOPT_URL, req->url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
-    if (req->body) {
+    if (strcmp(req->method, "GET") == 0) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    } else if (req->body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
     }

@@ -27,6 +27,8 @@ const char *http_req_method(const struct http_req *r);
 const char *http_req_path(const struct http_req *r);
 const char *http_req_id(const struct http_req *r);
 const char *http_req_header(const struct http_req *r, const char *name);
+/* A query-string argument, or NULL. */
+const char *http_req_query(const struct http_req *r, const char *name);
 /* How many times header `name` occurs. */
 int http_req_header_count(const struct http_req *r, const char *name);
 const char *http_req_body(const struct http_req *r, size_t *len);

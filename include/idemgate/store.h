@@ -59,6 +59,11 @@ struct store_job {
     size_t resp_body_len;
     const char *last_error;
     const char *created_at, *updated_at, *first_sent_at, *finished_at, *expires_at;
+    int outputs_requested, outputs_received; /* -1 when not known */
+    const char *usage;                        /* JSON text */
+    const char *resolution, *resolved_by, *resolved_at;
+    const char *reconcile_strategy;
+    const char *blocked_reason; /* the provider's credential is tripped: why */
 };
 void store_job_fini(struct store_job *j);
 
@@ -76,6 +81,9 @@ struct store_intake_req {
     const char *body;
     size_t body_len;
     int ttl_hours;
+    const char *idem_header;        /* the provider's idempotency header, or NULL */
+    const char *reconcile_strategy; /* see migrations/0002 */
+    int outputs_requested;          /* -1 when not known */
 };
 
 /* The intake decision in one round trip: insert the intent (committed on return) or read the
@@ -103,8 +111,23 @@ struct store_claim {
     unsigned char *body; /* owned */
     size_t body_len;
     double lease_remaining_s; /* database time left on the lease when the claim committed */
+    const char *idem_header;  /* NULL: the provider has no idempotency key */
+    const char *reconcile_strategy;
+    int transport_attempts;     /* including this claim's, for a dispatch */
+    long long since_first_ms;   /* since the first send */
+    int outputs_requested;      /* -1 when not known */
 };
 void store_claim_fini(struct store_claim *c);
+
+/* Claims the most overdue unknown operation for reconciliation: a new lease and fencing token,
+ * the state stays unknown. STORE_ENOTFOUND when nothing is due. */
+__attribute__((warn_unused_result)) int store_reconcile_claim(struct db *db, const char *owner,
+                                                              int lease_seconds,
+                                                              struct store_claim *out);
+/* unknown → sending under the reconciler's lease (a transport retry under the same provider
+ * key); updates c->lease_remaining_s and c->transport_attempts. STORE_ENOTFOUND when fenced. */
+__attribute__((warn_unused_result)) int store_reconcile_send(struct db *db, struct store_claim *c,
+                                                             int lease_seconds);
 
 /* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
  * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
@@ -117,6 +140,8 @@ struct store_finish {
     long long tenant_id;
     const char *id;
     long long lease_version;
+    enum op_state from;   /* the state the claim holds: sending, or unknown for a reconcile */
+    const char *kind;     /* 'create' or 'reconcile' */
     enum op_state state;  /* the state to write */
     const char *outcome;  /* classifier outcome name */
     int http_status;      /* 0: none */
@@ -127,7 +152,10 @@ struct store_finish {
     size_t resp_body_len;
     const char *remote_id; /* or NULL */
     const char *error;     /* or NULL */
-    long retry_delay_ms;   /* next_attempt_at = now() + this, when the state is prepared */
+    long retry_delay_ms;   /* next_attempt_at = now() + this (prepared: retry; unknown: look) */
+    int outputs_received;  /* -1: unchanged */
+    int outputs_requested; /* -1: unchanged */
+    const char *usage;     /* JSON text or NULL */
     double started_at, finished_at; /* Unix seconds, from this host's clock */
 };
 
@@ -136,6 +164,44 @@ struct store_finish {
  * then recorded with decision 'fenced' and the operation is unchanged. */
 __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct store_finish *f,
                                                      int *applied);
+
+/* Provider credential breakers. */
+__attribute__((warn_unused_result)) int store_breaker_trip(struct db *db, const char *provider,
+                                                           int http_status, const char *reason,
+                                                           const char *job_id);
+/* *cleared is 1 when a breaker was removed. */
+__attribute__((warn_unused_result)) int store_breaker_reset(struct db *db, const char *provider,
+                                                            int *cleared);
+__attribute__((warn_unused_result)) int store_breaker_list(
+    struct db *db, void (*cb)(const char *provider, int status, const char *reason,
+                              const char *tripped_at, void *arg),
+    void *arg);
+
+/* A tenant's jobs, oldest first, optionally in one state (NULL: all); cb gets each job. */
+__attribute__((warn_unused_result)) int store_jobs_list(struct db *db, const char *token,
+                                                        const char *state, int limit,
+                                                        void (*cb)(const struct store_job *j,
+                                                                   void *arg),
+                                                        void *arg);
+
+/* An operator's decision on a job in review: outcome found (→ new_state accepted or completed,
+ * with remote_id), absent (→ prepared) or abandon (→ failed). *applied is 1 when this call moved
+ * the job; otherwise out holds the job as it is (the caller compares). STORE_ENOTFOUND: no such
+ * job for this tenant. */
+__attribute__((warn_unused_result)) int store_resolve(struct db *db, const char *token,
+                                                      const char *job_id, const char *outcome,
+                                                      enum op_state new_state,
+                                                      const char *remote_id, const char *by,
+                                                      struct store_job *out, int *applied);
+
+/* A new operation regenerating a terminal parent under a new key (see migrations). *created is
+ * 1 for a new row, 0 for a replay of the key. STORE_ENOTFOUND when the parent is not a terminal
+ * job of this tenant and the key is new. */
+__attribute__((warn_unused_result)) int store_regenerate(struct db *db, const char *token,
+                                                         const char *parent_id, const char *new_id,
+                                                         const char *key, const char *fp_hex,
+                                                         int fp_version, int ttl_hours,
+                                                         struct store_job *out, int *created);
 
 /* Turns up to `limit` operations whose sending lease expired into unknown; *count of them. */
 __attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int *count);

@@ -12,7 +12,7 @@ struct up_request {
     const char *url;
     const char *auth_header; /* e.g. "Authorization", or NULL */
     const char *auth_value;  /* prefix + secret; never logged */
-    const char *client_ref;  /* sent as X-Idemgate-Operation, or NULL */
+    const char *const *headers; /* more request headers: name, value, …, NULL; or NULL */
     const char *body;
     size_t body_len;
     long connect_timeout_ms;

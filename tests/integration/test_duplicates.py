@@ -114,5 +114,8 @@ def test_killed_while_provider_holds_the_create_is_never_resent(gateway_factory,
     time.sleep(1.0)
     assert len(mock.creates_for(job_id)) == 1, "nothing was sent again"
     assert restarted.job(token, job_id).json()["state"] == "unknown"
-    rows = psql(f"SELECT outcome, decision FROM attempts WHERE operation_id = '{job_id}'")
-    assert rows == [["lease_expired", "unknown"]]
+    rows = psql(f"SELECT kind, outcome, decision FROM attempts WHERE operation_id = '{job_id}' "
+                "ORDER BY seq")
+    assert rows[0] == ["create", "lease_expired", "unknown"]
+    # After it, only reconciliation looks (this provider has none: it waits for its window).
+    assert all(r[0] == "reconcile" and r[2] == "unknown" for r in rows[1:]), rows

@@ -1,9 +1,12 @@
 /*
- * idemgate-mock: the append-only ledger of received creates (see ledger.h).
+ * idemgate-mock: the append-only ledger of received creates, and the tasks they made
+ * (see ledger.h).
  */
 #include "ledger.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,12 +18,21 @@ struct ledger_entry {
     unsigned long seq;
     double time;
     struct ledger_record rec;
+    char *result; /* the task's result once ledger_attach_task() ran, else NULL: no task */
 };
 
 static pthread_mutex_t ledger_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ledger_entry *entries;
 static size_t entry_count;
 static size_t entry_cap;
+/* Counts resets, so a task attached late never lands on an entry of the next epoch. */
+static unsigned long epoch;
+
+/* Writes the id of the task that the entry numbered seq made into id (LEDGER_TASK_ID_MAX). */
+void ledger_task_id(unsigned long seq, char *id)
+{
+    snprintf(id, LEDGER_TASK_ID_MAX, "task_%lu", seq);
+}
 
 /* Returns a heap copy of s, NULL for NULL; *ok turns false when memory ran out. */
 static char *dup_or_null(const char *s, bool *ok)
@@ -49,6 +61,7 @@ static void free_entry(struct ledger_entry *e)
 {
     free((char *)e->rec.idempotency_key);
     free((char *)e->rec.client_ref);
+    free(e->result);
 }
 
 /*
@@ -75,15 +88,16 @@ static bool reserve_one(void)
 
 /*
  * Appends a copy of rec with the next sequence number (1-based, restarting after a reset)
- * and the current wall-clock time.  Stores the sequence number in *seq.  Returns false
- * when the ledger is full or memory ran out; nothing is recorded then.
+ * and the current wall-clock time.  Stores the entry's name in *slot.  Returns false when
+ * the ledger is full or memory ran out; nothing is recorded then.
  */
-bool ledger_append(const struct ledger_record *rec, unsigned long *seq)
+bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
 {
     struct ledger_entry e;
     bool ok = true;
 
     e.rec = *rec;
+    e.result = NULL;
     e.rec.idempotency_key = dup_or_null(rec->idempotency_key, &ok);
     e.rec.client_ref = dup_or_null(rec->client_ref, &ok);
     if (!ok) {
@@ -101,10 +115,80 @@ bool ledger_append(const struct ledger_record *rec, unsigned long *seq)
     e.seq = entry_count + 1;
     e.time = now_unix();
     entries[entry_count++] = e;
+    slot->seq = e.seq;
+    slot->epoch = epoch;
     pthread_mutex_unlock(&ledger_lock);
-
-    *seq = e.seq;
     return true;
+}
+
+/*
+ * Marks the entry named by slot as having made a task whose result is the JSON text
+ * result (copied).  Returns false when memory ran out or a reset forgot the entry.
+ */
+bool ledger_attach_task(const struct ledger_slot *slot, const char *result)
+{
+    char *copy = strdup(result);
+    bool attached = false;
+
+    if (copy == NULL)
+        return false;
+    pthread_mutex_lock(&ledger_lock);
+    if (slot->epoch == epoch && slot->seq >= 1 && slot->seq <= entry_count &&
+        entries[slot->seq - 1].result == NULL) {
+        entries[slot->seq - 1].result = copy;
+        attached = true;
+    }
+    pthread_mutex_unlock(&ledger_lock);
+    if (!attached)
+        free(copy);
+    return attached;
+}
+
+/* Returns true when the task of entry e is one that q selects.  The caller holds the lock. */
+static bool task_matches(const struct ledger_entry *e, const struct ledger_task_query *q)
+{
+    /* The bounds are whole seconds, so a task counts for the second it was created in. */
+    long long second = (long long)floor(e->time);
+
+    if (e->result == NULL || strcmp(e->rec.route, q->route) != 0)
+        return false;
+    if (q->client_ref &&
+        (e->rec.client_ref == NULL || strcmp(e->rec.client_ref, q->client_ref) != 0))
+        return false;
+    if (q->has_since && second < q->since)
+        return false;
+    if (q->has_until && second > q->until)
+        return false;
+    return true;
+}
+
+/*
+ * Calls visit for each task that q selects, newest first, with the ledger locked: visit
+ * must not call back into the ledger.  Stops after q->limit tasks or when visit returns
+ * false.  Returns false when a visit did.
+ */
+bool ledger_each_task(const struct ledger_task_query *q,
+                      bool (*visit)(const struct ledger_task *t, void *ctx), void *ctx)
+{
+    size_t visited = 0;
+    bool ok = true;
+
+    pthread_mutex_lock(&ledger_lock);
+    for (size_t i = entry_count; ok && i > 0 && visited < q->limit; i--) {
+        const struct ledger_entry *e = &entries[i - 1];
+        struct ledger_task t;
+
+        if (!task_matches(e, q))
+            continue;
+        t.seq = e->seq;
+        t.created = e->time;
+        t.client_ref = e->rec.client_ref;
+        t.result = e->result;
+        ok = visit(&t, ctx);
+        visited++;
+    }
+    pthread_mutex_unlock(&ledger_lock);
+    return ok;
 }
 
 /* Adds s to obj under name, or a JSON null when s is NULL. */
@@ -128,6 +212,7 @@ static cJSON *entry_to_json(const struct ledger_entry *e)
     cJSON_AddStringToObject(obj, "route", e->rec.route);
     add_string_or_null(obj, "idempotency_key", e->rec.idempotency_key);
     add_string_or_null(obj, "client_ref", e->rec.client_ref);
+    add_string_or_null(obj, "client_ref_source", e->rec.client_ref_source);
     cJSON_AddStringToObject(obj, "body_sha256", e->rec.body_sha256);
     cJSON_AddNumberToObject(obj, "remote_port", e->rec.remote_port);
     add_string_or_null(obj, "fault", e->rec.fault);
@@ -136,6 +221,14 @@ static cJSON *entry_to_json(const struct ledger_entry *e)
     else
         cJSON_AddNumberToObject(obj, "status", e->rec.status);
     cJSON_AddBoolToObject(obj, "replay", e->rec.replay);
+    if (e->result) {
+        char id[LEDGER_TASK_ID_MAX];
+
+        ledger_task_id(e->seq, id);
+        cJSON_AddStringToObject(obj, "task_id", id);
+    } else {
+        cJSON_AddNullToObject(obj, "task_id");
+    }
     return obj;
 }
 
@@ -166,13 +259,14 @@ char *ledger_to_json(void)
     return text;
 }
 
-/* Forgets every entry and restarts the sequence at 1. */
+/* Forgets every entry and every task, and restarts the sequence at 1. */
 void ledger_reset(void)
 {
     pthread_mutex_lock(&ledger_lock);
     for (size_t i = 0; i < entry_count; i++)
         free_entry(&entries[i]);
     entry_count = 0;
+    epoch++;
     pthread_mutex_unlock(&ledger_lock);
 }
 

@@ -1,15 +1,20 @@
 /*
- * idemgate-mock: the append-only ledger of received creates.
+ * idemgate-mock: the append-only ledger of received creates, and the tasks they made.
  *
  * The ledger is the evidence the integration tests use to prove that the gateway never
  * creates a paid task twice: every create request is recorded as soon as its body has been
  * read, before any delay or fault, so a create counts even when the client never sees an
  * answer.  It is process-wide and guarded by its own mutex.
+ *
+ * The ledger is also the provider's task store.  A create that made a task has the task's
+ * result attached to its entry, and the task is named after the entry: "task_<seq>".  So
+ * tasks share the ledger's cap, and /_reset forgets both at once.
  */
 #ifndef IDEMGATE_MOCK_LEDGER_H
 #define IDEMGATE_MOCK_LEDGER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Most entries the ledger holds; creates beyond it are refused with 507. */
 #define LEDGER_MAX_ENTRIES 1000000UL
@@ -21,7 +26,8 @@
 struct ledger_record {
     const char *route;           /* static string, the create path */
     const char *idempotency_key; /* Idempotency-Key header or NULL; copied */
-    const char *client_ref;      /* X-Idemgate-Operation header or NULL; copied */
+    const char *client_ref;      /* the client reference or NULL; copied */
+    const char *client_ref_source; /* static name of where client_ref came from, or NULL */
     char body_sha256[65];        /* lower-case hex of the raw body */
     unsigned int remote_port;    /* the client's TCP source port, 0 when unknown */
     const char *fault;           /* static fault name or NULL */
@@ -29,12 +35,57 @@ struct ledger_record {
     bool replay;                 /* true when the request did not start a new task */
 };
 
+/* Bytes a task id ("task_<seq>") needs, including the terminating NUL. */
+#define LEDGER_TASK_ID_MAX 32
+
+/* Names one appended entry even across resets, for ledger_attach_task(). */
+struct ledger_slot {
+    unsigned long seq;   /* 1-based sequence number */
+    unsigned long epoch; /* how many resets came before the entry */
+};
+
+/* A task as ledger_each_task() shows it; the strings stay valid only during the visit. */
+struct ledger_task {
+    unsigned long seq;
+    double created;         /* the entry's time: Unix seconds with a fractional part */
+    const char *client_ref; /* NULL when the create carried none */
+    const char *result;     /* the JSON body the create produced or would have produced */
+};
+
+/* Which tasks ledger_each_task() visits. */
+struct ledger_task_query {
+    const char *route;      /* only tasks made by creates on this route */
+    const char *client_ref; /* only tasks with this client reference; NULL for any */
+    bool has_since;         /* only tasks created at or after the Unix second since */
+    long long since;
+    bool has_until; /* only tasks created during or before the Unix second until */
+    long long until;
+    size_t limit; /* visit at most this many */
+};
+
+/* Writes the id of the task that the entry numbered seq made into id (LEDGER_TASK_ID_MAX). */
+void ledger_task_id(unsigned long seq, char *id);
+
 /*
  * Appends a copy of rec with the next sequence number (1-based, restarting after a reset)
- * and the current wall-clock time.  Stores the sequence number in *seq.  Returns false
- * when the ledger is full or memory ran out; nothing is recorded then.
+ * and the current wall-clock time.  Stores the entry's name in *slot.  Returns false when
+ * the ledger is full or memory ran out; nothing is recorded then.
  */
-bool ledger_append(const struct ledger_record *rec, unsigned long *seq);
+bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot);
+
+/*
+ * Marks the entry named by slot as having made a task whose result is the JSON text
+ * result (copied).  Returns false when memory ran out or a reset forgot the entry.
+ */
+bool ledger_attach_task(const struct ledger_slot *slot, const char *result);
+
+/*
+ * Calls visit for each task that q selects, newest first, with the ledger locked: visit
+ * must not call back into the ledger.  Stops after q->limit tasks or when visit returns
+ * false.  Returns false when a visit did.
+ */
+bool ledger_each_task(const struct ledger_task_query *q,
+                      bool (*visit)(const struct ledger_task *t, void *ctx), void *ctx);
 
 /*
  * Renders the ledger as {"creates": [...], "count": N}.  Returns a heap string the caller
@@ -42,7 +93,7 @@ bool ledger_append(const struct ledger_record *rec, unsigned long *seq);
  */
 char *ledger_to_json(void);
 
-/* Forgets every entry and restarts the sequence at 1. */
+/* Forgets every entry and every task, and restarts the sequence at 1. */
 void ledger_reset(void);
 
 /* Frees all ledger memory at exit; no other ledger call may run concurrently. */

@@ -1,0 +1,49 @@
+#include "idemgate/policy.h"
+
+#include "idemgate/backoff.h"
+
+struct pol_decision pol_decide(const struct pol_input *in)
+{
+    struct pol_decision d = {ST_UNKNOWN, 0, 0, NULL};
+    switch (in->outcome) {
+    case CLS_SUCCESS:
+    case CLS_PARTIAL:
+        d.next = ST_COMPLETED;
+        return d;
+    case CLS_REJECTED_REQUEST:
+        d.next = ST_FAILED;
+        d.reason = "the provider rejected the request";
+        return d;
+    case CLS_REJECTED_ACCOUNT:
+        d.next = ST_FAILED;
+        d.trip_credential = 1;
+        d.reason = "the provider refused the credential";
+        return d;
+    case CLS_NOT_SENT:
+    case CLS_BACKOFF: {
+        /* Safe to send again: nothing left, or a definite "not now". Wait at least as long as
+         * the server asked, with full jitter, inside the attempt limit and the deadline. A
+         * definite answer came every time, so running out is `failed`, not `unknown`. */
+        int attempt = in->attempts_made > 0 ? in->attempts_made - 1 : 0;
+        long long delay = bo_full_jitter_ms(attempt, in->base_ms, in->cap_ms, in->rand01,
+                                            in->hint_ms);
+        if (bo_budget_allows(in->attempts_made, in->max_attempts, in->elapsed_ms,
+                             in->deadline_ms, delay)) {
+            d.next = ST_PREPARED;
+            d.delay_ms = delay;
+            d.reason = in->outcome == CLS_NOT_SENT ? "not sent; will retry"
+                                                   : "provider asked to retry later";
+        } else {
+            d.next = ST_FAILED;
+            d.reason = "retry budget exhausted";
+        }
+        return d;
+    }
+    case CLS_AMBIGUOUS:
+    default:
+        /* The task may exist: nobody resends without reconciling first. */
+        d.next = ST_UNKNOWN;
+        d.reason = "sent without a definite answer";
+        return d;
+    }
+}
