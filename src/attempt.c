@@ -187,7 +187,8 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
                               .header_bytes = res.header_bytes,
                               .http_status = res.http_status,
                               .outputs_short = requested > 0 && rs.received >= 0 &&
-                                               rs.received < requested};
+                                               rs.received < requested,
+                              .idempotent = c->idem_header != NULL};
     enum cls_outcome outcome = res.aborted_before_send ? CLS_NOT_SENT : cls_classify(&ev);
     long long hint = server_hint_ms(p, &res);
     struct pol_input in = {.outcome = outcome,

@@ -10,8 +10,12 @@ const char *cls_name(enum cls_outcome o)
 }
 
 /* Classifies a definite HTTP status (a status line was received). */
-static enum cls_outcome by_status(int status, int outputs_short)
+static enum cls_outcome by_status(int status, int outputs_short, int idempotent)
 {
+    /* A provider that dedupes on our key answers 409 while the first request with that key is
+     * still being processed: the task exists, so come back later, under the same key. */
+    if (status == 409 && idempotent)
+        return CLS_BACKOFF;
     if (status >= 200 && status < 300)
         return outputs_short ? CLS_PARTIAL : CLS_SUCCESS;
     if (status == 401 || status == 402 || status == 403)
@@ -27,7 +31,7 @@ static enum cls_outcome by_status(int status, int outputs_short)
 enum cls_outcome cls_classify(const struct cls_evidence *e)
 {
     if (e->curl_code == 0)
-        return e->http_status ? by_status(e->http_status, e->outputs_short) : CLS_AMBIGUOUS;
+        return e->http_status ? by_status(e->http_status, e->outputs_short, e->idempotent) : CLS_AMBIGUOUS;
     if (e->bytes_sent <= 0)
         return CLS_NOT_SENT;
     if (e->header_bytes > 0 && e->http_status > 0) {
@@ -35,22 +39,8 @@ enum cls_outcome cls_classify(const struct cls_evidence *e)
          * stays a refusal; a 2xx whose body was lost may hold a task we could not read. */
         if (e->http_status >= 200 && e->http_status < 300)
             return CLS_AMBIGUOUS;
-        enum cls_outcome o = by_status(e->http_status, 0);
+        enum cls_outcome o = by_status(e->http_status, 0, e->idempotent);
         return o == CLS_SUCCESS ? CLS_AMBIGUOUS : o;
     }
     return CLS_AMBIGUOUS;
-}
-
-enum op_state cls_next_state(enum cls_outcome o)
-{
-    switch (o) {
-    case CLS_SUCCESS:
-    case CLS_PARTIAL:
-        return ST_COMPLETED;
-    case CLS_REJECTED_REQUEST:
-    case CLS_REJECTED_ACCOUNT:
-        return ST_FAILED;
-    default:
-        return ST_UNKNOWN;
-    }
 }

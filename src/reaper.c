@@ -1,15 +1,20 @@
 #include "idemgate/reaper.h"
 
+#include "idemgate/attempt.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define REAP_BATCH 100
+/* How often a tripped provider's credential is probed, when its profile names a probe. */
+#define PROBE_INTERVAL_S 30.0
 
 struct reaper {
     const struct cfg *cfg;
@@ -23,6 +28,33 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+struct probe_ctx {
+    const struct cfg *cfg;
+    struct db *db;
+};
+
+/* A cheap authenticated GET: a 2xx proves the credential works again and clears the breaker. */
+static void probe_one(const char *provider, int status, const char *reason,
+                      const char *tripped_at, void *arg)
+{
+    (void)status;
+    (void)reason;
+    (void)tripped_at;
+    struct probe_ctx *x = arg;
+    const struct cfg_provider *p = cfg_find_provider(x->cfg, provider, strlen(provider));
+    if (!p || !p->probe_path)
+        return;
+    char url[2048];
+    snprintf(url, sizeof(url), "%s%s", p->base_url, p->probe_path);
+    struct up_response res;
+    int rc = attempt_get(p, p->secret_env, url, &res);
+    int cleared = 0;
+    if (rc == 0 && res.http_status >= 200 && res.http_status < 300 &&
+        store_breaker_reset(x->db, provider, &cleared) == STORE_OK && cleared)
+        LOG(LOG_WARN, "provider_reset", LS("provider", provider), LS("by", "probe"));
+    up_response_fini(&res);
+}
+
 static void *reaper_main(void *arg)
 {
     struct reaper *r = arg;
@@ -30,6 +62,7 @@ static void *reaper_main(void *arg)
     if (!db)
         return NULL;
     int migrated = 0;
+    double last_probe = 0;
     while (!atomic_load(&r->stop)) {
         int n = 0;
         /* A replica started while PostgreSQL was down applies the migrations once it is up. */
@@ -39,6 +72,12 @@ static void *reaper_main(void *arg)
         while (!atomic_load(&r->stop) && store_reap(db, REAP_BATCH, &n) == STORE_OK &&
                n == REAP_BATCH)
             ;
+        if (attempt_mono_now() - last_probe >= PROBE_INTERVAL_S) {
+            struct probe_ctx x = {r->cfg, db};
+            last_probe = attempt_mono_now();
+            if (store_breaker_list(db, probe_one, &x) < 0)
+                last_probe = 0; /* try again on the next tick */
+        }
         /* Sleep in short steps so that stopping is prompt. */
         for (int slept = 0; slept < r->cfg->reaper_interval_ms && !atomic_load(&r->stop);
              slept += 50)

@@ -1,8 +1,6 @@
 #ifndef IDEMGATE_CLASSIFY_H
 #define IDEMGATE_CLASSIFY_H
 
-#include "idemgate/states.h"
-
 /* Outcome classification of one outbound call: pure, table-tested. The evidence rules follow
  * what libcurl 7.88 reports on this platform (STYLE.md): REQUEST_SIZE == 0 means no byte left;
  * bytes sent with HEADER_SIZE == 0 means sent without any answer; HEADER_SIZE > 0 means a
@@ -25,14 +23,11 @@ struct cls_evidence {
     long header_bytes; /* CURLINFO_HEADER_SIZE */
     int http_status;   /* CURLINFO_RESPONSE_CODE; 0 when none */
     int outputs_short; /* 2xx carried fewer outputs than requested */
+    int idempotent;    /* sent under a provider idempotency key: a 409 means "in flight" */
 };
 
 enum cls_outcome cls_classify(const struct cls_evidence *e);
 const char *cls_name(enum cls_outcome o);
 
-/* The state an outcome leads to from `sending`, in the current policy: success and partial →
- * completed; a definite rejection → failed; everything else → unknown (never resent blindly;
- * the reconciler decides). */
-enum op_state cls_next_state(enum cls_outcome o);
 
 #endif

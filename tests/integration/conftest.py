@@ -173,6 +173,16 @@ class Gateway:
             time.sleep(0.05)
 
 
+def provider(name, base_url, path="/v1/images/generations", route="images/generations", **extra):
+    """A provider entry for a gateway configuration; extra keys are merged in."""
+    p = {"name": name, "base_url": base_url, "mode": "sync",
+         "timeouts": {"connect_ms": 1000, "total_ms": 5000},
+         "routes": [{"route": route, "method": "POST", "path": path}],
+         "outputs": {"requested": "$.n", "received": "$.data[*]", "usage": "$.usage"}}
+    p.update(extra)
+    return p
+
+
 @pytest.fixture
 def gateway_factory(database_url, mock, tmp_path):
     """Starts gateway processes on free ports; settings override the defaults below."""
@@ -189,15 +199,11 @@ def gateway_factory(database_url, mock, tmp_path):
             "poll_interval_ms": 500,
             "log_level": "info",
             "providers": [
-                {"name": "mock-images", "base_url": mock.url, "mode": "sync",
-                 "auth": {"header": "Authorization", "prefix": "Bearer ",
-                          "secret_env": "MOCK_IMAGES_API_KEY"},
-                 "timeouts": {"connect_ms": 1000, "total_ms": 5000},
-                 "routes": [{"route": "images/generations", "method": "POST",
-                             "path": "/v1/images/generations"}]},
-                {"name": "mock-keyed", "base_url": mock.url, "mode": "sync",
-                 "timeouts": {"connect_ms": 1000, "total_ms": 5000},
-                 "routes": [{"route": "generations", "method": "POST", "path": "/v2/generations"}]},
+                provider("mock-images", mock.url,
+                         auth={"header": "Authorization", "prefix": "Bearer ",
+                               "secret_env": "MOCK_IMAGES_API_KEY"}),
+                provider("mock-keyed", mock.url, path="/v2/generations", route="generations",
+                         idempotency={"header": "Idempotency-Key"}),
             ],
         }
         env_extra = settings.pop("env", {})

@@ -24,15 +24,15 @@
 
 /* What one received create looked like and what the mock decided to do with it. */
 struct ledger_record {
-    const char *route;           /* static string, the create path */
-    const char *idempotency_key; /* Idempotency-Key header or NULL; copied */
-    const char *client_ref;      /* the client reference or NULL; copied */
+    const char *route;             /* static string, the create path */
+    const char *idempotency_key;   /* Idempotency-Key header or NULL; copied */
+    const char *client_ref;        /* the client reference or NULL; copied */
     const char *client_ref_source; /* static name of where client_ref came from, or NULL */
-    char body_sha256[65];        /* lower-case hex of the raw body */
-    unsigned int remote_port;    /* the client's TCP source port, 0 when unknown */
-    const char *fault;           /* static fault name or NULL */
-    int status;                  /* decided HTTP status or LEDGER_NO_STATUS */
-    bool replay;                 /* true when the request did not start a new task */
+    char body_sha256[65];          /* lower-case hex of the raw body */
+    unsigned int remote_port;      /* the client's TCP source port, 0 when unknown */
+    const char *fault;             /* static fault name or NULL */
+    int status;                    /* decided HTTP status or LEDGER_NO_STATUS */
+    bool replay;                   /* true when the request did not start a new task */
 };
 
 /* Bytes a task id ("task_<seq>") needs, including the terminating NUL. */

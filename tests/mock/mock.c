@@ -2,17 +2,16 @@
  * idemgate-mock: a counting mock of the generative-AI providers idemgate fronts.
  *
  * This file holds the process: command line, libmicrohttpd daemon, request body
- * accumulation, routing and the small administrative routes the tests drive.  Create
- * routes are handled by providers.c, their ledger by ledger.c and faults by faults.c.
+ * accumulation, routing and the small administrative routes the tests drive.  Provider
+ * routes are handled by providers.c, their ledger by ledger.c, faults by faults.c, the
+ * task lookup and list by tasks.c and the listening socket by listener.c.
  *
  *   idemgate-mock --listen HOST:PORT [--delay-ms N] [--threads N]
  */
 #include "mock.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,17 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "faults.h"
 #include "idemkeys.h"
 #include "ledger.h"
+#include "listener.h"
 #include "providers.h"
 #include "reply.h"
+#include "tasks.h"
 
 /* Largest request body accepted; bigger ones are drained and answered with 413. */
 #define BODY_MAX (8u * 1024u * 1024u)
@@ -142,7 +141,10 @@ static enum MHD_Result handle_ledger(struct mock_request *req)
     return reply_queue(req, MHD_HTTP_OK, resp);
 }
 
-/* POST /_reset: forgets the ledger, the fault script and every idempotency key. */
+/*
+ * POST /_reset: forgets the ledger with its tasks, the fault script and every idempotency
+ * key, and restores the /_config settings.
+ */
 static enum MHD_Result handle_reset(struct mock_request *req)
 {
     cJSON *doc = cJSON_CreateObject();
@@ -150,6 +152,7 @@ static enum MHD_Result handle_reset(struct mock_request *req)
     ledger_reset();
     faults_script_reset();
     idemkeys_reset();
+    tasks_config_reset();
     cJSON_AddBoolToObject(doc, "ok", 1);
     return reply_json(req, MHD_HTTP_OK, doc);
 }
@@ -168,6 +171,55 @@ static enum MHD_Result handle_script(struct mock_request *req)
     doc = cJSON_CreateObject();
     cJSON_AddNumberToObject(doc, "queued", (double)queued);
     cJSON_AddNumberToObject(doc, "pending", (double)pending);
+    return reply_json(req, MHD_HTTP_OK, doc);
+}
+
+/* GET /_config: the task endpoint settings. */
+static enum MHD_Result handle_config_get(struct mock_request *req)
+{
+    cJSON *doc = tasks_config_to_json();
+
+    if (doc == NULL)
+        return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
+                           "oom");
+    return reply_json(req, MHD_HTTP_OK, doc);
+}
+
+/* POST /_config: changes some task endpoint settings, all or none, and answers all of them. */
+static enum MHD_Result handle_config_post(struct mock_request *req)
+{
+    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    char err[TASKS_ERR_MAX];
+    bool ok = tasks_config_apply(doc, err);
+
+    cJSON_Delete(doc);
+    if (!ok)
+        return reply_error(req, MHD_HTTP_BAD_REQUEST, err, "mock_error", "invalid_config");
+    return handle_config_get(req);
+}
+
+/*
+ * POST /_refuse: {"ms": N} closes the listening socket for N ms.  The answer is sent once
+ * the socket is closed, so when a client has it, new connections are refused already.
+ */
+static enum MHD_Result handle_refuse(struct mock_request *req)
+{
+    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(doc, "ms");
+    double value = cJSON_IsNumber(ms) ? ms->valuedouble : -1;
+    char message[64];
+
+    cJSON_Delete(doc);
+    if (value < 1 || value > LISTENER_REFUSE_MAX_MS || value != (double)(unsigned int)value) {
+        snprintf(message, sizeof(message), "ms must be an integer 1..%u", LISTENER_REFUSE_MAX_MS);
+        return reply_error(req, MHD_HTTP_BAD_REQUEST, message, "mock_error", "invalid_refuse");
+    }
+    if (!listener_refuse((unsigned int)value))
+        return reply_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "the mock is shutting down",
+                           "mock_error", "shutting_down");
+    doc = cJSON_CreateObject();
+    cJSON_AddBoolToObject(doc, "ok", 1);
+    cJSON_AddNumberToObject(doc, "refusing_ms", value);
     return reply_json(req, MHD_HTTP_OK, doc);
 }
 
@@ -203,21 +255,27 @@ struct admin_route {
 };
 
 static const struct admin_route admin_routes[] = {
-    {"GET", "/_health", false, handle_health},  /* readiness probe */
-    {"GET", "/_ledger", false, handle_ledger},  /* the evidence the checker counts */
-    {"POST", "/_reset", false, handle_reset},   /* a clean slate between tests */
-    {"POST", "/_script", false, handle_script}, /* faults for the next creates */
-    {"GET", "/files/", true, handle_file},      /* outputs the create answers link to */
+    {"GET", "/_health", false, handle_health},       /* readiness probe */
+    {"GET", "/_ledger", false, handle_ledger},       /* the evidence the checker counts */
+    {"POST", "/_reset", false, handle_reset},        /* a clean slate between tests */
+    {"POST", "/_script", false, handle_script},      /* faults for the next creates */
+    {"GET", "/_config", false, handle_config_get},   /* task endpoint settings */
+    {"POST", "/_config", false, handle_config_post}, /* a provider without lookup or list */
+    {"POST", "/_refuse", false, handle_refuse},      /* connection refused for a while */
+    {"GET", "/files/", true, handle_file},           /* outputs the create answers link to */
 };
 
-/* Sends a request to its route, or answers 404 when there is none. */
+/*
+ * Sends a request to its route, or answers 404 no_such_endpoint when there is none, the
+ * same answer as a task endpoint switched off with /_config.
+ */
 static enum MHD_Result route(struct mock_request *req)
 {
-    const struct mock_personality *p;
+    enum MHD_Result ret;
     char message[96];
 
-    if (strcmp(req->method, "POST") == 0 && (p = providers_lookup(req->url)) != NULL)
-        return providers_handle_create(req, p);
+    if (providers_route(req, &ret))
+        return ret;
     for (size_t i = 0; i < sizeof(admin_routes) / sizeof(admin_routes[0]); i++) {
         const struct admin_route *r = &admin_routes[i];
         bool match = r->prefix ? strncmp(req->url, r->path, strlen(r->path)) == 0
@@ -227,7 +285,8 @@ static enum MHD_Result route(struct mock_request *req)
             return r->handle(req);
     }
     snprintf(message, sizeof(message), "no route for %.10s %.60s", req->method, req->url);
-    return reply_error(req, MHD_HTTP_NOT_FOUND, message, "invalid_request_error", "not_found");
+    return reply_error(req, MHD_HTTP_NOT_FOUND, message, "invalid_request_error",
+                       "no_such_endpoint");
 }
 
 /* ---- libmicrohttpd glue ------------------------------------------------------------- */
@@ -473,64 +532,6 @@ static int parse_args(int argc, char **argv, struct options *opt)
 }
 
 /*
- * Resolves opt's host and port, preferring IPv4 when a name has both kinds, and opens a
- * listening socket there.  Stores the port actually bound in *port, which differs from
- * the requested one when that was 0.  Returns the socket, or -1 after printing why.
- *
- * The mock binds the socket itself rather than letting libmicrohttpd do it so that the
- * port, and with it the base URL, is known before any connection thread can read it.
- */
-static int open_listener(const struct options *opt, unsigned int *port)
-{
-    struct addrinfo hints = {0}, *res, *pick = NULL;
-    struct sockaddr_storage bound;
-    socklen_t bound_len = sizeof(bound);
-    int one = 1;
-    int fd, rc;
-
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    rc = getaddrinfo(opt->host, opt->port, &hints, &res);
-    if (rc != 0) {
-        fprintf(stderr, "idemgate-mock: cannot resolve %s: %s\n", opt->host, gai_strerror(rc));
-        return -1;
-    }
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        if (ai->ai_family == AF_INET) {
-            pick = ai;
-            break;
-        }
-        if (ai->ai_family == AF_INET6 && pick == NULL)
-            pick = ai;
-    }
-    if (pick == NULL) {
-        fprintf(stderr, "idemgate-mock: no IPv4 or IPv6 address for %s\n", opt->host);
-        freeaddrinfo(res);
-        return -1;
-    }
-
-    /* SO_REUSEADDR lets a test restart the mock on the same port despite TIME_WAIT. */
-    fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, pick->ai_addr, pick->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
-        getsockname(fd, (struct sockaddr *)&bound, &bound_len) != 0) {
-        fprintf(stderr, "idemgate-mock: cannot listen on %s:%s: %s\n", opt->host, opt->port,
-                strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(res);
-        return -1;
-    }
-    freeaddrinfo(res);
-    if (bound.ss_family == AF_INET6)
-        *port = ntohs(((const struct sockaddr_in6 *)(const void *)&bound)->sin6_port);
-    else
-        *port = ntohs(((const struct sockaddr_in *)(const void *)&bound)->sin_port);
-    return fd;
-}
-
-/*
  * Raises the soft limit on open files to the hard limit, because every connection holds a
  * descriptor and the usual soft limit of 1024 is close to the default connection limit.
  */
@@ -555,14 +556,18 @@ int main(int argc, char **argv)
     unsigned int flags;
     unsigned int port;
     sigset_t stop_signals;
-    int rc, sig, listen_fd;
+    int rc, sig;
 
     rc = parse_args(argc, argv, &opt);
     if (rc != ARGS_START)
         return rc;
     default_delay_ms = opt.delay_ms;
-    listen_fd = open_listener(&opt, &port);
-    if (listen_fd < 0)
+    tasks_config_reset();
+    /*
+     * The mock binds the socket itself, before any connection thread exists, so that the
+     * port, and with it the base URL, is known before a thread can read it.
+     */
+    if (!listener_open(opt.host, opt.port, &port))
         return EXIT_FAILURE;
     if (strchr(opt.host, ':'))
         snprintf(base_url, sizeof(base_url), "http://[%s]:%u", opt.host, port);
@@ -583,35 +588,32 @@ int main(int argc, char **argv)
 
     /*
      * One thread per connection lets a handler sleep (delays, hangs) without holding up
-     * other clients; poll() instead of select() lifts the FD_SETSIZE ceiling.
+     * other clients; poll() instead of select() lifts the FD_SETSIZE ceiling.  The daemon
+     * has no listening socket: listener.c accepts and hands it every connection, so that
+     * /_refuse can close the socket while the daemon goes on serving.
      */
     flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-            MHD_USE_ERROR_LOG;
-    if (strchr(opt.host, ':'))
-        flags |= MHD_USE_IPv6;
+            MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     /* The logger comes first so that libmicrohttpd routes every message through it. */
     daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-                              on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-                              MHD_OPTION_CONNECTION_LIMIT, opt.connections,
+                              on_mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, opt.connections,
                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK_BYTES,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     if (daemon == NULL) {
         fprintf(stderr, "idemgate-mock: cannot start the HTTP daemon\n");
-        close(listen_fd);
+        listener_close();
         return EXIT_FAILURE;
     }
     /* IPv6 literals are bracketed so that the line always splits at its last colon. */
     printf("idemgate-mock listening on %s\n", base_url + strlen("http://"));
     fflush(stdout);
 
-    do {
-        rc = sigwait(&stop_signals, &sig);
-    } while (rc != 0);
+    sig = listener_run(daemon, &stop_signals);
     fprintf(stderr, "idemgate-mock: signal %d, shutting down\n", sig);
 
     /* Sleeping handlers watch this flag, so stopping the daemon does not wait on them. */
     atomic_store(&shutting_down, true);
-    /* libmicrohttpd closes the listening socket it was given. */
+    listener_close();
     MHD_stop_daemon(daemon);
     ledger_shutdown();
     faults_script_reset();

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "idemkeys.h"
 #include "ledger.h"
 #include "reply.h"
+#include "tasks.h"
 
 /* Bounds of the request's "n", as OpenAI's images API documents them. */
 #define MIN_N 1u
@@ -28,16 +30,20 @@
 #define TOKENS_PER_OUTPUT 100u
 
 /*
- * Renders an OpenAI-images-like answer: {"created", "data": [{"url"}...], "usage"}.  The
- * file names carry the ledger sequence so tests can tie a downloaded file to its create.
+ * Renders an OpenAI-images-like answer: {"id", "created", "data": [{"url"}...], "usage"}.
+ * The id is the task's, and the file names carry the ledger sequence so tests can tie a
+ * downloaded file to its create.
  */
 static cJSON *render_images(const struct create_input *in, unsigned long seq)
 {
     unsigned long output_tokens = (unsigned long)in->n_out * TOKENS_PER_OUTPUT;
     cJSON *doc = cJSON_CreateObject();
     cJSON *data, *usage;
+    char id[LEDGER_TASK_ID_MAX];
 
     /* The keys are added in OpenAI's order, which keeps the bodies easy to compare by eye. */
+    ledger_task_id(seq, id);
+    cJSON_AddStringToObject(doc, "id", id);
     cJSON_AddNumberToObject(doc, "created", (double)time(NULL));
     data = cJSON_AddArrayToObject(doc, "data");
     usage = cJSON_AddObjectToObject(doc, "usage");
@@ -61,21 +67,29 @@ static cJSON *render_images(const struct create_input *in, unsigned long seq)
 
 /*
  * Every provider the mock simulates; a new personality is one more row (an asynchronous
- * one would add its poll and webhook routes and a render that returns a task id).
+ * one would add its poll and webhook routes).  A NULL lookup or list path means the
+ * provider has no such endpoint.
  */
 static const struct mock_personality personality_table[] = {
-    {"openai-images", "/v1/images/generations", false, render_images},
-    {"native-idempotent", "/v2/generations", true, render_images},
+    {"openai-images", "/v1/images/generations", "/v1/images/by-ref/", "/v1/images/tasks", false,
+     render_images},
+    {"native-idempotent", "/v2/generations", "/v2/generations/by-ref/", "/v2/generations/tasks",
+     true, render_images},
 };
 
-/* Returns the personality whose create route is path, or NULL when there is none. */
-const struct mock_personality *providers_lookup(const char *path)
-{
-    for (size_t i = 0; i < sizeof(personality_table) / sizeof(personality_table[0]); i++)
-        if (strcmp(personality_table[i].path, path) == 0)
-            return &personality_table[i];
-    return NULL;
-}
+/* One place a create's client reference can come from. */
+struct ref_source {
+    const char *name;   /* recorded in the ledger as client_ref_source */
+    const char *header; /* a request header, or NULL when member is used */
+    const char *member; /* a dotted path to a string in the JSON body, or NULL */
+};
+
+/* Where a create's client reference is looked for, highest priority first. */
+static const struct ref_source ref_sources[] = {
+    {"body", NULL, "metadata.client_ref"},
+    {"x-client-ref", "X-Client-Ref", NULL},
+    {"x-idemgate-operation", "X-Idemgate-Operation", NULL},
+};
 
 /* Writes the lower-case hex SHA-256 of data into hex (65 bytes). */
 static void sha256_hex(const char *data, size_t len, char hex[65])
@@ -106,6 +120,50 @@ static unsigned int remote_port(struct MHD_Connection *conn)
     return 0;
 }
 
+/*
+ * Returns the string at a dotted path inside doc (such as "metadata.client_ref"), or NULL
+ * when a step is missing or the value there is not a string.
+ */
+static const char *body_string(const cJSON *doc, const char *path)
+{
+    const cJSON *node = doc;
+
+    while (node && *path) {
+        size_t len = strcspn(path, ".");
+        char step[64];
+
+        if (len >= sizeof(step))
+            return NULL;
+        memcpy(step, path, len);
+        step[len] = '\0';
+        node = cJSON_IsObject(node) ? cJSON_GetObjectItemCaseSensitive(node, step) : NULL;
+        path += len + (path[len] == '.');
+    }
+    return cJSON_IsString(node) ? node->valuestring : NULL;
+}
+
+/*
+ * Fills rec's client_ref and client_ref_source from the first source in ref_sources that
+ * has one.  doc is the parsed body, or NULL when it is not JSON.  The reference points
+ * into doc or the request's headers, so doc must outlive rec's use.
+ */
+static void read_client_ref(struct MHD_Connection *conn, const cJSON *doc,
+                            struct ledger_record *rec)
+{
+    for (size_t i = 0; i < sizeof(ref_sources) / sizeof(ref_sources[0]); i++) {
+        const struct ref_source *src = &ref_sources[i];
+        const char *ref = src->header
+                              ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND, src->header)
+                              : body_string(doc, src->member);
+
+        if (ref) {
+            rec->client_ref = ref;
+            rec->client_ref_source = src->name;
+            return;
+        }
+    }
+}
+
 /* Reads "prompt" and "n" from the create body, applying the defaults and the clamp. */
 static void read_input(const cJSON *doc, struct create_input *in)
 {
@@ -131,10 +189,10 @@ static enum MHD_Result refuse(struct mock_request *req, struct ledger_record *re
                               unsigned int status, const char *message, const char *type,
                               const char *code)
 {
-    unsigned long seq;
+    struct ledger_slot slot;
 
     rec->status = (int)status;
-    if (!ledger_append(rec, &seq))
+    if (!ledger_append(rec, &slot))
         fprintf(stderr, "idemgate-mock: ledger full or out of memory, create not recorded\n");
     return reply_error(req, status, message, type, code);
 }
@@ -206,10 +264,27 @@ static void settle_claim(const struct mock_personality *p, const char *key, uint
 }
 
 /*
- * Handles a fully received create request for personality p: records it in the ledger and
- * answers it as the controls say.  Returns MHD_NO when the connection must be closed.
+ * Records in the ledger that the create numbered by slot made a task, when it did: a create
+ * the provider accepts leaves a task behind even when a fault then loses the answer, while
+ * a replay or a status of 300 or more does not.
  */
-enum MHD_Result providers_handle_create(struct mock_request *req, const struct mock_personality *p)
+static void note_task(const struct ledger_slot *slot, enum idem_claim claim, unsigned int status,
+                      const struct mock_reply *reply)
+{
+    if (claim == IDEM_DONE || status < 200 || status >= 300 || reply->body == NULL)
+        return;
+    if (!ledger_attach_task(slot, reply->body))
+        fprintf(stderr, "idemgate-mock: task of create %lu not kept (reset or out of memory)\n",
+                slot->seq);
+}
+
+/*
+ * Runs the create pipeline for personality p on a request whose body parsed to doc (NULL
+ * when it is not JSON): records it in the ledger and answers it as the controls say.
+ * Returns MHD_NO when the connection must be closed.
+ */
+static enum MHD_Result create(struct mock_request *req, const struct mock_personality *p,
+                              const cJSON *doc)
 {
     struct ledger_record rec = {0};
     struct mock_controls body_ctrl = {0}, hdr_ctrl = {0}, ctrl;
@@ -219,34 +294,26 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
     uint64_t token = 0;
     char *stored = NULL;
     unsigned int stored_status = 0, status;
-    unsigned long seq = 0;
+    struct ledger_slot slot = {0};
     char err[FAULTS_ERR_MAX];
-    cJSON *doc;
     enum MHD_Result ret;
 
     rec.route = p->path;
     rec.idempotency_key =
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
-    rec.client_ref =
-        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Idemgate-Operation");
+    read_client_ref(req->conn, doc, &rec);
     sha256_hex(req->body, req->body_len, rec.body_sha256);
     rec.remote_port = remote_port(req->conn);
 
     /* Malformed requests are still recorded: the ledger shows everything that arrived. */
-    doc = cJSON_ParseWithLength(req->body, req->body_len);
-    if (!cJSON_IsObject(doc)) {
-        cJSON_Delete(doc);
+    if (!cJSON_IsObject(doc))
         return refuse(req, &rec, MHD_HTTP_BAD_REQUEST, "request body must be a JSON object",
                       "invalid_request_error", "invalid_json");
-    }
     read_input(doc, &in);
     if ((cJSON_HasObjectItem(doc, "_mock") &&
          !faults_parse_object(cJSON_GetObjectItemCaseSensitive(doc, "_mock"), &body_ctrl, err)) ||
-        !faults_parse_headers(req->conn, &hdr_ctrl, err)) {
-        cJSON_Delete(doc);
+        !faults_parse_headers(req->conn, &hdr_ctrl, err))
         return refuse(req, &rec, MHD_HTTP_BAD_REQUEST, err, "mock_error", "invalid_mock_control");
-    }
-    cJSON_Delete(doc);
 
     if (p->native_idempotency && rec.idempotency_key) {
         claim = idemkeys_claim(p->name, rec.idempotency_key, &token, &stored, &stored_status);
@@ -274,7 +341,7 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
     rec.replay = claim == IDEM_DONE;
     rec.fault = ctrl.fault ? ctrl.fault->name : NULL;
     rec.status = ctrl.fault && !ctrl.fault->sends_status ? LEDGER_NO_STATUS : (int)status;
-    if (!ledger_append(&rec, &seq)) {
+    if (!ledger_append(&rec, &slot)) {
         fprintf(stderr, "idemgate-mock: ledger full or out of memory, refusing create\n");
         if (claim == IDEM_NEW && token)
             idemkeys_release(token, p->name, rec.idempotency_key);
@@ -283,9 +350,11 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
                            "ledger_full");
     }
 
-    build_reply(&reply, p, &in, seq, status, claim == IDEM_DONE ? &stored : NULL);
+    build_reply(&reply, p, &in, slot.seq, status, claim == IDEM_DONE ? &stored : NULL);
     free(stored);
     memcpy(reply.retry_after, ctrl.retry_after, sizeof(reply.retry_after));
+    /* The task exists from here on, so a lookup during the delay or a hang finds it. */
+    note_task(&slot, claim, status, &reply);
 
     /*
      * The provider keeps working while the client waits, even when the client gives up,
@@ -305,4 +374,81 @@ enum MHD_Result providers_handle_create(struct mock_request *req, const struct m
     }
     reply_free(&reply);
     return ret;
+}
+
+/* POST <create path>: parses the body once and runs the create pipeline on it. */
+static enum MHD_Result route_create(struct mock_request *req, const struct mock_personality *p,
+                                    const char *rest)
+{
+    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    enum MHD_Result ret;
+
+    (void)rest;
+    /* The document lives until the pipeline is done, since the ledger record points into it. */
+    ret = create(req, p, doc);
+    cJSON_Delete(doc);
+    return ret;
+}
+
+/* GET <lookup prefix>{ref}: the rest of the path, already URL-decoded, is the reference. */
+static enum MHD_Result route_lookup(struct mock_request *req, const struct mock_personality *p,
+                                    const char *rest)
+{
+    return tasks_handle_lookup(req, p, rest);
+}
+
+/* GET <list path>: the recent tasks. */
+static enum MHD_Result route_list(struct mock_request *req, const struct mock_personality *p,
+                                  const char *rest)
+{
+    (void)rest;
+    return tasks_handle_list(req, p);
+}
+
+/* One kind of route that every personality serves, at the path its row names. */
+struct provider_route {
+    const char *method;
+    size_t path_field; /* offsetof the personality member that holds the path */
+    bool prefix;       /* true: the path is a prefix and the rest of the URL is passed on */
+    enum MHD_Result (*handle)(struct mock_request *req, const struct mock_personality *p,
+                              const char *rest);
+};
+
+/* The routes of a personality; a new kind is one more row and one more personality member. */
+static const struct provider_route provider_routes[] = {
+    {"POST", offsetof(struct mock_personality, path), false, route_create},
+    {"GET", offsetof(struct mock_personality, lookup_prefix), true, route_lookup},
+    {"GET", offsetof(struct mock_personality, list_path), false, route_list},
+};
+
+/* Returns the path that personality p gives route kind r, or NULL when p has none. */
+static const char *route_path(const struct mock_personality *p, const struct provider_route *r)
+{
+    return *(const char *const *)(const void *)((const char *)p + r->path_field);
+}
+
+/*
+ * Handles req when it is for a route of a personality (a create, a task lookup or a task
+ * list) and stores libmicrohttpd's verdict in *ret.  Returns false, leaving req alone,
+ * when no personality serves the request's method and path.
+ */
+bool providers_route(struct mock_request *req, enum MHD_Result *ret)
+{
+    for (size_t i = 0; i < sizeof(personality_table) / sizeof(personality_table[0]); i++) {
+        const struct mock_personality *p = &personality_table[i];
+
+        for (size_t k = 0; k < sizeof(provider_routes) / sizeof(provider_routes[0]); k++) {
+            const struct provider_route *r = &provider_routes[k];
+            const char *path = route_path(p, r);
+            size_t len = path ? strlen(path) : 0;
+
+            if (path == NULL || strcmp(req->method, r->method) != 0)
+                continue;
+            if (r->prefix ? strncmp(req->url, path, len) == 0 : strcmp(req->url, path) == 0) {
+                *ret = r->handle(req, p, req->url + len);
+                return true;
+            }
+        }
+    }
+    return false;
 }

@@ -42,8 +42,8 @@ struct config_field {
 
 /* Every setting; a new one is one more row and one more enum config_id. */
 static const struct config_field config_table[CFG_COUNT] = {
-    [CFG_LOOKUP] = {"lookup", true, 1},               /* the lookup endpoint exists */
-    [CFG_LIST] = {"list", true, 1},                   /* the list endpoint exists */
+    [CFG_LOOKUP] = {"lookup", true, 1},                /* the lookup endpoint exists */
+    [CFG_LIST] = {"list", true, 1},                    /* the list endpoint exists */
     [CFG_LOOKUP_STATUS] = {"lookup_status", false, 0}, /* the lookup fails with this status */
     [CFG_LIST_STATUS] = {"list_status", false, 0},     /* the list fails with this status */
 };
@@ -66,8 +66,7 @@ static unsigned int config_get(enum config_id id)
  * Parses the JSON value v of setting f into *out.  Returns false and says why in err
  * (TASKS_ERR_MAX bytes) when v does not fit the setting.
  */
-static bool config_parse(const struct config_field *f, const cJSON *v, unsigned int *out,
-                         char *err)
+static bool config_parse(const struct config_field *f, const cJSON *v, unsigned int *out, char *err)
 {
     if (f->is_switch) {
         if (cJSON_IsBool(v)) {
@@ -78,9 +77,9 @@ static bool config_parse(const struct config_field *f, const cJSON *v, unsigned 
         return false;
     }
     /* A success status would make a failing endpoint look healthy, so only errors are taken. */
-    if (cJSON_IsNumber(v) && (v->valuedouble == 0 || (v->valuedouble >= 400 &&
-                                                      v->valuedouble <= 599 &&
-                                                      v->valuedouble == (int)v->valuedouble))) {
+    if (cJSON_IsNumber(v) &&
+        (v->valuedouble == 0 || (v->valuedouble >= 400 && v->valuedouble <= 599 &&
+                                 v->valuedouble == (int)v->valuedouble))) {
         *out = (unsigned int)v->valuedouble;
         return true;
     }
@@ -314,8 +313,8 @@ enum MHD_Result tasks_handle_lookup(struct mock_request *req, const struct mock_
  * *present.  Leaves both alone when the parameter is absent.  Returns false when it is
  * present but malformed or out of range.
  */
-static bool query_integer(struct mock_request *req, const char *name, long long min,
-                          long long max, bool *present, long long *out)
+static bool query_integer(struct mock_request *req, const char *name, long long min, long long max,
+                          bool *present, long long *out)
 {
     const char *text = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
     char *end;

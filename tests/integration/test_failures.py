@@ -1,0 +1,249 @@
+"""Failure semantics (issue 3): every outcome class, backoff, budgets, tripped credentials,
+partial results, review and regeneration. Every test asserts on the mock's ledger: what the
+provider actually received."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from conftest import MOCK_BIN, free_port, provider, wait_for_line
+
+FAST_RETRY = {"max_attempts": 50, "deadline_seconds": 120, "base_ms": 100, "cap_ms": 500}
+ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
+ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
+
+
+def key(prefix="f"):
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def real_creates(entries):
+    return [e for e in entries if not e.get("replay")]
+
+
+def test_connect_refused_is_resent_and_created_once(gateway_factory, token, tmp_path):
+    port = free_port()  # nothing listens here yet: connect() is refused
+    gw = gateway_factory(providers=[provider("late", f"http://127.0.0.1:{port}",
+                                             retry=FAST_RETRY)])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="late/images/generations")
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 20
+    while gw.job(token, job_id).json()["attempts"]["transport"] < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    job = gw.job(token, job_id).json()
+    assert job["state"] in ("prepared", "sending"), job
+    assert "not sent" in (job["last_error"] or "") or job["state"] == "sending"
+
+    proc = subprocess.Popen([MOCK_BIN, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for_line(proc, "listening")
+        done = gw.wait_state(token, job_id, {"completed"}, timeout=20)
+        assert done["state"] == "completed", done
+        import urllib.request
+        ledger = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/_ledger"))["creates"]
+        assert len([e for e in ledger if e["client_ref"] == job_id]) == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=5)
+
+
+def test_hang_without_keys_or_lookup_is_unknown_then_review_never_resent(gateway_factory, token,
+                                                                        mock):
+    gw = gateway_factory(providers=[provider(
+        "nolookup", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+        reconcile={"strategy": "none", "window_seconds": 3})])
+    r = gw.submit(token, key(), {"prompt": "x", "_mock": {"fault": "hang"}},
+                  route="nolookup/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"unknown", "review"}, timeout=15)
+    assert job["state"] == "unknown", job
+    job = gw.wait_state(token, job_id, {"review"}, timeout=15)
+    assert job["state"] == "review", job
+    assert len(real_creates(mock.creates_for(job_id))) == 1
+    listed = gw.http.request("GET", "/v1/jobs?state=review",
+                             headers={"Authorization": f"Bearer {token}"}).json()["data"]
+    assert job_id in [j["id"] for j in listed]
+
+
+def test_close_after_request_is_unknown_with_no_hidden_resend(gateway_factory, token, mock):
+    gw = gateway_factory(providers=[provider("closer", mock.url,
+                                             reconcile={"strategy": "none",
+                                                        "window_seconds": 600})])
+    r = gw.submit(token, key(), {"prompt": "x", "_mock": {"fault": "close"}},
+                  route="closer/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"unknown"}, timeout=15)
+    assert job["state"] == "unknown", job
+    time.sleep(1.0)
+    assert len(mock.creates_for(job_id)) == 1
+
+
+@pytest.mark.parametrize("retry_after", ["2", "date"])
+def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mock, retry_after):
+    if retry_after == "date":
+        # An HTTP-date 3 s ahead: whole seconds, so the hint is between 2 and 3 s.
+        retry_after = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 3))
+    gw = gateway_factory(providers=[provider("busy", mock.url, retry=FAST_RETRY)])
+    mock.script([{"status": 503, "retry_after": retry_after}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="busy/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed"}, timeout=30)
+    assert job["state"] == "completed", job
+    entries = mock.creates_for(job_id)
+    assert [e["status"] for e in entries] == [503, 200]
+    gap = entries[1]["time"] - entries[0]["time"]
+    assert gap >= 2.0, f"retried after {gap:.3f}s, before the server's hint"
+    assert job["attempts"]["transport"] == 2 and job["attempts"]["generation"] == 1
+
+
+def test_retry_budget_exhausted_is_failed_not_unknown(gateway_factory, token, mock):
+    gw = gateway_factory(providers=[provider(
+        "down", mock.url, retry={"max_attempts": 3, "deadline_seconds": 60, "base_ms": 50,
+                                 "cap_ms": 100})])
+    mock.script([{"status": 502}, {"status": 504}, {"status": 500}, {"status": 500}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="down/images/generations")
+    job = gw.wait_state(token, r.json()["id"], {"completed", "failed"}, timeout=20)
+    assert job["state"] == "failed", job
+    assert "budget" in job["last_error"]
+    assert [e["status"] for e in mock.creates_for(job["id"])] == [502, 504, 500]
+
+
+def test_401_fails_and_trips_the_provider_until_reset(gateway_factory, token, mock):
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA,
+                         providers=[provider("acct", mock.url, retry=FAST_RETRY)])
+    mock.script([{"status": 401}])
+    r1 = gw.submit(token, key(), {"prompt": "first"}, route="acct/images/generations")
+    j1 = gw.wait_state(token, r1.json()["id"], {"failed", "completed"})
+    assert j1["state"] == "failed" and j1["result"]["status"] == 401
+
+    ready = gw.http.request("GET", "/readyz").json()
+    assert [t["provider"] for t in ready["tripped_providers"]] == ["acct"]
+
+    r2 = gw.submit(token, key(), {"prompt": "second"}, route="acct/images/generations")
+    j2_id = r2.json()["id"]
+    time.sleep(1.5)
+    j2 = gw.job(token, j2_id).json()
+    assert j2["state"] == "prepared", j2
+    assert "credential" in j2["blocked"]["reason"]
+    assert mock.creates_for(j2_id) == []
+
+    bad = gw.http.request("POST", "/v1/admin/providers/acct/reset",
+                          headers={"Authorization": f"Bearer {token}"})
+    assert bad.status == 401, "a tenant token is not an admin token"
+    ok = gw.http.request("POST", "/v1/admin/providers/acct/reset",
+                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert ok.status == 200 and ok.json()["cleared"] is True
+    j2 = gw.wait_state(token, j2_id, {"completed"}, timeout=15)
+    assert j2["state"] == "completed"
+    assert len(mock.creates_for(j2_id)) == 1
+    assert gw.http.request("GET", "/readyz").json()["tripped_providers"] == []
+
+
+def test_partial_outputs_complete_with_the_shortfall(gateway, token, mock):
+    r = gateway.submit(token, key(), {"prompt": "three please", "n": 3, "_mock": {"n_out": 1}})
+    job = gateway.wait_state(token, r.json()["id"], {"completed", "failed"})
+    assert job["state"] == "completed", job
+    assert job["outputs"] == {"requested": 3, "received": 1, "shortfall": 2}
+    assert job["usage"]["output_tokens"] == 100
+    assert "partial" in job["last_error"]
+    assert len(mock.creates_for(job["id"])) == 1
+
+
+def review_job(gw, token, mock, route):
+    # The fault comes from the mock's script, not the body, so that a resend does not hang.
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route=route)
+    job = gw.wait_state(token, r.json()["id"], {"review"}, timeout=20)
+    assert job["state"] == "review", job
+    return job["id"]
+
+
+def resolve(gw, token, job_id, body):
+    return gw.http.request("POST", f"/v1/jobs/{job_id}/resolve", json.dumps(body),
+                           {"Authorization": f"Bearer {token}"})
+
+
+def test_review_resolutions_do_what_they_say_once(gateway_factory, token, mock):
+    route = "rev/images/generations"
+    gw = gateway_factory(providers=[provider(
+        "rev", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+        reconcile={"strategy": "none", "window_seconds": 2})])
+    found, absent, abandon = [review_job(gw, token, mock, route) for _ in range(3)]
+
+    r = resolve(gw, token, found, {"outcome": "found", "remote_id": "task_from_dashboard",
+                                   "operator": "alice"})
+    assert r.status == 200, r
+    j = r.json()
+    assert j["state"] == "completed" and j["remote_id"] == "task_from_dashboard"
+    assert j["resolution"]["outcome"] == "found" and "alice" in j["resolution"]["by"]
+    again = resolve(gw, token, found, {"outcome": "found", "remote_id": "task_from_dashboard"})
+    assert again.status == 200 and again.json()["resolution"] == j["resolution"]
+    assert again.json()["updated_at"] == j["updated_at"], "the same decision changes nothing"
+    other = resolve(gw, token, found, {"outcome": "abandon"})
+    assert other.status == 409
+
+    r = resolve(gw, token, abandon, {"outcome": "abandon"})
+    assert r.status == 200 and r.json()["state"] == "failed"
+    assert resolve(gw, token, abandon, {"outcome": "abandon"}).json()["state"] == "failed"
+
+    r = resolve(gw, token, absent, {"outcome": "absent"})
+    assert r.status == 200
+    # Proven absent by an operator: sent again (this time without a fault), and completed.
+    j = gw.wait_state(token, absent, {"completed", "failed"}, timeout=20)
+    assert j["state"] == "completed", j
+    again = resolve(gw, token, absent, {"outcome": "absent"})
+    assert again.status == 200 and again.json()["state"] == "completed"
+
+    assert len(real_creates(mock.creates_for(found))) == 1
+    assert len(real_creates(mock.creates_for(abandon))) == 1
+    assert len(real_creates(mock.creates_for(absent))) == 2  # the operator's decision
+    assert resolve(gw, token, "job_nonexistent", {"outcome": "abandon"}).status == 404
+    assert resolve(gw, token, found, {"outcome": "maybe"}).status == 400
+
+
+def test_regenerate_is_a_new_linked_operation(gateway, token, mock):
+    r = gateway.submit(token, key(), {"prompt": "x"})
+    parent = gateway.wait_state(token, r.json()["id"], {"completed"})
+    k = key("regen")
+    h = {"Authorization": f"Bearer {token}", "Idempotency-Key": k}
+    g1 = gateway.http.request("POST", f"/v1/jobs/{parent['id']}/regenerate", "", h)
+    assert g1.status == 202, g1
+    child = g1.json()
+    assert child["parent_id"] == parent["id"] and child["id"] != parent["id"]
+    assert child["attempts"]["generation"] == 2
+    g2 = gateway.http.request("POST", f"/v1/jobs/{parent['id']}/regenerate", "", h)
+    assert g2.status == 202 and g2.json()["id"] == child["id"]
+    assert g2.headers["idempotent-replayed"] == "true"
+    done = gateway.wait_state(token, child["id"], {"completed"})
+    assert done["state"] == "completed"
+    assert len(mock.creates_for(parent["id"])) == 1 and len(mock.creates_for(child["id"])) == 1
+    nokey = gateway.http.request("POST", f"/v1/jobs/{parent['id']}/regenerate", "",
+                                 {"Authorization": f"Bearer {token}"})
+    assert nokey.status == 400
+
+
+def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token, mock):
+    gw = gateway_factory(providers=[provider(
+        "keyed", mock.url, path="/v2/generations", route="generations",
+        idempotency={"header": "Idempotency-Key"},
+        timeouts={"connect_ms": 1000, "total_ms": 1000},
+        retry=FAST_RETRY, reconcile={"strategy": "idempotent_resubmit", "interval_ms": 200})])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="keyed/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=30)
+    assert job["state"] == "completed", job
+    entries = mock.creates_for(job_id) + [e for e in mock.ledger()
+                                          if e["client_ref"] == job_id and e.get("replay")]
+    keys = {e["idempotency_key"] for e in entries}
+    assert keys == {job_id}, "every transport retry carried the same provider key"
+    assert len(real_creates(mock.creates_for(job_id))) == 1
+    assert job["attempts"]["transport"] >= 2 and job["attempts"]["generation"] == 1

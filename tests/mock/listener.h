@@ -1,0 +1,46 @@
+/*
+ * idemgate-mock: the listening socket, owned by the mock rather than by libmicrohttpd.
+ *
+ * The main thread accepts connections itself and hands each one to the libmicrohttpd
+ * daemon (started with MHD_USE_NO_LISTEN_SOCKET), which serves it on a thread of its own.
+ * Owning the socket lets POST /_refuse really close it for a while, so that new clients get
+ * ECONNREFUSED, and bind it again on the same address afterwards, without touching the
+ * daemon or the connections it is serving.
+ */
+#ifndef IDEMGATE_MOCK_LISTENER_H
+#define IDEMGATE_MOCK_LISTENER_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+#include <microhttpd.h>
+
+/* Longest /_refuse window, in milliseconds. */
+#define LISTENER_REFUSE_MAX_MS (600u * 1000u)
+
+/*
+ * Resolves host and port (numeric; "0" picks a free port), preferring IPv4 when a name has
+ * both kinds, and starts listening there.  Stores the port actually bound in *bound_port.
+ * Returns false after printing why on stderr.
+ */
+bool listener_open(const char *host, const char *port, unsigned int *bound_port);
+
+/*
+ * Accepts connections into daemon until one of stop_signals arrives (they must be blocked
+ * in every thread) and returns its number.  Runs the /_refuse windows as well.  Call it
+ * from one thread only, after listener_open().
+ */
+int listener_run(struct MHD_Daemon *daemon, const sigset_t *stop_signals);
+
+/*
+ * Closes the listening socket for ms milliseconds (1..LISTENER_REFUSE_MAX_MS), or extends
+ * the current window to end ms from now.  Returns once the socket is closed, so the caller
+ * can answer knowing that new connections are already refused; returns false when the
+ * mock is shutting down instead.  Safe from any connection thread.
+ */
+bool listener_refuse(unsigned int ms);
+
+/* Closes the listening socket, if open, and frees the listener's resources. */
+void listener_close(void);
+
+#endif

@@ -1,0 +1,66 @@
+/* What follows one attempt: the policy table (outcome × budget × hint). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "idemgate/policy.h"
+
+struct row {
+    struct pol_input in;
+    enum op_state next;
+    long long min_delay, max_delay;
+    int trip;
+};
+
+/* attempts, max, elapsed, deadline, hint, base, cap, rand01 */
+#define IN(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r)}
+
+static const struct row rows[] = {
+    {IN(CLS_SUCCESS, 1, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
+    {IN(CLS_PARTIAL, 1, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
+    {IN(CLS_REJECTED_REQUEST, 1, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 0},
+    {IN(CLS_REJECTED_ACCOUNT, 1, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 1},
+    /* Ambiguous never resends by itself, whatever the budget. */
+    {IN(CLS_AMBIGUOUS, 1, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 0, 0, 0},
+    {IN(CLS_AMBIGUOUS, 5, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 0, 0, 0},
+    /* Not sent / back off: full jitter under base * 2^(attempt-1), capped. */
+    {IN(CLS_NOT_SENT, 1, 5, 0, 60000, -1, 0.0), ST_PREPARED, 0, 0, 0},
+    {IN(CLS_NOT_SENT, 1, 5, 0, 60000, -1, 0.99), ST_PREPARED, 0, 99, 0},
+    {IN(CLS_BACKOFF, 3, 5, 0, 60000, -1, 0.99), ST_PREPARED, 300, 399, 0},
+    {IN(CLS_BACKOFF, 4, 50, 0, 60000, -1, 0.99), ST_PREPARED, 790, 799, 0},
+    {IN(CLS_BACKOFF, 20, 50, 0, 60000, -1, 0.99), ST_PREPARED, 989, 999, 0},
+    /* Never earlier than the server's hint, even above the cap. */
+    {IN(CLS_BACKOFF, 1, 5, 0, 60000, 2000, 0.5), ST_PREPARED, 2000, 2000, 0},
+    {IN(CLS_BACKOFF, 1, 5, 0, 60000, 5000, 0.99), ST_PREPARED, 5000, 5000, 0},
+    /* Budgets: the attempt limit, and a deadline the next delay would cross. */
+    {IN(CLS_BACKOFF, 5, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 0},
+    {IN(CLS_NOT_SENT, 5, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 0},
+    {IN(CLS_BACKOFF, 1, 5, 59000, 60000, 2000, 0.5), ST_FAILED, 0, 0, 0},
+    {IN(CLS_BACKOFF, 1, 5, 58000, 60000, 2000, 0.5), ST_PREPARED, 2000, 2000, 0},
+};
+
+static void test_rows(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct pol_decision d = pol_decide(&rows[i].in);
+        if (d.next != rows[i].next)
+            fail_msg("row %zu: state %s, want %s", i, st_name(d.next), st_name(rows[i].next));
+        if (d.next == ST_PREPARED &&
+            (d.delay_ms < rows[i].min_delay || d.delay_ms > rows[i].max_delay))
+            fail_msg("row %zu: delay %lld outside [%lld, %lld]", i, d.delay_ms,
+                     rows[i].min_delay, rows[i].max_delay);
+        assert_int_equal(d.trip_credential, rows[i].trip);
+        if (d.next != ST_COMPLETED)
+            assert_non_null(d.reason);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
