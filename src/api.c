@@ -258,7 +258,7 @@ static void handle_intake(struct http_req *r, const char *rest)
                                  .body_len = canon_len,
                                  .ttl_hours = cfg->job_ttl_hours,
                                  .idem_header = p->idem_header,
-                                 .reconcile_strategy = cfg_reconcile_name(p->reconcile),
+                                 .reconcile_strategy = prof_reconcile_name(p->reconcile),
                                  .outputs_requested = requested};
     struct store_job j;
     int created = 0;

@@ -33,8 +33,8 @@ bool listener_open(const char *host, const char *port, unsigned int *bound_port)
 int listener_run(struct MHD_Daemon *daemon, const sigset_t *stop_signals);
 
 /*
- * Closes the listening socket for ms milliseconds (1..LISTENER_REFUSE_MAX_MS), or extends
- * the current window to end ms from now.  Returns once the socket is closed, so the caller
+ * Closes the listening socket for ms milliseconds (1..LISTENER_REFUSE_MAX_MS); during a
+ * window, makes it end ms from now instead.  Returns once the socket is closed, so the caller
  * can answer knowing that new connections are already refused; returns false when the
  * mock is shutting down instead.  Safe from any connection thread.
  */

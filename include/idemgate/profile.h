@@ -1,0 +1,151 @@
+#ifndef IDEMGATE_PROFILE_H
+#define IDEMGATE_PROFILE_H
+
+#include "idemgate/backoff.h"
+#include "idemgate/jpath.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* Provider profiles: everything that differs between providers, as data (DESIGN.md §3). One
+ * adapter engine reads them. A provider entry of the configuration may name a profile file
+ * ("profile": "providers/replicate.json", relative to the configuration file); the entry's own
+ * members override the profile's. Every field is validated at start; an error names the file
+ * and the field. */
+
+enum cfg_mode { CFG_MODE_SYNC = 0, CFG_MODE_ASYNC_POLL = 1 };
+
+/* The provider's task states, canonical (PROVIDERS.md). */
+enum task_status { TS_QUEUED = 0, TS_RUNNING, TS_SUCCEEDED, TS_FAILED, TS_CANCELED, TS__COUNT };
+const char *prof_status_name(enum task_status s);
+
+struct status_entry {
+    char *from; /* the provider's word */
+    enum task_status to;
+};
+
+/* How an operation left `unknown` is resolved (DESIGN.md §3). */
+enum cfg_reconcile {
+    RECON_NONE = 0,            /* stay unknown until the window closes, then review */
+    RECON_IDEMPOTENT_RESUBMIT, /* resend under the same provider idempotency key */
+    RECON_GET_BY_CLIENT_ID,    /* look the task up by our client reference */
+    RECON_LIST_MATCH,          /* list recent tasks and match our client reference */
+};
+const char *prof_reconcile_name(enum cfg_reconcile r);
+
+/* A route a client may call on a provider: POST /v1/providers/{provider}/{route}. Nothing that
+ * is not declared is forwarded: the gateway is never an open proxy. */
+struct cfg_route {
+    char *route;  /* e.g. "images/generations" */
+    char *method; /* outbound method, e.g. "POST" */
+    char *path;   /* outbound path appended to base_url, e.g. "/v1/images/generations" */
+};
+
+struct cfg_provider {
+    char *name;
+    char *base_url;
+    enum cfg_mode mode;
+    char *auth_header; /* e.g. "Authorization"; NULL sends no credential */
+    char *auth_prefix; /* e.g. "Bearer " */
+    char *secret_env;  /* the environment variable holding the secret; the secret is never stored */
+    long connect_timeout_ms;
+    long total_timeout_ms;
+    struct cfg_route *routes;
+    size_t n_routes;
+
+    /* Idempotency: the header the provider dedupes on, or NULL. */
+    char *idem_header;
+    /* Where the client reference (derived from the operation, never the client's key) goes:
+     * a header, and/or a member of the JSON body ("metadata.client_ref"). */
+    char *client_ref_header;
+    char *client_ref_body_field;
+
+    /* Retry: attempt limit, total deadline, full-jitter exponential backoff, a body hint. */
+    int max_attempts;
+    long deadline_ms;
+    long backoff_base_ms;
+    long backoff_cap_ms;
+    struct bo_body_hint body_hint; /* body_hint.ok == 0: none */
+
+    /* Reconciliation. */
+    enum cfg_reconcile reconcile;
+    long recovery_window_ms;   /* counts from the first send */
+    long reconcile_interval_ms;
+    char *lookup_path;         /* GET template with {client_ref}; 404 = proven absent */
+    struct jpath *lookup_id;   /* remote id in the lookup's answer */
+    char *list_path;           /* GET template with {since} and {until} (Unix seconds) */
+    struct jpath *list_items;  /* each task in the list's answer */
+    struct jpath *list_match;  /* the client reference in one task */
+    struct jpath *list_id;     /* the remote id in one task */
+
+    /* Results: requested and received outputs, usage. */
+    struct jpath *outputs_requested; /* in the request body; NULL: not counted */
+    int outputs_default;             /* when the request does not say */
+    struct jpath *outputs_received;  /* an array in the response */
+    struct jpath *usage;
+
+    /* A cheap GET that proves the credential works again (clears a tripped breaker). */
+    char *probe_path;
+
+    /* Where the profile came from (stored on every operation). */
+    char *profile_id;
+    /* Extra request headers (e.g. a version header): name, value pairs, NULL-terminated. */
+    char **headers;
+
+    /* async_poll: the create's answer. */
+    int accepted_statuses[8]; /* empty: any 2xx */
+    int n_accepted_statuses;
+    struct jpath *task_id;      /* the remote id in the create's answer */
+    struct jpath *poll_url;     /* a poll URL the provider hands back, or NULL */
+
+    /* Polling. */
+    char *poll_method;        /* GET, or POST with poll_body */
+    char *poll_path;          /* template: {id}, {client_ref} */
+    char *poll_body;          /* JSON object text whose strings may hold {id}; or NULL */
+    long poll_interval_ms, poll_max_interval_ms;
+    char *poll_hint_header;   /* e.g. openai-poll-after-ms */
+    long poll_deadline_ms;    /* from acceptance; then polling stops, the job stays accepted */
+
+    /* Status: a path and a map, or a done flag and an error, or the HTTP status. */
+    struct jpath *status_path;
+    struct status_entry *status_map;
+    size_t n_status_map;
+    struct jpath *done_path;
+    struct jpath *error_present_path;
+    int status_by_http; /* 200 → succeeded, 202 → running */
+
+    /* Result. */
+    char *result_fetch_path;       /* GET this template when done to get the outputs, or NULL */
+    struct jpath *result_fetch_url; /* or the URL in the status answer */
+    struct jpath *result_outputs;   /* each output (a URL string or an object) */
+    struct jpath *result_output_url; /* within one output object, or NULL for a string */
+    char *result_kind;              /* url, b64 or binary_endpoint */
+    char *result_content_path;      /* binary_endpoint: template with {id} */
+    struct jpath *result_expires_at;
+    long result_url_ttl_s;
+    struct jpath *result_error;
+
+    /* Cancel. */
+    char *cancel_method, *cancel_path;
+
+    /* Webhooks. */
+    char *webhook_body_field;   /* where the callback URL goes in the create body */
+    char *webhook_verify;       /* standard_webhooks, hmac_sha256_hex, ed25519 or none */
+    char *webhook_secret_env;
+    char *webhook_signature_header;
+    char *webhook_event_id_header; /* or, when NULL, webhook_event_id (a path in the body) */
+    struct jpath *webhook_event_id;
+    struct jpath *webhook_task_id;
+    long webhook_window_hours;
+};
+
+/* Loads the providers array of the configuration file `file` (profiles resolved relative to
+ * dir). Returns 0, or -1 with a message naming the file and the field in err. */
+int prof_load_all(const cJSON *arr, const char *file, const char *dir,
+                  struct cfg_provider **out, size_t *n, char *err, size_t errlen);
+void prof_free_all(struct cfg_provider *p, size_t n);
+
+/* Maps the provider's status word; -1 when the map does not know it. */
+int prof_map_status(const struct cfg_provider *p, const char *word);
+
+#endif

@@ -1,0 +1,617 @@
+#include "idemgate/profile.h"
+
+#include "idemgate/tmpl.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const status_names[TS__COUNT] = {"queued", "running", "succeeded", "failed",
+                                                     "canceled"};
+
+const char *prof_status_name(enum task_status s)
+{
+    return (unsigned)s < TS__COUNT ? status_names[s] : "unknown";
+}
+
+static void errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static char *dup_str(const cJSON *o, const char *key, const char *def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsString(v))
+        return strdup(v->valuestring);
+    return def ? strdup(def) : NULL;
+}
+
+static int load_routes(struct cfg_provider *p, const cJSON *arr, const char *file, char *err,
+                       size_t errlen)
+{
+    int n = cJSON_GetArraySize(arr);
+    if (!cJSON_IsArray(arr) || n == 0) {
+        errf(err, errlen, "%s: providers.%s.routes must be a non-empty array", file, p->name);
+        return -1;
+    }
+    p->routes = calloc((size_t)n, sizeof(*p->routes));
+    if (!p->routes)
+        return -1;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, arr)
+    {
+        struct cfg_route *rt = &p->routes[p->n_routes];
+        rt->route = dup_str(r, "route", NULL);
+        rt->method = dup_str(r, "method", "POST");
+        rt->path = dup_str(r, "path", NULL);
+        p->n_routes++;
+        if (!rt->route || !rt->path || !*rt->route || rt->route[0] == '/' || rt->path[0] != '/') {
+            errf(err, errlen,
+                 "%s: providers.%s.routes[%zu]: \"route\" (no leading /) and \"path\" (leading /) "
+                 "are required",
+                 file, p->name, p->n_routes - 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static long get_long(const cJSON *o, const char *key, long def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? (long)v->valuedouble : def;
+}
+
+static const char *const reconcile_names[] = {"none", "idempotent_resubmit", "get_by_client_id",
+                                              "list_match"};
+
+const char *prof_reconcile_name(enum cfg_reconcile r)
+{
+    return (unsigned)r < 4 ? reconcile_names[r] : "none";
+}
+
+/* Compiles the JSONPath at o[key] into *out (left NULL when absent). */
+static int load_path(const cJSON *o, const char *key, struct jpath **out, int required,
+                     const char *file, const char *field, char *err, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const char *why = NULL;
+    *out = NULL;
+    if (!v) {
+        if (!required)
+            return 0;
+        errf(err, errlen, "%s: %s.%s is required", file, field, key);
+        return -1;
+    }
+    if (!cJSON_IsString(v) || jpath_compile(v->valuestring, out, &why) < 0) {
+        errf(err, errlen, "%s: %s.%s: not a JSONPath (%s)", file, field, key,
+             why ? why : "must be a string");
+        return -1;
+    }
+    return 0;
+}
+
+static int load_template(const cJSON *o, const char *key, char **out, const char *const *allowed,
+                         const char *file, const char *field, char *err, size_t errlen)
+{
+    char why[160];
+    *out = dup_str(o, key, NULL);
+    if (!*out) {
+        errf(err, errlen, "%s: %s.%s is required", file, field, key);
+        return -1;
+    }
+    if ((*out)[0] != '/' || tmpl_validate(*out, allowed, why, sizeof(why)) < 0) {
+        errf(err, errlen, "%s: %s.%s: %s", file, field, key,
+             (*out)[0] != '/' ? "must start with /" : why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The failure-semantics part of a provider: idempotency, client reference, retry, reconcile,
+ * outputs and probe. */
+static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                          size_t errlen)
+{
+    char field[160];
+    const cJSON *idem = cJSON_GetObjectItemCaseSensitive(o, "idempotency");
+    p->idem_header = idem ? dup_str(idem, "header", NULL) : NULL;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(o, "client_ref");
+    p->client_ref_header = ref ? dup_str(ref, "header", NULL) : NULL;
+    p->client_ref_body_field = ref ? dup_str(ref, "body_field", NULL) : NULL;
+
+    const cJSON *retry = cJSON_GetObjectItemCaseSensitive(o, "retry");
+    p->max_attempts = (int)get_long(retry, "max_attempts", 5);
+    p->deadline_ms = get_long(retry, "deadline_seconds", 900) * 1000;
+    p->backoff_base_ms = get_long(retry, "base_ms", 500);
+    p->backoff_cap_ms = get_long(retry, "cap_ms", 30000);
+    if (p->max_attempts < 1 || p->max_attempts > 1000 || p->deadline_ms < 1000 ||
+        p->backoff_base_ms < 1 || p->backoff_cap_ms < p->backoff_base_ms) {
+        errf(err, errlen,
+             "%s: providers.%s.retry: need 1 <= max_attempts <= 1000, deadline_seconds >= 1, "
+             "1 <= base_ms <= cap_ms",
+             file, p->name);
+        return -1;
+    }
+    const cJSON *hint = cJSON_GetObjectItemCaseSensitive(retry, "body_hint");
+    if (hint) {
+        const char *pat = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(hint, "pattern"));
+        long unit = get_long(hint, "unit_ms", 1000);
+        if (!pat || bo_body_hint_compile(&p->body_hint, pat, unit, 1) < 0) {
+            errf(err, errlen,
+                 "%s: providers.%s.retry.body_hint: \"pattern\" must be a POSIX extended regex "
+                 "with one capture group for the number",
+                 file, p->name);
+            return -1;
+        }
+    }
+
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "reconcile");
+    const char *strategy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "strategy"));
+    p->reconcile = p->idem_header ? RECON_IDEMPOTENT_RESUBMIT : RECON_NONE;
+    if (strategy) {
+        int found = 0;
+        for (int i = 0; i < 4; i++)
+            if (strcmp(strategy, reconcile_names[i]) == 0) {
+                p->reconcile = (enum cfg_reconcile)i;
+                found = 1;
+            }
+        if (!found) {
+            errf(err, errlen,
+                 "%s: providers.%s.reconcile.strategy must be none, idempotent_resubmit, "
+                 "get_by_client_id or list_match",
+                 file, p->name);
+            return -1;
+        }
+    }
+    if (p->reconcile == RECON_IDEMPOTENT_RESUBMIT && !p->idem_header) {
+        errf(err, errlen,
+             "%s: providers.%s.reconcile.strategy idempotent_resubmit needs idempotency.header",
+             file, p->name);
+        return -1;
+    }
+    p->recovery_window_ms = get_long(rec, "window_seconds", 900) * 1000;
+    p->reconcile_interval_ms = get_long(rec, "interval_ms", 2000);
+    if (p->recovery_window_ms < 1000 || p->reconcile_interval_ms < 10) {
+        errf(err, errlen, "%s: providers.%s.reconcile: window_seconds >= 1, interval_ms >= 10",
+             file, p->name);
+        return -1;
+    }
+    static const char *const lookup_vars[] = {"client_ref", NULL};
+    static const char *const list_vars[] = {"since", "until", NULL};
+    if (p->reconcile == RECON_GET_BY_CLIENT_ID) {
+        const cJSON *lk = cJSON_GetObjectItemCaseSensitive(rec, "lookup");
+        snprintf(field, sizeof(field), "providers.%s.reconcile.lookup", p->name);
+        if (load_template(lk, "path", &p->lookup_path, lookup_vars, file, field, err, errlen) <
+                0 ||
+            load_path(lk, "id", &p->lookup_id, 0, file, field, err, errlen) < 0)
+            return -1;
+    }
+    if (p->reconcile == RECON_LIST_MATCH) {
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(rec, "list");
+        snprintf(field, sizeof(field), "providers.%s.reconcile.list", p->name);
+        if (load_template(ls, "path", &p->list_path, list_vars, file, field, err, errlen) < 0 ||
+            load_path(ls, "items", &p->list_items, 1, file, field, err, errlen) < 0 ||
+            load_path(ls, "match", &p->list_match, 1, file, field, err, errlen) < 0 ||
+            load_path(ls, "id", &p->list_id, 0, file, field, err, errlen) < 0)
+            return -1;
+    }
+    if ((p->reconcile == RECON_GET_BY_CLIENT_ID || p->reconcile == RECON_LIST_MATCH) &&
+        !p->client_ref_header && !p->client_ref_body_field) {
+        /* Without a reference sent with the create there is nothing to match on. */
+        errf(err, errlen, "%s: providers.%s.reconcile.strategy %s needs client_ref", file,
+             p->name, reconcile_names[p->reconcile]);
+        return -1;
+    }
+
+    const cJSON *outs = cJSON_GetObjectItemCaseSensitive(o, "outputs");
+    snprintf(field, sizeof(field), "providers.%s.outputs", p->name);
+    if (load_path(outs, "requested", &p->outputs_requested, 0, file, field, err, errlen) < 0 ||
+        load_path(outs, "received", &p->outputs_received, 0, file, field, err, errlen) < 0 ||
+        load_path(outs, "usage", &p->usage, 0, file, field, err, errlen) < 0)
+        return -1;
+    p->outputs_default = (int)get_long(outs, "default", 1);
+    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(o, "probe");
+    p->probe_path = probe ? dup_str(probe, "path", NULL) : NULL;
+    if (probe && (!p->probe_path || p->probe_path[0] != '/')) {
+        errf(err, errlen, "%s: providers.%s.probe.path must start with /", file, p->name);
+        return -1;
+    }
+    return 0;
+}
+
+
+static int load_extra_headers(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                              size_t errlen)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "headers");
+    int n = cJSON_GetArraySize(h);
+    if (!h)
+        return 0;
+    if (!cJSON_IsObject(h)) {
+        errf(err, errlen, "%s: providers.%s.headers must be an object of strings", file, p->name);
+        return -1;
+    }
+    p->headers = calloc((size_t)n * 2 + 1, sizeof(char *));
+    if (!p->headers)
+        return -1;
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, h)
+    {
+        if (!cJSON_IsString(v) || strpbrk(v->valuestring, "\r\n") || strpbrk(v->string, "\r\n: ")) {
+            errf(err, errlen, "%s: providers.%s.headers.%s must be a one-line string", file,
+                 p->name, v->string);
+            return -1;
+        }
+        p->headers[i++] = strdup(v->string);
+        p->headers[i++] = strdup(v->valuestring);
+    }
+    return 0;
+}
+
+static int load_status_map(struct cfg_provider *p, const cJSON *map, const char *file, char *err,
+                           size_t errlen)
+{
+    int n = cJSON_GetArraySize(map);
+    if (!cJSON_IsObject(map) || n == 0) {
+        errf(err, errlen, "%s: providers.%s.status.map must be a non-empty object", file, p->name);
+        return -1;
+    }
+    p->status_map = calloc((size_t)n, sizeof(*p->status_map));
+    if (!p->status_map)
+        return -1;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, map)
+    {
+        struct status_entry *e = &p->status_map[p->n_status_map++];
+        e->from = strdup(v->string);
+        int to = -1;
+        for (int i = 0; i < TS__COUNT && cJSON_IsString(v); i++)
+            if (strcmp(v->valuestring, status_names[i]) == 0)
+                to = i;
+        if (to < 0) {
+            errf(err, errlen,
+                 "%s: providers.%s.status.map.%s: target must be queued, running, succeeded, "
+                 "failed or canceled",
+                 file, p->name, v->string);
+            return -1;
+        }
+        e->to = (enum task_status)to;
+    }
+    return 0;
+}
+
+int prof_map_status(const struct cfg_provider *p, const char *word)
+{
+    for (size_t i = 0; i < p->n_status_map; i++)
+        if (strcmp(p->status_map[i].from, word) == 0)
+            return (int)p->status_map[i].to;
+    return -1;
+}
+
+/* create, poll, status, result and cancel of an async_poll provider. */
+static int load_async(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                      size_t errlen)
+{
+    char field[160];
+    static const char *const vars[] = {"id", "client_ref", NULL};
+    const cJSON *create = cJSON_GetObjectItemCaseSensitive(o, "create");
+    snprintf(field, sizeof(field), "providers.%s.create", p->name);
+    if (load_path(create, "task_id", &p->task_id, 1, file, field, err, errlen) < 0 ||
+        load_path(create, "poll_url", &p->poll_url, 0, file, field, err, errlen) < 0)
+        return -1;
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(create, "accepted_statuses");
+    const cJSON *st;
+    cJSON_ArrayForEach(st, acc)
+    {
+        if (!cJSON_IsNumber(st) || st->valuedouble < 200 || st->valuedouble > 299 ||
+            p->n_accepted_statuses == 8) {
+            errf(err, errlen, "%s: %s.accepted_statuses: up to 8 statuses in 200..299", file,
+                 field);
+            return -1;
+        }
+        p->accepted_statuses[p->n_accepted_statuses++] = (int)st->valuedouble;
+    }
+
+    const cJSON *poll = cJSON_GetObjectItemCaseSensitive(o, "poll");
+    snprintf(field, sizeof(field), "providers.%s.poll", p->name);
+    p->poll_method = dup_str(poll, "method", "GET");
+    if (strcmp(p->poll_method, "GET") && strcmp(p->poll_method, "POST")) {
+        errf(err, errlen, "%s: %s.method must be GET or POST", file, field);
+        return -1;
+    }
+    if (load_template(poll, "path", &p->poll_path, vars, file, field, err, errlen) < 0)
+        return -1;
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(poll, "body");
+    if (body) {
+        if (!cJSON_IsObject(body)) {
+            errf(err, errlen, "%s: %s.body must be a JSON object", file, field);
+            return -1;
+        }
+        p->poll_body = cJSON_PrintUnformatted(body);
+    }
+    p->poll_interval_ms = get_long(poll, "interval_ms", 2000);
+    p->poll_max_interval_ms = get_long(poll, "max_interval_ms", 30000);
+    p->poll_deadline_ms = get_long(poll, "deadline_seconds", 3600) * 1000;
+    p->poll_hint_header = dup_str(poll, "hint_header", NULL);
+    if (p->poll_interval_ms < 10 || p->poll_max_interval_ms < p->poll_interval_ms ||
+        p->poll_deadline_ms < 1000) {
+        errf(err, errlen, "%s: %s: need 10 <= interval_ms <= max_interval_ms, deadline_seconds >= 1",
+             file, field);
+        return -1;
+    }
+
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(o, "status");
+    snprintf(field, sizeof(field), "providers.%s.status", p->name);
+    p->status_by_http = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(status, "by_http_status"));
+    if (load_path(status, "path", &p->status_path, 0, file, field, err, errlen) < 0 ||
+        load_path(status, "done", &p->done_path, 0, file, field, err, errlen) < 0 ||
+        load_path(status, "error", &p->error_present_path, 0, file, field, err, errlen) < 0)
+        return -1;
+    if (p->status_path &&
+        load_status_map(p, cJSON_GetObjectItemCaseSensitive(status, "map"), file, err, errlen) < 0)
+        return -1;
+    if (!p->status_path && !p->done_path && !p->status_by_http) {
+        errf(err, errlen, "%s: %s needs \"path\" and \"map\", \"done\", or \"by_http_status\"",
+             file, field);
+        return -1;
+    }
+
+    const cJSON *result = cJSON_GetObjectItemCaseSensitive(o, "result");
+    snprintf(field, sizeof(field), "providers.%s.result", p->name);
+    p->result_kind = dup_str(result, "kind", "url");
+    if (strcmp(p->result_kind, "url") && strcmp(p->result_kind, "b64") &&
+        strcmp(p->result_kind, "binary_endpoint")) {
+        errf(err, errlen, "%s: %s.kind must be url, b64 or binary_endpoint", file, field);
+        return -1;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(result, "fetch_path") &&
+        load_template(result, "fetch_path", &p->result_fetch_path, vars, file, field, err,
+                      errlen) < 0)
+        return -1;
+    if (cJSON_GetObjectItemCaseSensitive(result, "content_path") &&
+        load_template(result, "content_path", &p->result_content_path, vars, file, field, err,
+                      errlen) < 0)
+        return -1;
+    if (!strcmp(p->result_kind, "binary_endpoint") && !p->result_content_path) {
+        errf(err, errlen, "%s: %s.content_path is required for kind binary_endpoint", file, field);
+        return -1;
+    }
+    if (load_path(result, "fetch_url", &p->result_fetch_url, 0, file, field, err, errlen) < 0 ||
+        load_path(result, "outputs", &p->result_outputs, 0, file, field, err, errlen) < 0 ||
+        load_path(result, "output_url", &p->result_output_url, 0, file, field, err, errlen) < 0 ||
+        load_path(result, "expires_at", &p->result_expires_at, 0, file, field, err, errlen) < 0 ||
+        load_path(result, "error", &p->result_error, 0, file, field, err, errlen) < 0)
+        return -1;
+    p->result_url_ttl_s = get_long(result, "url_ttl_seconds", 3600);
+
+    const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(o, "cancel");
+    if (cancel) {
+        snprintf(field, sizeof(field), "providers.%s.cancel", p->name);
+        p->cancel_method = dup_str(cancel, "method", "POST");
+        if (load_template(cancel, "path", &p->cancel_path, vars, file, field, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int load_webhook(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                        size_t errlen)
+{
+    char field[160];
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "webhook");
+    if (!w)
+        return 0;
+    snprintf(field, sizeof(field), "providers.%s.webhook", p->name);
+    p->webhook_body_field = dup_str(w, "body_field", NULL);
+    p->webhook_verify = dup_str(w, "verify", "none");
+    p->webhook_secret_env = dup_str(w, "secret_env", NULL);
+    p->webhook_signature_header = dup_str(w, "signature_header", NULL);
+    p->webhook_window_hours = get_long(w, "redelivery_window_hours", 72);
+    static const char *const schemes[] = {"standard_webhooks", "hmac_sha256_hex", "ed25519",
+                                          "none"};
+    int ok = 0;
+    for (int i = 0; i < 4; i++)
+        ok |= strcmp(p->webhook_verify, schemes[i]) == 0;
+    if (!ok) {
+        errf(err, errlen,
+             "%s: %s.verify must be standard_webhooks, hmac_sha256_hex, ed25519 or none", file,
+             field);
+        return -1;
+    }
+    if (strcmp(p->webhook_verify, "none") && !p->webhook_secret_env) {
+        errf(err, errlen, "%s: %s.secret_env is required with verify %s", file, field,
+             p->webhook_verify);
+        return -1;
+    }
+    const char *eid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(w, "event_id"));
+    if (eid && strncmp(eid, "header:", 7) == 0)
+        p->webhook_event_id_header = strdup(eid + 7);
+    else if (load_path(w, "event_id", &p->webhook_event_id, 0, file, field, err, errlen) < 0)
+        return -1;
+    if (load_path(w, "task_id", &p->webhook_task_id, 1, file, field, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+/* Reads a profile file (relative to dir) into a new cJSON object. */
+static cJSON *read_profile(const char *dir, const char *name, const char *file, char *err,
+                           size_t errlen)
+{
+    char path[2048];
+    if (name[0] == '/')
+        snprintf(path, sizeof(path), "%s", name);
+    else
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        errf(err, errlen, "%s: profile %s: cannot read: %s", file, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(1 << 20);
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!buf)
+        return NULL;
+    buf[n] = '\0';
+    cJSON *o = cJSON_ParseWithLength(buf, n);
+    free(buf);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        errf(err, errlen, "%s: not a JSON object", path);
+        return NULL;
+    }
+    return o;
+}
+
+/* The profile's members, overridden by the entry's own (one level: an entry's "poll" replaces
+ * the profile's "poll" whole). Returns a new object. */
+static cJSON *merged(const cJSON *entry, const char *dir, const char *file, char **profile_id,
+                     char *err, size_t errlen)
+{
+    const char *pname = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "profile"));
+    cJSON *m = pname ? read_profile(dir, pname, file, err, errlen) : cJSON_CreateObject();
+    if (!m)
+        return NULL;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, entry)
+    {
+        cJSON_DeleteItemFromObjectCaseSensitive(m, v->string);
+        cJSON_AddItemToObject(m, v->string, cJSON_Duplicate(v, 1));
+    }
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
+    *profile_id = strdup(id ? id : pname ? pname : "inline");
+    return m;
+}
+
+static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                    size_t errlen)
+{
+    p->base_url = dup_str(o, "base_url", NULL);
+    if (!p->base_url || (strncmp(p->base_url, "http://", 7) && strncmp(p->base_url, "https://", 8))) {
+        errf(err, errlen, "%s: providers.%s.base_url must be an http(s) URL", file, p->name);
+        return -1;
+    }
+    size_t bl = strlen(p->base_url);
+    if (bl && p->base_url[bl - 1] == '/')
+        p->base_url[bl - 1] = '\0';
+    const char *mode = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "mode"));
+    if (mode && strcmp(mode, "sync") != 0 && strcmp(mode, "async_poll") != 0) {
+        errf(err, errlen, "%s: providers.%s.mode must be sync or async_poll", file, p->name);
+        return -1;
+    }
+    p->mode = mode && strcmp(mode, "async_poll") == 0 ? CFG_MODE_ASYNC_POLL : CFG_MODE_SYNC;
+    const cJSON *auth = cJSON_GetObjectItemCaseSensitive(o, "auth");
+    if (auth) {
+        p->auth_header = dup_str(auth, "header", "Authorization");
+        p->auth_prefix = dup_str(auth, "prefix", "");
+        p->secret_env = dup_str(auth, "secret_env", NULL);
+        if (!p->secret_env || !*p->secret_env) {
+            errf(err, errlen, "%s: providers.%s.auth.secret_env is required", file, p->name);
+            return -1;
+        }
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "timeouts");
+    p->connect_timeout_ms = get_long(t, "connect_ms", 5000);
+    p->total_timeout_ms = get_long(t, "total_ms", 30000);
+    if (p->connect_timeout_ms < 1 || p->total_timeout_ms < p->connect_timeout_ms) {
+        errf(err, errlen, "%s: providers.%s.timeouts: need 1 <= connect_ms <= total_ms", file,
+             p->name);
+        return -1;
+    }
+    if (load_routes(p, cJSON_GetObjectItemCaseSensitive(o, "routes"), file, err, errlen) < 0)
+        return -1;
+    if (load_semantics(p, o, file, err, errlen) < 0 || load_extra_headers(p, o, file, err, errlen) < 0)
+        return -1;
+    if (p->mode == CFG_MODE_ASYNC_POLL && load_async(p, o, file, err, errlen) < 0)
+        return -1;
+    if (load_webhook(p, o, file, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+int prof_load_all(const cJSON *arr, const char *file, const char *dir,
+                  struct cfg_provider **out, size_t *count, char *err, size_t errlen)
+{
+    int n = cJSON_GetArraySize(arr);
+    if (!cJSON_IsArray(arr)) {
+        errf(err, errlen, "%s: providers must be an array", file);
+        return -1;
+    }
+    struct cfg_provider *ps = calloc((size_t)n + 1, sizeof(*ps));
+    if (!ps)
+        return -1;
+    *out = ps;
+    *count = 0;
+    const cJSON *entry;
+    cJSON_ArrayForEach(entry, arr)
+    {
+        struct cfg_provider *p = &ps[(*count)++];
+        p->name = dup_str(entry, "name", NULL);
+        if (!p->name || !*p->name || strspn(p->name, "abcdefghijklmnopqrstuvwxyz0123456789-_") !=
+                                         strlen(p->name)) {
+            errf(err, errlen, "%s: providers[%zu].name must be [a-z0-9_-]+", file, *count - 1);
+            return -1;
+        }
+        for (size_t i = 0; i + 1 < *count; i++) {
+            if (strcmp(ps[i].name, p->name) == 0) {
+                errf(err, errlen, "%s: providers.%s is declared twice", file, p->name);
+                return -1;
+            }
+        }
+        cJSON *m = merged(entry, dir, file, &p->profile_id, err, errlen);
+        if (!m)
+            return -1;
+        int rc = load_one(p, m, file, err, errlen);
+        cJSON_Delete(m);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+void prof_free_all(struct cfg_provider *ps, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct cfg_provider *p = &ps[i];
+        for (size_t j = 0; j < p->n_routes; j++) {
+            free(p->routes[j].route);
+            free(p->routes[j].method);
+            free(p->routes[j].path);
+        }
+        free(p->routes);
+        char *strs[] = {p->name, p->base_url, p->auth_header, p->auth_prefix, p->secret_env,
+                        p->idem_header, p->client_ref_header, p->client_ref_body_field,
+                        p->lookup_path, p->list_path, p->probe_path, p->profile_id,
+                        p->poll_method, p->poll_path, p->poll_body, p->poll_hint_header,
+                        p->result_fetch_path, p->result_kind, p->result_content_path,
+                        p->cancel_method, p->cancel_path, p->webhook_body_field,
+                        p->webhook_verify, p->webhook_secret_env, p->webhook_signature_header,
+                        p->webhook_event_id_header};
+        for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
+            free(strs[k]);
+        struct jpath *paths[] = {p->lookup_id, p->list_items, p->list_match, p->list_id,
+                                 p->outputs_requested, p->outputs_received, p->usage, p->task_id,
+                                 p->poll_url, p->status_path, p->done_path,
+                                 p->error_present_path, p->result_fetch_url, p->result_outputs,
+                                 p->result_output_url, p->result_expires_at, p->result_error,
+                                 p->webhook_event_id, p->webhook_task_id};
+        for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++)
+            jpath_free(paths[k]);
+        for (size_t k = 0; p->headers && p->headers[k]; k++)
+            free(p->headers[k]);
+        free(p->headers);
+        for (size_t k = 0; k < p->n_status_map; k++)
+            free(p->status_map[k].from);
+        free(p->status_map);
+        bo_body_hint_free(&p->body_hint);
+    }
+    free(ps);
+}
