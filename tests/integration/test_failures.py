@@ -86,19 +86,21 @@ def test_close_after_request_is_unknown_with_no_hidden_resend(gateway_factory, t
     assert len(mock.creates_for(job_id)) == 1
 
 
-@pytest.mark.parametrize("retry_after", ["2", "date"])
-def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mock, retry_after):
+@pytest.mark.parametrize("status,retry_after", [(503, "2"), (503, "date"), (429, "2"),
+                                                (429, "date")])
+def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mock, status,
+                                                      retry_after):
     if retry_after == "date":
         # An HTTP-date 3 s ahead: whole seconds, so the hint is between 2 and 3 s.
         retry_after = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 3))
     gw = gateway_factory(providers=[provider("busy", mock.url, retry=FAST_RETRY)])
-    mock.script([{"status": 503, "retry_after": retry_after}])
+    mock.script([{"status": status, "retry_after": retry_after}])
     r = gw.submit(token, key(), {"prompt": "x"}, route="busy/images/generations")
     job_id = r.json()["id"]
     job = gw.wait_state(token, job_id, {"completed", "failed"}, timeout=30)
     assert job["state"] == "completed", job
     entries = mock.creates_for(job_id)
-    assert [e["status"] for e in entries] == [503, 200]
+    assert [e["status"] for e in entries] == [status, 200]
     gap = entries[1]["time"] - entries[0]["time"]
     assert gap >= 2.0, f"retried after {gap:.3f}s, before the server's hint"
     assert job["attempts"]["transport"] == 2 and job["attempts"]["generation"] == 1
@@ -247,3 +249,99 @@ def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token
     assert keys == {job_id}, "every transport retry carried the same provider key"
     assert len(real_creates(mock.creates_for(job_id))) == 1
     assert job["attempts"]["transport"] >= 2 and job["attempts"]["generation"] == 1
+
+
+LIST = {"strategy": "list_match", "window_seconds": 4, "interval_ms": 300,
+        "list": {"path": "/v1/images/tasks?since={since}&until={until}", "items": "$.data[*]",
+                 "match": "$.client_ref", "id": "$.id"}}
+LOOKUP = {"strategy": "get_by_client_id", "window_seconds": 30, "interval_ms": 300,
+          "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
+REF = {"body_field": "metadata.client_ref"}
+HANG_TIMEOUTS = {"connect_ms": 1000, "total_ms": 1000}
+
+
+def test_hang_with_a_list_endpoint_is_adopted_without_a_second_create(gateway_factory, token,
+                                                                      mock):
+    gw = gateway_factory(providers=[provider("listed", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref=REF, reconcile=LIST)])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x", "n": 1}, route="listed/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=20)
+    assert job["state"] == "completed", job
+    creates = real_creates(mock.creates_for(job_id))
+    assert len(creates) == 1
+    assert creates[0]["client_ref_source"] == "body", "the reference went in metadata"
+    assert job["remote_id"] == creates[0]["task_id"]
+    assert job["result"]["body"]["client_ref"] == job_id
+
+
+def test_list_match_none_found_after_the_window_is_proven_absent_and_resent(
+        gateway_factory, token, mock):
+    # A 503 with a hang: the mock made no task, the gateway could not tell. The list stays empty
+    # for the whole window, which proves absence: only then is it sent again.
+    gw = gateway_factory(providers=[provider("listed2", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref=REF, reconcile=LIST)])
+    mock.script([{"fault": "hang", "status": 503}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="listed2/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=30)
+    assert job["state"] == "completed", job
+    entries = mock.creates_for(job_id)
+    assert len(entries) == 2 and entries[0]["task_id"] is None and entries[1]["task_id"]
+    assert entries[1]["time"] - entries[0]["time"] >= 4.0, "resent only after the window"
+
+
+def test_list_match_several_tasks_go_to_review(gateway_factory, token, mock, psql):
+    gw = gateway_factory(providers=[provider("listed3", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref=REF, reconcile=LIST)])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="listed3/images/generations")
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 10
+    while not mock.creates_for(job_id):  # the scripted hang is the gateway's, not ours
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # Someone else created a task carrying the same reference (e.g. a buggy earlier client).
+    mock.http.request("POST", "/v1/images/generations",
+                      json.dumps({"prompt": "y", "metadata": {"client_ref": job_id}}))
+    job = gw.wait_state(token, job_id, {"completed", "review"}, timeout=20)
+    assert job["state"] == "review", job
+
+
+def test_hang_with_lookup_by_client_reference_is_found(gateway_factory, token, mock):
+    gw = gateway_factory(providers=[provider("looked", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref={"header": "X-Client-Ref"},
+                                             reconcile=LOOKUP)])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="looked/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=20)
+    assert job["state"] == "completed", job
+    creates = real_creates(mock.creates_for(job_id))
+    assert len(creates) == 1 and creates[0]["client_ref_source"] == "x-client-ref"
+    assert job["remote_id"] == creates[0]["task_id"]
+
+
+def test_lookup_404_is_proven_absent_and_resent_once(gateway_factory, token, mock):
+    gw = gateway_factory(providers=[provider("looked2", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref={"header": "X-Client-Ref"},
+                                             reconcile=LOOKUP)])
+    mock.script([{"fault": "close", "status": 502}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="looked2/images/generations")
+    job = gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, timeout=20)
+    assert job["state"] == "completed", job
+    entries = mock.creates_for(job["id"])
+    assert [e["task_id"] is not None for e in entries] == [False, True]
+
+
+def test_lookup_failing_keeps_unknown_then_review(gateway_factory, token, mock):
+    gw = gateway_factory(providers=[provider(
+        "looked3", mock.url, timeouts=HANG_TIMEOUTS, client_ref={"header": "X-Client-Ref"},
+        reconcile=dict(LOOKUP, window_seconds=3))])
+    mock.http.request("POST", "/_config", json.dumps({"lookup_status": 503}))
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="looked3/images/generations")
+    job = gw.wait_state(token, r.json()["id"], {"completed", "review"}, timeout=20)
+    assert job["state"] == "review", job
+    assert len(real_creates(mock.creates_for(job["id"]))) == 1
