@@ -1,0 +1,31 @@
+#ifndef IDEMGATE_WHVERIFY_H
+#define IDEMGATE_WHVERIFY_H
+
+#include <stddef.h>
+
+/* Webhook signature verification (OpenSSL), per scheme. Pure but for the crypto: the caller
+ * passes the headers through a lookup function, the raw body, the secret and the time. Every
+ * comparison is constant-time. */
+
+#define WH_TOLERANCE_S 300 /* a signed timestamp may be this far from now, either way */
+
+/* Returns the value of a request header (case-insensitive name), or NULL. */
+typedef const char *(*wh_header_fn)(const char *name, void *arg);
+
+/* Standard Webhooks: HMAC-SHA256 over "{webhook-id}.{webhook-timestamp}.{body}" with the
+ * base64-decoded part of a "whsec_…" secret; `webhook-signature` holds space-separated
+ * "v1,<base64>" entries, any of which may match. 0 when valid, -1 otherwise. */
+int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len,
+                       const char *secret, long long now);
+
+/* Hex HMAC-SHA256 of the raw body in `header` (an optional "sha256=" prefix is accepted). */
+int wh_verify_hmac_hex(wh_header_fn hdr, void *arg, const char *header, const char *body,
+                       size_t len, const char *secret);
+
+/* fal-style Ed25519: the signature (hex) in X-Fal-Webhook-Signature over
+ * "{request-id}\n{user-id}\n{timestamp}\n{hex sha256(body)}"; public_key_b64 is the raw 32-byte
+ * key in base64. */
+int wh_verify_ed25519(wh_header_fn hdr, void *arg, const char *body, size_t len,
+                      const char *public_key_b64, long long now);
+
+#endif

@@ -1,0 +1,131 @@
+/* Webhook signatures: the published Standard Webhooks vector, and every way to be refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "idemgate/crypto.h"
+#include "idemgate/whverify.h"
+
+struct hdrs {
+    const char *names[6];
+    const char *values[6];
+};
+
+static const char *lookup(const char *name, void *arg)
+{
+    struct hdrs *h = arg;
+    for (int i = 0; i < 6 && h->names[i]; i++)
+        if (strcasecmp(h->names[i], name) == 0)
+            return h->values[i];
+    return NULL;
+}
+
+#define SECRET "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+#define BODY "{\"test\": 2432232314}"
+#define SIG "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+#define TS 1614265330LL
+
+static int standard(const char *id, const char *ts, const char *sig, const char *body,
+                    const char *secret, long long now)
+{
+    struct hdrs h = {{"webhook-id", "webhook-timestamp", "webhook-signature"}, {id, ts, sig}};
+    return wh_verify_standard(lookup, &h, body, strlen(body), secret, now);
+}
+
+static void test_standard_vector(void **state)
+{
+    (void)state;
+    const char *id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    assert_int_equal(standard(id, "1614265330", SIG, BODY, SECRET, TS), 0);
+    /* Several signatures (rotation): any one may match. */
+    assert_int_equal(standard(id, "1614265330", "v1,AAAA " SIG, BODY, SECRET, TS), 0);
+    assert_int_equal(standard(id, "1614265330", SIG, BODY, SECRET, TS + 299), 0);
+    /* Refused: wrong secret, altered body, altered id, stale or future timestamp, no v1. */
+    assert_int_equal(standard(id, "1614265330", SIG, BODY,
+                              "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSx", TS),
+                     -1);
+    assert_int_equal(standard(id, "1614265330", SIG, "{\"test\": 2432232315}", SECRET, TS), -1);
+    assert_int_equal(standard("msg_other", "1614265330", SIG, BODY, SECRET, TS), -1);
+    assert_int_equal(standard(id, "1614265330", SIG, BODY, SECRET, TS + 301), -1);
+    assert_int_equal(standard(id, "1614265330", SIG, BODY, SECRET, TS - 301), -1);
+    assert_int_equal(standard(id, "1614265330", "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+                              BODY, SECRET, TS),
+                     -1);
+    assert_int_equal(standard(id, "1614265330x", SIG, BODY, SECRET, TS), -1);
+    assert_int_equal(standard(id, "1614265330", "", BODY, SECRET, TS), -1);
+    assert_int_equal(standard(NULL, "1614265330", SIG, BODY, SECRET, TS), -1);
+}
+
+static void test_hmac_hex(void **state)
+{
+    (void)state;
+    unsigned char mac[32];
+    unsigned int n = 0;
+    char hex[65], pref[80];
+    HMAC(EVP_sha256(), "s3cret", 6, (const unsigned char *)BODY, strlen(BODY), mac, &n);
+    crypto_hex(mac, n, hex);
+    struct hdrs h = {{"X-Signature"}, {hex}};
+    assert_int_equal(wh_verify_hmac_hex(lookup, &h, "X-Signature", BODY, strlen(BODY), "s3cret"),
+                     0);
+    snprintf(pref, sizeof(pref), "sha256=%s", hex);
+    h.values[0] = pref;
+    assert_int_equal(wh_verify_hmac_hex(lookup, &h, "X-Signature", BODY, strlen(BODY), "s3cret"),
+                     0);
+    assert_int_equal(wh_verify_hmac_hex(lookup, &h, "X-Signature", BODY, strlen(BODY), "other"),
+                     -1);
+    assert_int_equal(wh_verify_hmac_hex(lookup, &h, "X-Signature", "{}", 2, "s3cret"), -1);
+    hex[0] = hex[0] == 'a' ? 'b' : 'a';
+    h.values[0] = hex;
+    assert_int_equal(wh_verify_hmac_hex(lookup, &h, "X-Signature", BODY, strlen(BODY), "s3cret"),
+                     -1);
+}
+
+static void test_ed25519(void **state)
+{
+    (void)state;
+    EVP_PKEY *key = NULL;
+    EVP_PKEY_CTX *kc = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, NULL);
+    assert_true(kc && EVP_PKEY_keygen_init(kc) == 1 && EVP_PKEY_keygen(kc, &key) == 1);
+    unsigned char pub[32], sig[64];
+    size_t plen = sizeof(pub), slen = sizeof(sig);
+    assert_int_equal(EVP_PKEY_get_raw_public_key(key, pub, &plen), 1);
+    unsigned char pub_b64[64];
+    EVP_EncodeBlock(pub_b64, pub, 32);
+    char digest[65], msg[256], sighex[129];
+    crypto_sha256_hex(BODY, strlen(BODY), digest);
+    int n = snprintf(msg, sizeof(msg), "req_1\nuser_1\n1700000000\n%s", digest);
+    EVP_MD_CTX *mc = EVP_MD_CTX_new();
+    assert_int_equal(EVP_DigestSignInit(mc, NULL, NULL, NULL, key), 1);
+    assert_int_equal(EVP_DigestSign(mc, sig, &slen, (unsigned char *)msg, (size_t)n), 1);
+    crypto_hex(sig, 64, sighex);
+    struct hdrs h = {{"X-Fal-Webhook-Request-Id", "X-Fal-Webhook-User-Id",
+                      "X-Fal-Webhook-Timestamp", "X-Fal-Webhook-Signature"},
+                     {"req_1", "user_1", "1700000000", sighex}};
+    const char *pk = (const char *)pub_b64;
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), pk, 1700000000), 0);
+    assert_int_equal(wh_verify_ed25519(lookup, &h, "{}", 2, pk, 1700000000), -1);
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), pk, 1700000000 + 301), -1);
+    h.values[0] = "req_2";
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), pk, 1700000000), -1);
+    EVP_MD_CTX_free(mc);
+    EVP_PKEY_CTX_free(kc);
+    EVP_PKEY_free(key);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_standard_vector),
+        cmocka_unit_test(test_hmac_hex),
+        cmocka_unit_test(test_ed25519),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
