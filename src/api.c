@@ -9,16 +9,20 @@
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/store.h"
+#include "idemgate/whverify.h"
 
 #include <cjson/cJSON.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PROVIDERS_PREFIX "/v1/providers/"
 #define JOBS_PREFIX "/v1/jobs/"
 #define ADMIN_PROVIDERS "/v1/admin/providers/"
+#define WEBHOOKS_PREFIX "/v1/webhooks/"
+#define ADMIN_JOBS "/v1/admin/jobs/"
 /* Seconds a client should wait before retrying when the database is unreachable. */
 #define UNAVAILABLE_RETRY_AFTER 2
 
@@ -259,7 +263,8 @@ static void handle_intake(struct http_req *r, const char *rest)
                                  .ttl_hours = cfg->job_ttl_hours,
                                  .idem_header = p->idem_header,
                                  .reconcile_strategy = prof_reconcile_name(p->reconcile),
-                                 .outputs_requested = requested};
+                                 .outputs_requested = requested,
+                                 .profile_id = p->profile_id};
     struct store_job j;
     int created = 0;
     CRASH_POINT("before_intent_commit");
@@ -517,8 +522,8 @@ static void handle_regenerate(struct http_req *r, const char *parent_id)
     }
 }
 
-/* POST /v1/admin/providers/{p}/reset: clears a tripped provider credential. */
-static void handle_admin_reset(struct http_req *r, const char *provider)
+/* The admin token (its SHA-256 is configured); answers 401 and returns 0 when absent. */
+static int admin_ok(struct http_req *r)
 {
     const struct cfg *cfg = http_req_cfg(r);
     char token[CRYPTO_SHA256_HEX];
@@ -526,8 +531,32 @@ static void handle_admin_reset(struct http_req *r, const char *provider)
         strlen(cfg->admin_token_sha256) != 64 ||
         !crypto_ct_equal(token, cfg->admin_token_sha256, 64)) {
         http_problem(r, 401, "unauthorized", "Unauthorized", "the admin token is required", 0);
-        return;
+        return 0;
     }
+    return 1;
+}
+
+/* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
+ * again, for one more deadline of its provider. */
+static void handle_admin_resume(struct http_req *r, const char *job_id)
+{
+    if (!admin_ok(r))
+        return;
+    int e = store_resume_polling(http_req_db(r), job_id, 3600L * 1000);
+    if (e == STORE_ENOTFOUND)
+        http_problem(r, 404, "job-not-found", "Job not found", "no accepted job with this id", 0);
+    else if (e < 0)
+        respond_store_error(r, e);
+    else
+        http_respond(r, 200, "application/json", "{\"resumed\":true}", 16, NULL);
+}
+
+/* POST /v1/admin/providers/{p}/reset: clears a tripped provider credential. */
+static void handle_admin_reset(struct http_req *r, const char *provider)
+{
+    const struct cfg *cfg = http_req_cfg(r);
+    if (!admin_ok(r))
+        return;
     if (!cfg_find_provider(cfg, provider, strlen(provider))) {
         http_problem(r, 404, "unknown-provider", "Unknown provider", provider, 0);
         return;
@@ -544,6 +573,105 @@ static void handle_admin_reset(struct http_req *r, const char *provider)
     int n = snprintf(body, sizeof(body), "{\"provider\":\"%s\",\"cleared\":%s}", provider,
                      cleared ? "true" : "false");
     http_respond(r, 200, "application/json", body, (size_t)n, NULL);
+}
+
+static const char *req_header(const char *name, void *arg)
+{
+    return http_req_header(arg, name);
+}
+
+/* POST /v1/webhooks/{provider}: verify, dedupe by event id, then treat as a hint — the poller
+ * re-reads the task's status through the adapter and applies a forward-only transition. The
+ * webhook's own body never changes a job. */
+static void handle_webhook(struct http_req *r, const char *provider)
+{
+    const struct cfg *cfg = http_req_cfg(r);
+    const struct cfg_provider *p = cfg_find_provider(cfg, provider, strlen(provider));
+    size_t len = 0;
+    if (!p || !p->webhook_task_id) {
+        http_problem(r, 404, "unknown-provider", "Unknown provider",
+                     "no webhooks are configured for this provider", 0);
+        return;
+    }
+    const char *body = http_req_body(r, &len);
+    const char *secret = p->webhook_secret_env ? getenv(p->webhook_secret_env) : NULL;
+    long long now = (long long)time(NULL);
+    int ok = -1;
+    if (!strcmp(p->webhook_verify, "standard_webhooks"))
+        ok = wh_verify_standard(req_header, r, body, len, secret, now);
+    else if (!strcmp(p->webhook_verify, "hmac_sha256_hex"))
+        ok = wh_verify_hmac_hex(req_header, r, p->webhook_signature_header, body, len, secret);
+    else if (!strcmp(p->webhook_verify, "ed25519"))
+        ok = wh_verify_ed25519(req_header, r, body, len, secret, now);
+    else if (!strcmp(p->webhook_verify, "none"))
+        ok = 0;
+    if (ok < 0) {
+        LOG(LOG_WARN, "webhook_refused", LS("provider", provider), LS("request_id", http_req_id(r)));
+        http_problem(r, 401, "bad-signature", "Webhook signature refused",
+                     "the signature, secret or timestamp does not verify", 0);
+        return;
+    }
+    cJSON *doc = cJSON_ParseWithLength(body, len);
+    const cJSON *tid = doc ? jpath_first(p->webhook_task_id, doc) : NULL;
+    char task[256] = "", event[256] = "";
+    if (cJSON_IsString(tid))
+        snprintf(task, sizeof(task), "%s", tid->valuestring);
+    else if (cJSON_IsNumber(tid))
+        snprintf(task, sizeof(task), "%.0f", tid->valuedouble);
+    const char *eid = p->webhook_event_id_header ? http_req_header(r, p->webhook_event_id_header)
+                      : p->webhook_event_id && doc ? jpath_string(p->webhook_event_id, doc)
+                                                   : NULL;
+    if (eid)
+        snprintf(event, sizeof(event), "%s", eid);
+    else /* no event id from the provider: the delivery's own content identifies it */
+        crypto_sha256_hex(body, len, event);
+    cJSON_Delete(doc);
+    if (!*task) {
+        http_problem(r, 400, "invalid-webhook", "Webhook without a task id",
+                     "the body has no task id where the profile says", 0);
+        return;
+    }
+    int fresh = 0, hinted = 0, parked = 0;
+    CRASH_POINT("webhook_before_dedupe");
+    int e = store_webhook(http_req_db(r), p->name, event, task, p->webhook_window_hours, &fresh,
+                          &hinted, &parked);
+    CRASH_POINT("webhook_after_dedupe");
+    if (e < 0) {
+        respond_store_error(r, e); /* the provider redelivers */
+        return;
+    }
+    LOG(LOG_INFO, "webhook", LS("provider", p->name), LS("remote_id", task),
+        LI("duplicate", !fresh), LI("hinted", hinted), LI("parked", parked));
+    char out[128];
+    int n = snprintf(out, sizeof(out), "{\"received\":true,\"duplicate\":%s,\"parked\":%s}",
+                     fresh ? "false" : "true", parked ? "true" : "false");
+    http_respond(r, 200, "application/json", out, (size_t)n, NULL);
+}
+
+/* POST /v1/jobs/{id}/cancel: idempotent; the provider's cancel is sent at most once. */
+static void handle_cancel(struct http_req *r, const char *id)
+{
+    char token[CRYPTO_SHA256_HEX];
+    if (token_hash(r, token) < 0) {
+        respond_unauthorized(r);
+        return;
+    }
+    struct store_job j;
+    int changed = 0;
+    int e = store_cancel(http_req_db(r), token, id, &j, &changed);
+    if (e == STORE_EAUTH)
+        respond_unauthorized(r);
+    else if (e == STORE_ENOTFOUND)
+        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
+                     0);
+    else if (e < 0)
+        respond_store_error(r, e);
+    else {
+        LOG(LOG_INFO, "cancel_requested", LS("job_id", j.id), LS("state", st_name(j.state)),
+            LI("changed", changed), LS("request_id", http_req_id(r)));
+        respond_job(r, st_is_terminal(j.state) ? 200 : 202, &j, 0, 0);
+        store_job_fini(&j);
+    }
 }
 
 static int method_is(struct http_req *r, const char *m)
@@ -574,11 +702,14 @@ static void handle_job_path(struct http_req *r, const char *rest)
             method_not_allowed(r, "GET");
         else
             handle_job_get(r, id);
-    } else if (strcmp(slash, "/resolve") == 0 || strcmp(slash, "/regenerate") == 0) {
+    } else if (strcmp(slash, "/resolve") == 0 || strcmp(slash, "/regenerate") == 0 ||
+               strcmp(slash, "/cancel") == 0) {
         if (!method_is(r, "POST"))
             method_not_allowed(r, "POST");
         else if (strcmp(slash, "/resolve") == 0)
             handle_resolve(r, id);
+        else if (strcmp(slash, "/cancel") == 0)
+            handle_cancel(r, id);
         else
             handle_regenerate(r, id);
     } else {
@@ -618,6 +749,24 @@ void api_handle(struct http_req *r)
             name[slash - p] = '\0';
             handle_admin_reset(r, name);
         }
+    } else if (strncmp(path, ADMIN_JOBS, strlen(ADMIN_JOBS)) == 0) {
+        const char *p = path + strlen(ADMIN_JOBS);
+        const char *slash = strchr(p, '/');
+        char id[64];
+        if (!slash || strcmp(slash, "/resume") != 0 || (size_t)(slash - p) >= sizeof(id)) {
+            http_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+        } else if (!method_is(r, "POST")) {
+            method_not_allowed(r, "POST");
+        } else {
+            memcpy(id, p, (size_t)(slash - p));
+            id[slash - p] = '\0';
+            handle_admin_resume(r, id);
+        }
+    } else if (strncmp(path, WEBHOOKS_PREFIX, strlen(WEBHOOKS_PREFIX)) == 0) {
+        if (!method_is(r, "POST"))
+            method_not_allowed(r, "POST");
+        else
+            handle_webhook(r, path + strlen(WEBHOOKS_PREFIX));
     } else if (strcmp(path, "/healthz") == 0) {
         http_respond(r, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL);
     } else if (strcmp(path, "/readyz") == 0) {

@@ -119,6 +119,100 @@ static void count_results(const struct cfg_provider *p, const struct up_response
     cJSON_Delete(doc);
 }
 
+int attempt_same_origin(const char *url, const char *base)
+{
+    /* scheme://host[:port] of base, then '/' or the end. */
+    const char *p = strstr(base, "://");
+    if (!p)
+        return 0;
+    const char *end = strchr(p + 3, '/');
+    size_t n = end ? (size_t)(end - base) : strlen(base);
+    return strncmp(url, base, n) == 0 && (url[n] == '/' || url[n] == '\0' || url[n] == '?');
+}
+
+/* Percent-encodes s for a query value. */
+static void query_escape(const char *s, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *q = (const unsigned char *)s; *q && o + 4 < cap; q++) {
+        if ((*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') ||
+            *q == '-' || *q == '.' || *q == '_' || *q == '~') {
+            out[o++] = (char)*q;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*q >> 4];
+            out[o++] = hex[*q & 15];
+        }
+    }
+    out[o] = '\0';
+}
+
+/* The body as sent: the stored canonical body with our client reference and webhook URL put
+ * in where the profile says (never re-printed: numbers stay as the client wrote them). Returns a
+ * new buffer, or NULL to send the stored body unchanged. */
+static char *outbound_body(const struct cfg_provider *p, const struct store_claim *c,
+                           const char *webhook_url, size_t *len)
+{
+    char *body = NULL, *next = NULL;
+    size_t blen = 0, nlen = 0;
+    if (p->client_ref_body_field &&
+        inject_member((const char *)c->body, c->body_len, p->client_ref_body_field, c->id, &body,
+                      &blen) < 0)
+        LOG(LOG_WARN, "client_ref_not_injected", LS("job_id", c->id),
+            LS("field", p->client_ref_body_field));
+    if (webhook_url && p->webhook_body_field) {
+        const char *src = body ? body : (const char *)c->body;
+        size_t slen = body ? blen : c->body_len;
+        if (inject_member(src, slen, p->webhook_body_field, webhook_url, &next, &nlen) == 0) {
+            free(body);
+            body = next;
+            blen = nlen;
+        } else {
+            LOG(LOG_WARN, "webhook_not_registered", LS("job_id", c->id),
+                LS("field", p->webhook_body_field));
+        }
+    }
+    *len = blen;
+    return body;
+}
+
+/* For an async provider, a 2xx create is only "accepted": the task id (and a poll URL, when
+ * given) come from its answer. Without a task id nothing says which task we paid for. */
+static void accept_async(const struct cfg_provider *p, const struct up_response *res,
+                         struct pol_decision *d, char **remote_id, char **poll_url,
+                         const char **error)
+{
+    int ok = p->n_accepted_statuses == 0;
+    for (int i = 0; i < p->n_accepted_statuses; i++)
+        ok |= p->accepted_statuses[i] == res->http_status;
+    cJSON *doc = res->body ? cJSON_ParseWithLength(res->body, res->body_len) : NULL;
+    const cJSON *id = doc ? jpath_first(p->task_id, doc) : NULL;
+    if (ok && cJSON_IsString(id) && *id->valuestring) {
+        *remote_id = strdup(id->valuestring);
+    } else if (ok && cJSON_IsNumber(id)) {
+        char num[32];
+        snprintf(num, sizeof(num), "%.0f", id->valuedouble);
+        *remote_id = strdup(num);
+    }
+    const char *pu = doc && p->poll_url ? jpath_string(p->poll_url, doc) : NULL;
+    if (pu && attempt_same_origin(pu, p->base_url))
+        *poll_url = strdup(pu);
+    else if (pu)
+        LOG(LOG_WARN, "poll_url_refused", LS("provider", p->name),
+            LS("reason", "not on the provider's base URL"));
+    cJSON_Delete(doc);
+    if (*remote_id) {
+        d->next = ST_ACCEPTED;
+        d->delay_ms = p->poll_interval_ms;
+        *error = NULL;
+    } else {
+        d->next = ST_UNKNOWN;
+        *error = ok ? "the provider accepted the create without a task id"
+                    : "unexpected success status for a create";
+    }
+}
+
 void attempt_create(const struct cfg *cfg, struct db *db, const struct store_claim *c,
                     double claimed_mono)
 {
@@ -139,7 +233,7 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     }
     /* The client reference and the provider idempotency key are derived from the operation,
      * never from the client's own key, and are the same on every transport retry. */
-    const char *hdrs[9] = {"X-Idemgate-Operation", c->id};
+    const char *hdrs[17] = {"X-Idemgate-Operation", c->id};
     int h = 2;
     if (c->idem_header) {
         hdrs[h++] = c->idem_header;
@@ -149,18 +243,25 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
         hdrs[h++] = p->client_ref_header;
         hdrs[h++] = c->id;
     }
-    char *body = NULL;
-    size_t body_len = 0;
-    if (p->client_ref_body_field &&
-        inject_member((const char *)c->body, c->body_len, p->client_ref_body_field, c->id, &body,
-                      &body_len) < 0) {
-        LOG(LOG_WARN, "client_ref_not_injected", LS("job_id", c->id),
-            LS("field", p->client_ref_body_field));
-        body = NULL;
+    for (int i = 0; p->headers && p->headers[i] && h < 14; i += 2) {
+        hdrs[h++] = p->headers[i];
+        hdrs[h++] = p->headers[i + 1];
     }
+    char webhook_url[1024], url[4096];
+    int hook = *cfg->public_url && (p->webhook_body_field || p->webhook_url_query);
+    snprintf(webhook_url, sizeof(webhook_url), "%s/v1/webhooks/%s", cfg->public_url, p->name);
+    snprintf(url, sizeof(url), "%s", c->url);
+    if (hook && p->webhook_url_query) {
+        char esc[3 * sizeof(webhook_url)];
+        query_escape(webhook_url, esc, sizeof(esc));
+        snprintf(url, sizeof(url), "%s%c%s=%s", c->url, strchr(c->url, '?') ? '&' : '?',
+                 p->webhook_url_query, esc);
+    }
+    size_t body_len = 0;
+    char *body = outbound_body(p, c, hook ? webhook_url : NULL, &body_len);
     double deadline = claimed_mono + c->lease_remaining_s - LEASE_SEND_MARGIN_S;
     struct up_request req = {.method = c->method,
-                             .url = c->url,
+                             .url = url,
                              .auth_header = secret ? p->auth_header : NULL,
                              .auth_value = secret ? auth : NULL,
                              .headers = hdrs,
@@ -218,6 +319,9 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     } else {
         error = outcome == CLS_PARTIAL ? "partial result: fewer outputs than requested" : NULL;
     }
+    char *remote_id = NULL, *poll_url = NULL;
+    if (p->mode == CFG_MODE_ASYNC_POLL && d.next == ST_COMPLETED)
+        accept_async(p, &res, &d, &remote_id, &poll_url, &error);
     if (d.next == ST_UNKNOWN) {
         /* The first look comes after the reconcile interval; with no way to look, at the end
          * of the recovery window. */
@@ -243,6 +347,10 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
                              .outputs_received = rs.received,
                              .outputs_requested = -1,
                              .usage = rs.usage,
+                             .remote_id = remote_id,
+                             .poll_url = poll_url,
+                             .poll_deadline_ms = d.next == ST_ACCEPTED ? p->poll_deadline_ms : 0,
+                             .provider_status = d.next == ST_ACCEPTED ? "queued" : NULL,
                              .started_at = t0,
                              .finished_at = t1};
     int applied = 0;
@@ -268,6 +376,8 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
                 LI("http_status", res.http_status), LS("job_id", c->id));
     }
     free(rs.usage);
+    free(remote_id);
+    free(poll_url);
     up_response_fini(&res);
 }
 

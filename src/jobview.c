@@ -67,6 +67,8 @@ char *jobview_json(const struct store_job *j)
         if (j->resp_headers)
             cJSON_AddItemToObject(result, "headers", cJSON_CreateRaw(j->resp_headers));
         add_body(result, j);
+        if (j->outputs)
+            cJSON_AddItemToObject(result, "outputs", cJSON_CreateRaw(j->outputs));
     } else {
         cJSON_AddNullToObject(o, "result");
     }
@@ -97,6 +99,11 @@ char *jobview_json(const struct store_job *j)
         cJSON *b = cJSON_AddObjectToObject(o, "blocked");
         add_str(b, "reason", j->blocked_reason);
     }
+    add_str(o, "provider_status", j->provider_status);
+    add_str(o, "profile", j->profile_id);
+    cJSON_AddNumberToObject(o, "polls", j->polls);
+    if (j->cancel_requested_at)
+        add_str(o, "cancel_requested_at", j->cancel_requested_at);
     add_str(o, "last_error", j->last_error);
     cJSON *links = cJSON_AddObjectToObject(o, "links");
     cJSON_AddStringToObject(links, "self", self);

@@ -7,6 +7,7 @@
 #include "idemgate/http.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
+#include "idemgate/poller.h"
 #include "idemgate/reaper.h"
 #include "idemgate/reconciler.h"
 #include "idemgate/store.h"
@@ -47,6 +48,7 @@ static int serve(const struct cfg *cfg)
     struct dispatcher *disp = NULL;
     struct reaper *reaper = NULL;
     struct reconciler *recon = NULL;
+    struct poller *poller = NULL;
 
     /* Signals go to the main thread only: every thread started below inherits this mask. */
     sigemptyset(&set);
@@ -74,6 +76,9 @@ static int serve(const struct cfg *cfg)
     step = "reconciler";
     if (!(recon = recon_start(cfg)))
         goto failed;
+    step = "poller";
+    if (!(poller = poller_start(cfg)))
+        goto failed;
     step = "reaper";
     reaper = reaper_start(cfg);
     if (cfg->reaper_interval_ms && !reaper)
@@ -94,6 +99,7 @@ static int serve(const struct cfg *cfg)
     http_drain(http, DRAIN_TIMEOUT_MS);
     disp_stop(disp); /* calls in flight finish and their results are written */
     recon_stop(recon);
+    poller_stop(poller);
     reaper_stop(reaper);
     http_stop(http);
     up_global_fini();
@@ -104,6 +110,7 @@ failed:
     waiters_stop(w);
     disp_stop(disp);
     recon_stop(recon);
+    poller_stop(poller);
     reaper_stop(reaper);
     http_stop(http);
     return 1;

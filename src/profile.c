@@ -391,6 +391,7 @@ static int load_async(struct cfg_provider *p, const cJSON *o, const char *file, 
         load_path(result, "error", &p->result_error, 0, file, field, err, errlen) < 0)
         return -1;
     p->result_url_ttl_s = get_long(result, "url_ttl_seconds", 3600);
+    p->result_fetch_strip = dup_str(result, "fetch_from_poll_url_strip", NULL);
 
     const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(o, "cancel");
     if (cancel) {
@@ -411,6 +412,7 @@ static int load_webhook(struct cfg_provider *p, const cJSON *o, const char *file
         return 0;
     snprintf(field, sizeof(field), "providers.%s.webhook", p->name);
     p->webhook_body_field = dup_str(w, "body_field", NULL);
+    p->webhook_url_query = dup_str(w, "url_query", NULL);
     p->webhook_verify = dup_str(w, "verify", "none");
     p->webhook_secret_env = dup_str(w, "secret_env", NULL);
     p->webhook_signature_header = dup_str(w, "signature_header", NULL);
@@ -569,7 +571,15 @@ int prof_load_all(const cJSON *arr, const char *file, const char *dir,
         cJSON *m = merged(entry, dir, file, &p->profile_id, err, errlen);
         if (!m)
             return -1;
-        int rc = load_one(p, m, file, err, errlen);
+        /* Errors name the profile file too: that is where most fields are written. */
+        char where[2048];
+        const char *pf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "profile"));
+        if (pf)
+            snprintf(where, sizeof(where), "%s (profile %s%s%s)", file, pf[0] == '/' ? "" : dir,
+                     pf[0] == '/' ? "" : "/", pf);
+        else
+            snprintf(where, sizeof(where), "%s", file);
+        int rc = load_one(p, m, where, err, errlen);
         cJSON_Delete(m);
         if (rc < 0)
             return -1;
@@ -594,7 +604,8 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->result_fetch_path, p->result_kind, p->result_content_path,
                         p->cancel_method, p->cancel_path, p->webhook_body_field,
                         p->webhook_verify, p->webhook_secret_env, p->webhook_signature_header,
-                        p->webhook_event_id_header};
+                        p->webhook_event_id_header, p->webhook_url_query,
+                        p->result_fetch_strip};
         for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
             free(strs[k]);
         struct jpath *paths[] = {p->lookup_id, p->list_items, p->list_match, p->list_id,

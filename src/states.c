@@ -9,7 +9,8 @@ static const char *const names[ST__COUNT] = {
 /* allowed[from] is a bit set of the states `from` may move to. */
 #define B(s) (1u << (s))
 static const unsigned allowed[ST__COUNT] = {
-    [ST_PREPARED] = B(ST_SENDING),
+    /* Canceled (or abandoned) before anything was sent. */
+    [ST_PREPARED] = B(ST_SENDING) | B(ST_FAILED),
     /* A call's outcome; prepared only when libcurl proves no byte left (or a definite answer
      * says try again later); unknown when nobody can know. */
     [ST_SENDING] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_UNKNOWN) | B(ST_COMPLETED) | B(ST_FAILED),

@@ -26,13 +26,15 @@ struct db {
           a, "updated_at") ", " TS(a, "first_sent_at") ", " TS(a, "finished_at") ", " TS(a,        \
           "expires_at") ", " a ".outputs_requested, " a ".outputs_received, " a ".usage, " a       \
       ".resolution, " a ".resolved_by, " TS(a, "resolved_at") ", " a ".reconcile_strategy, "       \
-      "(SELECT b.reason FROM provider_breakers b WHERE b.provider = " a ".provider)"
+      "(SELECT b.reason FROM provider_breakers b WHERE b.provider = " a ".provider), " a         \
+      ".provider_status, " a ".outputs, " TS(a, "cancel_requested_at") ", " a ".profile_id, " a   \
+      ".polls"
 enum {
     JC_TENANT, JC_ID, JC_KEY, JC_FP, JC_PROVIDER, JC_ROUTE, JC_STATE, JC_LEASE_VERSION,
     JC_TRANSPORT, JC_GENERATION, JC_PARENT, JC_REMOTE, JC_RESP_STATUS, JC_RESP_HEADERS,
     JC_RESP_BODY, JC_LAST_ERROR, JC_CREATED, JC_UPDATED, JC_FIRST_SENT, JC_FINISHED, JC_EXPIRES,
     JC_OUT_REQ, JC_OUT_RECV, JC_USAGE, JC_RESOLUTION, JC_RESOLVED_BY, JC_RESOLVED_AT, JC_STRATEGY,
-    JC_BLOCKED, JC__COUNT
+    JC_BLOCKED, JC_PROVIDER_STATUS, JC_OUTPUTS, JC_CANCEL_REQ, JC_PROFILE, JC_POLLS, JC__COUNT
 };
 
 /* What a worker needs to act on an operation it claimed. */
@@ -40,7 +42,9 @@ enum {
     "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
     "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - now())::float8, "      \
     "o.req_idem_header, o.reconcile_strategy, o.transport_attempts, "                              \
-    "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested"
+    "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested, "        \
+    "o.remote_id, o.poll_url, o.polls, "                                                           \
+    "(o.cancel_requested_at IS NOT NULL AND o.cancel_sent_at IS NULL)"
 
 struct stmt {
     const char *name;
@@ -55,9 +59,9 @@ static const struct stmt stmts[] = {
      "WITH t AS (SELECT id FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
      "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
      "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
-     "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested) "
+     "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id) "
      " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, 'prepared', "
-     "  now() + make_interval(hours => $12), $13, $14, $15::integer FROM t "
+     "  now() + make_interval(hours => $12), $13, $14, $15::integer, $16 FROM t "
      " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
      "SELECT 1, " JOB_COLS("ins") " FROM ins "
      "UNION ALL "
@@ -116,7 +120,10 @@ static const struct stmt stmts[] = {
      "  next_attempt_at = now() + make_interval(secs => $15::float8 / 1000), "
      "  outputs_received = coalesce($18::integer, outputs_received), "
      "  outputs_requested = coalesce($19::integer, outputs_requested), "
-     "  usage = coalesce($20::jsonb, usage), "
+     "  usage = coalesce($20::jsonb, usage), poll_url = coalesce($21, poll_url), "
+     "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
+     "   ELSE now() + make_interval(secs => $22::float8 / 1000) END, "
+     "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
      "  finished_at = CASE WHEN $4 IN ('completed', 'failed') THEN now() END "
      " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
      " RETURNING 1) "
@@ -125,6 +132,59 @@ static const struct stmt stmts[] = {
      "SELECT $1, $2, $3, $17, to_timestamp($10), to_timestamp($11), $12, $5::integer, $13, $14, "
      " CASE WHEN EXISTS (SELECT 1 FROM upd) THEN $4 ELSE 'fenced' END, $8 "
      "RETURNING decision"},
+    /* The poller's claim: an accepted operation due for a status read (or with a cancel to
+     * send), within its poll deadline, under a new lease and fencing token. */
+    {"poll_claim",
+     "UPDATE operations o SET lease_owner = $1, lease_version = o.lease_version + 1, "
+     " lease_expires_at = now() + make_interval(secs => $2), polls = o.polls + 1, "
+     " cancel_sent_at = CASE WHEN o.cancel_requested_at IS NOT NULL THEN "
+     "   coalesce(o.cancel_sent_at, now()) END, updated_at = now() "
+     "FROM (SELECT tenant_id, id FROM operations WHERE state = 'accepted' "
+     "      AND (next_attempt_at <= now() "
+     "           OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "
+     "      AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "
+     "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+     "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
+     "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
+     "RETURNING " CLAIM_COLS},
+    /* Cancel: recorded once. A job never sent is failed at once; an accepted one has its
+     * provider cancel sent by the poller, once (cancel_sent_at). */
+    {"cancel",
+     "WITH t AS (SELECT id FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
+     "upd AS (UPDATE operations o SET "
+     "  cancel_requested_at = coalesce(o.cancel_requested_at, now()), "
+     "  state = CASE WHEN o.state = 'prepared' THEN 'failed' ELSE o.state END, "
+     "  finished_at = CASE WHEN o.state = 'prepared' THEN now() ELSE o.finished_at END, "
+     "  last_error = CASE WHEN o.state = 'prepared' THEN 'canceled before it was sent' "
+     "   ELSE o.last_error END, "
+     "  lease_version = CASE WHEN o.state = 'prepared' THEN o.lease_version + 1 "
+     "   ELSE o.lease_version END, "
+     "  next_attempt_at = CASE WHEN o.state = 'accepted' THEN now() ELSE o.next_attempt_at END, "
+     "  updated_at = now() "
+     " FROM t WHERE o.tenant_id = t.id AND o.id = $2 "
+     "  AND o.state NOT IN ('completed', 'failed') RETURNING o.*) "
+     "SELECT 1, " JOB_COLS("upd") " FROM upd "
+     "UNION ALL "
+     "SELECT 0, " JOB_COLS("o") " FROM operations o JOIN t ON o.tenant_id = t.id "
+     " WHERE o.id = $2 AND NOT EXISTS (SELECT 1 FROM upd)"},
+    /* A verified webhook, in one statement: dedupe by event id; a hint that makes the
+     * operation due for a status read now; parked when the task is not linked yet. */
+    {"webhook",
+     "WITH ev AS (INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
+     " VALUES ($1, $2, $3, now() + make_interval(hours => $4)) ON CONFLICT DO NOTHING "
+     " RETURNING 1), "
+     "hint AS (UPDATE operations SET next_attempt_at = now() "
+     " WHERE provider = $1 AND remote_id = $3 AND state = 'accepted' "
+     "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
+     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM operations "
+     "  WHERE provider = $1 AND remote_id = $3) ON CONFLICT DO NOTHING RETURNING 1) "
+     "SELECT EXISTS (SELECT 1 FROM ev), (SELECT count(*) FROM hint), "
+     " EXISTS (SELECT 1 FROM park)"},
+    {"resume_polling",
+     "UPDATE operations SET poll_deadline_at = now() + make_interval(secs => $2::float8 / 1000), "
+     " next_attempt_at = now(), updated_at = now() "
+     "WHERE id = $1 AND state = 'accepted' RETURNING id"},
     {"breaker_trip",
      "INSERT INTO provider_breakers (provider, http_status, reason, job_id) "
      "VALUES ($1, $2, $3, $4) ON CONFLICT (provider) DO NOTHING"},
@@ -162,11 +222,11 @@ static const struct stmt stmts[] = {
      "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
      "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
      "  req_idem_header, reconcile_strategy, outputs_requested, state, expires_at, parent_id, "
-     "  generation_attempts) "
+     "  generation_attempts, profile_id) "
      " SELECT p.tenant_id, $3, $4, decode($5, 'hex'), $6, p.provider, p.route, p.req_method, "
      "  p.req_url, p.req_credential, p.req_body, p.req_idem_header, p.reconcile_strategy, "
      "  p.outputs_requested, 'prepared', now() + make_interval(hours => $7), p.id, "
-     "  p.generation_attempts + 1 FROM p "
+     "  p.generation_attempts + 1, p.profile_id FROM p "
      " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
      "SELECT 1, " JOB_COLS("ins") " FROM ins "
      "UNION ALL "
@@ -419,6 +479,11 @@ static int job_from_row(PGresult *r, int row, int own, struct store_job *j)
     j->resolved_at = val(r, row, o + JC_RESOLVED_AT);
     j->reconcile_strategy = val(r, row, o + JC_STRATEGY);
     j->blocked_reason = val(r, row, o + JC_BLOCKED);
+    j->provider_status = val(r, row, o + JC_PROVIDER_STATUS);
+    j->outputs = val(r, row, o + JC_OUTPUTS);
+    j->cancel_requested_at = val(r, row, o + JC_CANCEL_REQ);
+    j->profile_id = val(r, row, o + JC_PROFILE);
+    j->polls = atoi(PQgetvalue(r, row, o + JC_POLLS));
     if (bytea_decode(val(r, row, o + JC_RESP_BODY), &j->resp_body, &j->resp_body_len) < 0) {
         store_job_fini(j);
         return STORE_EINTERNAL;
@@ -460,17 +525,17 @@ int store_intake(struct db *db, const struct store_intake_req *q, struct store_j
     snprintf(fpv, sizeof(fpv), "%d", q->fingerprint_version);
     snprintf(ttl, sizeof(ttl), "%d", q->ttl_hours);
     snprintf(outs, sizeof(outs), "%d", q->outputs_requested);
-    const char *v[15] = {q->token_sha256_hex, q->idempotency_key, q->new_id, q->fingerprint_hex,
+    const char *v[16] = {q->token_sha256_hex, q->idempotency_key, q->new_id, q->fingerprint_hex,
                          fpv, q->provider, q->route, q->method, q->url, q->credential, q->body,
                          ttl, q->idem_header, q->reconcile_strategy,
-                         q->outputs_requested >= 0 ? outs : NULL};
-    int lens[15] = {0};
+                         q->outputs_requested >= 0 ? outs : NULL, q->profile_id};
+    int lens[16] = {0};
     lens[10] = (int)q->body_len;
     /* A racing insert or a serialization failure is read again, a bounded number of times. */
     int lost = 0;
     for (int tries = 0; tries < 5; tries++) {
         PGresult *r;
-        int e = run(db, "intake", 15, v, lens, 1u << 10, &r);
+        int e = run(db, "intake", 16, v, lens, 1u << 10, &r);
         /* A connection lost mid-statement (even during the implicit COMMIT) leaves the outcome
          * unknown: one fresh connection and the same idempotent statement decide. The row is
          * ours when it carries the id we proposed. */
@@ -524,6 +589,10 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->transport_attempts = atoi(PQgetvalue(r, 0, 12));
     out->since_first_ms = val(r, 0, 13) ? atoll(val(r, 0, 13)) : 0;
     out->outputs_requested = val(r, 0, 14) ? atoi(val(r, 0, 14)) : -1;
+    out->remote_id = val(r, 0, 15);
+    out->poll_url = val(r, 0, 16);
+    out->polls = atoi(PQgetvalue(r, 0, 17));
+    out->cancel_due = PQgetvalue(r, 0, 18)[0] == 't';
     if (bytea_decode(val(r, 0, 8), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;
@@ -547,6 +616,11 @@ static int claim_with(struct db *db, const char *stmt, const char *owner, int le
         return STORE_ENOTFOUND;
     }
     return claim_from(r, out);
+}
+
+int store_poll_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+{
+    return claim_with(db, "poll_claim", owner, lease_seconds, out);
 }
 
 int store_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
@@ -591,11 +665,12 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     snprintf(t1, sizeof(t1), "%.6f", f->finished_at);
     snprintf(curl, sizeof(curl), "%d", f->curl_code);
     snprintf(sent, sizeof(sent), "%ld", f->bytes_sent);
-    char delay[24], orecv[16], oreq[16];
+    char delay[24], orecv[16], oreq[16], pdl[24];
+    snprintf(pdl, sizeof(pdl), "%lld", f->poll_deadline_ms);
     snprintf(delay, sizeof(delay), "%ld", f->retry_delay_ms);
     snprintf(orecv, sizeof(orecv), "%d", f->outputs_received);
     snprintf(oreq, sizeof(oreq), "%d", f->outputs_requested);
-    const char *v[20] = {tid,
+    const char *v[24] = {tid,
                          f->id,
                          lv,
                          st_name(f->state),
@@ -614,11 +689,15 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
                          f->kind ? f->kind : "create",
                          f->outputs_received >= 0 ? orecv : NULL,
                          f->outputs_requested >= 0 ? oreq : NULL,
-                         f->usage};
-    int lens[20] = {0};
+                         f->usage,
+                         f->poll_url,
+                         f->poll_deadline_ms > 0 ? pdl : NULL,
+                         f->provider_status,
+                         f->outputs_json};
+    int lens[24] = {0};
     lens[6] = (int)f->resp_body_len;
     PGresult *r;
-    int e = run(db, "finish", 20, v, lens, 1u << 6, &r);
+    int e = run(db, "finish", 24, v, lens, 1u << 6, &r);
     if (e < 0)
         return e;
     *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
@@ -879,4 +958,52 @@ int store_regenerate(struct db *db, const char *token, const char *parent_id, co
         return e;
     }
     return STORE_ERETRY;
+}
+
+int store_cancel(struct db *db, const char *token, const char *job_id, struct store_job *out,
+                 int *changed)
+{
+    const char *v[2] = {token, job_id};
+    PGresult *r;
+    int e = run(db, "cancel", 2, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return read_by(db, "job_get", token, "", out) == STORE_EAUTH ? STORE_EAUTH
+                                                                     : STORE_ENOTFOUND;
+    }
+    *changed = atoi(PQgetvalue(r, 0, 0)) == 1;
+    return job_from_row(r, 0, 1, out);
+}
+
+int store_webhook(struct db *db, const char *provider, const char *event_id, const char *remote_id,
+                  long window_hours, int *fresh, int *hinted, int *parked)
+{
+    char hours[24];
+    snprintf(hours, sizeof(hours), "%ld", window_hours);
+    const char *v[4] = {provider, event_id, remote_id, hours};
+    PGresult *r;
+    int e = run(db, "webhook", 4, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    *fresh = PQgetvalue(r, 0, 0)[0] == 't';
+    *hinted = atoi(PQgetvalue(r, 0, 1));
+    *parked = PQgetvalue(r, 0, 2)[0] == 't';
+    PQclear(r);
+    return STORE_OK;
+}
+
+int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
+{
+    char dl[24];
+    snprintf(dl, sizeof(dl), "%ld", deadline_ms);
+    const char *v[2] = {job_id, dl};
+    PGresult *r;
+    int e = run(db, "resume_polling", 2, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
+    PQclear(r);
+    return e;
 }

@@ -20,6 +20,10 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
 int attempt_get(const struct cfg_provider *p, const char *credential, const char *url,
                 struct up_response *res);
 
+/* 1 when url is on the same scheme, host and port as base (a poll URL or result URL the
+ * provider hands back must be, or it is not followed: no server-side request forgery). */
+int attempt_same_origin(const char *url, const char *base);
+
 double attempt_mono_now(void);
 double attempt_wall_now(void);
 /* A uniform random number in [0, 1). */

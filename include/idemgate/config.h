@@ -25,6 +25,8 @@ struct cfg {
     int max_wait_seconds;
     int job_ttl_hours;
     int reconcile_workers;
+    int poll_workers;
+    char *public_url;
     char *admin_token_sha256;
     int max_connections;
     char *log_level;

@@ -117,6 +117,7 @@ struct cfg_provider {
     /* Result. */
     char *result_fetch_path;       /* GET this template when done to get the outputs, or NULL */
     struct jpath *result_fetch_url; /* or the URL in the status answer */
+    char *result_fetch_strip;       /* or the stored poll URL without this suffix (fal) */
     struct jpath *result_outputs;   /* each output (a URL string or an object) */
     struct jpath *result_output_url; /* within one output object, or NULL for a string */
     char *result_kind;              /* url, b64 or binary_endpoint */
@@ -130,6 +131,7 @@ struct cfg_provider {
 
     /* Webhooks. */
     char *webhook_body_field;   /* where the callback URL goes in the create body */
+    char *webhook_url_query;    /* or the query parameter of the create URL that carries it */
     char *webhook_verify;       /* standard_webhooks, hmac_sha256_hex, ed25519 or none */
     char *webhook_secret_env;
     char *webhook_signature_header;

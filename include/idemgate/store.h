@@ -64,6 +64,11 @@ struct store_job {
     const char *resolution, *resolved_by, *resolved_at;
     const char *reconcile_strategy;
     const char *blocked_reason; /* the provider's credential is tripped: why */
+    const char *provider_status; /* canonical task status at the provider (async) */
+    const char *outputs;         /* JSON array of {"url", "expires_at"} */
+    const char *cancel_requested_at;
+    const char *profile_id;
+    int polls;
 };
 void store_job_fini(struct store_job *j);
 
@@ -84,6 +89,7 @@ struct store_intake_req {
     const char *idem_header;        /* the provider's idempotency header, or NULL */
     const char *reconcile_strategy; /* see migrations/0002 */
     int outputs_requested;          /* -1 when not known */
+    const char *profile_id;
 };
 
 /* The intake decision in one round trip: insert the intent (committed on return) or read the
@@ -116,6 +122,10 @@ struct store_claim {
     int transport_attempts;     /* including this claim's, for a dispatch */
     long long since_first_ms;   /* since the first send */
     int outputs_requested;      /* -1 when not known */
+    const char *remote_id;      /* the provider's task id, once accepted */
+    const char *poll_url;       /* as the provider gave it, or NULL */
+    int polls;                  /* status reads so far, this one included (poll claims) */
+    int cancel_due;             /* a cancel was requested and this claim must send it */
 };
 void store_claim_fini(struct store_claim *c);
 
@@ -128,6 +138,30 @@ __attribute__((warn_unused_result)) int store_reconcile_claim(struct db *db, con
  * key); updates c->lease_remaining_s and c->transport_attempts. STORE_ENOTFOUND when fenced. */
 __attribute__((warn_unused_result)) int store_reconcile_send(struct db *db, struct store_claim *c,
                                                              int lease_seconds);
+
+/* Claims an accepted operation due for a status read (or a cancel). STORE_ENOTFOUND when none. */
+__attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const char *owner,
+                                                         int lease_seconds,
+                                                         struct store_claim *out);
+
+/* Cancels a tenant's job: a prepared job fails at once; an accepted one is marked for the
+ * poller to send the provider's cancel, once. *changed is 0 when the job was already terminal
+ * (out holds it as it is). */
+__attribute__((warn_unused_result)) int store_cancel(struct db *db, const char *token,
+                                                     const char *job_id, struct store_job *out,
+                                                     int *changed);
+
+/* A verified webhook: *fresh is 0 for an event id seen before (nothing else happens);
+ * otherwise *hinted counts operations made due for a status read and *parked says the task is
+ * not linked to an operation yet. */
+__attribute__((warn_unused_result)) int store_webhook(struct db *db, const char *provider,
+                                                      const char *event_id,
+                                                      const char *remote_id, long window_hours,
+                                                      int *fresh, int *hinted, int *parked);
+
+/* An operator resumes polling of an accepted job whose poll deadline passed. */
+__attribute__((warn_unused_result)) int store_resume_polling(struct db *db, const char *job_id,
+                                                             long deadline_ms);
 
 /* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
  * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
@@ -156,6 +190,10 @@ struct store_finish {
     int outputs_received;  /* -1: unchanged */
     int outputs_requested; /* -1: unchanged */
     const char *usage;     /* JSON text or NULL */
+    const char *poll_url;  /* or NULL: unchanged */
+    long long poll_deadline_ms; /* > 0: polling stops this long from now */
+    const char *provider_status; /* canonical task status, or NULL */
+    const char *outputs_json;    /* [{"url":…,"expires_at":…}] or NULL */
     double started_at, finished_at; /* Unix seconds, from this host's clock */
 };
 

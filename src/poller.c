@@ -1,0 +1,389 @@
+#include "idemgate/poller.h"
+
+#include "idemgate/attempt.h"
+#include "idemgate/log.h"
+#include "idemgate/store.h"
+#include "idemgate/tmpl.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define IDLE_SLEEP_MS 100
+
+struct poller {
+    const struct cfg *cfg;
+    atomic_int stop;
+    int n;
+    pthread_t *threads;
+};
+
+int poller_status_of(const struct cfg_provider *p, int http_status, const cJSON *doc)
+{
+    if (p->status_by_http) {
+        if (http_status == 200)
+            return TS_SUCCEEDED;
+        if (http_status == 202)
+            return TS_RUNNING;
+        return http_status >= 400 && http_status < 500 && http_status != 429 ? TS_FAILED : -1;
+    }
+    if (!doc)
+        return -1;
+    if (p->status_path) {
+        const char *word = jpath_string(p->status_path, doc);
+        return word ? prof_map_status(p, word) : -1;
+    }
+    const cJSON *done = jpath_first(p->done_path, doc);
+    if (!cJSON_IsTrue(done))
+        return TS_RUNNING; /* absent or false: not done yet */
+    const cJSON *err = p->error_present_path ? jpath_first(p->error_present_path, doc) : NULL;
+    return err && !cJSON_IsNull(err) ? TS_FAILED : TS_SUCCEEDED;
+}
+
+struct vars {
+    const char *id, *client_ref;
+};
+
+static const char *var(const char *name, size_t len, void *arg)
+{
+    const struct vars *v = arg;
+    if (len == 2 && memcmp(name, "id", 2) == 0)
+        return v->id;
+    if (len == 10 && memcmp(name, "client_ref", 10) == 0)
+        return v->client_ref;
+    return NULL;
+}
+
+/* base_url + the template expanded with path-segment escaping. */
+static char *provider_url(const struct cfg_provider *p, const char *tmpl, const struct vars *v)
+{
+    char err[128], *path = NULL;
+    if (tmpl_expand(tmpl, TMPL_URL_SEGMENT, var, (void *)v, &path, err, sizeof(err)) < 0) {
+        LOG(LOG_ERROR, "poll_template", LS("provider", p->name), LS("error", err));
+        return NULL;
+    }
+    size_t n = strlen(p->base_url) + strlen(path) + 1;
+    char *url = malloc(n);
+    if (url)
+        snprintf(url, n, "%s%s", p->base_url, path);
+    free(path);
+    return url;
+}
+
+/* The poll body: the profile's JSON object with placeholders expanded inside its strings (built
+ * with cJSON so a value can never break out of its string). */
+static void expand_strings(cJSON *node, const struct vars *v)
+{
+    for (cJSON *c = node->child; c; c = c->next) {
+        if (cJSON_IsString(c)) {
+            char err[64], *out = NULL;
+            if (tmpl_expand(c->valuestring, TMPL_RAW, var, (void *)v, &out, err, sizeof(err)) ==
+                0) {
+                cJSON_SetValuestring(c, out);
+                free(out);
+            }
+        } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+            expand_strings(c, v);
+        }
+    }
+}
+
+static char *poll_body(const struct cfg_provider *p, const struct vars *v)
+{
+    cJSON *b = cJSON_Parse(p->poll_body);
+    if (!b)
+        return NULL;
+    expand_strings(b, v);
+    char *s = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    return s;
+}
+
+static int call(const struct cfg_provider *p, const char *credential, const char *method,
+                const char *url, const char *body, struct up_response *res)
+{
+    char auth[1024];
+    const char *secret = credential && *credential ? getenv(credential) : NULL;
+    if (secret)
+        snprintf(auth, sizeof(auth), "%s%s", p->auth_prefix ? p->auth_prefix : "", secret);
+    struct up_request req = {.method = method,
+                             .url = url,
+                             .auth_header = secret ? p->auth_header : NULL,
+                             .auth_value = secret ? auth : NULL,
+                             .headers = (const char *const *)p->headers,
+                             .body = body,
+                             .body_len = body ? strlen(body) : 0,
+                             .connect_timeout_ms = p->connect_timeout_ms,
+                             .total_timeout_ms = p->total_timeout_ms,
+                             .max_response_bytes = 16u * 1024 * 1024};
+    int rc = up_call(&req, res);
+    explicit_bzero(auth, sizeof(auth));
+    return rc;
+}
+
+struct out_ctx {
+    const struct cfg_provider *p;
+    cJSON *out;
+    long long expires;
+    int n;
+};
+
+/* One output: a string (a URL, or base64 data) or an object holding the URL. */
+static void add_output(const cJSON *node, void *arg)
+{
+    struct out_ctx *x = arg;
+    const char *v = cJSON_IsString(node) ? node->valuestring
+                    : x->p->result_output_url ? jpath_string(x->p->result_output_url, node)
+                                              : NULL;
+    if (!v)
+        return;
+    cJSON *o = cJSON_CreateObject();
+    if (!strcmp(x->p->result_kind, "b64")) {
+        cJSON_AddStringToObject(o, "kind", "b64");
+        cJSON_AddNumberToObject(o, "bytes", (double)(strlen(v) / 4 * 3));
+    } else {
+        cJSON_AddStringToObject(o, "url", v);
+        cJSON_AddNumberToObject(o, "expires_at", (double)x->expires);
+    }
+    cJSON_AddItemToArray(x->out, o);
+    x->n++;
+}
+
+/* Collects the outputs of a finished task as [{"url":…,"expires_at":…}]. */
+static int collect_outputs(const struct cfg_provider *p, const cJSON *doc, const char *remote_id,
+                           cJSON *out)
+{
+    long long expires = (long long)time(NULL) + p->result_url_ttl_s;
+    const cJSON *exp = doc && p->result_expires_at ? jpath_first(p->result_expires_at, doc) : NULL;
+    if (cJSON_IsNumber(exp))
+        expires = (long long)exp->valuedouble;
+    if (!strcmp(p->result_kind, "binary_endpoint")) {
+        struct vars v = {remote_id, NULL};
+        char *url = provider_url(p, p->result_content_path, &v);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "url", url ? url : "");
+        cJSON_AddNumberToObject(o, "expires_at", (double)expires);
+        cJSON_AddItemToArray(out, o);
+        free(url);
+        return 1;
+    }
+    if (!doc || !p->result_outputs)
+        return 0;
+    struct out_ctx x = {p, out, expires, 0};
+    jpath_each(p->result_outputs, doc, add_output, &x);
+    return x.n;
+}
+
+/* Writes a poll's conclusion under the poller's lease (state accepted → next). */
+static void write_poll(struct db *db, const struct store_claim *c, enum op_state next,
+                       long delay_ms, const char *status, const char *error,
+                       const struct up_response *res, int outputs, const char *outputs_json,
+                       double t0)
+{
+    int final = next != ST_ACCEPTED;
+    struct store_finish f = {.tenant_id = c->tenant_id,
+                             .id = c->id,
+                             .lease_version = c->lease_version,
+                             .from = ST_ACCEPTED,
+                             .kind = "poll",
+                             .state = next,
+                             .outcome = status,
+                             .http_status = res ? res->http_status : 0,
+                             .curl_code = res ? res->curl_code : 0,
+                             .bytes_sent = res ? res->bytes_sent : 0,
+                             .resp_headers = final && res ? res->headers_json : NULL,
+                             .resp_body = final && res ? res->body : NULL,
+                             .resp_body_len = final && res ? res->body_len : 0,
+                             .error = error,
+                             .retry_delay_ms = delay_ms,
+                             .outputs_received = outputs,
+                             .outputs_requested = -1,
+                             .provider_status = status,
+                             .outputs_json = outputs_json,
+                             .started_at = t0,
+                             .finished_at = attempt_wall_now()};
+    int applied = 0;
+    if (store_finish(db, &f, &applied) < 0 || !applied)
+        LOG(LOG_WARN, "poll_write_dropped", LS("job_id", c->id), LS("status", status));
+    else if (final)
+        LOG(LOG_INFO, "polled_final", LS("job_id", c->id), LS("provider", c->provider),
+            LS("state", st_name(next)), LS("status", status), LI("polls", c->polls));
+}
+
+/* The delay before the next status read: the profile's interval growing with the polls made,
+ * capped, never under the provider's hint header. */
+static long next_delay(const struct cfg_provider *p, const struct store_claim *c,
+                       const struct up_response *res)
+{
+    long d = p->poll_interval_ms;
+    for (int i = 1; i < c->polls && d < p->poll_max_interval_ms; i++)
+        d += d / 2;
+    if (d > p->poll_max_interval_ms)
+        d = p->poll_max_interval_ms;
+    if (p->poll_hint_header && res && res->headers_json) {
+        cJSON *h = cJSON_Parse(res->headers_json);
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, p->poll_hint_header));
+        long hint = v ? strtol(v, NULL, 10) : 0;
+        if (hint > d)
+            d = hint;
+        cJSON_Delete(h);
+    }
+    return d;
+}
+
+static void send_cancel(const struct cfg_provider *p, const struct store_claim *c,
+                        const struct vars *v)
+{
+    if (!p->cancel_path) {
+        LOG(LOG_INFO, "cancel_unsupported", LS("job_id", c->id), LS("provider", p->name));
+        return;
+    }
+    char *url = provider_url(p, p->cancel_path, v);
+    struct up_response res;
+    memset(&res, 0, sizeof(res));
+    if (url)
+        call(p, c->credential, p->cancel_method, url, NULL, &res);
+    LOG(LOG_INFO, "cancel_sent", LS("job_id", c->id), LS("provider", p->name),
+        LI("http_status", res.http_status));
+    up_response_fini(&res);
+    free(url);
+}
+
+/* The stored poll URL without suffix (a new string), or NULL when it does not end so. */
+static char *strip_suffix(const char *url, const char *suffix)
+{
+    size_t n = url ? strlen(url) : 0, k = suffix ? strlen(suffix) : 0;
+    if (!url || !suffix || n <= k || strcmp(url + n - k, suffix) != 0)
+        return NULL;
+    return strndup(url, n - k);
+}
+
+static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c)
+{
+    double t0 = attempt_wall_now();
+    const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
+    if (!p || p->mode != CFG_MODE_ASYNC_POLL || !c->remote_id) {
+        write_poll(db, c, ST_ACCEPTED, 60000, "not_configured",
+                   "the provider is not configured for polling on this replica", NULL, -1, NULL,
+                   t0);
+        return;
+    }
+    struct vars v = {c->remote_id, c->id};
+    if (c->cancel_due)
+        send_cancel(p, c, &v);
+    /* The poll URL the provider gave is used as stored; otherwise the profile's template. */
+    char *url = c->poll_url ? strdup(c->poll_url) : provider_url(p, p->poll_path, &v);
+    char *body = p->poll_body ? poll_body(p, &v) : NULL;
+    struct up_response res, fetched;
+    memset(&res, 0, sizeof(res));
+    memset(&fetched, 0, sizeof(fetched));
+    int rc = url ? call(p, c->credential, p->poll_method, url, body, &res) : -1;
+    cJSON *doc = rc == 0 && res.body ? cJSON_ParseWithLength(res.body, res.body_len) : NULL;
+    int st = rc == 0 ? poller_status_of(p, res.http_status, doc) : -1;
+    if (rc == 0 && !p->status_by_http && res.http_status >= 300)
+        st = -1;
+    const struct up_response *final = &res;
+    cJSON *fdoc = doc;
+    if (st == TS_SUCCEEDED &&
+        (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
+        /* The outputs live elsewhere (fal's response_url): fetch them now. */
+        const char *fu = p->result_fetch_url && doc ? jpath_string(p->result_fetch_url, doc) : NULL;
+        char *furl = fu && attempt_same_origin(fu, p->base_url) ? strdup(fu)
+                     : p->result_fetch_path ? provider_url(p, p->result_fetch_path, &v)
+                                            : strip_suffix(c->poll_url, p->result_fetch_strip);
+        if (furl && call(p, c->credential, "GET", furl, NULL, &fetched) == 0) {
+            final = &fetched;
+            fdoc = fetched.body ? cJSON_ParseWithLength(fetched.body, fetched.body_len) : NULL;
+            if (fetched.http_status >= 400 && fetched.http_status < 500)
+                st = TS_FAILED; /* the task ended in an error the result carries */
+            else if (fetched.http_status >= 300)
+                st = -1;
+        } else {
+            st = -1;
+        }
+        free(furl);
+    }
+    if (st == TS_SUCCEEDED) {
+        cJSON *outs = cJSON_CreateArray();
+        int n = collect_outputs(p, fdoc, c->remote_id, outs);
+        char *oj = cJSON_PrintUnformatted(outs);
+        write_poll(db, c, ST_COMPLETED, 0, "succeeded", NULL, final, n, oj, t0);
+        free(oj);
+        cJSON_Delete(outs);
+    } else if (st == TS_FAILED || st == TS_CANCELED) {
+        const char *msg = fdoc && p->result_error ? jpath_string(p->result_error, fdoc) : NULL;
+        char err[512];
+        snprintf(err, sizeof(err), "%s: %s", st == TS_CANCELED ? "canceled" : "task failed",
+                 msg ? msg : "the provider gave no message");
+        write_poll(db, c, ST_FAILED, 0, prof_status_name((enum task_status)st), err, final, -1,
+                   NULL, t0);
+    } else {
+        /* Queued, running, or no readable answer: read again later. */
+        write_poll(db, c, ST_ACCEPTED, next_delay(p, c, &res),
+                   st >= 0 ? prof_status_name((enum task_status)st) : "unreadable", NULL, &res,
+                   -1, NULL, t0);
+    }
+    if (fdoc != doc)
+        cJSON_Delete(fdoc);
+    cJSON_Delete(doc);
+    up_response_fini(&fetched);
+    up_response_fini(&res);
+    free(body);
+    free(url);
+}
+
+static void *poller_main(void *arg)
+{
+    struct poller *pl = arg;
+    struct db *db = store_db_open(pl->cfg->database_url);
+    if (!db)
+        return NULL;
+    while (!atomic_load(&pl->stop)) {
+        struct store_claim c;
+        if (store_poll_claim(db, pl->cfg->instance_id, pl->cfg->lease_seconds, &c) == STORE_OK) {
+            poll_one(pl->cfg, db, &c);
+            store_claim_fini(&c);
+            continue;
+        }
+        struct timespec ts = {0, IDLE_SLEEP_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    store_db_close(db);
+    return NULL;
+}
+
+struct poller *poller_start(const struct cfg *cfg)
+{
+    struct poller *pl = calloc(1, sizeof(*pl));
+    if (!pl)
+        return NULL;
+    pl->cfg = cfg;
+    pl->threads = calloc((size_t)cfg->poll_workers + 1, sizeof(pthread_t));
+    if (!pl->threads) {
+        free(pl);
+        return NULL;
+    }
+    for (int i = 0; i < cfg->poll_workers; i++) {
+        if (pthread_create(&pl->threads[i], NULL, poller_main, pl) != 0) {
+            poller_stop(pl);
+            return NULL;
+        }
+        pl->n++;
+    }
+    return pl;
+}
+
+void poller_stop(struct poller *pl)
+{
+    if (!pl)
+        return;
+    atomic_store(&pl->stop, 1);
+    for (int i = 0; i < pl->n; i++)
+        pthread_join(pl->threads[i], NULL);
+    free(pl->threads);
+    free(pl);
+}
