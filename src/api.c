@@ -7,6 +7,7 @@
 #include "idemgate/jcs.h"
 #include "idemgate/jobview.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/migrate.h"
 #include "idemgate/store.h"
 #include "idemgate/whverify.h"
@@ -606,6 +607,7 @@ static void handle_webhook(struct http_req *r, const char *provider)
     else if (!strcmp(p->webhook_verify, "none"))
         ok = 0;
     if (ok < 0) {
+        metrics_safety(MS_WEBHOOK_REFUSED);
         LOG(LOG_WARN, "webhook_refused", LS("provider", provider), LS("request_id", http_req_id(r)));
         http_problem(r, 401, "bad-signature", "Webhook signature refused",
                      "the signature, secret or timestamp does not verify", 0);
@@ -640,6 +642,8 @@ static void handle_webhook(struct http_req *r, const char *provider)
         respond_store_error(r, e); /* the provider redelivers */
         return;
     }
+    if (!fresh)
+        metrics_safety(MS_WEBHOOK_DUPLICATE);
     LOG(LOG_INFO, "webhook", LS("provider", p->name), LS("remote_id", task),
         LI("duplicate", !fresh), LI("hinted", hinted), LI("parked", parked));
     char out[128];
@@ -674,6 +678,65 @@ static void handle_cancel(struct http_req *r, const char *id)
     }
 }
 
+struct gauge_text {
+    char buf[4096];
+    size_t len;
+    int state_header, tripped_header;
+};
+
+static void add_gauge(const char *kind, const char *name, long long value, void *arg)
+{
+    struct gauge_text *g = arg;
+    size_t cap = sizeof(g->buf) - g->len;
+    int n = 0;
+    if (!strcmp(kind, "state")) {
+        if (!g->state_header++)
+            n += snprintf(g->buf + g->len, cap,
+                          "# HELP idemgate_operations Operations by state.\n"
+                          "# TYPE idemgate_operations gauge\n");
+        n += snprintf(g->buf + g->len + n, cap - (size_t)n, "idemgate_operations{state=\"%s\"} %lld\n",
+                      name, value);
+        if (!strcmp(name, "review"))
+            n += snprintf(g->buf + g->len + n, cap - (size_t)n,
+                          "# HELP idemgate_review_backlog Operations waiting for an operator.\n"
+                          "# TYPE idemgate_review_backlog gauge\nidemgate_review_backlog %lld\n",
+                          value);
+    } else {
+        n += snprintf(g->buf + g->len, cap, "idemgate_provider_tripped{provider=\"%s\"} 1\n", name);
+    }
+    if (n > 0 && (size_t)n < cap)
+        g->len += (size_t)n;
+}
+
+/* GET /metrics: process counters, and gauges read from the database (bounded labels only:
+ * states and configured provider names). */
+static void handle_metrics(struct http_req *r)
+{
+    struct gauge_text g = {.len = 0};
+    const struct cfg *cfg = http_req_cfg(r);
+    g.buf[0] = '\0';
+    int e = store_gauges(http_req_db(r), add_gauge, &g);
+    size_t cap = sizeof(g.buf) - g.len;
+    int n = snprintf(g.buf + g.len, cap,
+                     "# HELP idemgate_provider_tripped A provider whose credential is refused.\n"
+                     "# TYPE idemgate_provider_tripped gauge\n"
+                     "# HELP idemgate_database_up The database answered this scrape.\n"
+                     "# TYPE idemgate_database_up gauge\nidemgate_database_up %d\n"
+                     "# HELP idemgate_providers_configured Providers in the configuration.\n"
+                     "# TYPE idemgate_providers_configured gauge\n"
+                     "idemgate_providers_configured %zu\n",
+                     e == STORE_OK, cfg->n_providers);
+    if (n > 0 && (size_t)n < cap)
+        g.len += (size_t)n;
+    char *text = metrics_render(g.buf);
+    if (!text) {
+        http_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL);
+    free(text);
+}
+
 static int method_is(struct http_req *r, const char *m)
 {
     return strcmp(http_req_method(r), m) == 0;
@@ -698,6 +761,7 @@ static void handle_job_path(struct http_req *r, const char *rest)
     memcpy(id, rest, n);
     id[n] = '\0';
     if (!slash) {
+        http_req_set_route(r, MR_JOB_GET);
         if (!method_is(r, "GET"))
             method_not_allowed(r, "GET");
         else
@@ -707,11 +771,11 @@ static void handle_job_path(struct http_req *r, const char *rest)
         if (!method_is(r, "POST"))
             method_not_allowed(r, "POST");
         else if (strcmp(slash, "/resolve") == 0)
-            handle_resolve(r, id);
+            http_req_set_route(r, MR_RESOLVE), handle_resolve(r, id);
         else if (strcmp(slash, "/cancel") == 0)
-            handle_cancel(r, id);
+            http_req_set_route(r, MR_CANCEL), handle_cancel(r, id);
         else
-            handle_regenerate(r, id);
+            http_req_set_route(r, MR_REGENERATE), handle_regenerate(r, id);
     } else {
         http_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
     }
@@ -725,11 +789,13 @@ void api_handle(struct http_req *r)
         return;
     }
     if (strncmp(path, PROVIDERS_PREFIX, strlen(PROVIDERS_PREFIX)) == 0) {
+        http_req_set_route(r, MR_INTAKE);
         if (!method_is(r, "POST"))
             method_not_allowed(r, "POST");
         else
             handle_intake(r, path + strlen(PROVIDERS_PREFIX));
     } else if (strcmp(path, "/v1/jobs") == 0) {
+        http_req_set_route(r, MR_JOB_LIST);
         if (!method_is(r, "GET"))
             method_not_allowed(r, "GET");
         else
@@ -737,6 +803,7 @@ void api_handle(struct http_req *r)
     } else if (strncmp(path, JOBS_PREFIX, strlen(JOBS_PREFIX)) == 0) {
         handle_job_path(r, path + strlen(JOBS_PREFIX));
     } else if (strncmp(path, ADMIN_PROVIDERS, strlen(ADMIN_PROVIDERS)) == 0) {
+        http_req_set_route(r, MR_ADMIN);
         const char *p = path + strlen(ADMIN_PROVIDERS);
         const char *slash = strchr(p, '/');
         char name[64];
@@ -750,6 +817,7 @@ void api_handle(struct http_req *r)
             handle_admin_reset(r, name);
         }
     } else if (strncmp(path, ADMIN_JOBS, strlen(ADMIN_JOBS)) == 0) {
+        http_req_set_route(r, MR_ADMIN);
         const char *p = path + strlen(ADMIN_JOBS);
         const char *slash = strchr(p, '/');
         char id[64];
@@ -763,13 +831,19 @@ void api_handle(struct http_req *r)
             handle_admin_resume(r, id);
         }
     } else if (strncmp(path, WEBHOOKS_PREFIX, strlen(WEBHOOKS_PREFIX)) == 0) {
+        http_req_set_route(r, MR_WEBHOOK);
         if (!method_is(r, "POST"))
             method_not_allowed(r, "POST");
         else
             handle_webhook(r, path + strlen(WEBHOOKS_PREFIX));
+    } else if (strcmp(path, "/metrics") == 0) {
+        http_req_set_route(r, MR_METRICS);
+        handle_metrics(r);
     } else if (strcmp(path, "/healthz") == 0) {
+        http_req_set_route(r, MR_HEALTH);
         http_respond(r, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL);
     } else if (strcmp(path, "/readyz") == 0) {
+        http_req_set_route(r, MR_READY);
         handle_ready(r);
     } else {
         http_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);

@@ -6,6 +6,7 @@
 #include "idemgate/crypto.h"
 #include "idemgate/inject.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/policy.h"
 
 #include <cjson/cJSON.h>
@@ -356,6 +357,11 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     CRASH_POINT("after_result_commit");
+    metrics_attempt(cls_name(outcome));
+    if (outcome == CLS_AMBIGUOUS)
+        metrics_safety(MS_AMBIGUOUS);
+    if (e == STORE_OK && !applied)
+        metrics_safety(MS_FENCED_WRITE);
     if (e < 0)
         LOG(LOG_ERROR, "dispatch_result_lost", LS("job_id", c->id), LI("store_error", e),
             LS("note", "the lease will expire and the reaper will mark it unknown"));

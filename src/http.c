@@ -3,6 +3,7 @@
 #include "idemgate/api.h"
 #include "idemgate/crypto.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/store.h"
 
 #include <arpa/inet.h>
@@ -37,12 +38,20 @@ struct http_req {
     int responded;
     struct http_wait wait;
     char request_id[72];
+    int status;   /* of the queued response */
+    int route;    /* enum metric_route */
+    struct timespec started;
 };
 
 /* One database connection per server thread: the pool is sized to the threads. */
 static __thread struct db *tls_db;
 static atomic_ulong request_counter;
 static atomic_long requests_in_progress;
+
+void http_req_set_route(struct http_req *r, int route)
+{
+    r->route = route;
+}
 
 const char *http_req_id(const struct http_req *r)
 {
@@ -163,9 +172,7 @@ int http_respond(struct http_req *r, int status, const char *content_type, const
     enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->responded = 1;
-    if (log_enabled(LOG_DEBUG) || status >= 500)
-        LOG(status >= 500 ? LOG_WARN : LOG_DEBUG, "http_response", LS("request_id", r->request_id),
-            LS("method", r->method), LI("status", status));
+    r->status = status;
     return ok == MHD_YES ? 0 : -1;
 }
 
@@ -263,6 +270,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         atomic_fetch_add(&requests_in_progress, 1);
         r->srv = s;
         r->conn = conn;
+        r->route = MR_OTHER;
+        clock_gettime(CLOCK_MONOTONIC, &r->started);
         r->method = method;
         r->path = strdup(url);
         *con_cls = r;
@@ -326,10 +335,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     (void)cls;
     (void)conn;
-    (void)toe;
     struct http_req *r = *con_cls;
     if (!r)
         return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double secs = (double)(now.tv_sec - r->started.tv_sec) +
+                  (double)(now.tv_nsec - r->started.tv_nsec) / 1e9;
+    metrics_http((enum metric_route)r->route, r->status, secs);
+    /* One access line per request: ids and classes only, never a body, token or key. */
+    LOG(r->status >= 500 ? LOG_WARN : LOG_INFO, "http", LS("request_id", r->request_id),
+        LS("method", r->method), LS("route", metrics_route_name(r->route)),
+        LI("status", r->status), LI("us", (long long)(secs * 1e6)),
+        LI("completed", toe == MHD_REQUEST_TERMINATED_COMPLETED_OK));
     free(r->path);
     free(r->body);
     free(r);

@@ -2,6 +2,7 @@
 
 #include "idemgate/attempt.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/store.h"
 #include "idemgate/tmpl.h"
 
@@ -207,7 +208,10 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
                              .started_at = t0,
                              .finished_at = attempt_wall_now()};
     int applied = 0;
-    if (store_finish(db, &f, &applied) < 0 || !applied)
+    int e = store_finish(db, &f, &applied);
+    if (e == STORE_OK && !applied)
+        metrics_safety(MS_FENCED_WRITE);
+    if (e < 0 || !applied)
         LOG(LOG_WARN, "poll_write_dropped", LS("job_id", c->id), LS("status", status));
     else if (final)
         LOG(LOG_INFO, "polled_final", LS("job_id", c->id), LS("provider", c->provider),

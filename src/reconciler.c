@@ -3,6 +3,7 @@
 #include "idemgate/attempt.h"
 #include "idemgate/crash.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/store.h"
 #include "idemgate/tmpl.h"
 
@@ -90,7 +91,16 @@ static void write_verdict(struct db *db, const struct store_claim *c, enum op_st
                              .started_at = t0,
                              .finished_at = attempt_wall_now()};
     int applied = 0;
-    if (store_finish(db, &f, &applied) < 0 || !applied)
+    int e = store_finish(db, &f, &applied);
+    if (e == STORE_OK && !applied)
+        metrics_safety(MS_FENCED_WRITE);
+    if (e == STORE_OK && applied && next != ST_UNKNOWN)
+        metrics_unknown_seconds((double)c->since_first_ms / 1000);
+    if (e == STORE_OK && applied && next == ST_COMPLETED)
+        metrics_safety(MS_RECONCILED_NO_RESEND);
+    if (e == STORE_OK && applied && next == ST_REVIEW)
+        metrics_safety(MS_REVIEW_ENTERED);
+    if (e < 0 || !applied)
         LOG(LOG_WARN, "reconcile_write_dropped", LS("job_id", c->id), LS("verdict", outcome));
     else
         LOG(LOG_INFO, "reconciled", LS("job_id", c->id), LS("provider", c->provider),
@@ -159,6 +169,8 @@ static void look(const struct cfg_provider *p, struct db *db, const struct store
             if (ok)
                 jpath_each(p->list_items, doc, match_item, &m);
             verdict = recon_list_verdict(ok ? m.n : -1, window_closed);
+            if (m.n > 1)
+                metrics_safety(MS_SUSPECTED_DUPLICATE);
             if (verdict == RV_FOUND) {
                 remote = p->list_id ? jpath_string(p->list_id, m.found) : NULL;
                 task_json = cJSON_PrintUnformatted(m.found);
@@ -222,6 +234,7 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
         }
         if (store_reconcile_send(db, c, cfg->lease_seconds) != STORE_OK)
             return; /* fenced or unreachable: the next claim decides */
+        metrics_safety(MS_PROTECTED_RESEND);
         attempt_create(cfg, db, c, attempt_mono_now());
         return;
     }

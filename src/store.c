@@ -257,6 +257,12 @@ static const struct stmt stmts[] = {
      "SELECT name, " TS("tenants", "created_at") ", " TS("tenants", "revoked_at")
      " FROM tenants ORDER BY name"},
     {"schema_version", "SELECT coalesce(max(version), 0) FROM schema_migrations"},
+    /* Gauges for /metrics: every state (zero included) and the tripped providers. */
+    {"gauges",
+     "SELECT 'state', s, (SELECT count(*) FROM operations o WHERE o.state = s) "
+     "FROM unnest(ARRAY['prepared','sending','accepted','unknown','review','completed',"
+     "'failed']) s "
+     "UNION ALL SELECT 'tripped', provider, 1 FROM provider_breakers"},
 };
 #define N_STMTS (sizeof(stmts) / sizeof(stmts[0]))
 
@@ -1006,4 +1012,18 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
     e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
     PQclear(r);
     return e;
+}
+
+int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, long long value,
+                                           void *arg),
+                 void *arg)
+{
+    PGresult *r;
+    int e = run(db, "gauges", 0, NULL, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), atoll(PQgetvalue(r, i, 2)), arg);
+    PQclear(r);
+    return STORE_OK;
 }

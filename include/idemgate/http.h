@@ -22,6 +22,9 @@ void http_drain(struct http_server *s, int timeout_ms);
 /* Stops the server: call waiters_stop first so that no connection is left suspended. */
 void http_stop(struct http_server *s);
 
+/* For handlers: the route label of the request's metrics (metrics.h enum metric_route). */
+void http_req_set_route(struct http_req *r, int route);
+
 /* For handlers. */
 const char *http_req_method(const struct http_req *r);
 const char *http_req_path(const struct http_req *r);

@@ -269,6 +269,11 @@ __attribute__((warn_unused_result)) int store_tenant_list(struct db *db,
                                                                      void *arg),
                                                           void *arg);
 
+/* Gauges: ("state", name, count) for every state and ("tripped", provider, 1). */
+__attribute__((warn_unused_result)) int store_gauges(
+    struct db *db, void (*cb)(const char *kind, const char *name, long long value, void *arg),
+    void *arg);
+
 /* The newest applied migration (0 when none), for readiness. */
 __attribute__((warn_unused_result)) int store_schema_version(struct db *db, int *version);
 

@@ -189,7 +189,7 @@ def gateway_factory(database_url, mock, tmp_path):
     started = []
 
     def start(**settings):
-        port = free_port()
+        port = int(settings["listen"].rsplit(":", 1)[1]) if "listen" in settings else free_port()
         cfg = {
             "listen": f"127.0.0.1:{port}",
             "http_threads": 4,

@@ -25,6 +25,15 @@
 /* Most entries the script queue holds, so a runaway test cannot exhaust memory. */
 #define SCRIPT_MAX 100000u
 
+/* Most status reads a task may wait for before it ends. */
+#define MAX_POLLS 100000u
+
+/* Most outputs an asynchronous task may produce. */
+#define MAX_OUTPUTS 10u
+
+/* Most extra copies of one webhook event. */
+#define MAX_DUPLICATES 1000u
+
 /* ---- Fault delivery ---------------------------------------------------------------- */
 
 /*
@@ -248,21 +257,144 @@ static bool parse_retry_after(const char *text, struct mock_controls *c, char *e
     return true;
 }
 
+/* Parses polls: status reads before an asynchronous task ends, 0..MAX_POLLS. */
+static bool parse_polls(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MAX_POLLS, &c->polls))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "polls must be an integer 0..%u", MAX_POLLS);
+    return false;
+}
+
+/* Parses outcome: how an asynchronous task ends, "succeeded" or "failed". */
+static bool parse_outcome(const char *text, struct mock_controls *c, char *err)
+{
+    if (strcmp(text, "succeeded") == 0 || strcmp(text, "failed") == 0) {
+        c->fail = text[0] == 'f';
+        return true;
+    }
+    snprintf(err, FAULTS_ERR_MAX, "outcome must be \"succeeded\" or \"failed\"");
+    return false;
+}
+
+/* Parses error: the failure message of an asynchronous task, 1..MOCK_ERROR_MAX-1 bytes. */
+static bool parse_error_text(const char *text, struct mock_controls *c, char *err)
+{
+    size_t len = strlen(text);
+
+    if (len == 0 || len >= sizeof(c->error)) {
+        snprintf(err, FAULTS_ERR_MAX, "error must be 1..%zu characters", sizeof(c->error) - 1);
+        return false;
+    }
+    memcpy(c->error, text, len + 1);
+    return true;
+}
+
+/* Parses outputs: how many outputs a successful asynchronous task has, 0..MAX_OUTPUTS. */
+static bool parse_outputs(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MAX_OUTPUTS, &c->outputs))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "outputs must be an integer 0..%u", MAX_OUTPUTS);
+    return false;
+}
+
+/* Reads a JSON integer within [0, max] into *out; false on anything else. */
+static bool json_uint(const cJSON *v, unsigned int max, unsigned int *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > max ||
+        v->valuedouble != (double)(unsigned int)v->valuedouble)
+        return false;
+    *out = (unsigned int)v->valuedouble;
+    return true;
+}
+
+/*
+ * Parses the webhook object {"url", "duplicates", "delay_ms", "auto_complete_ms", "early",
+ * "reorder", "bad_signature"}; every key is optional and unknown keys are refused.
+ */
+static bool parse_webhook_json(const cJSON *obj, struct mock_controls *c, char *err)
+{
+    struct mock_webhook_controls *w = &c->webhook;
+    const cJSON *item;
+
+    memset(w, 0, sizeof(*w));
+    if (!cJSON_IsObject(obj)) {
+        snprintf(err, FAULTS_ERR_MAX, "webhook must be a JSON object");
+        return false;
+    }
+    cJSON_ArrayForEach(item, obj)
+    {
+        const char *k = item->string;
+        bool ok;
+
+        if (strcmp(k, "url") == 0) {
+            ok = cJSON_IsString(item) && strlen(item->valuestring) < sizeof(w->url) &&
+                 (strncmp(item->valuestring, "http://", 7) == 0 ||
+                  strncmp(item->valuestring, "https://", 8) == 0);
+            if (ok)
+                strcpy(w->url, item->valuestring);
+        } else if (strcmp(k, "duplicates") == 0) {
+            ok = json_uint(item, MAX_DUPLICATES, &w->duplicates);
+        } else if (strcmp(k, "delay_ms") == 0) {
+            ok = json_uint(item, MAX_DELAY_MS, &w->delay_ms);
+        } else if (strcmp(k, "auto_complete_ms") == 0) {
+            ok = json_uint(item, MAX_DELAY_MS, &w->auto_complete_ms);
+            w->has_auto_complete = ok;
+        } else if (strcmp(k, "early") == 0 || strcmp(k, "reorder") == 0 ||
+                   strcmp(k, "bad_signature") == 0) {
+            bool *flag = k[0] == 'e' ? &w->early : k[0] == 'r' ? &w->reorder : &w->bad_signature;
+
+            ok = cJSON_IsBool(item);
+            *flag = cJSON_IsTrue(item);
+        } else {
+            snprintf(err, FAULTS_ERR_MAX, "unknown webhook control \"%.60s\"", k);
+            return false;
+        }
+        if (!ok) {
+            snprintf(err, FAULTS_ERR_MAX,
+                     "webhook.%.20s: url is an http(s) URL under %u bytes, duplicates 0..%u, "
+                     "delay_ms and auto_complete_ms 0..%u, the rest true or false",
+                     k, MOCK_URL_MAX, MAX_DUPLICATES, MAX_DELAY_MS);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Parses the X-Mock-Webhook header: the same object as "_mock.webhook", as JSON text. */
+static bool parse_webhook_text(const char *text, struct mock_controls *c, char *err)
+{
+    cJSON *doc = cJSON_Parse(text);
+    bool ok = parse_webhook_json(doc, c, err);
+
+    cJSON_Delete(doc);
+    return ok;
+}
+
 /* One control: its "_mock" key, its request header and how its text is parsed. */
 struct control_field {
     const char *json_name;
     const char *header_name;
     unsigned int bit;
     bool (*parse)(const char *text, struct mock_controls *c, char *err);
+    /* For a control whose JSON value is an object: parses that value; NULL for the rest. */
+    bool (*parse_json)(const cJSON *v, struct mock_controls *c, char *err);
 };
 
 /* Every control the mock understands; a new control is one more row. */
 static const struct control_field field_table[] = {
-    {"delay_ms", "X-Mock-Delay-Ms", CTRL_DELAY, parse_delay},
-    {"status", "X-Mock-Status", CTRL_STATUS, parse_status},
-    {"fault", "X-Mock-Fault", CTRL_FAULT, parse_fault},
-    {"n_out", "X-Mock-N-Out", CTRL_N_OUT, parse_n_out},
-    {"retry_after", "X-Mock-Retry-After", CTRL_RETRY_AFTER, parse_retry_after},
+    {"delay_ms", "X-Mock-Delay-Ms", CTRL_DELAY, parse_delay, NULL},
+    {"status", "X-Mock-Status", CTRL_STATUS, parse_status, NULL},
+    {"fault", "X-Mock-Fault", CTRL_FAULT, parse_fault, NULL},
+    {"n_out", "X-Mock-N-Out", CTRL_N_OUT, parse_n_out, NULL},
+    {"retry_after", "X-Mock-Retry-After", CTRL_RETRY_AFTER, parse_retry_after, NULL},
+    /* The rest apply to asynchronous providers only. */
+    {"polls", "X-Mock-Polls", CTRL_POLLS, parse_polls, NULL},
+    {"outcome", "X-Mock-Outcome", CTRL_OUTCOME, parse_outcome, NULL},
+    {"error", "X-Mock-Error", CTRL_ERROR, parse_error_text, NULL},
+    {"outputs", "X-Mock-Outputs", CTRL_OUTPUTS, parse_outputs, NULL},
+    {"webhook", "X-Mock-Webhook", CTRL_WEBHOOK, parse_webhook_text, parse_webhook_json},
 };
 
 #define FIELD_COUNT (sizeof(field_table) / sizeof(field_table[0]))
@@ -317,6 +449,12 @@ bool faults_parse_object(const cJSON *obj, struct mock_controls *out, char *err)
             snprintf(err, FAULTS_ERR_MAX, "unknown mock control \"%.60s\"", item->string);
             return false;
         }
+        if (f->parse_json) {
+            if (!f->parse_json(item, out, err))
+                return false;
+            out->set |= f->bit;
+            continue;
+        }
         text = json_value_text(item, num, sizeof(num));
         if (text == NULL) {
             snprintf(err, FAULTS_ERR_MAX, "%s must be a string or a non-negative integer",
@@ -365,6 +503,16 @@ void faults_merge(struct mock_controls *dst, const struct mock_controls *src)
         dst->n_out = src->n_out;
     if (take & CTRL_RETRY_AFTER)
         memcpy(dst->retry_after, src->retry_after, sizeof(dst->retry_after));
+    if (take & CTRL_POLLS)
+        dst->polls = src->polls;
+    if (take & CTRL_OUTCOME)
+        dst->fail = src->fail;
+    if (take & CTRL_ERROR)
+        memcpy(dst->error, src->error, sizeof(dst->error));
+    if (take & CTRL_OUTPUTS)
+        dst->outputs = src->outputs;
+    if (take & CTRL_WEBHOOK)
+        dst->webhook = src->webhook;
     dst->set |= take;
 }
 

@@ -1,8 +1,8 @@
 /*
  * idemgate-mock: behaviour controls, the fault table and the fault script queue.
  *
- * A create's behaviour (delay, error status, fault, partial output count, Retry-After) is a
- * struct mock_controls.  Each field is taken from the highest-priority source that sets it:
+ * A create's behaviour (delay, error status, fault, partial output count, Retry-After, and
+ * for asynchronous providers the task's course and webhooks) is a struct mock_controls.  Each field is taken from the highest-priority source that sets it:
  * the next entry of the script queue (POST /_script), then the request body's "_mock"
  * object, then X-Mock-* request headers.  A delay nobody sets falls back to the fault's own
  * default and then to --delay-ms.  New control fields are rows of the field table in
@@ -41,6 +41,32 @@ enum {
     CTRL_FAULT = 1u << 2,
     CTRL_N_OUT = 1u << 3,
     CTRL_RETRY_AFTER = 1u << 4,
+    CTRL_POLLS = 1u << 5,
+    CTRL_OUTCOME = 1u << 6,
+    CTRL_ERROR = 1u << 7,
+    CTRL_OUTPUTS = 1u << 8,
+    CTRL_WEBHOOK = 1u << 9,
+};
+
+/* The controls that only asynchronous personalities understand. */
+#define CTRL_ASYNC (CTRL_POLLS | CTRL_OUTCOME | CTRL_ERROR | CTRL_OUTPUTS | CTRL_WEBHOOK)
+
+/* Longest failure message a task can carry, including the terminating NUL. */
+#define MOCK_ERROR_MAX 256
+
+/* Longest webhook URL a control can name, including the terminating NUL. */
+#define MOCK_URL_MAX 512
+
+/* How an asynchronous task's webhooks are delivered (the "_mock.webhook" object). */
+struct mock_webhook_controls {
+    char url[MOCK_URL_MAX];     /* where to deliver when the provider's own field is absent */
+    unsigned int duplicates;    /* extra copies of every event */
+    unsigned int delay_ms;      /* the final event waits this long */
+    bool has_auto_complete;     /* auto_complete_ms was given */
+    unsigned int auto_complete_ms; /* the task finishes on its own this long after the create */
+    bool early;                 /* the final event is delivered before the create is answered */
+    bool reorder;               /* a stale intermediate event follows the final one */
+    bool bad_signature;         /* every delivery carries a wrong signature */
 };
 
 /* The behaviour of one create; a field is meaningful only when its bit is in set. */
@@ -51,6 +77,12 @@ struct mock_controls {
     const struct mock_fault *fault;
     unsigned int n_out;
     char retry_after[MOCK_RETRY_AFTER_MAX];
+    /* Asynchronous tasks only: status reads before the task ends, and how it ends. */
+    unsigned int polls;
+    bool fail;
+    char error[MOCK_ERROR_MAX];
+    unsigned int outputs;
+    struct mock_webhook_controls webhook;
 };
 
 /* Longest error message the control parsers produce, including the terminating NUL. */

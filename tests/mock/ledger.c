@@ -18,7 +18,8 @@ struct ledger_entry {
     unsigned long seq;
     double time;
     struct ledger_record rec;
-    char *result; /* the task's result once ledger_attach_task() ran, else NULL: no task */
+    char *result;  /* the task's result once ledger_attach_task() ran, else NULL: no task */
+    char *task_id; /* the provider's task id, or NULL for "task_<seq>" */
 };
 
 static pthread_mutex_t ledger_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -59,9 +60,11 @@ static double now_unix(void)
 /* Frees the strings one entry owns.  The caller holds ledger_lock or is the only thread. */
 static void free_entry(struct ledger_entry *e)
 {
+    free((char *)e->rec.route);
     free((char *)e->rec.idempotency_key);
     free((char *)e->rec.client_ref);
     free(e->result);
+    free(e->task_id);
 }
 
 /*
@@ -98,6 +101,8 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
 
     e.rec = *rec;
     e.result = NULL;
+    e.task_id = NULL;
+    e.rec.route = dup_or_null(rec->route, &ok);
     e.rec.idempotency_key = dup_or_null(rec->idempotency_key, &ok);
     e.rec.client_ref = dup_or_null(rec->client_ref, &ok);
     if (!ok) {
@@ -123,24 +128,32 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
 
 /*
  * Marks the entry named by slot as having made a task whose result is the JSON text
- * result (copied).  Returns false when memory ran out or a reset forgot the entry.
+ * result (copied).  task_id is the provider's id of the task (copied), or NULL for the
+ * ledger's own "task_<seq>".  Returns false when memory ran out or a reset forgot the entry.
  */
-bool ledger_attach_task(const struct ledger_slot *slot, const char *result)
+bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, const char *result)
 {
-    char *copy = strdup(result);
-    bool attached = false;
+    bool ok = true, attached = false;
+    char *copy = dup_or_null(result, &ok);
+    char *id = task_id ? strndup(task_id, LEDGER_ASYNC_ID_MAX) : NULL;
 
-    if (copy == NULL)
+    if (copy == NULL || (task_id && id == NULL)) {
+        free(copy);
+        free(id);
         return false;
+    }
     pthread_mutex_lock(&ledger_lock);
     if (slot->epoch == epoch && slot->seq >= 1 && slot->seq <= entry_count &&
         entries[slot->seq - 1].result == NULL) {
         entries[slot->seq - 1].result = copy;
+        entries[slot->seq - 1].task_id = id;
         attached = true;
     }
     pthread_mutex_unlock(&ledger_lock);
-    if (!attached)
+    if (!attached) {
         free(copy);
+        free(id);
+    }
     return attached;
 }
 
@@ -150,7 +163,7 @@ static bool task_matches(const struct ledger_entry *e, const struct ledger_task_
     /* The bounds are whole seconds, so a task counts for the second it was created in. */
     long long second = (long long)floor(e->time);
 
-    if (e->result == NULL || strcmp(e->rec.route, q->route) != 0)
+    if (e->result == NULL || strcmp(e->rec.provider, q->provider) != 0)
         return false;
     if (q->client_ref &&
         (e->rec.client_ref == NULL || strcmp(e->rec.client_ref, q->client_ref) != 0))
@@ -210,6 +223,7 @@ static cJSON *entry_to_json(const struct ledger_entry *e)
     cJSON_AddNumberToObject(obj, "seq", (double)e->seq);
     cJSON_AddNumberToObject(obj, "time", e->time);
     cJSON_AddStringToObject(obj, "route", e->rec.route);
+    cJSON_AddStringToObject(obj, "provider", e->rec.provider);
     add_string_or_null(obj, "idempotency_key", e->rec.idempotency_key);
     add_string_or_null(obj, "client_ref", e->rec.client_ref);
     add_string_or_null(obj, "client_ref_source", e->rec.client_ref_source);
@@ -221,7 +235,9 @@ static cJSON *entry_to_json(const struct ledger_entry *e)
     else
         cJSON_AddNumberToObject(obj, "status", e->rec.status);
     cJSON_AddBoolToObject(obj, "replay", e->rec.replay);
-    if (e->result) {
+    if (e->result && e->task_id) {
+        cJSON_AddStringToObject(obj, "task_id", e->task_id);
+    } else if (e->result) {
         char id[LEDGER_TASK_ID_MAX];
 
         ledger_task_id(e->seq, id);

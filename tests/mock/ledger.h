@@ -8,7 +8,8 @@
  *
  * The ledger is also the provider's task store.  A create that made a task has the task's
  * result attached to its entry, and the task is named after the entry: "task_<seq>".  So
- * tasks share the ledger's cap, and /_reset forgets both at once.
+ * tasks share the ledger's cap, and /_reset forgets both at once.  A task of an asynchronous
+ * personality keeps its provider's id in the entry (its state lives in async.h).
  */
 #ifndef IDEMGATE_MOCK_LEDGER_H
 #define IDEMGATE_MOCK_LEDGER_H
@@ -24,7 +25,8 @@
 
 /* What one received create looked like and what the mock decided to do with it. */
 struct ledger_record {
-    const char *route;             /* static string, the create path */
+    const char *route;             /* the create's path (query string excluded); copied */
+    const char *provider;          /* static name of the personality that served it */
     const char *idempotency_key;   /* Idempotency-Key header or NULL; copied */
     const char *client_ref;        /* the client reference or NULL; copied */
     const char *client_ref_source; /* static name of where client_ref came from, or NULL */
@@ -37,6 +39,9 @@ struct ledger_record {
 
 /* Bytes a task id ("task_<seq>") needs, including the terminating NUL. */
 #define LEDGER_TASK_ID_MAX 32
+
+/* Most bytes of a task id that ledger_attach_task() takes from an asynchronous provider. */
+#define LEDGER_ASYNC_ID_MAX 512
 
 /* Names one appended entry even across resets, for ledger_attach_task(). */
 struct ledger_slot {
@@ -54,7 +59,7 @@ struct ledger_task {
 
 /* Which tasks ledger_each_task() visits. */
 struct ledger_task_query {
-    const char *route;      /* only tasks made by creates on this route */
+    const char *provider;   /* only tasks made by this personality */
     const char *client_ref; /* only tasks with this client reference; NULL for any */
     bool has_since;         /* only tasks created at or after the Unix second since */
     long long since;
@@ -75,9 +80,10 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot);
 
 /*
  * Marks the entry named by slot as having made a task whose result is the JSON text
- * result (copied).  Returns false when memory ran out or a reset forgot the entry.
+ * result (copied).  task_id is the provider's id of the task (copied), or NULL for the
+ * ledger's own "task_<seq>".  Returns false when memory ran out or a reset forgot the entry.
  */
-bool ledger_attach_task(const struct ledger_slot *slot, const char *result);
+bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, const char *result);
 
 /*
  * Calls visit for each task that q selects, newest first, with the ledger locked: visit

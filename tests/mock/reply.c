@@ -53,7 +53,10 @@ bool reply_set_error(struct mock_reply *r, unsigned int status, const char *mess
     return reply_set_json(r, status, doc);
 }
 
-/* Adds the Content-Type, Retry-After and Idempotent-Replayed headers that r asks for. */
+/*
+ * Adds the Content-Type, Retry-After, Idempotent-Replayed and extra headers that r asks
+ * for.
+ */
 void reply_add_headers(struct MHD_Response *resp, const struct mock_reply *r)
 {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
@@ -61,6 +64,8 @@ void reply_add_headers(struct MHD_Response *resp, const struct mock_reply *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, r->retry_after);
     if (r->replayed)
         MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+    if (r->extra_header)
+        MHD_add_response_header(resp, r->extra_header, r->extra_value);
 }
 
 /*

@@ -27,6 +27,8 @@ struct mock_reply {
     const char *content_type;               /* static string */
     char retry_after[MOCK_RETRY_AFTER_MAX]; /* empty when no Retry-After header is sent */
     bool replayed;                          /* adds "Idempotent-Replayed: true" */
+    const char *extra_header;               /* static name of one more header, or NULL */
+    char extra_value[64];                   /* its value */
 };
 
 /* Initialises an empty reply with status 0 and no body. */
@@ -48,7 +50,10 @@ bool reply_set_json(struct mock_reply *r, unsigned int status, cJSON *doc);
 bool reply_set_error(struct mock_reply *r, unsigned int status, const char *message,
                      const char *type, const char *code);
 
-/* Adds the Content-Type, Retry-After and Idempotent-Replayed headers that r asks for. */
+/*
+ * Adds the Content-Type, Retry-After, Idempotent-Replayed and extra headers that r asks
+ * for.
+ */
 void reply_add_headers(struct MHD_Response *resp, const struct mock_reply *r);
 
 /*

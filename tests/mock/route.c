@@ -23,6 +23,10 @@ enum capture_kind {
  */
 static bool match_from(const char *pat, const char *s, struct route_match *m)
 {
+    const char *close, *name;
+    enum capture_kind kind = CAP_SEGMENT;
+    size_t name_len, avail, saved = m->count;
+
     while (*pat && *pat != '{') {
         if (*pat != *s)
             return false;
@@ -33,11 +37,8 @@ static bool match_from(const char *pat, const char *s, struct route_match *m)
         return *s == '\0';
 
     /* A capture: {name}, {name+} or {name*}. */
-    const char *close = strchr(pat, '}');
-    const char *name = pat + 1;
-    enum capture_kind kind = CAP_SEGMENT;
-    size_t name_len, saved = m->count;
-
+    close = strchr(pat, '}');
+    name = pat + 1;
     if (close == NULL || m->count == ROUTE_MAX_CAPTURES)
         return false;
     name_len = (size_t)(close - name);
@@ -48,20 +49,14 @@ static bool match_from(const char *pat, const char *s, struct route_match *m)
         kind = CAP_STAR;
         name_len--;
     }
-    if (name_len == 0)
-        return false;
-    if (kind == CAP_STAR && close[1] != '\0')
+    if (name_len == 0 || (kind == CAP_STAR && close[1] != '\0'))
         return false;
 
-    size_t avail = strlen(s);
-    size_t min_len = kind == CAP_STAR ? 0 : 1;
-
-    for (size_t len = min_len; len <= avail; len++) {
+    avail = strlen(s);
+    for (size_t len = kind == CAP_STAR ? avail : 1; len <= avail; len++) {
         /* A segment capture stops at the first slash; longer tries cannot succeed either. */
-        if (kind == CAP_SEGMENT && len > 0 && s[len - 1] == '/')
+        if (kind == CAP_SEGMENT && s[len - 1] == '/')
             break;
-        if (kind == CAP_STAR && len != avail)
-            continue;
         m->cap[saved] = (struct route_capture){name, name_len, s, len};
         m->count = saved + 1;
         if (match_from(close + 1, s + len, m))

@@ -277,7 +277,7 @@ enum MHD_Result tasks_handle_lookup(struct mock_request *req, const struct mock_
                                     const char *ref)
 {
     const char *all = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "all");
-    struct ledger_task_query q = {.route = p->path, .client_ref = ref, .limit = 1};
+    struct ledger_task_query q = {.provider = p->name, .client_ref = ref, .limit = 1};
     bool want_all = false;
     enum MHD_Result ret;
     cJSON *data, *task;
@@ -339,7 +339,7 @@ static bool query_integer(struct mock_request *req, const char *name, long long 
  */
 enum MHD_Result tasks_handle_list(struct mock_request *req, const struct mock_personality *p)
 {
-    struct ledger_task_query q = {.route = p->path};
+    struct ledger_task_query q = {.provider = p->name};
     bool has_limit = false;
     long long limit = LIST_LIMIT_DEFAULT;
     enum MHD_Result ret;

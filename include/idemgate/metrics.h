@@ -1,0 +1,39 @@
+#ifndef IDEMGATE_METRICS_H
+#define IDEMGATE_METRICS_H
+
+#include <stddef.h>
+
+/* Process-wide counters and histograms, lock-free (atomics), rendered in the Prometheus text
+ * format. Labels come from small fixed sets only: never a key, a token, a tenant or a job id. */
+
+enum metric_route {
+    MR_INTAKE = 0, MR_JOB_GET, MR_JOB_LIST, MR_RESOLVE, MR_REGENERATE, MR_CANCEL, MR_WEBHOOK,
+    MR_ADMIN, MR_HEALTH, MR_READY, MR_METRICS, MR_OTHER, MR__COUNT
+};
+
+/* Events counted for the promise itself. */
+enum metric_safety {
+    MS_AMBIGUOUS = 0,         /* a create sent without a definite answer */
+    MS_RECONCILED_NO_RESEND,  /* an unknown resolved by looking, nothing resent */
+    MS_PROTECTED_RESEND,      /* a resend under the same provider idempotency key */
+    MS_SUSPECTED_DUPLICATE,   /* several provider tasks claim one operation */
+    MS_FENCED_WRITE,          /* a stale worker's write dropped by the fencing token */
+    MS_REVIEW_ENTERED,        /* an operation handed to an operator */
+    MS_WEBHOOK_DUPLICATE,     /* a webhook event id seen before */
+    MS_WEBHOOK_REFUSED,       /* a webhook whose signature did not verify */
+    MS__COUNT
+};
+
+const char *metrics_route_name(int route);
+void metrics_http(enum metric_route route, int status, double seconds);
+/* An attempt's outcome class name (classify.h) — counted by name from a fixed list. */
+void metrics_attempt(const char *outcome);
+void metrics_safety(enum metric_safety what);
+/* Time an operation spent in unknown before it left it. */
+void metrics_unknown_seconds(double seconds);
+
+/* Renders everything process-local, followed by `extra` (gauges read from the database by the
+ * caller), into a new string. */
+char *metrics_render(const char *extra);
+
+#endif

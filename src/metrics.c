@@ -1,0 +1,173 @@
+#include "idemgate/metrics.h"
+
+#include "idemgate/classify.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const route_names[MR__COUNT] = {
+    "intake", "job_get", "job_list", "resolve", "regenerate", "cancel",
+    "webhook", "admin", "healthz", "readyz", "metrics", "other",
+};
+
+static const char *const safety_names[MS__COUNT][2] = {
+    {"idemgate_ambiguous_submissions_total", "creates sent without a definite answer"},
+    {"idemgate_reconciled_without_resend_total", "unknown operations resolved by looking"},
+    {"idemgate_protected_resends_total", "resends under the same provider idempotency key"},
+    {"idemgate_suspected_duplicates_total", "operations several provider tasks claimed"},
+    {"idemgate_fenced_writes_dropped_total", "stale workers' writes dropped by fencing"},
+    {"idemgate_review_entered_total", "operations handed to an operator"},
+    {"idemgate_webhook_duplicates_total", "webhook deliveries of an event already seen"},
+    {"idemgate_webhook_refused_total", "webhook deliveries whose signature did not verify"},
+};
+
+/* Status classes keep the label set small and fixed. */
+#define N_STATUS 6 /* 1xx..5xx and "other" */
+static const double buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                 0.25,  0.5,    1,     2.5,  5,     10,   30};
+#define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
+
+static atomic_ulong http_count[MR__COUNT][N_STATUS];
+static atomic_ulong http_bucket[MR__COUNT][N_BUCKETS + 1];
+static atomic_ulong http_sum_us[MR__COUNT];
+static atomic_ulong attempts[CLS__COUNT + 1];
+static atomic_ulong safety[MS__COUNT];
+static atomic_ulong unknown_bucket[N_BUCKETS + 1];
+static atomic_ulong unknown_sum_ms;
+
+static const double unknown_buckets[] = {1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 21600,
+                                         43200, 86400, 172800, 604800};
+
+const char *metrics_route_name(int route)
+{
+    return (unsigned)route < MR__COUNT ? route_names[route] : "other";
+}
+
+void metrics_http(enum metric_route route, int status, double seconds)
+{
+    if ((unsigned)route >= MR__COUNT)
+        route = MR_OTHER;
+    int cls = status >= 100 && status < 600 ? status / 100 - 1 : 5;
+    atomic_fetch_add(&http_count[route][cls], 1);
+    size_t b = 0;
+    while (b < N_BUCKETS && seconds > buckets[b])
+        b++;
+    atomic_fetch_add(&http_bucket[route][b], 1);
+    atomic_fetch_add(&http_sum_us[route], (unsigned long)(seconds * 1e6));
+}
+
+void metrics_attempt(const char *outcome)
+{
+    for (int i = 0; i < CLS__COUNT; i++) {
+        if (strcmp(outcome, cls_name((enum cls_outcome)i)) == 0) {
+            atomic_fetch_add(&attempts[i], 1);
+            return;
+        }
+    }
+    atomic_fetch_add(&attempts[CLS__COUNT], 1); /* lease_expired and other non-classes */
+}
+
+void metrics_safety(enum metric_safety what)
+{
+    if ((unsigned)what < MS__COUNT)
+        atomic_fetch_add(&safety[what], 1);
+}
+
+void metrics_unknown_seconds(double seconds)
+{
+    size_t b = 0;
+    while (b < N_BUCKETS && seconds > unknown_buckets[b])
+        b++;
+    atomic_fetch_add(&unknown_bucket[b], 1);
+    atomic_fetch_add(&unknown_sum_ms, (unsigned long)(seconds * 1000));
+}
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+static void put(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#include <stdarg.h>
+static void put(struct buf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n) * 2;
+        char *np = realloc(b->p, cap);
+        if (!np)
+            return;
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+char *metrics_render(const char *extra)
+{
+    static const char *const status_names[N_STATUS] = {"1xx", "2xx", "3xx", "4xx", "5xx",
+                                                       "other"};
+    struct buf b = {malloc(16384), 0, 16384};
+    if (!b.p)
+        return NULL;
+    b.p[0] = '\0';
+    put(&b, "# HELP idemgate_http_requests_total HTTP requests by route and status class.\n"
+            "# TYPE idemgate_http_requests_total counter\n");
+    for (int r = 0; r < MR__COUNT; r++)
+        for (int s = 0; s < N_STATUS; s++)
+            put(&b, "idemgate_http_requests_total{route=\"%s\",status=\"%s\"} %lu\n",
+                route_names[r], status_names[s], atomic_load(&http_count[r][s]));
+    put(&b, "# HELP idemgate_http_request_duration_seconds Time to answer, by route.\n"
+            "# TYPE idemgate_http_request_duration_seconds histogram\n");
+    for (int r = 0; r < MR__COUNT; r++) {
+        unsigned long cum = 0;
+        for (size_t i = 0; i <= N_BUCKETS; i++) {
+            cum += atomic_load(&http_bucket[r][i]);
+            if (i < N_BUCKETS)
+                put(&b, "idemgate_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lu\n",
+                    route_names[r], buckets[i], cum);
+            else
+                put(&b,
+                    "idemgate_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %lu\n"
+                    "idemgate_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
+                    "idemgate_http_request_duration_seconds_count{route=\"%s\"} %lu\n",
+                    route_names[r], cum, route_names[r],
+                    (double)atomic_load(&http_sum_us[r]) / 1e6, route_names[r], cum);
+        }
+    }
+    put(&b, "# HELP idemgate_attempts_total Outbound create attempts by outcome class.\n"
+            "# TYPE idemgate_attempts_total counter\n");
+    for (int i = 0; i <= CLS__COUNT; i++)
+        put(&b, "idemgate_attempts_total{outcome=\"%s\"} %lu\n",
+            i < CLS__COUNT ? cls_name((enum cls_outcome)i) : "other", atomic_load(&attempts[i]));
+    for (int i = 0; i < MS__COUNT; i++)
+        put(&b, "# HELP %s Count of %s.\n# TYPE %s counter\n%s %lu\n", safety_names[i][0],
+            safety_names[i][1], safety_names[i][0], safety_names[i][0], atomic_load(&safety[i]));
+    put(&b, "# HELP idemgate_unknown_duration_seconds Time operations spent in unknown.\n"
+            "# TYPE idemgate_unknown_duration_seconds histogram\n");
+    unsigned long cum = 0;
+    for (size_t i = 0; i < N_BUCKETS; i++) {
+        cum += atomic_load(&unknown_bucket[i]);
+        put(&b, "idemgate_unknown_duration_seconds_bucket{le=\"%g\"} %lu\n", unknown_buckets[i],
+            cum);
+    }
+    cum += atomic_load(&unknown_bucket[N_BUCKETS]);
+    put(&b,
+        "idemgate_unknown_duration_seconds_bucket{le=\"+Inf\"} %lu\n"
+        "idemgate_unknown_duration_seconds_sum %.3f\nidemgate_unknown_duration_seconds_count %lu\n",
+        cum, (double)atomic_load(&unknown_sum_ms) / 1000, cum);
+    if (extra)
+        put(&b, "%s", extra);
+    return b.p;
+}

@@ -1,0 +1,196 @@
+"""Async providers as data (issue 4): every shipped profile end to end against the mock's
+personalities, stored poll URLs, cancel, poll deadlines, and verified webhooks."""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import time
+import uuid
+
+import pytest
+
+from conftest import ROOT, free_port
+
+PROFILES = os.path.join(ROOT, "deploy", "providers")
+WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
+ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
+
+# name → (route, mock path prefix for base_url)
+SHIPPED_ASYNC = {
+    "openai-videos": ("videos", ""),
+    "replicate": ("flux-schnell", ""),
+    "fal-queue": ("flux-dev", "/fal"),
+    "runway": ("image_to_video", ""),
+    "luma": ("generations", ""),
+    "vertex-veo": ("veo", ""),
+    "keyed-async": ("generations", ""),
+}
+SECRETS = {"OPENAI_API_KEY": "sk-o", "REPLICATE_API_TOKEN": "r8-x", "FAL_KEY": "fal-x",
+           "RUNWAYML_API_SECRET": "rw-x", "LUMAAI_API_KEY": "luma-x",
+           "GOOGLE_ACCESS_TOKEN": "ya29-x", "KEYED_API_KEY": "k-x",
+           "REPLICATE_WEBHOOK_SECRET": WHSEC, "OPENAI_WEBHOOK_SECRET": WHSEC,
+           "KEYED_WEBHOOK_SECRET": "mock-hmac-secret"}
+
+
+def profile(name):
+    with open(os.path.join(PROFILES, name + ".json")) as f:
+        return json.load(f)
+
+
+def entry(name, mock, poll_interval_ms=50, **over):
+    """A provider entry using the shipped profile, pointed at the mock, polling fast."""
+    route, prefix = SHIPPED_ASYNC[name]
+    poll = profile(name)["poll"]
+    poll.update(interval_ms=poll_interval_ms, max_interval_ms=max(poll_interval_ms, 200))
+    e = {"name": name.replace("-", ""), "profile": os.path.join(PROFILES, name + ".json"),
+         "base_url": mock.url + prefix, "poll": poll}
+    e.update(over)
+    return e, f"{e['name']}/{route}"
+
+
+def start(gateway_factory, entries, **settings):
+    env = dict(SECRETS, **settings.pop("env", {}))
+    return gateway_factory(providers=entries, env=env, **settings)
+
+
+def body(**mock):
+    return {"prompt": "a fox " + uuid.uuid4().hex[:6], "_mock": mock}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_ASYNC))
+def test_shipped_profile_end_to_end(gateway_factory, token, mock, name):
+    e, route = entry(name, mock)
+    gw = start(gateway_factory, [e])
+    ok = gw.submit(token, "ok-" + uuid.uuid4().hex, body(polls=2, outputs=2), route=route)
+    bad = gw.submit(token, "bad-" + uuid.uuid4().hex,
+                    body(polls=1, outcome="failed", error="mock says no"), route=route)
+    assert ok.status == 202 and bad.status == 202, (ok, bad)
+    j = gw.wait_state(token, ok.json()["id"], {"completed", "failed", "unknown", "review"}, 30)
+    assert j["state"] == "completed", j
+    assert j["remote_id"], j
+    outs = j["result"]["outputs"]
+    assert outs and all(o.get("url") for o in outs), j["result"]
+    assert j["polls"] >= 2
+    assert len([c for c in mock.creates_for(j["id"]) if not c.get("replay")]) == 1
+    f = gw.wait_state(token, bad.json()["id"], {"completed", "failed", "unknown", "review"}, 30)
+    assert f["state"] == "failed", f
+    assert "mock says no" in f["last_error"], f
+    assert len([c for c in mock.creates_for(f["id"]) if not c.get("replay")]) == 1
+
+
+def test_poll_url_and_profile_are_used_as_stored(gateway_factory, token, mock, psql):
+    e, route = entry("replicate", mock, poll_interval_ms=50)
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "stored-" + uuid.uuid4().hex, body(polls=1000), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"accepted"}, 15)
+    row = psql(f"SELECT profile_id, poll_url, req_credential FROM operations WHERE id = '{job_id}'")
+    assert row[0][0] == "replicate" and row[0][1].startswith(mock.url + "/v1/predictions/")
+    assert row[0][2] == "REPLICATE_API_TOKEN"
+    gw.proc.terminate()
+    gw.proc.wait(timeout=15)
+    # The configuration changes under the job: a wrong poll template. The stored URL still works.
+    broken = dict(e, poll=dict(e["poll"], path="/v1/nowhere/{id}"))
+    gw2 = start(gateway_factory, [broken], admin_token_sha256=ADMIN_SHA)
+    before = gw2.job(token, job_id).json()["polls"]
+    deadline = time.monotonic() + 10
+    while gw2.job(token, job_id).json()["polls"] < before + 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert gw2.job(token, job_id).json()["provider_status"] in ("queued", "running")
+
+
+def test_cancel_is_idempotent_and_reaches_the_provider_once(gateway_factory, token, mock):
+    e, route = entry("replicate", mock)
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "cancel-" + uuid.uuid4().hex, body(polls=100000), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"accepted"}, 15)
+    h = {"Authorization": f"Bearer {token}"}
+    results = [gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h) for _ in range(5)]
+    assert all(x.status in (200, 202) for x in results), results
+    j = gw.wait_state(token, job_id, {"failed", "completed"}, 15)
+    assert j["state"] == "failed" and "cancel" in j["last_error"], j
+    again = gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h)
+    assert again.status == 200 and again.json()["state"] == "failed"
+    task = mock.http.request("GET", f"/v1/predictions/{j['remote_id']}").json()
+    assert task["status"] == "canceled" and task.get("cancels", 1) == 1, task
+
+
+def test_cancel_before_sending_fails_it_without_a_create(gateway_factory, token, mock):
+    e, route = entry("replicate", mock)
+    gw = start(gateway_factory, [e], dispatch_workers=0)
+    r = gw.submit(token, "cancel0-" + uuid.uuid4().hex, body(), route=route)
+    c = gw.http.request("POST", f"/v1/jobs/{r.json()['id']}/cancel", "",
+                        {"Authorization": f"Bearer {token}"})
+    assert c.status == 200 and c.json()["state"] == "failed"
+    assert mock.creates_for(r.json()["id"]) == []
+
+
+def test_poll_deadline_stops_waiting_not_the_job(gateway_factory, token, mock):
+    e, route = entry("runway", mock)
+    e["poll"]["deadline_seconds"] = 1
+    gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
+    r = gw.submit(token, "deadline-" + uuid.uuid4().hex, body(polls=60), route=route)
+    job_id = r.json()["id"]
+    time.sleep(2.5)
+    j = gw.job(token, job_id).json()
+    polls = j["polls"]
+    time.sleep(0.5)
+    j = gw.job(token, job_id).json()
+    assert j["state"] == "accepted" and j["remote_id"] and j["polls"] == polls, j
+    res = gw.http.request("POST", f"/v1/admin/jobs/{job_id}/resume", "",
+                          {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert res.status == 200
+    j = gw.wait_state(token, job_id, {"completed"}, 30)
+    assert j["state"] == "completed"
+
+
+def sign_standard(body_bytes, msg_id, ts, secret=WHSEC):
+    key = base64.b64decode(secret[len("whsec_"):])
+    mac = hmac.new(key, f"{msg_id}.{ts}.".encode() + body_bytes, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()
+
+
+def post_hook(gw, provider, body_bytes, msg_id, ts=None, sig=None):
+    ts = str(int(time.time())) if ts is None else str(ts)
+    h = {"webhook-id": msg_id, "webhook-timestamp": ts,
+         "webhook-signature": sig or sign_standard(body_bytes, msg_id, ts),
+         "Content-Type": "application/json"}
+    return gw.http.request("POST", f"/v1/webhooks/{provider}", body_bytes, h)
+
+
+def test_webhook_signatures_are_checked(gateway_factory, token, mock):
+    e, route = entry("replicate", mock)
+    gw = start(gateway_factory, [e])
+    b = json.dumps({"id": "p_unknown", "status": "succeeded"}).encode()
+    assert post_hook(gw, "replicate", b, "msg_ok").status == 200
+    assert post_hook(gw, "replicate", b, "msg_1",
+                     sig=sign_standard(b, "msg_1", int(time.time()),
+                                       "whsec_" + base64.b64encode(b"wrong").decode())).status == 401
+    altered = post_hook(gw, "replicate", b + b" ", "msg_2",
+                        sig=sign_standard(b, "msg_2", int(time.time())))
+    assert altered.status == 401
+    stale = int(time.time()) - 301
+    assert post_hook(gw, "replicate", b, "msg_3", ts=stale,
+                     sig=sign_standard(b, "msg_3", stale)).status == 401
+    assert post_hook(gw, "replicate", b, "msg_4", sig="v1,AAAA").status == 401
+    assert gw.http.request("POST", "/v1/webhooks/nope", b, {}).status == 404
+
+
+def test_webhook_hint_completes_without_waiting_for_the_poll(gateway_factory, token, mock):
+    # Polling every minute: only the verified webhook can make the job complete quickly.
+    e, route = entry("replicate", mock, poll_interval_ms=60000)
+    port = free_port()
+    gw = start(gateway_factory, [e], listen=f"127.0.0.1:{port}",
+               public_url=f"http://127.0.0.1:{port}")
+    r = gw.submit(token, "hook-" + uuid.uuid4().hex,
+                  body(webhook={"auto_complete_ms": 300}), route=route,
+                  headers={"Prefer": "wait=20"})
+    assert r.status == 200, r
+    job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert job["state"] == "completed"
+    assert job["polls"] <= 2, "completed by the webhook's hint, not by the minute-long poll"
