@@ -130,7 +130,7 @@ async function main() {
         body, headers: { 'Idempotency-Key': key, Prefer: `wait=${wait}` }, timeoutMs: (wait + 20) * 1000,
       });
     } catch (e) { // refused, reset, timed out: the same key makes a resend safe
-      if (!(await sleepUntilRetry(Math.min(2 ** attempt, 10), `submit: ${e.cause?.code ?? e.message}`))) break;
+      if (!(await sleepUntilRetry(Math.min(2 ** attempt, 10), `submit: ${e.cause?.code ?? e.cause?.errors?.[0]?.code ?? e.cause?.message ?? e.message}`))) break;
       continue;
     }
     replayed = r.headers.get('idempotent-replayed') === 'true';
@@ -174,7 +174,7 @@ async function main() {
     let r;
     try {
       r = await call('GET', `${base}/v1/jobs/${jobId}`, token, { timeoutMs: 20000 });
-    } catch (e) { log(`poll: ${e.cause?.code ?? e.message}`); continue; }
+    } catch (e) { log(`poll: ${e.cause?.code ?? e.cause?.errors?.[0]?.code ?? e.cause?.message ?? e.message}`); continue; }
     if (r.status === 200) job = r.json;
     else if (r.status === 429 || r.status >= 500) { delay = retryAfter(r); log(`poll: ${problem(r)}`); }
     else { log(`poll: ${problem(r)}; not retrying`); return summary('unknown', jobId, replayed, [], EXIT.client); }

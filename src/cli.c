@@ -1,6 +1,7 @@
 #include "idemgate/cli.h"
 
 #include "idemgate/crypto.h"
+#include "idemgate/jobview.h"
 #include "idemgate/migrate.h"
 #include "idemgate/store.h"
 
@@ -102,4 +103,96 @@ int cli_check_config(const struct cfg *cfg)
     printf("%s: ok (%zu providers%s)\n", cfg->config_path ? cfg->config_path : "(defaults)",
            cfg->n_providers, missing ? ", secrets missing: see warnings" : "");
     return 0;
+}
+
+static void print_job_line(const struct store_job *j, void *arg)
+{
+    (void)arg;
+    printf("%-30s %-10s %-16s %-24s %s\n", j->id, st_name(j->state), j->provider,
+           j->created_at ? j->created_at : "", j->last_error ? j->last_error : "");
+}
+
+static const char *opt(int argc, char **argv, const char *name)
+{
+    for (int i = 0; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0)
+            return argv[i + 1];
+    return NULL;
+}
+
+static int jobs_usage(int rc)
+{
+    printf("usage: idemgate jobs list [--state STATE] [--limit N]\n"
+           "       idemgate jobs show ID\n"
+           "       idemgate jobs resolve ID found --remote-id RID | absent | abandon "
+           "[--operator NAME]\n"
+           "  list     jobs of every tenant, oldest first (states: prepared, sending, accepted,\n"
+           "           unknown, review, completed, failed)\n"
+           "  show     one job as JSON\n"
+           "  resolve  an operator's decision on a job in review (as POST /v1/jobs/ID/resolve)\n");
+    return rc;
+}
+
+int cli_jobs(const struct cfg *cfg, int argc, char **argv)
+{
+    if (argc < 1 || strcmp(argv[0], "--help") == 0)
+        return jobs_usage(argc < 1 ? 2 : 0);
+    if (argc > 1 && strcmp(argv[1], "--help") == 0)
+        return jobs_usage(0);
+    const char *state = opt(argc, argv, "--state");
+    if (state && st_parse(state) < 0) {
+        fprintf(stderr, "idemgate: unknown state %s\n", state);
+        return 2;
+    }
+    struct db *db = open_or_complain(cfg);
+    int rc = 1;
+    if (!db)
+        return 1;
+    if (strcmp(argv[0], "list") == 0) {
+        const char *lim = opt(argc, argv, "--limit");
+        rc = store_admin_jobs_list(db, state, lim ? atoi(lim) : 100, print_job_line, NULL) == 0
+                 ? 0
+                 : 1;
+    } else if (strcmp(argv[0], "show") == 0 && argc == 2) {
+        struct store_job j;
+        int e = store_admin_job_get(db, argv[1], &j);
+        if (e == STORE_OK) {
+            char *json = jobview_json(&j);
+            printf("%s\n", json ? json : "{}");
+            free(json);
+            store_job_fini(&j);
+            rc = 0;
+        } else {
+            fprintf(stderr, "idemgate: no job %s\n", argv[1]);
+        }
+    } else if (strcmp(argv[0], "resolve") == 0 && argc >= 3) {
+        const char *outcome = argv[2];
+        const char *remote = opt(argc, argv, "--remote-id");
+        const char *op = opt(argc, argv, "--operator");
+        enum op_state next = !strcmp(outcome, "found")    ? ST_COMPLETED
+                             : !strcmp(outcome, "absent") ? ST_PREPARED
+                                                          : ST_FAILED;
+        char token[65];
+        struct store_job j;
+        int applied = 0;
+        if ((strcmp(outcome, "found") && strcmp(outcome, "absent") && strcmp(outcome, "abandon")) ||
+            (next == ST_COMPLETED && !remote)) {
+            store_db_close(db);
+            return jobs_usage(2);
+        }
+        if (store_admin_token_of(db, argv[1], token) != STORE_OK) {
+            fprintf(stderr, "idemgate: no job %s\n", argv[1]);
+        } else if (store_resolve(db, token, argv[1], outcome, next, remote,
+                                 op ? op : "cli", &j, &applied) == STORE_OK) {
+            int same = j.resolution && !strcmp(j.resolution, outcome);
+            printf("%s %s (%s)\n", j.id, st_name(j.state),
+                   applied ? "resolved" : same ? "already resolved so" : "not in review");
+            rc = applied || same ? 0 : 1;
+            store_job_fini(&j);
+        }
+    } else {
+        rc = jobs_usage(2);
+    }
+    store_db_close(db);
+    return rc;
 }

@@ -33,6 +33,7 @@ static void usage(FILE *out)
             "  check-config     validate the configuration and exit (0 ok, 1 invalid)\n"
             "  config-reference print every setting with its environment variable\n"
             "  tenant add NAME | list | revoke NAME\n"
+            "  jobs list [--state S] | show ID | resolve ID found|absent|abandon\n"
             "\n"
             "The configuration file may also be named by IDEMGATE_CONFIG; every setting can be\n"
             "overridden by its environment variable (DATABASE_URL, IDEMGATE_LISTEN, …).\n");
@@ -140,7 +141,8 @@ int main(int argc, char **argv)
         cfg_print_reference();
         return 0;
     }
-    if (i < argc && strcmp(argv[i], "--help") == 0 && strcmp(cmd, "tenant") != 0) {
+    if (i < argc && strcmp(argv[i], "--help") == 0 && strcmp(cmd, "tenant") != 0 &&
+        strcmp(cmd, "jobs") != 0) {
         usage(stdout);
         return 0;
     }
@@ -160,6 +162,8 @@ int main(int argc, char **argv)
         rc = cli_check_config(cfg);
     else if (strcmp(cmd, "tenant") == 0)
         rc = cli_tenant(cfg, argc - i, argv + i);
+    else if (strcmp(cmd, "jobs") == 0)
+        rc = cli_jobs(cfg, argc - i, argv + i);
     else {
         usage(stderr);
         rc = 2;

@@ -257,6 +257,14 @@ static const struct stmt stmts[] = {
      "SELECT name, " TS("tenants", "created_at") ", " TS("tenants", "revoked_at")
      " FROM tenants ORDER BY name"},
     {"schema_version", "SELECT coalesce(max(version), 0) FROM schema_migrations"},
+    /* Operator commands (the CLI): across tenants. */
+    {"admin_jobs_list",
+     "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE ($1::text IS NULL OR o.state = $1) "
+     "ORDER BY o.created_at, o.id LIMIT $2"},
+    {"admin_job_get", "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE o.id = $1"},
+    {"admin_token_of",
+     "SELECT t.token_sha256 FROM operations o JOIN tenants t ON t.id = o.tenant_id "
+     "WHERE o.id = $1"},
     /* Gauges for /metrics: every state (zero included) and the tripped providers. */
     {"gauges",
      "SELECT 'state', s, (SELECT count(*) FROM operations o WHERE o.state = s) "
@@ -1026,4 +1034,54 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, l
         cb(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), atoll(PQgetvalue(r, i, 2)), arg);
     PQclear(r);
     return STORE_OK;
+}
+
+int store_admin_jobs_list(struct db *db, const char *state, int limit,
+                          void (*cb)(const struct store_job *, void *), void *arg)
+{
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *v[2] = {state, lim};
+    PGresult *r;
+    int e = run(db, "admin_jobs_list", 2, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r) && e == STORE_OK; i++) {
+        struct store_job j;
+        e = job_from_row(r, i, 0, &j);
+        if (e == STORE_OK) {
+            cb(&j, arg);
+            store_job_fini(&j);
+        }
+    }
+    PQclear(r);
+    return e;
+}
+
+int store_admin_job_get(struct db *db, const char *job_id, struct store_job *out)
+{
+    const char *v[1] = {job_id};
+    PGresult *r;
+    int e = run(db, "admin_job_get", 1, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    return job_from_row(r, 0, 1, out);
+}
+
+int store_admin_token_of(struct db *db, const char *job_id, char out[65])
+{
+    const char *v[1] = {job_id};
+    PGresult *r;
+    int e = run(db, "admin_token_of", 1, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
+    if (e == STORE_OK)
+        snprintf(out, 65, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return e;
 }

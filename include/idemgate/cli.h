@@ -7,5 +7,6 @@
 int cli_migrate(const struct cfg *cfg);
 int cli_tenant(const struct cfg *cfg, int argc, char **argv);
 int cli_check_config(const struct cfg *cfg);
+int cli_jobs(const struct cfg *cfg, int argc, char **argv);
 
 #endif

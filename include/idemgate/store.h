@@ -274,6 +274,16 @@ __attribute__((warn_unused_result)) int store_gauges(
     struct db *db, void (*cb)(const char *kind, const char *name, long long value, void *arg),
     void *arg);
 
+/* Operator commands across tenants (the CLI). */
+__attribute__((warn_unused_result)) int store_admin_jobs_list(
+    struct db *db, const char *state, int limit,
+    void (*cb)(const struct store_job *j, void *arg), void *arg);
+__attribute__((warn_unused_result)) int store_admin_job_get(struct db *db, const char *job_id,
+                                                            struct store_job *out);
+/* The token hash of the tenant owning job_id, so tenant-scoped statements can be reused. */
+__attribute__((warn_unused_result)) int store_admin_token_of(struct db *db, const char *job_id,
+                                                             char out[65]);
+
 /* The newest applied migration (0 when none), for readiness. */
 __attribute__((warn_unused_result)) int store_schema_version(struct db *db, int *version);
 

@@ -1,0 +1,60 @@
+"""The command-line tool: tenants, jobs list/show/resolve, check-config, --help."""
+
+import json
+import os
+import subprocess
+import uuid
+
+from conftest import GATEWAY_BIN, provider
+
+
+def cli(database_url, *args):
+    return subprocess.run([GATEWAY_BIN, *args], capture_output=True, text=True,
+                          env=dict(os.environ, DATABASE_URL=database_url))
+
+
+def test_tenant_lifecycle(database_url):
+    name = "cli-" + uuid.uuid4().hex[:8]
+    add = cli(database_url, "tenant", "add", name)
+    assert add.returncode == 0 and add.stdout.strip().startswith("igt_")
+    assert cli(database_url, "tenant", "add", name).returncode == 1, "names are unique"
+    assert name in cli(database_url, "tenant", "list").stdout
+    assert cli(database_url, "tenant", "revoke", name).returncode == 0
+    assert cli(database_url, "tenant", "revoke", name).returncode == 1
+    assert "revoked" in [l for l in cli(database_url, "tenant", "list").stdout.splitlines()
+                         if name in l][0]
+
+
+def test_jobs_list_show_resolve(gateway_factory, token, mock, database_url):
+    gw = gateway_factory(providers=[provider(
+        "c", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+        reconcile={"strategy": "none", "window_seconds": 2})])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, "cli-" + uuid.uuid4().hex, {"prompt": "x"}, route="c/images/generations")
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"review"}, timeout=20)
+    listed = cli(database_url, "jobs", "list", "--state", "review")
+    assert listed.returncode == 0 and job_id in listed.stdout
+    shown = cli(database_url, "jobs", "show", job_id)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "review"
+    res = cli(database_url, "jobs", "resolve", job_id, "abandon", "--operator", "bob")
+    assert res.returncode == 0, res
+    job = gw.job(token, job_id).json()
+    assert job["state"] == "failed" and "bob" in job["resolution"]["by"]
+    again = cli(database_url, "jobs", "resolve", job_id, "abandon")
+    assert again.returncode == 0 and "already" in again.stdout
+    assert cli(database_url, "jobs", "resolve", job_id, "found").returncode == 2, "needs --remote-id"
+    assert cli(database_url, "jobs", "show", "job_nope").returncode == 1
+    assert cli(database_url, "jobs", "list", "--state", "bogus").returncode == 2
+
+
+def test_help_and_check_config(tmp_path):
+    for args in (["--help"], ["tenant", "--help"], ["jobs", "--help"], ["serve", "--help"],
+                 ["migrate", "--help"], ["check-config", "--help"]):
+        r = subprocess.run([GATEWAY_BIN, *args], capture_output=True, text=True)
+        assert r.returncode == 0 and "usage" in r.stdout, args
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"lease_seconds": "soon"}))
+    r = subprocess.run([GATEWAY_BIN, "--config", str(bad), "check-config"], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "lease_seconds" in r.stderr and str(bad) in r.stderr
