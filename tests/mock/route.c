@@ -100,6 +100,23 @@ bool route_capture(const struct route_match *m, const char *name, char *out, siz
     return false;
 }
 
+/*
+ * Returns the value of the capture called name when it runs to the end of the path (a
+ * {name*} capture always does), NUL-terminated there; NULL otherwise.
+ */
+const char *route_capture_tail(const struct route_match *m, const char *name)
+{
+    size_t len = strlen(name);
+
+    for (size_t i = 0; i < m->count; i++) {
+        const struct route_capture *c = &m->cap[i];
+
+        if (c->name_len == len && memcmp(c->name, name, len) == 0)
+            return c->value[c->value_len] == '\0' ? c->value : NULL;
+    }
+    return NULL;
+}
+
 /* One case of route_self_test(): a pattern, a path, and the capture expected (or NULL). */
 struct route_case {
     const char *pattern;

@@ -46,6 +46,12 @@ bool route_match(const char *pattern, const char *path, struct route_match *m);
  */
 bool route_capture(const struct route_match *m, const char *name, char *out, size_t size);
 
+/*
+ * Returns the value of the capture called name when it runs to the end of the path (a
+ * {name*} capture always does), NUL-terminated there; NULL otherwise.
+ */
+const char *route_capture_tail(const struct route_match *m, const char *name);
+
 /* Runs the matcher's own checks; returns the number of failures and names each on stdout. */
 int route_self_test(void);
 

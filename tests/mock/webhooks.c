@@ -161,6 +161,7 @@ static void record_add(const struct wh_event *ev, unsigned int attempt, long sta
 {
     struct record r = {0};
     struct record *slot;
+    bool current;
 
     r.task_id = strdup(ev->task_id);
     r.url = strdup(ev->url);
@@ -179,7 +180,7 @@ static void record_add(const struct wh_event *ev, unsigned int attempt, long sta
     snprintf(r.error, sizeof(r.error), "%s", error ? error : "");
 
     pthread_mutex_lock(&queue_lock);
-    bool current = started_epoch == epoch;
+    current = started_epoch == epoch;
     pthread_mutex_unlock(&queue_lock);
     pthread_mutex_lock(&record_lock);
     if (records == NULL)
@@ -211,6 +212,17 @@ static void records_clear(void)
     record_start = record_count = 0;
     record_total = 0;
     pthread_mutex_unlock(&record_lock);
+}
+
+/* Returns the current epoch, which every reset bumps. */
+static unsigned long current_epoch(void)
+{
+    unsigned long e;
+
+    pthread_mutex_lock(&queue_lock);
+    e = epoch;
+    pthread_mutex_unlock(&queue_lock);
+    return e;
 }
 
 /* ---- One delivery ------------------------------------------------------------------ */
@@ -294,12 +306,8 @@ static long deliver_one(const struct wh_event *ev, unsigned int attempt)
     double started = now_unix();
     long long ts = (long long)started - (ev->stale_timestamp ? STALE_SECONDS : 0);
     long status = 0;
-    unsigned long started_epoch;
+    unsigned long started_epoch = current_epoch();
     CURLcode rc = CURLE_OUT_OF_MEMORY;
-
-    pthread_mutex_lock(&queue_lock);
-    started_epoch = epoch;
-    pthread_mutex_unlock(&queue_lock);
 
     /* An empty Expect stops libcurl from waiting for "100 Continue" on larger bodies. */
     if (curl && add_header(&headers, "Content-Type", "application/json") &&
@@ -337,14 +345,17 @@ static long deliver_one(const struct wh_event *ev, unsigned int attempt)
 
 /*
  * Delivers every copy of every event of list in order, storing statuses as
- * webhooks_deliver_now() describes.  Stops early on a shutdown.  Returns the deliveries made.
+ * webhooks_deliver_now() describes.  Stops early on a shutdown or a reset.  Returns the
+ * deliveries made.
  */
 static size_t deliver_list(const struct wh_event *list, int *statuses, size_t max)
 {
+    unsigned long start = current_epoch();
     size_t n = 0;
 
     for (const struct wh_event *ev = list; ev; ev = ev->next) {
-        for (unsigned int i = 0; i < ev->copies && !mock_shutting_down(); i++) {
+        for (unsigned int i = 0;
+             i < ev->copies && !mock_shutting_down() && current_epoch() == start; i++) {
             long status = deliver_one(ev, i);
 
             if (statuses && n < max)
