@@ -43,8 +43,7 @@ enum {
     "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - now())::float8, "      \
     "o.req_idem_header, o.reconcile_strategy, o.transport_attempts, "                              \
     "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested, "        \
-    "o.remote_id, o.poll_url, o.polls, "                                                           \
-    "(o.cancel_requested_at IS NOT NULL AND o.cancel_sent_at IS NULL)"
+    "o.remote_id, o.poll_url, o.polls"
 
 struct stmt {
     const char *name;
@@ -90,7 +89,7 @@ static const struct stmt stmts[] = {
      "      WHERE b.provider = p.provider) ORDER BY next_attempt_at LIMIT 1 "
      "      FOR UPDATE SKIP LOCKED) c "
      "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
-     "RETURNING " CLAIM_COLS},
+     "RETURNING " CLAIM_COLS ", false"},
     /* The reconciler's claim: an unknown operation that is due, under a new lease and fencing
      * token; the state stays unknown while it looks. */
     {"reconcile_claim",
@@ -101,7 +100,7 @@ static const struct stmt stmts[] = {
      "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
      "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
      "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
-     "RETURNING " CLAIM_COLS},
+     "RETURNING " CLAIM_COLS ", false"},
     /* A transport retry under the same provider idempotency key: unknown → sending, under the
      * lease the reconciler holds. */
     {"reconcile_send",
@@ -139,14 +138,16 @@ static const struct stmt stmts[] = {
      " lease_expires_at = now() + make_interval(secs => $2), polls = o.polls + 1, "
      " cancel_sent_at = CASE WHEN o.cancel_requested_at IS NOT NULL THEN "
      "   coalesce(o.cancel_sent_at, now()) END, updated_at = now() "
-     "FROM (SELECT tenant_id, id FROM operations WHERE state = 'accepted' "
+     "FROM (SELECT tenant_id, id, "
+     "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
+     "      FROM operations WHERE state = 'accepted' "
      "      AND (next_attempt_at <= now() "
      "           OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "
      "      AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "
      "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
      "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
      "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
-     "RETURNING " CLAIM_COLS},
+     "RETURNING " CLAIM_COLS ", c.cancel_due"},
     /* Cancel: recorded once. A job never sent is failed at once; an accepted one has its
      * provider cancel sent by the poller, once (cancel_sent_at). */
     {"cancel",

@@ -46,7 +46,8 @@ def entry(name, mock, poll_interval_ms=50, **over):
     poll = profile(name)["poll"]
     poll.update(interval_ms=poll_interval_ms, max_interval_ms=max(poll_interval_ms, 200))
     e = {"name": name.replace("-", ""), "profile": os.path.join(PROFILES, name + ".json"),
-         "base_url": mock.url + prefix, "poll": poll}
+         "base_url": mock.url + prefix, "poll": poll,
+         "timeouts": {"connect_ms": 1000, "total_ms": 5000}}
     e.update(over)
     return e, f"{e['name']}/{route}"
 
