@@ -48,8 +48,7 @@ static int serve(const struct cfg *cfg)
     struct http_server *http = NULL;
     struct dispatcher *disp = NULL;
     struct reaper *reaper = NULL;
-    struct reconciler *recon = NULL;
-    struct poller *poller = NULL;
+    struct wpool *recon = NULL, *poller = NULL;
 
     /* Signals go to the main thread only: every thread started below inherits this mask. */
     sigemptyset(&set);
@@ -99,8 +98,8 @@ static int serve(const struct cfg *cfg)
     w = NULL;
     http_drain(http, DRAIN_TIMEOUT_MS);
     disp_stop(disp); /* calls in flight finish and their results are written */
-    recon_stop(recon);
-    poller_stop(poller);
+    wpool_stop(recon);
+    wpool_stop(poller);
     reaper_stop(reaper);
     http_stop(http);
     up_global_fini();
@@ -110,8 +109,8 @@ failed:
     LOG(LOG_ERROR, "start_failed", LS("step", step));
     waiters_stop(w);
     disp_stop(disp);
-    recon_stop(recon);
-    poller_stop(poller);
+    wpool_stop(recon);
+    wpool_stop(poller);
     reaper_stop(reaper);
     http_stop(http);
     return 1;

@@ -5,23 +5,15 @@
 #include "idemgate/metrics.h"
 #include "idemgate/store.h"
 #include "idemgate/tmpl.h"
+#include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define IDLE_SLEEP_MS 100
-
-struct poller {
-    const struct cfg *cfg;
-    atomic_int stop;
-    int n;
-    pthread_t *threads;
-};
 
 int poller_status_of(const struct cfg_provider *p, int http_status, const cJSON *doc)
 {
@@ -340,54 +332,18 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     free(url);
 }
 
-static void *poller_main(void *arg)
+/* One poller step: claim one due accepted operation and read its status. */
+static int poll_step(const struct cfg *cfg, struct db *db)
 {
-    struct poller *pl = arg;
-    struct db *db = store_db_open(pl->cfg->database_url);
-    if (!db)
-        return NULL;
-    while (!atomic_load(&pl->stop)) {
-        struct store_claim c;
-        if (store_poll_claim(db, pl->cfg->instance_id, pl->cfg->lease_seconds, &c) == STORE_OK) {
-            poll_one(pl->cfg, db, &c);
-            store_claim_fini(&c);
-            continue;
-        }
-        struct timespec ts = {0, IDLE_SLEEP_MS * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    store_db_close(db);
-    return NULL;
+    struct store_claim c;
+    if (store_poll_claim(db, cfg->instance_id, cfg->lease_seconds, &c) != STORE_OK)
+        return 0;
+    poll_one(cfg, db, &c);
+    store_claim_fini(&c);
+    return 1;
 }
 
-struct poller *poller_start(const struct cfg *cfg)
+struct wpool *poller_start(const struct cfg *cfg)
 {
-    struct poller *pl = calloc(1, sizeof(*pl));
-    if (!pl)
-        return NULL;
-    pl->cfg = cfg;
-    pl->threads = calloc((size_t)cfg->poll_workers + 1, sizeof(pthread_t));
-    if (!pl->threads) {
-        free(pl);
-        return NULL;
-    }
-    for (int i = 0; i < cfg->poll_workers; i++) {
-        if (pthread_create(&pl->threads[i], NULL, poller_main, pl) != 0) {
-            poller_stop(pl);
-            return NULL;
-        }
-        pl->n++;
-    }
-    return pl;
-}
-
-void poller_stop(struct poller *pl)
-{
-    if (!pl)
-        return;
-    atomic_store(&pl->stop, 1);
-    for (int i = 0; i < pl->n; i++)
-        pthread_join(pl->threads[i], NULL);
-    free(pl->threads);
-    free(pl);
+    return wpool_start(cfg, cfg->poll_workers, poll_step, IDLE_SLEEP_MS);
 }

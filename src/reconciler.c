@@ -6,10 +6,9 @@
 #include "idemgate/metrics.h"
 #include "idemgate/store.h"
 #include "idemgate/tmpl.h"
+#include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +18,6 @@
  * this much for clock differences between us and the provider. */
 #define LIST_SLACK_S 120
 #define IDLE_SLEEP_MS 200
-
-struct reconciler {
-    const struct cfg *cfg;
-    atomic_int stop;
-    int n;
-    pthread_t *threads;
-};
 
 enum recon_verdict recon_list_verdict(int matches, int window_closed)
 {
@@ -256,60 +248,18 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
                       "waiting", NULL, NULL, NULL, t0);
 }
 
-static void sleep_ms(int ms)
+/* One reconciler step: claim one due unknown operation and look. */
+static int recon_step(const struct cfg *cfg, struct db *db)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    struct store_claim c;
+    if (store_reconcile_claim(db, cfg->instance_id, cfg->lease_seconds, &c) != STORE_OK)
+        return 0;
+    reconcile_one(cfg, db, &c);
+    store_claim_fini(&c);
+    return 1;
 }
 
-static void *recon_main(void *arg)
+struct wpool *recon_start(const struct cfg *cfg)
 {
-    struct reconciler *r = arg;
-    struct db *db = store_db_open(r->cfg->database_url);
-    if (!db)
-        return NULL;
-    while (!atomic_load(&r->stop)) {
-        struct store_claim c;
-        int e = store_reconcile_claim(db, r->cfg->instance_id, r->cfg->lease_seconds, &c);
-        if (e == STORE_OK) {
-            reconcile_one(r->cfg, db, &c);
-            store_claim_fini(&c);
-            continue;
-        }
-        sleep_ms(IDLE_SLEEP_MS);
-    }
-    store_db_close(db);
-    return NULL;
-}
-
-struct reconciler *recon_start(const struct cfg *cfg)
-{
-    struct reconciler *r = calloc(1, sizeof(*r));
-    if (!r)
-        return NULL;
-    r->cfg = cfg;
-    r->threads = calloc((size_t)cfg->reconcile_workers + 1, sizeof(pthread_t));
-    if (!r->threads) {
-        free(r);
-        return NULL;
-    }
-    for (int i = 0; i < cfg->reconcile_workers; i++) {
-        if (pthread_create(&r->threads[i], NULL, recon_main, r) != 0) {
-            recon_stop(r);
-            return NULL;
-        }
-        r->n++;
-    }
-    return r;
-}
-
-void recon_stop(struct reconciler *r)
-{
-    if (!r)
-        return;
-    atomic_store(&r->stop, 1);
-    for (int i = 0; i < r->n; i++)
-        pthread_join(r->threads[i], NULL);
-    free(r->threads);
-    free(r);
+    return wpool_start(cfg, cfg->reconcile_workers, recon_step, IDLE_SLEEP_MS);
 }

@@ -891,14 +891,12 @@ int store_breaker_list(struct db *db,
     return STORE_OK;
 }
 
-int store_jobs_list(struct db *db, const char *token, const char *state, int limit,
+/* Runs a statement returning (flag, JOB_COLS) rows and hands each job to cb. */
+static int each_job(struct db *db, const char *stmt, int n, const char *const *v,
                     void (*cb)(const struct store_job *, void *), void *arg)
 {
-    char lim[16];
-    snprintf(lim, sizeof(lim), "%d", limit);
-    const char *v[3] = {token, state, lim};
     PGresult *r;
-    int e = run(db, "jobs_list", 3, v, NULL, 0, &r);
+    int e = run(db, stmt, n, v, NULL, 0, &r);
     if (e < 0)
         return e;
     for (int i = 0; i < PQntuples(r) && e == STORE_OK; i++) {
@@ -913,23 +911,39 @@ int store_jobs_list(struct db *db, const char *token, const char *state, int lim
     return e;
 }
 
+int store_jobs_list(struct db *db, const char *token, const char *state, int limit,
+                    void (*cb)(const struct store_job *, void *), void *arg)
+{
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *v[3] = {token, state, lim};
+    return each_job(db, "jobs_list", 3, v, cb, arg);
+}
+
+/* Runs a statement that returns (flag, JOB_COLS) for one tenant's job: *flag is the first
+ * column. No row means a bad token or no such job for this tenant. */
+static int flagged_job(struct db *db, const char *stmt, int n, const char *const *v,
+                       const char *token, struct store_job *out, int *flag)
+{
+    PGresult *r;
+    int e = run(db, stmt, n, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return read_by(db, "job_get", token, "", out) == STORE_EAUTH ? STORE_EAUTH
+                                                                     : STORE_ENOTFOUND;
+    }
+    *flag = atoi(PQgetvalue(r, 0, 0)) == 1;
+    return job_from_row(r, 0, 1, out);
+}
+
 int store_resolve(struct db *db, const char *token, const char *job_id, const char *outcome,
                   enum op_state new_state, const char *remote_id, const char *by,
                   struct store_job *out, int *applied)
 {
     const char *v[6] = {token, job_id, outcome, st_name(new_state), by, remote_id};
-    PGresult *r;
-    int e = run(db, "resolve", 6, v, NULL, 0, &r);
-    if (e < 0)
-        return e;
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        /* No row: a bad token, or no such job for this tenant. */
-        return read_by(db, "job_get", token, "", out) == STORE_EAUTH ? STORE_EAUTH
-                                                                     : STORE_ENOTFOUND;
-    }
-    *applied = atoi(PQgetvalue(r, 0, 0)) == 1;
-    return job_from_row(r, 0, 1, out);
+    return flagged_job(db, "resolve", 6, v, token, out, applied);
 }
 
 int store_regenerate(struct db *db, const char *token, const char *parent_id, const char *new_id,
@@ -979,17 +993,7 @@ int store_cancel(struct db *db, const char *token, const char *job_id, struct st
                  int *changed)
 {
     const char *v[2] = {token, job_id};
-    PGresult *r;
-    int e = run(db, "cancel", 2, v, NULL, 0, &r);
-    if (e < 0)
-        return e;
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        return read_by(db, "job_get", token, "", out) == STORE_EAUTH ? STORE_EAUTH
-                                                                     : STORE_ENOTFOUND;
-    }
-    *changed = atoi(PQgetvalue(r, 0, 0)) == 1;
-    return job_from_row(r, 0, 1, out);
+    return flagged_job(db, "cancel", 2, v, token, out, changed);
 }
 
 int store_webhook(struct db *db, const char *provider, const char *event_id, const char *remote_id,
@@ -1043,20 +1047,7 @@ int store_admin_jobs_list(struct db *db, const char *state, int limit,
     char lim[16];
     snprintf(lim, sizeof(lim), "%d", limit);
     const char *v[2] = {state, lim};
-    PGresult *r;
-    int e = run(db, "admin_jobs_list", 2, v, NULL, 0, &r);
-    if (e < 0)
-        return e;
-    for (int i = 0; i < PQntuples(r) && e == STORE_OK; i++) {
-        struct store_job j;
-        e = job_from_row(r, i, 0, &j);
-        if (e == STORE_OK) {
-            cb(&j, arg);
-            store_job_fini(&j);
-        }
-    }
-    PQclear(r);
-    return e;
+    return each_job(db, "admin_jobs_list", 2, v, cb, arg);
 }
 
 int store_admin_job_get(struct db *db, const char *job_id, struct store_job *out)

@@ -2,16 +2,14 @@
 #define IDEMGATE_RECONCILER_H
 
 #include "idemgate/config.h"
+#include "idemgate/wpool.h"
 
 /* Reconciler workers: unknown → accepted/completed (found), prepared (proven absent), sending
  * (a resend under the same provider idempotency key), or review (an operator decides). Nothing
  * is ever resent without proof, except under a provider idempotency key. */
 
-struct reconciler;
-
-/* Starts cfg->reconcile_workers threads (none when 0). */
-struct reconciler *recon_start(const struct cfg *cfg);
-void recon_stop(struct reconciler *r);
+/* Starts cfg->reconcile_workers threads; stop them with wpool_stop. */
+struct wpool *recon_start(const struct cfg *cfg);
 
 /* What a reconcile look concluded, before it is written. Pure. */
 enum recon_verdict {
