@@ -5,7 +5,8 @@ set -eu
 
 PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev libpq-dev
 libssl-dev libcmocka-dev postgresql-15 postgresql-client-15 python3 python3-pytest curl procps
-util-linux locales"
+util-linux locales
+python3-yaml strace nodejs faketime"
 
 missing=""
 for p in $PKGS; do

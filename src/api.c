@@ -342,7 +342,9 @@ static void handle_ready(struct http_req *r)
 {
     int version = 0;
     int e = store_schema_version(http_req_db(r), &version);
-    int ready = e == STORE_OK && version == migrate_latest();
+    /* A newer schema is fine: migrations are additive, so a replica of the previous release
+     * stays ready while a rollout migrates ahead of it. */
+    int ready = e == STORE_OK && version >= migrate_latest();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "ready", ready);
     cJSON_AddBoolToObject(o, "database", e == STORE_OK);
@@ -744,7 +746,6 @@ static int method_is(struct http_req *r, const char *m)
 
 static void method_not_allowed(struct http_req *r, const char *allow)
 {
-    (void)allow;
     http_problem(r, 405, "method-not-allowed", "Method not allowed", allow, 0);
 }
 

@@ -209,9 +209,13 @@ int http_problem(struct http_req *r, int status, const char *type, const char *t
         hdrs[h++] = "Retry-After";
         hdrs[h++] = ra;
     }
-    if (status == 401) {
+    if (status == 401 && strcmp(type, "unauthorized") == 0) {
         hdrs[h++] = "WWW-Authenticate";
         hdrs[h++] = "Bearer realm=\"idemgate\"";
+    }
+    if (status == 405 && detail) {
+        hdrs[h++] = "Allow";
+        hdrs[h++] = detail; /* method_not_allowed passes the allowed method as the detail */
     }
     if (status == 400 && strcmp(type, "bad-request-framing") == 0) {
         hdrs[h++] = "Connection";

@@ -321,6 +321,8 @@ def test_everything_the_image_copies_exists_and_passes_the_context_filter(docker
                 src = src.rstrip("/")
                 assert os.path.exists(os.path.join(ROOT, src)), f"line {line}: {src} missing"
                 assert dockerignore_allows(patterns, src), f"line {line}: {src} filtered out"
+    # The provider profiles the configurations name by their image path are shipped there.
+    assert re.search(r"COPY\s+deploy/providers/\s+" + re.escape(IMAGE_PROFILES), dockerfile)
     # The probe the HEALTHCHECKs and the probes call is the script in this directory.
     assert re.search(r"COPY\s+--chmod=0555\s+docker/healthcheck\.sh\s+"
                      r"/usr/local/bin/idemgate-healthcheck", dockerfile)
@@ -357,9 +359,17 @@ def config_env_names():
     return names
 
 
+IMAGE_PROFILES = "/usr/share/idemgate/providers/"   # where the image ships deploy/providers/
+
+
+def on_host(cfg_text):
+    """A configuration written for the image, with its profile paths mapped to the repository."""
+    return cfg_text.replace(IMAGE_PROFILES, os.path.join(ROOT, "deploy", "providers") + "/")
+
+
 def check_config(cfg_text, extra_env=None):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        f.write(cfg_text)
+        f.write(on_host(cfg_text))
     try:
         env = {"PATH": os.environ["PATH"], **(extra_env or {})}
         return subprocess.run([RELEASE_BIN, "--config", f.name, "check-config"], env=env,
@@ -368,8 +378,20 @@ def check_config(cfg_text, extra_env=None):
         os.unlink(f.name)
 
 
-def secret_envs(cfg):
-    return {p["auth"]["secret_env"] for p in cfg.get("providers", []) if "auth" in p}
+def secret_envs(cfg, base_dir=os.path.join(ROOT, "deploy")):
+    """The variables a configuration reads secrets from (auth and webhook), profiles included."""
+    names = set()
+    for entry in cfg.get("providers", []):
+        merged = {}
+        if "profile" in entry:
+            path = on_host(entry["profile"])
+            with open(path if os.path.isabs(path) else os.path.join(base_dir, path)) as f:
+                merged.update(json.load(f))
+        merged.update(entry)
+        for section in ("auth", "webhook"):
+            if merged.get(section, {}).get("secret_env"):
+                names.add(merged[section]["secret_env"])
+    return names
 
 
 def parse_env_file(path):
@@ -684,6 +706,38 @@ def test_systemd_unit_is_hardened():
     assert s["EnvironmentFile"] == "/etc/idemgate/idemgate.env"
     assert s["Environment"] == "IDEMGATE_CONFIG=/etc/idemgate/idemgate.json"
     assert u["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory, database_url,
+                                                                token, psql):
+    """SCALING.md: a replica holds at most http_threads + dispatch_workers + reconcile_workers +
+    poll_workers + 2 connections. Measured on a live replica whose connections carry their own
+    application_name, before and after every server thread has served requests."""
+    formula = "http_threads + dispatch_workers + reconcile_workers + poll_workers + 2"
+    assert formula in read(os.path.join(ROOT, "deploy", "SCALING.md"))
+    settings = {"http_threads": 3, "dispatch_workers": 2, "reconcile_workers": 1,
+                "poll_workers": 1}
+    budget = sum(settings.values()) + 2
+    background = budget - settings["http_threads"]
+    app = "budget_" + uuid.uuid4().hex[:10]
+    gw = gateway_factory(**settings, env={"DATABASE_URL": database_url +
+                                          f"&application_name={app}"})
+
+    def held():
+        return int(psql(f"SELECT count(*) FROM pg_stat_activity "
+                        f"WHERE application_name = '{app}'")[0][0])
+
+    deadline = time.monotonic() + 20
+    while held() < background and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held() == background, "workers, reaper and waiters hold theirs from the start"
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(max_workers=12) as ex:
+        answers = list(ex.map(lambda _: gw.http.request(
+            "GET", "/v1/jobs?limit=1", headers={"Authorization": f"Bearer {token}"}).status,
+            range(120)))
+    assert answers == [200] * 120
+    assert background < held() <= budget
 
 
 # ---------------------------------------------------------------------------------------------

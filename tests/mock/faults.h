@@ -2,11 +2,11 @@
  * idemgate-mock: behaviour controls, the fault table and the fault script queue.
  *
  * A create's behaviour (delay, error status, fault, partial output count, Retry-After, and
- * for asynchronous providers the task's course and webhooks) is a struct mock_controls.  Each field is taken from the highest-priority source that sets it:
- * the next entry of the script queue (POST /_script), then the request body's "_mock"
- * object, then X-Mock-* request headers.  A delay nobody sets falls back to the fault's own
- * default and then to --delay-ms.  New control fields are rows of the field table in
- * faults.c; new faults are rows of its fault table.
+ * for asynchronous providers the task's course and webhooks) is a struct mock_controls.  Each field
+ * is taken from the highest-priority source that sets it: the next entry of the script queue (POST
+ * /_script), then the request body's "_mock" object, then X-Mock-* request headers.  A delay nobody
+ * sets falls back to the fault's own default and then to --delay-ms.  New control fields are rows
+ * of the field table in faults.c; new faults are rows of its fault table.
  */
 #ifndef IDEMGATE_MOCK_FAULTS_H
 #define IDEMGATE_MOCK_FAULTS_H
@@ -59,14 +59,14 @@ enum {
 
 /* How an asynchronous task's webhooks are delivered (the "_mock.webhook" object). */
 struct mock_webhook_controls {
-    char url[MOCK_URL_MAX];     /* where to deliver when the provider's own field is absent */
-    unsigned int duplicates;    /* extra copies of every event */
-    unsigned int delay_ms;      /* the final event waits this long */
-    bool has_auto_complete;     /* auto_complete_ms was given */
+    char url[MOCK_URL_MAX];        /* where to deliver when the provider's own field is absent */
+    unsigned int duplicates;       /* extra copies of every event */
+    unsigned int delay_ms;         /* the final event waits this long */
+    bool has_auto_complete;        /* auto_complete_ms was given */
     unsigned int auto_complete_ms; /* the task finishes on its own this long after the create */
-    bool early;                 /* the final event is delivered before the create is answered */
-    bool reorder;               /* a stale intermediate event follows the final one */
-    bool bad_signature;         /* every delivery carries a wrong signature */
+    bool early;                    /* the final event is delivered before the create is answered */
+    bool reorder;                  /* a stale intermediate event follows the final one */
+    bool bad_signature;            /* every delivery carries a wrong signature */
 };
 
 /* The behaviour of one create; a field is meaningful only when its bit is in set. */

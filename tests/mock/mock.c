@@ -4,9 +4,11 @@
  * This file holds the process: command line, libmicrohttpd daemon, request body
  * accumulation, routing and the small administrative routes the tests drive.  Provider
  * routes are handled by providers.c, their ledger by ledger.c, faults by faults.c, the
- * task lookup and list by tasks.c and the listening socket by listener.c.
+ * task lookup and list by tasks.c, asynchronous tasks by async.c (shapes in shapes.c),
+ * webhooks by webhooks.c (signatures in sign.c) and the listening socket by listener.c.
  *
  *   idemgate-mock --listen HOST:PORT [--delay-ms N] [--threads N]
+ *   idemgate-mock --self-test
  */
 #include "mock.h"
 
@@ -24,14 +26,19 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 
+#include "async.h"
 #include "faults.h"
 #include "idemkeys.h"
 #include "ledger.h"
 #include "listener.h"
 #include "providers.h"
 #include "reply.h"
+#include "route.h"
+#include "sign.h"
 #include "tasks.h"
+#include "webhooks.h"
 
 /* Largest request body accepted; bigger ones are drained and answered with 413. */
 #define BODY_MAX (8u * 1024u * 1024u)
@@ -142,14 +149,17 @@ static enum MHD_Result handle_ledger(struct mock_request *req)
 }
 
 /*
- * POST /_reset: forgets the ledger with its tasks, the fault script and every idempotency
- * key, and restores the /_config settings.
+ * POST /_reset: forgets the ledger with its tasks, the asynchronous tasks, the queued
+ * webhooks and their records, the fault script and every idempotency key, and restores the
+ * /_config settings.
  */
 static enum MHD_Result handle_reset(struct mock_request *req)
 {
     cJSON *doc = cJSON_CreateObject();
 
     ledger_reset();
+    async_reset();
+    webhooks_reset();
     faults_script_reset();
     idemkeys_reset();
     tasks_config_reset();
@@ -223,10 +233,15 @@ static enum MHD_Result handle_refuse(struct mock_request *req)
     return reply_json(req, MHD_HTTP_OK, doc);
 }
 
-/* GET /files/<name>: returns "PNG:<name>", deterministic bytes standing in for an image. */
+/*
+ * GET /files/<name>: returns "PNG:<name>" as image/png, deterministic bytes standing in for
+ * an image, or "MP4:<name>" as video/mp4 when the name ends in ".mp4".
+ */
 static enum MHD_Result handle_file(struct mock_request *req)
 {
     const char *name = req->url + strlen("/files/");
+    size_t name_len = strlen(name);
+    bool video = name_len > 4 && strcmp(name + name_len - 4, ".mp4") == 0;
     struct mock_reply r;
     enum MHD_Result ret;
 
@@ -235,12 +250,12 @@ static enum MHD_Result handle_file(struct mock_request *req)
                            "not_found");
     reply_init(&r);
     r.status = MHD_HTTP_OK;
-    r.content_type = "image/png";
-    r.body_len = strlen("PNG:") + strlen(name);
+    r.content_type = video ? "video/mp4" : "image/png";
+    r.body_len = strlen("PNG:") + name_len;
     r.body = malloc(r.body_len + 1);
     if (r.body == NULL)
         return MHD_NO;
-    snprintf(r.body, r.body_len + 1, "PNG:%s", name);
+    snprintf(r.body, r.body_len + 1, "%s:%s", video ? "MP4" : "PNG", name);
     ret = reply_send(req, &r);
     reply_free(&r);
     return ret;
@@ -255,14 +270,18 @@ struct admin_route {
 };
 
 static const struct admin_route admin_routes[] = {
-    {"GET", "/_health", false, handle_health},       /* readiness probe */
-    {"GET", "/_ledger", false, handle_ledger},       /* the evidence the checker counts */
-    {"POST", "/_reset", false, handle_reset},        /* a clean slate between tests */
-    {"POST", "/_script", false, handle_script},      /* faults for the next creates */
-    {"GET", "/_config", false, handle_config_get},   /* task endpoint settings */
-    {"POST", "/_config", false, handle_config_post}, /* a provider without lookup or list */
-    {"POST", "/_refuse", false, handle_refuse},      /* connection refused for a while */
-    {"GET", "/files/", true, handle_file},           /* outputs the create answers link to */
+    {"GET", "/_health", false, handle_health},         /* readiness probe */
+    {"GET", "/_ledger", false, handle_ledger},         /* the evidence the checker counts */
+    {"POST", "/_reset", false, handle_reset},          /* a clean slate between tests */
+    {"POST", "/_script", false, handle_script},        /* faults for the next creates */
+    {"GET", "/_config", false, handle_config_get},     /* task endpoint settings */
+    {"POST", "/_config", false, handle_config_post},   /* a provider without lookup or list */
+    {"POST", "/_refuse", false, handle_refuse},        /* connection refused for a while */
+    {"GET", "/files/", true, handle_file},             /* outputs the create answers link to */
+    {"GET", "/_tasks", true, async_handle_tasks},      /* asynchronous tasks with their counters */
+    {"GET", "/_webhooks", false, webhooks_handle_log}, /* webhook deliveries made */
+    {"POST", "/_webhooks/send", false, async_handle_send},  /* a webhook delivered on demand */
+    {"GET", "/_webhook_keys", false, webhooks_handle_keys}, /* fal's Ed25519 public key */
 };
 
 /*
@@ -424,16 +443,20 @@ struct options {
     char port[8];
     unsigned int delay_ms;
     unsigned int connections;
+    bool self_test;
 };
 
 /* Prints the usage text to f. */
 static void usage(FILE *f)
 {
     fprintf(f, "usage: idemgate-mock [--listen HOST:PORT] [--delay-ms N] [--threads N]\n"
+               "       idemgate-mock --self-test\n"
                "  --listen HOST:PORT  address to listen on (default 127.0.0.1:9090)\n"
                "  --delay-ms N        delay before answering every create (default 0)\n"
                "  --threads N         connections served at once, one thread each "
-               "(default 1000)\n");
+               "(default 1000)\n"
+               "  --self-test         check the webhook signatures and route patterns, print "
+               "ok or the failures\n");
 }
 
 /* Parses a decimal number within [min, max] into *out; returns false on anything else. */
@@ -485,11 +508,9 @@ static bool parse_listen(const char *text, struct options *opt)
 static int parse_args(int argc, char **argv, struct options *opt)
 {
     static const struct option longopts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"delay-ms", required_argument, NULL, 'd'},
-        {"threads", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"listen", required_argument, NULL, 'l'},  {"delay-ms", required_argument, NULL, 'd'},
+        {"threads", required_argument, NULL, 't'}, {"self-test", no_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int c;
 
@@ -497,6 +518,7 @@ static int parse_args(int argc, char **argv, struct options *opt)
     snprintf(opt->port, sizeof(opt->port), "9090");
     opt->delay_ms = 0;
     opt->connections = DEFAULT_CONNECTIONS;
+    opt->self_test = false;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *name = NULL;
         bool ok;
@@ -513,6 +535,9 @@ static int parse_args(int argc, char **argv, struct options *opt)
         } else if (c == 'h') {
             usage(stdout);
             return EXIT_SUCCESS;
+        } else if (c == 's') {
+            opt->self_test = true;
+            ok = true;
         } else {
             ok = false;
         }
@@ -546,6 +571,25 @@ static void raise_fd_limit(void)
 }
 
 /*
+ * --self-test: checks the webhook signatures against published vectors and the route
+ * patterns, prints "ok" or one line per failure, and returns the exit status.
+ */
+static int self_test(void)
+{
+    int failures;
+
+    if (!sign_init())
+        return EXIT_FAILURE;
+    failures = sign_self_test() + route_self_test();
+    sign_shutdown();
+    if (failures == 0)
+        printf("ok\n");
+    else
+        printf("%d check(s) failed\n", failures);
+    return failures == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/*
  * Starts the mock, prints the "listening" line and serves until SIGTERM or SIGINT.
  * Returns 0 after a clean shutdown, 1 when the mock could not start.
  */
@@ -561,14 +605,28 @@ int main(int argc, char **argv)
     rc = parse_args(argc, argv, &opt);
     if (rc != ARGS_START)
         return rc;
+    if (opt.self_test)
+        return self_test();
     default_delay_ms = opt.delay_ms;
     tasks_config_reset();
+    /* libcurl's global state and the webhook keys are set up while there is one thread. */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "idemgate-mock: cannot initialise libcurl\n");
+        return EXIT_FAILURE;
+    }
+    if (!sign_init()) {
+        curl_global_cleanup();
+        return EXIT_FAILURE;
+    }
     /*
      * The mock binds the socket itself, before any connection thread exists, so that the
      * port, and with it the base URL, is known before a thread can read it.
      */
-    if (!listener_open(opt.host, opt.port, &port))
+    if (!listener_open(opt.host, opt.port, &port)) {
+        sign_shutdown();
+        curl_global_cleanup();
         return EXIT_FAILURE;
+    }
     if (strchr(opt.host, ':'))
         snprintf(base_url, sizeof(base_url), "http://[%s]:%u", opt.host, port);
     else
@@ -585,6 +643,12 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     raise_fd_limit();
+    if (!webhooks_start()) {
+        listener_close();
+        sign_shutdown();
+        curl_global_cleanup();
+        return EXIT_FAILURE;
+    }
 
     /*
      * One thread per connection lets a handler sleep (delays, hangs) without holding up
@@ -601,7 +665,11 @@ int main(int argc, char **argv)
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     if (daemon == NULL) {
         fprintf(stderr, "idemgate-mock: cannot start the HTTP daemon\n");
+        atomic_store(&shutting_down, true);
+        webhooks_stop();
         listener_close();
+        sign_shutdown();
+        curl_global_cleanup();
         return EXIT_FAILURE;
     }
     /* IPv6 literals are bracketed so that the line always splits at its last colon. */
@@ -615,8 +683,12 @@ int main(int argc, char **argv)
     atomic_store(&shutting_down, true);
     listener_close();
     MHD_stop_daemon(daemon);
+    webhooks_stop();
     ledger_shutdown();
+    async_reset();
     faults_script_reset();
     idemkeys_reset();
+    sign_shutdown();
+    curl_global_cleanup();
     return EXIT_SUCCESS;
 }

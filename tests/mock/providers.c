@@ -6,7 +6,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,11 +15,15 @@
 
 #include <openssl/evp.h>
 
+#include "async.h"
 #include "faults.h"
 #include "idemkeys.h"
 #include "ledger.h"
 #include "reply.h"
+#include "route.h"
+#include "shapes.h"
 #include "tasks.h"
+#include "webhooks.h"
 
 /* Bounds of the request's "n", as OpenAI's images API documents them. */
 #define MIN_N 1u
@@ -66,15 +69,94 @@ static cJSON *render_images(const struct create_input *in, unsigned long seq)
 }
 
 /*
- * Every provider the mock simulates; a new personality is one more row (an asynchronous
- * one would add its poll and webhook routes).  A NULL lookup or list path means the
- * provider has no such endpoint.
+ * Every provider the mock simulates; a new personality is one more row.  Routes are tried
+ * in table order, row by row, so a more specific pattern of a row comes before a more
+ * general one (fal's status route before its create).
  */
 static const struct mock_personality personality_table[] = {
-    {"openai-images", "/v1/images/generations", "/v1/images/by-ref/", "/v1/images/tasks", false,
-     render_images},
-    {"native-idempotent", "/v2/generations", "/v2/generations/by-ref/", "/v2/generations/tasks",
-     true, render_images},
+    {
+        .name = "openai-images",
+        .routes = {{ROUTE_CREATE, "POST", "/v1/images/generations"},
+                   {ROUTE_LOOKUP, "GET", "/v1/images/by-ref/{ref*}"},
+                   {ROUTE_LIST, "GET", "/v1/images/tasks"}},
+        .create_status = MHD_HTTP_OK,
+        .render = render_images,
+    },
+    {
+        .name = "native-idempotent",
+        .routes = {{ROUTE_CREATE, "POST", "/v2/generations"},
+                   {ROUTE_LOOKUP, "GET", "/v2/generations/by-ref/{ref*}"},
+                   {ROUTE_LIST, "GET", "/v2/generations/tasks"}},
+        .create_status = MHD_HTTP_OK,
+        .native_idempotency = true,
+        .render = render_images,
+    },
+    {
+        .name = "openai-videos",
+        .routes = {{ROUTE_CREATE, "POST", "/v1/videos"},
+                   {ROUTE_LIST, "GET", "/v1/videos"},
+                   {ROUTE_POLL, "GET", "/v1/videos/{id}"},
+                   {ROUTE_RESULT, "GET", "/v1/videos/{id}/content"}},
+        .create_status = MHD_HTTP_OK,
+        .async = &shape_openai_videos,
+    },
+    {
+        .name = "replicate",
+        .routes = {{ROUTE_CREATE, "POST", "/v1/models/{owner}/{name}/predictions"},
+                   {ROUTE_LIST, "GET", "/v1/predictions"},
+                   {ROUTE_POLL, "GET", "/v1/predictions/{id}"},
+                   {ROUTE_CANCEL, "POST", "/v1/predictions/{id}/cancel"}},
+        .create_status = MHD_HTTP_CREATED,
+        .async = &shape_replicate,
+    },
+    {
+        .name = "fal-queue",
+        .routes = {{ROUTE_POLL, "GET", "/fal/{model+}/requests/{id}/status"},
+                   {ROUTE_RESULT, "GET", "/fal/{model+}/requests/{id}"},
+                   {ROUTE_CANCEL, "PUT", "/fal/{model+}/requests/{id}/cancel"},
+                   {ROUTE_CREATE, "POST", "/fal/{model+}"}},
+        .create_status = MHD_HTTP_OK,
+        .async = &shape_fal,
+    },
+    {
+        .name = "runway",
+        .routes = {{ROUTE_CREATE, "POST", "/v1/image_to_video"},
+                   {ROUTE_CREATE, "POST", "/v1/text_to_image"},
+                   {ROUTE_POLL, "GET", "/v1/tasks/{id}"},
+                   {ROUTE_CANCEL, "DELETE", "/v1/tasks/{id}"}},
+        .create_status = MHD_HTTP_OK,
+        .required_header = "X-Runway-Version",
+        .async = &shape_runway,
+    },
+    {
+        .name = "luma",
+        .routes = {{ROUTE_CREATE, "POST", "/dream-machine/v1/generations"},
+                   {ROUTE_LIST, "GET", "/dream-machine/v1/generations"},
+                   {ROUTE_POLL, "GET", "/dream-machine/v1/generations/{id}"},
+                   {ROUTE_CANCEL, "DELETE", "/dream-machine/v1/generations/{id}"}},
+        .create_status = MHD_HTTP_CREATED,
+        .async = &shape_luma,
+    },
+    {
+        .name = "vertex-veo",
+        .routes = {{ROUTE_CREATE, "POST",
+                    "/v1/projects/{p}/locations/{l}/publishers/google/models/"
+                    "{m}:predictLongRunning"},
+                   {ROUTE_POLL, "POST",
+                    "/v1/projects/{p}/locations/{l}/publishers/google/models/"
+                    "{m}:fetchPredictOperation"}},
+        .create_status = MHD_HTTP_OK,
+        .async = &shape_vertex,
+    },
+    {
+        .name = "keyed-async",
+        .routes = {{ROUTE_CREATE, "POST", "/v1/keyed/generations"},
+                   {ROUTE_POLL, "GET", "/v1/keyed/generations/{id}"}},
+        .create_status = MHD_HTTP_ACCEPTED,
+        .native_idempotency = true,
+        .in_flight_until_answered = true,
+        .async = &shape_keyed,
+    },
 };
 
 /* One place a create's client reference can come from. */
@@ -197,6 +279,25 @@ static enum MHD_Result refuse(struct mock_request *req, struct ledger_record *re
     return reply_error(req, status, message, type, code);
 }
 
+/*
+ * Records a create that lacks the header its provider requires and answers 400 in the
+ * provider's plain shape, {"error": "missing <header>"}, as Runway does for its version.
+ */
+static enum MHD_Result refuse_missing_header(struct mock_request *req, struct ledger_record *rec,
+                                             const char *header)
+{
+    struct ledger_slot slot;
+    cJSON *doc = cJSON_CreateObject();
+    char message[128];
+
+    rec->status = MHD_HTTP_BAD_REQUEST;
+    if (!ledger_append(rec, &slot))
+        fprintf(stderr, "idemgate-mock: ledger full or out of memory, create not recorded\n");
+    snprintf(message, sizeof(message), "missing %s", header);
+    cJSON_AddStringToObject(doc, "error", message);
+    return reply_json(req, MHD_HTTP_BAD_REQUEST, doc);
+}
+
 /* The delay of a create: its own control, else its fault's default, else --delay-ms. */
 static unsigned int effective_delay(const struct mock_controls *ctrl)
 {
@@ -222,14 +323,49 @@ static void resolve_controls(struct mock_controls *ctrl, const struct mock_contr
 }
 
 /*
- * Fills *reply with the answer to a create numbered seq: an OpenAI-shaped error for a
- * status of 400 or more, the stored body (taken over from *stored) for a replay, else a
- * fresh rendering by the personality.  reply->body stays NULL when memory ran out.
+ * Returns why the request's own controls (body and headers, not the script) do not fit
+ * personality p, or NULL when they do: the task controls are for asynchronous providers
+ * only, and a webhook URL for providers that send webhooks.
  */
-static void build_reply(struct mock_reply *reply, const struct mock_personality *p,
-                        const struct create_input *in, unsigned long seq, unsigned int status,
-                        char **stored)
+static const char *controls_misfit(const struct mock_personality *p,
+                                   const struct mock_controls *body_ctrl,
+                                   const struct mock_controls *hdr_ctrl)
 {
+    struct mock_controls merged = *body_ctrl;
+
+    if (p->async == NULL && ((body_ctrl->set | hdr_ctrl->set) & CTRL_ASYNC))
+        return "polls, outcome, error, outputs and webhook apply to asynchronous providers only";
+    if (p->async == NULL)
+        return NULL;
+    faults_merge(&merged, hdr_ctrl);
+    return async_check_controls(p, &merged);
+}
+
+/* What the pipeline knows about one create while it builds the answer. */
+struct create_state {
+    struct mock_request *req;
+    const struct mock_personality *p;
+    const struct route_match *m;
+    const cJSON *doc;
+    const struct create_input *in;
+    const struct mock_controls *ctrl;
+    const struct ledger_record *rec;
+    unsigned long seq;
+    unsigned int status;
+    char task_id[LEDGER_ASYNC_ID_MAX]; /* an asynchronous task's id, empty for none */
+    struct wh_event *events;           /* webhooks the creation sends, not yet queued */
+};
+
+/*
+ * Fills *reply with the answer to the create: an OpenAI-shaped error for a status of 400
+ * or more, the stored body (taken over from *stored) for a replay, else a fresh rendering
+ * by the personality; an asynchronous personality also makes its task then, when the
+ * status is 2xx.  reply->body stays NULL when memory ran out.
+ */
+static void build_reply(struct mock_reply *reply, struct create_state *cs, char **stored)
+{
+    unsigned int status = cs->status;
+
     reply_init(reply);
     if (status >= 400) {
         char message[64], code[32];
@@ -243,16 +379,27 @@ static void build_reply(struct mock_reply *reply, const struct mock_personality 
         reply->body_len = strlen(*stored);
         reply->replayed = true;
         *stored = NULL;
+    } else if (cs->p->async) {
+        struct async_create_args a = {
+            .p = cs->p,
+            .req = cs->req,
+            .doc = cs->doc,
+            .m = cs->m,
+            .ctrl = cs->ctrl,
+            .client_ref = cs->rec->client_ref,
+            .seq = cs->seq,
+            .keep = status >= 200 && status < 300,
+        };
+
+        reply_set_json(reply, status, async_create(&a, cs->task_id, &cs->events));
     } else {
-        reply_set_json(reply, status, p->render(in, seq));
+        reply_set_json(reply, status, cs->p->render(cs->in, cs->seq));
     }
 }
 
 /*
  * Settles the idempotency key this request claimed.  Only a successful create leaves a
  * task behind, so only its answer is kept for replays; an error frees the key for a retry.
- * This runs before any fault is delivered, because a transport fault loses the answer,
- * not the task.
  */
 static void settle_claim(const struct mock_personality *p, const char *key, uint64_t token,
                          const struct mock_reply *reply)
@@ -266,14 +413,15 @@ static void settle_claim(const struct mock_personality *p, const char *key, uint
 /*
  * Records in the ledger that the create numbered by slot made a task, when it did: a create
  * the provider accepts leaves a task behind even when a fault then loses the answer, while
- * a replay or a status of 300 or more does not.
+ * a replay or a status of 300 or more does not.  task_id is an asynchronous provider's id
+ * of the task, or empty for the ledger's own "task_<seq>".
  */
 static void note_task(const struct ledger_slot *slot, enum idem_claim claim, unsigned int status,
-                      const struct mock_reply *reply)
+                      const struct mock_reply *reply, const char *task_id)
 {
     if (claim == IDEM_DONE || status < 200 || status >= 300 || reply->body == NULL)
         return;
-    if (!ledger_attach_task(slot, reply->body))
+    if (!ledger_attach_task(slot, task_id[0] ? task_id : NULL, reply->body))
         fprintf(stderr, "idemgate-mock: task of create %lu not kept (reset or out of memory)\n",
                 slot->seq);
 }
@@ -284,11 +432,12 @@ static void note_task(const struct ledger_slot *slot, enum idem_claim claim, uns
  * Returns MHD_NO when the connection must be closed.
  */
 static enum MHD_Result create(struct mock_request *req, const struct mock_personality *p,
-                              const cJSON *doc)
+                              const struct route_match *m, const cJSON *doc)
 {
     struct ledger_record rec = {0};
     struct mock_controls body_ctrl = {0}, hdr_ctrl = {0}, ctrl;
     struct create_input in;
+    struct create_state cs = {0};
     struct mock_reply reply;
     enum idem_claim claim = IDEM_NEW;
     uint64_t token = 0;
@@ -296,9 +445,11 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
     unsigned int stored_status = 0, status;
     struct ledger_slot slot = {0};
     char err[FAULTS_ERR_MAX];
+    const char *misfit;
     enum MHD_Result ret;
 
-    rec.route = p->path;
+    rec.route = req->url;
+    rec.provider = p->name;
     rec.idempotency_key =
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
     read_client_ref(req->conn, doc, &rec);
@@ -306,6 +457,9 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
     rec.remote_port = remote_port(req->conn);
 
     /* Malformed requests are still recorded: the ledger shows everything that arrived. */
+    if (p->required_header &&
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, p->required_header) == NULL)
+        return refuse_missing_header(req, &rec, p->required_header);
     if (!cJSON_IsObject(doc))
         return refuse(req, &rec, MHD_HTTP_BAD_REQUEST, "request body must be a JSON object",
                       "invalid_request_error", "invalid_json");
@@ -314,6 +468,10 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
          !faults_parse_object(cJSON_GetObjectItemCaseSensitive(doc, "_mock"), &body_ctrl, err)) ||
         !faults_parse_headers(req->conn, &hdr_ctrl, err))
         return refuse(req, &rec, MHD_HTTP_BAD_REQUEST, err, "mock_error", "invalid_mock_control");
+    misfit = controls_misfit(p, &body_ctrl, &hdr_ctrl);
+    if (misfit)
+        return refuse(req, &rec, MHD_HTTP_BAD_REQUEST, misfit, "mock_error",
+                      "invalid_mock_control");
 
     if (p->native_idempotency && rec.idempotency_key) {
         claim = idemkeys_claim(p->name, rec.idempotency_key, &token, &stored, &stored_status);
@@ -336,7 +494,7 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
     if (ctrl.set & CTRL_STATUS)
         status = ctrl.status;
     else
-        status = claim == IDEM_DONE ? stored_status : MHD_HTTP_OK;
+        status = claim == IDEM_DONE ? stored_status : p->create_status;
 
     rec.replay = claim == IDEM_DONE;
     rec.fault = ctrl.fault ? ctrl.fault->name : NULL;
@@ -350,18 +508,38 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
                            "ledger_full");
     }
 
-    build_reply(&reply, p, &in, slot.seq, status, claim == IDEM_DONE ? &stored : NULL);
+    cs = (struct create_state){.req = req,
+                               .p = p,
+                               .m = m,
+                               .doc = doc,
+                               .in = &in,
+                               .ctrl = &ctrl,
+                               .rec = &rec,
+                               .seq = slot.seq,
+                               .status = status};
+    build_reply(&reply, &cs, claim == IDEM_DONE ? &stored : NULL);
     free(stored);
     memcpy(reply.retry_after, ctrl.retry_after, sizeof(reply.retry_after));
     /* The task exists from here on, so a lookup during the delay or a hang finds it. */
-    note_task(&slot, claim, status, &reply);
+    note_task(&slot, claim, status, &reply, cs.task_id);
+    /* An early webhook must not be overtaken by the ones the creation sends. */
+    if (!(ctrl.webhook.early && cs.task_id[0])) {
+        webhooks_enqueue(cs.events);
+        cs.events = NULL;
+    }
 
     /*
      * The provider keeps working while the client waits, even when the client gives up,
      * so the delay is not cut short by a disconnect and the key stays in flight meanwhile.
      */
     mock_sleep_ms(req, effective_delay(&ctrl), false);
-    if (claim == IDEM_NEW && token)
+    if (cs.task_id[0] && ctrl.webhook.early)
+        async_finish_early(cs.task_id, cs.events);
+    /*
+     * Usually the key settles before any fault is delivered, because a transport fault loses
+     * the answer, not the task; some providers keep it in flight until the answer is out.
+     */
+    if (claim == IDEM_NEW && token && !p->in_flight_until_answered)
         settle_claim(p, rec.idempotency_key, token, &reply);
 
     if (reply.body == NULL) {
@@ -372,80 +550,71 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
     } else {
         ret = reply_send(req, &reply);
     }
+    if (claim == IDEM_NEW && token && p->in_flight_until_answered)
+        settle_claim(p, rec.idempotency_key, token, &reply);
     reply_free(&reply);
     return ret;
 }
 
-/* POST <create path>: parses the body once and runs the create pipeline on it. */
+/* POST <create route>: parses the body once and runs the create pipeline on it. */
 static enum MHD_Result route_create(struct mock_request *req, const struct mock_personality *p,
-                                    const char *rest)
+                                    const struct route_match *m)
 {
     cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
     enum MHD_Result ret;
 
-    (void)rest;
     /* The document lives until the pipeline is done, since the ledger record points into it. */
-    ret = create(req, p, doc);
+    ret = create(req, p, m, doc);
     cJSON_Delete(doc);
     return ret;
 }
 
-/* GET <lookup prefix>{ref}: the rest of the path, already URL-decoded, is the reference. */
+/* GET <lookup route>{ref}: the rest of the path, already URL-decoded, is the reference. */
 static enum MHD_Result route_lookup(struct mock_request *req, const struct mock_personality *p,
-                                    const char *rest)
+                                    const struct route_match *m)
 {
-    return tasks_handle_lookup(req, p, rest);
+    const char *ref = route_capture_tail(m, "ref");
+
+    return tasks_handle_lookup(req, p, ref ? ref : "");
 }
 
-/* GET <list path>: the recent tasks. */
+/* GET <list route>: the recent tasks, in the ledger's shape or the provider's. */
 static enum MHD_Result route_list(struct mock_request *req, const struct mock_personality *p,
-                                  const char *rest)
+                                  const struct route_match *m)
 {
-    (void)rest;
+    if (p->async)
+        return async_handle_list(req, p, m);
     return tasks_handle_list(req, p);
 }
 
-/* One kind of route that every personality serves, at the path its row names. */
-struct provider_route {
-    const char *method;
-    size_t path_field; /* offsetof the personality member that holds the path */
-    bool prefix;       /* true: the path is a prefix and the rest of the URL is passed on */
-    enum MHD_Result (*handle)(struct mock_request *req, const struct mock_personality *p,
-                              const char *rest);
+/* The handler of each route kind, indexed by enum route_kind. */
+static enum MHD_Result (*const route_handlers[])(struct mock_request *req,
+                                                 const struct mock_personality *p,
+                                                 const struct route_match *m) = {
+    [ROUTE_CREATE] = route_create,
+    [ROUTE_LOOKUP] = route_lookup,
+    [ROUTE_LIST] = route_list,
+    [ROUTE_POLL] = async_handle_poll,
+    [ROUTE_RESULT] = async_handle_result,
+    [ROUTE_CANCEL] = async_handle_cancel,
 };
-
-/* The routes of a personality; a new kind is one more row and one more personality member. */
-static const struct provider_route provider_routes[] = {
-    {"POST", offsetof(struct mock_personality, path), false, route_create},
-    {"GET", offsetof(struct mock_personality, lookup_prefix), true, route_lookup},
-    {"GET", offsetof(struct mock_personality, list_path), false, route_list},
-};
-
-/* Returns the path that personality p gives route kind r, or NULL when p has none. */
-static const char *route_path(const struct mock_personality *p, const struct provider_route *r)
-{
-    return *(const char *const *)(const void *)((const char *)p + r->path_field);
-}
 
 /*
- * Handles req when it is for a route of a personality (a create, a task lookup or a task
- * list) and stores libmicrohttpd's verdict in *ret.  Returns false, leaving req alone,
- * when no personality serves the request's method and path.
+ * Handles req when it is for a route of a personality and stores libmicrohttpd's verdict
+ * in *ret.  Returns false, leaving req alone, when no personality serves the request's
+ * method and path.
  */
 bool providers_route(struct mock_request *req, enum MHD_Result *ret)
 {
     for (size_t i = 0; i < sizeof(personality_table) / sizeof(personality_table[0]); i++) {
         const struct mock_personality *p = &personality_table[i];
 
-        for (size_t k = 0; k < sizeof(provider_routes) / sizeof(provider_routes[0]); k++) {
-            const struct provider_route *r = &provider_routes[k];
-            const char *path = route_path(p, r);
-            size_t len = path ? strlen(path) : 0;
+        for (size_t k = 0; k < MOCK_MAX_ROUTES && p->routes[k].pattern; k++) {
+            const struct provider_route *r = &p->routes[k];
+            struct route_match m;
 
-            if (path == NULL || strcmp(req->method, r->method) != 0)
-                continue;
-            if (r->prefix ? strncmp(req->url, path, len) == 0 : strcmp(req->url, path) == 0) {
-                *ret = r->handle(req, p, req->url + len);
+            if (strcmp(req->method, r->method) == 0 && route_match(r->pattern, req->url, &m)) {
+                *ret = route_handlers[r->kind](req, p, &m);
                 return true;
             }
         }

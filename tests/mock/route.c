@@ -159,8 +159,8 @@ int route_self_test(void)
         bool ok = route_match(c->pattern, c->path, &m) == c->matches;
 
         if (ok && c->capture)
-            ok = route_capture(&m, c->capture, value, sizeof(value)) &&
-                 strcmp(value, c->value) == 0;
+            ok =
+                route_capture(&m, c->capture, value, sizeof(value)) && strcmp(value, c->value) == 0;
         if (!ok) {
             printf("FAIL route: %s against %s\n", c->pattern, c->path);
             failures++;

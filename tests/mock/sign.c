@@ -229,8 +229,8 @@ static bool ed25519_sign(EVP_PKEY *key, const unsigned char *msg, size_t len, un
  * body) into out (SIGN_ED25519_HEX_MAX bytes); corrupt flips a bit.  Returns false when
  * OpenSSL failed.
  */
-bool sign_fal(const char *request_id, const char *user_id, const char *timestamp,
-              const char *body, size_t body_len, bool corrupt, char *out)
+bool sign_fal(const char *request_id, const char *user_id, const char *timestamp, const char *body,
+              size_t body_len, bool corrupt, char *out)
 {
     unsigned char digest[32], sig[64];
     unsigned int digest_len = 0;
@@ -304,7 +304,7 @@ static int test_standard_vector(void)
     unsigned char key[KEY_MAX];
     size_t key_len = 0;
     char sig[SIGN_STANDARD_MAX];
-    bool ok = base64_decode(SIGN_DEFAULT_WEBHOOK_SECRET + 6, key, sizeof(key), &key_len) &&
+    bool ok = base64_decode(&SIGN_DEFAULT_WEBHOOK_SECRET[6], key, sizeof(key), &key_len) &&
               standard_with_key(key, key_len, "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", body,
                                 strlen(body), false, sig) &&
               strcmp(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=") == 0;
@@ -364,8 +364,8 @@ static int test_fal_roundtrip(void)
     EVP_PKEY *pub = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, ed25519_public, 32);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     int msg_len;
-    bool ok = pub && ctx && sign_fal("req_1", "mock", "1700000000", body, strlen(body), false,
-                                     sig_hex) &&
+    bool ok = pub && ctx &&
+              sign_fal("req_1", "mock", "1700000000", body, strlen(body), false, sig_hex) &&
               from_hex(sig_hex, sig, 64) &&
               EVP_Digest(body, strlen(body), digest, &digest_len, EVP_sha256(), NULL) == 1;
 

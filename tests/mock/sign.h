@@ -59,8 +59,8 @@ bool sign_hmac_hex(const char *body, size_t body_len, bool corrupt, char *out);
  * body) into out (SIGN_ED25519_HEX_MAX bytes); corrupt flips a bit.  Returns false when
  * OpenSSL failed.
  */
-bool sign_fal(const char *request_id, const char *user_id, const char *timestamp,
-              const char *body, size_t body_len, bool corrupt, char *out);
+bool sign_fal(const char *request_id, const char *user_id, const char *timestamp, const char *body,
+              size_t body_len, bool corrupt, char *out);
 
 /* Writes the base64 of the raw 32-byte Ed25519 public key into out (SIGN_PUBLIC_KEY_B64_MAX). */
 void sign_public_key_b64(char *out);

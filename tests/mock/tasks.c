@@ -334,26 +334,52 @@ static bool query_integer(struct mock_request *req, const char *name, long long 
 }
 
 /*
+ * Answers the request in *ret and returns true when the /_config settings switch the list
+ * endpoints off or make them fail, or a parameter is malformed (400 invalid_parameter);
+ * otherwise fills *w (limit 1..1000, default 100) and returns false.
+ */
+bool tasks_list_refused(struct mock_request *req, struct tasks_window *w, enum MHD_Result *ret)
+{
+    bool has_limit = false;
+    long long limit = LIST_LIMIT_DEFAULT;
+
+    memset(w, 0, sizeof(*w));
+    if (gate_closed(req, &list_gate, ret))
+        return true;
+    if (!query_integer(req, "since", 0, UNIX_SECONDS_MAX, &w->has_since, &w->since)) {
+        *ret = reply_bad_parameter(req, "since must be a whole number of Unix seconds");
+        return true;
+    }
+    if (!query_integer(req, "until", 0, UNIX_SECONDS_MAX, &w->has_until, &w->until)) {
+        *ret = reply_bad_parameter(req, "until must be a whole number of Unix seconds");
+        return true;
+    }
+    if (!query_integer(req, "limit", 1, LIST_LIMIT_MAX, &has_limit, &limit)) {
+        *ret = reply_bad_parameter(req, "limit must be an integer 1..1000");
+        return true;
+    }
+    w->limit = (size_t)limit;
+    return false;
+}
+
+/*
  * GET <list path>?since=&until=&limit=: answers {"object": "list", "data": [...]} with the
  * newest tasks of personality p first.  A malformed parameter gets 400.
  */
 enum MHD_Result tasks_handle_list(struct mock_request *req, const struct mock_personality *p)
 {
     struct ledger_task_query q = {.provider = p->name};
-    bool has_limit = false;
-    long long limit = LIST_LIMIT_DEFAULT;
+    struct tasks_window w;
     enum MHD_Result ret;
     cJSON *data;
 
-    if (gate_closed(req, &list_gate, &ret))
+    if (tasks_list_refused(req, &w, &ret))
         return ret;
-    if (!query_integer(req, "since", 0, UNIX_SECONDS_MAX, &q.has_since, &q.since))
-        return reply_bad_parameter(req, "since must be a whole number of Unix seconds");
-    if (!query_integer(req, "until", 0, UNIX_SECONDS_MAX, &q.has_until, &q.until))
-        return reply_bad_parameter(req, "until must be a whole number of Unix seconds");
-    if (!query_integer(req, "limit", 1, LIST_LIMIT_MAX, &has_limit, &limit))
-        return reply_bad_parameter(req, "limit must be an integer 1..1000");
-    q.limit = (size_t)limit;
+    q.has_since = w.has_since;
+    q.since = w.since;
+    q.has_until = w.has_until;
+    q.until = w.until;
+    q.limit = w.limit;
 
     data = cJSON_CreateArray();
     if (!collect_tasks(&q, data)) {

@@ -39,6 +39,22 @@ enum MHD_Result tasks_handle_lookup(struct mock_request *req, const struct mock_
  */
 enum MHD_Result tasks_handle_list(struct mock_request *req, const struct mock_personality *p);
 
+/* The since/until/limit parameters of a list request. */
+struct tasks_window {
+    bool has_since;
+    long long since;
+    bool has_until;
+    long long until;
+    size_t limit;
+};
+
+/*
+ * Answers the request in *ret and returns true when the /_config settings switch the list
+ * endpoints off or make them fail, or a parameter is malformed (400 invalid_parameter);
+ * otherwise fills *w (limit 1..1000, default 100) and returns false.
+ */
+bool tasks_list_refused(struct mock_request *req, struct tasks_window *w, enum MHD_Result *ret);
+
 /*
  * Applies a /_config document such as {"lookup": false, "list_status": 503}, all of it or,
  * when a key is unknown or a value invalid, none of it; err (TASKS_ERR_MAX bytes) then

@@ -40,9 +40,9 @@
 struct queue_item {
     long long due_ms;
     unsigned long epoch;
-    struct wh_event *event;          /* a delivery, or NULL for a timer */
-    void (*fire)(const char *arg);   /* a timer's callback */
-    char arg[WH_TASK_ID_MAX];        /* a timer's argument */
+    struct wh_event *event;        /* a delivery, or NULL for a timer */
+    void (*fire)(const char *arg); /* a timer's callback */
+    char arg[WH_TASK_ID_MAX];      /* a timer's argument */
     struct queue_item *next;
 };
 
@@ -177,7 +177,8 @@ static void record_add(const struct wh_event *ev, unsigned int attempt, long sta
     r.scheme = ev->scheme;
     r.bad_signature = ev->bad_signature;
     r.stale_timestamp = ev->stale_timestamp;
-    snprintf(r.error, sizeof(r.error), "%s", error ? error : "");
+    /* libcurl's message is cut to fit; the first words say what failed. */
+    snprintf(r.error, sizeof(r.error), "%.*s", (int)sizeof(r.error) - 1, error ? error : "");
 
     pthread_mutex_lock(&queue_lock);
     current = started_epoch == epoch;
@@ -272,14 +273,13 @@ static bool add_signature(struct curl_slist **list, const struct wh_event *ev, l
     snprintf(stamp, sizeof(stamp), "%lld", ts);
     switch (ev->scheme) {
     case WH_STANDARD:
-        return sign_standard(ev->event_id, stamp, ev->body, ev->body_len, ev->bad_signature,
-                             sig) &&
+        return sign_standard(ev->event_id, stamp, ev->body, ev->body_len, ev->bad_signature, sig) &&
                add_header(list, "webhook-id", ev->event_id) &&
                add_header(list, "webhook-timestamp", stamp) &&
                add_header(list, "webhook-signature", sig);
     case WH_FAL_ED25519:
-        return sign_fal(ev->task_id, FAL_USER_ID, stamp, ev->body, ev->body_len,
-                        ev->bad_signature, sig) &&
+        return sign_fal(ev->task_id, FAL_USER_ID, stamp, ev->body, ev->body_len, ev->bad_signature,
+                        sig) &&
                add_header(list, "X-Fal-Webhook-Request-Id", ev->task_id) &&
                add_header(list, "X-Fal-Webhook-User-Id", FAL_USER_ID) &&
                add_header(list, "X-Fal-Webhook-Timestamp", stamp) &&
@@ -398,8 +398,7 @@ static bool queue_insert(struct queue_item *it)
 
     if (queue_len >= QUEUE_MAX) {
         if (!queue_overflow_said)
-            fprintf(stderr, "idemgate-mock: webhook queue full (%u), dropping events\n",
-                    QUEUE_MAX);
+            fprintf(stderr, "idemgate-mock: webhook queue full (%u), dropping events\n", QUEUE_MAX);
         queue_overflow_said = true;
         return false;
     }
