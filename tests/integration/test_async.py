@@ -195,3 +195,92 @@ def test_webhook_hint_completes_without_waiting_for_the_poll(gateway_factory, to
     job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
     assert job["state"] == "completed"
     assert job["polls"] <= 2, "completed by the webhook's hint, not by the minute-long poll"
+
+
+def hooked_gateway(gateway_factory, mock, poll_interval_ms=60000, **settings):
+    e, route = entry("replicate", mock, poll_interval_ms=poll_interval_ms)
+    port = free_port()
+    gw = start(gateway_factory, [e], listen=f"127.0.0.1:{port}",
+               public_url=f"http://127.0.0.1:{port}", **settings)
+    return gw, route
+
+
+def test_early_webhook_is_parked_then_applied(gateway_factory, token, mock, psql):
+    # The webhook arrives before the create's answer, so before the remote id is committed.
+    gw, route = hooked_gateway(gateway_factory, mock)
+    r = gw.submit(token, "early-" + uuid.uuid4().hex, body(webhook={"early": True}),
+                  route=route, headers={"Prefer": "wait=20"})
+    assert r.status == 200, r
+    job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert job["state"] == "completed" and job["polls"] <= 2, job
+    hooks = mock.http.request("GET", f"/_webhooks?task_id={job['remote_id']}").json()
+    assert hooks["deliveries"] and all(d["status"] == 200 for d in hooks["deliveries"])
+    assert psql(f"SELECT count(*) FROM webhook_parked WHERE remote_id = '{job['remote_id']}'") \
+        == [["0"]], "the parked hint was consumed"
+
+
+def test_1000_duplicate_reordered_late_webhooks_apply_once_and_never_regress(
+        gateway_factory, token, mock, psql):
+    gw, route = hooked_gateway(gateway_factory, mock)
+    n_jobs = 20
+    jobs = []
+    for i in range(n_jobs):
+        outcome = "failed" if i % 5 == 0 else "succeeded"
+        r = gw.submit(token, f"flood-{i}-" + uuid.uuid4().hex,
+                      body(polls=100000, outcome=outcome), route=route)
+        jobs.append((r.json()["id"], outcome))
+    remote = {}
+    for job_id, _ in jobs:
+        remote[job_id] = gw.wait_state(token, job_id, {"accepted"}, 20)["remote_id"]
+    seen = {job_id: ["accepted"] for job_id, _ in jobs}
+    order = {"prepared": 0, "sending": 1, "accepted": 2, "completed": 3, "failed": 3}
+    deliveries = fresh = 0
+    events = set()
+    # 1,000 deliveries: stale "processing" events, the final event, each duplicated; half the
+    # final events come late (after stale ones), some arrive twice over.
+    rounds = [("processing", 9), (None, 9), ("processing", 9), (None, 9), ("processing", 9)]
+    for status_word, dups in rounds:
+        for job_id, outcome in jobs:
+            word = status_word or outcome
+            res = mock.http.request("POST", "/_webhooks/send", json.dumps(
+                {"task_id": remote[job_id], "status": word, "duplicates": dups})).json()
+            deliveries += len(res["statuses"])
+            assert all(s == 200 for s in res["statuses"]), res
+            events.add(res["event_id"])
+            st = gw.job(token, job_id).json()["state"]
+            assert order[st] >= order[seen[job_id][-1]], (job_id, seen[job_id], st)
+            seen[job_id].append(st)
+    assert deliveries == 1000
+    finals = {}
+    for job_id, outcome in jobs:
+        j = gw.wait_state(token, job_id, {"completed", "failed"}, 30)
+        finals[job_id] = j["state"]
+        task = mock.http.request("GET", f"/_tasks/{remote[job_id]}").json()
+        want = "completed" if task["status"] == "succeeded" else "failed"
+        assert j["state"] == want, (j, task)
+        assert (outcome == "succeeded") == (j["state"] == "completed")
+    rows = psql("SELECT count(*) FROM webhook_events WHERE provider = 'replicate' AND "
+                "remote_id IN (" + ",".join(f"'{r}'" for r in remote.values()) + ")")
+    assert int(rows[0][0]) == len(events), "each event id recorded once"
+    # The hints never created work: one create per job, and polls only a handful per job.
+    for job_id, _ in jobs:
+        assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
+        assert gw.job(token, job_id).json()["polls"] <= 6
+
+
+def test_shipped_sync_profile_end_to_end(gateway_factory, token, mock):
+    e = {"name": "openaiimages", "profile": os.path.join(PROFILES, "openai-images.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 5000}}
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "img-" + uuid.uuid4().hex, {"prompt": "x", "n": 2},
+                  route="openaiimages/images/generations", headers={"Prefer": "wait=20"})
+    assert r.status == 200 and len(r.json()["data"]) == 2, r
+    job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert job["outputs"] == {"requested": 2, "received": 2, "shortfall": 0}
+    assert job["profile"] == "openai-images"
+    mock.script([{"status": 400}])
+    bad = gw.submit(token, "img-" + uuid.uuid4().hex, {"prompt": "y"},
+                    route="openaiimages/images/generations", headers={"Prefer": "wait=20"})
+    assert bad.status == 400, bad
+    jb = gw.job(token, bad.headers["x-idemgate-job-id"]).json()
+    assert jb["state"] == "failed" and "HTTP 400" in jb["last_error"]
