@@ -284,3 +284,21 @@ def test_shipped_sync_profile_end_to_end(gateway_factory, token, mock):
     assert bad.status == 400, bad
     jb = gw.job(token, bad.headers["x-idemgate-job-id"]).json()
     assert jb["state"] == "failed" and "HTTP 400" in jb["last_error"]
+
+
+@pytest.mark.parametrize("name", ["replicate", "fal-queue", "keyed-async", "luma"])
+def test_each_webhook_scheme_end_to_end(gateway_factory, token, mock, name):
+    # Polling every minute: each job completes through its provider's signed webhook.
+    e, route = entry(name, mock, poll_interval_ms=60000)
+    port = free_port()
+    keys = mock.http.request("GET", "/_webhook_keys").json()
+    gw = start(gateway_factory, [e], listen=f"127.0.0.1:{port}",
+               public_url=f"http://127.0.0.1:{port}",
+               env={"FAL_WEBHOOK_PUBLIC_KEY": keys["ed25519_public_key"]})
+    r = gw.submit(token, "scheme-" + uuid.uuid4().hex, body(webhook={"auto_complete_ms": 300}),
+                  route=route, headers={"Prefer": "wait=20"})
+    assert r.status == 200, r
+    job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert job["state"] == "completed" and job["polls"] <= 2, job
+    hooks = mock.http.request("GET", f"/_webhooks?task_id={job['remote_id']}").json()
+    assert hooks["deliveries"] and all(d["status"] == 200 for d in hooks["deliveries"]), hooks
