@@ -5,6 +5,7 @@
 #include "idemgate/fingerprint.h"
 #include "idemgate/headers.h"
 #include "idemgate/jcs.h"
+#include "idemgate/jobcache.h"
 #include "idemgate/jobview.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
@@ -79,18 +80,38 @@ static int reject_if_unauthenticated(struct http_req *r, const char *token)
     return 0;
 }
 
-static void respond_job(struct http_req *r, int status, const struct store_job *j, int replayed,
-                        int with_location)
+/* The answer-shaped view of a job: what a response or the cache needs. job_json is owned;
+ * resp_body is borrowed from the job (release with entry_release, not jobcache_entry_fini). */
+static int entry_of(const struct store_job *j, struct jobcache_entry *e)
 {
-    char *body = jobview_json(j);
+    memset(e, 0, sizeof(*e));
+    e->job_json = jobview_json(j);
+    if (!e->job_json)
+        return -1;
+    snprintf(e->fingerprint, sizeof(e->fingerprint), "%s", j->fingerprint_hex ? j->fingerprint_hex : "");
+    snprintf(e->job_id, sizeof(e->job_id), "%s", j->id);
+    snprintf(e->state, sizeof(e->state), "%s", st_name(j->state));
+    e->resp_status = j->resp_status;
+    snprintf(e->content_type, sizeof(e->content_type), "application/json");
+    (void)jobview_stored_header(j, "content-type", e->content_type, sizeof(e->content_type));
+    e->resp_body = (char *)j->resp_body;
+    e->resp_body_len = j->resp_body_len;
+    return 0;
+}
+
+static void entry_release(struct jobcache_entry *e)
+{
+    free(e->job_json);
+    e->job_json = NULL;
+}
+
+static void respond_entry(struct http_req *r, int status, const struct jobcache_entry *e,
+                          int replayed, int with_location)
+{
     char loc[64];
     const char *hdrs[7] = {NULL};
     int h = 0;
-    if (!body) {
-        http_problem(r, 500, "internal", "Internal error", "out of memory", 0);
-        return;
-    }
-    snprintf(loc, sizeof(loc), "/v1/jobs/%s", j->id);
+    snprintf(loc, sizeof(loc), "/v1/jobs/%s", e->job_id);
     if (with_location) {
         hdrs[h++] = "Location";
         hdrs[h++] = loc;
@@ -99,29 +120,61 @@ static void respond_job(struct http_req *r, int status, const struct store_job *
         hdrs[h++] = "Idempotent-Replayed";
         hdrs[h++] = "true";
     }
-    http_respond(r, status, "application/json", body, strlen(body), hdrs);
-    free(body);
+    http_respond(r, status, "application/json", e->job_json, strlen(e->job_json), hdrs);
+}
+
+static void respond_job(struct http_req *r, int status, const struct store_job *j, int replayed,
+                        int with_location)
+{
+    struct jobcache_entry e;
+    if (entry_of(j, &e) < 0) {
+        http_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    respond_entry(r, status, &e, replayed, with_location);
+    entry_release(&e);
 }
 
 /* `Prefer: wait` on a terminal job: the provider's own status and body, with the job's
  * headers, as if the client had called the provider itself. */
-static void respond_provider_result(struct http_req *r, const struct store_job *j, int replayed)
+static void respond_result(struct http_req *r, const struct jobcache_entry *e, int replayed)
 {
-    if (!j->resp_status || !j->resp_body) {
-        respond_job(r, 200, j, replayed, 1);
+    if (!e->resp_status || !e->resp_body) {
+        respond_entry(r, 200, e, replayed, 1);
         return;
     }
-    char ctype[128] = "application/json", loc[64], pref[32];
-    (void)jobview_stored_header(j, "content-type", ctype, sizeof(ctype));
-    snprintf(loc, sizeof(loc), "/v1/jobs/%s", j->id);
+    char loc[64], pref[32];
+    snprintf(loc, sizeof(loc), "/v1/jobs/%s", e->job_id);
     snprintf(pref, sizeof(pref), "wait=%d", http_req_wait(r)->wait_seconds);
     const char *hdrs[] = {"Location",          loc,
-                          "X-Idemgate-Job-Id", j->id,
-                          "X-Idemgate-State",  st_name(j->state),
+                          "X-Idemgate-Job-Id", e->job_id,
+                          "X-Idemgate-State",  e->state,
                           "Preference-Applied", pref,
                           replayed ? "Idempotent-Replayed" : NULL, "true",
                           NULL};
-    http_respond(r, j->resp_status, ctype, (const char *)j->resp_body, j->resp_body_len, hdrs);
+    http_respond(r, e->resp_status, e->content_type, e->resp_body, e->resp_body_len, hdrs);
+}
+
+static void respond_provider_result(struct http_req *r, const struct store_job *j, int replayed)
+{
+    struct jobcache_entry e;
+    if (entry_of(j, &e) < 0) {
+        http_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    respond_result(r, &e, replayed);
+    entry_release(&e);
+}
+
+/* Remembers a terminal job for later replays (by key) and reads (by id) of this tenant. */
+static void cache_terminal(const char *token, const struct store_job *j)
+{
+    struct jobcache_entry e;
+    if (!st_is_terminal(j->state) || entry_of(j, &e) < 0)
+        return;
+    jobcache_put('k', token, j->idempotency_key, &e);
+    jobcache_put('j', token, j->id, &e);
+    entry_release(&e);
 }
 
 /* Answers a job after a decision (new or replay): at once, or after waiting for it. */
@@ -245,6 +298,26 @@ static void handle_intake(struct http_req *r, const char *rest)
         http_problem(r, 500, "internal", "Internal error", "no randomness", 0);
         return;
     }
+    /* A terminal job never changes: a replay of it needs no database round trip. */
+    int wait_s = hdr_prefer_wait(http_req_header(r, "Prefer"), cfg->max_wait_seconds);
+    struct jobcache_entry hit;
+    if (jobcache_get('k', token, key, &hit)) {
+        free(canon);
+        if (strcmp(hit.fingerprint, fp) != 0) {
+            http_problem(r, 422, "idempotency-key-reused",
+                         "Idempotency-Key reused with different parameters",
+                         "this key already belongs to a request with another provider, route or "
+                         "body; use a new key for a new intended output",
+                         0);
+        } else if (wait_s > 0) {
+            http_req_wait(r)->wait_seconds = wait_s;
+            respond_result(r, &hit, 1);
+        } else {
+            respond_entry(r, 202, &hit, 1, 1);
+        }
+        jobcache_entry_fini(&hit);
+        return;
+    }
     snprintf(url, sizeof(url), "%s%s", p->base_url, rt->path);
     int requested = outputs_requested(p, canon, canon_len);
     /* The canonical form is what is fingerprinted and what is sent: the provider receives
@@ -297,7 +370,7 @@ static void handle_intake(struct http_req *r, const char *rest)
     LOG(LOG_INFO, created ? "intake_new" : "intake_replay", LS("job_id", j.id),
         LS("key_hash", key_hash), LS("provider", p->name), LS("state", st_name(j.state)),
         LS("request_id", http_req_id(r)));
-    int wait_s = hdr_prefer_wait(http_req_header(r, "Prefer"), cfg->max_wait_seconds);
+    cache_terminal(token, &j);
     answer_or_wait(r, &j, !created, wait_s, token);
     store_job_fini(&j);
 }
@@ -307,6 +380,12 @@ static void handle_job_get(struct http_req *r, const char *id)
     char token[CRYPTO_SHA256_HEX];
     if (token_hash(r, token) < 0) {
         respond_unauthorized(r);
+        return;
+    }
+    struct jobcache_entry hit;
+    if (jobcache_get('j', token, id, &hit)) {
+        respond_entry(r, 200, &hit, 0, 0);
+        jobcache_entry_fini(&hit);
         return;
     }
     struct store_job j;
@@ -319,6 +398,7 @@ static void handle_job_get(struct http_req *r, const char *id)
     else if (e < 0)
         respond_store_error(r, e);
     else {
+        cache_terminal(token, &j);
         respond_job(r, 200, &j, 0, 0);
         store_job_fini(&j);
     }

@@ -5,6 +5,7 @@
 #include "idemgate/config.h"
 #include "idemgate/dispatcher.h"
 #include "idemgate/http.h"
+#include "idemgate/jobcache.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/poller.h"
@@ -67,6 +68,9 @@ static int serve(const struct cfg *cfg)
     if (migrate_run(db) < 0)
         LOG(LOG_WARN, "migrations_pending", LS("note", "database unreachable or migration failed"));
     store_db_close(db);
+    step = "job cache";
+    if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
+        goto failed;
     step = "waiters";
     if (!(w = waiters_start(cfg)))
         goto failed;
@@ -102,6 +106,7 @@ static int serve(const struct cfg *cfg)
     wpool_stop(poller);
     reaper_stop(reaper);
     http_stop(http);
+    jobcache_fini();
     up_global_fini();
     LOG(LOG_INFO, "stopped", LS("instance", cfg->instance_id));
     return 0;

@@ -26,6 +26,8 @@ struct cfg {
     int job_ttl_hours;
     int reconcile_workers;
     int poll_workers;
+    int job_cache_entries;
+    int job_cache_ttl_ms;
     char *public_url;
     char *admin_token_sha256;
     int max_connections;

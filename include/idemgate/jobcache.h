@@ -1,0 +1,34 @@
+#ifndef IDEMGATE_JOBCACHE_H
+#define IDEMGATE_JOBCACHE_H
+
+#include <stddef.h>
+
+/* A bounded in-memory cache of terminal jobs, for replays and GETs. Terminal jobs never change,
+ * so a cached answer is the database's answer; entries also expire after a short time, which
+ * bounds how long a revoked token or an expired key can still be answered from memory. A miss
+ * always reads the database. Direct-mapped, one lock per slot; safe from any thread. */
+
+struct jobcache_entry {
+    char fingerprint[65]; /* of the operation (for replays: 422 when it differs) */
+    char *job_json;       /* the job as GET /v1/jobs/{id} shows it */
+    char job_id[32];
+    char state[16];
+    int resp_status;      /* the provider's, for Prefer: wait */
+    char content_type[128];
+    char *resp_body;
+    size_t resp_body_len;
+};
+
+/* slots == 0 disables the cache. */
+int jobcache_init(size_t slots, int ttl_ms);
+void jobcache_fini(void);
+
+/* kind distinguishes lookups by idempotency key ('k') from lookups by job id ('j'). On a hit,
+ * fills *out with copies (free with jobcache_entry_fini) and returns 1. */
+int jobcache_get(char kind, const char *token_hash, const char *name, struct jobcache_entry *out);
+/* Stores a copy of e (the job must be terminal). */
+void jobcache_put(char kind, const char *token_hash, const char *name,
+                  const struct jobcache_entry *e);
+void jobcache_entry_fini(struct jobcache_entry *e);
+
+#endif
