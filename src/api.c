@@ -4,6 +4,7 @@
 #include "idemgate/crypto.h"
 #include "idemgate/fingerprint.h"
 #include "idemgate/headers.h"
+#include "idemgate/inject.h"
 #include "idemgate/jcs.h"
 #include "idemgate/jobcache.h"
 #include "idemgate/jobview.h"
@@ -320,8 +321,15 @@ static void handle_intake(struct http_req *r, const char *rest)
     }
     snprintf(url, sizeof(url), "%s%s", p->base_url, rt->path);
     int requested = outputs_requested(p, canon, canon_len);
-    /* The canonical form is what is fingerprinted and what is sent: the provider receives
-     * exactly the bytes the key is bound to. */
+    /* The canonical form is what is fingerprinted; the client's own bytes, compacted, are
+     * what is stored and sent, so numbers beyond 2^53 reach the provider exactly as written. */
+    char *sent = NULL;
+    size_t sent_len = 0;
+    if (inject_compact(body, body_len, &sent, &sent_len) < 0) {
+        free(canon);
+        http_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
     struct store_intake_req q = {.token_sha256_hex = token,
                                  .idempotency_key = key,
                                  .new_id = job_id,
@@ -332,8 +340,8 @@ static void handle_intake(struct http_req *r, const char *rest)
                                  .method = rt->method,
                                  .url = url,
                                  .credential = p->secret_env ? p->secret_env : "",
-                                 .body = canon,
-                                 .body_len = canon_len,
+                                 .body = sent,
+                                 .body_len = sent_len,
                                  .ttl_hours = cfg->job_ttl_hours,
                                  .idem_header = p->idem_header,
                                  .reconcile_strategy = prof_reconcile_name(p->reconcile),
@@ -344,6 +352,7 @@ static void handle_intake(struct http_req *r, const char *rest)
     CRASH_POINT("before_intent_commit");
     int e = store_intake(http_req_db(r), &q, &j, &created);
     free(canon);
+    free(sent);
     if (e == STORE_EAUTH) {
         respond_unauthorized(r);
         return;
@@ -525,8 +534,16 @@ static void handle_resolve(struct http_req *r, const char *id)
     }
     struct store_job j;
     int applied = 0;
+    if (next == ST_COMPLETED && store_job_get(http_req_db(r), token, id, &j) == STORE_OK) {
+        /* Found at an async provider: the task still has to be polled for its result. */
+        const struct cfg_provider *p = cfg_find_provider(http_req_cfg(r), j.provider,
+                                                         strlen(j.provider));
+        if (p && p->mode == CFG_MODE_ASYNC_POLL)
+            next = ST_ACCEPTED;
+        store_job_fini(&j);
+    }
     int e = store_resolve(http_req_db(r), token, id, outcome, next,
-                          next == ST_COMPLETED ? remote : NULL, op, &j, &applied);
+                          strcmp(outcome, "found") == 0 ? remote : NULL, op, &j, &applied);
     if (e == STORE_EAUTH)
         respond_unauthorized(r);
     else if (e == STORE_ENOTFOUND)
@@ -539,7 +556,7 @@ static void handle_resolve(struct http_req *r, const char *id)
             LS("state", st_name(j.state)), LS("request_id", http_req_id(r)));
         respond_job(r, 200, &j, 0, 0);
     } else if (j.resolution && strcmp(j.resolution, outcome) == 0 &&
-               (next != ST_COMPLETED || (j.remote_id && strcmp(j.remote_id, remote) == 0))) {
+               (strcmp(outcome, "found") != 0 || (j.remote_id && strcmp(j.remote_id, remote) == 0))) {
         respond_job(r, 200, &j, 1, 0); /* the same decision again: nothing changes */
     } else {
         http_problem(r, 409, "not-in-review", "Job not in review",

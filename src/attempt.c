@@ -149,9 +149,9 @@ static void query_escape(const char *s, char *out, size_t cap)
     out[o] = '\0';
 }
 
-/* The body as sent: the stored canonical body with our client reference and webhook URL put
- * in where the profile says (never re-printed: numbers stay as the client wrote them). Returns a
- * new buffer, or NULL to send the stored body unchanged. */
+/* The body as sent: the stored body (the client's, compacted) with our client reference and
+ * webhook URL put in where the profile says (never re-printed: numbers stay as the client wrote
+ * them). Returns a new buffer, or NULL to send the stored body unchanged. */
 static char *outbound_body(const struct cfg_provider *p, const struct store_claim *c,
                            const char *webhook_url, size_t *len)
 {
@@ -260,7 +260,11 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     }
     size_t body_len = 0;
     char *body = outbound_body(p, c, hook ? webhook_url : NULL, &body_len);
-    double deadline = claimed_mono + c->lease_remaining_s - LEASE_SEND_MARGIN_S;
+    /* The whole call must fit in the lease: once it expires the reaper may hand the operation
+     * to another worker, so the last moment to start sending leaves room for the provider's
+     * total timeout. claimed_mono was taken before the claim, which only makes this earlier. */
+    double deadline = claimed_mono + c->lease_remaining_s - LEASE_SEND_MARGIN_S -
+                      (double)p->total_timeout_ms / 1000.0;
     struct up_request req = {.method = c->method,
                              .url = url,
                              .auth_header = secret ? p->auth_header : NULL,
@@ -319,6 +323,12 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
         error = why;
     } else {
         error = outcome == CLS_PARTIAL ? "partial result: fewer outputs than requested" : NULL;
+    }
+    if (c->from_unknown && d.next == ST_FAILED) {
+        /* An earlier send may have created the task: a refusal now does not prove that it
+         * did not, so the operation stays unknown (and ends in review) rather than failed. */
+        d.next = ST_UNKNOWN;
+        error = "refused on a resend after an ambiguous attempt";
     }
     char *remote_id = NULL, *poll_url = NULL;
     if (p->mode == CFG_MODE_ASYNC_POLL && d.next == ST_COMPLETED)

@@ -50,17 +50,21 @@ static void *worker_main(void *arg)
         }
         backoff_ms = 100;
         struct store_claim c;
+        double claimed = attempt_mono_now(); /* before the claim: the lease is no older */
         int e = store_claim(db, cfg->instance_id, cfg->lease_seconds, &c);
         if (e == STORE_OK) {
-            double claimed = attempt_mono_now();
             CRASH_POINT("after_sending_commit");
             attempt_create(cfg, db, &c, claimed);
             store_claim_fini(&c);
             continue; /* there may be more due */
         }
-        if (e == STORE_ENOTFOUND)
+        if (e == STORE_ENOTFOUND) {
             (void)store_wait_notify(db, cfg->poll_interval_ms, d->stop_fd, noop_notify, NULL);
-        /* Other errors: the loop reconnects and listens again. */
+        } else {
+            /* The database refused (or is being migrated): do not spin on it. */
+            struct timespec ts = {0, 200 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
     }
     store_db_close(db);
     return NULL;

@@ -100,3 +100,31 @@ int inject_member(const char *json, size_t len, const char *field, const char *v
     snprintf(ins, sizeof(ins), "\"%s\":\"%s\"%s", dot + 1, value, json[pv + 1] == '}' ? "" : ",");
     return splice(json, len, pv + 1, ins, out, out_len);
 }
+
+int inject_compact(const char *json, size_t len, char **out, size_t *out_len)
+{
+    char *b = malloc(len + 1);
+    size_t n = 0;
+    int in_string = 0;
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        char c = json[i];
+        if (in_string) {
+            b[n++] = c;
+            if (c == '\\' && i + 1 < len)
+                b[n++] = json[++i];
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+            b[n++] = c;
+        } else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+            b[n++] = c;
+        }
+    }
+    b[n] = '\0';
+    *out = b;
+    *out_len = n;
+    return 0;
+}

@@ -22,7 +22,13 @@ int poller_status_of(const struct cfg_provider *p, int http_status, const cJSON 
             return TS_SUCCEEDED;
         if (http_status == 202)
             return TS_RUNNING;
-        return http_status >= 400 && http_status < 500 && http_status != 429 ? TS_FAILED : -1;
+        /* Only a refusal about the task itself ends it; credentials, throttling and a task
+         * not visible yet are read again later. */
+        return http_status >= 400 && http_status < 500 && http_status != 401 &&
+                       http_status != 403 && http_status != 404 && http_status != 408 &&
+                       http_status != 429
+                   ? TS_FAILED
+                   : -1;
     }
     if (!doc)
         return -1;
@@ -101,6 +107,12 @@ static int call(const struct cfg_provider *p, const char *credential, const char
 {
     char auth[1024];
     const char *secret = credential && *credential ? getenv(credential) : NULL;
+    if (credential && *credential && (!secret || !*secret)) {
+        /* Never poll without the credential: the 401 would read as the task's failure. */
+        memset(res, 0, sizeof(*res));
+        snprintf(res->error, sizeof(res->error), "the provider's credential variable is not set");
+        return -1;
+    }
     if (secret)
         snprintf(auth, sizeof(auth), "%s%s", p->auth_prefix ? p->auth_prefix : "", secret);
     struct up_request req = {.method = method,

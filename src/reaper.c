@@ -15,6 +15,8 @@
 #define REAP_BATCH 100
 /* How often a tripped provider's credential is probed, when its profile names a probe. */
 #define PROBE_INTERVAL_S 30.0
+/* How often expired webhook records are swept. */
+#define JANITOR_INTERVAL_S 60.0
 
 struct reaper {
     const struct cfg *cfg;
@@ -62,7 +64,7 @@ static void *reaper_main(void *arg)
     if (!db)
         return NULL;
     int migrated = 0;
-    double last_probe = 0;
+    double last_probe = 0, last_sweep = 0;
     while (!atomic_load(&r->stop)) {
         int n = 0;
         /* A replica started while PostgreSQL was down applies the migrations once it is up. */
@@ -72,6 +74,12 @@ static void *reaper_main(void *arg)
         while (!atomic_load(&r->stop) && store_reap(db, REAP_BATCH, &n) == STORE_OK &&
                n == REAP_BATCH)
             ;
+        int swept = 0;
+        if (attempt_mono_now() - last_sweep >= JANITOR_INTERVAL_S) {
+            last_sweep = attempt_mono_now();
+            while (store_janitor(db, REAP_BATCH, &swept) == STORE_OK && swept == 2 * REAP_BATCH)
+                ;
+        }
         if (attempt_mono_now() - last_probe >= PROBE_INTERVAL_S) {
             struct probe_ctx x = {r->cfg, db};
             last_probe = attempt_mono_now();

@@ -88,7 +88,7 @@ static void write_verdict(struct db *db, const struct store_claim *c, enum op_st
         metrics_safety(MS_FENCED_WRITE);
     if (e == STORE_OK && applied && next != ST_UNKNOWN)
         metrics_unknown_seconds((double)c->since_first_ms / 1000);
-    if (e == STORE_OK && applied && next == ST_COMPLETED)
+    if (e == STORE_OK && applied && (next == ST_COMPLETED || next == ST_ACCEPTED))
         metrics_safety(MS_RECONCILED_NO_RESEND);
     if (e == STORE_OK && applied && next == ST_REVIEW)
         metrics_safety(MS_REVIEW_ENTERED);
@@ -183,7 +183,11 @@ static void look(const struct cfg_provider *p, struct db *db, const struct store
     }
     switch (verdict) {
     case RV_FOUND:
-        write_verdict(db, c, ST_COMPLETED, 0, "found", NULL, &res, remote_copy, t0);
+        /* A synchronous provider's task is its result; an async one's still has to be polled. */
+        if (p->mode == CFG_MODE_ASYNC_POLL && remote_copy)
+            write_verdict(db, c, ST_ACCEPTED, 0, "found", NULL, NULL, remote_copy, t0);
+        else
+            write_verdict(db, c, ST_COMPLETED, 0, "found", NULL, &res, remote_copy, t0);
         break;
     case RV_ABSENT:
         write_verdict(db, c, ST_PREPARED, 0, "absent", "proven absent at the provider; resending",
@@ -224,10 +228,12 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
                           NULL, NULL, t0);
             return;
         }
+        double before = attempt_mono_now();
         if (store_reconcile_send(db, c, cfg->lease_seconds) != STORE_OK)
             return; /* fenced or unreachable: the next claim decides */
         metrics_safety(MS_PROTECTED_RESEND);
-        attempt_create(cfg, db, c, attempt_mono_now());
+        c->from_unknown = 1;
+        attempt_create(cfg, db, c, before);
         return;
     }
     if (strcmp(c->reconcile_strategy, "get_by_client_id") == 0 && p->lookup_path) {

@@ -85,6 +85,7 @@ static const struct stmt stmts[] = {
      " transport_attempts = o.transport_attempts + 1, "
      " first_sent_at = coalesce(o.first_sent_at, now()), updated_at = now() "
      "FROM (SELECT tenant_id, id FROM operations p WHERE state = 'prepared' "
+     "      AND cancel_requested_at IS NULL "
      "      AND next_attempt_at <= now() AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
      "      WHERE b.provider = p.provider) ORDER BY next_attempt_at LIMIT 1 "
      "      FOR UPDATE SKIP LOCKED) c "
@@ -111,10 +112,14 @@ static const struct stmt stmts[] = {
     /* A result is written only under the lease that sent it (fencing); the attempt is recorded
      * whatever happens, as 'fenced' when the write was dropped. */
     {"finish",
-     "WITH upd AS (UPDATE operations SET state = $4, "
+     "WITH upd AS (UPDATE operations SET "
+     "  state = CASE WHEN $4 = 'prepared' AND cancel_requested_at IS NOT NULL THEN 'failed' "
+     "   ELSE $4 END, "
      "  resp_status = coalesce($5::integer, resp_status), "
      "  resp_headers = coalesce($6::jsonb, resp_headers), resp_body = coalesce($7, resp_body), "
-     "  last_error = $8, remote_id = coalesce($9, remote_id), lease_owner = NULL, "
+     "  last_error = CASE WHEN $4 = 'prepared' AND cancel_requested_at IS NOT NULL "
+     "   THEN 'canceled; not sent again' ELSE $8 END, "
+     "  remote_id = coalesce($9, remote_id), lease_owner = NULL, "
      "  lease_expires_at = NULL, updated_at = now(), "
      "  next_attempt_at = now() + make_interval(secs => $15::float8 / 1000), "
      "  outputs_received = coalesce($18::integer, outputs_received), "
@@ -123,7 +128,8 @@ static const struct stmt stmts[] = {
      "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
      "   ELSE now() + make_interval(secs => $22::float8 / 1000) END, "
      "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
-     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') THEN now() END "
+     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
+     "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
      " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
      " RETURNING 1) "
      "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
@@ -201,14 +207,18 @@ static const struct stmt stmts[] = {
      * no-op that returns the job, another decision after it is refused by the caller. */
     {"resolve",
      "WITH t AS (SELECT id, name FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
-     "upd AS (UPDATE operations o SET state = $4, resolution = $3, "
+     "upd AS (UPDATE operations o SET "
+     "  state = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL THEN 'failed' "
+     "   ELSE $4 END, resolution = $3, "
      "  resolved_by = t.name || coalesce(' (' || $5 || ')', ''), "
      "  resolved_at = now(), remote_id = coalesce($6, o.remote_id), updated_at = now(), "
      "  next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL, "
      "  lease_version = o.lease_version + 1, "
-     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') THEN now() END, "
-     "  last_error = CASE $3 WHEN 'abandon' THEN 'abandoned by an operator' "
-     "   WHEN 'absent' THEN 'proven absent by an operator' ELSE o.last_error END "
+     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
+     "   OR ($4 = 'prepared' AND o.cancel_requested_at IS NOT NULL) THEN now() END, "
+     "  last_error = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL "
+     "   THEN 'canceled; not sent again' ELSE CASE $3 WHEN 'abandon' THEN 'abandoned by an operator' "
+     "   WHEN 'absent' THEN 'proven absent by an operator' ELSE o.last_error END END "
      " FROM t WHERE o.tenant_id = t.id AND o.id = $2 AND o.state = 'review' RETURNING o.*) "
      "SELECT 1, " JOB_COLS("upd") " FROM upd "
      "UNION ALL "
@@ -248,6 +258,14 @@ static const struct stmt stmts[] = {
      " error) "
      "SELECT tenant_id, id, lease_version, 'create', 'lease_expired', 'unknown', "
      " 'lease expired while sending' FROM r RETURNING operation_id"},
+    /* Housekeeping: webhook deliveries past their redelivery window, and parked hints that
+     * never found their operation. */
+    {"janitor",
+     "WITH a AS (DELETE FROM webhook_events WHERE ctid IN (SELECT ctid FROM webhook_events "
+     "  WHERE expires_at < now() LIMIT $1) RETURNING 1), "
+     "b AS (DELETE FROM webhook_parked WHERE ctid IN (SELECT ctid FROM webhook_parked "
+     "  WHERE received_at < now() - interval '1 day' LIMIT $1) RETURNING 1) "
+     "SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"},
     {"terminal_ids",
      "SELECT id FROM operations WHERE id = ANY($1::text[]) "
      " AND state IN ('completed', 'failed')"},
@@ -389,8 +407,12 @@ static int result_error(struct db *db, PGresult *r, const char *stmt)
 static int run(struct db *db, const char *name, int n, const char *const *vals, const int *lens,
                unsigned binary, PGresult **out)
 {
-    int fmts[16] = {0};
+    int fmts[32] = {0};
     *out = NULL;
+    if (n > (int)(sizeof(fmts) / sizeof(fmts[0]))) {
+        LOG(LOG_ERROR, "db_error", LS("statement", name), LS("error", "too many parameters"));
+        return STORE_EINTERNAL;
+    }
     if (connect_db(db) < 0)
         return STORE_EUNAVAIL;
     for (int i = 0; i < n; i++)
@@ -1076,4 +1098,18 @@ int store_admin_token_of(struct db *db, const char *job_id, char out[65])
         snprintf(out, 65, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
     return e;
+}
+
+int store_janitor(struct db *db, int limit, int *count)
+{
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *v[1] = {lim};
+    PGresult *r;
+    int e = run(db, "janitor", 1, v, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    *count = atoi(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return STORE_OK;
 }

@@ -126,6 +126,7 @@ struct store_claim {
     const char *poll_url;       /* as the provider gave it, or NULL */
     int polls;                  /* status reads so far, this one included (poll claims) */
     int cancel_due;             /* a cancel was requested and this claim must send it */
+    int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
 };
 void store_claim_fini(struct store_claim *c);
 
@@ -243,6 +244,9 @@ __attribute__((warn_unused_result)) int store_regenerate(struct db *db, const ch
 
 /* Turns up to `limit` operations whose sending lease expired into unknown; *count of them. */
 __attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int *count);
+
+/* Deletes up to `limit` expired webhook events and stale parked hints; *count of them. */
+__attribute__((warn_unused_result)) int store_janitor(struct db *db, int limit, int *count);
 
 /* Subscribes this connection to a NOTIFY channel. */
 __attribute__((warn_unused_result)) int store_listen(struct db *db, const char *channel);

@@ -302,3 +302,21 @@ def test_each_webhook_scheme_end_to_end(gateway_factory, token, mock, name):
     assert job["state"] == "completed" and job["polls"] <= 2, job
     hooks = mock.http.request("GET", f"/_webhooks?task_id={job['remote_id']}").json()
     assert hooks["deliveries"] and all(d["status"] == 200 for d in hooks["deliveries"]), hooks
+
+
+def test_found_at_an_async_provider_is_polled_to_its_result(gateway_factory, token, mock):
+    # The create hangs; the operator finds the task; polling then brings the result.
+    e, route = entry("keyed-async", mock, reconcile={"strategy": "none", "window_seconds": 2},
+                     timeouts={"connect_ms": 1000, "total_ms": 1000})
+    gw = start(gateway_factory, [e])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, "found-" + uuid.uuid4().hex, body(polls=2), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"review"}, 20)
+    [create] = [c for c in mock.creates_for(job_id) if not c.get("replay")]
+    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
+                          json.dumps({"outcome": "found", "remote_id": create["task_id"]}),
+                          {"Authorization": f"Bearer {token}"})
+    assert res.status == 200 and res.json()["state"] == "accepted", res
+    j = gw.wait_state(token, job_id, {"completed", "failed"}, 20)
+    assert j["state"] == "completed" and j["result"]["outputs"], j

@@ -345,3 +345,29 @@ def test_lookup_failing_keeps_unknown_then_review(gateway_factory, token, mock):
     job = gw.wait_state(token, r.json()["id"], {"completed", "review"}, timeout=20)
     assert job["state"] == "review", job
     assert len(real_creates(mock.creates_for(job["id"]))) == 1
+
+
+def test_a_cancelled_job_is_never_sent_again(gateway_factory, token, mock):
+    gw = gateway_factory(providers=[provider(
+        "cx", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+        reconcile={"strategy": "none", "window_seconds": 2})])
+    job_id = review_job(gw, token, mock, "cx/images/generations")
+    h = {"Authorization": f"Bearer {token}"}
+    assert gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status == 202
+    r = resolve(gw, token, job_id, {"outcome": "absent"})
+    assert r.status == 200 and r.json()["state"] == "failed", r
+    time.sleep(1.0)
+    assert len(real_creates(mock.creates_for(job_id))) == 1
+
+
+def test_big_numbers_reach_the_provider_as_written(gateway, token, mock):
+    raw = '{ "prompt": "x",  "seed": 12345678901234567890, "cfg": 7.50 }'
+    r = gateway.submit(token, key(), raw)
+    job = gateway.wait_state(token, r.json()["id"], {"completed"})
+    sent = '{"prompt":"x","seed":12345678901234567890,"cfg":7.50}'
+    [create] = mock.creates_for(job["id"])
+    assert create["body_sha256"] == hashlib.sha256(sent.encode()).hexdigest()
+    # The fingerprint is still canonical: another spelling of the same value is a replay.
+    again = gateway.submit(token, job["idempotency_key"],
+                           '{"seed":12345678901234567890,"cfg":7.5,"prompt":"x"}')
+    assert again.status == 202 and again.json()["id"] == job["id"]

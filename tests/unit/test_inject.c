@@ -52,8 +52,27 @@ static void test_rows(void **state)
     }
 }
 
+static void test_compact(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {" { \"a\" : 1 ,\n \"b\":[ 1 , 2 ] }\t", "{\"a\":1,\"b\":[1,2]}"},
+        {"{\"s\": \" keep  spaces \\\" and \\\\ \"}", "{\"s\":\" keep  spaces \\\" and \\\\ \"}"},
+        {"{\"seed\": 12345678901234567890, \"x\": 1.50}", "{\"seed\":12345678901234567890,\"x\":1.50}"},
+        {"[]", "[]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *out = NULL;
+        size_t n = 0;
+        assert_int_equal(inject_compact(cases[i][0], strlen(cases[i][0]), &out, &n), 0);
+        assert_string_equal(out, cases[i][1]);
+        assert_int_equal(n, strlen(cases[i][1]));
+        free(out);
+    }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_compact)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
