@@ -4,6 +4,7 @@
 #   make asan       the same with ASan+UBSan, into build-asan/
 #   make run        install what is missing, build, start PostgreSQL + mock + gateway
 #   make test       install what is missing, build, unit tests (cmocka) + integration (pytest)
+#   make chaos      the full fault matrix;  make bench: the side-by-side benchmark
 
 BUILD     ?= build
 ifeq ($(origin CC),default)
@@ -37,7 +38,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all asan deps run test unit integration clean format
+.PHONY: all asan deps run test unit integration chaos bench clean format
 all: $(BUILD)/idemgate $(BUILD)/idemgate-mock
 
 $(BUILD)/idemgate: $(OBJS)
@@ -89,6 +90,17 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory integration
+
+# The whole fault matrix at full size (make test runs a CI-sized subset of every scenario).
+chaos: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory BUILD=build-test CRASHPOINTS=1 all
+	CHAOS_FULL=1 $(PYTHON) -m pytest -q -s tests/integration/test_chaos*.py $(PYTEST_ARGS)
+
+# A side-by-side benchmark; it reports and never fails the build.
+bench: deps
+	@$(MAKE) --no-print-directory all
+	bench/run.sh
 
 format:
 	clang-format -i src/*.c include/idemgate/*.h tests/mock/*.c tests/unit/*.c
