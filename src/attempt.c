@@ -88,8 +88,13 @@ static long long server_hint_ms(const struct cfg_provider *p, const struct up_re
     const char *ra = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "retry-after"));
     if (ms)
         hint = bo_retry_after_ms_header(ms);
-    if (hint < 0 && ra)
-        hint = bo_retry_after_ms(ra, (long long)time(NULL));
+    if (hint < 0 && ra) {
+        /* An HTTP-date is read against the provider's own Date header when it sent one, so
+         * this host's clock being off does not shorten the wait. */
+        const char *date = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "date"));
+        long long their_now = date ? bo_retry_after_ms(date, 0) / 1000 : -1;
+        hint = bo_retry_after_ms(ra, their_now > 0 ? their_now : (long long)time(NULL));
+    }
     cJSON_Delete(h);
     if (hint < 0 && p->body_hint.ok && res->body)
         hint = bo_body_hint_ms(&p->body_hint, res->body, res->body_len);

@@ -137,9 +137,10 @@ static void look(const struct cfg_provider *p, struct db *db, const struct store
                  int window_closed, double t0)
 {
     struct lookup_vars v = {.client_ref = c->id};
-    long long first = (long long)time(NULL) - c->since_first_ms / 1000;
-    snprintf(v.since, sizeof(v.since), "%lld", first - LIST_SLACK_S);
-    snprintf(v.until, sizeof(v.until), "%lld", (long long)time(NULL) + LIST_SLACK_S);
+    /* The window comes from the database's clock: a replica whose own clock is off must not
+     * look in the wrong minutes, miss the task, and call it absent. */
+    snprintf(v.since, sizeof(v.since), "%lld", (long long)c->first_sent_db - LIST_SLACK_S);
+    snprintf(v.until, sizeof(v.until), "%lld", (long long)c->now_db + LIST_SLACK_S);
     int list = p->reconcile == RECON_LIST_MATCH;
     char *url = reconcile_url(p, list ? p->list_path : p->lookup_path, &v);
     struct up_response res;

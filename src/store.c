@@ -43,7 +43,9 @@ enum {
     "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - now())::float8, "      \
     "o.req_idem_header, o.reconcile_strategy, o.transport_attempts, "                              \
     "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested, "        \
-    "o.remote_id, o.poll_url, o.polls"
+    "o.remote_id, o.poll_url, o.polls, "                                                           \
+    "extract(epoch FROM coalesce(o.first_sent_at, now()))::float8, "                              \
+    "extract(epoch FROM now())::float8"
 
 struct stmt {
     const char *name;
@@ -629,7 +631,9 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->remote_id = val(r, 0, 15);
     out->poll_url = val(r, 0, 16);
     out->polls = atoi(PQgetvalue(r, 0, 17));
-    out->cancel_due = PQgetvalue(r, 0, 18)[0] == 't';
+    out->first_sent_db = atof(PQgetvalue(r, 0, 18));
+    out->now_db = atof(PQgetvalue(r, 0, 19));
+    out->cancel_due = PQgetvalue(r, 0, 20)[0] == 't';
     if (bytea_decode(val(r, 0, 8), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;

@@ -13,7 +13,7 @@
  * could identify the account. */
 static const char *const header_allow[] = {
     "content-type", "retry-after", "retry-after-ms", "x-request-id", "request-id",
-    "openai-poll-after-ms", "location", "idempotent-replayed",
+    "openai-poll-after-ms", "location", "idempotent-replayed", "date",
 };
 
 struct call_ctx {

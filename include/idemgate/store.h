@@ -126,6 +126,7 @@ struct store_claim {
     const char *poll_url;       /* as the provider gave it, or NULL */
     int polls;                  /* status reads so far, this one included (poll claims) */
     int cancel_due;             /* a cancel was requested and this claim must send it */
+    double first_sent_db, now_db; /* Unix seconds by the database's clock, not this host's */
     int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
 };
 void store_claim_fini(struct store_claim *c);
