@@ -88,8 +88,9 @@ static const struct stmt stmts[] = {
      " first_sent_at = coalesce(o.first_sent_at, now()), updated_at = now() "
      "FROM (SELECT tenant_id, id FROM operations p WHERE state = 'prepared' "
      "      AND cancel_requested_at IS NULL "
-     "      AND next_attempt_at <= now() AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
-     "      WHERE b.provider = p.provider) ORDER BY next_attempt_at LIMIT 1 "
+     "      AND next_attempt_at <= now() "
+     "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
+     "      ORDER BY next_attempt_at LIMIT 1 "
      "      FOR UPDATE SKIP LOCKED) c "
      "WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
      "RETURNING " CLAIM_COLS ", false"},

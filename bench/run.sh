@@ -1,0 +1,389 @@
+#!/usr/bin/env bash
+# `make bench`: the gateway side by side with nginx and PostgreSQL, on this machine.
+#
+# Starts a throwaway PostgreSQL (fsync and synchronous_commit on: the durable intent is the
+# product's promise), the mock provider with no artificial delay, nginx as a plain reverse proxy
+# to the same mock, and the gateway; drives each with wrk at BENCH_CONNECTIONS connections for
+# BENCH_SECONDS; runs pgbench with the gateway's own intake statement; reads the gateway's memory
+# with many idle connections; counts instructions per request under callgrind. Prints one table
+# and writes bench/results/latest.json. It reports and never judges: its exit status is 0 unless
+# it could not run at all.
+#
+# It builds nothing: `make all` must have made build/idemgate and build/idemgate-mock (it runs
+# copies of them, so that a rebuild during the run changes nothing it measures). Everything
+# it starts listens on 127.0.0.1 only, lives in one temporary directory and is stopped by PID on
+# exit, failure included.
+#
+# Settings (environment):
+#   BENCH_SECONDS=10            duration of each measured run
+#   BENCH_WARMUP_SECONDS=2      unmeasured run before each measured one
+#   BENCH_CONNECTIONS=32        wrk connections and pgbench clients
+#   BENCH_HTTP_THREADS=4        the gateway's http_threads (each holds one database connection)
+#   BENCH_DISPATCH_WORKERS=4    the gateway's dispatch_workers (end-to-end and replay runs)
+#   BENCH_IDLE_CONNECTIONS=1000 idle keep-alive connections held for the memory figure
+#   BENCH_CALLGRIND_REQUESTS=2000  requests per path counted under callgrind (0: skip)
+#   BENCH_DIAGNOSTICS=1         also run pgbench with the NOTIFY trigger off (not a ratio)
+#   BENCH_ONLY="a b …"          run only these steps (mock nginx e2e replay get idle intake_disp
+#                               intake pgbench callgrind); the default is all of them
+#   BENCH_OUT=bench/results/latest.json
+#   BENCH_KEEP=1                keep the temporary directory (logs) instead of removing it
+#   BENCH_NO_INSTALL=1          do not install missing packages (scripts/bench-deps.sh)
+#   BENCH_TIMEOUT=1800          the whole run is stopped after this many seconds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+SECS=${BENCH_SECONDS:-10}
+WARM=${BENCH_WARMUP_SECONDS:-2}
+CONNS=${BENCH_CONNECTIONS:-32}
+HTTP_THREADS=${BENCH_HTTP_THREADS:-4}
+DISPATCH=${BENCH_DISPATCH_WORKERS:-4}
+IDLE_N=${BENCH_IDLE_CONNECTIONS:-1000}
+CG_N=${BENCH_CALLGRIND_REQUESTS:-2000}
+ONLY=${BENCH_ONLY:-mock nginx e2e replay get idle intake_disp intake pgbench callgrind}
+OUT=${BENCH_OUT:-bench/results/latest.json}
+TOTAL_TIMEOUT=${BENCH_TIMEOUT:-1800}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
+    scripts/bench-deps.sh
+fi
+for b in build/idemgate build/idemgate-mock; do
+    [ -x "$b" ] || { log "$b is missing: run \`make all\` first"; exit 1; }
+done
+for t in wrk nginx valgrind callgrind_control curl; do
+    command -v "$t" >/dev/null 2>&1 || { log "$t is missing (scripts/bench-deps.sh installs it)"; exit 1; }
+done
+PGBENCH=$(command -v pgbench || echo "$PGBIN/pgbench")
+NGINX=$(command -v nginx)
+
+# Room for the idle connections (and the gateway's own) when the soft limit is low.
+ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-bench.XXXXXX")
+chmod 0755 "$T" # PostgreSQL runs as the postgres user when we are root
+mkdir -p "$T/results" "$T/logs" "$T/bin"
+cp build/idemgate build/idemgate-mock "$T/bin/"
+GATEWAY=$T/bin/idemgate
+MOCK=$T/bin/idemgate-mock
+PIDS=()
+PGDIR=""
+IDLE_FD=""
+
+cleanup() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    [ -n "$IDLE_FD" ] && exec {IDLE_FD}>&-
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null
+    done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    [ -n "$PGDIR" ] && scripts/pg.sh stop "$PGDIR"
+    if [ "${BENCH_KEEP:-0}" = 1 ] || [ "$rc" -ne 0 ]; then
+        log "logs kept in $T"
+    else
+        rm -rf "$T"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+# The whole run is bounded: a watchdog of our own (its PID is in PIDS, like everything we start).
+# Its sleep holds no descriptor of ours and ends with it.
+(
+    trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+    sleep "$TOTAL_TIMEOUT" </dev/null >/dev/null 2>&1 &
+    sp=$!
+    wait "$sp" && { echo "bench: stopped after ${TOTAL_TIMEOUT}s (BENCH_TIMEOUT)" >&2; kill -TERM $$; }
+) &
+PIDS+=($!)
+
+free_port() {
+    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+wait_http() { # URL SECONDS [PID]: until it answers 2xx (or PID, when given, is gone)
+    local url=$1 deadline=$(( $(date +%s) + $2 )) pid=${3:-}
+    until curl -fs -o /dev/null --max-time 2 "$url"; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.2
+    done
+}
+proc_kib() { # PID FIELD: VmRSS, VmHWM … in KiB
+    awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0
+}
+stop_pid() { # PID: TERM, wait up to 20 s, KILL
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+note() { # KEY VALUE (raw JSON): facts for the report
+    printf '%s\t%s\n' "$1" "$2" >>"$T/results/facts.tsv"
+}
+
+note loadavg_start "$(cut -d' ' -f1 /proc/loadavg)"
+note binary "{\"sha256\":\"$(sha256sum "$GATEWAY" | cut -c1-16)\",\"built\":\"$(date -u -r build/idemgate +%Y-%m-%dT%H:%M:%SZ)\"}"
+NONCE=$(date +%s)-$$
+MOCK_PORT=$(free_port)
+NGINX_PORT=$(free_port)
+GW_PORT=$(free_port)
+log "temporary directory $T; mock :$MOCK_PORT, nginx :$NGINX_PORT, gateway :$GW_PORT"
+
+# --- PostgreSQL, schema, tenant -------------------------------------------------------------
+PGDIR=$T/pg
+DATABASE_URL=$(scripts/pg.sh start "$PGDIR" 5432)
+export DATABASE_URL
+PSQL=("$PGBIN/psql" -h "$PGDIR/sock" -p 5432 -U postgres -d idemgate -qAt)
+note pg_settings "$("${PSQL[@]}" -c "SELECT json_object_agg(name, setting) FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'wal_sync_method', 'shared_buffers', 'max_connections', 'server_version')")"
+
+sed -e "s#@MOCK_URL@#http://127.0.0.1:$MOCK_PORT#" -e "s#@PROFILES@#$REPO/deploy/providers#" \
+    bench/idemgate.bench.json >"$T/gateway.json"
+export IDEMGATE_CONFIG=$T/gateway.json
+export IDEMGATE_BENCH_PROVIDER_KEY=sk-bench-not-a-secret
+timeout 60 "$GATEWAY" migrate >/dev/null
+TOKEN=$(timeout 30 "$GATEWAY" tenant add "bench-$$")
+TOKEN_SHA=$(printf %s "$TOKEN" | sha256sum | cut -c1-64)
+
+# --- the mock provider and nginx -----------------------------------------------------------
+"$MOCK" --listen "127.0.0.1:$MOCK_PORT" >"$T/logs/mock.out" 2>/dev/null &
+MOCK_PID=$!
+PIDS+=("$MOCK_PID")
+wait_http "http://127.0.0.1:$MOCK_PORT/_health" 20 "$MOCK_PID" || { log "the mock did not start"; exit 1; }
+
+mkdir -p "$T/nginx"
+sed -e "s#@PREFIX@#$T/nginx#g" -e "s#@LISTEN@#127.0.0.1:$NGINX_PORT#" \
+    -e "s#@UPSTREAM@#127.0.0.1:$MOCK_PORT#" bench/nginx.conf >"$T/nginx/nginx.conf"
+if [ "$(id -u)" -eq 0 ]; then
+    # As root, nginx itself runs as nobody: its master needs no privilege on a high port.
+    chown -R nobody:nogroup "$T/nginx"
+    setpriv --reuid=nobody --regid=nogroup --clear-groups \
+        "$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -e "$T/nginx/error.log" &
+else
+    "$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -e "$T/nginx/error.log" &
+fi
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+wait_http "http://127.0.0.1:$NGINX_PORT/_health" 20 "$NGINX_PID" || { log "nginx did not start"; cat "$T/nginx/error.log" >&2; exit 1; }
+
+# --- the gateway ---------------------------------------------------------------------------
+GW_PID=""
+start_gateway() { # NAME DISPATCH_WORKERS [WRAPPER…]
+    local name=$1 disp=$2
+    shift 2
+    env IDEMGATE_LISTEN="127.0.0.1:$GW_PORT" IDEMGATE_HTTP_THREADS="$HTTP_THREADS" \
+        IDEMGATE_DISPATCH_WORKERS="$disp" IDEMGATE_INSTANCE_ID="bench-$name" \
+        "$@" "$GATEWAY" serve >"$T/logs/gateway-$name.log" 2>&1 &
+    GW_PID=$!
+    PIDS+=("$GW_PID")
+    wait_http "http://127.0.0.1:$GW_PORT/readyz" 120 "$GW_PID" || { log "the gateway ($name) did not become ready"; tail "$T/logs/gateway-$name.log" >&2; exit 1; }
+}
+
+# --- wrk -----------------------------------------------------------------------------------
+INTAKE_PATH=/v1/providers/mock-images/images/generations
+GW=http://127.0.0.1:$GW_PORT
+requests_served=0
+rss_samples=()
+
+wrk_run() { # NAME SCRIPT URL PREFER [KEY]: a warm-up, then the measured run
+    local name=$1 script=$2 url=$3 prefer=$4 key=${5:-}
+    local -a envs=(BENCH_WRK_DIR="$REPO/bench/wrk" BENCH_TOKEN="$TOKEN" BENCH_PREFER="$prefer" BENCH_KEY="$key")
+    if [ "$WARM" -gt 0 ]; then
+        env "${envs[@]}" BENCH_NONCE="$NONCE-$name-warm" timeout $((WARM + 60)) \
+            wrk -t2 -c"$CONNS" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
+            >"$T/logs/wrk-$name-warm.out" 2>&1 || true
+    fi
+    log "$name: wrk -t2 -c$CONNS -d${SECS}s $url"
+    env "${envs[@]}" BENCH_NONCE="$NONCE-$name" timeout $((SECS + 60)) \
+        wrk -t2 -c"$CONNS" -d"${SECS}s" --timeout 35s -s "bench/wrk/$script" "$url" \
+        >"$T/logs/wrk-$name.out" 2>&1 || log "$name: wrk failed (see $T/logs/wrk-$name.out)"
+    grep '^@@BENCH ' "$T/logs/wrk-$name.out" | sed 's/^@@BENCH //' >"$T/results/$name.json" || true
+    for f in "$T/logs/wrk-$name-warm.out" "$T/logs/wrk-$name.out"; do
+        [ -f "$f" ] || continue
+        n=$(sed -n 's/^@@BENCH {"requests":\([0-9]*\).*/\1/p' "$f")
+        requests_served=$((requests_served + ${n:-0}))
+    done
+}
+sample_rss() { # LABEL: the gateway's resident memory now, with the requests served so far
+    rss_samples+=("{\"after\":\"$1\",\"requests\":$requests_served,\"rss_kib\":$(proc_kib "$GW_PID" VmRSS)}")
+}
+
+# --- 1. the baselines: the mock directly and through nginx ---------------------------------
+want mock && wrk_run mock unique.lua "http://127.0.0.1:$MOCK_PORT/v1/images/generations" ""
+want nginx && wrk_run nginx unique.lua "http://127.0.0.1:$NGINX_PORT/v1/images/generations" ""
+
+# --- 2. the gateway with dispatchers: end to end, replay, GET, idle connections ------------
+REPLAY_KEY="bench-$NONCE-replay"
+if want e2e || want replay || want get || want idle || want intake_disp; then
+    start_gateway main "$DISPATCH"
+    requests_served=0
+    note gateway_main "{\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH}"
+    sample_rss start
+    want e2e && { wrk_run e2e unique.lua "$GW$INTAKE_PATH" "wait=30"; sample_rss e2e; }
+
+    # One completed job: the replayed key and the job read.
+    hdrs=$(curl -s -D - -o "$T/logs/replay-first.body" --max-time 40 "$GW$INTAKE_PATH" \
+        -H "Authorization: Bearer $TOKEN" -H "Idempotency-Key: $REPLAY_KEY" -H 'Prefer: wait=30' \
+        -H 'Content-Type: application/json' \
+        -d '{"prompt":"a lighthouse at dawn, watercolour","n":1,"size":"1024x1024"}' | tr -d '\r')
+    JOB_ID=$(printf '%s\n' "$hdrs" | sed -n 's/^X-Idemgate-Job-Id: //Ip')
+    JOB_STATE=$(printf '%s\n' "$hdrs" | sed -n 's/^X-Idemgate-State: //Ip')
+    [ "$JOB_STATE" = completed ] || log "the replayed job is '$JOB_STATE', not completed"
+    note replay_job "{\"id\":\"$JOB_ID\",\"state\":\"$JOB_STATE\"}"
+
+    want replay && { wrk_run replay reuse.lua "$GW$INTAKE_PATH" "wait=30" "$REPLAY_KEY"; sample_rss replay; }
+    want get && { wrk_run get get.lua "$GW/v1/jobs/$JOB_ID" ""; sample_rss get; }
+
+    # Intake while the dispatchers work through what it accepts: last, so that its backlog
+    # disturbs no other run.
+    want intake_disp && { wrk_run intake_disp unique.lua "$GW$INTAKE_PATH" ""; sample_rss intake_disp; }
+    note gateway_main_memory "{\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM),\"rss_kib\":$(proc_kib "$GW_PID" VmRSS),\"requests\":$requests_served,\"samples\":[$(IFS=,; echo "${rss_samples[*]}")]}"
+
+    # Last: memory with many idle keep-alive connections (each had one request answered).
+    if want idle; then
+        before=$(proc_kib "$GW_PID" VmRSS)
+        coproc IDLE { exec timeout 120 "$PY" bench/tools/idle_conns.py 127.0.0.1 "$GW_PORT" "$IDLE_N" "/v1/jobs/$JOB_ID" "$TOKEN"; }
+        PIDS+=("$IDLE_PID")
+        IDLE_FD=${IDLE[1]}
+        line=""
+        read -r -t 90 line <&"${IDLE[0]}" || true
+        sleep 1
+        with=$(proc_kib "$GW_PID" VmRSS)
+        log "idle: $line; RSS $before KiB before, $with KiB with them"
+        exec {IDLE_FD}>&-
+        IDLE_FD=""
+        stop_pid "$IDLE_PID"
+        sleep 1
+        after=$(proc_kib "$GW_PID" VmRSS)
+        set -- $line
+        note idle "{\"connections\":${2:-0},\"answered_200\":${3:-0},\"rss_before_kib\":$before,\"rss_with_kib\":$with,\"rss_after_close_kib\":$after}"
+        requests_served=$((requests_served + ${2:-0}))
+    fi
+
+    note gateway_main_peak "{\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
+    stop_pid "$GW_PID"
+fi
+
+# --- 3. intake alone, and the PostgreSQL ceiling ---------------------------------------------
+# The intake path by itself: a replica with no dispatcher (dispatch_workers 0), so the wrk run
+# and pgbench compete for the same two cores in the same way.
+if want intake; then
+    start_gateway intake 0
+    wrk_run intake unique.lua "$GW$INTAKE_PATH" ""
+    note gateway_intake_memory "{\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
+    stop_pid "$GW_PID"
+fi
+
+if want pgbench; then
+    match=$("$PY" bench/tools/pgbench_sql.py check "$REPO" bench/intake.pgbench "$T/intake.pgbench" 2>"$T/logs/pgbench_sql.err") || match=unchecked
+    case $match in
+    match) note pgbench_script '{"matches_store_c":true}' ;;
+    stale) log "bench/intake.pgbench no longer matches src/store.c: running the statement made from src/store.c"
+           note pgbench_script '{"matches_store_c":false,"ran":"the statement made from src/store.c"}' ;;
+    *) log "cannot compare bench/intake.pgbench with src/store.c (see $T/logs/pgbench_sql.err): running it as it is"
+       cp bench/intake.pgbench "$T/intake.pgbench"
+       note pgbench_script '{"matches_store_c":null}' ;;
+    esac
+    CANON='{"n":1,"prompt":"a lighthouse at dawn, watercolour","size":"1024x1024"}'
+    mkdir -p "$T/pgbench"
+    pgbench_run() { # NAME CLIENTS: a warm-up, then the measured run, with per-transaction latencies
+        local name=$1 clients=$2 phase d
+        for phase in warm run; do
+            d=$SECS
+            [ "$phase" = warm ] && d=$WARM
+            [ "$d" -gt 0 ] || continue
+            rm -f "$T"/pgbench/pgbench_log.*
+            [ "$phase" = run ] && log "$name: pgbench -n -c $clients -j 2 -T $SECS -M prepared -f intake.pgbench"
+            (cd "$T/pgbench" && timeout $((d + 60)) "$PGBENCH" -n -c "$clients" -j 2 -T "$d" -M prepared -l \
+                -f "$T/intake.pgbench" -h "$PGDIR/sock" -p 5432 -U postgres \
+                -D token="$TOKEN_SHA" -D fp="$(printf '%s' "$CANON" | sha256sum | cut -c1-64)" -D fpv=1 \
+                -D provider=mock-images -D route=images/generations -D method=POST \
+                -D url="http://127.0.0.1:$MOCK_PORT/v1/images/generations" \
+                -D cred=IDEMGATE_BENCH_PROVIDER_KEY -D body="$CANON" -D ttl=168 -D strategy=none \
+                -D outs=1 -D profile=openai-images idemgate >"$T/logs/$name-$phase.out" 2>&1) ||
+                log "$name: pgbench failed (see $T/logs/$name-$phase.out)"
+        done
+        "$PY" bench/tools/pgbench_summary.py "$T/logs/$name-run.out" "$T/pgbench" "$clients" \
+            >"$T/results/$name.json" || true
+    }
+    # The ceiling at the benchmark's concurrency, and at the gateway's own database concurrency
+    # (one connection per server thread).
+    pgbench_run pgbench "$CONNS"
+    [ "$HTTP_THREADS" != "$CONNS" ] && pgbench_run pgbench_gw "$HTTP_THREADS"
+    # Diagnostic, outside the ratios: the same with the NOTIFY trigger off, to show what the
+    # per-row pg_notify costs the intake commit (PostgreSQL serialises the commits of notifying
+    # transactions on one lock). The trigger is enabled again at once; nothing else runs then.
+    if [ "${BENCH_DIAGNOSTICS:-1}" = 1 ]; then
+        "${PSQL[@]}" -c "ALTER TABLE operations DISABLE TRIGGER operations_notify"
+        pgbench_run pgbench_nonotify "$CONNS"
+        "${PSQL[@]}" -c "ALTER TABLE operations ENABLE TRIGGER operations_notify"
+    fi
+fi
+
+# --- 4. instructions per request under callgrind ---------------------------------------------
+# One gateway under callgrind with no worker threads (dispatch, poll, reconcile, reaper: 0), so
+# that only request handling runs. Its counters are zeroed after a warm-up and dumped after N
+# sequential requests on one keep-alive connection; then zeroed again and dumped after the same
+# wall time with no request: that idle cost (timers, LISTEN wake-ups) is subtracted.
+if want callgrind && [ "$CG_N" -gt 0 ]; then
+    mkdir -p "$T/callgrind"
+    start_gateway callgrind 0 IDEMGATE_POLL_WORKERS=0 IDEMGATE_RECONCILE_WORKERS=0 \
+        IDEMGATE_REAPER_INTERVAL_MS=0 \
+        valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$T/callgrind/callgrind.out.%p"
+    CG_PID=$GW_PID
+    cg() { timeout 60 callgrind_control "$@" "$CG_PID" >/dev/null 2>&1; }
+    seq_client() { timeout 900 "$PY" bench/tools/seq_client.py 127.0.0.1 "$GW_PORT" "$@"; }
+    # The warm-up opens the server thread's database connection and prepares its statements.
+    seq_client unique 50 "$INTAKE_PATH" "$TOKEN" "bench-$NONCE-cgwarm" >/dev/null
+    seq_client reuse 50 "$INTAKE_PATH" "$TOKEN" "$REPLAY_KEY" "wait=30" >/dev/null
+    cg_total() { # PART-NAME: the Ir summary of that dump
+        local f
+        f=$(grep -l "^desc: Trigger: dump $1\$" "$T"/callgrind/callgrind.out.* | head -1)
+        sed -n 's/^summary: //p' "$f"
+    }
+    cg_path() { # NAME MODE PREFER KEY
+        local name=$1 mode=$2 prefer=$3 key=$4 line secs
+        cg -z
+        line=$(seq_client "$mode" "$CG_N" "$INTAKE_PATH" "$TOKEN" "$key" "$prefer")
+        cg -d "$name"
+        secs=$(echo "$line" | awk '{print $4}')
+        cg -z
+        sleep "$secs"
+        cg -d "$name-idle"
+        log "callgrind $name: $line"
+        note "callgrind_$name" "{\"requests\":$CG_N,\"client\":\"$line\",\"seconds\":$secs,\"ir\":$(cg_total "$name"),\"idle_ir\":$(cg_total "$name-idle")}"
+    }
+    cg_path intake unique "" "bench-$NONCE-cg"
+    cg_path replay reuse "wait=30" "$REPLAY_KEY"
+    stop_pid "$CG_PID"
+    # Where the instructions went, per request (bench/tools/cg_top.py; the raw dumps stay in the
+    # temporary directory with BENCH_KEEP=1, for callgrind_annotate or kcachegrind).
+    for part in intake replay; do
+        f=$(grep -l "^desc: Trigger: dump $part\$" "$T"/callgrind/callgrind.out.* | head -1)
+        [ -n "$f" ] || continue
+        cp "$f" "$T/callgrind/$part.callgrind.out"
+        "$PY" bench/tools/cg_top.py "$f" "$CG_N" 30 >"$T/callgrind/profile-$part.txt" || true
+        "$PY" bench/tools/cg_top.py --json "$f" "$CG_N" 15 >"$T/results/profile-$part.json" || true
+    done
+fi
+
+# --- report ----------------------------------------------------------------------------------
+mkdir -p "$(dirname "$OUT")"
+"$PY" bench/tools/report.py "$T" "$OUT" \
+    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N}"
+for part in intake replay; do
+    [ -s "$T/callgrind/profile-$part.txt" ] && cp "$T/callgrind/profile-$part.txt" "$(dirname "$OUT")/"
+done
+log "wrote $OUT"

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Gathers the results of bench/run.sh into one table (stdout) and one JSON file.
+
+    report.py TMPDIR OUT.json SETTINGS_JSON
+
+TMPDIR/results holds one JSON per run (wrk's done() line, pgbench's summary) and facts.tsv
+(KEY<TAB>JSON lines: memory, callgrind totals, settings of the server).
+"""
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+ROWS = [  # key, label, what it is compared with
+    ("mock", "mock provider, direct", "end-to-end baseline"),
+    ("nginx", "nginx -> mock", "baseline"),
+    ("e2e", "gateway end to end (Prefer: wait=30, new keys)", "nginx"),
+    ("replay", "gateway replay (one completed key, Prefer: wait=30)", "nginx"),
+    ("get", "gateway GET /v1/jobs/{id} (completed)", ""),
+    ("intake", "gateway intake 202 (new keys, no dispatcher)", "pgbench"),
+    ("intake_disp", "gateway intake 202 (new keys, dispatchers on)", "pgbench"),
+    ("pgbench", "pgbench: intake statement, %(connections)d clients (ceiling)", "ceiling"),
+    ("pgbench_gw", "pgbench: intake statement, %(http_threads)d clients (= gateway's)", ""),
+    ("pgbench_nonotify", "pgbench: %(connections)d clients, NOTIFY trigger off (diagnostic)", ""),
+]
+
+TARGETS = {  # ratio key: (numerator, denominator, target, text)
+    "intake_vs_pgbench": ("intake", "pgbench", 0.7, "intake / pgbench ceiling"),
+    "intake_vs_pgbench_gw": ("intake", "pgbench_gw", 0.7, "intake / pgbench at the gateway's clients"),
+    "e2e_vs_nginx": ("e2e", "nginx", 0.5, "end to end / nginx"),
+    "replay_vs_nginx": ("replay", "nginx", 1.0, "replay / nginx"),
+}
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:
+        return ""
+
+
+def machine():
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    osr = ""
+    try:
+        for line in open("/etc/os-release"):
+            if line.startswith("PRETTY_NAME="):
+                osr = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_mib": mem, "os": osr,
+            "kernel": platform.release(), "loadavg_at_report": os.getloadavg()[0],
+            "wrk": sh("wrk -v 2>&1 | head -1"), "nginx": sh("nginx -v 2>&1"),
+            "valgrind": sh("valgrind --version")}
+
+
+def ms(us):
+    return "%.2f" % (us / 1000.0) if us is not None else "-"
+
+
+def main():
+    tmp, out, settings = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    res_dir = os.path.join(tmp, "results")
+    runs = {}
+    for key, _, _ in ROWS:
+        p = os.path.join(res_dir, key + ".json")
+        if os.path.exists(p) and os.path.getsize(p) > 0:
+            try:
+                runs[key] = json.loads(open(p).read().strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                pass
+    facts = {}
+    p = os.path.join(res_dir, "facts.tsv")
+    if os.path.exists(p):
+        for line in open(p):
+            k, _, v = line.rstrip("\n").partition("\t")
+            try:
+                facts[k] = json.loads(v)
+            except ValueError:
+                facts[k] = v
+
+    ratios = {}
+    for k, (num, den, target, text) in TARGETS.items():
+        if num in runs and den in runs and runs[den].get("rps"):
+            r = runs[num]["rps"] / runs[den]["rps"]
+            ratios[k] = {"value": round(r, 3), "target": target, "met": r >= target, "what": text}
+    if "replay" in runs and "nginx" in runs:
+        ok = runs["replay"]["p99_us"] <= runs["nginx"]["p99_us"]
+        ratios["replay_p99_vs_nginx"] = {
+            "value": round(runs["replay"]["p99_us"] / max(1, runs["nginx"]["p99_us"]), 3),
+            "target": 1.0, "met": ok, "what": "replay p99 / nginx p99 (no worse: <= 1)"}
+
+    mem = facts.get("gateway_main_memory", {})
+    idle = facts.get("idle", {})
+    memory = {}
+    if idle:
+        memory["rss_with_idle_kib"] = idle.get("rss_with_kib")
+        memory["idle_connections"] = idle.get("connections")
+        memory["idle_target_met"] = idle.get("rss_with_kib", 1 << 30) < 64 * 1024
+    if facts.get("gateway_main_peak"):
+        memory["peak_rss_kib"] = facts["gateway_main_peak"].get("peak_rss_kib")
+    if mem:
+        memory["peak_rss_under_load_kib"] = mem.get("peak_rss_kib")
+        s = [x["rss_kib"] for x in mem.get("samples", []) if x.get("rss_kib")]
+        loaded = [x["rss_kib"] for x in mem.get("samples", [])[1:] if x.get("rss_kib")]
+        if loaded:
+            memory["rss_loaded_min_kib"] = min(loaded)
+            memory["rss_loaded_max_kib"] = max(loaded)
+            memory["rss_drift"] = round(max(loaded) / min(loaded) - 1, 3)
+            memory["requests"] = mem.get("requests")
+        memory["samples"] = mem.get("samples")
+
+    instr = {}
+    for part in ("intake", "replay"):
+        c = facts.get("callgrind_" + part)
+        if c and c.get("ir"):
+            net = c["ir"] - c.get("idle_ir", 0)
+            instr[part] = {"ir_per_request": round(net / c["requests"]),
+                           "ir_total": c["ir"], "idle_ir": c.get("idle_ir", 0),
+                           "requests": c["requests"], "client": c.get("client")}
+            pp = os.path.join(res_dir, "profile-%s.json" % part)
+            if os.path.exists(pp) and os.path.getsize(pp) > 0:
+                instr[part]["profile"] = json.loads(open(pp).read())
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    commit = sh("git -C %s rev-parse --short HEAD 2>/dev/null" % json.dumps(os.getcwd()))
+    dirty = sh("git -C %s status --porcelain -- src include migrations 2>/dev/null | head -1" % json.dumps(os.getcwd()))
+    doc = {"date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": commit + ("+dirty" if dirty else ""),
+           "binary": facts.get("binary"),
+           "machine": dict(machine(), loadavg_at_start=facts.get("loadavg_start")),
+           "settings": settings,
+           "postgresql": facts.get("pg_settings"), "runs": runs, "ratios": ratios,
+           "memory": memory, "instructions": instr,
+           "notes": {k: v for k, v in facts.items() if k in ("replay_job", "pgbench_script",
+                                                                "gateway_main", "gateway_intake_memory")}}
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+    m = doc["machine"]
+    print()
+    b = doc.get("binary") or {}
+    print("idemgate bench  %s  commit %s  (build/idemgate built %s, sha256 %s…)"
+          % (doc["date"], doc["commit"], b.get("built", "?"), b.get("sha256", "?")))
+    print("%s, %s cores, %s MiB, %s; %d connections, %d s per run" % (
+        m["cpu"], m["cores"], m["memory_mib"], m["os"], settings["connections"], settings["seconds"]))
+    print("gateway: %d http_threads, %d dispatch_workers; load average %s at start, %.2f at the end"
+          % (settings["http_threads"], settings["dispatch_workers"], facts.get("loadavg_start", "?"),
+             m["loadavg_at_report"]))
+    print()
+    w = 54
+    print("%-*s %10s %9s %9s  %s" % (w, "run", "req/s", "p50 ms", "p99 ms", "answers"))
+    print("-" * (w + 50))
+    for key, label, _ in ROWS:
+        r = runs.get(key)
+        if not r:
+            continue
+        codes = r.get("codes")
+        if codes is not None:
+            ans = " ".join("%s:%d" % (k, v) for k, v in sorted(codes.items()))
+            if r.get("replayed"):
+                ans += " replayed:%d" % r["replayed"]
+            errs = r.get("errors", {})
+            bad = {k: v for k, v in errs.items() if v and k != "status"}
+            if bad:
+                ans += " errors:" + ",".join("%s=%d" % kv for kv in bad.items())
+        else:
+            ans = "failed:%s" % r.get("failed")
+        print("%-*s %10.0f %9s %9s  %s" % (w, label % settings, r["rps"], ms(r["p50_us"]),
+                                           ms(r["p99_us"]), ans))
+    print()
+    for k, r in ratios.items():
+        print("%-44s %6.2f   target %s %-4s  %s" % (r["what"], r["value"],
+              ">=" if k != "replay_p99_vs_nginx" else "<=", r["target"], "met" if r["met"] else "NOT met"))
+    if memory:
+        print()
+        if memory.get("peak_rss_under_load_kib"):
+            print("gateway peak RSS (VmHWM) under wrk load          %6.1f MiB"
+                  % (memory["peak_rss_under_load_kib"] / 1024))
+        if memory.get("peak_rss_kib"):
+            print("gateway peak RSS (VmHWM), idle connections too   %6.1f MiB" % (memory["peak_rss_kib"] / 1024))
+        if "rss_with_idle_kib" in memory:
+            print("gateway RSS with %d idle connections           %6.1f MiB   target < 64 MiB  %s"
+                  % (memory["idle_connections"], memory["rss_with_idle_kib"] / 1024,
+                     "met" if memory["idle_target_met"] else "NOT met"))
+        if "rss_drift" in memory:
+            print("gateway RSS after each loaded run: %.1f .. %.1f MiB over %d requests (%+.0f%%; target flat, +-10%%)"
+                  % (memory["rss_loaded_min_kib"] / 1024, memory["rss_loaded_max_kib"] / 1024,
+                     memory["requests"], 100 * memory["rss_drift"]))
+    if instr:
+        print()
+        for part, c in instr.items():
+            print("instructions per request, %-7s %9d   (callgrind: %d requests, idle cost subtracted)"
+                  % (part, c["ir_per_request"], c["requests"]))
+            prof = c.get("profile")
+            if prof:
+                print("    by object: " + ", ".join("%s %d" % (o.split(".so")[0], n)
+                                                    for o, n in prof["by_object"][:6] if n))
+                print("    top functions: " + ", ".join("%s %d" % (f, n) for f, n in prof["exclusive"][:4]))
+    print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,420 @@
+"""PostgreSQL faults (D1, D2) and the gateway's lifecycle, on clusters of the test's own (the
+session's shared cluster is never stopped).
+
+D1  `pg_ctl stop -m immediate` under load: while it is down every intake answer is a 503
+    problem+json with Retry-After; no 202 without a durable row; after the restart everything
+    completes, once.
+D2  connections lost in the middle of a COMMIT. A protocol proxy between the gateways and
+    PostgreSQL (tests/chaos/pgproxy.py) closes a connection either before a chosen statement
+    reaches the server, or after the server committed it and before its answer reaches the
+    gateway — the two cases the gateway cannot tell apart. A re-read must decide: one row per
+    key, the 202 names that row, nothing is dispatched twice.
+Lifecycle: SIGTERM (stop accepting, answer waiting clients, drain, release leases, exit 0);
+    started with PostgreSQL down (not ready, no crash, ready and migrated once it is up); a
+    database connection lost mid-request (503 problem+json, then reconnected)."""
+
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import pytest
+
+from conftest import GATEWAY_BIN, ROOT, free_port
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from chaos import harness, providers, report  # noqa: E402
+from chaos.client import Client, Intent, RetryPolicy, post, run_all  # noqa: E402
+from chaos.cluster import Cluster, sql  # noqa: E402
+from chaos.pgproxy import PgProxy  # noqa: E402
+from chaos.replicas import Replicas  # noqa: E402
+
+size = harness.size
+LEASE = 3
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chaos_report(pytestconfig):
+    report.install(pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster()
+    c.start()
+    yield c
+    c.destroy()
+
+
+class Own:
+    """A fresh, migrated database of the module's cluster, with two tenants."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.db = "chaos_" + uuid.uuid4().hex[:10]
+        self.url = cluster.create_db(self.db)
+        cluster.migrate(GATEWAY_BIN, self.url)
+        self.q = sql(self.url)
+        self.tokens = [cluster.tenant(GATEWAY_BIN, "chaos-" + uuid.uuid4().hex[:10], self.url)
+                       for _ in range(2)]
+
+
+@pytest.fixture
+def own(cluster):
+    if not cluster.is_running():
+        cluster.start()
+    return Own(cluster)
+
+
+def wait_until(pred, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
+def stop_clean(reps):
+    codes = reps.stop_all()
+    assert all(c == 0 for c in codes.values()), f"unclean exits after SIGTERM: {codes}"
+
+
+def get(port, path, token=None, timeout=5):
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    except OSError as e:
+        return None, {}, type(e).__name__.encode()
+    finally:
+        conn.close()
+
+
+def is_503_problem(a):
+    return (a.status == 503 and a.retry_after and a.content_type
+            and "application/problem+json" in a.content_type
+            and a.problem_type == "urn:idemgate:problem:store-unavailable")
+
+
+# --- D1 -----------------------------------------------------------------------------------------
+
+def test_d1_immediate_stop_under_load(gateway_factory, mock, own):
+    cluster, q, tokens = own.cluster, own.q, own.tokens
+    tag = providers.tag()
+    entries = [providers.lookup(mock.url, "lookup" + tag), providers.keyed(mock.url, "keyed" + tag)]
+    reps = Replicas(gateway_factory, free_port)
+    for name in ("a", "b"):
+        reps.start(name, env={"DATABASE_URL": own.url}, providers=entries, lease_seconds=LEASE)
+    pfx = harness.prefix("d1")
+    # A pool larger than the run needs; clients stop taking new intents once the last outage is
+    # over and a little more load has gone through.
+    pool = harness.intents(pfx, tokens, entries, size(2000, 6000),
+                           mock=lambda i: {"delay_ms": random.randint(0, 40)})
+    outages = []  # (stopped, restarting) wall times: the database is surely down in between
+    ready_while_down = []
+    stop = threading.Event()
+
+    def fault():
+        try:
+            for _ in range(size(1, 3)):
+                time.sleep(1.5)
+                cluster.stop_immediate()
+                stopped = time.time()
+                for _ in range(10):  # the replicas say so while it is down
+                    st, _, body = get(reps["a"].port, "/readyz")
+                    ready_while_down.append((st, json.loads(body) if st else None))
+                    time.sleep(0.25)
+                outages.append((stopped, time.time()))
+                cluster.start()
+            time.sleep(1.5)
+        finally:
+            stop.set()
+
+    ft = threading.Thread(target=fault, daemon=True)
+    ft.start()
+    client = Client(lambda: reps.ports(), RetryPolicy(max_seconds=120, retry_after_cap=1.0))
+    outs = run_all(client, pool, concurrency=8, stop=stop, pace=0.02)
+    ft.join(timeout=120)
+    outs = [o for o in outs if o.attempts]  # the intents never started are not part of the run
+    assert outages, "the database was never stopped"
+    if not cluster.is_running():
+        cluster.start()
+
+    during = [a for o in outs for a in o.attempts
+              if any(s < a.t0 and a.t1 < u for s, u in outages)]
+    # A replay of a job already finished may be answered from a replica's memory (the terminal-
+    # job cache) while the database is down; a new intent never may.
+    accepted_while_down = [a for a in during if a.status in (200, 202) and not a.replayed]
+    not_503 = [a for a in during if a.status is not None and not is_503_problem(a)]
+    s = harness.conclude("D1", outs, q, mock.url, pfx, drain_timeout=60, emit=False,
+                         outages=len(outages),
+                         answers_while_down=len(during),
+                         answered_503_while_down=sum(1 for a in during if is_503_problem(a)))
+    alive = all(reps[n].alive() for n in ("a", "b"))
+    restarts = sum(reps[n].starts - 1 for n in ("a", "b"))
+    harness.emit(s)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    assert alive and restarts == 0, "a replica crashed while the database was down"
+    assert during, "no request was answered while the database was down"
+    assert not accepted_while_down, accepted_while_down[:5]
+    assert not not_503, not_503[:5]
+    assert all(st == 503 and b["ready"] is False for st, b in ready_while_down), ready_while_down
+    assert s["completed"] == s["intents"] and s["unknown_after_drain"] == 0, s
+
+
+# --- D2 -----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def proxy(own):
+    cluster = own.cluster
+    d = tempfile.mkdtemp(prefix="idemgate-pgproxy-")
+    os.chmod(d, 0o755)
+    p = PgProxy(cluster.sock_dir, d, cluster.port).start()
+    yield p, cluster.url_for(d, own.db)
+    p.close()
+    os.rmdir(d) if not os.listdir(d) else None
+
+
+def test_d2_connection_lost_during_commit_re_read_decides(gateway_factory, mock, own, proxy):
+    q, tokens = own.q, own.tokens
+    px, via_proxy = proxy
+    tag = providers.tag()
+    entries = [providers.lookup(mock.url, "lookup" + tag), providers.keyed(mock.url, "keyed" + tag)]
+    reps = Replicas(gateway_factory, free_port)
+    for name in ("a", "b"):
+        reps.start(name, env={"DATABASE_URL": via_proxy}, providers=entries, lease_seconds=LEASE)
+    pfx = harness.prefix("d2")
+    n = size(150, 600)
+    its = harness.intents(pfx, tokens, entries, n)
+    px.randomly(budget=size(60, 240), intake=(0.15, 0.2), claim=(0.05, 0.08),
+                finish=(0.05, 0.08), reconcile_claim=(0.05, 0.05))
+    outs = run_all(Client(lambda: reps.ports(), RetryPolicy(max_seconds=60)), its,
+                   concurrency=8)
+    px.quiet()
+    faults = {f"{stmt}:{mode}{'+committed' if c else ''}": 0 for _, stmt, mode, c in px.injected}
+    for _, stmt, mode, c in px.injected:
+        faults[f"{stmt}:{mode}{'+committed' if c else ''}"] += 1
+    s = harness.conclude("D2", outs, q, mock.url, pfx, drain_timeout=60, emit=False,
+                         faults=faults,
+                         client_503=sum(1 for o in outs for a in o.attempts if a.status == 503))
+    harness.emit(s)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    committed_lost = px.count("intake", "after")
+    assert committed_lost > 0, "no intake COMMIT was lost: the scenario did not happen"
+    assert s["completed"] == n and s["creates"] == n, s
+    rows = q(f"SELECT count(*), count(DISTINCT idempotency_key) FROM operations "
+             f"WHERE idempotency_key LIKE '{pfx}-%'")
+    assert rows == [[str(n), str(n)]], rows
+
+
+def test_d2_lost_commit_answers_with_the_committed_row(gateway_factory, mock, own, proxy):
+    """Deterministic D2: the first intake COMMIT is lost; the gateway's re-read on a new
+    connection finds the row it proposed and answers 202 (a creation, not a replay). Both tries
+    lost: 503 problem+json with Retry-After — and the client's retry gets the committed row."""
+    q, tokens = own.q, own.tokens
+    px, via_proxy = proxy
+    entry = providers.lookup(mock.url, "lookup" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=LEASE)
+    pfx = harness.prefix("d2det")
+    its = harness.intents(pfx, tokens, [entry], 2)
+
+    px.fail_next("intake", "after")
+    a = post(g.port, its[0], 10)
+    assert a.status == 202 and not a.replayed, a
+    assert px.count("intake", "after") == 1
+    assert q(f"SELECT id FROM operations WHERE idempotency_key = '{its[0].key}'") == [[a.job_id]]
+
+    px.fail_next("intake", "after", "after")
+    b = post(g.port, its[1], 10)
+    assert is_503_problem(b), b
+    row = q(f"SELECT id FROM operations WHERE idempotency_key = '{its[1].key}'")
+    assert len(row) == 1, "the first try committed"
+    b2 = post(g.port, its[1], 10)
+    assert b2.status == 202 and b2.replayed and b2.job_id == row[0][0], b2
+
+    from chaos.client import Outcome
+    outs = [Outcome(its[0], [a], "ok"), Outcome(its[1], [b, b2], "ok")]
+    s = harness.conclude("D2-deterministic", outs, q, mock.url, pfx, drain_timeout=30,
+                         emit=False)
+    s["faults"] = px.count()
+    harness.emit(s)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    assert s["completed"] == 2 and s["creates"] == 2, s
+
+
+def test_l1_stall_between_the_claim_commit_and_its_answer(gateway_factory, mock, own, proxy):
+    """L1 at another place: the dispatcher's claim commits (`sending`, lease 3 s) but its answer
+    reaches the worker 4.5 s later — a stall between the COMMIT and the worker reading it (a
+    frozen process, a slow network, a CPU-starved host). By then the lease is over: another
+    replica reaped it (unknown), looked the task up (404: proven absent) and made it due again.
+    The stale worker must not send: its lease ended before it even learnt it had one.
+
+    Found by this test on the gateway before c0c7186 (two paid creates: the send deadline was
+    anchored at a monotonic time taken *after* store_claim() returned, so the delay between the
+    COMMIT and its answer was added to the lease). c0c7186 takes that time before the claim is
+    sent; this test keeps it that way."""
+    q, tokens = own.q, own.tokens
+    px, via_proxy = proxy
+    entry = providers.lookup(mock.url, "lookup" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    # The takeover replica talks to PostgreSQL directly: intake, reaper, reconciler, dispatcher.
+    t = reps.start("takeover", env={"DATABASE_URL": own.url}, providers=[entry],
+                   lease_seconds=LEASE, dispatch_workers=0)
+    pfx = harness.prefix("l1claim")
+    its = harness.intents(pfx, tokens, [entry], 1)
+    first = post(t.port, its[0], 10)
+    assert first.status == 202, first
+    px.delay_next("claim", LEASE + 1.5)
+    reps.start("stale", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=LEASE,
+               dispatch_workers=1)
+    assert wait_until(lambda: px.count("claim", "delay") == 1, 10), "the claim was not delayed"
+    outs = [run_all(Client([t.port]), its, 1)[0]]
+    s = harness.conclude("L1-claim-answer-delayed", outs, q, mock.url, pfx, drain_timeout=30,
+                         emit=False)
+    s["stale_sends"] = max(0, s["creates"] - 1)
+    harness.emit(s)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    assert s["completed"] == 1 and s["creates"] == 1, s
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+def test_connection_lost_mid_request_is_503_and_workers_reconnect(gateway_factory, mock, own,
+                                                                  proxy):
+    q, tokens = own.q, own.tokens
+    px, via_proxy = proxy
+    entry = providers.lookup(mock.url, "lookup" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    # One HTTP thread (one database connection) and no dispatcher in this replica.
+    g = reps.start("g", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=LEASE,
+                   http_threads=1, dispatch_workers=0)
+    pfx = harness.prefix("lost")
+    its = harness.intents(pfx, tokens, [entry], 2)
+    first = post(g.port, its[0], 10)
+    assert first.status == 202
+    # A read whose connection dies: 503 problem+json, Retry-After; the next read reconnects.
+    px.fail_next("job_get", "before")
+    st, h, body = get(g.port, f"/v1/jobs/{first.job_id}", its[0].token)
+    assert st == 503 and "retry-after" in h and "problem+json" in h["content-type"], (st, body)
+    assert json.loads(body)["type"] == "urn:idemgate:problem:store-unavailable"
+    st, _, body = get(g.port, f"/v1/jobs/{first.job_id}", its[0].token)
+    assert st == 200, body
+    # A dispatcher whose claims die with their connection: it reconnects and dispatches. The
+    # second lost claim committed: its lease expires, the job is reconciled (proven absent at
+    # the provider) and then sent, once.
+    second = post(g.port, its[1], 10)
+    assert second.status == 202
+    px.fail_next("claim", "before", "after")
+    reps.start("w", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=LEASE,
+               dispatch_workers=1)
+    outs = [run_all(Client([g.port]), [i], 1)[0] for i in its]
+    s = harness.conclude("lifecycle-db-lost", outs, q, mock.url, pfx, drain_timeout=30,
+                         emit=False)
+    s["faults"] = px.count()
+    harness.emit(s)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    assert px.count("claim") == 2 and px.count("job_get") == 1, px.injected
+    assert s["completed"] == 2 and s["creates"] == 2, s
+
+
+def test_sigterm_drains_answers_waiters_releases_leases(gateway_factory, mock, psql, token):
+    entry = providers.lookup(mock.url, "lookup" + providers.tag(),
+                             timeouts={"connect_ms": 1000, "total_ms": 3000})
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", providers=[entry], lease_seconds=5, dispatch_workers=2)
+    pfx = harness.prefix("term")
+    its = harness.intents(pfx, [token], [entry], 4, mock={"delay_ms": 2000})
+    for i in its[:2]:  # waiting clients, their jobs in flight at the provider
+        i.headers["Prefer"] = "wait=60"
+    answers = {}
+
+    def wait_client(i):
+        answers[i.key] = post(g.port, i, 90)
+
+    waiters = [threading.Thread(target=wait_client, args=(i,), daemon=True) for i in its[:2]]
+    for t in waiters:
+        t.start()
+    assert wait_until(lambda: len(mock.ledger()) == 2, 10), "two creates are in flight"
+    queued = [post(g.port, i, 10) for i in its[2:]]  # both workers busy: these stay prepared
+    assert all(a.status == 202 for a in queued), queued
+
+    g.gw.proc.send_signal(15)
+    assert wait_until(lambda: '"shutdown"' in g.log(), 10)
+    late = Intent(token, f"{pfx}-late", {"prompt": f"chaos {pfx}-late", "n": 1},
+                  providers.route(entry))
+    late_answer = post(g.port, late, 3)
+    code = g.gw.proc.wait(timeout=60)
+    exited = time.time()
+    for t in waiters:
+        t.join(timeout=10)
+
+    assert code == 0, g.log()[-3000:]
+    assert late_answer.status not in (200, 202), late_answer
+    assert psql(f"SELECT count(*) FROM operations WHERE idempotency_key = '{late.key}'") == [["0"]]
+    # Waiting clients were answered during the shutdown (with the state then), not dropped.
+    for i in its[:2]:
+        a = answers.get(i.key)
+        assert a is not None and a.status in (200, 202) and a.job_id, a
+        assert a.t1 <= exited
+    # In-flight calls finished and were written; nobody holds a lease.
+    rows = psql("SELECT state, coalesce(lease_owner, '') FROM operations "
+                f"WHERE idempotency_key LIKE '{pfx}-%' ORDER BY idempotency_key")
+    states = sorted(r[0] for r in rows)
+    assert states == ["completed", "completed", "prepared", "prepared"], rows
+    assert all(r[1] == "" for r in rows), rows
+    # Nothing is lost: another replica dispatches what was queued.
+    reps.start("h", providers=[entry], lease_seconds=5)
+    outs = [run_all(Client([reps["h"].port]), [i], 1)[0] for i in its]
+    s = harness.conclude("lifecycle-sigterm", outs, psql, mock.url, pfx, drain_timeout=30,
+                         emit=False, waiting_answered=len(answers), exit_code=code)
+    harness.emit(s)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    assert s["completed"] == 4 and s["creates"] == 4, s
+
+
+def test_started_with_the_database_down(gateway_factory, mock):
+    c = Cluster()
+    try:
+        c.start()   # a cluster with an empty database: never migrated
+        c.stop()
+        entry = providers.lookup(mock.url, "lookup" + providers.tag())
+        reps = Replicas(gateway_factory, free_port)
+        g = reps.start("g", env={"DATABASE_URL": c.url}, providers=[entry], lease_seconds=LEASE)
+        st, _, body = get(g.port, "/readyz")
+        assert st == 503 and json.loads(body)["ready"] is False, body
+        assert get(g.port, "/healthz")[0] == 200
+        a = post(g.port, Intent("no-such-token", "k-down", {"prompt": "x"}, providers.route(entry)),
+                 10)
+        assert is_503_problem(a), a
+        time.sleep(2.0)  # it keeps retrying in the background
+        assert g.alive(), g.log()[-2000:]
+        c.start()
+        assert wait_until(lambda: get(g.port, "/readyz")[0] == 200, 30), g.log()[-2000:]
+        # Migrated by the replica once the database came up; now it takes work.
+        token = c.tenant(GATEWAY_BIN, "late-" + uuid.uuid4().hex[:8])
+        pfx = harness.prefix("down")
+        its = harness.intents(pfx, [token], [entry], 3)
+        outs = run_all(Client([g.port]), its, 1)
+        s = harness.conclude("lifecycle-db-down-at-start", outs, sql(c.url), mock.url, pfx,
+                             drain_timeout=30, emit=False,
+                             db_unavailable_logs=g.log().count("db_unavailable"))
+        harness.emit(s)
+        stop_clean(reps)
+        harness.assert_clean(s)
+        assert s["completed"] == 3 and s["creates"] == 3, s
+    finally:
+        c.destroy()
