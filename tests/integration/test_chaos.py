@@ -129,6 +129,12 @@ def intake_runs(scenario, point, workers, headers, gateway_factory, mock, psql, 
         harness.assert_clean(s)
 
         cut = [o for o in outs if any(a.error for a in o.attempts)]
+        if not cut and point == "after_result_commit":
+            # The dispatcher dies after the result commit, not in a request: its waiting client
+            # may be answered (by the result's NOTIFY) before the SIGKILL lands, and then no
+            # request at all is in flight when it does. Nothing to cut; the checker decides.
+            answered_first.append(1)
+            continue
         assert len(cut) == 1, [(o.intent.key, [(a.status, a.error) for a in o.attempts])
                                for o in outs]
         o = cut[0]
