@@ -367,6 +367,7 @@ def webhook_runs(point, gateway_factory, mock, psql, tokens, entry, summaries):
 
 def test_random_kill9_across_two_replicas(gateway_factory, mock, psql, tokens):
     n = size(400, 2000)
+    target_kills = size(10, 40)
     entries = providers.all_three(mock.url, providers.tag())
     reps = Replicas(gateway_factory, free_port)
     for name in ("a", "b"):
@@ -377,33 +378,48 @@ def test_random_kill9_across_two_replicas(gateway_factory, mock, psql, tokens):
     its = harness.intents(pfx, tokens, entries, n,
                           mock=lambda i: {"delay_ms": random.randint(0, 60)})
     done = threading.Event()
-    kills = []
+    kills, finished = [], [0]
+    lock = threading.Lock()
+
+    class Counting(Client):
+        def perform(self, intent, first=None):
+            o = super().perform(intent, first)
+            with lock:
+                finished[0] += 1
+            return o
 
     def killer():
-        deadline = time.monotonic() + 600
-        while not done.is_set() and time.monotonic() < deadline and len(kills) < n // 5:
-            done.wait(random.uniform(0.2, 0.8))
-            if done.is_set():
-                break
-            live = [r for r in ("a", "b") if reps[r].alive()]
-            if len(live) == 2:  # keep one replica up: clients retry there meanwhile
-                name = random.choice(live)
-                reps.kill(name)
-                kills.append((time.time(), name))
+        # A kill every n/(target+1) finished intents, at a random moment after that point, of a
+        # random replica — while the other one is up, so that clients have somewhere to go.
+        step = max(1, n // (target_kills + 1))
+        next_at = step
+        deadline = time.monotonic() + 900
+        while not done.is_set() and time.monotonic() < deadline and len(kills) < target_kills:
+            if finished[0] < next_at or not all(reps[r].alive() for r in ("a", "b")):
+                done.wait(0.02)
+                continue
+            done.wait(random.uniform(0, 0.2))
+            name = random.choice(("a", "b"))
+            reps.kill(name)
+            kills.append((time.time(), name))
+            next_at = finished[0] + step
 
     kt = threading.Thread(target=killer, daemon=True)
     kt.start()
-    outs = run_all(Client(lambda: reps.ports(), RetryPolicy(max_seconds=60, timeout=10)), its,
-                   concurrency=12)
+    # Paced so that the load lasts about 1.2 s per kill: a killed replica needs ~0.5 s to be
+    # back before the next kill may take the other one.
+    conc = 8
+    outs = run_all(Counting(lambda: reps.ports(), RetryPolicy(max_seconds=60, timeout=10)), its,
+                   concurrency=conc, pace=1.2 * target_kills * conc / n)
     done.set()
     kt.join(timeout=30)
     s = harness.conclude("kill9", outs, psql, mock.url, pfx, drain_timeout=60, emit=False,
                          kills=len(kills))
-    reps.stop_supervising()
     harness.emit(s)
+    reps.stop_supervising()
     stop_clean(reps)
     harness.assert_clean(s)
-    assert kills, "no replica was killed"
+    assert len(kills) >= target_kills // 2, f"only {len(kills)} kills"
     assert s["unknown_after_drain"] == 0, s.get("unknown_keys")
 
 
