@@ -1,5 +1,6 @@
 #include "idemgate/api.h"
 
+#include "idemgate/attempt.h"
 #include "idemgate/crash.h"
 #include "idemgate/crypto.h"
 #include "idemgate/fingerprint.h"
@@ -11,6 +12,7 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/migrate.h"
+#include "idemgate/provider.h"
 #include "idemgate/store.h"
 #include "idemgate/whverify.h"
 
@@ -48,6 +50,18 @@ static void respond_unauthorized(struct http_req *r)
 {
     http_problem(r, 401, "unauthorized", "Unauthorized",
                  "a valid `Authorization: Bearer <tenant token>` is required", 0);
+}
+
+/* A store error on a tenant's job: 401, 404 (also another tenant's job) or 503/500. */
+static void respond_job_error(struct http_req *r, int e)
+{
+    if (e == STORE_EAUTH)
+        respond_unauthorized(r);
+    else if (e == STORE_ENOTFOUND)
+        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
+                     0);
+    else
+        respond_store_error(r, e);
 }
 
 /* The SHA-256 of the bearer token, the only form in which tokens are ever compared or stored.
@@ -330,6 +344,22 @@ static void handle_intake(struct http_req *r, const char *rest)
         http_problem(r, 500, "internal", "Internal error", "out of memory", 0);
         return;
     }
+    /* A create whose reconciliation finds the task by our client reference never leaves
+     * without it: when the body leaves no place for it, the client learns it now. */
+    if (p->client_ref_body_field && attempt_needs_client_ref(prof_reconcile_name(p->reconcile)) &&
+        inject_check(sent, sent_len, p->client_ref_body_field) != INJECT_OK) {
+        free(canon);
+        free(sent);
+        if (!reject_if_unauthenticated(r, token)) {
+            snprintf(detail, sizeof(detail),
+                     "this provider needs the gateway's reference at \"%s\" in a JSON object "
+                     "body; remove that member or send an object there",
+                     p->client_ref_body_field);
+            http_problem(r, 422, "client-ref-unplaceable", "Client reference cannot be placed",
+                         detail, 0);
+        }
+        return;
+    }
     struct store_intake_req q = {.token_sha256_hex = token,
                                  .idempotency_key = key,
                                  .new_id = job_id,
@@ -399,13 +429,8 @@ static void handle_job_get(struct http_req *r, const char *id)
     }
     struct store_job j;
     int e = store_job_get(http_req_db(r), token, id, &j);
-    if (e == STORE_EAUTH)
-        respond_unauthorized(r);
-    else if (e == STORE_ENOTFOUND)
-        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
-                     0);
-    else if (e < 0)
-        respond_store_error(r, e);
+    if (e < 0)
+        respond_job_error(r, e);
     else {
         cache_terminal(token, &j);
         respond_job(r, 200, &j, 0, 0);
@@ -499,73 +524,144 @@ static void handle_job_list(struct http_req *r)
     cJSON_Delete(o);
 }
 
-/* POST /v1/jobs/{id}/resolve: an operator's decision on a job in review. */
+/* 1 when the request carries the admin token (its SHA-256 is configured). Answers nothing. */
+static int is_admin(struct http_req *r)
+{
+    const struct cfg *cfg = http_req_cfg(r);
+    char token[CRYPTO_SHA256_HEX];
+    return *cfg->admin_token_sha256 && token_hash(r, token) == 0 &&
+           strlen(cfg->admin_token_sha256) == 64 &&
+           crypto_ct_equal(token, cfg->admin_token_sha256, 64);
+}
+
+static const char *task_var(const char *name, size_t len, void *arg)
+{
+    return len == 2 && memcmp(name, "id", 2) == 0 ? arg : NULL;
+}
+
+/* A tenant adopts a task only when the provider says it is this job's: the task, read by its id,
+ * carries the job's client reference. Without that proof another tenant's task on the shared
+ * provider account could be taken (the admin token may adopt any id). */
+static int adoption_proven(const struct cfg_provider *p, const char *job_id, const char *remote)
+{
+    const char *tmpl = p->task_path ? p->task_path
+                       : p->mode == CFG_MODE_ASYNC_POLL ? p->poll_path
+                                                        : NULL;
+    if (!tmpl || !p->task_client_ref)
+        return 0;
+    char *url = prov_url(p, tmpl, task_var, (void *)remote, "task");
+    struct up_response res;
+    memset(&res, 0, sizeof(res));
+    struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
+    int ok = url && prov_call(p, &call, &res) == 0 && res.http_status >= 200 &&
+             res.http_status < 300 && !res.body_truncated;
+    cJSON *doc = ok ? cJSON_ParseWithLength(res.body, res.body_len) : NULL;
+    const char *ref = doc ? jpath_string(p->task_client_ref, doc) : NULL;
+    ok = ref && strcmp(ref, job_id) == 0;
+    cJSON_Delete(doc);
+    up_response_fini(&res);
+    free(url);
+    return ok;
+}
+
+struct resolution {
+    enum st_resolution what;
+    const char *outcome, *remote, *op;
+};
+
+/* Reads {"outcome", "remote_id", "operator"}; 0, or -1 when malformed. */
+static int parse_resolution(const cJSON *doc, struct resolution *res)
+{
+    res->outcome = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "outcome"));
+    res->remote = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "remote_id"));
+    res->op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "operator"));
+    int what = st_resolution_parse(res->outcome);
+    if (what < 0 || (res->op && strlen(res->op) > 64))
+        return -1;
+    res->what = (enum st_resolution)what;
+    if (res->what == RES_FOUND && (!res->remote || !*res->remote || strlen(res->remote) > 255))
+        return -1;
+    if (res->what != RES_FOUND)
+        res->remote = NULL;
+    return 0;
+}
+
+/* Answers the outcome of store_resolve. */
+static void respond_resolved(struct http_req *r, int e, int applied, const struct store_job *j,
+                             const struct resolution *res)
+{
+    if (e < 0)
+        respond_job_error(r, e);
+    else if (applied) {
+        LOG(LOG_INFO, "resolved", LS("job_id", j->id), LS("outcome", res->outcome),
+            LS("state", st_name(j->state)), LS("request_id", http_req_id(r)));
+        respond_job(r, 200, j, 0, 0);
+    } else if (j->resolution && strcmp(j->resolution, res->outcome) == 0 &&
+               (!res->remote || (j->remote_id && strcmp(j->remote_id, res->remote) == 0))) {
+        respond_job(r, 200, j, 1, 0); /* the same decision again: nothing changes */
+    } else {
+        http_problem(r, 409, "not-in-review", "Job not in review",
+                     j->resolution ? "the job was already resolved differently"
+                                   : "only a job in state review can be resolved",
+                     0);
+    }
+}
+
+/* POST /v1/jobs/{id}/resolve: an operator's decision on a job in review, with the tenant's token
+ * (a found task must then be proven this job's) or the admin token (any tenant's job). */
 static void handle_resolve(struct http_req *r, const char *id)
 {
     char token[CRYPTO_SHA256_HEX];
     size_t len = 0;
+    int admin = is_admin(r);
     if (token_hash(r, token) < 0) {
         respond_unauthorized(r);
         return;
     }
     const char *body = http_req_body(r, &len);
     cJSON *doc = cJSON_ParseWithLength(body, len);
-    const char *outcome = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "outcome"));
-    const char *remote = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "remote_id"));
-    const char *op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "operator"));
-    enum op_state next = ST_FAILED;
-    int ok = outcome != NULL;
-    if (ok && strcmp(outcome, "found") == 0)
-        ok = remote && *remote && strlen(remote) <= 255, next = ST_COMPLETED;
-    else if (ok && strcmp(outcome, "absent") == 0)
-        next = ST_PREPARED;
-    else if (ok && strcmp(outcome, "abandon") != 0)
-        ok = 0;
-    if (op && strlen(op) > 64)
-        ok = 0;
-    if (!ok) {
-        cJSON_Delete(doc);
-        if (!reject_if_unauthenticated(r, token))
+    struct resolution res;
+    struct store_job j;
+    int applied = 0, e;
+    if (parse_resolution(doc, &res) < 0) {
+        if (admin || !reject_if_unauthenticated(r, token))
             http_problem(r, 400, "invalid-resolution", "Invalid resolution",
                          "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
                          "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters)",
                          0);
-        return;
+        goto done;
     }
-    struct store_job j;
-    int applied = 0;
-    if (next == ST_COMPLETED && store_job_get(http_req_db(r), token, id, &j) == STORE_OK) {
-        /* Found at an async provider: the task still has to be polled for its result. */
-        const struct cfg_provider *p = cfg_find_provider(http_req_cfg(r), j.provider,
-                                                         strlen(j.provider));
-        if (p && p->mode == CFG_MODE_ASYNC_POLL)
-            next = ST_ACCEPTED;
-        store_job_fini(&j);
+    if (admin && (e = store_admin_token_of(http_req_db(r), id, token)) < 0) {
+        respond_resolved(r, e, 0, NULL, &res);
+        goto done;
     }
-    int e = store_resolve(http_req_db(r), token, id, outcome, next,
-                          strcmp(outcome, "found") == 0 ? remote : NULL, op, &j, &applied);
-    if (e == STORE_EAUTH)
-        respond_unauthorized(r);
-    else if (e == STORE_ENOTFOUND)
-        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
+    if ((e = store_job_get(http_req_db(r), token, id, &j)) < 0) {
+        respond_resolved(r, e, 0, NULL, &res);
+        goto done;
+    }
+    const struct cfg_provider *p = cfg_find_provider(http_req_cfg(r), j.provider,
+                                                     strlen(j.provider));
+    int async = p && p->mode == CFG_MODE_ASYNC_POLL;
+    enum op_state next = st_resolve_target(res.what, async, p && p->task_path,
+                                           j.cancel_requested_at != NULL);
+    int unproven = res.what == RES_FOUND && !admin && j.state == ST_REVIEW &&
+                   (!p || !adoption_proven(p, j.id, res.remote));
+    store_job_fini(&j);
+    if (unproven) {
+        http_problem(r, 403, "adoption-not-proven", "Adoption not proven",
+                     "the provider's task does not carry this job's client reference (or cannot "
+                     "be read by id): only the admin token may adopt it",
                      0);
-    else if (e < 0)
-        respond_store_error(r, e);
-    else if (applied) {
-        LOG(LOG_INFO, "resolved", LS("job_id", j.id), LS("outcome", outcome),
-            LS("state", st_name(j.state)), LS("request_id", http_req_id(r)));
-        respond_job(r, 200, &j, 0, 0);
-    } else if (j.resolution && strcmp(j.resolution, outcome) == 0 &&
-               (strcmp(outcome, "found") != 0 || (j.remote_id && strcmp(j.remote_id, remote) == 0))) {
-        respond_job(r, 200, &j, 1, 0); /* the same decision again: nothing changes */
-    } else {
-        http_problem(r, 409, "not-in-review", "Job not in review",
-                     j.resolution ? "the job was already resolved differently"
-                                  : "only a job in state review can be resolved",
-                     0);
+        goto done;
     }
+    char by[80];
+    snprintf(by, sizeof(by), "admin%s%s", res.op ? ": " : "", res.op ? res.op : "");
+    e = store_resolve(http_req_db(r), token, id, res.outcome, next, res.remote,
+                      admin ? by : res.op, &j, &applied);
+    respond_resolved(r, e, applied, &j, &res);
     if (e == STORE_OK)
         store_job_fini(&j);
+done:
     cJSON_Delete(doc);
 }
 
@@ -598,16 +694,11 @@ static void handle_regenerate(struct http_req *r, const char *parent_id)
     int created = 0;
     int e = store_regenerate(http_req_db(r), token, parent_id, job_id, key, fp, FP_VERSION,
                              cfg->job_ttl_hours, &j, &created);
-    if (e == STORE_EAUTH) {
-        respond_unauthorized(r);
-    } else if (e == STORE_ENOTFOUND) {
-        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
-                     0);
-    } else if (e == STORE_ECONFLICT) {
+    if (e == STORE_ECONFLICT) {
         http_problem(r, 409, "parent-not-terminal", "Parent job not finished",
                      "only a completed or failed job can be regenerated", 0);
     } else if (e < 0) {
-        respond_store_error(r, e);
+        respond_job_error(r, e);
     } else {
         if (!created && strcmp(j.fingerprint_hex, fp) != 0)
             http_problem(r, 422, "idempotency-key-reused",
@@ -622,14 +713,10 @@ static void handle_regenerate(struct http_req *r, const char *parent_id)
     }
 }
 
-/* The admin token (its SHA-256 is configured); answers 401 and returns 0 when absent. */
+/* The admin token; answers 401 and returns 0 when absent. */
 static int admin_ok(struct http_req *r)
 {
-    const struct cfg *cfg = http_req_cfg(r);
-    char token[CRYPTO_SHA256_HEX];
-    if (!*cfg->admin_token_sha256 || token_hash(r, token) < 0 ||
-        strlen(cfg->admin_token_sha256) != 64 ||
-        !crypto_ct_equal(token, cfg->admin_token_sha256, 64)) {
+    if (!is_admin(r)) {
         http_problem(r, 401, "unauthorized", "Unauthorized", "the admin token is required", 0);
         return 0;
     }
@@ -712,13 +799,19 @@ static void handle_webhook(struct http_req *r, const char *provider)
                      "the signature, secret or timestamp does not verify", 0);
         return;
     }
-    cJSON *doc = cJSON_ParseWithLength(body, len);
-    const cJSON *tid = doc ? jpath_first(p->webhook_task_id, doc) : NULL;
-    char task[256] = "", event[256] = "";
-    if (cJSON_IsString(tid))
-        snprintf(task, sizeof(task), "%s", tid->valuestring);
-    else if (cJSON_IsNumber(tid))
-        snprintf(task, sizeof(task), "%.0f", tid->valuedouble);
+    /* Ids are read exactly: a numeric task id above 2^53 is its digits, never a rounded
+     * double. Our client reference counts only when the delivery is signed. */
+    int is_signed = strcmp(p->webhook_verify, "none") != 0;
+    cJSON *doc = prov_id_doc(body, len);
+    const char *tid = doc ? prov_read_id(p->webhook_task_id, doc) : NULL;
+    const char *ref = doc && is_signed && p->webhook_client_ref
+                          ? prov_read_id(p->webhook_client_ref, doc)
+                          : NULL;
+    char task[256] = "", event[256] = "", client_ref[256] = "";
+    if (tid)
+        snprintf(task, sizeof(task), "%s", tid);
+    if (ref)
+        snprintf(client_ref, sizeof(client_ref), "%s", ref);
     const char *eid = p->webhook_event_id_header ? http_req_header(r, p->webhook_event_id_header)
                       : p->webhook_event_id && doc ? jpath_string(p->webhook_event_id, doc)
                                                    : NULL;
@@ -734,8 +827,13 @@ static void handle_webhook(struct http_req *r, const char *provider)
     }
     int fresh = 0, hinted = 0, parked = 0;
     CRASH_POINT("webhook_before_dedupe");
-    int e = store_webhook(http_req_db(r), p->name, event, task, p->webhook_window_hours, &fresh,
-                          &hinted, &parked);
+    struct store_webhook_req wr = {.provider = p->name,
+                                   .event_id = event,
+                                   .remote_id = task,
+                                   .window_hours = p->webhook_window_hours,
+                                   .is_signed = is_signed,
+                                   .client_ref = *client_ref ? client_ref : NULL};
+    int e = store_webhook(http_req_db(r), &wr, &fresh, &hinted, &parked);
     CRASH_POINT("webhook_after_dedupe");
     if (e < 0) {
         respond_store_error(r, e); /* the provider redelivers */
@@ -762,13 +860,8 @@ static void handle_cancel(struct http_req *r, const char *id)
     struct store_job j;
     int changed = 0;
     int e = store_cancel(http_req_db(r), token, id, &j, &changed);
-    if (e == STORE_EAUTH)
-        respond_unauthorized(r);
-    else if (e == STORE_ENOTFOUND)
-        http_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
-                     0);
-    else if (e < 0)
-        respond_store_error(r, e);
+    if (e < 0)
+        respond_job_error(r, e);
     else {
         LOG(LOG_INFO, "cancel_requested", LS("job_id", j.id), LS("state", st_name(j.state)),
             LI("changed", changed), LS("request_id", http_req_id(r)));

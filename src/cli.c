@@ -169,27 +169,35 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         const char *outcome = argv[2];
         const char *remote = opt(argc, argv, "--remote-id");
         const char *op = opt(argc, argv, "--operator");
-        enum op_state next = !strcmp(outcome, "found")    ? ST_COMPLETED
-                             : !strcmp(outcome, "absent") ? ST_PREPARED
-                                                          : ST_FAILED;
+        int what = st_resolution_parse(outcome);
         char token[65];
         struct store_job j;
         int applied = 0;
-        if ((strcmp(outcome, "found") && strcmp(outcome, "absent") && strcmp(outcome, "abandon")) ||
-            (next == ST_COMPLETED && !remote)) {
+        if (what < 0 || (what == RES_FOUND && !remote)) {
             store_db_close(db);
             return jobs_usage(2);
         }
-        if (store_admin_token_of(db, argv[1], token) != STORE_OK) {
+        if (store_admin_token_of(db, argv[1], token) != STORE_OK ||
+            store_job_get(db, token, argv[1], &j) != STORE_OK) {
             fprintf(stderr, "idemgate: no job %s\n", argv[1]);
-        } else if (store_resolve(db, token, argv[1], outcome, next, remote,
-                                 op ? op : "cli", &j, &applied) == STORE_OK) {
+            goto resolved;
+        }
+        /* The same decision as POST /v1/jobs/ID/resolve: a task found at an async provider is
+         * polled for its outputs, never completed without them. */
+        const struct cfg_provider *p = cfg_find_provider(cfg, j.provider, strlen(j.provider));
+        enum op_state next = st_resolve_target((enum st_resolution)what,
+                                               p && p->mode == CFG_MODE_ASYNC_POLL,
+                                               p && p->task_path, j.cancel_requested_at != NULL);
+        store_job_fini(&j);
+        if (store_resolve(db, token, argv[1], outcome, next, what == RES_FOUND ? remote : NULL,
+                          op ? op : "cli", &j, &applied) == STORE_OK) {
             int same = j.resolution && !strcmp(j.resolution, outcome);
             printf("%s %s (%s)\n", j.id, st_name(j.state),
                    applied ? "resolved" : same ? "already resolved so" : "not in review");
             rc = applied || same ? 0 : 1;
             store_job_fini(&j);
         }
+    resolved:;
     } else {
         rc = jobs_usage(2);
     }

@@ -1,4 +1,5 @@
 #include "idemgate/dispatcher.h"
+#include "idemgate/clock.h"
 
 #include "idemgate/attempt.h"
 #include "idemgate/crash.h"
@@ -50,7 +51,7 @@ static void *worker_main(void *arg)
         }
         backoff_ms = 100;
         struct store_claim c;
-        double claimed = attempt_mono_now(); /* before the claim: the lease is no older */
+        double claimed = clock_mono(); /* before the claim: the lease is no older */
         int e = store_claim(db, cfg->instance_id, cfg->lease_seconds, &c);
         if (e == STORE_OK) {
             CRASH_POINT("after_sending_commit");

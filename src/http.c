@@ -15,15 +15,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 struct http_server {
     struct MHD_Daemon *daemon;
     const struct cfg *cfg;
     struct waiters *waiters;
-    pthread_mutex_t mu; /* guards dbs */
+    pthread_mutex_t mu; /* guards dbs and the suspended list */
     struct db **dbs;
     size_t n_dbs;
+    struct http_req *suspended; /* requests suspended and not yet resumed */
+    atomic_long in_progress;    /* requests from their first call to their completion */
+    atomic_int draining;        /* quiesced: every answer closes its connection */
+    int listen_fd;              /* handed back by MHD_quiesce_daemon; closed by http_stop */
     char id_prefix[9];
 };
 
@@ -37,6 +43,8 @@ struct http_req {
     int too_large;
     int responded;
     struct http_wait wait;
+    struct http_req *susp_prev, *susp_next; /* in srv->suspended (under srv->mu) */
+    int in_suspended;                       /* suspended and not yet resumed (under srv->mu) */
     char request_id[72];
     int status;   /* of the queued response */
     int route;    /* enum metric_route */
@@ -46,7 +54,6 @@ struct http_req {
 /* One database connection per server thread: the pool is sized to the threads. */
 static __thread struct db *tls_db;
 static atomic_ulong request_counter;
-static atomic_long requests_in_progress;
 
 void http_req_set_route(struct http_req *r, int route)
 {
@@ -144,16 +151,69 @@ struct db *http_req_db(const struct http_req *r)
     return tls_db;
 }
 
+/* Takes r off the suspended list if it is there; the caller holds s->mu. */
+static void suspended_remove_locked(struct http_server *s, struct http_req *r)
+{
+    if (!r->in_suspended)
+        return;
+    if (r->susp_prev)
+        r->susp_prev->susp_next = r->susp_next;
+    else
+        s->suspended = r->susp_next;
+    if (r->susp_next)
+        r->susp_next->susp_prev = r->susp_prev;
+    r->susp_prev = r->susp_next = NULL;
+    r->in_suspended = 0;
+}
+
+/* Resumes every request suspended and not yet resumed (libmicrohttpd must not be stopped with a
+ * suspended connection) and returns how many there were. A request on the list has a live
+ * connection: libmicrohttpd neither times out nor closes a suspended one. libmicrohttpd never
+ * calls us back while holding its own locks, so holding ours across MHD_resume_connection
+ * cannot deadlock. */
+static long resume_all(struct http_server *s)
+{
+    long n = 0;
+    pthread_mutex_lock(&s->mu);
+    while (s->suspended) {
+        struct http_req *r = s->suspended;
+        suspended_remove_locked(s, r);
+        MHD_resume_connection(r->conn);
+        n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 void http_suspend(struct http_req *r)
 {
+    struct http_server *s = r->srv;
     r->wait.active = 1;
+    pthread_mutex_lock(&s->mu);
+    if (!r->in_suspended) {
+        r->susp_prev = NULL;
+        r->susp_next = s->suspended;
+        if (s->suspended)
+            s->suspended->susp_prev = r;
+        s->suspended = r;
+        r->in_suspended = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
     MHD_suspend_connection(r->conn);
 }
 
+/* Exactly one resumption per suspension: whoever takes r off the list resumes it (a waiter,
+ * the handler that could not register one, or resume_all at shutdown). */
 void http_resume(void *arg)
 {
     struct http_req *r = arg;
-    MHD_resume_connection(r->conn);
+    struct http_server *s = r->srv;
+    pthread_mutex_lock(&s->mu);
+    int mine = r->in_suspended;
+    suspended_remove_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+    if (mine)
+        MHD_resume_connection(r->conn);
 }
 
 int http_respond(struct http_req *r, int status, const char *content_type, const char *body,
@@ -167,8 +227,14 @@ int http_respond(struct http_req *r, int status, const char *content_type, const
         MHD_add_response_header(resp, "Content-Type", content_type);
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
-    for (const char *const *h = headers; h && h[0]; h += 2)
+    int has_connection = 0;
+    for (const char *const *h = headers; h && h[0]; h += 2) {
         MHD_add_response_header(resp, h[0], h[1]);
+        has_connection |= strcasecmp(h[0], "Connection") == 0;
+    }
+    /* Shutting down: a kept-alive connection gets this answer and no further request. */
+    if (atomic_load(&r->srv->draining) && !has_connection)
+        MHD_add_response_header(resp, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->responded = 1;
@@ -271,7 +337,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r = calloc(1, sizeof(*r));
         if (!r)
             return MHD_NO;
-        atomic_fetch_add(&requests_in_progress, 1);
+        atomic_fetch_add(&s->in_progress, 1);
         r->srv = s;
         r->conn = conn;
         r->route = MR_OTHER;
@@ -337,11 +403,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
     (void)conn;
+    struct http_server *s = cls;
     struct http_req *r = *con_cls;
     if (!r)
         return;
+    pthread_mutex_lock(&s->mu); /* never on the list here; a broken invariant costs no UAF */
+    suspended_remove_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     double secs = (double)(now.tv_sec - r->started.tv_sec) +
@@ -356,7 +425,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->body);
     free(r);
     *con_cls = NULL;
-    atomic_fetch_sub(&requests_in_progress, 1);
+    atomic_fetch_sub(&s->in_progress, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -379,6 +448,7 @@ struct http_server *http_start(const struct cfg *cfg, struct waiters *w)
         return NULL;
     s->cfg = cfg;
     s->waiters = w;
+    s->listen_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     if (crypto_random(rnd, sizeof(rnd)) < 0)
         memset(rnd, 0, sizeof(rnd));
@@ -411,25 +481,62 @@ failed:
 
 void http_quiesce(struct http_server *s)
 {
-    if (s && s->daemon)
-        MHD_quiesce_daemon(s->daemon);
+    if (!s || !s->daemon || atomic_load(&s->draining))
+        return;
+    atomic_store(&s->draining, 1);
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd == MHD_INVALID_SOCKET) {
+        LOG(LOG_WARN, "http_quiesce_failed", LS("note", "the listening socket stays open"));
+        return;
+    }
+    /* libmicrohttpd's threads may still hold the descriptor, so it is closed only after
+     * MHD_stop_daemon; shutting the listener down now makes the kernel refuse new connections
+     * (ECONNREFUSED) and reset those not yet accepted, instead of leaving them queued. */
+    s->listen_fd = fd;
+    if (shutdown(fd, SHUT_RDWR) != 0)
+        LOG(LOG_WARN, "http_quiesce_failed", LS("note", "shutdown of the listening socket"));
+}
+
+/* Waits up to timeout_ms for no request to be in progress; returns 1 when none is. */
+static int wait_idle(struct http_server *s, int timeout_ms)
+{
+    for (int waited = 0; atomic_load(&s->in_progress) > 0; waited += 10) {
+        if (waited >= timeout_ms)
+            return 0;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
 }
 
 void http_drain(struct http_server *s, int timeout_ms)
 {
-    (void)s;
-    for (int waited = 0; waited < timeout_ms && atomic_load(&requests_in_progress) > 0;
-         waited += 10) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    if (!s || wait_idle(s, timeout_ms))
+        return;
+    /* A slow client can hold the drain this long. A request still suspended now would be a
+     * bug (every suspension has a waiter, and waiters_close woke them all), but its client
+     * must still get an answer: resume it and give it a moment. */
+    long n = resume_all(s);
+    LOG(LOG_WARN, "http_drain_timeout", LI("in_progress", atomic_load(&s->in_progress)),
+        LI("resumed", n));
+    if (n)
+        (void)wait_idle(s, 1000);
 }
 
 void http_stop(struct http_server *s)
 {
     if (!s)
         return;
-    MHD_stop_daemon(s->daemon);
+    if (s->daemon) {
+        /* Nothing may stay suspended when the daemon stops (libmicrohttpd aborts). */
+        long n = resume_all(s);
+        if (n)
+            LOG(LOG_WARN, "http_resumed_at_stop", LI("requests", n));
+        MHD_stop_daemon(s->daemon);
+    }
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    /* The server threads are gone: their database connections can be closed. */
     for (size_t i = 0; i < s->n_dbs; i++)
         store_db_close(s->dbs[i]);
     free(s->dbs);

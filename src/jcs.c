@@ -19,10 +19,9 @@ enum node_type { N_NULL, N_FALSE, N_TRUE, N_NUM, N_STR, N_ARR, N_OBJ };
 
 struct node {
     union {
-        double num; /* N_NUM */
         struct {
-            uint32_t off; /* N_STR: offset in pool; N_ARR/N_OBJ: offset in kids */
-            uint32_t len; /* N_STR: byte length; N_ARR: elements; N_OBJ: members */
+            uint32_t off; /* N_STR: offset in pool; N_ARR/N_OBJ: offset in kids; N_NUM: in input */
+            uint32_t len; /* N_STR: byte length; N_ARR: elements; N_OBJ: members; N_NUM: token */
         } span;
     } u;
     uint32_t src; /* byte offset of the value in the input, for error reports */
@@ -528,12 +527,179 @@ static int parse_string(struct parser *p, uint32_t *off, uint32_t *slen)
     return 0;
 }
 
-/* Validates the RFC 8259 number at p->pos and converts it to the nearest double. */
-static int parse_number(struct parser *p, double *out)
+/* ---- Numbers: exact decimal values ----
+ *
+ * RFC 8785 writes every number as the shortest decimal that reads back as its nearest double, so
+ * 9007199254740993 and 9007199254740992 (one double) share a canonical form, while the gateway
+ * sends the client's own digits and a provider may well read them as two values (issue 10, D13).
+ * The rule here: let X be the exact decimal value of the number token (its digits and exponent,
+ * no float arithmetic) and d the double nearest X. When X equals the value of shortest(d), the
+ * RFC 8785 form of d is written, as before; otherwise X itself is written, exactly.
+ *
+ * Both branches come down to one operation. The RFC 8785 form of d is the ECMAScript layout
+ * (es_layout: sign, then plain digits, 0.000ddd or d.ddde+N depending on the exponent) of the
+ * digits of shortest(d); when X equals shortest(d) its normalised digits and exponent are those
+ * same digits and exponent. So the writer applies the ECMAScript layout to X's normalised digits
+ * (no leading or trailing zeros) and decimal exponent in every case: byte-identical to RFC 8785
+ * whenever the client wrote a number's shortest digits, in any spelling (1, 1.0, 1e0, 10e-1,
+ * 100000000000000000000000 and 1E23, -0 and 0), and the exact digits otherwise
+ * (9007199254740993, 0.10000000000000001, 1e-400).
+ *
+ * Why this can never collide: the layout is a faithful decimal rendering of X (reading the text
+ * back as a decimal gives X again), so two texts are equal only when the values are. In the terms
+ * of the rule: if X differed from shortest(d) but its text equalled the RFC 8785 form of some
+ * other number whose double is d2, then X = shortest(d2); shortest(d2) reads back as d2, so the
+ * double nearest X is d2, that is d2 = d, and X = shortest(d), a contradiction. Two exact texts
+ * are equal only for equal X, and two RFC 8785 texts only for one double, whose shortest value
+ * is one X. */
+
+/* The exact value of a valid number token: (-1)^neg × 0.D × 10^n, where D is the k digits of
+ * the token's digit sequence C (integer digits, then fraction digits) from index first on, with
+ * no leading or trailing zero. k == 0 means the value is zero (of either sign: both are 0). */
+struct exact_num {
+    const unsigned char *ip, *fp; /* integer and fraction digits in the token */
+    size_t ni, nf;                /* their counts (nf is 0 without a fraction) */
+    size_t first, k;
+    int64_t n;
+    int neg;
+};
+
+/* Exponents are read with saturation at this bound; a non-zero number whose exponent reaches it
+ * is refused (a positive one would overflow a double anyway). With fewer than 2^32 digits the
+ * normalised exponent then stays far inside int64_t. */
+#define EXACT_EXP_CAP 1000000000000000LL
+
+static unsigned char exact_digit(const struct exact_num *x, size_t j)
+{
+    return j < x->ni ? x->ip[j] : x->fp[j - x->ni];
+}
+
+/* Reads the number token t[0..len), which parse_number() has checked against the RFC 8259
+ * grammar. Returns 0, or -1 when the value is non-zero and its exponent is out of range. */
+static int exact_parse(const unsigned char *t, size_t len, struct exact_num *x)
+{
+    size_t i = 0;
+    int64_t e = 0;
+    int eneg = 0;
+
+    memset(x, 0, sizeof *x);
+    if (t[i] == '-') {
+        x->neg = 1;
+        i++;
+    }
+    x->ip = t + i;
+    while (i < len && is_digit(t[i]))
+        i++;
+    x->ni = (size_t)(t + i - x->ip);
+    x->fp = t + i;
+    if (i < len && t[i] == '.') {
+        x->fp = t + ++i;
+        while (i < len && is_digit(t[i]))
+            i++;
+        x->nf = (size_t)(t + i - x->fp);
+    }
+    if (i < len && (t[i] == 'e' || t[i] == 'E')) {
+        i++;
+        if (t[i] == '+' || t[i] == '-')
+            eneg = t[i++] == '-';
+        for (; i < len; i++)
+            if (e < EXACT_EXP_CAP)
+                e = e * 10 + (t[i] - '0');
+    }
+    size_t m = x->ni + x->nf, a = 0, b = m;
+    while (a < m && exact_digit(x, a) == '0')
+        a++;
+    if (a == m)
+        return 0; /* zero: k stays 0, whatever the sign and exponent */
+    while (exact_digit(x, b - 1) == '0')
+        b--;
+    x->first = a;
+    x->k = b - a;
+    /* 0.C × 10^(ni + e) is the value; dropping a leading zeros of C takes a from the exponent,
+     * and dropping trailing zeros changes neither. */
+    x->n = (int64_t)x->ni - (int64_t)a + (eneg ? -e : e);
+    return e >= EXACT_EXP_CAP ? -1 : 0;
+}
+
+static void put(struct obuf *o, const void *s, size_t n);
+
+/* Appends the digits D[from..from+count) of x. */
+static void put_exact_digits(struct obuf *o, const struct exact_num *x, size_t from, size_t count)
+{
+    size_t j = x->first + from, end = j + count;
+
+    if (j < x->ni) {
+        size_t stop = end < x->ni ? end : x->ni;
+        put(o, x->ip + j, stop - j);
+        j = stop;
+    }
+    if (j < end)
+        put(o, x->fp + (j - x->ni), end - j);
+}
+
+static void put_zeros(struct obuf *o, int64_t count)
+{
+    static const char zeros[] = "00000000000000000000000000000000";
+
+    while (count > 0) {
+        size_t c = count < 32 ? (size_t)count : 32;
+        put(o, zeros, c);
+        count -= (int64_t)c;
+    }
+}
+
+/* Writes x in the ECMAScript layout (the same cases as es_layout(), for any number of digits and
+ * any exponent): see the section comment above for why this is RFC 8785 whenever D are the
+ * shortest digits of x's double, and exact otherwise. */
+static void write_exact(struct obuf *o, const struct exact_num *x)
+{
+    int64_t k = (int64_t)x->k, n = x->n;
+
+    if (!k) {
+        put(o, "0", 1);
+        return;
+    }
+    if (x->neg)
+        put(o, "-", 1);
+    if (k <= n && n <= 21) {
+        put_exact_digits(o, x, 0, x->k);
+        put_zeros(o, n - k);
+    } else if (0 < n && n <= 21) {
+        put_exact_digits(o, x, 0, (size_t)n);
+        put(o, ".", 1);
+        put_exact_digits(o, x, (size_t)n, (size_t)(k - n));
+    } else if (-6 < n && n <= 0) {
+        put(o, "0.", 2);
+        put_zeros(o, -n);
+        put_exact_digits(o, x, 0, x->k);
+    } else {
+        int64_t e = n - 1;
+        char rev[24];
+        int r = 0;
+        put_exact_digits(o, x, 0, 1);
+        if (k > 1) {
+            put(o, ".", 1);
+            put_exact_digits(o, x, 1, x->k - 1);
+        }
+        put(o, e < 0 ? "e-" : "e+", 2);
+        if (e < 0)
+            e = -e;
+        do {
+            rev[r++] = (char)('0' + e % 10);
+            e /= 10;
+        } while (e);
+        while (r)
+            put(o, &rev[--r], 1);
+    }
+}
+
+/* Validates the RFC 8259 number at p->pos and checks that its nearest double is finite (numbers
+ * beyond the double range are refused, as RFC 8785 requires); the node keeps the token itself,
+ * which write_exact() renders. */
+static int parse_number(struct parser *p)
 {
     const unsigned char *in = p->in;
     size_t n = p->len, start = p->pos, i = start;
-    int integral = 1;
 
     if (in[i] == '-')
         i++;
@@ -548,7 +714,6 @@ static int parse_number(struct parser *p, double *out)
             i++;
     }
     if (i < n && in[i] == '.') {
-        integral = 0;
         i++;
         if (i >= n || !is_digit(in[i]))
             return fail(p, JCS_ESYNTAX, i, "invalid number");
@@ -556,7 +721,6 @@ static int parse_number(struct parser *p, double *out)
             i++;
     }
     if (i < n && (in[i] == 'e' || in[i] == 'E')) {
-        integral = 0;
         i++;
         if (i < n && (in[i] == '+' || in[i] == '-'))
             i++;
@@ -569,14 +733,15 @@ static int parse_number(struct parser *p, double *out)
         return fail(p, JCS_ESYNTAX, i, "invalid number");
 
     size_t tlen = i - start;
-    int neg = in[start] == '-';
-    if (integral && tlen - (size_t)neg <= 15) {
-        /* Integers of up to 15 digits are exact in a double: no need for strtod. */
-        int64_t v = 0;
-        for (size_t j = start + (size_t)neg; j < i; j++)
-            v = v * 10 + (in[j] - '0');
-        *out = neg ? -(double)v : (double)v;
-    } else {
+    struct exact_num x;
+    int big = exact_parse(in + start, tlen, &x);
+    /* 0.D × 10^n is below 10^308 < DBL_MAX for n <= 308 and at least 10^309 (beyond the largest
+     * value that rounds to a finite double) for n >= 310; only n == 309 needs the rounding. */
+    if (x.k && x.n > 309)
+        return fail(p, JCS_ENUMBER, start, "number out of double range");
+    if (big)
+        return fail(p, JCS_ENUMBER, start, "number exponent out of range");
+    if (x.k && x.n == 309) {
         /* strtod needs a NUL-terminated copy, and the C locale so that '.' is the decimal
          * point whatever setlocale() the process did. */
         locale_t loc = get_c_locale();
@@ -586,10 +751,10 @@ static int parse_number(struct parser *p, double *out)
             return fail(p, JCS_ENOMEM, start, "out of memory");
         memcpy(buf, in + start, tlen);
         buf[tlen] = '\0';
-        *out = strtod_l(buf, NULL, loc);
+        double v = strtod_l(buf, NULL, loc);
         if (buf != small)
             free(buf);
-        if (!isfinite(*out))
+        if (!isfinite(v))
             return fail(p, JCS_ENUMBER, start, "number out of double range");
     }
     p->pos = i;
@@ -800,11 +965,13 @@ static int parse_value(struct parser *p, int *opened)
         return 0;
     }
     if (c == '-' || is_digit(c)) {
-        double v;
-        if ((rc = parse_number(p, &v)))
+        size_t start = p->pos;
+        if ((rc = parse_number(p)))
             return rc;
+        nd = &p->nodes[idx];
         nd->type = N_NUM;
-        nd->u.num = v;
+        nd->u.span.off = (uint32_t)start;
+        nd->u.span.len = (uint32_t)(p->pos - start);
         return 0;
     }
     uint8_t type;
@@ -931,7 +1098,7 @@ static void write_string(struct obuf *o, const char *s, size_t n)
 
 static void write_scalar(const struct parser *p, const struct node *nd, struct obuf *o)
 {
-    char num[32];
+    struct exact_num x;
 
     switch (nd->type) {
     case N_NULL:
@@ -944,9 +1111,9 @@ static void write_scalar(const struct parser *p, const struct node *nd, struct o
         put(o, "true", 4);
         break;
     case N_NUM:
-        /* The parser only admits finite values and jcs_canonicalize() made sure of the C locale
-         * up front, so the length is never negative. */
-        put(o, num, (size_t)jcs_format_double(nd->u.num, num));
+        /* The parser admitted the token, so its exponent is in range. */
+        (void)exact_parse(p->in + nd->u.span.off, nd->u.span.len, &x);
+        write_exact(o, &x);
         break;
     case N_STR:
         write_string(o, p->pool + nd->u.span.off, nd->u.span.len);

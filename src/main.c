@@ -1,6 +1,6 @@
 /* idemgate: orchestration only. Load the configuration, start the subsystems in order, wait for
- * a signal, stop them in order: stop accepting → answer waiting clients → drain → stop workers →
- * close the store. */
+ * a signal, stop them in order: stop accepting → answer waiting clients → drain → stop the HTTP
+ * server → free what its handlers used → stop the workers → close the store. */
 #include "idemgate/cli.h"
 #include "idemgate/config.h"
 #include "idemgate/dispatcher.h"
@@ -97,27 +97,31 @@ static int serve(const struct cfg *cfg)
 
     sigwait(&set, &sig);
     LOG(LOG_INFO, "shutdown", LS("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
-    http_quiesce(http);
-    waiters_stop(w); /* suspended clients are resumed and answered with the current state */
-    w = NULL;
-    http_drain(http, DRAIN_TIMEOUT_MS);
-    disp_stop(disp); /* calls in flight finish and their results are written */
+    /* HTTP first and entirely: until http_stop returns, a request on a kept-alive connection
+     * may still reach the waiters (Prefer: wait), the job cache and the per-thread database
+     * connections, so none of them is freed before. */
+    http_quiesce(http);                 /* new connections are refused */
+    waiters_close(w);                   /* waiting clients get the current state; no new waits */
+    http_drain(http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
+    http_stop(http);                    /* no server thread runs any more */
+    waiters_free(w);
+    /* Then the workers: calls in flight finish and their results are written. */
+    disp_stop(disp);
     wpool_stop(recon);
     wpool_stop(poller);
     reaper_stop(reaper);
-    http_stop(http);
     jobcache_fini();
     up_global_fini();
     LOG(LOG_INFO, "stopped", LS("instance", cfg->instance_id));
     return 0;
 failed:
     LOG(LOG_ERROR, "start_failed", LS("step", step));
-    waiters_stop(w);
+    http_stop(http);
+    waiters_free(w);
     disp_stop(disp);
     wpool_stop(recon);
     wpool_stop(poller);
     reaper_stop(reaper);
-    http_stop(http);
     return 1;
 }
 

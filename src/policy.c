@@ -2,12 +2,18 @@
 
 #include "idemgate/backoff.h"
 
-struct pol_decision pol_decide(const struct pol_input *in)
+static struct pol_decision by_outcome(const struct pol_input *in)
 {
-    struct pol_decision d = {ST_UNKNOWN, 0, 0, NULL};
+    struct pol_decision d = {ST_UNKNOWN, 0, 0, NULL, 0};
     switch (in->outcome) {
     case CLS_SUCCESS:
     case CLS_PARTIAL:
+        if (in->truncated) {
+            /* A task was made, but its answer is not whole: it cannot be the stored result. */
+            d.next = ST_UNKNOWN;
+            d.reason = "response larger than the profile's max_response_bytes";
+            return d;
+        }
         d.next = ST_COMPLETED;
         return d;
     case CLS_REJECTED_REQUEST:
@@ -46,4 +52,24 @@ struct pol_decision pol_decide(const struct pol_input *in)
         d.reason = "sent without a definite answer";
         return d;
     }
+}
+
+struct pol_decision pol_decide(const struct pol_input *in)
+{
+    struct pol_decision d = by_outcome(in);
+    if (d.next == ST_FAILED && in->ambiguous_before) {
+        /* An earlier send may have created the task: neither a refusal now nor a spent budget
+         * proves that it did not, so the operation stays unknown and ends in review. */
+        d.next = ST_UNKNOWN;
+        d.reason = in->outcome == CLS_BACKOFF || in->outcome == CLS_NOT_SENT
+                       ? "retry budget exhausted after an ambiguous attempt"
+                       : "refused on a resend after an ambiguous attempt";
+    }
+    if (d.next == ST_UNKNOWN) {
+        long long wait = in->cannot_look ? in->recovery_window_ms - in->elapsed_ms
+                                         : in->reconcile_interval_ms;
+        d.delay_ms = wait > 0 ? wait : 0;
+        d.ambiguous = 1;
+    }
+    return d;
 }

@@ -1,8 +1,9 @@
 #include "idemgate/poller.h"
+#include "idemgate/clock.h"
 
-#include "idemgate/attempt.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/provider.h"
 #include "idemgate/store.h"
 #include "idemgate/tmpl.h"
 #include "idemgate/wpool.h"
@@ -57,20 +58,9 @@ static const char *var(const char *name, size_t len, void *arg)
     return NULL;
 }
 
-/* base_url + the template expanded with path-segment escaping. */
 static char *provider_url(const struct cfg_provider *p, const char *tmpl, const struct vars *v)
 {
-    char err[128], *path = NULL;
-    if (tmpl_expand(tmpl, TMPL_URL_SEGMENT, var, (void *)v, &path, err, sizeof(err)) < 0) {
-        LOG(LOG_ERROR, "poll_template", LS("provider", p->name), LS("error", err));
-        return NULL;
-    }
-    size_t n = strlen(p->base_url) + strlen(path) + 1;
-    char *url = malloc(n);
-    if (url)
-        snprintf(url, n, "%s%s", p->base_url, path);
-    free(path);
-    return url;
+    return prov_url(p, tmpl, var, (void *)v, "poll");
 }
 
 /* The poll body: the profile's JSON object with placeholders expanded inside its strings (built
@@ -102,32 +92,17 @@ static char *poll_body(const struct cfg_provider *p, const struct vars *v)
     return s;
 }
 
+/* An authenticated call; never without the credential (a 401 would read as the task's
+ * failure). */
 static int call(const struct cfg_provider *p, const char *credential, const char *method,
                 const char *url, const char *body, struct up_response *res)
 {
-    char auth[1024];
-    const char *secret = credential && *credential ? getenv(credential) : NULL;
-    if (credential && *credential && (!secret || !*secret)) {
-        /* Never poll without the credential: the 401 would read as the task's failure. */
-        memset(res, 0, sizeof(*res));
-        snprintf(res->error, sizeof(res->error), "the provider's credential variable is not set");
-        return -1;
-    }
-    if (secret)
-        snprintf(auth, sizeof(auth), "%s%s", p->auth_prefix ? p->auth_prefix : "", secret);
-    struct up_request req = {.method = method,
-                             .url = url,
-                             .auth_header = secret ? p->auth_header : NULL,
-                             .auth_value = secret ? auth : NULL,
-                             .headers = (const char *const *)p->headers,
-                             .body = body,
-                             .body_len = body ? strlen(body) : 0,
-                             .connect_timeout_ms = p->connect_timeout_ms,
-                             .total_timeout_ms = p->total_timeout_ms,
-                             .max_response_bytes = 16u * 1024 * 1024};
-    int rc = up_call(&req, res);
-    explicit_bzero(auth, sizeof(auth));
-    return rc;
+    struct prov_call c = {.method = method,
+                          .url = url,
+                          .credential = credential,
+                          .body = body,
+                          .body_len = body ? strlen(body) : 0};
+    return prov_call(p, &c, res);
 }
 
 struct out_ctx {
@@ -210,7 +185,7 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
                              .provider_status = status,
                              .outputs_json = outputs_json,
                              .started_at = t0,
-                             .finished_at = attempt_wall_now()};
+                             .finished_at = clock_wall()};
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && !applied)
@@ -272,7 +247,7 @@ static char *strip_suffix(const char *url, const char *suffix)
 
 static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c)
 {
-    double t0 = attempt_wall_now();
+    double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p || p->mode != CFG_MODE_ASYNC_POLL || !c->remote_id) {
         write_poll(db, c, ST_ACCEPTED, 60000, "not_configured",
@@ -291,7 +266,8 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     memset(&fetched, 0, sizeof(fetched));
     int rc = url ? call(p, c->credential, p->poll_method, url, body, &res) : -1;
     cJSON *doc = rc == 0 && res.body ? cJSON_ParseWithLength(res.body, res.body_len) : NULL;
-    int st = rc == 0 ? poller_status_of(p, res.http_status, doc) : -1;
+    /* An answer over the profile's cap is not read as a status: never completed on part of it. */
+    int st = rc == 0 && !res.body_truncated ? poller_status_of(p, res.http_status, doc) : -1;
     if (rc == 0 && !p->status_by_http && res.http_status >= 300)
         st = -1;
     const struct up_response *final = &res;
@@ -300,10 +276,11 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
         (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
         /* The outputs live elsewhere (fal's response_url): fetch them now. */
         const char *fu = p->result_fetch_url && doc ? jpath_string(p->result_fetch_url, doc) : NULL;
-        char *furl = fu && attempt_same_origin(fu, p->base_url) ? strdup(fu)
+        char *furl = fu && prov_same_origin(fu, p->base_url) ? strdup(fu)
                      : p->result_fetch_path ? provider_url(p, p->result_fetch_path, &v)
                                             : strip_suffix(c->poll_url, p->result_fetch_strip);
-        if (furl && call(p, c->credential, "GET", furl, NULL, &fetched) == 0) {
+        if (furl && call(p, c->credential, "GET", furl, NULL, &fetched) == 0 &&
+            !fetched.body_truncated) {
             final = &fetched;
             fdoc = fetched.body ? cJSON_ParseWithLength(fetched.body, fetched.body_len) : NULL;
             if (fetched.http_status >= 400 && fetched.http_status < 500)

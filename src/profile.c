@@ -68,6 +68,45 @@ static long get_long(const cJSON *o, const char *key, long def)
     return cJSON_IsNumber(v) ? (long)v->valuedouble : def;
 }
 
+int prof_status_in(const int *list, int n, int status)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == status)
+            return 1;
+    return 0;
+}
+
+/* Reads o[key], an array of HTTP statuses in lo..hi, into out (at most cap); absent: the
+ * defaults. Returns 0, or -1 with a message naming field.key. */
+static int load_statuses(const cJSON *o, const char *key, int *out, int cap, int *n,
+                         const int *def, int ndef, int lo, int hi, const char *file,
+                         const char *field, char *err, size_t errlen)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, key);
+    *n = 0;
+    if (!arr) {
+        for (int i = 0; i < ndef && i < cap; i++)
+            out[(*n)++] = def[i];
+        return 0;
+    }
+    const cJSON *v;
+    int ok = cJSON_IsArray(arr);
+    cJSON_ArrayForEach(v, arr)
+    {
+        if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi || *n == cap) {
+            ok = 0;
+            break;
+        }
+        out[(*n)++] = (int)v->valuedouble;
+    }
+    if (!ok) {
+        errf(err, errlen, "%s: %s.%s: an array of up to %d statuses in %d..%d", file, field, key,
+             cap, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
 static const char *const reconcile_names[] = {"none", "idempotent_resubmit", "get_by_client_id",
                                               "list_match"};
 
@@ -127,6 +166,13 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
     p->client_ref_body_field = ref ? dup_str(ref, "body_field", NULL) : NULL;
 
     const cJSON *retry = cJSON_GetObjectItemCaseSensitive(o, "retry");
+    /* Only a status the provider documents as "nothing was made" is safe to resend without a
+     * native key; every other 5xx may arrive after the origin accepted the work. */
+    static const int not_created_default[] = {408, 425, 429};
+    snprintf(field, sizeof(field), "providers.%s.retry", p->name);
+    if (load_statuses(retry, "not_created_statuses", p->not_created, 16, &p->n_not_created,
+                      not_created_default, 3, 400, 599, file, field, err, errlen) < 0)
+        return -1;
     p->max_attempts = (int)get_long(retry, "max_attempts", 5);
     p->deadline_ms = get_long(retry, "deadline_seconds", 900) * 1000;
     p->backoff_base_ms = get_long(retry, "base_ms", 500);
@@ -178,11 +224,25 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
     }
     p->recovery_window_ms = get_long(rec, "window_seconds", 900) * 1000;
     p->reconcile_interval_ms = get_long(rec, "interval_ms", 2000);
-    if (p->recovery_window_ms < 1000 || p->reconcile_interval_ms < 10) {
-        errf(err, errlen, "%s: providers.%s.reconcile: window_seconds >= 1, interval_ms >= 10",
+    p->absent_grace_ms = get_long(rec, "absent_grace_ms", 30000);
+    if (p->recovery_window_ms < 1000 || p->reconcile_interval_ms < 10 || p->absent_grace_ms < 0) {
+        errf(err, errlen,
+             "%s: providers.%s.reconcile: window_seconds >= 1, interval_ms >= 10, "
+             "absent_grace_ms >= 0",
              file, p->name);
         return -1;
     }
+    const cJSON *task = cJSON_GetObjectItemCaseSensitive(rec, "task");
+    static const char *const task_vars[] = {"id", NULL};
+    snprintf(field, sizeof(field), "providers.%s.reconcile.task", p->name);
+    /* An async provider's task is read by its poll path unless the profile says otherwise. */
+    int own_path = task && (p->mode != CFG_MODE_ASYNC_POLL ||
+                            cJSON_GetObjectItemCaseSensitive(task, "path"));
+    if (task && ((own_path && load_template(task, "path", &p->task_path, task_vars, file, field,
+                                            err, errlen) < 0) ||
+                 load_path(task, "client_ref", &p->task_client_ref, 1, file, field, err,
+                           errlen) < 0))
+        return -1;
     static const char *const lookup_vars[] = {"client_ref", NULL};
     static const char *const list_vars[] = {"since", "until", NULL};
     if (p->reconcile == RECON_GET_BY_CLIENT_ID) {
@@ -199,8 +259,18 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
         if (load_template(ls, "path", &p->list_path, list_vars, file, field, err, errlen) < 0 ||
             load_path(ls, "items", &p->list_items, 1, file, field, err, errlen) < 0 ||
             load_path(ls, "match", &p->list_match, 1, file, field, err, errlen) < 0 ||
-            load_path(ls, "id", &p->list_id, 0, file, field, err, errlen) < 0)
+            load_path(ls, "id", &p->list_id, 0, file, field, err, errlen) < 0 ||
+            load_path(ls, "next_cursor", &p->list_next_cursor, 0, file, field, err, errlen) < 0)
             return -1;
+        p->list_cursor_param = dup_str(ls, "cursor_param", "cursor");
+        p->list_max_pages = (int)get_long(ls, "max_pages", 50);
+        if (p->list_max_pages < 1 || p->list_max_pages > 10000 || !*p->list_cursor_param ||
+            strspn(p->list_cursor_param, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-.[]") != strlen(p->list_cursor_param)) {
+            errf(err, errlen, "%s: %s: max_pages in 1..10000, cursor_param a query name", file,
+                 field);
+            return -1;
+        }
     }
     if ((p->reconcile == RECON_GET_BY_CLIENT_ID || p->reconcile == RECON_LIST_MATCH) &&
         !p->client_ref_header && !p->client_ref_body_field) {
@@ -438,6 +508,8 @@ static int load_webhook(struct cfg_provider *p, const cJSON *o, const char *file
         p->webhook_event_id_header = strdup(eid + 7);
     else if (load_path(w, "event_id", &p->webhook_event_id, 0, file, field, err, errlen) < 0)
         return -1;
+    if (load_path(w, "client_ref", &p->webhook_client_ref, 0, file, field, err, errlen) < 0)
+        return -1;
     if (load_path(w, "task_id", &p->webhook_task_id, 1, file, field, err, errlen) < 0)
         return -1;
     return 0;
@@ -511,6 +583,12 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
     }
     p->mode = mode && strcmp(mode, "async_poll") == 0 ? CFG_MODE_ASYNC_POLL : CFG_MODE_SYNC;
     const cJSON *auth = cJSON_GetObjectItemCaseSensitive(o, "auth");
+    static const int trip_default[] = {401, 402, 403};
+    char field[160];
+    snprintf(field, sizeof(field), "providers.%s.auth", p->name);
+    if (load_statuses(auth, "trip_statuses", p->trip_statuses, 8, &p->n_trip_statuses,
+                      trip_default, 3, 400, 499, file, field, err, errlen) < 0)
+        return -1;
     if (auth) {
         p->auth_header = dup_str(auth, "header", "Authorization");
         p->auth_prefix = dup_str(auth, "prefix", "");
@@ -525,6 +603,19 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
     p->total_timeout_ms = get_long(t, "total_ms", 30000);
     if (p->connect_timeout_ms < 1 || p->total_timeout_ms < p->connect_timeout_ms) {
         errf(err, errlen, "%s: providers.%s.timeouts: need 1 <= connect_ms <= total_ms", file,
+             p->name);
+        return -1;
+    }
+    double cap = get_long(o, "max_response_bytes", 256L * 1024 * 1024);
+    if (cap < 1024 || cap > 4.0 * 1024 * 1024 * 1024) {
+        errf(err, errlen, "%s: providers.%s.max_response_bytes: 1024..4294967296", file, p->name);
+        return -1;
+    }
+    p->max_response_bytes = (size_t)cap;
+    p->proxy = dup_str(o, "proxy", NULL);
+    if (p->proxy && strncmp(p->proxy, "http://", 7) && strncmp(p->proxy, "https://", 8) &&
+        strncmp(p->proxy, "socks5h://", 10)) {
+        errf(err, errlen, "%s: providers.%s.proxy must be an http(s):// or socks5h:// URL", file,
              p->name);
         return -1;
     }
@@ -605,7 +696,8 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->cancel_method, p->cancel_path, p->webhook_body_field,
                         p->webhook_verify, p->webhook_secret_env, p->webhook_signature_header,
                         p->webhook_event_id_header, p->webhook_url_query,
-                        p->result_fetch_strip};
+                        p->result_fetch_strip, p->proxy, p->list_cursor_param,
+                        p->task_path};
         for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
             free(strs[k]);
         struct jpath *paths[] = {p->lookup_id, p->list_items, p->list_match, p->list_id,
@@ -613,7 +705,9 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                                  p->poll_url, p->status_path, p->done_path,
                                  p->error_present_path, p->result_fetch_url, p->result_outputs,
                                  p->result_output_url, p->result_expires_at, p->result_error,
-                                 p->webhook_event_id, p->webhook_task_id};
+                                 p->webhook_event_id, p->webhook_task_id,
+                                 p->list_next_cursor, p->task_client_ref,
+                                 p->webhook_client_ref};
         for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++)
             jpath_free(paths[k]);
         for (size_t k = 0; p->headers && p->headers[k]; k++)

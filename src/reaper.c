@@ -1,8 +1,9 @@
 #include "idemgate/reaper.h"
 
-#include "idemgate/attempt.h"
+#include "idemgate/clock.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
+#include "idemgate/provider.h"
 #include "idemgate/store.h"
 
 #include <pthread.h>
@@ -24,11 +25,6 @@ struct reaper {
     pthread_t thread;
 };
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 struct probe_ctx {
     const struct cfg *cfg;
@@ -46,10 +42,13 @@ static void probe_one(const char *provider, int status, const char *reason,
     const struct cfg_provider *p = cfg_find_provider(x->cfg, provider, strlen(provider));
     if (!p || !p->probe_path)
         return;
-    char url[2048];
-    snprintf(url, sizeof(url), "%s%s", p->base_url, p->probe_path);
+    char *url = prov_url(p, p->probe_path, NULL, NULL, "probe");
+    if (!url)
+        return;
     struct up_response res;
-    int rc = attempt_get(p, p->secret_env, url, &res);
+    struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
+    int rc = prov_call(p, &call, &res);
+    free(url);
     int cleared = 0;
     if (rc == 0 && res.http_status >= 200 && res.http_status < 300 &&
         store_breaker_reset(x->db, provider, &cleared) == STORE_OK && cleared)
@@ -75,21 +74,21 @@ static void *reaper_main(void *arg)
                n == REAP_BATCH)
             ;
         int swept = 0;
-        if (attempt_mono_now() - last_sweep >= JANITOR_INTERVAL_S) {
-            last_sweep = attempt_mono_now();
+        if (clock_mono() - last_sweep >= JANITOR_INTERVAL_S) {
+            last_sweep = clock_mono();
             while (store_janitor(db, REAP_BATCH, &swept) == STORE_OK && swept == 2 * REAP_BATCH)
                 ;
         }
-        if (attempt_mono_now() - last_probe >= PROBE_INTERVAL_S) {
+        if (clock_mono() - last_probe >= PROBE_INTERVAL_S) {
             struct probe_ctx x = {r->cfg, db};
-            last_probe = attempt_mono_now();
+            last_probe = clock_mono();
             if (store_breaker_list(db, probe_one, &x) < 0)
                 last_probe = 0; /* try again on the next tick */
         }
         /* Sleep in short steps so that stopping is prompt. */
         for (int slept = 0; slept < r->cfg->reaper_interval_ms && !atomic_load(&r->stop);
              slept += 50)
-            sleep_ms(50);
+            clock_sleep_ms(50);
     }
     store_db_close(db);
     return NULL;

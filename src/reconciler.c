@@ -1,11 +1,12 @@
 #include "idemgate/reconciler.h"
 
 #include "idemgate/attempt.h"
+#include "idemgate/clock.h"
 #include "idemgate/crash.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/provider.h"
 #include "idemgate/store.h"
-#include "idemgate/tmpl.h"
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
@@ -19,28 +20,61 @@
 #define LIST_SLACK_S 120
 #define IDLE_SLEEP_MS 200
 
-enum recon_verdict recon_list_verdict(int matches, int window_closed)
+enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_passed)
 {
     if (matches == 1)
         return RV_FOUND;
     if (matches > 1)
         return RV_REVIEW; /* several tasks claim our reference: a human must choose */
+    if (matches == 0 && grace_passed)
+        return window_closed ? RV_REVIEW : RV_ABSENT; /* no resend once the window is over */
     if (matches == 0)
-        return window_closed ? RV_ABSENT : RV_LATER; /* it may still appear in the list */
-    return window_closed ? RV_REVIEW : RV_LATER;     /* the list failed: no proof either way */
+        return RV_LATER; /* it may still be committed after our timeout */
+    return window_closed ? RV_REVIEW : RV_LATER; /* the search failed: no proof either way */
 }
 
-enum recon_verdict recon_lookup_verdict(int http_status, int window_closed)
+enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed)
 {
-    if (http_status >= 200 && http_status < 300)
-        return RV_FOUND;
-    if (http_status == 404)
-        return RV_ABSENT;
-    return window_closed ? RV_REVIEW : RV_LATER;
+    int matches = http_status >= 200 && http_status < 300 ? 1 : http_status == 404 ? 0 : -1;
+    return recon_list_verdict(matches, window_closed, grace_passed);
+}
+
+enum recon_plan recon_plan(const struct recon_facts *f)
+{
+    if (f->webhook_hint)
+        return RP_ADOPT;
+    switch (f->strategy) {
+    case RECON_IDEMPOTENT_RESUBMIT:
+        /* The provider dedupes on our key: a resend is a transport retry, inside the budget
+         * and the window the provider remembers keys for. After a cancel it is a send like
+         * any other: never. */
+        if (f->cancel_requested)
+            return f->window_closed ? RP_REVIEW : RP_WAIT;
+        return f->budget_left && !f->window_closed ? RP_RESEND : RP_REVIEW;
+    case RECON_GET_BY_CLIENT_ID:
+    case RECON_LIST_MATCH:
+        if (f->can_look)
+            return RP_LOOK;
+        return f->window_closed ? RP_REVIEW : RP_WAIT;
+    case RECON_NONE:
+    default:
+        /* No way to look: wait out the window (a late webhook may still name the task), then
+         * an operator decides. Never resend. */
+        return f->window_closed ? RP_REVIEW : RP_WAIT;
+    }
+}
+
+enum op_state recon_found_state(int async, int has_id, int cancel_requested)
+{
+    if (cancel_requested)
+        return ST_FAILED;
+    if (async)
+        return has_id ? ST_ACCEPTED : ST_REVIEW;
+    return ST_COMPLETED;
 }
 
 struct lookup_vars {
-    const char *client_ref;
+    const char *client_ref, *id;
     char since[24], until[24];
 };
 
@@ -49,6 +83,8 @@ static const char *lookup_var(const char *name, size_t len, void *arg)
     struct lookup_vars *v = arg;
     if (len == 10 && memcmp(name, "client_ref", 10) == 0)
         return v->client_ref;
+    if (len == 2 && memcmp(name, "id", 2) == 0)
+        return v->id;
     if (len == 5 && memcmp(name, "since", 5) == 0)
         return v->since;
     if (len == 5 && memcmp(name, "until", 5) == 0)
@@ -56,47 +92,136 @@ static const char *lookup_var(const char *name, size_t len, void *arg)
     return NULL;
 }
 
+/* What reconciling concluded, to be written under the reconciler's lease. */
+struct verdict_write {
+    enum op_state next;
+    long delay_ms;
+    const char *outcome;
+    const char *error;
+    const struct up_response *res; /* the provider's answer kept as the result (completed) */
+    const char *remote_id;
+};
+
 /* Writes the verdict under the reconciler's lease (state unknown → next). */
-static void write_verdict(struct db *db, const struct store_claim *c, enum op_state next,
-                          long delay_ms, const char *outcome, const char *error,
-                          const struct up_response *res, const char *remote_id, double t0)
+static void write_verdict(struct db *db, const struct store_claim *c, const struct verdict_write *w,
+                          double t0)
 {
+    const struct up_response *res = w->res;
+    int keep = res && (w->next == ST_COMPLETED || w->next == ST_FAILED) && res->body &&
+               !res->body_truncated;
     struct store_finish f = {.tenant_id = c->tenant_id,
                              .id = c->id,
                              .lease_version = c->lease_version,
                              .from = ST_UNKNOWN,
                              .kind = "reconcile",
-                             .state = next,
-                             .outcome = outcome,
+                             .state = w->next,
+                             .outcome = w->outcome,
                              .http_status = res ? res->http_status : 0,
                              .curl_code = res ? res->curl_code : 0,
                              .bytes_sent = res ? res->bytes_sent : 0,
                              /* The found task is the result of a synchronous create. */
-                             .resp_headers = next == ST_COMPLETED && res ? res->headers_json : NULL,
-                             .resp_body = next == ST_COMPLETED && res ? res->body : NULL,
-                             .resp_body_len = next == ST_COMPLETED && res ? res->body_len : 0,
-                             .remote_id = remote_id,
-                             .error = error,
-                             .retry_delay_ms = delay_ms,
+                             .resp_headers = keep ? res->headers_json : NULL,
+                             .resp_body = keep ? res->body : NULL,
+                             .resp_body_len = keep ? res->body_len : 0,
+                             .remote_id = w->remote_id,
+                             .error = w->error,
+                             .retry_delay_ms = w->delay_ms,
                              .outputs_received = -1,
                              .outputs_requested = -1,
                              .started_at = t0,
-                             .finished_at = attempt_wall_now()};
+                             .finished_at = clock_wall()};
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
-    if (e == STORE_OK && applied && next != ST_UNKNOWN)
+    if (e == STORE_OK && applied && w->next != ST_UNKNOWN)
         metrics_unknown_seconds((double)c->since_first_ms / 1000);
-    if (e == STORE_OK && applied && (next == ST_COMPLETED || next == ST_ACCEPTED))
+    if (e == STORE_OK && applied && (w->next == ST_COMPLETED || w->next == ST_ACCEPTED))
         metrics_safety(MS_RECONCILED_NO_RESEND);
-    if (e == STORE_OK && applied && next == ST_REVIEW)
+    if (e == STORE_OK && applied && w->next == ST_REVIEW)
         metrics_safety(MS_REVIEW_ENTERED);
     if (e < 0 || !applied)
-        LOG(LOG_WARN, "reconcile_write_dropped", LS("job_id", c->id), LS("verdict", outcome));
+        LOG(LOG_WARN, "reconcile_write_dropped", LS("job_id", c->id), LS("verdict", w->outcome));
     else
         LOG(LOG_INFO, "reconciled", LS("job_id", c->id), LS("provider", c->provider),
-            LS("verdict", outcome), LS("state", st_name(next)), LS("remote_id", remote_id));
+            LS("verdict", w->outcome), LS("state", st_name(w->next)),
+            LS("remote_id", w->remote_id));
+}
+
+static void write_simple(struct db *db, const struct store_claim *c, enum op_state next,
+                         long delay_ms, const char *outcome, const char *error, double t0)
+{
+    struct verdict_write w = {next, delay_ms, outcome, error, NULL, NULL};
+    write_verdict(db, c, &w, t0);
+}
+
+/* A GET of url with the operation's credential. */
+static int get(const struct cfg_provider *p, const struct store_claim *c, const char *url,
+               struct up_response *res)
+{
+    struct prov_call call = {.method = "GET", .url = url, .credential = c->credential};
+    return prov_call(p, &call, res);
+}
+
+/* Sends the provider's cancel for a task found after the client cancelled, once (best effort:
+ * the job ends failed either way, with the remote id kept for the operator). Returns 1 when the
+ * provider accepted it. */
+static int cancel_found(const struct cfg_provider *p, const struct store_claim *c,
+                        const char *remote_id)
+{
+    if (!p->cancel_path || !remote_id)
+        return 0;
+    struct lookup_vars v = {.client_ref = c->id, .id = remote_id};
+    char *url = prov_url(p, p->cancel_path, lookup_var, &v, "cancel");
+    struct up_response res;
+    memset(&res, 0, sizeof(res));
+    struct prov_call call = {.method = p->cancel_method, .url = url, .credential = c->credential};
+    int ok = url && prov_call(p, &call, &res) == 0 && res.http_status >= 200 &&
+             res.http_status < 300;
+    up_response_fini(&res);
+    LOG(LOG_INFO, "cancel_sent", LS("job_id", c->id), LS("provider", p->name), LI("ok", ok));
+    free(url);
+    return ok;
+}
+
+/* A task was found (by list, lookup or a webhook's hint): adopt it, or end the cancelled job. */
+static void found(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
+                  const struct up_response *res, const char *remote_id, double t0)
+{
+    int async = p->mode == CFG_MODE_ASYNC_POLL;
+    enum op_state next = recon_found_state(async, remote_id != NULL, c->cancel_requested);
+    struct verdict_write w = {next, 0, "found", NULL, res, remote_id};
+    if (next == ST_FAILED) {
+        int sent = async && cancel_found(p, c, remote_id);
+        w.outcome = "found_canceled";
+        w.error = sent ? "canceled: the task was found at the provider and cancelled there"
+                       : "canceled: the task was found at the provider (see remote_id); it was not "
+                         "sent again";
+    } else if (next == ST_REVIEW) {
+        w.outcome = "found_without_id";
+        w.error = "a task was found but its id cannot be read: an operator must resolve it";
+        w.res = NULL;
+    } else if (next == ST_ACCEPTED) {
+        w.res = NULL; /* the task has to be polled for its result */
+    }
+    write_verdict(db, c, &w, t0);
+}
+
+/* Absence proven by search (or not yet): the create may be sent again, unless cancelled. */
+static void not_found(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
+                      enum recon_verdict v, const char *how, double t0)
+{
+    if (v == RV_ABSENT && c->cancel_requested)
+        write_simple(db, c, ST_FAILED, 0, "absent_canceled",
+                     "canceled; proven never created at the provider", t0);
+    else if (v == RV_ABSENT)
+        write_simple(db, c, ST_PREPARED, 0, "absent", "proven absent at the provider; resending",
+                     t0);
+    else if (v == RV_REVIEW)
+        write_simple(db, c, ST_REVIEW, 0, how,
+                     "reconciliation could not decide: an operator must resolve it", t0);
+    else
+        write_simple(db, c, ST_UNKNOWN, p->reconcile_interval_ms, "not_yet", NULL, t0);
 }
 
 struct match_ctx {
@@ -116,143 +241,200 @@ static void match_item(const cJSON *item, void *arg)
     }
 }
 
-/* Expands a lookup or list template against the provider's base URL. */
-static char *reconcile_url(const struct cfg_provider *p, const char *tmpl, struct lookup_vars *v)
+/* The URL of one list page: the first from the template, the next with the cursor added. */
+static char *page_url(const struct cfg_provider *p, struct lookup_vars *v, const char *cursor)
 {
-    char err[128], *path = NULL, *url = NULL;
-    if (tmpl_expand(tmpl, TMPL_URL_SEGMENT, lookup_var, v, &path, err, sizeof(err)) < 0) {
-        LOG(LOG_ERROR, "reconcile_template", LS("provider", p->name), LS("error", err));
-        return NULL;
-    }
-    size_t n = strlen(p->base_url) + strlen(path) + 1;
-    url = malloc(n);
-    if (url)
-        snprintf(url, n, "%s%s", p->base_url, path);
-    free(path);
+    char *first = prov_url(p, p->list_path, lookup_var, v, "list");
+    if (!first || !cursor)
+        return first;
+    char *esc = prov_query_escape(cursor), *url = NULL;
+    if (esc && asprintf(&url, "%s%c%s=%s", first, strchr(first, '?') ? '&' : '?',
+                        p->list_cursor_param, esc) < 0)
+        url = NULL;
+    free(esc);
+    free(first);
     return url;
 }
 
-/* Asks the provider whether the task exists, and writes what that proves. */
-static void look(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
-                 int window_closed, double t0)
+/* Reads every page of the provider's list for the window from the first send to now and counts
+ * the tasks carrying our reference. Returns the count, or -1 when a page failed or the pages
+ * ran past max_pages: then nothing is proven. On one match, *task is that task's JSON and
+ * *remote its id (read exactly). */
+static int search_list(const struct cfg_provider *p, const struct store_claim *c, char **task,
+                       char **remote)
 {
     struct lookup_vars v = {.client_ref = c->id};
     /* The window comes from the database's clock: a replica whose own clock is off must not
      * look in the wrong minutes, miss the task, and call it absent. */
     snprintf(v.since, sizeof(v.since), "%lld", (long long)c->first_sent_db - LIST_SLACK_S);
     snprintf(v.until, sizeof(v.until), "%lld", (long long)c->now_db + LIST_SLACK_S);
-    int list = p->reconcile == RECON_LIST_MATCH;
-    char *url = reconcile_url(p, list ? p->list_path : p->lookup_path, &v);
+    char *cursor = NULL;
+    int total = 0;
+    for (int page = 0;; page++) {
+        if (page == p->list_max_pages) {
+            total = -1;
+            break;
+        }
+        char *url = page_url(p, &v, cursor);
+        struct up_response res;
+        memset(&res, 0, sizeof(res));
+        int rc = url ? get(p, c, url, &res) : -1;
+        free(url);
+        if (rc < 0 || res.http_status < 200 || res.http_status >= 300 || res.body_truncated) {
+            up_response_fini(&res);
+            total = -1;
+            break;
+        }
+        cJSON *doc = prov_id_doc(res.body, res.body_len);
+        struct match_ctx m = {p, c->id, 0, NULL};
+        if (doc)
+            jpath_each(p->list_items, doc, match_item, &m);
+        total = doc ? total + m.n : -1;
+        if (m.n == 1 && !*task) {
+            *task = cJSON_PrintUnformatted(m.found);
+            const char *id = p->list_id ? prov_read_id(p->list_id, m.found) : NULL;
+            *remote = id ? strdup(id) : NULL;
+        }
+        const char *next = doc && p->list_next_cursor ? jpath_string(p->list_next_cursor, doc)
+                                                      : NULL;
+        free(cursor);
+        cursor = next && *next ? strdup(next) : NULL;
+        cJSON_Delete(doc);
+        up_response_fini(&res);
+        if (total < 0 || !cursor)
+            break;
+    }
+    free(cursor);
+    return total;
+}
+
+/* Asks the provider whether the task exists, and writes what that proves. */
+static void look(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
+                 int window_closed, double t0)
+{
+    int grace_passed = c->since_ambiguous_ms >= p->absent_grace_ms;
     struct up_response res;
     memset(&res, 0, sizeof(res));
+    char *remote = NULL;
     enum recon_verdict verdict;
-    const char *remote = NULL;
-    char *remote_copy = NULL, *task_json = NULL;
-    cJSON *doc = NULL;
-    if (!url) {
-        verdict = window_closed ? RV_REVIEW : RV_LATER;
-    } else {
-        int rc = attempt_get(p, c->credential, url, &res);
-        const char *end = NULL;
-        if (rc == 0 && res.body)
-            doc = cJSON_ParseWithLengthOpts(res.body, res.body_len, &end, 0);
-        if (list) {
-            struct match_ctx m = {p, c->id, 0, NULL};
-            int ok = rc == 0 && res.http_status >= 200 && res.http_status < 300 && doc;
-            if (ok)
-                jpath_each(p->list_items, doc, match_item, &m);
-            verdict = recon_list_verdict(ok ? m.n : -1, window_closed);
-            if (m.n > 1)
-                metrics_safety(MS_SUSPECTED_DUPLICATE);
-            if (verdict == RV_FOUND) {
-                remote = p->list_id ? jpath_string(p->list_id, m.found) : NULL;
-                task_json = cJSON_PrintUnformatted(m.found);
-            }
-        } else {
-            verdict = recon_lookup_verdict(rc == 0 ? res.http_status : 0, window_closed);
-            if (verdict == RV_FOUND && doc && p->lookup_id)
-                remote = jpath_string(p->lookup_id, doc);
+    const char *how = "undecided";
+    if (p->reconcile == RECON_LIST_MATCH) {
+        char *task = NULL;
+        int matches = search_list(p, c, &task, &remote);
+        if (matches > 1)
+            metrics_safety(MS_SUSPECTED_DUPLICATE);
+        verdict = recon_list_verdict(matches, window_closed, grace_passed);
+        how = "ambiguous_match";
+        if (task) { /* the matching task, not the whole list, is the operation's result */
+            res.body = task;
+            res.body_len = strlen(task);
+            res.http_status = 200;
         }
-        if (remote)
-            remote_copy = strdup(remote);
+    } else {
+        struct lookup_vars v = {.client_ref = c->id};
+        char *url = prov_url(p, p->lookup_path, lookup_var, &v, "lookup");
+        int rc = url ? get(p, c, url, &res) : -1;
+        free(url);
+        verdict = recon_lookup_verdict(rc == 0 && !res.body_truncated ? res.http_status : 0,
+                                       window_closed, grace_passed);
+        cJSON *doc = verdict == RV_FOUND ? prov_id_doc(res.body, res.body_len) : NULL;
+        const char *id = doc && p->lookup_id ? prov_read_id(p->lookup_id, doc) : NULL;
+        remote = id ? strdup(id) : NULL;
+        cJSON_Delete(doc);
     }
-    if (task_json) {
-        /* The matching task, not the whole list, is the operation's result. */
-        free(res.body);
-        res.body = task_json;
-        res.body_len = strlen(task_json);
-    }
-    switch (verdict) {
-    case RV_FOUND:
-        /* A synchronous provider's task is its result; an async one's still has to be polled. */
-        if (p->mode == CFG_MODE_ASYNC_POLL && remote_copy)
-            write_verdict(db, c, ST_ACCEPTED, 0, "found", NULL, NULL, remote_copy, t0);
-        else
-            write_verdict(db, c, ST_COMPLETED, 0, "found", NULL, &res, remote_copy, t0);
-        break;
-    case RV_ABSENT:
-        write_verdict(db, c, ST_PREPARED, 0, "absent", "proven absent at the provider; resending",
-                      &res, NULL, t0);
-        break;
-    case RV_REVIEW:
-        write_verdict(db, c, ST_REVIEW, 0, list ? "ambiguous_match" : "undecided",
-                      "reconciliation could not decide: an operator must resolve it", &res, NULL,
-                      t0);
-        break;
-    case RV_LATER:
-        write_verdict(db, c, ST_UNKNOWN, p->reconcile_interval_ms, "not_yet", NULL, &res, NULL,
-                      t0);
-        break;
-    }
-    cJSON_Delete(doc);
-    free(remote_copy);
+    if (verdict == RV_FOUND)
+        found(p, db, c, &res, remote, t0);
+    else
+        not_found(p, db, c, verdict, how, t0);
+    free(remote);
+    up_response_fini(&res);
+}
+
+/* A verified webhook named a task by our client reference (or an operator resolved the job as
+ * found): read the task by its id and adopt it, its answer being the result, when it exists and
+ * — for a webhook, where the profile says where — carries our reference. */
+static void adopt_hinted(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
+                         int window_closed, double t0)
+{
+    const char *tmpl = p->task_path ? p->task_path : p->poll_path;
+    struct lookup_vars v = {.client_ref = c->id, .id = c->webhook_hint};
+    char *url = tmpl ? prov_url(p, tmpl, lookup_var, &v, "task") : NULL;
+    struct up_response res;
+    memset(&res, 0, sizeof(res));
+    int rc = url ? get(p, c, url, &res) : -1;
     free(url);
+    int ok = rc == 0 && res.http_status >= 200 && res.http_status < 300 && !res.body_truncated;
+    if (ok && p->task_client_ref && !c->operator_found) {
+        cJSON *doc = cJSON_ParseWithLength(res.body, res.body_len);
+        const char *ref = doc ? jpath_string(p->task_client_ref, doc) : NULL;
+        ok = ref && strcmp(ref, c->id) == 0;
+        cJSON_Delete(doc);
+    }
+    if (ok)
+        found(p, db, c, &res, c->webhook_hint, t0);
+    else if (c->operator_found) /* the operator decides again, with what the provider said */
+        write_simple(db, c, ST_REVIEW, 0, "found_unreadable",
+                     "the task an operator named could not be read at the provider", t0);
+    else
+        write_simple(db, c, window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
+                     "hint_unproven", "a webhook named a task that could not be read as ours",
+                     t0);
     up_response_fini(&res);
 }
 
 static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_claim *c)
 {
-    double t0 = attempt_wall_now();
+    double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p) {
-        write_verdict(db, c, ST_UNKNOWN, 60000, "not_configured",
-                      "provider is not configured on this replica", NULL, NULL, t0);
+        write_simple(db, c, ST_UNKNOWN, 60000, "not_configured",
+                     "provider is not configured on this replica", t0);
         return;
     }
-    int window_closed = c->since_first_ms >= p->recovery_window_ms;
-    if (strcmp(c->reconcile_strategy, "idempotent_resubmit") == 0) {
-        /* The provider dedupes on our key: a resend is a transport retry, inside the budget. */
-        if (c->transport_attempts >= p->max_attempts || c->since_first_ms >= p->deadline_ms) {
-            write_verdict(db, c, ST_REVIEW, 0, "budget_exhausted",
-                          "no definite answer within the retry budget: an operator must resolve "
-                          "it",
-                          NULL, NULL, t0);
-            return;
-        }
-        double before = attempt_mono_now();
+    int lookup = strcmp(c->reconcile_strategy, "get_by_client_id") == 0;
+    int list = strcmp(c->reconcile_strategy, "list_match") == 0;
+    struct recon_facts f = {
+        .strategy = strcmp(c->reconcile_strategy, "idempotent_resubmit") == 0 ? RECON_IDEMPOTENT_RESUBMIT
+                    : lookup                                                 ? RECON_GET_BY_CLIENT_ID
+                    : list                                                   ? RECON_LIST_MATCH
+                                                                             : RECON_NONE,
+        .can_look = (lookup && p->lookup_path && p->reconcile == RECON_GET_BY_CLIENT_ID) ||
+                    (list && p->list_path && p->reconcile == RECON_LIST_MATCH),
+        .cancel_requested = c->cancel_requested,
+        .window_closed = c->since_first_ms >= p->recovery_window_ms,
+        .budget_left = c->transport_attempts < p->max_attempts && c->since_first_ms < p->deadline_ms,
+        .webhook_hint = c->webhook_hint != NULL,
+    };
+    switch (recon_plan(&f)) {
+    case RP_ADOPT:
+        adopt_hinted(p, db, c, f.window_closed, t0);
+        return;
+    case RP_LOOK:
+        look(p, db, c, f.window_closed, t0);
+        return;
+    case RP_RESEND: {
+        double before = clock_mono();
         if (store_reconcile_send(db, c, cfg->lease_seconds) != STORE_OK)
-            return; /* fenced or unreachable: the next claim decides */
+            return; /* fenced, cancelled meanwhile, or unreachable: the next claim decides */
         metrics_safety(MS_PROTECTED_RESEND);
         c->from_unknown = 1;
         attempt_create(cfg, db, c, before);
         return;
     }
-    if (strcmp(c->reconcile_strategy, "get_by_client_id") == 0 && p->lookup_path) {
-        look(p, db, c, window_closed, t0);
+    case RP_WAIT:
+        write_simple(db, c, ST_UNKNOWN, (long)(p->recovery_window_ms - c->since_first_ms),
+                     "waiting", NULL, t0);
+        return;
+    case RP_REVIEW:
+        write_simple(db, c, ST_REVIEW, 0, c->cancel_requested ? "canceled_unknown" : "window_closed",
+                     c->cancel_requested
+                         ? "cancelled while its fate was unknown; it was never sent again and "
+                           "cannot be looked up: an operator must resolve it"
+                         : "no definite answer within the recovery window or the retry budget: "
+                           "an operator must resolve it",
+                     t0);
         return;
     }
-    if (strcmp(c->reconcile_strategy, "list_match") == 0 && p->list_path) {
-        look(p, db, c, window_closed, t0);
-        return;
-    }
-    /* No way to look: wait out the recovery window, then hand it to a human. Never resend. */
-    if (window_closed)
-        write_verdict(db, c, ST_REVIEW, 0, "window_closed",
-                      "no way to reconcile with this provider and the recovery window closed",
-                      NULL, NULL, t0);
-    else
-        write_verdict(db, c, ST_UNKNOWN, (long)(p->recovery_window_ms - c->since_first_ms),
-                      "waiting", NULL, NULL, NULL, t0);
 }
 
 /* One reconciler step: claim one due unknown operation and look. */

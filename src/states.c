@@ -17,8 +17,10 @@ static const unsigned allowed[ST__COUNT] = {
     [ST_ACCEPTED] = B(ST_COMPLETED) | B(ST_FAILED),
     /* Reconciliation: found, proven absent, resent under the same provider key, or escalated. */
     [ST_UNKNOWN] = B(ST_SENDING) | B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) |
-                   B(ST_REVIEW),
-    [ST_REVIEW] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) | B(ST_FAILED),
+                   B(ST_REVIEW) | B(ST_FAILED), /* failed: cancelled, then found or proven absent */
+    /* An operator's resolution; unknown when the found task is read before it is adopted. */
+    [ST_REVIEW] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) | B(ST_FAILED) |
+                  B(ST_UNKNOWN),
     [ST_COMPLETED] = 0,
     [ST_FAILED] = 0,
 };
@@ -47,4 +49,27 @@ int st_can_transition(enum op_state from, enum op_state to)
     if ((unsigned)from >= ST__COUNT || (unsigned)to >= ST__COUNT)
         return 0;
     return (allowed[from] >> to) & 1u;
+}
+
+int st_resolution_parse(const char *s)
+{
+    static const char *const res[] = {"found", "absent", "abandon"};
+    for (int i = 0; s && i < 3; i++)
+        if (strcmp(res[i], s) == 0)
+            return i;
+    return -1;
+}
+
+enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
+                                int cancel_requested)
+{
+    switch (r) {
+    case RES_FOUND:
+        return async ? ST_ACCEPTED : readable ? ST_UNKNOWN : ST_COMPLETED;
+    case RES_ABSENT:
+        return cancel_requested ? ST_FAILED : ST_PREPARED;
+    case RES_ABANDON:
+    default:
+        return ST_FAILED;
+    }
 }

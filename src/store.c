@@ -1,5 +1,6 @@
 #include "idemgate/store.h"
 
+#include "idemgate/clock.h"
 #include "idemgate/log.h"
 
 #include <libpq-fe.h>
@@ -7,6 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* How long a result write keeps trying while the database is unreachable. Past the lease the
+ * reaper (once the database is back) may have moved the operation on; the write is then fenced,
+ * which is safe. */
+#define FINISH_RETRY_S 120.0
 
 struct db {
     char *url;
@@ -37,7 +43,8 @@ enum {
     JC_BLOCKED, JC_PROVIDER_STATUS, JC_OUTPUTS, JC_CANCEL_REQ, JC_PROFILE, JC_POLLS, JC__COUNT
 };
 
-/* What a worker needs to act on an operation it claimed. */
+/* What a worker needs to act on an operation it claimed; read by the CC_ names below. Every claim
+ * statement returns these, then one flag of its own (CC_CANCEL_DUE). */
 #define CLAIM_COLS                                                                                 \
     "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
     "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - now())::float8, "      \
@@ -45,7 +52,15 @@ enum {
     "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested, "        \
     "o.remote_id, o.poll_url, o.polls, "                                                           \
     "extract(epoch FROM coalesce(o.first_sent_at, now()))::float8, "                              \
-    "extract(epoch FROM now())::float8"
+    "extract(epoch FROM now())::float8, o.ambiguous_at IS NOT NULL, "                            \
+    "(extract(epoch FROM now() - coalesce(o.ambiguous_at, o.first_sent_at, now())) * 1000)::bigint, " \
+    "o.cancel_requested_at IS NOT NULL, o.webhook_hint, coalesce(o.resolution = 'found', false)"
+enum {
+    CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
+    CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
+    CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
+    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE
+};
 
 struct stmt {
     const char *name;
@@ -111,6 +126,7 @@ static const struct stmt stmts[] = {
      "UPDATE operations SET state = 'sending', transport_attempts = transport_attempts + 1, "
      " lease_expires_at = now() + make_interval(secs => $4), updated_at = now() "
      "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'unknown' "
+     " AND cancel_requested_at IS NULL "
      "RETURNING extract(epoch FROM lease_expires_at - now())::float8"},
     /* A result is written only under the lease that sent it (fencing); the attempt is recorded
      * whatever happens, as 'fenced' when the write was dropped. */
@@ -131,6 +147,9 @@ static const struct stmt stmts[] = {
      "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
      "   ELSE now() + make_interval(secs => $22::float8 / 1000) END, "
      "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
+     "  ambiguous_at = CASE WHEN $17 = 'create' AND $4 = 'unknown' THEN now() "
+     "   ELSE ambiguous_at END, "
+     "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
      "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
      "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
      " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
@@ -140,6 +159,11 @@ static const struct stmt stmts[] = {
      "SELECT $1, $2, $3, $17, to_timestamp($10), to_timestamp($11), $12, $5::integer, $13, $14, "
      " CASE WHEN EXISTS (SELECT 1 FROM upd) THEN $4 ELSE 'fenced' END, $8 "
      "RETURNING decision"},
+    /* After a fenced write was re-run on a new connection: whether the first run had committed
+     * (the row holds what it wrote, under the same fencing token, unowned). */
+    {"finish_check",
+     "SELECT 1 FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
+     " AND lease_owner IS NULL AND (state = $4 OR ($4 = 'prepared' AND state = 'failed'))"},
     /* The poller's claim: an accepted operation due for a status read (or with a cancel to
      * send), within its poll deadline, under a new lease and fencing token. */
     {"poll_claim",
@@ -169,7 +193,8 @@ static const struct stmt stmts[] = {
      "   ELSE o.last_error END, "
      "  lease_version = CASE WHEN o.state = 'prepared' THEN o.lease_version + 1 "
      "   ELSE o.lease_version END, "
-     "  next_attempt_at = CASE WHEN o.state = 'accepted' THEN now() ELSE o.next_attempt_at END, "
+     "  next_attempt_at = CASE WHEN o.state IN ('accepted', 'unknown') THEN now() "
+     "   ELSE o.next_attempt_at END, "
      "  updated_at = now() "
      " FROM t WHERE o.tenant_id = t.id AND o.id = $2 "
      "  AND o.state NOT IN ('completed', 'failed') RETURNING o.*) "
@@ -179,17 +204,28 @@ static const struct stmt stmts[] = {
      " WHERE o.id = $2 AND NOT EXISTS (SELECT 1 FROM upd)"},
     /* A verified webhook, in one statement: dedupe by event id; a hint that makes the
      * operation due for a status read now; parked when the task is not linked yet. */
+    /* A webhook, in one statement. Signed: dedupe by event id; a hint that makes the operation
+     * due for a status read now; parked when the task is not linked yet; and when it names the
+     * client reference of an unknown operation, the task id is kept for the reconciler to read
+     * and adopt. Unsigned (anyone can send it): no row is written, nothing is parked, and a hint
+     * can bring a status read forward to no sooner than 5 s after the row last changed. */
     {"webhook",
      "WITH ev AS (INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
-     " VALUES ($1, $2, $3, now() + make_interval(hours => $4)) ON CONFLICT DO NOTHING "
-     " RETURNING 1), "
-     "hint AS (UPDATE operations SET next_attempt_at = now() "
+     " SELECT $1, $2, $3, now() + make_interval(hours => $4) WHERE $5::boolean "
+     " ON CONFLICT DO NOTHING RETURNING 1), "
+     "fresh AS (SELECT NOT $5::boolean OR EXISTS (SELECT 1 FROM ev) AS f), "
+     "hint AS (UPDATE operations SET next_attempt_at = CASE WHEN $5::boolean THEN now() "
+     "   ELSE least(next_attempt_at, greatest(now(), updated_at + interval '5 seconds')) END "
      " WHERE provider = $1 AND remote_id = $3 AND state = 'accepted' "
-     "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+     "  AND (SELECT f FROM fresh) RETURNING id), "
+     "rescue AS (UPDATE operations SET webhook_hint = $3, next_attempt_at = now() "
+     " WHERE $5::boolean AND $6::text IS NOT NULL AND id = $6 AND provider = $1 "
+     "  AND state = 'unknown' AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
      "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
-     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM operations "
-     "  WHERE provider = $1 AND remote_id = $3) ON CONFLICT DO NOTHING RETURNING 1) "
-     "SELECT EXISTS (SELECT 1 FROM ev), (SELECT count(*) FROM hint), "
+     " WHERE $5::boolean AND EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
+     "  AND NOT EXISTS (SELECT 1 FROM operations WHERE provider = $1 AND remote_id = $3) "
+     " ON CONFLICT DO NOTHING RETURNING 1) "
+     "SELECT (SELECT f FROM fresh), (SELECT count(*) FROM hint) + (SELECT count(*) FROM rescue), "
      " EXISTS (SELECT 1 FROM park)"},
     {"resume_polling",
      "UPDATE operations SET poll_deadline_at = now() + make_interval(secs => $2::float8 / 1000), "
@@ -215,6 +251,7 @@ static const struct stmt stmts[] = {
      "   ELSE $4 END, resolution = $3, "
      "  resolved_by = t.name || coalesce(' (' || $5 || ')', ''), "
      "  resolved_at = now(), remote_id = coalesce($6, o.remote_id), updated_at = now(), "
+     "  webhook_hint = CASE WHEN $4 = 'unknown' THEN $6 ELSE o.webhook_hint END, "
      "  next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL, "
      "  lease_version = o.lease_version + 1, "
      "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
@@ -251,6 +288,7 @@ static const struct stmt stmts[] = {
     {"reap",
      "WITH r AS (UPDATE operations o SET state = 'unknown', lease_owner = NULL, "
      "  lease_expires_at = NULL, updated_at = now(), next_attempt_at = now(), "
+     "  ambiguous_at = now(), "
      "  last_error = 'lease expired while sending' "
      " FROM (SELECT tenant_id, id FROM operations WHERE state = 'sending' "
      "       AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
@@ -615,27 +653,32 @@ void store_claim_fini(struct store_claim *c)
 static int claim_from(PGresult *r, struct store_claim *out)
 {
     out->res = r;
-    out->tenant_id = atoll(PQgetvalue(r, 0, 0));
-    out->id = PQgetvalue(r, 0, 1);
-    out->lease_version = atoll(PQgetvalue(r, 0, 2));
-    out->provider = PQgetvalue(r, 0, 3);
-    out->route = PQgetvalue(r, 0, 4);
-    out->method = PQgetvalue(r, 0, 5);
-    out->url = PQgetvalue(r, 0, 6);
-    out->credential = PQgetvalue(r, 0, 7);
-    out->lease_remaining_s = atof(PQgetvalue(r, 0, 9));
-    out->idem_header = val(r, 0, 10);
-    out->reconcile_strategy = PQgetvalue(r, 0, 11);
-    out->transport_attempts = atoi(PQgetvalue(r, 0, 12));
-    out->since_first_ms = val(r, 0, 13) ? atoll(val(r, 0, 13)) : 0;
-    out->outputs_requested = val(r, 0, 14) ? atoi(val(r, 0, 14)) : -1;
-    out->remote_id = val(r, 0, 15);
-    out->poll_url = val(r, 0, 16);
-    out->polls = atoi(PQgetvalue(r, 0, 17));
-    out->first_sent_db = atof(PQgetvalue(r, 0, 18));
-    out->now_db = atof(PQgetvalue(r, 0, 19));
-    out->cancel_due = PQgetvalue(r, 0, 20)[0] == 't';
-    if (bytea_decode(val(r, 0, 8), &out->body, &out->body_len) < 0) {
+    out->tenant_id = atoll(PQgetvalue(r, 0, CC_TENANT));
+    out->id = PQgetvalue(r, 0, CC_ID);
+    out->lease_version = atoll(PQgetvalue(r, 0, CC_LEASE_VERSION));
+    out->provider = PQgetvalue(r, 0, CC_PROVIDER);
+    out->route = PQgetvalue(r, 0, CC_ROUTE);
+    out->method = PQgetvalue(r, 0, CC_METHOD);
+    out->url = PQgetvalue(r, 0, CC_URL);
+    out->credential = PQgetvalue(r, 0, CC_CREDENTIAL);
+    out->lease_remaining_s = atof(PQgetvalue(r, 0, CC_LEASE_LEFT));
+    out->idem_header = val(r, 0, CC_IDEM_HEADER);
+    out->reconcile_strategy = PQgetvalue(r, 0, CC_STRATEGY);
+    out->transport_attempts = atoi(PQgetvalue(r, 0, CC_TRANSPORT));
+    out->since_first_ms = val(r, 0, CC_SINCE_FIRST) ? atoll(val(r, 0, CC_SINCE_FIRST)) : 0;
+    out->outputs_requested = val(r, 0, CC_OUT_REQ) ? atoi(val(r, 0, CC_OUT_REQ)) : -1;
+    out->remote_id = val(r, 0, CC_REMOTE);
+    out->poll_url = val(r, 0, CC_POLL_URL);
+    out->polls = atoi(PQgetvalue(r, 0, CC_POLLS));
+    out->first_sent_db = atof(PQgetvalue(r, 0, CC_FIRST_SENT));
+    out->now_db = atof(PQgetvalue(r, 0, CC_NOW));
+    out->ambiguous_before = PQgetvalue(r, 0, CC_AMBIGUOUS)[0] == 't';
+    out->since_ambiguous_ms = atoll(PQgetvalue(r, 0, CC_SINCE_AMBIGUOUS));
+    out->cancel_requested = PQgetvalue(r, 0, CC_CANCEL_REQ)[0] == 't';
+    out->webhook_hint = val(r, 0, CC_WEBHOOK_HINT);
+    out->operator_found = PQgetvalue(r, 0, CC_OPERATOR_FOUND)[0] == 't';
+    out->cancel_due = PQgetvalue(r, 0, CC_CANCEL_DUE)[0] == 't';
+    if (bytea_decode(val(r, 0, CC_BODY), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;
     }
@@ -739,11 +782,34 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     int lens[24] = {0};
     lens[6] = (int)f->resp_body_len;
     PGresult *r;
-    int e = run(db, "finish", 24, v, lens, 1u << 6, &r);
+    /* A result is never dropped for a lost connection (a PostgreSQL restart): the fenced write
+     * is safe to run again, on a new connection, until it is written or fenced. */
+    int e, lost = 0;
+    long wait_ms = 50;
+    double give_up = clock_mono() + FINISH_RETRY_S;
+    while ((e = run(db, "finish", 24, v, lens, 1u << 6, &r)) == STORE_EUNAVAIL ||
+           e == STORE_ERETRY) {
+        lost |= e == STORE_EUNAVAIL;
+        if (clock_mono() > give_up)
+            return e;
+        LOG(LOG_WARN, "result_write_retry", LS("job_id", f->id), LI("store_error", e),
+            LI("wait_ms", wait_ms));
+        clock_sleep_ms(wait_ms);
+        wait_ms = wait_ms * 2 > 1000 ? 1000 : wait_ms * 2;
+    }
     if (e < 0)
         return e;
     *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
     PQclear(r);
+    if (!*applied && lost) {
+        /* The connection may have died after the first run's commit: then the re-run met its
+         * own write. The row tells. */
+        const char *cv[4] = {tid, f->id, lv, st_name(f->state)};
+        if (run(db, "finish_check", 4, cv, NULL, 0, &r) == STORE_OK) {
+            *applied = PQntuples(r) == 1;
+            PQclear(r);
+        }
+    }
     return STORE_OK;
 }
 
@@ -1023,14 +1089,15 @@ int store_cancel(struct db *db, const char *token, const char *job_id, struct st
     return flagged_job(db, "cancel", 2, v, token, out, changed);
 }
 
-int store_webhook(struct db *db, const char *provider, const char *event_id, const char *remote_id,
-                  long window_hours, int *fresh, int *hinted, int *parked)
+int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, int *hinted,
+                  int *parked)
 {
     char hours[24];
-    snprintf(hours, sizeof(hours), "%ld", window_hours);
-    const char *v[4] = {provider, event_id, remote_id, hours};
+    snprintf(hours, sizeof(hours), "%ld", w->window_hours);
+    const char *v[6] = {w->provider, w->event_id, w->remote_id, hours, w->is_signed ? "t" : "f",
+                        w->client_ref};
     PGresult *r;
-    int e = run(db, "webhook", 4, v, NULL, 0, &r);
+    int e = run(db, "webhook", 6, v, NULL, 0, &r);
     if (e < 0)
         return e;
     *fresh = PQgetvalue(r, 0, 0)[0] == 't';

@@ -76,12 +76,13 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
                 v++;
             while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
                 end--;
-            char buf[512];
-            size_t vl = (size_t)(end - v) < sizeof(buf) - 1 ? (size_t)(end - v) : sizeof(buf) - 1;
-            memcpy(buf, v, vl);
-            buf[vl] = '\0';
+            /* The value whole, however long (a Location can be long). Out of memory, the
+             * header is not kept rather than the transfer (and perhaps a paid result) lost. */
+            char *val = strndup(v, (size_t)(end - v));
             cJSON_DeleteItemFromObjectCaseSensitive(c->headers, header_allow[i]);
-            cJSON_AddStringToObject(c->headers, header_allow[i], buf);
+            if (val)
+                cJSON_AddStringToObject(c->headers, header_allow[i], val);
+            free(val);
         }
     }
     return len;
@@ -105,33 +106,85 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
     return CURL_PREREQFUNC_OK;
 }
 
+/* Appends one header line to *list. The line is built exactly as long as it needs to be: a 2 KB
+ * provider token is never cut (a cut token reads as 401 and trips the credential for every
+ * tenant). Our copy is zeroed before it is freed, since it may hold the credential. Returns 0,
+ * or -1 when out of memory (*list is then unchanged). */
+__attribute__((warn_unused_result)) static int add_header(struct curl_slist **list,
+                                                          const char *name, const char *value)
+{
+    size_t n = strlen(name) + 2 + strlen(value) + 1;
+    char *line = malloc(n);
+    if (!line)
+        return -1;
+    snprintf(line, n, "%s: %s", name, value);
+    struct curl_slist *nl = curl_slist_append(*list, line);
+    explicit_bzero(line, n);
+    free(line);
+    if (!nl)
+        return -1;
+    *list = nl;
+    return 0;
+}
+
+/* Appends a fixed line ("Expect:" removes a header libcurl would add). Returns 0 or -1. */
+__attribute__((warn_unused_result)) static int add_line(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *nl = curl_slist_append(*list, line);
+    if (!nl)
+        return -1;
+    *list = nl;
+    return 0;
+}
+
+/* Frees the header list after zeroing libcurl's copies of the lines (one holds the
+ * credential). */
+static void free_headers(struct curl_slist *list)
+{
+    for (struct curl_slist *e = list; e; e = e->next)
+        explicit_bzero(e->data, strlen(e->data));
+    curl_slist_free_all(list);
+}
+
+/* The request's header lines: ours, the credential, then the caller's. Returns 0 with the list
+ * in *out, or -1 when out of memory (nothing is left allocated). */
+__attribute__((warn_unused_result)) static int build_headers(const struct up_request *req,
+                                                             struct curl_slist **out)
+{
+    struct curl_slist *l = NULL;
+    *out = NULL;
+    if (req->body && add_line(&l, "Content-Type: application/json") < 0)
+        goto failed;
+    if (add_line(&l, "Accept: application/json") < 0 ||
+        add_line(&l, "Expect:") < 0) /* no 100-continue round trip */
+        goto failed;
+    if (req->auth_header && req->auth_value &&
+        add_header(&l, req->auth_header, req->auth_value) < 0)
+        goto failed;
+    for (const char *const *x = req->headers; x && x[0] && x[1]; x += 2)
+        if (add_header(&l, x[0], x[1]) < 0)
+            goto failed;
+    *out = l;
+    return 0;
+failed:
+    free_headers(l);
+    return -1;
+}
+
 int up_call(const struct up_request *req, struct up_response *res)
 {
     struct call_ctx ctx = {.res = res, .max = req->max_response_bytes, .req = req};
     struct curl_slist *hdrs = NULL;
-    char line[1024];
     int rc = -1;
 
     memset(res, 0, sizeof(*res));
     CURL *h = curl_easy_init();
     ctx.headers = cJSON_CreateObject();
-    if (!h || !ctx.headers) {
+    if (!h || !ctx.headers || build_headers(req, &hdrs) < 0) {
+        /* Nothing was sent: the request could not even be built. */
         res->curl_code = CURLE_OUT_OF_MEMORY;
         snprintf(res->error, sizeof(res->error), "out of memory");
         goto done;
-    }
-    if (req->body)
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-    hdrs = curl_slist_append(hdrs, "Accept: application/json");
-    hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue round trip */
-    if (req->auth_header && req->auth_value) {
-        snprintf(line, sizeof(line), "%s: %s", req->auth_header, req->auth_value);
-        hdrs = curl_slist_append(hdrs, line);
-        explicit_bzero(line, sizeof(line));
-    }
-    for (const char *const *x = req->headers; x && x[0] && x[1]; x += 2) {
-        snprintf(line, sizeof(line), "%s: %s", x[0], x[1]);
-        hdrs = curl_slist_append(hdrs, line);
     }
     curl_easy_setopt(h, CURLOPT_URL, req->url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
@@ -142,6 +195,11 @@ int up_call(const struct up_request *req, struct up_response *res)
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
     }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    /* Only the configured proxy, never the environment's: an empty CURLOPT_PROXY disables
+     * http_proxy / HTTPS_PROXY / ALL_PROXY, and NOPROXY "*" exempts every host besides. A
+     * configured proxy carries every call: NOPROXY "" overrides the environment's NO_PROXY. */
+    curl_easy_setopt(h, CURLOPT_PROXY, req->proxy ? req->proxy : "");
+    curl_easy_setopt(h, CURLOPT_NOPROXY, req->proxy ? "" : "*");
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
     curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
@@ -172,7 +230,7 @@ int up_call(const struct up_request *req, struct up_response *res)
 done:
     res->headers_json = ctx.headers ? cJSON_PrintUnformatted(ctx.headers) : NULL;
     cJSON_Delete(ctx.headers);
-    curl_slist_free_all(hdrs); /* the slist copies were made by libcurl from `line`, cleared */
+    free_headers(hdrs);
     if (h)
         curl_easy_cleanup(h);
     return rc;

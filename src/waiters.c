@@ -23,8 +23,9 @@ struct waiters {
     pthread_mutex_t mu;
     struct waiter *v;
     size_t n, cap;
-    atomic_int stop;
+    atomic_int stop; /* closed: no new waiter is taken (set under mu) */
     pthread_t thread;
+    int running; /* thread is to be joined (touched by the starting/stopping thread only) */
 };
 
 double waiters_now(void)
@@ -161,19 +162,32 @@ struct waiters *waiters_start(const struct cfg *cfg)
         free(w);
         return NULL;
     }
+    w->running = 1;
     return w;
 }
 
-void waiters_stop(struct waiters *w)
+void waiters_close(struct waiters *w)
 {
     if (!w)
         return;
     pthread_mutex_lock(&w->mu);
+    /* Under the lock: a waiters_add that got in before is woken below, any later one refuses. */
     atomic_store(&w->stop, 1);
     while (w->n)
         wake_at(w, 0);
     pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    /* Only the shutdown thread closes: nobody else joins. */
+    if (w->running) {
+        pthread_join(w->thread, NULL);
+        w->running = 0;
+    }
+}
+
+void waiters_free(struct waiters *w)
+{
+    if (!w)
+        return;
+    waiters_close(w);
     pthread_mutex_destroy(&w->mu);
     free(w->v);
     free(w);

@@ -14,19 +14,11 @@
 void attempt_create(const struct cfg *cfg, struct db *db, const struct store_claim *c,
                     double claimed_mono);
 
-/* A GET to the provider with its credential (reconcile lookups, lists, probes). url is
- * absolute. Fills res as up_call does; returns up_call's result, or -1 when the credential
- * variable is not set (res->error says so). */
-int attempt_get(const struct cfg_provider *p, const char *credential, const char *url,
-                struct up_response *res);
-
-/* 1 when url is on the same scheme, host and port as base (a poll URL or result URL the
- * provider hands back must be, or it is not followed: no server-side request forgery). */
+/* 1 when url is on the same scheme, host and port as base (see prov_same_origin). */
 int attempt_same_origin(const char *url, const char *base);
 
-double attempt_mono_now(void);
-double attempt_wall_now(void);
-/* A uniform random number in [0, 1). */
-double attempt_rand01(void);
+/* 1 when a reconcile strategy finds the task by the client reference sent with the create
+ * (get_by_client_id, list_match): such a create never leaves without its reference. */
+int attempt_needs_client_ref(const char *strategy);
 
 #endif

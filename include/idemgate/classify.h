@@ -10,7 +10,8 @@ enum cls_outcome {
     CLS_NOT_SENT = 0,     /* nothing left this host: safe to send */
     CLS_REJECTED_REQUEST, /* a definite 4xx about the request: failed, no retry */
     CLS_REJECTED_ACCOUNT, /* 401/402/403: failed, and the credential is suspect */
-    CLS_BACKOFF,          /* 408/425/429/5xx with a definite response: try again later */
+    CLS_BACKOFF,          /* a status proving nothing was made (or any status under a native
+                           * key): try again later */
     CLS_AMBIGUOUS,        /* sent, no definite answer: the task may exist */
     CLS_SUCCESS,          /* 2xx with a complete body */
     CLS_PARTIAL,          /* 2xx with fewer outputs than asked */
@@ -23,7 +24,14 @@ struct cls_evidence {
     long header_bytes; /* CURLINFO_HEADER_SIZE */
     int http_status;   /* CURLINFO_RESPONSE_CODE; 0 when none */
     int outputs_short; /* 2xx carried fewer outputs than requested */
-    int idempotent;    /* sent under a provider idempotency key: a 409 means "in flight" */
+    int idempotent;    /* sent under a provider idempotency key: a 409 means "in flight" and
+                        * any status is safe to resend under the same key */
+    /* The profile's statuses that prove no task was made (retry.not_created_statuses) and that
+     * mean the credential itself is refused (auth.trip_statuses). */
+    const int *not_created;
+    int n_not_created;
+    const int *trip;
+    int n_trip;
 };
 
 enum cls_outcome cls_classify(const struct cls_evidence *e);

@@ -13,8 +13,9 @@
  * holds HDR_KEY_MAX + 1 bytes) and returns its length, or -1 when the value is invalid. */
 int hdr_idempotency_key(const char *value, char out[HDR_KEY_MAX + 1]);
 
-/* Extracts the token of "Bearer <token>" (scheme case-insensitive). Returns a pointer into value
- * and its length in *len, or NULL. */
+/* Extracts the token of "Bearer <token>" (scheme case-insensitive; spaces around the token are
+ * ignored). The token is one or more visible ASCII characters (0x21..0x7e), of any length.
+ * Returns a pointer into value and its length in *len, or NULL. */
 const char *hdr_bearer(const char *value, size_t *len);
 
 /* Returns N of a `wait=N` preference in a Prefer header (RFC 7240; other preferences are

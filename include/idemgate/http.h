@@ -14,12 +14,25 @@ struct http_server;
 struct http_req;
 struct db;
 
-struct http_server *http_start(const struct cfg *cfg, struct waiters *w);
-/* Stops accepting new connections (in-flight requests continue). */
+/* Starts listening. w is used by handlers until http_stop returns, so it must outlive the
+ * server. Returns NULL when it cannot listen. */
+__attribute__((warn_unused_result)) struct http_server *http_start(const struct cfg *cfg,
+                                                                   struct waiters *w);
+/* The shutdown, in this order:
+ *   http_quiesce  stop accepting: new connections are refused (ECONNREFUSED) and those not yet
+ *                 accepted are reset, never left queued; requests in progress continue and every
+ *                 answer from now on closes its connection, so kept-alive clients go away.
+ *   waiters_close wake the waiting clients (answered with the current state) and refuse new
+ *                 waits: a request arriving on a kept-alive connection is answered at once.
+ *   http_drain    wait up to timeout_ms for the requests in progress to be answered; a request
+ *                 still suspended then is resumed (and answered) rather than left behind.
+ *   http_stop     resume whatever is still suspended, stop libmicrohttpd (no server thread
+ *                 runs afterwards), close the listening socket and the per-thread database
+ *                 connections, free the server.
+ *   waiters_free  only now, when no handler can reach the waiters any more.
+ * Each accepts NULL and does nothing twice. */
 void http_quiesce(struct http_server *s);
-/* Waits up to timeout_ms for the requests in progress to be answered. */
 void http_drain(struct http_server *s, int timeout_ms);
-/* Stops the server: call waiters_stop first so that no connection is left suspended. */
 void http_stop(struct http_server *s);
 
 /* For handlers: the route label of the request's metrics (metrics.h enum metric_route). */
@@ -52,7 +65,9 @@ struct http_wait {
 struct http_wait *http_req_wait(struct http_req *r);
 
 /* Suspends the request until http_resume(r) (from any thread); the handler is then called
- * again with the same request. */
+ * again with the same request. Every suspension must be paired with a way out: a registered
+ * waiter, or an immediate http_resume when none could be registered. http_resume after the
+ * request was already resumed (by http_drain or http_stop at shutdown) does nothing. */
 void http_suspend(struct http_req *r);
 void http_resume(void *r);
 

@@ -5,14 +5,23 @@
 
 /* RFC 8785 (JSON Canonicalization Scheme) from raw request bytes, strict about RFC 8259: two
  * bodies that mean the same JSON get byte-identical canonical forms, and anything that is not
- * unambiguous JSON is refused rather than guessed at. */
+ * unambiguous JSON is refused rather than guessed at.
+ *
+ * One deliberate difference from RFC 8785, for numbers: two bodies whose numbers have different
+ * exact decimal values never share a canonical form, even when the values round to one IEEE
+ * double (9007199254740993 and 9007199254740992; 0.1 and 0.10000000000000001; 1e-400 and 0).
+ * Each number is written from its exact value, in the ECMAScript layout RFC 8785 uses; that is
+ * byte-identical to RFC 8785 whenever the number is spelt with the shortest digits of its
+ * double (in any form: 1, 1.0, 1e0, 10e-1, 1E23 = 100000000000000000000000, -0 = 0), and its
+ * own normalised digits otherwise. */
 
 enum jcs_err {
     JCS_OK = 0,
     JCS_ENOMEM = -1,    /* allocation failed, or the input is 4 GiB or larger */
     JCS_ESYNTAX = -2,   /* not JSON (RFC 8259 grammar), including empty input */
     JCS_EDUPKEY = -3,   /* an object has the same member name twice (after unescaping) */
-    JCS_ENUMBER = -4,   /* a number that is not a finite IEEE-754 double (e.g. 1e999) */
+    JCS_ENUMBER = -4,   /* a number whose nearest IEEE-754 double is infinite (e.g. 1e999), or a
+                           non-zero one written with an exponent of 10^15 or more in magnitude */
     JCS_EDEPTH = -5,    /* nesting deeper than max_depth */
     JCS_EUTF8 = -6,     /* invalid UTF-8, or a lone surrogate in a \u escape */
     JCS_ETRAILING = -7, /* non-whitespace bytes after the top-level value */
@@ -26,11 +35,11 @@ struct jcs_error {
 
 /* Parses in[0..len) strictly (it need not be NUL-terminated and may contain NUL bytes, which are
  * a syntax error outside strings and must be escaped inside them) and writes its RFC 8785
- * canonical form to a new malloc'd buffer (*out, *out_len; NUL-terminated for convenience, the
- * NUL not counted). Objects and arrays nested deeper than max_depth (top-level value = depth 1)
- * fail. Returns 0, or a negative enum jcs_err with *err filled (err may be NULL). On failure
- * *out is NULL. The caller frees *out with free(). out and out_len must not be NULL; in may be
- * NULL only when len is 0.
+ * canonical form (with exact numbers, see above) to a new malloc'd buffer (*out, *out_len;
+ * NUL-terminated for convenience, the NUL not counted). Objects and arrays nested deeper than
+ * max_depth (top-level value = depth 1) fail. Returns 0, or a negative enum jcs_err with *err
+ * filled (err may be NULL). On failure *out is NULL. The caller frees *out with free(). out and
+ * out_len must not be NULL; in may be NULL only when len is 0.
  *
  * Errors are reported in input order, except that duplicate member names are detected when
  * their object closes (the offset then points at the later of the two names). The function is

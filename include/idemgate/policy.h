@@ -17,6 +17,14 @@ struct pol_input {
     long long hint_ms;     /* the server's Retry-After (any form), or -1 */
     long long base_ms, cap_ms;
     double rand01; /* uniform in [0, 1) */
+    /* An earlier attempt of this operation was ambiguous (its task may exist): it can then
+     * never end `failed` here, only unknown (→ reconcile → review). */
+    int ambiguous_before;
+    int truncated; /* a 2xx whose body exceeded the profile's cap: not a stored result */
+    /* When the outcome is unknown: the first reconcile look comes after the interval; a
+     * provider with no way to look (strategy none) waits out its recovery window instead. */
+    int cannot_look;
+    long long reconcile_interval_ms, recovery_window_ms;
 };
 
 struct pol_decision {
@@ -24,6 +32,7 @@ struct pol_decision {
     long long delay_ms;  /* when next is prepared (or unknown): wait this long */
     int trip_credential; /* stop dispatching to this provider until reset */
     const char *reason;  /* a short static phrase for last_error, or NULL */
+    int ambiguous;       /* this decision leaves the operation's fate unknown: remember it */
 };
 
 struct pol_decision pol_decide(const struct pol_input *in);

@@ -50,6 +50,8 @@ struct cfg_provider {
     char *secret_env;  /* the environment variable holding the secret; the secret is never stored */
     long connect_timeout_ms;
     long total_timeout_ms;
+    size_t max_response_bytes; /* a longer answer is never a completed result */
+    char *proxy;               /* the only proxy used (NULL: none, whatever the environment) */
     struct cfg_route *routes;
     size_t n_routes;
 
@@ -61,6 +63,10 @@ struct cfg_provider {
     char *client_ref_body_field;
 
     /* Retry: attempt limit, total deadline, full-jitter exponential backoff, a body hint. */
+    int not_created[16]; /* statuses that prove no task was made (retry.not_created_statuses) */
+    int n_not_created;
+    int trip_statuses[8]; /* statuses that trip the credential (auth.trip_statuses) */
+    int n_trip_statuses;
     int max_attempts;
     long deadline_ms;
     long backoff_base_ms;
@@ -69,14 +75,21 @@ struct cfg_provider {
 
     /* Reconciliation. */
     enum cfg_reconcile reconcile;
-    long recovery_window_ms;   /* counts from the first send */
+    long recovery_window_ms;   /* counts from the first send; resends only inside it */
     long reconcile_interval_ms;
+    long absent_grace_ms;      /* absence is concluded only this long after the last
+                                * ambiguous send */
     char *lookup_path;         /* GET template with {client_ref}; 404 = proven absent */
     struct jpath *lookup_id;   /* remote id in the lookup's answer */
     char *list_path;           /* GET template with {since} and {until} (Unix seconds) */
     struct jpath *list_items;  /* each task in the list's answer */
     struct jpath *list_match;  /* the client reference in one task */
     struct jpath *list_id;     /* the remote id in one task */
+    struct jpath *list_next_cursor; /* the next page's cursor in a list answer, or NULL */
+    char *list_cursor_param;   /* the query parameter that carries it */
+    int list_max_pages;        /* more pages than this prove nothing */
+    char *task_path;           /* GET template with {id}: one task (async: the poll path) */
+    struct jpath *task_client_ref; /* the client reference in that task, or NULL */
 
     /* Results: requested and received outputs, usage. */
     struct jpath *outputs_requested; /* in the request body; NULL: not counted */
@@ -138,6 +151,7 @@ struct cfg_provider {
     char *webhook_event_id_header; /* or, when NULL, webhook_event_id (a path in the body) */
     struct jpath *webhook_event_id;
     struct jpath *webhook_task_id;
+    struct jpath *webhook_client_ref; /* our client reference in a delivery, or NULL */
     long webhook_window_hours;
 };
 
@@ -146,6 +160,9 @@ struct cfg_provider {
 int prof_load_all(const cJSON *arr, const char *file, const char *dir,
                   struct cfg_provider **out, size_t *n, char *err, size_t errlen);
 void prof_free_all(struct cfg_provider *p, size_t n);
+
+/* 1 when status is in the profile's list (not_created or trip_statuses). */
+int prof_status_in(const int *list, int n, int status);
 
 /* Maps the provider's status word; -1 when the map does not know it. */
 int prof_map_status(const struct cfg_provider *p, const char *word);

@@ -2,6 +2,7 @@
 #define IDEMGATE_RECONCILER_H
 
 #include "idemgate/config.h"
+#include "idemgate/states.h"
 #include "idemgate/wpool.h"
 
 /* Reconciler workers: unknown → accepted/completed (found), prepared (proven absent), sending
@@ -19,10 +20,37 @@ enum recon_verdict {
     RV_REVIEW,  /* ambiguous for good: an operator decides */
 };
 
-/* list_match: matches = tasks carrying our reference (-1 when the list call failed);
- * window_closed = the recovery window (from the first send) is over. */
-enum recon_verdict recon_list_verdict(int matches, int window_closed);
-/* get_by_client_id: status of the lookup (0 when it failed without an answer). */
-enum recon_verdict recon_lookup_verdict(int http_status, int window_closed);
+/* list_match: matches = tasks carrying our reference over every page (-1 when a page failed or
+ * the pages could not all be read); window_closed = the resend window (from the first send) is
+ * over; grace_passed = the provider's absent_grace_ms has passed since the last ambiguous send.
+ * Absence needs the grace period (a task may be committed after our timeout), and a resend
+ * after it needs the window still open; a task is adopted whenever it is found. */
+enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_passed);
+/* get_by_client_id: the status of the lookup (0 when it failed without an answer): 2xx found,
+ * 404 none, anything else proves nothing. */
+enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed);
+
+/* What the reconciler does with an unknown operation it claimed. Pure. */
+enum recon_plan {
+    RP_LOOK,   /* search the provider (lookup or list) */
+    RP_RESEND, /* a transport retry under the same provider key */
+    RP_ADOPT,  /* read the task a verified webhook named by our client reference */
+    RP_WAIT,   /* nothing to do before the window closes */
+    RP_REVIEW, /* hand it to an operator */
+};
+struct recon_facts {
+    enum cfg_reconcile strategy;
+    int can_look;         /* the profile has the lookup / list it needs */
+    int cancel_requested; /* the client cancelled: nothing is ever sent again */
+    int window_closed;
+    int budget_left;      /* transport attempts and deadline allow another resend */
+    int webhook_hint;     /* a verified webhook named a task by our reference */
+};
+enum recon_plan recon_plan(const struct recon_facts *f);
+
+/* The state a found task leads to: async with a usable id → accepted (polled); sync → completed
+ * (its answer is the result); async without an id → review; cancelled → failed (the provider's
+ * cancel is sent first when the profile has one). */
+enum op_state recon_found_state(int async, int has_id, int cancel_requested);
 
 #endif

@@ -24,4 +24,19 @@ int st_is_terminal(enum op_state s);
  * except on proof that nothing was sent). */
 int st_can_transition(enum op_state from, enum op_state to);
 
+/* An operator's decision on a job in review (POST /v1/jobs/{id}/resolve and the CLI alike). */
+enum st_resolution {
+    RES_FOUND = 0, /* the task exists at the provider: its remote id is given */
+    RES_ABSENT,    /* nothing was made: it may be sent again */
+    RES_ABANDON,   /* give up: failed */
+};
+/* Returns the resolution named s ("found", "absent", "abandon"), or -1. */
+int st_resolution_parse(const char *s);
+/* The state a resolution leads to. A task found at an async provider still has to be polled for
+ * its result (accepted); a synchronous one whose task the profile can read by id is read first
+ * (unknown, adopted by the reconciler with its answer as the result), else completed on the
+ * operator's word; a cancelled operation is never sent again (absent → failed). */
+enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
+                                int cancel_requested);
+
 #endif

@@ -128,6 +128,12 @@ struct store_claim {
     int cancel_due;             /* a cancel was requested and this claim must send it */
     double first_sent_db, now_db; /* Unix seconds by the database's clock, not this host's */
     int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
+    int ambiguous_before;       /* some attempt was ambiguous: never `failed` by budget */
+    long long since_ambiguous_ms; /* since the last ambiguous send (or the first send) */
+    int cancel_requested;       /* the client cancelled: nobody sends the create again */
+    const char *webhook_hint;   /* a task id a verified webhook named by client reference, or
+                                 * an operator's `resolve found` of a synchronous task */
+    int operator_found;         /* the hint is an operator's word: no client reference needed */
 };
 void store_claim_fini(struct store_claim *c);
 
@@ -153,12 +159,21 @@ __attribute__((warn_unused_result)) int store_cancel(struct db *db, const char *
                                                      const char *job_id, struct store_job *out,
                                                      int *changed);
 
-/* A verified webhook: *fresh is 0 for an event id seen before (nothing else happens);
- * otherwise *hinted counts operations made due for a status read and *parked says the task is
- * not linked to an operation yet. */
-__attribute__((warn_unused_result)) int store_webhook(struct db *db, const char *provider,
-                                                      const char *event_id,
-                                                      const char *remote_id, long window_hours,
+struct store_webhook_req {
+    const char *provider;
+    const char *event_id;
+    const char *remote_id;
+    long window_hours;
+    int is_signed;          /* 0: verify none — anyone could have sent it */
+    const char *client_ref; /* our client reference named in the delivery, or NULL */
+};
+
+/* A webhook that passed verification (or whose profile has none). Signed: *fresh is 0 for an
+ * event id seen before (nothing else happens); otherwise *hinted counts operations made due for
+ * a status read (or, by client reference, for adoption of the named task) and *parked says the
+ * task is not linked to an operation yet. Unsigned: nothing is written but a rate-limited hint. */
+__attribute__((warn_unused_result)) int store_webhook(struct db *db,
+                                                      const struct store_webhook_req *w,
                                                       int *fresh, int *hinted, int *parked);
 
 /* An operator resumes polling of an accepted job whose poll deadline passed. */

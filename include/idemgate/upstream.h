@@ -18,6 +18,11 @@ struct up_request {
     long connect_timeout_ms;
     long total_timeout_ms;
     size_t max_response_bytes;
+    /* The proxy to use ("http://host:port", "socks5h://…"), or NULL for a direct connection.
+     * The environment (http_proxy, HTTPS_PROXY, ALL_PROXY, NO_PROXY) is never consulted: a
+     * proxy nobody configured could turn a timeout into a definite 502/504 and would see the
+     * credential. */
+    const char *proxy;
     /* Called by libcurl after the connection is made and just before the request is sent. A
      * nonzero return aborts the transfer with nothing sent (a lease that ran out, say). */
     int (*before_send)(void *arg);
@@ -37,13 +42,16 @@ struct up_response {
     char error[256];    /* libcurl's message; never holds request data */
 };
 
-/* Global libcurl set-up, once, before any thread starts. */
-int up_global_init(void);
+/* Global libcurl set-up, once, before any thread starts. Returns 0 or -1. */
+__attribute__((warn_unused_result)) int up_global_init(void);
 void up_global_fini(void);
 
 /* Performs the call. Always fills *res (free it with up_response_fini); returns 0 when a
- * response with a status line arrived, -1 otherwise (the evidence says how far it got). */
-int up_call(const struct up_request *req, struct up_response *res);
+ * response with a status line arrived, -1 otherwise (the evidence says how far it got). When
+ * the request cannot even be built (out of memory), nothing is sent: curl_code is
+ * CURLE_OUT_OF_MEMORY and bytes_sent 0. Header lines have no length limit. */
+__attribute__((warn_unused_result)) int up_call(const struct up_request *req,
+                                                struct up_response *res);
 void up_response_fini(struct up_response *res);
 
 #endif

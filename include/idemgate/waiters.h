@@ -9,13 +9,21 @@
 
 struct waiters;
 
-struct waiters *waiters_start(const struct cfg *cfg);
-/* Wakes every remaining waiter (their clients get the current state) and stops the thread. */
-void waiters_stop(struct waiters *w);
+/* Starts the LISTEN thread. Returns NULL when it cannot. */
+__attribute__((warn_unused_result)) struct waiters *waiters_start(const struct cfg *cfg);
+/* The first step of a shutdown: from now on waiters_add refuses (-1), every remaining waiter is
+ * woken (its client gets the job's current state) and the LISTEN thread is stopped. The
+ * structure stays valid, so a request that arrives later on a kept-alive connection is simply
+ * answered at once. Calling it again does nothing; w may be NULL. */
+void waiters_close(struct waiters *w);
+/* Frees the waiters, closing them first if needed. Call it only when no thread can reach them
+ * any more, i.e. after http_stop (a server thread may call waiters_add until then). */
+void waiters_free(struct waiters *w);
 
 /* Registers a waiter for job_id until deadline (CLOCK_MONOTONIC seconds). wake(arg) is called
- * exactly once, from the waiters thread, when the job is terminal, the deadline passes or the
- * gateway stops. Returns 0, or -1 when it cannot wait (the caller answers at once). */
+ * exactly once, from the waiters thread (or from waiters_close), when the job is terminal, the
+ * deadline passes or the gateway stops. Returns 0, or -1 when it cannot wait: closed, full or out
+ * of memory (wake is then never called and the caller answers at once). */
 __attribute__((warn_unused_result)) int waiters_add(struct waiters *w, const char *job_id,
                                                     double deadline, void (*wake)(void *arg),
                                                     void *arg);

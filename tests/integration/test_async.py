@@ -306,7 +306,10 @@ def test_each_webhook_scheme_end_to_end(gateway_factory, token, mock, name):
 
 def test_found_at_an_async_provider_is_polled_to_its_result(gateway_factory, token, mock):
     # The create hangs; the operator finds the task; polling then brings the result.
-    e, route = entry("keyed-async", mock, reconcile={"strategy": "none", "window_seconds": 2},
+    # The task read by id carries the job's client reference: that proves the tenant's claim.
+    e, route = entry("keyed-async", mock,
+                     reconcile={"strategy": "none", "window_seconds": 2,
+                                "task": {"client_ref": "$.metadata.client_ref"}},
                      timeouts={"connect_ms": 1000, "total_ms": 1000})
     gw = start(gateway_factory, [e])
     mock.script([{"fault": "hang"}])

@@ -247,7 +247,10 @@ def test_k1_retry_after_date_is_not_read_on_the_replica_clock(offset, gateway_fa
     replica's own clock (bo_retry_after_ms(ra, time(NULL))); 300 s ahead, the date looked 297 s
     past, the hint became 0 and the create was resent after 0.5 s (−300 s would have waited
     303 s). The date is now read against the response's own Date header."""
-    entry = providers.plain(mock.url, "plain" + providers.tag())
+    # This provider documents its 503 as "overloaded, nothing was made": a resend is safe.
+    entry = providers.plain(mock.url, "plain" + providers.tag(),
+                            retry=dict(providers.FAST_RETRY,
+                                       not_created_statuses=[408, 425, 429, 503]))
     reps = Replicas(gateway_factory, free_port)
     reps.start("skewed", env=skewed(offset), providers=[entry], lease_seconds=3)
     pfx = harness.prefix("k1date")

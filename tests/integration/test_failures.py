@@ -93,7 +93,9 @@ def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mo
     if retry_after == "date":
         # An HTTP-date 3 s ahead: whole seconds, so the hint is between 2 and 3 s.
         retry_after = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 3))
-    gw = gateway_factory(providers=[provider("busy", mock.url, retry=FAST_RETRY)])
+    # This provider documents its 503 as "overloaded, nothing was made" (429 is so by default).
+    gw = gateway_factory(providers=[provider(
+        "busy", mock.url, retry=dict(FAST_RETRY, not_created_statuses=[408, 425, 429, 503]))])
     mock.script([{"status": status, "retry_after": retry_after}])
     r = gw.submit(token, key(), {"prompt": "x"}, route="busy/images/generations")
     job_id = r.json()["id"]
@@ -107,15 +109,18 @@ def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mo
 
 
 def test_retry_budget_exhausted_is_failed_not_unknown(gateway_factory, token, mock):
+    # Every answer proved that nothing was made (429, and a 503 the profile declares so): once
+    # the budget is spent the job is failed. (A 5xx that is not declared so is ambiguous and
+    # never ends failed: see test_audit.py.)
     gw = gateway_factory(providers=[provider(
         "down", mock.url, retry={"max_attempts": 3, "deadline_seconds": 60, "base_ms": 50,
-                                 "cap_ms": 100})])
-    mock.script([{"status": 502}, {"status": 504}, {"status": 500}, {"status": 500}])
+                                 "cap_ms": 100, "not_created_statuses": [429, 503]})])
+    mock.script([{"status": 503}, {"status": 429}, {"status": 503}, {"status": 503}])
     r = gw.submit(token, key(), {"prompt": "x"}, route="down/images/generations")
     job = gw.wait_state(token, r.json()["id"], {"completed", "failed"}, timeout=20)
     assert job["state"] == "failed", job
     assert "budget" in job["last_error"]
-    assert [e["status"] for e in mock.creates_for(job["id"])] == [502, 504, 500]
+    assert [e["status"] for e in mock.creates_for(job["id"])] == [503, 429, 503]
 
 
 def test_401_fails_and_trips_the_provider_until_reset(gateway_factory, token, mock):
@@ -169,24 +174,30 @@ def review_job(gw, token, mock, route):
 
 
 def resolve(gw, token, job_id, body):
+    """POST /v1/jobs/{id}/resolve with a tenant's token or the admin token."""
     return gw.http.request("POST", f"/v1/jobs/{job_id}/resolve", json.dumps(body),
                            {"Authorization": f"Bearer {token}"})
 
 
 def test_review_resolutions_do_what_they_say_once(gateway_factory, token, mock):
     route = "rev/images/generations"
-    gw = gateway_factory(providers=[provider(
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
         "rev", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
         reconcile={"strategy": "none", "window_seconds": 2})])
     found, absent, abandon = [review_job(gw, token, mock, route) for _ in range(3)]
 
-    r = resolve(gw, token, found, {"outcome": "found", "remote_id": "task_from_dashboard",
-                                   "operator": "alice"})
+    # A tenant cannot adopt a task the provider does not show as this job's (this profile has
+    # no way to read one by id): only the admin token may.
+    r = resolve(gw, token, found, {"outcome": "found", "remote_id": "task_from_dashboard"})
+    assert r.status == 403 and r.json()["type"].endswith("adoption-not-proven"), r
+    r = resolve(gw, ADMIN_TOKEN, found, {"outcome": "found", "remote_id": "task_from_dashboard",
+                                         "operator": "alice"})
     assert r.status == 200, r
     j = r.json()
     assert j["state"] == "completed" and j["remote_id"] == "task_from_dashboard"
     assert j["resolution"]["outcome"] == "found" and "alice" in j["resolution"]["by"]
-    again = resolve(gw, token, found, {"outcome": "found", "remote_id": "task_from_dashboard"})
+    again = resolve(gw, ADMIN_TOKEN, found,
+                    {"outcome": "found", "remote_id": "task_from_dashboard"})
     assert again.status == 200 and again.json()["resolution"] == j["resolution"]
     assert again.json()["updated_at"] == j["updated_at"], "the same decision changes nothing"
     other = resolve(gw, token, found, {"outcome": "abandon"})
@@ -251,10 +262,11 @@ def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token
     assert job["attempts"]["transport"] >= 2 and job["attempts"]["generation"] == 1
 
 
-LIST = {"strategy": "list_match", "window_seconds": 4, "interval_ms": 300,
+LIST = {"strategy": "list_match", "window_seconds": 30, "interval_ms": 300, "absent_grace_ms": 4000,
         "list": {"path": "/v1/images/tasks?since={since}&until={until}", "items": "$.data[*]",
                  "match": "$.client_ref", "id": "$.id"}}
 LOOKUP = {"strategy": "get_by_client_id", "window_seconds": 30, "interval_ms": 300,
+          "absent_grace_ms": 1000,
           "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
 REF = {"body_field": "metadata.client_ref"}
 HANG_TIMEOUTS = {"connect_ms": 1000, "total_ms": 1000}
@@ -279,7 +291,8 @@ def test_hang_with_a_list_endpoint_is_adopted_without_a_second_create(gateway_fa
 def test_list_match_none_found_after_the_window_is_proven_absent_and_resent(
         gateway_factory, token, mock):
     # A 503 with a hang: the mock made no task, the gateway could not tell. The list stays empty
-    # for the whole window, which proves absence: only then is it sent again.
+    # for the grace period after the ambiguous send, which proves absence: only then is it sent
+    # again.
     gw = gateway_factory(providers=[provider("listed2", mock.url, timeouts=HANG_TIMEOUTS,
                                              client_ref=REF, reconcile=LIST)])
     mock.script([{"fault": "hang", "status": 503}])
@@ -289,7 +302,7 @@ def test_list_match_none_found_after_the_window_is_proven_absent_and_resent(
     assert job["state"] == "completed", job
     entries = mock.creates_for(job_id)
     assert len(entries) == 2 and entries[0]["task_id"] is None and entries[1]["task_id"]
-    assert entries[1]["time"] - entries[0]["time"] >= 4.0, "resent only after the window"
+    assert entries[1]["time"] - entries[0]["time"] >= 4.0, "resent only after the grace period"
 
 
 def test_list_match_several_tasks_go_to_review(gateway_factory, token, mock, psql):

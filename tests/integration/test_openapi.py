@@ -596,6 +596,9 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                                                 "secret_env": "MOCK_IMAGES_API_KEY"}),
         provider("nowhere", nowhere, retry={"max_attempts": 1000, "deadline_seconds": 3600,
                                             "base_ms": 200, "cap_ms": 1000}),
+        provider("reffed", mock.url, client_ref={"body_field": "metadata.client_ref"},
+                 reconcile={"strategy": "get_by_client_id",
+                            "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}),
         provider("hooked", mock.url, webhook={"verify": "hmac_sha256_hex",
                                               "secret_env": "HOOK_SECRET",
                                               "signature_header": "X-Signature",
@@ -682,6 +685,10 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  "payload-too-large")
         t.expect("key reused", "POST", INTAKE, submit(gw, k, {"prompt": "other"}), 422,
                  "idempotency-key-reused")
+        reffed = "/v1/providers/reffed/images/generations"
+        t.expect("client reference unplaceable", "POST", reffed,
+                 submit(gw, "oa-" + uuid.uuid4().hex, {"prompt": "p", "metadata": None},
+                        route=reffed), 422, "client-ref-unplaceable")
 
         # A job that ends without a provider body (an operator found it): Prefer: wait
         # answers the job itself, 200.
@@ -689,8 +696,13 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         r = submit(gw, found_key, {"prompt": "f"}, route="/v1/providers/nowhere/images/generations")
         assert r.status == 202, r
         set_state(r.json()["id"], "review")
-        res = call(gw, "POST", f"/v1/jobs/{r.json()['id']}/resolve",
-                   '{"outcome":"found","remote_id":"task_seen_in_dashboard"}', H)
+        resolve_path = f"/v1/jobs/{r.json()['id']}/resolve"
+        t.expect("found, not proven", "POST", resolve_path,
+                 call(gw, "POST", resolve_path,
+                      '{"outcome":"found","remote_id":"task_seen_in_dashboard"}', H),
+                 403, "adoption-not-proven")
+        res = call(gw, "POST", resolve_path,
+                   '{"outcome":"found","remote_id":"task_seen_in_dashboard"}', A)
         assert res.status == 200 and res.json()["state"] == "completed", res
         t.expect("wait, completed without a body", "POST",
                  "/v1/providers/nowhere/images/generations",

@@ -37,6 +37,9 @@
 /* Most copies POST /_webhooks/send delivers at once (1 + duplicates). */
 #define SEND_MAX_COPIES 10001u
 
+/* Numeric task ids ("id_numeric") are this plus the task counter: 2^53. */
+#define NUMERIC_ID_BASE 9007199254740992ULL
+
 /* Most tasks GET /_tasks lists, and how many when the request does not say. */
 #define TASKS_LIMIT_MAX 100000u
 #define TASKS_LIMIT_DEFAULT 1000u
@@ -455,7 +458,10 @@ static void name_task(struct async_task *t)
             uuid_salt = (unsigned int)time(NULL);
         salt_ready = true;
     }
-    if (k->id_prefix)
+    if (t->id_numeric)
+        /* Above 2^53, where a double cannot hold every integer: 2^53 + 1 is the first. */
+        snprintf(t->short_id, sizeof(t->short_id), "%llu", NUMERIC_ID_BASE + t->number);
+    else if (k->id_prefix)
         snprintf(t->short_id, sizeof(t->short_id), "%s%llu", k->id_prefix, t->number);
     else
         snprintf(t->short_id, sizeof(t->short_id), "%08x-0000-4000-8000-%012llx", uuid_salt,
@@ -567,6 +573,9 @@ static struct async_task *task_new(const struct async_create_args *a)
     t->kind = k;
     t->seq = a->seq;
     t->created = now_unix();
+    t->visible_at = t->created;
+    if (c->set & CTRL_VISIBLE_AFTER)
+        t->visible_at += c->visible_after_ms / 1000.0;
     t->client_ref = dup_or_null(a->client_ref, &ok);
     if (k->scope_template && expand(k->scope_template, a->m, scope, sizeof(scope)))
         t->scope = dup_or_null(scope, &ok);
@@ -585,6 +594,8 @@ static struct async_task *task_new(const struct async_create_args *a)
     t->events = webhook_events(k, a->doc);
     if (c->set & CTRL_WEBHOOK)
         t->wh = c->webhook;
+    t->id_numeric = k->id_controls && (c->set & CTRL_ID_NUMERIC) && c->id_numeric;
+    t->id_missing = k->id_controls && (c->set & CTRL_ID_MISSING) && c->id_missing;
     if (!ok) {
         task_free(t);
         return NULL;
@@ -639,6 +650,45 @@ cJSON *async_create(const struct async_create_args *a, char *task_id, struct wh_
 }
 
 /*
+ * Makes a task of personality p that no create made (POST /_tasks/seed): created now, with
+ * the client reference client_ref, the default course (DEFAULT_POLLS status reads, then
+ * succeeded with one output), no scope and no webhooks.  Writes its id into task_id
+ * (ASYNC_ID_MAX).  Returns false when memory ran out.
+ */
+bool async_seed(const struct mock_personality *p, const char *client_ref, char *task_id)
+{
+    struct async_task *t = calloc(1, sizeof(*t));
+    bool ok = t != NULL;
+
+    if (t == NULL)
+        return false;
+    t->p = p;
+    t->kind = p->async;
+    t->created = now_unix();
+    t->visible_at = t->created;
+    t->client_ref = dup_or_null(client_ref, &ok);
+    snprintf(t->ext, sizeof(t->ext), "%s", t->kind->output_ext ? t->kind->output_ext : ".png");
+    t->polls_needed = DEFAULT_POLLS;
+    t->error = dup_or_null(DEFAULT_ERROR, &ok);
+    t->outputs = 1;
+    t->state = AS_PENDING;
+    t->events = t->kind->events;
+    if (!ok) {
+        task_free(t);
+        return false;
+    }
+    pthread_mutex_lock(&store_lock);
+    name_task(t);
+    ok = store_add(t);
+    if (ok)
+        memcpy(task_id, t->id, ASYNC_ID_MAX);
+    pthread_mutex_unlock(&store_lock);
+    if (!ok)
+        task_free(t);
+    return ok;
+}
+
+/*
  * Returns an error text when controls ask for something the personality cannot do (a
  * webhook URL for a provider without webhooks), else NULL.
  */
@@ -646,6 +696,9 @@ const char *async_check_controls(const struct mock_personality *p, const struct 
 {
     if ((c->set & CTRL_WEBHOOK) && c->webhook.url[0] && !p->async->webhooks)
         return "this provider sends no webhooks, so webhook.url cannot be used";
+    if (!p->async->id_controls && (((c->set & CTRL_ID_NUMERIC) && c->id_numeric) ||
+                                   ((c->set & CTRL_ID_MISSING) && c->id_missing)))
+        return "id_numeric and id_missing apply to keyed-async only";
     return NULL;
 }
 
@@ -690,9 +743,9 @@ static bool request_task_id(struct mock_request *req, const struct async_kind *k
 
 /*
  * Returns the live task of personality p called id, or NULL when there is none, it was
- * deleted, or the route's scope (fal's model, Vertex's resource) is not the task's: a
- * status read of the wrong model finds nothing, as it would at the provider.  The caller
- * holds store_lock.
+ * deleted, it is not visible yet ("visible_after_ms"), or the route's scope (fal's model,
+ * Vertex's resource) is not the task's: a status read of the wrong model finds nothing, as
+ * it would at the provider.  The caller holds store_lock.
  */
 static struct async_task *find_live(const struct mock_personality *p, const struct route_match *m,
                                     const char *id)
@@ -700,7 +753,7 @@ static struct async_task *find_live(const struct mock_personality *p, const stru
     struct async_task *t = find_any(id);
     char scope[ASYNC_ID_MAX];
 
-    if (t == NULL || t->p != p || t->deleted)
+    if (t == NULL || t->p != p || t->deleted || t->visible_at > now_unix())
         return NULL;
     if (p->async->scope_template && expand(p->async->scope_template, m, scope, sizeof(scope)) &&
         (t->scope == NULL || strcmp(t->scope, scope) != 0))
@@ -797,34 +850,51 @@ static bool in_window(const struct async_task *t, const struct tasks_window *w)
     return (!w->has_since || second >= w->since) && (!w->has_until || second <= w->until);
 }
 
-/* List route: the personality's tasks, newest first (/_config "list" settings apply). */
+/*
+ * List route: one page of the personality's tasks, newest first (/_config "list" settings
+ * apply).  A page ends below the task counter of its last task, so tasks made meanwhile never
+ * shift the next page: its cursor is "a<number>".
+ */
 enum MHD_Result async_handle_list(struct mock_request *req, const struct mock_personality *p,
                                   const struct route_match *m)
 {
     struct tasks_window w;
     enum MHD_Result ret;
-    cJSON *items = cJSON_CreateArray(), *doc;
+    cJSON *items, *doc;
     size_t listed = 0;
-    bool ok = items != NULL;
+    unsigned long long before = 0, last = 0;
+    bool ok, more = false;
+    double now = now_unix();
+    char next[TASKS_CURSOR_MAX] = "";
 
     (void)m;
-    if (tasks_list_refused(req, &w, &ret)) {
-        cJSON_Delete(items);
+    if (tasks_list_refused(req, &w, &ret))
         return ret;
-    }
+    if (w.cursor && (!tasks_cursor_parse(w.cursor, 'a', &before, NULL) || before == 0))
+        return tasks_reply_bad_cursor(req);
+    items = cJSON_CreateArray();
+    ok = items != NULL;
     pthread_mutex_lock(&store_lock);
-    for (size_t i = 0; ok && i < ring_count && listed < w.limit; i++) {
+    for (size_t i = 0; ok && i < ring_count; i++) {
         const struct async_task *t = newest(i);
         cJSON *item;
 
-        if (t->p != p || t->deleted || !in_window(t, &w))
+        if (t->p != p || t->deleted || t->visible_at > now || !in_window(t, &w) ||
+            (before && t->number >= before))
             continue;
+        if (listed == w.limit) {
+            more = true;
+            break;
+        }
         item = async_counted_object(t);
         ok = item != NULL && cJSON_AddItemToArray(items, item);
+        last = t->number;
         listed++;
     }
     pthread_mutex_unlock(&store_lock);
-    doc = ok ? p->async->render_list(items) : NULL;
+    if (more)
+        snprintf(next, sizeof(next), "a%llu", last);
+    doc = ok ? p->async->render_list(items, more ? next : NULL) : NULL;
     if (!ok)
         cJSON_Delete(items);
     if (doc == NULL)

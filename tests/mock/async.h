@@ -72,16 +72,19 @@ struct async_task {
     unsigned long seq;                  /* the ledger entry of the create */
     unsigned long long number;          /* the process-wide task counter */
     double created, started, completed; /* Unix seconds; 0 while not yet */
-    char *client_ref;                   /* NULL when the create carried none */
-    char *scope; /* fal's model, Replicate's owner/name, Vertex's resource; or NULL */
-    char *echo;  /* JSON text echoed back (Replicate's input, Luma's request), or NULL */
-    char ext[8]; /* the extension of output files: ".png" or ".mp4" */
+    double visible_at; /* status reads and lists show the task from this Unix time on */
+    char *client_ref;  /* NULL when the create carried none */
+    char *scope;       /* fal's model, Replicate's owner/name, Vertex's resource; or NULL */
+    char *echo;        /* JSON text echoed back (Replicate's input, Luma's request), or NULL */
+    char ext[8];       /* the extension of output files: ".png" or ".mp4" */
     unsigned int polls_needed, polls, cancels, outputs;
     bool fail;
     char *error;
     enum async_state state;
     unsigned int step;
-    bool deleted; /* Luma: a DELETE removed the generation */
+    bool deleted;    /* Luma: a DELETE removed the generation */
+    bool id_numeric; /* the id is decimal digits, rendered as a JSON integer (keyed-async) */
+    bool id_missing; /* the create's answer leaves the id out (keyed-async) */
     /* Webhooks. */
     char *webhook_url; /* NULL: no webhooks */
     unsigned int events;
@@ -93,6 +96,8 @@ struct async_task {
 struct async_kind {
     /* Ids: prefix + counter ("video_12"); NULL makes uuid-like ids. */
     const char *id_prefix;
+    /* True when the id_numeric and id_missing controls apply (keyed-async). */
+    bool id_controls;
     /* True when the id is "<scope>/operations/<prefix><n>" (Vertex long-running operations). */
     bool operation_names;
     const struct async_step *steps; /* the labels before the end; steps[0] is the create's */
@@ -129,8 +134,11 @@ struct async_kind {
     void (*render_result)(const struct async_task *t, struct mock_reply *r);
     /* The answer of a cancel; was_final tells whether the task had already ended. */
     void (*render_cancel)(const struct async_task *t, bool was_final, struct mock_reply *r);
-    /* Wraps the task objects of a list (takes items over); NULL when there is no list. */
-    cJSON *(*render_list)(cJSON *items);
+    /*
+     * Wraps the task objects of a list page (takes items over), with "has_more" and
+     * "next_cursor" (NULL on the last page: null, has_more false); NULL when there is no list.
+     */
+    cJSON *(*render_list)(cJSON *items, const char *next_cursor);
     /* The provider's error body; code is a short machine word such as "not_found". */
     void (*render_error)(struct mock_reply *r, unsigned int status, const char *code,
                          const char *message);
@@ -164,6 +172,13 @@ cJSON *async_create(const struct async_create_args *a, char *task_id, struct wh_
 void async_finish_early(const char *task_id, struct wh_event *held);
 
 /*
+ * Makes a task of personality p that no create made (POST /_tasks/seed): created now, with
+ * the client reference client_ref, the default course, no scope and no webhooks.  Writes
+ * its id into task_id (ASYNC_ID_MAX).  Returns false when memory ran out.
+ */
+bool async_seed(const struct mock_personality *p, const char *client_ref, char *task_id);
+
+/*
  * Returns an error text when controls ask for something the personality cannot do (a
  * webhook URL for a provider without webhooks), else NULL.
  */
@@ -181,7 +196,10 @@ enum MHD_Result async_handle_result(struct mock_request *req, const struct mock_
 enum MHD_Result async_handle_cancel(struct mock_request *req, const struct mock_personality *p,
                                     const struct route_match *m);
 
-/* List route: the personality's tasks, newest first (/_config "list" settings apply). */
+/*
+ * List route: one page of the personality's tasks, newest first (/_config "list" settings
+ * apply), with "has_more" and "next_cursor".
+ */
 enum MHD_Result async_handle_list(struct mock_request *req, const struct mock_personality *p,
                                   const struct route_match *m);
 

@@ -299,6 +299,60 @@ static bool parse_outputs(const char *text, struct mock_controls *c, char *err)
     return false;
 }
 
+/*
+ * Parses a boolean control: "true" or "1" turn it on, "false" or "0" off.  A JSON true or
+ * false reaches the parsers as the words.
+ */
+static bool parse_flag(const char *text, const char *name, bool *out, char *err)
+{
+    if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0) {
+        *out = true;
+        return true;
+    }
+    if (strcmp(text, "false") == 0 || strcmp(text, "0") == 0) {
+        *out = false;
+        return true;
+    }
+    snprintf(err, FAULTS_ERR_MAX, "%s must be true or false", name);
+    return false;
+}
+
+/* Parses task_made: with an error status, the task is made all the same. */
+static bool parse_task_made(const char *text, struct mock_controls *c, char *err)
+{
+    return parse_flag(text, "task_made", &c->task_made, err);
+}
+
+/* Parses visible_after_ms: how long the task stays out of sight, 0..MAX_DELAY_MS. */
+static bool parse_visible_after(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MAX_DELAY_MS, &c->visible_after_ms))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "visible_after_ms must be an integer 0..%u", MAX_DELAY_MS);
+    return false;
+}
+
+/* Parses pad_bytes: the size of the "pad" member of a 2xx create body, 0..MOCK_PAD_MAX. */
+static bool parse_pad(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MOCK_PAD_MAX, &c->pad_bytes))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "pad_bytes must be an integer 0..%u", MOCK_PAD_MAX);
+    return false;
+}
+
+/* Parses id_numeric: the task id is a JSON integer above 2^53 (keyed-async). */
+static bool parse_id_numeric(const char *text, struct mock_controls *c, char *err)
+{
+    return parse_flag(text, "id_numeric", &c->id_numeric, err);
+}
+
+/* Parses id_missing: the create's 2xx answer has no id (keyed-async). */
+static bool parse_id_missing(const char *text, struct mock_controls *c, char *err)
+{
+    return parse_flag(text, "id_missing", &c->id_missing, err);
+}
+
 /* Reads a JSON integer within [0, max] into *out; false on anything else. */
 static bool json_uint(const cJSON *v, unsigned int max, unsigned int *out)
 {
@@ -389,12 +443,17 @@ static const struct control_field field_table[] = {
     {"fault", "X-Mock-Fault", CTRL_FAULT, parse_fault, NULL},
     {"n_out", "X-Mock-N-Out", CTRL_N_OUT, parse_n_out, NULL},
     {"retry_after", "X-Mock-Retry-After", CTRL_RETRY_AFTER, parse_retry_after, NULL},
+    {"task_made", "X-Mock-Task-Made", CTRL_TASK_MADE, parse_task_made, NULL},
+    {"visible_after_ms", "X-Mock-Visible-After-Ms", CTRL_VISIBLE_AFTER, parse_visible_after, NULL},
+    {"pad_bytes", "X-Mock-Pad-Bytes", CTRL_PAD, parse_pad, NULL},
     /* The rest apply to asynchronous providers only. */
     {"polls", "X-Mock-Polls", CTRL_POLLS, parse_polls, NULL},
     {"outcome", "X-Mock-Outcome", CTRL_OUTCOME, parse_outcome, NULL},
     {"error", "X-Mock-Error", CTRL_ERROR, parse_error_text, NULL},
     {"outputs", "X-Mock-Outputs", CTRL_OUTPUTS, parse_outputs, NULL},
     {"webhook", "X-Mock-Webhook", CTRL_WEBHOOK, parse_webhook_text, parse_webhook_json},
+    {"id_numeric", "X-Mock-Id-Numeric", CTRL_ID_NUMERIC, parse_id_numeric, NULL},
+    {"id_missing", "X-Mock-Id-Missing", CTRL_ID_MISSING, parse_id_missing, NULL},
 };
 
 #define FIELD_COUNT (sizeof(field_table) / sizeof(field_table[0]))
@@ -411,12 +470,15 @@ static const struct control_field *field_by_json_name(const char *name)
 /*
  * Turns a JSON control value into the text the parsers take, so that {"status": 503} and
  * {"status": "503"} mean the same.  Integers are printed into buf (at least 32 bytes).
- * Returns NULL for values that are neither strings nor integers.
+ * Booleans become "true" and "false".  Returns NULL for values that are neither strings,
+ * integers nor booleans.
  */
 static const char *json_value_text(const cJSON *v, char *buf, size_t size)
 {
     if (cJSON_IsString(v))
         return v->valuestring;
+    if (cJSON_IsBool(v))
+        return cJSON_IsTrue(v) ? "true" : "false";
     if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1e9 &&
         v->valuedouble == (double)(long)v->valuedouble) {
         snprintf(buf, size, "%ld", (long)v->valuedouble);
@@ -457,8 +519,8 @@ bool faults_parse_object(const cJSON *obj, struct mock_controls *out, char *err)
         }
         text = json_value_text(item, num, sizeof(num));
         if (text == NULL) {
-            snprintf(err, FAULTS_ERR_MAX, "%s must be a string or a non-negative integer",
-                     f->json_name);
+            snprintf(err, FAULTS_ERR_MAX,
+                     "%s must be a string, a non-negative integer or a boolean", f->json_name);
             return false;
         }
         if (!f->parse(text, out, err))
@@ -513,6 +575,16 @@ void faults_merge(struct mock_controls *dst, const struct mock_controls *src)
         dst->outputs = src->outputs;
     if (take & CTRL_WEBHOOK)
         dst->webhook = src->webhook;
+    if (take & CTRL_TASK_MADE)
+        dst->task_made = src->task_made;
+    if (take & CTRL_VISIBLE_AFTER)
+        dst->visible_after_ms = src->visible_after_ms;
+    if (take & CTRL_PAD)
+        dst->pad_bytes = src->pad_bytes;
+    if (take & CTRL_ID_NUMERIC)
+        dst->id_numeric = src->id_numeric;
+    if (take & CTRL_ID_MISSING)
+        dst->id_missing = src->id_missing;
     dst->set |= take;
 }
 

@@ -46,13 +46,23 @@ enum {
     CTRL_ERROR = 1u << 7,
     CTRL_OUTPUTS = 1u << 8,
     CTRL_WEBHOOK = 1u << 9,
+    CTRL_TASK_MADE = 1u << 10,
+    CTRL_VISIBLE_AFTER = 1u << 11,
+    CTRL_PAD = 1u << 12,
+    CTRL_ID_NUMERIC = 1u << 13,
+    CTRL_ID_MISSING = 1u << 14,
 };
 
 /* The controls that only asynchronous personalities understand. */
-#define CTRL_ASYNC (CTRL_POLLS | CTRL_OUTCOME | CTRL_ERROR | CTRL_OUTPUTS | CTRL_WEBHOOK)
+#define CTRL_ASYNC                                                                                 \
+    (CTRL_POLLS | CTRL_OUTCOME | CTRL_ERROR | CTRL_OUTPUTS | CTRL_WEBHOOK | CTRL_ID_NUMERIC |      \
+     CTRL_ID_MISSING)
 
 /* Longest failure message a task can carry, including the terminating NUL. */
 #define MOCK_ERROR_MAX 256
+
+/* Largest pad_bytes: 64 MiB. */
+#define MOCK_PAD_MAX (64u * 1024u * 1024u)
 
 /* Longest webhook URL a control can name, including the terminating NUL. */
 #define MOCK_URL_MAX 512
@@ -83,6 +93,15 @@ struct mock_controls {
     char error[MOCK_ERROR_MAX];
     unsigned int outputs;
     struct mock_webhook_controls webhook;
+    /* With a status of 300 or more, the task is made anyway (a CDN error after the origin). */
+    bool task_made;
+    /* The task is hidden from lookups, lists and task reads this long after the create. */
+    unsigned int visible_after_ms;
+    /* A 2xx create body gains "pad": a string of this many "x" (a very large answer). */
+    unsigned int pad_bytes;
+    /* keyed-async only: the task id is a JSON integer above 2^53; the create answer has no id. */
+    bool id_numeric;
+    bool id_missing;
 };
 
 /* Longest error message the control parsers produce, including the terminating NUL. */

@@ -13,10 +13,15 @@
 
 #include <cjson/cJSON.h>
 
-/* One stored entry: the caller's record with owned copies of its strings. */
+/*
+ * One stored entry: the caller's record with owned copies of its strings.  A seeded task
+ * (POST /_tasks/seed) is an entry too, so that it takes its place in the lists among the
+ * tasks creates made, but it has no sequence number and GET /_ledger leaves it out.
+ */
 struct ledger_entry {
-    unsigned long seq;
+    unsigned long seq; /* 0 for a seeded task */
     double time;
+    double visible_at; /* lookups and lists show the task from this Unix time on */
     struct ledger_record rec;
     char *result;  /* the task's result once ledger_attach_task() ran, else NULL: no task */
     char *task_id; /* the provider's task id, or NULL for "task_<seq>" */
@@ -24,8 +29,9 @@ struct ledger_entry {
 
 static pthread_mutex_t ledger_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ledger_entry *entries;
-static size_t entry_count;
+static size_t entry_count; /* every entry, seeded tasks included */
 static size_t entry_cap;
+static unsigned long create_count; /* the entries of creates: the last sequence number */
 /* Counts resets, so a task attached late never lands on an entry of the next epoch. */
 static unsigned long epoch;
 
@@ -102,6 +108,7 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
     e.rec = *rec;
     e.result = NULL;
     e.task_id = NULL;
+    e.visible_at = 0;
     e.rec.route = dup_or_null(rec->route, &ok);
     e.rec.idempotency_key = dup_or_null(rec->idempotency_key, &ok);
     e.rec.client_ref = dup_or_null(rec->client_ref, &ok);
@@ -117,10 +124,11 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
         return false;
     }
     /* The time is taken under the lock so that it never decreases along the sequence. */
-    e.seq = entry_count + 1;
+    e.seq = ++create_count;
     e.time = now_unix();
     entries[entry_count++] = e;
     slot->seq = e.seq;
+    slot->pos = entry_count;
     slot->epoch = epoch;
     pthread_mutex_unlock(&ledger_lock);
     return true;
@@ -131,7 +139,8 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
  * result (copied).  task_id is the provider's id of the task (copied), or NULL for the
  * ledger's own "task_<seq>".  Returns false when memory ran out or a reset forgot the entry.
  */
-bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, const char *result)
+bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, const char *result,
+                        unsigned int visible_after_ms)
 {
     bool ok = true, attached = false;
     char *copy = dup_or_null(result, &ok);
@@ -143,10 +152,13 @@ bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, con
         return false;
     }
     pthread_mutex_lock(&ledger_lock);
-    if (slot->epoch == epoch && slot->seq >= 1 && slot->seq <= entry_count &&
-        entries[slot->seq - 1].result == NULL) {
-        entries[slot->seq - 1].result = copy;
-        entries[slot->seq - 1].task_id = id;
+    if (slot->epoch == epoch && slot->pos >= 1 && slot->pos <= entry_count &&
+        entries[slot->pos - 1].result == NULL) {
+        struct ledger_entry *e = &entries[slot->pos - 1];
+
+        e->result = copy;
+        e->task_id = id;
+        e->visible_at = e->time + visible_after_ms / 1000.0;
         attached = true;
     }
     pthread_mutex_unlock(&ledger_lock);
@@ -157,17 +169,80 @@ bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, con
     return attached;
 }
 
-/* Returns true when the task of entry e is one that q selects.  The caller holds the lock. */
-static bool task_matches(const struct ledger_entry *e, const struct ledger_task_query *q)
+/*
+ * Adds a task that no create made (POST /_tasks/seed): it has a position, so lookups and
+ * lists show it, but no sequence number, and GET /_ledger leaves it out.  The strings are
+ * copied.  Returns false when the ledger is full or memory ran out.
+ */
+bool ledger_seed_task(const char *provider, const char *task_id, const char *client_ref,
+                      const char *result)
+{
+    struct ledger_entry e = {0};
+    bool ok = true;
+
+    e.rec.provider = provider;
+    e.rec.status = LEDGER_NO_STATUS;
+    e.rec.client_ref = dup_or_null(client_ref, &ok);
+    e.task_id = dup_or_null(task_id, &ok);
+    e.result = dup_or_null(result, &ok);
+    if (!ok) {
+        free_entry(&e);
+        return false;
+    }
+    pthread_mutex_lock(&ledger_lock);
+    if (entry_count >= LEDGER_MAX_ENTRIES || !reserve_one()) {
+        pthread_mutex_unlock(&ledger_lock);
+        free_entry(&e);
+        return false;
+    }
+    e.time = now_unix();
+    e.visible_at = e.time;
+    entries[entry_count++] = e;
+    pthread_mutex_unlock(&ledger_lock);
+    return true;
+}
+
+/* Returns how many resets there have been, so a list cursor can tell it is stale. */
+unsigned long ledger_epoch(void)
+{
+    unsigned long n;
+
+    pthread_mutex_lock(&ledger_lock);
+    n = epoch;
+    pthread_mutex_unlock(&ledger_lock);
+    return n;
+}
+
+/* Writes the id of the task of entry e into buf (LEDGER_TASK_ID_MAX) and returns it. */
+static const char *entry_task_id(const struct ledger_entry *e, char *buf)
+{
+    if (e->task_id)
+        return e->task_id;
+    ledger_task_id(e->seq, buf);
+    return buf;
+}
+
+/*
+ * Returns true when the task of entry e is one that q selects at Unix time now.  The
+ * caller holds the lock.
+ */
+static bool task_matches(const struct ledger_entry *e, const struct ledger_task_query *q,
+                         double now)
 {
     /* The bounds are whole seconds, so a task counts for the second it was created in. */
     long long second = (long long)floor(e->time);
 
-    if (e->result == NULL || strcmp(e->rec.provider, q->provider) != 0)
+    if (e->result == NULL || strcmp(e->rec.provider, q->provider) != 0 || e->visible_at > now)
         return false;
     if (q->client_ref &&
         (e->rec.client_ref == NULL || strcmp(e->rec.client_ref, q->client_ref) != 0))
         return false;
+    if (q->id) {
+        char buf[LEDGER_TASK_ID_MAX];
+
+        if (strcmp(entry_task_id(e, buf), q->id) != 0)
+            return false;
+    }
     if (q->has_since && second < q->since)
         return false;
     if (q->has_until && second > q->until)
@@ -181,19 +256,30 @@ static bool task_matches(const struct ledger_entry *e, const struct ledger_task_
  * false.  Returns false when a visit did.
  */
 bool ledger_each_task(const struct ledger_task_query *q,
-                      bool (*visit)(const struct ledger_task *t, void *ctx), void *ctx)
+                      bool (*visit)(const struct ledger_task *t, void *ctx), void *ctx, bool *more)
 {
-    size_t visited = 0;
+    double now = now_unix();
+    size_t visited = 0, start;
     bool ok = true;
 
+    if (more)
+        *more = false;
     pthread_mutex_lock(&ledger_lock);
-    for (size_t i = entry_count; ok && i > 0 && visited < q->limit; i--) {
+    start = q->before && q->before - 1 < entry_count ? q->before - 1 : entry_count;
+    for (size_t i = start; ok && i > 0; i--) {
         const struct ledger_entry *e = &entries[i - 1];
+        char id[LEDGER_TASK_ID_MAX];
         struct ledger_task t;
 
-        if (!task_matches(e, q))
+        if (!task_matches(e, q, now))
             continue;
-        t.seq = e->seq;
+        if (visited == q->limit) {
+            if (more)
+                *more = true;
+            break;
+        }
+        t.pos = i;
+        t.id = entry_task_id(e, id);
         t.created = e->time;
         t.client_ref = e->rec.client_ref;
         t.result = e->result;
@@ -235,16 +321,15 @@ static cJSON *entry_to_json(const struct ledger_entry *e)
     else
         cJSON_AddNumberToObject(obj, "status", e->rec.status);
     cJSON_AddBoolToObject(obj, "replay", e->rec.replay);
-    if (e->result && e->task_id) {
-        cJSON_AddStringToObject(obj, "task_id", e->task_id);
-    } else if (e->result) {
+    if (e->result) {
         char id[LEDGER_TASK_ID_MAX];
 
-        ledger_task_id(e->seq, id);
-        cJSON_AddStringToObject(obj, "task_id", id);
+        cJSON_AddStringToObject(obj, "task_id", entry_task_id(e, id));
     } else {
         cJSON_AddNullToObject(obj, "task_id");
     }
+    add_string_or_null(obj, "auth_sha256", e->rec.has_auth ? e->rec.auth_sha256 : NULL);
+    add_string_or_null(obj, "behavior", e->rec.behavior);
     return obj;
 }
 
@@ -261,10 +346,13 @@ char *ledger_to_json(void)
     bool ok = list != NULL;
 
     pthread_mutex_lock(&ledger_lock);
-    count = entry_count;
-    for (size_t i = 0; ok && i < count; i++) {
-        cJSON *item = entry_to_json(&entries[i]);
+    count = create_count;
+    for (size_t i = 0; ok && i < entry_count; i++) {
+        cJSON *item;
 
+        if (entries[i].seq == 0)
+            continue;
+        item = entry_to_json(&entries[i]);
         ok = item != NULL && cJSON_AddItemToArray(list, item);
     }
     pthread_mutex_unlock(&ledger_lock);
@@ -282,6 +370,7 @@ void ledger_reset(void)
     for (size_t i = 0; i < entry_count; i++)
         free_entry(&entries[i]);
     entry_count = 0;
+    create_count = 0;
     epoch++;
     pthread_mutex_unlock(&ledger_lock);
 }

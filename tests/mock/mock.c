@@ -29,6 +29,7 @@
 #include <curl/curl.h>
 
 #include "async.h"
+#include "chaos.h"
 #include "faults.h"
 #include "idemkeys.h"
 #include "ledger.h"
@@ -149,9 +150,9 @@ static enum MHD_Result handle_ledger(struct mock_request *req)
 }
 
 /*
- * POST /_reset: forgets the ledger with its tasks, the asynchronous tasks, the queued
- * webhooks and their records, the fault script and every idempotency key, and restores the
- * /_config settings.
+ * POST /_reset: forgets the ledger with its tasks, the asynchronous tasks, the seeded tasks,
+ * the queued webhooks and their records, the fault script and every idempotency key,
+ * restores the /_config settings and turns random mode off.
  */
 static enum MHD_Result handle_reset(struct mock_request *req)
 {
@@ -162,7 +163,8 @@ static enum MHD_Result handle_reset(struct mock_request *req)
     webhooks_reset();
     faults_script_reset();
     idemkeys_reset();
-    tasks_config_reset();
+    tasks_reset();
+    chaos_reset();
     cJSON_AddBoolToObject(doc, "ok", 1);
     return reply_json(req, MHD_HTTP_OK, doc);
 }
@@ -270,16 +272,19 @@ struct admin_route {
 };
 
 static const struct admin_route admin_routes[] = {
-    {"GET", "/_health", false, handle_health},         /* readiness probe */
-    {"GET", "/_ledger", false, handle_ledger},         /* the evidence the checker counts */
-    {"POST", "/_reset", false, handle_reset},          /* a clean slate between tests */
-    {"POST", "/_script", false, handle_script},        /* faults for the next creates */
-    {"GET", "/_config", false, handle_config_get},     /* task endpoint settings */
-    {"POST", "/_config", false, handle_config_post},   /* a provider without lookup or list */
-    {"POST", "/_refuse", false, handle_refuse},        /* connection refused for a while */
-    {"GET", "/files/", true, handle_file},             /* outputs the create answers link to */
-    {"GET", "/_tasks", true, async_handle_tasks},      /* asynchronous tasks with their counters */
-    {"GET", "/_webhooks", false, webhooks_handle_log}, /* webhook deliveries made */
+    {"GET", "/_health", false, handle_health},          /* readiness probe */
+    {"GET", "/_ledger", false, handle_ledger},          /* the evidence the checker counts */
+    {"POST", "/_reset", false, handle_reset},           /* a clean slate between tests */
+    {"POST", "/_script", false, handle_script},         /* faults for the next creates */
+    {"GET", "/_config", false, handle_config_get},      /* task endpoint settings */
+    {"POST", "/_config", false, handle_config_post},    /* a provider without lookup or list */
+    {"POST", "/_refuse", false, handle_refuse},         /* connection refused for a while */
+    {"GET", "/_chaos", false, chaos_handle_get},        /* random mode and its draws */
+    {"POST", "/_chaos", false, chaos_handle_post},      /* random mode on or off */
+    {"GET", "/files/", true, handle_file},              /* outputs the create answers link to */
+    {"GET", "/_tasks", true, async_handle_tasks},       /* asynchronous tasks with their counters */
+    {"POST", "/_tasks/seed", false, tasks_handle_seed}, /* unrelated tasks on the account */
+    {"GET", "/_webhooks", false, webhooks_handle_log},  /* webhook deliveries made */
     {"POST", "/_webhooks/send", false, async_handle_send},  /* a webhook delivered on demand */
     {"GET", "/_webhook_keys", false, webhooks_handle_keys}, /* fal's Ed25519 public key */
 };
@@ -571,8 +576,8 @@ static void raise_fd_limit(void)
 }
 
 /*
- * --self-test: checks the webhook signatures against published vectors and the route
- * patterns, prints "ok" or one line per failure, and returns the exit status.
+ * --self-test: checks the webhook signatures against published vectors, the route patterns
+ * and random mode's PRNG, prints "ok" or one line per failure, and returns the exit status.
  */
 static int self_test(void)
 {
@@ -580,7 +585,7 @@ static int self_test(void)
 
     if (!sign_init())
         return EXIT_FAILURE;
-    failures = sign_self_test() + route_self_test();
+    failures = sign_self_test() + route_self_test() + chaos_self_test();
     sign_shutdown();
     if (failures == 0)
         printf("ok\n");

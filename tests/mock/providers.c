@@ -16,6 +16,7 @@
 #include <openssl/evp.h>
 
 #include "async.h"
+#include "chaos.h"
 #include "faults.h"
 #include "idemkeys.h"
 #include "ledger.h"
@@ -34,10 +35,10 @@
 
 /*
  * Renders an OpenAI-images-like answer: {"id", "created", "data": [{"url"}...], "usage"}.
- * The id is the task's, and the file names carry the ledger sequence so tests can tie a
- * downloaded file to its create.
+ * The id is the task's, "task_<stem>", and the file names carry the stem (the ledger
+ * sequence) so tests can tie a downloaded file to its create.
  */
-static cJSON *render_images(const struct create_input *in, unsigned long seq)
+static cJSON *render_images(const struct create_input *in, const char *stem)
 {
     unsigned long output_tokens = (unsigned long)in->n_out * TOKENS_PER_OUTPUT;
     cJSON *doc = cJSON_CreateObject();
@@ -45,7 +46,7 @@ static cJSON *render_images(const struct create_input *in, unsigned long seq)
     char id[LEDGER_TASK_ID_MAX];
 
     /* The keys are added in OpenAI's order, which keeps the bodies easy to compare by eye. */
-    ledger_task_id(seq, id);
+    snprintf(id, sizeof(id), "task_%.20s", stem);
     cJSON_AddStringToObject(doc, "id", id);
     cJSON_AddNumberToObject(doc, "created", (double)time(NULL));
     data = cJSON_AddArrayToObject(doc, "data");
@@ -58,7 +59,7 @@ static cJSON *render_images(const struct create_input *in, unsigned long seq)
         cJSON *item = cJSON_CreateObject();
         char url[512];
 
-        snprintf(url, sizeof(url), "%s/files/%lu-%u.png", mock_base_url(), seq, i);
+        snprintf(url, sizeof(url), "%s/files/%s-%u.png", mock_base_url(), stem, i);
         cJSON_AddStringToObject(item, "url", url);
         cJSON_AddItemToArray(data, item);
     }
@@ -78,7 +79,8 @@ static const struct mock_personality personality_table[] = {
         .name = "openai-images",
         .routes = {{ROUTE_CREATE, "POST", "/v1/images/generations"},
                    {ROUTE_LOOKUP, "GET", "/v1/images/by-ref/{ref*}"},
-                   {ROUTE_LIST, "GET", "/v1/images/tasks"}},
+                   {ROUTE_LIST, "GET", "/v1/images/tasks"},
+                   {ROUTE_TASK, "GET", "/v1/images/tasks/{id}"}},
         .create_status = MHD_HTTP_OK,
         .render = render_images,
     },
@@ -86,7 +88,8 @@ static const struct mock_personality personality_table[] = {
         .name = "native-idempotent",
         .routes = {{ROUTE_CREATE, "POST", "/v2/generations"},
                    {ROUTE_LOOKUP, "GET", "/v2/generations/by-ref/{ref*}"},
-                   {ROUTE_LIST, "GET", "/v2/generations/tasks"}},
+                   {ROUTE_LIST, "GET", "/v2/generations/tasks"},
+                   {ROUTE_TASK, "GET", "/v2/generations/tasks/{id}"}},
         .create_status = MHD_HTTP_OK,
         .native_idempotency = true,
         .render = render_images,
@@ -312,14 +315,20 @@ static unsigned int effective_delay(const struct mock_controls *ctrl)
  * Merges the script entry (if any), the body's "_mock" object and the headers into *ctrl,
  * in that order of priority.  The script entry is consumed only here, after every refusal
  * that does not count as a create, so that a refused request never eats a scripted fault.
+ * When none of them sets anything and random mode is on, the controls are drawn instead;
+ * returns the name of the behaviour drawn, or NULL.
  */
-static void resolve_controls(struct mock_controls *ctrl, const struct mock_controls *body_ctrl,
-                             const struct mock_controls *hdr_ctrl)
+static const char *resolve_controls(struct mock_controls *ctrl,
+                                    const struct mock_controls *body_ctrl,
+                                    const struct mock_controls *hdr_ctrl, bool async)
 {
     memset(ctrl, 0, sizeof(*ctrl));
     faults_script_pop(ctrl);
     faults_merge(ctrl, body_ctrl);
     faults_merge(ctrl, hdr_ctrl);
+    if (ctrl->set == 0)
+        return chaos_draw(async, ctrl);
+    return NULL;
 }
 
 /*
@@ -334,7 +343,8 @@ static const char *controls_misfit(const struct mock_personality *p,
     struct mock_controls merged = *body_ctrl;
 
     if (p->async == NULL && ((body_ctrl->set | hdr_ctrl->set) & CTRL_ASYNC))
-        return "polls, outcome, error, outputs and webhook apply to asynchronous providers only";
+        return "polls, outcome, error, outputs, webhook, id_numeric and id_missing apply to "
+               "asynchronous providers only";
     if (p->async == NULL)
         return NULL;
     faults_merge(&merged, hdr_ctrl);
@@ -352,34 +362,61 @@ struct create_state {
     const struct ledger_record *rec;
     unsigned long seq;
     unsigned int status;
+    bool makes_task;                   /* the create leaves a task behind */
     char task_id[LEDGER_ASYNC_ID_MAX]; /* an asynchronous task's id, empty for none */
     struct wh_event *events;           /* webhooks the creation sends, not yet queued */
+    /*
+     * The 2xx body of the task the create made (its result, and what a replay under a native
+     * key answers), or NULL when it made none.  It is the reply's own body when the reply is
+     * that 2xx body; otherwise (task_made with an error status) it is owned here.
+     */
+    const char *task_body;
+    char *task_body_owned;
 };
 
 /*
- * Fills *reply with the answer to the create: an OpenAI-shaped error for a status of 400
- * or more, the stored body (taken over from *stored) for a replay, else a fresh rendering
- * by the personality; an asynchronous personality also makes its task then, when the
- * status is 2xx.  reply->body stays NULL when memory ran out.
+ * Adds the member "pad": "xxx..." (pad "x" bytes) to the JSON object text, which it takes
+ * over, and returns the new text; NULL when memory ran out.  The text is spliced rather than
+ * built with cJSON so that a 64 MiB pad is copied once.
  */
-static void build_reply(struct mock_reply *reply, struct create_state *cs, char **stored)
+static char *add_pad(char *text, size_t pad)
 {
-    unsigned int status = cs->status;
+    size_t len = strlen(text), n;
+    const char *member;
+    size_t member_len;
+    char *out;
 
-    reply_init(reply);
-    if (status >= 400) {
-        char message[64], code[32];
+    if (len < 2 || text[len - 1] != '}')
+        return text;
+    member = len == 2 ? "\"pad\":\"" : ",\"pad\":\"";
+    member_len = strlen(member);
+    out = malloc(len - 1 + member_len + pad + 3);
+    if (out == NULL) {
+        free(text);
+        return NULL;
+    }
+    memcpy(out, text, len - 1);
+    n = len - 1;
+    memcpy(out + n, member, member_len);
+    n += member_len;
+    memset(out + n, 'x', pad);
+    n += pad;
+    memcpy(out + n, "\"}", 3);
+    free(text);
+    return out;
+}
 
-        snprintf(message, sizeof(message), "mock status %u", status);
-        snprintf(code, sizeof(code), "mock_%u", status);
-        reply_set_error(reply, status, message, "mock_error", code);
-    } else if (stored) {
-        reply->status = status;
-        reply->body = *stored;
-        reply->body_len = strlen(*stored);
-        reply->replayed = true;
-        *stored = NULL;
-    } else if (cs->p->async) {
+/*
+ * Renders the body of a successful create as JSON text (NULL when memory ran out), with the
+ * pad_bytes control's "pad" when that body is a 2xx one (the answer, or the task's): an
+ * asynchronous personality also makes its task then, when the create makes one.
+ */
+static char *render_success(struct create_state *cs)
+{
+    cJSON *doc;
+    char *text;
+
+    if (cs->p->async) {
         struct async_create_args a = {
             .p = cs->p,
             .req = cs->req,
@@ -388,23 +425,76 @@ static void build_reply(struct mock_reply *reply, struct create_state *cs, char 
             .ctrl = cs->ctrl,
             .client_ref = cs->rec->client_ref,
             .seq = cs->seq,
-            .keep = status >= 200 && status < 300,
+            .keep = cs->makes_task,
         };
 
-        reply_set_json(reply, status, async_create(&a, cs->task_id, &cs->events));
+        doc = async_create(&a, cs->task_id, &cs->events);
     } else {
-        reply_set_json(reply, status, cs->p->render(cs->in, cs->seq));
+        char stem[24];
+
+        snprintf(stem, sizeof(stem), "%lu", cs->seq);
+        doc = cs->p->render(cs->in, stem);
+    }
+    text = doc ? cJSON_PrintUnformatted(doc) : NULL;
+    cJSON_Delete(doc);
+    if (text && (cs->ctrl->set & CTRL_PAD) && cs->ctrl->pad_bytes &&
+        (cs->status < 300 || cs->makes_task))
+        text = add_pad(text, cs->ctrl->pad_bytes);
+    return text;
+}
+
+/*
+ * Fills *reply with the answer to the create: an OpenAI-shaped error for a status of 400
+ * or more, the stored body (taken over from *stored) for a replay, else a fresh rendering
+ * by the personality.  The rendering is also made for an error status when the create
+ * makes its task anyway (task_made): it is then the task's body, not the answer.
+ * reply->body stays NULL when memory ran out.
+ */
+static void build_reply(struct mock_reply *reply, struct create_state *cs, char **stored)
+{
+    unsigned int status = cs->status;
+    char *body = NULL;
+
+    reply_init(reply);
+    if (cs->makes_task || (status < 400 && stored == NULL))
+        body = render_success(cs);
+    if (status >= 400) {
+        char message[64], code[32];
+
+        snprintf(message, sizeof(message), "mock status %u", status);
+        snprintf(code, sizeof(code), "mock_%u", status);
+        reply_set_error(reply, status, message, "mock_error", code);
+        cs->task_body_owned = body;
+        cs->task_body = body;
+    } else if (stored) {
+        reply->status = status;
+        reply->body = *stored;
+        reply->body_len = strlen(*stored);
+        reply->replayed = true;
+        *stored = NULL;
+    } else {
+        reply->status = status;
+        reply->body = body;
+        reply->body_len = body ? strlen(body) : 0;
+        cs->task_body = cs->makes_task ? body : NULL;
     }
 }
 
 /*
- * Settles the idempotency key this request claimed.  Only a successful create leaves a
- * task behind, so only its answer is kept for replays; an error frees the key for a retry.
+ * Settles the idempotency key this request claimed.  A create that made a task keeps its
+ * 2xx body for replays (with the personality's success status when the answer itself was an
+ * error: the retry learns of the task the first attempt made); another answer under 400 is
+ * kept too; an error that made no task frees the key for a retry.
  */
-static void settle_claim(const struct mock_personality *p, const char *key, uint64_t token,
+static void settle_claim(const struct create_state *cs, const char *key, uint64_t token,
                          const struct mock_reply *reply)
 {
-    if (reply->status < 400 && reply->body)
+    const struct mock_personality *p = cs->p;
+
+    if (cs->makes_task && cs->task_body)
+        idemkeys_complete(token, p->name, key, cs->task_body,
+                          cs->status < 300 ? cs->status : p->create_status);
+    else if (reply->status < 400 && reply->body)
         idemkeys_complete(token, p->name, key, reply->body, reply->status);
     else
         idemkeys_release(token, p->name, key);
@@ -412,16 +502,17 @@ static void settle_claim(const struct mock_personality *p, const char *key, uint
 
 /*
  * Records in the ledger that the create numbered by slot made a task, when it did: a create
- * the provider accepts leaves a task behind even when a fault then loses the answer, while
- * a replay or a status of 300 or more does not.  task_id is an asynchronous provider's id
- * of the task, or empty for the ledger's own "task_<seq>".
+ * the provider accepts leaves a task behind even when a fault then loses the answer, and so
+ * does one whose error status task_made says came after the task was made; a replay or
+ * another status of 300 or more does not.  visible_after_ms hides the task for a while.
  */
-static void note_task(const struct ledger_slot *slot, enum idem_claim claim, unsigned int status,
-                      const struct mock_reply *reply, const char *task_id)
+static void note_task(const struct ledger_slot *slot, const struct create_state *cs)
 {
-    if (claim == IDEM_DONE || status < 200 || status >= 300 || reply->body == NULL)
+    unsigned int hidden_ms = (cs->ctrl->set & CTRL_VISIBLE_AFTER) ? cs->ctrl->visible_after_ms : 0;
+
+    if (!cs->makes_task || cs->task_body == NULL)
         return;
-    if (!ledger_attach_task(slot, task_id[0] ? task_id : NULL, reply->body))
+    if (!ledger_attach_task(slot, cs->task_id[0] ? cs->task_id : NULL, cs->task_body, hidden_ms))
         fprintf(stderr, "idemgate-mock: task of create %lu not kept (reset or out of memory)\n",
                 slot->seq);
 }
@@ -445,7 +536,7 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
     unsigned int stored_status = 0, status;
     struct ledger_slot slot = {0};
     char err[FAULTS_ERR_MAX];
-    const char *misfit;
+    const char *misfit, *auth;
     enum MHD_Result ret;
 
     rec.route = req->url;
@@ -454,6 +545,12 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
     read_client_ref(req->conn, doc, &rec);
     sha256_hex(req->body, req->body_len, rec.body_sha256);
+    /* Only a digest of the credential is kept, so a test can tell keys apart without it. */
+    auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (auth) {
+        rec.has_auth = true;
+        sha256_hex(auth, strlen(auth), rec.auth_sha256);
+    }
     rec.remote_port = remote_port(req->conn);
 
     /* Malformed requests are still recorded: the ledger shows everything that arrived. */
@@ -488,7 +585,7 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
     }
 
     /* A status control also overrides a replay, so a test can fail the retry itself. */
-    resolve_controls(&ctrl, &body_ctrl, &hdr_ctrl);
+    rec.behavior = resolve_controls(&ctrl, &body_ctrl, &hdr_ctrl, p->async != NULL);
     if (ctrl.set & CTRL_N_OUT)
         in.n_out = ctrl.n_out;
     if (ctrl.set & CTRL_STATUS)
@@ -516,12 +613,15 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
                                .ctrl = &ctrl,
                                .rec = &rec,
                                .seq = slot.seq,
-                               .status = status};
+                               .status = status,
+                               .makes_task = claim != IDEM_DONE &&
+                                             ((status >= 200 && status < 300) ||
+                                              ((ctrl.set & CTRL_TASK_MADE) && ctrl.task_made))};
     build_reply(&reply, &cs, claim == IDEM_DONE ? &stored : NULL);
     free(stored);
     memcpy(reply.retry_after, ctrl.retry_after, sizeof(reply.retry_after));
     /* The task exists from here on, so a lookup during the delay or a hang finds it. */
-    note_task(&slot, claim, status, &reply, cs.task_id);
+    note_task(&slot, &cs);
     /* An early webhook must not be overtaken by the ones the creation sends. */
     if (!(ctrl.webhook.early && cs.task_id[0])) {
         webhooks_enqueue(cs.events);
@@ -540,7 +640,7 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
      * the answer, not the task; some providers keep it in flight until the answer is out.
      */
     if (claim == IDEM_NEW && token && !p->in_flight_until_answered)
-        settle_claim(p, rec.idempotency_key, token, &reply);
+        settle_claim(&cs, rec.idempotency_key, token, &reply);
 
     if (reply.body == NULL) {
         ret = MHD_NO;
@@ -551,8 +651,9 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
         ret = reply_send(req, &reply);
     }
     if (claim == IDEM_NEW && token && p->in_flight_until_answered)
-        settle_claim(p, rec.idempotency_key, token, &reply);
+        settle_claim(&cs, rec.idempotency_key, token, &reply);
     reply_free(&reply);
+    free(cs.task_body_owned);
     return ret;
 }
 
@@ -587,6 +688,17 @@ static enum MHD_Result route_list(struct mock_request *req, const struct mock_pe
     return tasks_handle_list(req, p);
 }
 
+/* GET <task route>{id}: a synchronous provider's task by its id. */
+static enum MHD_Result route_task(struct mock_request *req, const struct mock_personality *p,
+                                  const struct route_match *m)
+{
+    char id[LEDGER_ASYNC_ID_MAX];
+
+    if (!route_capture(m, "id", id, sizeof(id)))
+        id[0] = '\0';
+    return tasks_handle_read(req, p, id);
+}
+
 /* The handler of each route kind, indexed by enum route_kind. */
 static enum MHD_Result (*const route_handlers[])(struct mock_request *req,
                                                  const struct mock_personality *p,
@@ -594,10 +706,20 @@ static enum MHD_Result (*const route_handlers[])(struct mock_request *req,
     [ROUTE_CREATE] = route_create,
     [ROUTE_LOOKUP] = route_lookup,
     [ROUTE_LIST] = route_list,
+    [ROUTE_TASK] = route_task,
     [ROUTE_POLL] = async_handle_poll,
     [ROUTE_RESULT] = async_handle_result,
     [ROUTE_CANCEL] = async_handle_cancel,
 };
+
+/* Returns the personality called name, or NULL when there is none. */
+const struct mock_personality *providers_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(personality_table) / sizeof(personality_table[0]); i++)
+        if (strcmp(personality_table[i].name, name) == 0)
+            return &personality_table[i];
+    return NULL;
+}
 
 /*
  * Handles req when it is for a route of a personality and stores libmicrohttpd's verdict

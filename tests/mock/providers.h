@@ -33,6 +33,7 @@ enum route_kind {
     ROUTE_CREATE, /* a create, recorded in the ledger */
     ROUTE_LOOKUP, /* a synchronous provider's task by client reference; pattern has {ref*} */
     ROUTE_LIST,   /* recent tasks, newest first */
+    ROUTE_TASK,   /* a synchronous provider's task by its id; pattern has {id} */
     ROUTE_POLL,   /* an asynchronous task's status; a status read that advances the task */
     ROUTE_RESULT, /* an asynchronous task's result or content */
     ROUTE_CANCEL, /* an asynchronous task's cancel */
@@ -63,10 +64,11 @@ struct mock_personality {
      */
     bool in_flight_until_answered;
     /*
-     * Synchronous providers: builds the JSON body of a successful create that the ledger
-     * numbered seq, which made the task "task_<seq>", or returns NULL when memory ran out.
+     * Synchronous providers: builds the JSON body of a successful create whose task is
+     * "task_<stem>" (stem is the ledger's sequence number, or "s<n>" for a seeded task), or
+     * returns NULL when memory ran out.
      */
-    cJSON *(*render)(const struct create_input *in, unsigned long seq);
+    cJSON *(*render)(const struct create_input *in, const char *stem);
     /* Asynchronous providers: their task shapes and behaviour; NULL for synchronous ones. */
     const struct async_kind *async;
 };
@@ -77,5 +79,8 @@ struct mock_personality {
  * method and path.
  */
 bool providers_route(struct mock_request *req, enum MHD_Result *ret);
+
+/* Returns the personality called name, or NULL when there is none. */
+const struct mock_personality *providers_find(const char *name);
 
 #endif

@@ -161,8 +161,17 @@ static void openai_content(const struct async_task *t, struct mock_reply *r)
         r->body_len = 0;
 }
 
-/* GET /v1/videos: {"object": "list", "data", "first_id", "last_id", "has_more"}. */
-static cJSON *openai_list(cJSON *items)
+/* Adds next_cursor to obj as a string, or a JSON null on the last page. */
+static void add_next_cursor(cJSON *obj, const char *next_cursor)
+{
+    add_string_or_null(obj, "next_cursor", next_cursor);
+}
+
+/*
+ * GET /v1/videos: {"object": "list", "first_id", "last_id", "has_more", "data",
+ * "next_cursor"}.
+ */
+static cJSON *openai_list(cJSON *items, const char *next_cursor)
 {
     cJSON *o = cJSON_CreateObject();
     int n = cJSON_GetArraySize(items);
@@ -174,8 +183,9 @@ static cJSON *openai_list(cJSON *items)
                        first ? cJSON_GetStringValue(cJSON_GetObjectItem(first, "id")) : NULL);
     add_string_or_null(o, "last_id",
                        last ? cJSON_GetStringValue(cJSON_GetObjectItem(last, "id")) : NULL);
-    cJSON_AddFalseToObject(o, "has_more");
+    cJSON_AddBoolToObject(o, "has_more", next_cursor != NULL);
     cJSON_AddItemToObject(o, "data", items);
+    add_next_cursor(o, next_cursor);
     return o;
 }
 
@@ -264,14 +274,19 @@ static void replicate_cancel(const struct async_task *t, bool was_final, struct 
     set_json(r, 200, async_counted_object(t));
 }
 
-/* GET /v1/predictions: {"previous", "next", "results"}, newest first, one page. */
-static cJSON *replicate_list(cJSON *items)
+/*
+ * GET /v1/predictions: {"previous", "next", "results", "has_more", "next_cursor"}, newest
+ * first, one page.  "previous" and "next" stay null: the mock's cursor is "next_cursor".
+ */
+static cJSON *replicate_list(cJSON *items, const char *next_cursor)
 {
     cJSON *o = cJSON_CreateObject();
 
     cJSON_AddNullToObject(o, "previous");
     cJSON_AddNullToObject(o, "next");
     cJSON_AddItemToObject(o, "results", items);
+    cJSON_AddBoolToObject(o, "has_more", next_cursor != NULL);
+    add_next_cursor(o, next_cursor);
     return o;
 }
 
@@ -594,14 +609,15 @@ static void luma_cancel(const struct async_task *t, bool was_final, struct mock_
     set_empty(r, 204);
 }
 
-/* GET /dream-machine/v1/generations: {"has_more", "count", "generations"}. */
-static cJSON *luma_list(cJSON *items)
+/* GET /dream-machine/v1/generations: {"has_more", "count", "generations", "next_cursor"}. */
+static cJSON *luma_list(cJSON *items, const char *next_cursor)
 {
     cJSON *o = cJSON_CreateObject();
 
-    cJSON_AddFalseToObject(o, "has_more");
+    cJSON_AddBoolToObject(o, "has_more", next_cursor != NULL);
     cJSON_AddNumberToObject(o, "count", cJSON_GetArraySize(items));
     cJSON_AddItemToObject(o, "generations", items);
+    add_next_cursor(o, next_cursor);
     return o;
 }
 
@@ -715,23 +731,36 @@ const struct async_kind shape_vertex = {
 
 static const struct async_step keyed_steps[] = {{"queued", false}, {"in_progress", true}};
 
-/* POST /v1/keyed/generations answers 202 {"id", "status": "queued"}. */
+/* Adds the keyed task's id: a string, or a JSON integer for a numeric id (exact digits). */
+static void keyed_add_id(cJSON *o, const struct async_task *t)
+{
+    if (t->id_numeric)
+        cJSON_AddRawToObject(o, "id", t->id);
+    else
+        cJSON_AddStringToObject(o, "id", t->id);
+}
+
+/* POST /v1/keyed/generations answers 202 {"id", "status": "queued"} ("id" left out: id_missing). */
 static cJSON *keyed_create(const struct async_task *t)
 {
     cJSON *o = cJSON_CreateObject();
 
-    cJSON_AddStringToObject(o, "id", t->id);
+    if (!t->id_missing)
+        keyed_add_id(o, t);
     cJSON_AddStringToObject(o, "status", async_label(t, async_current(t)));
     return o;
 }
 
-/* GET /v1/keyed/generations/{id}: {"id", "status", "outputs", "error", "created_at"}. */
+/*
+ * GET /v1/keyed/generations/{id}: {"id", "status", "outputs", "error", "created_at",
+ * "metadata": {"client_ref"}}.
+ */
 static cJSON *keyed_object(const struct async_task *t, struct async_view v)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON *outputs;
+    cJSON *outputs, *metadata;
 
-    cJSON_AddStringToObject(o, "id", t->id);
+    keyed_add_id(o, t);
     cJSON_AddStringToObject(o, "status", async_label(t, v));
     outputs = cJSON_AddArrayToObject(o, "outputs");
     for (unsigned int i = 0; outputs && v.state == AS_SUCCEEDED && i < t->outputs; i++) {
@@ -750,6 +779,9 @@ static cJSON *keyed_object(const struct async_task *t, struct async_view v)
         cJSON_AddNullToObject(o, "error");
     }
     add_time_or_null(o, "created_at", t->created);
+    metadata = cJSON_AddObjectToObject(o, "metadata");
+    if (metadata)
+        add_string_or_null(metadata, "client_ref", t->client_ref);
     return o;
 }
 
@@ -774,6 +806,7 @@ static void keyed_error(struct mock_reply *r, unsigned int status, const char *c
 
 const struct async_kind shape_keyed = {
     .id_prefix = "gen_",
+    .id_controls = true,
     .steps = keyed_steps,
     .n_steps = 2,
     .succeeded = "completed",

@@ -5,12 +5,15 @@
 #include "tasks.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "async.h"
+#include "chaos.h"
 #include "ledger.h"
 #include "reply.h"
 
@@ -29,23 +32,40 @@ enum config_id {
     CFG_LIST,
     CFG_LOOKUP_STATUS,
     CFG_LIST_STATUS,
+    CFG_LIST_PAGE_MAX,
+    CFG_LIST_PAGE_STATUS,
     CFG_COUNT,
+};
+
+/* What kind of value a setting takes. */
+enum config_kind {
+    CFG_SWITCH, /* an on/off switch: a JSON boolean */
+    CFG_STATUS, /* an error status: 0 (none) or 400..599 */
+    CFG_NUMBER, /* an integer within [min, max] */
 };
 
 /* One /_config setting. */
 struct config_field {
     const char *name;
-    /* True for an on/off switch (a JSON boolean), false for a status: 0 or 400..599. */
-    bool is_switch;
-    unsigned int initial; /* at start and after /_reset */
+    enum config_kind kind;
+    unsigned int initial;  /* at start and after /_reset */
+    unsigned int min, max; /* the bounds of a CFG_NUMBER */
 };
 
 /* Every setting; a new one is one more row and one more enum config_id. */
 static const struct config_field config_table[CFG_COUNT] = {
-    [CFG_LOOKUP] = {"lookup", true, 1},                /* the lookup endpoint exists */
-    [CFG_LIST] = {"list", true, 1},                    /* the list endpoint exists */
-    [CFG_LOOKUP_STATUS] = {"lookup_status", false, 0}, /* the lookup fails with this status */
-    [CFG_LIST_STATUS] = {"list_status", false, 0},     /* the list fails with this status */
+    /* The lookup endpoint exists. */
+    [CFG_LOOKUP] = {"lookup", CFG_SWITCH, 1, 0, 1},
+    /* The list endpoints exist. */
+    [CFG_LIST] = {"list", CFG_SWITCH, 1, 0, 1},
+    /* The lookup fails with this status. */
+    [CFG_LOOKUP_STATUS] = {"lookup_status", CFG_STATUS, 0, 0, 0},
+    /* The lists fail with this status. */
+    [CFG_LIST_STATUS] = {"list_status", CFG_STATUS, 0, 0, 0},
+    /* The most tasks one list page holds, whatever "limit" asks for. */
+    [CFG_LIST_PAGE_MAX] = {"list_page_max", CFG_NUMBER, LIST_LIMIT_MAX, 1, LIST_LIMIT_MAX},
+    /* A list request that carries a cursor (a page after the first) fails with this status. */
+    [CFG_LIST_PAGE_STATUS] = {"list_page_status", CFG_STATUS, 0, 0, 0},
 };
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -68,7 +88,16 @@ static unsigned int config_get(enum config_id id)
  */
 static bool config_parse(const struct config_field *f, const cJSON *v, unsigned int *out, char *err)
 {
-    if (f->is_switch) {
+    if (f->kind == CFG_NUMBER) {
+        if (cJSON_IsNumber(v) && v->valuedouble >= f->min && v->valuedouble <= f->max &&
+            v->valuedouble == (unsigned int)v->valuedouble) {
+            *out = (unsigned int)v->valuedouble;
+            return true;
+        }
+        snprintf(err, TASKS_ERR_MAX, "%s must be an integer %u..%u", f->name, f->min, f->max);
+        return false;
+    }
+    if (f->kind == CFG_SWITCH) {
         if (cJSON_IsBool(v)) {
             *out = cJSON_IsTrue(v) ? 1 : 0;
             return true;
@@ -138,8 +167,8 @@ cJSON *tasks_config_to_json(void)
     pthread_mutex_unlock(&config_lock);
     for (size_t id = 0; id < CFG_COUNT; id++) {
         const struct config_field *f = &config_table[id];
-        cJSON *v = f->is_switch ? cJSON_CreateBool(values[id] != 0)
-                                : cJSON_CreateNumber((double)values[id]);
+        cJSON *v = f->kind == CFG_SWITCH ? cJSON_CreateBool(values[id] != 0)
+                                         : cJSON_CreateNumber((double)values[id]);
 
         if (v == NULL || !cJSON_AddItemToObject(doc, f->name, v)) {
             cJSON_Delete(v);
@@ -157,6 +186,124 @@ void tasks_config_reset(void)
     for (size_t id = 0; id < CFG_COUNT; id++)
         config_values[id] = config_table[id].initial;
     pthread_mutex_unlock(&config_lock);
+}
+
+/* ---- Unrelated tasks (POST /_tasks/seed) ------------------------------------------- */
+
+/* Most tasks one seed request makes. */
+#define SEED_MAX 100000u
+
+/* The number of the last seeded task since the start or the last reset. */
+static pthread_mutex_t seed_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long seed_counter;
+
+/* Restores the settings and restarts the numbering of seeded tasks (POST /_reset). */
+void tasks_reset(void)
+{
+    tasks_config_reset();
+    pthread_mutex_lock(&seed_lock);
+    seed_counter = 0;
+    pthread_mutex_unlock(&seed_lock);
+}
+
+/*
+ * Makes seeded task number n of personality p, with the client reference "other-<n>", and
+ * writes its id into id (LEDGER_ASYNC_ID_MAX).  A synchronous personality's task is
+ * "task_s<n>" in the ledger's task store; an asynchronous one's is a task of its own
+ * store with the provider's usual id.  Returns false when the store is full or memory ran
+ * out.
+ */
+static bool seed_one(const struct mock_personality *p, unsigned long n, char *ref, char *id)
+{
+    struct create_input in = {.prompt_len = 0, .n = 1, .n_out = 1};
+    char stem[24];
+    cJSON *doc;
+    char *body;
+    bool ok;
+
+    snprintf(ref, 32, "other-%lu", n);
+    if (p->async)
+        return async_seed(p, ref, id);
+    snprintf(stem, sizeof(stem), "s%lu", n);
+    snprintf(id, LEDGER_ASYNC_ID_MAX, "task_%s", stem);
+    doc = p->render(&in, stem);
+    body = doc ? cJSON_PrintUnformatted(doc) : NULL;
+    cJSON_Delete(doc);
+    ok = body && ledger_seed_task(p->name, id, ref, body);
+    free(body);
+    return ok;
+}
+
+/*
+ * POST /_tasks/seed {"provider": NAME, "count": N}: makes N tasks of that personality that
+ * no create made, created now, with the client references "other-<n>" (n counts on from
+ * the last seeded task), and answers {"provider", "count", "tasks": [{"id", "client_ref"},
+ * ...]} in the order they were made.  They show in lookups, lists and /_tasks, never in
+ * /_ledger.
+ */
+enum MHD_Result tasks_handle_seed(struct mock_request *req)
+{
+    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    const cJSON *provider = cJSON_GetObjectItemCaseSensitive(doc, "provider");
+    const cJSON *count = cJSON_GetObjectItemCaseSensitive(doc, "count");
+    const struct mock_personality *p = NULL;
+    const char *problem = NULL;
+    const cJSON *item;
+    unsigned long first = 0, n = 0;
+    cJSON *out = NULL, *list = NULL;
+
+    if (!cJSON_IsObject(doc))
+        problem = "the body must be {\"provider\": NAME, \"count\": N}";
+    else
+        cJSON_ArrayForEach(item, doc)
+        {
+            if (strcmp(item->string, "provider") != 0 && strcmp(item->string, "count") != 0)
+                problem = "unknown key: provider and count are known";
+        }
+    if (!problem &&
+        (!cJSON_IsString(provider) || (p = providers_find(provider->valuestring)) == NULL))
+        problem = "provider must name a personality (openai-images, replicate, ...)";
+    if (!problem &&
+        (!cJSON_IsNumber(count) || count->valuedouble < 1 || count->valuedouble > SEED_MAX ||
+         count->valuedouble != (double)(unsigned long)count->valuedouble))
+        problem = "count must be an integer 1..100000";
+    if (problem) {
+        cJSON_Delete(doc);
+        return reply_error(req, MHD_HTTP_BAD_REQUEST, problem, "mock_error", "invalid_seed");
+    }
+    n = (unsigned long)count->valuedouble;
+    cJSON_Delete(doc);
+
+    pthread_mutex_lock(&seed_lock);
+    first = seed_counter + 1;
+    seed_counter += n;
+    pthread_mutex_unlock(&seed_lock);
+
+    out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "provider", p->name);
+    cJSON_AddNumberToObject(out, "count", (double)n);
+    list = cJSON_AddArrayToObject(out, "tasks");
+    for (unsigned long k = 0; list && k < n; k++) {
+        char ref[32], id[LEDGER_ASYNC_ID_MAX];
+        cJSON *t;
+
+        if (!seed_one(p, first + k, ref, id)) {
+            cJSON_Delete(out);
+            return reply_error(req, MHD_HTTP_INSUFFICIENT_STORAGE,
+                               "the task store is full or memory ran out", "mock_error",
+                               "store_full");
+        }
+        t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "id", id);
+        cJSON_AddStringToObject(t, "client_ref", ref);
+        cJSON_AddItemToArray(list, t);
+    }
+    if (list == NULL) {
+        cJSON_Delete(out);
+        return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
+                           "oom");
+    }
+    return reply_json(req, MHD_HTTP_OK, out);
 }
 
 /* ---- Endpoints --------------------------------------------------------------------- */
@@ -200,14 +347,13 @@ static bool gate_closed(struct mock_request *req, const struct endpoint_gate *g,
  */
 static cJSON *task_to_json(const struct ledger_task *t)
 {
-    char id[LEDGER_TASK_ID_MAX];
     cJSON *obj = cJSON_CreateObject();
     bool ok;
 
     if (obj == NULL)
         return NULL;
-    ledger_task_id(t->seq, id);
-    ok = cJSON_AddStringToObject(obj, "id", id) && cJSON_AddStringToObject(obj, "object", "task");
+    ok =
+        cJSON_AddStringToObject(obj, "id", t->id) && cJSON_AddStringToObject(obj, "object", "task");
     if (ok && t->client_ref)
         ok = cJSON_AddStringToObject(obj, "client_ref", t->client_ref) != NULL;
     else if (ok)
@@ -223,42 +369,82 @@ static cJSON *task_to_json(const struct ledger_task *t)
     return obj;
 }
 
-/* ledger_each_task() visitor: appends the task object of t to the cJSON array ctx. */
+/* What collect_task() gathers: the task objects, and the position of the last one. */
+struct collected {
+    cJSON *data;
+    unsigned long last_pos;
+};
+
+/* ledger_each_task() visitor: appends the task object of t to the struct collected ctx. */
 static bool collect_task(const struct ledger_task *t, void *ctx)
 {
+    struct collected *c = ctx;
     cJSON *item = task_to_json(t);
 
     if (item == NULL)
         return false;
-    if (!cJSON_AddItemToArray(ctx, item)) {
+    if (!cJSON_AddItemToArray(c->data, item)) {
         cJSON_Delete(item);
         return false;
     }
+    c->last_pos = t->pos;
     return true;
 }
 
 /*
- * Fills data, a cJSON array, with the task objects q selects, newest first.  Returns
- * false when memory ran out.
+ * Fills c->data, a cJSON array, with the task objects q selects, newest first, and sets
+ * *more (may be NULL) when the limit left some out.  Returns false when memory ran out.
  */
-static bool collect_tasks(const struct ledger_task_query *q, cJSON *data)
+static bool collect_tasks(const struct ledger_task_query *q, struct collected *c, bool *more)
 {
-    return data != NULL && ledger_each_task(q, collect_task, data);
+    return c->data != NULL && ledger_each_task(q, collect_task, c, more);
 }
 
-/* Sends {"object": "list", "data": data} with status 200, taking data over. */
-static enum MHD_Result reply_list(struct mock_request *req, cJSON *data)
+/*
+ * Sends {"object": "list", "data": data} with status 200, taking data over.  A page of a
+ * list route (next_cursor not NULL) also has "has_more" and "next_cursor", an empty string
+ * meaning null: the last page.
+ */
+static enum MHD_Result reply_list(struct mock_request *req, cJSON *data, const char *next_cursor)
 {
     cJSON *doc = cJSON_CreateObject();
+    bool ok = doc != NULL && cJSON_AddStringToObject(doc, "object", "list") &&
+              cJSON_AddItemToObject(doc, "data", data);
 
-    if (doc == NULL || !cJSON_AddStringToObject(doc, "object", "list") ||
-        !cJSON_AddItemToObject(doc, "data", data)) {
-        cJSON_Delete(doc);
+    if (!ok)
         cJSON_Delete(data);
+    if (ok && next_cursor)
+        ok = cJSON_AddBoolToObject(doc, "has_more", next_cursor[0] != '\0') &&
+             (next_cursor[0] ? cJSON_AddStringToObject(doc, "next_cursor", next_cursor)
+                             : cJSON_AddNullToObject(doc, "next_cursor"));
+    if (!ok) {
+        cJSON_Delete(doc);
         return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
                            "oom");
     }
     return reply_json(req, MHD_HTTP_OK, doc);
+}
+
+/*
+ * Parses the cursor text "<tag><n>" (m NULL) or "<tag><n>_<m>" into *n and *m.  Returns
+ * false when text has another form.
+ */
+bool tasks_cursor_parse(const char *text, char tag, unsigned long long *n, unsigned long long *m)
+{
+    char *end;
+
+    if (text[0] != tag || text[1] < '0' || text[1] > '9')
+        return false;
+    errno = 0;
+    *n = strtoull(text + 1, &end, 10);
+    if (errno != 0)
+        return false;
+    if (m == NULL)
+        return *end == '\0';
+    if (end[0] != '_' || end[1] < '0' || end[1] > '9')
+        return false;
+    *m = strtoull(end + 1, &end, 10);
+    return errno == 0 && *end == '\0';
 }
 
 /* Sends the 400 a malformed query parameter gets. */
@@ -280,8 +466,11 @@ enum MHD_Result tasks_handle_lookup(struct mock_request *req, const struct mock_
     struct ledger_task_query q = {.provider = p->name, .client_ref = ref, .limit = 1};
     bool want_all = false;
     enum MHD_Result ret;
-    cJSON *data, *task;
+    struct collected c = {0};
+    cJSON *task;
 
+    /* Random mode makes the provider slow to look things up. */
+    mock_sleep_ms(req, chaos_lookup_delay_ms(), true);
     if (gate_closed(req, &lookup_gate, &ret))
         return ret;
     if (all && (strcmp(all, "1") == 0 || strcmp(all, "true") == 0))
@@ -292,19 +481,44 @@ enum MHD_Result tasks_handle_lookup(struct mock_request *req, const struct mock_
     if (want_all)
         q.limit = SIZE_MAX;
 
-    data = cJSON_CreateArray();
-    if (!collect_tasks(&q, data)) {
-        cJSON_Delete(data);
+    c.data = cJSON_CreateArray();
+    if (!collect_tasks(&q, &c, NULL)) {
+        cJSON_Delete(c.data);
         return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
                            "oom");
     }
     if (want_all)
-        return reply_list(req, data);
-    task = cJSON_DetachItemFromArray(data, 0);
-    cJSON_Delete(data);
+        return reply_list(req, c.data, NULL);
+    task = cJSON_DetachItemFromArray(c.data, 0);
+    cJSON_Delete(c.data);
     if (task == NULL)
         return reply_error(req, MHD_HTTP_NOT_FOUND, "no task has this client reference",
                            "invalid_request_error", "not_found");
+    return reply_json(req, MHD_HTTP_OK, task);
+}
+
+/*
+ * GET <task path>{id}: answers the task of personality p called id (the same object a
+ * lookup answers), or 404 not_found, also while the task is not visible yet.
+ */
+enum MHD_Result tasks_handle_read(struct mock_request *req, const struct mock_personality *p,
+                                  const char *id)
+{
+    struct ledger_task_query q = {.provider = p->name, .id = id, .limit = 1};
+    struct collected c = {0};
+    cJSON *task;
+
+    c.data = cJSON_CreateArray();
+    if (!collect_tasks(&q, &c, NULL)) {
+        cJSON_Delete(c.data);
+        return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
+                           "oom");
+    }
+    task = cJSON_DetachItemFromArray(c.data, 0);
+    cJSON_Delete(c.data);
+    if (task == NULL)
+        return reply_error(req, MHD_HTTP_NOT_FOUND, "no such task", "invalid_request_error",
+                           "not_found");
     return reply_json(req, MHD_HTTP_OK, task);
 }
 
@@ -335,17 +549,32 @@ static bool query_integer(struct mock_request *req, const char *name, long long 
 
 /*
  * Answers the request in *ret and returns true when the /_config settings switch the list
- * endpoints off or make them fail, or a parameter is malformed (400 invalid_parameter);
- * otherwise fills *w (limit 1..1000, default 100) and returns false.
+ * endpoints off or make them fail, or make a page after the first fail (list_page_status),
+ * or a parameter is malformed (400 invalid_parameter); otherwise fills *w (limit 1..1000,
+ * default 100, capped by list_page_max) and returns false.
  */
 bool tasks_list_refused(struct mock_request *req, struct tasks_window *w, enum MHD_Result *ret)
 {
     bool has_limit = false;
     long long limit = LIST_LIMIT_DEFAULT;
+    const char *cursor = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "cursor");
+    unsigned int page_status, page_max;
 
     memset(w, 0, sizeof(*w));
+    /* Random mode makes the provider slow to list. */
+    mock_sleep_ms(req, chaos_lookup_delay_ms(), true);
     if (gate_closed(req, &list_gate, ret))
         return true;
+    w->cursor = cursor && cursor[0] ? cursor : NULL;
+    page_status = config_get(CFG_LIST_PAGE_STATUS);
+    if (w->cursor && page_status) {
+        char message[64], code[32];
+
+        snprintf(message, sizeof(message), "mock status %u", page_status);
+        snprintf(code, sizeof(code), "mock_%u", page_status);
+        *ret = reply_error(req, page_status, message, "mock_error", code);
+        return true;
+    }
     if (!query_integer(req, "since", 0, UNIX_SECONDS_MAX, &w->has_since, &w->since)) {
         *ret = reply_bad_parameter(req, "since must be a whole number of Unix seconds");
         return true;
@@ -358,20 +587,31 @@ bool tasks_list_refused(struct mock_request *req, struct tasks_window *w, enum M
         *ret = reply_bad_parameter(req, "limit must be an integer 1..1000");
         return true;
     }
-    w->limit = (size_t)limit;
+    page_max = config_get(CFG_LIST_PAGE_MAX);
+    w->limit = (size_t)limit < page_max ? (size_t)limit : page_max;
     return false;
 }
 
+/* Sends the 400 a cursor gets that no page of this list gave. */
+enum MHD_Result tasks_reply_bad_cursor(struct mock_request *req)
+{
+    return reply_bad_parameter(req, "cursor is not one a page of this list gave (or the mock "
+                                    "was reset since)");
+}
+
 /*
- * GET <list path>?since=&until=&limit=: answers {"object": "list", "data": [...]} with the
- * newest tasks of personality p first.  A malformed parameter gets 400.
+ * GET <list path>?since=&until=&limit=&cursor=: answers {"object": "list", "data": [...],
+ * "has_more", "next_cursor"} with the newest tasks of personality p first, one page.  A
+ * malformed parameter gets 400.
  */
 enum MHD_Result tasks_handle_list(struct mock_request *req, const struct mock_personality *p)
 {
     struct ledger_task_query q = {.provider = p->name};
     struct tasks_window w;
+    struct collected c = {0};
     enum MHD_Result ret;
-    cJSON *data;
+    char next[TASKS_CURSOR_MAX] = "";
+    bool more = false;
 
     if (tasks_list_refused(req, &w, &ret))
         return ret;
@@ -380,12 +620,24 @@ enum MHD_Result tasks_handle_list(struct mock_request *req, const struct mock_pe
     q.has_until = w.has_until;
     q.until = w.until;
     q.limit = w.limit;
+    if (w.cursor) {
+        unsigned long long epoch, pos;
 
-    data = cJSON_CreateArray();
-    if (!collect_tasks(&q, data)) {
-        cJSON_Delete(data);
+        /* The position in a cursor is only meaningful within the ledger that gave it. */
+        if (!tasks_cursor_parse(w.cursor, 't', &epoch, &pos) || epoch != ledger_epoch() ||
+            pos == 0 || pos > ULONG_MAX)
+            return tasks_reply_bad_cursor(req);
+        q.before = (unsigned long)pos;
+    }
+
+    c.data = cJSON_CreateArray();
+    if (!collect_tasks(&q, &c, &more)) {
+        cJSON_Delete(c.data);
         return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
                            "oom");
     }
-    return reply_list(req, data);
+    /* The next page starts below the last task of this one, so new tasks never shift it. */
+    if (more)
+        snprintf(next, sizeof(next), "t%lu_%lu", ledger_epoch(), c.last_pos);
+    return reply_list(req, c.data, next);
 }

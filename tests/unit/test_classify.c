@@ -22,6 +22,11 @@ enum {
     RECV_ERROR = 56,
 };
 
+static const int NOT_CREATED_DEFAULT[] = {408, 425, 429};
+static const int NOT_CREATED_503[] = {408, 425, 429, 503};
+static const int TRIP_DEFAULT[] = {401, 402, 403};
+static const int TRIP_401[] = {401};
+
 struct row {
     struct cls_evidence ev;
     enum cls_outcome want;
@@ -29,54 +34,75 @@ struct row {
 
 static const struct row rows[] = {
     /* Nothing left this host. */
-    {{COULDNT_RESOLVE_HOST, 0, 0, 0, 0, 0}, CLS_NOT_SENT},
-    {{COULDNT_CONNECT, 0, 0, 0, 0, 0}, CLS_NOT_SENT},
-    {{OPERATION_TIMEDOUT, 0, 0, 0, 0, 0}, CLS_NOT_SENT}, /* connect timeout */
-    {{SSL_CONNECT_ERROR, 0, 0, 0, 0, 0}, CLS_NOT_SENT},
-    {{ABORTED_BY_CALLBACK, 0, 0, 0, 0, 0}, CLS_NOT_SENT}, /* PREREQFUNCTION refused */
+    {{COULDNT_RESOLVE_HOST, 0, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_NOT_SENT},
+    {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_NOT_SENT},
+    {{OPERATION_TIMEDOUT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_NOT_SENT}, /* connect timeout */
+    {{SSL_CONNECT_ERROR, 0, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_NOT_SENT},
+    {{ABORTED_BY_CALLBACK, 0, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_NOT_SENT}, /* PREREQFUNCTION refused */
     /* Sent, no answer: hang past the timeout, close, reset. */
-    {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{GOT_NOTHING, 300, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{RECV_ERROR, 300, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{SEND_ERROR, 120, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{GOT_NOTHING, 300, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{RECV_ERROR, 300, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{SEND_ERROR, 120, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
     /* A response started, then broke: the status line decides when it refuses. */
-    {{PARTIAL_FILE, 300, 150, 200, 0, 0}, CLS_AMBIGUOUS},
-    {{OPERATION_TIMEDOUT, 300, 150, 201, 0, 0}, CLS_AMBIGUOUS},
-    {{PARTIAL_FILE, 300, 150, 400, 0, 0}, CLS_REJECTED_REQUEST},
-    {{RECV_ERROR, 300, 150, 401, 0, 0}, CLS_REJECTED_ACCOUNT},
-    {{PARTIAL_FILE, 300, 150, 503, 0, 0}, CLS_BACKOFF},
+    {{PARTIAL_FILE, 300, 150, 200, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OPERATION_TIMEDOUT, 300, 150, 201, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{PARTIAL_FILE, 300, 150, 400, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_REQUEST},
+    {{RECV_ERROR, 300, 150, 401, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_ACCOUNT},
+    {{PARTIAL_FILE, 300, 150, 503, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{PARTIAL_FILE, 300, 150, 429, 0, 0, NULL, 0, NULL, 0}, CLS_BACKOFF},
     /* Complete answers. */
-    {{OK, 300, 150, 200, 0, 0}, CLS_SUCCESS},
-    {{OK, 300, 150, 201, 0, 0}, CLS_SUCCESS},
-    {{OK, 300, 150, 200, 1, 0}, CLS_PARTIAL},
-    {{OK, 300, 150, 400, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 404, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 409, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 422, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 401, 0, 0}, CLS_REJECTED_ACCOUNT},
-    {{OK, 300, 150, 402, 0, 0}, CLS_REJECTED_ACCOUNT},
-    {{OK, 300, 150, 403, 0, 0}, CLS_REJECTED_ACCOUNT},
-    {{OK, 300, 150, 408, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 425, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 429, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 500, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 502, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 503, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 504, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 201, 0, 0, NULL, 0, NULL, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 200, 1, 0, NULL, 0, NULL, 0}, CLS_PARTIAL},
+    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 404, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 409, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 422, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 408, 0, 0, NULL, 0, NULL, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 425, 0, 0, NULL, 0, NULL, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 429, 0, 0, NULL, 0, NULL, 0}, CLS_BACKOFF},
+    /* A 5xx may come from a CDN after the origin accepted the work: without a native key
+     * nobody knows (unless the profile declares the status "not created", below). */
+    {{OK, 300, 150, 500, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 502, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 503, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 504, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 520, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 524, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 503, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3}, CLS_BACKOFF},
+    {{OK, 300, 150, 502, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3}, CLS_AMBIGUOUS},
+    /* Under a native key every status is a safe resend under the same key. */
+    {{OK, 300, 150, 500, 0, 1, NULL, 0, NULL, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 503, 0, 1, NULL, 0, NULL, 0}, CLS_BACKOFF},
+    /* Which statuses trip the credential is the profile's to say. */
+    {{OK, 300, 150, 403, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 401, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1}, CLS_REJECTED_ACCOUNT},
     /* Under a provider idempotency key, 409 says the first request is still in flight. */
-    {{OK, 300, 150, 409, 0, 1}, CLS_BACKOFF},
-    {{OK, 300, 150, 400, 0, 1}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 200, 0, 1}, CLS_SUCCESS},
+    {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 200, 0, 1, NULL, 0, NULL, 0}, CLS_SUCCESS},
     /* A redirect to a create is not followed; nobody can say a task exists or not. */
-    {{OK, 300, 150, 302, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 302, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 0, 0, 0, 0, NULL, 0, NULL, 0}, CLS_AMBIGUOUS},
 };
 
 static void test_rows(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        enum cls_outcome got = cls_classify(&rows[i].ev);
+        struct cls_evidence ev = rows[i].ev;
+        if (!ev.not_created) { /* the profile defaults */
+            ev.not_created = NOT_CREATED_DEFAULT;
+            ev.n_not_created = 3;
+            ev.trip = TRIP_DEFAULT;
+            ev.n_trip = 3;
+        }
+        enum cls_outcome got = cls_classify(&ev);
         if (got != rows[i].want)
             fail_msg("row %zu: got %s, want %s", i, cls_name(got), cls_name(rows[i].want));
     }

@@ -89,6 +89,31 @@ static void test_bearer(void **state)
     assert_null(hdr_bearer(NULL, &len));
 }
 
+/* Issue 10 D17: a long tenant token is accepted whole (it was refused beyond 512 bytes, which
+ * read as a wrong token). */
+static void test_bearer_has_no_length_limit(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {1, 512, 513, 2048, 4096, 65536};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t n = sizes[i], len = 0;
+        char *v = test_malloc(7 + n + 3);
+        memcpy(v, "Bearer ", 7);
+        for (size_t j = 0; j < n; j++)
+            v[7 + j] = (char)('!' + j % 94); /* every visible ASCII character */
+        memcpy(v + 7 + n, "  ", 3);          /* trailing spaces are not part of it */
+        const char *t = hdr_bearer(v, &len);
+        assert_ptr_equal(t, v + 7);
+        assert_int_equal(len, n);
+        v[7 + n / 2] = ' '; /* still one token: a space inside is refused, whatever the size */
+        if (n > 1)
+            assert_null(hdr_bearer(v, &len));
+        v[7 + n / 2] = '\x7f';
+        assert_null(hdr_bearer(v, &len));
+        test_free(v);
+    }
+}
+
 struct prefer_case {
     const char *in;
     int cap;
@@ -124,6 +149,7 @@ int main(void)
         cmocka_unit_test(test_idempotency_key),
         cmocka_unit_test(test_idempotency_key_length_bounds),
         cmocka_unit_test(test_bearer),
+        cmocka_unit_test(test_bearer_has_no_length_limit),
         cmocka_unit_test(test_prefer_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,7 +50,10 @@ struct ok_case {
 };
 
 static const struct ok_case ok_cases[] = {
-    /* RFC 8785 §3.2.3, the main example. */
+    /* RFC 8785 §3.2.3, the main example. Its 333333333.33333329 is not the shortest spelling
+     * of its double (333333333.3333333 is): RFC 8785 would write the shorter, equal-as-a-double
+     * digits, but a provider reading decimals sees two values, so the exact digits stay (issue
+     * 10, D13). Every other number of the example comes out as RFC 8785 has it. */
     {"{\n"
      "  \"numbers\": [333333333.33333329, 1E30, 4.50,\n"
      "              2e-3, 0.000000000000000000000000001],\n"
@@ -58,7 +61,7 @@ static const struct ok_case ok_cases[] = {
      "  \"literals\": [null, true, false]\n"
      "}",
      0,
-     "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],"
+     "{\"literals\":[null,true,false],\"numbers\":[333333333.33333329,1e+30,4.5,0.002,1e-27],"
      "\"string\":\"\xe2\x82\xac$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}"},
     /* RFC 8785 §3.2.3, the sorting example: members come out in UTF-16 code unit order. */
     {"{\n"
@@ -84,17 +87,19 @@ static const struct ok_case ok_cases[] = {
     {"{ }", 0, "{}"},
     {"[[],{},[{}]]", 0, "[[],{},[{}]]"},
     {"[ 1 , [ 2 , { \"a\" : [ ] } ] ]", 0, "[1,[2,{\"a\":[]}]]"},
-    /* Numbers take their ECMAScript form; the input spelling does not matter. */
+    /* Numbers take their ECMAScript form; the input spelling does not matter. A number whose
+     * exact value is not the shortest decimal of its double keeps its exact digits, in the same
+     * layout (see test_number_exact). */
     {"1.0", 0, "1"},
     {"-0.0", 0, "0"},
     {"-0", 0, "0"},
     {"1E2", 0, "100"},
     {"1e+2", 0, "100"},
     {"100e-2", 0, "1"},
-    {"9007199254740993", 0, "9007199254740992"},
-    {"1e-400", 0, "0"},
-    {"-1e-400", 0, "0"},
-    {"123456789012345678901234567890", 0, "1.2345678901234568e+29"},
+    {"9007199254740993", 0, "9007199254740993"},
+    {"1e-400", 0, "1e-400"},
+    {"-1e-400", 0, "-1e-400"},
+    {"123456789012345678901234567890", 0, "1.2345678901234567890123456789e+29"},
     {"0.1", 0, "0.1"},
     {"1e20", 0, "100000000000000000000"},
     {"1e21", 0, "1e+21"},
@@ -185,6 +190,16 @@ static const struct err_case err_cases[] = {
     {"-1e999", 0, JCS_ENUMBER, 0},
     {"[1,-1e400]", 0, JCS_ENUMBER, 3},
     {"{\"a\":17976931348623159e292}", 0, JCS_ENUMBER, 5},
+    {"1.7976931348623159e308", 0, JCS_ENUMBER, 0},
+    {"9e308", 0, JCS_ENUMBER, 0},
+    {"1e309", 0, JCS_ENUMBER, 0},
+    {"0.00001e314", 0, JCS_ENUMBER, 0},
+    {"1e99999999999999999999", 0, JCS_ENUMBER, 0},
+    {"[0,-1e+99999999999999999999]", 0, JCS_ENUMBER, 3},
+    /* A non-zero number with an exponent of 10^15 or more cannot be written exactly here (it
+     * used to become 0): refused rather than collapsed. */
+    {"1e-99999999999999999999", 0, JCS_ENUMBER, 0},
+    {"[-0.5e-1000000000000000]", 0, JCS_ENUMBER, 1},
     /* Bad UTF-8 and lone surrogates. */
     {"\"\xff\"", 0, JCS_EUTF8, 1},
     {"\"\xc0\xaf\"", 0, JCS_EUTF8, 1},
@@ -355,6 +370,43 @@ static double from_bits(uint64_t bits)
     return v;
 }
 
+/* Writes another spelling of the canonical number text c (ECMAScript form) into buf: variant 0
+ * pads the mantissa with zeros and writes E without '+'; variant 1 moves the decimal point one
+ * place right and lowers the exponent by one. Both have the same exact value as c. */
+static void respell(const char *c, int variant, char *buf, size_t size)
+{
+    char m[40];
+    const char *e = strchr(c, 'e');
+    size_t ml = e ? (size_t)(e - c) : strlen(c);
+    long x = e ? strtol(e + 1, NULL, 10) : 0;
+
+    memcpy(m, c, ml);
+    m[ml] = '\0';
+    if (variant == 0) {
+        snprintf(buf, size, "%s%s%s%ld", m, strchr(m, '.') ? "000" : ".000", e ? "E" : "", x);
+        if (!e)
+            buf[strlen(buf) - 1] = '\0'; /* drop the "0" of the absent exponent */
+        return;
+    }
+    /* Digits before and after the point, the sign aside. */
+    int neg = m[0] == '-';
+    char ip[40], fp[40];
+    const char *dot = strchr(m, '.');
+    size_t il = dot ? (size_t)(dot - m) - (size_t)neg : ml - (size_t)neg;
+    memcpy(ip, m + neg, il);
+    ip[il] = '\0';
+    snprintf(fp, sizeof fp, "%s", dot ? dot + 1 : "");
+    /* Move the first fraction digit (or a 0) to the integer part. */
+    size_t fl = strlen(fp);
+    ip[il++] = fl ? fp[0] : '0';
+    ip[il] = '\0';
+    memmove(fp, fp + (fl ? 1 : 0), fl ? fl : 1);
+    const char *ipp = ip;
+    while (ipp[0] == '0' && ipp[1])
+        ipp++;
+    snprintf(buf, size, "%s%s%s%se%ld", neg ? "-" : "", ipp, fp[0] ? "." : "", fp, x - 1);
+}
+
 static void test_number_table(void **state)
 {
     (void)state;
@@ -369,18 +421,33 @@ static void test_number_table(void **state)
             fail_msg("case %zu (0x%016llx): got %s, want %s", i, (unsigned long long)c->bits, buf,
                      c->out);
 
-        /* The same value through a document, written with 17 digits (or as the canonical form
-         * itself) inside an array. */
-        char doc[64];
-        snprintf(doc, sizeof doc, "[%.17g]", v);
-        char *out = canon_ok(doc);
-        char want[40];
+        /* The canonical form itself, and other spellings of its exact value, inside an array:
+         * a body written with the shortest digits canonicalises as RFC 8785 has it (stored
+         * fingerprints of such bodies do not change). */
+        char doc[160], want[48];
         snprintf(want, sizeof want, "[%s]", c->out);
-        if (strcmp(out, want))
-            fail_msg("case %zu: %s gave %s, want %s", i, doc, out, want);
-        free(out);
-        out = canon_ok(c->out);
-        assert_string_equal(out, c->out);
+        for (int variant = -1; variant < 2; variant++) {
+            char spelled[128];
+            if (variant < 0)
+                snprintf(spelled, sizeof spelled, "%s", c->out);
+            else
+                respell(c->out, variant, spelled, sizeof spelled);
+            snprintf(doc, sizeof doc, "[ %s ]", spelled);
+            char *out = canon_ok(doc);
+            if (strcmp(out, want))
+                fail_msg("case %zu: %s gave %s, want %s", i, doc, out, want);
+            free(out);
+        }
+
+        /* The 17-digit spelling keeps the double (and is exact when it is not the shortest
+         * one), and canonical text canonicalises to itself. */
+        snprintf(doc, sizeof doc, "%.17g", v);
+        char *out = canon_ok(doc);
+        if (strtod(out, NULL) != v || signbit(strtod(out, NULL)) != signbit(v + 0.0))
+            fail_msg("case %zu: %s gave %s, another double", i, doc, out);
+        char *again = canon_ok(out);
+        assert_string_equal(again, out);
+        free(again);
         free(out);
     }
 }
@@ -411,10 +478,196 @@ static void test_number_locale(void **state)
     }
     if (!found)
         skip();
-    char *out = canon_ok("[1.5,0.1,1e-7,333333333.33333329]");
+    /* The last number is rounded (strtod) to check the double range; the formatter is called
+     * directly too. */
+    char *out = canon_ok("[1.5,0.1,1e-7,333333333.33333329,1.7976931348623157e308]");
+    char buf[32];
+    int n1 = jcs_format_double(333333333.33333329, buf);
+    char buf2[32];
+    int n2 = jcs_format_double(0.5, buf2);
     setlocale(LC_NUMERIC, "C");
-    assert_string_equal(out, "[1.5,0.1,1e-7,333333333.3333333]");
+    assert_string_equal(out, "[1.5,0.1,1e-7,333333333.33333329,1.7976931348623157e+308]");
+    assert_int_equal(n1, 17);
+    assert_string_equal(buf, "333333333.3333333");
+    assert_int_equal(n2, 3);
+    assert_string_equal(buf2, "0.5");
     free(out);
+}
+
+/* ---- Exact numbers (issue 10, D13) ---- */
+
+/* A number whose exact value is not the shortest decimal of its nearest double is written with
+ * its own normalised digits in the ECMAScript layout: plain up to 21 integer digits, 0.000ddd
+ * down to 10^-7, d.ddde±N otherwise. */
+static const struct ok_case exact_cases[] = {
+    /* The issue's case, top level and inside a body. */
+    {"9007199254740993", 0, "9007199254740993"},
+    {"-9007199254740993", 0, "-9007199254740993"},
+    {"{\"seed\":9007199254740993}", 0, "{\"seed\":9007199254740993}"},
+    {"{\"seed\":9007199254740992}", 0, "{\"seed\":9007199254740992}"},
+    {"18446744073709551617", 0, "18446744073709551617"},
+    {"12345678901234567890", 0, "12345678901234567890"},
+    /* Integers up to 21 digits are plain, longer ones (n = 22) exponent form. */
+    {"123456789012345678901", 0, "123456789012345678901"},
+    {"1234567890123456789012", 0, "1.234567890123456789012e+21"},
+    {"99999999999999999999999", 0, "9.9999999999999999999999e+22"},
+    /* The exact value of the double nearest 1e23, and the largest finite double's. */
+    {"99999999999999991611392", 0, "9.9999999999999991611392e+22"},
+    {"1.7976931348623158e308", 0, "1.7976931348623158e+308"},
+    {"1e308", 0, "1e+308"},
+    /* Fractions: plain from 10^-6 (n = -5) on, exponent form below. */
+    {"0.10000000000000001", 0, "0.10000000000000001"},
+    {"0.1000000000000000055511151231257827021181583404541015625", 0,
+     "0.1000000000000000055511151231257827021181583404541015625"},
+    {"12.3456789012345678901234567890e5", 0, "1234567.8901234567890123456789"},
+    {"0.0000012345678901234567890", 0, "0.000001234567890123456789"},
+    {"0.00000012345678901234567890", 0, "1.234567890123456789e-7"},
+    {"-0.000000123456789012345678", 0, "-1.23456789012345678e-7"},
+    {"333333333.33333329", 0, "333333333.33333329"},
+    {"4.9406564584124654e-324", 0, "4.9406564584124654e-324"},
+    /* Beneath the doubles: the value stays, instead of becoming 0. */
+    {"1e-400", 0, "1e-400"},
+    {"2.5e-324", 0, "2.5e-324"},
+    {"-12.5e-99999", 0, "-1.25e-99998"},
+    {"1e-999999999999999", 0, "1e-999999999999999"},
+    /* Zeros of any sign and exponent are 0, even exponents far out of range. */
+    {"0e-99999999999999999999999", 0, "0"},
+    {"-0.000E+99999999999999999999", 0, "0"},
+    /* Long digit strings split around the point keep every digit. */
+    {"[1000000000000000000000000000000000000000.0000000000000000000000000000000000000001]", 0,
+     "[1.0000000000000000000000000000000000000000000000000000000000000000000000000000001e+39]"},
+};
+
+/* Spellings of one exact value, all giving the group's text. */
+struct num_group {
+    const char *out;
+    const char *in[9];
+};
+
+static const struct num_group num_groups[] = {
+    {"1", {"1", "1.0", "1e0", "10e-1", "0.1e1", "1.000E+0", "100e-2", "0.00001e5", NULL}},
+    {"0",
+     {"0", "-0", "0.0", "-0.0e5", "0e-400", "0.000E+400", "-0E0", "0e99999999999999999999", NULL}},
+    {"0.1", {"0.1", "1e-1", "0.10", "10e-2", "0.0001e3", "1E-1", NULL}},
+    {"1e+23",
+     {"1E23", "100000000000000000000000", "1e+23", "0.1e24", "100000000000000000000000.0",
+      "10000000000000000000000000e-2", NULL}},
+    {"9007199254740993",
+     {"9007199254740993", "9007199254740993.0", "9.007199254740993e15", "90071992547409930e-1",
+      "0.9007199254740993E+16", NULL}},
+    {"-1.5", {"-1.5", "-15e-1", "-1.50", "-0.0015e3", "-150E-2", NULL}},
+    {"1e-400", {"1e-400", "0.1e-399", "10E-401", "0.0000000001e-390", NULL}},
+    {"1.2345678901234567890123456789e+29",
+     {"123456789012345678901234567890", "1.2345678901234567890123456789e29",
+      "0.12345678901234567890123456789e30", "123456789012345678901234567890.000", NULL}},
+    {"0.000001", {"1e-6", "0.000001", "10e-7", "0.0000010", NULL}},
+    {"1e-7", {"1e-7", "0.0000001", "0.00000010", "1E-7", NULL}},
+    {"1e+21", {"1e21", "1000000000000000000000", "1.0e+21", NULL}},
+    {"100000000000000000000", {"1e20", "100000000000000000000", "100000000000000000000.0", NULL}},
+    {"12.5", {"12.5", "125e-1", "1.25e1", "12.50", NULL}},
+};
+
+/* Pairs that a provider reading decimals sees as two values, though most of them round to one
+ * double (RFC 8785 alone would give them one canonical form). */
+static const char *const num_differ[][2] = {
+    {"9007199254740993", "9007199254740992"},
+    {"-9007199254740993", "-9007199254740992"},
+    {"{\"seed\":9007199254740993}", "{\"seed\":9007199254740992}"},
+    {"[9007199254740995]", "[9007199254740996]"},
+    {"18446744073709551617", "18446744073709551616"},
+    {"123456789012345678901234567890", "123456789012345678901234567891"},
+    {"0.1", "0.10000000000000001"},
+    {"0.1", "0.1000000000000000055511151231257827021181583404541015625"},
+    {"333333333.33333329", "333333333.3333333"},
+    {"1e23", "99999999999999991611392"},
+    {"1.7976931348623157e308", "1.7976931348623158e308"},
+    {"5e-324", "4.9406564584124654e-324"},
+    {"1e-400", "0"},
+    {"1e-400", "2e-400"},
+    {"-1e-400", "1e-400"},
+    {"2.5e-324", "0"},
+    {"1.0000000000000000000001", "1"},
+};
+
+static void test_number_exact(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof exact_cases / sizeof exact_cases[0]; i++) {
+        char *out = canon_ok(exact_cases[i].in);
+        if (strcmp(out, exact_cases[i].out))
+            fail_msg("exact case %zu: got %s, want %s", i, out, exact_cases[i].out);
+        /* Canonical text canonicalises to itself. */
+        char *again = canon_ok(out);
+        assert_string_equal(again, out);
+        free(again);
+        free(out);
+    }
+    for (size_t g = 0; g < sizeof num_groups / sizeof num_groups[0]; g++) {
+        for (size_t i = 0; num_groups[g].in[i]; i++) {
+            char *out = canon_ok(num_groups[g].in[i]);
+            if (strcmp(out, num_groups[g].out))
+                fail_msg("number group %zu input %s: got %s, want %s", g, num_groups[g].in[i], out,
+                         num_groups[g].out);
+            free(out);
+        }
+    }
+    for (size_t i = 0; i < sizeof num_differ / sizeof num_differ[0]; i++) {
+        char *a = canon_ok(num_differ[i][0]);
+        char *b = canon_ok(num_differ[i][1]);
+        if (!strcmp(a, b))
+            fail_msg("number pair %zu: both gave %s", i, a);
+        free(a);
+        free(b);
+    }
+}
+
+/* Over many doubles (a fixed pseudo-random sequence of bit patterns and integers): the RFC 8785
+ * form canonicalises to itself, so bodies written with shortest digits keep their fingerprints;
+ * the 17-digit form reads back as the same double and is RFC 8785 exactly when its digits,
+ * trailing zeros aside, are the shortest ones. */
+static void test_number_random(void **state)
+{
+    (void)state;
+    uint64_t r = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < 20000; i++) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        double v = i % 4 == 3 ? (double)(int64_t)(r >> (i % 64)) : from_bits(r);
+        if (!isfinite(v))
+            continue;
+        char shortest[32], doc[40];
+        int n = jcs_format_double(v, shortest);
+        assert_true(n > 0);
+        char *out = canon_ok(shortest);
+        if (strcmp(out, shortest))
+            fail_msg("%s gave %s", shortest, out);
+        free(out);
+
+        snprintf(doc, sizeof doc, "%.17e", v);
+        out = canon_ok(doc);
+        assert_true(strtod(out, NULL) == v);
+        /* Same digits as the shortest form, trailing zeros aside, gives the same text. */
+        char d17[24], ds[24];
+        size_t a = 0, b = 0;
+        for (const char *q = doc; *q && *q != 'e'; q++)
+            if (*q >= '0' && *q <= '9')
+                d17[a++] = *q;
+        for (const char *q = shortest; *q && *q != 'e'; q++)
+            if (*q >= '0' && *q <= '9')
+                ds[b++] = *q;
+        while (a > 1 && d17[a - 1] == '0')
+            a--;
+        size_t lead = 0;
+        while (lead + 1 < b && ds[lead] == '0')
+            lead++;
+        while (b > lead + 1 && ds[b - 1] == '0')
+            b--;
+        int same = v != 0 && a == b - lead && !memcmp(d17, ds + lead, a);
+        if (same != !strcmp(out, shortest) && v != 0)
+            fail_msg("%s gave %s (shortest %s)", doc, out, shortest);
+        free(out);
+    }
 }
 
 /* ---- Equivalence and sensitivity ---- */
@@ -643,6 +896,8 @@ int main(void)
         cmocka_unit_test(test_number_table),
         cmocka_unit_test(test_format_nonfinite),
         cmocka_unit_test(test_number_locale),
+        cmocka_unit_test(test_number_exact),
+        cmocka_unit_test(test_number_random),
         cmocka_unit_test(test_equivalence),
         cmocka_unit_test(test_value_change),
         cmocka_unit_test(test_depth),

@@ -16,7 +16,9 @@ struct row {
 };
 
 /* attempts, max, elapsed, deadline, hint, base, cap, rand01 */
-#define IN(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r)}
+#define IN(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 0, 0, 500, 60000}
+/* The same after an earlier ambiguous attempt. */
+#define AMB(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 1, 0, 0, 500, 60000}
 
 static const struct row rows[] = {
     {IN(CLS_SUCCESS, 1, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
@@ -40,6 +42,17 @@ static const struct row rows[] = {
     {IN(CLS_NOT_SENT, 5, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 0},
     {IN(CLS_BACKOFF, 1, 5, 59000, 60000, 2000, 0.5), ST_FAILED, 0, 0, 0},
     {IN(CLS_BACKOFF, 1, 5, 58000, 60000, 2000, 0.5), ST_PREPARED, 2000, 2000, 0},
+    /* Once an attempt was ambiguous, nothing ends failed: the task may exist. */
+    {AMB(CLS_BACKOFF, 5, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 500, 500, 0},
+    {AMB(CLS_NOT_SENT, 5, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 500, 500, 0},
+    {AMB(CLS_REJECTED_REQUEST, 2, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 500, 500, 0},
+    {AMB(CLS_REJECTED_ACCOUNT, 2, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 500, 500, 1},
+    {AMB(CLS_BACKOFF, 2, 5, 0, 60000, -1, 0.5), ST_PREPARED, 0, 199, 0},
+    {AMB(CLS_SUCCESS, 2, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
+    /* A whole answer only: a truncated 2xx is not a result. */
+    {{CLS_SUCCESS, 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 1, 0, 500, 60000}, ST_UNKNOWN, 500, 500, 0},
+    /* No way to look: the first (and only) look is at the end of the recovery window. */
+    {{CLS_AMBIGUOUS, 1, 5, 15000, 60000, -1, 100, 1000, 0.5, 0, 0, 1, 500, 60000}, ST_UNKNOWN, 45000, 45000, 0},
 };
 
 static void test_rows(void **state)
@@ -49,13 +62,14 @@ static void test_rows(void **state)
         struct pol_decision d = pol_decide(&rows[i].in);
         if (d.next != rows[i].next)
             fail_msg("row %zu: state %s, want %s", i, st_name(d.next), st_name(rows[i].next));
-        if (d.next == ST_PREPARED &&
+        if ((d.next == ST_PREPARED || (d.next == ST_UNKNOWN && rows[i].max_delay)) &&
             (d.delay_ms < rows[i].min_delay || d.delay_ms > rows[i].max_delay))
             fail_msg("row %zu: delay %lld outside [%lld, %lld]", i, d.delay_ms,
                      rows[i].min_delay, rows[i].max_delay);
         assert_int_equal(d.trip_credential, rows[i].trip);
         if (d.next != ST_COMPLETED)
             assert_non_null(d.reason);
+        assert_int_equal(d.ambiguous, d.next == ST_UNKNOWN);
     }
 }
 

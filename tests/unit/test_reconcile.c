@@ -1,4 +1,5 @@
-/* Reconciliation verdicts, as a table: what a list or a lookup proves. */
+/* Reconciliation decisions, as tables: what a search proves, what the reconciler does with an
+ * unknown operation, and where a found task leads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,29 +13,82 @@ static void test_list_verdicts(void **state)
 {
     (void)state;
     static const struct {
-        int matches, closed;
+        int matches, closed, grace;
         enum recon_verdict want;
     } rows[] = {
-        {1, 0, RV_FOUND},  {1, 1, RV_FOUND},   {2, 0, RV_REVIEW},  {5, 1, RV_REVIEW},
-        {0, 0, RV_LATER},  {0, 1, RV_ABSENT},  {-1, 0, RV_LATER},  {-1, 1, RV_REVIEW},
+        {1, 0, 0, RV_FOUND},   {1, 1, 1, RV_FOUND},   {2, 0, 1, RV_REVIEW}, {5, 1, 1, RV_REVIEW},
+        /* None found: absent only once the grace after the last ambiguous send has passed
+         * (a task may be committed after our timeout), and resent only inside the window. */
+        {0, 0, 0, RV_LATER},   {0, 0, 1, RV_ABSENT},  {0, 1, 0, RV_LATER},  {0, 1, 1, RV_REVIEW},
+        /* A page that failed (or a page limit) proves nothing. */
+        {-1, 0, 0, RV_LATER},  {-1, 0, 1, RV_LATER},  {-1, 1, 1, RV_REVIEW},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-        assert_int_equal(recon_list_verdict(rows[i].matches, rows[i].closed), rows[i].want);
+        if (recon_list_verdict(rows[i].matches, rows[i].closed, rows[i].grace) != rows[i].want)
+            fail_msg("row %zu", i);
 }
 
 static void test_lookup_verdicts(void **state)
 {
     (void)state;
     static const struct {
-        int status, closed;
+        int status, closed, grace;
         enum recon_verdict want;
     } rows[] = {
-        {200, 0, RV_FOUND}, {200, 1, RV_FOUND}, {404, 0, RV_ABSENT}, {404, 1, RV_ABSENT},
-        {503, 0, RV_LATER}, {503, 1, RV_REVIEW}, {0, 0, RV_LATER},   {0, 1, RV_REVIEW},
-        {401, 0, RV_LATER}, {410, 1, RV_REVIEW},
+        {200, 0, 0, RV_FOUND},  {200, 1, 1, RV_FOUND},  {404, 0, 0, RV_LATER},
+        {404, 0, 1, RV_ABSENT}, {404, 1, 1, RV_REVIEW}, {503, 0, 1, RV_LATER},
+        {503, 1, 1, RV_REVIEW}, {0, 0, 1, RV_LATER},    {0, 1, 1, RV_REVIEW},
+        {401, 0, 1, RV_LATER},  {410, 1, 1, RV_REVIEW},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-        assert_int_equal(recon_lookup_verdict(rows[i].status, rows[i].closed), rows[i].want);
+        if (recon_lookup_verdict(rows[i].status, rows[i].closed, rows[i].grace) != rows[i].want)
+            fail_msg("row %zu", i);
+}
+
+static void test_plans(void **state)
+{
+    (void)state;
+#define R RECON_IDEMPOTENT_RESUBMIT
+#define L RECON_GET_BY_CLIENT_ID
+#define M RECON_LIST_MATCH
+#define N RECON_NONE
+    static const struct {
+        struct recon_facts f; /* strategy, can_look, cancel, closed, budget, hint */
+        enum recon_plan want;
+    } rows[] = {
+        {{R, 0, 0, 0, 1, 0}, RP_RESEND},
+        {{R, 0, 0, 0, 0, 0}, RP_REVIEW}, /* budget spent */
+        {{R, 0, 0, 1, 1, 0}, RP_REVIEW}, /* the provider may have forgotten the key */
+        /* A cancelled operation is never sent again, not even under its key. */
+        {{R, 0, 1, 0, 1, 0}, RP_WAIT},
+        {{R, 0, 1, 1, 1, 0}, RP_REVIEW},
+        {{L, 1, 0, 0, 1, 0}, RP_LOOK},   {{L, 1, 1, 0, 1, 0}, RP_LOOK},
+        {{M, 1, 1, 1, 0, 0}, RP_LOOK},   {{M, 0, 0, 0, 1, 0}, RP_WAIT},
+        {{M, 0, 0, 1, 1, 0}, RP_REVIEW},
+        {{N, 0, 0, 0, 1, 0}, RP_WAIT},   {{N, 0, 0, 1, 1, 0}, RP_REVIEW},
+        {{N, 0, 1, 0, 1, 0}, RP_WAIT},
+        /* A verified webhook named the task: read and adopt it, whatever the strategy. */
+        {{N, 0, 0, 1, 1, 1}, RP_ADOPT},  {{R, 0, 1, 0, 1, 1}, RP_ADOPT},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (recon_plan(&rows[i].f) != rows[i].want)
+            fail_msg("row %zu: got %d", i, recon_plan(&rows[i].f));
+#undef R
+#undef L
+#undef M
+#undef N
+}
+
+static void test_found_states(void **state)
+{
+    (void)state;
+    /* async, has_id, cancelled */
+    assert_int_equal(recon_found_state(0, 0, 0), ST_COMPLETED);
+    assert_int_equal(recon_found_state(0, 1, 0), ST_COMPLETED);
+    assert_int_equal(recon_found_state(1, 1, 0), ST_ACCEPTED);
+    assert_int_equal(recon_found_state(1, 0, 0), ST_REVIEW); /* never completed while queued */
+    assert_int_equal(recon_found_state(1, 1, 1), ST_FAILED);
+    assert_int_equal(recon_found_state(0, 1, 1), ST_FAILED);
 }
 
 int main(void)
@@ -42,6 +96,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_list_verdicts),
         cmocka_unit_test(test_lookup_verdicts),
+        cmocka_unit_test(test_plans),
+        cmocka_unit_test(test_found_states),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

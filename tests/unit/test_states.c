@@ -18,9 +18,9 @@ static const struct edge allowed[] = {
     {ST_SENDING, ST_COMPLETED}, {ST_SENDING, ST_FAILED},
     {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED},
     {ST_UNKNOWN, ST_SENDING},   {ST_UNKNOWN, ST_PREPARED}, {ST_UNKNOWN, ST_ACCEPTED},
-    {ST_UNKNOWN, ST_COMPLETED}, {ST_UNKNOWN, ST_REVIEW},
+    {ST_UNKNOWN, ST_COMPLETED}, {ST_UNKNOWN, ST_REVIEW},   {ST_UNKNOWN, ST_FAILED},
     {ST_REVIEW, ST_PREPARED},   {ST_REVIEW, ST_ACCEPTED},  {ST_REVIEW, ST_COMPLETED},
-    {ST_REVIEW, ST_FAILED},
+    {ST_REVIEW, ST_FAILED},     {ST_REVIEW, ST_UNKNOWN},
 };
 
 static int in_table(enum op_state from, enum op_state to)
@@ -63,12 +63,42 @@ static void test_names_round_trip(void **state)
     assert_false(st_can_transition(ST__COUNT, ST_PREPARED));
 }
 
+/* One resolution decision for the API and the CLI: a found task at an async provider is polled,
+ * never completed without its outputs; a cancelled job is never sent again. */
+static void test_resolutions(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        int async, readable, cancel;
+        enum op_state want;
+    } rows[] = {
+        {"found", 0, 0, 0, ST_COMPLETED},  {"found", 0, 1, 0, ST_UNKNOWN},
+        {"found", 1, 0, 0, ST_ACCEPTED},   {"found", 1, 1, 1, ST_ACCEPTED},
+        {"absent", 0, 0, 0, ST_PREPARED},  {"absent", 1, 1, 0, ST_PREPARED},
+        {"absent", 0, 0, 1, ST_FAILED},    {"abandon", 0, 0, 0, ST_FAILED},
+        {"abandon", 1, 1, 1, ST_FAILED},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int r = st_resolution_parse(rows[i].name);
+        assert_true(r >= 0);
+        enum op_state got = st_resolve_target((enum st_resolution)r, rows[i].async, rows[i].readable,
+                                         rows[i].cancel);
+        if (got != rows[i].want)
+            fail_msg("row %zu: %s", i, st_name(got));
+        assert_true(st_can_transition(ST_REVIEW, got));
+    }
+    assert_int_equal(st_resolution_parse("foun"), -1);
+    assert_int_equal(st_resolution_parse(NULL), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_pair),
         cmocka_unit_test(test_terminal_states_never_change),
         cmocka_unit_test(test_names_round_trip),
+        cmocka_unit_test(test_resolutions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

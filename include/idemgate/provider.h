@@ -1,0 +1,59 @@
+#ifndef IDEMGATE_PROVIDER_H
+#define IDEMGATE_PROVIDER_H
+
+#include "idemgate/profile.h"
+#include "idemgate/tmpl.h"
+#include "idemgate/upstream.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* Talking to a provider the way its profile says: building its URLs, and one authenticated call
+ * (dispatch, poll, reconcile, probe and cancel all go through prov_call). The secret is read from
+ * the environment variable the operation names at the moment of the call, held only in a buffer
+ * of its exact size, and zeroed once the call is made; no call leaves without it when the
+ * operation names one (a 401 would read as the task's failure or trip the provider). Only the
+ * profile's proxy is ever used, never the environment's. The response is capped at the profile's
+ * max_response_bytes. */
+
+struct prov_call {
+    const char *method;
+    const char *url;
+    const char *credential;       /* name of the variable holding the secret, or NULL / "" */
+    const char *const *headers;   /* name, value, …, NULL (the profile's own are added) */
+    const char *body;             /* or NULL */
+    size_t body_len;
+    int (*before_send)(void *arg); /* see up_request */
+    void *before_send_arg;
+};
+
+/* Performs the call. Fills *res as up_call does (free with up_response_fini). Returns 0 when a
+ * response with a status line arrived, -1 otherwise; -1 with res->error "the provider's
+ * credential variable is not set" and nothing sent when the secret is missing. */
+__attribute__((warn_unused_result)) int prov_call(const struct cfg_provider *p,
+                                                  const struct prov_call *c,
+                                                  struct up_response *res);
+
+/* base_url + tmpl expanded with path-segment escaping of every value. A new string, or NULL
+ * (logged, naming the provider and what) when a value cannot be placed. */
+char *prov_url(const struct cfg_provider *p, const char *tmpl, tmpl_lookup_fn lookup, void *arg,
+               const char *what);
+
+/* s percent-encoded as a query value (RFC 3986 unreserved kept), in a new string; NULL when out
+ * of memory. */
+char *prov_query_escape(const char *s);
+
+/* 1 when url is on the same scheme, host and port as base: a URL a provider hands back is only
+ * followed when it is (no server-side request forgery). */
+int prov_same_origin(const char *url, const char *base);
+
+/* Parses a provider's JSON answer for reading ids: every integer token is turned into a string of
+ * its exact digits first, so a numeric id above 2^53 is not rounded by cJSON's doubles. Other
+ * numbers stay numbers. Returns a tree (cJSON_Delete it) or NULL when body is not JSON. */
+cJSON *prov_id_doc(const char *body, size_t len);
+
+/* The id at path in a tree from prov_id_doc: a non-empty string of at most 255 bytes (integer
+ * ids come as their digits), else NULL. Points into doc. */
+const char *prov_read_id(const struct jpath *path, const cJSON *doc);
+
+#endif

@@ -1,0 +1,179 @@
+#include "idemgate/provider.h"
+
+#include "idemgate/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_HEADERS 32
+
+int prov_call(const struct cfg_provider *p, const struct prov_call *c, struct up_response *res)
+{
+    const char *hdrs[2 * MAX_HEADERS + 1] = {NULL};
+    char *auth = NULL;
+    size_t auth_len = 0;
+    int h = 0, rc;
+    const char *secret = c->credential && *c->credential ? getenv(c->credential) : NULL;
+    if (c->credential && *c->credential && (!secret || !*secret)) {
+        memset(res, 0, sizeof(*res));
+        snprintf(res->error, sizeof(res->error), "the provider's credential variable is not set");
+        return -1;
+    }
+    if (secret) {
+        /* Exactly as long as it needs to be: a 2 KB token is not cut (it would read as 401). */
+        const char *prefix = p->auth_prefix ? p->auth_prefix : "";
+        auth_len = strlen(prefix) + strlen(secret) + 1;
+        auth = malloc(auth_len);
+        if (!auth) {
+            memset(res, 0, sizeof(*res));
+            snprintf(res->error, sizeof(res->error), "out of memory");
+            return -1;
+        }
+        snprintf(auth, auth_len, "%s%s", prefix, secret);
+    }
+    for (const char *const *x = c->headers; x && x[0] && x[1] && h < 2 * MAX_HEADERS - 2; x += 2) {
+        hdrs[h++] = x[0];
+        hdrs[h++] = x[1];
+    }
+    for (size_t i = 0; p->headers && p->headers[i] && h < 2 * MAX_HEADERS - 2; i += 2) {
+        hdrs[h++] = p->headers[i];
+        hdrs[h++] = p->headers[i + 1];
+    }
+    struct up_request req = {.method = c->method,
+                             .url = c->url,
+                             .auth_header = auth ? p->auth_header : NULL,
+                             .auth_value = auth,
+                             .headers = hdrs,
+                             .body = c->body,
+                             .body_len = c->body ? c->body_len : 0,
+                             .connect_timeout_ms = p->connect_timeout_ms,
+                             .total_timeout_ms = p->total_timeout_ms,
+                             .max_response_bytes = p->max_response_bytes,
+                             .proxy = p->proxy,
+                             .before_send = c->before_send,
+                             .before_send_arg = c->before_send_arg};
+    rc = up_call(&req, res);
+    if (auth) {
+        explicit_bzero(auth, auth_len);
+        free(auth);
+    }
+    return rc;
+}
+
+char *prov_url(const struct cfg_provider *p, const char *tmpl, tmpl_lookup_fn lookup, void *arg,
+               const char *what)
+{
+    char err[128], *path = NULL;
+    if (tmpl_expand(tmpl, TMPL_URL_SEGMENT, lookup, arg, &path, err, sizeof(err)) < 0) {
+        LOG(LOG_ERROR, "provider_url", LS("provider", p->name), LS("what", what),
+            LS("error", err));
+        return NULL;
+    }
+    size_t n = strlen(p->base_url) + strlen(path) + 1;
+    char *url = malloc(n);
+    if (url)
+        snprintf(url, n, "%s%s", p->base_url, path);
+    free(path);
+    return url;
+}
+
+int prov_same_origin(const char *url, const char *base)
+{
+    /* scheme://host[:port] of base, then '/', '?' or the end. */
+    const char *p = strstr(base, "://");
+    if (!p)
+        return 0;
+    const char *end = strchr(p + 3, '/');
+    size_t n = end ? (size_t)(end - base) : strlen(base);
+    return strncmp(url, base, n) == 0 && (url[n] == '/' || url[n] == '\0' || url[n] == '?');
+}
+
+char *prov_query_escape(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char *out = malloc(strlen(s) * 3 + 1);
+    size_t o = 0;
+    if (!out)
+        return NULL;
+    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+        if ((*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') ||
+            *q == '-' || *q == '.' || *q == '_' || *q == '~') {
+            out[o++] = (char)*q;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*q >> 4];
+            out[o++] = hex[*q & 15];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Copies body, putting quotes around every integer token outside strings. */
+static char *quote_integers(const char *s, size_t len)
+{
+    char *out = malloc(len * 3 + 1); /* at worst every byte a one-digit integer: "1", */
+    size_t o = 0;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < len;) {
+        char ch = s[i];
+        if (ch == '"') {
+            out[o++] = s[i++];
+            while (i < len && s[i] != '"') {
+                if (s[i] == '\\' && i + 1 < len)
+                    out[o++] = s[i++];
+                out[o++] = s[i++];
+            }
+            if (i < len)
+                out[o++] = s[i++];
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            size_t j = i + (ch == '-');
+            while (j < len && s[j] >= '0' && s[j] <= '9')
+                j++;
+            int integer = j > i + (ch == '-') &&
+                          (j == len || (s[j] != '.' && s[j] != 'e' && s[j] != 'E'));
+            if (integer)
+                out[o++] = '"';
+            while (i < len && (s[i] == '-' || s[i] == '+' || s[i] == '.' || s[i] == 'e' ||
+                               s[i] == 'E' || (s[i] >= '0' && s[i] <= '9')))
+                out[o++] = s[i++];
+            if (integer)
+                out[o++] = '"';
+        } else {
+            out[o++] = s[i++];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+cJSON *prov_id_doc(const char *body, size_t len)
+{
+    if (!body)
+        return NULL;
+    char *q = quote_integers(body, len);
+    if (!q)
+        return NULL;
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithOpts(q, &end, 0);
+    if (doc && end && *end) {
+        while (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')
+            end++;
+        if (*end) {
+            cJSON_Delete(doc);
+            doc = NULL;
+        }
+    }
+    free(q);
+    return doc;
+}
+
+const char *prov_read_id(const struct jpath *path, const cJSON *doc)
+{
+    const char *id = path ? jpath_string(path, doc) : NULL;
+    if (!id || !*id || strlen(id) > 255)
+        return NULL;
+    return id;
+}

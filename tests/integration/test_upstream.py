@@ -1,0 +1,170 @@
+"""The gateway's network path to providers and the credentials on it (issue 10, B5 and D17).
+
+B5: libcurl honours http_proxy / HTTPS_PROXY / ALL_PROXY from the environment; a proxy nobody
+configured could turn an upstream timeout into a definite 502/504 and would see the provider's
+credential. Only a provider's own `proxy` setting is ever used.
+D17: no fixed-size buffer may cut a credential or a header line: 2 KB provider tokens and long
+tenant tokens exist, and a cut token reads as 401 (which trips the provider for everyone).
+"""
+
+import hashlib
+import json
+import socket
+import threading
+import uuid
+
+import pytest
+
+from conftest import provider
+
+
+class FakeProxy:
+    """A TCP listener that records every connection. With forward=True it is a minimal HTTP
+    forward proxy (absolute-form request line → origin-form to the target, one request per
+    connection); otherwise it closes each connection without a byte."""
+
+    def __init__(self, forward=False):
+        self.forward = forward
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.request_lines = []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self.handle, args=(c,), daemon=True).start()
+
+    def handle(self, c):
+        try:
+            c.settimeout(10)
+            if not self.forward:
+                return
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            head, body = head.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            method, target, version = lines[0].split(" ")
+            with self.lock:
+                self.request_lines.append(lines[0])
+            headers = [ln for ln in lines[1:] if not ln.lower().startswith(("proxy-", "connection:"))]
+            length = next((int(ln.split(":", 1)[1]) for ln in headers
+                           if ln.lower().startswith("content-length:")), 0)
+            while len(body) < length:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
+            assert target.startswith("http://"), target
+            hostport, _, path = target[len("http://"):].partition("/")
+            host, _, port = hostport.partition(":")
+            up = socket.create_connection((host, int(port or 80)), timeout=30)
+            up.sendall(f"{method} /{path} {version}\r\n".encode() +
+                       "\r\n".join(headers + ["Connection: close"]).encode() + b"\r\n\r\n" + body)
+            while True:
+                chunk = up.recv(65536)
+                if not chunk:
+                    break
+                c.sendall(chunk)
+            up.close()
+        except (OSError, AssertionError, ValueError):
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def fake_proxy():
+    proxies = []
+
+    def make(forward=False):
+        p = FakeProxy(forward)
+        proxies.append(p)
+        return p
+
+    yield make
+    for p in proxies:
+        p.close()
+
+
+def proxy_env(url):
+    return {name: url for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY",
+                                   "all_proxy", "ALL_PROXY")}
+
+
+def test_environment_proxies_are_ignored(gateway_factory, mock, token, fake_proxy):
+    trap = fake_proxy()
+    gw = gateway_factory(env=proxy_env(trap.url))
+    r = gw.submit(token, "env-proxy-" + uuid.uuid4().hex, {"prompt": "direct", "n": 1})
+    assert r.status == 202, r
+    job = gw.wait_state(token, r.json()["id"], ("completed", "failed", "unknown", "review"))
+    assert job["state"] == "completed", job
+    assert len(mock.creates_for(job["id"])) == 1, "the create reached the provider directly"
+    assert trap.connections == 0, "the environment's proxy was used"
+
+
+def test_configured_proxy_is_the_only_one_and_carries_every_call(
+        gateway_factory, mock, token, fake_proxy):
+    trap = fake_proxy()
+    configured = fake_proxy(forward=True)
+    env = proxy_env(trap.url)
+    env["NO_PROXY"] = env["no_proxy"] = "*"  # would exempt every host from a proxy
+    gw = gateway_factory(env=env, providers=[provider(
+        "mock-images", mock.url, proxy=configured.url,
+        auth={"header": "Authorization", "prefix": "Bearer ",
+              "secret_env": "MOCK_IMAGES_API_KEY"})])
+    r = gw.submit(token, "conf-proxy-" + uuid.uuid4().hex, {"prompt": "via proxy", "n": 1})
+    assert r.status == 202, r
+    job = gw.wait_state(token, r.json()["id"], ("completed", "failed", "unknown", "review"))
+    assert job["state"] == "completed", job
+    assert len(mock.creates_for(job["id"])) == 1
+    assert configured.request_lines == [f"POST {mock.url}/v1/images/generations HTTP/1.1"], \
+        configured.request_lines
+    assert trap.connections == 0
+
+
+def test_long_provider_credential_is_sent_whole(gateway_factory, mock, token):
+    # 2 KB and more: real provider tokens of that size exist. A cut one reads as 401.
+    secret = "sk-" + "A1b2C3d4" * 512  # 4099 bytes
+    gw = gateway_factory(env={"MOCK_IMAGES_API_KEY": secret})
+    r = gw.submit(token, "long-secret-" + uuid.uuid4().hex, {"prompt": "auth", "n": 1})
+    assert r.status == 202, r
+    job = gw.wait_state(token, r.json()["id"], ("completed", "failed", "unknown", "review"))
+    assert job["state"] == "completed", job
+    (create,) = mock.creates_for(job["id"])
+    assert create["auth_sha256"] == hashlib.sha256(b"Bearer " + secret.encode()).hexdigest()
+    assert secret not in gw.log()
+
+
+@pytest.mark.parametrize("size", [513, 4096, 16384])
+def test_long_tenant_token_is_accepted(gateway_factory, psql, size):
+    # A tenant's bearer token is only ever hashed: its length is no reason to refuse it.
+    tok = ("tk" + uuid.uuid4().hex * (size // 32 + 1))[:size]
+    name = "long-" + uuid.uuid4().hex[:12]
+    digest = hashlib.sha256(tok.encode()).hexdigest()
+    psql(f"INSERT INTO tenants (name, token_sha256) VALUES ('{name}', '{digest}')")
+    gw = gateway_factory()
+    r = gw.submit(tok, "long-token-" + uuid.uuid4().hex, {"prompt": "tenant", "n": 1})
+    assert r.status == 202, r
+    assert gw.job(tok, r.json()["id"]).status == 200
+    # The same token one character short is another tenant's (none): 401, not a crash.
+    assert gw.job(tok[:-1], r.json()["id"]).status == 401
