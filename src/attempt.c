@@ -281,6 +281,7 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .cap_ms = p->backoff_cap_ms,
                            .rand01 = clock_rand01(),
                            .ambiguous_before = c->ambiguous_before || c->from_unknown,
+                           .may_have_created = cls_may_have_created(&ev, *outcome),
                            .truncated = res->body_truncated,
                            .cannot_look = p->reconcile == RECON_NONE,
                            .reconcile_interval_ms = p->reconcile_interval_ms,
@@ -370,6 +371,7 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
                              .poll_url = poll_url,
                              .poll_deadline_ms = d.next == ST_ACCEPTED ? p->poll_deadline_ms : 0,
                              .provider_status = d.next == ST_ACCEPTED ? "queued" : NULL,
+                             .ambiguous = d.ambiguous,
                              .started_at = t0,
                              .finished_at = t1};
     int applied = 0;

@@ -41,6 +41,14 @@ static enum cls_outcome by_status(const struct cls_evidence *e, int status, int 
     return CLS_AMBIGUOUS;
 }
 
+int cls_may_have_created(const struct cls_evidence *e, enum cls_outcome o)
+{
+    if (o == CLS_AMBIGUOUS)
+        return 1;
+    return o == CLS_BACKOFF && e->http_status > 0 &&
+           !listed(e->not_created, e->n_not_created, e->http_status);
+}
+
 enum cls_outcome cls_classify(const struct cls_evidence *e)
 {
     if (e->curl_code == 0)

@@ -57,7 +57,7 @@ static struct pol_decision by_outcome(const struct pol_input *in)
 struct pol_decision pol_decide(const struct pol_input *in)
 {
     struct pol_decision d = by_outcome(in);
-    if (d.next == ST_FAILED && in->ambiguous_before) {
+    if (d.next == ST_FAILED && (in->ambiguous_before || in->may_have_created)) {
         /* An earlier send may have created the task: neither a refusal now nor a spent budget
          * proves that it did not, so the operation stays unknown and ends in review. */
         d.next = ST_UNKNOWN;
@@ -69,7 +69,7 @@ struct pol_decision pol_decide(const struct pol_input *in)
         long long wait = in->cannot_look ? in->recovery_window_ms - in->elapsed_ms
                                          : in->reconcile_interval_ms;
         d.delay_ms = wait > 0 ? wait : 0;
-        d.ambiguous = 1;
     }
+    d.ambiguous = d.next == ST_UNKNOWN || in->may_have_created;
     return d;
 }

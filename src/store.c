@@ -147,8 +147,8 @@ static const struct stmt stmts[] = {
      "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
      "   ELSE now() + make_interval(secs => $22::float8 / 1000) END, "
      "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
-     "  ambiguous_at = CASE WHEN $17 = 'create' AND $4 = 'unknown' THEN now() "
-     "   ELSE ambiguous_at END, "
+     "  ambiguous_at = CASE WHEN $25::boolean OR ($17 = 'create' AND $4 = 'unknown') "
+     "   THEN now() ELSE ambiguous_at END, "
      "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
      "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
      "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
@@ -755,7 +755,7 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     snprintf(delay, sizeof(delay), "%ld", f->retry_delay_ms);
     snprintf(orecv, sizeof(orecv), "%d", f->outputs_received);
     snprintf(oreq, sizeof(oreq), "%d", f->outputs_requested);
-    const char *v[24] = {tid,
+    const char *v[25] = {tid,
                          f->id,
                          lv,
                          st_name(f->state),
@@ -778,8 +778,9 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
                          f->poll_url,
                          f->poll_deadline_ms > 0 ? pdl : NULL,
                          f->provider_status,
-                         f->outputs_json};
-    int lens[24] = {0};
+                         f->outputs_json,
+                         f->ambiguous ? "t" : "f"};
+    int lens[25] = {0};
     lens[6] = (int)f->resp_body_len;
     PGresult *r;
     /* A result is never dropped for a lost connection (a PostgreSQL restart): the fenced write
@@ -787,7 +788,7 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     int e, lost = 0;
     long wait_ms = 50;
     double give_up = clock_mono() + FINISH_RETRY_S;
-    while ((e = run(db, "finish", 24, v, lens, 1u << 6, &r)) == STORE_EUNAVAIL ||
+    while ((e = run(db, "finish", 25, v, lens, 1u << 6, &r)) == STORE_EUNAVAIL ||
            e == STORE_ERETRY) {
         lost |= e == STORE_EUNAVAIL;
         if (clock_mono() > give_up)

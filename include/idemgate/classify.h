@@ -35,6 +35,11 @@ struct cls_evidence {
 };
 
 enum cls_outcome cls_classify(const struct cls_evidence *e);
+/* 1 when, whatever the class, the evidence leaves open that this attempt made a task: an
+ * ambiguous outcome, or a status outside not_created that is only a safe resend because of a
+ * native key (a 5xx after the origin accepted, a 409 "in flight"). Such an operation can never
+ * end `failed` by an exhausted budget afterwards. */
+int cls_may_have_created(const struct cls_evidence *e, enum cls_outcome o);
 const char *cls_name(enum cls_outcome o);
 
 

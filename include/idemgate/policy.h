@@ -20,6 +20,7 @@ struct pol_input {
     /* An earlier attempt of this operation was ambiguous (its task may exist): it can then
      * never end `failed` here, only unknown (→ reconcile → review). */
     int ambiguous_before;
+    int may_have_created; /* this attempt may have made the task (cls_may_have_created) */
     int truncated; /* a 2xx whose body exceeded the profile's cap: not a stored result */
     /* When the outcome is unknown: the first reconcile look comes after the interval; a
      * provider with no way to look (strategy none) waits out its recovery window instead. */
@@ -32,7 +33,7 @@ struct pol_decision {
     long long delay_ms;  /* when next is prepared (or unknown): wait this long */
     int trip_credential; /* stop dispatching to this provider until reset */
     const char *reason;  /* a short static phrase for last_error, or NULL */
-    int ambiguous;       /* this decision leaves the operation's fate unknown: remember it */
+    int ambiguous;       /* this attempt may have made the task: remember it on the row */
 };
 
 struct pol_decision pol_decide(const struct pol_input *in);

@@ -211,6 +211,7 @@ struct store_finish {
     long long poll_deadline_ms; /* > 0: polling stops this long from now */
     const char *provider_status; /* canonical task status, or NULL */
     const char *outputs_json;    /* [{"url":…,"expires_at":…}] or NULL */
+    int ambiguous;               /* the attempt may have made the task: set ambiguous_at */
     double started_at, finished_at; /* Unix seconds, from this host's clock */
 };
 

@@ -349,6 +349,33 @@ def test_b6_ambiguous_then_409s_never_end_failed(gateway_factory, token, mock, p
         == [["t"]]
 
 
+def test_b6_5xx_under_a_native_key_then_spent_budget_is_review(gateway_factory, token, mock,
+                                                               psql):
+    """Item 6, found by the randomised campaign (seed 1101): a keyed create is answered 502 after
+    the origin made the task; a resend under the same key is safe, but the provider then refuses
+    connections until the budget is spent. Before: `failed` ("retry budget exhausted") while the
+    provider holds the task. After: the 502 is remembered (ambiguous_at) and the job ends in
+    `review` (or `completed` if a resend got through), never `failed`."""
+    gw = gateway_factory(providers=[provider(
+        "b6k", mock.url, path="/v2/generations", route="generations",
+        idempotency={"header": "Idempotency-Key"}, timeouts=HANG,
+        retry={"max_attempts": 3, "deadline_seconds": 60, "base_ms": 300, "cap_ms": 300},
+        reconcile={"strategy": "idempotent_resubmit", "interval_ms": 100, "window_seconds": 2})])
+    script(mock, [{"status": 502, "task_made": True}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route="b6k/generations").json()["id"]
+    wait_ledger(mock, job_id, 1)
+    refused = mock.http.request("POST", "/_refuse", json.dumps({"ms": 4000}))
+    until = time.monotonic() + 4.2
+    assert refused.status == 200, refused
+    j = wait_job(gw, token, job_id, SETTLED, 30)
+    time.sleep(max(0.0, until - time.monotonic()))  # the mock answers its ledger again
+    assert j["state"] != "failed", f"failed while the provider holds a task: {j}"
+    assert j["state"] in ("review", "completed"), j
+    assert len(real_creates(mock, job_id)) == 1
+    assert psql(f"SELECT ambiguous_at IS NOT NULL FROM operations WHERE id = '{job_id}'") \
+        == [["t"]]
+
+
 def test_b7_lookup_404_within_the_grace_is_not_absent(gateway_factory, token, mock):
     """Item 7. The provider commits the task after our timeout: lookups answer 404 for a while.
     Before: the first 404 was absence, and the create was sent again (2 creates). After: no

@@ -108,6 +108,36 @@ static void test_rows(void **state)
     }
 }
 
+/* Which evidence leaves open that the attempt made a task. */
+static void test_may_have_created(void **state)
+{
+    (void)state;
+    static const struct {
+        struct cls_evidence ev;
+        int want;
+    } cases[] = {
+        {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0}, 1}, /* ambiguous */
+        {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0}, 0},      /* not sent */
+        {{OK, 300, 150, 429, 0, 1, NULL, 0, NULL, 0}, 0},             /* declared not created */
+        {{OK, 300, 150, 503, 0, 1, NOT_CREATED_503, 4, NULL, 0}, 0},
+        {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0}, 1},             /* 5xx under a key */
+        {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0}, 1},             /* in flight: it exists */
+        {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0}, 0},
+        {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0}, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct cls_evidence ev = cases[i].ev;
+        if (!ev.not_created) {
+            ev.not_created = NOT_CREATED_DEFAULT;
+            ev.n_not_created = 3;
+        }
+        ev.trip = TRIP_DEFAULT;
+        ev.n_trip = 3;
+        if (cls_may_have_created(&ev, cls_classify(&ev)) != cases[i].want)
+            fail_msg("row %zu", i);
+    }
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -120,6 +150,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_may_have_created),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
