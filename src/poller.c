@@ -4,7 +4,7 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/provider.h"
-#include "idemgate/store.h"
+#include "idemgate/lease.h"
 #include "idemgate/tmpl.h"
 #include "idemgate/wpool.h"
 
@@ -165,27 +165,17 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
                        double t0)
 {
     int final = next != ST_ACCEPTED;
-    struct store_finish f = {.tenant_id = c->tenant_id,
-                             .id = c->id,
-                             .lease_version = c->lease_version,
-                             .from = ST_ACCEPTED,
-                             .kind = "poll",
-                             .state = next,
-                             .outcome = status,
-                             .http_status = res ? res->http_status : 0,
-                             .curl_code = res ? res->curl_code : 0,
-                             .bytes_sent = res ? res->bytes_sent : 0,
-                             .resp_headers = final && res ? res->headers_json : NULL,
-                             .resp_body = final && res ? res->body : NULL,
-                             .resp_body_len = final && res ? res->body_len : 0,
-                             .error = error,
-                             .retry_delay_ms = delay_ms,
-                             .outputs_received = outputs,
-                             .outputs_requested = -1,
-                             .provider_status = status,
-                             .outputs_json = outputs_json,
-                             .started_at = t0,
-                             .finished_at = clock_wall()};
+    struct store_finish f;
+    store_finish_init(&f, c, "poll", ST_ACCEPTED);
+    store_finish_evidence(&f, res, final);
+    f.state = next;
+    f.outcome = status;
+    f.error = error;
+    f.retry_delay_ms = delay_ms;
+    f.outputs_received = outputs;
+    f.provider_status = status;
+    f.outputs_json = outputs_json;
+    f.started_at = t0;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && !applied)
@@ -245,8 +235,12 @@ static char *strip_suffix(const char *url, const char *suffix)
     return strndup(url, n - k);
 }
 
-static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c)
+/* Reads the status of a claimed accepted operation (sending its cancel first when due) and
+ * writes what it shows. */
+static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                     double claimed_mono)
 {
+    (void)claimed_mono;
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p || p->mode != CFG_MODE_ASYNC_POLL || !c->remote_id) {
@@ -321,18 +315,13 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     free(url);
 }
 
-/* One poller step: claim one due accepted operation and read its status. */
-static int poll_step(const struct cfg *cfg, struct db *db)
-{
-    struct store_claim c;
-    if (store_poll_claim(db, cfg->instance_id, cfg->lease_seconds, &c) != STORE_OK)
-        return 0;
-    poll_one(cfg, db, &c);
-    store_claim_fini(&c);
-    return 1;
-}
-
 struct wpool *poller_start(const struct cfg *cfg)
 {
-    return wpool_start(cfg, cfg->poll_workers, poll_step, IDLE_SLEEP_MS);
+    struct wpool_spec spec = {.name = "poll",
+                              .threads = cfg->poll_workers,
+                              .claim = store_poll_claim,
+                              .work = poll_one,
+                              .idle_ms = IDLE_SLEEP_MS,
+                              .error_ms = IDLE_SLEEP_MS};
+    return wpool_start(cfg, &spec);
 }
