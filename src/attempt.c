@@ -303,6 +303,22 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
     return pol_decide(&in);
 }
 
+/* The operation's last_error for decision d: after a whole answer the policy's reason is the
+ * whole message; otherwise the evidence (libcurl's error or the status) is added to it. */
+static const char *last_error(const struct pol_decision *d, const struct up_response *res,
+                              int whole, char *buf, size_t len)
+{
+    if (res->aborted_before_send)
+        return "lease expired before sending";
+    if (whole)
+        return d->reason;
+    if (res->curl_code)
+        snprintf(buf, len, "%s: %s", d->reason, res->error);
+    else
+        snprintf(buf, len, "%s: HTTP %d", d->reason, res->http_status);
+    return buf;
+}
+
 /* Classifies, decides and records one call's outcome under the lease; trips the provider's
  * breaker when the decision says so and the write held. */
 static void record(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
@@ -322,13 +338,7 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     store_finish_evidence(&f, res, 1);
     f.state = d.next;
     f.outcome = cls_name(outcome);
-    f.error = d.reason; /* after a whole answer the reason is the whole message */
-    if (res->aborted_before_send)
-        f.error = "lease expired before sending";
-    else if (!whole && res->curl_code)
-        f.error = (snprintf(msg, sizeof(msg), "%s: %s", d.reason, res->error), msg);
-    else if (!whole)
-        f.error = (snprintf(msg, sizeof(msg), "%s: HTTP %d", d.reason, res->http_status), msg);
+    f.error = last_error(&d, res, whole, msg, sizeof(msg));
     f.retry_delay_ms = (long)d.delay_ms;
     f.outputs_received = rs.received;
     f.usage = rs.usage;

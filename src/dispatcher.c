@@ -29,13 +29,12 @@ struct dispatcher *disp_start(const struct cfg *cfg)
     if (!d)
         return NULL;
     struct wpool_spec spec = {.name = "dispatch",
-                              .threads = cfg->dispatch_workers,
                               .claim = store_claim,
                               .work = dispatch_one,
                               .idle_ms = cfg->poll_interval_ms,
                               .error_ms = ERROR_WAIT_MS,
                               .channel = WORK_CHANNEL};
-    d->pool = wpool_start(cfg, &spec);
+    d->pool = wpool_start(cfg, cfg->dispatch_workers, &spec);
     if (!d->pool) {
         free(d);
         return NULL;

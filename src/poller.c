@@ -315,13 +315,15 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     free(url);
 }
 
+static const struct wpool_spec poll_pool = {
+    .name = "poll",
+    .claim = store_poll_claim,
+    .work = poll_one,
+    .idle_ms = IDLE_SLEEP_MS,
+    .error_ms = IDLE_SLEEP_MS,
+};
+
 struct wpool *poller_start(const struct cfg *cfg)
 {
-    struct wpool_spec spec = {.name = "poll",
-                              .threads = cfg->poll_workers,
-                              .claim = store_poll_claim,
-                              .work = poll_one,
-                              .idle_ms = IDLE_SLEEP_MS,
-                              .error_ms = IDLE_SLEEP_MS};
-    return wpool_start(cfg, &spec);
+    return wpool_start(cfg, cfg->poll_workers, &poll_pool);
 }

@@ -426,13 +426,15 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     }
 }
 
+static const struct wpool_spec recon_pool = {
+    .name = "reconcile",
+    .claim = store_reconcile_claim,
+    .work = reconcile_one,
+    .idle_ms = IDLE_SLEEP_MS,
+    .error_ms = IDLE_SLEEP_MS,
+};
+
 struct wpool *recon_start(const struct cfg *cfg)
 {
-    struct wpool_spec spec = {.name = "reconcile",
-                              .threads = cfg->reconcile_workers,
-                              .claim = store_reconcile_claim,
-                              .work = reconcile_one,
-                              .idle_ms = IDLE_SLEEP_MS,
-                              .error_ms = IDLE_SLEEP_MS};
-    return wpool_start(cfg, &spec);
+    return wpool_start(cfg, cfg->reconcile_workers, &recon_pool);
 }

@@ -90,7 +90,7 @@ static void *wpool_main(void *arg)
     return NULL;
 }
 
-struct wpool *wpool_start(const struct cfg *cfg, const struct wpool_spec *spec)
+struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec *spec)
 {
     struct wpool *p = calloc(1, sizeof(*p));
     if (!p)
@@ -98,7 +98,7 @@ struct wpool *wpool_start(const struct cfg *cfg, const struct wpool_spec *spec)
     p->cfg = cfg;
     p->spec = *spec;
     p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    p->threads = calloc((size_t)spec->threads + 1, sizeof(pthread_t));
+    p->threads = calloc((size_t)n + 1, sizeof(pthread_t));
     if (!p->threads || p->stop_fd < 0) {
         if (p->stop_fd >= 0)
             close(p->stop_fd);
@@ -106,7 +106,7 @@ struct wpool *wpool_start(const struct cfg *cfg, const struct wpool_spec *spec)
         free(p);
         return NULL;
     }
-    for (int i = 0; i < spec->threads; i++) {
+    for (int i = 0; i < n; i++) {
         if (pthread_create(&p->threads[i], NULL, wpool_main, p) != 0) {
             LOG(LOG_ERROR, "wpool_start_failed", LS("pool", spec->name), LI("worker", i));
             wpool_stop(p);

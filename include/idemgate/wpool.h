@@ -21,7 +21,6 @@ typedef void (*wpool_work_fn)(const struct cfg *cfg, struct db *db, struct store
 
 struct wpool_spec {
     const char *name; /* for the log */
-    int threads;      /* none when 0 */
     wpool_claim_fn claim;
     wpool_work_fn work;
     int idle_ms;         /* the wait when nothing was due */
@@ -31,8 +30,8 @@ struct wpool_spec {
 
 struct wpool;
 
-/* Starts spec->threads threads (spec is copied). NULL only on failure. */
-struct wpool *wpool_start(const struct cfg *cfg, const struct wpool_spec *spec);
+/* Starts n threads (none when 0) working as spec says (spec is copied). NULL only on failure. */
+struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec *spec);
 /* Wakes the threads, lets each finish the operation it holds, and joins them all. */
 void wpool_stop(struct wpool *p);
 
