@@ -336,6 +336,19 @@ static int finish_run(struct db *db, const struct store_finish *f, const struct 
     return e;
 }
 
+/* The connection may have died after the first run's commit: then the re-run met its own write
+ * (and was fenced by it). The row tells: 1 when it holds what f wrote. */
+static int finish_committed(struct db *db, const struct store_finish *f)
+{
+    long long same = 0;
+    int e = db_run_number(db, &finish_check,
+                          DB_ARGS(p_int("tenant_id", f->tenant_id), p_text("id", f->id),
+                                  p_int("lease_version", f->lease_version),
+                                  p_text("state", st_name(f->state))),
+                          DB_ROWS, &same);
+    return e == STORE_OK && same == 1;
+}
+
 int store_finish(struct db *db, const struct store_finish *f, int *applied)
 {
     *applied = 0;
@@ -380,14 +393,8 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
         return e;
     *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
     PQclear(r);
-    long long same = 0;
-    /* The connection may have died after the first run's commit: then the re-run met its own
-     * write. The row tells. */
-    if (!*applied && lost &&
-        db_run_number(db, &finish_check,
-                    DB_ARGS(ps[0], ps[1], ps[2], p_text("state", st_name(f->state))), DB_ROWS,
-                    &same) == STORE_OK)
-        *applied = same == 1;
+    if (!*applied && lost)
+        *applied = finish_committed(db, f);
     return STORE_OK;
 }
 
