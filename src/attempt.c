@@ -9,6 +9,7 @@
 #include "idemgate/metrics.h"
 #include "idemgate/policy.h"
 #include "idemgate/provider.h"
+#include "idemgate/store.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -37,19 +38,12 @@ static int lease_guard(void *arg)
 static void release_unsent(struct db *db, const struct store_claim *c, enum op_state next,
                            const char *why)
 {
-    struct store_finish f = {.tenant_id = c->tenant_id,
-                             .id = c->id,
-                             .lease_version = c->lease_version,
-                             .from = ST_SENDING,
-                             .kind = "create",
-                             .state = next,
-                             .outcome = cls_name(CLS_NOT_SENT),
-                             .error = why,
-                             .retry_delay_ms = NOT_SENT_RETRY_MS,
-                             .outputs_received = -1,
-                             .outputs_requested = -1,
-                             .started_at = clock_wall(),
-                             .finished_at = clock_wall()};
+    struct store_finish f;
+    store_finish_init(&f, c, "create", ST_SENDING);
+    f.state = next;
+    f.outcome = cls_name(CLS_NOT_SENT);
+    f.error = why;
+    f.retry_delay_ms = NOT_SENT_RETRY_MS;
     int applied = 0;
     LOG(LOG_ERROR, "dispatch_not_sent", LS("job_id", c->id), LS("provider", c->provider),
         LS("error", why));
@@ -112,7 +106,13 @@ int attempt_same_origin(const char *url, const char *base)
 
 int attempt_needs_client_ref(const char *strategy)
 {
-    return strcmp(strategy, "get_by_client_id") == 0 || strcmp(strategy, "list_match") == 0;
+    int r = prof_reconcile_parse(strategy);
+    return r >= 0 && attempt_strategy_needs_client_ref((enum cfg_reconcile)r);
+}
+
+int attempt_strategy_needs_client_ref(enum cfg_reconcile strategy)
+{
+    return strategy == RECON_GET_BY_CLIENT_ID || strategy == RECON_LIST_MATCH;
 }
 
 /* The request as it leaves: URL (with a webhook query parameter), body (the stored client body
@@ -168,7 +168,7 @@ static int build_outbound(const struct cfg *cfg, const struct cfg_provider *p,
         o->hdrs[h++] = c->id;
     }
     if (p->client_ref_body_field && place(o, c, p->client_ref_body_field, c->id) < 0) {
-        if (attempt_needs_client_ref(c->reconcile_strategy)) {
+        if (attempt_strategy_needs_client_ref(c->strategy)) {
             *why = "the client reference cannot be placed in the body; reconciliation depends on "
                    "it, so the create is not sent";
             return -1;
@@ -197,37 +197,32 @@ static int build_outbound(const struct cfg *cfg, const struct cfg_provider *p,
     return 0;
 }
 
-/* For an async provider, a 2xx create is only "accepted": the task id (and a poll URL, when
- * given) come from its answer, read exactly. Without a task id nothing says which task we paid
- * for: unknown, then reconciled. */
-static void accept_async(const struct cfg_provider *p, const struct up_response *res,
-                         struct pol_decision *d, char **remote_id, char **poll_url,
-                         const char **error)
+/* What a whole 2xx from an async provider says: the task id and a poll URL (when given), read
+ * exactly, and whether its status is one the profile lists as accepted. The decision is
+ * pol_decide's. */
+struct task_answer {
+    int status_listed;
+    char *remote_id; /* owned, or NULL */
+    char *poll_url;  /* owned, or NULL: only on the provider's own origin */
+};
+
+static void read_task(const struct cfg_provider *p, const struct up_response *res,
+                      struct task_answer *t)
 {
-    int ok = p->n_accepted_statuses == 0;
+    t->status_listed = p->n_accepted_statuses == 0;
     for (int i = 0; i < p->n_accepted_statuses; i++)
-        ok |= p->accepted_statuses[i] == res->http_status;
+        t->status_listed |= p->accepted_statuses[i] == res->http_status;
     cJSON *doc = prov_id_doc(res->body, res->body_len);
-    const char *id = ok && doc ? prov_read_id(p->task_id, doc) : NULL;
+    const char *id = t->status_listed && doc ? prov_read_id(p->task_id, doc) : NULL;
     if (id)
-        *remote_id = strdup(id);
+        t->remote_id = strdup(id);
     const char *pu = doc && p->poll_url ? jpath_string(p->poll_url, doc) : NULL;
     if (pu && prov_same_origin(pu, p->base_url))
-        *poll_url = strdup(pu);
+        t->poll_url = strdup(pu);
     else if (pu)
         LOG(LOG_WARN, "poll_url_refused", LS("provider", p->name),
             LS("reason", "not on the provider's base URL"));
     cJSON_Delete(doc);
-    if (*remote_id) {
-        d->next = ST_ACCEPTED;
-        d->delay_ms = p->poll_interval_ms;
-        *error = NULL;
-    } else {
-        d->next = ST_UNKNOWN;
-        d->ambiguous = 1;
-        *error = ok ? "the provider accepted the create without a usable task id"
-                    : "unexpected success status for a create";
-    }
 }
 
 /* Logs and counts what the write of an outcome did. */
@@ -253,10 +248,21 @@ static void report(const struct store_claim *c, int e, int applied, enum cls_out
             LI("delay_ms", d->delay_ms), LI("ms", (long long)ms));
 }
 
-/* Classifies one call's evidence and decides what follows (policy.c owns the decision). */
-static struct pol_decision decide(const struct cfg_provider *p, const struct store_claim *c,
-                                  const struct up_response *res, const struct results *rs,
-                                  double seconds, enum cls_outcome *outcome)
+/* Stops dispatching to the provider whose credential was refused (until a reset or a probe). */
+static void trip(struct db *db, const struct store_claim *c, int http_status)
+{
+    char reason[128];
+    snprintf(reason, sizeof(reason), "credential refused: HTTP %d", http_status);
+    if (store_breaker_trip(db, c->provider, http_status, reason, c->id) == STORE_OK)
+        LOG(LOG_ERROR, "provider_tripped", LS("provider", c->provider),
+            LI("http_status", http_status), LS("job_id", c->id));
+}
+
+/* Classifies one call's evidence; *may_have_created says whether it leaves open that the
+ * attempt made a task (cls_may_have_created). */
+static enum cls_outcome classify(const struct cfg_provider *p, const struct store_claim *c,
+                                 const struct up_response *res, const struct results *rs,
+                                 int *may_have_created)
 {
     int requested = c->outputs_requested;
     struct cls_evidence ev = {.curl_code = res->curl_code,
@@ -270,8 +276,18 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                               .n_not_created = p->n_not_created,
                               .trip = p->trip_statuses,
                               .n_trip = p->n_trip_statuses};
-    *outcome = res->aborted_before_send ? CLS_NOT_SENT : cls_classify(&ev);
-    struct pol_input in = {.outcome = *outcome,
+    enum cls_outcome o = res->aborted_before_send ? CLS_NOT_SENT : cls_classify(&ev);
+    *may_have_created = cls_may_have_created(&ev, o);
+    return o;
+}
+
+/* Decides what follows (policy.c owns the decision; every input is gathered here). */
+static struct pol_decision decide(const struct cfg_provider *p, const struct store_claim *c,
+                                  const struct up_response *res, enum cls_outcome outcome,
+                                  int may_have_created, const struct task_answer *t,
+                                  double seconds)
+{
+    struct pol_input in = {.outcome = outcome,
                            .attempts_made = c->transport_attempts,
                            .max_attempts = p->max_attempts,
                            .elapsed_ms = c->since_first_ms + (long long)(seconds * 1000),
@@ -281,12 +297,74 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .cap_ms = p->backoff_cap_ms,
                            .rand01 = clock_rand01(),
                            .ambiguous_before = c->ambiguous_before || c->from_unknown,
-                           .may_have_created = cls_may_have_created(&ev, *outcome),
+                           .may_have_created = may_have_created,
                            .truncated = res->body_truncated,
                            .cannot_look = p->reconcile == RECON_NONE,
                            .reconcile_interval_ms = p->reconcile_interval_ms,
-                           .recovery_window_ms = p->recovery_window_ms};
+                           .recovery_window_ms = p->recovery_window_ms,
+                           .async = p->mode == CFG_MODE_ASYNC_POLL,
+                           .task_id_read = t->remote_id != NULL,
+                           .status_listed = t->status_listed,
+                           .poll_interval_ms = p->poll_interval_ms};
     return pol_decide(&in);
+}
+
+/* The operation's last_error for decision d: after a whole answer the policy's reason is the
+ * whole message; otherwise the evidence (libcurl's error or the status) is added to it. */
+static const char *last_error(const struct pol_decision *d, const struct up_response *res,
+                              int whole, char *buf, size_t len)
+{
+    if (res->aborted_before_send)
+        return "lease expired before sending";
+    if (whole)
+        return d->reason;
+    if (res->curl_code)
+        snprintf(buf, len, "%s: %s", d->reason, res->error);
+    else
+        snprintf(buf, len, "%s: HTTP %d", d->reason, res->http_status);
+    return buf;
+}
+
+/* Classifies, decides and records one call's outcome under the lease; trips the provider's
+ * breaker when the decision says so and the write held. */
+static void record(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
+                   const struct up_response *res, double t0, double t1)
+{
+    struct results rs;
+    struct task_answer t = {0};
+    count_results(p, res, &rs);
+    int may_have_created = 0;
+    enum cls_outcome outcome = classify(p, c, res, &rs, &may_have_created);
+    int whole = (outcome == CLS_SUCCESS || outcome == CLS_PARTIAL) && !res->body_truncated;
+    if (whole && p->mode == CFG_MODE_ASYNC_POLL)
+        read_task(p, res, &t);
+    struct pol_decision d = decide(p, c, res, outcome, may_have_created, &t, t1 - t0);
+    char msg[400];
+    struct store_finish f;
+    store_finish_init(&f, c, "create", ST_SENDING);
+    store_finish_evidence(&f, res, 1);
+    f.state = d.next;
+    f.outcome = cls_name(outcome);
+    f.error = last_error(&d, res, whole, msg, sizeof(msg));
+    f.retry_delay_ms = (long)d.delay_ms;
+    f.outputs_received = rs.received;
+    f.usage = rs.usage;
+    f.remote_id = t.remote_id;
+    f.poll_url = t.poll_url;
+    f.poll_deadline_ms = d.next == ST_ACCEPTED ? p->poll_deadline_ms : 0;
+    f.provider_status = d.next == ST_ACCEPTED ? "queued" : NULL;
+    f.ambiguous = d.ambiguous;
+    f.started_at = t0;
+    f.finished_at = t1;
+    int applied = 0;
+    int e = store_finish(db, &f, &applied);
+    CRASH_POINT("after_result_commit");
+    report(c, e, applied, outcome, &d, res, (t1 - t0) * 1000);
+    if (applied && d.trip_credential)
+        trip(db, c, res->http_status);
+    free(rs.usage);
+    free(t.remote_id);
+    free(t.poll_url);
 }
 
 void attempt_create(const struct cfg *cfg, struct db *db, const struct store_claim *c,
@@ -305,7 +383,7 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     }
     if (build_outbound(cfg, p, c, &o, &why) < 0) {
         outbound_fini(&o);
-        release_unsent(db, c, c->ambiguous_before ? ST_UNKNOWN : ST_FAILED, why);
+        release_unsent(db, c, pol_unsendable(c->ambiguous_before), why);
         return;
     }
     /* The whole call must fit in the lease: once it expires the reaper may hand the operation
@@ -328,65 +406,6 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     double t1 = clock_wall();
     outbound_fini(&o);
     CRASH_POINT("after_response");
-
-    struct results rs;
-    enum cls_outcome outcome;
-    count_results(p, &res, &rs);
-    struct pol_decision d = decide(p, c, &res, &rs, t1 - t0, &outcome);
-    char msg[400];
-    const char *error = d.reason;
-    if (res.aborted_before_send) {
-        error = "lease expired before sending";
-    } else if (d.next != ST_COMPLETED) {
-        if (res.curl_code)
-            snprintf(msg, sizeof(msg), "%s: %s", d.reason, res.error);
-        else
-            snprintf(msg, sizeof(msg), "%s: HTTP %d", d.reason, res.http_status);
-        error = msg;
-    } else {
-        error = outcome == CLS_PARTIAL ? "partial result: fewer outputs than requested" : NULL;
-    }
-    char *remote_id = NULL, *poll_url = NULL;
-    if (p->mode == CFG_MODE_ASYNC_POLL && d.next == ST_COMPLETED)
-        accept_async(p, &res, &d, &remote_id, &poll_url, &error);
-    struct store_finish f = {.tenant_id = c->tenant_id,
-                             .id = c->id,
-                             .lease_version = c->lease_version,
-                             .from = ST_SENDING,
-                             .kind = "create",
-                             .state = d.next,
-                             .outcome = cls_name(outcome),
-                             .http_status = res.http_status,
-                             .curl_code = res.curl_code,
-                             .bytes_sent = res.bytes_sent,
-                             .resp_headers = res.headers_json,
-                             .resp_body = res.body_truncated ? NULL : res.body,
-                             .resp_body_len = res.body_truncated ? 0 : res.body_len,
-                             .error = error,
-                             .retry_delay_ms = (long)d.delay_ms,
-                             .outputs_received = rs.received,
-                             .outputs_requested = -1,
-                             .usage = rs.usage,
-                             .remote_id = remote_id,
-                             .poll_url = poll_url,
-                             .poll_deadline_ms = d.next == ST_ACCEPTED ? p->poll_deadline_ms : 0,
-                             .provider_status = d.next == ST_ACCEPTED ? "queued" : NULL,
-                             .ambiguous = d.ambiguous,
-                             .started_at = t0,
-                             .finished_at = t1};
-    int applied = 0;
-    int e = store_finish(db, &f, &applied);
-    CRASH_POINT("after_result_commit");
-    report(c, e, applied, outcome, &d, &res, (t1 - t0) * 1000);
-    if (applied && d.trip_credential) {
-        char reason[128];
-        snprintf(reason, sizeof(reason), "credential refused: HTTP %d", res.http_status);
-        if (store_breaker_trip(db, c->provider, res.http_status, reason, c->id) == STORE_OK)
-            LOG(LOG_ERROR, "provider_tripped", LS("provider", c->provider),
-                LI("http_status", res.http_status), LS("job_id", c->id));
-    }
-    free(rs.usage);
-    free(remote_id);
-    free(poll_url);
+    record(p, db, c, &res, t0, t1);
     up_response_fini(&res);
 }

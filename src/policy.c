@@ -15,6 +15,8 @@ static struct pol_decision by_outcome(const struct pol_input *in)
             return d;
         }
         d.next = ST_COMPLETED;
+        if (in->outcome == CLS_PARTIAL)
+            d.reason = "partial result: fewer outputs than requested";
         return d;
     case CLS_REJECTED_REQUEST:
         d.next = ST_FAILED;
@@ -54,9 +56,25 @@ static struct pol_decision by_outcome(const struct pol_input *in)
     }
 }
 
+/* A whole 2xx from an async provider: accepted with its task id, else unknown. */
+static struct pol_decision async_accepted(const struct pol_input *in)
+{
+    struct pol_decision d = {ST_ACCEPTED, in->poll_interval_ms, 0, NULL, 0};
+    if (in->task_id_read)
+        return d;
+    d.next = ST_UNKNOWN;
+    d.delay_ms = 0; /* reconciled at once: its plan decides whether it can look */
+    d.ambiguous = 1;
+    d.reason = in->status_listed ? "the provider accepted the create without a usable task id"
+                                 : "unexpected success status for a create";
+    return d;
+}
+
 struct pol_decision pol_decide(const struct pol_input *in)
 {
     struct pol_decision d = by_outcome(in);
+    if (d.next == ST_COMPLETED && in->async)
+        return async_accepted(in);
     if (d.next == ST_FAILED && (in->ambiguous_before || in->may_have_created)) {
         /* An earlier send may have created the task: neither a refusal now nor a spent budget
          * proves that it did not, so the operation stays unknown and ends in review. */
@@ -72,4 +90,9 @@ struct pol_decision pol_decide(const struct pol_input *in)
     }
     d.ambiguous = d.next == ST_UNKNOWN || in->may_have_created;
     return d;
+}
+
+enum op_state pol_unsendable(int ambiguous_before)
+{
+    return ambiguous_before ? ST_UNKNOWN : ST_FAILED;
 }

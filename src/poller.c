@@ -4,7 +4,7 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/provider.h"
-#include "idemgate/store.h"
+#include "idemgate/lease.h"
 #include "idemgate/tmpl.h"
 #include "idemgate/wpool.h"
 
@@ -165,27 +165,17 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
                        double t0)
 {
     int final = next != ST_ACCEPTED;
-    struct store_finish f = {.tenant_id = c->tenant_id,
-                             .id = c->id,
-                             .lease_version = c->lease_version,
-                             .from = ST_ACCEPTED,
-                             .kind = "poll",
-                             .state = next,
-                             .outcome = status,
-                             .http_status = res ? res->http_status : 0,
-                             .curl_code = res ? res->curl_code : 0,
-                             .bytes_sent = res ? res->bytes_sent : 0,
-                             .resp_headers = final && res ? res->headers_json : NULL,
-                             .resp_body = final && res ? res->body : NULL,
-                             .resp_body_len = final && res ? res->body_len : 0,
-                             .error = error,
-                             .retry_delay_ms = delay_ms,
-                             .outputs_received = outputs,
-                             .outputs_requested = -1,
-                             .provider_status = status,
-                             .outputs_json = outputs_json,
-                             .started_at = t0,
-                             .finished_at = clock_wall()};
+    struct store_finish f;
+    store_finish_init(&f, c, "poll", ST_ACCEPTED);
+    store_finish_evidence(&f, res, final);
+    f.state = next;
+    f.outcome = status;
+    f.error = error;
+    f.retry_delay_ms = delay_ms;
+    f.outputs_received = outputs;
+    f.provider_status = status;
+    f.outputs_json = outputs_json;
+    f.started_at = t0;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && !applied)
@@ -245,8 +235,60 @@ static char *strip_suffix(const char *url, const char *suffix)
     return strndup(url, n - k);
 }
 
-static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c)
+/* The outputs live elsewhere (fal's response_url): fetches them into *fetched. Returns the
+ * status that follows: TS_SUCCEEDED, TS_FAILED for an error the result carries, or -1 when
+ * there is no readable answer. */
+static int fetch_result(const struct cfg_provider *p, const struct store_claim *c,
+                        const struct vars *v, const cJSON *doc, struct up_response *fetched)
 {
+    const char *fu = p->result_fetch_url && doc ? jpath_string(p->result_fetch_url, doc) : NULL;
+    char *furl = fu && prov_same_origin(fu, p->base_url) ? strdup(fu)
+                 : p->result_fetch_path ? provider_url(p, p->result_fetch_path, v)
+                                        : strip_suffix(c->poll_url, p->result_fetch_strip);
+    int st = -1;
+    if (furl && call(p, c->credential, "GET", furl, NULL, fetched) == 0 &&
+        !fetched->body_truncated)
+        st = fetched->http_status >= 400 && fetched->http_status < 500 ? TS_FAILED
+             : fetched->http_status >= 300                                ? -1
+                                                                         : TS_SUCCEEDED;
+    free(furl);
+    return st;
+}
+
+/* Writes what status st shows: the outputs of a finished task (from final / fdoc, the answer
+ * that carries the result), its failure, or another read later (res, the status answer). */
+static void conclude(struct db *db, const struct cfg_provider *p, const struct store_claim *c,
+                     int st, const struct up_response *final, const cJSON *fdoc,
+                     const struct up_response *res, double t0)
+{
+    if (st == TS_SUCCEEDED) {
+        cJSON *outs = cJSON_CreateArray();
+        int n = collect_outputs(p, fdoc, c->remote_id, outs);
+        char *oj = cJSON_PrintUnformatted(outs);
+        write_poll(db, c, ST_COMPLETED, 0, "succeeded", NULL, final, n, oj, t0);
+        free(oj);
+        cJSON_Delete(outs);
+    } else if (st == TS_FAILED || st == TS_CANCELED) {
+        const char *msg = fdoc && p->result_error ? jpath_string(p->result_error, fdoc) : NULL;
+        char err[512];
+        snprintf(err, sizeof(err), "%s: %s", st == TS_CANCELED ? "canceled" : "task failed",
+                 msg ? msg : "the provider gave no message");
+        write_poll(db, c, ST_FAILED, 0, prof_status_name((enum task_status)st), err, final, -1,
+                   NULL, t0);
+    } else {
+        /* Queued, running, or no readable answer: read again later. */
+        write_poll(db, c, ST_ACCEPTED, next_delay(p, c, res),
+                   st >= 0 ? prof_status_name((enum task_status)st) : "unreadable", NULL, res,
+                   -1, NULL, t0);
+    }
+}
+
+/* Reads the status of a claimed accepted operation (sending its cancel first when due) and
+ * writes what it shows. */
+static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                     double claimed_mono)
+{
+    (void)claimed_mono;
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p || p->mode != CFG_MODE_ASYNC_POLL || !c->remote_id) {
@@ -274,44 +316,13 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     cJSON *fdoc = doc;
     if (st == TS_SUCCEEDED &&
         (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
-        /* The outputs live elsewhere (fal's response_url): fetch them now. */
-        const char *fu = p->result_fetch_url && doc ? jpath_string(p->result_fetch_url, doc) : NULL;
-        char *furl = fu && prov_same_origin(fu, p->base_url) ? strdup(fu)
-                     : p->result_fetch_path ? provider_url(p, p->result_fetch_path, &v)
-                                            : strip_suffix(c->poll_url, p->result_fetch_strip);
-        if (furl && call(p, c->credential, "GET", furl, NULL, &fetched) == 0 &&
-            !fetched.body_truncated) {
+        st = fetch_result(p, c, &v, doc, &fetched);
+        if (st >= 0) {
             final = &fetched;
             fdoc = fetched.body ? cJSON_ParseWithLength(fetched.body, fetched.body_len) : NULL;
-            if (fetched.http_status >= 400 && fetched.http_status < 500)
-                st = TS_FAILED; /* the task ended in an error the result carries */
-            else if (fetched.http_status >= 300)
-                st = -1;
-        } else {
-            st = -1;
         }
-        free(furl);
     }
-    if (st == TS_SUCCEEDED) {
-        cJSON *outs = cJSON_CreateArray();
-        int n = collect_outputs(p, fdoc, c->remote_id, outs);
-        char *oj = cJSON_PrintUnformatted(outs);
-        write_poll(db, c, ST_COMPLETED, 0, "succeeded", NULL, final, n, oj, t0);
-        free(oj);
-        cJSON_Delete(outs);
-    } else if (st == TS_FAILED || st == TS_CANCELED) {
-        const char *msg = fdoc && p->result_error ? jpath_string(p->result_error, fdoc) : NULL;
-        char err[512];
-        snprintf(err, sizeof(err), "%s: %s", st == TS_CANCELED ? "canceled" : "task failed",
-                 msg ? msg : "the provider gave no message");
-        write_poll(db, c, ST_FAILED, 0, prof_status_name((enum task_status)st), err, final, -1,
-                   NULL, t0);
-    } else {
-        /* Queued, running, or no readable answer: read again later. */
-        write_poll(db, c, ST_ACCEPTED, next_delay(p, c, &res),
-                   st >= 0 ? prof_status_name((enum task_status)st) : "unreadable", NULL, &res,
-                   -1, NULL, t0);
-    }
+    conclude(db, p, c, st, final, fdoc, &res, t0);
     if (fdoc != doc)
         cJSON_Delete(fdoc);
     cJSON_Delete(doc);
@@ -321,18 +332,15 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     free(url);
 }
 
-/* One poller step: claim one due accepted operation and read its status. */
-static int poll_step(const struct cfg *cfg, struct db *db)
-{
-    struct store_claim c;
-    if (store_poll_claim(db, cfg->instance_id, cfg->lease_seconds, &c) != STORE_OK)
-        return 0;
-    poll_one(cfg, db, &c);
-    store_claim_fini(&c);
-    return 1;
-}
+static const struct wpool_spec poll_pool = {
+    .name = "poll",
+    .claim = store_poll_claim,
+    .work = poll_one,
+    .idle_ms = IDLE_SLEEP_MS,
+    .error_ms = IDLE_SLEEP_MS,
+};
 
 struct wpool *poller_start(const struct cfg *cfg)
 {
-    return wpool_start(cfg, cfg->poll_workers, poll_step, IDLE_SLEEP_MS);
+    return wpool_start(cfg, cfg->poll_workers, &poll_pool);
 }

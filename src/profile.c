@@ -115,6 +115,14 @@ const char *prof_reconcile_name(enum cfg_reconcile r)
     return (unsigned)r < 4 ? reconcile_names[r] : "none";
 }
 
+int prof_reconcile_parse(const char *s)
+{
+    for (int i = 0; s && i < 4; i++)
+        if (strcmp(s, reconcile_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 /* Compiles the JSONPath at o[key] into *out (left NULL when absent). */
 static int load_path(const cJSON *o, const char *key, struct jpath **out, int required,
                      const char *file, const char *field, char *err, size_t errlen)

@@ -4,6 +4,7 @@
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/provider.h"
+#include "idemgate/lease.h"
 #include "idemgate/store.h"
 
 #include <pthread.h>

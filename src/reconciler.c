@@ -6,7 +6,7 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/provider.h"
-#include "idemgate/store.h"
+#include "idemgate/lease.h"
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
@@ -107,29 +107,18 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
                           double t0)
 {
     const struct up_response *res = w->res;
+    /* The found task is the result of a synchronous create. */
     int keep = res && (w->next == ST_COMPLETED || w->next == ST_FAILED) && res->body &&
                !res->body_truncated;
-    struct store_finish f = {.tenant_id = c->tenant_id,
-                             .id = c->id,
-                             .lease_version = c->lease_version,
-                             .from = ST_UNKNOWN,
-                             .kind = "reconcile",
-                             .state = w->next,
-                             .outcome = w->outcome,
-                             .http_status = res ? res->http_status : 0,
-                             .curl_code = res ? res->curl_code : 0,
-                             .bytes_sent = res ? res->bytes_sent : 0,
-                             /* The found task is the result of a synchronous create. */
-                             .resp_headers = keep ? res->headers_json : NULL,
-                             .resp_body = keep ? res->body : NULL,
-                             .resp_body_len = keep ? res->body_len : 0,
-                             .remote_id = w->remote_id,
-                             .error = w->error,
-                             .retry_delay_ms = w->delay_ms,
-                             .outputs_received = -1,
-                             .outputs_requested = -1,
-                             .started_at = t0,
-                             .finished_at = clock_wall()};
+    struct store_finish f;
+    store_finish_init(&f, c, "reconcile", ST_UNKNOWN);
+    store_finish_evidence(&f, res, keep);
+    f.state = w->next;
+    f.outcome = w->outcome;
+    f.remote_id = w->remote_id;
+    f.error = w->error;
+    f.retry_delay_ms = w->delay_ms;
+    f.started_at = t0;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && !applied)
@@ -382,8 +371,11 @@ static void adopt_hinted(const struct cfg_provider *p, struct db *db, const stru
     up_response_fini(&res);
 }
 
-static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_claim *c)
+/* Decides what to do with a claimed unknown operation (recon_plan) and does it. */
+static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                          double claimed_mono)
 {
+    (void)claimed_mono; /* a resend takes its own time: the lease was renewed for it */
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p) {
@@ -391,15 +383,12 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
                      "provider is not configured on this replica", t0);
         return;
     }
-    int lookup = strcmp(c->reconcile_strategy, "get_by_client_id") == 0;
-    int list = strcmp(c->reconcile_strategy, "list_match") == 0;
     struct recon_facts f = {
-        .strategy = strcmp(c->reconcile_strategy, "idempotent_resubmit") == 0 ? RECON_IDEMPOTENT_RESUBMIT
-                    : lookup                                                 ? RECON_GET_BY_CLIENT_ID
-                    : list                                                   ? RECON_LIST_MATCH
-                                                                             : RECON_NONE,
-        .can_look = (lookup && p->lookup_path && p->reconcile == RECON_GET_BY_CLIENT_ID) ||
-                    (list && p->list_path && p->reconcile == RECON_LIST_MATCH),
+        .strategy = c->strategy,
+        .can_look = (c->strategy == RECON_GET_BY_CLIENT_ID && p->lookup_path &&
+                     p->reconcile == RECON_GET_BY_CLIENT_ID) ||
+                    (c->strategy == RECON_LIST_MATCH && p->list_path &&
+                     p->reconcile == RECON_LIST_MATCH),
         .cancel_requested = c->cancel_requested,
         .window_closed = c->since_first_ms >= p->recovery_window_ms,
         .budget_left = c->transport_attempts < p->max_attempts && c->since_first_ms < p->deadline_ms,
@@ -437,18 +426,15 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     }
 }
 
-/* One reconciler step: claim one due unknown operation and look. */
-static int recon_step(const struct cfg *cfg, struct db *db)
-{
-    struct store_claim c;
-    if (store_reconcile_claim(db, cfg->instance_id, cfg->lease_seconds, &c) != STORE_OK)
-        return 0;
-    reconcile_one(cfg, db, &c);
-    store_claim_fini(&c);
-    return 1;
-}
+static const struct wpool_spec recon_pool = {
+    .name = "reconcile",
+    .claim = store_reconcile_claim,
+    .work = reconcile_one,
+    .idle_ms = IDLE_SLEEP_MS,
+    .error_ms = IDLE_SLEEP_MS,
+};
 
 struct wpool *recon_start(const struct cfg *cfg)
 {
-    return wpool_start(cfg, cfg->reconcile_workers, recon_step, IDLE_SLEEP_MS);
+    return wpool_start(cfg, cfg->reconcile_workers, &recon_pool);
 }

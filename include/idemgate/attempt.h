@@ -2,7 +2,7 @@
 #define IDEMGATE_ATTEMPT_H
 
 #include "idemgate/config.h"
-#include "idemgate/store.h"
+#include "idemgate/lease.h"
 #include "idemgate/upstream.h"
 
 /* One create attempt of a claimed operation (state `sending`, lease held): build the request
@@ -20,5 +20,7 @@ int attempt_same_origin(const char *url, const char *base);
 /* 1 when a reconcile strategy finds the task by the client reference sent with the create
  * (get_by_client_id, list_match): such a create never leaves without its reference. */
 int attempt_needs_client_ref(const char *strategy);
+/* The same for a strategy already parsed. */
+int attempt_strategy_needs_client_ref(enum cfg_reconcile strategy);
 
 #endif

@@ -1,7 +1,7 @@
 #ifndef IDEMGATE_MIGRATE_H
 #define IDEMGATE_MIGRATE_H
 
-#include "idemgate/store.h"
+#include "idemgate/db.h"
 
 /* Schema migrations, embedded in the binary from migrations/NNNN_name.sql at build time. */
 struct migration {

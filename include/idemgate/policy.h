@@ -26,16 +26,29 @@ struct pol_input {
      * provider with no way to look (strategy none) waits out its recovery window instead. */
     int cannot_look;
     long long reconcile_interval_ms, recovery_window_ms;
+    /* An async provider's whole 2xx to a create is only "accepted": the task must then be
+     * polled, and without a task id read from the answer nobody knows which task was paid for
+     * (unknown, reconciled at once). */
+    int async;
+    int task_id_read;       /* the answer carried a usable task id */
+    int status_listed;      /* its status is one the profile lists as accepted */
+    long long poll_interval_ms; /* the first status read comes this long after acceptance */
 };
 
 struct pol_decision {
     enum op_state next;
     long long delay_ms;  /* when next is prepared (or unknown): wait this long */
     int trip_credential; /* stop dispatching to this provider until reset */
-    const char *reason;  /* a short static phrase for last_error, or NULL */
+    const char *reason;  /* a short static phrase for last_error, or NULL; after a whole 2xx it
+                          * is the whole message, otherwise the caller adds the evidence */
     int ambiguous;       /* this attempt may have made the task: remember it on the row */
 };
 
 struct pol_decision pol_decide(const struct pol_input *in);
+
+/* The state of a claimed create that can never be sent as recorded (e.g. its client reference
+ * cannot be placed): failed, unless an earlier attempt was ambiguous (its task may exist), then
+ * unknown. */
+enum op_state pol_unsendable(int ambiguous_before);
 
 #endif

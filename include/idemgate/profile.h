@@ -32,6 +32,8 @@ enum cfg_reconcile {
     RECON_LIST_MATCH,          /* list recent tasks and match our client reference */
 };
 const char *prof_reconcile_name(enum cfg_reconcile r);
+/* The strategy named s, or -1. */
+int prof_reconcile_parse(const char *s);
 
 /* A route a client may call on a provider: POST /v1/providers/{provider}/{route}. Nothing that
  * is not declared is forwarded: the gateway is never an open proxy. */

@@ -2,20 +2,37 @@
 #define IDEMGATE_WPOOL_H
 
 #include "idemgate/config.h"
+#include "idemgate/lease.h"
 
-struct db;
+/* A pool of worker threads, each with its own database connection, each claiming one operation
+ * at a time and working on it: the dispatcher, the reconciler and the poller are three of them.
+ * A thread that found nothing due waits idle_ms (or until its LISTEN channel is notified); one
+ * whose claim the database refused waits error_ms. Stopping wakes every waiting thread at once
+ * and lets each finish the operation it holds (its result is written). */
 
-/* A pool of worker threads, each with its own database connection, repeatedly calling a step
- * function: one claim and the work on it. A step that found nothing to do returns 0 and the
- * thread sleeps idle_ms (in short slices, so stopping is prompt); otherwise it goes again. */
+/* Claims one due operation into *out (see lease.h): STORE_OK, STORE_ENOTFOUND when nothing is
+ * due, or another store error. */
+typedef int (*wpool_claim_fn)(struct db *db, const char *owner, int lease_seconds,
+                              struct store_claim *out);
+/* Works on a claimed operation; claimed_mono is CLOCK_MONOTONIC taken before the claim (the lease
+ * is no older). The pool frees the claim afterwards. */
+typedef void (*wpool_work_fn)(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                              double claimed_mono);
 
-typedef int (*wpool_step_fn)(const struct cfg *cfg, struct db *db);
+struct wpool_spec {
+    const char *name; /* for the log */
+    wpool_claim_fn claim;
+    wpool_work_fn work;
+    int idle_ms;         /* the wait when nothing was due */
+    int error_ms;        /* the wait after the database refused */
+    const char *channel; /* LISTEN on it, and wake up on its NOTIFY while idle; or NULL */
+};
 
 struct wpool;
 
-/* Starts n threads (none when n is 0). NULL only on failure. */
-struct wpool *wpool_start(const struct cfg *cfg, int n, wpool_step_fn step, int idle_ms);
-/* Lets each thread finish its step and joins them all. */
+/* Starts n threads (none when 0) working as spec says (spec is copied). NULL only on failure. */
+struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec *spec);
+/* Wakes the threads, lets each finish the operation it holds, and joins them all. */
 void wpool_stop(struct wpool *p);
 
 #endif

@@ -16,13 +16,14 @@ struct row {
 };
 
 /* attempts, max, elapsed, deadline, hint, base, cap, rand01 */
-/* then: ambiguous_before, may_have_created, truncated, cannot_look, interval, window */
-#define IN(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 0, 0, 0, 500, 60000}
+#define IN(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 0, 0, 0, 500, 60000, 0, 0, 0, 0}
 /* The same after an earlier ambiguous attempt. */
-#define AMB(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 1, 0, 0, 0, 500, 60000}
+#define AMB(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 1, 0, 0, 0, 500, 60000, 0, 0, 0, 0}
 /* This attempt may have made the task (a 5xx or a 409 under a native key): still a safe resend,
  * but never failed afterwards. */
-#define MAY(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 1, 0, 0, 500, 60000}
+#define MAY(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 1, 0, 0, 500, 60000, 0, 0, 0, 0}
+/* An async provider's answer: outcome, truncated, task id read, status listed (poll every 2 s). */
+#define ASYNC(o, trunc, id, listed) {(o), 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 0, (trunc), 0, 500, 60000, 1, (id), (listed), 2000}
 
 static const struct row rows[] = {
     {IN(CLS_SUCCESS, 1, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
@@ -54,11 +55,19 @@ static const struct row rows[] = {
     {AMB(CLS_BACKOFF, 2, 5, 0, 60000, -1, 0.5), ST_PREPARED, 0, 199, 0},
     {AMB(CLS_SUCCESS, 2, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
     /* A whole answer only: a truncated 2xx is not a result. */
-    {{CLS_SUCCESS, 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 0, 1, 0, 500, 60000}, ST_UNKNOWN, 500, 500, 0},
+    {{CLS_SUCCESS, 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 0, 1, 0, 500, 60000, 0, 0, 0, 0}, ST_UNKNOWN, 500, 500, 0},
     /* No way to look: the first (and only) look is at the end of the recovery window. */
-    {{CLS_AMBIGUOUS, 1, 5, 15000, 60000, -1, 100, 1000, 0.5, 0, 0, 0, 1, 500, 60000}, ST_UNKNOWN, 45000, 45000, 0},
+    {{CLS_AMBIGUOUS, 1, 5, 15000, 60000, -1, 100, 1000, 0.5, 0, 0, 0, 1, 500, 60000, 0, 0, 0, 0}, ST_UNKNOWN, 45000, 45000, 0},
     {MAY(CLS_BACKOFF, 1, 5, 0, 60000, -1, 0.0), ST_PREPARED, 0, 0, 0},
     {MAY(CLS_BACKOFF, 5, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 500, 500, 0},
+    /* An async provider: a whole 2xx with a task id is accepted and polled; without one nobody
+     * knows which task was paid for (unknown); a truncated one is no answer at all. */
+    {ASYNC(CLS_SUCCESS, 0, 1, 1), ST_ACCEPTED, 2000, 2000, 0},
+    {ASYNC(CLS_PARTIAL, 0, 1, 1), ST_ACCEPTED, 2000, 2000, 0},
+    {ASYNC(CLS_SUCCESS, 0, 0, 1), ST_UNKNOWN, 0, 0, 0},
+    {ASYNC(CLS_SUCCESS, 0, 0, 0), ST_UNKNOWN, 0, 0, 0},
+    {ASYNC(CLS_SUCCESS, 1, 1, 1), ST_UNKNOWN, 500, 500, 0},
+    {ASYNC(CLS_REJECTED_REQUEST, 0, 0, 1), ST_FAILED, 0, 0, 0},
 };
 
 static void test_rows(void **state)
@@ -68,19 +77,30 @@ static void test_rows(void **state)
         struct pol_decision d = pol_decide(&rows[i].in);
         if (d.next != rows[i].next)
             fail_msg("row %zu: state %s, want %s", i, st_name(d.next), st_name(rows[i].next));
-        if ((d.next == ST_PREPARED || (d.next == ST_UNKNOWN && rows[i].max_delay)) &&
+        if ((d.next == ST_PREPARED || d.next == ST_ACCEPTED ||
+             (d.next == ST_UNKNOWN && rows[i].max_delay) ||
+             (d.next == ST_UNKNOWN && rows[i].in.async && !rows[i].in.truncated)) &&
             (d.delay_ms < rows[i].min_delay || d.delay_ms > rows[i].max_delay))
             fail_msg("row %zu: delay %lld outside [%lld, %lld]", i, d.delay_ms,
                      rows[i].min_delay, rows[i].max_delay);
         assert_int_equal(d.trip_credential, rows[i].trip);
-        if (d.next != ST_COMPLETED)
+        if (d.next != ST_COMPLETED && d.next != ST_ACCEPTED)
             assert_non_null(d.reason);
         assert_int_equal(d.ambiguous, d.next == ST_UNKNOWN || rows[i].in.may_have_created);
     }
 }
 
+/* A create that can never be sent as recorded ends failed, unless its task may already exist. */
+static void test_unsendable(void **state)
+{
+    (void)state;
+    assert_int_equal(pol_unsendable(0), ST_FAILED);
+    assert_int_equal(pol_unsendable(1), ST_UNKNOWN);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows),
+                                       cmocka_unit_test(test_unsendable)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,115 @@
+#ifndef IDEMGATE_DB_H
+#define IDEMGATE_DB_H
+
+#include "idemgate/states.h"
+
+#include <stddef.h>
+
+/* The connection layer under store.c and lease.c: one PostgreSQL connection per `struct db`,
+ * used by one thread at a time. It reconnects by itself after a failure (the failing call reports
+ * STORE_EUNAVAIL, the next call tries again), prepares each statement on a connection the first
+ * time that connection runs it, binds parameters by name, maps SQLSTATEs to store errors, and
+ * carries LISTEN/NOTIFY. It knows no table of the schema: the statements live beside the
+ * functions that use them. */
+
+enum store_err {
+    STORE_OK = 0,
+    STORE_EUNAVAIL = -1,  /* the database cannot be reached: 503 with Retry-After */
+    STORE_ERETRY = -2,    /* serialization failure or deadlock: run the statement again */
+    STORE_EINTERNAL = -3, /* anything else: a bug or a broken schema */
+    STORE_ENOTFOUND = -4, /* no such row (or nothing to do) */
+    STORE_EAUTH = -5,     /* no live tenant has that token */
+    STORE_ECONFLICT = -6, /* a unique name is taken */
+};
+
+struct db;
+
+/* Connects to url. Never fails for an unreachable database: the handle is returned disconnected
+ * and each call retries the connection (so a replica started before PostgreSQL comes up by
+ * itself). Returns NULL only when out of memory. */
+struct db *store_db_open(const char *url);
+void store_db_close(struct db *db);
+/* 1 when the last call reached the database. */
+int store_db_ok(struct db *db);
+/* Counts the connections made so far; a change means session state (LISTEN) was lost. */
+unsigned store_db_generation(struct db *db);
+/* The raw libpq connection (migrate.c and tests of the store only); may be NULL. */
+void *store_db_pgconn(struct db *db);
+/* Makes sure the connection is up (reconnecting if it is not); 0 or STORE_EUNAVAIL. */
+__attribute__((warn_unused_result)) int store_db_ensure(struct db *db);
+
+/* Subscribes this connection to a NOTIFY channel. */
+__attribute__((warn_unused_result)) int store_listen(struct db *db, const char *channel);
+/* Waits up to timeout_ms for a notification on this connection, or for wake_fd (if >= 0) to
+ * become readable, then calls cb(payload, arg) for each notification received. Returns the
+ * number received, or STORE_EUNAVAIL. */
+int store_wait_notify(struct db *db, int timeout_ms, int wake_fd,
+                      void (*cb)(const char *payload, void *arg), void *arg);
+
+/* A state a statement may move operations between. DB_NEW_ROW as `from`: a row it inserts. */
+#define DB_NEW_ROW ST__COUNT
+struct db_move {
+    int from; /* enum op_state, or DB_NEW_ROW */
+    enum op_state to; /* equal to from: the statement keeps the state (lease, hints) */
+};
+
+/* A statement, prepared on each connection the first time it runs there. `params` names $1, $2,
+ * … in order (NULL-terminated): the one place where a position gets its meaning; callers bind by
+ * name. A statement that writes operations.state declares every move it makes in `moves`, and in
+ * `filters` the states it names only to choose (or rule out) rows it does not move; a unit test
+ * (test_sql_states) proves each move is an edge of states.c and that every state named in the
+ * SQL text is one of these. */
+struct db_stmt {
+    const char *name;
+    const char *sql;
+    const char *const *params;
+    const struct db_move *moves; /* terminated by {.from = -1} ; NULL: writes no state */
+    const enum op_state *filters; /* terminated by ST__COUNT; may be NULL */
+};
+#define DB_PARAMS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define DB_MOVES(...) ((const struct db_move[]){__VA_ARGS__, {-1, ST_PREPARED}})
+#define DB_FILTERS(...) ((const enum op_state[]){__VA_ARGS__, ST__COUNT})
+
+/* 1 when s declares the move from → to (a keep, from == to, included). Pure. */
+int db_stmt_moves(const struct db_stmt *s, int from, enum op_state to);
+
+/* One bound parameter. Build them with the p_ helpers; `value` NULL is SQL NULL. */
+struct param {
+    const char *name;
+    const char *value;
+    int len;    /* bytes of a binary value */
+    int binary; /* sent as raw bytes (bytea) */
+    int is_num; /* the value is the text in num */
+    char num[32];
+};
+struct param p_text(const char *name, const char *value);
+struct param p_bytes(const char *name, const void *value, size_t len);
+struct param p_int(const char *name, long long value);
+struct param p_float(const char *name, double value); /* six decimals */
+struct param p_bool(const char *name, int value);
+struct param p_null(const char *name);
+
+struct pg_result;
+
+/* Runs s with the parameters given (each of s->params bound exactly once, in any order). On
+ * success *out holds the result (the caller PQclears it). */
+__attribute__((warn_unused_result)) int db_run(struct db *db, const struct db_stmt *s,
+                                               const struct param *ps, size_t n,
+                                               struct pg_result **out);
+/* db_run for a statement whose answer is one number: DB_ROWS, how many rows it returned or
+ * changed; DB_VALUE, the integer in the first column of its first row (STORE_ENOTFOUND when it
+ * returned no row). */
+enum db_number { DB_ROWS, DB_VALUE };
+__attribute__((warn_unused_result)) int db_run_number(struct db *db, const struct db_stmt *s,
+                                                      const struct param *ps, size_t n,
+                                                      enum db_number what, long long *out);
+#define DB_ARGS(...) ((const struct param[]){__VA_ARGS__}), \
+                     (sizeof((const struct param[]){__VA_ARGS__}) / sizeof(struct param))
+
+/* The text of a result cell, NULL for SQL NULL. */
+const char *db_val(const struct pg_result *r, int row, int col);
+/* Decodes a bytea in PostgreSQL's hex output format ("\x…") into a new NUL-terminated buffer;
+ * NULL in, NULL out. 0 or -1. */
+int db_bytea_decode(const char *s, unsigned char **out, size_t *len);
+
+#endif

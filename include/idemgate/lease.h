@@ -1,0 +1,128 @@
+#ifndef IDEMGATE_LEASE_H
+#define IDEMGATE_LEASE_H
+
+#include "idemgate/db.h"
+#include "idemgate/profile.h"
+#include "idemgate/states.h"
+
+#include <stddef.h>
+
+/* Leases and fencing: the claims that hand an operation to one worker under a new fencing token
+ * (lease_version), the writes of a worker's result under that token, and the reaper's turn of
+ * expired `sending` leases into `unknown`. This is the only code through which workers change an
+ * operation's state; each statement declares the moves it makes (see db.h), and a move not
+ * declared is refused before it reaches the database. */
+
+struct up_response;
+
+/* An operation claimed for dispatch. Strings point into `res`; store_claim_fini frees. */
+struct store_claim {
+    void *res;
+    long long tenant_id;
+    const char *id;
+    long long lease_version;
+    const char *provider;
+    const char *route;
+    const char *method;
+    const char *url;
+    const char *credential;
+    unsigned char *body; /* owned */
+    size_t body_len;
+    double lease_remaining_s; /* database time left on the lease when the claim committed */
+    const char *idem_header;  /* NULL: the provider has no idempotency key */
+    const char *reconcile_strategy;
+    enum cfg_reconcile strategy; /* reconcile_strategy, parsed once when the claim is read */
+    int transport_attempts;     /* including this claim's, for a dispatch */
+    long long since_first_ms;   /* since the first send */
+    int outputs_requested;      /* -1 when not known */
+    const char *remote_id;      /* the provider's task id, once accepted */
+    const char *poll_url;       /* as the provider gave it, or NULL */
+    int polls;                  /* status reads so far, this one included (poll claims) */
+    int cancel_due;             /* a cancel was requested and this claim must send it */
+    double first_sent_db, now_db; /* Unix seconds by the database's clock, not this host's */
+    int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
+    int ambiguous_before;       /* some attempt was ambiguous: never `failed` by budget */
+    long long since_ambiguous_ms; /* since the last ambiguous send (or the first send) */
+    int cancel_requested;       /* the client cancelled: nobody sends the create again */
+    const char *webhook_hint;   /* a task id a verified webhook named by client reference, or
+                                 * an operator's `resolve found` of a synchronous task */
+    int operator_found;         /* the hint is an operator's word: no client reference needed */
+};
+void store_claim_fini(struct store_claim *c);
+
+/* Claims the most overdue unknown operation for reconciliation: a new lease and fencing token,
+ * the state stays unknown. STORE_ENOTFOUND when nothing is due. */
+__attribute__((warn_unused_result)) int store_reconcile_claim(struct db *db, const char *owner,
+                                                              int lease_seconds,
+                                                              struct store_claim *out);
+/* unknown → sending under the reconciler's lease (a transport retry under the same provider
+ * key); updates c->lease_remaining_s and c->transport_attempts. STORE_ENOTFOUND when fenced. */
+__attribute__((warn_unused_result)) int store_reconcile_send(struct db *db, struct store_claim *c,
+                                                             int lease_seconds);
+
+/* Claims an accepted operation due for a status read (or a cancel). STORE_ENOTFOUND when none. */
+__attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const char *owner,
+                                                         int lease_seconds,
+                                                         struct store_claim *out);
+
+/* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
+ * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
+ * return, before any byte goes to the provider. STORE_ENOTFOUND when nothing is due. */
+__attribute__((warn_unused_result)) int store_claim(struct db *db, const char *owner,
+                                                    int lease_seconds, struct store_claim *out);
+
+/* The result of one outbound call, written only if the claim still holds. */
+struct store_finish {
+    long long tenant_id;
+    const char *id;
+    long long lease_version;
+    enum op_state from;   /* the state the claim holds: sending, or unknown for a reconcile */
+    const char *kind;     /* 'create', 'reconcile' or 'poll' */
+    enum op_state state;  /* the state to write */
+    const char *outcome;  /* classifier outcome name */
+    int http_status;      /* 0: none */
+    int curl_code;
+    long bytes_sent;
+    const char *resp_headers; /* JSON object text or NULL */
+    const char *resp_body;
+    size_t resp_body_len;
+    const char *remote_id; /* or NULL */
+    const char *error;     /* or NULL */
+    long retry_delay_ms;   /* next_attempt_at = now() + this (prepared: retry; unknown: look) */
+    int outputs_received;  /* -1: unchanged */
+    int outputs_requested; /* -1: unchanged */
+    const char *usage;     /* JSON text or NULL */
+    const char *poll_url;  /* or NULL: unchanged */
+    long long poll_deadline_ms; /* > 0: polling stops this long from now */
+    const char *provider_status; /* canonical task status, or NULL */
+    const char *outputs_json;    /* [{"url":…,"expires_at":…}] or NULL */
+    int ambiguous;               /* the attempt may have made the task: set ambiguous_at */
+    double started_at, finished_at; /* Unix seconds, from this host's clock */
+};
+
+/* Fills f for a result of claim c: its identity and fencing token, `kind` and the state the
+ * claim holds (`from`), nothing received or requested (-1), and both timestamps now. The caller
+ * then sets what differs: state, outcome, evidence, result. */
+void store_finish_init(struct store_finish *f, const struct store_claim *c, const char *kind,
+                       enum op_state from);
+/* Copies a call's evidence (status, curl code, bytes sent) into f; with keep_result also its
+ * headers and body as the operation's stored result. res may be NULL (no call was made). */
+void store_finish_evidence(struct store_finish *f, const struct up_response *res,
+                           int keep_result);
+
+/* Writes the outcome with `WHERE lease_version = $ AND state = f->from` and records the attempt
+ * in the same statement. The move f->from → f->state must be one the statement declares (and so
+ * one states.c allows): otherwise STORE_EINTERNAL and nothing is written. *applied is 0 when the
+ * claim was lost (fenced): the attempt is then recorded with decision 'fenced' and the operation
+ * is unchanged. */
+__attribute__((warn_unused_result)) int store_finish(struct db *db, const struct store_finish *f,
+                                                     int *applied);
+
+/* Turns up to `limit` operations whose sending lease expired into unknown; *count of them. */
+__attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int *count);
+
+
+/* The statements of this module, for the test that holds them to the state machine. */
+const struct db_stmt *const *lease_statements(size_t *n);
+
+#endif

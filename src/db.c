@@ -1,0 +1,359 @@
+#include "idemgate/db.h"
+
+#include "idemgate/log.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* More than store.c and lease.c have; were it ever reached, the connection's statements are
+ * deallocated and prepared again as they are used. */
+#define DB_MAX_PREPARED 64
+#define DB_MAX_PARAMS 32
+
+struct db {
+    char *url;
+    PGconn *conn;
+    int ok;
+    unsigned generation; /* +1 on every new connection: LISTEN must then be issued again */
+    /* The statements prepared on this connection (forgotten on reconnection). */
+    const struct db_stmt *prepared[DB_MAX_PREPARED];
+    int n_prepared;
+};
+
+/* Server notices ("relation already exists, skipping") are not events: drop them. */
+static void ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+static int connect_db(struct db *db)
+{
+    if (db->conn && PQstatus(db->conn) == CONNECTION_OK)
+        return STORE_OK;
+    if (db->conn)
+        PQfinish(db->conn);
+    db->n_prepared = 0;
+    db->conn = PQconnectdb(db->url);
+    if (PQstatus(db->conn) != CONNECTION_OK) {
+        if (db->ok) /* log the transition, not every retry */
+            LOG(LOG_WARN, "db_unavailable", LS("error", PQerrorMessage(db->conn)));
+        db->ok = 0;
+        PQfinish(db->conn);
+        db->conn = NULL;
+        return STORE_EUNAVAIL;
+    }
+    PQsetNoticeProcessor(db->conn, ignore_notice, NULL);
+    db->ok = 1;
+    db->generation++;
+    return STORE_OK;
+}
+
+struct db *store_db_open(const char *url)
+{
+    struct db *db = calloc(1, sizeof(*db));
+    if (!db)
+        return NULL;
+    db->url = strdup(url);
+    if (!db->url) {
+        free(db);
+        return NULL;
+    }
+    db->ok = 1;
+    (void)connect_db(db);
+    return db;
+}
+
+void store_db_close(struct db *db)
+{
+    if (!db)
+        return;
+    if (db->conn)
+        PQfinish(db->conn);
+    free(db->url);
+    free(db);
+}
+
+int store_db_ok(struct db *db)
+{
+    return db->ok;
+}
+
+unsigned store_db_generation(struct db *db)
+{
+    return db->generation;
+}
+
+void *store_db_pgconn(struct db *db)
+{
+    return db->conn;
+}
+
+int store_db_ensure(struct db *db)
+{
+    return connect_db(db);
+}
+
+/* Maps a failed result to a store error. Connection failures mark the handle for reconnection. */
+static int result_error(struct db *db, PGresult *r, const char *stmt)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (!db->conn || PQstatus(db->conn) != CONNECTION_OK || !state ||
+        strncmp(state, "08", 2) == 0 || strncmp(state, "57P", 3) == 0) {
+        if (db->ok)
+            LOG(LOG_WARN, "db_unavailable", LS("statement", stmt),
+                LS("error", db->conn ? PQerrorMessage(db->conn) : "no connection"));
+        db->ok = 0;
+        if (db->conn) {
+            PQfinish(db->conn);
+            db->conn = NULL;
+        }
+        return STORE_EUNAVAIL;
+    }
+    if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+        return STORE_ERETRY;
+    if (strcmp(state, "23505") == 0)
+        return STORE_ECONFLICT;
+    LOG(LOG_ERROR, "db_error", LS("statement", stmt), LS("sqlstate", state),
+        LS("error", PQresultErrorMessage(r)));
+    return STORE_EINTERNAL;
+}
+
+/* Prepares s on this connection unless it already is. The schema may not exist yet (before
+ * `migrate`): the failure is then reported for this call and the next call prepares again. */
+static int prepare(struct db *db, const struct db_stmt *s)
+{
+    for (int i = 0; i < db->n_prepared; i++)
+        if (db->prepared[i] == s)
+            return STORE_OK;
+    if (db->n_prepared == DB_MAX_PREPARED) {
+        PQclear(PQexec(db->conn, "DEALLOCATE ALL"));
+        db->n_prepared = 0;
+    }
+    PGresult *r = PQprepare(db->conn, s->name, s->sql, 0, NULL);
+    int e = PQresultStatus(r) == PGRES_COMMAND_OK ? STORE_OK : result_error(db, r, s->name);
+    PQclear(r);
+    if (e == STORE_OK)
+        db->prepared[db->n_prepared++] = s;
+    return e;
+}
+
+static void forget(struct db *db, const struct db_stmt *s)
+{
+    for (int i = 0; i < db->n_prepared; i++)
+        if (db->prepared[i] == s)
+            db->prepared[i] = db->prepared[--db->n_prepared];
+}
+
+/* Puts each parameter at the position s->params gives its name. -1 when a name is unknown, bound
+ * twice, or missing. */
+static int bind(const struct db_stmt *s, const struct param *ps, size_t n, const char **vals,
+                int *lens, int *fmts, int *count)
+{
+    int k = 0;
+    while (s->params && s->params[k])
+        k++;
+    if ((size_t)k != n || k > DB_MAX_PARAMS)
+        return -1;
+    int seen[DB_MAX_PARAMS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        int pos = 0;
+        while (pos < k && strcmp(s->params[pos], ps[i].name) != 0)
+            pos++;
+        if (pos == k || seen[pos]++)
+            return -1;
+        vals[pos] = ps[i].is_num ? ps[i].num : ps[i].value;
+        lens[pos] = ps[i].len;
+        fmts[pos] = ps[i].binary;
+    }
+    *count = k;
+    return 0;
+}
+
+int db_run(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
+           struct pg_result **out)
+{
+    const char *vals[DB_MAX_PARAMS];
+    int lens[DB_MAX_PARAMS], fmts[DB_MAX_PARAMS], k = 0;
+    *out = NULL;
+    if (bind(s, ps, n, vals, lens, fmts, &k) < 0) {
+        LOG(LOG_ERROR, "db_error", LS("statement", s->name),
+            LS("error", "parameters do not match"));
+        return STORE_EINTERNAL;
+    }
+    if (connect_db(db) < 0)
+        return STORE_EUNAVAIL;
+    int e = prepare(db, s);
+    if (e < 0)
+        return e;
+    PGresult *r = PQexecPrepared(db->conn, s->name, k, vals, lens, fmts, 0);
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (state && strcmp(state, "26000") == 0) {
+        /* The server lost the statement (DISCARD ALL behind a pooler): prepare and run again. */
+        PQclear(r);
+        forget(db, s);
+        if ((e = prepare(db, s)) < 0)
+            return e;
+        r = PQexecPrepared(db->conn, s->name, k, vals, lens, fmts, 0);
+    }
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+        e = result_error(db, r, s->name);
+        PQclear(r);
+        return e;
+    }
+    db->ok = 1;
+    *out = r;
+    return STORE_OK;
+}
+
+int db_run_number(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
+                  enum db_number what, long long *out)
+{
+    PGresult *r;
+    int e = db_run(db, s, ps, n, &r);
+    if (e < 0)
+        return e;
+    if (what == DB_ROWS)
+        *out = atoll(PQcmdTuples(r));
+    else if (PQntuples(r) > 0)
+        *out = atoll(PQgetvalue(r, 0, 0));
+    else
+        e = STORE_ENOTFOUND;
+    PQclear(r);
+    return e;
+}
+
+int db_stmt_moves(const struct db_stmt *s, int from, enum op_state to)
+{
+    for (const struct db_move *m = s->moves; m && m->from >= 0; m++)
+        if (m->from == from && m->to == to)
+            return 1;
+    return 0;
+}
+
+struct param p_text(const char *name, const char *value)
+{
+    return (struct param){.name = name, .value = value};
+}
+
+struct param p_bytes(const char *name, const void *value, size_t len)
+{
+    return (struct param){.name = name, .value = value, .len = (int)len, .binary = 1};
+}
+
+struct param p_int(const char *name, long long value)
+{
+    struct param p = {.name = name, .is_num = 1};
+    snprintf(p.num, sizeof(p.num), "%lld", value);
+    return p;
+}
+
+struct param p_float(const char *name, double value)
+{
+    struct param p = {.name = name, .is_num = 1};
+    snprintf(p.num, sizeof(p.num), "%.6f", value);
+    return p;
+}
+
+struct param p_bool(const char *name, int value)
+{
+    return p_text(name, value ? "t" : "f");
+}
+
+struct param p_null(const char *name)
+{
+    return p_text(name, NULL);
+}
+
+const char *db_val(const struct pg_result *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int db_bytea_decode(const char *s, unsigned char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (!s)
+        return 0;
+    if (s[0] != '\\' || s[1] != 'x')
+        return -1;
+    size_t n = strlen(s + 2) / 2;
+    unsigned char *b = malloc(n + 1);
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(s[2 + 2 * i]), lo = hexval(s[3 + 2 * i]);
+        if (hi < 0 || lo < 0) {
+            free(b);
+            return -1;
+        }
+        b[i] = (unsigned char)(hi << 4 | lo);
+    }
+    b[n] = '\0';
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+/* Hands every buffered notification to cb; returns how many. */
+static int drain_notifies(struct db *db, void (*cb)(const char *, void *), void *arg)
+{
+    int n = 0;
+    PGnotify *nt;
+    while ((nt = PQnotifies(db->conn))) {
+        cb(nt->extra, arg);
+        PQfreemem(nt);
+        n++;
+    }
+    return n;
+}
+
+int store_listen(struct db *db, const char *channel)
+{
+    if (connect_db(db) < 0)
+        return STORE_EUNAVAIL;
+    char sql[128];
+    snprintf(sql, sizeof(sql), "LISTEN %s", channel);
+    PGresult *r = PQexec(db->conn, sql);
+    int e = PQresultStatus(r) == PGRES_COMMAND_OK ? STORE_OK : result_error(db, r, "listen");
+    PQclear(r);
+    return e;
+}
+
+int store_wait_notify(struct db *db, int timeout_ms, int wake_fd, void (*cb)(const char *, void *),
+                      void *arg)
+{
+    if (!db->conn)
+        return STORE_EUNAVAIL;
+    /* Notifications may already be buffered from an earlier call. */
+    if (PQconsumeInput(db->conn) == 0)
+        return result_error(db, NULL, "notify");
+    int n = drain_notifies(db, cb, arg);
+    if (n > 0)
+        return n;
+    struct pollfd pfd[2] = {{.fd = PQsocket(db->conn), .events = POLLIN},
+                            {.fd = wake_fd, .events = POLLIN}};
+    if (pfd[0].fd < 0)
+        return result_error(db, NULL, "notify");
+    if (poll(pfd, wake_fd >= 0 ? 2 : 1, timeout_ms) <= 0 || !(pfd[0].revents & POLLIN))
+        return 0;
+    if (PQconsumeInput(db->conn) == 0)
+        return result_error(db, NULL, "notify");
+    return drain_notifies(db, cb, arg);
+}

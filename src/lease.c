@@ -1,0 +1,424 @@
+#include "idemgate/lease.h"
+
+#include "idemgate/clock.h"
+#include "idemgate/log.h"
+#include "idemgate/upstream.h"
+
+#include <libpq-fe.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How long a result write keeps trying while the database is unreachable. Past the lease the
+ * reaper (once the database is back) may have moved the operation on; the write is then fenced,
+ * which is safe. */
+#define FINISH_RETRY_S 120.0
+
+/* What a worker needs to act on an operation it claimed; read by the CC_ names below. Every claim
+ * statement returns these, then one flag of its own (CC_CANCEL_DUE). */
+#define CLAIM_COLS                                                                                 \
+    "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
+    "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - now())::float8, "      \
+    "o.req_idem_header, o.reconcile_strategy, o.transport_attempts, "                              \
+    "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested, "        \
+    "o.remote_id, o.poll_url, o.polls, "                                                           \
+    "extract(epoch FROM coalesce(o.first_sent_at, now()))::float8, "                              \
+    "extract(epoch FROM now())::float8, o.ambiguous_at IS NOT NULL, "                            \
+    "(extract(epoch FROM now() - coalesce(o.ambiguous_at, o.first_sent_at, now())) * 1000)::bigint, " \
+    "o.cancel_requested_at IS NOT NULL, o.webhook_hint, coalesce(o.resolution = 'found', false)"
+enum {
+    CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
+    CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
+    CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
+    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE
+};
+
+/* Every claim: a new owner ($1), fencing token and lease of $2 seconds of database time, on the
+ * one row its sub-select `c` picked (the most overdue, skipping rows another worker holds). */
+#define CLAIM_LEASE                                                                                \
+    "lease_owner = $1, lease_version = o.lease_version + 1, "                                      \
+    "lease_expires_at = now() + make_interval(secs => $2), updated_at = now() "
+#define CLAIM_PICKED                                                                               \
+    "ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "                                  \
+    "WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS
+
+/* The claim commits `sending` and the new fencing token before any byte leaves. Providers whose
+ * credential is tripped are skipped: their operations wait in `prepared`. */
+static const struct db_stmt claim = {
+    .name = "claim",
+    .sql = "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
+    " transport_attempts = o.transport_attempts + 1, "
+    " first_sent_at = coalesce(o.first_sent_at, now()) "
+    "FROM (SELECT tenant_id, id FROM operations p WHERE state = 'prepared' "
+    "      AND cancel_requested_at IS NULL "
+    "      AND next_attempt_at <= now() "
+    "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
+    CLAIM_PICKED ", false",
+    .params = DB_PARAMS("owner", "lease_seconds"),
+    .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
+};
+
+/* The reconciler's claim: an unknown operation that is due, under a new lease and fencing token;
+ * the state stays unknown while it looks. */
+static const struct db_stmt reconcile_claim = {
+    .name = "reconcile_claim",
+    .sql = "UPDATE operations o SET " CLAIM_LEASE
+    "FROM (SELECT tenant_id, id FROM operations WHERE state = 'unknown' "
+    "      AND next_attempt_at <= now() "
+    "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+    CLAIM_PICKED ", false",
+    .params = DB_PARAMS("owner", "lease_seconds"),
+    .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
+};
+
+/* The poller's claim: an accepted operation due for a status read (or with a cancel to send),
+ * within its poll deadline, under a new lease and fencing token. */
+static const struct db_stmt poll_claim = {
+    .name = "poll_claim",
+    .sql = "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1, "
+    " cancel_sent_at = CASE WHEN o.cancel_requested_at IS NOT NULL THEN "
+    "   coalesce(o.cancel_sent_at, now()) END "
+    "FROM (SELECT tenant_id, id, "
+    "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
+    "      FROM operations WHERE state = 'accepted' "
+    "      AND (next_attempt_at <= now() "
+    "           OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "
+    "      AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "
+    "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+    CLAIM_PICKED ", c.cancel_due",
+    .params = DB_PARAMS("owner", "lease_seconds"),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
+};
+
+/* A transport retry under the same provider idempotency key: unknown → sending, under the lease
+ * the reconciler holds. */
+static const struct db_stmt reconcile_send = {
+    .name = "reconcile_send",
+    .sql = "UPDATE operations SET state = 'sending', transport_attempts = transport_attempts + 1, "
+    " lease_expires_at = now() + make_interval(secs => $4), updated_at = now() "
+    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'unknown' "
+    " AND cancel_requested_at IS NULL "
+    "RETURNING extract(epoch FROM lease_expires_at - now())::float8",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
+    .moves = DB_MOVES({ST_UNKNOWN, ST_SENDING}),
+};
+
+/* A result is written only under the lease that sent it (fencing); the attempt is recorded
+ * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
+ * back to prepared is failed instead. */
+static const struct db_stmt finish = {
+    .name = "finish",
+    .sql = "WITH upd AS (UPDATE operations SET "
+    "  state = CASE WHEN $4 = 'prepared' AND cancel_requested_at IS NOT NULL THEN 'failed' "
+    "   ELSE $4 END, "
+    "  resp_status = coalesce($5::integer, resp_status), "
+    "  resp_headers = coalesce($6::jsonb, resp_headers), resp_body = coalesce($7, resp_body), "
+    "  last_error = CASE WHEN $4 = 'prepared' AND cancel_requested_at IS NOT NULL "
+    "   THEN 'canceled; not sent again' ELSE $8 END, "
+    "  remote_id = coalesce($9, remote_id), lease_owner = NULL, "
+    "  lease_expires_at = NULL, updated_at = now(), "
+    "  next_attempt_at = now() + make_interval(secs => $15::float8 / 1000), "
+    "  outputs_received = coalesce($18::integer, outputs_received), "
+    "  outputs_requested = coalesce($19::integer, outputs_requested), "
+    "  usage = coalesce($20::jsonb, usage), poll_url = coalesce($21, poll_url), "
+    "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
+    "   ELSE now() + make_interval(secs => $22::float8 / 1000) END, "
+    "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
+    "  ambiguous_at = CASE WHEN $25::boolean OR ($17 = 'create' AND $4 = 'unknown') "
+    "   THEN now() ELSE ambiguous_at END, "
+    "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
+    "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
+    "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
+    " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
+    " RETURNING 1) "
+    "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
+    " finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "
+    "SELECT $1, $2, $3, $17, to_timestamp($10), to_timestamp($11), $12, $5::integer, $13, $14, "
+    " CASE WHEN EXISTS (SELECT 1 FROM upd) THEN $4 ELSE 'fenced' END, $8 "
+    "RETURNING decision",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "state", "http_status",
+                        "resp_headers", "resp_body", "error", "remote_id", "started_at",
+                        "finished_at", "outcome", "curl_code", "bytes_sent", "retry_delay_ms",
+                        "from", "kind", "outputs_received", "outputs_requested", "usage",
+                        "poll_url", "poll_deadline_ms", "provider_status", "outputs",
+                        "may_have_created"),
+    /* A create's outcome (dispatch, or a resend under the reconciler's lease). */
+    .moves = DB_MOVES({ST_SENDING, ST_PREPARED}, {ST_SENDING, ST_ACCEPTED},
+                      {ST_SENDING, ST_UNKNOWN}, {ST_SENDING, ST_COMPLETED},
+                      {ST_SENDING, ST_FAILED},
+                      /* A reconcile's verdict: not yet, absent, found, escalated, cancelled. */
+                      {ST_UNKNOWN, ST_UNKNOWN}, {ST_UNKNOWN, ST_PREPARED},
+                      {ST_UNKNOWN, ST_ACCEPTED}, {ST_UNKNOWN, ST_COMPLETED},
+                      {ST_UNKNOWN, ST_REVIEW}, {ST_UNKNOWN, ST_FAILED},
+                      /* A poll: still running, or the task's end. */
+                      {ST_ACCEPTED, ST_ACCEPTED}, {ST_ACCEPTED, ST_COMPLETED},
+                      {ST_ACCEPTED, ST_FAILED}),
+};
+
+/* After a fenced write was re-run on a new connection: whether the first run had committed (the
+ * row holds what it wrote, under the same fencing token, unowned). Reads only. */
+static const struct db_stmt finish_check = {
+    .name = "finish_check",
+    .sql = "SELECT 1 FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
+    " AND lease_owner IS NULL AND (state = $4 OR ($4 = 'prepared' AND state = 'failed'))",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "state"),
+};
+
+/* Nobody can know whether a dead worker's bytes left: expired `sending` leases become unknown,
+ * never prepared. */
+static const struct db_stmt reap = {
+    .name = "reap",
+    .sql = "WITH r AS (UPDATE operations o SET state = 'unknown', lease_owner = NULL, "
+    "  lease_expires_at = NULL, updated_at = now(), next_attempt_at = now(), "
+    "  ambiguous_at = now(), "
+    "  last_error = 'lease expired while sending' "
+    " FROM (SELECT tenant_id, id FROM operations WHERE state = 'sending' "
+    "       AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
+    "       FOR UPDATE SKIP LOCKED) c "
+    " WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
+    " RETURNING o.tenant_id, o.id, o.lease_version) "
+    "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, outcome, decision, "
+    " error) "
+    "SELECT tenant_id, id, lease_version, 'create', 'lease_expired', 'unknown', "
+    " 'lease expired while sending' FROM r RETURNING operation_id",
+    .params = DB_PARAMS("limit"),
+    .moves = DB_MOVES({ST_SENDING, ST_UNKNOWN}),
+};
+
+void store_claim_fini(struct store_claim *c)
+{
+    PQclear(c->res);
+    free(c->body);
+    memset(c, 0, sizeof(*c));
+}
+
+static int flag(const PGresult *r, int col)
+{
+    return PQgetvalue(r, 0, col)[0] == 't';
+}
+
+static int claim_from(PGresult *r, struct store_claim *out)
+{
+    out->res = r;
+    out->tenant_id = atoll(PQgetvalue(r, 0, CC_TENANT));
+    out->id = PQgetvalue(r, 0, CC_ID);
+    out->lease_version = atoll(PQgetvalue(r, 0, CC_LEASE_VERSION));
+    out->provider = PQgetvalue(r, 0, CC_PROVIDER);
+    out->route = PQgetvalue(r, 0, CC_ROUTE);
+    out->method = PQgetvalue(r, 0, CC_METHOD);
+    out->url = PQgetvalue(r, 0, CC_URL);
+    out->credential = PQgetvalue(r, 0, CC_CREDENTIAL);
+    out->lease_remaining_s = atof(PQgetvalue(r, 0, CC_LEASE_LEFT));
+    out->idem_header = db_val(r, 0, CC_IDEM_HEADER);
+    out->reconcile_strategy = PQgetvalue(r, 0, CC_STRATEGY);
+    int strategy = prof_reconcile_parse(out->reconcile_strategy);
+    out->strategy = strategy < 0 ? RECON_NONE : (enum cfg_reconcile)strategy;
+    out->transport_attempts = atoi(PQgetvalue(r, 0, CC_TRANSPORT));
+    out->since_first_ms = db_val(r, 0, CC_SINCE_FIRST) ? atoll(db_val(r, 0, CC_SINCE_FIRST)) : 0;
+    out->outputs_requested = db_val(r, 0, CC_OUT_REQ) ? atoi(db_val(r, 0, CC_OUT_REQ)) : -1;
+    out->remote_id = db_val(r, 0, CC_REMOTE);
+    out->poll_url = db_val(r, 0, CC_POLL_URL);
+    out->polls = atoi(PQgetvalue(r, 0, CC_POLLS));
+    out->first_sent_db = atof(PQgetvalue(r, 0, CC_FIRST_SENT));
+    out->now_db = atof(PQgetvalue(r, 0, CC_NOW));
+    out->ambiguous_before = flag(r, CC_AMBIGUOUS);
+    out->since_ambiguous_ms = atoll(PQgetvalue(r, 0, CC_SINCE_AMBIGUOUS));
+    out->cancel_requested = flag(r, CC_CANCEL_REQ);
+    out->webhook_hint = db_val(r, 0, CC_WEBHOOK_HINT);
+    out->operator_found = flag(r, CC_OPERATOR_FOUND);
+    out->cancel_due = flag(r, CC_CANCEL_DUE);
+    if (db_bytea_decode(db_val(r, 0, CC_BODY), &out->body, &out->body_len) < 0) {
+        store_claim_fini(out);
+        return STORE_EINTERNAL;
+    }
+    return STORE_OK;
+}
+
+static int claim_with(struct db *db, const struct db_stmt *s, const char *owner,
+                      int lease_seconds, struct store_claim *out)
+{
+    PGresult *r;
+    memset(out, 0, sizeof(*out));
+    int e = db_run(db, s, DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds)),
+                   &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    return claim_from(r, out);
+}
+
+int store_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+{
+    return claim_with(db, &claim, owner, lease_seconds, out);
+}
+
+int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
+                          struct store_claim *out)
+{
+    return claim_with(db, &reconcile_claim, owner, lease_seconds, out);
+}
+
+int store_poll_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+{
+    return claim_with(db, &poll_claim, owner, lease_seconds, out);
+}
+
+int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds)
+{
+    PGresult *r;
+    int e = db_run(db, &reconcile_send,
+                   DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
+                           p_int("lease_version", c->lease_version),
+                           p_int("lease_seconds", lease_seconds)),
+                   &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    c->lease_remaining_s = atof(PQgetvalue(r, 0, 0));
+    c->transport_attempts++;
+    PQclear(r);
+    return STORE_OK;
+}
+
+void store_finish_init(struct store_finish *f, const struct store_claim *c, const char *kind,
+                       enum op_state from)
+{
+    double now = clock_wall();
+    *f = (struct store_finish){.tenant_id = c->tenant_id,
+                               .id = c->id,
+                               .lease_version = c->lease_version,
+                               .from = from,
+                               .kind = kind,
+                               .state = from,
+                               .outputs_received = -1,
+                               .outputs_requested = -1,
+                               .started_at = now,
+                               .finished_at = now};
+}
+
+void store_finish_evidence(struct store_finish *f, const struct up_response *res,
+                           int keep_result)
+{
+    if (!res)
+        return;
+    f->http_status = res->http_status;
+    f->curl_code = res->curl_code;
+    f->bytes_sent = res->bytes_sent;
+    if (keep_result) {
+        f->resp_headers = res->headers_json;
+        f->resp_body = res->body_truncated ? NULL : res->body;
+        f->resp_body_len = res->body_truncated ? 0 : res->body_len;
+    }
+}
+
+/* Runs finish until it is written or fenced: a result is never dropped for a lost connection (a
+ * PostgreSQL restart), the fenced write being safe to run again on a new connection. *lost says
+ * a connection was lost on the way. */
+static int finish_run(struct db *db, const struct store_finish *f, const struct param *ps,
+                      size_t n, PGresult **r, int *lost)
+{
+    int e;
+    long wait_ms = 50;
+    double give_up = clock_mono() + FINISH_RETRY_S;
+    while ((e = db_run(db, &finish, ps, n, r)) == STORE_EUNAVAIL || e == STORE_ERETRY) {
+        *lost |= e == STORE_EUNAVAIL;
+        if (clock_mono() > give_up)
+            return e;
+        LOG(LOG_WARN, "result_write_retry", LS("job_id", f->id), LI("store_error", e),
+            LI("wait_ms", wait_ms));
+        clock_sleep_ms(wait_ms);
+        wait_ms = wait_ms * 2 > 1000 ? 1000 : wait_ms * 2;
+    }
+    return e;
+}
+
+/* The connection may have died after the first run's commit: then the re-run met its own write
+ * (and was fenced by it). The row tells: 1 when it holds what f wrote. */
+static int finish_committed(struct db *db, const struct store_finish *f)
+{
+    long long same = 0;
+    int e = db_run_number(db, &finish_check,
+                          DB_ARGS(p_int("tenant_id", f->tenant_id), p_text("id", f->id),
+                                  p_int("lease_version", f->lease_version),
+                                  p_text("state", st_name(f->state))),
+                          DB_ROWS, &same);
+    return e == STORE_OK && same == 1;
+}
+
+int store_finish(struct db *db, const struct store_finish *f, int *applied)
+{
+    *applied = 0;
+    if (!db_stmt_moves(&finish, f->from, f->state)) {
+        LOG(LOG_ERROR, "state_move_refused", LS("job_id", f->id), LS("from", st_name(f->from)),
+            LS("to", st_name(f->state)));
+        return STORE_EINTERNAL;
+    }
+    const struct param ps[] = {
+        p_int("tenant_id", f->tenant_id),
+        p_text("id", f->id),
+        p_int("lease_version", f->lease_version),
+        p_text("state", st_name(f->state)),
+        f->http_status ? p_int("http_status", f->http_status) : p_null("http_status"),
+        p_text("resp_headers", f->resp_headers),
+        p_bytes("resp_body", f->resp_body, f->resp_body_len),
+        p_text("error", f->error),
+        p_text("remote_id", f->remote_id),
+        p_float("started_at", f->started_at),
+        p_float("finished_at", f->finished_at),
+        p_text("outcome", f->outcome),
+        p_int("curl_code", f->curl_code),
+        p_int("bytes_sent", f->bytes_sent),
+        p_int("retry_delay_ms", f->retry_delay_ms),
+        p_text("from", st_name(f->from)),
+        p_text("kind", f->kind ? f->kind : "create"),
+        f->outputs_received >= 0 ? p_int("outputs_received", f->outputs_received)
+                                 : p_null("outputs_received"),
+        f->outputs_requested >= 0 ? p_int("outputs_requested", f->outputs_requested)
+                                  : p_null("outputs_requested"),
+        p_text("usage", f->usage),
+        p_text("poll_url", f->poll_url),
+        f->poll_deadline_ms > 0 ? p_int("poll_deadline_ms", f->poll_deadline_ms)
+                                : p_null("poll_deadline_ms"),
+        p_text("provider_status", f->provider_status),
+        p_text("outputs", f->outputs_json),
+        p_bool("may_have_created", f->ambiguous),
+    };
+    PGresult *r;
+    int lost = 0;
+    int e = finish_run(db, f, ps, sizeof(ps) / sizeof(ps[0]), &r, &lost);
+    if (e < 0)
+        return e;
+    *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
+    PQclear(r);
+    if (!*applied && lost)
+        *applied = finish_committed(db, f);
+    return STORE_OK;
+}
+
+int store_reap(struct db *db, int limit, int *count)
+{
+    PGresult *r;
+    int e = db_run(db, &reap, DB_ARGS(p_int("limit", limit)), &r);
+    if (e < 0)
+        return e;
+    *count = PQntuples(r);
+    for (int i = 0; i < *count; i++)
+        LOG(LOG_WARN, "lease_expired", LS("job_id", PQgetvalue(r, i, 0)), LS("state", "unknown"));
+    PQclear(r);
+    return STORE_OK;
+}
+
+static const struct db_stmt *const statements[] = {
+    &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
+};
+
+const struct db_stmt *const *lease_statements(size_t *n)
+{
+    *n = sizeof(statements) / sizeof(statements[0]);
+    return statements;
+}
