@@ -17,11 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The job id of the path into id; answers 404 and returns -1 when it cannot be one. */
-static int job_id_of(struct hs_req *r, const struct route_args *a, char id[CRYPTO_JOB_ID_LEN + 8])
+/* The job id of the path and the caller's token hash: answers 404 (no possible id) or 401 (no
+ * well-formed bearer token) and returns -1, or returns 0. */
+static int job_caller(struct hs_req *r, const struct route_args *a, char id[CRYPTO_JOB_ID_LEN + 8],
+                      char token[CRYPTO_SHA256_HEX])
 {
     if (route_arg(a, 0, id, CRYPTO_JOB_ID_LEN + 8) <= 0) {
         reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+        return -1;
+    }
+    if (reply_token_hash(r, token) < 0) {
+        reply_unauthorized(r);
         return -1;
     }
     return 0;
@@ -29,14 +35,9 @@ static int job_id_of(struct hs_req *r, const struct route_args *a, char id[CRYPT
 
 void jobs_get(struct hs_req *r, const struct route_args *a)
 {
-    char id[CRYPTO_JOB_ID_LEN + 8];
-    if (job_id_of(r, a, id) < 0)
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    if (job_caller(r, a, id, token) < 0)
         return;
-    char token[CRYPTO_SHA256_HEX];
-    if (reply_token_hash(r, token) < 0) {
-        reply_unauthorized(r);
-        return;
-    }
     struct jobcache_entry hit;
     if (jobcache_get('j', token, id, &hit)) {
         reply_entry(r, 200, &hit, 0, 0);
@@ -182,16 +183,11 @@ static void respond_resolved(struct hs_req *r, int e, int applied, const struct 
  * (a found task must then be proven this job's) or the admin token (any tenant's job). */
 void jobs_resolve(struct hs_req *r, const struct route_args *a)
 {
-    char id[CRYPTO_JOB_ID_LEN + 8];
-    if (job_id_of(r, a, id) < 0)
-        return;
-    char token[CRYPTO_SHA256_HEX];
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
     size_t len = 0;
-    int admin = reply_is_admin(r);
-    if (reply_token_hash(r, token) < 0) {
-        reply_unauthorized(r);
+    if (job_caller(r, a, id, token) < 0)
         return;
-    }
+    int admin = reply_is_admin(r);
     const char *body = hs_req_body(r, &len);
     cJSON *doc = cJSON_ParseWithLength(body, len);
     struct resolution res;
@@ -242,16 +238,11 @@ done:
 /* POST /v1/jobs/{id}/regenerate: a deliberate new paid creation, under its own key. */
 void jobs_regenerate(struct hs_req *r, const struct route_args *a)
 {
-    char parent_id[CRYPTO_JOB_ID_LEN + 8];
-    if (job_id_of(r, a, parent_id) < 0)
-        return;
     const struct cfg *cfg = api_cfg(r);
-    char token[CRYPTO_SHA256_HEX], key[HDR_KEY_MAX + 1], fp[CRYPTO_SHA256_HEX];
-    char job_id[CRYPTO_JOB_ID_LEN];
-    if (reply_token_hash(r, token) < 0) {
-        reply_unauthorized(r);
+    char parent_id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    char key[HDR_KEY_MAX + 1], fp[CRYPTO_SHA256_HEX], job_id[CRYPTO_JOB_ID_LEN];
+    if (job_caller(r, a, parent_id, token) < 0)
         return;
-    }
     const char *raw_key = hs_req_header(r, "Idempotency-Key");
     if (!raw_key || hs_req_header_count(r, "Idempotency-Key") != 1 ||
         hdr_idempotency_key(raw_key, key) < 0) {
@@ -291,14 +282,9 @@ void jobs_regenerate(struct hs_req *r, const struct route_args *a)
 /* POST /v1/jobs/{id}/cancel: idempotent; the provider's cancel is sent at most once. */
 void jobs_cancel(struct hs_req *r, const struct route_args *a)
 {
-    char id[CRYPTO_JOB_ID_LEN + 8];
-    if (job_id_of(r, a, id) < 0)
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    if (job_caller(r, a, id, token) < 0)
         return;
-    char token[CRYPTO_SHA256_HEX];
-    if (reply_token_hash(r, token) < 0) {
-        reply_unauthorized(r);
-        return;
-    }
     struct store_job j;
     int changed = 0;
     int e = store_cancel(api_db(r), token, id, &j, &changed);
