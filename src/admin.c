@@ -25,10 +25,10 @@ static int admin_ok(struct hs_req *r)
 
 /* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
  * again, for one more deadline of its provider. */
-void admin_resume(struct hs_req *r, const struct route_args *a)
+void admin_resume(struct hs_req *r, const struct api_args *a)
 {
     char job_id[64];
-    if (route_arg(a, 0, job_id, sizeof(job_id)) < 0) {
+    if (api_arg(a, 0, job_id, sizeof(job_id)) < 0) {
         reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
         return;
     }
@@ -44,10 +44,10 @@ void admin_resume(struct hs_req *r, const struct route_args *a)
 }
 
 /* POST /v1/admin/providers/{p}/reset: clears a tripped provider credential. */
-void admin_reset(struct hs_req *r, const struct route_args *a)
+void admin_reset(struct hs_req *r, const struct api_args *a)
 {
     char provider[64];
-    if (route_arg(a, 0, provider, sizeof(provider)) < 0) {
+    if (api_arg(a, 0, provider, sizeof(provider)) < 0) {
         reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
         return;
     }
@@ -86,7 +86,7 @@ static void add_breaker(const char *provider, int status, const char *reason,
 
 /* Ready: the database answers and the schema is the one this binary expects. A tripped provider
  * credential is reported but does not make the replica unready: the other providers work. */
-void admin_ready(struct hs_req *r, const struct route_args *a)
+void admin_ready(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
     int version = 0;
@@ -141,7 +141,7 @@ static void add_gauge(const char *kind, const char *name, long long value, void 
 
 /* GET /metrics: process counters, and gauges read from the database (bounded labels only:
  * states and configured provider names). */
-void admin_metrics(struct hs_req *r, const struct route_args *a)
+void admin_metrics(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
     struct gauge_text g = {.len = 0};
@@ -170,7 +170,7 @@ void admin_metrics(struct hs_req *r, const struct route_args *a)
 }
 
 
-void admin_health(struct hs_req *r, const struct route_args *a)
+void admin_health(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
     hs_respond(r, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL);

@@ -1,14 +1,11 @@
 #include "idemgate/api.h"
 
-#include "idemgate/intake.h"
-#include "idemgate/log.h"
 #include "idemgate/metrics.h"
-#include "idemgate/reply.h"
-#include "idemgate/routes.h"
 #include "idemgate/store.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct api {
     const struct cfg *cfg;
@@ -71,46 +68,35 @@ struct db *api_db(const struct hs_req *r)
     return tls_db;
 }
 
-/* hs_options.handle: a new request is routed; a resumed one finishes its wait. */
-static void on_handle(struct hs_req *r, void *app)
+int api_req_begin(struct hs_req *r, struct api *a)
 {
-    if (!state_of(r)) {
-        struct api_state *st = calloc(1, sizeof(*st));
-        if (!st) {
-            reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
-            return;
-        }
-        st->api = app;
-        st->route = MR_OTHER;
-        hs_req_set_state(r, st, free);
-    }
-    if (state_of(r)->wait.active)
-        intake_resume(r);
-    else
-        routes_dispatch(r);
+    struct api_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return -1;
+    st->api = a;
+    st->route = MR_OTHER;
+    hs_req_set_state(r, st, free);
+    return 0;
 }
 
-static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
+int api_req_begun(const struct hs_req *r)
 {
-    (void)app;
-    if (why == HS_REJECT_FRAMING)
-        reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
-                      "conflicting Content-Length/Transfer-Encoding or a malformed header name",
-                      0);
-    else
-        reply_problem(r, 500, "internal", "Internal error", "no response was produced", 0);
+    return state_of(r) != NULL;
 }
 
-static void on_done(struct hs_req *r, int status, double secs, int completed, void *app)
+int api_req_route(const struct hs_req *r)
 {
-    (void)app;
     const struct api_state *st = state_of(r);
-    int route = st ? st->route : MR_OTHER;
-    metrics_http((enum metric_route)route, status, secs);
-    /* One access line per request: ids and classes only, never a body, token or key. */
-    LOG(status >= 500 ? LOG_WARN : LOG_INFO, "http", LS("request_id", hs_req_id(r)),
-        LS("method", hs_req_method(r)), LS("route", metrics_route_name(route)),
-        LI("status", status), LI("us", (long long)(secs * 1e6)), LI("completed", completed));
+    return st ? st->route : MR_OTHER;
+}
+
+int api_arg(const struct api_args *a, size_t i, char *out, size_t cap)
+{
+    if (i >= a->n || a->len[i] >= cap)
+        return -1;
+    memcpy(out, a->arg[i], a->len[i]);
+    out[a->len[i]] = '\0';
+    return (int)a->len[i];
 }
 
 struct api *api_new(const struct cfg *cfg, struct waiters *w)
@@ -124,19 +110,9 @@ struct api *api_new(const struct cfg *cfg, struct waiters *w)
     return a;
 }
 
-struct hs_server *api_listen(struct api *a)
+const struct cfg *api_config(const struct api *a)
 {
-    const struct cfg *cfg = a->cfg;
-    struct hs_options o = {.host = cfg->listen_host,
-                           .port = cfg->listen_port,
-                           .threads = (unsigned)cfg->http_threads,
-                           .max_connections = (unsigned)cfg->max_connections,
-                           .max_body_bytes = cfg->max_body_bytes,
-                           .app = a,
-                           .handle = on_handle,
-                           .reject = on_reject,
-                           .done = on_done};
-    return hs_start(&o);
+    return a->cfg;
 }
 
 void api_free(struct api *a)

@@ -312,7 +312,7 @@ const char *intake_step_name(size_t i)
     return i < N_STEPS ? steps[i].name : NULL;
 }
 
-void intake_handle(struct hs_req *r, const struct route_args *a)
+void intake_handle(struct hs_req *r, const struct api_args *a)
 {
     struct intake in = {.r = r, .cfg = api_cfg(r), .target = a->tail ? a->tail : ""};
     in.body.requested = -1;

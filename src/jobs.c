@@ -19,10 +19,10 @@
 
 /* The job id of the path and the caller's token hash: answers 404 (no possible id) or 401 (no
  * well-formed bearer token) and returns -1, or returns 0. */
-static int job_caller(struct hs_req *r, const struct route_args *a, char id[CRYPTO_JOB_ID_LEN + 8],
+static int job_caller(struct hs_req *r, const struct api_args *a, char id[CRYPTO_JOB_ID_LEN + 8],
                       char token[CRYPTO_SHA256_HEX])
 {
-    if (route_arg(a, 0, id, CRYPTO_JOB_ID_LEN + 8) <= 0) {
+    if (api_arg(a, 0, id, CRYPTO_JOB_ID_LEN + 8) <= 0) {
         reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
         return -1;
     }
@@ -33,7 +33,7 @@ static int job_caller(struct hs_req *r, const struct route_args *a, char id[CRYP
     return 0;
 }
 
-void jobs_get(struct hs_req *r, const struct route_args *a)
+void jobs_get(struct hs_req *r, const struct api_args *a)
 {
     char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
     if (job_caller(r, a, id, token) < 0)
@@ -70,7 +70,7 @@ static void add_listed(const struct store_job *j, void *arg)
 }
 
 /* GET /v1/jobs?state=S&limit=N: the tenant's jobs, oldest first. */
-void jobs_list(struct hs_req *r, const struct route_args *a)
+void jobs_list(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
     char token[CRYPTO_SHA256_HEX];
@@ -181,7 +181,7 @@ static void respond_resolved(struct hs_req *r, int e, int applied, const struct 
 
 /* POST /v1/jobs/{id}/resolve: an operator's decision on a job in review, with the tenant's token
  * (a found task must then be proven this job's) or the admin token (any tenant's job). */
-void jobs_resolve(struct hs_req *r, const struct route_args *a)
+void jobs_resolve(struct hs_req *r, const struct api_args *a)
 {
     char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
     size_t len = 0;
@@ -236,7 +236,7 @@ done:
 }
 
 /* POST /v1/jobs/{id}/regenerate: a deliberate new paid creation, under its own key. */
-void jobs_regenerate(struct hs_req *r, const struct route_args *a)
+void jobs_regenerate(struct hs_req *r, const struct api_args *a)
 {
     const struct cfg *cfg = api_cfg(r);
     char parent_id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
@@ -280,7 +280,7 @@ void jobs_regenerate(struct hs_req *r, const struct route_args *a)
 }
 
 /* POST /v1/jobs/{id}/cancel: idempotent; the provider's cancel is sent at most once. */
-void jobs_cancel(struct hs_req *r, const struct route_args *a)
+void jobs_cancel(struct hs_req *r, const struct api_args *a)
 {
     char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
     if (job_caller(r, a, id, token) < 0)

@@ -12,6 +12,7 @@
 #include "idemgate/poller.h"
 #include "idemgate/reaper.h"
 #include "idemgate/reconciler.h"
+#include "idemgate/routes.h"
 #include "idemgate/store.h"
 #include "idemgate/upstream.h"
 #include "idemgate/waiters.h"
@@ -90,7 +91,7 @@ static int serve(const struct cfg *cfg)
     if (cfg->reaper_interval_ms && !reaper)
         goto failed;
     step = "http";
-    if (!(api = api_new(cfg, w)) || !(http = api_listen(api)))
+    if (!(api = api_new(cfg, w)) || !(http = routes_listen(api)))
         goto failed;
     LOG(LOG_INFO, "listening", LS("host", cfg->listen_host), LI("port", cfg->listen_port),
         LI("dispatch_workers", cfg->dispatch_workers), LS("instance", cfg->instance_id));

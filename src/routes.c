@@ -1,9 +1,9 @@
 #include "idemgate/routes.h"
 
 #include "idemgate/admin.h"
-#include "idemgate/api.h"
 #include "idemgate/intake.h"
 #include "idemgate/jobs.h"
+#include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/reply.h"
 #include "idemgate/webhooks.h"
@@ -34,7 +34,7 @@ const struct route *routes_table(size_t *n)
 }
 
 /* Whether path matches pattern; fills args. */
-static int pattern_match(const char *pattern, const char *path, struct route_args *a)
+static int pattern_match(const char *pattern, const char *path, struct api_args *a)
 {
     const char *p = pattern, *s = path;
     memset(a, 0, sizeof(*a));
@@ -46,7 +46,7 @@ static int pattern_match(const char *pattern, const char *path, struct route_arg
         if (*p == '{') {
             const char *close = strchr(p, '}');
             size_t n = strcspn(s, "/");
-            if (!close || a->n == ROUTE_MAX_ARGS)
+            if (!close || a->n == API_MAX_ARGS)
                 return 0;
             a->arg[a->n] = s;
             a->len[a->n++] = n;
@@ -79,7 +79,7 @@ static void allow_add(char *allow, size_t cap, const char *method)
 enum route_result route_match(const struct route *t, size_t n, const char *method,
                               const char *path, struct route_match *m)
 {
-    struct route_args args;
+    struct api_args args;
     memset(m, 0, sizeof(*m));
     for (size_t i = 0; i < n; i++) {
         if (!pattern_match(t[i].pattern, path, &args))
@@ -96,16 +96,7 @@ enum route_result route_match(const struct route *t, size_t n, const char *metho
     return m->route ? ROUTE_BAD_METHOD : ROUTE_NOT_FOUND;
 }
 
-int route_arg(const struct route_args *a, size_t i, char *out, size_t cap)
-{
-    if (i >= a->n || a->len[i] >= cap)
-        return -1;
-    memcpy(out, a->arg[i], a->len[i]);
-    out[a->len[i]] = '\0';
-    return (int)a->len[i];
-}
-
-void routes_dispatch(struct hs_req *r)
+static void dispatch(struct hs_req *r)
 {
     struct route_match m;
     size_t n;
@@ -120,4 +111,54 @@ void routes_dispatch(struct hs_req *r)
         reply_problem(r, 405, "method-not-allowed", "Method not allowed", m.allow, 0);
     else
         m.route->handler(r, &m.args);
+}
+
+/* hs_options.handle: a new request is routed; a resumed one finishes its wait. */
+static void on_handle(struct hs_req *r, void *app)
+{
+    if (!api_req_begun(r) && api_req_begin(r, app) < 0) {
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    if (api_wait(r)->active)
+        intake_resume(r);
+    else
+        dispatch(r);
+}
+
+static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
+{
+    (void)app;
+    if (why == HS_REJECT_FRAMING)
+        reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
+                      "conflicting Content-Length/Transfer-Encoding or a malformed header name",
+                      0);
+    else
+        reply_problem(r, 500, "internal", "Internal error", "no response was produced", 0);
+}
+
+static void on_done(struct hs_req *r, int status, double secs, int completed, void *app)
+{
+    (void)app;
+    int route = api_req_route(r);
+    metrics_http((enum metric_route)route, status, secs);
+    /* One access line per request: ids and classes only, never a body, token or key. */
+    LOG(status >= 500 ? LOG_WARN : LOG_INFO, "http", LS("request_id", hs_req_id(r)),
+        LS("method", hs_req_method(r)), LS("route", metrics_route_name(route)),
+        LI("status", status), LI("us", (long long)(secs * 1e6)), LI("completed", completed));
+}
+
+struct hs_server *routes_listen(struct api *a)
+{
+    const struct cfg *cfg = api_config(a);
+    struct hs_options o = {.host = cfg->listen_host,
+                           .port = cfg->listen_port,
+                           .threads = (unsigned)cfg->http_threads,
+                           .max_connections = (unsigned)cfg->max_connections,
+                           .max_body_bytes = cfg->max_body_bytes,
+                           .app = a,
+                           .handle = on_handle,
+                           .reject = on_reject,
+                           .done = on_done};
+    return hs_start(&o);
 }

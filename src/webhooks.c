@@ -101,7 +101,7 @@ static void record_delivery(struct hs_req *r, const struct cfg_provider *p,
     hs_respond(r, 200, "application/json", out, (size_t)n, NULL);
 }
 
-void webhooks_receive(struct hs_req *r, const struct route_args *a)
+void webhooks_receive(struct hs_req *r, const struct api_args *a)
 {
     const char *provider = a->tail ? a->tail : "";
     const struct cfg_provider *p = cfg_find_provider(api_cfg(r), provider, strlen(provider));

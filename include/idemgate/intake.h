@@ -2,7 +2,7 @@
 #define IDEMGATE_INTAKE_H
 
 #include "idemgate/http_server.h"
-#include "idemgate/routes.h"
+#include "idemgate/api.h"
 
 #include <stddef.h>
 
@@ -13,7 +13,7 @@
  * nothing about routes or validation, whatever the step. */
 
 /* The route handler (a->tail is "{provider}/{route}"). */
-void intake_handle(struct hs_req *r, const struct route_args *a);
+void intake_handle(struct hs_req *r, const struct api_args *a);
 
 /* The second call of a request suspended by `Prefer: wait`: reads its job again and answers. */
 void intake_resume(struct hs_req *r);

@@ -86,7 +86,7 @@ static void test_gateway_table(void **state)
         }
         assert_ptr_equal(m.route->handler, c->handler);
         if (c->arg0) {
-            assert_true(route_arg(&m.args, 0, arg, sizeof(arg)) >= 0);
+            assert_true(api_arg(&m.args, 0, arg, sizeof(arg)) >= 0);
             assert_string_equal(arg, c->arg0);
         }
         if (c->tail)
@@ -96,13 +96,13 @@ static void test_gateway_table(void **state)
     }
 }
 
-static void h_a(struct hs_req *r, const struct route_args *a)
+static void h_a(struct hs_req *r, const struct api_args *a)
 {
     (void)r;
     (void)a;
 }
 
-static void h_b(struct hs_req *r, const struct route_args *a)
+static void h_b(struct hs_req *r, const struct api_args *a)
 {
     (void)r;
     (void)a;
@@ -128,9 +128,9 @@ static void test_matcher(void **state)
     assert_int_equal(route_match(multi, n, "GET", "/x/1/2", &m), ROUTE_FOUND);
     assert_int_equal(m.route->label, 1); /* the first entry wins */
     assert_int_equal(m.args.n, 2);
-    assert_int_equal(route_arg(&m.args, 1, a, sizeof(a)), 1);
+    assert_int_equal(api_arg(&m.args, 1, a, sizeof(a)), 1);
     assert_string_equal(a, "2");
-    assert_int_equal(route_arg(&m.args, 2, a, sizeof(a)), -1); /* no such argument */
+    assert_int_equal(api_arg(&m.args, 2, a, sizeof(a)), -1); /* no such argument */
     assert_int_equal(route_match(multi, n, "PUT", "/x/1/2", &m), ROUTE_FOUND);
     assert_ptr_equal(m.route->handler, h_b);
     assert_int_equal(route_match(multi, n, "DELETE", "/x/1/2/3", &m), ROUTE_FOUND);
@@ -140,7 +140,7 @@ static void test_matcher(void **state)
     assert_int_equal(route_match(multi, n, "GET", "/x/1", &m), ROUTE_NOT_FOUND);
     /* An argument longer than the caller's buffer is refused, not cut. */
     assert_int_equal(route_match(multi, n, "GET", "/x/12345678/2", &m), ROUTE_FOUND);
-    assert_int_equal(route_arg(&m.args, 0, a, sizeof(a)), -1);
+    assert_int_equal(api_arg(&m.args, 0, a, sizeof(a)), -1);
 }
 
 int main(void)
