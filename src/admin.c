@@ -125,8 +125,8 @@ static void add_gauge(const char *kind, const char *name, long long value, void 
             n += snprintf(g->buf + g->len, cap,
                           "# HELP idemgate_operations Operations by state.\n"
                           "# TYPE idemgate_operations gauge\n");
-        n += snprintf(g->buf + g->len + n, cap - (size_t)n, "idemgate_operations{state=\"%s\"} %lld\n",
-                      name, value);
+        n += snprintf(g->buf + g->len + n, cap - (size_t)n,
+                      "idemgate_operations{state=\"%s\"} %lld\n", name, value);
         if (!strcmp(name, "review"))
             n += snprintf(g->buf + g->len + n, cap - (size_t)n,
                           "# HELP idemgate_review_backlog Operations waiting for an operator.\n"
@@ -168,7 +168,6 @@ void admin_metrics(struct hs_req *r, const struct api_args *a)
     hs_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL);
     free(text);
 }
-
 
 void admin_health(struct hs_req *r, const struct api_args *a)
 {

@@ -185,8 +185,8 @@ void hs_resume(void *arg)
         MHD_resume_connection(r->conn);
 }
 
-int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body,
-                 size_t len, const char *const *headers)
+int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
+               const char *const *headers)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -275,8 +275,7 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
 }
 
 /* A piece of the body: kept while the total stays under the cap. */
-static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const char *data,
-                                size_t n)
+static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const char *data, size_t n)
 {
     if (r->responded || r->too_large)
         return MHD_YES;
@@ -305,9 +304,8 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     (void)version;
     struct hs_server *s = cls;
@@ -342,8 +340,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_unlock(&s->mu);
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    double secs = (double)(now.tv_sec - r->started.tv_sec) +
-                  (double)(now.tv_nsec - r->started.tv_nsec) / 1e9;
+    double secs =
+        (double)(now.tv_sec - r->started.tv_sec) + (double)(now.tv_nsec - r->started.tv_nsec) / 1e9;
     s->o.done(r, r->status, secs, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->o.app);
     hs_req_set_state(r, NULL, NULL);
     free(r->path);
@@ -383,8 +381,7 @@ struct hs_server *hs_start(const struct hs_options *o)
         goto failed;
     }
     s->daemon = MHD_start_daemon(
-        MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-            MHD_USE_TURBO,
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO,
         (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, o->threads,
         MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,

@@ -177,8 +177,8 @@ static enum step_result step_canonicalise(struct intake *in)
                  "this provider needs the gateway's reference at \"%s\" in a JSON object body; "
                  "remove that member or send an object there",
                  p->client_ref_body_field);
-        return raise_problem(in, 422, "client-ref-unplaceable",
-                             "Client reference cannot be placed", detail);
+        return raise_problem(in, 422, "client-ref-unplaceable", "Client reference cannot be placed",
+                             detail);
     }
     b->requested = outputs_requested(p, b->sent, b->sent_len);
     return STEP_NEXT;
@@ -300,9 +300,12 @@ static const struct intake_step {
     const char *name;
     enum step_result (*run)(struct intake *in);
 } steps[] = {
-    {"authenticate", step_authenticate}, {"validate", step_validate},
-    {"canonicalise", step_canonicalise}, {"fingerprint", step_fingerprint},
-    {"cache", step_cache},               {"record", step_record},
+    {"authenticate", step_authenticate},
+    {"validate", step_validate},
+    {"canonicalise", step_canonicalise},
+    {"fingerprint", step_fingerprint},
+    {"cache", step_cache},
+    {"record", step_record},
     {"answer", step_answer},
 };
 #define N_STEPS (sizeof(steps) / sizeof(steps[0]))

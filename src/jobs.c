@@ -84,7 +84,7 @@ void jobs_list(struct hs_req *r, const struct api_args *a)
     if ((state && st_parse(state) < 0) || limit < 1 || limit > 1000) {
         if (!reply_tenant_refused(r, token))
             reply_problem(r, 400, "invalid-query", "Invalid query",
-                         "state must be a job state and limit within 1..1000", 0);
+                          "state must be a job state and limit within 1..1000", 0);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -116,7 +116,7 @@ static const char *task_var(const char *name, size_t len, void *arg)
  * provider account could be taken (the admin token may adopt any id). */
 static int adoption_proven(const struct cfg_provider *p, const char *job_id, const char *remote)
 {
-    const char *tmpl = p->task_path ? p->task_path
+    const char *tmpl = p->task_path                     ? p->task_path
                        : p->mode == CFG_MODE_ASYNC_POLL ? p->poll_path
                                                         : NULL;
     if (!tmpl || !p->task_client_ref)
@@ -173,9 +173,9 @@ static void respond_resolved(struct hs_req *r, int e, int applied, const struct 
         reply_job(r, 200, j, 1, 0); /* the same decision again: nothing changes */
     } else {
         reply_problem(r, 409, "not-in-review", "Job not in review",
-                     j->resolution ? "the job was already resolved differently"
-                                   : "only a job in state review can be resolved",
-                     0);
+                      j->resolution ? "the job was already resolved differently"
+                                    : "only a job in state review can be resolved",
+                      0);
     }
 }
 
@@ -196,9 +196,9 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     if (parse_resolution(doc, &res) < 0) {
         if (admin || !reply_tenant_refused(r, token))
             reply_problem(r, 400, "invalid-resolution", "Invalid resolution",
-                         "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
-                         "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters)",
-                         0);
+                          "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
+                          "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters)",
+                          0);
         goto done;
     }
     if (admin && (e = store_admin_token_of(api_db(r), id, token)) < 0) {
@@ -209,25 +209,24 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
         respond_resolved(r, e, 0, NULL, &res);
         goto done;
     }
-    const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider,
-                                                     strlen(j.provider));
+    const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider, strlen(j.provider));
     int async = p && p->mode == CFG_MODE_ASYNC_POLL;
-    enum op_state next = st_resolve_target(res.what, async, p && p->task_path,
-                                           j.cancel_requested_at != NULL);
+    enum op_state next =
+        st_resolve_target(res.what, async, p && p->task_path, j.cancel_requested_at != NULL);
     int unproven = res.what == RES_FOUND && !admin && j.state == ST_REVIEW &&
                    (!p || !adoption_proven(p, j.id, res.remote));
     store_job_fini(&j);
     if (unproven) {
         reply_problem(r, 403, "adoption-not-proven", "Adoption not proven",
-                     "the provider's task does not carry this job's client reference (or cannot "
-                     "be read by id): only the admin token may adopt it",
-                     0);
+                      "the provider's task does not carry this job's client reference (or cannot "
+                      "be read by id): only the admin token may adopt it",
+                      0);
         goto done;
     }
     char by[80];
     snprintf(by, sizeof(by), "admin%s%s", res.op ? ": " : "", res.op ? res.op : "");
-    e = store_resolve(api_db(r), token, id, res.outcome, next, res.remote,
-                      admin ? by : res.op, &j, &applied);
+    e = store_resolve(api_db(r), token, id, res.outcome, next, res.remote, admin ? by : res.op, &j,
+                      &applied);
     respond_resolved(r, e, applied, &j, &res);
     if (e == STORE_OK)
         store_job_fini(&j);
@@ -248,8 +247,8 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
         hdr_idempotency_key(raw_key, key) < 0) {
         if (!reply_tenant_refused(r, token))
             reply_problem(r, 400, raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
-                         "A regeneration needs its own Idempotency-Key",
-                         "a regeneration is a new paid creation: give it a key of its own", 0);
+                          "A regeneration needs its own Idempotency-Key",
+                          "a regeneration is a new paid creation: give it a key of its own", 0);
         return;
     }
     /* The operation a regeneration stands for is "one more from this parent". */
@@ -264,7 +263,7 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
                              cfg->job_ttl_hours, &j, &created);
     if (e == STORE_ECONFLICT) {
         reply_problem(r, 409, "parent-not-terminal", "Parent job not finished",
-                     "only a completed or failed job can be regenerated", 0);
+                      "only a completed or failed job can be regenerated", 0);
     } else if (e < 0) {
         reply_job_error(r, e);
     } else {
@@ -297,4 +296,3 @@ void jobs_cancel(struct hs_req *r, const struct api_args *a)
         store_job_fini(&j);
     }
 }
-

@@ -29,7 +29,7 @@ static void json_escape_into(char *out, size_t cap, const char *s)
 }
 
 int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
-                 const char *detail, int retry_after)
+                  const char *detail, int retry_after)
 {
     char esc_title[256], esc_detail[512], body[1024], ra[16];
     json_escape_into(esc_title, sizeof(esc_title), title);
@@ -58,20 +58,20 @@ int reply_problem(struct hs_req *r, int status, const char *type, const char *ti
         hdrs[h++] = "close";
     }
     return hs_respond(r, status, "application/problem+json", body,
-                        (size_t)(n < (int)sizeof(body) ? n : (int)sizeof(body) - 1), hdrs);
+                      (size_t)(n < (int)sizeof(body) ? n : (int)sizeof(body) - 1), hdrs);
 }
 
 void reply_store_error(struct hs_req *r, int e)
 {
     if (e == STORE_EUNAVAIL)
         reply_problem(r, 503, "store-unavailable", "Storage unavailable",
-                     "the database cannot be reached; retry with the same Idempotency-Key",
-                     UNAVAILABLE_RETRY_AFTER);
+                      "the database cannot be reached; retry with the same Idempotency-Key",
+                      UNAVAILABLE_RETRY_AFTER);
     else if (e == STORE_ERETRY)
         reply_problem(r, 503, "store-busy", "Storage busy",
-                     "the request kept conflicting with concurrent ones; retry with the same "
-                     "Idempotency-Key",
-                     1);
+                      "the request kept conflicting with concurrent ones; retry with the same "
+                      "Idempotency-Key",
+                      1);
     else
         reply_problem(r, 500, "internal", "Internal error", "see the gateway's log", 0);
 }
@@ -79,7 +79,7 @@ void reply_store_error(struct hs_req *r, int e)
 void reply_unauthorized(struct hs_req *r)
 {
     reply_problem(r, 401, "unauthorized", "Unauthorized",
-                 "a valid `Authorization: Bearer <tenant token>` is required", 0);
+                  "a valid `Authorization: Bearer <tenant token>` is required", 0);
 }
 
 /* A store error on a tenant's job: 401, 404 (also another tenant's job) or 503/500. */
@@ -88,8 +88,8 @@ void reply_job_error(struct hs_req *r, int e)
     if (e == STORE_EAUTH)
         reply_unauthorized(r);
     else if (e == STORE_ENOTFOUND)
-        reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id for this tenant",
-                     0);
+        reply_problem(r, 404, "job-not-found", "Job not found",
+                      "no job with this id for this tenant", 0);
     else
         reply_store_error(r, e);
 }
@@ -133,7 +133,8 @@ static int entry_of(const struct store_job *j, struct jobcache_entry *e)
     e->job_json = jobview_json(j);
     if (!e->job_json)
         return -1;
-    snprintf(e->fingerprint, sizeof(e->fingerprint), "%s", j->fingerprint_hex ? j->fingerprint_hex : "");
+    snprintf(e->fingerprint, sizeof(e->fingerprint), "%s",
+             j->fingerprint_hex ? j->fingerprint_hex : "");
     snprintf(e->job_id, sizeof(e->job_id), "%s", j->id);
     snprintf(e->state, sizeof(e->state), "%s", st_name(j->state));
     e->resp_status = j->resp_status;
@@ -150,8 +151,8 @@ static void entry_release(struct jobcache_entry *e)
     e->job_json = NULL;
 }
 
-void reply_entry(struct hs_req *r, int status, const struct jobcache_entry *e,
-                          int replayed, int with_location)
+void reply_entry(struct hs_req *r, int status, const struct jobcache_entry *e, int replayed,
+                 int with_location)
 {
     char loc[64];
     const char *hdrs[7] = {NULL};
@@ -169,7 +170,7 @@ void reply_entry(struct hs_req *r, int status, const struct jobcache_entry *e,
 }
 
 void reply_job(struct hs_req *r, int status, const struct store_job *j, int replayed,
-                        int with_location)
+               int with_location)
 {
     struct jobcache_entry e;
     if (entry_of(j, &e) < 0) {
@@ -191,17 +192,21 @@ void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed
     char loc[64], pref[32];
     snprintf(loc, sizeof(loc), "/v1/jobs/%s", e->job_id);
     snprintf(pref, sizeof(pref), "wait=%d", wait_s);
-    const char *hdrs[] = {"Location",          loc,
-                          "X-Idemgate-Job-Id", e->job_id,
-                          "X-Idemgate-State",  e->state,
-                          "Preference-Applied", pref,
-                          replayed ? "Idempotent-Replayed" : NULL, "true",
+    const char *hdrs[] = {"Location",
+                          loc,
+                          "X-Idemgate-Job-Id",
+                          e->job_id,
+                          "X-Idemgate-State",
+                          e->state,
+                          "Preference-Applied",
+                          pref,
+                          replayed ? "Idempotent-Replayed" : NULL,
+                          "true",
                           NULL};
     hs_respond(r, e->resp_status, e->content_type, e->resp_body, e->resp_body_len, hdrs);
 }
 
-void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed,
-                           int wait_s)
+void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed, int wait_s)
 {
     struct jobcache_entry e;
     if (entry_of(j, &e) < 0) {
@@ -235,11 +240,11 @@ int reply_is_admin(struct hs_req *r)
            crypto_ct_equal(token, cfg->admin_token_sha256, 64);
 }
 
-
 /* The one text of the 422 a reused key gets. */
 void reply_key_reused(struct hs_req *r, int regeneration)
 {
-    reply_problem(r, 422, "idempotency-key-reused", "Idempotency-Key reused with different parameters",
+    reply_problem(r, 422, "idempotency-key-reused",
+                  "Idempotency-Key reused with different parameters",
                   regeneration ? "this key already belongs to another request"
                                : "this key already belongs to a request with another provider, "
                                  "route or body; use a new key for a new intended output",

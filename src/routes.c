@@ -76,8 +76,8 @@ static void allow_add(char *allow, size_t cap, const char *method)
     memcpy(allow + len, method, n + 1);
 }
 
-enum route_result route_match(const struct route *t, size_t n, const char *method,
-                              const char *path, struct route_match *m)
+enum route_result route_match(const struct route *t, size_t n, const char *method, const char *path,
+                              struct route_match *m)
 {
     struct api_args args;
     memset(m, 0, sizeof(*m));
@@ -131,8 +131,7 @@ static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
     (void)app;
     if (why == HS_REJECT_FRAMING)
         reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
-                      "conflicting Content-Length/Transfer-Encoding or a malformed header name",
-                      0);
+                      "conflicting Content-Length/Transfer-Encoding or a malformed header name", 0);
     else
         reply_problem(r, 500, "internal", "Internal error", "no response was produced", 0);
 }

@@ -54,15 +54,14 @@ static void read_delivery(struct hs_req *r, const struct cfg_provider *p, const 
     int is_signed = p->webhook_verify != WHV_NONE;
     cJSON *doc = prov_id_doc(body, len);
     const char *tid = doc ? prov_read_id(p->webhook_task_id, doc) : NULL;
-    const char *ref = doc && is_signed && p->webhook_client_ref
-                          ? prov_read_id(p->webhook_client_ref, doc)
-                          : NULL;
+    const char *ref =
+        doc && is_signed && p->webhook_client_ref ? prov_read_id(p->webhook_client_ref, doc) : NULL;
     memset(d, 0, sizeof(*d));
     if (tid)
         snprintf(d->task, sizeof(d->task), "%s", tid);
     if (ref)
         snprintf(d->client_ref, sizeof(d->client_ref), "%s", ref);
-    const char *eid = p->webhook_event_id_header ? hs_req_header(r, p->webhook_event_id_header)
+    const char *eid = p->webhook_event_id_header   ? hs_req_header(r, p->webhook_event_id_header)
                       : p->webhook_event_id && doc ? jpath_string(p->webhook_event_id, doc)
                                                    : NULL;
     if (eid)
@@ -115,8 +114,7 @@ void webhooks_receive(struct hs_req *r, const struct api_args *a)
     const char *body = hs_req_body(r, &len);
     if (verify(r, p, body, len) < 0) {
         metrics_safety(MS_WEBHOOK_REFUSED);
-        LOG(LOG_WARN, "webhook_refused", LS("provider", provider),
-            LS("request_id", hs_req_id(r)));
+        LOG(LOG_WARN, "webhook_refused", LS("provider", provider), LS("request_id", hs_req_id(r)));
         reply_problem(r, 401, "bad-signature", "Webhook signature refused",
                       "the signature, secret or timestamp does not verify", 0);
         return;

@@ -13,8 +13,7 @@ struct api;
 struct db;
 
 /* The API's context. cfg and w must outlive it. Returns NULL when out of memory. */
-__attribute__((warn_unused_result)) struct api *api_new(const struct cfg *cfg,
-                                                        struct waiters *w);
+__attribute__((warn_unused_result)) struct api *api_new(const struct cfg *cfg, struct waiters *w);
 const struct cfg *api_config(const struct api *a);
 /* Closes the per-thread database connections and frees a. Only after hs_stop: no server thread
  * may use them any more. Accepts NULL. */

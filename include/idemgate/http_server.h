@@ -83,7 +83,7 @@ void hs_resume(void *r);
 /* Queues the response. headers: NULL-terminated list of name, value pairs (a NULL name ends it);
  * may be NULL. Adds X-Request-Id and Cache-Control: no-store, and Connection: close once the
  * server is quiesced. Returns 0 or -1. */
-int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body,
-               size_t len, const char *const *headers);
+int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
+               const char *const *headers);
 
 #endif

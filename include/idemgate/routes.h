@@ -6,11 +6,11 @@
 
 #include <stddef.h>
 
-/* The API's front: method + path → handler, from one table (PgBouncer's cmd_list[] is the model). A pattern is a
- * path whose segments are literals, "{name}" (one segment, possibly empty, never a '/') or, as
- * the last segment only, "*" (the rest of the path, possibly empty, '/' included). The first
- * entry whose method and pattern match wins; when patterns match but no method does, the answer
- * is 405 with an Allow header naming the methods that would; otherwise 404. */
+/* The API's front: method + path → handler, from one table (PgBouncer's cmd_list[] is the model). A
+ * pattern is a path whose segments are literals, "{name}" (one segment, possibly empty, never a
+ * '/') or, as the last segment only, "*" (the rest of the path, possibly empty, '/' included). The
+ * first entry whose method and pattern match wins; when patterns match but no method does, the
+ * answer is 405 with an Allow header naming the methods that would; otherwise 404. */
 
 typedef void (*route_fn)(struct hs_req *r, const struct api_args *a);
 

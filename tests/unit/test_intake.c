@@ -35,8 +35,7 @@ static const struct gate_case gate_cases[] = {
     {401, 0, 0}, /* the authentication's own answer */
     {413, 0, 0}, /* refused without a database round trip */
     {500, 0, 0}, /* the gateway's own failures */
-    {503, 0, 0},
-    {202, 0, 0},
+    {503, 0, 0}, {202, 0, 0},
 };
 
 static void test_gate(void **state)
