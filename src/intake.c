@@ -84,13 +84,12 @@ int intake_needs_tenant(int status, int tenant_proven)
 static void answer_problem(struct intake *in)
 {
     const struct intake_problem *pb = &in->problem;
-    if (intake_needs_tenant(pb->status, in->tenant_proven) &&
-        reply_tenant_refused(in->r, in->token))
-        return;
+    int gated = intake_needs_tenant(pb->status, in->tenant_proven);
     if (pb->key_reused)
-        reply_key_reused(in->r, 0);
+        reply_key_reused(in->r, 0); /* only ever raised once the tenant is proven */
     else
-        reply_problem(in->r, pb->status, pb->type, pb->title, pb->detail, 0);
+        reply_tenant_problem(in->r, gated ? in->token : NULL, pb->status, pb->type, pb->title,
+                             pb->detail);
 }
 
 /* authenticate: a well-formed bearer token, hashed. The store proves it a tenant's later, in the

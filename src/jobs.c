@@ -82,9 +82,8 @@ void jobs_list(struct hs_req *r, const struct api_args *a)
     const char *lim = hs_req_query(r, "limit");
     int limit = lim ? atoi(lim) : 100;
     if ((state && st_parse(state) < 0) || limit < 1 || limit > 1000) {
-        if (!reply_tenant_refused(r, token))
-            reply_problem(r, 400, "invalid-query", "Invalid query",
-                          "state must be a job state and limit within 1..1000", 0);
+        reply_tenant_problem(r, token, 400, "invalid-query", "Invalid query",
+                             "state must be a job state and limit within 1..1000");
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -194,11 +193,11 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     struct store_job j;
     int applied = 0, e;
     if (parse_resolution(doc, &res) < 0) {
-        if (admin || !reply_tenant_refused(r, token))
-            reply_problem(r, 400, "invalid-resolution", "Invalid resolution",
-                          "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
-                          "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters)",
-                          0);
+        reply_tenant_problem(r, admin ? NULL : token, 400, "invalid-resolution",
+                             "Invalid resolution",
+                             "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
+                             "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 "
+                             "characters)");
         goto done;
     }
     if (admin && (e = store_admin_token_of(api_db(r), id, token)) < 0) {
@@ -245,10 +244,10 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
     const char *raw_key = hs_req_header(r, "Idempotency-Key");
     if (!raw_key || hs_req_header_count(r, "Idempotency-Key") != 1 ||
         hdr_idempotency_key(raw_key, key) < 0) {
-        if (!reply_tenant_refused(r, token))
-            reply_problem(r, 400, raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
-                          "A regeneration needs its own Idempotency-Key",
-                          "a regeneration is a new paid creation: give it a key of its own", 0);
+        reply_tenant_problem(r, token, 400,
+                             raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
+                             "A regeneration needs its own Idempotency-Key",
+                             "a regeneration is a new paid creation: give it a key of its own");
         return;
     }
     /* The operation a regeneration stands for is "one more from this parent". */

@@ -125,6 +125,13 @@ int reply_tenant_refused(struct hs_req *r, const char *token)
     return 0;
 }
 
+void reply_tenant_problem(struct hs_req *r, const char *token, int status, const char *type,
+                          const char *title, const char *detail)
+{
+    if (!token || !reply_tenant_refused(r, token))
+        reply_problem(r, status, type, title, detail, 0);
+}
+
 /* The answer-shaped view of a job: what a response or the cache needs. job_json is owned;
  * resp_body is borrowed from the job (release with entry_release, not jobcache_entry_fini). */
 static int entry_of(const struct store_job *j, struct jobcache_entry *e)

@@ -28,6 +28,10 @@ int reply_token_hash(struct hs_req *r, char out[CRYPTO_SHA256_HEX]);
 /* Before a 4xx that needs no database, make sure the caller is a tenant: an unauthenticated
  * client learns nothing about routes or validation. Returns 1 when it answered 401 or 503. */
 int reply_tenant_refused(struct hs_req *r, const char *token);
+/* A 4xx for a caller that may not be a tenant: the problem when the store proves token a
+ * tenant's (token NULL: already proven, e.g. the admin token), else 401 or 503. */
+void reply_tenant_problem(struct hs_req *r, const char *token, int status, const char *type,
+                          const char *title, const char *detail);
 /* 1 when the request carries the admin token (its SHA-256 is configured). Answers nothing. */
 int reply_is_admin(struct hs_req *r);
 
