@@ -4,13 +4,15 @@
 #include "idemgate/cli.h"
 #include "idemgate/config.h"
 #include "idemgate/dispatcher.h"
-#include "idemgate/http.h"
+#include "idemgate/api.h"
+#include "idemgate/http_server.h"
 #include "idemgate/jobcache.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/poller.h"
 #include "idemgate/reaper.h"
 #include "idemgate/reconciler.h"
+#include "idemgate/routes.h"
 #include "idemgate/store.h"
 #include "idemgate/upstream.h"
 #include "idemgate/waiters.h"
@@ -46,7 +48,8 @@ static int serve(const struct cfg *cfg)
     int sig = 0;
     const char *step = "libcurl";
     struct waiters *w = NULL;
-    struct http_server *http = NULL;
+    struct api *api = NULL;
+    struct hs_server *http = NULL;
     struct dispatcher *disp = NULL;
     struct reaper *reaper = NULL;
     struct wpool *recon = NULL, *poller = NULL;
@@ -88,7 +91,7 @@ static int serve(const struct cfg *cfg)
     if (cfg->reaper_interval_ms && !reaper)
         goto failed;
     step = "http";
-    if (!(http = http_start(cfg, w)))
+    if (!(api = api_new(cfg, w)) || !(http = routes_listen(api)))
         goto failed;
     LOG(LOG_INFO, "listening", LS("host", cfg->listen_host), LI("port", cfg->listen_port),
         LI("dispatch_workers", cfg->dispatch_workers), LS("instance", cfg->instance_id));
@@ -97,13 +100,14 @@ static int serve(const struct cfg *cfg)
 
     sigwait(&set, &sig);
     LOG(LOG_INFO, "shutdown", LS("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
-    /* HTTP first and entirely: until http_stop returns, a request on a kept-alive connection
-     * may still reach the waiters (Prefer: wait), the job cache and the per-thread database
-     * connections, so none of them is freed before. */
-    http_quiesce(http);                 /* new connections are refused */
-    waiters_close(w);                   /* waiting clients get the current state; no new waits */
-    http_drain(http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
-    http_stop(http);                    /* no server thread runs any more */
+    /* HTTP first and entirely: until hs_stop returns, a request on a kept-alive connection
+     * may still reach the waiters (Prefer: wait), the job cache and the API's per-thread
+     * database connections, so none of them is freed before. */
+    hs_quiesce(http);                 /* new connections are refused */
+    waiters_close(w);                 /* waiting clients get the current state; no new waits */
+    hs_drain(http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
+    hs_stop(http);                    /* no server thread runs any more */
+    api_free(api);                    /* the server threads' database connections */
     waiters_free(w);
     /* Then the workers: calls in flight finish and their results are written. */
     disp_stop(disp);
@@ -116,7 +120,8 @@ static int serve(const struct cfg *cfg)
     return 0;
 failed:
     LOG(LOG_ERROR, "start_failed", LS("step", step));
-    http_stop(http);
+    hs_stop(http);
+    api_free(api);
     waiters_free(w);
     disp_stop(disp);
     wpool_stop(recon);

@@ -491,24 +491,27 @@ static int load_webhook(struct cfg_provider *p, const cJSON *o, const char *file
     snprintf(field, sizeof(field), "providers.%s.webhook", p->name);
     p->webhook_body_field = dup_str(w, "body_field", NULL);
     p->webhook_url_query = dup_str(w, "url_query", NULL);
-    p->webhook_verify = dup_str(w, "verify", "none");
     p->webhook_secret_env = dup_str(w, "secret_env", NULL);
     p->webhook_signature_header = dup_str(w, "signature_header", NULL);
     p->webhook_window_hours = get_long(w, "redelivery_window_hours", 72);
-    static const char *const schemes[] = {"standard_webhooks", "hmac_sha256_hex", "ed25519",
-                                          "none"};
-    int ok = 0;
+    /* Indexed by enum webhook_verify; a verify that is not a string means "none". */
+    static const char *const schemes[] = {"none", "standard_webhooks", "hmac_sha256_hex",
+                                          "ed25519"};
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, "verify");
+    const char *verify = cJSON_IsString(v) ? v->valuestring : "none";
+    int scheme = -1;
     for (int i = 0; i < 4; i++)
-        ok |= strcmp(p->webhook_verify, schemes[i]) == 0;
-    if (!ok) {
+        if (strcmp(verify, schemes[i]) == 0)
+            scheme = i;
+    if (scheme < 0) {
         errf(err, errlen,
              "%s: %s.verify must be standard_webhooks, hmac_sha256_hex, ed25519 or none", file,
              field);
         return -1;
     }
-    if (strcmp(p->webhook_verify, "none") && !p->webhook_secret_env) {
-        errf(err, errlen, "%s: %s.secret_env is required with verify %s", file, field,
-             p->webhook_verify);
+    p->webhook_verify = (enum webhook_verify)scheme;
+    if (p->webhook_verify != WHV_NONE && !p->webhook_secret_env) {
+        errf(err, errlen, "%s: %s.secret_env is required with verify %s", file, field, verify);
         return -1;
     }
     const char *eid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(w, "event_id"));
@@ -702,7 +705,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->poll_method, p->poll_path, p->poll_body, p->poll_hint_header,
                         p->result_fetch_path, p->result_kind, p->result_content_path,
                         p->cancel_method, p->cancel_path, p->webhook_body_field,
-                        p->webhook_verify, p->webhook_secret_env, p->webhook_signature_header,
+                        p->webhook_secret_env, p->webhook_signature_header,
                         p->webhook_event_id_header, p->webhook_url_query,
                         p->result_fetch_strip, p->proxy, p->list_cursor_param,
                         p->task_path};

@@ -1,10 +1,63 @@
 #ifndef IDEMGATE_API_H
 #define IDEMGATE_API_H
 
-#include "idemgate/http.h"
+#include "idemgate/config.h"
+#include "idemgate/http_server.h"
+#include "idemgate/waiters.h"
 
-/* The client-facing API (DESIGN.md §4): method + path → handler. Called once the body is
- * complete, and once more after a suspended request is resumed. Always responds or suspends. */
-void api_handle(struct http_req *r);
+/* The API's context on top of the transport (DESIGN.md §4): what the handlers need per server
+ * thread (a database connection), per request (a metrics label, the state of a `Prefer: wait`)
+ * and from the path (what the route's pattern captured). routes.c wires it to the transport. */
+
+struct api;
+struct db;
+
+/* The API's context. cfg and w must outlive it. Returns NULL when out of memory. */
+__attribute__((warn_unused_result)) struct api *api_new(const struct cfg *cfg, struct waiters *w);
+const struct cfg *api_config(const struct api *a);
+/* Closes the per-thread database connections and frees a. Only after hs_stop: no server thread
+ * may use them any more. Accepts NULL. */
+void api_free(struct api *a);
+
+/* Gives a new request the API's state (metrics label "other", no wait). Returns 0, or -1 when
+ * out of memory. */
+__attribute__((warn_unused_result)) int api_req_begin(struct hs_req *r, struct api *a);
+/* Whether api_req_begin was called for r; and its metrics label (MR_OTHER without state). */
+int api_req_begun(const struct hs_req *r);
+int api_req_route(const struct hs_req *r);
+
+#define API_MAX_ARGS 4
+
+/* What a route's pattern captured from the path (routes.h): arg[i] (not NUL-terminated, len[i]
+ * bytes) for each "{name}" in order, and tail (NUL-terminated) for a final "*", or NULL. They
+ * point into the request's path. */
+struct api_args {
+    const char *arg[API_MAX_ARGS];
+    size_t len[API_MAX_ARGS];
+    size_t n;
+    const char *tail;
+};
+
+/* Copies a->arg[i] into out (cap bytes, NUL-terminated) and returns its length, or -1 when there
+ * is no such argument or it does not fit. */
+int api_arg(const struct api_args *a, size_t i, char *out, size_t cap);
+
+/* What a request keeps across a suspension (`Prefer: wait`, intake.c). */
+struct api_wait {
+    int active;   /* the request is suspended or was resumed */
+    int replayed; /* the answer is a replay */
+    char job_id[32];
+    char token_hash[65];
+    int wait_seconds;
+};
+
+/* For handlers, on a server thread. */
+const struct cfg *api_cfg(const struct hs_req *r);
+/* The database connection of the calling server thread (opened on first use), or NULL. */
+struct db *api_db(const struct hs_req *r);
+struct waiters *api_waiters(const struct hs_req *r);
+struct api_wait *api_wait(struct hs_req *r);
+/* The metrics label of the request (metrics.h enum metric_route). */
+void api_set_route(struct hs_req *r, int label);
 
 #endif

@@ -35,6 +35,14 @@ const char *prof_reconcile_name(enum cfg_reconcile r);
 /* The strategy named s, or -1. */
 int prof_reconcile_parse(const char *s);
 
+/* How a provider's webhook deliveries are verified (profile "webhook.verify"). */
+enum webhook_verify {
+    WHV_NONE = 0,          /* "none": unsigned; our client reference in it is not trusted */
+    WHV_STANDARD_WEBHOOKS, /* "standard_webhooks" */
+    WHV_HMAC_SHA256_HEX,   /* "hmac_sha256_hex" */
+    WHV_ED25519,           /* "ed25519" */
+};
+
 /* A route a client may call on a provider: POST /v1/providers/{provider}/{route}. Nothing that
  * is not declared is forwarded: the gateway is never an open proxy. */
 struct cfg_route {
@@ -147,7 +155,7 @@ struct cfg_provider {
     /* Webhooks. */
     char *webhook_body_field;   /* where the callback URL goes in the create body */
     char *webhook_url_query;    /* or the query parameter of the create URL that carries it */
-    char *webhook_verify;       /* standard_webhooks, hmac_sha256_hex, ed25519 or none */
+    enum webhook_verify webhook_verify;
     char *webhook_secret_env;
     char *webhook_signature_header;
     char *webhook_event_id_header; /* or, when NULL, webhook_event_id (a path in the body) */

@@ -17,7 +17,7 @@ __attribute__((warn_unused_result)) struct waiters *waiters_start(const struct c
  * answered at once. Calling it again does nothing; w may be NULL. */
 void waiters_close(struct waiters *w);
 /* Frees the waiters, closing them first if needed. Call it only when no thread can reach them
- * any more, i.e. after http_stop (a server thread may call waiters_add until then). */
+ * any more, i.e. after hs_stop (a server thread may call waiters_add until then). */
 void waiters_free(struct waiters *w);
 
 /* Registers a waiter for job_id until deadline (CLOCK_MONOTONIC seconds). wake(arg) is called

@@ -350,15 +350,18 @@ def _short(v):
 
 
 def source_problem_types(src_dir=os.path.join(ROOT, "src")):
-    """Every problem type name the C sources pass to http_problem(r, status, TYPE, title, …):
-    the lower-case string literals of each call that come before its (capitalised) title."""
+    """Every problem type name the C sources pass to reply_problem(r, status, TYPE, title, …),
+    reply_tenant_problem(r, token, status, TYPE, title, …) or the intake's raise_problem(in,
+    status, TYPE, title, …): the lower-case string literals of each call that come before its
+    (capitalised) title."""
     names = set()
     for fn in sorted(os.listdir(src_dir)):
         if not fn.endswith(".c"):
             continue
         with open(os.path.join(src_dir, fn)) as f:
             text = f.read()
-        for m in re.finditer(r"\bhttp_problem\(\s*r\s*,", text):
+        for m in re.finditer(r"\b(?:reply_problem\(\s*r|raise_problem\(\s*in|"
+                             r"reply_tenant_problem\(\s*r\s*,[^,]*)\s*,", text):
             call = text[m.end():text.find(";", m.end())]
             for lit in re.findall(r'"((?:[^"\\]|\\.)*)"', call):
                 if re.fullmatch(r"[a-z]+(?:-[a-z]+)*", lit):

@@ -1,0 +1,21 @@
+#ifndef IDEMGATE_ADMIN_H
+#define IDEMGATE_ADMIN_H
+
+#include "idemgate/http_server.h"
+#include "idemgate/api.h"
+
+/* The operator's endpoints and the probes; route handlers of routes.c. */
+
+/* POST /v1/admin/providers/{name}/reset: clears a tripped provider credential (admin token). */
+void admin_reset(struct hs_req *r, const struct api_args *a);
+/* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
+ * again, for one more deadline of its provider (admin token). */
+void admin_resume(struct hs_req *r, const struct api_args *a);
+/* GET /healthz: the process answers. */
+void admin_health(struct hs_req *r, const struct api_args *a);
+/* GET /readyz: the database answers and the schema is the one this binary expects. */
+void admin_ready(struct hs_req *r, const struct api_args *a);
+/* GET /metrics: process counters (metrics.c) and gauges read from the database. */
+void admin_metrics(struct hs_req *r, const struct api_args *a);
+
+#endif

@@ -1,0 +1,89 @@
+#ifndef IDEMGATE_HTTP_SERVER_H
+#define IDEMGATE_HTTP_SERVER_H
+
+#include <stddef.h>
+
+/* The HTTP transport: libmicrohttpd and nothing above it. It accepts connections, checks the
+ * request framing, accumulates the body under a cap, hands each complete request to one
+ * application callback, suspends and resumes requests, and queues responses. It knows no route,
+ * no database and no problem format: the application (api.c) supplies them through the
+ * callbacks of struct hs_options. */
+
+struct hs_server;
+struct hs_req;
+
+/* Why the transport could not let the application answer a request normally. */
+enum hs_reject {
+    HS_REJECT_FRAMING = 1, /* conflicting Content-Length/Transfer-Encoding, or a malformed header
+                              name: answer 400 (the connection is closed after it) */
+    HS_REJECT_NO_ANSWER,   /* the handler neither answered nor suspended: answer 500 */
+};
+
+struct hs_options {
+    const char *host; /* an IPv4 address */
+    int port;
+    unsigned threads;
+    unsigned max_connections;
+    long max_body_bytes; /* a longer body is dropped and hs_req_body_too_large() says so */
+    void *app;           /* passed to every callback */
+    /* Called on a server thread once the body is complete, and once more after each
+     * resumption of a suspended request. It must answer (hs_respond) or suspend (hs_suspend). */
+    void (*handle)(struct hs_req *r, void *app);
+    /* Called instead of handle (framing) or after it (no answer); it must answer. */
+    void (*reject)(struct hs_req *r, enum hs_reject why, void *app);
+    /* Called once per request when it is over, before its state is freed: status is that of
+     * the queued response (0 if none), completed is 1 when the response was sent in full. */
+    void (*done)(struct hs_req *r, int status, double seconds, int completed, void *app);
+};
+
+/* Starts listening; o is copied. Returns NULL when it cannot listen. */
+__attribute__((warn_unused_result)) struct hs_server *hs_start(const struct hs_options *o);
+
+/* The shutdown, in this order (the application's own steps go between them):
+ *   hs_quiesce  stop accepting: new connections are refused (ECONNREFUSED) and those not yet
+ *               accepted are reset, never left queued; requests in progress continue and every
+ *               answer from now on closes its connection, so kept-alive clients go away.
+ *   (the application wakes whatever it suspended and stops suspending)
+ *   hs_drain    wait up to timeout_ms for the requests in progress to be answered; a request
+ *               still suspended then is resumed (and answered) rather than left behind.
+ *   hs_stop     resume whatever is still suspended, stop libmicrohttpd (no server thread runs
+ *               afterwards, so no callback is called any more), close the listening socket,
+ *               free the server.
+ * Each accepts NULL and does nothing twice. */
+void hs_quiesce(struct hs_server *s);
+void hs_drain(struct hs_server *s, int timeout_ms);
+void hs_stop(struct hs_server *s);
+
+/* The request, for the application's callbacks. Strings live as long as the request. */
+const char *hs_req_method(const struct hs_req *r);
+const char *hs_req_path(const struct hs_req *r);
+/* The client's X-Request-Id when it is well formed (1..64 of [A-Za-z0-9._-]), else a new one. */
+const char *hs_req_id(const struct hs_req *r);
+const char *hs_req_header(const struct hs_req *r, const char *name);
+/* How many times header `name` occurs (case-insensitive). */
+int hs_req_header_count(const struct hs_req *r, const char *name);
+/* A query-string argument, or NULL. */
+const char *hs_req_query(const struct hs_req *r, const char *name);
+/* The body (not NUL-terminated as far as the contract goes; "" when empty). */
+const char *hs_req_body(const struct hs_req *r, size_t *len);
+int hs_req_body_too_large(const struct hs_req *r);
+
+/* The application's state of this request: NULL until set. free_fn(state) is called when the
+ * request is over, after options.done; setting another state frees the previous one. */
+void *hs_req_state(const struct hs_req *r);
+void hs_req_set_state(struct hs_req *r, void *state, void (*free_fn)(void *state));
+
+/* Suspends the request until hs_resume(r) (from any thread); options.handle is then called again
+ * with the same request. Every suspension must be paired with a way out: a registered waker, or
+ * an immediate hs_resume when none could be registered. hs_resume after the request was already
+ * resumed (by hs_drain or hs_stop at shutdown) does nothing. */
+void hs_suspend(struct hs_req *r);
+void hs_resume(void *r);
+
+/* Queues the response. headers: NULL-terminated list of name, value pairs (a NULL name ends it);
+ * may be NULL. Adds X-Request-Id and Cache-Control: no-store, and Connection: close once the
+ * server is quiesced. Returns 0 or -1. */
+int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
+               const char *const *headers);
+
+#endif

@@ -1,0 +1,29 @@
+#ifndef IDEMGATE_INTAKE_H
+#define IDEMGATE_INTAKE_H
+
+#include "idemgate/http_server.h"
+#include "idemgate/api.h"
+
+#include <stddef.h>
+
+/* POST /v1/providers/{provider}/{route} (DESIGN.md §1): the intake as named steps over one
+ * struct intake, in this order: authenticate → validate → canonicalise → fingerprint → cache →
+ * record → answer. The first step that answers ends the request. Every 4xx a step raises passes
+ * through one gate that proves the caller a tenant first, so an unauthenticated client learns
+ * nothing about routes or validation, whatever the step. */
+
+/* The route handler (a->tail is "{provider}/{route}"). */
+void intake_handle(struct hs_req *r, const struct api_args *a);
+
+/* The second call of a request suspended by `Prefer: wait`: reads its job again and answers. */
+void intake_resume(struct hs_req *r);
+
+/* The steps' names in the order they run (NULL past the last); for logs and tests. */
+const char *intake_step_name(size_t i);
+
+/* The gate's decision: 1 when a problem with this status must first prove the caller a tenant.
+ * tenant_proven: the store or the tenant's cache has already answered for the token. A body
+ * over the cap (413) is refused without a database round trip, and 5xx are the gateway's own. */
+int intake_needs_tenant(int status, int tenant_proven);
+
+#endif

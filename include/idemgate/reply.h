@@ -1,0 +1,50 @@
+#ifndef IDEMGATE_REPLY_H
+#define IDEMGATE_REPLY_H
+
+#include "idemgate/crypto.h"
+#include "idemgate/http_server.h"
+#include "idemgate/jobcache.h"
+#include "idemgate/store.h"
+
+/* The answers the API's handlers share: RFC 9457 problems, store errors, the bearer token, and a
+ * job (or the provider's stored result) as a response. */
+
+/* An RFC 9457 problem: type is the last segment of a stable URN ("urn:idemgate:problem:<type>").
+ * retry_after > 0 adds a Retry-After header; a 401 "unauthorized" adds WWW-Authenticate; a 405
+ * takes its Allow header from detail; a 400 "bad-request-framing" closes the connection. */
+int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
+                  const char *detail, int retry_after);
+/* 503 (unreachable, busy; with Retry-After) or 500 for a negative store code. */
+void reply_store_error(struct hs_req *r, int e);
+void reply_unauthorized(struct hs_req *r);
+/* A store error on a tenant's job: 401, 404 (also another tenant's job) or 503/500. */
+void reply_job_error(struct hs_req *r, int e);
+/* 422: the key belongs to another operation (regeneration: to another request). */
+void reply_key_reused(struct hs_req *r, int regeneration);
+
+/* The SHA-256 of the bearer token, the only form in which tokens are ever compared or stored.
+ * Returns 0, or -1 when there is no well-formed bearer token (or there are two). */
+int reply_token_hash(struct hs_req *r, char out[CRYPTO_SHA256_HEX]);
+/* Before a 4xx that needs no database, make sure the caller is a tenant: an unauthenticated
+ * client learns nothing about routes or validation. Returns 1 when it answered 401 or 503. */
+int reply_tenant_refused(struct hs_req *r, const char *token);
+/* A 4xx for a caller that may not be a tenant: the problem when the store proves token a
+ * tenant's (token NULL: already proven, e.g. the admin token), else 401 or 503. */
+void reply_tenant_problem(struct hs_req *r, const char *token, int status, const char *type,
+                          const char *title, const char *detail);
+/* 1 when the request carries the admin token (its SHA-256 is configured). Answers nothing. */
+int reply_is_admin(struct hs_req *r);
+
+/* A job as JSON, with Location (with_location) and Idempotent-Replayed (replayed). */
+void reply_entry(struct hs_req *r, int status, const struct jobcache_entry *e, int replayed,
+                 int with_location);
+void reply_job(struct hs_req *r, int status, const struct store_job *j, int replayed,
+               int with_location);
+/* `Prefer: wait` on a terminal job: the provider's own status, body and content type, with the
+ * job's headers, as if the client had called the provider itself (the job when none is stored). */
+void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed, int wait_s);
+void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed, int wait_s);
+/* Remembers a terminal job for later replays (by key) and reads (by id) of this tenant. */
+void reply_cache_terminal(const char *token, const struct store_job *j);
+
+#endif

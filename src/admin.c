@@ -1,0 +1,176 @@
+#include "idemgate/admin.h"
+
+#include "idemgate/api.h"
+#include "idemgate/log.h"
+#include "idemgate/metrics.h"
+#include "idemgate/migrate.h"
+#include "idemgate/reply.h"
+#include "idemgate/store.h"
+
+#include <cjson/cJSON.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The admin token; answers 401 and returns 0 when absent. */
+static int admin_ok(struct hs_req *r)
+{
+    if (!reply_is_admin(r)) {
+        reply_problem(r, 401, "unauthorized", "Unauthorized", "the admin token is required", 0);
+        return 0;
+    }
+    return 1;
+}
+
+/* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
+ * again, for one more deadline of its provider. */
+void admin_resume(struct hs_req *r, const struct api_args *a)
+{
+    char job_id[64];
+    if (api_arg(a, 0, job_id, sizeof(job_id)) < 0) {
+        reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+        return;
+    }
+    if (!admin_ok(r))
+        return;
+    int e = store_resume_polling(api_db(r), job_id, 3600L * 1000);
+    if (e == STORE_ENOTFOUND)
+        reply_problem(r, 404, "job-not-found", "Job not found", "no accepted job with this id", 0);
+    else if (e < 0)
+        reply_store_error(r, e);
+    else
+        hs_respond(r, 200, "application/json", "{\"resumed\":true}", 16, NULL);
+}
+
+/* POST /v1/admin/providers/{p}/reset: clears a tripped provider credential. */
+void admin_reset(struct hs_req *r, const struct api_args *a)
+{
+    char provider[64];
+    if (api_arg(a, 0, provider, sizeof(provider)) < 0) {
+        reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+        return;
+    }
+    const struct cfg *cfg = api_cfg(r);
+    if (!admin_ok(r))
+        return;
+    if (!cfg_find_provider(cfg, provider, strlen(provider))) {
+        reply_problem(r, 404, "unknown-provider", "Unknown provider", provider, 0);
+        return;
+    }
+    int cleared = 0;
+    int e = store_breaker_reset(api_db(r), provider, &cleared);
+    if (e < 0) {
+        reply_store_error(r, e);
+        return;
+    }
+    LOG(LOG_WARN, "provider_reset", LS("provider", provider), LI("cleared", cleared),
+        LS("request_id", hs_req_id(r)));
+    char body[192];
+    int n = snprintf(body, sizeof(body), "{\"provider\":\"%s\",\"cleared\":%s}", provider,
+                     cleared ? "true" : "false");
+    hs_respond(r, 200, "application/json", body, (size_t)n, NULL);
+}
+
+static void add_breaker(const char *provider, int status, const char *reason,
+                        const char *tripped_at, void *arg)
+{
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "provider", provider);
+    cJSON_AddBoolToObject(b, "tripped", 1);
+    cJSON_AddNumberToObject(b, "http_status", status);
+    cJSON_AddStringToObject(b, "reason", reason);
+    cJSON_AddStringToObject(b, "tripped_at", tripped_at);
+    cJSON_AddItemToArray(arg, b);
+}
+
+/* Ready: the database answers and the schema is the one this binary expects. A tripped provider
+ * credential is reported but does not make the replica unready: the other providers work. */
+void admin_ready(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    int version = 0;
+    int e = store_schema_version(api_db(r), &version);
+    /* A newer schema is fine: migrations are additive, so a replica of the previous release
+     * stays ready while a rollout migrates ahead of it. */
+    int ready = e == STORE_OK && version >= migrate_latest();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "ready", ready);
+    cJSON_AddBoolToObject(o, "database", e == STORE_OK);
+    cJSON_AddNumberToObject(o, "schema_version", version);
+    cJSON_AddNumberToObject(o, "schema_expected", migrate_latest());
+    cJSON *tripped = cJSON_AddArrayToObject(o, "tripped_providers");
+    if (ready)
+        ready = store_breaker_list(api_db(r), add_breaker, tripped) == STORE_OK;
+    char *body = cJSON_PrintUnformatted(o);
+    if (body)
+        hs_respond(r, ready ? 200 : 503, "application/json", body, strlen(body), NULL);
+    free(body);
+    cJSON_Delete(o);
+}
+
+struct gauge_text {
+    char buf[4096];
+    size_t len;
+    int state_header, tripped_header;
+};
+
+static void add_gauge(const char *kind, const char *name, long long value, void *arg)
+{
+    struct gauge_text *g = arg;
+    size_t cap = sizeof(g->buf) - g->len;
+    int n = 0;
+    if (!strcmp(kind, "state")) {
+        if (!g->state_header++)
+            n += snprintf(g->buf + g->len, cap,
+                          "# HELP idemgate_operations Operations by state.\n"
+                          "# TYPE idemgate_operations gauge\n");
+        n += snprintf(g->buf + g->len + n, cap - (size_t)n,
+                      "idemgate_operations{state=\"%s\"} %lld\n", name, value);
+        if (!strcmp(name, "review"))
+            n += snprintf(g->buf + g->len + n, cap - (size_t)n,
+                          "# HELP idemgate_review_backlog Operations waiting for an operator.\n"
+                          "# TYPE idemgate_review_backlog gauge\nidemgate_review_backlog %lld\n",
+                          value);
+    } else {
+        n += snprintf(g->buf + g->len, cap, "idemgate_provider_tripped{provider=\"%s\"} 1\n", name);
+    }
+    if (n > 0 && (size_t)n < cap)
+        g->len += (size_t)n;
+}
+
+/* GET /metrics: process counters, and gauges read from the database (bounded labels only:
+ * states and configured provider names). */
+void admin_metrics(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    struct gauge_text g = {.len = 0};
+    const struct cfg *cfg = api_cfg(r);
+    g.buf[0] = '\0';
+    int e = store_gauges(api_db(r), add_gauge, &g);
+    size_t cap = sizeof(g.buf) - g.len;
+    int n = snprintf(g.buf + g.len, cap,
+                     "# HELP idemgate_provider_tripped A provider whose credential is refused.\n"
+                     "# TYPE idemgate_provider_tripped gauge\n"
+                     "# HELP idemgate_database_up The database answered this scrape.\n"
+                     "# TYPE idemgate_database_up gauge\nidemgate_database_up %d\n"
+                     "# HELP idemgate_providers_configured Providers in the configuration.\n"
+                     "# TYPE idemgate_providers_configured gauge\n"
+                     "idemgate_providers_configured %zu\n",
+                     e == STORE_OK, cfg->n_providers);
+    if (n > 0 && (size_t)n < cap)
+        g.len += (size_t)n;
+    char *text = metrics_render(g.buf);
+    if (!text) {
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    hs_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL);
+    free(text);
+}
+
+void admin_health(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    hs_respond(r, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL);
+}

@@ -1,0 +1,461 @@
+#include "idemgate/http_server.h"
+
+#include "idemgate/crypto.h"
+#include "idemgate/log.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct hs_server {
+    struct MHD_Daemon *daemon;
+    struct hs_options o;
+    pthread_mutex_t mu;       /* guards the suspended list */
+    struct hs_req *suspended; /* requests suspended and not yet resumed */
+    atomic_long in_progress;  /* requests from their first call to their completion */
+    atomic_int draining;      /* quiesced: every answer closes its connection */
+    int listen_fd;            /* handed back by MHD_quiesce_daemon; closed by hs_stop */
+    char id_prefix[9];
+};
+
+struct hs_req {
+    struct hs_server *srv;
+    struct MHD_Connection *conn;
+    const char *method;
+    char *path;
+    char *body;
+    size_t body_len, body_cap;
+    int too_large;
+    int responded;
+    int suspended_once;                   /* the handler suspended it at least once */
+    struct hs_req *susp_prev, *susp_next; /* in srv->suspended (under srv->mu) */
+    int in_suspended;                     /* suspended and not yet resumed (under srv->mu) */
+    char request_id[72];
+    int status; /* of the queued response */
+    struct timespec started;
+    void *state;
+    void (*state_free)(void *state);
+};
+
+static atomic_ulong request_counter;
+
+const char *hs_req_id(const struct hs_req *r)
+{
+    return r->request_id;
+}
+
+const char *hs_req_method(const struct hs_req *r)
+{
+    return r->method;
+}
+
+const char *hs_req_path(const struct hs_req *r)
+{
+    return r->path;
+}
+
+const char *hs_req_header(const struct hs_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *hs_req_query(const struct hs_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+struct count_ctx {
+    const char *name;
+    int n;
+};
+
+static enum MHD_Result count_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    (void)kind;
+    (void)value;
+    struct count_ctx *c = cls;
+    if (strcasecmp(key, c->name) == 0)
+        c->n++;
+    return MHD_YES;
+}
+
+int hs_req_header_count(const struct hs_req *r, const char *name)
+{
+    struct count_ctx c = {name, 0};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_cb, &c);
+    return c.n;
+}
+
+const char *hs_req_body(const struct hs_req *r, size_t *len)
+{
+    *len = r->body_len;
+    return r->body ? r->body : "";
+}
+
+int hs_req_body_too_large(const struct hs_req *r)
+{
+    return r->too_large;
+}
+
+void *hs_req_state(const struct hs_req *r)
+{
+    return r->state;
+}
+
+void hs_req_set_state(struct hs_req *r, void *state, void (*free_fn)(void *state))
+{
+    if (r->state && r->state_free && r->state != state)
+        r->state_free(r->state);
+    r->state = state;
+    r->state_free = free_fn;
+}
+
+/* Takes r off the suspended list if it is there; the caller holds s->mu. */
+static void suspended_remove_locked(struct hs_server *s, struct hs_req *r)
+{
+    if (!r->in_suspended)
+        return;
+    if (r->susp_prev)
+        r->susp_prev->susp_next = r->susp_next;
+    else
+        s->suspended = r->susp_next;
+    if (r->susp_next)
+        r->susp_next->susp_prev = r->susp_prev;
+    r->susp_prev = r->susp_next = NULL;
+    r->in_suspended = 0;
+}
+
+/* Resumes every request suspended and not yet resumed (libmicrohttpd must not be stopped with a
+ * suspended connection) and returns how many there were. A request on the list has a live
+ * connection: libmicrohttpd neither times out nor closes a suspended one. libmicrohttpd never
+ * calls us back while holding its own locks, so holding ours across MHD_resume_connection
+ * cannot deadlock. */
+static long resume_all(struct hs_server *s)
+{
+    long n = 0;
+    pthread_mutex_lock(&s->mu);
+    while (s->suspended) {
+        struct hs_req *r = s->suspended;
+        suspended_remove_locked(s, r);
+        MHD_resume_connection(r->conn);
+        n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void hs_suspend(struct hs_req *r)
+{
+    struct hs_server *s = r->srv;
+    r->suspended_once = 1;
+    pthread_mutex_lock(&s->mu);
+    if (!r->in_suspended) {
+        r->susp_prev = NULL;
+        r->susp_next = s->suspended;
+        if (s->suspended)
+            s->suspended->susp_prev = r;
+        s->suspended = r;
+        r->in_suspended = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    MHD_suspend_connection(r->conn);
+}
+
+/* Exactly one resumption per suspension: whoever takes r off the list resumes it (a waiter,
+ * the handler that could not register one, or resume_all at shutdown). */
+void hs_resume(void *arg)
+{
+    struct hs_req *r = arg;
+    struct hs_server *s = r->srv;
+    pthread_mutex_lock(&s->mu);
+    int mine = r->in_suspended;
+    suspended_remove_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+    if (mine)
+        MHD_resume_connection(r->conn);
+}
+
+int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
+               const char *const *headers)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return -1;
+    if (content_type)
+        MHD_add_response_header(resp, "Content-Type", content_type);
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    int has_connection = 0;
+    for (const char *const *h = headers; h && h[0]; h += 2) {
+        MHD_add_response_header(resp, h[0], h[1]);
+        has_connection |= strcasecmp(h[0], "Connection") == 0;
+    }
+    /* Shutting down: a kept-alive connection gets this answer and no further request. */
+    if (atomic_load(&r->srv->draining) && !has_connection)
+        MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    r->responded = 1;
+    r->status = status;
+    return ok == MHD_YES ? 0 : -1;
+}
+
+/* Request smuggling defences libmicrohttpd 0.9.75 lacks: two Content-Lengths, Content-Length
+ * with Transfer-Encoding, a header name holding whitespace ("Name : v"). */
+struct framing {
+    int content_length, transfer_encoding, bad_name;
+};
+
+static enum MHD_Result framing_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    (void)kind;
+    (void)value;
+    struct framing *f = cls;
+    if (strcasecmp(key, "Content-Length") == 0)
+        f->content_length++;
+    else if (strcasecmp(key, "Transfer-Encoding") == 0)
+        f->transfer_encoding++;
+    if (strpbrk(key, " \t") || !*key)
+        f->bad_name = 1;
+    return MHD_YES;
+}
+
+static void set_request_id(struct hs_server *s, struct hs_req *r)
+{
+    const char *in = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+    size_t n = in ? strlen(in) : 0;
+    if (n > 0 && n <= 64 &&
+        strspn(in, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n) {
+        memcpy(r->request_id, in, n + 1);
+        return;
+    }
+    snprintf(r->request_id, sizeof(r->request_id), "req_%s%08lx", s->id_prefix,
+             atomic_fetch_add(&request_counter, 1));
+}
+
+/* The first call of a request: its record, its id, the framing checks and the body cap. */
+static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection *conn,
+                                     const char *url, const char *method, void **con_cls)
+{
+    struct hs_req *r = calloc(1, sizeof(*r));
+    if (!r)
+        return MHD_NO;
+    atomic_fetch_add(&s->in_progress, 1);
+    r->srv = s;
+    r->conn = conn;
+    clock_gettime(CLOCK_MONOTONIC, &r->started);
+    r->method = method;
+    r->path = strdup(url);
+    *con_cls = r;
+    if (!r->path)
+        return MHD_NO;
+    set_request_id(s, r);
+    struct framing f = {0, 0, 0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
+    if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name) {
+        s->o.reject(r, HS_REJECT_FRAMING, s->o.app);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->o.max_body_bytes)
+        r->too_large = 1;
+    return MHD_YES;
+}
+
+/* A piece of the body: kept while the total stays under the cap. */
+static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const char *data, size_t n)
+{
+    if (r->responded || r->too_large)
+        return MHD_YES;
+    if (r->body_len + n > (size_t)s->o.max_body_bytes) {
+        /* A chunked body that grew past the cap: stop keeping it. */
+        r->too_large = 1;
+        free(r->body);
+        r->body = NULL;
+        r->body_len = 0;
+        return MHD_YES;
+    }
+    if (r->body_len + n + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 4096;
+        while (cap < r->body_len + n + 1)
+            cap *= 2;
+        char *nb = realloc(r->body, cap);
+        if (!nb)
+            return MHD_NO;
+        r->body = nb;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len += n;
+    r->body[r->body_len] = '\0';
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    struct hs_server *s = cls;
+    struct hs_req *r = *con_cls;
+    if (!r)
+        return begin_request(s, conn, url, method, con_cls);
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        return add_body(s, r, upload_data, n);
+    }
+    if (r->responded)
+        return MHD_YES;
+    s->o.handle(r, s->o.app);
+    /* A handler either responded or suspended the connection; anything else is a bug that
+     * must not leave the client hanging. */
+    if (!r->responded && !r->suspended_once)
+        s->o.reject(r, HS_REJECT_NO_ANSWER, s->o.app);
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    struct hs_server *s = cls;
+    struct hs_req *r = *con_cls;
+    if (!r)
+        return;
+    pthread_mutex_lock(&s->mu); /* never on the list here; a broken invariant costs no UAF */
+    suspended_remove_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double secs =
+        (double)(now.tv_sec - r->started.tv_sec) + (double)(now.tv_nsec - r->started.tv_nsec) / 1e9;
+    s->o.done(r, r->status, secs, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->o.app);
+    hs_req_set_state(r, NULL, NULL);
+    free(r->path);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+    atomic_fetch_sub(&s->in_progress, 1);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[256];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    LOG(LOG_DEBUG, "mhd", LS("message", msg));
+}
+
+struct hs_server *hs_start(const struct hs_options *o)
+{
+    struct hs_server *s = calloc(1, sizeof(*s));
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
+    uint8_t rnd[4];
+    if (!s)
+        return NULL;
+    s->o = *o;
+    s->listen_fd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    if (crypto_random(rnd, sizeof(rnd)) < 0)
+        memset(rnd, 0, sizeof(rnd));
+    crypto_hex(rnd, sizeof(rnd), s->id_prefix);
+    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
+        LOG(LOG_ERROR, "http_start_failed", LS("error", "listen host must be an IPv4 address"),
+            LS("host", o->host));
+        goto failed;
+    }
+    s->daemon = MHD_start_daemon(
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO,
+        (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, o->threads,
+        MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)30, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    if (!s->daemon) {
+        LOG(LOG_ERROR, "http_start_failed", LS("error", "cannot listen"), LS("host", o->host),
+            LI("port", o->port));
+        goto failed;
+    }
+    return s;
+failed:
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return NULL;
+}
+
+void hs_quiesce(struct hs_server *s)
+{
+    if (!s || !s->daemon || atomic_load(&s->draining))
+        return;
+    atomic_store(&s->draining, 1);
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd == MHD_INVALID_SOCKET) {
+        LOG(LOG_WARN, "http_quiesce_failed", LS("note", "the listening socket stays open"));
+        return;
+    }
+    /* libmicrohttpd's threads may still hold the descriptor, so it is closed only after
+     * MHD_stop_daemon; shutting the listener down now makes the kernel refuse new connections
+     * (ECONNREFUSED) and reset those not yet accepted, instead of leaving them queued. */
+    s->listen_fd = fd;
+    if (shutdown(fd, SHUT_RDWR) != 0)
+        LOG(LOG_WARN, "http_quiesce_failed", LS("note", "shutdown of the listening socket"));
+}
+
+/* Waits up to timeout_ms for no request to be in progress; returns 1 when none is. */
+static int wait_idle(struct hs_server *s, int timeout_ms)
+{
+    for (int waited = 0; atomic_load(&s->in_progress) > 0; waited += 10) {
+        if (waited >= timeout_ms)
+            return 0;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
+}
+
+void hs_drain(struct hs_server *s, int timeout_ms)
+{
+    if (!s || wait_idle(s, timeout_ms))
+        return;
+    /* A slow client can hold the drain this long. A request still suspended now would be a
+     * bug (every suspension has a waiter, and waiters_close woke them all), but its client
+     * must still get an answer: resume it and give it a moment. */
+    long n = resume_all(s);
+    LOG(LOG_WARN, "http_drain_timeout", LI("in_progress", atomic_load(&s->in_progress)),
+        LI("resumed", n));
+    if (n)
+        (void)wait_idle(s, 1000);
+}
+
+void hs_stop(struct hs_server *s)
+{
+    if (!s)
+        return;
+    if (s->daemon) {
+        /* Nothing may stay suspended when the daemon stops (libmicrohttpd aborts). */
+        long n = resume_all(s);
+        if (n)
+            LOG(LOG_WARN, "http_resumed_at_stop", LI("requests", n));
+        MHD_stop_daemon(s->daemon);
+    }
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

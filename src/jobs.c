@@ -1,0 +1,297 @@
+#include "idemgate/jobs.h"
+
+#include "idemgate/api.h"
+#include "idemgate/crypto.h"
+#include "idemgate/fingerprint.h"
+#include "idemgate/headers.h"
+#include "idemgate/jobcache.h"
+#include "idemgate/jobview.h"
+#include "idemgate/log.h"
+#include "idemgate/provider.h"
+#include "idemgate/reply.h"
+#include "idemgate/store.h"
+
+#include <cjson/cJSON.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The job id of the path and the caller's token hash: answers 404 (no possible id) or 401 (no
+ * well-formed bearer token) and returns -1, or returns 0. */
+static int job_caller(struct hs_req *r, const struct api_args *a, char id[CRYPTO_JOB_ID_LEN + 8],
+                      char token[CRYPTO_SHA256_HEX])
+{
+    if (api_arg(a, 0, id, CRYPTO_JOB_ID_LEN + 8) <= 0) {
+        reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+        return -1;
+    }
+    if (reply_token_hash(r, token) < 0) {
+        reply_unauthorized(r);
+        return -1;
+    }
+    return 0;
+}
+
+void jobs_get(struct hs_req *r, const struct api_args *a)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    if (job_caller(r, a, id, token) < 0)
+        return;
+    struct jobcache_entry hit;
+    if (jobcache_get('j', token, id, &hit)) {
+        reply_entry(r, 200, &hit, 0, 0);
+        jobcache_entry_fini(&hit);
+        return;
+    }
+    struct store_job j;
+    int e = store_job_get(api_db(r), token, id, &j);
+    if (e < 0)
+        reply_job_error(r, e);
+    else {
+        reply_cache_terminal(token, &j);
+        reply_job(r, 200, &j, 0, 0);
+        store_job_fini(&j);
+    }
+}
+
+struct list_ctx {
+    cJSON *arr;
+};
+
+static void add_listed(const struct store_job *j, void *arg)
+{
+    struct list_ctx *l = arg;
+    char *json = jobview_json(j);
+    if (json) {
+        cJSON_AddItemToArray(l->arr, cJSON_CreateRaw(json));
+        free(json);
+    }
+}
+
+/* GET /v1/jobs?state=S&limit=N: the tenant's jobs, oldest first. */
+void jobs_list(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    char token[CRYPTO_SHA256_HEX];
+    if (reply_token_hash(r, token) < 0) {
+        reply_unauthorized(r);
+        return;
+    }
+    const char *state = hs_req_query(r, "state");
+    const char *lim = hs_req_query(r, "limit");
+    int limit = lim ? atoi(lim) : 100;
+    if ((state && st_parse(state) < 0) || limit < 1 || limit > 1000) {
+        reply_tenant_problem(r, token, 400, "invalid-query", "Invalid query",
+                             "state must be a job state and limit within 1..1000");
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    struct list_ctx l = {cJSON_AddArrayToObject(o, "data")};
+    cJSON_AddStringToObject(o, "object", "list");
+    int e = store_jobs_list(api_db(r), token, state, limit, add_listed, &l);
+    if (e == STORE_OK && cJSON_GetArraySize(l.arr) == 0 && reply_tenant_refused(r, token)) {
+        cJSON_Delete(o);
+        return;
+    }
+    if (e < 0) {
+        reply_store_error(r, e);
+    } else {
+        char *body = cJSON_PrintUnformatted(o);
+        if (body)
+            hs_respond(r, 200, "application/json", body, strlen(body), NULL);
+        free(body);
+    }
+    cJSON_Delete(o);
+}
+
+static const char *task_var(const char *name, size_t len, void *arg)
+{
+    return len == 2 && memcmp(name, "id", 2) == 0 ? arg : NULL;
+}
+
+/* A tenant adopts a task only when the provider says it is this job's: the task, read by its id,
+ * carries the job's client reference. Without that proof another tenant's task on the shared
+ * provider account could be taken (the admin token may adopt any id). */
+static int adoption_proven(const struct cfg_provider *p, const char *job_id, const char *remote)
+{
+    const char *tmpl = p->task_path                     ? p->task_path
+                       : p->mode == CFG_MODE_ASYNC_POLL ? p->poll_path
+                                                        : NULL;
+    if (!tmpl || !p->task_client_ref)
+        return 0;
+    char *url = prov_url(p, tmpl, task_var, (void *)remote, "task");
+    struct up_response res;
+    memset(&res, 0, sizeof(res));
+    struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
+    int ok = url && prov_call(p, &call, &res) == 0 && res.http_status >= 200 &&
+             res.http_status < 300 && !res.body_truncated;
+    cJSON *doc = ok ? cJSON_ParseWithLength(res.body, res.body_len) : NULL;
+    const char *ref = doc ? jpath_string(p->task_client_ref, doc) : NULL;
+    ok = ref && strcmp(ref, job_id) == 0;
+    cJSON_Delete(doc);
+    up_response_fini(&res);
+    free(url);
+    return ok;
+}
+
+struct resolution {
+    enum st_resolution what;
+    const char *outcome, *remote, *op;
+};
+
+/* Reads {"outcome", "remote_id", "operator"}; 0, or -1 when malformed. */
+static int parse_resolution(const cJSON *doc, struct resolution *res)
+{
+    res->outcome = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "outcome"));
+    res->remote = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "remote_id"));
+    res->op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "operator"));
+    int what = st_resolution_parse(res->outcome);
+    if (what < 0 || (res->op && strlen(res->op) > 64))
+        return -1;
+    res->what = (enum st_resolution)what;
+    if (res->what == RES_FOUND && (!res->remote || !*res->remote || strlen(res->remote) > 255))
+        return -1;
+    if (res->what != RES_FOUND)
+        res->remote = NULL;
+    return 0;
+}
+
+/* Answers the outcome of store_resolve. */
+static void respond_resolved(struct hs_req *r, int e, int applied, const struct store_job *j,
+                             const struct resolution *res)
+{
+    if (e < 0)
+        reply_job_error(r, e);
+    else if (applied) {
+        LOG(LOG_INFO, "resolved", LS("job_id", j->id), LS("outcome", res->outcome),
+            LS("state", st_name(j->state)), LS("request_id", hs_req_id(r)));
+        reply_job(r, 200, j, 0, 0);
+    } else if (j->resolution && strcmp(j->resolution, res->outcome) == 0 &&
+               (!res->remote || (j->remote_id && strcmp(j->remote_id, res->remote) == 0))) {
+        reply_job(r, 200, j, 1, 0); /* the same decision again: nothing changes */
+    } else {
+        reply_problem(r, 409, "not-in-review", "Job not in review",
+                      j->resolution ? "the job was already resolved differently"
+                                    : "only a job in state review can be resolved",
+                      0);
+    }
+}
+
+/* POST /v1/jobs/{id}/resolve: an operator's decision on a job in review, with the tenant's token
+ * (a found task must then be proven this job's) or the admin token (any tenant's job). */
+void jobs_resolve(struct hs_req *r, const struct api_args *a)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    size_t len = 0;
+    if (job_caller(r, a, id, token) < 0)
+        return;
+    int admin = reply_is_admin(r);
+    const char *body = hs_req_body(r, &len);
+    cJSON *doc = cJSON_ParseWithLength(body, len);
+    struct resolution res;
+    struct store_job j;
+    int applied = 0, e;
+    if (parse_resolution(doc, &res) < 0) {
+        reply_tenant_problem(r, admin ? NULL : token, 400, "invalid-resolution",
+                             "Invalid resolution",
+                             "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
+                             "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 "
+                             "characters)");
+        goto done;
+    }
+    if (admin && (e = store_admin_token_of(api_db(r), id, token)) < 0) {
+        respond_resolved(r, e, 0, NULL, &res);
+        goto done;
+    }
+    if ((e = store_job_get(api_db(r), token, id, &j)) < 0) {
+        respond_resolved(r, e, 0, NULL, &res);
+        goto done;
+    }
+    const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider, strlen(j.provider));
+    int async = p && p->mode == CFG_MODE_ASYNC_POLL;
+    enum op_state next =
+        st_resolve_target(res.what, async, p && p->task_path, j.cancel_requested_at != NULL);
+    int unproven = res.what == RES_FOUND && !admin && j.state == ST_REVIEW &&
+                   (!p || !adoption_proven(p, j.id, res.remote));
+    store_job_fini(&j);
+    if (unproven) {
+        reply_problem(r, 403, "adoption-not-proven", "Adoption not proven",
+                      "the provider's task does not carry this job's client reference (or cannot "
+                      "be read by id): only the admin token may adopt it",
+                      0);
+        goto done;
+    }
+    char by[80];
+    snprintf(by, sizeof(by), "admin%s%s", res.op ? ": " : "", res.op ? res.op : "");
+    e = store_resolve(api_db(r), token, id, res.outcome, next, res.remote, admin ? by : res.op, &j,
+                      &applied);
+    respond_resolved(r, e, applied, &j, &res);
+    if (e == STORE_OK)
+        store_job_fini(&j);
+done:
+    cJSON_Delete(doc);
+}
+
+/* POST /v1/jobs/{id}/regenerate: a deliberate new paid creation, under its own key. */
+void jobs_regenerate(struct hs_req *r, const struct api_args *a)
+{
+    const struct cfg *cfg = api_cfg(r);
+    char parent_id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    char key[HDR_KEY_MAX + 1], fp[CRYPTO_SHA256_HEX], job_id[CRYPTO_JOB_ID_LEN];
+    if (job_caller(r, a, parent_id, token) < 0)
+        return;
+    const char *raw_key = hs_req_header(r, "Idempotency-Key");
+    if (!raw_key || hs_req_header_count(r, "Idempotency-Key") != 1 ||
+        hdr_idempotency_key(raw_key, key) < 0) {
+        reply_tenant_problem(r, token, 400,
+                             raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
+                             "A regeneration needs its own Idempotency-Key",
+                             "a regeneration is a new paid creation: give it a key of its own");
+        return;
+    }
+    /* The operation a regeneration stands for is "one more from this parent". */
+    fp_compute("(regenerate)", 12, parent_id, strlen(parent_id), "", 0, fp);
+    if (crypto_job_id(job_id) < 0) {
+        reply_problem(r, 500, "internal", "Internal error", "no randomness", 0);
+        return;
+    }
+    struct store_job j;
+    int created = 0;
+    int e = store_regenerate(api_db(r), token, parent_id, job_id, key, fp, FP_VERSION,
+                             cfg->job_ttl_hours, &j, &created);
+    if (e == STORE_ECONFLICT) {
+        reply_problem(r, 409, "parent-not-terminal", "Parent job not finished",
+                      "only a completed or failed job can be regenerated", 0);
+    } else if (e < 0) {
+        reply_job_error(r, e);
+    } else {
+        if (!created && strcmp(j.fingerprint_hex, fp) != 0)
+            reply_key_reused(r, 1);
+        else {
+            LOG(LOG_INFO, created ? "regenerate_new" : "regenerate_replay", LS("job_id", j.id),
+                LS("parent_id", parent_id), LS("request_id", hs_req_id(r)));
+            reply_job(r, 202, &j, !created, 1);
+        }
+        store_job_fini(&j);
+    }
+}
+
+/* POST /v1/jobs/{id}/cancel: idempotent; the provider's cancel is sent at most once. */
+void jobs_cancel(struct hs_req *r, const struct api_args *a)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    if (job_caller(r, a, id, token) < 0)
+        return;
+    struct store_job j;
+    int changed = 0;
+    int e = store_cancel(api_db(r), token, id, &j, &changed);
+    if (e < 0)
+        reply_job_error(r, e);
+    else {
+        LOG(LOG_INFO, "cancel_requested", LS("job_id", j.id), LS("state", st_name(j.state)),
+            LI("changed", changed), LS("request_id", hs_req_id(r)));
+        reply_job(r, st_is_terminal(j.state) ? 200 : 202, &j, 0, 0);
+        store_job_fini(&j);
+    }
+}

@@ -1,0 +1,259 @@
+#include "idemgate/reply.h"
+
+#include "idemgate/api.h"
+#include "idemgate/crypto.h"
+#include "idemgate/headers.h"
+#include "idemgate/jobview.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Seconds a client should wait before retrying when the database is unreachable. */
+#define UNAVAILABLE_RETRY_AFTER 2
+
+static void json_escape_into(char *out, size_t cap, const char *s)
+{
+    size_t pos = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && pos + 7 < cap; p++) {
+        if (*p == '"' || *p == '\\') {
+            out[pos++] = '\\';
+            out[pos++] = (char)*p;
+        } else if (*p < 0x20) {
+            pos += (size_t)snprintf(out + pos, cap - pos, "\\u%04x", *p);
+        } else {
+            out[pos++] = (char)*p;
+        }
+    }
+    out[pos] = '\0';
+}
+
+int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
+                  const char *detail, int retry_after)
+{
+    char esc_title[256], esc_detail[512], body[1024], ra[16];
+    json_escape_into(esc_title, sizeof(esc_title), title);
+    json_escape_into(esc_detail, sizeof(esc_detail), detail ? detail : title);
+    int n = snprintf(body, sizeof(body),
+                     "{\"type\":\"urn:idemgate:problem:%s\",\"title\":\"%s\",\"status\":%d,"
+                     "\"detail\":\"%s\",\"request_id\":\"%s\"}",
+                     type, esc_title, status, esc_detail, hs_req_id(r));
+    const char *hdrs[7] = {NULL};
+    int h = 0;
+    if (retry_after > 0) {
+        snprintf(ra, sizeof(ra), "%d", retry_after);
+        hdrs[h++] = "Retry-After";
+        hdrs[h++] = ra;
+    }
+    if (status == 401 && strcmp(type, "unauthorized") == 0) {
+        hdrs[h++] = "WWW-Authenticate";
+        hdrs[h++] = "Bearer realm=\"idemgate\"";
+    }
+    if (status == 405 && detail) {
+        hdrs[h++] = "Allow";
+        hdrs[h++] = detail; /* method_not_allowed passes the allowed method as the detail */
+    }
+    if (status == 400 && strcmp(type, "bad-request-framing") == 0) {
+        hdrs[h++] = "Connection";
+        hdrs[h++] = "close";
+    }
+    return hs_respond(r, status, "application/problem+json", body,
+                      (size_t)(n < (int)sizeof(body) ? n : (int)sizeof(body) - 1), hdrs);
+}
+
+void reply_store_error(struct hs_req *r, int e)
+{
+    if (e == STORE_EUNAVAIL)
+        reply_problem(r, 503, "store-unavailable", "Storage unavailable",
+                      "the database cannot be reached; retry with the same Idempotency-Key",
+                      UNAVAILABLE_RETRY_AFTER);
+    else if (e == STORE_ERETRY)
+        reply_problem(r, 503, "store-busy", "Storage busy",
+                      "the request kept conflicting with concurrent ones; retry with the same "
+                      "Idempotency-Key",
+                      1);
+    else
+        reply_problem(r, 500, "internal", "Internal error", "see the gateway's log", 0);
+}
+
+void reply_unauthorized(struct hs_req *r)
+{
+    reply_problem(r, 401, "unauthorized", "Unauthorized",
+                  "a valid `Authorization: Bearer <tenant token>` is required", 0);
+}
+
+/* A store error on a tenant's job: 401, 404 (also another tenant's job) or 503/500. */
+void reply_job_error(struct hs_req *r, int e)
+{
+    if (e == STORE_EAUTH)
+        reply_unauthorized(r);
+    else if (e == STORE_ENOTFOUND)
+        reply_problem(r, 404, "job-not-found", "Job not found",
+                      "no job with this id for this tenant", 0);
+    else
+        reply_store_error(r, e);
+}
+
+/* The SHA-256 of the bearer token, the only form in which tokens are ever compared or stored.
+ * Returns 0, or -1 when there is no well-formed bearer token. */
+int reply_token_hash(struct hs_req *r, char out[CRYPTO_SHA256_HEX])
+{
+    size_t len = 0;
+    const char *t = hdr_bearer(hs_req_header(r, "Authorization"), &len);
+    if (!t || hs_req_header_count(r, "Authorization") != 1)
+        return -1;
+    crypto_sha256_hex(t, len, out);
+    return 0;
+}
+
+/* Before a 4xx that needs no database, make sure the caller is a tenant: an unauthenticated
+ * client learns nothing about routes or validation. Returns 1 when it answered 401 or 503. */
+int reply_tenant_refused(struct hs_req *r, const char *token)
+{
+    struct store_job j;
+    int e = store_job_get(api_db(r), token, "", &j);
+    if (e == STORE_OK)
+        store_job_fini(&j);
+    if (e == STORE_EAUTH) {
+        reply_unauthorized(r);
+        return 1;
+    }
+    if (e == STORE_EUNAVAIL || e == STORE_EINTERNAL) {
+        reply_store_error(r, e);
+        return 1;
+    }
+    return 0;
+}
+
+void reply_tenant_problem(struct hs_req *r, const char *token, int status, const char *type,
+                          const char *title, const char *detail)
+{
+    if (!token || !reply_tenant_refused(r, token))
+        reply_problem(r, status, type, title, detail, 0);
+}
+
+/* The answer-shaped view of a job: what a response or the cache needs. job_json is owned;
+ * resp_body is borrowed from the job (release with entry_release, not jobcache_entry_fini). */
+static int entry_of(const struct store_job *j, struct jobcache_entry *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->job_json = jobview_json(j);
+    if (!e->job_json)
+        return -1;
+    snprintf(e->fingerprint, sizeof(e->fingerprint), "%s",
+             j->fingerprint_hex ? j->fingerprint_hex : "");
+    snprintf(e->job_id, sizeof(e->job_id), "%s", j->id);
+    snprintf(e->state, sizeof(e->state), "%s", st_name(j->state));
+    e->resp_status = j->resp_status;
+    snprintf(e->content_type, sizeof(e->content_type), "application/json");
+    (void)jobview_stored_header(j, "content-type", e->content_type, sizeof(e->content_type));
+    e->resp_body = (char *)j->resp_body;
+    e->resp_body_len = j->resp_body_len;
+    return 0;
+}
+
+static void entry_release(struct jobcache_entry *e)
+{
+    free(e->job_json);
+    e->job_json = NULL;
+}
+
+void reply_entry(struct hs_req *r, int status, const struct jobcache_entry *e, int replayed,
+                 int with_location)
+{
+    char loc[64];
+    const char *hdrs[7] = {NULL};
+    int h = 0;
+    snprintf(loc, sizeof(loc), "/v1/jobs/%s", e->job_id);
+    if (with_location) {
+        hdrs[h++] = "Location";
+        hdrs[h++] = loc;
+    }
+    if (replayed) {
+        hdrs[h++] = "Idempotent-Replayed";
+        hdrs[h++] = "true";
+    }
+    hs_respond(r, status, "application/json", e->job_json, strlen(e->job_json), hdrs);
+}
+
+void reply_job(struct hs_req *r, int status, const struct store_job *j, int replayed,
+               int with_location)
+{
+    struct jobcache_entry e;
+    if (entry_of(j, &e) < 0) {
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    reply_entry(r, status, &e, replayed, with_location);
+    entry_release(&e);
+}
+
+/* `Prefer: wait` on a terminal job: the provider's own status and body, with the job's
+ * headers, as if the client had called the provider itself. */
+void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed, int wait_s)
+{
+    if (!e->resp_status || !e->resp_body) {
+        reply_entry(r, 200, e, replayed, 1);
+        return;
+    }
+    char loc[64], pref[32];
+    snprintf(loc, sizeof(loc), "/v1/jobs/%s", e->job_id);
+    snprintf(pref, sizeof(pref), "wait=%d", wait_s);
+    const char *hdrs[] = {"Location",
+                          loc,
+                          "X-Idemgate-Job-Id",
+                          e->job_id,
+                          "X-Idemgate-State",
+                          e->state,
+                          "Preference-Applied",
+                          pref,
+                          replayed ? "Idempotent-Replayed" : NULL,
+                          "true",
+                          NULL};
+    hs_respond(r, e->resp_status, e->content_type, e->resp_body, e->resp_body_len, hdrs);
+}
+
+void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed, int wait_s)
+{
+    struct jobcache_entry e;
+    if (entry_of(j, &e) < 0) {
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    reply_result(r, &e, replayed, wait_s);
+    entry_release(&e);
+}
+
+/* Remembers a terminal job for later replays (by key) and reads (by id) of this tenant. */
+void reply_cache_terminal(const char *token, const struct store_job *j)
+{
+    struct jobcache_entry e;
+    if (!st_is_terminal(j->state) || entry_of(j, &e) < 0)
+        return;
+    jobcache_put('k', token, j->idempotency_key, &e);
+    jobcache_put('j', token, j->id, &e);
+    entry_release(&e);
+}
+
+/* Answers a job after a decision (new or replay): at once, or after waiting for it. */
+
+/* 1 when the request carries the admin token (its SHA-256 is configured). Answers nothing. */
+int reply_is_admin(struct hs_req *r)
+{
+    const struct cfg *cfg = api_cfg(r);
+    char token[CRYPTO_SHA256_HEX];
+    return *cfg->admin_token_sha256 && reply_token_hash(r, token) == 0 &&
+           strlen(cfg->admin_token_sha256) == 64 &&
+           crypto_ct_equal(token, cfg->admin_token_sha256, 64);
+}
+
+/* The one text of the 422 a reused key gets. */
+void reply_key_reused(struct hs_req *r, int regeneration)
+{
+    reply_problem(r, 422, "idempotency-key-reused",
+                  "Idempotency-Key reused with different parameters",
+                  regeneration ? "this key already belongs to another request"
+                               : "this key already belongs to a request with another provider, "
+                                 "route or body; use a new key for a new intended output",
+                  0);
+}

@@ -1,0 +1,163 @@
+#include "idemgate/routes.h"
+
+#include "idemgate/admin.h"
+#include "idemgate/intake.h"
+#include "idemgate/jobs.h"
+#include "idemgate/log.h"
+#include "idemgate/metrics.h"
+#include "idemgate/reply.h"
+#include "idemgate/webhooks.h"
+
+#include <string.h>
+
+/* Every endpoint of DESIGN.md §4, and the operator's. /metrics, /healthz and /readyz answer any
+ * method, as probes and scrapers vary. */
+static const struct route table[] = {
+    {"POST", "/v1/providers/*", MR_INTAKE, intake_handle},
+    {"GET", "/v1/jobs", MR_JOB_LIST, jobs_list},
+    {"GET", "/v1/jobs/{id}", MR_JOB_GET, jobs_get},
+    {"POST", "/v1/jobs/{id}/resolve", MR_RESOLVE, jobs_resolve},
+    {"POST", "/v1/jobs/{id}/cancel", MR_CANCEL, jobs_cancel},
+    {"POST", "/v1/jobs/{id}/regenerate", MR_REGENERATE, jobs_regenerate},
+    {"POST", "/v1/admin/providers/{name}/reset", MR_ADMIN, admin_reset},
+    {"POST", "/v1/admin/jobs/{id}/resume", MR_ADMIN, admin_resume},
+    {"POST", "/v1/webhooks/*", MR_WEBHOOK, webhooks_receive},
+    {NULL, "/metrics", MR_METRICS, admin_metrics},
+    {NULL, "/healthz", MR_HEALTH, admin_health},
+    {NULL, "/readyz", MR_READY, admin_ready},
+};
+
+const struct route *routes_table(size_t *n)
+{
+    *n = sizeof(table) / sizeof(table[0]);
+    return table;
+}
+
+/* Whether path matches pattern; fills args. */
+static int pattern_match(const char *pattern, const char *path, struct api_args *a)
+{
+    const char *p = pattern, *s = path;
+    memset(a, 0, sizeof(*a));
+    while (*p) {
+        if (p[0] == '*' && p[1] == '\0') {
+            a->tail = s;
+            return 1;
+        }
+        if (*p == '{') {
+            const char *close = strchr(p, '}');
+            size_t n = strcspn(s, "/");
+            if (!close || a->n == API_MAX_ARGS)
+                return 0;
+            a->arg[a->n] = s;
+            a->len[a->n++] = n;
+            p = close + 1;
+            s += n;
+            continue;
+        }
+        if (*p != *s)
+            return 0;
+        p++;
+        s++;
+    }
+    return *s == '\0';
+}
+
+/* Appends method to the comma-separated allow list unless it is there already. */
+static void allow_add(char *allow, size_t cap, const char *method)
+{
+    size_t len = strlen(allow), n = strlen(method);
+    for (const char *q = allow; (q = strstr(q, method)); q += n)
+        if ((q == allow || q[-1] == ' ') && (q[n] == ',' || q[n] == '\0'))
+            return;
+    if (len + n + 3 > cap)
+        return;
+    if (len)
+        memcpy(allow + len, ", ", 2), len += 2;
+    memcpy(allow + len, method, n + 1);
+}
+
+enum route_result route_match(const struct route *t, size_t n, const char *method, const char *path,
+                              struct route_match *m)
+{
+    struct api_args args;
+    memset(m, 0, sizeof(*m));
+    for (size_t i = 0; i < n; i++) {
+        if (!pattern_match(t[i].pattern, path, &args))
+            continue;
+        if (!t[i].method || strcmp(t[i].method, method) == 0) {
+            m->route = &t[i];
+            m->args = args;
+            return ROUTE_FOUND;
+        }
+        if (!m->route)
+            m->route = &t[i];
+        allow_add(m->allow, sizeof(m->allow), t[i].method);
+    }
+    return m->route ? ROUTE_BAD_METHOD : ROUTE_NOT_FOUND;
+}
+
+static void dispatch(struct hs_req *r)
+{
+    struct route_match m;
+    size_t n;
+    const struct route *t = routes_table(&n);
+    enum route_result res = route_match(t, n, hs_req_method(r), hs_req_path(r), &m);
+    if (res == ROUTE_NOT_FOUND) {
+        reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+        return;
+    }
+    api_set_route(r, m.route->label);
+    if (res == ROUTE_BAD_METHOD)
+        reply_problem(r, 405, "method-not-allowed", "Method not allowed", m.allow, 0);
+    else
+        m.route->handler(r, &m.args);
+}
+
+/* hs_options.handle: a new request is routed; a resumed one finishes its wait. */
+static void on_handle(struct hs_req *r, void *app)
+{
+    if (!api_req_begun(r) && api_req_begin(r, app) < 0) {
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    if (api_wait(r)->active)
+        intake_resume(r);
+    else
+        dispatch(r);
+}
+
+static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
+{
+    (void)app;
+    if (why == HS_REJECT_FRAMING)
+        reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
+                      "conflicting Content-Length/Transfer-Encoding or a malformed header name", 0);
+    else
+        reply_problem(r, 500, "internal", "Internal error", "no response was produced", 0);
+}
+
+static void on_done(struct hs_req *r, int status, double secs, int completed, void *app)
+{
+    (void)app;
+    int route = api_req_route(r);
+    metrics_http((enum metric_route)route, status, secs);
+    /* One access line per request: ids and classes only, never a body, token or key. */
+    LOG(status >= 500 ? LOG_WARN : LOG_INFO, "http", LS("request_id", hs_req_id(r)),
+        LS("method", hs_req_method(r)), LS("route", metrics_route_name(route)),
+        LI("status", status), LI("us", (long long)(secs * 1e6)), LI("completed", completed));
+}
+
+struct hs_server *routes_listen(struct api *a)
+{
+    const struct cfg *cfg = api_config(a);
+    struct hs_options o = {.host = cfg->listen_host,
+                           .port = cfg->listen_port,
+                           .threads = (unsigned)cfg->http_threads,
+                           .max_connections = (unsigned)cfg->max_connections,
+                           .max_body_bytes = cfg->max_body_bytes,
+                           .app = a,
+                           .handle = on_handle,
+                           .reject = on_reject,
+                           .done = on_done};
+    return hs_start(&o);
+}
