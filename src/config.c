@@ -147,6 +147,79 @@ static int split_listen(struct cfg *c, char *err, size_t errlen)
     return 0;
 }
 
+/* The file's members into c: settings by name, then the providers (profiles resolved relative to
+ * the file's folder). */
+static int load_file(struct cfg *c, const cJSON *root, const char *path, char *err, size_t errlen)
+{
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root)
+    {
+        if (strcmp(item->string, "providers") == 0)
+            continue;
+        const struct cfg_setting *s = NULL;
+        for (size_t i = 0; i < N_SETTINGS; i++)
+            if (strcmp(settings[i].name, item->string) == 0)
+                s = &settings[i];
+        if (!s) {
+            errf(err, errlen, "%s: unknown setting \"%s\"", path, item->string);
+            return -1;
+        }
+        char num[64];
+        const char *v = NULL;
+        if (cJSON_IsString(item))
+            v = item->valuestring;
+        else if (cJSON_IsNumber(item) && s->type != T_STR) {
+            snprintf(num, sizeof(num), "%.0f", item->valuedouble);
+            v = num;
+        }
+        if (!v) {
+            errf(err, errlen, "%s: %s has the wrong type", path, s->name);
+            return -1;
+        }
+        if (set_value(c, s, v, path, err, errlen) < 0)
+            return -1;
+    }
+    const cJSON *provs = cJSON_GetObjectItemCaseSensitive(root, "providers");
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    return provs ? prof_load_all(provs, path, dir, &c->providers, &c->n_providers, err, errlen)
+                 : 0;
+}
+
+/* Checks that need every setting: listen address, instance id, log level, leases vs timeouts. */
+static int finish_settings(struct cfg *c, const char *file, char *err, size_t errlen)
+{
+    if (split_listen(c, err, errlen) < 0)
+        return -1;
+    if (!*c->instance_id) {
+        char host[128] = "host", id[200];
+        gethostname(host, sizeof(host) - 1);
+        snprintf(id, sizeof(id), "%s:%ld", host, (long)getpid());
+        free(c->instance_id);
+        c->instance_id = strdup(id);
+    }
+    if (strcmp(c->log_level, "debug") && strcmp(c->log_level, "info") &&
+        strcmp(c->log_level, "warn") && strcmp(c->log_level, "error")) {
+        errf(err, errlen, "%s: log_level must be debug, info, warn or error", file);
+        return -1;
+    }
+    for (size_t i = 0; i < c->n_providers; i++) {
+        /* A lease shorter than a call would let the reaper declare a live call unknown. */
+        if (c->providers[i].total_timeout_ms + 2000 > (long)c->lease_seconds * 1000) {
+            errf(err, errlen,
+                 "%s: lease_seconds (%d) must exceed providers.%s.timeouts.total_ms (%ld) by 2 s",
+                 file, c->lease_seconds, c->providers[i].name, c->providers[i].total_timeout_ms);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 struct cfg *cfg_load(const char *path, char *err, size_t errlen)
 {
     struct cfg *c = calloc(1, sizeof(*c));
@@ -175,46 +248,10 @@ struct cfg *cfg_load(const char *path, char *err, size_t errlen)
                  endp ? (long)(endp - text) : 0L);
             goto failed;
         }
-        const cJSON *item;
-        cJSON_ArrayForEach(item, root)
-        {
-            if (strcmp(item->string, "providers") == 0)
-                continue;
-            const struct cfg_setting *s = NULL;
-            for (size_t i = 0; i < N_SETTINGS; i++)
-                if (strcmp(settings[i].name, item->string) == 0)
-                    s = &settings[i];
-            if (!s) {
-                errf(err, errlen, "%s: unknown setting \"%s\"", path, item->string);
-                goto failed;
-            }
-            char num[64];
-            const char *v = NULL;
-            if (cJSON_IsString(item))
-                v = item->valuestring;
-            else if (cJSON_IsNumber(item) && s->type != T_STR) {
-                snprintf(num, sizeof(num), "%.0f", item->valuedouble);
-                v = num;
-            }
-            if (!v) {
-                errf(err, errlen, "%s: %s has the wrong type", path, s->name);
-                goto failed;
-            }
-            if (set_value(c, s, v, path, err, errlen) < 0)
-                goto failed;
-        }
-        const cJSON *provs = cJSON_GetObjectItemCaseSensitive(root, "providers");
-        char dir[1024];
-        snprintf(dir, sizeof(dir), "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            snprintf(dir, sizeof(dir), ".");
-        if (provs && prof_load_all(provs, path, dir, &c->providers, &c->n_providers, err,
-                                   errlen) < 0)
+        if (load_file(c, root, path, err, errlen) < 0)
             goto failed;
     }
+    /* The environment wins over the file. */
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const char *v = getenv(settings[i].env);
         char where[128];
@@ -222,29 +259,8 @@ struct cfg *cfg_load(const char *path, char *err, size_t errlen)
         if (v && *v && set_value(c, &settings[i], v, where, err, errlen) < 0)
             goto failed;
     }
-    if (split_listen(c, err, errlen) < 0)
+    if (finish_settings(c, file, err, errlen) < 0)
         goto failed;
-    if (!*c->instance_id) {
-        char host[128] = "host", id[200];
-        gethostname(host, sizeof(host) - 1);
-        snprintf(id, sizeof(id), "%s:%ld", host, (long)getpid());
-        free(c->instance_id);
-        c->instance_id = strdup(id);
-    }
-    if (strcmp(c->log_level, "debug") && strcmp(c->log_level, "info") &&
-        strcmp(c->log_level, "warn") && strcmp(c->log_level, "error")) {
-        errf(err, errlen, "%s: log_level must be debug, info, warn or error", file);
-        goto failed;
-    }
-    for (size_t i = 0; i < c->n_providers; i++) {
-        /* A lease shorter than a call would let the reaper declare a live call unknown. */
-        if (c->providers[i].total_timeout_ms + 2000 > (long)c->lease_seconds * 1000) {
-            errf(err, errlen,
-                 "%s: lease_seconds (%d) must exceed providers.%s.timeouts.total_ms (%ld) by 2 s",
-                 file, c->lease_seconds, c->providers[i].name, c->providers[i].total_timeout_ms);
-            goto failed;
-        }
-    }
     free(text);
     cJSON_Delete(root);
     return c;

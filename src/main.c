@@ -42,17 +42,74 @@ static void usage(FILE *out)
             "overridden by its environment variable (DATABASE_URL, IDEMGATE_LISTEN, …).\n");
 }
 
+/* Everything serve() starts, in start order. */
+struct subsystems {
+    struct waiters *waiters;
+    struct dispatcher *disp;
+    struct wpool *recon, *poller;
+    struct reaper *reaper;
+    struct api *api;
+    struct hs_server *http;
+    int curl, cache;
+};
+
+/* Starts the subsystems in order; returns NULL, or the name of the step that failed (what did
+ * start is in s, for stop_all). */
+static const char *start_all(const struct cfg *cfg, struct subsystems *s)
+{
+    if (up_global_init() < 0)
+        return "libcurl";
+    s->curl = 1;
+    struct db *db = store_db_open(cfg->database_url);
+    if (!db)
+        return "migrations";
+    /* An unreachable database is not fatal: /readyz says so and the reaper retries. */
+    if (migrate_run(db) < 0)
+        LOG(LOG_WARN, "migrations_pending", LS("note", "database unreachable or migration failed"));
+    store_db_close(db);
+    if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
+        return "job cache";
+    s->cache = 1;
+    if (!(s->waiters = waiters_start(cfg)))
+        return "waiters";
+    if (!(s->disp = disp_start(cfg)))
+        return "dispatcher";
+    if (!(s->recon = recon_start(cfg)))
+        return "reconciler";
+    if (!(s->poller = poller_start(cfg)))
+        return "poller";
+    s->reaper = reaper_start(cfg);
+    if (cfg->reaper_interval_ms && !s->reaper)
+        return "reaper";
+    if (!(s->api = api_new(cfg, s->waiters)) || !(s->http = routes_listen(s->api)))
+        return "http";
+    return NULL;
+}
+
+/* Stops what start_all started. HTTP first and entirely: until hs_stop returns, a request on a
+ * kept-alive connection may still reach the waiters (Prefer: wait), the job cache and the API's
+ * per-thread database connections, so none of them is freed before. Then the workers: calls in
+ * flight finish and their results are written. */
+static void stop_all(struct subsystems *s)
+{
+    hs_stop(s->http);  /* no server thread runs any more */
+    api_free(s->api);  /* the server threads' database connections */
+    waiters_free(s->waiters);
+    disp_stop(s->disp);
+    wpool_stop(s->recon);
+    wpool_stop(s->poller);
+    reaper_stop(s->reaper);
+    if (s->cache)
+        jobcache_fini();
+    if (s->curl)
+        up_global_fini();
+}
+
 static int serve(const struct cfg *cfg)
 {
     sigset_t set;
     int sig = 0;
-    const char *step = "libcurl";
-    struct waiters *w = NULL;
-    struct api *api = NULL;
-    struct hs_server *http = NULL;
-    struct dispatcher *disp = NULL;
-    struct reaper *reaper = NULL;
-    struct wpool *recon = NULL, *poller = NULL;
+    struct subsystems s = {0};
 
     /* Signals go to the main thread only: every thread started below inherits this mask. */
     sigemptyset(&set);
@@ -61,38 +118,12 @@ static int serve(const struct cfg *cfg)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (up_global_init() < 0)
-        goto failed;
-    step = "migrations";
-    struct db *db = store_db_open(cfg->database_url);
-    if (!db)
-        goto failed;
-    /* An unreachable database is not fatal: /readyz says so and the reaper retries. */
-    if (migrate_run(db) < 0)
-        LOG(LOG_WARN, "migrations_pending", LS("note", "database unreachable or migration failed"));
-    store_db_close(db);
-    step = "job cache";
-    if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
-        goto failed;
-    step = "waiters";
-    if (!(w = waiters_start(cfg)))
-        goto failed;
-    step = "dispatcher";
-    if (!(disp = disp_start(cfg)))
-        goto failed;
-    step = "reconciler";
-    if (!(recon = recon_start(cfg)))
-        goto failed;
-    step = "poller";
-    if (!(poller = poller_start(cfg)))
-        goto failed;
-    step = "reaper";
-    reaper = reaper_start(cfg);
-    if (cfg->reaper_interval_ms && !reaper)
-        goto failed;
-    step = "http";
-    if (!(api = api_new(cfg, w)) || !(http = routes_listen(api)))
-        goto failed;
+    const char *failed = start_all(cfg, &s);
+    if (failed) {
+        LOG(LOG_ERROR, "start_failed", LS("step", failed));
+        stop_all(&s);
+        return 1;
+    }
     LOG(LOG_INFO, "listening", LS("host", cfg->listen_host), LI("port", cfg->listen_port),
         LI("dispatch_workers", cfg->dispatch_workers), LS("instance", cfg->instance_id));
     fprintf(stdout, "idemgate listening on %s:%d\n", cfg->listen_host, cfg->listen_port);
@@ -100,34 +131,12 @@ static int serve(const struct cfg *cfg)
 
     sigwait(&set, &sig);
     LOG(LOG_INFO, "shutdown", LS("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
-    /* HTTP first and entirely: until hs_stop returns, a request on a kept-alive connection
-     * may still reach the waiters (Prefer: wait), the job cache and the API's per-thread
-     * database connections, so none of them is freed before. */
-    hs_quiesce(http);                 /* new connections are refused */
-    waiters_close(w);                 /* waiting clients get the current state; no new waits */
-    hs_drain(http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
-    hs_stop(http);                    /* no server thread runs any more */
-    api_free(api);                    /* the server threads' database connections */
-    waiters_free(w);
-    /* Then the workers: calls in flight finish and their results are written. */
-    disp_stop(disp);
-    wpool_stop(recon);
-    wpool_stop(poller);
-    reaper_stop(reaper);
-    jobcache_fini();
-    up_global_fini();
+    hs_quiesce(s.http);                 /* new connections are refused */
+    waiters_close(s.waiters);           /* waiting clients get the current state; no new waits */
+    hs_drain(s.http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
+    stop_all(&s);
     LOG(LOG_INFO, "stopped", LS("instance", cfg->instance_id));
     return 0;
-failed:
-    LOG(LOG_ERROR, "start_failed", LS("step", step));
-    hs_stop(http);
-    api_free(api);
-    waiters_free(w);
-    disp_stop(disp);
-    wpool_stop(recon);
-    wpool_stop(poller);
-    reaper_stop(reaper);
-    return 1;
 }
 
 int main(int argc, char **argv)
