@@ -23,6 +23,8 @@ refused with a 4xx/5xx made nothing and is a legitimate back-off retry, not a du
 
 import collections
 import json
+import os
+import re
 import time
 import urllib.request
 
@@ -158,3 +160,321 @@ def violations(summary):
 def public(summary):
     """The summary without the detail lists (those go to the assertion message)."""
     return {k: v for k, v in summary.items() if not k.startswith("_")}
+
+
+# --- the randomised campaign (campaign.py) -----------------------------------------------------------
+#
+# On top of check(): every job of the run (intents and regenerations) against the provider's ledger
+# and tasks, the database and what the API answered over time.
+
+STATES_C = os.path.join(os.path.dirname(__file__), "..", "..", "src", "states.c")
+STATE_NAMES = ("prepared", "sending", "accepted", "unknown", "review", "completed", "failed")
+SYNC_EXACT_BODY = ("plain", "listed", "keyed")  # kinds whose creates carry the client's bytes
+
+
+def transitions(path=STATES_C):
+    """{state: {next states}} as src/states.c allows them (the `allowed[]` table)."""
+    src = open(path).read()
+    table = src[src.index("allowed[ST__COUNT]"):]
+    table = table[:table.index("};")]
+    out = {s: set() for s in STATE_NAMES}
+    for m in re.finditer(r"\[ST_([A-Z]+)\]\s*=\s*([^,]*)", table):
+        frm = m.group(1).lower()
+        out[frm] = {t.lower() for t in re.findall(r"B\(ST_([A-Z]+)\)", m.group(2))}
+    return out
+
+
+def reachable(allowed):
+    """{state: every state reachable from it in one or more steps}."""
+    out = {}
+    for s in allowed:
+        seen, todo = set(), list(allowed[s])
+        while todo:
+            x = todo.pop()
+            if x not in seen:
+                seen.add(x)
+                todo.extend(allowed.get(x, ()))
+        out[s] = seen
+    return out
+
+
+def backwards(samples, final_state, closure):
+    """The first pair of observations (a before b: a answered before b was asked) where b is
+    not a's state nor reachable from it; None when the sequence is monotone. samples: objects
+    with t0, t1, state, src. The database's state after the drain comes last."""
+    obs = sorted(samples, key=lambda s: s.t0)
+    if final_state:
+        obs.append(type("Final", (), {"t0": float("inf"), "t1": float("inf"),
+                                       "state": final_state, "src": "db-after-drain"})())
+    for i, a in enumerate(obs):
+        for b in obs[i + 1:]:
+            if b.t0 <= a.t1:
+                continue  # overlapping requests: no order between them
+            if b.state == a.state:
+                continue
+            if a.state == "(missing)" or b.state == "(missing)" or \
+                    b.state not in closure.get(a.state, ()):
+                return a, b
+    return None
+
+
+def _has_data(body):
+    if not isinstance(body, dict):
+        return False
+    for doc in (body, body.get("result")):
+        if isinstance(doc, dict) and isinstance(doc.get("data"), list) and doc["data"]:
+            return True
+    return False
+
+
+def check_campaign(scenario, camp, data, timing):
+    """Returns (summary, evidence): the summary line (violation counts, unknown keys, the run's
+    figures) and, per violation, the jobs with what the ledger, the tasks, the database and the
+    API said about them."""
+    closure = reachable(transitions())
+    ledger_all = data["ledger"]
+    rows, views, tasks = data["rows"], data["views"], data["tasks"]
+    regen_ids = {r["job_id"] for r in camp.regen_requests if r.get("job_id")}
+    regen_ids |= {jid for jid, r in rows.items() if r["key"].endswith("-r")}
+    base_entries = [e for e in ledger_all if e.get("client_ref") not in regen_ids]
+    ran = [ix for ix, o in enumerate(camp.outcomes) if o is not None and o.attempts]
+    outcomes = [camp.outcomes[ix] for ix in ran]
+    base = check(scenario, outcomes, camp.sqlf, base_entries, camp.pfx, timing["drain_s"])
+
+    # Every ledger entry to its job: by reference, else by the canonical body of an intent.
+    key_of = {r["key"]: jid for jid, r in rows.items()}
+    by_hash = {}
+    for ix in ran:
+        it = camp.intents[ix]
+        jid = key_of.get(it.key)
+        if jid:
+            by_hash[it.body_sha256] = jid
+    entries_of = collections.defaultdict(list)
+    for e in ledger_all:
+        jid = e.get("client_ref") if e.get("client_ref") in rows else by_hash.get(
+            e.get("body_sha256"))
+        if jid:
+            entries_of[jid].append(e)
+    kind_of = {}
+    for ix in ran:
+        jid = key_of.get(camp.intents[ix].key)
+        if jid:
+            kind_of[jid] = camp.plan_of[ix].kind
+    for jid, r in rows.items():
+        if jid not in kind_of:
+            j = camp.job(jid)
+            kind_of[jid] = j.kind if j else r["provider"].split("-")[0]
+
+    def paid(jid):
+        return [e for e in entries_of[jid] if not e.get("replay") and e.get("task_id")]
+
+    def task_ids(jid):
+        return {e["task_id"] for e in entries_of[jid] if e.get("task_id")}
+
+    v = collections.defaultdict(list)     # violation -> [job ids or keys]
+    why = {}                              # (violation, job) -> a sentence
+    exact_mismatch = 0
+    for jid, r in rows.items():
+        j = camp.job(jid)
+        kind = kind_of[jid]
+        state = r["state"]
+        ack = j.cancel_ack if j else None
+        abandoned = r["resolution"] == "abandon"
+        ps = paid(jid)
+        if len(ps) > 1 and jid in regen_ids:
+            v["duplicates"].append(jid)
+            why[("duplicates", jid)] = f"{len(ps)} paid creates for one regeneration"
+        # A create after the cancel was acknowledged. When the cancel found the job `sending`,
+        # the one create then in flight may reach the provider after the answer.
+        if ack:
+            after = sorted((e for e in entries_of[jid] if e["time"] > ack["t1"]),
+                           key=lambda e: e["time"])
+            if ack.get("state") == "sending" and after:
+                after = after[1:]
+            # The gateway's own attempts: a create that started after the acknowledgement.
+            late = [a for a in data.get("sends", {}).get(jid, [])
+                    if a["started"] > ack["t1"] and a["bytes_sent"] > 0]
+            if late and not after:
+                v["create_after_cancel"].append(jid)
+                why[("create_after_cancel", jid)] = (
+                    f"cancel acknowledged at {ack['t1']:.3f} (state {ack.get('state')}); the "
+                    f"gateway started sending the create again at "
+                    f"{[round(a['started'], 3) for a in late]}")
+            if after:
+                v["create_after_cancel"].append(jid)
+                why[("create_after_cancel", jid)] = (
+                    f"cancel acknowledged at {ack['t1']:.3f} (state {ack.get('state')}); "
+                    f"creates at {[round(e['time'], 3) for e in after]} "
+                    f"(paid: {[bool(e.get('task_id')) and not e.get('replay') for e in after]})")
+        view = views.get(jid)
+        if state == "completed":
+            res = view.get("result") if isinstance(view, dict) else None
+            if kind in ("kasync", "replicate"):
+                t = tasks.get(r["remote_id"])
+                outs = res.get("outputs") if isinstance(res, dict) else None
+                if not r["remote_id"] or t is None:
+                    v["completed_without_outputs"].append(jid)
+                    why[("completed_without_outputs", jid)] = \
+                        f"async job completed with remote id {r['remote_id']!r}, no such task"
+                elif t.get("status") == "succeeded" and (t.get("outputs") or 0) > 0 and \
+                        not (isinstance(outs, list) and outs):
+                    v["completed_without_outputs"].append(jid)
+                    why[("completed_without_outputs", jid)] = (
+                        f"task {r['remote_id']} succeeded with {t.get('outputs')} outputs; "
+                        f"the job's result.outputs is {outs!r}")
+            else:
+                body = res.get("body") if isinstance(res, dict) else None
+                if not (isinstance(res, dict) and 200 <= (res.get("status") or 0) < 300
+                        and _has_data(body)):
+                    v["completed_without_outputs"].append(jid)
+                    why[("completed_without_outputs", jid)] = (
+                        "sync job completed without a stored result holding data: "
+                        + json.dumps(res)[:300])
+        res = view.get("result") if isinstance(view, dict) else None
+        body = res.get("body") if isinstance(res, dict) else None
+        if state == "completed" and kind not in ("kasync", "replicate") and \
+                isinstance(body, dict) and body.get("id") and body["id"] not in task_ids(jid):
+            v["wrong_task"].append(jid)
+            why[("wrong_task", jid)] = (f"the stored result is task {body['id']}'s, not a task "
+                                        f"made for this job ({sorted(task_ids(jid))})")
+        if r["remote_id"] and state in ("completed", "accepted") and \
+                r["remote_id"] not in task_ids(jid):
+            v["wrong_task"].append(jid)
+            why[("wrong_task", jid)] = (f"remote id {r['remote_id']} is not a task made for this "
+                                        f"job ({sorted(task_ids(jid))})")
+        if state == "failed" and ps and not ack and not abandoned:
+            alive = []
+            for e in ps:
+                t = tasks.get(e["task_id"]) if kind in ("kasync", "replicate") else None
+                st = t.get("status") if t else "succeeded"
+                if st != "failed":
+                    alive.append((e["task_id"], st))
+            if alive:
+                v["failed_with_task"].append(jid)
+                why[("failed_with_task", jid)] = (f"failed ({r['last_error']!r}) while the "
+                                                  f"provider holds {alive}")
+        if j is not None:
+            bad = backwards(j.samples, state, closure)
+            if bad:
+                a, b = bad
+                v["state_backwards"].append(jid)
+                why[("state_backwards", jid)] = (
+                    f"{a.state} ({a.src}, answered {a.t1:.3f}) then {b.state} ({b.src}, asked "
+                    f"{b.t0:.3f})")
+            for rs in j.resubmits:
+                if rs.get("job_id") not in (None, jid) or (rs["status"] == 202 and
+                                                           not rs["replayed"]) or \
+                        rs.get("job_id") is None:
+                    v["replay_mismatch"].append(jid)
+                    why[("replay_mismatch", jid)] = f"a resubmit of the same key was answered {rs}"
+                    break
+        if kind in SYNC_EXACT_BODY and j is not None and j.parent is None:
+            it = camp.intents[j.ix]
+            exact_mismatch += sum(1 for e in entries_of[jid]
+                                  if e.get("client_ref") == jid
+                                  and e.get("body_sha256") != it.body_sha256)
+    for ru in camp.reuses:
+        if ru["status"] in (200, 202):
+            v["key_reuse_accepted"].append(ru["job_id"])
+            why[("key_reuse_accepted", ru["job_id"])] = \
+                f"the same key with another body was answered {ru['status']}"
+        if any(e.get("body_sha256") == ru["body_sha256"] for e in ledger_all):
+            v["key_reuse_accepted"].append(ru["job_id"])
+            why[("key_reuse_accepted", ru["job_id"])] = "the other body reached the provider"
+    for d in getattr(camp, "decoys", []):
+        if d["status"] is not None and 200 <= d["status"] < 300:
+            v["foreign_adoption"].append(d["job"])
+            why[("foreign_adoption", d["job"])] = (
+                f"the tenant adopted {d['remote_id']}, a task made for another job, with "
+                f"resolve found: answered {d['status']}")
+    for rg in camp.regen_requests:
+        jid = rg.get("job_id")
+        if jid and (jid not in rows or rows[jid]["state"] in NOT_FINAL):
+            v["lost"].append(jid)
+            why[("lost", jid)] = f"regeneration {jid} is {rows.get(jid, {}).get('state')}"
+
+    # The intents' own counts come from check(); the job ids of its lists are added here.
+    key_to_job = {r["key"]: jid for jid, r in rows.items()}
+    for name in ("lost", "duplicates", "id_mismatch", "stuck", "failed_but_created"):
+        for key in base["_detail"].get(name, []):
+            jid = key_to_job.get(key, key)
+            v[name].append(jid)
+            why.setdefault((name, jid), f"check(): {name} for key {key}")
+    unknown = [jid for jid, r in rows.items() if r["state"] == "unknown"]
+    for jid in unknown:
+        why.setdefault(("unknown_after_drain", jid), "still unknown after the drain")
+    v["unknown_after_drain"] = unknown
+
+    counts = {k: len(set(v.get(k, []))) for k in CAMPAIGN_VIOLATIONS}
+    counts["unexpected"] = base["unexpected"]
+    states = collections.Counter(r["state"] for r in rows.values())
+    summary = collections.OrderedDict(scenario=scenario)
+    for k in ("intents", "acknowledged"):
+        summary[k] = base[k]
+    summary.update(counts)
+    summary.update({
+        "review": states.get("review", 0), "completed": states.get("completed", 0),
+        "failed": states.get("failed", 0), "jobs": len(rows),
+        "creates": sum(len(paid(j)) for j in rows), "replays": sum(
+            1 for e in ledger_all if e.get("replay")),
+        "client": base["client"], "hash_mismatch": exact_mismatch,
+    })
+    summary.update(timing)
+    if unknown:
+        summary["unknown_keys"] = [rows[j]["key"] for j in unknown][:20]
+    evidence = []
+    for name in CAMPAIGN_VIOLATIONS:
+        for jid in sorted(set(v.get(name, [])))[:10]:
+            evidence.append(job_evidence(camp, data, name, jid, why.get((name, jid)),
+                                         entries_of.get(jid, []), kind_of.get(jid)))
+    if base["_detail"].get("unexpected_seqs"):
+        seqs = set(base["_detail"]["unexpected_seqs"])
+        evidence.append({"violation": "unexpected", "why": "ledger entries linked to no intent",
+                         "ledger": [_entry(e) for e in ledger_all if e.get("seq") in seqs]})
+    return summary, evidence
+
+
+CAMPAIGN_VIOLATIONS = ("lost", "duplicates", "unexpected", "id_mismatch", "stuck",
+                       "failed_but_created", "unknown_after_drain", "create_after_cancel",
+                       "completed_without_outputs", "wrong_task", "failed_with_task",
+                       "state_backwards", "replay_mismatch", "key_reuse_accepted",
+                       "foreign_adoption")
+
+
+def campaign_violations(summary):
+    return {k: summary[k] for k in CAMPAIGN_VIOLATIONS if summary.get(k)}
+
+
+def _entry(e):
+    keep = ("seq", "time", "provider", "status", "fault", "behavior", "replay", "task_id",
+            "idempotency_key", "client_ref", "client_ref_source")
+    return {k: e.get(k) for k in keep if k in e}
+
+
+def job_evidence(camp, data, violation, jid, why, entries, kind):
+    row = data["rows"].get(jid)
+    j = camp.job(jid)
+    t0 = camp.t0 or 0.0
+    ev = {"violation": violation, "why": why, "job": jid, "kind": kind, "row": row,
+          "ledger": [_entry(e) for e in sorted(entries, key=lambda e: e.get("seq", 0))],
+          "tasks": {e["task_id"]: {k: data["tasks"][e["task_id"]].get(k)
+                                   for k in ("status", "outputs", "cancels", "polls")}
+                    for e in entries if e.get("task_id") in data["tasks"]}}
+    if j is not None:
+        seq = []
+        for s in sorted(j.samples, key=lambda s: s.t0):
+            if not seq or seq[-1][0] != s.state or seq[-1][1] != s.src:
+                seq.append((s.state, s.src, round(s.t0 - t0, 3), round(s.t1 - t0, 3)))
+        ev.update(key=j.key, parent=j.parent, cancel_ack=j.cancel_ack, cancels=j.cancels,
+                  resolutions=j.resolutions, resubmits=j.resubmits, states=seq[:60])
+    if row is not None:
+        ev["attempts"] = camp.attempts_of(jid)
+    view = data["views"].get(jid)
+    if isinstance(view, dict):
+        ev["view"] = {k: view.get(k) for k in ("state", "remote_id", "last_error", "attempts",
+                                                "result", "outputs", "resolution",
+                                                "cancel_requested_at")}
+        if isinstance(ev["view"].get("result"), dict):
+            ev["view"]["result"] = json.dumps(ev["view"]["result"])[:600]
+    ev["t0"] = t0
+    return ev

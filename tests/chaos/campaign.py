@@ -1,0 +1,947 @@
+"""The seeded randomised fault campaign (issue 10, section E; TESTING.md "Beyond hand-picked
+scenarios").
+
+One run, from one seed:
+
+- **Plan.** `make_plan(seed, sizes)` draws, with `random.Random(seed)`, everything the campaign
+  decides: each intent's provider, tenant, body, start time, `Prefer: wait`, and the driver's
+  actions on it (cancel, resubmit under the same key, the same key with another body,
+  regenerate) with their delays; the moments of the faults (replica kill -9, replica SIGSTOP
+  past its lease, PostgreSQL immediate stop, mock lookup/list outages and connection refusals,
+  unrelated tasks); the operator's decisions on jobs in review (and its attempts to adopt
+  another job's task); the mock's own PRNG seed and behaviour weights (random mode) or, without
+  random mode, each intent's `_mock` controls.
+- **Run.** `Campaign.run()` starts two gateway replicas (kill -9'd and restarted by the
+  replicas.py supervisor), drives the intents from a thread pool with the client driver
+  (client.py: same key on anything not definite), samples every job's state through
+  `GET /v1/jobs/{id}`, resolves jobs found in `review` from the mock's ground truth, applies the
+  faults at their moments, then drains (bounded) and collects the ledger, the mock's tasks, the
+  database rows and every job as the API shows it.
+- **Check.** `checker.check_campaign()` (see checker.py) turns that into one summary line and
+  a list of violations, each with its evidence.
+
+Only thread interleavings and process timings are not fixed by the seed: a replay
+(`CAMPAIGN_SEED=N`) runs the same plan against the same faults at the same moments, not the
+same nanoseconds.
+"""
+
+import collections
+import http.client
+import json
+import os
+import random
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from . import checker, providers
+from .client import Client, Intent, RetryPolicy, definite_failure, sha256_hex
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PROFILES = os.path.join(ROOT, "deploy", "providers")
+
+WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+SECRETS = {"KEYED_API_KEY": "k-camp", "KEYED_WEBHOOK_SECRET": "mock-hmac-secret",
+           "REPLICATE_API_TOKEN": "r8-camp", "REPLICATE_WEBHOOK_SECRET": WHSEC}
+
+# The personalities a campaign drives, and how often each is drawn.
+#   plain     sync, no keys, reconcile none: ambiguity → review, never resent
+#   lookup    sync, no keys, get_by_client_id; the reference goes in the body (metadata)
+#   listed    sync, no keys, list_match over a paged list (cursor) among unrelated tasks
+#   keyed     sync, native Idempotency-Key (/v2/generations), idempotent_resubmit
+#   kasync    async keyed-async: native key, HMAC webhooks, polled
+#   replicate async Replicate: no key, reconcile none, Standard Webhooks, provider cancel
+KINDS = ("plain", "lookup", "listed", "keyed", "kasync", "replicate")
+KIND_WEIGHTS = (14, 20, 20, 18, 16, 12)
+ASYNC_KINDS = ("kasync", "replicate")
+
+# Random mode: the behaviours every create draws from (contract item 9).
+WEIGHTS = {"ok": 40, "hang": 5, "close": 4, "reset": 4, "task_made_5xx": 5, "status_5xx": 5,
+           "reject_400": 2, "status_429": 4, "status_503": 4, "slow_ok": 8, "late_visible": 6,
+           "truncate": 3, "task_fails": 4}
+LOOKUP_DELAY_MS_MAX = 150
+
+
+@dataclass
+class Sizes:
+    intents: int
+    concurrency: int
+    load_s: float          # intents start within this many seconds
+    kills: int             # kill -9 of a replica
+    pg_restarts: int       # pg_ctl stop -m immediate, then start
+    outages: int           # a lookup / list outage and a refusal at the mock (seconds each)
+    drain_s: float         # the bounded drain
+    stalls: int = 1        # SIGSTOP of a replica past its lease, then SIGCONT
+    window_s: int = 10     # every profile's reconcile window (review after it)
+    grace_ms: int = 5000   # reconcile.absent_grace_ms (> late_visible's 3000 ms)
+    page_max: int = 20     # the mock's list_page_max: lists page among unrelated tasks
+    seeded: int = 120      # unrelated tasks made at the start (more come during the run)
+
+
+CI = Sizes(intents=240, concurrency=12, load_s=40, kills=2, pg_restarts=1, outages=3, drain_s=60)
+FULL = Sizes(intents=3000, concurrency=24, load_s=300, kills=12, pg_restarts=4, outages=12,
+             drain_s=120, page_max=50, stalls=4)
+
+P_CANCEL, P_RESUBMIT, P_REUSE, P_REGEN, P_WAIT = 0.2, 0.2, 0.03, 0.03, 0.2
+P_PAD, PAD_BYTES = 0.004, 17 << 20
+
+
+# --- small HTTP helpers ----------------------------------------------------------------------------
+
+def call(port, method, path, token=None, body=None, headers=None, timeout=10):
+    """One request on a fresh connection; never raises for network trouble.
+    Returns (status or None, headers, parsed body or raw bytes, t0, t1)."""
+    h = {"Connection": "close"}
+    if token:
+        h["Authorization"] = f"Bearer {token}"
+    if body is not None:
+        h["Content-Type"] = "application/json"
+        if not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+    h.update(headers or {})
+    t0 = time.time()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        data = r.read()
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        try:
+            doc = json.loads(data) if data else None
+        except ValueError:
+            doc = data
+        return r.status, hdrs, doc, t0, time.time()
+    except (OSError, http.client.HTTPException):
+        return None, {}, None, t0, time.time()
+    finally:
+        conn.close()
+
+
+def mock_json(url, path, body=None, method=None, timeout=30):
+    """A mock route: (status, parsed body)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url + path, data=data, method=method or ("POST" if data else "GET"),
+                                 headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw) if raw else None
+        except ValueError:
+            return e.code, raw
+    except (OSError, ValueError):
+        return None, None
+
+
+# --- provider entries --------------------------------------------------------------------------------
+
+# A short budget: a back-off (429/503) or a refused resend ends within seconds, not minutes.
+RETRY = {"max_attempts": 8, "deadline_seconds": 120, "base_ms": 50, "cap_ms": 500}
+
+
+def _recon(sizes, **kw):
+    r = {"window_seconds": sizes.window_s, "interval_ms": 250,
+         "absent_grace_ms": sizes.grace_ms}
+    r.update(kw)
+    return r
+
+
+def entries(mock_url, tag, sizes):
+    """The gateway's provider entries, one per kind, named kind + tag."""
+    task_v1 = {"path": "/v1/images/tasks/{id}", "client_ref": "$.client_ref"}
+    task_v2 = {"path": "/v2/generations/tasks/{id}", "client_ref": "$.client_ref"}
+    out = {
+        "plain": providers.entry("plain" + tag, mock_url, retry=dict(RETRY),
+                                 reconcile=_recon(sizes, strategy="none", task=task_v1)),
+        "lookup": providers.entry(
+            "lookup" + tag, mock_url, client_ref={"body_field": "metadata.client_ref"},
+            retry=dict(RETRY),
+            reconcile=_recon(sizes, strategy="get_by_client_id", task=task_v1,
+                             lookup={"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"})),
+        "listed": providers.entry(
+            "listed" + tag, mock_url, client_ref={"header": "X-Client-Ref"}, retry=dict(RETRY),
+            reconcile=_recon(sizes, strategy="list_match", task=task_v1, list={
+                "path": "/v1/images/tasks?since={since}&until={until}&limit=1000",
+                "items": "$.data[*]", "match": "$.client_ref", "id": "$.id",
+                "next_cursor": "$.next_cursor", "cursor_param": "cursor", "max_pages": 50})),
+        "keyed": providers.entry(
+            "keyed" + tag, mock_url, path="/v2/generations", route="generations",
+            idempotency={"header": "Idempotency-Key"}, retry=dict(RETRY),
+            reconcile=_recon(sizes, strategy="idempotent_resubmit", task=task_v2)),
+    }
+    for kind, name, route in (("kasync", "keyed-async", "generations"),
+                              ("replicate", "replicate", "flux-schnell")):
+        path = os.path.join(PROFILES, name + ".json")
+        with open(path) as f:
+            prof = json.load(f)
+        poll = dict(prof["poll"], interval_ms=100, max_interval_ms=400, deadline_seconds=600)
+        rec = dict(prof["reconcile"], window_seconds=sizes.window_s, interval_ms=250,
+                   absent_grace_ms=sizes.grace_ms)
+        e = {"name": kind + tag, "profile": path, "base_url": mock_url, "poll": poll,
+             "timeouts": dict(providers.T1), "reconcile": rec,
+             "retry": dict(RETRY)}
+        if kind == "kasync":
+            e["webhook"] = dict(prof["webhook"], client_ref="$.metadata.client_ref")
+        out[kind] = e
+        out[kind]["_route"] = route
+    return out
+
+
+def route_of(entry):
+    r = entry.get("_route") or entry["routes"][0]["route"]
+    return f"{entry['name']}/{r}"
+
+
+def gateway_entries(ents):
+    return [{k: v for k, v in e.items() if not k.startswith("_")} for e in ents.values()]
+
+
+# --- the plan ----------------------------------------------------------------------------------------
+
+# Mock controls drawn per intent when the mock has no random mode (body `_mock`): every send of
+# that intent (the gateway's resends too) then behaves the same.
+SYNC_CONTROLS = [
+    (40, {}), (5, {"fault": "hang"}), (4, {"fault": "close"}), (4, {"fault": "reset"}),
+    (5, {"status": 502}), (3, {"status": 500}), (2, {"status": 400}),
+    (4, {"status": 502, "task_made": True}), (2, {"status": 524, "task_made": True}),
+    (4, {"status": 429, "retry_after": "1"}), (4, {"status": 503, "retry_after": "1"}),
+    (8, "slow"), (3, {"fault": "truncate"}),
+]
+
+
+def _draw_controls(rng, kind):
+    total = sum(w for w, _ in SYNC_CONTROLS)
+    x, acc = rng.uniform(0, total), 0
+    pick = SYNC_CONTROLS[-1][1]
+    for w, c in SYNC_CONTROLS:
+        acc += w
+        if x <= acc:
+            pick = c
+            break
+    c = {"delay_ms": rng.randint(0, 1500)} if pick == "slow" else dict(pick)
+    if not c and rng.random() < 0.12:
+        c["visible_after_ms"] = rng.randint(500, 3000)   # created, listed only later
+    if kind in ASYNC_KINDS:
+        c["polls"] = rng.randint(0, 3)
+        if rng.random() < 0.08:
+            c["outcome"] = "failed"
+        c["webhook"] = {"duplicates": rng.randint(0, 2), "delay_ms": rng.randint(0, 1000),
+                        "reorder": rng.random() < 0.3}
+    return c
+
+
+@dataclass
+class IntentPlan:
+    ix: int
+    kind: str
+    tenant: int
+    start: float
+    body: dict
+    controls: dict
+    wait: int
+    actions: list
+    resolve_seed: int
+    special: dict = None
+
+
+@dataclass
+class Plan:
+    seed: int
+    sizes: Sizes
+    intents: list
+    faults: list          # (at seconds, kind, arg)
+    mock_seed: int
+    seeds: list           # (at seconds, personality, count): unrelated tasks
+    weights: dict = None  # random mode's behaviour weights
+
+
+def make_plan(seed, sizes, tenants=2):
+    rng = random.Random(seed)
+    out = []
+    for ix in range(sizes.intents):
+        kind = rng.choices(KINDS, weights=KIND_WEIGHTS)[0]
+        tenant = rng.randrange(tenants)
+        start = rng.uniform(0, sizes.load_s)
+        body = {"prompt": f"campaign {seed}-{ix} {rng.getrandbits(32):08x}",
+                "n": rng.randint(1, 3)}
+        if kind == "lookup" and rng.random() < 0.05:
+            # A reference the gateway cannot place (issue 10 A2): refused at intake after the
+            # fix; before it, sent without our reference.
+            body["metadata"] = rng.choice([{"client_ref": f"own-{seed}-{ix}"}, None])
+        controls = _draw_controls(rng, kind)
+        # Controls random mode does not draw; an intent carrying them gets no random draw.
+        special = {}
+        x = rng.random()
+        if kind in ("plain", "lookup", "listed", "keyed") and x < P_PAD:
+            special = {"pad_bytes": PAD_BYTES}             # a result over 16 MiB (issue 10 C10)
+        elif kind == "kasync" and x < 0.06:
+            special = rng.choice([{"id_numeric": True}, {"id_missing": True}])  # (C11)
+        wait = rng.randint(1, 4) if rng.random() < P_WAIT else 0
+        actions = []
+        if rng.random() < P_CANCEL:
+            # At once (often still prepared or sending), or when a timed-out send has made the
+            # job unknown (the 1 s provider timeout).
+            at = rng.uniform(0, 0.3) if rng.random() < 0.4 else rng.uniform(0.8, 3.0)
+            actions.append((at, "cancel"))
+        if rng.random() < P_RESUBMIT:
+            actions.append((rng.uniform(0, 4), "resubmit"))
+        if rng.random() < P_REUSE:
+            actions.append((rng.uniform(0, 2), "reuse"))
+            if rng.random() < 0.5:
+                # The other body differs only past 2^53 (issue 10 D13): still another request.
+                body["seed"] = 9007199254740993 + 2 * rng.randrange(1000)
+        if rng.random() < P_REGEN:
+            actions.append((rng.uniform(1, 6), "regenerate"))
+        actions.sort()
+        out.append(IntentPlan(ix, kind, tenant, start, body, controls, wait, actions,
+                              rng.getrandbits(32), special))
+    out.sort(key=lambda p: p.start)
+    faults = []
+    span = (0.1 * sizes.load_s, 0.9 * sizes.load_s)
+    for _ in range(sizes.kills):
+        faults.append((rng.uniform(*span), "kill", rng.choice(("a", "b"))))
+    # PostgreSQL restarts spread over the load, one per slice, down 0.5..3 s.
+    for k in range(sizes.pg_restarts):
+        lo = span[0] + (span[1] - span[0]) * k / sizes.pg_restarts
+        hi = span[0] + (span[1] - span[0]) * (k + 1) / sizes.pg_restarts
+        faults.append((rng.uniform(lo, hi), "pg_restart", round(rng.uniform(0.5, 3.0), 2)))
+    for _ in range(sizes.outages):
+        faults.append((rng.uniform(*span), rng.choice(("lookup_outage", "list_outage")),
+                       round(rng.uniform(1.0, 4.0), 2)))
+        faults.append((rng.uniform(*span), "refuse", round(rng.uniform(0.3, 1.5), 2)))
+    for _ in range(sizes.stalls):
+        # Past the 3 s lease: another replica takes the stalled one's work over.
+        faults.append((rng.uniform(*span), "stall", round(rng.uniform(3.5, 5.5), 3)))
+    faults.sort(key=lambda f: f[0])
+    seeds = [(0.0, "openai-images", sizes.seeded), (0.0, "native-idempotent", sizes.seeded // 2)]
+    t = 0.0
+    while True:
+        t += rng.uniform(2.0, 6.0)
+        if t >= sizes.load_s:
+            break
+        seeds.append((t, rng.choice(("openai-images", "native-idempotent")), rng.randint(2, 12)))
+    # Each seed leans its own way: every behaviour's weight scaled by 0.3..3.
+    weights = {k: max(1, round(w * rng.uniform(0.3, 3.0))) for k, w in WEIGHTS.items()}
+    return Plan(seed, sizes, out, faults, rng.getrandbits(31), seeds, weights)
+
+
+# --- the run ------------------------------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    t0: float
+    t1: float
+    state: str
+    src: str
+
+
+@dataclass
+class Job:
+    id: str
+    token: str
+    key: str
+    kind: str
+    ix: int
+    parent: str = None           # a regeneration's parent job
+    samples: list = field(default_factory=list)
+    cancel_ack: dict = None      # the first acknowledged cancel: t0, t1, status, state
+    cancels: list = field(default_factory=list)
+    resolutions: list = field(default_factory=list)
+    resubmits: list = field(default_factory=list)   # (status, job id, replayed, state)
+    final_seen: bool = False
+
+
+class Campaign:
+    """Runs one plan. `replicas` is a replicas.Replicas whose ports are fixed in advance,
+    `cluster` the cluster.Cluster the gateways use (restarted by the campaign), `sqlf` a SQL
+    function on its database."""
+
+    def __init__(self, plan, mock_url, tokens, replicas, cluster, sqlf, admin_token, pfx, tag,
+                 ports, log=print):
+        self.plan = plan
+        self.sizes = plan.sizes
+        self.mock_url = mock_url
+        self.tokens = tokens
+        self.reps = replicas
+        self.cluster = cluster
+        self.sqlf = sqlf
+        self.admin = admin_token
+        self.pfx = pfx
+        self.tag = tag
+        self.ports = ports
+        self.log = log
+        self.ents = entries(mock_url, tag, self.sizes)
+        self.lock = threading.RLock()
+        self.jobs = {}                    # job id -> Job
+        self.outcomes = [None] * len(plan.intents)
+        self.intents = [None] * len(plan.intents)
+        self.plan_of = [None] * len(plan.intents)
+        self.reuses = []                  # dicts: ix, body_sha256, status, job_id
+        self.job_by_hash = {}             # canonical body sha256 -> job id
+        self.decoys = []                  # foreign adoption attempts and their answers
+        self.last_truth = {}
+        self.regen_requests = []
+        self.events = []                  # (time, what, detail): faults as applied
+        self.stop_load = threading.Event()
+        self.stop_resolver = threading.Event()
+        self.stop_sampler = threading.Event()
+        self.abort = threading.Event()
+        self.mock_mode = None
+        self.caps = {}
+        self.admin_resolve = None         # None: untried; True/False: the admin token works
+        self.t0 = None
+        self.counters = collections.Counter()
+
+    # -- mock setup
+
+    def setup_mock(self, want_mode=None):
+        st, _ = mock_json(self.mock_url, "/_reset", {})
+        assert st == 200, "mock reset failed"
+        st, doc = mock_json(self.mock_url, "/_chaos")
+        self.caps["random"] = st == 200
+        mode = want_mode or os.environ.get("CAMPAIGN_MOCK_MODE", "auto")
+        if mode == "auto":
+            mode = "random" if self.caps["random"] else "controls"
+        if mode == "random":
+            st, doc = mock_json(self.mock_url, "/_chaos", {
+                "seed": self.plan.mock_seed, "weights": self.plan.weights or WEIGHTS,
+                "lookup_delay_ms_max": LOOKUP_DELAY_MS_MAX})
+            assert st == 200, f"the mock refused random mode: {st} {doc}"
+        self.mock_mode = mode
+        st, cfg = mock_json(self.mock_url, "/_config")
+        cfg = cfg if isinstance(cfg, dict) else {}
+        self.caps["paging"] = "list_page_max" in cfg
+        self.caps["list_page_status"] = "list_page_status" in cfg
+        if self.caps["paging"]:
+            st, _ = mock_json(self.mock_url, "/_config", {"list_page_max": self.sizes.page_max})
+            assert st == 200
+        st, _ = mock_json(self.mock_url, "/_tasks/seed", {"provider": "openai-images", "count": 1})
+        self.caps["seed"] = st == 200
+
+    def seed_tasks(self, personality, count):
+        if self.caps.get("seed") and count > 0:
+            mock_json(self.mock_url, "/_tasks/seed", {"provider": personality, "count": count})
+
+    # -- helpers
+
+    def live_ports(self):
+        p = self.reps.ports(alive_only=True)
+        return p or list(self.ports)
+
+    def port(self, i=None):
+        p = self.live_ports()
+        return p[(i if i is not None else random.randrange(len(p))) % len(p)]
+
+    def job(self, jid):
+        with self.lock:
+            return self.jobs.get(jid)
+
+    def observe(self, jid, t0, t1, state, src):
+        if not jid or not state:
+            return
+        with self.lock:
+            j = self.jobs.get(jid)
+            if j is not None:
+                j.samples.append(Sample(t0, t1, state, src))
+                if state in ("completed", "failed"):
+                    j.final_seen = True
+
+    def register(self, jid, token, key, kind, ix, parent=None):
+        with self.lock:
+            if jid not in self.jobs:
+                self.jobs[jid] = Job(jid, token, key, kind, ix, parent)
+            return self.jobs[jid]
+
+    def request(self, method, path, token, body=None, headers=None, tries=40, seconds=40.0,
+                timeout=10):
+        """A request retried on anything not definite (no answer, 5xx, 408, 429), across the
+        replicas; returns the last (status, headers, doc, t0, t1)."""
+        start = time.monotonic()
+        res = (None, {}, None, 0.0, 0.0)
+        for i in range(tries):
+            res = call(self.port(i), method, path, token, body, headers, timeout)
+            st = res[0]
+            if st is not None and st < 500 and st not in (408, 429):
+                return res
+            if time.monotonic() - start > seconds:
+                break
+            time.sleep(min(1.0, 0.05 * (2 ** min(i, 5))) * random.uniform(0.5, 1.0))
+        return res
+
+    # -- the driver
+
+    def intent_of(self, p):
+        ent = self.ents[p.kind]
+        body = dict(p.body)
+        ctl = dict(p.controls) if self.mock_mode == "controls" else {}
+        ctl.update(p.special or {})
+        if ctl:
+            body["_mock"] = ctl
+        key = f"{self.pfx}-{p.ix}"
+        headers = {"Prefer": f"wait={p.wait}"} if p.wait else {}
+        return Intent(self.tokens[p.tenant], key, body, route_of(ent), kind=p.kind,
+                      headers=headers)
+
+    def drive(self, slot, p):
+        delay = self.t0 + p.start - time.time()
+        if delay > 0 and self.stop_load.wait(delay):
+            return
+        intent = self.intent_of(p)
+        self.intents[slot] = intent
+        self.plan_of[slot] = p
+        client = Client(self.live_ports, RetryPolicy(max_attempts=80, max_seconds=60,
+                                                     timeout=15))
+        out = client.perform(intent)
+        self.outcomes[slot] = out
+        if not out.acknowledged:
+            return
+        jid = out.job_id or next(iter(out.job_ids))
+        self.register(jid, intent.token, intent.key, p.kind, slot)
+        with self.lock:
+            self.job_by_hash[intent.body_sha256] = jid
+        for a in out.attempts:
+            if a.status in (200, 202) and a.job_id:
+                self.observe(a.job_id, a.t0, a.t1, a.state, "submit")
+        acked_at = out.attempts[-1].t1
+        for at, action in p.actions:
+            if self.abort.wait(max(0.0, acked_at + at - time.time())):
+                return
+            getattr(self, "act_" + action)(slot, p, intent, jid)
+
+    def act_cancel(self, slot, p, intent, jid):
+        st, _, doc, t0, t1 = self.request("POST", f"/v1/jobs/{jid}/cancel", intent.token, "")
+        j = self.job(jid)
+        state = doc.get("state") if isinstance(doc, dict) else None
+        rec = {"t0": t0, "t1": t1, "status": st, "state": state}
+        with self.lock:
+            j.cancels.append(rec)
+            if st in (200, 202) and j.cancel_ack is None:
+                j.cancel_ack = rec
+        self.observe(jid, t0, t1, state, "cancel")
+        self.counters["cancels"] += 1
+        if st in (200, 202):
+            self.counters["cancels_acked"] += 1
+
+    def act_resubmit(self, slot, p, intent, jid):
+        client = Client(self.live_ports, RetryPolicy(max_attempts=60, max_seconds=40,
+                                                     timeout=15))
+        out = client.perform(intent)
+        j = self.job(jid)
+        for a in out.attempts:
+            if a.status in (200, 202) and a.job_id:
+                with self.lock:
+                    j.resubmits.append({"status": a.status, "job_id": a.job_id,
+                                        "replayed": a.replayed, "state": a.state,
+                                        "t0": a.t0, "t1": a.t1})
+                self.observe(a.job_id, a.t0, a.t1, a.state, "resubmit")
+            elif definite_failure(a.status):
+                with self.lock:
+                    j.resubmits.append({"status": a.status, "job_id": None,
+                                        "replayed": False, "problem": a.problem_type})
+        self.counters["resubmits"] += 1
+
+    def act_reuse(self, slot, p, intent, jid):
+        """The same key with another body: 422, and nothing sent."""
+        if "seed" in intent.body:
+            body = dict(intent.body, seed=intent.body["seed"] - 1)
+        else:
+            body = dict(intent.body, prompt=intent.body["prompt"] + " (other)")
+        alt = Intent(intent.token, intent.key, body, intent.route, kind=intent.kind)
+        out = Client(self.live_ports, RetryPolicy(max_attempts=40, max_seconds=30)).perform(alt)
+        last = out.attempts[-1] if out.attempts else None
+        with self.lock:
+            self.reuses.append({"ix": slot, "job_id": jid, "key": intent.key,
+                                "body_sha256": alt.body_sha256,
+                                "status": last.status if last else None,
+                                "answer_job": last.job_id if last else None})
+        self.counters["reuses"] += 1
+
+    def act_regenerate(self, slot, p, intent, jid):
+        """A deliberate second paid creation from a finished job, under its own key."""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not self.job(jid).final_seen:
+            st, _, doc, t0, t1 = call(self.port(), "GET", f"/v1/jobs/{jid}", intent.token)
+            if st == 200 and isinstance(doc, dict):
+                self.observe(jid, t0, t1, doc.get("state"), "regen-wait")
+            time.sleep(0.3)
+        if not self.job(jid).final_seen:
+            self.counters["regenerate_skipped"] += 1
+            return
+        key = intent.key + "-r"
+        st, _, doc, t0, t1 = self.request("POST", f"/v1/jobs/{jid}/regenerate", intent.token, "",
+                                          headers={"Idempotency-Key": key})
+        rec = {"parent": jid, "key": key, "status": st}
+        if st == 202 and isinstance(doc, dict) and doc.get("id"):
+            rec["job_id"] = doc["id"]
+            self.register(doc["id"], intent.token, key, p.kind, slot, parent=jid)
+            self.observe(doc["id"], t0, t1, doc.get("state"), "regenerate")
+        with self.lock:
+            self.regen_requests.append(rec)
+        self.counters["regenerations"] += 1
+
+    # -- the sampler: every job's state, often, through the API
+
+    def sampler(self):
+        rr = 0
+        while not self.stop_sampler.is_set():
+            with self.lock:
+                active = [j for j in self.jobs.values() if not j.final_seen]
+            if not active:
+                self.stop_sampler.wait(0.1)
+                continue
+            batch = active[rr % len(active):][:40] or active[:40]
+            rr += len(batch)
+            for j in batch:
+                if self.stop_sampler.is_set():
+                    break
+                st, _, doc, t0, t1 = call(self.port(), "GET", f"/v1/jobs/{j.id}", j.token,
+                                          timeout=5)
+                if st == 200 and isinstance(doc, dict):
+                    self.observe(j.id, t0, t1, doc.get("state"), "sample")
+                elif st == 404:
+                    self.observe(j.id, t0, t1, "(missing)", "sample")
+            self.stop_sampler.wait(0.1)
+
+    # -- the operator: resolves jobs in review from the mock's ground truth
+
+    def ground_truth(self):
+        """{job id: [task ids the provider made for it]}, from the ledger."""
+        st, doc = mock_json(self.mock_url, "/_ledger")
+        if st != 200 or not isinstance(doc, dict):
+            return None   # no truth, no decision (an unread ledger is not "no task")
+        tasks = collections.defaultdict(list)
+        with self.lock:
+            by_hash = dict(self.job_by_hash)
+        for e in doc["creates"]:
+            if not e.get("task_id") or e.get("replay"):
+                continue
+            ref = e.get("client_ref")
+            jid = ref if self.job(ref) is not None else by_hash.get(e.get("body_sha256"))
+            if jid:   # a create sent without our reference is still this job's task
+                tasks[jid].append(e["task_id"])
+        return tasks
+
+    def resolver(self):
+        while not self.stop_resolver.wait(0.7):
+            pending = []
+            for tok in self.tokens:
+                st, _, doc, _, _ = call(self.port(), "GET", "/v1/jobs?state=review&limit=1000",
+                                        tok)
+                if st == 200 and isinstance(doc, dict):
+                    pending += [(tok, d["id"]) for d in doc.get("data", [])]
+            todo = []
+            for tok, jid in pending:
+                j = self.job(jid)
+                if j is not None and len(j.resolutions) < 3:
+                    todo.append(j)
+            if not todo:
+                continue
+            truth = self.ground_truth()
+            if truth is None:
+                continue
+            with self.lock:
+                self.last_truth = truth
+            for j in todo:
+                if self.stop_resolver.is_set():
+                    break
+                self.resolve(j, truth.get(j.id, []))
+
+    def resolve(self, j, tasks):
+        p = self.plan_of[j.ix]
+        rng = random.Random(p.resolve_seed * 7 + len(j.resolutions) + (1 if j.parent else 0))
+        if rng.random() < 0.15:
+            body = {"outcome": "abandon", "operator": "campaign"}
+        elif tasks:
+            body = {"outcome": "found", "remote_id": tasks[0], "operator": "campaign"}
+        else:
+            body = {"outcome": "absent", "operator": "campaign"}
+        use_admin = body["outcome"] == "found" and self.admin and self.admin_resolve is not False \
+            and rng.random() < 0.5
+        token = self.admin if use_admin else j.token
+        if body["outcome"] == "found" and not use_admin and rng.random() < 0.3:
+            self.decoy(j, rng)
+        st, _, doc, t0, t1 = self.request("POST", f"/v1/jobs/{j.id}/resolve", token, body,
+                                          tries=10, seconds=10)
+        if use_admin and st in (401, 403, 404):
+            # This gateway does not take the admin token here: the tenant's own decision.
+            self.admin_resolve = False
+            use_admin, token = False, j.token
+            st, _, doc, t0, t1 = self.request("POST", f"/v1/jobs/{j.id}/resolve", token, body,
+                                              tries=10, seconds=10)
+        elif use_admin and st == 200:
+            self.admin_resolve = True
+        state = doc.get("state") if isinstance(doc, dict) else None
+        rec = dict(body, status=st, state=state, by="admin" if use_admin else "tenant",
+                   t0=t0, t1=t1, tasks=list(tasks),
+                   problem=doc.get("type") if isinstance(doc, dict) and st >= 400 else None)
+        with self.lock:
+            j.resolutions.append(rec)
+        self.observe(j.id, t0, t1, state, "resolve")
+        self.counters["resolve_" + body["outcome"]] += 1
+
+    def decoy(self, j, rng):
+        """A tenant tries to adopt a task that is not its job's (another job's, or an unrelated
+        task on the shared account): refused unless proven (issue 10 D14)."""
+        with self.lock:
+            others = [t for jid, ts in self.last_truth.items() if jid != j.id for t in ts]
+        if not others:
+            return
+        remote = rng.choice(sorted(others))
+        st, _, doc, t0, t1 = self.request("POST", f"/v1/jobs/{j.id}/resolve", j.token,
+                                          {"outcome": "found", "remote_id": remote,
+                                           "operator": "campaign-decoy"}, tries=10, seconds=10)
+        rec = {"job": j.id, "remote_id": remote, "status": st,
+               "problem": doc.get("type") if isinstance(doc, dict) else None, "t1": t1}
+        with self.lock:
+            self.decoys.append(rec)
+        if st == 200 and isinstance(doc, dict):
+            self.observe(j.id, t0, t1, doc.get("state"), "decoy")
+        self.counters["decoys"] += 1
+
+    # -- faults
+
+    def faults(self):
+        for at, kind, arg in self.plan.faults:
+            if self.stop_load.wait(max(0.0, self.t0 + at - time.time())):
+                return
+            getattr(self, "fault_" + kind)(arg)
+
+    def fault_kill(self, name):
+        # Only while the other replica is up, so clients have somewhere to go.
+        deadline = time.monotonic() + 10
+        while not all(r.alive() for r in self.reps.replicas.values()):
+            if time.monotonic() > deadline or self.stop_load.is_set():
+                self.events.append((time.time(), "kill_skipped", name))
+                return
+            time.sleep(0.1)
+        self.reps.kill(name)
+        self.events.append((time.time(), "kill", name))
+        self.counters["kills"] += 1
+
+    def fault_stall(self, seconds):
+        """SIGSTOP a replica past its lease, then SIGCONT: its leases are taken over while it
+        sleeps; whatever it was doing must not write (fencing) nor send again."""
+        live = [n for n, r in self.reps.replicas.items() if r.alive()]
+        if len(live) < 2:
+            self.events.append((time.time(), "stall_skipped", None))
+            return
+        name = live[int(seconds * 1000) % len(live)]
+        self.reps.sigstop(name)
+        try:
+            self.events.append((time.time(), "stall", name))
+            time.sleep(seconds)
+        finally:
+            self.reps.sigcont(name)
+        self.counters["stalls"] += 1
+
+    def fault_pg_restart(self, down_s):
+        self.cluster.stop_immediate()
+        self.events.append((time.time(), "pg_stop", down_s))
+        time.sleep(down_s)
+        self.cluster.start()
+        self.events.append((time.time(), "pg_start", None))
+        self.counters["pg_restarts"] += 1
+
+    def _outage(self, key, seconds):
+        st, _ = mock_json(self.mock_url, "/_config", {key: 503 if key == "lookup_status" else 500})
+        if st != 200:
+            return
+        self.events.append((time.time(), key, seconds))
+        self.stop_load.wait(seconds)
+        for _ in range(50):  # a refusal window may be open: try again until it is over
+            if mock_json(self.mock_url, "/_config", {key: 0})[0] == 200:
+                break
+            time.sleep(0.2)
+        self.counters["outages"] += 1
+
+    def fault_refuse(self, seconds):
+        """The provider refuses connections for a while: creates are safely resent (nothing
+        left), lookups and lists prove nothing."""
+        st, _ = mock_json(self.mock_url, "/_refuse", {"ms": int(seconds * 1000)})
+        if st == 200:
+            self.events.append((time.time(), "refuse", seconds))
+            self.counters["refusals"] += 1
+
+    def fault_lookup_outage(self, seconds):
+        self._outage("lookup_status", seconds)
+
+    def fault_list_outage(self, seconds):
+        self._outage("list_page_status" if self.caps.get("list_page_status") else "list_status",
+                     seconds)
+
+    def noise(self):
+        for at, personality, count in self.plan.seeds:
+            if self.stop_load.wait(max(0.0, self.t0 + at - time.time())):
+                return
+            self.seed_tasks(personality, count)
+
+    # -- the whole run
+
+    def run(self):
+        self.t0 = time.time()
+        threads = [threading.Thread(target=f, daemon=True, name=f.__name__)
+                   for f in (self.sampler, self.resolver, self.faults, self.noise)]
+        for t in threads:
+            t.start()
+        ex = ThreadPoolExecutor(max_workers=self.sizes.concurrency)
+        try:
+            futs = [ex.submit(self.drive, slot, p) for slot, p in enumerate(self.plan.intents)]
+            for f in futs:
+                f.result()
+        except BaseException:
+            # Interrupted or broken: nothing new starts, the threads end within their bounds.
+            self.abort.set()
+            for ev in (self.stop_load, self.stop_resolver, self.stop_sampler):
+                ev.set()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown()
+        load_s = time.time() - self.t0
+        self.stop_load.set()
+        for t in threads[2:]:
+            t.join(timeout=60)
+        # Whatever the faults left: PostgreSQL up, both replicas up, the mock's endpoints on.
+        if not self.cluster.is_running():
+            self.cluster.start()
+        for r in self.reps.replicas.values():
+            if not r.alive():
+                deadline = time.monotonic() + 10
+                while not r.alive() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+        mock_json(self.mock_url, "/_config", {"lookup_status": 0, "list_status": 0})
+        if self.caps.get("list_page_status"):
+            mock_json(self.mock_url, "/_config", {"list_page_status": 0})
+        # The operator keeps resolving for one more window, then the drain decides.
+        self.stop_resolver.wait(min(self.sizes.window_s, 10))
+        self.stop_resolver.set()
+        threads[1].join(timeout=30)
+        self.log(f"campaign: load {load_s:.1f} s, {dict(self.counters)}; draining", flush=True)
+        start = time.monotonic()
+        waited, counts = 0.0, {}
+        while time.monotonic() - start < self.sizes.drain_s:
+            step = min(5.0, self.sizes.drain_s - (time.monotonic() - start))
+            _, counts = checker.drain(self.sqlf, self.pfx, step, interval=0.5)
+            waited = time.monotonic() - start
+            if all(s in checker.FINAL for s in counts):
+                break
+            self.log(f"campaign: drain {waited:.0f} s: {counts}", flush=True)
+        time.sleep(1.0)  # a create sent late would be in the ledger now
+        self.stop_sampler.set()
+        threads[0].join(timeout=30)
+        return {"load_s": round(load_s, 1), "drain_s": round(waited, 2)}
+
+    # -- what the checker needs
+
+    def collect(self):
+        st, doc = mock_json(self.mock_url, "/_ledger")
+        ledger = doc["creates"]
+        st, chaos = mock_json(self.mock_url, "/_chaos")
+        async_ids = {e["task_id"] for e in ledger
+                     if e.get("task_id") and e.get("provider") in ("keyed-async", "replicate")}
+        tasks = {}
+        for tid in sorted(async_ids):
+            st, t = mock_json(self.mock_url, f"/_tasks/{tid}")
+            if st == 200:
+                tasks[tid] = t
+        q = ("SELECT o.id, o.idempotency_key, o.state, coalesce(o.remote_id, ''), "
+             "coalesce(o.last_error, ''), (o.cancel_requested_at IS NOT NULL), o.provider, "
+             "t.token_sha256, coalesce(o.resolution, '') FROM operations o "
+             "JOIN tenants t ON t.id = o.tenant_id "
+             f"WHERE o.idempotency_key LIKE '{self.pfx}-%'")
+        rows = {}
+        for r in self.sqlf(q):
+            rows[r[0]] = {"id": r[0], "key": r[1], "state": r[2], "remote_id": r[3],
+                          "last_error": r[4], "cancel_requested": r[5] == "t", "provider": r[6],
+                          "token_sha256": r[7], "resolution": r[8]}
+        by_sha = {sha256_hex(t.encode()): t for t in self.tokens}
+        views = {}
+
+        def view(jid):
+            tok = by_sha.get(rows[jid]["token_sha256"])
+            st, _, doc, _, _ = self.request("GET", f"/v1/jobs/{jid}", tok, tries=10, seconds=20)
+            return jid, doc if st == 200 else None
+
+        with ThreadPoolExecutor(max_workers=6) as ex:
+            for jid, v in ex.map(view, list(rows)):
+                views[jid] = v
+        # The gateway's own record of the creates it sent for the jobs a client cancelled.
+        sends = collections.defaultdict(list)
+        with self.lock:
+            cancelled = [jid for jid, j in self.jobs.items() if j.cancel_ack and jid in rows]
+        for i in range(0, len(cancelled), 200):
+            ids = ",".join(f"'{jid}'" for jid in cancelled[i:i + 200])
+            for jid, started, sent, outcome in self.sqlf(
+                    "SELECT operation_id, coalesce(extract(epoch FROM started_at), 0)::text, "
+                    "coalesce(bytes_sent, 0)::text, outcome FROM attempts "
+                    f"WHERE kind = 'create' AND operation_id IN ({ids})"):
+                sends[jid].append({"started": float(started), "bytes_sent": int(sent),
+                                   "outcome": outcome})
+        outcomes = {f"{k}:{o}": int(n) for k, o, n in self.sqlf(
+            "SELECT a.kind, a.outcome, count(*) FROM attempts a JOIN operations o "
+            "ON o.tenant_id = a.tenant_id AND o.id = a.operation_id "
+            f"WHERE o.idempotency_key LIKE '{self.pfx}-%' GROUP BY 1, 2 ORDER BY 1, 2")}
+        return {"ledger": ledger, "tasks": tasks, "rows": rows, "views": views,
+                "chaos": chaos if isinstance(chaos, dict) else None, "sends": dict(sends),
+                "attempt_outcomes": outcomes}
+
+    def coverage(self):
+        """What the run exercised, from the driver's side."""
+        with self.lock:
+            jobs = list(self.jobs.values())
+        seen = collections.Counter()
+        for j in jobs:
+            for st in {s.state for s in j.samples}:
+                seen[st] += 1
+        acks = collections.Counter(j.cancel_ack.get("state") for j in jobs if j.cancel_ack)
+        return {"jobs_seen_in": dict(seen), "cancel_acked_in": dict(acks)}
+
+    def attempts_of(self, jid):
+        """The gateway's own attempt log for one job (evidence)."""
+        try:
+            return self.sqlf(
+                "SELECT a.seq, a.kind, a.outcome, coalesce(a.http_status::text, ''), "
+                "coalesce(a.curl_code::text, ''), a.decision, coalesce(a.error, ''), "
+                "extract(epoch FROM a.finished_at)::text FROM attempts a "
+                f"WHERE a.operation_id = '{jid}' ORDER BY a.seq")
+        except Exception as e:  # noqa: BLE001 - evidence is best effort
+            return [[f"unavailable: {e}"]]
+
+
+# --- evidence -----------------------------------------------------------------------------------------
+
+def save_evidence(summary, evidence, plan):
+    """Writes the run's summary, evidence and fault schedule next to the summary lines; returns
+    the path."""
+    from . import report
+    d = os.path.dirname(report.SUMMARY_FILE)
+    path = os.path.join(d, f"campaign-{plan.seed}-{int(time.time())}.json")
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"summary": summary, "faults": plan.faults, "evidence": evidence}, f,
+                      indent=1, default=str)
+    except OSError:
+        return None
+    return path
+
+
+def append_findings(path, summary, evidence):
+    """One Markdown section per violation kind of this run, with up to three jobs' evidence."""
+    by = collections.defaultdict(list)
+    for ev in evidence:
+        by[ev["violation"]].append(ev)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with open(path, "a") as f:
+        for name, evs in by.items():
+            f.write(f"\n## {name} — seed {summary['seed']} ({stamp}, mock {summary.get('mock_mode')})\n\n")
+            f.write(f"Replay: `CAMPAIGN_SEED={summary['seed']}` (intents {summary['intents']}). "
+                    f"Count in this run: {summary.get(name)}.\n\n")
+            for ev in evs[:3]:
+                f.write(f"- job `{ev.get('job')}` ({ev.get('kind')}, key `{ev.get('key')}`): "
+                        f"{ev.get('why')}\n")
+                f.write("```json\n" + json.dumps(ev, indent=1, default=str)[:6000] + "\n```\n")

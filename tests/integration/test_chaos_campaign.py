@@ -1,0 +1,220 @@
+"""The seeded randomised fault campaign (issue 10 E; TESTING.md "Beyond hand-picked scenarios").
+
+Two gateway replicas (kill -9'd and restarted at random moments), one PostgreSQL of the test's
+own (restarted with `pg_ctl stop -m immediate`), the counting mock in random mode: a seeded
+generator drives intents through six provider personalities while the driver cancels, resubmits,
+reuses keys, regenerates and resolves jobs in review; then a bounded drain and the checker
+(checker.check_campaign) over the ledger, the mock's tasks, the database and the API's answers.
+
+CI-sized by default (one seed); CHAOS_FULL=1 runs thousands of intents over several seeds.
+CAMPAIGN_SEED=N[,M...] replays seeds; CAMPAIGN_INTENTS=N changes the size;
+CAMPAIGN_MOCK_MODE=random|controls chooses the mock's mode (default: random when it has one);
+CAMPAIGN_FINDINGS=PATH appends every violation's evidence there as Markdown."""
+
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import GATEWAY_BIN, ROOT, free_port
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from chaos import campaign, checker, harness, providers, report  # noqa: E402
+from chaos.cluster import Cluster, sql  # noqa: E402
+from chaos.replicas import Replicas  # noqa: E402
+
+CI_SEEDS = [1101]
+FULL_SEEDS = [1101, 2202, 3303, 4404]
+LEASE = 3
+
+
+def seeds():
+    env = os.environ.get("CAMPAIGN_SEED")
+    if env:
+        return [int(s) for s in env.split(",") if s.strip()]
+    return FULL_SEEDS if harness.FULL else CI_SEEDS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chaos_report(pytestconfig):
+    report.install(pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(prefix="idemgate-campaign-pg-")
+    c.start()
+    yield c
+    c.destroy()
+
+
+def sizes():
+    s = campaign.FULL if harness.FULL else campaign.CI
+    n = os.environ.get("CAMPAIGN_INTENTS")
+    if n:
+        # The same rate of intents and of faults, for longer or shorter.
+        f = int(n) / s.intents
+        s = campaign.Sizes(**dict(s.__dict__, intents=int(n), load_s=max(5.0, s.load_s * f),
+                                  kills=max(1, round(s.kills * f)),
+                                  pg_restarts=max(1, round(s.pg_restarts * f)),
+                                  outages=max(1, round(s.outages * f)),
+                                  stalls=max(1, round(s.stalls * f))))
+    return s
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_randomised_campaign(seed, gateway_factory, mock, cluster):
+    print(f"campaign seed {seed} (replay: CAMPAIGN_SEED={seed})", flush=True)
+    if not cluster.is_running():
+        cluster.start()
+    db = "camp_" + uuid.uuid4().hex[:10]
+    url = cluster.create_db(db)
+    cluster.migrate(GATEWAY_BIN, url)
+    q = sql(url)
+    tokens = [cluster.tenant(GATEWAY_BIN, "camp-" + uuid.uuid4().hex[:10], url) for _ in range(2)]
+    admin = "admin-" + uuid.uuid4().hex
+    size = sizes()
+    plan = campaign.make_plan(seed, size, tenants=len(tokens))
+    tag = providers.tag()
+    pfx = harness.prefix("camp")
+    ports = [free_port(), free_port()]
+    pool = iter(ports)
+    reps = Replicas(gateway_factory, lambda: next(pool))
+    camp = campaign.Campaign(plan, mock.url, tokens, reps, cluster, q, admin, pfx, tag, ports)
+    camp.setup_mock()
+    ents = campaign.gateway_entries(camp.ents)
+    for name, port in zip(("a", "b"), ports):
+        reps.start(name, env=dict(campaign.SECRETS, DATABASE_URL=url), providers=ents,
+                   lease_seconds=LEASE, http_threads=8, reaper_interval_ms=200,
+                   reconcile_workers=3, poll_workers=2,
+                   public_url=f"http://127.0.0.1:{port}",
+                   admin_token_sha256=hashlib.sha256(admin.encode()).hexdigest())
+    reps.supervise(restart_delay=0.3)
+    started = time.monotonic()
+    try:
+        timing = camp.run()
+        data = camp.collect()
+    finally:
+        reps.stop_supervising()
+        if not cluster.is_running():
+            cluster.start()
+    summary, evidence = checker.check_campaign("campaign", camp, data, timing)
+    summary.update(seed=seed, mock_mode=camp.mock_mode, run_s=round(time.monotonic() - started, 1),
+                   **{k: camp.counters.get(k, 0) for k in (
+                       "kills", "stalls", "pg_restarts", "outages", "refusals", "cancels",
+                       "cancels_acked",
+                       "resubmits",
+                       "reuses", "regenerations", "decoys", "resolve_found", "resolve_absent",
+                       "resolve_abandon")},
+                   crashes=sum(r.crashes for r in reps.replicas.values()),
+                   admin_resolve=camp.admin_resolve, caps=camp.caps)
+    summary.update(camp.coverage(), attempts=data.get("attempt_outcomes"))
+    if camp.mock_mode == "random" and data.get("chaos") and data["chaos"].get("draws"):
+        summary["behaviours"] = data["chaos"]["draws"]
+    report.emit(checker.public(summary))
+    path = campaign.save_evidence(summary, evidence, plan)
+    viol = checker.campaign_violations(summary)
+    if viol and os.environ.get("CAMPAIGN_FINDINGS"):
+        campaign.append_findings(os.environ["CAMPAIGN_FINDINGS"], summary, evidence)
+    codes = reps.stop_all()
+    assert not viol, (f"campaign seed {seed} (replay: CAMPAIGN_SEED={seed}): {viol}; evidence in "
+                      f"{path}; first: {json.dumps(evidence[:2], default=str)[:3000]}")
+    assert all(c == 0 for c in codes.values()), f"unclean exits after SIGTERM: {codes}"
+
+
+# --- the checker can fail: one planted breach of each invariant ----------------------------------
+
+def test_campaign_checker_sees_each_planted_violation():
+    """No processes: a hand-made run in which each job breaks one invariant (and one breaks
+    none); the checker must count exactly those."""
+    from chaos.client import Attempt, Intent, Outcome
+
+    tok = "tok-planted"
+    tsha = hashlib.sha256(tok.encode()).hexdigest()
+    pfx = "camp-planted"
+    size = campaign.Sizes(intents=0, concurrency=1, load_s=1, kills=0, pg_restarts=0, outages=0,
+                          drain_s=1)
+    plan = campaign.make_plan(1, size, tenants=1)
+    camp = campaign.Campaign(plan, "http://127.0.0.1:9", [tok], None, None, None, None, pfx,
+                             "-t", [1])
+    camp.t0 = 1000.0
+    # name: (kind, final state, remote id, views' result, [ledger (time, replay, task)])
+    jobs = {
+        "dup": ("plain", "completed", "", {"status": 200, "body": {"data": [{"url": "u"}]}},
+                [(1001, False, "task_1"), (1002, False, "task_2")]),
+        "cancel": ("keyed", "review", "", None, [(1001, False, "task_3"), (1105, True, "task_3")]),
+        "cancel2": ("keyed", "review", "", None, [(1200.5, False, "task_10")]),
+        "noout": ("listed", "completed", "task_4", None, [(1001, False, "task_4")]),
+        "failtask": ("lookup", "failed", "", None, [(1001, False, "task_5")]),
+        "back": ("plain", "completed", "", {"status": 200, "body": {"data": [{"url": "u"}]}},
+                 [(1001, False, "task_6")]),
+        "lost": ("kasync", "sending", "", None, []),
+        "unk": ("keyed", "unknown", "", None, []),
+        "wrong": ("keyed", "completed", "task_999",
+                  {"status": 200, "body": {"data": [{"url": "u"}]}}, [(1001, False, "task_7")]),
+        "replay": ("keyed", "completed", "", {"status": 200, "body": {"data": [{"url": "u"}]}},
+                   [(1001, False, "task_8")]),
+        "otherbody": ("lookup", "completed", "",
+                      {"status": 200, "body": {"id": "task_1", "data": [{"url": "u"}]}},
+                      [(1001, False, "task_11")]),
+        "reuse": ("plain", "failed", "", None, []),
+        "clean": ("listed", "completed", "task_9",
+                  {"status": 200, "body": {"result": {"data": [{"url": "u"}]}}},
+                  [(1001, False, "task_9")]),
+    }
+    rows, views, ledger, db_rows = {}, {}, [], []
+    seq = 0
+    for ix, (name, (kind, state, remote, result, creates)) in enumerate(jobs.items()):
+        jid, key = f"job_{name}", f"{pfx}-{ix}"
+        it = Intent(tok, key, {"prompt": name, "n": 1}, f"{kind}-t/r", kind=kind)
+        out = Outcome(it, [Attempt(t0=1000.0 + ix, t1=1000.5 + ix, port=1, status=202,
+                                   job_id=jid, state="prepared")], "ok")
+        camp.intents.append(it)
+        camp.outcomes.append(out)
+        camp.plan_of.append(campaign.IntentPlan(ix, kind, 0, 0.0, it.body, {}, 0, [], 7))
+        j = camp.register(jid, tok, key, kind, ix)
+        j.samples.append(campaign.Sample(1000.0 + ix, 1000.5 + ix, "prepared", "submit"))
+        rows[jid] = {"id": jid, "key": key, "state": state, "remote_id": remote, "last_error": "",
+                     "cancel_requested": False, "provider": f"{kind}-t", "token_sha256": tsha,
+                     "resolution": ""}
+        views[jid] = {"state": state, "result": result}
+        db_rows.append([tsha, key, jid, state, remote, it.body_sha256])
+        for t, replay, task in creates:
+            seq += 1
+            ledger.append({"seq": seq, "time": float(t), "client_ref": jid, "replay": replay,
+                           "task_id": task, "body_sha256": it.body_sha256, "provider": "x"})
+    camp.job("job_cancel").cancel_ack = {"t0": 1100.0, "t1": 1100.1, "status": 202,
+                                         "state": "unknown"}
+    # Cancelled while sending: the create then in flight may land after the answer (allowed),
+    # but the gateway's own log shows it started sending after the answer.
+    camp.job("job_cancel2").cancel_ack = {"t0": 1200.1, "t1": 1200.2, "status": 202,
+                                          "state": "sending"}
+    camp.job("job_back").samples += [
+        campaign.Sample(1010.0, 1010.1, "completed", "sample"),
+        campaign.Sample(1011.0, 1011.1, "sending", "sample")]
+    camp.job("job_replay").resubmits.append({"status": 202, "job_id": "job_other",
+                                             "replayed": True, "state": "completed"})
+    camp.reuses.append({"ix": 9, "job_id": "job_reuse", "key": f"{pfx}-9", "body_sha256": "ab",
+                        "status": 202, "answer_job": "job_reuse"})
+    camp.decoys.append({"job": "job_unk", "remote_id": "task_1", "status": 200,
+                        "problem": None, "t1": 1050.0})
+    ledger.append({"seq": seq + 1, "time": 1001.0, "client_ref": "nobody", "replay": False,
+                   "task_id": "task_x", "body_sha256": "cd", "provider": "x"})
+    camp.sqlf = lambda q: db_rows if "encode(sha256" in q else []
+    data = {"ledger": ledger, "tasks": {}, "rows": rows, "views": views, "chaos": None,
+            "sends": {"job_cancel2": [{"started": 1200.0, "bytes_sent": 90, "outcome": "x"},
+                                      {"started": 1200.4, "bytes_sent": 90, "outcome": "y"}]}}
+    summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
+    want = {"duplicates": 1, "create_after_cancel": 2, "completed_without_outputs": 1,
+            "failed_with_task": 1, "state_backwards": 1, "lost": 1, "unknown_after_drain": 1,
+            "wrong_task": 2, "replay_mismatch": 1, "key_reuse_accepted": 1, "unexpected": 1,
+            "foreign_adoption": 1}
+    assert checker.campaign_violations(summary) == want, (summary, evidence)
+    blamed = {ev.get("job") for ev in evidence}
+    assert "job_clean" not in blamed and {f"job_{n}" for n in (
+        "dup", "cancel", "cancel2", "noout", "failtask", "back", "lost", "unk", "wrong", "replay",
+        "reuse", "otherbody")} <= blamed, blamed
