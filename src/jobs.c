@@ -105,33 +105,17 @@ void jobs_list(struct hs_req *r, const struct api_args *a)
     cJSON_Delete(o);
 }
 
-static const char *task_var(const char *name, size_t len, void *arg)
-{
-    return len == 2 && memcmp(name, "id", 2) == 0 ? arg : NULL;
-}
-
 /* A tenant adopts a task only when the provider says it is this job's: the task, read by its id,
  * carries the job's client reference. Without that proof another tenant's task on the shared
  * provider account could be taken (the admin token may adopt any id). */
 static int adoption_proven(const struct cfg_provider *p, const char *job_id, const char *remote)
 {
-    const char *tmpl = p->task_path                     ? p->task_path
-                       : p->mode == CFG_MODE_ASYNC_POLL ? p->poll_path
-                                                        : NULL;
-    if (!tmpl || !p->task_client_ref)
-        return 0;
-    char *url = prov_url(p, tmpl, task_var, (void *)remote, "task");
     struct up_response res;
-    memset(&res, 0, sizeof(res));
-    struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
-    int ok = url && prov_call(p, &call, &res) == 0 && res.http_status >= 200 &&
-             res.http_status < 300 && !res.body_truncated;
-    cJSON *doc = ok ? cJSON_ParseWithLength(res.body, res.body_len) : NULL;
-    const char *ref = doc ? jpath_string(p->task_client_ref, doc) : NULL;
-    ok = ref && strcmp(ref, job_id) == 0;
-    cJSON_Delete(doc);
+    if (!p->task_client_ref)
+        return 0;
+    int ok = prov_read_task(p, p->secret_env, remote, job_id, &res) == 0 &&
+             prov_task_is(p, &res, job_id);
     up_response_fini(&res);
-    free(url);
     return ok;
 }
 

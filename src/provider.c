@@ -89,6 +89,48 @@ int prov_same_origin(const char *url, const char *base)
     return strncmp(url, base, n) == 0 && (url[n] == '/' || url[n] == '\0' || url[n] == '?');
 }
 
+struct task_vars {
+    const char *id, *client_ref;
+};
+
+static const char *task_var(const char *name, size_t len, void *arg)
+{
+    const struct task_vars *v = arg;
+    if (len == 2 && memcmp(name, "id", 2) == 0)
+        return v->id;
+    if (len == 10 && memcmp(name, "client_ref", 10) == 0)
+        return v->client_ref;
+    return NULL;
+}
+
+int prov_read_task(const struct cfg_provider *p, const char *credential, const char *remote_id,
+                   const char *client_ref, struct up_response *res)
+{
+    const char *tmpl = p->task_path                     ? p->task_path
+                       : p->mode == CFG_MODE_ASYNC_POLL ? p->poll_path
+                                                        : NULL;
+    struct task_vars v = {remote_id, client_ref};
+    char *url = tmpl ? prov_url(p, tmpl, task_var, &v, "task") : NULL;
+    memset(res, 0, sizeof(*res));
+    struct prov_call call = {.method = "GET", .url = url, .credential = credential};
+    int ok = url && prov_call(p, &call, res) == 0 && res->http_status >= 200 &&
+             res->http_status < 300 && !res->body_truncated;
+    free(url);
+    return ok ? 0 : -1;
+}
+
+int prov_task_is(const struct cfg_provider *p, const struct up_response *res,
+                 const char *client_ref)
+{
+    if (!p->task_client_ref || !res->body)
+        return 0;
+    cJSON *doc = cJSON_ParseWithLength(res->body, res->body_len);
+    const char *ref = doc ? jpath_string(p->task_client_ref, doc) : NULL;
+    int ok = ref && strcmp(ref, client_ref) == 0;
+    cJSON_Delete(doc);
+    return ok;
+}
+
 char *prov_query_escape(const char *s)
 {
     static const char hex[] = "0123456789ABCDEF";

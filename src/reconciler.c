@@ -345,20 +345,10 @@ static void look(const struct cfg_provider *p, struct db *db, const struct store
 static void adopt_hinted(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                          int window_closed, double t0)
 {
-    const char *tmpl = p->task_path ? p->task_path : p->poll_path;
-    struct lookup_vars v = {.client_ref = c->id, .id = c->webhook_hint};
-    char *url = tmpl ? prov_url(p, tmpl, lookup_var, &v, "task") : NULL;
     struct up_response res;
-    memset(&res, 0, sizeof(res));
-    int rc = url ? get(p, c, url, &res) : -1;
-    free(url);
-    int ok = rc == 0 && res.http_status >= 200 && res.http_status < 300 && !res.body_truncated;
-    if (ok && p->task_client_ref && !c->operator_found) {
-        cJSON *doc = cJSON_ParseWithLength(res.body, res.body_len);
-        const char *ref = doc ? jpath_string(p->task_client_ref, doc) : NULL;
-        ok = ref && strcmp(ref, c->id) == 0;
-        cJSON_Delete(doc);
-    }
+    int ok = prov_read_task(p, c->credential, c->webhook_hint, c->id, &res) == 0;
+    if (ok && p->task_client_ref && !c->operator_found)
+        ok = prov_task_is(p, &res, c->id);
     if (ok)
         found(p, db, c, &res, c->webhook_hint, t0);
     else if (c->operator_found) /* the operator decides again, with what the provider said */

@@ -39,6 +39,18 @@ __attribute__((warn_unused_result)) int prov_call(const struct cfg_provider *p,
 char *prov_url(const struct cfg_provider *p, const char *tmpl, tmpl_lookup_fn lookup, void *arg,
                const char *what);
 
+/* Reads one task by its id: GET of reconcile.task.path, or of the poll path of an async provider
+ * ({id} = remote_id, {client_ref} = client_ref), with the credential named. Returns 0 when a
+ * whole 2xx answer is in *res, -1 otherwise (no way to read, no answer, another status, or an
+ * answer over the cap). *res is always filled: release it with up_response_fini. */
+int prov_read_task(const struct cfg_provider *p, const char *credential, const char *remote_id,
+                   const char *client_ref, struct up_response *res);
+
+/* 1 when a task read by prov_read_task carries client_ref where the profile says
+ * (reconcile.task.client_ref); 0 when it does not, or the profile does not say where. */
+int prov_task_is(const struct cfg_provider *p, const struct up_response *res,
+                 const char *client_ref);
+
 /* s percent-encoded as a query value (RFC 3986 unreserved kept), in a new string; NULL when out
  * of memory. */
 char *prov_query_escape(const char *s);

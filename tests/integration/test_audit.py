@@ -181,6 +181,23 @@ def test_a1_cancel_on_unknown_is_never_resent(gateway_factory, token, mock, stra
     assert len(ledger_all(mock, job_id)) == 1
 
 
+def test_a1_resolve_absent_on_a_cancelled_job_never_sends(gateway_factory, token, mock):
+    """Item 1, the operator's path: a job in review whose cancel was acknowledged is resolved
+    `absent`. It is failed, never sent again (the provider's creates stay at 1)."""
+    gw = gateway_factory(providers=[provider(
+        "a1r", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route="a1r/images/generations").json()["id"]
+    assert wait_job(gw, token, job_id, {"review"}, 15)["state"] == "review"
+    c = cancel(gw, token, job_id)
+    assert c.status == 202 and c.json().get("cancel_requested_at"), c
+    r = resolve(gw, token, job_id, {"outcome": "absent"})
+    assert r.status == 200 and r.json()["state"] == "failed", r
+    time.sleep(1.5)  # a dispatcher would have claimed a prepared job by now
+    assert len(ledger_all(mock, job_id)) == 1, "sent again after an acknowledged cancel"
+    assert gw.job(token, job_id).json()["state"] == "failed"
+
+
 def refd_provider(mock, name="refd"):
     """A synchronous provider on the mock's luma route, whose 201 body echoes the request it
     received (`request`, duplicates kept), reconciled by list_match on a body reference."""
