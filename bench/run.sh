@@ -353,10 +353,10 @@ if want callgrind && [ "$CG_N" -gt 0 ]; then
         f=$(grep -l "^desc: Trigger: dump $1\$" "$T"/callgrind/callgrind.out.* | head -1)
         sed -n 's/^summary: //p' "$f"
     }
-    cg_path() { # NAME MODE PREFER KEY
-        local name=$1 mode=$2 prefer=$3 key=$4 line secs
+    cg_path() { # NAME MODE PREFER KEY [PATH]
+        local name=$1 mode=$2 prefer=$3 key=$4 path=${5:-$INTAKE_PATH} line secs
         cg -z
-        line=$(seq_client "$mode" "$CG_N" "$INTAKE_PATH" "$TOKEN" "$key" "$prefer")
+        line=$(seq_client "$mode" "$CG_N" "$path" "$TOKEN" "$key" "$prefer")
         cg -d "$name"
         secs=$(echo "$line" | awk '{print $4}')
         cg -z
@@ -366,11 +366,17 @@ if want callgrind && [ "$CG_N" -gt 0 ]; then
         note "callgrind_$name" "{\"requests\":$CG_N,\"client\":\"$line\",\"seconds\":$secs,\"ir\":$(cg_total "$name"),\"idle_ir\":$(cg_total "$name-idle")}"
     }
     cg_path intake unique "" "bench-$NONCE-cg"
-    cg_path replay reuse "wait=30" "$REPLAY_KEY"
+    # The replayed key and the job read are only complete when section 2 made them (it ran).
+    if [ -n "${JOB_ID:-}" ]; then
+        cg_path replay reuse "wait=30" "$REPLAY_KEY"
+        cg_path get get "" "" "/v1/jobs/$JOB_ID"
+    else
+        log "callgrind: replay and get skipped (no completed job: run it with e2e, replay or get)"
+    fi
     stop_pid "$CG_PID"
     # Where the instructions went, per request (bench/tools/cg_top.py; the raw dumps stay in the
     # temporary directory with BENCH_KEEP=1, for callgrind_annotate or kcachegrind).
-    for part in intake replay; do
+    for part in intake replay get; do
         f=$(grep -l "^desc: Trigger: dump $part\$" "$T"/callgrind/callgrind.out.* | head -1)
         [ -n "$f" ] || continue
         cp "$f" "$T/callgrind/$part.callgrind.out"
@@ -383,7 +389,7 @@ fi
 mkdir -p "$(dirname "$OUT")"
 "$PY" bench/tools/report.py "$T" "$OUT" \
     "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N}"
-for part in intake replay; do
+for part in intake replay get; do
     [ -s "$T/callgrind/profile-$part.txt" ] && cp "$T/callgrind/profile-$part.txt" "$(dirname "$OUT")/"
 done
 log "wrote $OUT"

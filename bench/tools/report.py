@@ -127,7 +127,7 @@ def main():
         memory["samples"] = mem.get("samples")
 
     instr = {}
-    for part in ("intake", "replay"):
+    for part in ("intake", "replay", "get"):
         c = facts.get("callgrind_" + part)
         if c and c.get("ir"):
             net = c["ir"] - c.get("idle_ir", 0)
