@@ -90,11 +90,9 @@ void jobs_list(struct hs_req *r, const struct api_args *a)
     struct list_ctx l = {cJSON_AddArrayToObject(o, "data")};
     cJSON_AddStringToObject(o, "object", "list");
     int e = store_jobs_list(api_db(r), token, state, limit, add_listed, &l);
-    if (e == STORE_OK && cJSON_GetArraySize(l.arr) == 0 && reply_tenant_refused(r, token)) {
-        cJSON_Delete(o);
-        return;
-    }
-    if (e < 0) {
+    if (e == STORE_EAUTH) {
+        reply_unauthorized(r);
+    } else if (e < 0) {
         reply_store_error(r, e);
     } else {
         char *body = cJSON_PrintUnformatted(o);

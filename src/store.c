@@ -378,7 +378,8 @@ int store_regenerate(struct db *db, const char *token, const char *parent_id, co
     return STORE_ERETRY;
 }
 
-/* Runs a statement returning (flag, JOB_COLS) rows and hands each job to cb. */
+/* Runs a statement returning (flag, JOB_COLS) rows and hands each job to cb (a row whose job id
+ * is NULL is skipped); returns the number of rows, or a negative enum store_err. */
 static int each_job(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
                     void (*cb)(const struct store_job *, void *), void *arg)
 {
@@ -386,8 +387,11 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
     int e = db_run(db, s, ps, n, &r);
     if (e < 0)
         return e;
-    for (int i = 0; i < PQntuples(r) && e == STORE_OK; i++) {
+    int rows = PQntuples(r);
+    for (int i = 0; i < rows && e == STORE_OK; i++) {
         struct store_job j;
+        if (PQgetisnull(r, i, JC_ID))
+            continue; /* a row that only proves its tenant */
         e = job_from_row(r, i, 0, &j);
         if (e == STORE_OK) {
             cb(&j, arg);
@@ -395,23 +399,28 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
         }
     }
     PQclear(r);
-    return e;
+    return e < 0 ? e : rows;
 }
 
+/* The tenant's jobs; the tenant row comes back even without jobs (its job columns NULL), so that
+ * "no such tenant" (no row) and "no jobs" (one empty row) are told apart in one round trip. */
 static const struct db_stmt jobs_list = {
     .name = "jobs_list",
-    .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t JOIN operations o ON o.tenant_id = t.id "
-    "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL AND ($2::text IS NULL OR o.state = $2) "
-    "ORDER BY o.created_at, o.id LIMIT $3",
+    .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN LATERAL (SELECT * FROM "
+    "operations x WHERE x.tenant_id = t.id AND ($2::text IS NULL OR x.state = $2) "
+    "ORDER BY x.created_at, x.id LIMIT $3) o ON true "
+    "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL ORDER BY o.created_at, o.id",
     .params = DB_PARAMS("token", "state", "limit"),
 };
 
 int store_jobs_list(struct db *db, const char *token, const char *state, int limit,
                     void (*cb)(const struct store_job *, void *), void *arg)
 {
-    return each_job(db, &jobs_list,
-                    DB_ARGS(p_text("token", token), p_text("state", state), p_int("limit", limit)),
-                    cb, arg);
+    int rows = each_job(db, &jobs_list,
+                        DB_ARGS(p_text("token", token), p_text("state", state),
+                                p_int("limit", limit)),
+                        cb, arg);
+    return rows < 0 ? rows : rows == 0 ? STORE_EAUTH : STORE_OK;
 }
 
 /* A webhook, in one statement. Signed: dedupe by event id; a hint that makes the operation due
@@ -693,8 +702,9 @@ static const struct db_stmt admin_token_of = {
 int store_admin_jobs_list(struct db *db, const char *state, int limit,
                           void (*cb)(const struct store_job *, void *), void *arg)
 {
-    return each_job(db, &admin_jobs_list, DB_ARGS(p_text("state", state), p_int("limit", limit)),
-                    cb, arg);
+    int rows = each_job(db, &admin_jobs_list, DB_ARGS(p_text("state", state), p_int("limit", limit)),
+                        cb, arg);
+    return rows < 0 ? rows : STORE_OK;
 }
 
 int store_admin_job_get(struct db *db, const char *job_id, struct store_job *out)

@@ -118,7 +118,8 @@ __attribute__((warn_unused_result)) int store_breaker_list(
                               const char *tripped_at, void *arg),
     void *arg);
 
-/* A tenant's jobs, oldest first, optionally in one state (NULL: all); cb gets each job. */
+/* A tenant's jobs, oldest first, optionally in one state (NULL: all); cb gets each job. The same
+ * round trip proves the token a live tenant's: STORE_EAUTH when it is not, jobs or none. */
 __attribute__((warn_unused_result)) int store_jobs_list(struct db *db, const char *token,
                                                         const char *state, int limit,
                                                         void (*cb)(const struct store_job *j,

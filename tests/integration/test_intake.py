@@ -187,6 +187,28 @@ def test_revoked_token_is_401(gateway, database_url):
     assert gateway.submit(tok, key(), {"prompt": "x"}).status == 401
 
 
+def test_job_list_tells_no_tenant_from_no_jobs(gateway, database_url):
+    """One round trip proves the tenant: a stranger and a revoked tenant get 401 whether or not
+    they would have jobs; a tenant without jobs gets an empty list."""
+    import subprocess, os
+    from conftest import GATEWAY_BIN
+    name = "list-" + uuid.uuid4().hex[:8]
+    tok = tenant_token(database_url, name)
+    listing = lambda t, q="": gateway.http.request("GET", "/v1/jobs" + q,
+                                                 headers={"Authorization": f"Bearer {t}"})
+    r = listing(tok)
+    assert r.status == 200 and r.json() == {"object": "list", "data": []}
+    assert listing(tok, "?state=review").json()["data"] == []
+    assert listing("not-a-tenant").status == 401
+    job = gateway.submit(tok, key(), {"prompt": "x"}).json()["id"]
+    assert [j["id"] for j in listing(tok).json()["data"]] == [job]
+    assert listing(tok, "?state=failed").json()["data"] == []
+    subprocess.check_call([GATEWAY_BIN, "tenant", "revoke", name],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+    assert listing(tok).status == 401
+    assert listing(tok, "?state=failed").status == 401
+
+
 def test_tokens_are_stored_hashed(token, psql):
     rows = psql("SELECT token_sha256 FROM tenants")
     assert all(token not in r[0] for r in rows)
