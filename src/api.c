@@ -10,6 +10,7 @@
 struct api {
     const struct cfg *cfg;
     struct waiters *waiters;
+    struct recorder *recorder;
     pthread_mutex_t mu; /* guards dbs */
     struct db **dbs;    /* every server thread's connection, closed by api_free */
     size_t n_dbs;
@@ -20,7 +21,18 @@ struct api_state {
     struct api *api;
     int route;
     struct api_wait wait;
+    void (*cont)(struct hs_req *r); /* runs at the next resumption instead of routing */
+    void *ctx;                      /* a handler's state across suspensions */
+    void (*ctx_free)(void *ctx);
 };
+
+static void state_free(void *arg)
+{
+    struct api_state *st = arg;
+    if (st->ctx && st->ctx_free)
+        st->ctx_free(st->ctx);
+    free(st);
+}
 
 /* One database connection per server thread: the pool is sized to the threads. */
 static __thread struct db *tls_db;
@@ -40,9 +52,41 @@ struct waiters *api_waiters(const struct hs_req *r)
     return state_of(r)->api->waiters;
 }
 
+struct recorder *api_recorder(const struct hs_req *r)
+{
+    return state_of(r)->api->recorder;
+}
+
 struct api_wait *api_wait(struct hs_req *r)
 {
     return &state_of(r)->wait;
+}
+
+void api_set_continuation(struct hs_req *r, void (*fn)(struct hs_req *r))
+{
+    state_of(r)->cont = fn;
+}
+
+void (*api_take_continuation(struct hs_req *r))(struct hs_req *r)
+{
+    struct api_state *st = state_of(r);
+    void (*fn)(struct hs_req *) = st->cont;
+    st->cont = NULL;
+    return fn;
+}
+
+void api_set_ctx(struct hs_req *r, void *ctx, void (*free_fn)(void *ctx))
+{
+    struct api_state *st = state_of(r);
+    if (st->ctx && st->ctx_free && st->ctx != ctx)
+        st->ctx_free(st->ctx);
+    st->ctx = ctx;
+    st->ctx_free = free_fn;
+}
+
+void *api_ctx(const struct hs_req *r)
+{
+    return state_of(r)->ctx;
 }
 
 void api_set_route(struct hs_req *r, int label)
@@ -75,7 +119,7 @@ int api_req_begin(struct hs_req *r, struct api *a)
         return -1;
     st->api = a;
     st->route = MR_OTHER;
-    hs_req_set_state(r, st, free);
+    hs_req_set_state(r, st, state_free);
     return 0;
 }
 
@@ -99,13 +143,14 @@ int api_arg(const struct api_args *a, size_t i, char *out, size_t cap)
     return (int)a->len[i];
 }
 
-struct api *api_new(const struct cfg *cfg, struct waiters *w)
+struct api *api_new(const struct cfg *cfg, struct waiters *w, struct recorder *rec)
 {
     struct api *a = calloc(1, sizeof(*a));
     if (!a)
         return NULL;
     a->cfg = cfg;
     a->waiters = w;
+    a->recorder = rec;
     pthread_mutex_init(&a->mu, NULL);
     return a;
 }

@@ -2,6 +2,7 @@
 
 #include "idemgate/log.h"
 
+#include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
 #include <stdio.h>
@@ -207,6 +208,113 @@ int db_run(struct db *db, const struct db_stmt *s, const struct param *ps, size_
     }
     db->ok = 1;
     *out = r;
+    return STORE_OK;
+}
+
+/* ---- Batches: many executions, one transaction, one round trip (libpq pipeline mode) ---- */
+
+/* Flushes what libpq holds for the server, reading the server's answers meanwhile: neither side
+ * can then block on a full socket buffer however large the batch. Non-blocking connection. */
+static int pipeline_flush(PGconn *c)
+{
+    for (;;) {
+        int f = PQflush(c);
+        if (f <= 0)
+            return f;
+        struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN | POLLOUT};
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+            return -1;
+        if ((pfd.revents & (POLLIN | POLLERR | POLLHUP)) && !PQconsumeInput(c))
+            return -1;
+    }
+}
+
+/* Queues BEGIN, the rows' executions and COMMIT, then the sync point. 0 or -1. */
+static int batch_send(struct db *db, const struct db_stmt *s, size_t rows,
+                      const struct param *const *ps, size_t n)
+{
+    const char *vals[DB_MAX_PARAMS];
+    int lens[DB_MAX_PARAMS], fmts[DB_MAX_PARAMS], k = 0;
+    if (!PQsendQueryParams(db->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
+        return -1;
+    for (size_t i = 0; i < rows; i++) {
+        if (bind(s, ps[i], n, vals, lens, fmts, &k) < 0 ||
+            !PQsendQueryPrepared(db->conn, s->name, k, vals, lens, fmts, 0))
+            return -1;
+    }
+    if (!PQsendQueryParams(db->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+        !PQpipelineSync(db->conn))
+        return -1;
+    return pipeline_flush(db->conn);
+}
+
+/* Reads the results up to the sync point: outs[i] for row i; the first error met (later commands
+ * of the pipeline are then aborted, and the transaction with them). */
+static int batch_read(struct db *db, const struct db_stmt *s, size_t rows, struct pg_result **outs)
+{
+    int e = STORE_OK, nulls = 0;
+    size_t cmd = 0; /* 0: BEGIN, 1..rows: the rows, rows + 1: COMMIT */
+    for (;;) {
+        PGresult *r = PQgetResult(db->conn);
+        if (!r) {
+            if (++nulls > 1 || PQstatus(db->conn) != CONNECTION_OK)
+                return result_error(db, NULL, s->name); /* the connection went away */
+            continue;
+        }
+        nulls = 0;
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            return cmd == rows + 2 ? e : result_error(db, NULL, s->name);
+        }
+        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && e == STORE_OK)
+            e = st == PGRES_PIPELINE_ABORTED ? STORE_ERETRY : result_error(db, r, s->name);
+        if (cmd >= 1 && cmd <= rows && e == STORE_OK)
+            outs[cmd - 1] = r;
+        else
+            PQclear(r);
+        cmd++;
+        if (!db->conn)
+            return e; /* result_error dropped the connection */
+    }
+}
+
+int db_run_batch(struct db *db, const struct db_stmt *s, size_t rows,
+                 const struct param *const *ps, size_t n, struct pg_result **outs)
+{
+    for (size_t i = 0; i < rows; i++)
+        outs[i] = NULL;
+    if (connect_db(db) < 0)
+        return STORE_EUNAVAIL;
+    int e = prepare(db, s);
+    if (e < 0)
+        return e;
+    if (!PQenterPipelineMode(db->conn) || PQsetnonblocking(db->conn, 1) != 0)
+        return result_error(db, NULL, s->name);
+    if (batch_send(db, s, rows, ps, n) < 0)
+        e = result_error(db, NULL, s->name);
+    else if (PQsetnonblocking(db->conn, 0) != 0)
+        e = result_error(db, NULL, s->name);
+    else
+        e = batch_read(db, s, rows, outs);
+    if (db->conn && (PQsetnonblocking(db->conn, 0) != 0 || !PQexitPipelineMode(db->conn)))
+        e = result_error(db, NULL, s->name); /* a connection in an unknown mode is not reused */
+    /* An error inside BEGIN … COMMIT leaves the transaction aborted past the sync point: end it,
+     * or every later statement on this connection would be refused. */
+    if (db->conn && PQtransactionStatus(db->conn) != PQTRANS_IDLE) {
+        PGresult *rb = PQexec(db->conn, "ROLLBACK");
+        if (PQresultStatus(rb) != PGRES_COMMAND_OK)
+            e = result_error(db, rb, s->name);
+        PQclear(rb);
+    }
+    if (e < 0) {
+        for (size_t i = 0; i < rows; i++) {
+            PQclear(outs[i]);
+            outs[i] = NULL;
+        }
+        return e;
+    }
+    db->ok = 1;
     return STORE_OK;
 }
 

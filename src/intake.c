@@ -11,11 +11,13 @@
 #include "idemgate/jobcache.h"
 #include "idemgate/log.h"
 #include "idemgate/provider.h"
+#include "idemgate/recorder.h"
 #include "idemgate/reply.h"
 #include "idemgate/store.h"
 
 #include <cjson/cJSON.h>
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +53,18 @@ struct intake {
     struct intake_body body;
     char fp[CRYPTO_SHA256_HEX];
     char job_id[CRYPTO_JOB_ID_LEN];
+    char url[2048];
+    struct rec_item rec; /* the intent on its way through the recorder, and its answer */
+    atomic_int recorded; /* the recorder is done with rec (release/acquire) */
+    size_t next_step;    /* where a resumed intake goes on */
     struct store_job job;
     int have_job, created;
     struct intake_problem problem;
 };
 
-enum step_result { STEP_NEXT = 0, STEP_ANSWERED, STEP_PROBLEM };
+/* NEXT: go on; ANSWERED or PROBLEM: stop (the gate answers a problem); SUSPENDED: the request
+ * waits for the recorder, and goes on at next_step once resumed. */
+enum step_result { STEP_NEXT = 0, STEP_ANSWERED, STEP_PROBLEM, STEP_SUSPENDED };
 
 static enum step_result raise_problem(struct intake *in, int status, const char *type,
                                       const char *title, const char *detail)
@@ -211,43 +219,79 @@ static enum step_result step_cache(struct intake *in)
     return STEP_ANSWERED;
 }
 
-/* record: the intent, committed in one round trip that also proves the token a tenant's; or the
- * job that already holds the key. */
+static void intake_continue(struct hs_req *r);
+
+/* The recorder's callback, on a writer thread: the commit holding the intent returned. */
+static void intake_recorded(struct rec_item *it)
+{
+    struct intake *in = (struct intake *)((char *)it - offsetof(struct intake, rec));
+    struct hs_req *r = in->r;
+    CRASH_POINT("after_intent_commit");
+    atomic_store_explicit(&in->recorded, 1, memory_order_release);
+    hs_resume(r);
+}
+
+/* record: the intent, committed in a group commit that also proves the token a tenant's; or the
+ * job that already holds the key. The server thread does not wait: the request is suspended
+ * until the recorder's commit returned (when the recorder is closed, at shutdown, the intent is
+ * recorded here instead). */
 static enum step_result step_record(struct intake *in)
 {
-    char url[2048];
     const struct cfg_provider *p = in->p;
-    snprintf(url, sizeof(url), "%s%s", p->base_url, in->rt->path);
-    struct store_intake_req q = {.token_sha256_hex = in->token,
-                                 .idempotency_key = in->key,
-                                 .new_id = in->job_id,
-                                 .fingerprint_hex = in->fp,
-                                 .fingerprint_version = FP_VERSION,
-                                 .provider = p->name,
-                                 .route = in->rt->route,
-                                 .method = in->rt->method,
-                                 .url = url,
-                                 .credential = p->secret_env ? p->secret_env : "",
-                                 .body = in->body.sent,
-                                 .body_len = in->body.sent_len,
-                                 .ttl_hours = in->cfg->job_ttl_hours,
-                                 .idem_header = p->idem_header,
-                                 .reconcile_strategy = prof_reconcile_name(p->reconcile),
-                                 .outputs_requested = in->body.requested,
-                                 .profile_id = p->profile_id};
-    CRASH_POINT("before_intent_commit");
-    int e = store_intake(api_db(in->r), &q, &in->job, &in->created);
-    if (e == STORE_EAUTH) {
+    snprintf(in->url, sizeof(in->url), "%s%s", p->base_url, in->rt->path);
+    in->rec.in.q = (struct store_intake_req){.token_sha256_hex = in->token,
+                                             .idempotency_key = in->key,
+                                             .new_id = in->job_id,
+                                             .fingerprint_hex = in->fp,
+                                             .fingerprint_version = FP_VERSION,
+                                             .provider = p->name,
+                                             .route = in->rt->route,
+                                             .method = in->rt->method,
+                                             .url = in->url,
+                                             .credential = p->secret_env ? p->secret_env : "",
+                                             .body = in->body.sent,
+                                             .body_len = in->body.sent_len,
+                                             .ttl_hours = in->cfg->job_ttl_hours,
+                                             .idem_header = p->idem_header,
+                                             .reconcile_strategy =
+                                                 prof_reconcile_name(p->reconcile),
+                                             .outputs_requested = in->body.requested,
+                                             .profile_id = p->profile_id};
+    in->rec.done = intake_recorded;
+    /* Suspend before queueing, so that the resumption can never precede the suspension. */
+    api_set_continuation(in->r, intake_continue);
+    hs_suspend(in->r);
+    if (recorder_submit(api_recorder(in->r), &in->rec) < 0) {
+        struct store_intake_item *si = &in->rec.in;
+        CRASH_POINT("before_intent_commit");
+        si->err = store_intake(api_db(in->r), &si->q, &si->job, &si->created);
+        intake_recorded(&in->rec);
+    }
+    return STEP_SUSPENDED;
+}
+
+/* recorded: the recorder's answer (a bad token is a 401 now that the store says so). */
+static enum step_result step_recorded(struct intake *in)
+{
+    struct store_intake_item *si = &in->rec.in;
+    if (!atomic_load_explicit(&in->recorded, memory_order_acquire)) {
+        /* Resumed before the recorder was done: only a bug could do that. */
+        reply_store_error(in->r, STORE_EINTERNAL);
+        return STEP_ANSWERED;
+    }
+    if (si->err == STORE_EAUTH) {
         reply_unauthorized(in->r);
         return STEP_ANSWERED;
     }
-    if (e < 0) {
-        reply_store_error(in->r, e);
+    if (si->err < 0) {
+        reply_store_error(in->r, si->err);
         return STEP_ANSWERED;
     }
+    in->job = si->job;
+    memset(&si->job, 0, sizeof(si->job));
+    in->created = si->created;
     in->have_job = 1;
     in->tenant_proven = 1;
-    CRASH_POINT("after_intent_commit");
     return STEP_NEXT;
 }
 
@@ -268,7 +312,7 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     snprintf(w->token_hash, sizeof(w->token_hash), "%s", token);
     w->replayed = replayed;
     w->wait_seconds = wait_s;
-    w->active = 1;
+    api_set_continuation(r, intake_resume);
     /* Suspend before registering, so that a wake-up can never precede the suspension. */
     hs_suspend(r);
     if (waiters_add(api_waiters(r), j->id, waiters_now() + wait_s, hs_resume, r) < 0)
@@ -305,6 +349,7 @@ static const struct intake_step {
     {"fingerprint", step_fingerprint},
     {"cache", step_cache},
     {"record", step_record},
+    {"recorded", step_recorded},
     {"answer", step_answer},
 };
 #define N_STEPS (sizeof(steps) / sizeof(steps[0]))
@@ -314,24 +359,49 @@ const char *intake_step_name(size_t i)
     return i < N_STEPS ? steps[i].name : NULL;
 }
 
+static void intake_free(void *arg)
+{
+    struct intake *in = arg;
+    free(in->body.canon);
+    free(in->body.sent);
+    if (in->have_job)
+        store_job_fini(&in->job);
+    store_job_fini(&in->rec.in.job); /* set only when the answer never reached step_recorded */
+    free(in);
+}
+
+/* Runs the steps from in->next_step until one answers or suspends. The answer step always
+ * answers: running off the end is a bug, which hs_options.reject turns into a 500 rather than a
+ * hanging client. */
+static void run_steps(struct intake *in)
+{
+    while (in->next_step < N_STEPS) {
+        enum step_result rc = steps[in->next_step++].run(in);
+        if (rc == STEP_PROBLEM)
+            answer_problem(in);
+        if (rc != STEP_NEXT)
+            return;
+    }
+}
+
+static void intake_continue(struct hs_req *r)
+{
+    run_steps(api_ctx(r));
+}
+
 void intake_handle(struct hs_req *r, const struct api_args *a)
 {
-    struct intake in = {.r = r, .cfg = api_cfg(r), .target = a->tail ? a->tail : ""};
-    in.body.requested = -1;
-    for (size_t i = 0; i < N_STEPS; i++) {
-        enum step_result rc = steps[i].run(&in);
-        if (rc == STEP_PROBLEM)
-            answer_problem(&in);
-        if (rc != STEP_NEXT)
-            goto done;
+    struct intake *in = calloc(1, sizeof(*in));
+    if (!in) {
+        reply_store_error(r, STORE_EINTERNAL);
+        return;
     }
-    /* The answer step always answers: reaching here is a bug, which hs_options.reject turns
-     * into a 500 rather than a hanging client. */
-done:
-    free(in.body.canon);
-    free(in.body.sent);
-    if (in.have_job)
-        store_job_fini(&in.job);
+    in->r = r;
+    in->cfg = api_cfg(r);
+    in->body.requested = -1;
+    api_set_ctx(r, in, intake_free);
+    in->target = a->tail ? a->tail : ""; /* points into the path, which lives as long */
+    run_steps(in);
 }
 
 void intake_resume(struct hs_req *r)

@@ -2,11 +2,14 @@
 
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
+#include "idemgate/store.h"
 #include "idemgate/upstream.h"
 
 #include <libpq-fe.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* How long a result write keeps trying while the database is unreachable. Past the lease the
  * reaper (once the database is back) may have moved the operation on; the write is then fenced,
@@ -187,6 +190,7 @@ static const struct db_stmt reap = {
 void store_claim_fini(struct store_claim *c)
 {
     PQclear(c->res);
+    free(c->own);
     free(c->body);
     memset(c, 0, sizeof(*c));
 }
@@ -247,6 +251,74 @@ static int claim_with(struct db *db, const struct db_stmt *s, const char *owner,
         return STORE_ENOTFOUND;
     }
     return claim_from(r, out);
+}
+
+/* Unix seconds of a job timestamp ("YYYY-MM-DDTHH:MM:SS.ffffffZ", UTC); 0 when absent. */
+static double job_time(const char *ts)
+{
+    struct tm tm = {0};
+    int us = 0;
+    if (!ts || sscanf(ts, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                      &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &us) != 7)
+        return 0;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (double)timegm(&tm) + us / 1e6;
+}
+
+/* Copies the strings a claim points at into one allocation. */
+static int own_strings(struct store_claim *c, const char **const *fields, size_t n)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += *fields[i] ? strlen(*fields[i]) + 1 : 0;
+    char *p = c->own = malloc(total ? total : 1);
+    if (!p)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!*fields[i])
+            continue;
+        size_t len = strlen(*fields[i]) + 1;
+        memcpy(p, *fields[i], len);
+        *fields[i] = p;
+        p += len;
+    }
+    return 0;
+}
+
+int lease_claim_born(const struct store_intake_req *q, const struct store_job *j,
+                     struct store_claim *c)
+{
+    memset(c, 0, sizeof(*c));
+    *c = (struct store_claim){.tenant_id = j->tenant_id,
+                              .id = j->id,
+                              .lease_version = j->lease_version,
+                              .provider = j->provider,
+                              .route = j->route,
+                              .method = q->method,
+                              .url = q->url,
+                              .credential = q->credential,
+                              .lease_remaining_s = q->lease_seconds,
+                              .idem_header = q->idem_header,
+                              .reconcile_strategy = q->reconcile_strategy,
+                              .transport_attempts = 1,
+                              .outputs_requested = q->outputs_requested,
+                              .first_sent_db = job_time(j->first_sent_at),
+                              .now_db = job_time(j->first_sent_at)};
+    int strategy = prof_reconcile_parse(q->reconcile_strategy);
+    c->strategy = strategy < 0 ? RECON_NONE : (enum cfg_reconcile)strategy;
+    const char **const fields[] = {&c->id,  &c->provider,   &c->route,
+                                   &c->method, &c->url,     &c->credential,
+                                   &c->idem_header, &c->reconcile_strategy};
+    c->body = malloc(q->body_len + 1);
+    if (!c->body || own_strings(c, fields, sizeof(fields) / sizeof(fields[0])) < 0) {
+        store_claim_fini(c);
+        return -1;
+    }
+    memcpy(c->body, q->body, q->body_len);
+    c->body[q->body_len] = '\0';
+    c->body_len = q->body_len;
+    return 0;
 }
 
 int store_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)

@@ -12,6 +12,7 @@
 #include "idemgate/poller.h"
 #include "idemgate/reaper.h"
 #include "idemgate/reconciler.h"
+#include "idemgate/recorder.h"
 #include "idemgate/routes.h"
 #include "idemgate/store.h"
 #include "idemgate/upstream.h"
@@ -45,6 +46,7 @@ static void usage(FILE *out)
 /* Everything serve() starts, in start order. */
 struct subsystems {
     struct waiters *waiters;
+    struct recorder *recorder;
     struct dispatcher *disp;
     struct wpool *recon, *poller;
     struct reaper *reaper;
@@ -72,6 +74,8 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     s->cache = 1;
     if (!(s->waiters = waiters_start(cfg)))
         return "waiters";
+    if (!(s->recorder = recorder_start(cfg)))
+        return "recorder";
     if (!(s->disp = disp_start(cfg)))
         return "dispatcher";
     if (!(s->recon = recon_start(cfg)))
@@ -81,7 +85,7 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     s->reaper = reaper_start(cfg);
     if (cfg->reaper_interval_ms && !s->reaper)
         return "reaper";
-    if (!(s->api = api_new(cfg, s->waiters)) || !(s->http = routes_listen(s->api)))
+    if (!(s->api = api_new(cfg, s->waiters, s->recorder)) || !(s->http = routes_listen(s->api)))
         return "http";
     return NULL;
 }
@@ -95,6 +99,7 @@ static void stop_all(struct subsystems *s)
     hs_stop(s->http);  /* no server thread runs any more */
     api_free(s->api);  /* the server threads' database connections */
     waiters_free(s->waiters);
+    recorder_free(s->recorder);
     disp_stop(s->disp);
     wpool_stop(s->recon);
     wpool_stop(s->poller);
@@ -133,6 +138,8 @@ static int serve(const struct cfg *cfg)
     LOG(LOG_INFO, "shutdown", LS("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
     hs_quiesce(s.http);                 /* new connections are refused */
     waiters_close(s.waiters);           /* waiting clients get the current state; no new waits */
+    recorder_close(s.recorder);         /* queued intents are recorded and answered; the rest of
+                                           the drain records on the server threads */
     hs_drain(s.http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
     stop_all(&s);
     LOG(LOG_INFO, "stopped", LS("instance", cfg->instance_id));

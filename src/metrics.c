@@ -36,6 +36,8 @@ static atomic_ulong attempts[CLS__COUNT + 1];
 static atomic_ulong safety[MS__COUNT];
 static atomic_ulong unknown_bucket[N_BUCKETS + 1];
 static atomic_ulong unknown_sum_ms;
+static atomic_ulong intake_batches[2]; /* [committed as one] */
+static atomic_ulong intake_batched;
 
 static const double unknown_buckets[] = {1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 21600,
                                          43200, 86400, 172800, 604800};
@@ -82,6 +84,12 @@ void metrics_unknown_seconds(double seconds)
         b++;
     atomic_fetch_add(&unknown_bucket[b], 1);
     atomic_fetch_add(&unknown_sum_ms, (unsigned long)(seconds * 1000));
+}
+
+void metrics_intake_batch(size_t intents, int committed)
+{
+    atomic_fetch_add(&intake_batches[committed ? 1 : 0], 1);
+    atomic_fetch_add(&intake_batched, intents);
 }
 
 struct buf {
@@ -167,6 +175,16 @@ char *metrics_render(const char *extra)
         "idemgate_unknown_duration_seconds_bucket{le=\"+Inf\"} %lu\n"
         "idemgate_unknown_duration_seconds_sum %.3f\nidemgate_unknown_duration_seconds_count %lu\n",
         cum, (double)atomic_load(&unknown_sum_ms) / 1000, cum);
+    put(&b,
+        "# HELP idemgate_intake_batches_total Group commits of intents; result=split: decided "
+        "row by row.\n# TYPE idemgate_intake_batches_total counter\n"
+        "idemgate_intake_batches_total{result=\"committed\"} %lu\n"
+        "idemgate_intake_batches_total{result=\"split\"} %lu\n"
+        "# HELP idemgate_intake_batched_intents_total Intents recorded by group commits.\n"
+        "# TYPE idemgate_intake_batched_intents_total counter\n"
+        "idemgate_intake_batched_intents_total %lu\n",
+        atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
+        atomic_load(&intake_batched));
     if (extra)
         put(&b, "%s", extra);
     return b.p;

@@ -44,6 +44,12 @@ int st_is_terminal(enum op_state s)
     return s == ST_COMPLETED || s == ST_FAILED;
 }
 
+int st_is_initial(enum op_state s)
+{
+    /* sending: recorded already claimed, prepared → sending inside the commit that records it. */
+    return s == ST_PREPARED || s == ST_SENDING;
+}
+
 int st_can_transition(enum op_state from, enum op_state to)
 {
     if ((unsigned)from >= ST__COUNT || (unsigned)to >= ST__COUNT)

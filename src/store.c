@@ -158,27 +158,38 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
 
 /* Intake: the tenant, the insert and the read of an existing row in one round trip. Zero rows
  * means a bad token, or a racing insert committed after this statement's snapshot: the caller
- * then reads again (by_key), which decides. */
+ * then reads again (by_key), which decides. With a claim owner ($17) the new row is born claimed
+ * — `sending` under that owner's lease ($18 s) and fencing token 1, as the dispatcher's claim
+ * would leave it — in the same commit, unless the provider's credential is tripped. */
 static const struct db_stmt intake = {
     .name = "intake",
     .sql = TENANT_CTE
+    "c AS (SELECT $17::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
+    "  WHERE b.provider = $6) AS go), "
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
-    "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id) "
-    " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, 'prepared', "
-    "  now() + make_interval(hours => $12), $13, $14, $15::integer, $16 FROM t "
+    "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id, "
+    "  lease_owner, lease_version, lease_expires_at, transport_attempts, first_sent_at) "
+    " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, "
+    "  CASE WHEN c.go THEN 'sending' ELSE 'prepared' END, "
+    "  now() + make_interval(hours => $12), $13, $14, $15::integer, $16, "
+    "  CASE WHEN c.go THEN $17 END, CASE WHEN c.go THEN 1 ELSE 0 END, "
+    "  CASE WHEN c.go THEN now() + make_interval(secs => $18) END, "
+    "  CASE WHEN c.go THEN 1 ELSE 0 END, CASE WHEN c.go THEN now() END FROM t, c "
     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
     WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $2"),
     .params = DB_PARAMS("token", "key", "new_id", "fingerprint", "fingerprint_version",
                         "provider", "route", "method", "url", "credential", "body", "ttl_hours",
-                        "idem_header", "reconcile_strategy", "outputs_requested", "profile_id"),
-    .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
+                        "idem_header", "reconcile_strategy", "outputs_requested", "profile_id",
+                        "claim_owner", "lease_seconds"),
+    .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}, {DB_NEW_ROW, ST_SENDING}),
 };
 
-int store_intake(struct db *db, const struct store_intake_req *q, struct store_job *out,
-                 int *created)
+#define INTAKE_NPARAMS 18
+
+static void intake_params(const struct store_intake_req *q, struct param ps[INTAKE_NPARAMS])
 {
-    const struct param ps[] = {
+    const struct param v[INTAKE_NPARAMS] = {
         p_text("token", q->token_sha256_hex),
         p_text("key", q->idempotency_key),
         p_text("new_id", q->new_id),
@@ -196,12 +207,22 @@ int store_intake(struct db *db, const struct store_intake_req *q, struct store_j
         q->outputs_requested >= 0 ? p_int("outputs_requested", q->outputs_requested)
                                   : p_null("outputs_requested"),
         p_text("profile_id", q->profile_id),
+        p_text("claim_owner", q->claim_owner),
+        p_int("lease_seconds", q->lease_seconds),
     };
+    memcpy(ps, v, sizeof(v));
+}
+
+int store_intake(struct db *db, const struct store_intake_req *q, struct store_job *out,
+                 int *created)
+{
+    struct param ps[INTAKE_NPARAMS];
+    intake_params(q, ps);
     /* A racing insert or a serialization failure is read again, a bounded number of times. */
     int lost = 0;
     for (int tries = 0; tries < 5; tries++) {
         int flag = 0;
-        int e = one_job(db, &intake, ps, sizeof(ps) / sizeof(ps[0]), out, &flag);
+        int e = one_job(db, &intake, ps, INTAKE_NPARAMS, out, &flag);
         /* A connection lost mid-statement (even during the implicit COMMIT) leaves the outcome
          * unknown: one fresh connection and the same idempotent statement decide. The row is
          * ours when it carries the id we proposed. */
@@ -218,6 +239,48 @@ int store_intake(struct db *db, const struct store_intake_req *q, struct store_j
             return e;
     }
     return STORE_ERETRY;
+}
+
+/* Row i of a committed batch: its job, or — no row: a bad token, or a racing insert that committed
+ * after the statement's snapshot — the answer of the single-row intake, which decides. */
+static void batch_row(struct db *db, struct store_intake_item *it, PGresult *r)
+{
+    if (r && PQntuples(r) > 0) {
+        int flag = atoi(PQgetvalue(r, 0, JC_FLAG)) == 1;
+        it->err = job_from_row(r, 0, 1, &it->job);
+        if (it->err == STORE_OK)
+            it->created = flag || strcmp(it->job.id, it->q.new_id) == 0;
+        return;
+    }
+    PQclear(r);
+    it->err = store_intake(db, &it->q, &it->job, &it->created);
+}
+
+int store_intake_batch(struct db *db, struct store_intake_item *const *items, size_t n)
+{
+    struct param *ps = malloc(n * INTAKE_NPARAMS * sizeof(*ps));
+    const struct param **rows = malloc(n * sizeof(*rows));
+    PGresult **outs = malloc(n * sizeof(*outs));
+    int e = ps && rows && outs ? STORE_OK : STORE_EINTERNAL;
+    for (size_t i = 0; i < n && e == STORE_OK; i++) {
+        intake_params(&items[i]->q, &ps[i * INTAKE_NPARAMS]);
+        rows[i] = &ps[i * INTAKE_NPARAMS];
+    }
+    if (e == STORE_OK)
+        e = db_run_batch(db, &intake, n, rows, INTAKE_NPARAMS, (struct pg_result **)outs);
+    /* Committed: each row answers for itself. Not (a bad row aborted the batch, the database
+     * refused it, or — connection lost — the commit's fate is unknown): each row alone, with the
+     * same idempotent statement, which also tells a committed row by the id it proposed. */
+    for (size_t i = 0; i < n; i++) {
+        if (e == STORE_OK)
+            batch_row(db, items[i], outs[i]);
+        else
+            items[i]->err = store_intake(db, &items[i]->q, &items[i]->job, &items[i]->created);
+    }
+    free(ps);
+    free(rows);
+    free(outs);
+    return e;
 }
 
 int store_job_get(struct db *db, const char *token, const char *job_id, struct store_job *out)

@@ -11,9 +11,11 @@
 
 struct api;
 struct db;
+struct recorder;
 
-/* The API's context. cfg and w must outlive it. Returns NULL when out of memory. */
-__attribute__((warn_unused_result)) struct api *api_new(const struct cfg *cfg, struct waiters *w);
+/* The API's context. cfg, w and rec must outlive it. Returns NULL when out of memory. */
+__attribute__((warn_unused_result)) struct api *api_new(const struct cfg *cfg, struct waiters *w,
+                                                        struct recorder *rec);
 const struct cfg *api_config(const struct api *a);
 /* Closes the per-thread database connections and frees a. Only after hs_stop: no server thread
  * may use them any more. Accepts NULL. */
@@ -44,7 +46,6 @@ int api_arg(const struct api_args *a, size_t i, char *out, size_t cap);
 
 /* What a request keeps across a suspension (`Prefer: wait`, intake.c). */
 struct api_wait {
-    int active;   /* the request is suspended or was resumed */
     int replayed; /* the answer is a replay */
     char job_id[32];
     char token_hash[65];
@@ -56,7 +57,15 @@ const struct cfg *api_cfg(const struct hs_req *r);
 /* The database connection of the calling server thread (opened on first use), or NULL. */
 struct db *api_db(const struct hs_req *r);
 struct waiters *api_waiters(const struct hs_req *r);
+struct recorder *api_recorder(const struct hs_req *r);
 struct api_wait *api_wait(struct hs_req *r);
+/* What a suspended request does when it is resumed: fn(r), once, instead of being routed again.
+ * Set it before hs_suspend. api_take_continuation returns it (NULL: none) and clears it. */
+void api_set_continuation(struct hs_req *r, void (*fn)(struct hs_req *r));
+void (*api_take_continuation(struct hs_req *r))(struct hs_req *r);
+/* A handler's own state across suspensions, freed (free_fn) with the request. */
+void api_set_ctx(struct hs_req *r, void *ctx, void (*free_fn)(void *ctx));
+void *api_ctx(const struct hs_req *r);
 /* The metrics label of the request (metrics.h enum metric_route). */
 void api_set_route(struct hs_req *r, int label);
 

@@ -17,6 +17,8 @@ struct cfg {
     char *instance_id; /* names this replica as a lease owner; defaults to host:pid */
     int http_threads;
     int dispatch_workers;
+    int intake_writers;
+    int intake_batch_max;
     long max_body_bytes;
     int max_json_depth;
     int lease_seconds;

@@ -96,6 +96,17 @@ struct pg_result;
 __attribute__((warn_unused_result)) int db_run(struct db *db, const struct db_stmt *s,
                                                const struct param *ps, size_t n,
                                                struct pg_result **out);
+/* Runs s once per row (ps[i]: row i's n parameters) in ONE transaction and one round trip (libpq
+ * pipeline mode): one commit, and so one WAL flush, for the whole batch. On STORE_OK the batch is
+ * committed and outs[i] holds row i's result (the caller PQclears each). On an error the whole
+ * batch is rolled back (STORE_ERETRY: a statement failed and aborted the rest; the caller may run
+ * the rows one by one to find the bad one) — except STORE_EUNAVAIL, after which the outcome is
+ * unknown (the COMMIT may have landed): only idempotent statements belong in a batch. outs[] is
+ * then all NULL. The rows should be ordered by the keys they lock, so that two batches on two
+ * connections cannot deadlock. */
+__attribute__((warn_unused_result)) int db_run_batch(struct db *db, const struct db_stmt *s,
+                                                     size_t rows, const struct param *const *ps,
+                                                     size_t n, struct pg_result **outs);
 /* db_run for a statement whose answer is one number: DB_ROWS, how many rows it returned or
  * changed; DB_VALUE, the integer in the first column of its first row (STORE_ENOTFOUND when it
  * returned no row). */

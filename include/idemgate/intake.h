@@ -8,7 +8,9 @@
 
 /* POST /v1/providers/{provider}/{route} (DESIGN.md §1): the intake as named steps over one
  * struct intake, in this order: authenticate → validate → canonicalise → fingerprint → cache →
- * record → answer. The first step that answers ends the request. Every 4xx a step raises passes
+ * record → recorded → answer. The first step that answers ends the request. `record` hands the
+ * intent to the recorder (group commit, recorder.h) and suspends the request, so no server
+ * thread waits on the database; `recorded` goes on once the commit returned. Every 4xx a step raises passes
  * through one gate that proves the caller a tenant first, so an unauthenticated client learns
  * nothing about routes or validation, whatever the step. */
 

@@ -7,6 +7,9 @@
 
 #include <stddef.h>
 
+struct store_intake_req;
+struct store_job;
+
 /* Leases and fencing: the claims that hand an operation to one worker under a new fencing token
  * (lease_version), the writes of a worker's result under that token, and the reaper's turn of
  * expired `sending` leases into `unknown`. This is the only code through which workers change an
@@ -18,6 +21,7 @@ struct up_response;
 /* An operation claimed for dispatch. Strings point into `res`; store_claim_fini frees. */
 struct store_claim {
     void *res;
+    char *own; /* the strings of a claim built in memory (lease_claim_born) */
     long long tenant_id;
     const char *id;
     long long lease_version;
@@ -49,6 +53,14 @@ struct store_claim {
     int operator_found;         /* the hint is an operator's word: no client reference needed */
 };
 void store_claim_fini(struct store_claim *c);
+
+/* The claim of a row recorded born claimed (store_intake with q->claim_owner, j its job, in state
+ * `sending`): what the dispatcher's claim statement would have returned for it, built from the
+ * intent and the recorded row without another round trip; it owns copies of everything. 0, or
+ * -1 when out of memory. */
+__attribute__((warn_unused_result)) int lease_claim_born(const struct store_intake_req *q,
+                                                         const struct store_job *j,
+                                                         struct store_claim *c);
 
 /* Claims the most overdue unknown operation for reconciliation: a new lease and fencing token,
  * the state stays unknown. STORE_ENOTFOUND when nothing is due. */

@@ -22,6 +22,9 @@ int st_is_terminal(enum op_state s);
 /* 1 when from → to is an edge of the state machine. A state never moves backwards to one with
  * less evidence (nothing leaves a terminal state; sending or unknown never return to prepared
  * except on proof that nothing was sent). */
+/* 1 for a state a new row may be recorded in: prepared, or sending (born claimed: the edge
+ * prepared → sending taken inside the commit that records the row). */
+int st_is_initial(enum op_state s);
 int st_can_transition(enum op_state from, enum op_state to);
 
 /* An operator's decision on a job in review (POST /v1/jobs/{id}/resolve and the CLI alike). */

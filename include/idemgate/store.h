@@ -65,6 +65,11 @@ struct store_intake_req {
     const char *reconcile_strategy; /* see migrations/0002 */
     int outputs_requested;          /* -1 when not known */
     const char *profile_id;
+    /* Born claimed: a new row is committed `sending` under this owner's lease of lease_seconds
+     * (fencing token 1), for a dispatch slot of this replica that waits for it — one commit
+     * before the send instead of two. NULL: the row is `prepared`, for any dispatcher. */
+    const char *claim_owner;
+    int lease_seconds;
 };
 
 /* The intake decision in one round trip: insert the intent (committed on return) or read the
@@ -73,6 +78,23 @@ struct store_intake_req {
 __attribute__((warn_unused_result)) int store_intake(struct db *db,
                                                      const struct store_intake_req *r,
                                                      struct store_job *out, int *created);
+
+/* One intake of a batch: the request, and its answer once store_intake_batch returns. */
+struct store_intake_item {
+    struct store_intake_req q;
+    int err;             /* store_intake's answer for this row */
+    struct store_job job; /* when err is STORE_OK (the caller store_job_fini's it) */
+    int created;
+};
+
+/* store_intake for many rows in one transaction and one round trip (group commit): every item
+ * gets exactly the answer store_intake would have given it. Rows that meet a problem (a bad
+ * token, a racing insert, a statement that aborted the batch, a lost connection) are decided
+ * again one by one, so one bad row never fails its neighbours and a duplicate inside the batch
+ * gets the same job as its first occurrence. items should be sorted by (token, key): batches on
+ * other connections then lock in the same order and cannot deadlock. Returns the batch's own
+ * outcome (STORE_OK when it committed as one), for metrics; the items carry the answers. */
+int store_intake_batch(struct db *db, struct store_intake_item *const *items, size_t n);
 
 /* A tenant's job by id: STORE_EAUTH, STORE_ENOTFOUND (also another tenant's job) or STORE_OK. */
 __attribute__((warn_unused_result)) int store_job_get(struct db *db, const char *token_sha256_hex,

@@ -217,9 +217,10 @@ def test_d2_connection_lost_during_commit_re_read_decides(gateway_factory, mock,
 
 
 def test_d2_lost_commit_answers_with_the_committed_row(gateway_factory, mock, own, proxy):
-    """Deterministic D2: the first intake COMMIT is lost; the gateway's re-read on a new
-    connection finds the row it proposed and answers 202 (a creation, not a replay). Both tries
-    lost: 503 problem+json with Retry-After — and the client's retry gets the committed row."""
+    """Deterministic D2: the first intake COMMIT (the group commit's) is lost; the gateway's
+    re-run on a new connection finds the row it proposed and answers 202 (a creation, not a
+    replay). The group commit and both single re-runs lost: 503 problem+json with Retry-After —
+    and the client's retry gets the committed row."""
     q, tokens = own.q, own.tokens
     px, via_proxy = proxy
     entry = providers.lookup(mock.url, "lookup" + providers.tag())
@@ -234,7 +235,7 @@ def test_d2_lost_commit_answers_with_the_committed_row(gateway_factory, mock, ow
     assert px.count("intake", "after") == 1
     assert q(f"SELECT id FROM operations WHERE idempotency_key = '{its[0].key}'") == [[a.job_id]]
 
-    px.fail_next("intake", "after", "after")
+    px.fail_next("intake", "after", "after", "after")
     b = post(g.port, its[1], 10)
     assert is_503_problem(b), b
     row = q(f"SELECT id FROM operations WHERE idempotency_key = '{its[1].key}'")

@@ -710,13 +710,14 @@ def test_systemd_unit_is_hardened():
 
 def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory, database_url,
                                                                 token, psql):
-    """SCALING.md: a replica holds at most http_threads + dispatch_workers + reconcile_workers +
-    poll_workers + 2 connections. Measured on a live replica whose connections carry their own
+    """SCALING.md: a replica holds at most http_threads + intake_writers + dispatch_workers +
+    reconcile_workers + poll_workers + 2 connections. Measured on a live replica whose connections carry their own
     application_name, before and after every server thread has served requests."""
-    formula = "http_threads + dispatch_workers + reconcile_workers + poll_workers + 2"
+    formula = ("http_threads + intake_writers + dispatch_workers + reconcile_workers + "
+               "poll_workers + 2")
     assert formula in read(os.path.join(ROOT, "deploy", "SCALING.md"))
-    settings = {"http_threads": 3, "dispatch_workers": 2, "reconcile_workers": 1,
-                "poll_workers": 1}
+    settings = {"http_threads": 3, "intake_writers": 2, "dispatch_workers": 2,
+                "reconcile_workers": 1, "poll_workers": 1}
     budget = sum(settings.values()) + 2
     background = budget - settings["http_threads"]
     app = "budget_" + uuid.uuid4().hex[:10]

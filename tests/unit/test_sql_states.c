@@ -67,11 +67,12 @@ static int uncovered_literal(const struct db_stmt *s, char *bad, size_t badlen)
     return 0;
 }
 
-/* A move is an edge of the state machine, a keep of a live state, or a new row as prepared. */
+/* A move is an edge of the state machine, a keep of a live state, or a new row in an initial
+ * state. */
 static int legal(const struct db_move *m)
 {
     if (m->from == DB_NEW_ROW)
-        return m->to == ST_PREPARED;
+        return st_is_initial(m->to);
     if (m->from == (int)m->to)
         return !st_is_terminal(m->to);
     return st_can_transition((enum op_state)m->from, m->to);

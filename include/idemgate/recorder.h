@@ -1,0 +1,41 @@
+#ifndef IDEMGATE_RECORDER_H
+#define IDEMGATE_RECORDER_H
+
+#include "idemgate/config.h"
+#include "idemgate/store.h"
+
+/* The intent recorder: group commit for intake (DESIGN.md §1, "record"). Server threads never
+ * wait on the database to record an intent: they queue it here and suspend the request. A few
+ * writer threads, each with its own connection, take whatever has queued up (at most
+ * intake_batch_max intents), record them with store_intake_batch — one transaction, one round
+ * trip, one WAL flush — and call each item's done callback once the commit that holds its row
+ * returned. Nothing waits to fill a batch: while one commits, the next gathers. */
+
+struct recorder;
+
+struct rec_item {
+    struct store_intake_item in; /* the intake; its answer once done() is called */
+    /* Called exactly once, on a writer thread, when in.err/in.job/in.created are final. */
+    void (*done)(struct rec_item *it);
+    struct rec_item *next; /* the recorder's */
+};
+
+/* Starts cfg->intake_writers writer threads. NULL when it cannot. */
+__attribute__((warn_unused_result)) struct recorder *recorder_start(const struct cfg *cfg);
+
+/* Queues it. 0: it->done(it) will be called exactly once, from a writer thread. -1: the
+ * recorder is closed (the caller records the intent itself). */
+__attribute__((warn_unused_result)) int recorder_submit(struct recorder *rec, struct rec_item *it);
+
+/* Refuses new items, records every queued one (their done callbacks called), stops the writer
+ * threads. The structure stays valid: recorder_submit then answers -1. Accepts NULL; a second
+ * call does nothing. */
+void recorder_close(struct recorder *rec);
+/* Frees the recorder, closing it first if needed; only once no thread can submit (after
+ * hs_stop). Accepts NULL. */
+void recorder_free(struct recorder *rec);
+
+/* Orders intents by (token, key): the lock order of every batch (no deadlock between writers). */
+int recorder_item_cmp(const void *a, const void *b);
+
+#endif

@@ -1,0 +1,185 @@
+#include "idemgate/recorder.h"
+
+#include "idemgate/crash.h"
+#include "idemgate/log.h"
+#include "idemgate/metrics.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bodies one batch carries at most (a single larger intent still goes, alone). */
+#define BATCH_MAX_BYTES (8u << 20)
+
+struct writer;
+
+struct recorder {
+    const struct cfg *cfg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct rec_item *head, *tail; /* the queue, oldest first */
+    int closed;                   /* under mu */
+    struct writer *writers;
+    int n_writers; /* started, and not yet joined */
+};
+
+int recorder_item_cmp(const void *a, const void *b)
+{
+    const struct rec_item *x = *(struct rec_item *const *)a, *y = *(struct rec_item *const *)b;
+    int c = strcmp(x->in.q.token_sha256_hex, y->in.q.token_sha256_hex);
+    return c ? c : strcmp(x->in.q.idempotency_key, y->in.q.idempotency_key);
+}
+
+/* Takes the next batch off the queue (under mu): up to max items and BATCH_MAX_BYTES of bodies,
+ * at least one. Returns how many. */
+static size_t take_batch(struct recorder *rec, struct rec_item **v, size_t max)
+{
+    size_t n = 0, bytes = 0;
+    while (rec->head && n < max && (n == 0 || bytes + rec->head->in.q.body_len <= BATCH_MAX_BYTES)) {
+        struct rec_item *it = rec->head;
+        rec->head = it->next;
+        it->next = NULL;
+        bytes += it->in.q.body_len;
+        v[n++] = it;
+    }
+    if (!rec->head)
+        rec->tail = NULL;
+    return n;
+}
+
+static void record_batch(struct db *db, struct rec_item **v, size_t n,
+                         struct store_intake_item **items)
+{
+    qsort(v, n, sizeof(*v), recorder_item_cmp);
+    for (size_t i = 0; i < n; i++)
+        items[i] = &v[i]->in;
+    CRASH_POINT("before_intent_commit");
+    int e = store_intake_batch(db, items, n);
+    metrics_intake_batch(n, e == STORE_OK);
+    for (size_t i = 0; i < n; i++)
+        v[i]->done(v[i]);
+}
+
+/* One writer: its connection and its batch buffers. */
+struct writer {
+    struct recorder *rec;
+    pthread_t thread;
+    struct db *db;
+    struct rec_item **v;
+    struct store_intake_item **items;
+};
+
+static void *writer_main(void *arg)
+{
+    struct writer *w = arg;
+    struct recorder *rec = w->rec;
+    for (;;) {
+        pthread_mutex_lock(&rec->mu);
+        while (!rec->head && !rec->closed)
+            pthread_cond_wait(&rec->cv, &rec->mu);
+        size_t n = take_batch(rec, w->v, (size_t)rec->cfg->intake_batch_max);
+        pthread_mutex_unlock(&rec->mu);
+        if (!n)
+            return NULL; /* closed, and nothing left to record */
+        record_batch(w->db, w->v, n, w->items);
+    }
+}
+
+static void writer_fini(struct writer *w)
+{
+    store_db_close(w->db);
+    free(w->v);
+    free(w->items);
+}
+
+static int writer_init(struct writer *w, struct recorder *rec)
+{
+    size_t max = (size_t)rec->cfg->intake_batch_max;
+    w->rec = rec;
+    w->v = calloc(max, sizeof(*w->v));
+    w->items = calloc(max, sizeof(*w->items));
+    w->db = store_db_open(rec->cfg->database_url);
+    if (w->v && w->items && w->db)
+        return 0;
+    writer_fini(w);
+    return -1;
+}
+
+struct recorder *recorder_start(const struct cfg *cfg)
+{
+    struct recorder *rec = calloc(1, sizeof(*rec));
+    if (!rec)
+        return NULL;
+    rec->cfg = cfg;
+    pthread_mutex_init(&rec->mu, NULL);
+    pthread_cond_init(&rec->cv, NULL);
+    rec->writers = calloc((size_t)cfg->intake_writers, sizeof(*rec->writers));
+    if (!rec->writers) {
+        recorder_free(rec);
+        return NULL;
+    }
+    for (int i = 0; i < cfg->intake_writers; i++) {
+        struct writer *w = &rec->writers[i];
+        if (writer_init(w, rec) < 0) {
+            recorder_free(rec);
+            return NULL;
+        }
+        if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+            LOG(LOG_ERROR, "recorder_start_failed", LI("writer", i));
+            writer_fini(w);
+            recorder_free(rec);
+            return NULL;
+        }
+        rec->n_writers++;
+    }
+    return rec;
+}
+
+int recorder_submit(struct recorder *rec, struct rec_item *it)
+{
+    if (!rec)
+        return -1;
+    it->next = NULL;
+    pthread_mutex_lock(&rec->mu);
+    if (rec->closed || !rec->n_writers) {
+        pthread_mutex_unlock(&rec->mu);
+        return -1;
+    }
+    if (rec->tail)
+        rec->tail->next = it;
+    else
+        rec->head = it;
+    rec->tail = it;
+    pthread_cond_signal(&rec->cv);
+    pthread_mutex_unlock(&rec->mu);
+    return 0;
+}
+
+void recorder_close(struct recorder *rec)
+{
+    if (!rec)
+        return;
+    pthread_mutex_lock(&rec->mu);
+    int was = rec->closed;
+    rec->closed = 1;
+    pthread_cond_broadcast(&rec->cv);
+    pthread_mutex_unlock(&rec->mu);
+    if (was)
+        return;
+    for (int i = 0; i < rec->n_writers; i++) {
+        pthread_join(rec->writers[i].thread, NULL);
+        writer_fini(&rec->writers[i]);
+    }
+    rec->n_writers = 0;
+}
+
+void recorder_free(struct recorder *rec)
+{
+    if (!rec)
+        return;
+    recorder_close(rec);
+    pthread_cond_destroy(&rec->cv);
+    pthread_mutex_destroy(&rec->mu);
+    free(rec->writers);
+    free(rec);
+}

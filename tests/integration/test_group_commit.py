@@ -1,0 +1,128 @@
+"""Group commit at intake (issue 12): concurrent intents share one transaction and one WAL flush,
+and each still gets exactly the answer a commit of its own would have given it — duplicates in a
+batch and across replicas, a bad row among good ones, a kill between a batch's commit and its
+answers."""
+
+import os
+import re
+import sys
+import time
+import uuid
+
+from conftest import ROOT, free_port, tenant_token
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from chaos import harness, providers  # noqa: E402
+from chaos.client import Client, RetryPolicy, fan_out, run_all  # noqa: E402
+from chaos.replicas import Replicas  # noqa: E402
+
+
+def wait_until(pred, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
+def batch_counters(gw):
+    text = gw.http.request("GET", "/metrics").body.decode()
+    def value(pattern):
+        m = re.search(pattern + r" (\d+)", text)
+        assert m, pattern
+        return int(m.group(1))
+    return (value(r'idemgate_intake_batches_total\{result="committed"\}'),
+            value(r'idemgate_intake_batches_total\{result="split"\}'),
+            value(r"idemgate_intake_batched_intents_total"))
+
+
+def test_a_burst_shares_commits_and_each_key_gets_one_job(gateway_factory, database_url, psql):
+    """48 clients at once on one writer: 16 keys, each sent twice with one body and once with
+    another. Per key: one row; every 202 names that row; every other request is the 422 of a
+    different fingerprint. Some commit carried more than one intent."""
+    gw = gateway_factory(intake_writers=1, dispatch_workers=0)
+    tok = tenant_token(database_url)
+    pfx = "gc-" + uuid.uuid4().hex[:8]
+
+    def one(i):
+        k, variant = divmod(i, 3)
+        body = {"prompt": f"lighthouse {k}", "n": 1, "seed": 1 if variant < 2 else 2}
+        r = gw.submit(tok, f"{pfx}-{k}", body)
+        return k, 1 if variant < 2 else 2, r.status, r.json().get("id")
+
+    answers = fan_out(48, one)
+    assert all(a is not None for a in answers)
+    rows = dict((key, jid) for key, jid in psql(
+        f"SELECT idempotency_key, id FROM operations WHERE idempotency_key LIKE '{pfx}-%'"))
+    assert len(rows) == 16
+    for k in range(16):
+        mine = [a for a in answers if a[0] == k]
+        ok = [a for a in mine if a[2] == 202]
+        assert ok and all(a[3] == rows[f"{pfx}-{k}"] for a in ok), mine
+        assert len({a[1] for a in ok}) == 1, mine  # one fingerprint won
+        assert all(a[2] == 422 for a in mine if a[1] != ok[0][1]), mine
+    committed, split, intents = batch_counters(gw)
+    assert split == 0
+    assert intents == 48 and committed < intents, (committed, intents)
+
+
+def test_one_bad_row_never_fails_its_neighbours(gateway_factory, database_url, psql):
+    """A row the database refuses (here: a trigger made to fail for one key) aborts its batch's
+    transaction; every other row of the batch is then decided on its own and recorded."""
+    pfx = "gcbad-" + uuid.uuid4().hex[:8]
+    poison = f"{pfx}-poison"
+    fn = "gc_poison_" + uuid.uuid4().hex[:8]
+    psql(f"CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+         f"IF NEW.idempotency_key = '{poison}' THEN RAISE EXCEPTION 'refused for the test'; END IF; "
+         "RETURN NEW; END $$")
+    psql(f"CREATE TRIGGER {fn} BEFORE INSERT ON operations FOR EACH ROW EXECUTE FUNCTION {fn}()")
+    try:
+        gw = gateway_factory(intake_writers=1, dispatch_workers=0)
+        tok = tenant_token(database_url)
+        keys = [poison if i % 8 == 0 else f"{pfx}-{i}" for i in range(32)]
+        answers = fan_out(32, lambda i: gw.submit(tok, keys[i], {"prompt": f"p{i}"}).status)
+    finally:
+        psql(f"DROP TRIGGER {fn} ON operations")
+        psql(f"DROP FUNCTION {fn}()")
+    for key, status in zip(keys, answers):
+        assert status == (500 if key == poison else 202), (key, status)
+    n = psql(f"SELECT count(*) FROM operations WHERE idempotency_key LIKE '{pfx}-%'")[0][0]
+    assert int(n) == 28
+    committed, split, intents = batch_counters(gw)
+    assert split >= 1 and intents == 32, (committed, split, intents)
+
+
+def test_a_kill_between_a_batch_commit_and_its_answers_loses_nothing(gateway_factory, mock, psql,
+                                                                       database_url):
+    """SIGKILL right after a group commit returned, before any of its clients was answered: the
+    clients retry with their keys (on the restarted replica) and get the jobs that commit
+    recorded; the checker finds every intent acknowledged once, and no create paid twice."""
+    entries = providers.all_three(mock.url, providers.tag())
+    tokens = [tenant_token(database_url), tenant_token(database_url)]
+    summaries = []
+    for run, hit in enumerate((3, 17)):
+        mock.http.request("POST", "/_reset")
+        reps = Replicas(gateway_factory, free_port)
+        v = reps.start("v", first_env={"IDEMGATE_CRASH": f"after_intent_commit:{hit}"},
+                       providers=entries, lease_seconds=3, intake_writers=1)
+        reps.supervise()
+        pfx = harness.prefix(f"gc-kill{run}")
+        its = harness.intents(pfx, tokens, entries, 40)
+        outs = run_all(Client(lambda: [v.port], RetryPolicy(max_seconds=40)), its, concurrency=16)
+        assert wait_until(lambda: v.crashes >= 1, 15), "the crash point never fired"
+        s = harness.conclude("G1-kill-after-batch-commit", outs, psql, mock.url, pfx,
+                             drain_timeout=30, emit=False)
+        reps.stop_supervising()
+        codes = reps.stop_all()
+        assert all(c == 0 for c in codes.values()), codes
+        summaries.append(s)
+        # Requests of the killed batch were cut off and retried: their retry is a replay of the
+        # row the batch committed, never a second row.
+        cut = [o for o in outs if any(a.error for a in o.attempts)]
+        assert cut, "no request was in flight at the kill"
+        for o in cut:
+            assert o.result == "ok" and o.job_id, o.attempts
+    s = harness.merge("G1-kill-after-batch-commit", summaries)
+    harness.emit(s)
+    harness.assert_clean(s)
