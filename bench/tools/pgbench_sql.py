@@ -10,7 +10,7 @@
 The statement is taken from src/store.c through the C preprocessor (its projection is built from
 macros), so the ceiling always runs what the gateway runs. Parameters map to pgbench variables as
 the gateway binds them for the bench provider (openai-images profile, no provider idempotency
-header): $13 is the only one sent as NULL.
+header): $13 and $17 (no claim owner: the row is recorded `prepared`) are sent as NULL.
 """
 import re
 import shlex
@@ -34,6 +34,8 @@ PARAMS = {
     14: ":strategy",
     15: ":outs",      # outputs requested
     16: ":profile",
+    17: "NULL",       # claim owner: none — the row is recorded `prepared`, as without a free slot
+    18: "180",        # lease seconds (unused without a claim owner)
 }
 
 HEADER = """\
@@ -69,7 +71,7 @@ def c_string(lit):
 
 def extract(repo):
     src = preprocessed(repo)
-    m = re.search(r'\{\s*"intake"\s*,', src)
+    m = re.search(r'\.name\s*=\s*"intake"\s*,\s*\.sql\s*=', src)
     if not m:
         raise SystemExit("pgbench_sql: no \"intake\" statement in src/store.c")
     parts, i = [], m.end()
