@@ -15,8 +15,7 @@ struct plan {
     size_t at;       /* insert before json[at] (just after an object's '{') */
     int comma;       /* the object was not empty: the new member is followed by ',' */
     int make_parent; /* write "parent":{"name":"value"} instead of "name":"value" */
-    const char *parent, *name;
-    size_t plen, nlen;
+    struct inject_field f;
 };
 
 static int is_ws(unsigned char c)
@@ -228,34 +227,43 @@ static int scan_object(const unsigned char *s, size_t len, size_t open, const ch
     }
 }
 
-/* The decision shared by inject_check() and inject_member(). */
-static int locate(const char *json, size_t len, const char *field, struct plan *pl)
+int inject_field_split(const char *field, struct inject_field *f)
 {
-    const unsigned char *s = (const unsigned char *)json;
-    struct obj_scan top, par;
-
-    memset(pl, 0, sizeof *pl);
+    memset(f, 0, sizeof *f);
     if (!field)
         return INJECT_EFIELD;
     const char *dot = strchr(field, '.');
     if (!field[0] || (dot && (dot == field || !dot[1] || strchr(dot + 1, '.'))))
         return INJECT_EFIELD;
     if (dot) {
-        pl->parent = field;
-        pl->plen = (size_t)(dot - field);
-        pl->name = dot + 1;
+        f->parent = field;
+        f->plen = (size_t)(dot - field);
+        f->name = dot + 1;
     } else {
-        pl->name = field;
+        f->name = field;
     }
-    pl->nlen = strlen(pl->name);
+    f->nlen = strlen(f->name);
+    return INJECT_OK;
+}
 
+/* The decision shared by inject_check() and inject_member(). */
+static int locate(const char *json, size_t len, const char *field, struct plan *pl)
+{
+    const unsigned char *s = (const unsigned char *)json;
+    const struct inject_field *f = &pl->f;
+    struct obj_scan top, par;
+
+    memset(pl, 0, sizeof *pl);
+    if (inject_field_split(field, &pl->f))
+        return INJECT_EFIELD;
     size_t open = skip_ws(s, len, 0);
     if (open >= len || s[open] != '{')
         return INJECT_ENOTOBJECT;
-    if (scan_object(s, len, open, dot ? pl->parent : pl->name, dot ? pl->plen : pl->nlen, &top) ||
+    if (scan_object(s, len, open, f->parent ? f->parent : f->name, f->parent ? f->plen : f->nlen,
+                    &top) ||
         skip_ws(s, len, top.end) != len)
         return INJECT_ESYNTAX;
-    if (!dot) {
+    if (!f->parent) {
         if (top.matches)
             return INJECT_EEXISTS;
         pl->at = open + 1;
@@ -274,7 +282,7 @@ static int locate(const char *json, size_t len, const char *field, struct plan *
         return INJECT_ESYNTAX;
     if (s[top.value] != '{')
         return INJECT_EPARENT;
-    if (scan_object(s, len, top.value, pl->name, pl->nlen, &par))
+    if (scan_object(s, len, top.value, f->name, f->nlen, &par))
         return INJECT_ESYNTAX;
     if (par.matches)
         return INJECT_EEXISTS;
@@ -330,12 +338,12 @@ static size_t put_insert(char *out, const struct plan *pl, const char *value, si
     size_t o = 0;
 
     if (pl->make_parent) {
-        o += put_string(out ? out + o : NULL, pl->parent, pl->plen);
+        o += put_string(out ? out + o : NULL, pl->f.parent, pl->f.plen);
         if (out)
             memcpy(out + o, ":{", 2);
         o += 2;
     }
-    o += put_string(out ? out + o : NULL, pl->name, pl->nlen);
+    o += put_string(out ? out + o : NULL, pl->f.name, pl->f.nlen);
     if (out)
         out[o] = ':';
     o++;

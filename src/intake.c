@@ -13,9 +13,8 @@
 #include "idemgate/provider.h"
 #include "idemgate/recorder.h"
 #include "idemgate/reply.h"
+#include "idemgate/reqbody.h"
 #include "idemgate/store.h"
-
-#include <cjson/cJSON.h>
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,15 +29,6 @@ struct intake_problem {
     int key_reused; /* the 422 of reply_key_reused() */
 };
 
-/* The body as the later steps need it, from the client's bytes. */
-struct intake_body {
-    char *canon; /* RFC 8785 form: what is fingerprinted */
-    size_t canon_len;
-    char *sent; /* the client's bytes, compacted: what is stored and sent */
-    size_t sent_len;
-    int requested; /* outputs asked for, or -1 when the provider's outputs are not counted */
-};
-
 /* One intake request on its way through the steps. */
 struct intake {
     struct hs_req *r;
@@ -50,7 +40,7 @@ struct intake {
     const struct cfg_route *rt;
     char key[HDR_KEY_MAX + 1];
     int wait_s;
-    struct intake_body body;
+    struct reqbody body; /* canonical (fingerprinted) and sent (stored) forms, requested count */
     char fp[CRYPTO_SHA256_HEX];
     char job_id[CRYPTO_JOB_ID_LEN];
     char url[2048];
@@ -138,48 +128,34 @@ static enum step_result step_validate(struct intake *in)
     return STEP_NEXT;
 }
 
-/* How many outputs the request asks for, when the provider's outputs are counted: the number at
- * the profile's path in the body, or its default. -1 when outputs are not counted. */
-static int outputs_requested(const struct cfg_provider *p, const char *json, size_t len)
-{
-    if (!p->outputs_received)
-        return -1;
-    int n = p->outputs_default;
-    if (p->outputs_requested) {
-        cJSON *doc = cJSON_ParseWithLength(json, len);
-        const cJSON *v = jpath_first(p->outputs_requested, doc);
-        if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1000)
-            n = (int)v->valuedouble;
-        cJSON_Delete(doc);
-    }
-    return n;
-}
-
-/* canonicalise: the strict RFC 8785 form (the body is refused here when it is not unambiguous
- * JSON), then what the record needs from the client's own bytes: those bytes compacted (the
- * canonical form would round numbers beyond 2^53 on their way to the provider), whether the
- * client reference fits in them, and the outputs asked for. */
+/* canonicalise: one strict parse of the client's bytes (the body is refused here when it is not
+ * unambiguous JSON) gives the RFC 8785 form, and what the record needs from the client's own
+ * bytes: those bytes compacted (the canonical form would round numbers beyond 2^53 on their way
+ * to the provider), whether the client reference fits in them, and the outputs asked for. */
 static enum step_result step_canonicalise(struct intake *in)
 {
-    struct intake_body *b = &in->body;
+    const struct cfg_provider *p = in->p;
     struct jcs_error jerr;
     char detail[160];
     size_t len = 0;
     const char *raw = hs_req_body(in->r, &len);
-    int je = jcs_canonicalize(raw, len, in->cfg->max_json_depth, &b->canon, &b->canon_len, &jerr);
+    /* A create whose reconciliation finds the task by our client reference never leaves
+     * without it: when the body leaves no place for it, the client learns it now. */
+    int ref_needed =
+        p->client_ref_body_field && attempt_needs_client_ref(prof_reconcile_name(p->reconcile));
+    struct reqbody_needs needs = {.max_depth = in->cfg->max_json_depth,
+                                  .client_ref_field = ref_needed ? p->client_ref_body_field : NULL,
+                                  .outputs_path = p->outputs_requested,
+                                  .outputs_default = p->outputs_default,
+                                  .outputs_counted = p->outputs_received != NULL};
+    int je = reqbody_init(&in->body, raw, len, &needs, &jerr);
     if (je == JCS_ENOMEM)
         return raise_problem(in, 500, "internal", "Internal error", "out of memory");
     if (je < 0) {
         snprintf(detail, sizeof(detail), "%s at byte %zu", jerr.what, jerr.offset);
         return raise_problem(in, 400, "invalid-json", "Invalid JSON body", detail);
     }
-    if (inject_compact(raw, len, &b->sent, &b->sent_len) < 0)
-        return raise_problem(in, 500, "internal", "Internal error", "out of memory");
-    /* A create whose reconciliation finds the task by our client reference never leaves
-     * without it: when the body leaves no place for it, the client learns it now. */
-    const struct cfg_provider *p = in->p;
-    if (p->client_ref_body_field && attempt_needs_client_ref(prof_reconcile_name(p->reconcile)) &&
-        inject_check(b->sent, b->sent_len, p->client_ref_body_field) != INJECT_OK) {
+    if (in->body.placeable != INJECT_OK) {
         snprintf(detail, sizeof(detail),
                  "this provider needs the gateway's reference at \"%s\" in a JSON object body; "
                  "remove that member or send an object there",
@@ -187,7 +163,6 @@ static enum step_result step_canonicalise(struct intake *in)
         return raise_problem(in, 422, "client-ref-unplaceable", "Client reference cannot be placed",
                              detail);
     }
-    b->requested = outputs_requested(p, b->sent, b->sent_len);
     return STEP_NEXT;
 }
 
@@ -362,8 +337,7 @@ const char *intake_step_name(size_t i)
 static void intake_free(void *arg)
 {
     struct intake *in = arg;
-    free(in->body.canon);
-    free(in->body.sent);
+    reqbody_fini(&in->body);
     if (in->have_job)
         store_job_fini(&in->job);
     store_job_fini(&in->rec.in.job); /* set only when the answer never reached step_recorded */
@@ -398,7 +372,6 @@ void intake_handle(struct hs_req *r, const struct api_args *a)
     }
     in->r = r;
     in->cfg = api_cfg(r);
-    in->body.requested = -1;
     api_set_ctx(r, in, intake_free);
     in->target = a->tail ? a->tail : ""; /* points into the path, which lives as long */
     run_steps(in);

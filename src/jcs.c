@@ -10,22 +10,45 @@
 #include <string.h>
 
 /* Design: one pass parses the input into a flat pre-order array of 16-byte nodes, with decoded
- * strings in one pool and container children in one index array; each object's member list is
- * merge-sorted (and checked for duplicates) when the object closes; one more pass writes the
- * canonical text. Both passes use explicit stacks, so hostile nesting cannot exhaust the C stack.
- * Offsets are 32-bit to keep nodes small, which limits inputs to under 4 GiB. */
+ * strings and number tokens in one pool and container children in one index array; each object's
+ * member list is merge-sorted (and checked for duplicates) when the object closes. The same pass
+ * copies the input, minus the whitespace it skips between tokens, into the compacted buffer.
+ * Those arrays become the document; one more pass writes the canonical text. Both passes use
+ * explicit stacks, so hostile nesting cannot exhaust the C stack. Offsets are 32-bit to keep
+ * nodes small, which limits inputs to under 4 GiB. */
 
-enum node_type { N_NULL, N_FALSE, N_TRUE, N_NUM, N_STR, N_ARR, N_OBJ };
+enum node_type {
+    N_NULL = JCS_NULL,
+    N_FALSE = JCS_FALSE,
+    N_TRUE = JCS_TRUE,
+    N_NUM = JCS_NUMBER,
+    N_STR = JCS_STRING,
+    N_ARR = JCS_ARRAY,
+    N_OBJ = JCS_OBJECT,
+};
 
-struct node {
+struct jcs_node {
     union {
         struct {
-            uint32_t off; /* N_STR: offset in pool; N_ARR/N_OBJ: offset in kids; N_NUM: in input */
-            uint32_t len; /* N_STR: byte length; N_ARR: elements; N_OBJ: members; N_NUM: token */
+            uint32_t off; /* N_STR/N_NUM: offset in pool; N_ARR/N_OBJ: offset in kids */
+            uint32_t len; /* N_STR: byte length; N_NUM: token length; N_ARR: elements;
+                             N_OBJ: members */
         } span;
     } u;
     uint32_t src; /* byte offset of the value in the input, for error reports */
     uint8_t type;
+};
+
+/* What a parse leaves: nodes[0] is the top-level value; an object's member-name nodes in kids
+ * are in canonical order, and each member's value node directly follows its name node. */
+struct jcs_doc {
+    struct jcs_node *nodes;
+    char *pool; /* decoded strings, and number tokens each followed by a NUL */
+    uint32_t *kids;
+    char *compact; /* the input minus whitespace between tokens; NULL once taken */
+    size_t compact_len;
+    size_t in_len;     /* the input's length: a good first guess for the canonical form's */
+    size_t max_frames; /* the deepest nesting, which sizes the writer's stack */
 };
 
 /* An open container during parsing: its node and where its children start on the child stack. */
@@ -55,11 +78,17 @@ struct parser {
     int max_depth;
     struct jcs_error *err;
 
-    struct node *nodes;
+    struct jcs_node *nodes;
     size_t n_nodes, cap_nodes;
-    /* Decoded strings never outgrow their escaped form, so the pool is sized to the input once. */
+    /* Decoded strings never outgrow their escaped form, and a number token with its NUL takes no
+     * more than the token and the byte after it (or the one spare byte, at the input's end), so
+     * the pool is sized to the input once. */
     char *pool;
     size_t n_pool;
+    /* The compacted input (sized to the input): compact[0..n_compact) holds in[0..span) minus
+     * the whitespace skipped so far; in[span..pos) is still to be copied. */
+    char *compact;
+    size_t n_compact, span;
     /* Children of closed containers: element node indices for arrays, member-name node indices
      * for objects (a member's value node always directly follows its name node). */
     uint32_t *kids;
@@ -303,10 +332,27 @@ static int is_ws(unsigned char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* Copies the input not yet copied, up to in[end], to the compacted buffer. */
+static void flush_compact(struct parser *p, size_t end)
+{
+    if (end == p->span)
+        return;
+    memcpy(p->compact + p->n_compact, p->in + p->span, end - p->span);
+    p->n_compact += end - p->span;
+}
+
+/* Skips whitespace between tokens (the only place the parser meets any outside strings), and
+ * leaves it out of the compacted buffer. */
 static void skip_ws(struct parser *p)
 {
+    size_t start = p->pos;
+
     while (p->pos < p->len && is_ws(p->in[p->pos]))
         p->pos++;
+    if (p->pos > start) {
+        flush_compact(p, start);
+        p->span = p->pos;
+    }
 }
 
 static int is_digit(unsigned char c)
@@ -326,7 +372,7 @@ static int new_node(struct parser *p, uint8_t type, uint32_t *idx)
 {
     if (reserve(&p->nodes, &p->cap_nodes, p->n_nodes + 1, sizeof *p->nodes))
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
-    struct node *n = &p->nodes[p->n_nodes];
+    struct jcs_node *n = &p->nodes[p->n_nodes];
     memset(n, 0, sizeof *n);
     n->type = type;
     n->src = (uint32_t)p->pos;
@@ -694,9 +740,9 @@ static void write_exact(struct obuf *o, const struct exact_num *x)
 }
 
 /* Validates the RFC 8259 number at p->pos and checks that its nearest double is finite (numbers
- * beyond the double range are refused, as RFC 8785 requires); the node keeps the token itself,
- * which write_exact() renders. */
-static int parse_number(struct parser *p)
+ * beyond the double range are refused, as RFC 8785 requires). The token itself goes to the pool,
+ * NUL-terminated for strtod_l, at *off (*tlen bytes): write_exact() renders it. */
+static int parse_number(struct parser *p, uint32_t *off, uint32_t *tlen_out)
 {
     const unsigned char *in = p->in;
     size_t n = p->len, start = p->pos, i = start;
@@ -733,30 +779,23 @@ static int parse_number(struct parser *p)
         return fail(p, JCS_ESYNTAX, i, "invalid number");
 
     size_t tlen = i - start;
+    char *tok = p->pool + p->n_pool;
+    memcpy(tok, in + start, tlen);
+    tok[tlen] = '\0';
     struct exact_num x;
-    int big = exact_parse(in + start, tlen, &x);
+    int big = exact_parse((const unsigned char *)tok, tlen, &x);
     /* 0.D × 10^n is below 10^308 < DBL_MAX for n <= 308 and at least 10^309 (beyond the largest
-     * value that rounds to a finite double) for n >= 310; only n == 309 needs the rounding. */
+     * value that rounds to a finite double) for n >= 310; only n == 309 needs the rounding, in
+     * the C locale so that '.' is the decimal point whatever setlocale() the process did. */
     if (x.k && x.n > 309)
         return fail(p, JCS_ENUMBER, start, "number out of double range");
     if (big)
         return fail(p, JCS_ENUMBER, start, "number exponent out of range");
-    if (x.k && x.n == 309) {
-        /* strtod needs a NUL-terminated copy, and the C locale so that '.' is the decimal
-         * point whatever setlocale() the process did. */
-        locale_t loc = get_c_locale();
-        char small[64];
-        char *buf = tlen < sizeof small ? small : malloc(tlen + 1);
-        if (!loc || !buf)
-            return fail(p, JCS_ENOMEM, start, "out of memory");
-        memcpy(buf, in + start, tlen);
-        buf[tlen] = '\0';
-        double v = strtod_l(buf, NULL, loc);
-        if (buf != small)
-            free(buf);
-        if (!isfinite(v))
-            return fail(p, JCS_ENUMBER, start, "number out of double range");
-    }
+    if (x.k && x.n == 309 && !isfinite(strtod_l(tok, NULL, get_c_locale())))
+        return fail(p, JCS_ENUMBER, start, "number out of double range");
+    *off = (uint32_t)p->n_pool;
+    *tlen_out = (uint32_t)tlen;
+    p->n_pool += tlen + 1;
     p->pos = i;
     return 0;
 }
@@ -793,15 +832,11 @@ static unsigned utf16_order(unsigned char c)
     return c == 0xEE || c == 0xEF ? c + 7u : c;
 }
 
-/* Compares two member names (decoded, well-formed UTF-8) as arrays of UTF-16 code units. The
- * first differing byte is at the same place in a code point in both names (they share the
- * bytes before it), so it decides. */
-static int name_cmp(const struct parser *p, uint32_t a, uint32_t b)
+/* Compares two names (decoded, well-formed UTF-8) as arrays of UTF-16 code units. The first
+ * differing byte is at the same place in a code point in both names (they share the bytes before
+ * it), so it decides. */
+static int bytes_cmp(const unsigned char *sa, size_t la, const unsigned char *sb, size_t lb)
 {
-    const struct node *na = &p->nodes[a], *nb = &p->nodes[b];
-    const unsigned char *sa = (const unsigned char *)p->pool + na->u.span.off;
-    const unsigned char *sb = (const unsigned char *)p->pool + nb->u.span.off;
-    size_t la = na->u.span.len, lb = nb->u.span.len;
     size_t m = la < lb ? la : lb, i = 0;
 
     while (i < m && sa[i] == sb[i])
@@ -809,6 +844,15 @@ static int name_cmp(const struct parser *p, uint32_t a, uint32_t b)
     if (i == m)
         return la < lb ? -1 : la > lb;
     return utf16_order(sa[i]) < utf16_order(sb[i]) ? -1 : 1;
+}
+
+/* Compares two member names by their node indices. */
+static int name_cmp(const struct parser *p, uint32_t a, uint32_t b)
+{
+    const struct jcs_node *na = &p->nodes[a], *nb = &p->nodes[b];
+
+    return bytes_cmp((const unsigned char *)p->pool + na->u.span.off, na->u.span.len,
+                     (const unsigned char *)p->pool + nb->u.span.off, nb->u.span.len);
 }
 
 static int item_less(const struct parser *p, const struct sort_item *x, const struct sort_item *y)
@@ -826,7 +870,7 @@ static int sort_names(struct parser *p, uint32_t *v, size_t n)
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
     struct sort_item *src = p->scratch, *dst = p->scratch + n;
     for (size_t i = 0; i < n; i++) {
-        const struct node *nd = &p->nodes[v[i]];
+        const struct jcs_node *nd = &p->nodes[v[i]];
         const unsigned char *s = (const unsigned char *)p->pool + nd->u.span.off;
         uint64_t prefix = 0;
         for (size_t j = 0; j < 8; j++)
@@ -860,7 +904,7 @@ static int sort_names(struct parser *p, uint32_t *v, size_t n)
 static int close_container(struct parser *p)
 {
     struct frame *f = &p->frames[p->n_frames - 1];
-    struct node *nd = &p->nodes[f->node];
+    struct jcs_node *nd = &p->nodes[f->node];
     size_t count = p->n_cs - f->base;
 
     if (reserve(&p->kids, &p->cap_kids, p->n_kids + count, sizeof *p->kids))
@@ -876,7 +920,7 @@ static int close_container(struct parser *p)
             return rc;
         size_t dup = SIZE_MAX;
         for (size_t i = 1; i < count; i++) {
-            const struct node *a = &p->nodes[v[i - 1]], *b = &p->nodes[v[i]];
+            const struct jcs_node *a = &p->nodes[v[i - 1]], *b = &p->nodes[v[i]];
             if (a->u.span.len == b->u.span.len &&
                 !memcmp(p->pool + a->u.span.off, p->pool + b->u.span.off, a->u.span.len) &&
                 b->src < dup)
@@ -930,7 +974,7 @@ static int parse_value(struct parser *p, int *opened)
     if (p->n_frames && p->nodes[p->frames[p->n_frames - 1].node].type == N_ARR &&
         (rc = push_child(p, idx)))
         return rc;
-    struct node *nd = &p->nodes[idx];
+    struct jcs_node *nd = &p->nodes[idx];
 
     if (c == '[' || c == '{') {
         if (p->n_frames >= (size_t)(p->max_depth > 0 ? p->max_depth : 0))
@@ -954,24 +998,14 @@ static int parse_value(struct parser *p, int *opened)
         *opened = 1;
         return c == '{' ? parse_name(p) : 0;
     }
-    if (c == '"') {
+    if (c == '"' || c == '-' || is_digit(c)) {
         uint32_t off, slen;
-        if ((rc = parse_string(p, &off, &slen)))
+        if ((rc = c == '"' ? parse_string(p, &off, &slen) : parse_number(p, &off, &slen)))
             return rc;
         nd = &p->nodes[idx];
-        nd->type = N_STR;
+        nd->type = c == '"' ? N_STR : N_NUM;
         nd->u.span.off = off;
         nd->u.span.len = slen;
-        return 0;
-    }
-    if (c == '-' || is_digit(c)) {
-        size_t start = p->pos;
-        if ((rc = parse_number(p)))
-            return rc;
-        nd = &p->nodes[idx];
-        nd->type = N_NUM;
-        nd->u.span.off = (uint32_t)start;
-        nd->u.span.len = (uint32_t)(p->pos - start);
         return 0;
     }
     uint8_t type;
@@ -1096,7 +1130,7 @@ static void write_string(struct obuf *o, const char *s, size_t n)
     putc_(o, '"');
 }
 
-static void write_scalar(const struct parser *p, const struct node *nd, struct obuf *o)
+static void write_scalar(const struct jcs_doc *d, const struct jcs_node *nd, struct obuf *o)
 {
     struct exact_num x;
 
@@ -1112,11 +1146,11 @@ static void write_scalar(const struct parser *p, const struct node *nd, struct o
         break;
     case N_NUM:
         /* The parser admitted the token, so its exponent is in range. */
-        (void)exact_parse(p->in + nd->u.span.off, nd->u.span.len, &x);
+        (void)exact_parse((const unsigned char *)d->pool + nd->u.span.off, nd->u.span.len, &x);
         write_exact(o, &x);
         break;
     case N_STR:
-        write_string(o, p->pool + nd->u.span.off, nd->u.span.len);
+        write_string(o, d->pool + nd->u.span.off, nd->u.span.len);
         break;
     case N_ARR:
         put(o, "[]", 2);
@@ -1129,38 +1163,38 @@ static void write_scalar(const struct parser *p, const struct node *nd, struct o
 
 /* Returns the node of child i of container nd, first writing the member name and ':' when nd is
  * an object. */
-static uint32_t enter_child(const struct parser *p, const struct node *nd, uint32_t i,
+static uint32_t enter_child(const struct jcs_doc *d, const struct jcs_node *nd, uint32_t i,
                             struct obuf *o)
 {
-    uint32_t k = p->kids[nd->u.span.off + i];
+    uint32_t k = d->kids[nd->u.span.off + i];
 
     if (nd->type == N_ARR)
         return k;
-    const struct node *name = &p->nodes[k];
-    write_string(o, p->pool + name->u.span.off, name->u.span.len);
+    const struct jcs_node *name = &d->nodes[k];
+    write_string(o, d->pool + name->u.span.off, name->u.span.len);
     putc_(o, ':');
     return k + 1;
 }
 
-static int write_document(const struct parser *p, struct obuf *o)
+static int write_document(const struct jcs_doc *d, struct obuf *o)
 {
     struct wframe *st = NULL;
     size_t sp = 0;
     uint32_t cur = 0;
 
-    if (p->max_frames && !(st = malloc(p->max_frames * sizeof *st)))
+    if (d->max_frames && !(st = malloc(d->max_frames * sizeof *st)))
         return -1;
     for (;;) {
-        const struct node *nd = &p->nodes[cur];
+        const struct jcs_node *nd = &d->nodes[cur];
         if ((nd->type == N_ARR || nd->type == N_OBJ) && nd->u.span.len) {
             putc_(o, nd->type == N_ARR ? '[' : '{');
             st[sp].node = cur;
             st[sp].i = 0;
             sp++;
-            cur = enter_child(p, nd, 0, o);
+            cur = enter_child(d, nd, 0, o);
             continue;
         }
-        write_scalar(p, nd, o);
+        write_scalar(d, nd, o);
         /* Close every container whose last child this was, then move to the next sibling. */
         for (;;) {
             if (!sp) {
@@ -1168,10 +1202,10 @@ static int write_document(const struct parser *p, struct obuf *o)
                 return o->failed ? -1 : 0;
             }
             struct wframe *wf = &st[sp - 1];
-            const struct node *parent = &p->nodes[wf->node];
+            const struct jcs_node *parent = &d->nodes[wf->node];
             if (++wf->i < parent->u.span.len) {
                 putc_(o, ',');
-                cur = enter_child(p, parent, wf->i, o);
+                cur = enter_child(d, parent, wf->i, o);
                 break;
             }
             putc_(o, parent->type == N_ARR ? ']' : '}');
@@ -1184,58 +1218,196 @@ static void parser_free(struct parser *p)
 {
     free(p->nodes);
     free(p->pool);
+    free(p->compact);
     free(p->kids);
     free(p->cs);
     free(p->frames);
     free(p->scratch);
 }
 
-int jcs_canonicalize(const char *in, size_t len, int max_depth, char **out, size_t *out_len,
-                     struct jcs_error *err)
+/* Moves what a successful parse built into a new document: the parser keeps only its scratch. */
+static int doc_new(struct parser *p, struct jcs_doc **out)
+{
+    struct jcs_doc *d = malloc(sizeof *d);
+
+    if (!d)
+        return fail(p, JCS_ENOMEM, p->len, "out of memory");
+    flush_compact(p, p->len);
+    p->compact[p->n_compact] = '\0';
+    d->nodes = p->nodes;
+    d->pool = p->pool;
+    d->kids = p->kids;
+    d->compact = p->compact;
+    d->compact_len = p->n_compact;
+    d->in_len = p->len;
+    d->max_frames = p->max_frames;
+    p->nodes = NULL;
+    p->pool = NULL;
+    p->kids = NULL;
+    p->compact = NULL;
+    *out = d;
+    return 0;
+}
+
+int jcs_parse(const char *in, size_t len, int max_depth, struct jcs_doc **out,
+              struct jcs_error *err)
 {
     struct jcs_error local;
     struct parser p;
-    struct obuf o = {0};
     int rc;
 
     *out = NULL;
-    *out_len = 0;
     if (!err)
         err = &local;
-    err->code = JCS_OK;
-    err->offset = 0;
-    err->what = "ok";
-
     memset(&p, 0, sizeof p);
     p.in = (const unsigned char *)in;
     p.len = len;
     p.max_depth = max_depth;
     p.err = err;
+    *err = (struct jcs_error){.code = JCS_OK, .offset = 0, .what = "ok"};
     if (len >= UINT32_MAX)
         return fail(&p, JCS_ENOMEM, 0, "input too large");
     if (!get_c_locale())
         return fail(&p, JCS_ENOMEM, 0, "out of memory");
     p.pool = malloc(len + 1);
-    if (!p.pool)
-        return fail(&p, JCS_ENOMEM, 0, "out of memory");
-
-    rc = parse_document(&p);
-    if (!rc) {
-        /* Canonical text is usually no longer than the input; growth covers the rest. */
-        o.cap = len + 16;
-        o.p = malloc(o.cap);
-        if (!o.p || write_document(&p, &o))
-            rc = fail(&p, JCS_ENOMEM, len, "out of memory");
-    }
+    p.compact = malloc(len + 1);
+    if (!p.pool || !p.compact)
+        rc = fail(&p, JCS_ENOMEM, 0, "out of memory");
+    else if (!(rc = parse_document(&p)))
+        rc = doc_new(&p, out);
     parser_free(&p);
-    if (rc) {
+    return rc;
+}
+
+void jcs_doc_free(struct jcs_doc *doc)
+{
+    if (!doc)
+        return;
+    free(doc->nodes);
+    free(doc->pool);
+    free(doc->kids);
+    free(doc->compact);
+    free(doc);
+}
+
+int jcs_doc_canonical(const struct jcs_doc *doc, char **out, size_t *out_len)
+{
+    /* Canonical text is usually no longer than the input; growth covers the rest. */
+    struct obuf o = {.cap = doc->in_len + 16};
+
+    *out = NULL;
+    *out_len = 0;
+    o.p = malloc(o.cap);
+    if (!o.p || write_document(doc, &o)) {
         free(o.p);
-        return rc;
+        return JCS_ENOMEM;
     }
     o.p[o.len] = '\0';
     *out = o.p;
     *out_len = o.len;
     return JCS_OK;
+}
+
+char *jcs_doc_take_compact(struct jcs_doc *doc, size_t *len)
+{
+    char *c = doc->compact;
+
+    *len = c ? doc->compact_len : 0;
+    doc->compact = NULL;
+    return c;
+}
+
+int jcs_canonicalize(const char *in, size_t len, int max_depth, char **out, size_t *out_len,
+                     struct jcs_error *err)
+{
+    struct jcs_error local;
+    struct jcs_doc *doc;
+
+    *out = NULL;
+    *out_len = 0;
+    if (!err)
+        err = &local;
+    int rc = jcs_parse(in, len, max_depth, &doc, err);
+    if (rc)
+        return rc;
+    rc = jcs_doc_canonical(doc, out, out_len);
+    jcs_doc_free(doc);
+    if (rc) {
+        err->code = JCS_ENOMEM;
+        err->offset = len;
+        err->what = "out of memory";
+    }
+    return rc;
+}
+
+/* ---- Navigation ---- */
+
+const struct jcs_node *jcs_doc_root(const struct jcs_doc *doc)
+{
+    return &doc->nodes[0];
+}
+
+enum jcs_type jcs_node_type(const struct jcs_node *n)
+{
+    return (enum jcs_type)n->type;
+}
+
+size_t jcs_node_count(const struct jcs_node *n)
+{
+    return n && (n->type == N_ARR || n->type == N_OBJ) ? n->u.span.len : 0;
+}
+
+const struct jcs_node *jcs_node_at(const struct jcs_doc *doc, const struct jcs_node *n, size_t i)
+{
+    if (!n || i >= jcs_node_count(n))
+        return NULL;
+    uint32_t k = doc->kids[n->u.span.off + i];
+    /* An object's kids are its member names; each value follows its name. */
+    return &doc->nodes[n->type == N_ARR ? k : k + 1];
+}
+
+const struct jcs_node *jcs_node_member(const struct jcs_doc *doc, const struct jcs_node *n,
+                                       const char *name, size_t len)
+{
+    if (!n || n->type != N_OBJ)
+        return NULL;
+    /* A binary search in canonical order. A name that is not well-formed UTF-8 may be misplaced
+     * by bytes_cmp, but then it equals no member (decoded names are well-formed), so the answer
+     * is still none. */
+    const uint32_t *v = doc->kids + n->u.span.off;
+    size_t lo = 0, hi = n->u.span.len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct jcs_node *k = &doc->nodes[v[mid]];
+        int c = bytes_cmp((const unsigned char *)doc->pool + k->u.span.off, k->u.span.len,
+                          (const unsigned char *)name, len);
+        if (!c)
+            return k + 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+int jcs_node_number(const struct jcs_doc *doc, const struct jcs_node *n, double *v)
+{
+    if (!n || n->type != N_NUM)
+        return -1;
+    /* jcs_parse got the C locale before it admitted any number. */
+    *v = strtod_l(doc->pool + n->u.span.off, NULL, get_c_locale());
+    return 0;
+}
+
+const char *jcs_node_string(const struct jcs_doc *doc, const struct jcs_node *n, size_t *len)
+{
+    if (!n || n->type != N_STR) {
+        *len = 0;
+        return NULL;
+    }
+    *len = n->u.span.len;
+    return doc->pool + n->u.span.off;
 }
 
 const char *jcs_strerror(int code)

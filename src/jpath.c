@@ -10,7 +10,8 @@
  * decoded member names NUL-terminated in one buffer allocated together with the struct (cJSON's
  * lookup wants NUL-terminated names, and one allocation keeps jpath_free trivial). Evaluation
  * follows the steps; only a wildcard fans out, and it does so by recursing on the remaining
- * steps, so the recursion depth is bounded by the number of steps. */
+ * steps, so the recursion depth is bounded by the number of steps. One walker serves every tree
+ * through struct jpath_tree, cJSON's included, and both jpath_first and jpath_each. */
 
 enum step_kind { STEP_MEMBER, STEP_INDEX, STEP_WILDCARD };
 
@@ -165,84 +166,139 @@ void jpath_free(struct jpath *p)
     free(p);
 }
 
+/* ---- Evaluation, over any tree ---- */
+
+/* A walk of the selected nodes: visit(node, arg) is called for each in order and returns nonzero
+ * to end the walk there. */
+struct walk {
+    const struct jpath *p;
+    const struct jpath_tree *ops;
+    const void *tree;
+    int (*visit)(const void *node, void *arg);
+    void *arg;
+};
+
 /* Applies a member or index step to node: the one child it names, or NULL. */
-static const cJSON *step_one(const struct step *s, const cJSON *node)
+static const void *step_one(const struct walk *w, const struct step *s, const void *node)
 {
-    if (s->kind == STEP_MEMBER) {
-        /* The case-sensitive lookup on purpose: cJSON_GetObjectItem ignores case, which would
-         * let "ID" find "id". */
-        if (!cJSON_IsObject(node))
-            return NULL;
-        return cJSON_GetObjectItemCaseSensitive(node, s->name);
-    }
-    if (!cJSON_IsArray(node))
+    enum jpath_kind kind = w->ops->kind(w->tree, node);
+
+    if (s->kind == STEP_MEMBER)
+        return kind == JPATH_OBJECT ? w->ops->member(w->tree, node, s->name) : NULL;
+    if (kind != JPATH_ARRAY)
         return NULL;
     long index = s->index;
     if (index < 0) {
-        index += cJSON_GetArraySize(node);
+        index += (long)w->ops->count(w->tree, node);
         if (index < 0)
             return NULL;
     }
-    const cJSON *c = node->child;
-    while (c && index-- > 0)
+    return w->ops->child(w->tree, node, (size_t)index, NULL);
+}
+
+/* Follows the steps from i on; returns 1 when the visitor ended the walk. */
+static int walk_from(const struct walk *w, size_t i, const void *node)
+{
+    for (; i < w->p->n_steps; i++) {
+        const struct step *s = &w->p->steps[i];
+        if (s->kind == STEP_WILDCARD) {
+            if (w->ops->kind(w->tree, node) == JPATH_SCALAR)
+                return 0;
+            const void *c = NULL;
+            for (size_t k = 0; (c = w->ops->child(w->tree, node, k, c)); k++)
+                if (walk_from(w, i + 1, c))
+                    return 1;
+            return 0;
+        }
+        node = step_one(w, s, node);
+        if (!node)
+            return 0;
+    }
+    return w->visit(node, w->arg);
+}
+
+static int visit_first(const void *node, void *arg)
+{
+    *(const void **)arg = node;
+    return 1;
+}
+
+const void *jpath_first_in(const struct jpath *p, const struct jpath_tree *ops, const void *tree,
+                           const void *root)
+{
+    const void *found = NULL;
+    struct walk w = {p, ops, tree, visit_first, &found};
+
+    if (p && root)
+        walk_from(&w, 0, root);
+    return found;
+}
+
+/* ---- cJSON ---- */
+
+static enum jpath_kind cj_kind(const void *tree, const void *node)
+{
+    (void)tree;
+    return cJSON_IsArray(node) ? JPATH_ARRAY : cJSON_IsObject(node) ? JPATH_OBJECT : JPATH_SCALAR;
+}
+
+static size_t cj_count(const void *tree, const void *node)
+{
+    (void)tree;
+    return (size_t)cJSON_GetArraySize(node);
+}
+
+static const void *cj_child(const void *tree, const void *node, size_t i, const void *prev)
+{
+    (void)tree;
+    if (prev)
+        return ((const cJSON *)prev)->next;
+    const cJSON *c = ((const cJSON *)node)->child;
+    while (c && i-- > 0)
         c = c->next;
     return c;
 }
 
-static const cJSON *first_from(const struct jpath *p, size_t i, const cJSON *node)
+static const void *cj_member(const void *tree, const void *node, const char *name)
 {
-    for (; i < p->n_steps; i++) {
-        if (p->steps[i].kind == STEP_WILDCARD) {
-            if (!cJSON_IsArray(node) && !cJSON_IsObject(node))
-                return NULL;
-            for (const cJSON *c = node->child; c; c = c->next) {
-                const cJSON *found = first_from(p, i + 1, c);
-                if (found)
-                    return found;
-            }
-            return NULL;
-        }
-        node = step_one(&p->steps[i], node);
-        if (!node)
-            return NULL;
-    }
-    return node;
+    (void)tree;
+    /* The case-sensitive lookup on purpose: cJSON_GetObjectItem ignores case, which would let
+     * "ID" find "id". */
+    return cJSON_GetObjectItemCaseSensitive(node, name);
 }
 
-static size_t each_from(const struct jpath *p, size_t i, const cJSON *node,
-                        void (*cb)(const cJSON *node, void *arg), void *arg)
-{
-    for (; i < p->n_steps; i++) {
-        if (p->steps[i].kind == STEP_WILDCARD) {
-            if (!cJSON_IsArray(node) && !cJSON_IsObject(node))
-                return 0;
-            size_t n = 0;
-            for (const cJSON *c = node->child; c; c = c->next)
-                n += each_from(p, i + 1, c, cb, arg);
-            return n;
-        }
-        node = step_one(&p->steps[i], node);
-        if (!node)
-            return 0;
-    }
-    if (cb)
-        cb(node, arg);
-    return 1;
-}
+static const struct jpath_tree cjson_tree = {cj_kind, cj_count, cj_child, cj_member};
 
 const cJSON *jpath_first(const struct jpath *p, const cJSON *root)
 {
-    if (!p || !root)
-        return NULL;
-    return first_from(p, 0, root);
+    return jpath_first_in(p, &cjson_tree, NULL, root);
+}
+
+/* jpath_each's callback and count, as a visitor that never ends the walk. */
+struct each {
+    void (*cb)(const cJSON *node, void *arg);
+    void *arg;
+    size_t n;
+};
+
+static int visit_each(const void *node, void *arg)
+{
+    struct each *e = arg;
+    if (e->cb)
+        e->cb(node, e->arg);
+    e->n++;
+    return 0;
 }
 
 size_t jpath_each(const struct jpath *p, const cJSON *root,
                   void (*cb)(const cJSON *node, void *arg), void *arg)
 {
-    if (!p || !root)
-        return 0;
-    return each_from(p, 0, root, cb, arg);
+    struct each e = {cb, arg, 0};
+    struct walk w = {p, &cjson_tree, NULL, visit_each, &e};
+
+    if (p && root)
+        walk_from(&w, 0, root);
+    return e.n;
 }
 
 const char *jpath_string(const struct jpath *p, const cJSON *root)

@@ -22,6 +22,17 @@ enum inject_err {
     INJECT_ESYNTAX = -6,    /* the body is not well-formed JSON, or names the parent twice */
 };
 
+/* A field spec split into its parts. */
+struct inject_field {
+    const char *parent, *name; /* parent: NULL for "name", else plen bytes ending at the dot */
+    size_t plen, nlen;
+};
+
+/* Splits field, "name" or "parent.name", into *f (pointing into field). Returns 0, or
+ * INJECT_EFIELD when field is NULL, empty, has more than one dot or an empty part. */
+__attribute__((warn_unused_result)) int inject_field_split(const char *field,
+                                                           struct inject_field *f);
+
 /* Whether `field` can be placed in json[0..len), without building the result: INJECT_OK, or the
  * negative enum inject_err that inject_member() would return for the same arguments (memory
  * aside). field is "name" (a member of the body) or "parent.name" (a member of the body's member
@@ -52,7 +63,9 @@ const char *inject_strerror(int code);
 
 /* The body the client sent, without the whitespace between tokens: every number, string and
  * member order exactly as written (a canonical form would round numbers beyond 2^53). The
- * input must be valid JSON. Returns a new buffer (*out, *out_len) or -1 when out of memory. */
+ * input must be valid JSON. Returns a new buffer (*out, *out_len) or -1 when out of memory.
+ * The intake gets these bytes from its one parse (jcs_doc_take_compact); this independent
+ * scanner is what the unit tests hold that to, as inject_check is for reqbody's placeable. */
 int inject_compact(const char *json, size_t len, char **out, size_t *out_len);
 
 #endif

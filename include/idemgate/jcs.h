@@ -48,6 +48,76 @@ __attribute__((warn_unused_result)) int jcs_canonicalize(const char *in, size_t 
                                                          char **out, size_t *out_len,
                                                          struct jcs_error *err);
 
+/* ---- A parsed document ----
+ *
+ * One strict parse (the same grammar, limits and errors as jcs_canonicalize, which is this parse
+ * followed by jcs_doc_canonical) gives everything the gateway reads from a request body: the
+ * canonical form, the client's bytes compacted, and read-only navigation. The document owns all
+ * its memory and does not point into the input, which may be freed once jcs_parse returns.
+ *
+ * Navigation sees every object's members in canonical order (RFC 8785 §3.2.3: sorted by their
+ * names as UTF-16 code units), never in the order the client wrote them, and never two members
+ * of one name (the parse refuses duplicates). So whatever is read through it, wildcards
+ * included, depends only on what the canonical form fingerprints. */
+
+struct jcs_doc;
+
+/* A value in a document; points into it and is valid until jcs_doc_free. NULL means no value. */
+struct jcs_node;
+
+enum jcs_type { JCS_NULL, JCS_FALSE, JCS_TRUE, JCS_NUMBER, JCS_STRING, JCS_ARRAY, JCS_OBJECT };
+
+/* Parses in[0..len) as jcs_canonicalize does (same max_depth, same errors and offsets, err may be
+ * NULL, in may be NULL only when len is 0) into a new document (*out, freed with jcs_doc_free).
+ * In the same pass it copies the input minus the whitespace between tokens (whitespace inside
+ * strings is kept): the compacted bytes, see jcs_doc_take_compact. Returns 0, or a negative enum
+ * jcs_err with *out NULL. out must not be NULL. Thread-safe and locale-independent. */
+__attribute__((warn_unused_result)) int jcs_parse(const char *in, size_t len, int max_depth,
+                                                  struct jcs_doc **out, struct jcs_error *err);
+
+/* Frees a document from jcs_parse; NULL is a no-op. */
+void jcs_doc_free(struct jcs_doc *doc);
+
+/* Writes the document's RFC 8785 canonical form (exact numbers, see above) to a new malloc'd,
+ * NUL-terminated buffer (*out, *out_len without the NUL; the caller frees it). Returns 0, or
+ * JCS_ENOMEM with *out NULL and *out_len 0. May be called any number of times. */
+__attribute__((warn_unused_result)) int jcs_doc_canonical(const struct jcs_doc *doc, char **out,
+                                                          size_t *out_len);
+
+/* Hands the compacted input over to the caller: every number and string spelt, and every member
+ * in the order, exactly as the client wrote them, with only the whitespace between tokens gone
+ * (what inject_compact gives for the same valid input). Returns a malloc'd, NUL-terminated
+ * buffer (*len bytes without the NUL) that the caller frees with free(); the first call takes
+ * it, later calls return NULL with *len 0. Navigation and jcs_doc_canonical do not need it. */
+char *jcs_doc_take_compact(struct jcs_doc *doc, size_t *len);
+
+/* The top-level value; never NULL for a document from jcs_parse. */
+const struct jcs_node *jcs_doc_root(const struct jcs_doc *doc);
+
+/* The kind of value n is; n must not be NULL. */
+enum jcs_type jcs_node_type(const struct jcs_node *n);
+
+/* Elements of an array or members of an object; 0 for any other value and for NULL. */
+size_t jcs_node_count(const struct jcs_node *n);
+
+/* Element i of an array, or the value of member i of an object in canonical member order; NULL
+ * when i >= jcs_node_count(n) or n is NULL. */
+const struct jcs_node *jcs_node_at(const struct jcs_doc *doc, const struct jcs_node *n, size_t i);
+
+/* The value of the member of object n whose decoded name is name[0..len) (compared byte for
+ * byte, case-sensitively; name may hold NUL bytes), or NULL when there is none or n is not an
+ * object. O(log members). */
+const struct jcs_node *jcs_node_member(const struct jcs_doc *doc, const struct jcs_node *n,
+                                       const char *name, size_t len);
+
+/* A number's nearest IEEE double (read in the C locale, whatever the process locale): 0 with *v
+ * set, or -1 when n is not a number. Never allocates. */
+int jcs_node_number(const struct jcs_doc *doc, const struct jcs_node *n, double *v);
+
+/* A string's decoded UTF-8 bytes (*len of them, not NUL-terminated, possibly holding NUL bytes),
+ * pointing into the document; NULL when n is not a string. */
+const char *jcs_node_string(const struct jcs_doc *doc, const struct jcs_node *n, size_t *len);
+
 /* Name of an error code, e.g. "duplicate_key"; never NULL. */
 const char *jcs_strerror(int code);
 

@@ -50,6 +50,34 @@ const cJSON *jpath_first(const struct jpath *p, const cJSON *root);
 size_t jpath_each(const struct jpath *p, const cJSON *root,
                   void (*cb)(const cJSON *node, void *arg), void *arg);
 
+/* ---- Other trees ----
+ *
+ * The same evaluation over a tree jpath does not know (the request body's parsed document, say),
+ * read through these callbacks. A node is an opaque pointer into the tree, NULL meaning none;
+ * `tree` is passed through untouched. The steps mean what they mean for cJSON, except that "in
+ * order" is the order in which child() numbers an object's members, and a .name step selects
+ * what member() answers. */
+
+enum jpath_kind { JPATH_SCALAR, JPATH_ARRAY, JPATH_OBJECT };
+
+struct jpath_tree {
+    enum jpath_kind (*kind)(const void *tree, const void *node);
+    /* Elements of an array (only asked of arrays, for negative indices). */
+    size_t (*count)(const void *tree, const void *node);
+    /* Element i of an array, or the value of member i of an object; NULL past the last. prev is
+     * child i - 1 when the caller has just had it (NULL for i == 0 or when it has not): a hint
+     * for trees that chain their children. */
+    const void *(*child)(const void *tree, const void *node, size_t i, const void *prev);
+    /* The value of the object member named name (NUL-terminated, byte for byte), or NULL. */
+    const void *(*member)(const void *tree, const void *node, const char *name);
+};
+
+/* jpath_first over any tree: the first node p selects in root, or NULL when it selects none or
+ * p or root is NULL. Never allocates; the recursion depth is bounded by the number of wildcard
+ * steps. jpath_first(p, root) is jpath_first_in with cJSON's callbacks. */
+const void *jpath_first_in(const struct jpath *p, const struct jpath_tree *ops, const void *tree,
+                           const void *root);
+
 /* Returns the string value of jpath_first(p, root), or NULL when nothing is selected or the node
  * is not a JSON string (numbers, booleans and null are not converted). The result points into
  * root. */

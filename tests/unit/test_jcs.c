@@ -16,12 +16,18 @@
 
 /* Every case runs on an exact-size heap copy of its input with no NUL after it, so that ASan
  * catches any read past len. */
-static int canon(const char *in, size_t len, int max_depth, char **out, size_t *out_len,
-                 struct jcs_error *err)
+static char *heap_copy(const char *in, size_t len)
 {
     char *copy = malloc(len ? len : 1);
     assert_non_null(copy);
     memcpy(copy, in, len);
+    return copy;
+}
+
+static int canon(const char *in, size_t len, int max_depth, char **out, size_t *out_len,
+                 struct jcs_error *err)
+{
+    char *copy = heap_copy(in, len);
     int rc = jcs_canonicalize(copy, len, max_depth, out, out_len, err);
     free(copy);
     return rc;
@@ -39,6 +45,27 @@ static char *canon_ok(const char *in)
     assert_non_null(out);
     assert_int_equal(strlen(out), out_len);
     return out;
+}
+
+/* Parses a valid document from a heap copy that is scribbled over and freed before the document
+ * is used: the document must not point into its input. */
+static struct jcs_doc *parse_len(const char *in, size_t len)
+{
+    char *copy = heap_copy(in, len);
+    struct jcs_doc *doc = (struct jcs_doc *)&doc;
+    struct jcs_error err;
+    int rc = jcs_parse(copy, len, DEPTH, &doc, &err);
+    memset(copy, 'x', len);
+    free(copy);
+    if (rc)
+        fail_msg("input %s: %s at %zu (%s)", in, jcs_strerror(rc), err.offset, err.what);
+    assert_non_null(doc);
+    return doc;
+}
+
+static struct jcs_doc *parse_ok(const char *in)
+{
+    return parse_len(in, strlen(in));
 }
 
 /* ---- Valid documents ---- */
@@ -481,6 +508,10 @@ static void test_number_locale(void **state)
     /* The last number is rounded (strtod) to check the double range; the formatter is called
      * directly too. */
     char *out = canon_ok("[1.5,0.1,1e-7,333333333.33333329,1.7976931348623157e308]");
+    struct jcs_doc *doc = parse_ok("[2.5]");
+    double v = 0;
+    assert_int_equal(jcs_node_number(doc, jcs_node_at(doc, jcs_doc_root(doc), 0), &v), 0);
+    jcs_doc_free(doc);
     char buf[32];
     int n1 = jcs_format_double(333333333.33333329, buf);
     char buf2[32];
@@ -491,6 +522,7 @@ static void test_number_locale(void **state)
     assert_string_equal(buf, "333333333.3333333");
     assert_int_equal(n2, 3);
     assert_string_equal(buf2, "0.5");
+    assert_true(v == 2.5);
     free(out);
 }
 
@@ -872,6 +904,222 @@ static void test_large(void **state)
     free(want);
 }
 
+/* ---- The parsed document ---- */
+
+/* The canonical form of every valid case is jcs_canonicalize's, however often it is asked for,
+ * and every refused case fails as jcs_canonicalize does, leaving no document. */
+static void test_doc_cases(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof ok_cases / sizeof ok_cases[0]; i++) {
+        const struct ok_case *c = &ok_cases[i];
+        struct jcs_doc *doc = parse_len(c->in, c->len ? c->len : strlen(c->in));
+        for (int round = 0; round < 2; round++) {
+            char *out = NULL;
+            size_t out_len = 0;
+            assert_int_equal(jcs_doc_canonical(doc, &out, &out_len), 0);
+            assert_int_equal(out_len, strlen(c->out));
+            assert_memory_equal(out, c->out, out_len);
+            free(out);
+        }
+        jcs_doc_free(doc);
+    }
+    for (size_t i = 0; i < sizeof err_cases / sizeof err_cases[0]; i++) {
+        const struct err_case *c = &err_cases[i];
+        size_t len = c->len ? c->len : strlen(c->in);
+        char *copy = heap_copy(c->in, len);
+        struct jcs_doc *doc = (struct jcs_doc *)&doc;
+        struct jcs_error err = {0, 0, NULL};
+        int rc = jcs_parse(copy, len, DEPTH, &doc, &err);
+        if (rc != c->code || err.offset != c->offset || err.code != rc)
+            fail_msg("case %zu: got %s at %zu", i, jcs_strerror(rc), err.offset);
+        assert_null(doc);
+        assert_int_equal(jcs_parse(copy, len, DEPTH, &doc, NULL), c->code);
+        free(copy);
+    }
+    jcs_doc_free(NULL);
+}
+
+struct compact_case {
+    const char *in, *want;
+};
+
+static const struct compact_case compact_cases[] = {
+    {" { \"a\" : 1 ,\n \"b\":[ 1 , 2 ] }\t", "{\"a\":1,\"b\":[1,2]}"},
+    /* Whitespace, quotes and backslashes inside strings stay. */
+    {"{\"s\": \" keep  spaces \\\" and \\\\ \"}", "{\"s\":\" keep  spaces \\\" and \\\\ \"}"},
+    {"[\"\\\\\", \" \\t\\n \", \"\\\"\" ]", "[\"\\\\\",\" \\t\\n \",\"\\\"\"]"},
+    /* Numbers, escapes and member order exactly as written. */
+    {"{\"seed\": 12345678901234567890, \"x\": 1.50, \"e\" : -0.0E+00}",
+     "{\"seed\":12345678901234567890,\"x\":1.50,\"e\":-0.0E+00}"},
+    {"{\"z\" : {} , \"a\" : [ ] , \"\\u00e9\" : \"\\u0020\\/\" }",
+     "{\"z\":{},\"a\":[],\"\\u00e9\":\"\\u0020\\/\"}"},
+    {"\r\n\t 7 \r\n\t", "7"},
+    {"[ true , false , null ]", "[true,false,null]"},
+    {"\"\"", "\"\""},
+    {"{}", "{}"},
+};
+
+/* The compacted bytes: the input minus the whitespace between tokens, handed over once. */
+static void test_doc_compact(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof compact_cases / sizeof compact_cases[0]; i++) {
+        struct jcs_doc *doc = parse_ok(compact_cases[i].in);
+        size_t len = 7;
+        char *c = jcs_doc_take_compact(doc, &len);
+        assert_non_null(c);
+        assert_string_equal(c, compact_cases[i].want);
+        assert_int_equal(len, strlen(compact_cases[i].want));
+        assert_null(jcs_doc_take_compact(doc, &len));
+        assert_int_equal(len, 0);
+        /* The document does not need them: canonical form and navigation still work. */
+        char *canon = NULL, *want = canon_ok(compact_cases[i].in);
+        size_t clen = 0;
+        assert_int_equal(jcs_doc_canonical(doc, &canon, &clen), 0);
+        assert_string_equal(canon, want);
+        assert_non_null(jcs_doc_root(doc));
+        free(canon);
+        free(want);
+        free(c);
+        jcs_doc_free(doc);
+    }
+}
+
+struct nav_case {
+    const char *in;
+    const char *steps; /* '/'-separated: a member name, or #i for jcs_node_at(i); "" the root */
+    int type;          /* enum jcs_type, or -1 for no node */
+    size_t count;      /* jcs_node_count */
+    double num;        /* JCS_NUMBER */
+    const char *str;   /* JCS_STRING, slen bytes (0: strlen) */
+    size_t slen;
+};
+
+static const struct nav_case nav_cases[] = {
+    {"{\"b\":1,\"a\":[2,3]}", "", JCS_OBJECT, 2, 0, NULL, 0},
+    /* Members are numbered in canonical order, not as written. */
+    {"{\"b\":1,\"a\":[2,3]}", "#0", JCS_ARRAY, 2, 0, NULL, 0},
+    {"{\"b\":1,\"a\":[2,3]}", "#1", JCS_NUMBER, 0, 1, NULL, 0},
+    {"{\"b\":1,\"a\":[2,3]}", "#2", -1, 0, 0, NULL, 0},
+    {"{\"b\":1,\"a\":[2,3]}", "a/#1", JCS_NUMBER, 0, 3, NULL, 0},
+    {"{\"b\":1,\"a\":[2,3]}", "a/#2", -1, 0, 0, NULL, 0},
+    {"{\"b\":1,\"a\":[2,3]}", "b", JCS_NUMBER, 0, 1, NULL, 0},
+    {"{\"b\":1,\"a\":[2,3]}", "c", -1, 0, 0, NULL, 0},
+    {"{\"b\":1,\"a\":[2,3]}", "B", -1, 0, 0, NULL, 0},
+    /* UTF-16 order: U+1F600 (a surrogate pair, 0xD83D...) sorts before U+E000. */
+    {"{\"\\ue000\":1,\"\\ud83d\\ude00\":2}", "#0", JCS_NUMBER, 0, 2, NULL, 0},
+    {"{\"\\ue000\":1,\"\\ud83d\\ude00\":2}", "\xee\x80\x80", JCS_NUMBER, 0, 1, NULL, 0},
+    /* Names and strings are decoded. */
+    {"{\"\\u00e9\":\"x\\ty\"}", "\xc3\xa9", JCS_STRING, 0, 0, "x\ty", 0},
+    {"{\"s\":\"a\\u0000b\"}", "s", JCS_STRING, 0, 0, "a\0b", 3},
+    {"{\"s\":\"\"}", "s", JCS_STRING, 0, 0, "", 0},
+    {"[true,false,null,{}]", "#0", JCS_TRUE, 0, 0, NULL, 0},
+    {"[true,false,null,{}]", "#1", JCS_FALSE, 0, 0, NULL, 0},
+    {"[true,false,null,{}]", "#2", JCS_NULL, 0, 0, NULL, 0},
+    {"[true,false,null,{}]", "#3", JCS_OBJECT, 0, 0, NULL, 0},
+    /* Numbers are their nearest double (compared bit for bit: -0 is -0.0). */
+    {"[-0,1.5E+2,1e-400,9007199254740993,0.1]", "#0", JCS_NUMBER, 0, -0.0, NULL, 0},
+    {"[-0,1.5E+2,1e-400,9007199254740993,0.1]", "#1", JCS_NUMBER, 0, 150, NULL, 0},
+    {"[-0,1.5E+2,1e-400,9007199254740993,0.1]", "#2", JCS_NUMBER, 0, 0, NULL, 0},
+    {"[-0,1.5E+2,1e-400,9007199254740993,0.1]", "#3", JCS_NUMBER, 0, 9007199254740992.0, NULL, 0},
+    {"[-0,1.5E+2,1e-400,9007199254740993,0.1]", "#4", JCS_NUMBER, 0, 0.1, NULL, 0},
+    {"1.7976931348623157e308", "", JCS_NUMBER, 0, 1.7976931348623157e308, NULL, 0},
+    /* Steps that do not fit select nothing. */
+    {"[1]", "a", -1, 0, 0, NULL, 0},
+    {"\"s\"", "#0", -1, 0, 0, NULL, 0},
+    {"{\"a\":1}", "a/#0", -1, 0, 0, NULL, 0},
+};
+
+/* Follows one '/'-separated step from n. */
+static const struct jcs_node *nav_step(const struct jcs_doc *doc, const struct jcs_node *n,
+                                       const char *step, size_t len)
+{
+    if (len > 1 && step[0] == '#')
+        return jcs_node_at(doc, n, (size_t)strtoul(step + 1, NULL, 10));
+    return jcs_node_member(doc, n, step, len);
+}
+
+static void test_doc_navigation(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof nav_cases / sizeof nav_cases[0]; i++) {
+        const struct nav_case *c = &nav_cases[i];
+        struct jcs_doc *doc = parse_ok(c->in);
+        const struct jcs_node *n = jcs_doc_root(doc);
+        for (const char *st = c->steps; *st;) {
+            size_t len = strcspn(st, "/");
+            n = nav_step(doc, n, st, len);
+            st += len + (st[len] == '/');
+        }
+        print_message("nav %zu: %s %s\n", i, c->in, c->steps);
+        if (c->type < 0) {
+            assert_null(n);
+            jcs_doc_free(doc);
+            continue;
+        }
+        assert_non_null(n);
+        assert_int_equal(jcs_node_type(n), c->type);
+        assert_int_equal(jcs_node_count(n), c->count);
+        double v = -99;
+        size_t slen = 99;
+        const char *s = jcs_node_string(doc, n, &slen);
+        assert_int_equal(jcs_node_number(doc, n, &v), c->type == JCS_NUMBER ? 0 : -1);
+        if (c->type == JCS_NUMBER && memcmp(&v, &c->num, sizeof v))
+            fail_msg("nav %zu: %.17g, want %.17g", i, v, c->num);
+        if (c->type != JCS_STRING) {
+            assert_null(s);
+            assert_int_equal(slen, 0);
+        } else {
+            assert_int_equal(slen, c->slen ? c->slen : strlen(c->str));
+            assert_memory_equal(s, c->str, slen);
+        }
+        jcs_doc_free(doc);
+    }
+}
+
+/* Member lookup is a binary search in canonical order: it finds every member of a large object
+ * whose names cross the UTF-16 ordering traps, and nothing else. */
+static void test_doc_member(void **state)
+{
+    (void)state;
+    static const char *const prefixes[] = {
+        "k", "\xc3\xa9", "\xee\x80\x80", "\xef\xbf\xbd", "\xf0\x9f\x98\x80", "K", ""};
+    const unsigned per = 150, np = sizeof prefixes / sizeof prefixes[0];
+    char *in = malloc((size_t)per * np * 32 + 8);
+    assert_non_null(in);
+    size_t a = 0;
+    in[a++] = '{';
+    for (unsigned i = 0; i < per * np; i++) {
+        unsigned k = (i * 7919u) % (per * np); /* a scrambled order */
+        a += (size_t)sprintf(in + a, "%s\"%s%u\":%u", i ? "," : "", prefixes[k % np], k / np, k);
+    }
+    in[a++] = '}';
+    in[a] = '\0';
+    struct jcs_doc *doc = parse_ok(in);
+    const struct jcs_node *root = jcs_doc_root(doc);
+    assert_int_equal(jcs_node_count(root), per * np);
+    for (unsigned k = 0; k < per * np; k++) {
+        char name[32];
+        double v = -1;
+        int len = snprintf(name, sizeof name, "%s%u", prefixes[k % np], k / np);
+        assert_int_equal(jcs_node_number(doc, jcs_node_member(doc, root, name, (size_t)len), &v),
+                         0);
+        assert_true(v == k);
+    }
+    static const struct {
+        const char *name;
+        size_t len;
+    } absent[] = {{"k", 1}, {"k1000", 5}, {"k1\0", 3}, {"\xff", 1}, {"\xee\x80", 2}, {"", 0}};
+    for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+        assert_null(jcs_node_member(doc, root, absent[i].name, absent[i].len));
+    assert_null(jcs_node_member(doc, NULL, "k1", 2));
+    assert_null(jcs_node_at(doc, NULL, 0));
+    assert_int_equal(jcs_node_count(NULL), 0);
+    jcs_doc_free(doc);
+    free(in);
+}
+
 static void test_strerror(void **state)
 {
     (void)state;
@@ -903,6 +1151,10 @@ int main(void)
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_depth_hostile),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_doc_cases),
+        cmocka_unit_test(test_doc_compact),
+        cmocka_unit_test(test_doc_navigation),
+        cmocka_unit_test(test_doc_member),
         cmocka_unit_test(test_strerror),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

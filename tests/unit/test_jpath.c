@@ -10,7 +10,9 @@
 
 #include <cmocka.h>
 
+#include "idemgate/jcs.h"
 #include "idemgate/jpath.h"
+#include "idemgate/reqbody.h"
 
 /* A provider-shaped response used by most rows. */
 static const char *const DOC =
@@ -163,6 +165,126 @@ static void test_select(void **state)
         jpath_free(p);
         cJSON_Delete(doc);
     }
+}
+
+/* ---- The same paths over another tree: the parsed request document ---- */
+
+/* A value written out the same way from either tree (object members as their values only: the
+ * document's navigation has no member names), to compare nodes of two trees. */
+struct desc {
+    char buf[1024];
+    size_t len;
+};
+
+static void desc_add(struct desc *o, const char *s, size_t n)
+{
+    assert_true(o->len + n < sizeof o->buf);
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
+/* kind: 0 null, 1 false, 2 true, 3 number (v), 4 string (s[0..n)). */
+static void desc_scalar(struct desc *o, int kind, double v, const char *s, size_t n)
+{
+    static const char *const lit[] = {"null", "false", "true"};
+    char t[40];
+    if (kind < 3) {
+        desc_add(o, lit[kind], strlen(lit[kind]));
+    } else if (kind == 3) {
+        desc_add(o, t, (size_t)snprintf(t, sizeof t, "%.17g", v));
+    } else {
+        desc_add(o, "\"", 1);
+        desc_add(o, s, n);
+        desc_add(o, "\"", 1);
+    }
+}
+
+static void desc_jcs(struct desc *o, const struct jcs_doc *d, const struct jcs_node *n)
+{
+    double v = 0;
+    size_t len = 0;
+    const char *s = NULL;
+    if (!n) {
+        desc_add(o, "none", 4);
+        return;
+    }
+    enum jcs_type t = jcs_node_type(n);
+    if (t == JCS_ARRAY || t == JCS_OBJECT) {
+        desc_add(o, t == JCS_ARRAY ? "[" : "{", 1);
+        for (size_t i = 0; i < jcs_node_count(n); i++) {
+            if (i)
+                desc_add(o, ",", 1);
+            desc_jcs(o, d, jcs_node_at(d, n, i));
+        }
+        desc_add(o, t == JCS_ARRAY ? "]" : "}", 1);
+        return;
+    }
+    if (t == JCS_NUMBER)
+        assert_int_equal(jcs_node_number(d, n, &v), 0);
+    if (t == JCS_STRING)
+        s = jcs_node_string(d, n, &len);
+    desc_scalar(o, (int)t, v, s, len); /* JCS_NULL .. JCS_STRING are 0 .. 4 */
+}
+
+static void desc_cjson(struct desc *o, const cJSON *n)
+{
+    if (!n) {
+        desc_add(o, "none", 4);
+        return;
+    }
+    if (cJSON_IsArray(n) || cJSON_IsObject(n)) {
+        desc_add(o, cJSON_IsArray(n) ? "[" : "{", 1);
+        for (const cJSON *c = n->child; c; c = c->next) {
+            if (c != n->child)
+                desc_add(o, ",", 1);
+            desc_cjson(o, c);
+        }
+        desc_add(o, cJSON_IsArray(n) ? "]" : "}", 1);
+        return;
+    }
+    int kind = cJSON_IsNull(n)     ? 0
+               : cJSON_IsFalse(n)  ? 1
+               : cJSON_IsTrue(n)   ? 2
+               : cJSON_IsNumber(n) ? 3
+                                   : 4;
+    desc_scalar(o, kind, n->valuedouble, n->valuestring, kind == 4 ? strlen(n->valuestring) : 0);
+}
+
+/* jpath_first_in over the parsed document (reqbody_path_first) selects what jpath_first selects
+ * in cJSON's tree of the canonical text, whose members are in the same, canonical, order; and
+ * what it selects in the document as written when no wildcard is involved. */
+static void test_other_tree(void **state)
+{
+    (void)state;
+    size_t compared = 0;
+    for (size_t i = 0; i < sizeof(select_cases) / sizeof(select_cases[0]); i++) {
+        const struct select_case *tc = &select_cases[i];
+        const char *text = tc->doc ? tc->doc : DOC;
+        struct jcs_doc *d = NULL;
+        if (jcs_parse(text, strlen(text), 64, &d, NULL))
+            continue; /* a repeated name, which the request parse refuses */
+        char *canon = NULL;
+        size_t clen = 0;
+        assert_int_equal(jcs_doc_canonical(d, &canon, &clen), 0);
+        cJSON *in_canon = cJSON_Parse(canon), *as_written = cJSON_Parse(text);
+        struct jpath *p = NULL;
+        assert_int_equal(jpath_compile(tc->path, &p, NULL), 0);
+        struct desc got = {.len = 0}, want = {.len = 0}, written = {.len = 0};
+        desc_jcs(&got, d, reqbody_path_first(p, d));
+        desc_cjson(&want, jpath_first(p, in_canon));
+        desc_cjson(&written, jpath_first(p, as_written));
+        if (strcmp(got.buf, want.buf) || (!strchr(tc->path, '*') && strcmp(got.buf, written.buf)))
+            fail_msg("%s: %s, cJSON %s (as written %s)", tc->path, got.buf, want.buf, written.buf);
+        compared++;
+        assert_null(reqbody_path_first(NULL, d));
+        jpath_free(p);
+        cJSON_Delete(in_canon);
+        cJSON_Delete(as_written);
+        free(canon);
+        jcs_doc_free(d);
+    }
+    assert_true(compared + 2 >= sizeof(select_cases) / sizeof(select_cases[0]));
 }
 
 struct error_case {
@@ -342,11 +464,9 @@ static void test_path_owns_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_select),
-        cmocka_unit_test(test_compile_errors),
-        cmocka_unit_test(test_max_steps),
-        cmocka_unit_test(test_string),
-        cmocka_unit_test(test_null_root_and_free),
+        cmocka_unit_test(test_select),          cmocka_unit_test(test_other_tree),
+        cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_max_steps),
+        cmocka_unit_test(test_string),          cmocka_unit_test(test_null_root_and_free),
         cmocka_unit_test(test_path_owns_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,114 @@
+#include "idemgate/reqbody.h"
+
+#include "idemgate/inject.h"
+#include "idemgate/jpath.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Design: jcs_parse does the one pass over the client's bytes; everything else here reads the
+ * document it leaves (canonical writer, member lookups, a path walk), never the bytes again. */
+
+/* ---- The document as a tree for jpath ---- */
+
+static enum jpath_kind doc_kind(const void *tree, const void *node)
+{
+    (void)tree;
+    enum jcs_type t = jcs_node_type(node);
+    return t == JCS_ARRAY ? JPATH_ARRAY : t == JCS_OBJECT ? JPATH_OBJECT : JPATH_SCALAR;
+}
+
+static size_t doc_count(const void *tree, const void *node)
+{
+    (void)tree;
+    return jcs_node_count(node);
+}
+
+static const void *doc_child(const void *tree, const void *node, size_t i, const void *prev)
+{
+    (void)prev; /* children are indexed: the hint buys nothing */
+    return jcs_node_at(tree, node, i);
+}
+
+static const void *doc_member(const void *tree, const void *node, const char *name)
+{
+    return jcs_node_member(tree, node, name, strlen(name));
+}
+
+static const struct jpath_tree doc_tree = {doc_kind, doc_count, doc_child, doc_member};
+
+const struct jcs_node *reqbody_path_first(const struct jpath *p, const struct jcs_doc *doc)
+{
+    return jpath_first_in(p, &doc_tree, doc, jcs_doc_root(doc));
+}
+
+/* ---- What the intake asks ---- */
+
+/* inject_check's answer for field, from the document: the same checks in the same order, where
+ * the ones about well-formed JSON have already passed (and the parse refused repeated names). */
+static int placeable(const struct jcs_doc *doc, const char *field)
+{
+    const struct jcs_node *obj = jcs_doc_root(doc);
+    struct inject_field f;
+
+    if (!field)
+        return INJECT_OK;
+    if (inject_field_split(field, &f))
+        return INJECT_EFIELD;
+    if (jcs_node_type(obj) != JCS_OBJECT)
+        return INJECT_ENOTOBJECT;
+    if (f.parent) {
+        obj = jcs_node_member(doc, obj, f.parent, f.plen);
+        if (!obj)
+            return INJECT_OK; /* the parent is created with the member */
+        if (jcs_node_type(obj) != JCS_OBJECT)
+            return INJECT_EPARENT;
+    }
+    return jcs_node_member(doc, obj, f.name, f.nlen) ? INJECT_EEXISTS : INJECT_OK;
+}
+
+static int requested_count(const struct jcs_doc *doc, const struct reqbody_needs *needs)
+{
+    double v;
+
+    if (!needs->outputs_counted)
+        return -1;
+    const struct jcs_node *n = reqbody_path_first(needs->outputs_path, doc);
+    if (!jcs_node_number(doc, n, &v) && v >= 1 && v <= 1000)
+        return (int)v;
+    return needs->outputs_default;
+}
+
+int reqbody_init(struct reqbody *b, const char *in, size_t len, const struct reqbody_needs *needs,
+                 struct jcs_error *err)
+{
+    struct jcs_error local;
+    struct jcs_doc *doc;
+
+    memset(b, 0, sizeof *b);
+    b->requested = -1;
+    if (!err)
+        err = &local;
+    int rc = jcs_parse(in, len, needs->max_depth, &doc, err);
+    if (rc)
+        return rc;
+    rc = jcs_doc_canonical(doc, &b->canon, &b->canon_len);
+    if (rc) {
+        *err = (struct jcs_error){.code = JCS_ENOMEM, .offset = len, .what = "out of memory"};
+        jcs_doc_free(doc);
+        return rc;
+    }
+    b->sent = jcs_doc_take_compact(doc, &b->sent_len);
+    b->placeable = placeable(doc, needs->client_ref_field);
+    b->requested = requested_count(doc, needs);
+    jcs_doc_free(doc);
+    return 0;
+}
+
+void reqbody_fini(struct reqbody *b)
+{
+    free(b->canon);
+    free(b->sent);
+    memset(b, 0, sizeof *b);
+    b->requested = -1;
+}
