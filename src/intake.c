@@ -13,6 +13,7 @@
 #include "idemgate/provider.h"
 #include "idemgate/reply.h"
 #include "idemgate/store.h"
+#include "idemgate/wake.h"
 
 #include <cjson/cJSON.h>
 
@@ -247,6 +248,8 @@ static enum step_result step_record(struct intake *in)
     }
     in->have_job = 1;
     in->tenant_proven = 1;
+    if (in->created)
+        wake_work();
     CRASH_POINT("after_intent_commit");
     return STEP_NEXT;
 }
