@@ -22,7 +22,6 @@
 #   BENCH_DISPATCH_WORKERS=4    the gateway's dispatch_workers (end-to-end and replay runs)
 #   BENCH_IDLE_CONNECTIONS=1000 idle keep-alive connections held for the memory figure
 #   BENCH_CALLGRIND_REQUESTS=2000  requests per path counted under callgrind (0: skip)
-#   BENCH_DIAGNOSTICS=1         also run pgbench with the NOTIFY trigger off (not a ratio)
 #   BENCH_ONLY="a b …"          run only these steps (mock nginx e2e replay get idle intake_disp
 #                               intake pgbench callgrind); the default is all of them
 #   BENCH_OUT=bench/results/latest.json
@@ -322,14 +321,6 @@ if want pgbench; then
     # (one connection per server thread).
     pgbench_run pgbench "$CONNS"
     [ "$HTTP_THREADS" != "$CONNS" ] && pgbench_run pgbench_gw "$HTTP_THREADS"
-    # Diagnostic, outside the ratios: the same with the NOTIFY trigger off, to show what the
-    # per-row pg_notify costs the intake commit (PostgreSQL serialises the commits of notifying
-    # transactions on one lock). The trigger is enabled again at once; nothing else runs then.
-    if [ "${BENCH_DIAGNOSTICS:-1}" = 1 ]; then
-        "${PSQL[@]}" -c "ALTER TABLE operations DISABLE TRIGGER operations_notify"
-        pgbench_run pgbench_nonotify "$CONNS"
-        "${PSQL[@]}" -c "ALTER TABLE operations ENABLE TRIGGER operations_notify"
-    fi
 fi
 
 # --- 4. instructions per request under callgrind ---------------------------------------------

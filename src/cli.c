@@ -4,6 +4,7 @@
 #include "idemgate/jobview.h"
 #include "idemgate/migrate.h"
 #include "idemgate/store.h"
+#include "idemgate/wake.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,10 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
                    applied ? "resolved" : same ? "already resolved so" : "not in review");
             rc = applied || same ? 0 : 1;
             store_job_fini(&j);
+            /* This process has no signaller: the gateways are told now (or by their polls). */
+            if (wake_flush(db) < 0)
+                fprintf(stderr, "idemgate: the gateways could not be signalled; they will "
+                                "notice at their next poll\n");
         }
     resolved:;
     } else {

@@ -60,7 +60,7 @@ static const struct cfg_setting settings[] = {
     {"max_wait_seconds", "IDEMGATE_MAX_WAIT_SECONDS", T_INT, OFF(max_wait_seconds), "60", 0, 3600,
      "cap on Prefer: wait=N"},
     {"poll_interval_ms", "IDEMGATE_POLL_INTERVAL_MS", T_INT, OFF(poll_interval_ms), "1000", 10,
-     60000, "dispatcher fallback poll when no NOTIFY arrives"},
+     60000, "dispatcher fallback poll when no wake-up arrives"},
     {"poll_workers", "IDEMGATE_POLL_WORKERS", T_INT, OFF(poll_workers), "1", 0, 64,
      "poller threads in this replica (status reads of accepted async jobs, cancels)"},
     {"public_url", "IDEMGATE_PUBLIC_URL", T_STR, OFF(public_url), "", 0, 0,
@@ -69,6 +69,9 @@ static const struct cfg_setting settings[] = {
      "reconciler threads in this replica (resolve unknown operations)"},
     {"reaper_interval_ms", "IDEMGATE_REAPER_INTERVAL_MS", T_INT, OFF(reaper_interval_ms), "1000",
      0, 600000, "how often expired leases are turned into unknown (0: never, in this replica)"},
+    {"wait_poll_ms", "IDEMGATE_WAIT_POLL_MS", T_INT, OFF(wait_poll_ms), "1000", 10, 600000,
+     "how often the jobs of Prefer: wait clients are read again (bounds the delay a lost wake-up "
+     "signal from another replica can cause)"},
 };
 #undef OFF
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))

@@ -98,6 +98,11 @@ int store_db_ensure(struct db *db)
     return connect_db(db);
 }
 
+int store_db_backend_pid(struct db *db)
+{
+    return db->conn ? PQbackendPID(db->conn) : 0;
+}
+
 /* Maps a failed result to a store error. Connection failures mark the handle for reconnection. */
 static int result_error(struct db *db, PGresult *r, const char *stmt)
 {
@@ -420,12 +425,12 @@ int db_bytea_decode(const char *s, unsigned char **out, size_t *len)
 }
 
 /* Hands every buffered notification to cb; returns how many. */
-static int drain_notifies(struct db *db, void (*cb)(const char *, void *), void *arg)
+static int drain_notifies(struct db *db, void (*cb)(const char *, int, void *), void *arg)
 {
     int n = 0;
     PGnotify *nt;
     while ((nt = PQnotifies(db->conn))) {
-        cb(nt->extra, arg);
+        cb(nt->extra, nt->be_pid, arg);
         PQfreemem(nt);
         n++;
     }
@@ -444,8 +449,8 @@ int store_listen(struct db *db, const char *channel)
     return e;
 }
 
-int store_wait_notify(struct db *db, int timeout_ms, int wake_fd, void (*cb)(const char *, void *),
-                      void *arg)
+int store_wait_notify(struct db *db, int timeout_ms, const int *wake_fds, int n_wake,
+                      void (*cb)(const char *, int, void *), void *arg)
 {
     if (!db->conn)
         return STORE_EUNAVAIL;
@@ -455,11 +460,14 @@ int store_wait_notify(struct db *db, int timeout_ms, int wake_fd, void (*cb)(con
     int n = drain_notifies(db, cb, arg);
     if (n > 0)
         return n;
-    struct pollfd pfd[2] = {{.fd = PQsocket(db->conn), .events = POLLIN},
-                            {.fd = wake_fd, .events = POLLIN}};
+    struct pollfd pfd[1 + DB_MAX_WAKE_FDS] = {{.fd = PQsocket(db->conn), .events = POLLIN}};
+    int n_pfd = 1;
+    for (int i = 0; i < n_wake && i < DB_MAX_WAKE_FDS; i++)
+        if (wake_fds[i] >= 0)
+            pfd[n_pfd++] = (struct pollfd){.fd = wake_fds[i], .events = POLLIN};
     if (pfd[0].fd < 0)
         return result_error(db, NULL, "notify");
-    if (poll(pfd, wake_fd >= 0 ? 2 : 1, timeout_ms) <= 0 || !(pfd[0].revents & POLLIN))
+    if (poll(pfd, (nfds_t)n_pfd, timeout_ms) <= 0 || !(pfd[0].revents & POLLIN))
         return 0;
     if (PQconsumeInput(db->conn) == 0)
         return result_error(db, NULL, "notify");

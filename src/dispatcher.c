@@ -3,12 +3,11 @@
 #include "idemgate/attempt.h"
 #include "idemgate/crash.h"
 #include "idemgate/lease.h"
+#include "idemgate/wake.h"
 #include "idemgate/wpool.h"
 
 #include <stdlib.h>
 
-/* What waits idle between claims is told of new work by this channel (a trigger NOTIFYs it). */
-#define WORK_CHANNEL "idemgate_work"
 /* The pause after the database refused a claim (or is being migrated). */
 #define ERROR_WAIT_MS 200
 
@@ -33,7 +32,10 @@ struct dispatcher *disp_start(const struct cfg *cfg)
                               .work = dispatch_one,
                               .idle_ms = cfg->poll_interval_ms,
                               .error_ms = ERROR_WAIT_MS,
-                              .channel = WORK_CHANNEL};
+                              /* New work wakes an idle worker: from this replica in
+                               * process, from the others by their signaller (wake.h). */
+                              .channel = WAKE_WORK_CHANNEL,
+                              .wake_on_work = 1};
     d->pool = wpool_start(cfg, cfg->dispatch_workers, &spec);
     if (!d->pool) {
         free(d);

@@ -4,6 +4,7 @@
 #include "idemgate/log.h"
 #include "idemgate/store.h"
 #include "idemgate/upstream.h"
+#include "idemgate/wake.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -107,7 +108,8 @@ static const struct db_stmt reconcile_send = {
 
 /* A result is written only under the lease that sent it (fencing); the attempt is recorded
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
- * back to prepared is failed instead. */
+ * back to prepared is failed instead. Returns the decision and the state written (NULL when
+ * fenced). */
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = "WITH upd AS (UPDATE operations SET "
@@ -132,12 +134,13 @@ static const struct db_stmt finish = {
     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
     "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
-    " RETURNING 1) "
-    "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
+    " RETURNING state), "
+    "att AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
     " finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "
     "SELECT $1, $2, $3, $17, to_timestamp($10), to_timestamp($11), $12, $5::integer, $13, $14, "
     " CASE WHEN EXISTS (SELECT 1 FROM upd) THEN $4 ELSE 'fenced' END, $8 "
-    "RETURNING decision",
+    "RETURNING decision) "
+    "SELECT att.decision, (SELECT state FROM upd) FROM att",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "state", "http_status",
                         "resp_headers", "resp_body", "error", "remote_id", "started_at",
                         "finished_at", "outcome", "curl_code", "bytes_sent", "retry_delay_ms",
@@ -158,10 +161,11 @@ static const struct db_stmt finish = {
 };
 
 /* After a fenced write was re-run on a new connection: whether the first run had committed (the
- * row holds what it wrote, under the same fencing token, unowned). Reads only. */
+ * row holds what it wrote, under the same fencing token, unowned), and the state it wrote. Reads
+ * only. */
 static const struct db_stmt finish_check = {
     .name = "finish_check",
-    .sql = "SELECT 1 FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
+    .sql = "SELECT state FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
     " AND lease_owner IS NULL AND (state = $4 OR ($4 = 'prepared' AND state = 'failed'))",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "state"),
 };
@@ -410,16 +414,20 @@ static int finish_run(struct db *db, const struct store_finish *f, const struct 
 }
 
 /* The connection may have died after the first run's commit: then the re-run met its own write
- * (and was fenced by it). The row tells: 1 when it holds what f wrote. */
+ * (and was fenced by it). The row tells: the state f wrote when it holds that write, else -1. */
 static int finish_committed(struct db *db, const struct store_finish *f)
 {
-    long long same = 0;
-    int e = db_run_number(db, &finish_check,
-                          DB_ARGS(p_int("tenant_id", f->tenant_id), p_text("id", f->id),
-                                  p_int("lease_version", f->lease_version),
-                                  p_text("state", st_name(f->state))),
-                          DB_ROWS, &same);
-    return e == STORE_OK && same == 1;
+    PGresult *r;
+    int e = db_run(db, &finish_check,
+                   DB_ARGS(p_int("tenant_id", f->tenant_id), p_text("id", f->id),
+                           p_int("lease_version", f->lease_version),
+                           p_text("state", st_name(f->state))),
+                   &r);
+    if (e < 0)
+        return -1;
+    int st = PQntuples(r) == 1 ? st_parse(PQgetvalue(r, 0, 0)) : -1;
+    PQclear(r);
+    return st;
 }
 
 int store_finish(struct db *db, const struct store_finish *f, int *applied)
@@ -466,9 +474,15 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     if (e < 0)
         return e;
     *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
+    int written = *applied && db_val(r, 0, 1) ? st_parse(db_val(r, 0, 1)) : -1;
     PQclear(r);
-    if (!*applied && lost)
-        *applied = finish_committed(db, f);
+    if (!*applied && lost) {
+        written = finish_committed(db, f);
+        *applied = written >= 0;
+    }
+    /* Committed: whoever waits for this operation (dispatchers, clients) is told. */
+    if (written >= 0)
+        wake_state(f->id, (enum op_state)written);
     return STORE_OK;
 }
 

@@ -1,6 +1,6 @@
 /* idemgate: orchestration only. Load the configuration, start the subsystems in order, wait for
  * a signal, stop them in order: stop accepting → answer waiting clients → drain → stop the HTTP
- * server → free what its handlers used → stop the workers → close the store. */
+ * server → free what its handlers used → stop the workers → stop the wake signaller. */
 #include "idemgate/cli.h"
 #include "idemgate/config.h"
 #include "idemgate/dispatcher.h"
@@ -17,6 +17,7 @@
 #include "idemgate/store.h"
 #include "idemgate/upstream.h"
 #include "idemgate/waiters.h"
+#include "idemgate/wake.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -52,7 +53,7 @@ struct subsystems {
     struct reaper *reaper;
     struct api *api;
     struct hs_server *http;
-    int curl, cache;
+    int curl, cache, wake;
 };
 
 /* Starts the subsystems in order; returns NULL, or the name of the step that failed (what did
@@ -72,10 +73,15 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
         return "job cache";
     s->cache = 1;
+    /* Before anything that commits a state: the wake-ups of every write reach the others. */
+    if (wake_start(cfg) < 0)
+        return "wake signaller";
+    s->wake = 1;
     if (!(s->waiters = waiters_start(cfg)))
         return "waiters";
     if (!(s->recorder = recorder_start(cfg)))
         return "recorder";
+    wake_on_done(waiters_job_done, s->waiters);
     if (!(s->disp = disp_start(cfg)))
         return "dispatcher";
     if (!(s->recon = recon_start(cfg)))
@@ -93,17 +99,22 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
 /* Stops what start_all started. HTTP first and entirely: until hs_stop returns, a request on a
  * kept-alive connection may still reach the waiters (Prefer: wait), the job cache and the API's
  * per-thread database connections, so none of them is freed before. Then the workers: calls in
- * flight finish and their results are written. */
+ * flight finish and their results are written; last the signaller, which tells the other
+ * replicas of those results. */
 static void stop_all(struct subsystems *s)
 {
     hs_stop(s->http);  /* no server thread runs any more */
     api_free(s->api);  /* the server threads' database connections */
+    /* From here the workers' results no longer reach the waiters. */
+    wake_on_done(NULL, NULL);
     waiters_free(s->waiters);
     recorder_free(s->recorder);
     disp_stop(s->disp);
     wpool_stop(s->recon);
     wpool_stop(s->poller);
     reaper_stop(s->reaper);
+    if (s->wake)
+        wake_stop();
     if (s->cache)
         jobcache_fini();
     if (s->curl)

@@ -1,6 +1,7 @@
 #include "idemgate/store.h"
 
 #include "idemgate/log.h"
+#include "idemgate/wake.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -10,7 +11,8 @@
 /* Tenant-scoped reads and writes (intake, jobs, cancel, resolve, regenerate, webhooks), tenants,
  * breakers, gauges and the operator's reads. Each statement stands beside the function that runs
  * it; the connection, preparation and parameter binding are db.c's; what workers write under a
- * lease is lease.c's. */
+ * lease is lease.c's. A function whose committed write leaves an operation prepared, completed
+ * or failed says so to wake.h (the intake's caller does, for a created job). */
 
 /* The projection of a job, identical for every statement that returns one so that one reader
  * (job_from_row) serves them all. */
@@ -328,8 +330,11 @@ static const struct db_stmt cancel = {
 int store_cancel(struct db *db, const char *token, const char *job_id, struct store_job *out,
                  int *changed)
 {
-    return flagged_job(db, &cancel, DB_ARGS(p_text("token", token), p_text("job_id", job_id)),
-                       token, out, changed);
+    int e = flagged_job(db, &cancel, DB_ARGS(p_text("token", token), p_text("job_id", job_id)),
+                        token, out, changed);
+    if (e == STORE_OK && *changed)
+        wake_state(out->id, out->state); /* failed, when it was never sent */
+    return e;
 }
 
 /* An operator's decision on a job in review. Applied once; the same decision again is a no-op
@@ -370,11 +375,14 @@ int store_resolve(struct db *db, const char *token, const char *job_id, const ch
             LS("to", st_name(new_state)));
         return STORE_EINTERNAL;
     }
-    return flagged_job(db, &resolve,
-                       DB_ARGS(p_text("token", token), p_text("job_id", job_id),
-                               p_text("outcome", outcome), p_text("state", st_name(new_state)),
-                               p_text("by", by), p_text("remote_id", remote_id)),
-                       token, out, applied);
+    int e = flagged_job(db, &resolve,
+                        DB_ARGS(p_text("token", token), p_text("job_id", job_id),
+                                p_text("outcome", outcome), p_text("state", st_name(new_state)),
+                                p_text("by", by), p_text("remote_id", remote_id)),
+                        token, out, applied);
+    if (e == STORE_OK && *applied)
+        wake_state(out->id, out->state);
+    return e;
 }
 
 /* A deliberate new paid creation from a terminal job: a new operation with its own key, linked
@@ -435,6 +443,8 @@ int store_regenerate(struct db *db, const char *token, const char *parent_id, co
                         out, created);
         if (e == STORE_ENOTFOUND)
             e = regenerate_missed(db, token, parent_id, key, out, created);
+        if (e == STORE_OK && *created)
+            wake_work();
         if (e != STORE_ERETRY)
             return e;
     }
@@ -702,6 +712,8 @@ int store_breaker_reset(struct db *db, const char *provider, int *cleared)
     int e = db_run_number(db, &breaker_reset, DB_ARGS(p_text("provider", provider)), DB_ROWS, &n);
     if (e == STORE_OK)
         *cleared = n > 0;
+    if (e == STORE_OK && n > 0)
+        wake_work(); /* the provider's prepared operations may be claimed again */
     return e;
 }
 

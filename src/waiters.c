@@ -3,12 +3,16 @@
 #include "idemgate/crypto.h"
 #include "idemgate/log.h"
 #include "idemgate/store.h"
+#include "idemgate/wake.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The longest the thread sleeps: how late a deadline or a new waiter's first read may be. */
+#define TICK_MS 50
 
 struct waiter {
     char job_id[CRYPTO_JOB_ID_LEN];
@@ -65,6 +69,15 @@ int waiters_add(struct waiters *w, const char *job_id, double deadline, void (*w
     return 0;
 }
 
+/* Every waiter's job is to be read again. */
+static void mark_unchecked(struct waiters *w)
+{
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n; i++)
+        w->v[i].checked = 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* Wakes and removes waiter i; the caller holds the lock. */
 static void wake_at(struct waiters *w, size_t i)
 {
@@ -73,7 +86,7 @@ static void wake_at(struct waiters *w, size_t i)
     e.wake(e.arg);
 }
 
-static void wake_job(const char *id, void *arg)
+void waiters_job_done(const char *id, void *arg)
 {
     struct waiters *w = arg;
     pthread_mutex_lock(&w->mu);
@@ -86,29 +99,57 @@ static void wake_job(const char *id, void *arg)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* A job may have become terminal between the client's read and the waiter's registration, when
- * no LISTEN could see it: read the state of every waiter not yet checked. */
-static void check_new(struct waiters *w, struct db *db)
+/* A LISTEN payload: the job ids another replica saw become terminal. This replica's own
+ * signals are skipped: their waiters were woken in process. */
+static void on_done_notify(const char *payload, int sender_pid, void *arg)
 {
-    const char *ids[256];
-    char copy[256][CRYPTO_JOB_ID_LEN];
+    if (!wake_is_echo(sender_pid))
+        (void)wake_split(payload, waiters_job_done, arg);
+}
+
+/* Reads, in one query, the state of every waiter not checked yet and wakes those whose job is
+ * terminal. A job may have become terminal between the client's read and the waiter's
+ * registration, when no signal could reach it; and a signal may have been lost. */
+static void check_unchecked(struct waiters *w, struct db *db)
+{
+    char(*copy)[CRYPTO_JOB_ID_LEN] = NULL;
+    const char **ids = NULL;
     size_t n = 0;
     pthread_mutex_lock(&w->mu);
-    for (size_t i = 0; i < w->n && n < 256; i++) {
+    for (size_t i = 0; i < w->n; i++)
+        n += !w->v[i].checked;
+    if (n) {
+        copy = malloc(n * sizeof(*copy));
+        ids = malloc(n * sizeof(*ids));
+    }
+    size_t k = 0;
+    for (size_t i = 0; copy && ids && i < w->n; i++) {
         if (!w->v[i].checked) {
-            strcpy(copy[n], w->v[i].job_id);
-            ids[n] = copy[n];
-            n++;
+            strcpy(copy[k], w->v[i].job_id);
+            ids[k] = copy[k];
+            k++;
             w->v[i].checked = 1;
         }
     }
     pthread_mutex_unlock(&w->mu);
-    if (n && store_terminal_ids(db, ids, n, wake_job, w) < 0) {
-        pthread_mutex_lock(&w->mu);
-        for (size_t i = 0; i < w->n; i++)
-            w->v[i].checked = 0;
-        pthread_mutex_unlock(&w->mu);
+    if (k && store_terminal_ids(db, ids, k, waiters_job_done, w) < 0)
+        mark_unchecked(w); /* read them again next round */
+    free(copy);
+    free(ids);
+}
+
+/* Wakes the waiters whose deadline has passed. */
+static void wake_expired(struct waiters *w)
+{
+    double now = waiters_now();
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n;) {
+        if (w->v[i].deadline <= now)
+            wake_at(w, i);
+        else
+            i++;
     }
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void *waiters_main(void *arg)
@@ -116,35 +157,28 @@ static void *waiters_main(void *arg)
     struct waiters *w = arg;
     struct db *db = store_db_open(w->cfg->database_url);
     unsigned gen = 0;
+    double poll_s = w->cfg->wait_poll_ms / 1000.0, next_poll = waiters_now() + poll_s;
     if (!db)
         return NULL;
     while (!atomic_load(&w->stop)) {
         if (store_db_generation(db) != gen || !store_db_ok(db)) {
-            if (store_listen(db, "idemgate_done") == STORE_OK) {
+            if (store_listen(db, WAKE_DONE_CHANNEL) == STORE_OK) {
                 gen = store_db_generation(db);
-                /* Notifications sent while we were not listening are lost: read them all. */
-                pthread_mutex_lock(&w->mu);
-                for (size_t i = 0; i < w->n; i++)
-                    w->v[i].checked = 0;
-                pthread_mutex_unlock(&w->mu);
+                /* Signals sent while we were not listening are lost: read them all. */
+                mark_unchecked(w);
             }
         }
+        if (waiters_now() >= next_poll) {
+            mark_unchecked(w); /* the safety net: a lost signal costs at most wait_poll_ms */
+            next_poll = waiters_now() + poll_s;
+        }
         if (store_db_ok(db))
-            check_new(w, db);
-        int timeout = 50;
-        if (!store_db_ok(db) || store_wait_notify(db, timeout, -1, wake_job, w) < 0) {
-            struct timespec ts = {0, 50 * 1000000L};
+            check_unchecked(w, db);
+        if (!store_db_ok(db) || store_wait_notify(db, TICK_MS, NULL, 0, on_done_notify, w) < 0) {
+            struct timespec ts = {0, TICK_MS * 1000000L};
             nanosleep(&ts, NULL);
         }
-        double now = waiters_now();
-        pthread_mutex_lock(&w->mu);
-        for (size_t i = 0; i < w->n;) {
-            if (w->v[i].deadline <= now)
-                wake_at(w, i);
-            else
-                i++;
-        }
-        pthread_mutex_unlock(&w->mu);
+        wake_expired(w);
     }
     store_db_close(db);
     return NULL;

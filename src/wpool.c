@@ -2,6 +2,7 @@
 
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
+#include "idemgate/wake.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -20,10 +21,12 @@ struct wpool {
     pthread_t *threads;
 };
 
-static void noop_notify(const char *payload, void *arg)
+/* Counts, in *arg, the notifications that came from another replica. */
+static void on_notify(const char *payload, int sender_pid, void *arg)
 {
     (void)payload;
-    (void)arg;
+    if (!wake_is_echo(sender_pid))
+        ++*(int *)arg;
 }
 
 /* Waits ms, or less when the pool is stopping. */
@@ -49,6 +52,34 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
     wait_or_stop(p, *backoff_ms);
     *backoff_ms = *backoff_ms < 2000 ? *backoff_ms * 2 : 2000;
     return 0;
+}
+
+/* The wait when nothing was due: idle_ms, or less when the pool stops, this replica has new work
+ * (wake_on_work) or another replica signals the channel. This replica's own signals are not
+ * waited for: their wake-ups came in process. The work signal is consumed before the caller
+ * claims, so that one given after the claim is never missed. */
+static void idle_wait(struct wpool *p, struct db *db)
+{
+    int fds[2] = {p->stop_fd, p->spec.wake_on_work ? wake_work_fd() : -1};
+    double end = clock_mono() + p->spec.idle_ms / 1000.0;
+    for (;;) {
+        int left = (int)((end - clock_mono()) * 1000.0), foreign = 0;
+        if (left <= 0)
+            break;
+        if (!p->spec.channel) {
+            struct pollfd pfd[2] = {{.fd = fds[0], .events = POLLIN},
+                                    {.fd = fds[1], .events = POLLIN}};
+            (void)poll(pfd, fds[1] >= 0 ? 2 : 1, left);
+            break;
+        }
+        if (store_wait_notify(db, left, fds, 2, on_notify, &foreign) <= 0 || foreign)
+            break;
+    }
+    if (fds[1] >= 0) {
+        uint64_t v;
+        ssize_t r = read(fds[1], &v, sizeof(v)); /* EAGAIN: another thread took it, or none */
+        (void)r;
+    }
 }
 
 /* Claims one due operation and works on it: 1 when it did, 0 when nothing was due, or the
@@ -81,10 +112,10 @@ static void *wpool_main(void *arg)
         int e = claim_and_run(p, db);
         if (e > 0)
             continue; /* there may be more due */
-        if (e == 0 && p->spec.channel)
-            (void)store_wait_notify(db, p->spec.idle_ms, p->stop_fd, noop_notify, NULL);
-        else /* nothing due; or the database refused (or is being migrated): do not spin */
-            wait_or_stop(p, e == 0 ? p->spec.idle_ms : p->spec.error_ms);
+        if (e == 0)
+            idle_wait(p, db);
+        else /* the database refused (or is being migrated): do not spin */
+            wait_or_stop(p, p->spec.error_ms);
     }
     store_db_close(db);
     return NULL;

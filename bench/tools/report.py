@@ -23,7 +23,6 @@ ROWS = [  # key, label, what it is compared with
     ("intake_disp", "gateway intake 202 (new keys, dispatchers on)", "pgbench"),
     ("pgbench", "pgbench: intake statement, %(connections)d clients (ceiling)", "ceiling"),
     ("pgbench_gw", "pgbench: intake statement, %(http_threads)d clients (= gateway's)", ""),
-    ("pgbench_nonotify", "pgbench: %(connections)d clients, NOTIFY trigger off (diagnostic)", ""),
 ]
 
 TARGETS = {  # ratio key: (numerator, denominator, target, text)

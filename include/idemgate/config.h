@@ -24,6 +24,7 @@ struct cfg {
     int lease_seconds;
     int reaper_interval_ms;
     int poll_interval_ms;
+    int wait_poll_ms;
     int max_wait_seconds;
     int job_ttl_hours;
     int reconcile_workers;

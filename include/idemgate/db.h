@@ -37,14 +37,18 @@ unsigned store_db_generation(struct db *db);
 void *store_db_pgconn(struct db *db);
 /* Makes sure the connection is up (reconnecting if it is not); 0 or STORE_EUNAVAIL. */
 __attribute__((warn_unused_result)) int store_db_ensure(struct db *db);
+/* The process id of the connection's server process (what a NOTIFY it sends carries), or 0. */
+int store_db_backend_pid(struct db *db);
 
 /* Subscribes this connection to a NOTIFY channel. */
 __attribute__((warn_unused_result)) int store_listen(struct db *db, const char *channel);
-/* Waits up to timeout_ms for a notification on this connection, or for wake_fd (if >= 0) to
- * become readable, then calls cb(payload, arg) for each notification received. Returns the
- * number received, or STORE_EUNAVAIL. */
-int store_wait_notify(struct db *db, int timeout_ms, int wake_fd,
-                      void (*cb)(const char *payload, void *arg), void *arg);
+/* Waits up to timeout_ms for a notification on this connection, or for one of the n_wake
+ * descriptors wake_fds to become readable (it is not read), then calls cb(payload, sender_pid,
+ * arg) for each notification received; sender_pid is the server process that sent it. Returns
+ * the number received, or STORE_EUNAVAIL. */
+#define DB_MAX_WAKE_FDS 4
+int store_wait_notify(struct db *db, int timeout_ms, const int *wake_fds, int n_wake,
+                      void (*cb)(const char *payload, int sender_pid, void *arg), void *arg);
 
 /* A state a statement may move operations between. DB_NEW_ROW as `from`: a row it inserts. */
 #define DB_NEW_ROW ST__COUNT

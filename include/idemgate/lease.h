@@ -126,7 +126,8 @@ void store_finish_evidence(struct store_finish *f, const struct up_response *res
  * in the same statement. The move f->from → f->state must be one the statement declares (and so
  * one states.c allows): otherwise STORE_EINTERNAL and nothing is written. *applied is 0 when the
  * claim was lost (fenced): the attempt is then recorded with decision 'fenced' and the operation
- * is unchanged. */
+ * is unchanged. Once applied, the state written is passed to wake_state (wake.h): prepared wakes
+ * the dispatchers, completed and failed the job's waiting clients, in every replica. */
 __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct store_finish *f,
                                                      int *applied);
 

@@ -10,7 +10,9 @@
 /* Tenant-scoped reads and writes of PostgreSQL, the single source of truth: intake, a tenant's
  * jobs, cancel, resolve, regenerate, webhooks, tenants, provider breakers, gauges and the
  * operator's reads. The connection (`struct db`, one per thread) and the error codes are db.h's;
- * what workers write under a lease (claim, finish, reap) is lease.h's. */
+ * what workers write under a lease (claim, finish, reap) is lease.h's. Cancel, resolve,
+ * regenerate and a breaker reset tell wake.h, once committed, of an operation they left
+ * prepared (or made claimable), completed or failed. */
 
 /* A job as read from the operations table. The strings point into a result owned by the
  * struct; store_job_fini releases them. Absent values are NULL (numbers: 0). */
@@ -73,8 +75,9 @@ struct store_intake_req {
 };
 
 /* The intake decision in one round trip: insert the intent (committed on return) or read the
- * row that holds the key. *created is 1 for a new row. STORE_EAUTH for a bad token. A racing
- * insert is re-read, never reported as an error. */
+ * row that holds the key. *created is 1 for a new row: the caller then calls wake_work
+ * (wake.h). STORE_EAUTH for a bad token. A racing insert is re-read, never reported as an
+ * error. */
 __attribute__((warn_unused_result)) int store_intake(struct db *db,
                                                      const struct store_intake_req *r,
                                                      struct store_job *out, int *created);

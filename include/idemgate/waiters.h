@@ -4,8 +4,11 @@
 #include "idemgate/config.h"
 
 /* Clients holding a connection open with `Prefer: wait=N`. Each waits, suspended (no server
- * thread is blocked), for its job to become terminal or for its deadline. One thread LISTENs
- * for the `idemgate_done` notifications of every replica and wakes the waiters of that job. */
+ * thread is blocked), for its job to become terminal or for its deadline. A job finished in this
+ * replica wakes its waiters at once (waiters_job_done, through wake.h); one thread LISTENs for
+ * the `idemgate_done` signals of the other replicas (job ids joined by commas) and, as a safety
+ * net for a signal that was lost, reads the state of every waiting job each wait_poll_ms in one
+ * query. */
 
 struct waiters;
 
@@ -27,6 +30,10 @@ void waiters_free(struct waiters *w);
 __attribute__((warn_unused_result)) int waiters_add(struct waiters *w, const char *job_id,
                                                     double deadline, void (*wake)(void *arg),
                                                     void *arg);
+
+/* Job job_id is terminal (committed): wakes its waiters now. The argument order is wake.h's
+ * receiver's, w being the struct waiters. Safe from any thread until waiters_free. */
+void waiters_job_done(const char *job_id, void *w);
 
 /* Seconds of CLOCK_MONOTONIC. */
 double waiters_now(void);

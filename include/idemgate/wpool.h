@@ -6,9 +6,10 @@
 
 /* A pool of worker threads, each with its own database connection, each claiming one operation
  * at a time and working on it: the dispatcher, the reconciler and the poller are three of them.
- * A thread that found nothing due waits idle_ms (or until its LISTEN channel is notified); one
- * whose claim the database refused waits error_ms. Stopping wakes every waiting thread at once
- * and lets each finish the operation it holds (its result is written). */
+ * A thread that found nothing due waits idle_ms, or until another replica signals its LISTEN
+ * channel, or (wake_on_work) until this replica calls wake_work (wake.h); one whose claim the
+ * database refused waits error_ms. Stopping wakes every waiting thread at once and lets each
+ * finish the operation it holds (its result is written). */
 
 /* Claims one due operation into *out (see lease.h): STORE_OK, STORE_ENOTFOUND when nothing is
  * due, or another store error. */
@@ -25,7 +26,9 @@ struct wpool_spec {
     wpool_work_fn work;
     int idle_ms;         /* the wait when nothing was due */
     int error_ms;        /* the wait after the database refused */
-    const char *channel; /* LISTEN on it, and wake up on its NOTIFY while idle; or NULL */
+    const char *channel; /* LISTEN on it, and wake up on its NOTIFY while idle; or NULL.
+                          * This replica's own signals (wake_is_echo) are ignored. */
+    int wake_on_work;    /* also wake up on wake_work() in this process */
 };
 
 struct wpool;

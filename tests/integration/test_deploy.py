@@ -711,14 +711,15 @@ def test_systemd_unit_is_hardened():
 def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory, database_url,
                                                                 token, psql):
     """SCALING.md: a replica holds at most http_threads + intake_writers + dispatch_workers +
-    reconcile_workers + poll_workers + 2 connections. Measured on a live replica whose connections carry their own
-    application_name, before and after every server thread has served requests."""
+    reconcile_workers + poll_workers + 3 connections (waiters' LISTEN, reaper, wake signaller).
+    Measured on a live replica whose connections carry their own application_name, before and
+    after every server thread has served requests."""
     formula = ("http_threads + intake_writers + dispatch_workers + reconcile_workers + "
-               "poll_workers + 2")
+               "poll_workers + 3")
     assert formula in read(os.path.join(ROOT, "deploy", "SCALING.md"))
     settings = {"http_threads": 3, "intake_writers": 2, "dispatch_workers": 2,
                 "reconcile_workers": 1, "poll_workers": 1}
-    budget = sum(settings.values()) + 2
+    budget = sum(settings.values()) + 3
     background = budget - settings["http_threads"]
     app = "budget_" + uuid.uuid4().hex[:10]
     gw = gateway_factory(**settings, env={"DATABASE_URL": database_url +
@@ -731,7 +732,8 @@ def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory,
     deadline = time.monotonic() + 20
     while held() < background and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert held() == background, "workers, reaper and waiters hold theirs from the start"
+    assert held() == background, \
+        "workers, reaper, waiters and the wake signaller hold theirs from the start"
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(max_workers=12) as ex:
         answers = list(ex.map(lambda _: gw.http.request(

@@ -32,8 +32,8 @@ def test_replicas_migrating_at_once_apply_each_migration_once(database_url, psql
 
 
 def test_notify_wakes_an_idle_dispatcher(gateway_factory, token, mock):
-    # The fallback poll is a minute away: only the NOTIFY sent by the commit can wake the worker
-    # within the 20 s the client is willing to wait.
+    # The fallback poll is a minute away: only the wake-up the intake gives (in process, see
+    # src/wake.c) can wake the worker within the 20 s the client is willing to wait.
     gw = gateway_factory(poll_interval_ms=60000, dispatch_workers=1)
     r = gw.submit(token, "wake-" + uuid.uuid4().hex, {"prompt": "x"},
                   headers={"Prefer": "wait=20"})

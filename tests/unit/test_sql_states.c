@@ -132,6 +132,31 @@ static void test_every_edge_is_performed(void **state)
         }
 }
 
+/* Wake-ups are told by the functions that run these statements, after their commit (wake.h):
+ * intake's caller (intake.c), store_regenerate, store_cancel, store_resolve and store_finish. A
+ * new statement that can leave an operation prepared, completed or failed must join them, or
+ * dispatchers and waiting clients learn of it only by their polls. */
+static void test_waited_states_are_signalled(void **state)
+{
+    (void)state;
+    static const char *const signalled[] = {"intake", "regenerate", "cancel", "resolve", "finish"};
+    const struct db_stmt *all[128];
+    size_t n = all_statements(all, 128);
+    for (size_t i = 0; i < n; i++) {
+        int waited = 0, known = 0;
+        for (const struct db_move *m = all[i]->moves; m && m->from >= 0; m++)
+            waited |= m->from != (int)m->to && (m->to == ST_PREPARED || st_is_terminal(m->to));
+        for (size_t k = 0; k < sizeof(signalled) / sizeof(signalled[0]); k++)
+            known |= strcmp(all[i]->name, signalled[k]) == 0;
+        if (waited && !known)
+            fail_msg("%s can leave an operation prepared or terminal: call wake_state after "
+                     "it commits, and list it here",
+                     all[i]->name);
+        if (known && !waited)
+            fail_msg("%s is listed as signalled but moves nothing anyone waits for", all[i]->name);
+    }
+}
+
 /* The scanner itself: a state written outside the declared moves is caught. */
 static void test_scanner_catches_undeclared_state(void **state)
 {
@@ -216,6 +241,7 @@ int main(void)
         cmocka_unit_test(test_declared_moves_are_edges),
         cmocka_unit_test(test_sql_names_only_declared_states),
         cmocka_unit_test(test_every_edge_is_performed),
+        cmocka_unit_test(test_waited_states_are_signalled),
         cmocka_unit_test(test_scanner_catches_undeclared_state),
         cmocka_unit_test(test_params_match_sql),
         cmocka_unit_test(test_parametric_writes_are_guarded),
