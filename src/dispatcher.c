@@ -44,6 +44,22 @@ struct dispatcher *disp_start(const struct cfg *cfg)
     return d;
 }
 
+int disp_reserve(struct dispatcher *d, int n)
+{
+    return d ? wpool_reserve(d->pool, n) : 0;
+}
+
+void disp_unreserve(struct dispatcher *d, int n)
+{
+    if (d)
+        wpool_unreserve(d->pool, n);
+}
+
+int disp_handoff(struct dispatcher *d, struct store_claim *c, double claimed_mono)
+{
+    return wpool_handoff(d->pool, c, claimed_mono);
+}
+
 void disp_stop(struct dispatcher *d)
 {
     if (!d)

@@ -79,11 +79,11 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     s->wake = 1;
     if (!(s->waiters = waiters_start(cfg)))
         return "waiters";
-    if (!(s->recorder = recorder_start(cfg)))
-        return "recorder";
     wake_on_done(waiters_job_done, s->waiters);
     if (!(s->disp = disp_start(cfg)))
         return "dispatcher";
+    if (!(s->recorder = recorder_start(cfg, s->disp)))
+        return "recorder";
     if (!(s->recon = recon_start(cfg)))
         return "reconciler";
     if (!(s->poller = poller_start(cfg)))

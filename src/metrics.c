@@ -38,6 +38,7 @@ static atomic_ulong unknown_bucket[N_BUCKETS + 1];
 static atomic_ulong unknown_sum_ms;
 static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
+static atomic_ulong intake_born_claimed;
 
 static const double unknown_buckets[] = {1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 21600,
                                          43200, 86400, 172800, 604800};
@@ -86,10 +87,11 @@ void metrics_unknown_seconds(double seconds)
     atomic_fetch_add(&unknown_sum_ms, (unsigned long)(seconds * 1000));
 }
 
-void metrics_intake_batch(size_t intents, int committed)
+void metrics_intake_batch(size_t intents, int committed, int born_claimed)
 {
     atomic_fetch_add(&intake_batches[committed ? 1 : 0], 1);
     atomic_fetch_add(&intake_batched, intents);
+    atomic_fetch_add(&intake_born_claimed, (unsigned long)born_claimed);
 }
 
 struct buf {
@@ -182,9 +184,13 @@ char *metrics_render(const char *extra)
         "idemgate_intake_batches_total{result=\"split\"} %lu\n"
         "# HELP idemgate_intake_batched_intents_total Intents recorded by group commits.\n"
         "# TYPE idemgate_intake_batched_intents_total counter\n"
-        "idemgate_intake_batched_intents_total %lu\n",
+        "idemgate_intake_batched_intents_total %lu\n"
+        "# HELP idemgate_intake_born_claimed_total New intents recorded already claimed and "
+        "handed to an idle dispatcher (one commit before send).\n"
+        "# TYPE idemgate_intake_born_claimed_total counter\n"
+        "idemgate_intake_born_claimed_total %lu\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
-        atomic_load(&intake_batched));
+        atomic_load(&intake_batched), atomic_load(&intake_born_claimed));
     if (extra)
         put(&b, "%s", extra);
     return b.p;

@@ -1,8 +1,12 @@
 #include "idemgate/recorder.h"
 
+#include "idemgate/clock.h"
 #include "idemgate/crash.h"
+#include "idemgate/dispatcher.h"
+#include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/wake.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,6 +19,7 @@ struct writer;
 
 struct recorder {
     const struct cfg *cfg;
+    struct dispatcher *disp; /* idle dispatch workers take rows born claimed; may be NULL */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct rec_item *head, *tail; /* the queue, oldest first */
@@ -47,15 +52,60 @@ static size_t take_batch(struct recorder *rec, struct rec_item **v, size_t max)
     return n;
 }
 
-static void record_batch(struct db *db, struct rec_item **v, size_t n,
+/* One commit before send: the first k new rows of the batch (k idle dispatch workers) are
+ * recorded born claimed by this replica. */
+static int offer_claims(struct recorder *rec, struct rec_item **v, size_t n)
+{
+    int k = disp_reserve(rec->disp, (int)n);
+    for (size_t i = 0; i < n; i++) {
+        v[i]->in.q.claim_owner = (int)i < k ? rec->cfg->instance_id : NULL;
+        v[i]->in.q.lease_seconds = rec->cfg->lease_seconds;
+    }
+    return k;
+}
+
+/* After the commit: each row born claimed goes to a waiting worker; unused promises are given
+ * back; new `prepared` rows wake the dispatchers (wake.h). A claim that cannot be handed over
+ * (out of memory) stays `sending` under our lease: the reaper turns it unknown when the lease
+ * ends, and reconciliation proves nothing was sent. Returns how many were handed over. */
+static int hand_over(struct recorder *rec, struct rec_item **v, size_t n, int k,
+                     double claimed_mono)
+{
+    int used = 0, prepared = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct store_intake_item *it = &v[i]->in;
+        if (it->err != STORE_OK || !it->created)
+            continue;
+        prepared += it->job.state == ST_PREPARED;
+        if (!it->q.claim_owner || it->job.state != ST_SENDING)
+            continue;
+        struct store_claim c;
+        used++;
+        if (lease_claim_born(&it->q, &it->job, &c) < 0 ||
+            disp_handoff(rec->disp, &c, claimed_mono) < 0) {
+            LOG(LOG_WARN, "handoff_failed", LS("job_id", it->job.id),
+                LS("note", "left to the reaper and reconciliation"));
+            store_claim_fini(&c);
+        }
+    }
+    disp_unreserve(rec->disp, k - used);
+    if (prepared)
+        wake_work();
+    return used;
+}
+
+static void record_batch(struct recorder *rec, struct db *db, struct rec_item **v, size_t n,
                          struct store_intake_item **items)
 {
     qsort(v, n, sizeof(*v), recorder_item_cmp);
     for (size_t i = 0; i < n; i++)
         items[i] = &v[i]->in;
+    int k = offer_claims(rec, v, n);
+    double claimed_mono = clock_mono(); /* before the commit: the lease is no older */
     CRASH_POINT("before_intent_commit");
     int e = store_intake_batch(db, items, n);
-    metrics_intake_batch(n, e == STORE_OK);
+    int born = hand_over(rec, v, n, k, claimed_mono);
+    metrics_intake_batch(n, e == STORE_OK, born);
     for (size_t i = 0; i < n; i++)
         v[i]->done(v[i]);
 }
@@ -81,7 +131,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&rec->mu);
         if (!n)
             return NULL; /* closed, and nothing left to record */
-        record_batch(w->db, w->v, n, w->items);
+        record_batch(rec, w->db, w->v, n, w->items);
     }
 }
 
@@ -105,12 +155,13 @@ static int writer_init(struct writer *w, struct recorder *rec)
     return -1;
 }
 
-struct recorder *recorder_start(const struct cfg *cfg)
+struct recorder *recorder_start(const struct cfg *cfg, struct dispatcher *disp)
 {
     struct recorder *rec = calloc(1, sizeof(*rec));
     if (!rec)
         return NULL;
     rec->cfg = cfg;
+    rec->disp = disp;
     pthread_mutex_init(&rec->mu, NULL);
     pthread_cond_init(&rec->cv, NULL);
     rec->writers = calloc((size_t)cfg->intake_writers, sizeof(*rec->writers));

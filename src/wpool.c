@@ -9,8 +9,16 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+/* A claim handed to the pool by whoever made it (a row born claimed, recorder.c). */
+struct handoff {
+    struct store_claim c;
+    double claimed_mono;
+    struct handoff *next;
+};
 
 struct wpool {
     const struct cfg *cfg;
@@ -19,6 +27,12 @@ struct wpool {
     int stop_fd; /* an eventfd that wakes idle threads when stopping */
     int n;
     pthread_t *threads;
+    /* Handoffs (under mu): idle threads, slots promised to claims being committed, and the
+     * claims handed over and not yet taken. */
+    pthread_mutex_t mu;
+    int idle, reserved, pending;
+    struct handoff *head, *tail;
+    int kick_fd; /* an eventfd that wakes idle threads for a handoff */
 };
 
 /* Counts, in *arg, the notifications that came from another replica. */
@@ -60,24 +74,27 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
  * claims, so that one given after the claim is never missed. */
 static void idle_wait(struct wpool *p, struct db *db)
 {
-    int fds[2] = {p->stop_fd, p->spec.wake_on_work ? wake_work_fd() : -1};
+    /* The kick fd stays readable while a handoff waits (see take_handoff). */
+    int fds[3] = {p->stop_fd, p->kick_fd, p->spec.wake_on_work ? wake_work_fd() : -1};
+    int nfds = fds[2] >= 0 ? 3 : 2;
     double end = clock_mono() + p->spec.idle_ms / 1000.0;
     for (;;) {
         int left = (int)((end - clock_mono()) * 1000.0), foreign = 0;
         if (left <= 0)
             break;
         if (!p->spec.channel) {
-            struct pollfd pfd[2] = {{.fd = fds[0], .events = POLLIN},
-                                    {.fd = fds[1], .events = POLLIN}};
-            (void)poll(pfd, fds[1] >= 0 ? 2 : 1, left);
+            struct pollfd pfd[3];
+            for (int i = 0; i < nfds; i++)
+                pfd[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+            (void)poll(pfd, (nfds_t)nfds, left);
             break;
         }
-        if (store_wait_notify(db, left, fds, 2, on_notify, &foreign) <= 0 || foreign)
+        if (store_wait_notify(db, left, fds, nfds, on_notify, &foreign) <= 0 || foreign)
             break;
     }
-    if (fds[1] >= 0) {
+    if (fds[2] >= 0) {
         uint64_t v;
-        ssize_t r = read(fds[1], &v, sizeof(v)); /* EAGAIN: another thread took it, or none */
+        ssize_t r = read(fds[2], &v, sizeof(v)); /* EAGAIN: another thread took it, or none */
         (void)r;
     }
 }
@@ -98,6 +115,87 @@ static int claim_and_run(struct wpool *p, struct db *db)
     return 1;
 }
 
+int wpool_reserve(struct wpool *p, int n)
+{
+    if (!p || n <= 0)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    int free_slots = p->idle - p->reserved - p->pending;
+    int k = free_slots < n ? (free_slots > 0 ? free_slots : 0) : n;
+    p->reserved += k;
+    pthread_mutex_unlock(&p->mu);
+    return k;
+}
+
+void wpool_unreserve(struct wpool *p, int n)
+{
+    if (!p || n <= 0)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->reserved -= n;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int wpool_handoff(struct wpool *p, struct store_claim *c, double claimed_mono)
+{
+    struct handoff *h = malloc(sizeof(*h));
+    if (!h)
+        return -1;
+    h->c = *c;
+    h->claimed_mono = claimed_mono;
+    h->next = NULL;
+    memset(c, 0, sizeof(*c));
+    pthread_mutex_lock(&p->mu);
+    p->reserved--;
+    p->pending++;
+    if (p->tail)
+        p->tail->next = h;
+    else
+        p->head = h;
+    p->tail = h;
+    pthread_mutex_unlock(&p->mu);
+    uint64_t one = 1;
+    ssize_t w = write(p->kick_fd, &one, sizeof(one));
+    (void)w;
+    return 0;
+}
+
+static struct handoff *take_handoff(struct wpool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    struct handoff *h = p->head;
+    if (h) {
+        p->head = h->next;
+        if (!p->head)
+            p->tail = NULL;
+        p->pending--;
+        uint64_t one;
+        ssize_t r = read(p->kick_fd, &one, sizeof(one)); /* a semaphore: one per handoff */
+        (void)r;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return h;
+}
+
+/* Works on a claim handed over: 1 when there was one. */
+static int run_handoff(struct wpool *p, struct db *db)
+{
+    struct handoff *h = take_handoff(p);
+    if (!h)
+        return 0;
+    p->spec.work(p->cfg, db, &h->c, h->claimed_mono);
+    store_claim_fini(&h->c);
+    free(h);
+    return 1;
+}
+
+static void set_idle(struct wpool *p, int delta)
+{
+    pthread_mutex_lock(&p->mu);
+    p->idle += delta;
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void *wpool_main(void *arg)
 {
     struct wpool *p = arg;
@@ -107,16 +205,23 @@ static void *wpool_main(void *arg)
     if (!db)
         return NULL;
     while (!atomic_load(&p->stop)) {
+        if (run_handoff(p, db))
+            continue; /* a claim handed over goes first: its lease is already running */
         if (p->spec.channel && !keep_listening(p, db, &gen, &backoff_ms))
             continue;
         int e = claim_and_run(p, db);
         if (e > 0)
             continue; /* there may be more due */
-        if (e == 0)
+        if (e == 0) {
+            set_idle(p, 1);
             idle_wait(p, db);
-        else /* the database refused (or is being migrated): do not spin */
+            set_idle(p, -1);
+        } else { /* the database refused (or is being migrated): do not spin */
             wait_or_stop(p, p->spec.error_ms);
+        }
     }
+    while (run_handoff(p, db)) /* claims handed over before the stop are sent and recorded */
+        ;
     store_db_close(db);
     return NULL;
 }
@@ -129,10 +234,15 @@ struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec 
     p->cfg = cfg;
     p->spec = *spec;
     p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    p->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
     p->threads = calloc((size_t)n + 1, sizeof(pthread_t));
-    if (!p->threads || p->stop_fd < 0) {
+    pthread_mutex_init(&p->mu, NULL);
+    if (!p->threads || p->stop_fd < 0 || p->kick_fd < 0) {
         if (p->stop_fd >= 0)
             close(p->stop_fd);
+        if (p->kick_fd >= 0)
+            close(p->kick_fd);
+        pthread_mutex_destroy(&p->mu);
         free(p->threads);
         free(p);
         return NULL;
@@ -159,7 +269,10 @@ void wpool_stop(struct wpool *p)
     (void)w;
     for (int i = 0; i < p->n; i++)
         pthread_join(p->threads[i], NULL);
+    /* Without threads (n = 0) nothing was ever reserved, so nothing was handed over. */
     close(p->stop_fd);
+    close(p->kick_fd);
+    pthread_mutex_destroy(&p->mu);
     free(p->threads);
     free(p);
 }

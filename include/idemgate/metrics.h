@@ -32,8 +32,9 @@ void metrics_safety(enum metric_safety what);
 /* Time an operation spent in unknown before it left it. */
 void metrics_unknown_seconds(double seconds);
 
-/* A group commit of intents (recorder.c): committed as one, or split (decided row by row). */
-void metrics_intake_batch(size_t intents, int committed);
+/* A group commit of intents (recorder.c): committed as one, or split (decided row by row); how
+ * many of its new rows were born claimed and handed to a dispatcher. */
+void metrics_intake_batch(size_t intents, int committed, int born_claimed);
 
 /* Renders everything process-local, followed by `extra` (gauges read from the database by the
  * caller), into a new string. */

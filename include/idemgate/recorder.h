@@ -20,8 +20,13 @@ struct rec_item {
     struct rec_item *next; /* the recorder's */
 };
 
-/* Starts cfg->intake_writers writer threads. NULL when it cannot. */
-__attribute__((warn_unused_result)) struct recorder *recorder_start(const struct cfg *cfg);
+struct dispatcher;
+
+/* Starts cfg->intake_writers writer threads. With disp, new rows are recorded born claimed while
+ * disp has idle workers, and handed to them after the commit (one commit before send). NULL when
+ * it cannot start. */
+__attribute__((warn_unused_result)) struct recorder *recorder_start(const struct cfg *cfg,
+                                                                    struct dispatcher *disp);
 
 /* Queues it. 0: it->done(it) will be called exactly once, from a writer thread. -1: the
  * recorder is closed (the caller records the intent itself). */

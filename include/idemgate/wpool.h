@@ -35,7 +35,20 @@ struct wpool;
 
 /* Starts n threads (none when 0) working as spec says (spec is copied). NULL only on failure. */
 struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec *spec);
-/* Wakes the threads, lets each finish the operation it holds, and joins them all. */
+/* Wakes the threads, lets each finish the operation it holds (and every claim handed over), and
+ * joins them all. */
 void wpool_stop(struct wpool *p);
+
+/* Handoffs: a claim committed elsewhere in this process (a row recorded born claimed) goes
+ * straight to an idle thread, without a claim round trip. wpool_reserve promises up to n slots
+ * — never more than the threads idle now, minus slots already promised or filled — and returns
+ * how many; each promise is then kept by one wpool_handoff or returned by wpool_unreserve.
+ * wpool_handoff moves *c into the pool (c is left empty) and wakes an idle thread, which works on
+ * it as on one of its own claims; -1 when out of memory (c is untouched). p may be NULL for
+ * wpool_reserve (0) and wpool_unreserve. */
+int wpool_reserve(struct wpool *p, int n);
+void wpool_unreserve(struct wpool *p, int n);
+__attribute__((warn_unused_result)) int wpool_handoff(struct wpool *p, struct store_claim *c,
+                                                      double claimed_mono);
 
 #endif

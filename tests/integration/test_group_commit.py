@@ -126,3 +126,37 @@ def test_a_kill_between_a_batch_commit_and_its_answers_loses_nothing(gateway_fac
     s = harness.merge("G1-kill-after-batch-commit", summaries)
     harness.emit(s)
     harness.assert_clean(s)
+
+
+def test_a_new_intent_with_an_idle_dispatcher_is_sent_after_one_commit(gateway_factory, mock,
+                                                                         database_url, psql):
+    """One commit before send: with a dispatch worker idle, the intent is recorded already
+    claimed (`sending`, this replica's lease, fencing token 1) in the commit that records it —
+    first_sent_at is that commit's own now() — and the worker sends it without a claim of its
+    own. Without a dispatcher on the replica the row is `prepared` for any replica, as before."""
+    tok = tenant_token(database_url)
+    gw = gateway_factory(dispatch_workers=2, instance_id="born-" + uuid.uuid4().hex[:6])
+    # Earlier tests leave prepared work in the shared database: the workers must be idle first.
+    assert wait_until(lambda: psql("SELECT count(*) FROM operations WHERE state IN "
+                                   "('prepared', 'sending')") == [["0"]], 60)
+    time.sleep(0.2)  # they have gone back to waiting
+    key = "born-" + uuid.uuid4().hex[:8]
+    r = gw.submit(tok, key, {"prompt": "born claimed", "n": 1}, headers={"Prefer": "wait=10"})
+    assert r.status == 200, r
+    row = psql("SELECT state, lease_version, transport_attempts, first_sent_at = created_at "
+               f"FROM operations WHERE idempotency_key = '{key}'")
+    assert row == [["completed", "1", "1", "t"]], row
+    job = r.headers.get("X-Idemgate-Job-Id") or r.headers.get("x-idemgate-job-id")
+    attempts = psql("SELECT a.kind, a.lease_version, a.decision FROM attempts a JOIN operations o "
+                    "ON o.id = a.operation_id WHERE o.idempotency_key = '" + key + "'")
+    assert attempts == [["create", "1", "completed"]], (job, attempts)
+    text = gw.http.request("GET", "/metrics").body.decode()
+    assert re.search(r"^idemgate_intake_born_claimed_total 1$", text, re.M), text[-600:]
+
+    idle = gateway_factory(dispatch_workers=0)
+    key2 = "born-" + uuid.uuid4().hex[:8]
+    r2 = idle.submit(tok, key2, {"prompt": "for any replica", "n": 1})
+    assert r2.status == 202 and r2.json()["state"] in ("prepared", "sending", "completed"), r2
+    row2 = psql("SELECT first_sent_at IS NULL OR first_sent_at > created_at "
+                f"FROM operations WHERE idempotency_key = '{key2}'")
+    assert row2 == [["t"]], row2
