@@ -196,17 +196,18 @@ GW=http://127.0.0.1:$GW_PORT
 requests_served=0
 rss_samples=()
 
-wrk_run() { # NAME SCRIPT URL PREFER [KEY]: a warm-up, then the measured run
-    local name=$1 script=$2 url=$3 prefer=$4 key=${5:-}
+wrk_run() { # NAME SCRIPT URL PREFER [KEY [CONNECTIONS]]: a warm-up, then the measured run
+    local name=$1 script=$2 url=$3 prefer=$4 key=${5:-} conns=${6:-$CONNS} threads=2
+    [ "$conns" -lt 2 ] && threads=1
     local -a envs=(BENCH_WRK_DIR="$REPO/bench/wrk" BENCH_TOKEN="$TOKEN" BENCH_PREFER="$prefer" BENCH_KEY="$key")
     if [ "$WARM" -gt 0 ]; then
         env "${envs[@]}" BENCH_NONCE="$NONCE-$name-warm" timeout $((WARM + 60)) \
-            wrk -t2 -c"$CONNS" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
+            wrk -t"$threads" -c"$conns" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
             >"$T/logs/wrk-$name-warm.out" 2>&1 || true
     fi
-    log "$name: wrk -t2 -c$CONNS -d${SECS}s $url"
+    log "$name: wrk -t$threads -c$conns -d${SECS}s $url"
     env "${envs[@]}" BENCH_NONCE="$NONCE-$name" timeout $((SECS + 60)) \
-        wrk -t2 -c"$CONNS" -d"${SECS}s" --timeout 35s -s "bench/wrk/$script" "$url" \
+        wrk -t"$threads" -c"$conns" -d"${SECS}s" --timeout 35s -s "bench/wrk/$script" "$url" \
         >"$T/logs/wrk-$name.out" 2>&1 || log "$name: wrk failed (see $T/logs/wrk-$name.out)"
     grep '^@@BENCH ' "$T/logs/wrk-$name.out" | sed 's/^@@BENCH //' >"$T/results/$name.json" || true
     for f in "$T/logs/wrk-$name-warm.out" "$T/logs/wrk-$name.out"; do
@@ -281,6 +282,8 @@ fi
 if want intake; then
     start_gateway intake 0
     wrk_run intake unique.lua "$GW$INTAKE_PATH" ""
+    # One sequential client: the latency of one intent, against one fdatasync (pg_test_fsync).
+    wrk_run intake_seq unique.lua "$GW$INTAKE_PATH" "" "" 1
     note gateway_intake_memory "{\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
     stop_pid "$GW_PID"
 fi
@@ -297,8 +300,8 @@ if want pgbench; then
     esac
     CANON='{"n":1,"prompt":"a lighthouse at dawn, watercolour","size":"1024x1024"}'
     mkdir -p "$T/pgbench"
-    pgbench_run() { # NAME CLIENTS: a warm-up, then the measured run, with per-transaction latencies
-        local name=$1 clients=$2 phase d
+    pgbench_run() { # NAME CLIENTS [SCRIPT]: a warm-up, then the measured run, per-transaction latencies
+        local name=$1 clients=$2 script=${3:-$T/intake.pgbench} phase d
         for phase in warm run; do
             d=$SECS
             [ "$phase" = warm ] && d=$WARM
@@ -306,7 +309,7 @@ if want pgbench; then
             rm -f "$T"/pgbench/pgbench_log.*
             [ "$phase" = run ] && log "$name: pgbench -n -c $clients -j 2 -T $SECS -M prepared -f intake.pgbench"
             (cd "$T/pgbench" && timeout $((d + 60)) "$PGBENCH" -n -c "$clients" -j 2 -T "$d" -M prepared -l \
-                -f "$T/intake.pgbench" -h "$PGDIR/sock" -p 5432 -U postgres \
+                -f "$script" -h "$PGDIR/sock" -p 5432 -U postgres \
                 -D token="$TOKEN_SHA" -D fp="$(printf '%s' "$CANON" | sha256sum | cut -c1-64)" -D fpv=1 \
                 -D provider=mock-images -D route=images/generations -D method=POST \
                 -D url="http://127.0.0.1:$MOCK_PORT/v1/images/generations" \
@@ -321,6 +324,23 @@ if want pgbench; then
     # (one connection per server thread).
     pgbench_run pgbench "$CONNS"
     [ "$HTTP_THREADS" != "$CONNS" ] && pgbench_run pgbench_gw "$HTTP_THREADS"
+    # The batched ceiling: BATCH_ROWS of the same statement per transaction (what a group commit
+    # sends), at 4 clients; rows/s = its tps × BATCH_ROWS.
+    BATCH_ROWS=32
+    { sed -n '/^--/p' "$T/intake.pgbench"; echo "BEGIN;"
+      for i in $(seq "$BATCH_ROWS"); do
+          sed -e '/^--/d' -e "s/:key\b/:key$i/g; s/:jid\b/:jid$i/g; s/\\set key /\\set key$i /; s/\\set jid /\\set jid$i /" "$T/intake.pgbench"
+      done
+      echo "COMMIT;"; } >"$T/intake-batch.pgbench"
+    pgbench_run pgbench_batch 4 "$T/intake-batch.pgbench"
+    note pgbench_batch "{\"rows_per_transaction\":$BATCH_ROWS}"
+    # The disk's own ceiling: one fdatasync, as PostgreSQL's pg_test_fsync measures it.
+    if [ -x "$PGBIN/pg_test_fsync" ]; then
+        "$PGBIN/pg_test_fsync" -s 2 -f "$PGDIR/fsync.test" >"$T/logs/pg_test_fsync.out" 2>&1 || true
+        rate=$(awk '/fdatasync/ && /ops\/sec/ {print $(NF-3); exit}' "$T/logs/pg_test_fsync.out")
+        [ -n "$rate" ] && note pg_test_fsync "{\"fdatasync_ops_per_sec\":$rate}"
+        rm -f "$PGDIR/fsync.test"
+    fi
 fi
 
 # --- 4. instructions per request under callgrind ---------------------------------------------

@@ -21,13 +21,16 @@ ROWS = [  # key, label, what it is compared with
     ("get", "gateway GET /v1/jobs/{id} (completed)", ""),
     ("intake", "gateway intake 202 (new keys, no dispatcher)", "pgbench"),
     ("intake_disp", "gateway intake 202 (new keys, dispatchers on)", "pgbench"),
+    ("intake_seq", "gateway intake 202, one sequential client", ""),
     ("pgbench", "pgbench: intake statement, %(connections)d clients (ceiling)", "ceiling"),
     ("pgbench_gw", "pgbench: intake statement, %(http_threads)d clients (= gateway's)", ""),
+    ("pgbench_batch", "pgbench: 32 intake rows per commit, 4 clients (rows/s)", ""),
 ]
 
 TARGETS = {  # ratio key: (numerator, denominator, target, text)
-    "intake_vs_pgbench": ("intake", "pgbench", 0.7, "intake / pgbench ceiling"),
-    "intake_vs_pgbench_gw": ("intake", "pgbench_gw", 0.7, "intake / pgbench at the gateway's clients"),
+    "intake_vs_pgbench": ("intake", "pgbench", 1.0, "intake / pgbench single-row ceiling"),
+    "intake_vs_pgbench_batch": ("intake", "pgbench_batch", 0.0,
+                                "intake / pgbench batched rows (how close to it)"),
     "e2e_vs_nginx": ("e2e", "nginx", 0.5, "end to end / nginx"),
     "replay_vs_nginx": ("replay", "nginx", 1.0, "replay / nginx"),
 }
@@ -86,6 +89,7 @@ def main():
                 pass
     facts = {}
     p = os.path.join(res_dir, "facts.tsv")
+    batch_rows = 0
     if os.path.exists(p):
         for line in open(p):
             k, _, v = line.rstrip("\n").partition("\t")
@@ -94,11 +98,27 @@ def main():
             except ValueError:
                 facts[k] = v
 
+    batch_rows = (facts.get("pgbench_batch") or {}).get("rows_per_transaction", 0)
+    if batch_rows and "pgbench_batch" in runs:
+        runs["pgbench_batch"]["transactions_per_sec"] = runs["pgbench_batch"]["rps"]
+        runs["pgbench_batch"]["rps"] *= batch_rows  # rows/s: what it is compared as
     ratios = {}
     for k, (num, den, target, text) in TARGETS.items():
         if num in runs and den in runs and runs[den].get("rps"):
             r = runs[num]["rps"] / runs[den]["rps"]
             ratios[k] = {"value": round(r, 3), "target": target, "met": r >= target, "what": text}
+            if not target:
+                ratios[k]["target"] = None  # shown, not judged
+    if "intake" in runs and "nginx" in runs:
+        v = runs["intake"]["p99_us"] / max(1, runs["nginx"]["p99_us"])
+        ratios["intake_p99_vs_nginx"] = {"value": round(v, 3), "target": 3.0, "met": v <= 3.0,
+                                         "what": "intake p99 / nginx p99 (<= 3)", "le": True}
+    fsync = facts.get("pg_test_fsync")
+    if "intake_seq" in runs and fsync and fsync.get("fdatasync_ops_per_sec"):
+        gap = runs["intake_seq"]["p50_us"] / 1000.0 - 1000.0 / fsync["fdatasync_ops_per_sec"]
+        ratios["intake_seq_p50_minus_fsync_ms"] = {
+            "value": round(gap, 3), "target": 1.0, "met": gap <= 1.0, "le": True,
+            "what": "one client: intake p50 - one fdatasync, ms (<= 1)"}
     if "replay" in runs and "nginx" in runs:
         ok = runs["replay"]["p99_us"] <= runs["nginx"]["p99_us"]
         ratios["replay_p99_vs_nginx"] = {
@@ -147,7 +167,8 @@ def main():
            "postgresql": facts.get("pg_settings"), "runs": runs, "ratios": ratios,
            "memory": memory, "instructions": instr,
            "notes": {k: v for k, v in facts.items() if k in ("replay_job", "pgbench_script",
-                                                                "gateway_main", "gateway_intake_memory")}}
+                                                                "gateway_main", "gateway_intake_memory",
+                                                                "pgbench_batch", "pg_test_fsync")}}
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -183,10 +204,17 @@ def main():
             ans = "failed:%s" % r.get("failed")
         print("%-*s %10.0f %9s %9s  %s" % (w, label % settings, r["rps"], ms(r["p50_us"]),
                                            ms(r["p99_us"]), ans))
+    if fsync:
+        print("%-*s %10.0f   (pg_test_fsync: one 8 kB write + fdatasync per op)"
+              % (w, "disk: fdatasync ops/s", fsync["fdatasync_ops_per_sec"]))
     print()
     for k, r in ratios.items():
-        print("%-44s %6.2f   target %s %-4s  %s" % (r["what"], r["value"],
-              ">=" if k != "replay_p99_vs_nginx" else "<=", r["target"], "met" if r["met"] else "NOT met"))
+        if r["target"] is None:
+            print("%-44s %6.2f   (no target)" % (r["what"], r["value"]))
+            continue
+        le = k == "replay_p99_vs_nginx" or r.get("le")
+        print("%-44s %6.2f   target %s %-4s  %s" % (r["what"], r["value"], "<=" if le else ">=",
+                                                     r["target"], "met" if r["met"] else "NOT met"))
     if memory:
         print()
         if memory.get("peak_rss_under_load_kib"):
