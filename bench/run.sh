@@ -329,7 +329,8 @@ if want pgbench; then
     BATCH_ROWS=32
     { sed -n '/^--/p' "$T/intake.pgbench"; echo "BEGIN;"
       for i in $(seq "$BATCH_ROWS"); do
-          sed -e '/^--/d' -e "s/:key\b/:key$i/g; s/:jid\b/:jid$i/g; s/\\set key /\\set key$i /; s/\\set jid /\\set jid$i /" "$T/intake.pgbench"
+          sed -e '/^--/d' -e 's/^\\set key /\\set key'"$i"' /' -e 's/^\\set jid /\\set jid'"$i"' /' \
+              -e 's/:key\b/:key'"$i"'/g' -e 's/:jid\b/:jid'"$i"'/g' "$T/intake.pgbench"
       done
       echo "COMMIT;"; } >"$T/intake-batch.pgbench"
     pgbench_run pgbench_batch 4 "$T/intake-batch.pgbench"

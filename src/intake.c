@@ -43,7 +43,7 @@ struct intake {
     struct reqbody body; /* canonical (fingerprinted) and sent (stored) forms, requested count */
     char fp[CRYPTO_SHA256_HEX];
     char job_id[CRYPTO_JOB_ID_LEN];
-    char url[2048];
+    char *url; /* the provider URL, made when the intent is recorded */
     struct rec_item rec; /* the intent on its way through the recorder, and its answer */
     atomic_int recorded; /* the recorder is done with rec (release/acquire) */
     size_t next_step;    /* where a resumed intake goes on */
@@ -213,7 +213,10 @@ static void intake_recorded(struct rec_item *it)
 static enum step_result step_record(struct intake *in)
 {
     const struct cfg_provider *p = in->p;
-    snprintf(in->url, sizeof(in->url), "%s%s", p->base_url, in->rt->path);
+    if (asprintf(&in->url, "%s%s", p->base_url, in->rt->path) < 0) {
+        in->url = NULL;
+        return raise_problem(in, 500, "internal", "Internal error", "out of memory");
+    }
     in->rec.in.q = (struct store_intake_req){.token_sha256_hex = in->token,
                                              .idempotency_key = in->key,
                                              .new_id = in->job_id,
@@ -338,6 +341,7 @@ static void intake_free(void *arg)
 {
     struct intake *in = arg;
     reqbody_fini(&in->body);
+    free(in->url);
     if (in->have_job)
         store_job_fini(&in->job);
     store_job_fini(&in->rec.in.job); /* set only when the answer never reached step_recorded */

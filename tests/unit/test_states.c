@@ -65,6 +65,19 @@ static void test_names_round_trip(void **state)
 
 /* One resolution decision for the API and the CLI: a found task at an async provider is polled,
  * never completed without its outputs; a cancelled job is never sent again. */
+/* A row is recorded prepared, or born claimed: sending, the one state prepared reaches by a claim.
+ * Never anything that needs an attempt first. */
+static void test_initial_states(void **state)
+{
+    (void)state;
+    static const int want[ST__COUNT] = {[ST_PREPARED] = 1, [ST_SENDING] = 1};
+    for (int s = 0; s < ST__COUNT; s++) {
+        assert_int_equal(st_is_initial((enum op_state)s), want[s]);
+        if (s != ST_PREPARED && want[s])
+            assert_true(st_can_transition(ST_PREPARED, (enum op_state)s));
+    }
+}
+
 static void test_resolutions(void **state)
 {
     (void)state;
@@ -99,6 +112,7 @@ int main(void)
         cmocka_unit_test(test_terminal_states_never_change),
         cmocka_unit_test(test_names_round_trip),
         cmocka_unit_test(test_resolutions),
+        cmocka_unit_test(test_initial_states),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
