@@ -163,16 +163,11 @@ static int load_template(const cJSON *o, const char *key, char **out, const char
 
 /* The failure-semantics part of a provider: idempotency, client reference, retry, reconcile,
  * outputs and probe. */
-static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
-                          size_t errlen)
+/* retry: the statuses that prove nothing was made, the budget and backoff, a body hint. */
+static int load_retry(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                      size_t errlen)
 {
     char field[160];
-    const cJSON *idem = cJSON_GetObjectItemCaseSensitive(o, "idempotency");
-    p->idem_header = idem ? dup_str(idem, "header", NULL) : NULL;
-    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(o, "client_ref");
-    p->client_ref_header = ref ? dup_str(ref, "header", NULL) : NULL;
-    p->client_ref_body_field = ref ? dup_str(ref, "body_field", NULL) : NULL;
-
     const cJSON *retry = cJSON_GetObjectItemCaseSensitive(o, "retry");
     /* Only a status the provider documents as "nothing was made" is safe to resend without a
      * native key; every other 5xx may arrive after the origin accepted the work. */
@@ -206,6 +201,13 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
         }
     }
 
+    return 0;
+}
+
+/* reconcile: the strategy, its window and grace. */
+static int load_reconcile(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                          size_t errlen)
+{
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "reconcile");
     const char *strategy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "strategy"));
     p->reconcile = p->idem_header ? RECON_IDEMPOTENT_RESUBMIT : RECON_NONE;
@@ -240,6 +242,15 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
              file, p->name);
         return -1;
     }
+    return 0;
+}
+
+/* reconcile.task, .lookup and .list: how a task is read and found. */
+static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const char *file,
+                                char *err, size_t errlen)
+{
+    char field[160];
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "reconcile");
     const cJSON *task = cJSON_GetObjectItemCaseSensitive(rec, "task");
     static const char *const task_vars[] = {"id", NULL};
     snprintf(field, sizeof(field), "providers.%s.reconcile.task", p->name);
@@ -287,6 +298,22 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
              p->name, reconcile_names[p->reconcile]);
         return -1;
     }
+
+    return 0;
+}
+
+static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                          size_t errlen)
+{
+    char field[160];
+    const cJSON *idem = cJSON_GetObjectItemCaseSensitive(o, "idempotency");
+    p->idem_header = idem ? dup_str(idem, "header", NULL) : NULL;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(o, "client_ref");
+    p->client_ref_header = ref ? dup_str(ref, "header", NULL) : NULL;
+    p->client_ref_body_field = ref ? dup_str(ref, "body_field", NULL) : NULL;
+    if (load_retry(p, o, file, err, errlen) < 0 || load_reconcile(p, o, file, err, errlen) < 0 ||
+        load_reconcile_reads(p, o, file, err, errlen) < 0)
+        return -1;
 
     const cJSON *outs = cJSON_GetObjectItemCaseSensitive(o, "outputs");
     snprintf(field, sizeof(field), "providers.%s.outputs", p->name);

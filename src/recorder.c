@@ -40,7 +40,8 @@ int recorder_item_cmp(const void *a, const void *b)
 static size_t take_batch(struct recorder *rec, struct rec_item **v, size_t max)
 {
     size_t n = 0, bytes = 0;
-    while (rec->head && n < max && (n == 0 || bytes + rec->head->in.q.body_len <= BATCH_MAX_BYTES)) {
+    while (rec->head && n < max &&
+           (n == 0 || bytes + rec->head->in.q.body_len <= BATCH_MAX_BYTES)) {
         struct rec_item *it = rec->head;
         rec->head = it->next;
         it->next = NULL;

@@ -10,9 +10,9 @@
  * struct intake, in this order: authenticate → validate → canonicalise → fingerprint → cache →
  * record → recorded → answer. The first step that answers ends the request. `record` hands the
  * intent to the recorder (group commit, recorder.h) and suspends the request, so no server
- * thread waits on the database; `recorded` goes on once the commit returned. Every 4xx a step raises passes
- * through one gate that proves the caller a tenant first, so an unauthenticated client learns
- * nothing about routes or validation, whatever the step. */
+ * thread waits on the database; `recorded` goes on once the commit returned. Every 4xx a step
+ * raises passes through one gate that proves the caller a tenant first, so an unauthenticated
+ * client learns nothing about routes or validation, whatever the step. */
 
 /* The route handler (a->tail is "{provider}/{route}"). */
 void intake_handle(struct hs_req *r, const struct api_args *a);
