@@ -540,9 +540,11 @@ class Campaign:
                                         "t0": a.t0, "t1": a.t1})
                 self.observe(a.job_id, a.t0, a.t1, a.state, "resubmit")
             elif definite_failure(a.status):
+                # The replay of a failed job carries its id (the provider's status, replayed);
+                # a refusal of the gateway's own carries none.
                 with self.lock:
-                    j.resubmits.append({"status": a.status, "job_id": None,
-                                        "replayed": False, "problem": a.problem_type})
+                    j.resubmits.append({"status": a.status, "job_id": a.job_id,
+                                        "replayed": a.replayed, "problem": a.problem_type})
         self.counters["resubmits"] += 1
 
     def act_reuse(self, slot, p, intent, jid):

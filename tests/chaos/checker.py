@@ -364,7 +364,8 @@ def check_campaign(scenario, camp, data, timing):
             for rs in j.resubmits:
                 if rs.get("job_id") not in (None, jid) or (rs["status"] == 202 and
                                                            not rs["replayed"]) or \
-                        rs.get("job_id") is None:
+                        rs.get("job_id") is None or (rs["status"] >= 400 and
+                                                     not rs.get("replayed")):
                     v["replay_mismatch"].append(jid)
                     why[("replay_mismatch", jid)] = f"a resubmit of the same key was answered {rs}"
                     break

@@ -130,6 +130,11 @@ def post(port, intent, timeout, extra_headers=None):
             a.state = hdrs.get("x-idemgate-state")
         elif isinstance(doc, dict) and a.content_type and "problem+json" in a.content_type:
             a.problem_type = doc.get("type")
+        elif "x-idemgate-job-id" in hdrs:
+            # `Prefer: wait` on a job that failed replays the provider's own 4xx/5xx, with the
+            # job's headers: an answer about that job (acknowledgement still needs a 200/202).
+            a.job_id = hdrs["x-idemgate-job-id"]
+            a.state = hdrs.get("x-idemgate-state")
         if r.status == 200 and not a.job_id:
             # `Prefer: wait` returns the provider's status; without a job id it is no answer.
             a.error = "200 without X-Idemgate-Job-Id"
