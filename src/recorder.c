@@ -28,7 +28,8 @@ struct recorder {
     int n_writers; /* started, and not yet joined */
 };
 
-int recorder_item_cmp(const void *a, const void *b)
+/* Orders intents by (token, key): the lock order of every batch (no deadlock between writers). */
+static int recorder_item_cmp(const void *a, const void *b)
 {
     const struct rec_item *x = *(struct rec_item *const *)a, *y = *(struct rec_item *const *)b;
     int c = strcmp(x->in.q.token_sha256_hex, y->in.q.token_sha256_hex);

@@ -40,7 +40,4 @@ void recorder_close(struct recorder *rec);
  * hs_stop). Accepts NULL. */
 void recorder_free(struct recorder *rec);
 
-/* Orders intents by (token, key): the lock order of every batch (no deadlock between writers). */
-int recorder_item_cmp(const void *a, const void *b);
-
 #endif

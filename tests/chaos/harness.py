@@ -16,6 +16,16 @@ def size(ci, full):
     return full if FULL else ci
 
 
+def wait_until(pred, timeout, interval=0.05):
+    """Polls pred until it is true or timeout seconds passed; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
 def prefix(tag):
     return f"{tag}-{uuid.uuid4().hex[:10]}"
 

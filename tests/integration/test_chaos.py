@@ -45,13 +45,7 @@ def reset(mock):
     mock.http.request("POST", "/_reset")
 
 
-def wait_until(pred, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
+wait_until = harness.wait_until
 
 
 def stop_clean(reps):

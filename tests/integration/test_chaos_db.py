@@ -70,13 +70,7 @@ def own(cluster):
     return Own(cluster)
 
 
-def wait_until(pred, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
+wait_until = harness.wait_until
 
 
 def stop_clean(reps):

@@ -37,13 +37,8 @@ def tokens(token, database_url):
     return [token, tenant_token(database_url)]
 
 
-def wait_until(pred, timeout, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
+def wait_until(pred, timeout):
+    return harness.wait_until(pred, timeout, interval=0.02)
 
 
 def op(psql, job_id):

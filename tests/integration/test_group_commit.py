@@ -17,13 +17,7 @@ from chaos.client import Client, RetryPolicy, fan_out, run_all  # noqa: E402
 from chaos.replicas import Replicas  # noqa: E402
 
 
-def wait_until(pred, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
+wait_until = harness.wait_until
 
 
 def batch_counters(gw):
@@ -146,10 +140,11 @@ def test_a_new_intent_with_an_idle_dispatcher_is_sent_after_one_commit(gateway_f
     row = psql("SELECT state, lease_version, transport_attempts, first_sent_at = created_at "
                f"FROM operations WHERE idempotency_key = '{key}'")
     assert row == [["completed", "1", "1", "t"]], row
-    job = r.headers.get("X-Idemgate-Job-Id") or r.headers.get("x-idemgate-job-id")
     attempts = psql("SELECT a.kind, a.lease_version, a.decision FROM attempts a JOIN operations o "
                     "ON o.id = a.operation_id WHERE o.idempotency_key = '" + key + "'")
-    assert attempts == [["create", "1", "completed"]], (job, attempts)
+    assert attempts == [["create", "1", "completed"]], attempts
+    job = psql(f"SELECT id FROM operations WHERE idempotency_key = '{key}'")[0][0]
+    assert len(mock.creates_for(job)) == 1  # the provider saw exactly one create
     text = gw.http.request("GET", "/metrics").body.decode()
     assert re.search(r"^idemgate_intake_born_claimed_total 1$", text, re.M), text[-600:]
 
@@ -160,3 +155,28 @@ def test_a_new_intent_with_an_idle_dispatcher_is_sent_after_one_commit(gateway_f
     row2 = psql("SELECT first_sent_at IS NULL OR first_sent_at > created_at "
                 f"FROM operations WHERE idempotency_key = '{key2}'")
     assert row2 == [["t"]], row2
+
+
+def test_a_tripped_credential_is_never_born_claimed(gateway_factory, mock, database_url, psql):
+    """A provider whose credential is tripped gets no row born claimed, even with every
+    dispatcher idle: the intent is recorded `prepared`, nothing is sent, and it goes out once
+    the breaker is reset — exactly once."""
+    tok = tenant_token(database_url)
+    gw = gateway_factory(dispatch_workers=2)
+    assert wait_until(lambda: psql("SELECT count(*) FROM operations WHERE state IN "
+                                   "('prepared', 'sending')") == [["0"]], 60)
+    time.sleep(0.2)
+    psql("INSERT INTO provider_breakers (provider, http_status, reason) "
+         "VALUES ('mock-images', 401, 'tripped for the test')")
+    try:
+        r = gw.submit(tok, "trip-" + uuid.uuid4().hex[:8], {"prompt": "not yet", "n": 1})
+        assert r.status == 202 and r.json()["state"] == "prepared", r
+        job = r.json()["id"]
+        time.sleep(0.5)  # an idle dispatcher had every chance to send it
+        assert psql(f"SELECT state FROM operations WHERE id = '{job}'") == [["prepared"]]
+        assert mock.creates_for(job) == []
+    finally:
+        psql("DELETE FROM provider_breakers WHERE provider = 'mock-images'")
+    assert wait_until(lambda: psql(f"SELECT state FROM operations WHERE id = '{job}'")
+                      == [["completed"]], 20)
+    assert len(mock.creates_for(job)) == 1
