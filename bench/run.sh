@@ -22,8 +22,11 @@
 #   BENCH_DISPATCH_WORKERS=4    the gateway's dispatch_workers (end-to-end and replay runs)
 #   BENCH_IDLE_CONNECTIONS=1000 idle keep-alive connections held for the memory figure
 #   BENCH_CALLGRIND_REQUESTS=2000  requests per path counted under callgrind (0: skip)
-#   BENCH_ONLY="a b …"          run only these steps (mock nginx e2e replay get idle intake_disp
-#                               intake pgbench callgrind); the default is all of them
+#   BENCH_SOAK_REQUESTS=1000000 requests the main gateway serves in all (replays and reads added
+#                               until it has), its RSS sampled after each run
+#   BENCH_HISTORY_ROWS=10000000 operations stored in bulk before intake is measured again
+#   BENCH_ONLY="a b …"          run only these steps (mock nginx e2e replay get soak idle
+#                               intake_disp intake pgbench callgrind history); the default is all
 #   BENCH_OUT=bench/results/latest.json
 #   BENCH_KEEP=1                keep the temporary directory (logs) instead of removing it
 #   BENCH_NO_INSTALL=1          do not install missing packages (scripts/bench-deps.sh)
@@ -39,7 +42,9 @@ HTTP_THREADS=${BENCH_HTTP_THREADS:-4}
 DISPATCH=${BENCH_DISPATCH_WORKERS:-4}
 IDLE_N=${BENCH_IDLE_CONNECTIONS:-1000}
 CG_N=${BENCH_CALLGRIND_REQUESTS:-2000}
-ONLY=${BENCH_ONLY:-mock nginx e2e replay get idle intake_disp intake pgbench callgrind}
+SOAK_N=${BENCH_SOAK_REQUESTS:-1000000}
+HIST_N=${BENCH_HISTORY_ROWS:-10000000}
+ONLY=${BENCH_ONLY:-mock nginx e2e replay get soak idle intake_disp intake pgbench callgrind history}
 OUT=${BENCH_OUT:-bench/results/latest.json}
 TOTAL_TIMEOUT=${BENCH_TIMEOUT:-1800}
 PY=/usr/bin/python3
@@ -249,6 +254,17 @@ if want e2e || want replay || want get || want idle || want intake_disp; then
     # Intake while the dispatchers work through what it accepts: last, so that its backlog
     # disturbs no other run.
     want intake_disp && { wrk_run intake_disp unique.lua "$GW$INTAKE_PATH" ""; sample_rss intake_disp; }
+    # Memory over many requests: replays and reads until the gateway has served SOAK_N in all
+    # (at most 20 more runs), RSS sampled after each.
+    if want soak && [ -n "${JOB_ID:-}" ]; then
+        for i in $(seq 10); do
+            [ "$requests_served" -lt "$SOAK_N" ] || break
+            wrk_run "soak-replay-$i" reuse.lua "$GW$INTAKE_PATH" "wait=30" "$REPLAY_KEY"
+            sample_rss "soak-replay-$i"
+            wrk_run "soak-get-$i" get.lua "$GW/v1/jobs/$JOB_ID" ""
+            sample_rss "soak-get-$i"
+        done
+    fi
     note gateway_main_memory "{\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM),\"rss_kib\":$(proc_kib "$GW_PID" VmRSS),\"requests\":$requests_served,\"samples\":[$(IFS=,; echo "${rss_samples[*]}")]}"
 
     # Last: memory with many idle keep-alive connections (each had one request answered).
@@ -357,7 +373,7 @@ if want callgrind && [ "$CG_N" -gt 0 ]; then
     CG_PID=$GW_PID
     cg() { timeout 60 callgrind_control "$@" "$CG_PID" >/dev/null 2>&1; }
     seq_client() { timeout 900 "$PY" bench/tools/seq_client.py 127.0.0.1 "$GW_PORT" "$@"; }
-    # The warm-up opens the server thread's database connection and prepares its statements.
+    # The warm-up opens the writers' database connections and prepares their statements.
     seq_client unique 50 "$INTAKE_PATH" "$TOKEN" "bench-$NONCE-cgwarm" >/dev/null
     seq_client reuse 50 "$INTAKE_PATH" "$TOKEN" "$REPLAY_KEY" "wait=30" >/dev/null
     cg_total() { # PART-NAME: the Ir summary of that dump
@@ -397,10 +413,45 @@ if want callgrind && [ "$CG_N" -gt 0 ]; then
     done
 fi
 
+# --- 5. the cost of history -------------------------------------------------------------------
+# HIST_N completed operations of the same tenant stored in bulk (every index in place), then the
+# intake run of section 3 again: what a key lookup and an insert cost with a large table.
+if want history && [ "$HIST_N" -gt 0 ]; then
+    log "history: storing $HIST_N operations"
+    t0=$(date +%s)
+    chunk=1000000
+    for ((from = 1; from <= HIST_N; from += chunk)); do
+        to=$((from + chunk - 1))
+        [ "$to" -le "$HIST_N" ] || to=$HIST_N
+        "${PSQL[@]}" -c "INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint,
+              fingerprint_version, provider, route, req_method, req_url, req_credential, req_body,
+              state, resp_status, resp_body, created_at, updated_at, first_sent_at, finished_at,
+              expires_at)
+            SELECT t.id, 'job_h' || lpad(to_hex(g), 25, '0'), 'history-' || g, sha256(int8send(g)),
+                   1, 'mock-images', 'images/generations', 'POST',
+                   'http://127.0.0.1:$MOCK_PORT/v1/images/generations', 'IDEMGATE_BENCH_PROVIDER_KEY',
+                   convert_to(json_build_object('n', 1, 'prompt', 'history ' || g)::text, 'UTF8'),
+                   'completed', 200,
+                   convert_to(json_build_object('created', 1, 'data',
+                       json_build_array(json_build_object('url', 'http://x/' || g || '.png')))::text,
+                       'UTF8'),
+                   now() - interval '1 day', now(), now(), now(), now() + interval '6 days'
+            FROM generate_series($from, $to) g, tenants t WHERE t.token_sha256 = '$TOKEN_SHA'"             >/dev/null || { log "history: the bulk insert failed"; break; }
+    done
+    "${PSQL[@]}" -c "VACUUM ANALYZE operations" -c "CHECKPOINT" >/dev/null
+    stored=$("${PSQL[@]}" -c "SELECT count(*) FROM operations")
+    size=$("${PSQL[@]}" -c "SELECT pg_total_relation_size('operations')")
+    note history "{"rows_seeded":$HIST_N,"operations":$stored,"bytes":$size,"seconds":$(( $(date +%s) - t0 ))}"
+    log "history: $stored operations ($((size / 1048576)) MiB with indexes) in $(( $(date +%s) - t0 )) s"
+    start_gateway history 0
+    wrk_run intake_hist unique.lua "$GW$INTAKE_PATH" ""
+    stop_pid "$GW_PID"
+fi
+
 # --- report ----------------------------------------------------------------------------------
 mkdir -p "$(dirname "$OUT")"
 "$PY" bench/tools/report.py "$T" "$OUT" \
-    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N}"
+    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N}"
 for part in intake replay get; do
     [ -s "$T/callgrind/profile-$part.txt" ] && cp "$T/callgrind/profile-$part.txt" "$(dirname "$OUT")/"
 done

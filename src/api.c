@@ -1,9 +1,11 @@
 #include "idemgate/api.h"
 
 #include "idemgate/metrics.h"
+#include "idemgate/offload.h"
 #include "idemgate/store.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +13,9 @@ struct api {
     const struct cfg *cfg;
     struct waiters *waiters;
     struct recorder *recorder;
+    struct offload *pool;
     pthread_mutex_t mu; /* guards dbs */
-    struct db **dbs;    /* every server thread's connection, closed by api_free */
+    struct db **dbs;    /* every database worker's connection, closed by api_free */
     size_t n_dbs;
 };
 
@@ -24,6 +27,10 @@ struct api_state {
     void (*cont)(struct hs_req *r); /* runs at the next resumption instead of routing */
     void *ctx;                      /* a handler's state across suspensions */
     void (*ctx_free)(void *ctx);
+    struct offload_item item; /* api_offload: fn(r, &args) on a database worker */
+    atomic_int offloaded;     /* fn is running or queued */
+    void (*off_fn)(struct hs_req *r, const struct api_args *a);
+    struct api_args off_args;
 };
 
 static void state_free(void *arg)
@@ -34,7 +41,7 @@ static void state_free(void *arg)
     free(st);
 }
 
-/* One database connection per server thread: the pool is sized to the threads. */
+/* One database connection per database worker (the offload pool), opened on first use. */
 static __thread struct db *tls_db;
 
 static struct api_state *state_of(const struct hs_req *r)
@@ -112,6 +119,55 @@ struct db *api_db(const struct hs_req *r)
     return tls_db;
 }
 
+/* A bug's answer rather than a request routed again and again. */
+static void answer_nothing(struct hs_req *r)
+{
+    static const char body[] = "{\"type\":\"urn:idemgate:problem:internal\",\"title\":"
+                               "\"Internal error\",\"status\":500,\"detail\":\"no response "
+                               "was produced\"}";
+    (void)hs_respond(r, 500, "application/problem+json", body, sizeof(body) - 1, NULL);
+}
+
+/* On a database worker: the work, then the request goes on (its answer is queued, or its
+ * continuation runs) on a server thread. */
+static void run_offloaded(void *arg)
+{
+    struct hs_req *r = arg;
+    struct api_state *st = state_of(r);
+    st->off_fn(r, &st->off_args);
+    if (!st->cont && !hs_req_answered(r))
+        st->cont = answer_nothing;
+    atomic_store(&st->offloaded, 0);
+    hs_resume(r);
+}
+
+int api_req_offloaded(const struct hs_req *r)
+{
+    const struct api_state *st = state_of(r);
+    return st && atomic_load(&st->offloaded);
+}
+
+int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_args *a),
+                const struct api_args *args)
+{
+    struct api_state *st = state_of(r);
+    st->off_fn = fn;
+    if (args)
+        st->off_args = *args;
+    else
+        memset(&st->off_args, 0, sizeof(st->off_args));
+    st->item.fn = run_offloaded;
+    st->item.arg = r;
+    atomic_store(&st->offloaded, 1);
+    hs_suspend(r);
+    if (offload_submit(st->api->pool, &st->item) < 0) {
+        atomic_store(&st->offloaded, 0);
+        hs_resume(r); /* the caller answers, and the answer is queued on resumption */
+        return -1;
+    }
+    return 0;
+}
+
 int api_req_begin(struct hs_req *r, struct api *a)
 {
     struct api_state *st = calloc(1, sizeof(*st));
@@ -143,7 +199,8 @@ int api_arg(const struct api_args *a, size_t i, char *out, size_t cap)
     return (int)a->len[i];
 }
 
-struct api *api_new(const struct cfg *cfg, struct waiters *w, struct recorder *rec)
+struct api *api_new(const struct cfg *cfg, struct waiters *w, struct recorder *rec,
+                    struct offload *pool)
 {
     struct api *a = calloc(1, sizeof(*a));
     if (!a)
@@ -151,6 +208,7 @@ struct api *api_new(const struct cfg *cfg, struct waiters *w, struct recorder *r
     a->cfg = cfg;
     a->waiters = w;
     a->recorder = rec;
+    a->pool = pool;
     pthread_mutex_init(&a->mu, NULL);
     return a;
 }

@@ -39,6 +39,8 @@ struct hs_req {
     int suspended_once;                   /* the handler suspended it at least once */
     struct hs_req *susp_prev, *susp_next; /* in srv->suspended (under srv->mu) */
     int in_suspended;                     /* suspended and not yet resumed (under srv->mu) */
+    struct MHD_Response *pending; /* answered from another thread: queued when resumed (mu) */
+    int pending_status;
     char request_id[72];
     int status; /* of the queued response */
     struct timespec started;
@@ -47,6 +49,10 @@ struct hs_req {
 };
 
 static atomic_ulong request_counter;
+
+/* The request whose callback this server thread is in: hs_respond queues its answer at once;
+ * an answer from anywhere else waits in hs_req.pending for the resumption. */
+static __thread struct hs_req *tls_handling;
 
 const char *hs_req_id(const struct hs_req *r)
 {
@@ -159,14 +165,16 @@ void hs_suspend(struct hs_req *r)
     struct hs_server *s = r->srv;
     r->suspended_once = 1;
     pthread_mutex_lock(&s->mu);
-    if (!r->in_suspended) {
-        r->susp_prev = NULL;
-        r->susp_next = s->suspended;
-        if (s->suspended)
-            s->suspended->susp_prev = r;
-        s->suspended = r;
-        r->in_suspended = 1;
+    if (r->in_suspended) { /* suspended already: once is enough */
+        pthread_mutex_unlock(&s->mu);
+        return;
     }
+    r->susp_prev = NULL;
+    r->susp_next = s->suspended;
+    if (s->suspended)
+        s->suspended->susp_prev = r;
+    s->suspended = r;
+    r->in_suspended = 1;
     pthread_mutex_unlock(&s->mu);
     MHD_suspend_connection(r->conn);
 }
@@ -185,6 +193,16 @@ void hs_resume(void *arg)
         MHD_resume_connection(r->conn);
 }
 
+static int queue(struct hs_req *r, int status, struct MHD_Response *resp, int has_connection);
+
+int hs_req_answered(const struct hs_req *r)
+{
+    pthread_mutex_lock(&r->srv->mu);
+    int yes = r->responded || r->pending != NULL;
+    pthread_mutex_unlock(&r->srv->mu);
+    return yes;
+}
+
 int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
                const char *const *headers)
 {
@@ -201,6 +219,22 @@ int hs_respond(struct hs_req *r, int status, const char *content_type, const cha
         MHD_add_response_header(resp, h[0], h[1]);
         has_connection |= strcasecmp(h[0], "Connection") == 0;
     }
+    if (tls_handling != r) { /* another thread: libmicrohttpd takes it when r is resumed */
+        pthread_mutex_lock(&r->srv->mu);
+        struct MHD_Response *old = r->pending;
+        r->pending = resp;
+        r->pending_status = status;
+        pthread_mutex_unlock(&r->srv->mu);
+        if (old)
+            MHD_destroy_response(old);
+        return 0;
+    }
+    return queue(r, status, resp, has_connection);
+}
+
+/* Queues resp (and gives up our reference); on a server thread, in the request's callback. */
+static int queue(struct hs_req *r, int status, struct MHD_Response *resp, int has_connection)
+{
     /* Shutting down: a kept-alive connection gets this answer and no further request. */
     if (atomic_load(&r->srv->draining) && !has_connection)
         MHD_add_response_header(resp, "Connection", "close");
@@ -265,7 +299,9 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
     struct framing f = {0, 0, 0};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
     if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name) {
+        tls_handling = r;
         s->o.reject(r, HS_REJECT_FRAMING, s->o.app);
+        tls_handling = NULL;
         return r->responded ? MHD_YES : MHD_NO;
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -317,13 +353,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return add_body(s, r, upload_data, n);
     }
+    pthread_mutex_lock(&s->mu);
+    struct MHD_Response *resp = r->pending;
+    int status = r->pending_status;
+    r->pending = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (resp) { /* answered from another thread while suspended */
+        (void)queue(r, status, resp, MHD_get_response_header(resp, "Connection") != NULL);
+        return MHD_YES;
+    }
     if (r->responded)
         return MHD_YES;
+    tls_handling = r;
     s->o.handle(r, s->o.app);
     /* A handler either responded or suspended the connection; anything else is a bug that
      * must not leave the client hanging. */
     if (!r->responded && !r->suspended_once)
         s->o.reject(r, HS_REJECT_NO_ANSWER, s->o.app);
+    tls_handling = NULL;
     return MHD_YES;
 }
 
@@ -344,6 +391,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         (double)(now.tv_sec - r->started.tv_sec) + (double)(now.tv_nsec - r->started.tv_nsec) / 1e9;
     s->o.done(r, r->status, secs, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->o.app);
     hs_req_set_state(r, NULL, NULL);
+    if (r->pending)
+        MHD_destroy_response(r->pending);
     free(r->path);
     free(r->body);
     free(r);

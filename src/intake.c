@@ -78,16 +78,25 @@ int intake_needs_tenant(int status, int tenant_proven)
     return !tenant_proven && status >= 400 && status < 500 && status != 401 && status != 413;
 }
 
+/* The gated answer, on a database worker: the store proves the token a tenant's first. */
+static void answer_problem_proven(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    const struct intake *in = api_ctx(r);
+    const struct intake_problem *pb = &in->problem;
+    reply_tenant_problem(r, in->token, pb->status, pb->type, pb->title, pb->detail);
+}
+
 /* The gate: no 4xx reaches a client not proven a tenant. */
 static void answer_problem(struct intake *in)
 {
     const struct intake_problem *pb = &in->problem;
-    int gated = intake_needs_tenant(pb->status, in->tenant_proven);
     if (pb->key_reused)
         reply_key_reused(in->r, 0); /* only ever raised once the tenant is proven */
-    else
-        reply_tenant_problem(in->r, gated ? in->token : NULL, pb->status, pb->type, pb->title,
-                             pb->detail);
+    else if (!intake_needs_tenant(pb->status, in->tenant_proven))
+        reply_problem(in->r, pb->status, pb->type, pb->title, pb->detail, 0);
+    else if (api_offload(in->r, answer_problem_proven, NULL) < 0)
+        reply_store_error(in->r, STORE_EUNAVAIL); /* shutting down */
 }
 
 /* authenticate: a well-formed bearer token, hashed. The store proves it a tenant's later, in the
@@ -206,10 +215,22 @@ static void intake_recorded(struct rec_item *it)
     hs_resume(r);
 }
 
+/* The recorder is closed (shutting down): the intent is recorded alone, on a database worker. */
+static void record_alone(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    struct intake *in = api_ctx(r);
+    struct store_intake_item *si = &in->rec.in;
+    CRASH_POINT("before_intent_commit");
+    si->err = store_intake(api_db(r), &si->q, &si->job, &si->created);
+    CRASH_POINT("after_intent_commit");
+    atomic_store_explicit(&in->recorded, 1, memory_order_release);
+}
+
 /* record: the intent, committed in a group commit that also proves the token a tenant's; or the
  * job that already holds the key. The server thread does not wait: the request is suspended
- * until the recorder's commit returned (when the recorder is closed, at shutdown, the intent is
- * recorded here instead). */
+ * until the recorder's commit returned (when the recorder is closed, at shutdown, a database
+ * worker records the intent alone). */
 static enum step_result step_record(struct intake *in)
 {
     const struct cfg_provider *p = in->p;
@@ -239,10 +260,9 @@ static enum step_result step_record(struct intake *in)
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
     hs_suspend(in->r);
-    if (recorder_submit(api_recorder(in->r), &in->rec) < 0) {
-        struct store_intake_item *si = &in->rec.in;
-        CRASH_POINT("before_intent_commit");
-        si->err = store_intake(api_db(in->r), &si->q, &si->job, &si->created);
+    if (recorder_submit(api_recorder(in->r), &in->rec) < 0 &&
+        api_offload(in->r, record_alone, NULL) < 0) {
+        in->rec.in.err = STORE_EUNAVAIL; /* shutting down: nothing recorded, a 503 */
         intake_recorded(&in->rec);
     }
     return STEP_SUSPENDED;
@@ -275,7 +295,7 @@ static enum step_result step_recorded(struct intake *in)
 
 /* Answers a job: at once, or, with `Prefer: wait`, once it is terminal or the wait is over. */
 static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, int wait_s,
-                           const char *token)
+                           const char *token, int local)
 {
     if (wait_s > 0 && st_is_terminal(j->state)) {
         reply_provider_result(r, j, replayed, wait_s);
@@ -293,7 +313,8 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     api_set_continuation(r, intake_resume);
     /* Suspend before registering, so that a wake-up can never precede the suspension. */
     hs_suspend(r);
-    if (waiters_add(api_waiters(r), j->id, waiters_now() + wait_s, hs_resume, r) < 0)
+    double deadline = waiters_now() + wait_s;
+    if ((local ? waiters_add_local : waiters_add)(api_waiters(r), j->id, deadline, hs_resume, r) < 0)
         hs_resume(r); /* cannot wait: answer on resumption with the current state */
 }
 
@@ -313,7 +334,9 @@ static enum step_result step_answer(struct intake *in)
         LS("key_hash", key_hash), LS("provider", in->p->name), LS("state", st_name(j->state)),
         LS("request_id", hs_req_id(in->r)));
     reply_cache_terminal(in->token, j);
-    answer_or_wait(in->r, j, !in->created, in->wait_s, in->token);
+    /* A row born `sending` was claimed by this replica and handed to its own dispatcher. */
+    answer_or_wait(in->r, j, !in->created, in->wait_s, in->token,
+                   in->created && j->state == ST_SENDING);
     return STEP_ANSWERED;
 }
 
@@ -381,8 +404,10 @@ void intake_handle(struct hs_req *r, const struct api_args *a)
     run_steps(in);
 }
 
-void intake_resume(struct hs_req *r)
+/* The waiting client's answer, on a database worker: the job as it is now. */
+static void answer_waited(struct hs_req *r, const struct api_args *a)
 {
+    (void)a;
     struct api_wait *w = api_wait(r);
     struct store_job j;
     int e = store_job_get(api_db(r), w->token_hash, w->job_id, &j);
@@ -398,4 +423,10 @@ void intake_resume(struct hs_req *r)
     } else {
         reply_store_error(r, e);
     }
+}
+
+void intake_resume(struct hs_req *r)
+{
+    if (api_offload(r, answer_waited, NULL) < 0)
+        reply_store_error(r, STORE_EUNAVAIL); /* shutting down */
 }

@@ -33,6 +33,23 @@ static int job_caller(struct hs_req *r, const struct api_args *a, char id[CRYPTO
     return 0;
 }
 
+/* The database's answer to GET /v1/jobs/{id}, on a database worker. */
+static void job_get_stored(struct hs_req *r, const struct api_args *a)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    if (job_caller(r, a, id, token) < 0)
+        return;
+    struct store_job j;
+    int e = store_job_get(api_db(r), token, id, &j);
+    if (e < 0)
+        reply_job_error(r, e);
+    else {
+        reply_cache_terminal(token, &j);
+        reply_job(r, 200, &j, 0, 0);
+        store_job_fini(&j);
+    }
+}
+
 void jobs_get(struct hs_req *r, const struct api_args *a)
 {
     char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
@@ -44,15 +61,8 @@ void jobs_get(struct hs_req *r, const struct api_args *a)
         jobcache_entry_fini(&hit);
         return;
     }
-    struct store_job j;
-    int e = store_job_get(api_db(r), token, id, &j);
-    if (e < 0)
-        reply_job_error(r, e);
-    else {
-        reply_cache_terminal(token, &j);
-        reply_job(r, 200, &j, 0, 0);
-        store_job_fini(&j);
-    }
+    if (api_offload(r, job_get_stored, a) < 0)
+        reply_store_error(r, STORE_EUNAVAIL); /* shutting down */
 }
 
 struct list_ctx {

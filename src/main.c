@@ -9,6 +9,7 @@
 #include "idemgate/jobcache.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
+#include "idemgate/offload.h"
 #include "idemgate/poller.h"
 #include "idemgate/reaper.h"
 #include "idemgate/reconciler.h"
@@ -52,6 +53,7 @@ struct subsystems {
     struct wpool *recon, *poller;
     struct reaper *reaper;
     struct api *api;
+    struct offload *pool;
     struct hs_server *http;
     int curl, cache, wake;
 };
@@ -91,7 +93,10 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     s->reaper = reaper_start(cfg);
     if (cfg->reaper_interval_ms && !s->reaper)
         return "reaper";
-    if (!(s->api = api_new(cfg, s->waiters, s->recorder)) || !(s->http = routes_listen(s->api)))
+    if (!(s->pool = offload_start(cfg->db_workers)))
+        return "database workers";
+    if (!(s->api = api_new(cfg, s->waiters, s->recorder, s->pool)) ||
+        !(s->http = routes_listen(s->api)))
         return "http";
     return NULL;
 }
@@ -103,8 +108,10 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
  * replicas of those results. */
 static void stop_all(struct subsystems *s)
 {
-    hs_stop(s->http);  /* no server thread runs any more */
-    api_free(s->api);  /* the server threads' database connections */
+    offload_close(s->pool); /* queued database work is done and answered */
+    hs_stop(s->http);       /* no server thread runs any more */
+    offload_free(s->pool);
+    api_free(s->api); /* the database workers' connections */
     /* From here the workers' results no longer reach the waiters. */
     wake_on_done(NULL, NULL);
     waiters_free(s->waiters);
@@ -150,7 +157,7 @@ static int serve(const struct cfg *cfg)
     hs_quiesce(s.http);                 /* new connections are refused */
     waiters_close(s.waiters);           /* waiting clients get the current state; no new waits */
     recorder_close(s.recorder);         /* queued intents are recorded and answered; the rest of
-                                           the drain records on the server threads */
+                                           the drain records on the database workers */
     hs_drain(s.http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
     stop_all(&s);
     LOG(LOG_INFO, "stopped", LS("instance", cfg->instance_id));

@@ -6,25 +6,28 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/reply.h"
+#include "idemgate/store.h"
 #include "idemgate/webhooks.h"
 
 #include <string.h>
 
 /* Every endpoint of DESIGN.md §4, and the operator's. /metrics, /healthz and /readyz answer any
  * method, as probes and scrapers vary. */
+/* Intake and GET /v1/jobs/{id} answer from memory when they can and hand the rest to the
+ * database workers themselves; /healthz never touches the database. */
 static const struct route table[] = {
-    {"POST", "/v1/providers/*", MR_INTAKE, intake_handle},
-    {"GET", "/v1/jobs", MR_JOB_LIST, jobs_list},
-    {"GET", "/v1/jobs/{id}", MR_JOB_GET, jobs_get},
-    {"POST", "/v1/jobs/{id}/resolve", MR_RESOLVE, jobs_resolve},
-    {"POST", "/v1/jobs/{id}/cancel", MR_CANCEL, jobs_cancel},
-    {"POST", "/v1/jobs/{id}/regenerate", MR_REGENERATE, jobs_regenerate},
-    {"POST", "/v1/admin/providers/{name}/reset", MR_ADMIN, admin_reset},
-    {"POST", "/v1/admin/jobs/{id}/resume", MR_ADMIN, admin_resume},
-    {"POST", "/v1/webhooks/*", MR_WEBHOOK, webhooks_receive},
-    {NULL, "/metrics", MR_METRICS, admin_metrics},
-    {NULL, "/healthz", MR_HEALTH, admin_health},
-    {NULL, "/readyz", MR_READY, admin_ready},
+    {"POST", "/v1/providers/*", MR_INTAKE, intake_handle, 0},
+    {"GET", "/v1/jobs", MR_JOB_LIST, jobs_list, 1},
+    {"GET", "/v1/jobs/{id}", MR_JOB_GET, jobs_get, 0},
+    {"POST", "/v1/jobs/{id}/resolve", MR_RESOLVE, jobs_resolve, 1},
+    {"POST", "/v1/jobs/{id}/cancel", MR_CANCEL, jobs_cancel, 1},
+    {"POST", "/v1/jobs/{id}/regenerate", MR_REGENERATE, jobs_regenerate, 1},
+    {"POST", "/v1/admin/providers/{name}/reset", MR_ADMIN, admin_reset, 1},
+    {"POST", "/v1/admin/jobs/{id}/resume", MR_ADMIN, admin_resume, 1},
+    {"POST", "/v1/webhooks/*", MR_WEBHOOK, webhooks_receive, 1},
+    {NULL, "/metrics", MR_METRICS, admin_metrics, 1},
+    {NULL, "/healthz", MR_HEALTH, admin_health, 0},
+    {NULL, "/readyz", MR_READY, admin_ready, 1},
 };
 
 const struct route *routes_table(size_t *n)
@@ -109,8 +112,10 @@ static void dispatch(struct hs_req *r)
     api_set_route(r, m.route->label);
     if (res == ROUTE_BAD_METHOD)
         reply_problem(r, 405, "method-not-allowed", "Method not allowed", m.allow, 0);
-    else
+    else if (!m.route->offload)
         m.route->handler(r, &m.args);
+    else if (api_offload(r, m.route->handler, &m.args) < 0)
+        reply_store_error(r, STORE_EUNAVAIL); /* shutting down */
 }
 
 /* hs_options.handle: a new request is routed; a resumed one goes on where it stopped. */
@@ -118,6 +123,10 @@ static void on_handle(struct hs_req *r, void *app)
 {
     if (!api_req_begun(r) && api_req_begin(r, app) < 0) {
         reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    if (api_req_offloaded(r)) {
+        hs_suspend(r); /* its database worker answers and resumes it */
         return;
     }
     void (*cont)(struct hs_req *) = api_take_continuation(r);

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,11 +23,17 @@ struct waiter {
     void *arg;
 };
 
+/* Jobs this process saw become terminal: a waiter registered just after its job finished here
+ * finds it without a read (waiters_add_local). Direct-mapped by a hash of the id; an entry lost
+ * to a collision costs that waiter at most wait_poll_ms. */
+#define RECENT_N 1024
+
 struct waiters {
     const struct cfg *cfg;
     pthread_mutex_t mu;
     struct waiter *v;
     size_t n, cap;
+    char recent[RECENT_N][CRYPTO_JOB_ID_LEN]; /* under mu */
     atomic_int stop; /* closed: no new waiter is taken (set under mu) */
     pthread_t thread;
     int running; /* thread is to be joined (touched by the starting/stopping thread only) */
@@ -39,8 +46,22 @@ double waiters_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int waiters_add(struct waiters *w, const char *job_id, double deadline, void (*wake)(void *),
-                void *arg)
+static size_t recent_slot(const char *job_id)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)job_id; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % RECENT_N;
+}
+
+/* Whether job_id is among the jobs seen finished here; the caller holds the lock. */
+static int recent_has(const struct waiters *w, const char *job_id)
+{
+    return strcmp(w->recent[recent_slot(job_id)], job_id) == 0;
+}
+
+static int add(struct waiters *w, const char *job_id, double deadline, void (*wake)(void *),
+               void *arg, int local)
 {
     if (!w || strlen(job_id) >= CRYPTO_JOB_ID_LEN)
         return -1;
@@ -48,6 +69,11 @@ int waiters_add(struct waiters *w, const char *job_id, double deadline, void (*w
     if (atomic_load(&w->stop) || (w->n == w->cap && w->cap >= 1u << 20)) {
         pthread_mutex_unlock(&w->mu);
         return -1;
+    }
+    if (local && recent_has(w, job_id)) {
+        pthread_mutex_unlock(&w->mu);
+        wake(arg);
+        return 0;
     }
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
@@ -62,11 +88,23 @@ int waiters_add(struct waiters *w, const char *job_id, double deadline, void (*w
     struct waiter *e = &w->v[w->n++];
     strcpy(e->job_id, job_id);
     e->deadline = deadline;
-    e->checked = 0;
+    e->checked = local;
     e->wake = wake;
     e->arg = arg;
     pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+int waiters_add(struct waiters *w, const char *job_id, double deadline, void (*wake)(void *),
+                void *arg)
+{
+    return add(w, job_id, deadline, wake, arg, 0);
+}
+
+int waiters_add_local(struct waiters *w, const char *job_id, double deadline,
+                      void (*wake)(void *), void *arg)
+{
+    return add(w, job_id, deadline, wake, arg, 1);
 }
 
 /* Every waiter's job is to be read again. */
@@ -89,7 +127,10 @@ static void wake_at(struct waiters *w, size_t i)
 void waiters_job_done(const char *id, void *arg)
 {
     struct waiters *w = arg;
+    size_t len = strlen(id);
     pthread_mutex_lock(&w->mu);
+    if (len && len < CRYPTO_JOB_ID_LEN)
+        memcpy(w->recent[recent_slot(id)], id, len + 1);
     for (size_t i = 0; i < w->n;) {
         if (strcmp(w->v[i].job_id, id) == 0)
             wake_at(w, i);

@@ -68,15 +68,17 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
     return 0;
 }
 
-/* The wait when nothing was due: idle_ms, or less when the pool stops, this replica has new work
- * (wake_on_work) or another replica signals the channel. This replica's own signals are not
- * waited for: their wake-ups came in process. The work signal is consumed before the caller
- * claims, so that one given after the claim is never missed. */
-static void idle_wait(struct wpool *p, struct db *db)
+/* The wait when nothing was due: idle_ms, or less when the pool stops, a claim is handed over,
+ * this replica has new work (wake_on_work) or another replica signals the channel. This
+ * replica's own signals are not waited for: their wake-ups came in process. The work signal is
+ * consumed before the caller claims, so that one given after the claim is never missed.
+ * Returns 1 when the caller should claim (anything but a handoff woke it), 0 when it should only
+ * take the handoff: a thread fed by handoffs does not query for due work it was not told of. */
+static int idle_wait(struct wpool *p, struct db *db)
 {
     /* The kick fd stays readable while a handoff waits (see take_handoff). */
     int fds[3] = {p->stop_fd, p->kick_fd, p->spec.wake_on_work ? wake_work_fd() : -1};
-    int nfds = fds[2] >= 0 ? 3 : 2;
+    int nfds = fds[2] >= 0 ? 3 : 2, claim = 0;
     double end = clock_mono() + p->spec.idle_ms / 1000.0;
     for (;;) {
         int left = (int)((end - clock_mono()) * 1000.0), foreign = 0;
@@ -89,14 +91,25 @@ static void idle_wait(struct wpool *p, struct db *db)
             (void)poll(pfd, (nfds_t)nfds, left);
             break;
         }
-        if (store_wait_notify(db, left, fds, nfds, on_notify, &foreign) <= 0 || foreign)
+        int got = store_wait_notify(db, left, fds, nfds, on_notify, &foreign);
+        if (got < 0 || foreign) {
+            claim = 1;
+            break;
+        }
+        if (got == 0)
             break;
     }
+    if (clock_mono() >= end || atomic_load(&p->stop))
+        claim = 1;
     if (fds[2] >= 0) {
+        struct pollfd pfd = {.fd = fds[2], .events = POLLIN};
+        if (poll(&pfd, 1, 0) > 0) /* signalled, whichever thread reads it */
+            claim = 1;
         uint64_t v;
         ssize_t r = read(fds[2], &v, sizeof(v)); /* EAGAIN: another thread took it, or none */
         (void)r;
     }
+    return claim;
 }
 
 /* Claims one due operation and works on it: 1 when it did, 0 when nothing was due, or the
@@ -120,7 +133,9 @@ int wpool_reserve(struct wpool *p, int n)
     if (!p || n <= 0)
         return 0;
     pthread_mutex_lock(&p->mu);
-    int free_slots = p->idle - p->reserved - p->pending;
+    /* Each thread may hold one claim queued behind the operation it is working on: a born
+     * claim waits at most one call, and its lease_guard (attempt.c) refuses to send late. */
+    int free_slots = p->idle + p->n - p->reserved - p->pending;
     int k = free_slots < n ? (free_slots > 0 ? free_slots : 0) : n;
     p->reserved += k;
     pthread_mutex_unlock(&p->mu);
@@ -201,7 +216,9 @@ static void *wpool_main(void *arg)
     struct wpool *p = arg;
     struct db *db = store_db_open(p->cfg->database_url);
     unsigned gen = 0;
-    int backoff_ms = 100;
+    int backoff_ms = 100, claim = 1;
+    /* Due work no signal announces (a retry's next_attempt_at) is claimed at least this often. */
+    double next_claim = 0;
     if (!db)
         return NULL;
     while (!atomic_load(&p->stop)) {
@@ -209,16 +226,19 @@ static void *wpool_main(void *arg)
             continue; /* a claim handed over goes first: its lease is already running */
         if (p->spec.channel && !keep_listening(p, db, &gen, &backoff_ms))
             continue;
-        int e = claim_and_run(p, db);
-        if (e > 0)
-            continue; /* there may be more due */
-        if (e == 0) {
-            set_idle(p, 1);
-            idle_wait(p, db);
-            set_idle(p, -1);
-        } else { /* the database refused (or is being migrated): do not spin */
-            wait_or_stop(p, p->spec.error_ms);
+        if (claim || clock_mono() >= next_claim) {
+            int e = claim_and_run(p, db);
+            if (e > 0)
+                continue; /* there may be more due */
+            if (e < 0) { /* the database refused (or is being migrated): do not spin */
+                wait_or_stop(p, p->spec.error_ms);
+                continue;
+            }
+            next_claim = clock_mono() + p->spec.idle_ms / 1000.0;
         }
+        set_idle(p, 1);
+        claim = idle_wait(p, db);
+        set_idle(p, -1);
     }
     while (run_handoff(p, db)) /* claims handed over before the stop are sent and recorded */
         ;

@@ -22,6 +22,7 @@ ROWS = [  # key, label, what it is compared with
     ("intake", "gateway intake 202 (new keys, no dispatcher)", "pgbench"),
     ("intake_disp", "gateway intake 202 (new keys, dispatchers on)", "pgbench"),
     ("intake_seq", "gateway intake 202, one sequential client", ""),
+    ("intake_hist", "gateway intake 202, %(history_rows)d operations stored", "intake"),
     ("pgbench", "pgbench: intake statement, %(connections)d clients (ceiling)", "ceiling"),
     ("pgbench_gw", "pgbench: intake statement, %(http_threads)d clients (= gateway's)", ""),
     ("pgbench_batch", "pgbench: 32 intake rows per commit, 4 clients (rows/s)", ""),
@@ -33,6 +34,8 @@ TARGETS = {  # ratio key: (numerator, denominator, target, text)
                                 "intake / pgbench batched rows (how close to it)"),
     "e2e_vs_nginx": ("e2e", "nginx", 0.5, "end to end / nginx"),
     "replay_vs_nginx": ("replay", "nginx", 1.0, "replay / nginx"),
+    "intake_hist_vs_intake": ("intake_hist", "intake", 0.0,
+                              "intake with history / intake on an empty table"),
 }
 
 
@@ -113,6 +116,10 @@ def main():
         v = runs["intake"]["p99_us"] / max(1, runs["nginx"]["p99_us"])
         ratios["intake_p99_vs_nginx"] = {"value": round(v, 3), "target": 3.0, "met": v <= 3.0,
                                          "what": "intake p99 / nginx p99 (<= 3)", "le": True}
+    if "intake_hist" in runs and "intake" in runs:
+        v = runs["intake_hist"]["p99_us"] / max(1, runs["intake"]["p99_us"])
+        ratios["intake_hist_p99_vs_intake"] = {
+            "value": round(v, 3), "target": None, "what": "intake p99 with history / empty table"}
     fsync = facts.get("pg_test_fsync")
     if "intake_seq" in runs and fsync and fsync.get("fdatasync_ops_per_sec"):
         gap = runs["intake_seq"]["p50_us"] / 1000.0 - 1000.0 / fsync["fdatasync_ops_per_sec"]

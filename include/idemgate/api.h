@@ -5,20 +5,23 @@
 #include "idemgate/http_server.h"
 #include "idemgate/waiters.h"
 
-/* The API's context on top of the transport (DESIGN.md §4): what the handlers need per server
- * thread (a database connection), per request (a metrics label, the state of a `Prefer: wait`)
+/* The API's context on top of the transport (DESIGN.md §4): what the handlers need per database
+ * worker (a connection), per request (a metrics label, the state of a `Prefer: wait`)
  * and from the path (what the route's pattern captured). routes.c wires it to the transport. */
 
 struct api;
 struct db;
+struct offload;
 struct recorder;
 
-/* The API's context. cfg, w and rec must outlive it. Returns NULL when out of memory. */
+/* The API's context. cfg, w, rec and pool (its database workers) must outlive it. Returns NULL
+ * when out of memory. */
 __attribute__((warn_unused_result)) struct api *api_new(const struct cfg *cfg, struct waiters *w,
-                                                        struct recorder *rec);
+                                                        struct recorder *rec,
+                                                        struct offload *pool);
 const struct cfg *api_config(const struct api *a);
-/* Closes the per-thread database connections and frees a. Only after hs_stop: no server thread
- * may use them any more. Accepts NULL. */
+/* Closes the database workers' connections and frees a. Only after hs_stop and offload_close:
+ * no thread may use them any more. Accepts NULL. */
 void api_free(struct api *a);
 
 /* Gives a new request the API's state (metrics label "other", no wait). Returns 0, or -1 when
@@ -54,8 +57,17 @@ struct api_wait {
 
 /* For handlers, on a server thread. */
 const struct cfg *api_cfg(const struct hs_req *r);
-/* The database connection of the calling server thread (opened on first use), or NULL. */
+/* The database connection of the calling thread (opened on first use), or NULL. Only database
+ * workers (api_offload) call it: a server thread never waits on the database. */
 struct db *api_db(const struct hs_req *r);
+/* Suspends r and runs fn(r, args) on a database worker (args is copied; its strings point into
+ * the request). fn answers (hs_respond from that thread: the answer is queued when r resumes) or
+ * leaves r to the continuation set before (api_set_continuation); then r is resumed. -1 when the
+ * workers are closed (shutting down): r is resumed at once and the caller answers (a 503). */
+__attribute__((warn_unused_result)) int api_offload(struct hs_req *r,
+                                                    void (*fn)(struct hs_req *r,
+                                                               const struct api_args *a),
+                                                    const struct api_args *args);
 struct waiters *api_waiters(const struct hs_req *r);
 struct recorder *api_recorder(const struct hs_req *r);
 struct api_wait *api_wait(struct hs_req *r);
@@ -66,6 +78,9 @@ void (*api_take_continuation(struct hs_req *r))(struct hs_req *r);
 /* A handler's own state across suspensions, freed (free_fn) with the request. */
 void api_set_ctx(struct hs_req *r, void *ctx, void (*free_fn)(void *ctx));
 void *api_ctx(const struct hs_req *r);
+/* Whether r's api_offload work is queued or running: a request resumed meanwhile (by a drain
+ * that timed out) is suspended again rather than handled twice at once. */
+int api_req_offloaded(const struct hs_req *r);
 /* The metrics label of the request (metrics.h enum metric_route). */
 void api_set_route(struct hs_req *r, int label);
 

@@ -18,6 +18,7 @@ struct cfg {
     int http_threads;
     int dispatch_workers;
     int intake_writers;
+    int db_workers;
     int intake_batch_max;
     long max_body_bytes;
     int max_json_depth;

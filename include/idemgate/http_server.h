@@ -82,7 +82,11 @@ void hs_resume(void *r);
 
 /* Queues the response. headers: NULL-terminated list of name, value pairs (a NULL name ends it);
  * may be NULL. Adds X-Request-Id and Cache-Control: no-store, and Connection: close once the
- * server is quiesced. Returns 0 or -1. */
+ * server is quiesced. Returns 0 or -1. A suspended request may be answered from any thread (one
+ * thread at a time): the response is kept and queued when it is resumed, instead of calling
+ * options.handle again — the answering thread then calls hs_resume. */
+/* Whether r has an answer, queued or waiting for its resumption. */
+int hs_req_answered(const struct hs_req *r);
 int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
                const char *const *headers);
 

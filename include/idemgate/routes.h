@@ -19,6 +19,8 @@ struct route {
     const char *pattern;
     int label; /* metrics.h enum metric_route */
     route_fn handler;
+    int offload; /* the handler waits on the database or a provider: it runs on a database
+                    worker (api_offload), never on a server thread */
 };
 
 enum route_result { ROUTE_FOUND = 0, ROUTE_NOT_FOUND = -1, ROUTE_BAD_METHOD = -2 };

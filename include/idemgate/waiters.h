@@ -31,6 +31,13 @@ __attribute__((warn_unused_result)) int waiters_add(struct waiters *w, const cha
                                                     double deadline, void (*wake)(void *arg),
                                                     void *arg);
 
+/* waiters_add for a job this process is working on (born claimed and handed to its own
+ * dispatcher): its end is signalled in process, so the job is not read at registration; a job
+ * that already finished here wakes the waiter at once, from the calling thread. */
+__attribute__((warn_unused_result)) int waiters_add_local(struct waiters *w, const char *job_id,
+                                                          double deadline,
+                                                          void (*wake)(void *arg), void *arg);
+
 /* Job job_id is terminal (committed): wakes its waiters now. The argument order is wake.h's
  * receiver's, w being the struct waiters. Safe from any thread until waiters_free. */
 void waiters_job_done(const char *job_id, void *w);

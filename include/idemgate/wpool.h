@@ -40,8 +40,9 @@ struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec 
 void wpool_stop(struct wpool *p);
 
 /* Handoffs: a claim committed elsewhere in this process (a row recorded born claimed) goes
- * straight to an idle thread, without a claim round trip. wpool_reserve promises up to n slots
- * — never more than the threads idle now, minus slots already promised or filled — and returns
+ * straight to a thread, without a claim round trip. wpool_reserve promises up to n slots — never
+ * more than the threads idle now plus one queued claim per thread, minus slots already promised
+ * or filled — and returns
  * how many; each promise is then kept by one wpool_handoff or returned by wpool_unreserve.
  * wpool_handoff moves *c into the pool (c is left empty) and wakes an idle thread, which works on
  * it as on one of its own claims; -1 when out of memory (c is untouched). p may be NULL for

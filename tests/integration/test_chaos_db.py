@@ -413,3 +413,55 @@ def test_started_with_the_database_down(gateway_factory, mock):
         assert s["completed"] == 3 and s["creates"] == 3, s
     finally:
         c.destroy()
+
+
+# --- a slow database -----------------------------------------------------------------------------
+
+def test_slow_database_stalls_no_server_thread(gateway_factory, mock, own, proxy):
+    """No server thread waits on the database: while every database worker (and more) is stuck
+    on a job read whose answer the database holds back, /healthz, a replay of a finished job and
+    a read of it — both answered from memory — still answer, before any stuck read returns.
+    With server threads reading the database themselves, two stuck reads took both threads and
+    everything behind them waited."""
+    tokens = own.tokens
+    px, via_proxy = proxy
+    entry = providers.lookup(mock.url, "lookup" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=LEASE,
+                   http_threads=2, db_workers=2)
+    pfx = harness.prefix("slowdb")
+    it = harness.intents(pfx, tokens, [entry], 1)[0]
+    done = post(g.port, it, 30, {"Prefer": "wait=20"})
+    assert done.status == 200 and done.job_id, done
+    assert get(g.port, f"/v1/jobs/{done.job_id}", it.token)[0] == 200  # now cached by id too
+
+    stuck = 4
+    for _ in range(stuck):
+        px.delay_next("job_get", 8)
+    seen = px.statements.get("job_get", 0)
+    finished = []
+
+    def slow_read(i):
+        missing = "job_" + "".join(random.choice("abcdefghijklmnopqrstuvwxyz234567")
+                                   for _ in range(26))
+        st, _, _ = get(g.port, f"/v1/jobs/{missing}", it.token, timeout=60)
+        finished.append((time.monotonic(), st))
+
+    threads = [threading.Thread(target=slow_read, args=(i,)) for i in range(stuck)]
+    for t in threads:
+        t.start()
+    # Both database workers hold a stuck read; the other two wait in their queue.
+    assert wait_until(lambda: px.statements.get("job_get", 0) >= seen + 2, 20)
+
+    health = get(g.port, "/healthz", timeout=60)
+    replay = post(g.port, it, 60, {"Prefer": "wait=20"})
+    cached = get(g.port, f"/v1/jobs/{done.job_id}", it.token, timeout=60)
+    answered_before = len(finished)
+    for t in threads:
+        t.join(90)
+    stop_clean(reps)
+    assert health[0] == 200, health
+    assert replay.status == 200 and replay.replayed and replay.job_id == done.job_id, replay
+    assert cached[0] == 200, cached
+    assert answered_before == 0, "a stuck read returned before the answers from memory"
+    assert [st for _, st in finished] == [404] * stuck, finished

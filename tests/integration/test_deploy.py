@@ -710,17 +710,17 @@ def test_systemd_unit_is_hardened():
 
 def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory, database_url,
                                                                 token, psql):
-    """SCALING.md: a replica holds at most http_threads + intake_writers + dispatch_workers +
+    """SCALING.md: a replica holds at most db_workers + intake_writers + dispatch_workers +
     reconcile_workers + poll_workers + 3 connections (waiters' LISTEN, reaper, wake signaller).
     Measured on a live replica whose connections carry their own application_name, before and
-    after every server thread has served requests."""
-    formula = ("http_threads + intake_writers + dispatch_workers + reconcile_workers + "
+    after every database worker has served requests."""
+    formula = ("db_workers + intake_writers + dispatch_workers + reconcile_workers + "
                "poll_workers + 3")
     assert formula in read(os.path.join(ROOT, "deploy", "SCALING.md"))
-    settings = {"http_threads": 3, "intake_writers": 2, "dispatch_workers": 2,
+    settings = {"db_workers": 3, "intake_writers": 2, "dispatch_workers": 2,
                 "reconcile_workers": 1, "poll_workers": 1}
     budget = sum(settings.values()) + 3
-    background = budget - settings["http_threads"]
+    background = budget - settings["db_workers"]
     app = "budget_" + uuid.uuid4().hex[:10]
     gw = gateway_factory(**settings, env={"DATABASE_URL": database_url +
                                           f"&application_name={app}"})

@@ -109,10 +109,10 @@ static void h_b(struct hs_req *r, const struct api_args *a)
 
 /* One path, several methods: 405 names them all, once each, in table order. */
 static const struct route multi[] = {
-    {"GET", "/x/{a}/{b}", 1, h_a},
-    {"PUT", "/x/{a}/{b}", 2, h_b},
-    {"GET", "/x/{a}/{b}", 3, h_b},
-    {"DELETE", "/x/{a}/*", 4, h_a},
+    {"GET", "/x/{a}/{b}", 1, h_a, 0},
+    {"PUT", "/x/{a}/{b}", 2, h_b, 0},
+    {"GET", "/x/{a}/{b}", 3, h_b, 0},
+    {"DELETE", "/x/{a}/*", 4, h_a, 0},
 };
 
 static void test_matcher(void **state)
