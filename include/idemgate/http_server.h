@@ -14,9 +14,12 @@ struct hs_req;
 
 /* Why the transport could not let the application answer a request normally. */
 enum hs_reject {
-    HS_REJECT_FRAMING = 1, /* conflicting Content-Length/Transfer-Encoding, or a malformed header
-                              name: answer 400 (the connection is closed after it) */
-    HS_REJECT_NO_ANSWER,   /* the handler neither answered nor suspended: answer 500 */
+    HS_REJECT_FRAMING = 1,  /* conflicting Content-Length/Transfer-Encoding, or a malformed header
+                               name: answer 400 (the connection is closed after it) */
+    HS_REJECT_NO_ANSWER,    /* the handler neither answered nor suspended: answer 500 */
+    HS_REJECT_URI_TOO_LONG, /* a request target the connection's memory could not hold (longer
+                               than RL_URI_MAX_BYTES or more than RL_QUERY_PARAMS_MAX query
+                               parameters, reqlimit.h): answer 414 (the connection is closed) */
 };
 
 struct hs_options {

@@ -14,7 +14,8 @@ properties may not carry undocumented ones unless the schema sets additionalProp
 added to a response without being documented is drift.
 
 How a response is matched (the spec's root description says the same):
-  1. the path and method select an operation; a path that matches none is checked against the
+  1. a 414 is checked against the root `x-uri-too-long` response, whatever the path; then the
+     path and method select an operation; a path that matches none is checked against the
      root `x-unmatched-path` response, a known path with another method against
      `x-unmatched-method`;
   2. a response carrying X-Idemgate-Job-Id is the provider's stored answer (`Prefer: wait`),
@@ -129,6 +130,9 @@ class Spec:
     # ---- checking ---------------------------------------------------------------------
     def check(self, method, path, resp):
         """Checks one response (status, lower-cased headers dict, body bytes)."""
+        if resp.status == 414:
+            return self._check_response("x-uri-too-long", "x-uri-too-long",
+                                        self.doc["x-uri-too-long"], resp)
         template, op = self.match(method, path)
         if template is None:
             return self._check_response("x-unmatched-path", "x-unmatched-path",
@@ -312,6 +316,7 @@ class Spec:
             out[op.get("operationId", f"{method} {template}")] = keys
         out["x-unmatched-path"] = {"x-unmatched-path"}
         out["x-unmatched-method"] = {"x-unmatched-method"}
+        out["x-uri-too-long"] = {"x-uri-too-long"}
         return out
 
 
@@ -873,6 +878,13 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
             r = t.expect(f"framing ({op['operationId']})", method.upper(), p,
                          raw_request(gw.port, req), 400, "bad-request-framing")
             assert r.headers.get("connection", "").lower() == "close"
+
+        # A target over what a connection can hold (issue 14 §5), on any path.
+        many = "&".join(f"p{i}=v" for i in range(65))
+        req = (f"GET /v1/jobs?{many} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}"
+               "\r\n\r\n").encode()
+        t.expect("too many query parameters", "GET", "/v1/jobs", raw_request(gw.port, req), 414,
+                 "uri-too-long")
 
         # ---- the database unreachable: 503 with Retry-After -------------------------------
         for method, p, body, h in [
