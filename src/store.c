@@ -669,6 +669,17 @@ int store_tenant_list(struct db *db,
     return STORE_OK;
 }
 
+static const struct db_stmt db_now = {
+    .rerun_safe = 1,
+    .name = "db_now",
+    .sql = "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint",
+};
+
+int store_db_now(struct db *db, long long *now)
+{
+    return db_run_number(db, &db_now, NULL, 0, DB_VALUE, now);
+}
+
 static const struct db_stmt schema_version = {
     .rerun_safe = 1,
     .name = "schema_version",
