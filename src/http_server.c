@@ -296,6 +296,13 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
     if (!r->path)
         return MHD_NO;
     set_request_id(s, r);
+    if (atomic_load(&s->draining)) {
+        /* A request that arrives on a kept-alive connection once the server is quiesced is not
+         * started: whatever it would record could be cut off with its connection when the
+         * server stops. 503 and Connection: close; the client retries elsewhere. */
+        s->o.reject(r, HS_REJECT_DRAINING, s->o.app);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
     if (r->refused) {
         LOG(LOG_WARN, "http_request_refused", LS("request_id", r->request_id),
             LS("reason", rl_uri_verdict_name(r->refused)), LI("status", 414));

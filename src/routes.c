@@ -133,6 +133,9 @@ static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
     if (why == HS_REJECT_FRAMING)
         reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
                       "conflicting Content-Length/Transfer-Encoding or a malformed header name", 0);
+    else if (why == HS_REJECT_DRAINING)
+        reply_problem(r, 503, "shutting-down", "Shutting down",
+                      "this replica is draining and starts no new request; retry on another", 1);
     else if (why == HS_REJECT_URI_TOO_LONG)
         reply_problem(r, 414, "uri-too-long", "URI too long",
                       "the request target is longer than 8192 bytes or has more than 64 query "
