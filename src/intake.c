@@ -96,7 +96,7 @@ static void answer_problem(struct intake *in)
     else if (!intake_needs_tenant(pb->status, in->tenant_proven))
         reply_problem(in->r, pb->status, pb->type, pb->title, pb->detail, 0);
     else if (api_offload(in->r, answer_problem_proven, NULL) < 0)
-        reply_store_error(in->r, STORE_EUNAVAIL); /* shutting down */
+        reply_shutting_down(in->r); /* the database workers have stopped */
 }
 
 /* authenticate: a well-formed bearer token, hashed. The store proves it a tenant's later, in the
@@ -428,5 +428,5 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
 void intake_resume(struct hs_req *r)
 {
     if (api_offload(r, answer_waited, NULL) < 0)
-        reply_store_error(r, STORE_EUNAVAIL); /* shutting down */
+        reply_shutting_down(r); /* the database workers have stopped */
 }

@@ -164,6 +164,7 @@ static const struct db_stmt finish = {
  * row holds what it wrote, under the same fencing token, unowned), and the state it wrote. Reads
  * only. */
 static const struct db_stmt finish_check = {
+    .rerun_safe = 1,
     .name = "finish_check",
     .sql = "SELECT state FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
     " AND lease_owner IS NULL AND (state = $4 OR ($4 = 'prepared' AND state = 'failed'))",

@@ -129,6 +129,7 @@ static int one_job(struct db *db, const struct db_stmt *s, const struct param *p
 /* The re-read after an intake that returned nothing: a row per live tenant, with the job when
  * the key exists. */
 static const struct db_stmt by_key = {
+    .rerun_safe = 1,
     .name = "by_key",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
     " ON o.tenant_id = t.id AND o.idempotency_key = $2 "
@@ -136,6 +137,7 @@ static const struct db_stmt by_key = {
     .params = DB_PARAMS("token", "key"),
 };
 static const struct db_stmt job_get = {
+    .rerun_safe = 1,
     .name = "job_get",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
     " ON o.tenant_id = t.id AND o.id = $2 "
@@ -478,6 +480,7 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
 /* The tenant's jobs; the tenant row comes back even without jobs (its job columns NULL), so that
  * "no such tenant" (no row) and "no jobs" (one empty row) are told apart in one round trip. */
 static const struct db_stmt jobs_list = {
+    .rerun_safe = 1,
     .name = "jobs_list",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN LATERAL (SELECT * FROM "
     "operations x WHERE x.tenant_id = t.id AND ($2::text IS NULL OR x.state = $2) "
@@ -584,6 +587,7 @@ int store_janitor(struct db *db, int limit, int *count)
 }
 
 static const struct db_stmt terminal_ids = {
+    .rerun_safe = 1,
     .name = "terminal_ids",
     .sql = "SELECT id FROM operations WHERE id = ANY($1::text[]) "
     " AND state IN ('completed', 'failed')",
@@ -632,6 +636,7 @@ static const struct db_stmt tenant_revoke = {
     .params = DB_PARAMS("name"),
 };
 static const struct db_stmt tenant_list = {
+    .rerun_safe = 1,
     .name = "tenant_list",
     .sql = "SELECT name, " TS("tenants", "created_at") ", " TS("tenants", "revoked_at")
     " FROM tenants ORDER BY name",
@@ -664,7 +669,19 @@ int store_tenant_list(struct db *db,
     return STORE_OK;
 }
 
+static const struct db_stmt db_now = {
+    .rerun_safe = 1,
+    .name = "db_now",
+    .sql = "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint",
+};
+
+int store_db_now(struct db *db, long long *now)
+{
+    return db_run_number(db, &db_now, NULL, 0, DB_VALUE, now);
+}
+
 static const struct db_stmt schema_version = {
+    .rerun_safe = 1,
     .name = "schema_version",
     .sql = "SELECT coalesce(max(version), 0) FROM schema_migrations",
 };
@@ -680,17 +697,20 @@ int store_schema_version(struct db *db, int *version)
 
 /* Provider credential breakers. */
 static const struct db_stmt breaker_trip = {
+    .rerun_safe = 1,
     .name = "breaker_trip",
     .sql = "INSERT INTO provider_breakers (provider, http_status, reason, job_id) "
     "VALUES ($1, $2, $3, $4) ON CONFLICT (provider) DO NOTHING",
     .params = DB_PARAMS("provider", "http_status", "reason", "job_id"),
 };
 static const struct db_stmt breaker_reset = {
+    .rerun_safe = 1,
     .name = "breaker_reset",
     .sql = "DELETE FROM provider_breakers WHERE provider = $1",
     .params = DB_PARAMS("provider"),
 };
 static const struct db_stmt breaker_list = {
+    .rerun_safe = 1,
     .name = "breaker_list",
     .sql = "SELECT provider, http_status, reason, " TS("provider_breakers", "tripped_at")
     " FROM provider_breakers ORDER BY provider",
@@ -734,6 +754,7 @@ int store_breaker_list(struct db *db,
 
 /* Gauges for /metrics: every state (zero included) and the tripped providers. */
 static const struct db_stmt gauges = {
+    .rerun_safe = 1,
     .name = "gauges",
     .sql = "SELECT 'state', s, (SELECT count(*) FROM operations o WHERE o.state = s) "
     "FROM unnest(ARRAY['prepared','sending','accepted','unknown','review','completed',"
@@ -757,17 +778,20 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, l
 
 /* Operator commands (the CLI): across tenants. */
 static const struct db_stmt admin_jobs_list = {
+    .rerun_safe = 1,
     .name = "admin_jobs_list",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE ($1::text IS NULL OR o.state = $1) "
     "ORDER BY o.created_at, o.id LIMIT $2",
     .params = DB_PARAMS("state", "limit"),
 };
 static const struct db_stmt admin_job_get = {
+    .rerun_safe = 1,
     .name = "admin_job_get",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE o.id = $1",
     .params = DB_PARAMS("job_id"),
 };
 static const struct db_stmt admin_token_of = {
+    .rerun_safe = 1,
     .name = "admin_token_of",
     .sql = "SELECT t.token_sha256 FROM operations o JOIN tenants t ON t.id = o.tenant_id "
     "WHERE o.id = $1",

@@ -207,6 +207,9 @@ __attribute__((warn_unused_result)) int store_admin_token_of(struct db *db, cons
 
 /* The newest applied migration (0 when none), for readiness. */
 __attribute__((warn_unused_result)) int store_schema_version(struct db *db, int *version);
+/* The database's clock, in Unix seconds: the one clock every replica shares (leases, webhook
+ * timestamps). 0 or a store error. */
+__attribute__((warn_unused_result)) int store_db_now(struct db *db, long long *now);
 
 /* The statements of this module, for the test that holds them to the state machine. */
 const struct db_stmt *const *store_statements(size_t *n);

@@ -14,7 +14,9 @@ properties may not carry undocumented ones unless the schema sets additionalProp
 added to a response without being documented is drift.
 
 How a response is matched (the spec's root description says the same):
-  1. the path and method select an operation; a path that matches none is checked against the
+  1. a 414 is checked against the root `x-uri-too-long` response, a 503 `shutting-down` against
+     `x-shutting-down`, whatever the path; then the
+     path and method select an operation; a path that matches none is checked against the
      root `x-unmatched-path` response, a known path with another method against
      `x-unmatched-method`;
   2. a response carrying X-Idemgate-Job-Id is the provider's stored answer (`Prefer: wait`),
@@ -129,6 +131,12 @@ class Spec:
     # ---- checking ---------------------------------------------------------------------
     def check(self, method, path, resp):
         """Checks one response (status, lower-cased headers dict, body bytes)."""
+        if resp.status == 414:
+            return self._check_response("x-uri-too-long", "x-uri-too-long",
+                                        self.doc["x-uri-too-long"], resp)
+        if resp.status == 503 and b"problem:shutting-down" in resp.body:
+            return self._check_response("x-shutting-down", "x-shutting-down",
+                                        self.doc["x-shutting-down"], resp)
         template, op = self.match(method, path)
         if template is None:
             return self._check_response("x-unmatched-path", "x-unmatched-path",
@@ -312,6 +320,8 @@ class Spec:
             out[op.get("operationId", f"{method} {template}")] = keys
         out["x-unmatched-path"] = {"x-unmatched-path"}
         out["x-unmatched-method"] = {"x-unmatched-method"}
+        out["x-uri-too-long"] = {"x-uri-too-long"}
+        out["x-shutting-down"] = {"x-shutting-down"}
         return out
 
 
@@ -874,6 +884,13 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                          raw_request(gw.port, req), 400, "bad-request-framing")
             assert r.headers.get("connection", "").lower() == "close"
 
+        # A target over what a connection can hold (issue 14 §5), on any path.
+        many = "&".join(f"p{i}=v" for i in range(65))
+        req = (f"GET /v1/jobs?{many} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}"
+               "\r\n\r\n").encode()
+        t.expect("too many query parameters", "GET", "/v1/jobs", raw_request(gw.port, req), 414,
+                 "uri-too-long")
+
         # ---- the database unreachable: 503 with Retry-After -------------------------------
         for method, p, body, h in [
                 ("POST", INTAKE, '{"prompt":"x"}', auth(token, **{"Idempotency-Key": "oa-d"})),
@@ -910,6 +927,29 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                          "internal")
         finally:
             lock.release()
+
+        # ---- draining: a new request on a kept-alive connection after SIGTERM -------------
+        draining = gateway_factory(providers=providers, env=env, **quiet)
+        import http.client
+        import signal
+        import time
+        ka = http.client.HTTPConnection("127.0.0.1", draining.port, timeout=10)
+        ka.request("GET", "/healthz")
+        ka.getresponse().read()
+        slow = socket.create_connection(("127.0.0.1", draining.port), timeout=10)
+        slow.sendall(b"POST /v1/jobs/x/cancel HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+        time.sleep(0.2)  # not an assertion: the slow request has begun before the signal
+        draining.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while '"shutdown"' not in draining.log() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ka.request("GET", "/v1/jobs", headers=H)
+        r = ka.getresponse()
+        resp = Response(r.status, dict(r.getheaders()), r.read())
+        ka.close()
+        t.expect("draining", "GET", "/v1/jobs", resp, 503, "shutting-down")
+        slow.sendall(b"12345")
+        slow.close()
     finally:
         if created:
             ids = ", ".join(f"'{i}'" for i in created)
