@@ -965,3 +965,40 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
     assert missing == set(), f"documented but never provoked: {sorted(missing)}"
     undocumented = spec.problem_types() - t.problem_types
     assert undocumented == set(), f"problem types no request produced: {sorted(undocumented)}"
+
+
+# --- the spec as a standard linter reads it ---------------------------------------------------
+
+def redocly_problems(path):
+    """Redocly CLI's recommended rules over one file: its problems as (severity, rule, message)."""
+    binary = subprocess.run([os.path.join(ROOT, "scripts", "lint-tools.sh")], check=True,
+                            capture_output=True, text=True, timeout=600).stdout.strip()
+    r = subprocess.run([binary, "lint", "--format=json", path], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, REDOCLY_TELEMETRY="off",
+                                             REDOCLY_SUPPRESS_UPDATE_NOTICE="true"))
+    start = r.stdout.find("{")
+    assert start >= 0, f"no JSON from the linter (exit {r.returncode}): {r.stderr[-2000:]}"
+    doc = json.loads(r.stdout[start:])
+    return [(p["severity"], p["ruleId"], p["message"]) for p in doc["problems"]]
+
+
+def test_spec_passes_a_standard_openapi_linter():
+    """docs/openapi.yaml passes Redocly CLI's recommended rules with no error. Our own checks
+    above read the spec through PyYAML, which quietly accepts what a stricter reader rejects:
+    an unquoted comma in a flow mapping made `when known.` a property of a schema."""
+    errors = [p for p in redocly_problems(SPEC_PATH) if p[0] == "error"]
+    assert not errors, errors
+
+
+def test_the_linter_catches_an_unquoted_comma():
+    """The linter run above can fail: the same spec with a description's comma unquoted again
+    gives the `struct` error that once went unnoticed."""
+    text = open(SPEC_PATH).read()
+    good = '''description: "The provider's task id, when known."}'''
+    assert good in text
+    with tempfile.TemporaryDirectory() as d:
+        bad = os.path.join(d, "openapi.yaml")
+        with open(bad, "w") as f:
+            f.write(text.replace(good, "description: The provider's task id, when known.}"))
+        errors = [p for p in redocly_problems(bad) if p[0] == "error"]
+    assert any(rule == "struct" and "when known." in msg for _, rule, msg in errors), errors
