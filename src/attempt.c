@@ -52,9 +52,7 @@ static void release_unsent(struct db *db, const struct store_claim *c, enum op_s
             LS("note", "the reaper will mark it unknown"));
 }
 
-/* The server's wish for a delay, in any of its forms: retry-after-ms, Retry-After (seconds or
- * HTTP-date), or the provider's words in the body. -1 when it expressed none. */
-static long long server_hint_ms(const struct cfg_provider *p, const struct up_response *res)
+long long attempt_server_hint_ms(const struct cfg_provider *p, const struct up_response *res)
 {
     long long hint = -1;
     cJSON *h = res->headers_json ? cJSON_Parse(res->headers_json) : NULL;
@@ -75,13 +73,8 @@ static long long server_hint_ms(const struct cfg_provider *p, const struct up_re
     return hint;
 }
 
-struct results {
-    int received; /* -1: not counted */
-    char *usage;  /* JSON text or NULL */
-};
-
-static void count_results(const struct cfg_provider *p, const struct up_response *res,
-                          struct results *out)
+void attempt_count_results(const struct cfg_provider *p, const struct up_response *res,
+                           struct attempt_results *out)
 {
     out->received = -1;
     out->usage = NULL;
@@ -197,17 +190,8 @@ static int build_outbound(const struct cfg *cfg, const struct cfg_provider *p,
     return 0;
 }
 
-/* What a whole 2xx from an async provider says: the task id and a poll URL (when given), read
- * exactly, and whether its status is one the profile lists as accepted. The decision is
- * pol_decide's. */
-struct task_answer {
-    int status_listed;
-    char *remote_id; /* owned, or NULL */
-    char *poll_url;  /* owned, or NULL: only on the provider's own origin */
-};
-
-static void read_task(const struct cfg_provider *p, const struct up_response *res,
-                      struct task_answer *t)
+void attempt_read_task(const struct cfg_provider *p, const struct up_response *res,
+                       struct attempt_task *t)
 {
     t->status_listed = p->n_accepted_statuses == 0;
     for (int i = 0; i < p->n_accepted_statuses; i++)
@@ -261,7 +245,7 @@ static void trip(struct db *db, const struct store_claim *c, int http_status)
 /* Classifies one call's evidence; *may_have_created says whether it leaves open that the
  * attempt made a task (cls_may_have_created). */
 static enum cls_outcome classify(const struct cfg_provider *p, const struct store_claim *c,
-                                 const struct up_response *res, const struct results *rs,
+                                 const struct up_response *res, const struct attempt_results *rs,
                                  int *may_have_created)
 {
     int requested = c->outputs_requested;
@@ -284,7 +268,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
 /* Decides what follows (policy.c owns the decision; every input is gathered here). */
 static struct pol_decision decide(const struct cfg_provider *p, const struct store_claim *c,
                                   const struct up_response *res, enum cls_outcome outcome,
-                                  int may_have_created, const struct task_answer *t,
+                                  int may_have_created, const struct attempt_task *t,
                                   double seconds)
 {
     struct pol_input in = {.outcome = outcome,
@@ -292,7 +276,7 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .max_attempts = p->max_attempts,
                            .elapsed_ms = c->since_first_ms + (long long)(seconds * 1000),
                            .deadline_ms = p->deadline_ms,
-                           .hint_ms = server_hint_ms(p, res),
+                           .hint_ms = attempt_server_hint_ms(p, res),
                            .base_ms = p->backoff_base_ms,
                            .cap_ms = p->backoff_cap_ms,
                            .rand01 = clock_rand01(),
@@ -330,14 +314,14 @@ static const char *last_error(const struct pol_decision *d, const struct up_resp
 static void record(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                    const struct up_response *res, double t0, double t1)
 {
-    struct results rs;
-    struct task_answer t = {0};
-    count_results(p, res, &rs);
+    struct attempt_results rs;
+    struct attempt_task t = {0};
+    attempt_count_results(p, res, &rs);
     int may_have_created = 0;
     enum cls_outcome outcome = classify(p, c, res, &rs, &may_have_created);
     int whole = (outcome == CLS_SUCCESS || outcome == CLS_PARTIAL) && !res->body_truncated;
     if (whole && p->mode == CFG_MODE_ASYNC_POLL)
-        read_task(p, res, &t);
+        attempt_read_task(p, res, &t);
     struct pol_decision d = decide(p, c, res, outcome, may_have_created, &t, t1 - t0);
     char msg[400];
     struct store_finish f;
