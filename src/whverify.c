@@ -2,6 +2,7 @@
 
 #include "idemgate/crypto.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <openssl/core_names.h>
 #include <openssl/hmac.h>
@@ -32,11 +33,13 @@ static int timestamp_fresh(const char *ts, long long now)
     char *end;
     if (!ts || !*ts)
         return 0;
+    errno = 0;
     long long t = strtoll(ts, &end, 10);
-    if (*end != '\0')
+    if (*end != '\0' || errno == ERANGE)
         return 0;
-    long long d = now - t;
-    return d <= WH_TOLERANCE_S && d >= -WH_TOLERANCE_S;
+    /* Compared with t on its own side: now - t overflows for a t near LLONG_MIN. now is a real
+     * clock, far from the limits of a long long. */
+    return t >= now - WH_TOLERANCE_S && t <= now + WH_TOLERANCE_S;
 }
 
 int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len,
