@@ -62,9 +62,13 @@ long long attempt_server_hint_ms(const struct cfg_provider *p, const struct up_r
         hint = bo_retry_after_ms_header(ms);
     if (hint < 0 && ra) {
         /* An HTTP-date is read against the provider's own Date header when it sent one, so
-         * this host's clock being off does not shorten the wait. */
+         * this host's clock being off does not shorten the wait. Only when that header is an
+         * HTTP-date: delay-seconds there ("Date: 5") would put their now in 1970. */
         const char *date = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "date"));
-        long long their_now = date ? bo_retry_after_ms(date, 0) / 1000 : -1;
+        while (date && (*date == ' ' || *date == '\t'))
+            date++;
+        long long their_now =
+            date && !(*date >= '0' && *date <= '9') ? bo_retry_after_ms(date, 0) / 1000 : -1;
         hint = bo_retry_after_ms(ra, their_now > 0 ? their_now : (long long)time(NULL));
     }
     cJSON_Delete(h);
