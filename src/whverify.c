@@ -2,6 +2,7 @@
 
 #include "idemgate/crypto.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <openssl/core_names.h>
 #include <openssl/hmac.h>
@@ -32,10 +33,12 @@ int wh_timestamp_fresh(const char *ts, long long now)
     char *end;
     if (!ts || !*ts)
         return 0;
+    errno = 0;
     long long t = strtoll(ts, &end, 10);
-    if (*end != '\0')
+    if (*end != '\0' || errno == ERANGE)
         return 0;
-    /* Compared without subtracting t: a timestamp near LLONG_MIN must not overflow. */
+    /* Compared with t on its own side: now - t overflows for a t near LLONG_MIN. now is a real
+     * clock (the database's), far from the limits of a long long. */
     return t >= now - WH_TOLERANCE_S && t <= now + WH_TOLERANCE_S;
 }
 
