@@ -229,20 +229,29 @@ static void *wpool_main(void *arg)
     double next_claim = 0;
     if (!db)
         return NULL;
+    int claim_turn = 0; /* with handoffs and due work both waiting, take them in turn */
     while (!atomic_load(&p->stop)) {
-        if (run_handoff(p, db))
-            continue; /* a claim handed over goes first: its lease is already running */
+        /* A claim handed over goes first (its lease is already running), but never twice in a
+         * row while due work waits: born claims must not starve the fair claim. */
+        if (!(claim && claim_turn) && run_handoff(p, db)) {
+            claim_turn = 1;
+            continue;
+        }
+        claim_turn = 0;
         if (p->spec.channel && !keep_listening(p, db, &gen, &backoff_ms))
             continue;
         if (claim || clock_mono() >= next_claim) {
             take_work_signal(p);
             int e = claim_and_run(p, db);
-            if (e > 0)
-                continue; /* there may be more due */
+            if (e > 0) {
+                claim = 1; /* there may be more due */
+                continue;
+            }
             if (e < 0) { /* the database refused (or is being migrated): do not spin */
                 wait_or_stop(p, p->spec.error_ms);
                 continue;
             }
+            claim = 0;
             next_claim = clock_mono() + p->spec.idle_ms / 1000.0;
         }
         set_idle(p, 1);
