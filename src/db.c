@@ -123,6 +123,18 @@ int store_db_backend_pid(struct db *db)
     return db->conn ? PQbackendPID(db->conn) : 0;
 }
 
+int db_sqlstate_retryable(const char *state)
+{
+    /* serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
+     * query_canceled (statement_timeout, or an operator's pg_cancel_backend): the statement did
+     * not happen; the same request may simply be sent again. */
+    static const char *const retryable[] = {"40001", "40P01", "55P03", "57014"};
+    for (size_t i = 0; state && i < sizeof(retryable) / sizeof(retryable[0]); i++)
+        if (strcmp(state, retryable[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* Maps a failed result to a store error. Connection failures mark the handle for reconnection. */
 static int result_error(struct db *db, PGresult *r, const char *stmt)
 {
@@ -139,7 +151,7 @@ static int result_error(struct db *db, PGresult *r, const char *stmt)
         }
         return STORE_EUNAVAIL;
     }
-    if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+    if (db_sqlstate_retryable(state))
         return STORE_ERETRY;
     if (strcmp(state, "23505") == 0)
         return STORE_ECONFLICT;

@@ -140,4 +140,8 @@ const char *db_val(const struct pg_result *r, int row, int col);
  * NULL in, NULL out. 0 or -1. */
 int db_bytea_decode(const char *s, unsigned char **out, size_t *len);
 
+/* Whether a statement that failed with SQLSTATE state did nothing and may be sent again (a
+ * retryable 503 store-busy, never a 500): conflicts, deadlocks, lock and statement timeouts. */
+int db_sqlstate_retryable(const char *state);
+
 #endif

@@ -38,3 +38,40 @@ def test_a_flooding_tenant_does_not_delay_a_quiet_tenants_first_job(gateway_fact
     assert waiting >= n // 2, (ahead, waiting)
     # And the quiet tenant's first job waited for at most a few of the flood's claims.
     assert ahead <= 3, (ahead, waiting)
+
+
+def test_a_lock_timeout_is_a_retryable_503_never_a_500(gateway_factory, database_url, psql):
+    """A statement that gives up on a lock (lock_timeout) did nothing: the client gets 503
+    store-busy with Retry-After and may send the same request again; never a 500. The operations
+    table is held by another session for a few seconds while the gateway reads and records."""
+    import subprocess
+    import time
+    tok = tenant_token(database_url)
+    gw = gateway_factory(env={"DATABASE_URL": database_url +
+                              "&options=-c%20lock_timeout%3D200"})
+    r = gw.submit(tok, f"lock-{uuid.uuid4().hex}", {"prompt": "before the lock"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    assert gw.wait_state(tok, job_id, ("completed",))["state"] == "completed"
+    holder = subprocess.Popen(["psql", database_url, "-qtAX", "-c",
+                               "BEGIN; LOCK TABLE operations IN ACCESS EXCLUSIVE MODE; "
+                               "SELECT pg_sleep(4); COMMIT;"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not psql("SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                       "WHERE c.relname = 'operations' AND l.mode = 'AccessExclusiveLock' "
+                       "AND l.granted"):
+            assert time.monotonic() < deadline, "the lock was never taken"
+            time.sleep(0.05)
+        answers = [gw.http.request("GET", "/v1/jobs?limit=5",
+                                   headers={"Authorization": f"Bearer {tok}"}),
+                   gw.submit(tok, f"lock-{uuid.uuid4().hex}", {"prompt": "during the lock"})]
+        held = holder.poll() is None
+    finally:
+        holder.wait(30)
+    assert held, "the lock ended before the requests were answered"
+    for a in answers:
+        assert a.status == 503, a
+        assert a.headers.get("retry-after"), a
+        assert a.json()["type"] == "urn:idemgate:problem:store-busy", a
