@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -197,6 +198,16 @@ void hs_resume(void *arg)
 }
 
 static int queue(struct hs_req *r, int status, struct MHD_Response *resp, int has_connection);
+
+int hs_req_peer_closed(const struct hs_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 int hs_req_answered(const struct hs_req *r)
 {

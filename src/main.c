@@ -58,6 +58,12 @@ struct subsystems {
     int curl, cache, wake;
 };
 
+/* A waiter's arg is its suspended request (intake.c). */
+static int client_gone(void *arg)
+{
+    return hs_req_peer_closed(arg);
+}
+
 /* Starts the subsystems in order; returns NULL, or the name of the step that failed (what did
  * start is in s, for stop_all). */
 static const char *start_all(const struct cfg *cfg, struct subsystems *s)
@@ -82,6 +88,7 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (!(s->waiters = waiters_start(cfg)))
         return "waiters";
     wake_on_done(waiters_job_done, s->waiters);
+    waiters_on_gone(s->waiters, client_gone);
     if (!(s->disp = disp_start(cfg)))
         return "dispatcher";
     if (!(s->recorder = recorder_start(cfg, s->disp)))

@@ -92,6 +92,9 @@ void hs_resume(void *r);
  * server is quiesced. Returns 0 or -1. A suspended request may be answered from any thread (one
  * thread at a time): the response is kept and queued when it is resumed, instead of calling
  * options.handle again — the answering thread then calls hs_resume. */
+/* Whether the client closed (or reset) its side of r's connection: a suspended request nobody
+ * waits for any more. From any thread, while r lives. */
+int hs_req_peer_closed(const struct hs_req *r);
 /* Whether r has an answer, queued or waiting for its resumption. */
 int hs_req_answered(const struct hs_req *r);
 int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,

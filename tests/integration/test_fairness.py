@@ -75,3 +75,41 @@ def test_a_lock_timeout_is_a_retryable_503_never_a_500(gateway_factory, database
         assert a.status == 503, a
         assert a.headers.get("retry-after"), a
         assert a.json()["type"] == "urn:idemgate:problem:store-busy", a
+
+
+def test_a_client_that_leaves_a_wait_frees_its_connection_at_once(gateway_factory, token, psql):
+    """A client that goes away while its `Prefer: wait` is suspended is let go within a fraction
+    of a second (its connection answered and closed: the access line is logged), not held until
+    the job ends or the wait's deadline. The job itself goes on: it is still at the provider when
+    the gateway lets the connection go."""
+    import json as _json
+    import socket
+    import time
+    gw = gateway_factory()
+    rid = "leave-" + uuid.uuid4().hex[:12]
+    key = "leave-" + uuid.uuid4().hex
+    body = _json.dumps({"prompt": "slow", "_mock": {"delay_ms": 20000}}).encode()
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
+    s.sendall(b"POST /v1/providers/mock-images/images/generations HTTP/1.1\r\n"
+              b"Host: 127.0.0.1\r\nAuthorization: Bearer " + token.encode() + b"\r\n"
+              b"Idempotency-Key: " + key.encode() + b"\r\nPrefer: wait=60\r\n"
+              b"X-Request-Id: " + rid.encode() + b"\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.monotonic() + 15
+    while not psql(f"SELECT 1 FROM operations WHERE idempotency_key = '{key}' "
+                   f"AND state = 'sending'"):
+        assert time.monotonic() < deadline, "the job never reached the provider"
+        time.sleep(0.05)
+    s.close()  # the client leaves while its wait is suspended
+
+    def access_line():
+        for line in gw.log().splitlines():
+            if f'"request_id":"{rid}"' in line and '"event":"http"' in line:
+                return line
+        return None
+    deadline = time.monotonic() + 40
+    while access_line() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    state = psql(f"SELECT state FROM operations WHERE idempotency_key = '{key}'")[0][0]
+    assert access_line() is not None, "the connection was never let go"
+    assert state == "sending", f"let go only when the job ended ({state})"
