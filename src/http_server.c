@@ -326,6 +326,14 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return r;
 }
 
+/* options.reject, in the request's callback on this server thread (its answer is queued now). */
+static void reject(struct hs_server *s, struct hs_req *r, enum hs_reject why)
+{
+    tls_handling = r;
+    s->o.reject(r, why, s->o.app);
+    tls_handling = NULL;
+}
+
 /* The first call of a request: its id, the target and framing checks and the body cap. */
 static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection *conn,
                                      const char *url, const char *method, void **con_cls)
@@ -345,21 +353,19 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
         /* A request that arrives on a kept-alive connection once the server is quiesced is not
          * started: whatever it would record could be cut off with its connection when the
          * server stops. 503 and Connection: close; the client retries elsewhere. */
-        s->o.reject(r, HS_REJECT_DRAINING, s->o.app);
+        reject(s, r, HS_REJECT_DRAINING);
         return r->responded ? MHD_YES : MHD_NO;
     }
     if (r->refused) {
         LOG(LOG_WARN, "http_request_refused", LS("request_id", r->request_id),
             LS("reason", rl_uri_verdict_name(r->refused)), LI("status", 414));
-        s->o.reject(r, HS_REJECT_URI_TOO_LONG, s->o.app);
+        reject(s, r, HS_REJECT_URI_TOO_LONG);
         return r->responded ? MHD_YES : MHD_NO;
     }
     struct framing f = {0, 0, 0};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
     if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name) {
-        tls_handling = r;
-        s->o.reject(r, HS_REJECT_FRAMING, s->o.app);
-        tls_handling = NULL;
+        reject(s, r, HS_REJECT_FRAMING);
         return r->responded ? MHD_YES : MHD_NO;
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -426,9 +432,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     s->o.handle(r, s->o.app);
     /* A handler either responded or suspended the connection; anything else is a bug that
      * must not leave the client hanging. */
-    if (!r->responded && !r->suspended_once)
-        s->o.reject(r, HS_REJECT_NO_ANSWER, s->o.app);
     tls_handling = NULL;
+    if (!r->responded && !r->suspended_once)
+        reject(s, r, HS_REJECT_NO_ANSWER);
     return MHD_YES;
 }
 

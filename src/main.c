@@ -7,6 +7,7 @@
 #include "idemgate/api.h"
 #include "idemgate/http_server.h"
 #include "idemgate/jobcache.h"
+#include "idemgate/limits.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/offload.h"
@@ -77,10 +78,15 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     /* An unreachable database is not fatal: /readyz says so and the reaper retries. */
     if (migrate_run(db) < 0)
         LOG(LOG_WARN, "migrations_pending", LS("note", "database unreachable or migration failed"));
+    /* The tenants' limits apply from the first request; then every LIMITS_REFRESH_S. */
+    if (limits_init(cfg) < 0)
+        return "tenant limits";
+    limits_refresh(db);
     store_db_close(db);
     if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
         return "job cache";
     s->cache = 1;
+
     /* Before anything that commits a state: the wake-ups of every write reach the others. */
     if (wake_start(cfg) < 0)
         return "wake signaller";
@@ -131,6 +137,7 @@ static void stop_all(struct subsystems *s)
         wake_stop();
     if (s->cache)
         jobcache_fini();
+    limits_fini();
     if (s->curl)
         up_global_fini();
 }

@@ -669,6 +669,50 @@ int store_tenant_list(struct db *db,
     return STORE_OK;
 }
 
+/* Per-tenant limits: -1 leaves a value to the configuration's default (NULL). */
+static const struct db_stmt tenant_limits_set = {
+    .name = "tenant_limits_set",
+    .sql = "INSERT INTO tenant_limits (tenant_id, requests_per_second, burst, wait_connections) "
+    "SELECT id, nullif($2::integer, -1), nullif($3::integer, -1), nullif($4::integer, -1) "
+    "FROM tenants WHERE name = $1 AND revoked_at IS NULL "
+    "ON CONFLICT (tenant_id) DO UPDATE SET requests_per_second = excluded.requests_per_second, "
+    " burst = excluded.burst, wait_connections = excluded.wait_connections, updated_at = now()",
+    .params = DB_PARAMS("name", "rps", "burst", "waits"),
+};
+static const struct db_stmt tenant_limits_all = {
+    .rerun_safe = 1,
+    .name = "tenant_limits_all",
+    .sql = "SELECT t.token_sha256, coalesce(l.requests_per_second, -1), coalesce(l.burst, -1), "
+    " coalesce(l.wait_connections, -1) FROM tenants t "
+    "LEFT JOIN tenant_limits l ON l.tenant_id = t.id WHERE t.revoked_at IS NULL",
+};
+
+int store_tenant_limits_set(struct db *db, const char *name, int rps, int burst, int waits)
+{
+    long long n = 0;
+    int e = db_run_number(db, &tenant_limits_set,
+                          DB_ARGS(p_text("name", name), p_int("rps", rps), p_int("burst", burst),
+                                  p_int("waits", waits)),
+                          DB_ROWS, &n);
+    return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
+}
+
+int store_tenant_limits_all(struct db *db,
+                            void (*cb)(const char *token_sha256, int rps, int burst, int waits,
+                                       void *arg),
+                            void *arg)
+{
+    PGresult *r;
+    int e = db_run(db, &tenant_limits_all, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), atoi(PQgetvalue(r, i, 1)), atoi(PQgetvalue(r, i, 2)),
+           atoi(PQgetvalue(r, i, 3)), arg);
+    PQclear(r);
+    return STORE_OK;
+}
+
 static const struct db_stmt db_now = {
     .rerun_safe = 1,
     .name = "db_now",
@@ -828,6 +872,7 @@ static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
     &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
+    &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,
     &admin_job_get,  &admin_token_of,
 };

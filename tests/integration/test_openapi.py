@@ -38,7 +38,7 @@ import uuid
 import pytest
 import yaml
 
-from conftest import ROOT, Response, free_port, provider, tenant_token
+from conftest import GATEWAY_BIN, ROOT, Response, free_port, provider, tenant_token
 
 SPEC_PATH = os.path.join(ROOT, "docs", "openapi.yaml")
 PROBLEM_PREFIX = "urn:idemgate:problem:"
@@ -624,8 +624,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         env, DATABASE_URL=f"postgresql:///idemgate?host={sockdir}&port=1"))
     # One server thread and no workers: its only database connection is warmed up (statements
     # prepared) before the tables are locked, so each request fails fast on lock_timeout.
-    quiet = dict(http_threads=1, dispatch_workers=0, reconcile_workers=0, poll_workers=0,
-                 reaper_interval_ms=0)
+    quiet = dict(http_threads=1, db_workers=1, dispatch_workers=0, reconcile_workers=0,
+                 poll_workers=0, reaper_interval_ms=0)
     locked = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
                              env=dict(env, DATABASE_URL=database_url +
                                       "&options=-c%20lock_timeout%3D100"))
@@ -721,6 +721,19 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  "/v1/providers/nowhere/images/generations",
                  submit(gw, found_key, {"prompt": "f"}, Prefer="wait=1",
                         route="/v1/providers/nowhere/images/generations"), 200)
+
+        # rate-limited: a tenant of one request per second, no burst, known at the start of a
+        # gateway of its own; its second request in a row is refused.
+        rl_name = "openapi-rl-" + uuid.uuid4().hex[:8]
+        rl_token = tenant_token(database_url, rl_name)
+        subprocess.check_call([GATEWAY_BIN, "tenant", "limits", rl_name, "--rps", "1",
+                               "--burst", "1"], env=dict(os.environ, DATABASE_URL=database_url))
+        limited = gateway_factory(providers=providers, env=env)
+        rl = [call(limited, "POST", INTAKE, '{"prompt":"r"}',
+                   auth(rl_token, **{"Idempotency-Key": "openapi-rl-" + uuid.uuid4().hex,
+                                     "Content-Type": "application/json"})) for _ in range(2)]
+        t.expect("rate limit: first", "POST", INTAKE, rl[0], 202)
+        t.expect("rate limit: second at once", "POST", INTAKE, rl[1], 429, "rate-limited")
 
         # store-busy: every try of the intake hits a serialization failure.
         fn = "openapi_busy_" + uuid.uuid4().hex[:8]
@@ -908,7 +921,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                      200)
         assert b"idemgate_database_up 0" in r.body
 
-        # ---- a database error: 500 --------------------------------------------------------
+        # ---- a lock timeout: a retryable 503 ----------------------------------------------
         assert call(locked, "GET", "/v1/jobs?limit=1", None, H).status == 200
         lock = Lock(database_url, ["operations", "provider_breakers", "webhook_events"])
         try:
@@ -923,10 +936,31 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                     ("POST", "/v1/admin/providers/mock-images/reset", "", A),
                     ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
                     ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
-                t.expect("lock timeout", method, p, call(locked, method, p, body, h), 500,
-                         "internal")
+                t.expect("lock timeout", method, p, call(locked, method, p, body, h), 503,
+                         "store-busy")
         finally:
             lock.release()
+
+        # ---- a database error: 500 ----------------------------------------------------------
+        # A role that may connect but read or write no table: every statement fails for good.
+        psql("DO $$ BEGIN CREATE ROLE openapi_noperm LOGIN; "
+             "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        noperm = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
+                                 env=dict(env, DATABASE_URL=database_url.replace(
+                                     "user=postgres", "user=openapi_noperm")))
+        for method, p, body, h in [
+                ("POST", INTAKE, '{"prompt":"x"}',
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
+                ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
+                ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
+                ("POST", "/v1/admin/providers/mock-images/reset", "", A),
+                ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
+                ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
+            t.expect("database error", method, p, call(noperm, method, p, body, h), 500,
+                     "internal")
 
         # ---- draining: a new request on a kept-alive connection after SIGTERM -------------
         draining = gateway_factory(providers=providers, env=env, **quiet)

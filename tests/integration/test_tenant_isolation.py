@@ -1,4 +1,4 @@
-"""Fair dispatch across tenants (issue 14 §2): one tenant's queue of prepared jobs does not delay
+"""Tenant isolation (issue 14 §2). Fair dispatch: one tenant's queue of prepared jobs does not delay
 another tenant's first job by more than a few claims. The claim serves the tenant whose last
 turn is oldest (dispatch_turns), not the most overdue row of the whole table."""
 
@@ -113,3 +113,79 @@ def test_a_client_that_leaves_a_wait_frees_its_connection_at_once(gateway_factor
     state = psql(f"SELECT state FROM operations WHERE idempotency_key = '{key}'")[0][0]
     assert access_line() is not None, "the connection was never let go"
     assert state == "sending", f"let go only when the job ended ({state})"
+
+
+def set_limits(database_url, name, *args):
+    import os
+    import subprocess
+    from conftest import GATEWAY_BIN
+    subprocess.check_call([GATEWAY_BIN, "tenant", "limits", name, *args],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+
+
+def test_tenant_rate_limit_answers_429_and_records_nothing(gateway_factory, database_url, psql):
+    """A tenant over its requests per second gets 429 rate-limited with Retry-After, and nothing
+    is recorded for it; another tenant, without a limit of its own, is not slowed."""
+    name = "rl-" + uuid.uuid4().hex[:10]
+    limited = tenant_token(database_url, name)
+    other = tenant_token(database_url)
+    set_limits(database_url, name, "--rps", "1", "--burst", "2")
+    gw = gateway_factory()
+    answers = []
+    for i in range(60):  # the limits are read on the first request: a 429 comes soon after
+        r = gw.submit(limited, f"rl-{uuid.uuid4().hex}", {"prompt": f"rl {i}"})
+        answers.append(r)
+        if r.status == 429:
+            break
+    limited_429 = [a for a in answers if a.status == 429]
+    assert limited_429, [a.status for a in answers]
+    a = limited_429[0]
+    assert int(a.headers["retry-after"]) >= 1, a
+    assert a.json()["type"] == "urn:idemgate:problem:rate-limited", a
+    accepted = sum(1 for a in answers if a.status == 202)
+    assert accepted + 1 == len(answers), [a.status for a in answers]
+    rows = psql(f"SELECT count(*) FROM operations WHERE tenant_id = "
+                f"(SELECT id FROM tenants WHERE name = '{name}')")
+    assert rows == [[str(accepted)]], (rows, accepted)
+    others = [gw.submit(other, f"free-{uuid.uuid4().hex}", {"prompt": f"free {i}"}).status
+              for i in range(20)]
+    assert others == [202] * 20, others
+
+
+def test_tenant_wait_connections_limit(gateway_factory, database_url, psql):
+    """A tenant holding as many `Prefer: wait` connections as it may gets 429 for one more
+    (nothing recorded), and the slot is its again once the held wait is over."""
+    import threading
+    import time
+    name = "wl-" + uuid.uuid4().hex[:10]
+    tok = tenant_token(database_url, name)
+    set_limits(database_url, name, "--waits", "1")
+    gw = gateway_factory()
+    assert gw.submit(tok, f"wl-{uuid.uuid4().hex}", {"prompt": "first"}).status == 202
+    held, held_key = {}, f"wl-held-{uuid.uuid4().hex}"
+
+    def hold():
+        held["r"] = gw.submit(tok, held_key,
+                              {"prompt": "held", "_mock": {"delay_ms": 3000}},
+                              headers={"Prefer": "wait=20"}, timeout=40)
+    t = threading.Thread(target=hold)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not psql(f"SELECT 1 FROM operations WHERE idempotency_key = '{held_key}'"):
+        assert time.monotonic() < deadline, "the held request was never recorded"
+        time.sleep(0.02)  # recorded: its wait was counted before (the limit step comes first)
+    refused = None
+    for _ in range(40):  # bounded: until the held wait is counted and a second one refused
+        r = gw.submit(tok, f"wl-{uuid.uuid4().hex}", {"prompt": "second"},
+                      headers={"Prefer": "wait=1"}, timeout=20)
+        if r.status == 429:
+            refused = r
+            break
+        time.sleep(0.05)
+    t.join(60)
+    assert refused is not None, "a second wait was never refused"
+    assert "Prefer: wait" in refused.json()["detail"], refused
+    assert held["r"].status == 200, held["r"]
+    again = gw.submit(tok, f"wl-{uuid.uuid4().hex}", {"prompt": "after"},
+                      headers={"Prefer": "wait=20"}, timeout=40)
+    assert again.status == 200, again
