@@ -27,6 +27,9 @@
 /* Refuses to send once the lease is (nearly) over, by this host's monotonic clock, which keeps
  * counting while the process is stopped: a worker frozen past its lease wakes up, finds its
  * deadline gone, and sends nothing, because another replica may own the operation by now. */
+/* A claim older than this when its worker takes it has waited in a queue: it is read again. */
+#define QUEUED_RECHECK_S 0.005
+
 static int lease_guard(void *arg)
 {
     const double *deadline = arg;
@@ -368,6 +371,23 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     if (*c->credential && !getenv(c->credential)) {
         release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
         return;
+    }
+    /* A claim that waited behind another call (a born claim queued for a busy worker) is read
+     * again: a cancel acknowledged meanwhile means it is never sent. One sent at once needs no
+     * read: its claim and its send are as close as a dispatcher's own claim and send. */
+    if (clock_mono() - claimed_mono > QUEUED_RECHECK_S) {
+        int sendable = 0, e = store_still_sendable(db, c, &sendable);
+        if (e == STORE_ENOTFOUND)
+            return; /* the lease moved on (reaped, or cancelled before it was sent): not ours */
+        if (e < 0) {
+            LOG(LOG_WARN, "dispatch_recheck_failed", LS("job_id", c->id), LI("error", e),
+                LS("note", "not sent; the reaper makes it unknown, reconciliation proves absence"));
+            return;
+        }
+        if (!sendable) {
+            release_unsent(db, c, ST_PREPARED, "canceled before it was sent");
+            return;
+        }
     }
     if (build_outbound(cfg, p, c, &o, &why) < 0) {
         outbound_fini(&o);

@@ -379,6 +379,31 @@ int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds
     return STORE_OK;
 }
 
+/* Whether a claim that waited (a born claim queued behind a busy worker) may still be sent: its
+ * lease holds and no cancel was acknowledged meanwhile. Reads only. */
+static const struct db_stmt still_sendable = {
+    .rerun_safe = 1,
+    .name = "still_sendable",
+    .sql = "SELECT cancel_requested_at IS NULL FROM operations WHERE tenant_id = $1 AND id = $2 "
+    " AND lease_version = $3 AND state = 'sending'",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version"),
+};
+
+int store_still_sendable(struct db *db, const struct store_claim *c, int *sendable)
+{
+    PGresult *r;
+    int e = db_run(db, &still_sendable,
+                   DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
+                           p_int("lease_version", c->lease_version)),
+                   &r);
+    if (e < 0)
+        return e;
+    e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
+    *sendable = e == STORE_OK && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    PQclear(r);
+    return e;
+}
+
 void store_finish_init(struct store_finish *f, const struct store_claim *c, const char *kind,
                        enum op_state from)
 {
@@ -519,6 +544,7 @@ int store_reap(struct db *db, int limit, int *count)
 
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
+    &still_sendable,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)
