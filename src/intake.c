@@ -136,7 +136,13 @@ static enum step_result step_validate(struct intake *in)
         return raise_problem(in, 400, "invalid-idempotency-key", "Invalid Idempotency-Key",
                              "one key of 1 to 255 printable ASCII characters, bare or as an RFC "
                              "8941 quoted string");
-    in->wait_s = hdr_prefer_wait(hs_req_header(in->r, "Prefer"), in->cfg->max_wait_seconds);
+    /* No Prefer at all (an SDK that cannot send one): the route's default wait, so that it
+     * receives the provider's own body when the job ends in time. Any Prefer is the client's
+     * choice (`Prefer: wait=0` or `respond-async`: no wait). */
+    const char *prefer = hs_req_header(in->r, "Prefer");
+    int cap = in->cfg->max_wait_seconds;
+    in->wait_s = prefer ? hdr_prefer_wait(prefer, cap)
+                        : (in->rt->default_wait_s < cap ? in->rt->default_wait_s : cap);
     return STEP_NEXT;
 }
 
