@@ -617,7 +617,13 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                                               "signature_header": "X-Signature",
                                               "task_id": "$.id"}),
     ]
-    env = {"HOOK_SECRET": HOOK_SECRET}
+    # An async provider whose profile has no cancel endpoint (fal-queue's), polled fast.
+    falq_poll = json.load(open(os.path.join(ROOT, "deploy", "providers", "fal-queue.json")))["poll"]
+    falq_poll.update(interval_ms=50, max_interval_ms=200)
+    providers.append({"name": "falq", "base_url": mock.url + "/fal", "poll": falq_poll,
+                      "profile": os.path.join(ROOT, "deploy", "providers", "fal-queue.json"),
+                      "timeouts": {"connect_ms": 1000, "total_ms": 5000}})
+    env = {"HOOK_SECRET": HOOK_SECRET, "FAL_KEY": "fal-openapi"}
     gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, env=env)
     sockdir = tempfile.mkdtemp(prefix="ig-nodb-")
     down = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, env=dict(
@@ -817,6 +823,15 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         path = f"/v1/jobs/{cancel_me}/cancel"
         r = t.expect("cancel, not terminal", "POST", path, call(gw, "POST", path, "", H), 202)
         assert r.json()["cancel_requested_at"]
+        r = call(gw, "POST", "/v1/providers/falq/flux-dev",
+                 json.dumps({"prompt": "runs", "_mock": {"polls": 100000}}),
+                 auth(token, **{"Idempotency-Key": "oa-nc-" + uuid.uuid4().hex}))
+        assert r.status == 202, r
+        running = gw.wait_state(token, r.json()["id"], {"accepted"}, 15)
+        assert running["state"] == "accepted", running
+        t.expect("cancel, provider cannot stop it", "POST", f"/v1/jobs/{running['id']}/cancel",
+                 call(gw, "POST", f"/v1/jobs/{running['id']}/cancel", "", H), 409,
+                 "cancel-unsupported")
         t.expect("cancel, terminal", "POST", f"/v1/jobs/{completed_id}/cancel",
                  call(gw, "POST", f"/v1/jobs/{completed_id}/cancel", "", H), 200)
         t.expect("cancel, no job", "POST", "/v1/jobs/job_none/cancel",
