@@ -891,6 +891,12 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  "method-not-allowed")
         t.expect("wrong method", "DELETE", "/v1/jobs", call(gw, "DELETE", "/v1/jobs", None, H),
                  405, "method-not-allowed")
+        # A method nobody serves on a probe's path (it answered 200 before): 405, Allow named.
+        r = t.expect("unknown method on a probe", "FOO", "/healthz",
+                     raw_request(gw.port, b"FOO /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), 405,
+                     "method-not-allowed")
+        assert r.headers["allow"] == "GET, HEAD", r.headers
+        assert call(gw, "HEAD", "/healthz").status == 200
         r = call(gw, "GET", "/healthz", None, {"X-Request-Id": "trace-42.a_b"})
         assert r.headers["x-request-id"] == "trace-42.a_b"
 
