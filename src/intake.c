@@ -459,6 +459,11 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
 
 void intake_resume(struct hs_req *r)
 {
+    struct intake *in = api_ctx(r);
+    if (in && in->wait_counted) { /* the hold is over: the slot is free before the answer goes */
+        limits_wait_end(in->token);
+        in->wait_counted = 0;
+    }
     if (api_offload(r, answer_waited, NULL) < 0)
         reply_shutting_down(r); /* the database workers have stopped */
 }
