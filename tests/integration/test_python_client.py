@@ -11,6 +11,7 @@ import hashlib
 import http.client
 import http.server
 import json
+import re
 import os
 import shutil
 import signal
@@ -458,3 +459,35 @@ def test_batch_a_changed_body_under_the_same_identity_is_that_rows_422(batch_bin
     assert p.returncode == 1
     assert "body changed" in results(m2 + ".results.jsonl")[1]["error"]
     assert len([e for e in mock.ledger() if not e.get("replay")]) == 2
+
+
+# --- the README's examples, as written ---------------------------------------------------------
+
+def readme_block(name, lang):
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    m = re.search(rf"<!-- tested: {name} -->\n```{lang}\n(.*?)\n```\n", text, re.S)
+    assert m, f"README.md has no '<!-- tested: {name} -->' {lang} block"
+    return m.group(1)
+
+
+def test_readme_examples_run_as_written(batch_bin, gateway, token, mock, tmp_path):
+    venv_bin = os.path.dirname(batch_bin)
+    env = dict(os.environ, IDEMGATE_URL=f"http://127.0.0.1:{gateway.port}", IDEMGATE_TOKEN=token,
+               PATH=venv_bin + os.pathsep + os.environ.get("PATH", ""))
+    py = subprocess.run([os.path.join(venv_bin, "python"), "-c",
+                         readme_block("python-client", "python")], env=env, cwd=str(tmp_path),
+                        capture_output=True, text=True, timeout=180)
+    assert py.returncode == 0, py.stdout + py.stderr[-3000:]
+    job_id, state, url = py.stdout.split()
+    assert state == "completed" and url.startswith("http")
+    assert len(mock.creates_for(job_id)) == 1
+
+    sh = subprocess.run(["bash", "-euc", readme_block("batch", "sh")], env=env, cwd=str(tmp_path),
+                        capture_output=True, text=True, timeout=300)
+    assert sh.returncode == 0, sh.stdout + sh.stderr[-3000:]
+    res = results(str(tmp_path / "posters.jsonl.results.jsonl"))
+    assert [r["state"] for r in res] == ["completed", "completed"]
+    assert sh.stdout.count("completed") == 2, "two runs, each with its summary"
+    assert len([e for e in mock.ledger() if not e.get("replay")]) == 3, \
+        "one create for the client example, one per manifest row, none for the second run"

@@ -266,13 +266,13 @@ class Runner:
                 return self.client.wait(job, timeout=max(0.0, min(5.0, left)))
             except Unknown as e:
                 self.state.update(row.key, job_state=e.state)
+                if e.job is not None and policy.must_stop_run(job=e.job.data):
+                    self._stop_run(f"line {row.line}: job {e.job_id} is held back: "
+                                   f"{(e.job.get('blocked') or {}).get('reason')}")
                 if left <= 5.0 or self.stop.is_set():
                     raise
                 job = e.job
-                job.submission = None
-                if policy.must_stop_run(job=job.data):
-                    self._stop_run(f"line {row.line}: job {job.id} is held back: "
-                                   f"{(job.get('blocked') or {}).get('reason')}")
+                job.submission = None  # waited once with Prefer: wait; now by reads
 
     def run_row(self, row, stored):
         try:
