@@ -295,21 +295,21 @@ class Client:
             os.makedirs(d, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".part-", dir=d)
             h, size = hashlib.sha256(), 0
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    while True:
+            with os.fdopen(fd, "wb") as f:  # a local write error is raised, never retried
+                while True:
+                    try:
                         chunk = r.read(1 << 16)
-                        if not chunk:
-                            break
-                        h.update(chunk)
-                        f.write(chunk)
-                        size += len(chunk)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except Exception as e:  # noqa: BLE001
-                if policy.is_transport_error(e):
-                    raise _RetryDownload(repr(e), None, e) from None
-                raise
+                    except Exception as e:  # noqa: BLE001
+                        if policy.is_transport_error(e):
+                            raise _RetryDownload(repr(e), None, e) from None
+                        raise
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    f.write(chunk)
+                    size += len(chunk)
+                f.flush()
+                os.fsync(f.fileno())
             want = int(headers["content-length"]) if headers.get("content-length", "").isdigit() else None
             if want is not None and want != size:
                 raise _RetryDownload(f"{size} of {want} bytes", None, None)

@@ -9,7 +9,6 @@ request itself is wrong, and sending it again cannot change the answer.
 
 import email.utils
 import http.client
-import socket
 import urllib.error
 
 # What an answer is.
@@ -41,9 +40,9 @@ def is_transport_error(exc):
     refused, reset, closed, timed out. Retried with the same key: at worst a replay."""
     if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
         return True
-    return isinstance(exc, (ConnectionError, TimeoutError, socket.timeout, socket.gaierror,
-                            http.client.RemoteDisconnected, http.client.BadStatusLine,
-                            http.client.IncompleteRead))
+    # OSError: unreachable network, TLS errors (ssl.SSLError) and the like, raised by sockets;
+    # HTTPException: a broken status line or headers, an incomplete body.
+    return isinstance(exc, (OSError, http.client.HTTPException))
 
 
 def parse_retry_after(value, now):

@@ -63,6 +63,8 @@ def test_classify(status, headers, kind):
     (http.client.RemoteDisconnected("closed"), True),
     (http.client.IncompleteRead(b"x"), True),
     (urllib.error.URLError("refused"), True),
+    (OSError(101, "Network is unreachable"), True),
+    (http.client.LineTooLong("header"), True),
     (ValueError("bug"), False),
     (KeyError("x"), False),
 ])
