@@ -348,7 +348,11 @@ def test_batch_kill9_mid_run_then_rerun_creates_each_row_once(batch_bin, gateway
         at_kill = None
         while time.monotonic() < deadline and proc.poll() is None:
             if os.path.exists(state):
-                rows = state_rows(state)
+                try:
+                    rows = state_rows(state)
+                except sqlite3.OperationalError:  # the runner is creating its schema
+                    time.sleep(0.05)
+                    continue
                 states = [r[1] for r in rows]
                 if states.count("completed") >= 2 and "submitting" in states:
                     proc.send_signal(signal.SIGKILL)
