@@ -343,7 +343,8 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     /* Suspend before registering, so that a wake-up can never precede the suspension. */
     hs_suspend(r);
     double deadline = waiters_now() + wait_s;
-    if ((local ? waiters_add_local : waiters_add)(api_waiters(r), j->id, deadline, hs_resume, r) < 0)
+    struct waiters *ws = api_waiters(r);
+    if ((local ? waiters_add_local : waiters_add)(ws, j->id, deadline, hs_resume, r) < 0)
         hs_resume(r); /* cannot wait: answer on resumption with the current state */
 }
 
