@@ -942,21 +942,25 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                      200)
         assert b"idemgate_database_up 0" in r.body
 
+        def database_calls():
+            """One request of every operation that reads or writes the database."""
+            return [
+                ("POST", INTAKE, '{"prompt":"x"}',
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
+                ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
+                ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
+                ("POST", "/v1/admin/providers/mock-images/reset", "", A),
+                ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
+                ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]
+
         # ---- a lock timeout: a retryable 503 ----------------------------------------------
         assert call(locked, "GET", "/v1/jobs?limit=1", None, H).status == 200
         lock = Lock(database_url, ["operations", "provider_breakers", "webhook_events"])
         try:
-            for method, p, body, h in [
-                    ("POST", INTAKE, '{"prompt":"x"}',
-                     auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                    ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
-                    ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
-                    ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
-                     auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                    ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
-                    ("POST", "/v1/admin/providers/mock-images/reset", "", A),
-                    ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
-                    ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
+            for method, p, body, h in database_calls():
                 t.expect("lock timeout", method, p, call(locked, method, p, body, h), 503,
                          "store-busy")
         finally:
@@ -969,17 +973,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         noperm = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
                                  env=dict(env, DATABASE_URL=database_url.replace(
                                      "user=postgres", "user=openapi_noperm")))
-        for method, p, body, h in [
-                ("POST", INTAKE, '{"prompt":"x"}',
-                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
-                ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
-                ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
-                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
-                ("POST", "/v1/admin/providers/mock-images/reset", "", A),
-                ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
-                ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
+        for method, p, body, h in database_calls():
             t.expect("database error", method, p, call(noperm, method, p, body, h), 500,
                      "internal")
 
