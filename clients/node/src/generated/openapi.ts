@@ -141,7 +141,10 @@ export interface paths {
          * Ask for a job to be canceled (idempotent)
          * @description A job not sent yet is failed at once; an accepted async job gets the provider's cancel
          *     sent **once** by the poller (`202`, then `failed` with "canceled"); a terminal job is
-         *     answered as it is (`200`). Repeating the call changes nothing. The body is ignored.
+         *     answered as it is (`200`). An accepted job at a provider that offers no way to stop a
+         *     task (no cancel endpoint in its profile) is answered `409 cancel-unsupported` and nothing
+         *     changes: the task keeps running, is paid, and its result is recorded. Repeating the call
+         *     changes nothing. The body is ignored.
          */
         post: operations["cancelJob"];
         delete?: never;
@@ -606,12 +609,12 @@ export interface components {
                 };
             };
         };
-        /** @description The path exists but not with this method; `Allow` and `detail` name the allowed one. */
+        /** @description The path exists but not with this method; `Allow` and `detail` name the allowed ones. */
         MethodNotAllowed: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
-                /** @description The method this path accepts (RFC 9110). */
-                Allow: "GET" | "POST";
+                /** @description The methods this path accepts (RFC 9110); `HEAD` wherever `GET` is. */
+                Allow: "GET" | "POST" | "GET, HEAD";
                 [name: string]: unknown;
             };
             content: {
@@ -1058,6 +1061,22 @@ export interface operations {
             400: components["responses"]["BadFraming"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["JobNotFound"];
+            /**
+             * @description The job runs at a provider that cannot stop it (`cancel-unsupported`): nothing was
+             *     recorded; the task goes on, is paid, and its result will be stored.
+             */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @constant */
+                        type?: "urn:idemgate:problem:cancel-unsupported";
+                    };
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
