@@ -47,21 +47,46 @@ static int idle_conn_closed(PGconn *c)
     return !PQconsumeInput(c) || PQstatus(c) != CONNECTION_OK;
 }
 
+int db_read_only_server(const char *in_hot_standby, const char *default_read_only)
+{
+    return (in_hot_standby && strcmp(in_hot_standby, "on") == 0) ||
+           (default_read_only && strcmp(default_read_only, "on") == 0);
+}
+
+/* 1 when the server has told this connection that it accepts no writes: a standby, or a
+ * primary fenced with default_transaction_read_only (PostgreSQL 14+ reports both when the
+ * session starts and again when they change; a pooler that does not pass them on reports
+ * nothing, and a refused write, SQLSTATE 25006, says it instead). */
+static int conn_read_only(PGconn *c)
+{
+    return db_read_only_server(PQparameterStatus(c, "in_hot_standby"),
+                               PQparameterStatus(c, "default_transaction_read_only"));
+}
+
 static int connect_db(struct db *db)
 {
     if (db->conn && PQstatus(db->conn) == CONNECTION_OK) {
-        if (!idle_conn_closed(db->conn))
+        const char *why = NULL;
+        if (idle_conn_closed(db->conn))
+            why = "connection closed by the server while idle";
+        else if (PQtransactionStatus(db->conn) == PQTRANS_IDLE && conn_read_only(db->conn))
+            why = "server no longer accepts writes (fenced or demoted primary)";
+        if (!why)
             return STORE_OK;
         /* Nothing was sent on it: replacing it now is safe for any statement. */
-        LOG(LOG_INFO, "db_reconnect", LS("reason", "connection closed by the server while idle"));
+        LOG(LOG_INFO, "db_reconnect", LS("reason", why));
     }
     if (db->conn)
         PQfinish(db->conn);
     db->n_prepared = 0;
     db->conn = PQconnectdb(db->url);
-    if (PQstatus(db->conn) != CONNECTION_OK) {
+    const char *error = PQstatus(db->conn) != CONNECTION_OK ? PQerrorMessage(db->conn)
+                        : conn_read_only(db->conn)
+                            ? "server accepts no writes (a standby or a fenced primary)"
+                            : NULL;
+    if (error) {
         if (db->ok) /* log the transition, not every retry */
-            LOG(LOG_WARN, "db_unavailable", LS("error", PQerrorMessage(db->conn)));
+            LOG(LOG_WARN, "db_unavailable", LS("error", error));
         db->ok = 0;
         PQfinish(db->conn);
         db->conn = NULL;
@@ -139,8 +164,13 @@ int db_sqlstate_retryable(const char *state)
 static int result_error(struct db *db, PGresult *r, const char *stmt)
 {
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    /* 25006: a write refused because the server no longer accepts writes — the primary was
+     * fenced or demoted under this session. Like a lost connection, the session is of no more
+     * use: dropped, so that the next call finds the primary (target_session_attrs=read-write).
+     * The statement is rerun only under db_run's rule (rerun_safe), as for a lost connection. */
     if (!db->conn || PQstatus(db->conn) != CONNECTION_OK || !state ||
-        strncmp(state, "08", 2) == 0 || strncmp(state, "57P", 3) == 0) {
+        strncmp(state, "08", 2) == 0 || strncmp(state, "57P", 3) == 0 ||
+        strcmp(state, "25006") == 0) {
         if (db->ok)
             LOG(LOG_WARN, "db_unavailable", LS("statement", stmt),
                 LS("error", db->conn ? PQerrorMessage(db->conn) : "no connection"));
@@ -245,6 +275,20 @@ static int run_once(struct db *db, const struct db_stmt *s, int k, const char *c
         e = result_error(db, r, s->name);
         PQclear(r);
         return e;
+    }
+    if (conn_read_only(db->conn)) {
+        /* The server said, with this answer, that it accepts no more writes: it turned read-only
+         * (a fenced or demoted primary) before running the statement, so nothing was written and
+         * the answer may be stale — the primary is elsewhere now. Handled like a connection lost
+         * with the statement in flight: the session is dropped and the statement rerun only when
+         * rerun_safe. */
+        PQclear(r);
+        LOG(LOG_WARN, "db_unavailable", LS("statement", s->name),
+            LS("error", "server no longer accepts writes (fenced or demoted primary)"));
+        db->ok = 0;
+        PQfinish(db->conn);
+        db->conn = NULL;
+        return STORE_EUNAVAIL;
     }
     db->ok = 1;
     *out = r;

@@ -17,7 +17,13 @@
  * connection, with no doubt about what ran. A connection lost after the statement was sent
  * leaves its outcome unknown: the statement runs once more on a new connection only when it is
  * declared rerun_safe (see db_stmt); any other gets STORE_EUNAVAIL and its caller decides (the
- * intake and the fenced writes re-read what the first run may have done). */
+ * intake and the fenced writes re-read what the first run may have done).
+ *
+ * Failover: every connection must reach the primary. A server that accepts no writes (a
+ * standby, a primary fenced or demoted) is treated like a lost one: not connected to, replaced
+ * when idle once it says so, and a write it refuses (SQLSTATE 25006) drops the session like a
+ * lost connection, under the same rerun rule. A multi-host url (host=A,B …
+ * target_session_attrs=read-write) then finds the new primary by itself. */
 
 enum store_err {
     STORE_OK = 0,
@@ -30,6 +36,12 @@ enum store_err {
 };
 
 struct db;
+
+/* 1 when a server reporting these parameters (PQparameterStatus "in_hot_standby" and
+ * "default_transaction_read_only"; NULL when not reported) accepts no writes. Such a server is
+ * never used: a connection to it is refused (STORE_EUNAVAIL) or, once it reports the change,
+ * replaced before its next statement. Pure. */
+int db_read_only_server(const char *in_hot_standby, const char *default_read_only);
 
 /* Connects to url. Never fails for an unreachable database: the handle is returned disconnected
  * and each call retries the connection (so a replica started before PostgreSQL comes up by

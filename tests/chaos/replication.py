@@ -126,6 +126,15 @@ class Replicated:
         self.killed = True
         return len(victims)
 
+    def fence_primary(self):
+        """The primary stays up with its sessions open but accepts no more writes
+        (`default_transaction_read_only = on`, reloaded): a switchover's first step, or an
+        operator fencing a primary before promoting its standby."""
+        q = self.admin(self.primary)
+        q("ALTER SYSTEM SET default_transaction_read_only = on")
+        q("SELECT pg_reload_conf()")
+        self.killed = True
+
     def promote(self, timeout=60):
         subprocess.check_call(as_owner([os.path.join(PGBIN, "pg_ctl"), "-D",
                                         self.standby.data_dir, "-w", "-t", str(timeout),
