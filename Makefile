@@ -150,7 +150,8 @@ fuzz-diff: fuzz-build
 chaos: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory BUILD=build-test CRASHPOINTS=1 all
-	CHAOS_FULL=1 $(PYTHON) -m pytest -q -s tests/integration/test_chaos*.py $(PYTEST_ARGS)
+	CHAOS_FULL=1 $(PYTHON) -m pytest -q -s tests/integration/test_chaos*.py \
+		tests/integration/test_failover.py $(PYTEST_ARGS)
 
 # A side-by-side benchmark; it reports and never fails the build.
 bench: deps

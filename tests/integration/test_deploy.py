@@ -744,6 +744,105 @@ def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory,
 
 
 # ---------------------------------------------------------------------------------------------
+# Highly available PostgreSQL (deploy/ha/, issue 14 §3): the settings the promise needs.
+# ---------------------------------------------------------------------------------------------
+
+HA_DIR = os.path.join(ROOT, "deploy", "ha")
+BUDGET_SETTINGS = ("db_workers", "intake_writers", "dispatch_workers", "reconcile_workers",
+                   "poll_workers")
+
+
+def per_replica_budget():
+    """db_workers + intake_writers + dispatch_workers + reconcile_workers + poll_workers + 3,
+    from the defaults the binary itself prints (`idemgate config-reference`)."""
+    out = subprocess.check_output([RELEASE_BIN, "config-reference"], text=True, timeout=30)
+    defaults = {}
+    for line in out.splitlines():
+        cells = [c.strip().strip("`") for c in line.split("|")]
+        if len(cells) > 4 and cells[1] in BUDGET_SETTINGS:
+            defaults[cells[1]] = int(cells[3])
+    assert set(defaults) == set(BUDGET_SETTINGS), defaults
+    return sum(defaults.values()) + 3
+
+
+def ha_example_budget():
+    """The example of deploy/ha/README.md and SCALING.md: 20 replicas with the defaults,
+    maxSurge 25 % (5 more), 10 for admin."""
+    return (20 + 5) * per_replica_budget() + 10
+
+
+# SECRET_NAME without KEY: these files have keys named *Key (topologyKey) that hold none.
+HA_SECRET_NAME = re.compile(r"(SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE)", re.I)
+
+
+def assert_no_secret_values(doc, where):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if HA_SECRET_NAME.search(str(k)) and isinstance(v, (str, int)):
+                assert v == PLACEHOLDER, f"{where}: {k} holds a value"
+            assert_no_secret_values(v, f"{where}.{k}")
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            assert_no_secret_values(v, f"{where}[{i}]")
+
+
+def test_ha_readme_states_the_budget_the_binary_has():
+    text = read(os.path.join(HA_DIR, "README.md"))
+    per = per_replica_budget()
+    assert ("db_workers + intake_writers + dispatch_workers + reconcile_workers + "
+            "poll_workers + 3") in text
+    assert f"({per} with the defaults" in text
+    assert f"(20 + 5) × {per} + 10 = {ha_example_budget()}" in text
+
+
+def test_patroni_example_keeps_acknowledged_intents_across_a_failover():
+    p = yaml.safe_load(read(os.path.join(HA_DIR, "patroni.yml")))
+    dcs = p["bootstrap"]["dcs"]
+    # Only a synchronous standby is promoted, and without one writes wait.
+    assert dcs["synchronous_mode"] is True
+    assert dcs["synchronous_mode_strict"] is True
+    assert dcs.get("synchronous_node_count", 1) >= 1
+    pg = dcs["postgresql"]
+    assert pg["parameters"]["synchronous_commit"] in ("on", "remote_apply")
+    assert int(pg["parameters"]["max_connections"]) >= ha_example_budget()
+    assert pg["use_pg_rewind"] is True  # the old primary rejoins as a standby
+    assert "data-checksums" in p["bootstrap"]["initdb"]
+    assert_no_secret_values(p, "patroni.yml")
+    assert all("password" not in str(v).lower() for v in p["postgresql"]["authentication"]
+               .values()), "passwords come from PATRONI_*_PASSWORD"
+
+
+def test_cloudnative_pg_example_keeps_acknowledged_intents_across_a_failover():
+    docs = [d for d in yaml.safe_load_all(read(os.path.join(HA_DIR,
+                                                            "cloudnative-pg-cluster.yaml"))) if d]
+    clusters = [d for d in docs if d.get("kind") == "Cluster"]
+    assert len(clusters) == 1 and clusters[0]["apiVersion"] == "postgresql.cnpg.io/v1"
+    spec = clusters[0]["spec"]
+    assert spec["instances"] >= 3  # a synchronous standby to spare
+    sync = spec["postgresql"]["synchronous"]
+    assert sync["method"] in ("any", "first") and sync["number"] >= 1
+    assert sync["dataDurability"] == "required"
+    params = spec["postgresql"]["parameters"]
+    assert params["synchronous_commit"] in ("on", "remote_apply")
+    assert int(params["max_connections"]) >= ha_example_budget()
+    assert exact_image_ref(spec["imageName"]) is None, spec["imageName"]
+    assert_no_secret_values(clusters[0], "cloudnative-pg-cluster.yaml")
+
+
+def test_ha_connection_string_names_every_node_and_wants_the_writable_one():
+    text = read(os.path.join(HA_DIR, "README.md"))
+    block = text[text.index("DATABASE_URL='") + len("DATABASE_URL='"):]
+    conninfo = " ".join(block[:block.index("'")].split())
+    kv = dict(item.split("=", 1) for item in conninfo.split())
+    assert kv["target_session_attrs"] == "read-write"
+    assert len(kv["host"].split(",")) == len(kv["port"].split(",")) >= 2
+    assert int(kv["connect_timeout"]) > 0 and "password" not in kv
+    for key in ("keepalives_idle", "keepalives_interval", "keepalives_count",
+                "tcp_user_timeout"):
+        assert int(kv[key]) > 0, key
+
+
+# ---------------------------------------------------------------------------------------------
 # The runtime contract, without Docker.
 # ---------------------------------------------------------------------------------------------
 
