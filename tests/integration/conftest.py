@@ -220,6 +220,11 @@ def gateway_factory(database_url, mock, tmp_path):
         try:
             wait_for_line(proc, "listening")
         except (RuntimeError, TimeoutError) as e:
+            # A gateway that never said it listens (e.g. waiting on the migration lock) is not
+            # in `started`, so the teardown below would never stop it: stop it here, by PID.
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
             raise RuntimeError(f"{e}: {log_path.read_text()[-2000:]}") from None
         gw = Gateway(proc, port, str(log_path))
         started.append(gw)
