@@ -27,14 +27,15 @@
       ".resolution, " a ".resolved_by, " TS(a, "resolved_at") ", " a ".reconcile_strategy, "       \
       "(SELECT b.reason FROM provider_breakers b WHERE b.provider = " a ".provider), " a         \
       ".provider_status, " a ".outputs, " TS(a, "cancel_requested_at") ", " a ".profile_id, " a   \
-      ".polls"
+      ".polls, " a ".currency, " a ".reserved_micros, " a ".cost_micros"
 /* The columns of a job row, after the leading flag column every job statement returns. */
 enum {
     JC_FLAG, JC_TENANT, JC_ID, JC_KEY, JC_FP, JC_PROVIDER, JC_ROUTE, JC_STATE, JC_LEASE_VERSION,
     JC_TRANSPORT, JC_GENERATION, JC_PARENT, JC_REMOTE, JC_RESP_STATUS, JC_RESP_HEADERS,
     JC_RESP_BODY, JC_LAST_ERROR, JC_CREATED, JC_UPDATED, JC_FIRST_SENT, JC_FINISHED, JC_EXPIRES,
     JC_OUT_REQ, JC_OUT_RECV, JC_USAGE, JC_RESOLUTION, JC_RESOLVED_BY, JC_RESOLVED_AT, JC_STRATEGY,
-    JC_BLOCKED, JC_PROVIDER_STATUS, JC_OUTPUTS, JC_CANCEL_REQ, JC_PROFILE, JC_POLLS, JC__COUNT
+    JC_BLOCKED, JC_PROVIDER_STATUS, JC_OUTPUTS, JC_CANCEL_REQ, JC_PROFILE, JC_POLLS, JC_CURRENCY,
+    JC_RESERVED, JC_COST, JC__COUNT
 };
 
 /* The live tenant whose token hash is $1, as `t`. */
@@ -94,6 +95,9 @@ static int job_from_row(PGresult *r, int row, int own, struct store_job *j)
     j->cancel_requested_at = db_val(r, row, JC_CANCEL_REQ);
     j->profile_id = db_val(r, row, JC_PROFILE);
     j->polls = atoi(PQgetvalue(r, row, JC_POLLS));
+    j->currency = db_val(r, row, JC_CURRENCY);
+    j->reserved_micros = atoll(PQgetvalue(r, row, JC_RESERVED));
+    j->cost_micros = db_val(r, row, JC_COST) ? atoll(db_val(r, row, JC_COST)) : -1;
     if (db_bytea_decode(db_val(r, row, JC_RESP_BODY), &j->resp_body, &j->resp_body_len) < 0) {
         store_job_fini(j);
         return STORE_EINTERNAL;

@@ -46,6 +46,9 @@ struct store_job {
     const char *cancel_requested_at;
     const char *profile_id;
     int polls;
+    const char *currency;      /* of the provider's price table; NULL: not priced */
+    long long reserved_micros; /* the estimate reserved at intake */
+    long long cost_micros;     /* settled when the job ended; -1 until then */
 };
 void store_job_fini(struct store_job *j);
 
