@@ -92,11 +92,17 @@ void reply_budget_refused(struct hs_req *r, int e, long long estimate_micros,
                       INFLIGHT_RETRY_AFTER);
         return;
     }
-    snprintf(detail, sizeof(detail),
-             "the estimated cost of %s %s would pass the tenant's %s budget; nothing was "
-             "recorded or sent",
-             price_format(estimate_micros, amount, sizeof(amount)), currency ? currency : "",
-             e == STORE_EOVERDAY ? "daily" : "monthly");
+    if (estimate_micros >= 0)
+        snprintf(detail, sizeof(detail),
+                 "the estimated cost of %s %s would pass the tenant's %s budget; nothing was "
+                 "recorded or sent",
+                 price_format(estimate_micros, amount, sizeof(amount)), currency ? currency : "",
+                 e == STORE_EOVERDAY ? "daily" : "monthly");
+    else
+        snprintf(detail, sizeof(detail),
+                 "the estimated cost would pass the tenant's %s budget; nothing was recorded or "
+                 "sent",
+                 e == STORE_EOVERDAY ? "daily" : "monthly");
     reply_problem(r, 402, "budget-exceeded", "Budget exceeded", detail, 0);
 }
 

@@ -167,6 +167,38 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
     return e;
 }
 
+/* Budgets (migrations/0008), shared by the statements that create an operation (intake,
+ * regenerate): `bud` locks the tenant's tenant_budgets row (the newest committed counters; every
+ * other creation for this tenant waits for this commit, no other tenant's does); `v` is the
+ * verdict for an estimate of `cost` in `cur`: 0 no budget, 1 within it, 2 over the day's amount,
+ * 3 over the month's, 4 at the most jobs in flight. BUDGET_TAKE (after `ins`) counts an inserted
+ * row that was budgeted: one more in flight, its estimate reserved in the current day and month.
+ * BUDGET_REFUSED answers a refused new key with one row whose flag is the verdict. */
+#define UTC_TODAY "(now() AT TIME ZONE 'UTC')::date"
+#define UTC_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
+#define BUDGET_CTES(cost, cur)                                                                     \
+    "bud AS (SELECT tb.* FROM tenant_budgets tb JOIN t ON tb.tenant_id = t.id FOR UPDATE OF tb), " \
+    "v AS (SELECT CASE WHEN b.tenant_id IS NULL THEN 0 "                                           \
+    "  WHEN b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN 4 "                  \
+    "  WHEN b.currency IS DISTINCT FROM " cur " THEN 1 "                                           \
+    "  WHEN b.day_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.day = " UTC_TODAY           \
+    "   THEN b.day_micros ELSE 0 END > b.day_limit_micros THEN 2 "                                 \
+    "  WHEN b.month_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.month = " UTC_MONTH       \
+    "   THEN b.month_micros ELSE 0 END > b.month_limit_micros THEN 3 "                             \
+    "  ELSE 1 END AS verdict FROM (SELECT 1) one LEFT JOIN bud b ON true), "
+#define BUDGET_TAKE                                                                                \
+    "upd AS (UPDATE tenant_budgets tb SET inflight = tb.inflight + 1, "                            \
+    "  day_micros = CASE WHEN tb.day = " UTC_TODAY " THEN tb.day_micros ELSE 0 END "              \
+    "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
+    "  month_micros = CASE WHEN tb.month = " UTC_MONTH " THEN tb.month_micros ELSE 0 END "        \
+    "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
+    "  day = " UTC_TODAY ", month = " UTC_MONTH ", updated_at = now() "                            \
+    " FROM ins WHERE tb.tenant_id = ins.tenant_id AND ins.budgeted RETURNING 1) "
+#define BUDGET_REFUSED(key, also)                                                                  \
+    " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN operations o ON false "      \
+    " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x JOIN t "            \
+    "  ON x.tenant_id = t.id WHERE x.idempotency_key = " key ")"
+
 /* Intake: the tenant, the insert and the read of an existing row in one round trip. Zero rows
  * means a bad token, or a racing insert committed after this statement's snapshot: the caller
  * then reads again (by_key), which decides. With a claim owner ($17) the new row is born claimed
@@ -186,16 +218,7 @@ static const struct db_stmt intake = {
     .sql = TENANT_CTE
     "c AS (SELECT $17::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
     "  WHERE b.provider = $6) AS go), "
-    "bud AS (SELECT tb.* FROM tenant_budgets tb JOIN t ON tb.tenant_id = t.id FOR UPDATE OF tb), "
-    "v AS (SELECT CASE WHEN b.tenant_id IS NULL THEN 0 "
-    "  WHEN b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN 4 "
-    "  WHEN b.currency IS DISTINCT FROM $20::text THEN 1 "
-    "  WHEN b.day_limit_micros IS NOT NULL AND $19::bigint + CASE WHEN b.day = "
-    "   (now() AT TIME ZONE 'UTC')::date THEN b.day_micros ELSE 0 END > b.day_limit_micros THEN 2 "
-    "  WHEN b.month_limit_micros IS NOT NULL AND $19::bigint + CASE WHEN b.month = "
-    "   date_trunc('month', now() AT TIME ZONE 'UTC')::date THEN b.month_micros ELSE 0 END "
-    "   > b.month_limit_micros THEN 3 "
-    "  ELSE 1 END AS verdict FROM (SELECT 1) one LEFT JOIN bud b ON true), "
+    BUDGET_CTES("$19::bigint", "$20::text")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
     "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id, "
@@ -209,19 +232,8 @@ static const struct db_stmt intake = {
     "  CASE WHEN c.go THEN 1 ELSE 0 END, CASE WHEN c.go THEN now() END, "
     "  $19::bigint, $20::text, v.verdict = 1 FROM t, c, v WHERE v.verdict <= 1 "
     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
-    "upd AS (UPDATE tenant_budgets tb SET inflight = tb.inflight + 1, "
-    "  day_micros = CASE WHEN tb.day = (now() AT TIME ZONE 'UTC')::date THEN tb.day_micros "
-    "   ELSE 0 END + CASE WHEN tb.currency = $20::text THEN $19::bigint ELSE 0 END, "
-    "  month_micros = CASE WHEN tb.month = date_trunc('month', now() AT TIME ZONE 'UTC')::date "
-    "   THEN tb.month_micros ELSE 0 END + CASE WHEN tb.currency = $20::text THEN $19::bigint "
-    "   ELSE 0 END, "
-    "  day = (now() AT TIME ZONE 'UTC')::date, "
-    "  month = date_trunc('month', now() AT TIME ZONE 'UTC')::date, updated_at = now() "
-    " FROM ins WHERE tb.tenant_id = ins.tenant_id AND ins.budgeted RETURNING 1) "
-    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $2")
-    " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN operations o ON false "
-    " WHERE v.verdict >= 2 AND NOT EXISTS (SELECT 1 FROM operations x JOIN t "
-    "  ON x.tenant_id = t.id WHERE x.idempotency_key = $2)",
+    BUDGET_TAKE
+    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $2") BUDGET_REFUSED("$2", ""),
     .params = DB_PARAMS("token", "key", "new_id", "fingerprint", "fingerprint_version",
                         "provider", "route", "method", "url", "credential", "body", "ttl_hours",
                         "idem_header", "reconcile_strategy", "outputs_requested", "profile_id",
@@ -452,22 +464,27 @@ int store_resolve(struct db *db, const char *token, const char *job_id, const ch
 }
 
 /* A deliberate new paid creation from a terminal job: a new operation with its own key, linked
- * to its parent, counted as one more generation. The parent is only read. */
+ * to its parent, counted as one more generation. The parent is only read. Its estimate (the
+ * parent's) is reserved against the tenant's budget as at intake (BUDGET_CTES). */
 static const struct db_stmt regenerate = {
     .name = "regenerate",
     .sql = TENANT_CTE
     "p AS (SELECT o.* FROM operations o JOIN t ON o.tenant_id = t.id WHERE o.id = $2 "
     "      AND o.state IN ('completed', 'failed')), "
+    BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
     "  req_idem_header, reconcile_strategy, outputs_requested, state, expires_at, parent_id, "
-    "  generation_attempts, profile_id) "
+    "  generation_attempts, profile_id, reserved_micros, currency, budgeted) "
     " SELECT p.tenant_id, $3, $4, decode($5, 'hex'), $6, p.provider, p.route, p.req_method, "
     "  p.req_url, p.req_credential, p.req_body, p.req_idem_header, p.reconcile_strategy, "
     "  p.outputs_requested, 'prepared', now() + make_interval(hours => $7), p.id, "
-    "  p.generation_attempts + 1, p.profile_id FROM p "
-    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
-    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $4"),
+    "  p.generation_attempts + 1, p.profile_id, p.reserved_micros, p.currency, v.verdict = 1 "
+    " FROM p, v WHERE v.verdict <= 1 "
+    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
+    BUDGET_TAKE
+    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $4")
+    BUDGET_REFUSED("$4", "AND EXISTS (SELECT 1 FROM p)"),
     .params = DB_PARAMS("token", "parent_id", "new_id", "key", "fingerprint", "fingerprint_version",
                         "ttl_hours"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
@@ -507,6 +524,15 @@ int store_regenerate(struct db *db, const char *token, const char *parent_id, co
                                 p_int("fingerprint_version", fp_version),
                                 p_int("ttl_hours", ttl_hours)),
                         out, created);
+        if (e == STORE_OK && *created >= 2) { /* refused by the budget, unless the key exists */
+            int verdict = *created;
+            e = read_by(db, &by_key, token, p_text("key", key), out);
+            *created = 0;
+            if (e == STORE_ENOTFOUND)
+                return verdict == 2 ? STORE_EOVERDAY
+                       : verdict == 3 ? STORE_EOVERMONTH : STORE_EINFLIGHT;
+            return e;
+        }
         if (e == STORE_ENOTFOUND)
             e = regenerate_missed(db, token, parent_id, key, out, created);
         if (e == STORE_OK && *created)

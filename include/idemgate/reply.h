@@ -21,7 +21,8 @@ void reply_unauthorized(struct hs_req *r);
 void reply_job_error(struct hs_req *r, int e);
 /* An intake the tenant's budget refused (store.h): 402 "budget-exceeded" for the day's or the
  * month's amount (the estimate, in currency, is in the detail), 429 "too-many-in-flight" with
- * Retry-After for the most jobs in flight. Nothing was recorded or sent. */
+ * Retry-After for the most jobs in flight. Nothing was recorded or sent. estimate_micros < 0:
+ * not told. */
 void reply_budget_refused(struct hs_req *r, int e, long long estimate_micros,
                           const char *currency);
 /* 422: the key belongs to another operation (regeneration: to another request). */

@@ -341,3 +341,29 @@ def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, da
     assert r.headers["x-idemgate-job-id"] != done[0]
     assert len(mock.creates_for(r.headers["x-idemgate-job-id"])) == 1
     gw.http.request("POST", f"/v1/jobs/{live}/cancel", headers={"Authorization": f"Bearer {token}"})
+
+
+def test_regeneration_is_a_paid_creation_within_the_budget(gateway_factory, mock, database_url):
+    gw = priced_gateway(gateway_factory, mock)
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--day", "0.05").returncode == 0
+    r = gw.submit(token, key(), {"prompt": "p", "n": 1}, headers={"Prefer": "wait=20"})
+    parent = r.headers["x-idemgate-job-id"]
+    auth = {"Authorization": f"Bearer {token}"}
+    k = key()
+    regen = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate",
+                            headers={**auth, "Idempotency-Key": k})
+    assert regen.status == 402, regen.body[:300]
+    assert regen.json()["type"] == "urn:idemgate:problem:budget-exceeded"
+    assert len(mock.ledger()) == 1
+    assert cli(database_url, "tenant", "budget", name, "--day", "0.10").returncode == 0
+    regen = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate",
+                            headers={**auth, "Idempotency-Key": k})
+    assert regen.status == 202, regen.body[:300]
+    job = gw.wait_state(token, regen.json()["id"], {"completed"})
+    assert job["cost"]["micros"] == IMAGE_PRICES["medium"]
+    assert usage(gw, token).json()["budgets"][0]["day_used_micros"] == 2 * IMAGE_PRICES["medium"]
+    # Its replay is not charged again, even with the budget spent.
+    again = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate",
+                            headers={**auth, "Idempotency-Key": k})
+    assert again.status == 202 and again.json()["id"] == job["id"]
