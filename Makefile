@@ -5,6 +5,7 @@
 #   make run        install what is missing, build, start PostgreSQL + mock + gateway
 #   make test       install what is missing, build, unit tests (cmocka) + integration (pytest)
 #   make chaos      the full fault matrix;  make bench: the side-by-side benchmark
+#   make fuzz       each libFuzzer harness for FUZZ_SECONDS, then the differential checks
 
 BUILD     ?= build
 ifeq ($(origin CC),default)
@@ -23,6 +24,10 @@ endif
 ifeq ($(CRASHPOINTS),1)
 CFLAGS    += -DIG_CRASHPOINTS=1
 endif
+# The fuzz build (see fuzz-build): undefined behaviour stops the run, so libFuzzer records it.
+ifeq ($(FUZZING),1)
+CFLAGS    += -fno-sanitize-recover=all
+endif
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -35,10 +40,22 @@ MOCK_SRCS := $(wildcard tests/mock/*.c)
 MOCK_OBJS := $(MOCK_SRCS:%.c=$(BUILD)/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# libFuzzer harnesses (one per parser that sees outside bytes) and the differential tools, built
+# with clang into their own folder; seed corpora in tests/fuzz/corpus/<harness>/.
+FUZZ_BUILD   ?= build-libfuzzer
+FUZZ_CC      ?= clang
+FUZZ_JOBS    ?= 2
+FUZZ_SECONDS ?= 120
+FUZZ_SHORT_SECONDS ?= 3
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_TOOL_SRCS := $(wildcard tests/fuzz/tool_*.c)
+FUZZ_TOOLS := $(FUZZ_TOOL_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all asan deps run test unit integration chaos bench clean format
+.PHONY: all asan deps run test unit integration chaos bench clean format fuzz fuzz-build \
+	fuzz-bins fuzz-regress fuzz-diff
 all: $(BUILD)/idemgate $(BUILD)/idemgate-mock
 
 $(BUILD)/idemgate: $(OBJS)
@@ -62,6 +79,19 @@ $(BUILD)/%.o: %.c
 $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lcmocka $(LDLIBS)
+
+# Harnesses link the library objects (everything but main.c), instrumented for coverage.
+$(BUILD)/tests/fuzz/%.o: CFLAGS += -DIG_FUZZ_PROFILES='"$(CURDIR)/deploy/providers"'
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(BUILD)/fuzz/tool_%: $(BUILD)/tests/fuzz/tool_%.o $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+.PRECIOUS: $(BUILD)/tests/fuzz/%.o
+fuzz-bins: $(FUZZ_BINS) $(FUZZ_TOOLS)
 
 asan:
 	$(MAKE) BUILD=build-asan SANITIZER=address,undefined OPT=-O1 all
@@ -89,7 +119,26 @@ integration: all
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory fuzz-regress
 	@$(MAKE) --no-print-directory integration
+
+# clang + libFuzzer + ASan + UBSan, every object of the library instrumented for coverage.
+fuzz-build:
+	@$(MAKE) --no-print-directory -j$(FUZZ_JOBS) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 \
+		SANITIZER=fuzzer-no-link,address,undefined FUZZING=1 fuzz-bins
+
+# Every checked-in corpus replayed (no fuzzing), then FUZZ_SHORT_SECONDS of fuzzing per harness.
+fuzz-regress: fuzz-build
+	@scripts/fuzz.sh regress $(FUZZ_BUILD) $(FUZZ_SHORT_SECONDS)
+
+# Each harness for FUZZ_SECONDS, then the differential checks against reference implementations.
+fuzz: deps
+	@$(MAKE) --no-print-directory fuzz-build
+	@scripts/fuzz.sh run $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	@$(MAKE) --no-print-directory fuzz-diff
+
+fuzz-diff: fuzz-build
+	@scripts/fuzz-diff.sh $(FUZZ_BUILD)
 
 # The whole fault matrix at full size (make test runs a CI-sized subset of every scenario).
 chaos: deps
@@ -106,6 +155,7 @@ format:
 	clang-format -i src/*.c include/idemgate/*.h tests/mock/*.c tests/unit/*.c
 
 clean:
-	rm -rf build build-asan build-test
+	rm -rf build build-asan build-test $(FUZZ_BUILD)
 
--include $(OBJS:.o=.d) $(MOCK_OBJS:.o=.d) $(UNIT_SRCS:%.c=$(BUILD)/%.d)
+-include $(OBJS:.o=.d) $(MOCK_OBJS:.o=.d) $(UNIT_SRCS:%.c=$(BUILD)/%.d) \
+	$(FUZZ_SRCS:%.c=$(BUILD)/%.d) $(FUZZ_TOOL_SRCS:%.c=$(BUILD)/%.d)

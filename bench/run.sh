@@ -441,7 +441,7 @@ if want history && [ "$HIST_N" -gt 0 ]; then
     "${PSQL[@]}" -c "VACUUM ANALYZE operations" -c "CHECKPOINT" >/dev/null
     stored=$("${PSQL[@]}" -c "SELECT count(*) FROM operations")
     size=$("${PSQL[@]}" -c "SELECT pg_total_relation_size('operations')")
-    note history "{"rows_seeded":$HIST_N,"operations":$stored,"bytes":$size,"seconds":$(( $(date +%s) - t0 ))}"
+    note history "{\"rows_seeded\":$HIST_N,\"operations\":$stored,\"bytes\":$size,\"seconds\":$(( $(date +%s) - t0 ))}"
     log "history: $stored operations ($((size / 1048576)) MiB with indexes) in $(( $(date +%s) - t0 )) s"
     start_gateway history 0
     wrk_run intake_hist unique.lua "$GW$INTAKE_PATH" ""

@@ -6,7 +6,8 @@ set -eu
 PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev libpq-dev
 libssl-dev libcmocka-dev postgresql-15 postgresql-client-15 python3 python3-pytest curl procps
 util-linux locales
-python3-yaml strace nodejs faketime"
+python3-yaml strace nodejs faketime
+clang libclang-rt-14-dev"
 
 missing=""
 for p in $PKGS; do

@@ -1,5 +1,6 @@
 #include "idemgate/api.h"
 
+#include "idemgate/limits.h"
 #include "idemgate/metrics.h"
 #include "idemgate/offload.h"
 #include "idemgate/store.h"
@@ -14,6 +15,7 @@ struct api {
     struct waiters *waiters;
     struct recorder *recorder;
     struct offload *pool;
+    struct offload_item limits_item; /* the tenant limits' refresh (limits.h) */
     pthread_mutex_t mu; /* guards dbs */
     struct db **dbs;    /* every database worker's connection, closed by api_free */
     size_t n_dbs;
@@ -101,9 +103,9 @@ void api_set_route(struct hs_req *r, int label)
     state_of(r)->route = label;
 }
 
-struct db *api_db(const struct hs_req *r)
+/* The calling database worker's connection, opened on first use. */
+static struct db *thread_db(struct api *a)
 {
-    struct api *a = state_of(r)->api;
     if (!tls_db) {
         tls_db = store_db_open(a->cfg->database_url);
         if (!tls_db)
@@ -117,6 +119,27 @@ struct db *api_db(const struct hs_req *r)
         pthread_mutex_unlock(&a->mu);
     }
     return tls_db;
+}
+
+struct db *api_db(const struct hs_req *r)
+{
+    return thread_db(state_of(r)->api);
+}
+
+static void refresh_limits(void *arg)
+{
+    limits_refresh(thread_db(arg));
+}
+
+void api_limits_refresh(struct hs_req *r)
+{
+    struct api *a = state_of(r)->api;
+    if (!limits_refresh_due())
+        return;
+    a->limits_item.fn = refresh_limits;
+    a->limits_item.arg = a;
+    if (offload_submit(a->pool, &a->limits_item) < 0)
+        limits_refresh(NULL); /* shutting down: marks it done, tried again later */
 }
 
 /* A bug's answer rather than a request routed again and again. */

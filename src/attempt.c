@@ -27,6 +27,9 @@
 /* Refuses to send once the lease is (nearly) over, by this host's monotonic clock, which keeps
  * counting while the process is stopped: a worker frozen past its lease wakes up, finds its
  * deadline gone, and sends nothing, because another replica may own the operation by now. */
+/* A claim older than this when its worker takes it has waited in a queue: it is read again. */
+#define QUEUED_RECHECK_S 0.005
+
 static int lease_guard(void *arg)
 {
     const double *deadline = arg;
@@ -52,9 +55,7 @@ static void release_unsent(struct db *db, const struct store_claim *c, enum op_s
             LS("note", "the reaper will mark it unknown"));
 }
 
-/* The server's wish for a delay, in any of its forms: retry-after-ms, Retry-After (seconds or
- * HTTP-date), or the provider's words in the body. -1 when it expressed none. */
-static long long server_hint_ms(const struct cfg_provider *p, const struct up_response *res)
+long long attempt_server_hint_ms(const struct cfg_provider *p, const struct up_response *res)
 {
     long long hint = -1;
     cJSON *h = res->headers_json ? cJSON_Parse(res->headers_json) : NULL;
@@ -64,9 +65,13 @@ static long long server_hint_ms(const struct cfg_provider *p, const struct up_re
         hint = bo_retry_after_ms_header(ms);
     if (hint < 0 && ra) {
         /* An HTTP-date is read against the provider's own Date header when it sent one, so
-         * this host's clock being off does not shorten the wait. */
+         * this host's clock being off does not shorten the wait. Only when that header is an
+         * HTTP-date: delay-seconds there ("Date: 5") would put their now in 1970. */
         const char *date = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "date"));
-        long long their_now = date ? bo_retry_after_ms(date, 0) / 1000 : -1;
+        while (date && (*date == ' ' || *date == '\t'))
+            date++;
+        long long their_now =
+            date && !(*date >= '0' && *date <= '9') ? bo_retry_after_ms(date, 0) / 1000 : -1;
         hint = bo_retry_after_ms(ra, their_now > 0 ? their_now : (long long)time(NULL));
     }
     cJSON_Delete(h);
@@ -75,13 +80,8 @@ static long long server_hint_ms(const struct cfg_provider *p, const struct up_re
     return hint;
 }
 
-struct results {
-    int received; /* -1: not counted */
-    char *usage;  /* JSON text or NULL */
-};
-
-static void count_results(const struct cfg_provider *p, const struct up_response *res,
-                          struct results *out)
+void attempt_count_results(const struct cfg_provider *p, const struct up_response *res,
+                           struct attempt_results *out)
 {
     out->received = -1;
     out->usage = NULL;
@@ -197,17 +197,8 @@ static int build_outbound(const struct cfg *cfg, const struct cfg_provider *p,
     return 0;
 }
 
-/* What a whole 2xx from an async provider says: the task id and a poll URL (when given), read
- * exactly, and whether its status is one the profile lists as accepted. The decision is
- * pol_decide's. */
-struct task_answer {
-    int status_listed;
-    char *remote_id; /* owned, or NULL */
-    char *poll_url;  /* owned, or NULL: only on the provider's own origin */
-};
-
-static void read_task(const struct cfg_provider *p, const struct up_response *res,
-                      struct task_answer *t)
+void attempt_read_task(const struct cfg_provider *p, const struct up_response *res,
+                       struct attempt_task *t)
 {
     t->status_listed = p->n_accepted_statuses == 0;
     for (int i = 0; i < p->n_accepted_statuses; i++)
@@ -261,7 +252,7 @@ static void trip(struct db *db, const struct store_claim *c, int http_status)
 /* Classifies one call's evidence; *may_have_created says whether it leaves open that the
  * attempt made a task (cls_may_have_created). */
 static enum cls_outcome classify(const struct cfg_provider *p, const struct store_claim *c,
-                                 const struct up_response *res, const struct results *rs,
+                                 const struct up_response *res, const struct attempt_results *rs,
                                  int *may_have_created)
 {
     int requested = c->outputs_requested;
@@ -284,7 +275,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
 /* Decides what follows (policy.c owns the decision; every input is gathered here). */
 static struct pol_decision decide(const struct cfg_provider *p, const struct store_claim *c,
                                   const struct up_response *res, enum cls_outcome outcome,
-                                  int may_have_created, const struct task_answer *t,
+                                  int may_have_created, const struct attempt_task *t,
                                   double seconds)
 {
     struct pol_input in = {.outcome = outcome,
@@ -292,7 +283,7 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .max_attempts = p->max_attempts,
                            .elapsed_ms = c->since_first_ms + (long long)(seconds * 1000),
                            .deadline_ms = p->deadline_ms,
-                           .hint_ms = server_hint_ms(p, res),
+                           .hint_ms = attempt_server_hint_ms(p, res),
                            .base_ms = p->backoff_base_ms,
                            .cap_ms = p->backoff_cap_ms,
                            .rand01 = clock_rand01(),
@@ -330,14 +321,14 @@ static const char *last_error(const struct pol_decision *d, const struct up_resp
 static void record(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                    const struct up_response *res, double t0, double t1)
 {
-    struct results rs;
-    struct task_answer t = {0};
-    count_results(p, res, &rs);
+    struct attempt_results rs;
+    struct attempt_task t = {0};
+    attempt_count_results(p, res, &rs);
     int may_have_created = 0;
     enum cls_outcome outcome = classify(p, c, res, &rs, &may_have_created);
     int whole = (outcome == CLS_SUCCESS || outcome == CLS_PARTIAL) && !res->body_truncated;
     if (whole && p->mode == CFG_MODE_ASYNC_POLL)
-        read_task(p, res, &t);
+        attempt_read_task(p, res, &t);
     struct pol_decision d = decide(p, c, res, outcome, may_have_created, &t, t1 - t0);
     char msg[400];
     struct store_finish f;
@@ -386,6 +377,23 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     if (*c->credential && !getenv(c->credential)) {
         release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
         return;
+    }
+    /* A claim that waited behind another call (a born claim queued for a busy worker) is read
+     * again: a cancel acknowledged meanwhile means it is never sent. One sent at once needs no
+     * read: its claim and its send are as close as a dispatcher's own claim and send. */
+    if (clock_mono() - claimed_mono > QUEUED_RECHECK_S) {
+        int sendable = 0, e = store_still_sendable(db, c, &sendable);
+        if (e == STORE_ENOTFOUND)
+            return; /* the lease moved on (reaped, or cancelled before it was sent): not ours */
+        if (e < 0) {
+            LOG(LOG_WARN, "dispatch_recheck_failed", LS("job_id", c->id), LI("error", e),
+                LS("note", "not sent; the reaper makes it unknown, reconciliation proves absence"));
+            return;
+        }
+        if (!sendable) {
+            release_unsent(db, c, ST_PREPARED, "canceled before it was sent");
+            return;
+        }
     }
     if (build_outbound(cfg, p, c, &o, &why) < 0) {
         outbound_fini(&o);

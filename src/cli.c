@@ -43,6 +43,40 @@ static void print_tenant(const char *name, const char *created, const char *revo
            revoked ? revoked : "");
 }
 
+/* `tenant limits NAME [--rps N] [--burst N] [--waits N]`: an option left out (or given as
+ * "default") goes back to the configuration's default. 0 on success. */
+static int tenant_limits(struct db *db, int argc, char **argv)
+{
+    int v[3] = {-1, -1, -1};
+    static const char *const opt[3] = {"--rps", "--burst", "--waits"};
+    for (int i = 2; i < argc; i += 2) {
+        int k = -1;
+        for (int j = 0; j < 3; j++)
+            if (strcmp(argv[i], opt[j]) == 0)
+                k = j;
+        char *end = NULL;
+        long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+        if (k < 0 || i + 1 >= argc) {
+            fprintf(stderr, "idemgate: usage: idemgate tenant limits NAME [--rps N] "
+                            "[--burst N] [--waits N]\n");
+            return 2;
+        }
+        if (strcmp(argv[i + 1], "default") == 0)
+            continue;
+        if (!*argv[i + 1] || *end || n < 0 || n > 1000000) {
+            fprintf(stderr, "idemgate: %s wants 0..1000000 or \"default\"\n", opt[k]);
+            return 2;
+        }
+        v[k] = (int)n;
+    }
+    int e = store_tenant_limits_set(db, argv[1], v[0], v[1], v[2]);
+    if (e == STORE_ENOTFOUND)
+        fprintf(stderr, "idemgate: no live tenant named %s\n", argv[1]);
+    else if (e < 0)
+        fprintf(stderr, "idemgate: cannot set the limits of %s\n", argv[1]);
+    return e == STORE_OK ? 0 : 1;
+}
+
 static const char *opt(int argc, char **argv, const char *name);
 
 /* A limit option: absent or "none" → -1 (no limit); else an amount (micro-units) or a count. */
@@ -141,7 +175,8 @@ int cli_usage(const struct cfg *cfg, int argc, char **argv)
 int cli_tenant(const struct cfg *cfg, int argc, char **argv)
 {
     if (argc < 1 || strcmp(argv[0], "--help") == 0) {
-        printf("usage: idemgate tenant add NAME | list | revoke NAME\n"
+        printf("usage: idemgate tenant add NAME | list | revoke NAME | limits NAME [--rps N] "
+               "[--burst N] [--waits N]\n"
                "       idemgate tenant budget NAME [--currency USD] [--day AMOUNT|none] "
                "[--month AMOUNT|none] [--in-flight N|none] | --clear\n"
                "  add     creates a tenant and prints its bearer token once (only its SHA-256 is "
@@ -149,7 +184,9 @@ int cli_tenant(const struct cfg *cfg, int argc, char **argv)
                "  list    lists tenants\n"
                "  revoke  revokes a tenant's token at once\n"
                "  budget  sets (or clears) a tenant's limits: amounts per UTC day and month in\n"
-               "          currency units (12.50), and the most jobs in flight at once\n");
+               "          currency units (12.50), and the most jobs in flight at once\n"
+               "  limits  sets a tenant's requests per second, burst and `Prefer: wait` "
+               "connections per replica (0: none; left out or \"default\": the configuration's)\n");
         return argc < 1 ? 2 : 0;
     }
     struct db *db = open_or_complain(cfg);
@@ -179,13 +216,16 @@ int cli_tenant(const struct cfg *cfg, int argc, char **argv)
         rc = store_tenant_list(db, print_tenant, NULL) == 0 ? 0 : 1;
     } else if (strcmp(argv[0], "budget") == 0 && argc >= 2) {
         rc = tenant_budget(db, argc, argv);
+    } else if (strcmp(argv[0], "limits") == 0 && argc >= 2) {
+        rc = tenant_limits(db, argc, argv);
     } else if (strcmp(argv[0], "revoke") == 0 && argc == 2) {
         int e = store_tenant_revoke(db, argv[1]);
         if (e == STORE_ENOTFOUND)
             fprintf(stderr, "idemgate: no live tenant named %s\n", argv[1]);
         rc = e == 0 ? 0 : 1;
     } else {
-        fprintf(stderr, "idemgate: usage: idemgate tenant add NAME | list | revoke NAME\n");
+        fprintf(stderr, "idemgate: usage: idemgate tenant add NAME | list | revoke NAME | "
+                        "limits NAME [--rps N] [--burst N] [--waits N]\n");
         rc = 2;
     }
 done:

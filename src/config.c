@@ -79,6 +79,15 @@ static const struct cfg_setting settings[] = {
      "reconciler threads in this replica (resolve unknown operations)"},
     {"reaper_interval_ms", "IDEMGATE_REAPER_INTERVAL_MS", T_INT, OFF(reaper_interval_ms), "1000",
      0, 600000, "how often expired leases are turned into unknown (0: never, in this replica)"},
+    {"tenant_burst", "IDEMGATE_TENANT_BURST", T_INT, OFF(tenant_burst), "0", 0, 1000000,
+     "default requests a tenant may send at once above its rate (0: one second's worth)"},
+    {"tenant_requests_per_second", "IDEMGATE_TENANT_REQUESTS_PER_SECOND", T_INT,
+     OFF(tenant_requests_per_second), "0", 0, 1000000,
+     "default new requests per second per tenant and replica (0: no limit); `tenant limits` "
+     "sets a tenant's own"},
+    {"tenant_wait_connections", "IDEMGATE_TENANT_WAIT_CONNECTIONS", T_INT,
+     OFF(tenant_wait_connections), "0", 0, 1000000,
+     "default `Prefer: wait` connections a tenant may hold per replica (0: no limit)"},
     {"wait_poll_ms", "IDEMGATE_WAIT_POLL_MS", T_INT, OFF(wait_poll_ms), "1000", 10, 600000,
      "how often the jobs of Prefer: wait clients are read again (bounds the delay a lost wake-up "
      "signal from another replica can cause)"},

@@ -31,10 +31,30 @@ static void ignore_notice(void *arg, const char *message)
     (void)message;
 }
 
+/* 1 when an idle connection was closed by the server while unused: its socket is readable
+ * although nothing was asked (the server's farewell, then end of file). A notification waiting
+ * on a LISTEN connection is read into libpq's buffer and kept, and the connection stays. Only an
+ * idle connection is judged: inside a transaction a lost connection is the caller's to handle. */
+static int idle_conn_closed(PGconn *c)
+{
+    if (PQtransactionStatus(c) != PQTRANS_IDLE)
+        return 0;
+    struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+    if (pfd.fd < 0)
+        return 1;
+    if (poll(&pfd, 1, 0) <= 0)
+        return 0;
+    return !PQconsumeInput(c) || PQstatus(c) != CONNECTION_OK;
+}
+
 static int connect_db(struct db *db)
 {
-    if (db->conn && PQstatus(db->conn) == CONNECTION_OK)
-        return STORE_OK;
+    if (db->conn && PQstatus(db->conn) == CONNECTION_OK) {
+        if (!idle_conn_closed(db->conn))
+            return STORE_OK;
+        /* Nothing was sent on it: replacing it now is safe for any statement. */
+        LOG(LOG_INFO, "db_reconnect", LS("reason", "connection closed by the server while idle"));
+    }
     if (db->conn)
         PQfinish(db->conn);
     db->n_prepared = 0;
@@ -103,6 +123,18 @@ int store_db_backend_pid(struct db *db)
     return db->conn ? PQbackendPID(db->conn) : 0;
 }
 
+int db_sqlstate_retryable(const char *state)
+{
+    /* serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
+     * query_canceled (statement_timeout, or an operator's pg_cancel_backend): the statement did
+     * not happen; the same request may simply be sent again. */
+    static const char *const retryable[] = {"40001", "40P01", "55P03", "57014"};
+    for (size_t i = 0; state && i < sizeof(retryable) / sizeof(retryable[0]); i++)
+        if (strcmp(state, retryable[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* Maps a failed result to a store error. Connection failures mark the handle for reconnection. */
 static int result_error(struct db *db, PGresult *r, const char *stmt)
 {
@@ -119,7 +151,7 @@ static int result_error(struct db *db, PGresult *r, const char *stmt)
         }
         return STORE_EUNAVAIL;
     }
-    if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+    if (db_sqlstate_retryable(state))
         return STORE_ERETRY;
     if (strcmp(state, "23505") == 0)
         return STORE_ECONFLICT;
@@ -179,22 +211,25 @@ static int bind(const struct db_stmt *s, const struct param *ps, size_t n, const
     return 0;
 }
 
-int db_run(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
-           struct pg_result **out)
+/* How far one run got: what a lost connection may have left behind. */
+enum run_stage {
+    RUN_UNCONNECTED, /* no connection could be made */
+    RUN_CONNECTED,   /* connected; at most a PREPARE was sent, which changes nothing */
+    RUN_SENT,        /* the statement itself may have reached the server */
+};
+
+/* One run of a bound statement; *stage says how far it got. */
+static int run_once(struct db *db, const struct db_stmt *s, int k, const char *const *vals,
+                    const int *lens, const int *fmts, struct pg_result **out, enum run_stage *stage)
 {
-    const char *vals[DB_MAX_PARAMS];
-    int lens[DB_MAX_PARAMS], fmts[DB_MAX_PARAMS], k = 0;
-    *out = NULL;
-    if (bind(s, ps, n, vals, lens, fmts, &k) < 0) {
-        LOG(LOG_ERROR, "db_error", LS("statement", s->name),
-            LS("error", "parameters do not match"));
-        return STORE_EINTERNAL;
-    }
+    *stage = RUN_UNCONNECTED;
     if (connect_db(db) < 0)
         return STORE_EUNAVAIL;
+    *stage = RUN_CONNECTED;
     int e = prepare(db, s);
     if (e < 0)
         return e;
+    *stage = RUN_SENT;
     PGresult *r = PQexecPrepared(db->conn, s->name, k, vals, lens, fmts, 0);
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     if (state && strcmp(state, "26000") == 0) {
@@ -214,6 +249,33 @@ int db_run(struct db *db, const struct db_stmt *s, const struct param *ps, size_
     db->ok = 1;
     *out = r;
     return STORE_OK;
+}
+
+int db_run(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
+           struct pg_result **out)
+{
+    const char *vals[DB_MAX_PARAMS];
+    int lens[DB_MAX_PARAMS], fmts[DB_MAX_PARAMS], k = 0;
+    enum run_stage stage;
+    *out = NULL;
+    if (bind(s, ps, n, vals, lens, fmts, &k) < 0) {
+        LOG(LOG_ERROR, "db_error", LS("statement", s->name),
+            LS("error", "parameters do not match"));
+        return STORE_EINTERNAL;
+    }
+    int e = run_once(db, s, k, vals, lens, fmts, out, &stage);
+    /* The connection was lost under the call (result_error dropped it): once more on a new one
+     * when nothing of the statement ran or when running it twice is harmless. A database still
+     * down fails the new connection at once; one that could not be reached at all is not tried
+     * twice. */
+    if (e == STORE_EUNAVAIL && stage != RUN_UNCONNECTED && !db->conn &&
+        (stage == RUN_CONNECTED || s->rerun_safe)) {
+        LOG(LOG_INFO, "db_rerun", LS("statement", s->name),
+            LS("reason", stage == RUN_SENT ? "connection lost, statement rerun_safe"
+                                           : "connection lost before the statement was sent"));
+        e = run_once(db, s, k, vals, lens, fmts, out, &stage);
+    }
+    return e;
 }
 
 /* ---- Batches: many executions, one transaction, one round trip (libpq pipeline mode) ---- */
@@ -284,8 +346,8 @@ static int batch_read(struct db *db, const struct db_stmt *s, size_t rows, struc
     }
 }
 
-int db_run_batch(struct db *db, const struct db_stmt *s, size_t rows,
-                 const struct param *const *ps, size_t n, struct pg_result **outs)
+int db_run_batch(struct db *db, const struct db_stmt *s, size_t rows, const struct param *const *ps,
+                 size_t n, struct pg_result **outs)
 {
     for (size_t i = 0; i < rows; i++)
         outs[i] = NULL;

@@ -2,10 +2,12 @@
 
 #include "idemgate/crypto.h"
 #include "idemgate/log.h"
+#include "idemgate/reqlimit.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +32,8 @@ struct hs_server {
 struct hs_req {
     struct hs_server *srv;
     struct MHD_Connection *conn;
+    int begun;                   /* begin_request ran: the request reached on_request */
+    enum rl_uri_verdict refused; /* the target was refused before libmicrohttpd parsed it */
     const char *method;
     char *path;
     char *body;
@@ -61,7 +65,7 @@ const char *hs_req_id(const struct hs_req *r)
 
 const char *hs_req_method(const struct hs_req *r)
 {
-    return r->method;
+    return r->method ? r->method : "";
 }
 
 const char *hs_req_path(const struct hs_req *r)
@@ -195,6 +199,16 @@ void hs_resume(void *arg)
 
 static int queue(struct hs_req *r, int status, struct MHD_Response *resp, int has_connection);
 
+int hs_req_peer_closed(const struct hs_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 int hs_req_answered(const struct hs_req *r)
 {
     pthread_mutex_lock(&r->srv->mu);
@@ -279,29 +293,79 @@ static void set_request_id(struct hs_server *s, struct hs_req *r)
              atomic_fetch_add(&request_counter, 1));
 }
 
-/* The first call of a request: its record, its id, the framing checks and the body cap. */
-static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection *conn,
-                                     const char *url, const char *method, void **con_cls)
+/* A request's record, made when libmicrohttpd has read its request line (on_uri) or, should
+ * that allocation have failed, at its first on_request call. */
+static struct hs_req *req_new(struct hs_server *s, struct MHD_Connection *conn)
 {
     struct hs_req *r = calloc(1, sizeof(*r));
     if (!r)
-        return MHD_NO;
-    atomic_fetch_add(&s->in_progress, 1);
+        return NULL;
     r->srv = s;
     r->conn = conn;
     clock_gettime(CLOCK_MONOTONIC, &r->started);
+    return r;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: called with the raw request target before libmicrohttpd splits
+ * its query into per-connection records. A target the pool could not hold (reqlimit.h) is
+ * judged here, because libmicrohttpd 0.9.75 never answers a request whose query exhausts the
+ * pool: the query is cut at the '?' (one byte, in the line libmicrohttpd has just read and is
+ * about to parse in place) so that nothing of it is parsed, and begin_request answers 414. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct hs_req *r = req_new(cls, conn);
+    size_t len = strlen(uri);
+    enum rl_uri_verdict v = rl_uri_check(uri, len);
+    if (v != RL_URI_OK) {
+        char *q = memchr(uri, '?', len);
+        if (q)
+            q[1] = '\0';
+        if (r)
+            r->refused = v;
+    }
+    return r;
+}
+
+/* options.reject, in the request's callback on this server thread (its answer is queued now). */
+static void reject(struct hs_server *s, struct hs_req *r, enum hs_reject why)
+{
+    tls_handling = r;
+    s->o.reject(r, why, s->o.app);
+    tls_handling = NULL;
+}
+
+/* The first call of a request: its id, the target and framing checks and the body cap. */
+static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection *conn,
+                                     const char *url, const char *method, void **con_cls)
+{
+    struct hs_req *r = *con_cls;
+    if (!r && !(r = req_new(s, conn)))
+        return MHD_NO;
+    *con_cls = r;
+    r->begun = 1;
+    atomic_fetch_add(&s->in_progress, 1);
     r->method = method;
     r->path = strdup(url);
-    *con_cls = r;
     if (!r->path)
         return MHD_NO;
     set_request_id(s, r);
+    if (atomic_load(&s->draining)) {
+        /* A request that arrives on a kept-alive connection once the server is quiesced is not
+         * started: whatever it would record could be cut off with its connection when the
+         * server stops. 503 and Connection: close; the client retries elsewhere. */
+        reject(s, r, HS_REJECT_DRAINING);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
+    if (r->refused) {
+        LOG(LOG_WARN, "http_request_refused", LS("request_id", r->request_id),
+            LS("reason", rl_uri_verdict_name(r->refused)), LI("status", 414));
+        reject(s, r, HS_REJECT_URI_TOO_LONG);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
     struct framing f = {0, 0, 0};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
     if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name) {
-        tls_handling = r;
-        s->o.reject(r, HS_REJECT_FRAMING, s->o.app);
-        tls_handling = NULL;
+        reject(s, r, HS_REJECT_FRAMING);
         return r->responded ? MHD_YES : MHD_NO;
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -346,7 +410,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     struct hs_server *s = cls;
     struct hs_req *r = *con_cls;
-    if (!r)
+    if (!r || !r->begun)
         return begin_request(s, conn, url, method, con_cls);
     if (*upload_data_size) {
         size_t n = *upload_data_size;
@@ -368,9 +432,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     s->o.handle(r, s->o.app);
     /* A handler either responded or suspended the connection; anything else is a bug that
      * must not leave the client hanging. */
-    if (!r->responded && !r->suspended_once)
-        s->o.reject(r, HS_REJECT_NO_ANSWER, s->o.app);
     tls_handling = NULL;
+    if (!r->responded && !r->suspended_once)
+        reject(s, r, HS_REJECT_NO_ANSWER);
     return MHD_YES;
 }
 
@@ -389,15 +453,29 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     clock_gettime(CLOCK_MONOTONIC, &now);
     double secs =
         (double)(now.tv_sec - r->started.tv_sec) + (double)(now.tv_nsec - r->started.tv_nsec) / 1e9;
+    if (!r->begun) {
+        /* libmicrohttpd answered (or dropped) the request by itself before handing it over: a
+         * header section or request line its pool could not hold (431/414), a malformed
+         * request (400), or the client left. Logged once, like every other request. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+        r->status = ci ? (int)ci->http_status : 0;
+        snprintf(r->request_id, sizeof(r->request_id), "req_%s%08lx", s->id_prefix,
+                 atomic_fetch_add(&request_counter, 1));
+        if (r->status)
+            LOG(LOG_WARN, "http_request_refused", LS("request_id", r->request_id),
+                LS("reason", "refused_by_transport"), LI("status", r->status));
+    }
     s->o.done(r, r->status, secs, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->o.app);
     hs_req_set_state(r, NULL, NULL);
     if (r->pending)
         MHD_destroy_response(r->pending);
     free(r->path);
     free(r->body);
+    if (r->begun)
+        atomic_fetch_sub(&s->in_progress, 1);
     free(r);
     *con_cls = NULL;
-    atomic_fetch_sub(&s->in_progress, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -429,13 +507,16 @@ struct hs_server *hs_start(const struct hs_options *o)
             LS("host", o->host));
         goto failed;
     }
+    /* The logger comes first so that libmicrohttpd's messages about the other options reach it;
+     * the pool size is the one reqlimit.h's bounds are derived from. */
     s->daemon = MHD_start_daemon(
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO,
-        (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, o->threads,
+        (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, o->threads,
         MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)30, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        (unsigned)30, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)RL_POOL_BYTES,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     if (!s->daemon) {
         LOG(LOG_ERROR, "http_start_failed", LS("error", "cannot listen"), LS("host", o->host),
             LI("port", o->port));

@@ -9,6 +9,7 @@
 #include "idemgate/inject.h"
 #include "idemgate/jcs.h"
 #include "idemgate/jobcache.h"
+#include "idemgate/limits.h"
 #include "idemgate/log.h"
 #include "idemgate/provider.h"
 #include "idemgate/recorder.h"
@@ -26,7 +27,8 @@ struct intake_problem {
     int status;
     const char *type, *title;
     char detail[256];
-    int key_reused; /* the 422 of reply_key_reused() */
+    int key_reused;  /* the 422 of reply_key_reused() */
+    int retry_after; /* seconds, or 0 */
 };
 
 /* One intake request on its way through the steps. */
@@ -49,6 +51,7 @@ struct intake {
     size_t next_step;    /* where a resumed intake goes on */
     struct store_job job;
     int have_job, created;
+    int wait_counted; /* a `Prefer: wait` connection counted against the tenant's limit */
     struct intake_problem problem;
 };
 
@@ -94,9 +97,9 @@ static void answer_problem(struct intake *in)
     if (pb->key_reused)
         reply_key_reused(in->r, 0); /* only ever raised once the tenant is proven */
     else if (!intake_needs_tenant(pb->status, in->tenant_proven))
-        reply_problem(in->r, pb->status, pb->type, pb->title, pb->detail, 0);
+        reply_problem(in->r, pb->status, pb->type, pb->title, pb->detail, pb->retry_after);
     else if (api_offload(in->r, answer_problem_proven, NULL) < 0)
-        reply_store_error(in->r, STORE_EUNAVAIL); /* shutting down */
+        reply_shutting_down(in->r); /* the database workers have stopped */
 }
 
 /* authenticate: a well-formed bearer token, hashed. The store proves it a tenant's later, in the
@@ -135,6 +138,26 @@ static enum step_result step_validate(struct intake *in)
                              "8941 quoted string");
     in->wait_s = hdr_prefer_wait(hs_req_header(in->r, "Prefer"), in->cfg->max_wait_seconds);
     return STEP_NEXT;
+}
+
+/* limit: the tenant's requests per second and `Prefer: wait` connections held (limits.h), from
+ * memory. Only live tenants are limited (their tokens come from the database), so a 429 tells
+ * an unproven token nothing. Nothing is recorded over a limit. */
+static enum step_result step_limit(struct intake *in)
+{
+    api_limits_refresh(in->r);
+    int rate = limits_admit(in->token), waits = 0;
+    if (!rate && in->wait_s > 0)
+        waits = limits_wait_begin(in->token, &in->wait_counted);
+    if (!rate && !waits)
+        return STEP_NEXT;
+    in->tenant_proven = 1;
+    in->problem.retry_after = rate ? rate : waits;
+    return raise_problem(in, 429, "rate-limited", "Too many requests",
+                         rate ? "this tenant's requests per second are used up; retry after "
+                                "Retry-After seconds with the same Idempotency-Key"
+                              : "this tenant holds as many `Prefer: wait` connections as it may; "
+                                "retry later, or without `Prefer: wait` and poll the job");
 }
 
 /* canonicalise: one strict parse of the client's bytes (the body is refused here when it is not
@@ -354,6 +377,7 @@ static const struct intake_step {
 } steps[] = {
     {"authenticate", step_authenticate},
     {"validate", step_validate},
+    {"limit", step_limit},
     {"canonicalise", step_canonicalise},
     {"fingerprint", step_fingerprint},
     {"cache", step_cache},
@@ -371,6 +395,8 @@ const char *intake_step_name(size_t i)
 static void intake_free(void *arg)
 {
     struct intake *in = arg;
+    if (in->wait_counted)
+        limits_wait_end(in->token);
     reqbody_fini(&in->body);
     free(in->url);
     if (in->have_job)
@@ -436,5 +462,5 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
 void intake_resume(struct hs_req *r)
 {
     if (api_offload(r, answer_waited, NULL) < 0)
-        reply_store_error(r, STORE_EUNAVAIL); /* shutting down */
+        reply_shutting_down(r); /* the database workers have stopped */
 }

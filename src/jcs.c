@@ -909,7 +909,8 @@ static int close_container(struct parser *p)
 
     if (reserve(&p->kids, &p->cap_kids, p->n_kids + count, sizeof *p->kids))
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
-    uint32_t *v = p->kids + p->n_kids;
+    /* An empty container can close before kids was ever allocated: NULL + 0 is undefined. */
+    uint32_t *v = count ? p->kids + p->n_kids : NULL;
     if (count)
         memcpy(v, p->cs + f->base, count * sizeof *v);
     nd->u.span.off = (uint32_t)p->n_kids;
@@ -1369,7 +1370,8 @@ const struct jcs_node *jcs_node_at(const struct jcs_doc *doc, const struct jcs_n
 const struct jcs_node *jcs_node_member(const struct jcs_doc *doc, const struct jcs_node *n,
                                        const char *name, size_t len)
 {
-    if (!n || n->type != N_OBJ)
+    /* An empty object has no kids to point into (they may never have been allocated). */
+    if (!n || n->type != N_OBJ || n->u.span.len == 0)
         return NULL;
     /* A binary search in canonical order. A name that is not well-formed UTF-8 may be misplaced
      * by bytes_cmp, but then it equals no member (decoded names are well-formed), so the answer

@@ -62,7 +62,7 @@ void jobs_get(struct hs_req *r, const struct api_args *a)
         return;
     }
     if (api_offload(r, job_get_stored, a) < 0)
-        reply_store_error(r, STORE_EUNAVAIL); /* shutting down */
+        reply_shutting_down(r); /* the database workers have stopped */
 }
 
 struct list_ctx {

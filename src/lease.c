@@ -46,17 +46,34 @@ enum {
     "WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS
 
 /* The claim commits `sending` and the new fencing token before any byte leaves. Providers whose
- * credential is tripped are skipped: their operations wait in `prepared`. */
+ * credential is tripped are skipped: their operations wait in `prepared`. Fair across tenants:
+ * the tenants with prepared work (`busy`, one index probe each) are taken in the order of their
+ * last turn (dispatch_turns; never served first), and the first whose most overdue row is due
+ * and free is served — one tenant's backlog delays another's first job by at most the claims
+ * already in flight. The turn is recorded in the same statement. */
 static const struct db_stmt claim = {
     .name = "claim",
-    .sql = "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
+    .sql = "WITH RECURSIVE busy(tenant_id) AS ("
+    "  (SELECT tenant_id FROM operations WHERE state = 'prepared' ORDER BY tenant_id LIMIT 1) "
+    "  UNION ALL "
+    "  SELECT (SELECT n.tenant_id FROM operations n WHERE n.state = 'prepared' "
+    "          AND n.tenant_id > b.tenant_id ORDER BY n.tenant_id LIMIT 1) "
+    "  FROM busy b WHERE b.tenant_id IS NOT NULL), "
+    "c AS (SELECT p.tenant_id, p.id FROM "
+    "  (SELECT b.tenant_id FROM busy b LEFT JOIN dispatch_turns d ON d.tenant_id = b.tenant_id "
+    "   WHERE b.tenant_id IS NOT NULL ORDER BY d.served_at NULLS FIRST, b.tenant_id) t "
+    "  CROSS JOIN LATERAL (SELECT tenant_id, id FROM operations p WHERE p.tenant_id = t.tenant_id "
+    "   AND state = 'prepared' AND cancel_requested_at IS NULL AND next_attempt_at <= now() "
+    "   AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
+    "   ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) p "
+    "  LIMIT 1), "
+    "turn AS (INSERT INTO dispatch_turns (tenant_id, served_at) "
+    "  SELECT tenant_id, clock_timestamp() FROM c "
+    "  ON CONFLICT (tenant_id) DO UPDATE SET served_at = excluded.served_at) "
+    "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
     " transport_attempts = o.transport_attempts + 1, "
     " first_sent_at = coalesce(o.first_sent_at, now()) "
-    "FROM (SELECT tenant_id, id FROM operations p WHERE state = 'prepared' "
-    "      AND cancel_requested_at IS NULL "
-    "      AND next_attempt_at <= now() "
-    "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
-    CLAIM_PICKED ", false",
+    "FROM c WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS ", false",
     .params = DB_PARAMS("owner", "lease_seconds"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
@@ -165,6 +182,7 @@ static const struct db_stmt finish = {
  * row holds what it wrote, under the same fencing token, unowned), and the state it wrote. Reads
  * only. */
 static const struct db_stmt finish_check = {
+    .rerun_safe = 1,
     .name = "finish_check",
     .sql = "SELECT state FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
     " AND lease_owner IS NULL AND (state = $4 OR ($4 = 'prepared' AND state = 'failed'))",
@@ -362,6 +380,31 @@ int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds
     return STORE_OK;
 }
 
+/* Whether a claim that waited (a born claim queued behind a busy worker) may still be sent: its
+ * lease holds and no cancel was acknowledged meanwhile. Reads only. */
+static const struct db_stmt still_sendable = {
+    .rerun_safe = 1,
+    .name = "still_sendable",
+    .sql = "SELECT cancel_requested_at IS NULL FROM operations WHERE tenant_id = $1 AND id = $2 "
+    " AND lease_version = $3 AND state = 'sending'",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version"),
+};
+
+int store_still_sendable(struct db *db, const struct store_claim *c, int *sendable)
+{
+    PGresult *r;
+    int e = db_run(db, &still_sendable,
+                   DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
+                           p_int("lease_version", c->lease_version)),
+                   &r);
+    if (e < 0)
+        return e;
+    e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
+    *sendable = e == STORE_OK && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    PQclear(r);
+    return e;
+}
+
 void store_finish_init(struct store_finish *f, const struct store_claim *c, const char *kind,
                        enum op_state from)
 {
@@ -504,6 +547,7 @@ int store_reap(struct db *db, int limit, int *count)
 
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
+    &still_sendable,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

@@ -7,6 +7,7 @@
 #include "idemgate/api.h"
 #include "idemgate/http_server.h"
 #include "idemgate/jobcache.h"
+#include "idemgate/limits.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/offload.h"
@@ -60,6 +61,12 @@ struct subsystems {
     int curl, cache, wake;
 };
 
+/* A waiter's arg is its suspended request (intake.c). */
+static int client_gone(void *arg)
+{
+    return hs_req_peer_closed(arg);
+}
+
 /* Starts the subsystems in order; returns NULL, or the name of the step that failed (what did
  * start is in s, for stop_all). */
 static const char *start_all(const struct cfg *cfg, struct subsystems *s)
@@ -73,10 +80,15 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     /* An unreachable database is not fatal: /readyz says so and the reaper retries. */
     if (migrate_run(db) < 0)
         LOG(LOG_WARN, "migrations_pending", LS("note", "database unreachable or migration failed"));
+    /* The tenants' limits apply from the first request; then every LIMITS_REFRESH_S. */
+    if (limits_init(cfg) < 0)
+        return "tenant limits";
+    limits_refresh(db);
     store_db_close(db);
     if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
         return "job cache";
     s->cache = 1;
+
     /* Before anything that commits a state: the wake-ups of every write reach the others. */
     if (wake_start(cfg) < 0)
         return "wake signaller";
@@ -84,6 +96,7 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (!(s->waiters = waiters_start(cfg)))
         return "waiters";
     wake_on_done(waiters_job_done, s->waiters);
+    waiters_on_gone(s->waiters, client_gone);
     if (!(s->disp = disp_start(cfg)))
         return "dispatcher";
     if (!(s->recorder = recorder_start(cfg, s->disp)))
@@ -126,6 +139,7 @@ static void stop_all(struct subsystems *s)
         wake_stop();
     if (s->cache)
         jobcache_fini();
+    limits_fini();
     if (s->curl)
         up_global_fini();
 }

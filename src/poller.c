@@ -133,9 +133,8 @@ static void add_output(const cJSON *node, void *arg)
     x->n++;
 }
 
-/* Collects the outputs of a finished task as [{"url":…,"expires_at":…}]. */
-static int collect_outputs(const struct cfg_provider *p, const cJSON *doc, const char *remote_id,
-                           cJSON *out)
+int poller_outputs(const struct cfg_provider *p, const cJSON *doc, const char *remote_id,
+                   cJSON *out)
 {
     long long expires = (long long)time(NULL) + p->result_url_ttl_s;
     const cJSON *exp = doc && p->result_expires_at ? jpath_first(p->result_expires_at, doc) : NULL;
@@ -269,7 +268,7 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
 {
     if (st == TS_SUCCEEDED) {
         cJSON *outs = cJSON_CreateArray();
-        int n = collect_outputs(p, fdoc, c->remote_id, outs);
+        int n = poller_outputs(p, fdoc, c->remote_id, outs);
         char *oj = cJSON_PrintUnformatted(outs);
         write_poll(db, c, ST_COMPLETED, 0, "succeeded", NULL, final, n, oj, t0, p);
         free(oj);

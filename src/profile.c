@@ -3,6 +3,7 @@
 #include "idemgate/tmpl.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,10 +63,30 @@ static int load_routes(struct cfg_provider *p, const cJSON *arr, const char *fil
     return 0;
 }
 
+/* Integer fields arrive as JSON doubles. Beyond +-2^53 (1e300, or 1e999, which cJSON reads as
+ * infinity) a value is clamped there: converting it as it is would be undefined, a number of
+ * seconds times 1000 must still fit a long, and a clamped value stays too large (or too small)
+ * for the bounds each field is then checked against, instead of wrapping into them. */
+#define PROF_INT_LIMIT 9007199254740992.0 /* 2^53 */
+
 static long get_long(const cJSON *o, const char *key, long def)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (long)v->valuedouble : def;
+    if (!cJSON_IsNumber(v))
+        return def;
+    double d = v->valuedouble;
+    if (!(d > -PROF_INT_LIMIT)) /* NaN too */
+        return (long)-PROF_INT_LIMIT;
+    if (d > PROF_INT_LIMIT)
+        return (long)PROF_INT_LIMIT;
+    return (long)d;
+}
+
+/* get_long for an int field: clamped to the int range, never wrapped (4294967301 is not 5). */
+static int get_int(const cJSON *o, const char *key, int def)
+{
+    long v = get_long(o, key, def);
+    return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
 }
 
 int prof_status_in(const int *list, int n, int status)
@@ -176,7 +197,7 @@ static int load_retry(struct cfg_provider *p, const cJSON *o, const char *file, 
     if (load_statuses(retry, "not_created_statuses", p->not_created, 16, &p->n_not_created,
                       not_created_default, 3, 400, 599, file, field, err, errlen) < 0)
         return -1;
-    p->max_attempts = (int)get_long(retry, "max_attempts", 5);
+    p->max_attempts = get_int(retry, "max_attempts", 5);
     p->deadline_ms = get_long(retry, "deadline_seconds", 900) * 1000;
     p->backoff_base_ms = get_long(retry, "base_ms", 500);
     p->backoff_cap_ms = get_long(retry, "cap_ms", 30000);
@@ -282,7 +303,7 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
             load_path(ls, "next_cursor", &p->list_next_cursor, 0, file, field, err, errlen) < 0)
             return -1;
         p->list_cursor_param = dup_str(ls, "cursor_param", "cursor");
-        p->list_max_pages = (int)get_long(ls, "max_pages", 50);
+        p->list_max_pages = get_int(ls, "max_pages", 50);
         if (p->list_max_pages < 1 || p->list_max_pages > 10000 || !*p->list_cursor_param ||
             strspn(p->list_cursor_param, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                          "0123456789_-.[]") != strlen(p->list_cursor_param)) {
@@ -321,7 +342,7 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
         load_path(outs, "received", &p->outputs_received, 0, file, field, err, errlen) < 0 ||
         load_path(outs, "usage", &p->usage, 0, file, field, err, errlen) < 0)
         return -1;
-    p->outputs_default = (int)get_long(outs, "default", 1);
+    p->outputs_default = get_int(outs, "default", 1);
     const cJSON *probe = cJSON_GetObjectItemCaseSensitive(o, "probe");
     p->probe_path = probe ? dup_str(probe, "path", NULL) : NULL;
     if (probe && (!p->probe_path || p->probe_path[0] != '/')) {
@@ -607,13 +628,19 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
                     size_t errlen)
 {
     p->base_url = dup_str(o, "base_url", NULL);
-    if (!p->base_url || (strncmp(p->base_url, "http://", 7) && strncmp(p->base_url, "https://", 8))) {
+    /* A host must follow the scheme: "http://" alone would become "http:/" below. */
+    size_t scheme = !p->base_url                               ? 0
+                    : strncmp(p->base_url, "http://", 7) == 0  ? 7
+                    : strncmp(p->base_url, "https://", 8) == 0 ? 8
+                                                               : 0;
+    if (!scheme || p->base_url[scheme] == '\0' || p->base_url[scheme] == '/') {
         errf(err, errlen, "%s: providers.%s.base_url must be an http(s) URL", file, p->name);
         return -1;
     }
+    /* Paths are appended with their own '/': every trailing one goes. */
     size_t bl = strlen(p->base_url);
-    if (bl && p->base_url[bl - 1] == '/')
-        p->base_url[bl - 1] = '\0';
+    while (bl > scheme && p->base_url[bl - 1] == '/')
+        p->base_url[--bl] = '\0';
     const char *mode = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "mode"));
     if (mode && strcmp(mode, "sync") != 0 && strcmp(mode, "async_poll") != 0) {
         errf(err, errlen, "%s: providers.%s.mode must be sync or async_poll", file, p->name);

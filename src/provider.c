@@ -171,15 +171,21 @@ static char *quote_integers(const char *s, size_t len)
             if (i < len)
                 out[o++] = s[i++];
         } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
-            size_t j = i + (ch == '-');
-            while (j < len && s[j] >= '0' && s[j] <= '9')
+            /* The whole run of number characters is one token; only a JSON integer,
+             * -?(0|[1-9][0-9]*), is quoted. Anything else (1.5, 1e3, but also 1-2 or --1) is
+             * left for cJSON to judge: quoting "1-2" would turn a body that is not JSON into
+             * one with an id. */
+            size_t j = i;
+            while (j < len && (s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'e' ||
+                               s[j] == 'E' || (s[j] >= '0' && s[j] <= '9')))
                 j++;
-            int integer = j > i + (ch == '-') &&
-                          (j == len || (s[j] != '.' && s[j] != 'e' && s[j] != 'E'));
+            size_t d = i + (ch == '-');
+            int integer = d < j && (s[d] != '0' || d + 1 == j);
+            for (size_t k = d; integer && k < j; k++)
+                integer = s[k] >= '0' && s[k] <= '9';
             if (integer)
                 out[o++] = '"';
-            while (i < len && (s[i] == '-' || s[i] == '+' || s[i] == '.' || s[i] == 'e' ||
-                               s[i] == 'E' || (s[i] >= '0' && s[i] <= '9')))
+            while (i < j)
                 out[o++] = s[i++];
             if (integer)
                 out[o++] = '"';

@@ -55,12 +55,19 @@ int reply_problem(struct hs_req *r, int status, const char *type, const char *ti
         hdrs[h++] = "Allow";
         hdrs[h++] = detail; /* method_not_allowed passes the allowed method as the detail */
     }
-    if (status == 400 && strcmp(type, "bad-request-framing") == 0) {
+    if ((status == 400 && strcmp(type, "bad-request-framing") == 0) ||
+        (status == 414 && strcmp(type, "uri-too-long") == 0)) {
         hdrs[h++] = "Connection";
         hdrs[h++] = "close";
     }
     return hs_respond(r, status, "application/problem+json", body,
                       (size_t)(n < (int)sizeof(body) ? n : (int)sizeof(body) - 1), hdrs);
+}
+
+void reply_shutting_down(struct hs_req *r)
+{
+    reply_problem(r, 503, "shutting-down", "Shutting down",
+                  "this replica is draining and starts no new request; retry on another", 1);
 }
 
 void reply_store_error(struct hs_req *r, int e)

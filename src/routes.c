@@ -6,7 +6,6 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/reply.h"
-#include "idemgate/store.h"
 #include "idemgate/usage.h"
 #include "idemgate/webhooks.h"
 
@@ -117,7 +116,7 @@ static void dispatch(struct hs_req *r)
     else if (!m.route->offload)
         m.route->handler(r, &m.args);
     else if (api_offload(r, m.route->handler, &m.args) < 0)
-        reply_store_error(r, STORE_EUNAVAIL); /* shutting down */
+        reply_shutting_down(r); /* the database workers have stopped */
 }
 
 /* hs_options.handle: a new request is routed; a resumed one goes on where it stopped. */
@@ -144,6 +143,13 @@ static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
     if (why == HS_REJECT_FRAMING)
         reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
                       "conflicting Content-Length/Transfer-Encoding or a malformed header name", 0);
+    else if (why == HS_REJECT_DRAINING)
+        reply_shutting_down(r);
+    else if (why == HS_REJECT_URI_TOO_LONG)
+        reply_problem(r, 414, "uri-too-long", "URI too long",
+                      "the request target is longer than 8192 bytes or has more than 64 query "
+                      "parameters",
+                      0);
     else
         reply_problem(r, 500, "internal", "Internal error", "no response was produced", 0);
 }

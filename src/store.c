@@ -138,6 +138,7 @@ static int one_job(struct db *db, const struct db_stmt *s, const struct param *p
 /* The re-read after an intake that returned nothing: a row per live tenant, with the job when
  * the key exists. */
 static const struct db_stmt by_key = {
+    .rerun_safe = 1,
     .name = "by_key",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
     " ON o.tenant_id = t.id AND o.idempotency_key = $2 "
@@ -145,6 +146,7 @@ static const struct db_stmt by_key = {
     .params = DB_PARAMS("token", "key"),
 };
 static const struct db_stmt job_get = {
+    .rerun_safe = 1,
     .name = "job_get",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
     " ON o.tenant_id = t.id AND o.id = $2 "
@@ -570,6 +572,7 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
 /* The tenant's jobs; the tenant row comes back even without jobs (its job columns NULL), so that
  * "no such tenant" (no row) and "no jobs" (one empty row) are told apart in one round trip. */
 static const struct db_stmt jobs_list = {
+    .rerun_safe = 1,
     .name = "jobs_list",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN LATERAL (SELECT * FROM "
     "operations x WHERE x.tenant_id = t.id AND ($2::text IS NULL OR x.state = $2) "
@@ -689,6 +692,7 @@ int store_janitor(struct db *db, int limit, long long deleted[3])
 /* The hook for the archive: of the sha256s given (the archive's objects), those that no
  * remaining operation's outputs name (an output {"sha256": …}). */
 static const struct db_stmt unreferenced_sha256 = {
+    .rerun_safe = 1,
     .name = "unreferenced_sha256",
     .sql = "SELECT s FROM unnest($1::text[]) s WHERE NOT EXISTS (SELECT 1 FROM operations o "
     " WHERE o.outputs @> jsonb_build_array(jsonb_build_object('sha256', s)))",
@@ -696,6 +700,7 @@ static const struct db_stmt unreferenced_sha256 = {
 };
 
 static const struct db_stmt terminal_ids = {
+    .rerun_safe = 1,
     .name = "terminal_ids",
     .sql = "SELECT id FROM operations WHERE id = ANY($1::text[]) "
     " AND state IN ('completed', 'failed')",
@@ -771,6 +776,7 @@ static const struct db_stmt tenant_revoke = {
     .params = DB_PARAMS("name"),
 };
 static const struct db_stmt tenant_list = {
+    .rerun_safe = 1,
     .name = "tenant_list",
     .sql = "SELECT name, " TS("tenants", "created_at") ", " TS("tenants", "revoked_at")
     " FROM tenants ORDER BY name",
@@ -811,6 +817,7 @@ int store_tenant_list(struct db *db,
 #define TODAY "(now() AT TIME ZONE 'UTC')::date"
 #define THIS_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
 static const struct db_stmt usage = {
+    .rerun_safe = 1,
     .name = "usage",
     .sql = "WITH t AS (SELECT id, name FROM tenants WHERE ($1::text IS NULL OR "
     "  (token_sha256 = $1 AND revoked_at IS NULL)) AND ($5::text IS NULL OR name = $5)), "
@@ -910,6 +917,34 @@ int store_budget_set(struct db *db, const char *tenant, const char *currency,
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
+/* Per-tenant limits: -1 leaves a value to the configuration's default (NULL). */
+static const struct db_stmt tenant_limits_set = {
+    .name = "tenant_limits_set",
+    .sql = "INSERT INTO tenant_limits (tenant_id, requests_per_second, burst, wait_connections) "
+    "SELECT id, nullif($2::integer, -1), nullif($3::integer, -1), nullif($4::integer, -1) "
+    "FROM tenants WHERE name = $1 AND revoked_at IS NULL "
+    "ON CONFLICT (tenant_id) DO UPDATE SET requests_per_second = excluded.requests_per_second, "
+    " burst = excluded.burst, wait_connections = excluded.wait_connections, updated_at = now()",
+    .params = DB_PARAMS("name", "rps", "burst", "waits"),
+};
+static const struct db_stmt tenant_limits_all = {
+    .rerun_safe = 1,
+    .name = "tenant_limits_all",
+    .sql = "SELECT t.token_sha256, coalesce(l.requests_per_second, -1), coalesce(l.burst, -1), "
+    " coalesce(l.wait_connections, -1) FROM tenants t "
+    "LEFT JOIN tenant_limits l ON l.tenant_id = t.id WHERE t.revoked_at IS NULL",
+};
+
+int store_tenant_limits_set(struct db *db, const char *name, int rps, int burst, int waits)
+{
+    long long n = 0;
+    int e = db_run_number(db, &tenant_limits_set,
+                          DB_ARGS(p_text("name", name), p_int("rps", rps), p_int("burst", burst),
+                                  p_int("waits", waits)),
+                          DB_ROWS, &n);
+    return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
+}
+
 int store_budget_clear(struct db *db, const char *tenant)
 {
     long long n = 0;
@@ -917,7 +952,35 @@ int store_budget_clear(struct db *db, const char *tenant)
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
+int store_tenant_limits_all(struct db *db,
+                            void (*cb)(const char *token_sha256, int rps, int burst, int waits,
+                                       void *arg),
+                            void *arg)
+{
+    PGresult *r;
+    int e = db_run(db, &tenant_limits_all, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), atoi(PQgetvalue(r, i, 1)), atoi(PQgetvalue(r, i, 2)),
+           atoi(PQgetvalue(r, i, 3)), arg);
+    PQclear(r);
+    return STORE_OK;
+}
+
+static const struct db_stmt db_now = {
+    .rerun_safe = 1,
+    .name = "db_now",
+    .sql = "SELECT floor(extract(epoch FROM clock_timestamp()))::bigint",
+};
+
+int store_db_now(struct db *db, long long *now)
+{
+    return db_run_number(db, &db_now, NULL, 0, DB_VALUE, now);
+}
+
 static const struct db_stmt schema_version = {
+    .rerun_safe = 1,
     .name = "schema_version",
     .sql = "SELECT coalesce(max(version), 0) FROM schema_migrations",
 };
@@ -933,17 +996,20 @@ int store_schema_version(struct db *db, int *version)
 
 /* Provider credential breakers. */
 static const struct db_stmt breaker_trip = {
+    .rerun_safe = 1,
     .name = "breaker_trip",
     .sql = "INSERT INTO provider_breakers (provider, http_status, reason, job_id) "
     "VALUES ($1, $2, $3, $4) ON CONFLICT (provider) DO NOTHING",
     .params = DB_PARAMS("provider", "http_status", "reason", "job_id"),
 };
 static const struct db_stmt breaker_reset = {
+    .rerun_safe = 1,
     .name = "breaker_reset",
     .sql = "DELETE FROM provider_breakers WHERE provider = $1",
     .params = DB_PARAMS("provider"),
 };
 static const struct db_stmt breaker_list = {
+    .rerun_safe = 1,
     .name = "breaker_list",
     .sql = "SELECT provider, http_status, reason, " TS("provider_breakers", "tripped_at")
     " FROM provider_breakers ORDER BY provider",
@@ -987,6 +1053,7 @@ int store_breaker_list(struct db *db,
 
 /* Gauges for /metrics: every state (zero included) and the tripped providers. */
 static const struct db_stmt gauges = {
+    .rerun_safe = 1,
     .name = "gauges",
     .sql = "SELECT 'state', s, (SELECT count(*) FROM operations o WHERE o.state = s) "
     "FROM unnest(ARRAY['prepared','sending','accepted','unknown','review','completed',"
@@ -1010,17 +1077,20 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, l
 
 /* Operator commands (the CLI): across tenants. */
 static const struct db_stmt admin_jobs_list = {
+    .rerun_safe = 1,
     .name = "admin_jobs_list",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE ($1::text IS NULL OR o.state = $1) "
     "ORDER BY o.created_at, o.id LIMIT $2",
     .params = DB_PARAMS("state", "limit"),
 };
 static const struct db_stmt admin_job_get = {
+    .rerun_safe = 1,
     .name = "admin_job_get",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE o.id = $1",
     .params = DB_PARAMS("job_id"),
 };
 static const struct db_stmt admin_token_of = {
+    .rerun_safe = 1,
     .name = "admin_token_of",
     .sql = "SELECT t.token_sha256 FROM operations o JOIN tenants t ON t.id = o.tenant_id "
     "WHERE o.id = $1",
@@ -1057,6 +1127,7 @@ static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
     &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor,     &unreferenced_sha256, &usage, &budget_set, &budget_clear,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
+    &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,
     &admin_job_get,  &admin_token_of,
 };

@@ -14,6 +14,8 @@
 
 /* The longest the thread sleeps: how late a deadline or a new waiter's first read may be. */
 #define TICK_MS 50
+/* How often the waiters' clients are checked for having left. */
+#define GONE_CHECK_MS 200
 
 struct waiter {
     char job_id[CRYPTO_JOB_ID_LEN];
@@ -34,6 +36,8 @@ struct waiters {
     struct waiter *v;
     size_t n, cap;
     char recent[RECENT_N][CRYPTO_JOB_ID_LEN]; /* under mu */
+    int (*gone)(void *arg); /* whether a waiter's client left (waiters_on_gone) */
+    double next_gone_check;
     atomic_int stop; /* closed: no new waiter is taken (set under mu) */
     pthread_t thread;
     int running; /* thread is to be joined (touched by the starting/stopping thread only) */
@@ -179,17 +183,28 @@ static void check_unchecked(struct waiters *w, struct db *db)
     free(ids);
 }
 
-/* Wakes the waiters whose deadline has passed. */
+/* Wakes the waiters whose deadline has passed, and, every GONE_CHECK_MS, those whose client
+ * left: its connection is then answered (and closed) at once rather than held to the deadline. */
 static void wake_expired(struct waiters *w)
 {
     double now = waiters_now();
+    int check_gone = w->gone && now >= w->next_gone_check;
+    if (check_gone)
+        w->next_gone_check = now + GONE_CHECK_MS / 1000.0;
     pthread_mutex_lock(&w->mu);
     for (size_t i = 0; i < w->n;) {
-        if (w->v[i].deadline <= now)
+        if (w->v[i].deadline <= now || (check_gone && w->gone(w->v[i].arg)))
             wake_at(w, i);
         else
             i++;
     }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void waiters_on_gone(struct waiters *w, int (*gone)(void *arg))
+{
+    pthread_mutex_lock(&w->mu);
+    w->gone = gone;
     pthread_mutex_unlock(&w->mu);
 }
 

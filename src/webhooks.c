@@ -15,24 +15,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *req_header(const char *name, void *arg)
 {
     return hs_req_header(arg, name);
 }
 
-/* Whether the delivery's signature verifies under the provider's scheme: 0 or -1. */
-static int verify(struct hs_req *r, const struct cfg_provider *p, const char *body, size_t len)
+/* Whether the delivery's signature verifies under the provider's scheme: 0 or -1. A signed
+ * timestamp is judged by the database's clock; when it cannot be read, -1 and *store_err holds
+ * the store error (the delivery is neither accepted nor refused). */
+static int verify(struct hs_req *r, const struct cfg_provider *p, const char *body, size_t len,
+                  int *store_err)
 {
     const char *secret = p->webhook_secret_env ? getenv(p->webhook_secret_env) : NULL;
-    long long now = (long long)time(NULL);
+    long long now = 0;
+    *store_err = 0;
     switch (p->webhook_verify) {
     case WHV_STANDARD_WEBHOOKS:
+        if ((*store_err = store_db_now(api_db(r), &now)) < 0)
+            return -1;
         return wh_verify_standard(req_header, r, body, len, secret, now);
     case WHV_HMAC_SHA256_HEX:
         return wh_verify_hmac_hex(req_header, r, p->webhook_signature_header, body, len, secret);
     case WHV_ED25519:
+        if ((*store_err = store_db_now(api_db(r), &now)) < 0)
+            return -1;
         return wh_verify_ed25519(req_header, r, body, len, secret, now);
     case WHV_NONE:
         return 0;
@@ -112,7 +119,13 @@ void webhooks_receive(struct hs_req *r, const struct api_args *a)
         return;
     }
     const char *body = hs_req_body(r, &len);
-    if (verify(r, p, body, len) < 0) {
+    int store_err;
+    int v = verify(r, p, body, len, &store_err);
+    if (store_err < 0) {
+        reply_store_error(r, store_err); /* the provider redelivers */
+        return;
+    }
+    if (v < 0) {
         metrics_safety(MS_WEBHOOK_REFUSED);
         LOG(LOG_WARN, "webhook_refused", LS("provider", provider), LS("request_id", hs_req_id(r)));
         reply_problem(r, 401, "bad-signature", "Webhook signature refused",

@@ -2,6 +2,7 @@
 
 #include "idemgate/crypto.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <openssl/core_names.h>
 #include <openssl/hmac.h>
@@ -27,16 +28,18 @@ static int b64_decode(const char *in, size_t len, unsigned char *out, size_t cap
     return n;
 }
 
-static int timestamp_fresh(const char *ts, long long now)
+int wh_timestamp_fresh(const char *ts, long long now)
 {
     char *end;
     if (!ts || !*ts)
         return 0;
+    errno = 0;
     long long t = strtoll(ts, &end, 10);
-    if (*end != '\0')
+    if (*end != '\0' || errno == ERANGE)
         return 0;
-    long long d = now - t;
-    return d <= WH_TOLERANCE_S && d >= -WH_TOLERANCE_S;
+    /* Compared with t on its own side: now - t overflows for a t near LLONG_MIN. now is a real
+     * clock (the database's), far from the limits of a long long. */
+    return t >= now - WH_TOLERANCE_S && t <= now + WH_TOLERANCE_S;
 }
 
 int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len,
@@ -47,7 +50,7 @@ int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len
     const char *sigs = hdr("webhook-signature", arg);
     unsigned char key[256], mac[EVP_MAX_MD_SIZE];
     unsigned int mac_len = 0;
-    if (!id || !ts || !sigs || !secret || !timestamp_fresh(ts, now))
+    if (!id || !ts || !sigs || !secret || !wh_timestamp_fresh(ts, now))
         return -1;
     if (strncmp(secret, "whsec_", 6) == 0)
         secret += 6;
@@ -139,7 +142,7 @@ int wh_verify_ed25519(wh_header_fn hdr, void *arg, const char *body, size_t len,
     const char *ts = hdr("X-Fal-Webhook-Timestamp", arg);
     const char *sig = hdr("X-Fal-Webhook-Signature", arg);
     unsigned char pub[48], sigb[64];
-    if (!rid || !uid || !ts || !sig || !public_key_b64 || !timestamp_fresh(ts, now))
+    if (!rid || !uid || !ts || !sig || !public_key_b64 || !wh_timestamp_fresh(ts, now))
         return -1;
     if (b64_decode(public_key_b64, strlen(public_key_b64), pub, sizeof(pub)) != 32 ||
         hex_decode(sig, strlen(sig), sigb, sizeof(sigb)) != 64)

@@ -71,8 +71,7 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
 /* The wait when nothing was due: idle_ms, or less when the pool stops, a claim is handed over,
  * this replica has new work (wake_on_work) or another replica signals the channel. This
  * replica's own signals are not waited for: their wake-ups came in process. The work signal is
- * consumed before the caller claims, so that one given after the claim is never missed.
- * Returns 1 when the caller should claim (anything but a handoff woke it), 0 when it should only
+ * left for take_work_signal. Returns 1 when the caller should claim (anything but a handoff woke it), 0 when it should only
  * take the handoff: a thread fed by handoffs does not query for due work it was not told of. */
 static int idle_wait(struct wpool *p, struct db *db)
 {
@@ -101,15 +100,24 @@ static int idle_wait(struct wpool *p, struct db *db)
     }
     if (clock_mono() >= end || atomic_load(&p->stop))
         claim = 1;
-    if (fds[2] >= 0) {
+    if (fds[2] >= 0) { /* signalled: every thread woken claims (it is consumed just before) */
         struct pollfd pfd = {.fd = fds[2], .events = POLLIN};
-        if (poll(&pfd, 1, 0) > 0) /* signalled, whichever thread reads it */
+        if (poll(&pfd, 1, 0) > 0)
             claim = 1;
-        uint64_t v;
-        ssize_t r = read(fds[2], &v, sizeof(v)); /* EAGAIN: another thread took it, or none */
-        (void)r;
     }
     return claim;
+}
+
+/* Consumes this replica's work signal before a claim, so that one given after the claim is never
+ * missed. */
+static void take_work_signal(struct wpool *p)
+{
+    int fd = p->spec.wake_on_work ? wake_work_fd() : -1;
+    if (fd >= 0) {
+        uint64_t v;
+        ssize_t r = read(fd, &v, sizeof(v)); /* EAGAIN: another thread took it, or none */
+        (void)r;
+    }
 }
 
 /* Claims one due operation and works on it: 1 when it did, 0 when nothing was due, or the
@@ -221,19 +229,29 @@ static void *wpool_main(void *arg)
     double next_claim = 0;
     if (!db)
         return NULL;
+    int claim_turn = 0; /* with handoffs and due work both waiting, take them in turn */
     while (!atomic_load(&p->stop)) {
-        if (run_handoff(p, db))
-            continue; /* a claim handed over goes first: its lease is already running */
+        /* A claim handed over goes first (its lease is already running), but never twice in a
+         * row while due work waits: born claims must not starve the fair claim. */
+        if (!(claim && claim_turn) && run_handoff(p, db)) {
+            claim_turn = 1;
+            continue;
+        }
+        claim_turn = 0;
         if (p->spec.channel && !keep_listening(p, db, &gen, &backoff_ms))
             continue;
         if (claim || clock_mono() >= next_claim) {
+            take_work_signal(p);
             int e = claim_and_run(p, db);
-            if (e > 0)
-                continue; /* there may be more due */
+            if (e > 0) {
+                claim = 1; /* there may be more due */
+                continue;
+            }
             if (e < 0) { /* the database refused (or is being migrated): do not spin */
                 wait_or_stop(p, p->spec.error_ms);
                 continue;
             }
+            claim = 0;
             next_claim = clock_mono() + p->spec.idle_ms / 1000.0;
         }
         set_idle(p, 1);

@@ -60,6 +60,9 @@ const struct cfg *api_cfg(const struct hs_req *r);
 /* The database connection of the calling thread (opened on first use), or NULL. Only database
  * workers (api_offload) call it: a server thread never waits on the database. */
 struct db *api_db(const struct hs_req *r);
+/* Reads the tenant limits again on a database worker when they are due (limits.h); never
+ * waits. */
+void api_limits_refresh(struct hs_req *r);
 /* Suspends r and runs fn(r, args) on a database worker (args is copied; its strings point into
  * the request). fn answers (hs_respond from that thread: the answer is queued when r resumes) or
  * leaves r to the continuation set before (api_set_continuation); then r is resumed. -1 when the

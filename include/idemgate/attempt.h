@@ -23,4 +23,37 @@ int attempt_needs_client_ref(const char *strategy);
 /* The same for a strategy already parsed. */
 int attempt_strategy_needs_client_ref(enum cfg_reconcile strategy);
 
+/* ---- Reading a provider's answer to a create (pure but for a log line; fuzzed) ---- */
+
+/* The server's wish for a delay, in any of its forms: retry-after-ms, Retry-After (seconds or
+ * HTTP-date, the date read against the provider's own Date header when it sent one), or the
+ * provider's words in the body (the profile's body hint). Headers come from res->headers_json;
+ * -1 when it expressed none. */
+long long attempt_server_hint_ms(const struct cfg_provider *p, const struct up_response *res);
+
+/* What a whole answer says about results: outputs received (-1: not counted) and usage. */
+struct attempt_results {
+    int received; /* -1: not counted */
+    char *usage;  /* JSON text or NULL; owned by the caller */
+};
+
+/* Reads outputs received (the profile's outputs_received path) and usage from res's body into
+ * *out; a truncated or non-JSON body counts nothing. The caller frees out->usage. */
+void attempt_count_results(const struct cfg_provider *p, const struct up_response *res,
+                           struct attempt_results *out);
+
+/* What a whole 2xx from an async provider says: the task id and a poll URL (when given), read
+ * exactly, and whether its status is one the profile lists as accepted. The decision is
+ * pol_decide's. */
+struct attempt_task {
+    int status_listed;
+    char *remote_id; /* owned, or NULL */
+    char *poll_url;  /* owned, or NULL: only on the provider's own origin */
+};
+
+/* Reads an async create's answer into *t (zeroed by the caller); the caller frees remote_id and
+ * poll_url. A poll URL off the provider's base URL is refused (logged). */
+void attempt_read_task(const struct cfg_provider *p, const struct up_response *res,
+                       struct attempt_task *t);
+
 #endif

@@ -19,6 +19,7 @@ struct cfg {
     int dispatch_workers;
     int intake_writers;
     int db_workers;
+    int tenant_requests_per_second, tenant_burst, tenant_wait_connections;
     int intake_batch_max;
     long max_body_bytes;
     int max_json_depth;

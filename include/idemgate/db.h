@@ -10,7 +10,14 @@
  * STORE_EUNAVAIL, the next call tries again), prepares each statement on a connection the first
  * time that connection runs it, binds parameters by name, maps SQLSTATEs to store errors, and
  * carries LISTEN/NOTIFY. It knows no table of the schema: the statements live beside the
- * functions that use them. */
+ * functions that use them.
+ *
+ * A connection the server closed while it sat idle (PostgreSQL restarted, the backend was
+ * terminated) is found dead before anything is sent on it and replaced: the call runs on a new
+ * connection, with no doubt about what ran. A connection lost after the statement was sent
+ * leaves its outcome unknown: the statement runs once more on a new connection only when it is
+ * declared rerun_safe (see db_stmt); any other gets STORE_EUNAVAIL and its caller decides (the
+ * intake and the fenced writes re-read what the first run may have done). */
 
 enum store_err {
     STORE_OK = 0,
@@ -58,7 +65,7 @@ int store_wait_notify(struct db *db, int timeout_ms, const int *wake_fds, int n_
 /* A state a statement may move operations between. DB_NEW_ROW as `from`: a row it inserts. */
 #define DB_NEW_ROW ST__COUNT
 struct db_move {
-    int from; /* enum op_state, or DB_NEW_ROW */
+    int from;         /* enum op_state, or DB_NEW_ROW */
     enum op_state to; /* equal to from: the statement keeps the state (lease, hints) */
 };
 
@@ -72,8 +79,13 @@ struct db_stmt {
     const char *name;
     const char *sql;
     const char *const *params;
-    const struct db_move *moves; /* terminated by {.from = -1} ; NULL: writes no state */
+    const struct db_move *moves;  /* terminated by {.from = -1} ; NULL: writes no state */
     const enum op_state *filters; /* terminated by ST__COUNT; may be NULL */
+    /* 1 when a second run cannot double an effect nor answer differently: it only reads, or its
+     * writes are keyed so that a second run changes nothing (ON CONFLICT DO NOTHING, a DELETE
+     * by key). db_run then runs it once more on a new connection after a connection lost with
+     * the statement in flight. Never set it on a claim, a fenced write or an insert of history. */
+    int rerun_safe;
 };
 #define DB_PARAMS(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define DB_MOVES(...) ((const struct db_move[]){__VA_ARGS__, {-1, ST_PREPARED}})
@@ -123,13 +135,18 @@ enum db_number { DB_ROWS, DB_VALUE };
 __attribute__((warn_unused_result)) int db_run_number(struct db *db, const struct db_stmt *s,
                                                       const struct param *ps, size_t n,
                                                       enum db_number what, long long *out);
-#define DB_ARGS(...) ((const struct param[]){__VA_ARGS__}), \
-                     (sizeof((const struct param[]){__VA_ARGS__}) / sizeof(struct param))
+#define DB_ARGS(...)                                                                               \
+    ((const struct param[]){__VA_ARGS__}),                                                         \
+        (sizeof((const struct param[]){__VA_ARGS__}) / sizeof(struct param))
 
 /* The text of a result cell, NULL for SQL NULL. */
 const char *db_val(const struct pg_result *r, int row, int col);
 /* Decodes a bytea in PostgreSQL's hex output format ("\x…") into a new NUL-terminated buffer;
  * NULL in, NULL out. 0 or -1. */
 int db_bytea_decode(const char *s, unsigned char **out, size_t *len);
+
+/* Whether a statement that failed with SQLSTATE state did nothing and may be sent again (a
+ * retryable 503 store-busy, never a 500): conflicts, deadlocks, lock and statement timeouts. */
+int db_sqlstate_retryable(const char *state);
 
 #endif

@@ -14,9 +14,14 @@ struct hs_req;
 
 /* Why the transport could not let the application answer a request normally. */
 enum hs_reject {
-    HS_REJECT_FRAMING = 1, /* conflicting Content-Length/Transfer-Encoding, or a malformed header
-                              name: answer 400 (the connection is closed after it) */
-    HS_REJECT_NO_ANSWER,   /* the handler neither answered nor suspended: answer 500 */
+    HS_REJECT_FRAMING = 1,  /* conflicting Content-Length/Transfer-Encoding, or a malformed header
+                               name: answer 400 (the connection is closed after it) */
+    HS_REJECT_NO_ANSWER,    /* the handler neither answered nor suspended: answer 500 */
+    HS_REJECT_DRAINING,     /* a new request after hs_quiesce (on a kept-alive connection):
+                               answer 503 (the connection is closed after it) */
+    HS_REJECT_URI_TOO_LONG, /* a request target the connection's memory could not hold (longer
+                               than RL_URI_MAX_BYTES or more than RL_QUERY_PARAMS_MAX query
+                               parameters, reqlimit.h): answer 414 (the connection is closed) */
 };
 
 struct hs_options {
@@ -42,7 +47,9 @@ __attribute__((warn_unused_result)) struct hs_server *hs_start(const struct hs_o
 /* The shutdown, in this order (the application's own steps go between them):
  *   hs_quiesce  stop accepting: new connections are refused (ECONNREFUSED) and those not yet
  *               accepted are reset, never left queued; requests in progress continue and every
- *               answer from now on closes its connection, so kept-alive clients go away.
+ *               answer from now on closes its connection, so kept-alive clients go away; a new
+ *               request on a kept-alive connection is not started (options.reject with
+ *               HS_REJECT_DRAINING).
  *   (the application wakes whatever it suspended and stops suspending)
  *   hs_drain    wait up to timeout_ms for the requests in progress to be answered; a request
  *               still suspended then is resumed (and answered) rather than left behind.
@@ -85,6 +92,9 @@ void hs_resume(void *r);
  * server is quiesced. Returns 0 or -1. A suspended request may be answered from any thread (one
  * thread at a time): the response is kept and queued when it is resumed, instead of calling
  * options.handle again — the answering thread then calls hs_resume. */
+/* Whether the client closed (or reset) its side of r's connection: a suspended request nobody
+ * waits for any more. From any thread, while r lives. */
+int hs_req_peer_closed(const struct hs_req *r);
 /* Whether r has an answer, queued or waiting for its resumption. */
 int hs_req_answered(const struct hs_req *r);
 int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,

@@ -83,6 +83,13 @@ __attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const ch
 __attribute__((warn_unused_result)) int store_claim(struct db *db, const char *owner,
                                                     int lease_seconds, struct store_claim *out);
 
+/* For a claim that waited before its send (a born claim queued behind a busy worker): STORE_OK
+ * with *sendable = 0 when a cancel was acknowledged meanwhile (it must not be sent: invariant
+ * 8), 1 when it may go; STORE_ENOTFOUND when the lease no longer holds (not ours to send). */
+__attribute__((warn_unused_result)) int store_still_sendable(struct db *db,
+                                                             const struct store_claim *c,
+                                                             int *sendable);
+
 /* The result of one outbound call, written only if the claim still holds. */
 struct store_finish {
     long long tenant_id;

@@ -16,4 +16,11 @@ struct wpool *poller_start(const struct cfg *cfg);
  * its done flag and error, or its HTTP status. -1 when it cannot tell. Pure. */
 int poller_status_of(const struct cfg_provider *p, int http_status, const cJSON *doc);
 
+/* Collects the outputs of a finished task from its status (or fetched result) answer doc into the
+ * array out, as [{"url":…,"expires_at":…}] (or {"kind":"b64","bytes":…}), by the profile's
+ * result paths; a binary_endpoint profile gives the one content URL of remote_id. Returns how
+ * many were added. doc may be NULL. Pure but for the clock (the default expiry). */
+int poller_outputs(const struct cfg_provider *p, const cJSON *doc, const char *remote_id,
+                   cJSON *out);
+
 #endif

@@ -11,9 +11,12 @@
 
 /* An RFC 9457 problem: type is the last segment of a stable URN ("urn:idemgate:problem:<type>").
  * retry_after > 0 adds a Retry-After header; a 401 "unauthorized" adds WWW-Authenticate; a 405
- * takes its Allow header from detail; a 400 "bad-request-framing" closes the connection. */
+ * takes its Allow header from detail; a 400 "bad-request-framing" and a 414 "uri-too-long" close
+ * the connection. */
 int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
                   const char *detail, int retry_after);
+/* 503 shutting-down (Retry-After): this replica is draining and starts nothing new. */
+void reply_shutting_down(struct hs_req *r);
 /* 503 (unreachable, busy; with Retry-After) or 500 for a negative store code. */
 void reply_store_error(struct hs_req *r, int e);
 void reply_unauthorized(struct hs_req *r);

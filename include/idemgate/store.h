@@ -210,6 +210,16 @@ __attribute__((warn_unused_result)) int store_tenant_list(struct db *db,
                                                                      void *arg),
                                                           void *arg);
 
+/* Sets a live tenant's limits (-1: the configuration's default); STORE_ENOTFOUND when there is
+ * no live tenant of that name. */
+__attribute__((warn_unused_result)) int store_tenant_limits_set(struct db *db, const char *name,
+                                                                int rps, int burst, int waits);
+/* cb(token hash, requests per second, burst, wait connections) for every live tenant; -1 for a
+ * value left to the default. */
+__attribute__((warn_unused_result)) int store_tenant_limits_all(
+    struct db *db, void (*cb)(const char *token_sha256, int rps, int burst, int waits, void *arg),
+    void *arg);
+
 /* Gauges: ("state", name, count) for every state and ("tripped", provider, 1). */
 __attribute__((warn_unused_result)) int store_gauges(
     struct db *db, void (*cb)(const char *kind, const char *name, long long value, void *arg),
@@ -255,6 +265,9 @@ __attribute__((warn_unused_result)) int store_budget_clear(struct db *db, const 
 
 /* The newest applied migration (0 when none), for readiness. */
 __attribute__((warn_unused_result)) int store_schema_version(struct db *db, int *version);
+/* The database's clock, in Unix seconds: the one clock every replica shares (leases, webhook
+ * timestamps). 0 or a store error. */
+__attribute__((warn_unused_result)) int store_db_now(struct db *db, long long *now);
 
 /* The statements of this module, for the test that holds them to the state machine. */
 const struct db_stmt *const *store_statements(size_t *n);

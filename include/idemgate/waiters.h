@@ -38,6 +38,11 @@ __attribute__((warn_unused_result)) int waiters_add_local(struct waiters *w, con
                                                           double deadline,
                                                           void (*wake)(void *arg), void *arg);
 
+/* gone(arg) says whether a waiter's client has left (the waiter's arg, as given to
+ * waiters_add); such a waiter is woken within a fraction of a second instead of at its
+ * deadline. Set once, before waiters are added. */
+void waiters_on_gone(struct waiters *w, int (*gone)(void *arg));
+
 /* Job job_id is terminal (committed): wakes its waiters now. The argument order is wake.h's
  * receiver's, w being the struct waiters. Safe from any thread until waiters_free. */
 void waiters_job_done(const char *job_id, void *w);

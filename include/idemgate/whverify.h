@@ -4,10 +4,16 @@
 #include <stddef.h>
 
 /* Webhook signature verification (OpenSSL), per scheme. Pure but for the crypto: the caller
- * passes the headers through a lookup function, the raw body, the secret and the time. Every
- * comparison is constant-time. */
+ * passes the headers through a lookup function, the raw body, the secret and the time (the
+ * database's: see wh_timestamp_fresh). Every comparison is constant-time. */
 
 #define WH_TOLERANCE_S 300 /* a signed timestamp may be this far from now, either way */
+
+/* Whether a signed timestamp (decimal Unix seconds, nothing else) lies within WH_TOLERANCE_S of
+ * now, either way: 1 or 0. `now` is the database's clock, never this host's (a replica whose
+ * clock is off would otherwise refuse fresh deliveries or accept replayed ones), the clock
+ * leases are judged by. Pure. */
+int wh_timestamp_fresh(const char *ts, long long now);
 
 /* Returns the value of a request header (case-insensitive name), or NULL. */
 typedef const char *(*wh_header_fn)(const char *name, void *arg);

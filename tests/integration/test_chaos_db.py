@@ -11,7 +11,9 @@ D2  connections lost in the middle of a COMMIT. A protocol proxy between the gat
     key, the 202 names that row, nothing is dispatched twice.
 Lifecycle: SIGTERM (stop accepting, answer waiting clients, drain, release leases, exit 0);
     started with PostgreSQL down (not ready, no crash, ready and migrated once it is up); a
-    database connection lost mid-request (503 problem+json, then reconnected)."""
+    database connection lost mid-request (a read runs once more on a new connection; lost twice,
+    503 problem+json, then reconnected); PostgreSQL restarted (fast and immediate) under a
+    running gateway: every request afterwards succeeds at its first attempt."""
 
 import json
 import os
@@ -299,8 +301,13 @@ def test_connection_lost_mid_request_is_503_and_workers_reconnect(gateway_factor
     its = harness.intents(pfx, tokens, [entry], 2)
     first = post(g.port, its[0], 10)
     assert first.status == 202
-    # A read whose connection dies: 503 problem+json, Retry-After; the next read reconnects.
+    # A read whose connection dies is run once more on a new connection (it only reads:
+    # rerun_safe), so the client gets its answer.
     px.fail_next("job_get", "before")
+    st, _, body = get(g.port, f"/v1/jobs/{first.job_id}", its[0].token)
+    assert st == 200, body
+    # Lost twice in a row: 503 problem+json, Retry-After; the next read reconnects.
+    px.fail_next("job_get", "before", "before")
     st, h, body = get(g.port, f"/v1/jobs/{first.job_id}", its[0].token)
     assert st == 503 and "retry-after" in h and "problem+json" in h["content-type"], (st, body)
     assert json.loads(body)["type"] == "urn:idemgate:problem:store-unavailable"
@@ -321,8 +328,77 @@ def test_connection_lost_mid_request_is_503_and_workers_reconnect(gateway_factor
     harness.emit(s)
     stop_clean(reps)
     harness.assert_clean(s)
-    assert px.count("claim") == 2 and px.count("job_get") == 1, px.injected
+    assert px.count("claim") == 2 and px.count("job_get") == 3, px.injected
     assert s["completed"] == 2 and s["creates"] == 2, s
+
+
+@pytest.mark.parametrize("stop_mode", ["fast", "immediate"])
+def test_postgres_restart_under_a_running_gateway_every_request_succeeds(gateway_factory, mock,
+                                                                        own, stop_mode):
+    """Issue 14 §5: after PostgreSQL came back, each server thread's first statement on its
+    dead connection failed with 503 store-unavailable. A connection the server closed while it
+    sat idle is now found dead before anything is sent on it and replaced, so every request
+    after the restart succeeds at its first attempt: reads (GET, list), new intents (group
+    commit) and a cancel (a write that is never rerun blindly)."""
+    cluster, tokens = own.cluster, own.tokens
+    entry = providers.lookup(mock.url, "lookup" + providers.tag())
+    threads = 4
+    reps = Replicas(gateway_factory, free_port)
+    # No workers: the jobs stay `prepared`, so every read goes to the database (a terminal job
+    # could be answered from the job cache).
+    g = reps.start("g", env={"DATABASE_URL": own.url}, providers=[entry], lease_seconds=LEASE,
+                   http_threads=threads, dispatch_workers=0, reconcile_workers=0,
+                   poll_workers=0, reaper_interval_ms=0)
+    pfx = harness.prefix(f"pgrestart-{stop_mode}")
+    its = harness.intents(pfx, tokens, [entry], 8)
+    first = [post(g.port, i, 10) for i in its[:4]]
+    assert all(a.status == 202 for a in first), first
+    jobs = [(i.token, a.job_id) for i, a in zip(its, first)]
+
+    def burst(n):
+        """n concurrent reads on fresh connections: every server thread takes some."""
+        out = [None] * n
+        def one(k):
+            tok, job = jobs[k % len(jobs)]
+            path = f"/v1/jobs/{job}" if k % 2 == 0 else "/v1/jobs?limit=5"
+            out[k] = get(g.port, path, tok, timeout=10)[0]
+        ts = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return out
+
+    # Every server thread holds an open connection before the restart.
+    assert burst(8 * threads) == [200] * (8 * threads)
+    backends = own.q("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid()")[0][0]
+    assert int(backends) >= threads, backends
+
+    if stop_mode == "fast":
+        cluster.stop()
+    else:
+        cluster.stop_immediate()
+    assert not cluster.is_running()
+    cluster.start()
+
+    # No retry anywhere below: each request is answered at its first attempt.
+    reads = burst(8 * threads)
+    assert reads == [200] * (8 * threads), reads
+    news = [post(g.port, i, 10) for i in its[4:]]
+    assert [a.status for a in news] == [202] * 4, news
+    tok, job = jobs[0]
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
+    conn.request("POST", f"/v1/jobs/{job}/cancel", headers={"Authorization": f"Bearer {tok}"})
+    r = conn.getresponse()
+    r.read()
+    conn.close()
+    assert r.status in (200, 202), r.status
+    log = g.log()
+    assert "store-unavailable" not in log and '"status":503' not in log, log[-3000:]
+    assert '"db_reconnect"' in log
+    stop_clean(reps)
 
 
 def test_sigterm_drains_answers_waiters_releases_leases(gateway_factory, mock, psql, token):

@@ -8,6 +8,7 @@ K1  replicas whose wall clocks run 300 s ahead and behind (libfaketime): leases 
     time, so nothing expires early and nobody takes over; and reconciliation by the provider's
     task list must not be misled by the replica's clock."""
 
+import json
 import os
 import sys
 import time
@@ -264,3 +265,25 @@ def test_k1_retry_after_date_is_not_read_on_the_replica_clock(offset, gateway_fa
     assert [e["status"] for e in entries] == [503, 200], entries
     # The date has whole seconds: the hint is between 2 and 3 s.
     assert gap >= 2.0, f"resent {gap:.3f} s after a 503 that asked for about 3 s"
+
+
+@pytest.mark.parametrize("offset", ["+400s", "-400s"])
+def test_k1_webhook_timestamps_are_judged_by_database_time(offset, gateway_factory, mock,
+                                                           psql, faketime_works):
+    """Issue 14 §4: a Standard Webhooks timestamp may be 300 s from now, and "now" is the
+    database's clock, like leases. A replica whose own clock is 400 s off accepts a delivery
+    signed at the true time and refuses one signed at its own (skewed) time; judged by its own
+    clock it did the opposite."""
+    from test_async import entry, post_hook, sign_standard, start
+    e, _ = entry("replicate", mock)
+    gw = start(gateway_factory, [e], env=skewed(offset))
+    db_now = int(psql("SELECT floor(extract(epoch FROM clock_timestamp()))::bigint")[0][0])
+    local_skew = int(offset[:-1])
+    b = json.dumps({"id": "p_unknown_" + offset[1:], "status": "succeeded"}).encode()
+    fresh = post_hook(gw, "replicate", b, f"msg_db_{offset}", ts=db_now,
+                      sig=sign_standard(b, f"msg_db_{offset}", db_now))
+    assert fresh.status == 200, fresh
+    at_replica = db_now + local_skew
+    skewed_ts = post_hook(gw, "replicate", b, f"msg_local_{offset}", ts=at_replica,
+                          sig=sign_standard(b, f"msg_local_{offset}", at_replica))
+    assert skewed_ts.status == 401, skewed_ts

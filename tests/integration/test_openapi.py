@@ -14,7 +14,9 @@ properties may not carry undocumented ones unless the schema sets additionalProp
 added to a response without being documented is drift.
 
 How a response is matched (the spec's root description says the same):
-  1. the path and method select an operation; a path that matches none is checked against the
+  1. a 414 is checked against the root `x-uri-too-long` response, a 503 `shutting-down` against
+     `x-shutting-down`, whatever the path; then the
+     path and method select an operation; a path that matches none is checked against the
      root `x-unmatched-path` response, a known path with another method against
      `x-unmatched-method`;
   2. a response carrying X-Idemgate-Job-Id is the provider's stored answer (`Prefer: wait`),
@@ -129,6 +131,12 @@ class Spec:
     # ---- checking ---------------------------------------------------------------------
     def check(self, method, path, resp):
         """Checks one response (status, lower-cased headers dict, body bytes)."""
+        if resp.status == 414:
+            return self._check_response("x-uri-too-long", "x-uri-too-long",
+                                        self.doc["x-uri-too-long"], resp)
+        if resp.status == 503 and b"problem:shutting-down" in resp.body:
+            return self._check_response("x-shutting-down", "x-shutting-down",
+                                        self.doc["x-shutting-down"], resp)
         template, op = self.match(method, path)
         if template is None:
             return self._check_response("x-unmatched-path", "x-unmatched-path",
@@ -312,6 +320,8 @@ class Spec:
             out[op.get("operationId", f"{method} {template}")] = keys
         out["x-unmatched-path"] = {"x-unmatched-path"}
         out["x-unmatched-method"] = {"x-unmatched-method"}
+        out["x-uri-too-long"] = {"x-uri-too-long"}
+        out["x-shutting-down"] = {"x-shutting-down"}
         return out
 
 
@@ -615,8 +625,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         env, DATABASE_URL=f"postgresql:///idemgate?host={sockdir}&port=1"))
     # One server thread and no workers: its only database connection is warmed up (statements
     # prepared) before the tables are locked, so each request fails fast on lock_timeout.
-    quiet = dict(http_threads=1, dispatch_workers=0, reconcile_workers=0, poll_workers=0,
-                 reaper_interval_ms=0)
+    quiet = dict(http_threads=1, db_workers=1, dispatch_workers=0, reconcile_workers=0,
+                 poll_workers=0, reaper_interval_ms=0)
     locked = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
                              env=dict(env, DATABASE_URL=database_url +
                                       "&options=-c%20lock_timeout%3D100"))
@@ -750,6 +760,19 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  "/v1/providers/nowhere/images/generations",
                  submit(gw, found_key, {"prompt": "f"}, Prefer="wait=1",
                         route="/v1/providers/nowhere/images/generations"), 200)
+
+        # rate-limited: a tenant of one request per second, no burst, known at the start of a
+        # gateway of its own; its second request in a row is refused.
+        rl_name = "openapi-rl-" + uuid.uuid4().hex[:8]
+        rl_token = tenant_token(database_url, rl_name)
+        subprocess.check_call([GATEWAY_BIN, "tenant", "limits", rl_name, "--rps", "1",
+                               "--burst", "1"], env=dict(os.environ, DATABASE_URL=database_url))
+        limited = gateway_factory(providers=providers, env=env)
+        rl = [call(limited, "POST", INTAKE, '{"prompt":"r"}',
+                   auth(rl_token, **{"Idempotency-Key": "openapi-rl-" + uuid.uuid4().hex,
+                                     "Content-Type": "application/json"})) for _ in range(2)]
+        t.expect("rate limit: first", "POST", INTAKE, rl[0], 202)
+        t.expect("rate limit: second at once", "POST", INTAKE, rl[1], 429, "rate-limited")
 
         # store-busy: every try of the intake hits a serialization failure.
         fn = "openapi_busy_" + uuid.uuid4().hex[:8]
@@ -914,6 +937,13 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                          raw_request(gw.port, req), 400, "bad-request-framing")
             assert r.headers.get("connection", "").lower() == "close"
 
+        # A target over what a connection can hold (issue 14 §5), on any path.
+        many = "&".join(f"p{i}=v" for i in range(65))
+        req = (f"GET /v1/jobs?{many} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}"
+               "\r\n\r\n").encode()
+        t.expect("too many query parameters", "GET", "/v1/jobs", raw_request(gw.port, req), 414,
+                 "uri-too-long")
+
         # ---- the database unreachable: 503 with Retry-After -------------------------------
         for method, p, body, h in [
                 ("POST", INTAKE, '{"prompt":"x"}', auth(token, **{"Idempotency-Key": "oa-d"})),
@@ -932,7 +962,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                      200)
         assert b"idemgate_database_up 0" in r.body
 
-        # ---- a database error: 500 --------------------------------------------------------
+        # ---- a lock timeout: a retryable 503 ----------------------------------------------
         assert call(locked, "GET", "/v1/jobs?limit=1", None, H).status == 200
         lock = Lock(database_url, ["operations", "provider_breakers", "webhook_events"])
         try:
@@ -948,10 +978,55 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                     ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
                     ("GET", "/v1/usage", None, H),
                     ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
-                t.expect("lock timeout", method, p, call(locked, method, p, body, h), 500,
-                         "internal")
+                t.expect("lock timeout", method, p, call(locked, method, p, body, h), 503,
+                         "store-busy")
         finally:
             lock.release()
+
+        # ---- a database error: 500 ----------------------------------------------------------
+        # A role that may connect but read or write no table: every statement fails for good.
+        psql("DO $$ BEGIN CREATE ROLE openapi_noperm LOGIN; "
+             "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        noperm = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
+                                 env=dict(env, DATABASE_URL=database_url.replace(
+                                     "user=postgres", "user=openapi_noperm")))
+        for method, p, body, h in [
+                ("POST", INTAKE, '{"prompt":"x"}',
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
+                ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
+                ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
+                ("POST", "/v1/admin/providers/mock-images/reset", "", A),
+                ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
+                ("GET", "/v1/usage", None, H),
+                ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
+            t.expect("database error", method, p, call(noperm, method, p, body, h), 500,
+                     "internal")
+
+        # ---- draining: a new request on a kept-alive connection after SIGTERM -------------
+        draining = gateway_factory(providers=providers, env=env, **quiet)
+        import http.client
+        import signal
+        import time
+        ka = http.client.HTTPConnection("127.0.0.1", draining.port, timeout=10)
+        ka.request("GET", "/healthz")
+        ka.getresponse().read()
+        slow = socket.create_connection(("127.0.0.1", draining.port), timeout=10)
+        slow.sendall(b"POST /v1/jobs/x/cancel HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+        time.sleep(0.2)  # not an assertion: the slow request has begun before the signal
+        draining.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while '"shutdown"' not in draining.log() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ka.request("GET", "/v1/jobs", headers=H)
+        r = ka.getresponse()
+        resp = Response(r.status, dict(r.getheaders()), r.read())
+        ka.close()
+        t.expect("draining", "GET", "/v1/jobs", resp, 503, "shutting-down")
+        slow.sendall(b"12345")
+        slow.close()
     finally:
         if created:
             ids = ", ".join(f"'{i}'" for i in created)
@@ -967,3 +1042,40 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
     assert missing == set(), f"documented but never provoked: {sorted(missing)}"
     undocumented = spec.problem_types() - t.problem_types
     assert undocumented == set(), f"problem types no request produced: {sorted(undocumented)}"
+
+
+# --- the spec as a standard linter reads it ---------------------------------------------------
+
+def redocly_problems(path):
+    """Redocly CLI's recommended rules over one file: its problems as (severity, rule, message)."""
+    binary = subprocess.run([os.path.join(ROOT, "scripts", "lint-tools.sh")], check=True,
+                            capture_output=True, text=True, timeout=600).stdout.strip()
+    r = subprocess.run([binary, "lint", "--format=json", path], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, REDOCLY_TELEMETRY="off",
+                                             REDOCLY_SUPPRESS_UPDATE_NOTICE="true"))
+    start = r.stdout.find("{")
+    assert start >= 0, f"no JSON from the linter (exit {r.returncode}): {r.stderr[-2000:]}"
+    doc = json.loads(r.stdout[start:])
+    return [(p["severity"], p["ruleId"], p["message"]) for p in doc["problems"]]
+
+
+def test_spec_passes_a_standard_openapi_linter():
+    """docs/openapi.yaml passes Redocly CLI's recommended rules with no error. Our own checks
+    above read the spec through PyYAML, which quietly accepts what a stricter reader rejects:
+    an unquoted comma in a flow mapping made `when known.` a property of a schema."""
+    errors = [p for p in redocly_problems(SPEC_PATH) if p[0] == "error"]
+    assert not errors, errors
+
+
+def test_the_linter_catches_an_unquoted_comma():
+    """The linter run above can fail: the same spec with a description's comma unquoted again
+    gives the `struct` error that once went unnoticed."""
+    text = open(SPEC_PATH).read()
+    good = '''description: "The provider's task id, when known."}'''
+    assert good in text
+    with tempfile.TemporaryDirectory() as d:
+        bad = os.path.join(d, "openapi.yaml")
+        with open(bad, "w") as f:
+            f.write(text.replace(good, "description: The provider's task id, when known.}"))
+        errors = [p for p in redocly_problems(bad) if p[0] == "error"]
+    assert any(rule == "struct" and "when known." in msg for _, rule, msg in errors), errors

@@ -252,18 +252,41 @@ def test_new_connections_during_drain_are_refused_not_queued(gateway_factory, to
     assert '"dispatched"' in gw.log()
 
 
-def test_wait_request_on_kept_alive_connection_during_drain_is_answered_at_once(
+def read_answer(sock):
+    """Reads one HTTP answer (Content-Length framed) from a raw socket: (status, lower-cased
+    headers, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"closed before an answer: {data[:200]!r}")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:])}
+    n = int(headers.get("content-length", "0"))
+    while len(rest) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return int(lines[0].split()[1]), headers, rest[:n]
+
+
+def test_new_request_on_kept_alive_connection_during_drain_is_refused_not_started(
         gateway_factory, token, psql):
-    # The exact path of the use-after-free: after SIGTERM, a request with `Prefer: wait` comes
-    # in on a connection that was kept alive. The drain is held open by a client that is still
-    # uploading a body, so that request is handled while the gateway shuts down: it must not
-    # become a waiter, but get the job's current state at once and the connection closed.
+    # After SIGTERM, a request (here a create with `Prefer: wait`, the exact path of the old
+    # use-after-free) comes in on a connection that was kept alive. The drain is held open by a
+    # client that is still uploading a body. Issue 14 §5: such requests used to be started —
+    # 1,070 new 202s in one run — and the last one, committed, was cut with its connection when
+    # the server stopped. Now nothing new starts once the server is quiesced: 503 shutting-down,
+    # Retry-After, Connection: close, nothing recorded, and the connection is closed.
     gw = gateway_factory(dispatch_workers=1)
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=CLIENT_TIMEOUT_S)
-    conn.request("GET", "/healthz")
-    first = conn.getresponse()
-    first.read()
-    assert first.status == 200 and not first.will_close
+    # A raw socket: a client that would ignore Connection: close and send again.
+    ka = socket.create_connection(("127.0.0.1", gw.port), timeout=CLIENT_TIMEOUT_S)
+    ka.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, _ = read_answer(ka)
+    assert status == 200 and headers.get("connection", "").lower() != "close"
 
     slow = socket.create_connection(("127.0.0.1", gw.port), timeout=CLIENT_TIMEOUT_S)
     slow.sendall(b"POST " + ROUTE.encode() + b" HTTP/1.1\r\nHost: x\r\n"
@@ -276,28 +299,43 @@ def test_wait_request_on_kept_alive_connection_during_drain_is_answered_at_once(
 
     prefix = "sd-kept-" + uuid.uuid4().hex
     key = prefix + "-1"
-    conn.request("POST", ROUTE, json.dumps({"prompt": key, "_mock": {"delay_ms": 3000}}), {
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json",
-        "Idempotency-Key": key, "Prefer": "wait=10"})
-    r = conn.getresponse()
-    body = json.loads(r.read())
+    payload = json.dumps({"prompt": key, "_mock": {"delay_ms": 3000}}).encode()
+    ka.sendall((f"POST {ROUTE} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nIdempotency-Key: {key}\r\n"
+                f"Prefer: wait=10\r\nContent-Length: {len(payload)}\r\n\r\n").encode() + payload)
+    status, headers, raw_body = read_answer(ka)
+    body = json.loads(raw_body)
     # Ordering: answered while the slow upload still holds the drain open.
     assert gw.proc.poll() is None
-    assert r.status == 202, body
-    assert body["state"] in ("prepared", "sending"), body
-    assert (r.getheader("Connection") or "").lower() == "close"
-    job_id = r.getheader("Location").rsplit("/", 1)[-1]
+    assert status == 503, body
+    assert body["type"] == "urn:idemgate:problem:shutting-down", body
+    assert headers.get("retry-after") and headers.get("connection", "").lower() == "close"
     rows = psql(f"SELECT id FROM operations WHERE idempotency_key = '{key}'")
     forget(psql, prefix)
-    assert rows == [[job_id]]
-    conn.close()
-
-    slow.sendall(b"\"x\"}      ")
+    assert rows == [], "nothing is recorded for a request refused during the drain"
+    # The kept-alive connection is closed: a client that ignores Connection: close gets no
+    # further answer on it.
     try:
-        slow.recv(4096)
+        ka.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        again = ka.recv(4096)
+    except OSError:
+        again = b""
+    assert again == b"", again[:100]
+    ka.close()
+
+    # The request in flight before the signal (the slow upload) is answered in full.
+    slow.sendall(b"\"x\"}      ")
+    answer = b""
+    try:
+        while True:
+            chunk = slow.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
     except OSError:
         pass
     slow.close()
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]  # no token: answered, not cut
     assert gw.proc.wait(timeout=30) == 0, gw.log()[-3000:]
     log = gw.log()
     assert "AddressSanitizer" not in log and "runtime error:" not in log, log[-3000:]

@@ -49,15 +49,14 @@ static void test_standard_vector(void **state)
     assert_int_equal(standard(id, "1614265330", "v1,AAAA " SIG, BODY, SECRET, TS), 0);
     assert_int_equal(standard(id, "1614265330", SIG, BODY, SECRET, TS + 299), 0);
     /* Refused: wrong secret, altered body, altered id, stale or future timestamp, no v1. */
-    assert_int_equal(standard(id, "1614265330", SIG, BODY,
-                              "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSx", TS),
-                     -1);
+    assert_int_equal(
+        standard(id, "1614265330", SIG, BODY, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSx", TS), -1);
     assert_int_equal(standard(id, "1614265330", SIG, "{\"test\": 2432232315}", SECRET, TS), -1);
     assert_int_equal(standard("msg_other", "1614265330", SIG, BODY, SECRET, TS), -1);
     assert_int_equal(standard(id, "1614265330", SIG, BODY, SECRET, TS + 301), -1);
     assert_int_equal(standard(id, "1614265330", SIG, BODY, SECRET, TS - 301), -1);
-    assert_int_equal(standard(id, "1614265330", "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
-                              BODY, SECRET, TS),
+    assert_int_equal(standard(id, "1614265330",
+                              "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", BODY, SECRET, TS),
                      -1);
     assert_int_equal(standard(id, "1614265330x", SIG, BODY, SECRET, TS), -1);
     assert_int_equal(standard(id, "1614265330", "", BODY, SECRET, TS), -1);
@@ -120,12 +119,57 @@ static void test_ed25519(void **state)
     EVP_PKEY_free(key);
 }
 
+/* The tolerance window, judged against the `now` given (the database's clock): a replica's own
+ * clock never enters. Rows: timestamp header, now, fresh. */
+struct ts_case {
+    const char *ts;
+    long long now;
+    int fresh;
+};
+
+static const struct ts_case ts_cases[] = {
+    {"1700000000", 1700000000LL, 1},
+    {"1700000000", 1700000000LL + WH_TOLERANCE_S, 1},
+    {"1700000000", 1700000000LL - WH_TOLERANCE_S, 1},
+    {"1700000000", 1700000000LL + WH_TOLERANCE_S + 1, 0}, /* stale: a replay */
+    {"1700000000", 1700000000LL - WH_TOLERANCE_S - 1, 0}, /* from the future */
+    /* A delivery signed now, judged by a clock 400 s off either way: refused, which is why
+     * the clock passed in is the database's and not a replica's. */
+    {"1700000000", 1700000400LL, 0},
+    {"1700000000", 1699999600LL, 0},
+    {"", 1700000000LL, 0},
+    {"17e8", 1700000000LL, 0},
+    {"1700000000 ", 1700000000LL, 0},
+    {" 1700000000", 1700000000LL, 1}, /* strtoll skips leading space; the signature covers it */
+    {"-1", 0, 1},
+    {"99999999999999999999", 1700000000LL, 0}, /* out of range: clamped, far from now */
+    {"-9223372036854775808", 1700000000LL, 0}, /* no overflow in the comparison (UBSan) */
+};
+
+static void test_timestamp_tolerance(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(ts_cases) / sizeof(ts_cases[0]); i++)
+        if (wh_timestamp_fresh(ts_cases[i].ts, ts_cases[i].now) != ts_cases[i].fresh)
+            fail_msg("case %zu: ts \"%s\" now %lld: want fresh=%d", i, ts_cases[i].ts,
+                     ts_cases[i].now, ts_cases[i].fresh);
+    assert_int_equal(wh_timestamp_fresh(NULL, 0), 0);
+    /* The published vector verifies by the clock it is given, whatever this host's says. */
+    assert_int_equal(standard("msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", SIG, BODY, SECRET,
+                              TS + WH_TOLERANCE_S),
+                     0);
+    assert_int_equal(standard("msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", SIG, BODY, SECRET,
+                              TS + WH_TOLERANCE_S + 1),
+                     -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_standard_vector),
         cmocka_unit_test(test_hmac_hex),
         cmocka_unit_test(test_ed25519),
+        cmocka_unit_test(test_timestamp_tolerance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

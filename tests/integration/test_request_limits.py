@@ -1,0 +1,112 @@
+"""Requests the transport cannot hold in a connection's memory (issue 14 §5).
+
+A request with ~480+ query parameters used to get no answer at all: libmicrohttpd 0.9.75 ran out
+of its per-connection pool while splitting the query, queued a 431 and then overwrote its own
+state, so the connection sat until the 30 s idle timeout and nothing was logged. Such a request
+now gets a 414 problem at once; a header section that does not fit gets libmicrohttpd's own 431,
+and both are logged (without the target's values). Every client socket here is bounded by
+CLIENT_TIMEOUT_S: no answer within it is the old hang."""
+
+import json
+import os
+import socket
+import sys
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from chaos.harness import wait_until  # noqa: E402
+
+CLIENT_TIMEOUT_S = 5
+
+
+def raw(port, request):
+    """Sends one request on a new connection; returns (status line, headers, body) or raises
+    socket.timeout when the gateway does not answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT_S) as s:
+        s.sendall(request)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            head, sep, rest = data.partition(b"\r\n\r\n")
+            if sep:
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.lower(): v.strip() for k, _, v in
+                           (line.partition(":") for line in lines[1:])}
+                n = int(headers.get("content-length", "0"))
+                if len(rest) >= n:
+                    return lines[0], headers, rest[:n]
+    raise AssertionError(f"connection closed without a complete answer: {data[:200]!r}")
+
+
+def query(n, value):
+    return "&".join(f"p{i}={value}" for i in range(n))
+
+
+def http_lines(log):
+    return [json.loads(l) for l in log.splitlines() if l.startswith("{")]
+
+
+def test_too_many_query_parameters_get_414_at_once_and_are_logged(gateway, token, psql):
+    canary = "qcanary" + uuid.uuid4().hex[:8]
+    # Any route: a health check, and an authenticated create (which must record nothing).
+    status, headers, body = raw(gateway.port, (
+        f"GET /healthz?{query(500, 'v')}&c={canary} HTTP/1.1\r\nHost: x\r\n"
+        "X-Request-Id: many-params-1\r\n\r\n").encode())
+    assert status.startswith("HTTP/1.1 414"), status
+    assert headers["content-type"] == "application/problem+json"
+    assert headers.get("connection", "").lower() == "close"
+    problem = json.loads(body)
+    assert problem["type"] == "urn:idemgate:problem:uri-too-long" and problem["status"] == 414
+
+    key = "many-params-" + uuid.uuid4().hex
+    payload = b'{"prompt":"x"}'
+    status, _, _ = raw(gateway.port, (
+        f"POST /v1/providers/mock-images/images/generations?{query(600, 'v')}&c={canary} HTTP/1.1\r\n"
+        f"Host: x\r\nAuthorization: Bearer {token}\r\nIdempotency-Key: {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+        + payload)
+    assert status.startswith("HTTP/1.1 414"), status
+    assert psql(f"SELECT count(*) FROM operations WHERE idempotency_key = '{key}'") == [["0"]]
+
+    # A target longer than 8 KiB (here 9 KiB), whatever its parameters.
+    status, _, _ = raw(gateway.port,
+                       f"GET /healthz?a={canary * 600} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert status.startswith("HTTP/1.1 414"), status
+
+    # The limit is not a lower ceiling than the API needs: 64 parameters are served.
+    status, _, _ = raw(gateway.port,
+                       f"GET /healthz?{query(64, 'v')} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert status.startswith("HTTP/1.1 200"), status
+
+    # The access line is written when the connection is done with, just after the answer left.
+    wait_until(lambda: gateway.log().count('"http_request_refused"') >= 3, 10)
+    log = gateway.log()
+    events = http_lines(log)
+    refused = [e for e in events if e["event"] == "http_request_refused"]
+    assert {e["reason"] for e in refused} == {"too_many_query_parameters", "uri_too_long"}, refused
+    assert any(e["event"] == "http" and e["request_id"] == "many-params-1" and e["status"] == 414
+               for e in events), events[-5:]
+    assert canary not in log and token not in log
+
+
+def test_header_section_over_the_pool_gets_431_at_once_and_is_logged(gateway, token):
+    canary = "hcanary" + uuid.uuid4().hex[:8]
+    headers = "".join(f"X-Filler-{i}: {canary}\r\n" for i in range(1500))
+    status, _, _ = raw(gateway.port, (
+        f"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"{headers}\r\n").encode())
+    assert status.startswith("HTTP/1.1 431"), status
+    # libmicrohttpd answered it by itself; the gateway still logs it once (no header values).
+    wait_until(lambda: '"status":431' in gateway.log(), 10)
+    log = gateway.log()
+    events = http_lines(log)
+    assert any(e["event"] == "http_request_refused" and e["status"] == 431 for e in events), \
+        events[-5:]
+    assert any(e["event"] == "http" and e["status"] == 431 for e in events), events[-5:]
+    assert canary not in log and token not in log
+    # The server is still serving.
+    status, _, _ = raw(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status.startswith("HTTP/1.1 200"), status

@@ -1,0 +1,105 @@
+/* Loading a provider profile: fields the libFuzzer harness tests/fuzz/fuzz_profile.c found
+ * accepted when they should not be. Integer fields arrive as JSON doubles: a value far outside a
+ * field's bounds is refused, never wrapped into them (1e300 converted to a long is undefined
+ * behaviour). A base URL needs a host, and loses every trailing '/'. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "idemgate/profile.h"
+
+/* Loads one inline provider with base_url and the "retry" member retry_json; returns
+ * prof_load_all's answer, with the provider's max_attempts and base URL (in url, urllen bytes) when
+ * it loaded, and checks that a refusal names the field (want_field). */
+static int load(const char *base_url, const char *retry_json, const char *want_field,
+                int *max_attempts, char *url, size_t urllen)
+{
+    char text[512];
+    snprintf(text, sizeof(text),
+             "[{\"name\":\"p\",\"base_url\":\"%s\",\"routes\":[{\"route\":\"r\",\"method\":"
+             "\"POST\",\"path\":\"/r\"}],\"retry\":%s}]",
+             base_url, retry_json);
+    cJSON *arr = cJSON_Parse(text);
+    assert_non_null(arr);
+    struct cfg_provider *ps = NULL;
+    size_t n = 0;
+    char err[512] = "";
+    int rc = prof_load_all(arr, "t.json", ".", &ps, &n, err, sizeof(err));
+    if (rc == 0) {
+        *max_attempts = ps[0].max_attempts;
+        snprintf(url, urllen, "%s", ps[0].base_url);
+    } else {
+        assert_non_null(strstr(err, want_field));
+    }
+    if (ps)
+        prof_free_all(ps, n);
+    cJSON_Delete(arr);
+    return rc;
+}
+
+static void test_retry_numbers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *retry;
+        int ok, max_attempts;
+    } rows[] = {
+        {"{\"max_attempts\":7}", 1, 7},
+        {"{\"max_attempts\":1000}", 1, 1000},
+        {"{\"max_attempts\":1001}", 0, 0},
+        /* 2^32 + 5 was converted to an int as 5, inside the bounds. */
+        {"{\"max_attempts\":4294967301}", 0, 0},
+        {"{\"max_attempts\":-4294967295}", 0, 0},
+        {"{\"max_attempts\":1e300}", 0, 0},
+        {"{\"max_attempts\":1e999}", 0, 0},
+        {"{\"deadline_seconds\":1e300}", 1, 5},
+        {"{\"deadline_seconds\":-1e300}", 0, 0},
+        {"{\"base_ms\":1e300}", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int got = -1;
+        char url[64];
+        int rc = load("https://example.test", rows[i].retry, "providers.p.retry", &got, url,
+                      sizeof(url));
+        if ((rc == 0) != rows[i].ok || (rc == 0 && got != rows[i].max_attempts))
+            fail_msg("row %zu (%s): rc %d, max_attempts %d", i, rows[i].retry, rc, got);
+    }
+}
+
+static void test_base_url(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *base_url;
+        const char *want; /* NULL: refused */
+    } rows[] = {
+        {"https://api.example.test", "https://api.example.test"},
+        {"http://127.0.0.1:9090/", "http://127.0.0.1:9090"},
+        {"https://h.test/v1//", "https://h.test/v1"},
+        {"http://", NULL},
+        {"https://", NULL},
+        {"http:///path", NULL},
+        {"ftp://h.test", NULL},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int attempts;
+        char url[64] = "";
+        int rc = load(rows[i].base_url, "{}", "providers.p.base_url", &attempts, url, sizeof(url));
+        if (rows[i].want ? rc != 0 || strcmp(url, rows[i].want) : rc == 0)
+            fail_msg("row %zu (%s): rc %d, url %s", i, rows[i].base_url, rc, url);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_retry_numbers),
+        cmocka_unit_test(test_base_url),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
