@@ -172,6 +172,31 @@ int cli_usage(const struct cfg *cfg, int argc, char **argv)
     return text ? 0 : 1;
 }
 
+static void print_line(const char *s, void *arg)
+{
+    (void)arg;
+    printf("%s\n", s);
+}
+
+int cli_unreferenced(const struct cfg *cfg, int argc, char **argv)
+{
+    if (argc < 1 || strcmp(argv[0], "--help") == 0) {
+        printf("usage: idemgate unreferenced SHA256...\n"
+               "  prints each of the given archived objects (lowercase hex SHA-256) that no\n"
+               "  remaining job's outputs reference: the archive may delete them\n");
+        return argc < 1 ? 2 : 0;
+    }
+    struct db *db = open_or_complain(cfg);
+    if (!db)
+        return 1;
+    int e = store_unreferenced_sha256(db, (const char *const *)argv, (size_t)argc, print_line,
+                                      NULL);
+    if (e < 0)
+        fprintf(stderr, "idemgate: give lowercase hex SHA-256 digests\n");
+    store_db_close(db);
+    return e < 0 ? 1 : 0;
+}
+
 int cli_tenant(const struct cfg *cfg, int argc, char **argv)
 {
     if (argc < 1 || strcmp(argv[0], "--help") == 0) {

@@ -42,6 +42,7 @@ static void usage(FILE *out)
             "  tenant add NAME | list | revoke NAME | budget NAME [--day A] [--month A] "
             "[--in-flight N]\n"
             "  usage [--tenant NAME] [--from D] [--to D] [--group-by provider|route|day]\n"
+            "  unreferenced SHA256...  archived objects no remaining job references\n"
             "  jobs list [--state S] | show ID | resolve ID found|absent|abandon\n"
             "\n"
             "The configuration file may also be named by IDEMGATE_CONFIG; every setting can be\n"
@@ -229,6 +230,8 @@ int main(int argc, char **argv)
         rc = cli_jobs(cfg, argc - i, argv + i);
     else if (strcmp(cmd, "usage") == 0)
         rc = cli_usage(cfg, argc - i, argv + i);
+    else if (strcmp(cmd, "unreferenced") == 0)
+        rc = cli_unreferenced(cfg, argc - i, argv + i);
     else {
         usage(stderr);
         rc = 2;

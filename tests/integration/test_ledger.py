@@ -398,3 +398,25 @@ def test_a_migration_numbered_below_the_newest_applied_is_still_applied(database
                                   if f.endswith(".sql")]) + 1
     finally:
         psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_unreferenced_archive_objects_are_listed_for_the_archive(gateway_factory, mock,
+                                                                 database_url, psql):
+    """The retention hook the archive uses: of its objects, those no remaining job's outputs
+    reference — and one that a job references becomes unreferenced once the janitor removed it."""
+    gw = priced_gateway(gateway_factory, mock, janitor_interval_ms=100, job_cache_entries=0)
+    _, token = new_tenant(database_url)
+    r = gw.submit(token, key(), {"prompt": "p"}, headers={"Prefer": "wait=20"})
+    job_id = r.headers["x-idemgate-job-id"]
+    kept, other = hashlib.sha256(b"kept").hexdigest(), hashlib.sha256(b"other").hexdigest()
+    psql(f"UPDATE operations SET outputs = '[{{\"url\": \"x\", \"sha256\": \"{kept}\"}}]' "
+         f"WHERE id = '{job_id}'")
+    out = cli(database_url, "unreferenced", kept, other)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [other]
+    assert cli(database_url, "unreferenced", "not-a-digest").returncode == 1
+    psql(f"UPDATE operations SET expires_at = now() - interval '1 hour' WHERE id = '{job_id}'")
+    assert wait_until(lambda: psql(f"SELECT count(*) FROM operations WHERE id = '{job_id}'")
+                      == [["0"]], 30)
+    assert sorted(cli(database_url, "unreferenced", kept, other).stdout.split()) == \
+        sorted([kept, other])
