@@ -129,11 +129,12 @@ static int tenant_budget(struct db *db, int argc, char **argv)
         fprintf(stderr, "idemgate: cannot set the budget of %s\n", name);
         return 1;
     }
-    char d[32], m[32];
+    char d[32], m[32], n[32];
+    snprintf(n, sizeof(n), "%lld", inflight);
     printf("budget of %s: %s %s a day, %s a month, %s in flight\n", name,
            currency ? currency : "USD", day >= 0 ? price_format(day, d, sizeof(d)) : "no limit",
            month >= 0 ? price_format(month, m, sizeof(m)) : "no limit",
-           inflight >= 0 ? (snprintf(d, sizeof(d), "%lld", inflight), d) : "any");
+           inflight >= 0 ? n : "any");
     return 0;
 }
 

@@ -179,8 +179,9 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
 #define UTC_TODAY "(now() AT TIME ZONE 'UTC')::date"
 #define UTC_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
 #define BUDGET_CTES(cost, cur)                                                                     \
-    "bud AS (SELECT tb.* FROM tenant_budgets tb JOIN t ON tb.tenant_id = t.id FOR UPDATE OF tb), " \
-    "v AS (SELECT CASE WHEN b.tenant_id IS NULL THEN 0 "                                           \
+    "bud AS (SELECT tb.* FROM tenant_budgets tb WHERE tb.tenant_id = (SELECT id FROM t) "         \
+    " FOR UPDATE), "                                                                               \
+    "v AS (SELECT b.tenant_id AS tid, CASE WHEN b.tenant_id IS NULL THEN 0 "                       \
     "  WHEN b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN 4 "                  \
     "  WHEN b.currency IS DISTINCT FROM " cur " THEN 1 "                                           \
     "  WHEN b.day_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.day = " UTC_TODAY           \
@@ -195,11 +196,12 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
     "  month_micros = CASE WHEN tb.month = " UTC_MONTH " THEN tb.month_micros ELSE 0 END "        \
     "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
     "  day = " UTC_TODAY ", month = " UTC_MONTH ", updated_at = now() "                            \
-    " FROM ins WHERE tb.tenant_id = ins.tenant_id AND ins.budgeted RETURNING 1) "
+    " FROM ins WHERE tb.tenant_id = (SELECT id FROM t) AND tb.tenant_id = ins.tenant_id "        \
+    "  AND ins.budgeted RETURNING 1) "
 #define BUDGET_REFUSED(key, also)                                                                  \
     " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN operations o ON false "      \
-    " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x JOIN t "            \
-    "  ON x.tenant_id = t.id WHERE x.idempotency_key = " key ")"
+    " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x "                   \
+    "  WHERE x.tenant_id = v.tid AND x.idempotency_key = " key ")"
 
 /* Intake: the tenant, the insert and the read of an existing row in one round trip. Zero rows
  * means a bad token, or a racing insert committed after this statement's snapshot: the caller

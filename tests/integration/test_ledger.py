@@ -159,8 +159,11 @@ def test_budget_exceeded_at_intake_records_and_sends_nothing(gateway_factory, mo
     gw = priced_gateway(gateway_factory, mock)
     name, token = new_tenant(database_url)
     # 0.10 USD a day: two medium images (0.042 each) fit, a third does not.
-    out = cli(database_url, "tenant", "budget", name, "--currency", "USD", "--day", "0.10")
+    out = cli(database_url, "tenant", "budget", name, "--currency", "USD", "--day", "0.10",
+              "--in-flight", "7")
     assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (f"budget of {name}: USD 0.100000 a day, no limit a month, "
+                                  "7 in flight")
     keys = [key() for _ in range(3)]
     ok = [gw.submit(token, k, {"prompt": "p", "n": 1}, headers={"Prefer": "wait=20"})
           for k in keys[:2]]
