@@ -54,7 +54,7 @@ FUZZ_TOOLS := $(FUZZ_TOOL_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all asan deps run test unit integration chaos bench clean format fuzz fuzz-build \
+.PHONY: all asan deps run test unit pyunit integration chaos bench clean format fuzz fuzz-build \
 	fuzz-bins fuzz-regress fuzz-diff
 all: $(BUILD)/idemgate $(BUILD)/idemgate-mock
 
@@ -111,6 +111,11 @@ $(BUILD)/locale/de_DE.UTF-8/LC_NUMERIC:
 unit: $(UNIT_BINS) $(BUILD)/locale/de_DE.UTF-8/LC_NUMERIC
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; LOCPATH=$(BUILD)/locale $$t; done
 
+# The Python client's decisions (retry policy, keys, errors, the batch runner's bookkeeping):
+# pure unit tests, no gateway needed.
+pyunit:
+	$(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
+
 # Integration tests build a crash-point-enabled gateway of their own (build-test/).
 integration: all
 	@$(MAKE) --no-print-directory BUILD=build-test CRASHPOINTS=1 all
@@ -119,6 +124,7 @@ integration: all
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory pyunit
 	@$(MAKE) --no-print-directory fuzz-regress
 	@$(MAKE) --no-print-directory integration
 

@@ -136,7 +136,13 @@ static enum step_result step_validate(struct intake *in)
         return raise_problem(in, 400, "invalid-idempotency-key", "Invalid Idempotency-Key",
                              "one key of 1 to 255 printable ASCII characters, bare or as an RFC "
                              "8941 quoted string");
-    in->wait_s = hdr_prefer_wait(hs_req_header(in->r, "Prefer"), in->cfg->max_wait_seconds);
+    /* No Prefer at all (an SDK that cannot send one): the route's default wait, so that it
+     * receives the provider's own body when the job ends in time. Any Prefer is the client's
+     * choice (`Prefer: wait=0` or `respond-async`: no wait). */
+    const char *prefer = hs_req_header(in->r, "Prefer");
+    int cap = in->cfg->max_wait_seconds;
+    in->wait_s = prefer ? hdr_prefer_wait(prefer, cap)
+                        : (in->rt->default_wait_s < cap ? in->rt->default_wait_s : cap);
     return STEP_NEXT;
 }
 
@@ -345,7 +351,8 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     /* Suspend before registering, so that a wake-up can never precede the suspension. */
     hs_suspend(r);
     double deadline = waiters_now() + wait_s;
-    if ((local ? waiters_add_local : waiters_add)(api_waiters(r), j->id, deadline, hs_resume, r) < 0)
+    struct waiters *ws = api_waiters(r);
+    if ((local ? waiters_add_local : waiters_add)(ws, j->id, deadline, hs_resume, r) < 0)
         hs_resume(r); /* cannot wait: answer on resumption with the current state */
 }
 
@@ -461,6 +468,11 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
 
 void intake_resume(struct hs_req *r)
 {
+    struct intake *in = api_ctx(r);
+    if (in && in->wait_counted) { /* the hold is over: the slot is free before the answer goes */
+        limits_wait_end(in->token);
+        in->wait_counted = 0;
+    }
     if (api_offload(r, answer_waited, NULL) < 0)
         reply_shutting_down(r); /* the database workers have stopped */
 }

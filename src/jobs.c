@@ -279,7 +279,24 @@ void jobs_cancel(struct hs_req *r, const struct api_args *a)
         return;
     struct store_job j;
     int changed = 0;
-    int e = store_cancel(api_db(r), token, id, &j, &changed);
+    /* A running task its provider cannot stop: say so, and record nothing (a recorded cancel
+     * would read as if the task were being stopped). */
+    int e = store_job_get(api_db(r), token, id, &j);
+    if (e < 0) {
+        reply_job_error(r, e);
+        return;
+    }
+    const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider, strlen(j.provider));
+    int unstoppable = j.state == ST_ACCEPTED && !j.cancel_requested_at && p && !p->cancel_path;
+    store_job_fini(&j);
+    if (unstoppable) {
+        reply_problem(r, 409, "cancel-unsupported", "Cancel not supported",
+                      "this provider offers no way to stop a running task: it goes on, is paid, "
+                      "and its result will be stored",
+                      0);
+        return;
+    }
+    e = store_cancel(api_db(r), token, id, &j, &changed);
     if (e < 0)
         reply_job_error(r, e);
     else {

@@ -89,7 +89,6 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
         return "job cache";
     s->cache = 1;
-
     /* Before anything that commits a state: the wake-ups of every write reach the others. */
     if (wake_start(cfg) < 0)
         return "wake signaller";

@@ -33,6 +33,8 @@ static char *dup_str(const cJSON *o, const char *key, const char *def)
     return def ? strdup(def) : NULL;
 }
 
+static int get_int(const cJSON *o, const char *key, int def);
+
 static int load_routes(struct cfg_provider *p, const cJSON *arr, const char *file, char *err,
                        size_t errlen)
 {
@@ -51,11 +53,17 @@ static int load_routes(struct cfg_provider *p, const cJSON *arr, const char *fil
         rt->route = dup_str(r, "route", NULL);
         rt->method = dup_str(r, "method", "POST");
         rt->path = dup_str(r, "path", NULL);
+        rt->default_wait_s = get_int(r, "default_wait_seconds", 0);
         p->n_routes++;
         if (!rt->route || !rt->path || !*rt->route || rt->route[0] == '/' || rt->path[0] != '/') {
             errf(err, errlen,
                  "%s: providers.%s.routes[%zu]: \"route\" (no leading /) and \"path\" (leading /) "
                  "are required",
+                 file, p->name, p->n_routes - 1);
+            return -1;
+        }
+        if (rt->default_wait_s < 0 || rt->default_wait_s > 3600) {
+            errf(err, errlen, "%s: providers.%s.routes[%zu].default_wait_seconds must be 0..3600",
                  file, p->name, p->n_routes - 1);
             return -1;
         }

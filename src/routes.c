@@ -11,8 +11,8 @@
 
 #include <string.h>
 
-/* Every endpoint of DESIGN.md §4, and the operator's. /metrics, /healthz and /readyz answer any
- * method, as probes and scrapers vary. */
+/* Every endpoint of DESIGN.md §4, and the operator's. HEAD is served wherever GET is (probes
+ * and scrapers vary); any other method on a known path is a 405. */
 /* Intake and GET /v1/jobs/{id} answer from memory when they can and hand the rest to the
  * database workers themselves; /healthz never touches the database. */
 static const struct route table[] = {
@@ -26,9 +26,9 @@ static const struct route table[] = {
     {"POST", "/v1/admin/providers/{name}/reset", MR_ADMIN, admin_reset, 1},
     {"POST", "/v1/admin/jobs/{id}/resume", MR_ADMIN, admin_resume, 1},
     {"POST", "/v1/webhooks/*", MR_WEBHOOK, webhooks_receive, 1},
-    {NULL, "/metrics", MR_METRICS, admin_metrics, 1},
-    {NULL, "/healthz", MR_HEALTH, admin_health, 0},
-    {NULL, "/readyz", MR_READY, admin_ready, 1},
+    {"GET", "/metrics", MR_METRICS, admin_metrics, 1},
+    {"GET", "/healthz", MR_HEALTH, admin_health, 0},
+    {"GET", "/readyz", MR_READY, admin_ready, 1},
 };
 
 const struct route *routes_table(size_t *n)
@@ -88,7 +88,8 @@ enum route_result route_match(const struct route *t, size_t n, const char *metho
     for (size_t i = 0; i < n; i++) {
         if (!pattern_match(t[i].pattern, path, &args))
             continue;
-        if (!t[i].method || strcmp(t[i].method, method) == 0) {
+        if (!t[i].method || strcmp(t[i].method, method) == 0 ||
+            (strcmp(method, "HEAD") == 0 && strcmp(t[i].method, "GET") == 0)) {
             m->route = &t[i];
             m->args = args;
             return ROUTE_FOUND;
@@ -96,6 +97,8 @@ enum route_result route_match(const struct route *t, size_t n, const char *metho
         if (!m->route)
             m->route = &t[i];
         allow_add(m->allow, sizeof(m->allow), t[i].method);
+        if (strcmp(t[i].method, "GET") == 0)
+            allow_add(m->allow, sizeof(m->allow), "HEAD");
     }
     return m->route ? ROUTE_BAD_METHOD : ROUTE_NOT_FOUND;
 }

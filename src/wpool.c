@@ -71,8 +71,9 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
 /* The wait when nothing was due: idle_ms, or less when the pool stops, a claim is handed over,
  * this replica has new work (wake_on_work) or another replica signals the channel. This
  * replica's own signals are not waited for: their wake-ups came in process. The work signal is
- * left for take_work_signal. Returns 1 when the caller should claim (anything but a handoff woke it), 0 when it should only
- * take the handoff: a thread fed by handoffs does not query for due work it was not told of. */
+ * left for take_work_signal. Returns 1 when the caller should claim (anything but a handoff
+ * woke it), 0 when it should only take the handoff: a thread fed by handoffs does not query for
+ * due work it was not told of. */
 static int idle_wait(struct wpool *p, struct db *db)
 {
     /* The kick fd stays readable while a handoff waits (see take_handoff). */

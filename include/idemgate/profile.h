@@ -50,6 +50,8 @@ struct cfg_route {
     char *route;  /* e.g. "images/generations" */
     char *method; /* outbound method, e.g. "POST" */
     char *path;   /* outbound path appended to base_url, e.g. "/v1/images/generations" */
+    int default_wait_s; /* the wait of a request without a Prefer header (an unmodified SDK's):
+                           its provider's body when the job ends in time; 0: answer 202 at once */
 };
 
 struct cfg_provider {

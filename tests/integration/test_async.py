@@ -323,3 +323,22 @@ def test_found_at_an_async_provider_is_polled_to_its_result(gateway_factory, tok
     assert res.status == 200 and res.json()["state"] == "accepted", res
     j = gw.wait_state(token, job_id, {"completed", "failed"}, 20)
     assert j["state"] == "completed" and j["result"]["outputs"], j
+
+
+def test_cancel_at_a_provider_that_cannot_stop_a_task_says_so(gateway_factory, token, mock,
+                                                             psql):
+    """fal-queue's profile has no cancel endpoint: a cancel of its accepted job is answered
+    409 cancel-unsupported, nothing is recorded, and the job goes on to its result (before: 202,
+    as if it were being stopped, while it kept running and was paid)."""
+    e, route = entry("fal-queue", mock)
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "nocancel-" + uuid.uuid4().hex, body(polls=6), route=route)
+    job_id = r.json()["id"]
+    assert gw.wait_state(token, job_id, {"accepted"}, 15)["state"] == "accepted"
+    c = gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "",
+                        {"Authorization": f"Bearer {token}"})
+    assert c.status == 409, c
+    assert c.json()["type"] == "urn:idemgate:problem:cancel-unsupported", c
+    assert psql(f"SELECT cancel_requested_at IS NULL FROM operations WHERE id = '{job_id}'") == \
+        [["t"]]
+    assert gw.wait_state(token, job_id, {"completed", "failed"}, 30)["state"] == "completed"

@@ -618,7 +618,13 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                                               "signature_header": "X-Signature",
                                               "task_id": "$.id"}),
     ]
-    env = {"HOOK_SECRET": HOOK_SECRET}
+    # An async provider whose profile has no cancel endpoint (fal-queue's), polled fast.
+    falq_poll = json.load(open(os.path.join(ROOT, "deploy", "providers", "fal-queue.json")))["poll"]
+    falq_poll.update(interval_ms=50, max_interval_ms=200)
+    providers.append({"name": "falq", "base_url": mock.url + "/fal", "poll": falq_poll,
+                      "profile": os.path.join(ROOT, "deploy", "providers", "fal-queue.json"),
+                      "timeouts": {"connect_ms": 1000, "total_ms": 5000}})
+    env = {"HOOK_SECRET": HOOK_SECRET, "FAL_KEY": "fal-openapi"}
     gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, env=env)
     sockdir = tempfile.mkdtemp(prefix="ig-nodb-")
     down = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, env=dict(
@@ -856,6 +862,15 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         path = f"/v1/jobs/{cancel_me}/cancel"
         r = t.expect("cancel, not terminal", "POST", path, call(gw, "POST", path, "", H), 202)
         assert r.json()["cancel_requested_at"]
+        r = call(gw, "POST", "/v1/providers/falq/flux-dev",
+                 json.dumps({"prompt": "runs", "_mock": {"polls": 100000}}),
+                 auth(token, **{"Idempotency-Key": "oa-nc-" + uuid.uuid4().hex}))
+        assert r.status == 202, r
+        running = gw.wait_state(token, r.json()["id"], {"accepted"}, 15)
+        assert running["state"] == "accepted", running
+        t.expect("cancel, provider cannot stop it", "POST", f"/v1/jobs/{running['id']}/cancel",
+                 call(gw, "POST", f"/v1/jobs/{running['id']}/cancel", "", H), 409,
+                 "cancel-unsupported")
         t.expect("cancel, terminal", "POST", f"/v1/jobs/{completed_id}/cancel",
                  call(gw, "POST", f"/v1/jobs/{completed_id}/cancel", "", H), 200)
         t.expect("cancel, no job", "POST", "/v1/jobs/job_none/cancel",
@@ -915,6 +930,12 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  "method-not-allowed")
         t.expect("wrong method", "DELETE", "/v1/jobs", call(gw, "DELETE", "/v1/jobs", None, H),
                  405, "method-not-allowed")
+        # A method nobody serves on a probe's path (it answered 200 before): 405, Allow named.
+        r = t.expect("unknown method on a probe", "FOO", "/healthz",
+                     raw_request(gw.port, b"FOO /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), 405,
+                     "method-not-allowed")
+        assert r.headers["allow"] == "GET, HEAD", r.headers
+        assert call(gw, "HEAD", "/healthz").status == 200
         r = call(gw, "GET", "/healthz", None, {"X-Request-Id": "trace-42.a_b"})
         assert r.headers["x-request-id"] == "trace-42.a_b"
 
@@ -962,22 +983,26 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                      200)
         assert b"idemgate_database_up 0" in r.body
 
+        def database_calls():
+            """One request of every operation that reads or writes the database."""
+            return [
+                ("POST", INTAKE, '{"prompt":"x"}',
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
+                ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
+                ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
+                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
+                ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
+                ("POST", "/v1/admin/providers/mock-images/reset", "", A),
+                ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
+                ("GET", "/v1/usage", None, H),
+                ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]
+
         # ---- a lock timeout: a retryable 503 ----------------------------------------------
         assert call(locked, "GET", "/v1/jobs?limit=1", None, H).status == 200
         lock = Lock(database_url, ["operations", "provider_breakers", "webhook_events"])
         try:
-            for method, p, body, h in [
-                    ("POST", INTAKE, '{"prompt":"x"}',
-                     auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                    ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
-                    ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
-                    ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
-                     auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                    ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
-                    ("POST", "/v1/admin/providers/mock-images/reset", "", A),
-                    ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
-                    ("GET", "/v1/usage", None, H),
-                    ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
+            for method, p, body, h in database_calls():
                 t.expect("lock timeout", method, p, call(locked, method, p, body, h), 503,
                          "store-busy")
         finally:
@@ -990,18 +1015,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         noperm = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
                                  env=dict(env, DATABASE_URL=database_url.replace(
                                      "user=postgres", "user=openapi_noperm")))
-        for method, p, body, h in [
-                ("POST", INTAKE, '{"prompt":"x"}',
-                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
-                ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
-                ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
-                 auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
-                ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
-                ("POST", "/v1/admin/providers/mock-images/reset", "", A),
-                ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
-                ("GET", "/v1/usage", None, H),
-                ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
+        for method, p, body, h in database_calls():
             t.expect("database error", method, p, call(noperm, method, p, body, h), 500,
                      "internal")
 

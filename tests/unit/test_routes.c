@@ -32,10 +32,11 @@ static const struct gw_case gw_cases[] = {
     {"POST", "/v1/providers/", ROUTE_FOUND, intake_handle, MR_INTAKE, NULL, "", NULL},
     {"GET", "/v1/providers/openai/x", ROUTE_BAD_METHOD, NULL, MR_INTAKE, NULL, NULL, "POST"},
     {"GET", "/v1/jobs", ROUTE_FOUND, jobs_list, MR_JOB_LIST, NULL, NULL, NULL},
-    {"POST", "/v1/jobs", ROUTE_BAD_METHOD, NULL, MR_JOB_LIST, NULL, NULL, "GET"},
+    {"POST", "/v1/jobs", ROUTE_BAD_METHOD, NULL, MR_JOB_LIST, NULL, NULL, "GET, HEAD"},
+    {"HEAD", "/v1/jobs", ROUTE_FOUND, jobs_list, MR_JOB_LIST, NULL, NULL, NULL},
     {"GET", "/v1/jobs/job_1", ROUTE_FOUND, jobs_get, MR_JOB_GET, "job_1", NULL, NULL},
     {"GET", "/v1/jobs/", ROUTE_FOUND, jobs_get, MR_JOB_GET, "", NULL, NULL},
-    {"DELETE", "/v1/jobs/job_1", ROUTE_BAD_METHOD, NULL, MR_JOB_GET, NULL, NULL, "GET"},
+    {"DELETE", "/v1/jobs/job_1", ROUTE_BAD_METHOD, NULL, MR_JOB_GET, NULL, NULL, "GET, HEAD"},
     {"POST", "/v1/jobs/job_1/resolve", ROUTE_FOUND, jobs_resolve, MR_RESOLVE, "job_1", NULL, NULL},
     {"POST", "/v1/jobs/job_1/cancel", ROUTE_FOUND, jobs_cancel, MR_CANCEL, "job_1", NULL, NULL},
     {"POST", "/v1/jobs/job_1/regenerate", ROUTE_FOUND, jobs_regenerate, MR_REGENERATE, "job_1",
@@ -54,9 +55,12 @@ static const struct gw_case gw_cases[] = {
      NULL},
     {"PUT", "/v1/webhooks/replicate", ROUTE_BAD_METHOD, NULL, MR_WEBHOOK, NULL, NULL, "POST"},
     {"GET", "/metrics", ROUTE_FOUND, admin_metrics, MR_METRICS, NULL, NULL, NULL},
-    {"POST", "/metrics", ROUTE_FOUND, admin_metrics, MR_METRICS, NULL, NULL, NULL},
+    {"POST", "/metrics", ROUTE_BAD_METHOD, NULL, MR_METRICS, NULL, NULL, "GET, HEAD"},
     {"GET", "/healthz", ROUTE_FOUND, admin_health, MR_HEALTH, NULL, NULL, NULL},
+    {"HEAD", "/healthz", ROUTE_FOUND, admin_health, MR_HEALTH, NULL, NULL, NULL},
+    {"FOO", "/healthz", ROUTE_BAD_METHOD, NULL, MR_HEALTH, NULL, NULL, "GET, HEAD"},
     {"HEAD", "/readyz", ROUTE_FOUND, admin_ready, MR_READY, NULL, NULL, NULL},
+    {"HEAD", "/v1/providers/openai/x", ROUTE_BAD_METHOD, NULL, MR_INTAKE, NULL, NULL, "POST"},
     {"GET", "/", ROUTE_NOT_FOUND, NULL, 0, NULL, NULL, NULL},
     {"GET", "/nope", ROUTE_NOT_FOUND, NULL, 0, NULL, NULL, NULL},
     {"GET", "/metrics/x", ROUTE_NOT_FOUND, NULL, 0, NULL, NULL, NULL},
@@ -122,7 +126,7 @@ static void test_matcher(void **state)
     char a[8];
     const size_t n = sizeof(multi) / sizeof(multi[0]);
     assert_int_equal(route_match(multi, n, "POST", "/x/1/2", &m), ROUTE_BAD_METHOD);
-    assert_string_equal(m.allow, "GET, PUT, DELETE");
+    assert_string_equal(m.allow, "GET, HEAD, PUT, DELETE");
     assert_int_equal(m.route->label, 1);
     assert_int_equal(route_match(multi, n, "GET", "/x/1/2", &m), ROUTE_FOUND);
     assert_int_equal(m.route->label, 1); /* the first entry wins */

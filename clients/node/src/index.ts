@@ -1,0 +1,22 @@
+// idemgate: a Node/TypeScript client for the idemgate gateway (Node 20+, built-in fetch only).
+//
+//   import { Client, deriveKey } from "@idemgate/client";
+//   const c = new Client({ baseUrl: "http://127.0.0.1:8080", token });
+//   const key = deriveKey({ product: "sku-123", template: 3, variant: 1 }, { prefix: "poster-" });
+//   const job = await c.wait(await c.submit("mock-images/images/generations", { prompt: "…", n: 1 }, key, { wait: 10 }));
+
+export { Client, JobHandle, ProviderResponse, outputsOf } from "./client.js";
+export type { ClientOptions, Output, RetryEvent } from "./client.js";
+export {
+  BudgetExceeded, IdemgateError, InvalidRequest, KeyReused, NotFound, OutputsUnavailable,
+  RateLimited, Rejected, Unauthorized, Unavailable, Unknown, errorFor,
+} from "./errors.js";
+export type { ErrorDetails } from "./errors.js";
+export { canonicalJson, deriveKey } from "./keys.js";
+export type { DeriveKeyOptions, Identity, IdentityValue } from "./keys.js";
+export {
+  RETRY_STATUSES, RetryPolicy, classify, isTransportError, parseRetryAfter, pollDelay,
+} from "./policy.js";
+export type { AnswerKind, RetryOptions } from "./policy.js";
+export { JOB_STATES, PATHS, PROBLEM } from "./spec.js";
+export type { Job, JobState, Problem, ProblemType, ProviderAnswer } from "./spec.js";

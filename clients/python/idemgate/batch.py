@@ -1,0 +1,495 @@
+"""idemgate-batch: run a JSONL manifest of generations through idemgate, never paying twice.
+
+    IDEMGATE_TOKEN=… idemgate-batch run manifest.jsonl [--url URL] [--concurrency 2] …
+
+Each line is a JSON object: {"body": {…}, "route": "provider/route" (or --route),
+"identity": {…}} — or, instead of "identity", the members named by --key-fields. The row's
+Idempotency-Key is derived from its route and identity (idemgate.derive_key), so the same row
+always has the same key, in this run, the next one, or another machine's.
+
+State lives in a SQLite file beside the manifest (--state). A row is written there as
+`submitting` and committed BEFORE its request leaves, then `submitted` with its job id, then
+its final state. So a run killed at any moment (kill -9 included) and started again resumes
+where it was: a row that was being submitted is submitted again with the same key (the
+gateway answers with the job it already has: nothing is created twice), a row with a job id is
+only waited for, a finished row is left alone.
+
+A row's 400/404/422 is that row's error; a 401 (the token) or a 402 (the budget, or the
+provider's account: a job failed with the provider's 401/402, or held back because the
+provider's credential is tripped) stops the whole run — every next row would fail the same way.
+
+Outputs of completed jobs are downloaded from the gateway's archive (GET
+/v1/jobs/{id}/outputs/{n}) into --out, each checked against its SHA-256, when the gateway
+archives outputs; otherwise the results name the provider's outputs as the job shows them.
+
+At the end: a summary table on stdout and a results JSONL (--results), one line per row.
+Exit status: 0 every row completed · 1 some row failed or was refused · 2 the run was stopped
+(401/402) · 3 the manifest or the options are wrong · 4 some rows are not finished yet (run
+again: they resume).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import queue
+import sqlite3
+import sys
+import threading
+import time
+
+from . import policy
+from .client import Client
+from .errors import IdemgateError, IntegrityError, OutputsUnavailable, Rejected, Unknown
+from .keys import derive_key
+
+EXIT_OK, EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, EXIT_UNFINISHED = 0, 1, 2, 3, 4
+
+# Runner states of a row. Final: completed, failed (the job's own outcome), error (refused).
+PENDING, SUBMITTING, SUBMITTED = "pending", "submitting", "submitted"
+COMPLETED, FAILED, ERROR = "completed", "failed", "error"
+FINAL = (COMPLETED, FAILED, ERROR)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rows (
+    key          TEXT PRIMARY KEY,
+    line         INTEGER NOT NULL,
+    route        TEXT NOT NULL,
+    body_sha256  TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    job_id       TEXT,
+    job_state    TEXT,
+    submits      INTEGER NOT NULL DEFAULT 0,
+    error        TEXT,
+    spend_micros INTEGER,
+    currency     TEXT,
+    outputs      TEXT,
+    note         TEXT,
+    updated_at   REAL NOT NULL
+);
+"""
+
+
+class ManifestError(Exception):
+    pass
+
+
+class Row:
+    def __init__(self, line, route, body, key):
+        self.line, self.route, self.body, self.key = line, route, body, key
+        self.body_bytes = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        self.body_sha256 = hashlib.sha256(self.body_bytes).hexdigest()
+
+
+def _field(row, name):
+    cur = row
+    for part in name.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise KeyError(name)
+        cur = cur[part]
+    return cur
+
+
+def read_manifest(path, default_route=None, key_fields=None, key_prefix=""):
+    """The manifest's rows, each with its derived key. Raises ManifestError naming the line."""
+    rows, seen = [], {}
+    with open(path, encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except ValueError as e:
+                raise ManifestError(f"{path}:{n}: not JSON: {e}") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("body"), dict):
+                raise ManifestError(f"{path}:{n}: a row is an object with a \"body\" object")
+            route = obj.get("route", default_route)
+            if not isinstance(route, str) or route.count("/") < 1:
+                raise ManifestError(f"{path}:{n}: no \"route\" (provider/route) and no --route")
+            if isinstance(obj.get("identity"), dict):
+                identity = obj["identity"]
+            elif key_fields:
+                try:
+                    identity = {k: _field(obj, k) for k in key_fields}
+                except KeyError as e:
+                    raise ManifestError(f"{path}:{n}: the row has no {e.args[0]} "
+                                        "(named by --key-fields)") from None
+            else:
+                raise ManifestError(f"{path}:{n}: no \"identity\" object and no --key-fields: "
+                                    "a key must come from what the output is, not from chance")
+            try:
+                key = derive_key({"route": route.strip("/"), "identity": identity},
+                                 prefix=key_prefix)
+            except (TypeError, ValueError) as e:
+                raise ManifestError(f"{path}:{n}: identity: {e}") from None
+            row = Row(n, route.strip("/"), obj["body"], key)
+            if key in seen:
+                first = seen[key]
+                what = "the same request" if first.body_sha256 == row.body_sha256 else \
+                    "another body (the identity misses what differs)"
+                raise ManifestError(f"{path}:{n}: same identity as line {first.line}, with {what}")
+            seen[key] = row
+            rows.append(row)
+    if not rows:
+        raise ManifestError(f"{path}: no rows")
+    return rows
+
+
+class State:
+    """The SQLite file. Every write is committed before the call returns (synchronous=FULL)."""
+
+    def __init__(self, path):
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.lock = threading.Lock()
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def load(self, rows):
+        """Adds rows not seen before as pending; returns {key: dict of the stored row}."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            for r in rows:
+                self.db.execute("INSERT OR IGNORE INTO rows (key, line, route, body_sha256, state, "
+                                "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                                (r.key, r.line, r.route, r.body_sha256, PENDING, time.time()))
+            self.db.execute("COMMIT")
+            cur = self.db.execute("SELECT * FROM rows")
+            names = [d[0] for d in cur.description]
+            return {t[0]: dict(zip(names, t)) for t in cur.fetchall()}
+
+    def update(self, key, **cols):
+        cols["updated_at"] = time.time()
+        sets = ", ".join(f"{c} = ?" for c in cols)
+        with self.lock:
+            self.db.execute(f"UPDATE rows SET {sets} WHERE key = ?", (*cols.values(), key))
+
+    def mark_submitting(self, key):
+        """Committed before the request leaves."""
+        with self.lock:
+            self.db.execute("UPDATE rows SET state = ?, submits = submits + 1, updated_at = ? "
+                            "WHERE key = ?", (SUBMITTING, time.time(), key))
+
+    def counts(self):
+        with self.lock:
+            return dict(self.db.execute("SELECT state, count(*) FROM rows GROUP BY state"))
+
+    def spend(self):
+        """{currency: settled micros} over the rows whose job reported a cost."""
+        with self.lock:
+            return dict(self.db.execute("SELECT currency, sum(spend_micros) FROM rows WHERE "
+                                        "spend_micros IS NOT NULL AND currency IS NOT NULL "
+                                        "GROUP BY currency"))
+
+    def all(self):
+        with self.lock:
+            cur = self.db.execute("SELECT * FROM rows ORDER BY line")
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, t)) for t in cur.fetchall()]
+
+
+class Runner:
+    def __init__(self, client, state, rows, out_dir, concurrency=2, wait=20, row_timeout=600,
+                 download=True, archive_timeout=120, err=sys.stderr, progress_every=1.0):
+        self.client, self.state, self.rows = client, state, rows
+        self.out_dir, self.concurrency, self.wait_s = out_dir, max(1, concurrency), wait
+        self.row_timeout, self.download, self.archive_timeout = row_timeout, download, archive_timeout
+        self.err, self.progress_every = err, progress_every
+        self.stop = threading.Event()
+        self.stop_reason = None
+        self.lock = threading.Lock()
+        self.running = 0
+        self.done_this_run = 0
+
+    # -- one row ----------------------------------------------------------------------------
+
+    def _stop_run(self, why):
+        with self.lock:
+            if self.stop_reason is None:
+                self.stop_reason = why
+        self.stop.set()
+
+    def _finish(self, row, job):
+        """Records a terminal job: its state, spend, and (completed) its outputs."""
+        spend = job.spend
+        cols = {"state": COMPLETED if job.ok else FAILED, "job_id": job.id, "job_state": job.state,
+                "spend_micros": spend[0] if spend else None,
+                "currency": spend[1] if spend else None}
+        if not job.ok:
+            cols["error"] = job.get("last_error") or \
+                f"provider status {(job.get('result') or {}).get('status')}"
+        else:
+            cols["outputs"], cols["note"] = self._outputs(row, job)
+        self.state.update(row.key, **cols)
+        if policy.must_stop_run(job=job.data):
+            status = (job.get("result") or {}).get("status")
+            self._stop_run(f"line {row.line}: job {job.id} "
+                           + (f"was refused by the provider's account ({status})" if status in (401, 402)
+                              else f"is held back: {(job.get('blocked') or {}).get('reason')}"))
+
+    def _outputs(self, row, job):
+        """(outputs JSON, note) of a completed job: downloaded and checked when archived."""
+        if not self.download:
+            return None, "download off"
+        deadline = time.monotonic() + self.archive_timeout
+        polls = 0
+        while True:
+            archive = job.get("archive")
+            if not isinstance(archive, list):
+                urls = [d.get("url") for d in ((job.get("result") or {}).get("body") or {}).get("data", [])
+                        if isinstance(d, dict) and d.get("url")] \
+                    if isinstance((job.get("result") or {}).get("body"), dict) else []
+                return json.dumps([{"index": i, "url": u} for i, u in enumerate(urls)]), \
+                    "no archive on this gateway: provider URLs only, not downloaded"
+            if not any(o.get("state") == "pending" for o in archive) and archive:
+                break
+            if time.monotonic() > deadline or self.stop.is_set():
+                return None, "outputs not archived yet (pending): run again to download them"
+            time.sleep(policy.poll_delay(polls, "accepted"))
+            polls += 1
+            job = self.client.get(job.id)
+        dest = os.path.join(self.out_dir, f"{row.line:06d}-{row.key[:24]}")
+        try:
+            got = self.client.outputs(job, dest)
+        except OutputsUnavailable as e:
+            return None, f"outputs: {e}"
+        except IntegrityError as e:
+            return None, f"outputs: {e}"
+        return json.dumps([o.as_dict() for o in got]), None
+
+    def _wait(self, row, job):
+        """Waits for the job in slices, so that a stopped run lets go at once."""
+        deadline = time.monotonic() + self.row_timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self.client.wait(job, timeout=max(0.0, min(5.0, left)))
+            except Unknown as e:
+                self.state.update(row.key, job_state=e.state)
+                if e.job is not None and policy.must_stop_run(job=e.job.data):
+                    self._stop_run(f"line {row.line}: job {e.job_id} is held back: "
+                                   f"{(e.job.get('blocked') or {}).get('reason')}")
+                if left <= 5.0 or self.stop.is_set():
+                    raise
+                job = e.job
+                job.submission = None  # waited once with Prefer: wait; now by reads
+
+    def run_row(self, row, stored):
+        try:
+            if stored["job_id"]:
+                job = self.client.get(stored["job_id"])
+            else:
+                if self.stop.is_set():
+                    return
+                self.state.mark_submitting(row.key)      # committed BEFORE the request leaves
+                job = self.client.submit(row.route, row.body_bytes, row.key, wait=self.wait_s)
+                self.state.update(row.key, state=SUBMITTED, job_id=job.id, job_state=job.state,
+                                  note="replayed" if job.replayed else None)
+            job = self._wait(row, job)
+            self._finish(row, job)
+        except Unknown as e:
+            self.state.update(row.key, note=f"not finished: job {e.job_id} is {e.state}; run again "
+                                            "to resume")
+        except IdemgateError as e:
+            if policy.must_stop_run(exc=e):
+                self._stop_run(f"line {row.line}: {e}")
+                # Refused at intake (token, budget): nothing was recorded for this key.
+                self.state.update(row.key, state=PENDING if not stored["job_id"] else SUBMITTED,
+                                  note=f"stopped: {e}")
+            elif isinstance(e, Rejected):
+                self.state.update(row.key, state=ERROR, error=str(e))
+            else:  # Unavailable, RateLimited: nothing decided; the next run sends the same key
+                self.state.update(row.key, note=f"gave up for now: {e}")
+        finally:
+            with self.lock:
+                self.done_this_run += 1
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def counts(self):
+        return self.state.counts()
+
+    def spend(self):
+        return self.state.spend()
+
+    def progress_line(self, started, todo):
+        c = self.counts()
+        total = len(self.rows)
+        final = sum(c.get(s, 0) for s in FINAL)
+        elapsed = max(time.monotonic() - started, 1e-6)
+        rate = self.done_this_run / elapsed
+        left = todo - self.done_this_run
+        eta = f"{_hms(left / rate)}" if rate > 0 and left > 0 else ("0:00:00" if left <= 0 else "?")
+        width = 20
+        filled = int(width * final / total) if total else width
+        states = " ".join(f"{s} {c[s]}" for s in (PENDING, SUBMITTING, SUBMITTED, COMPLETED,
+                                                   FAILED, ERROR) if c.get(s))
+        spend = self.spend()
+        money = " · spend " + ", ".join(f"{_money(v)} {k}" for k, v in sorted(spend.items())) \
+            if spend else ""
+        return (f"[{'#' * filled}{'.' * (width - filled)}] {final}/{total} "
+                f"· {rate:.2f} rows/s · ETA {eta} · {states}{money}")
+
+    def run(self):
+        stored = self.state.load(self.rows)
+        todo = []
+        for r in self.rows:
+            s = stored[r.key]
+            if s["body_sha256"] != r.body_sha256 and s["state"] != ERROR:
+                self.state.update(r.key, state=ERROR,
+                                  error="the row's body changed since an earlier run but its "
+                                        "identity did not (the gateway would answer 422): "
+                                        "give the new output a new identity")
+                continue
+            if s["state"] not in FINAL:
+                todo.append((r, s))
+        started = time.monotonic()
+        work = queue.Queue()
+        for t in todo:
+            work.put(t)
+
+        def worker():
+            while not self.stop.is_set():
+                try:
+                    r, s = work.get_nowait()
+                except queue.Empty:
+                    return
+                self.run_row(r, s)
+
+        threads = [threading.Thread(target=worker, daemon=True)
+                   for _ in range(min(self.concurrency, max(1, len(todo))))]
+        for t in threads:
+            t.start()
+        last = ""
+        tty = self.err.isatty() if hasattr(self.err, "isatty") else False
+        while True:
+            alive = [t for t in threads if t.is_alive()]
+            if not alive:
+                break
+            alive[0].join(timeout=self.progress_every)
+            line = self.progress_line(started, len(todo))
+            if line != last:
+                print(("\r" if tty else "") + line, end="" if tty else "\n", file=self.err,
+                      flush=True)
+                last = line
+        line = self.progress_line(started, len(todo))
+        if line != last:
+            print(("\r" if tty else "") + line, file=self.err, flush=True)
+        elif tty:
+            print(file=self.err, flush=True)  # end the line the bar was redrawn on
+        return time.monotonic() - started
+
+    def results(self, path):
+        """Writes the results JSONL (atomically) and returns the rows."""
+        rows = self.state.all()
+        by_key = {r["key"]: r for r in rows}
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in self.rows:
+                r = by_key[row.key]
+                out = {"line": row.line, "key": row.key, "route": row.route, "state": r["state"],
+                       "job_id": r["job_id"], "job_state": r["job_state"], "submits": r["submits"]}
+                if r["error"]:
+                    out["error"] = r["error"]
+                if r["note"]:
+                    out["note"] = r["note"]
+                if r["outputs"]:
+                    out["outputs"] = json.loads(r["outputs"])
+                if r["spend_micros"] is not None:
+                    out["spend"] = {"micros": r["spend_micros"], "currency": r["currency"]}
+                f.write(json.dumps(out, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return [by_key[row.key] for row in self.rows]
+
+
+def _hms(seconds):
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _money(micros):
+    return f"{micros / 1_000_000:.6f}".rstrip("0").rstrip(".")
+
+
+def summary_table(rows, stop_reason, elapsed, spend, results_path):
+    counts = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    lines = [f"{'state':<12}{'rows':>8}"]
+    for s in (COMPLETED, FAILED, ERROR, SUBMITTED, SUBMITTING, PENDING):
+        if counts.get(s):
+            label = {SUBMITTED: "unfinished", SUBMITTING: "in doubt", PENDING: "not sent"}.get(s, s)
+            lines.append(f"{label:<12}{counts[s]:>8}")
+    lines.append(f"{'total':<12}{len(rows):>8}")
+    for cur, v in sorted(spend.items()):
+        lines.append(f"{'spend':<12}{_money(v):>8} {cur}")
+    lines.append(f"{'elapsed':<12}{_hms(elapsed):>8}")
+    lines.append(f"results     {results_path}")
+    if stop_reason:
+        lines.append(f"STOPPED: {stop_reason}")
+    return "\n".join(lines)
+
+
+def exit_code(rows, stopped):
+    if stopped:
+        return EXIT_STOPPED
+    states = {r["state"] for r in rows}
+    if states & {FAILED, ERROR}:
+        return EXIT_FAILED
+    if states - {COMPLETED}:
+        return EXIT_UNFINISHED
+    return EXIT_OK
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="idemgate-batch",
+                                 description="Run a JSONL manifest through idemgate, resumably.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="submit every row, wait, download, summarise")
+    r.add_argument("manifest")
+    r.add_argument("--url", default=os.environ.get("IDEMGATE_URL", "http://127.0.0.1:8080"))
+    r.add_argument("--route", help="provider/route for rows without a \"route\"")
+    r.add_argument("--key-fields", help="comma-separated row members (dotted: body.prompt) that "
+                                        "form the identity of rows without an \"identity\"")
+    r.add_argument("--key-prefix", default="", help="readable prefix of every key")
+    r.add_argument("--state", help="SQLite state file (default: MANIFEST.state.sqlite)")
+    r.add_argument("--results", help="results JSONL (default: MANIFEST.results.jsonl)")
+    r.add_argument("--out", help="folder for downloaded outputs (default: MANIFEST.outputs/)")
+    r.add_argument("--no-download", action="store_true", help="do not download outputs")
+    r.add_argument("--concurrency", type=int, default=2, help="rows in flight (default 2)")
+    r.add_argument("--wait", type=int, default=20, help="Prefer: wait=N on each submit")
+    r.add_argument("--row-timeout", type=float, default=600,
+                   help="seconds to wait for one job before leaving it for the next run")
+    r.add_argument("--archive-timeout", type=float, default=120,
+                   help="seconds to wait for a completed job's outputs to be archived")
+    r.add_argument("--retries", type=int, default=6, help="attempts per request (same key)")
+    a = ap.parse_args(argv)
+
+    token = os.environ.get("IDEMGATE_TOKEN")
+    if not token:
+        print("idemgate-batch: IDEMGATE_TOKEN is not set (the token is never read from the "
+              "command line)", file=sys.stderr)
+        return EXIT_USAGE
+    fields = [f.strip() for f in a.key_fields.split(",") if f.strip()] if a.key_fields else None
+    try:
+        rows = read_manifest(a.manifest, a.route, fields, a.key_prefix)
+    except (ManifestError, OSError) as e:
+        print(f"idemgate-batch: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    state = State(a.state or a.manifest + ".state.sqlite")
+    client = Client(a.url, token, retry=policy.RetryPolicy(max_attempts=max(1, a.retries)),
+                    log=lambda m: print(f"idemgate-batch: {m}", file=sys.stderr, flush=True))
+    runner = Runner(client, state, rows, a.out or a.manifest + ".outputs",
+                    concurrency=a.concurrency, wait=a.wait, row_timeout=a.row_timeout,
+                    download=not a.no_download, archive_timeout=a.archive_timeout)
+    elapsed = runner.run()
+    results_path = a.results or a.manifest + ".results.jsonl"
+    final = runner.results(results_path)
+    print(summary_table(final, runner.stop_reason, elapsed, runner.spend(), results_path))
+    return exit_code(final, runner.stop.is_set())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The Node/TypeScript client (clients/node, issue 15 §3 and §5): its types are generated from
+docs/openapi.yaml and checked against it, and its tests — Node's own runner, `node --test` — run
+against the real gateway and the counting mock started here.
+
+The npm packages it needs to build (typescript, openapi-typescript, @types/node) are pinned by
+clients/node/package-lock.json and installed by scripts/npm-tools.sh; the client itself has no
+runtime dependency (Node 20's fetch)."""
+
+import os
+import re
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import GATEWAY_BIN, ROOT, provider, tenant_token
+from test_async import SECRETS, entry
+
+NODE_DIR = os.path.join(ROOT, "clients", "node")
+SPEC = os.path.join(ROOT, "docs", "openapi.yaml")
+BIN = os.path.join(NODE_DIR, "node_modules", ".bin")
+
+
+@pytest.fixture(scope="module")
+def built():
+    """Installs the pinned dev dependencies and compiles the client into clients/node/dist."""
+    subprocess.run([os.path.join(ROOT, "scripts", "npm-tools.sh"), NODE_DIR], check=True, timeout=900)
+    r = subprocess.run([os.path.join(BIN, "tsc"), "-p", "tsconfig.json"], cwd=NODE_DIR,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return NODE_DIR
+
+
+def node_test(files, env=None, timeout=600):
+    """Runs `node --test` over files (one at a time) and returns its summary counts; fails on any
+    failed, cancelled or skipped test, or on none at all."""
+    r = subprocess.run(["node", "--test", "--test-reporter=tap", *files],
+                       cwd=NODE_DIR, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **(env or {})))
+    out = r.stdout + r.stderr
+    counts = {k: int(v) for k, v in re.findall(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$",
+                                               r.stdout, re.M)}
+    assert r.returncode == 0, out[-6000:]
+    assert counts.get("tests", 0) > 0 and counts["pass"] == counts["tests"], (counts, out[-4000:])
+    assert counts["skipped"] == 0 and counts["todo"] == 0, (counts, out[-4000:])
+    return counts
+
+
+# --- the spec as the contract (issue 15 §5) ----------------------------------------------------
+
+def check_generated(spec, generated=None):
+    args = ["node", os.path.join(NODE_DIR, "scripts", "check-generated.mjs"), spec]
+    if generated:
+        args.append(generated)
+    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+
+def test_the_clients_types_are_the_specs(built):
+    """The committed src/generated/openapi.ts is exactly what openapi-typescript makes of the
+    spec, and the whole client type-checks against it (tsc --noEmit)."""
+    r = check_generated(SPEC)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([os.path.join(BIN, "tsc"), "-p", "tsconfig.json", "--noEmit"], cwd=NODE_DIR,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("change, what", [
+    # A member of Job the client reads is renamed.
+    (("        terminal: {type: boolean,", "        finished: {type: boolean,"), "terminal"),
+    # A problem type the client tells apart is renamed.
+    (("problem:idempotency-key-reused", "problem:key-reused"), "idempotency-key-reused"),
+    # A response header the client reads is renamed.
+    (("X-Idemgate-Job-Id", "X-Idemgate-Job"), "X-Idemgate-Job-Id"),
+])
+def test_a_spec_change_that_forgets_the_client_fails(built, tmp_path, change, what):
+    """The checks above can fail: a spec changed without the client fails the generated-file
+    check, and once the types are regenerated the client no longer type-checks."""
+    old, new = change
+    with open(SPEC) as f:
+        text = f.read()
+    assert text.count(old) >= 1, old
+    spec = tmp_path / "openapi.yaml"
+    spec.write_text(text.replace(old, new))
+    r = check_generated(str(spec))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "is not generated from" in r.stderr, r.stderr
+
+    copy = tmp_path / "client"
+    shutil.copytree(os.path.join(NODE_DIR, "src"), copy / "src")
+    shutil.copy(os.path.join(NODE_DIR, "tsconfig.json"), copy / "tsconfig.json")
+    os.symlink(os.path.join(NODE_DIR, "node_modules"), copy / "node_modules")
+    subprocess.run([os.path.join(BIN, "openapi-typescript"), str(spec), "-o",
+                    str(copy / "src" / "generated" / "openapi.ts")],
+                   check=True, capture_output=True, timeout=300)
+    r = subprocess.run([os.path.join(BIN, "tsc"), "-p", "tsconfig.json", "--noEmit"], cwd=copy,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0, "the client still type-checks against a spec it does not fit"
+    assert what in r.stdout, r.stdout
+
+
+# --- the client's rules, and the client against the gateway ------------------------------------
+
+def test_node_client_unit(built):
+    node_test(["test/unit.test.mjs"])
+
+
+def set_limits(database_url, name, *args):
+    subprocess.check_call([GATEWAY_BIN, "tenant", "limits", name, *args],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+
+
+def start_gateway(gateway_factory, mock, database_url, **settings):
+    e, async_route = entry("replicate", mock)
+    gw = gateway_factory(
+        providers=[provider("mock-images", mock.url, client_ref={"header": "X-Client-Ref"}), e],
+        env=dict(SECRETS, DATABASE_URL=database_url + "&options=-c%20lock_timeout%3D200"),
+        **settings)
+    return gw, async_route
+
+
+def client_env(gw, mock, token, database_url, async_route, **extra):
+    return dict({"IDEMGATE_URL": f"http://127.0.0.1:{gw.port}", "IDEMGATE_TOKEN": token,
+                 "IDEMGATE_MOCK_URL": mock.url, "DATABASE_URL": database_url,
+                 "IDEMGATE_SYNC_ROUTE": "mock-images/images/generations",
+                 "IDEMGATE_ASYNC_ROUTE": async_route}, **extra)
+
+
+def test_node_client_against_the_gateway(built, gateway_factory, mock, token, database_url):
+    """submit+wait → the provider's body; the same key twice → one create; 422 → KeyReused,
+    not retried; 503 (store busy under a held lock) → retried after Retry-After with the same
+    key; 429 → RateLimited without retries, accepted after Retry-After with them; Unknown with
+    the job id; Unauthorized; an async job's outputs; cancel (test/gateway.test.mjs)."""
+    limited = "node-rl-" + uuid.uuid4().hex[:10]
+    limited_token = tenant_token(database_url, limited)
+    set_limits(database_url, limited, "--rps", "1", "--burst", "1")  # read when the gateway starts
+    gw, async_route = start_gateway(gateway_factory, mock, database_url)
+    node_test(["test/gateway.test.mjs"],
+              client_env(gw, mock, token, database_url, async_route,
+                         IDEMGATE_LIMITED_TOKEN=limited_token))
+
+
+def test_node_client_cancel_before_sending(built, gateway_factory, mock, token, database_url):
+    gw, async_route = start_gateway(gateway_factory, mock, database_url, dispatch_workers=0)
+    node_test(["test/cancel-idle.test.mjs"], client_env(gw, mock, token, database_url, async_route))
+
+
+def readme_block(name):
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    m = re.search(r"<!-- tested: " + re.escape(name) + r" -->\n```js\n(.*?)```", text, re.S)
+    assert m, f"README.md has no '<!-- tested: {name} -->' js block"
+    return m.group(1)
+
+
+def test_readme_node_example_runs_as_written(built, gateway_factory, mock, token, database_url,
+                                             tmp_path):
+    """The README's example, as written, installed as an application would have the package;
+    run twice, it is the same job (the derived key) and one create at the provider."""
+    gw, _ = start_gateway(gateway_factory, mock, database_url)
+    app = tmp_path / "app"
+    (app / "node_modules" / "@idemgate").mkdir(parents=True)
+    os.symlink(NODE_DIR, app / "node_modules" / "@idemgate" / "client")
+    (app / "example.mjs").write_text(readme_block("node-client"))
+    env = dict(os.environ, IDEMGATE_URL=f"http://127.0.0.1:{gw.port}", IDEMGATE_TOKEN=token)
+    outs = []
+    for _ in range(2):
+        r = subprocess.run(["node", "example.mjs"], cwd=app, env=env, capture_output=True,
+                           text=True, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        outs.append(r.stdout.split())
+    assert outs[0] == outs[1], outs
+    job_id, state, url = outs[0]
+    assert job_id.startswith("job_") and state == "completed" and url.startswith("http"), outs
+    assert len(mock.creates_for(job_id)) == 1
