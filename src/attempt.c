@@ -347,9 +347,15 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     f.ambiguous = d.ambiguous;
     f.started_at = t0;
     f.finished_at = t1;
+    /* What the provider charges for what it delivered (a partial result: its outputs only). */
+    if (d.next == ST_COMPLETED && p->pricing.present)
+        f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
+                                         c->outputs_requested, rs.received, rs.usage);
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     CRASH_POINT("after_result_commit");
+    if (e == STORE_OK && applied && f.cost_micros >= 0)
+        metrics_spend(p->name, p->pricing.currency, f.cost_micros);
     report(c, e, applied, outcome, &d, res, (t1 - t0) * 1000);
     if (applied && d.trip_credential)
         trip(db, c, res->http_status);

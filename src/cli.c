@@ -3,7 +3,9 @@
 #include "idemgate/crypto.h"
 #include "idemgate/jobview.h"
 #include "idemgate/migrate.h"
+#include "idemgate/pricing.h"
 #include "idemgate/store.h"
+#include "idemgate/usage.h"
 #include "idemgate/wake.h"
 
 #include <stdio.h>
@@ -75,15 +77,140 @@ static int tenant_limits(struct db *db, int argc, char **argv)
     return e == STORE_OK ? 0 : 1;
 }
 
+static const char *opt(int argc, char **argv, const char *name);
+
+/* A limit option: absent or "none" → -1 (no limit); else an amount (micro-units) or a count. */
+static int limit_opt(int argc, char **argv, const char *name, int amount, long long *out)
+{
+    const char *v = opt(argc, argv, name);
+    *out = -1;
+    if (!v || strcmp(v, "none") == 0)
+        return 0;
+    if (amount)
+        return price_parse_amount(v, out);
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < 0 || n > 1000000)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+/* idemgate tenant budget NAME [--currency C] [--day AMOUNT] [--month AMOUNT] [--in-flight N]
+ * | --clear */
+static int tenant_budget(struct db *db, int argc, char **argv)
+{
+    const char *name = argv[1];
+    long long day, month, inflight;
+    const char *currency = opt(argc, argv, "--currency");
+    if (argc == 3 && strcmp(argv[2], "--clear") == 0) {
+        int e = store_budget_clear(db, name);
+        if (e == STORE_ENOTFOUND)
+            fprintf(stderr, "idemgate: tenant %s has no budget\n", name);
+        else if (e == 0)
+            printf("budget of %s cleared\n", name);
+        return e == 0 ? 0 : 1;
+    }
+    if (limit_opt(argc, argv, "--day", 1, &day) < 0 ||
+        limit_opt(argc, argv, "--month", 1, &month) < 0 ||
+        limit_opt(argc, argv, "--in-flight", 0, &inflight) < 0 ||
+        (currency && (strlen(currency) != 3 ||
+                      strspn(currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != 3))) {
+        fprintf(stderr, "idemgate: --day and --month are amounts (12.50) or none, --in-flight a "
+                        "count or none, --currency an ISO 4217 code (USD)\n");
+        return 2;
+    }
+    int e = store_budget_set(db, name, currency ? currency : "USD", day, month, (int)inflight);
+    if (e == STORE_ENOTFOUND) {
+        fprintf(stderr, "idemgate: no tenant named %s\n", name);
+        return 1;
+    }
+    if (e < 0) {
+        fprintf(stderr, "idemgate: cannot set the budget of %s\n", name);
+        return 1;
+    }
+    char d[32], m[32], n[32];
+    snprintf(n, sizeof(n), "%lld", inflight);
+    printf("budget of %s: %s %s a day, %s a month, %s in flight\n", name,
+           currency ? currency : "USD", day >= 0 ? price_format(day, d, sizeof(d)) : "no limit",
+           month >= 0 ? price_format(month, m, sizeof(m)) : "no limit",
+           inflight >= 0 ? n : "any");
+    return 0;
+}
+
+int cli_usage(const struct cfg *cfg, int argc, char **argv)
+{
+    struct usage_query q;
+    char err[128];
+    if (argc > 0 && strcmp(argv[0], "--help") == 0) {
+        printf("usage: idemgate usage [--tenant NAME] [--from DATE] [--to DATE] "
+               "[--group-by provider|route|day]\n"
+               "  prints GET /v1/usage's document for every tenant (or one): the settled cost of\n"
+               "  completed jobs that finished in [from, to) (default: this UTC month), and the\n"
+               "  budgets\n");
+        return 0;
+    }
+    if (usage_query_parse(opt(argc, argv, "--from"), opt(argc, argv, "--to"),
+                          opt(argc, argv, "--group-by"), &q, err, sizeof(err)) < 0) {
+        fprintf(stderr, "idemgate: %s\n", err);
+        return 2;
+    }
+    struct db *db = open_or_complain(cfg);
+    if (!db)
+        return 1;
+    cJSON *doc = usage_doc_new(&q);
+    int e = doc ? store_usage(db, NULL, opt(argc, argv, "--tenant"), q.from, q.to,
+                              usage_group_name(q.group), usage_add, doc)
+                : STORE_EINTERNAL;
+    char *text = e == 0 ? cJSON_Print(doc) : NULL;
+    if (text)
+        printf("%s\n", text);
+    else
+        fprintf(stderr, "idemgate: cannot read the usage\n");
+    free(text);
+    cJSON_Delete(doc);
+    store_db_close(db);
+    return text ? 0 : 1;
+}
+
+static void print_line(const char *s, void *arg)
+{
+    (void)arg;
+    printf("%s\n", s);
+}
+
+int cli_unreferenced(const struct cfg *cfg, int argc, char **argv)
+{
+    if (argc < 1 || strcmp(argv[0], "--help") == 0) {
+        printf("usage: idemgate unreferenced SHA256...\n"
+               "  prints each of the given archived objects (lowercase hex SHA-256) that no\n"
+               "  remaining job's outputs reference: the archive may delete them\n");
+        return argc < 1 ? 2 : 0;
+    }
+    struct db *db = open_or_complain(cfg);
+    if (!db)
+        return 1;
+    int e = store_unreferenced_sha256(db, (const char *const *)argv, (size_t)argc, print_line,
+                                      NULL);
+    if (e < 0)
+        fprintf(stderr, "idemgate: give lowercase hex SHA-256 digests\n");
+    store_db_close(db);
+    return e < 0 ? 1 : 0;
+}
+
 int cli_tenant(const struct cfg *cfg, int argc, char **argv)
 {
     if (argc < 1 || strcmp(argv[0], "--help") == 0) {
         printf("usage: idemgate tenant add NAME | list | revoke NAME | limits NAME [--rps N] "
                "[--burst N] [--waits N]\n"
+               "       idemgate tenant budget NAME [--currency USD] [--day AMOUNT|none] "
+               "[--month AMOUNT|none] [--in-flight N|none] | --clear\n"
                "  add     creates a tenant and prints its bearer token once (only its SHA-256 is "
                "stored)\n"
                "  list    lists tenants\n"
                "  revoke  revokes a tenant's token at once\n"
+               "  budget  sets (or clears) a tenant's limits: amounts per UTC day and month in\n"
+               "          currency units (12.50), and the most jobs in flight at once\n"
                "  limits  sets a tenant's requests per second, burst and `Prefer: wait` "
                "connections per replica (0: none; left out or \"default\": the configuration's)\n");
         return argc < 1 ? 2 : 0;
@@ -113,6 +240,8 @@ int cli_tenant(const struct cfg *cfg, int argc, char **argv)
         explicit_bzero(token, sizeof(token));
     } else if (strcmp(argv[0], "list") == 0 && argc == 1) {
         rc = store_tenant_list(db, print_tenant, NULL) == 0 ? 0 : 1;
+    } else if (strcmp(argv[0], "budget") == 0 && argc >= 2) {
+        rc = tenant_budget(db, argc, argv);
     } else if (strcmp(argv[0], "limits") == 0 && argc >= 2) {
         rc = tenant_limits(db, argc, argv);
     } else if (strcmp(argv[0], "revoke") == 0 && argc == 2) {

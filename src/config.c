@@ -42,6 +42,13 @@ static const struct cfg_setting settings[] = {
      "most intents recorded by one group commit"},
     {"intake_writers", "IDEMGATE_INTAKE_WRITERS", T_INT, OFF(intake_writers), "2", 1, 64,
      "threads (each with one database connection) that record intents in group commits"},
+    {"janitor_batch", "IDEMGATE_JANITOR_BATCH", T_INT, OFF(janitor_batch), "500", 1, 100000,
+     "most rows of each kind (expired jobs, webhook records, parked hints) one janitor statement "
+     "deletes"},
+    {"janitor_interval_ms", "IDEMGATE_JANITOR_INTERVAL_MS", T_INT, OFF(janitor_interval_ms),
+     "60000", 0, 86400000,
+     "how often expired jobs (after job_ttl_hours; their keys become free), their attempts, "
+     "webhook records and parked hints are deleted (0: never, in this replica)"},
     {"job_cache_entries", "IDEMGATE_JOB_CACHE_ENTRIES", T_INT, OFF(job_cache_entries), "8192", 0,
      10000000, "terminal jobs kept in memory for replays and reads (0: no cache)"},
     {"job_cache_ttl_ms", "IDEMGATE_JOB_CACHE_TTL_MS", T_INT, OFF(job_cache_ttl_ms), "5000", 1,

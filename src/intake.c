@@ -284,7 +284,11 @@ static enum step_result step_record(struct intake *in)
                                              .reconcile_strategy =
                                                  prof_reconcile_name(p->reconcile),
                                              .outputs_requested = in->body.requested,
-                                             .profile_id = p->profile_id};
+                                             .profile_id = p->profile_id,
+                                             .reserve_micros = price_estimate_raw(
+                                                 &p->pricing, in->body.sent, in->body.sent_len,
+                                                 in->body.requested),
+                                             .currency = p->pricing.currency};
     in->rec.done = intake_recorded;
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
@@ -308,6 +312,10 @@ static enum step_result step_recorded(struct intake *in)
     }
     if (si->err == STORE_EAUTH) {
         reply_unauthorized(in->r);
+        return STEP_ANSWERED;
+    }
+    if (si->err == STORE_EOVERDAY || si->err == STORE_EOVERMONTH || si->err == STORE_EINFLIGHT) {
+        reply_budget_refused(in->r, si->err, si->q.reserve_micros, si->q.currency);
         return STEP_ANSWERED;
     }
     if (si->err < 0) {

@@ -84,6 +84,17 @@ char *jobview_json(const struct store_job *j)
                                         ? j->outputs_requested - j->outputs_received
                                         : 0);
     }
+    if (j->currency) {
+        cJSON *cost = cJSON_AddObjectToObject(o, "cost");
+        cJSON_AddStringToObject(cost, "currency", j->currency);
+        cJSON_AddNumberToObject(cost, "estimate_micros", (double)j->reserved_micros);
+        if (j->cost_micros >= 0)
+            cJSON_AddNumberToObject(cost, "micros", (double)j->cost_micros);
+        else
+            cJSON_AddNullToObject(cost, "micros");
+    } else {
+        cJSON_AddNullToObject(o, "cost");
+    }
     if (j->usage)
         cJSON_AddItemToObject(o, "usage", cJSON_CreateRaw(j->usage));
     else

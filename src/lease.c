@@ -148,6 +148,7 @@ static const struct db_stmt finish = {
     "  ambiguous_at = CASE WHEN $25::boolean OR ($17 = 'create' AND $4 = 'unknown') "
     "   THEN now() ELSE ambiguous_at END, "
     "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
+    "  cost_micros = coalesce($26::bigint, cost_micros), "
     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
     "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
@@ -163,7 +164,7 @@ static const struct db_stmt finish = {
                         "finished_at", "outcome", "curl_code", "bytes_sent", "retry_delay_ms",
                         "from", "kind", "outputs_received", "outputs_requested", "usage",
                         "poll_url", "poll_deadline_ms", "provider_status", "outputs",
-                        "may_have_created"),
+                        "may_have_created", "cost_micros"),
     /* A create's outcome (dispatch, or a resend under the reconciler's lease). */
     .moves = DB_MOVES({ST_SENDING, ST_PREPARED}, {ST_SENDING, ST_ACCEPTED},
                       {ST_SENDING, ST_UNKNOWN}, {ST_SENDING, ST_COMPLETED},
@@ -416,6 +417,7 @@ void store_finish_init(struct store_finish *f, const struct store_claim *c, cons
                                .state = from,
                                .outputs_received = -1,
                                .outputs_requested = -1,
+                               .cost_micros = -1,
                                .started_at = now,
                                .finished_at = now};
 }
@@ -510,6 +512,7 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
         p_text("provider_status", f->provider_status),
         p_text("outputs", f->outputs_json),
         p_bool("may_have_created", f->ambiguous),
+        f->cost_micros >= 0 ? p_int("cost_micros", f->cost_micros) : p_null("cost_micros"),
     };
     PGresult *r;
     int lost = 0;

@@ -39,7 +39,10 @@ static void usage(FILE *out)
             "  migrate          apply database migrations and exit\n"
             "  check-config     validate the configuration and exit (0 ok, 1 invalid)\n"
             "  config-reference print every setting with its environment variable\n"
-            "  tenant add NAME | list | revoke NAME\n"
+            "  tenant add NAME | list | revoke NAME | budget NAME [--day A] [--month A] "
+            "[--in-flight N]\n"
+            "  usage [--tenant NAME] [--from D] [--to D] [--group-by provider|route|day]\n"
+            "  unreferenced SHA256...  archived objects no remaining job references\n"
             "  jobs list [--state S] | show ID | resolve ID found|absent|abandon\n"
             "\n"
             "The configuration file may also be named by IDEMGATE_CONFIG; every setting can be\n"
@@ -224,6 +227,10 @@ int main(int argc, char **argv)
         rc = cli_tenant(cfg, argc - i, argv + i);
     else if (strcmp(cmd, "jobs") == 0)
         rc = cli_jobs(cfg, argc - i, argv + i);
+    else if (strcmp(cmd, "usage") == 0)
+        rc = cli_usage(cfg, argc - i, argv + i);
+    else if (strcmp(cmd, "unreferenced") == 0)
+        rc = cli_unreferenced(cfg, argc - i, argv + i);
     else {
         usage(stderr);
         rc = 2;

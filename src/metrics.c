@@ -2,6 +2,7 @@
 
 #include "idemgate/classify.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,7 @@
 
 static const char *const route_names[MR__COUNT] = {
     "intake", "job_get", "job_list", "resolve", "regenerate", "cancel",
-    "webhook", "admin", "healthz", "readyz", "metrics", "other",
+    "webhook", "admin", "healthz", "readyz", "metrics", "other", "usage",
 };
 
 static const char *const safety_names[MS__COUNT][2] = {
@@ -39,6 +40,43 @@ static atomic_ulong unknown_sum_ms;
 static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
+
+/* Spend by (provider, currency): labels are configured names, registered on first use. */
+#define N_SPEND 64
+static struct {
+    const char *provider, *currency;
+    atomic_ullong micros;
+    atomic_ulong jobs;
+} spend[N_SPEND + 1];
+static atomic_int n_spend;
+static pthread_mutex_t spend_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void metrics_spend(const char *provider, const char *currency, long long micros)
+{
+    if (!provider || !currency || micros < 0)
+        return;
+    int n = atomic_load(&n_spend), i = 0;
+    while (i < n && (strcmp(spend[i].provider, provider) || strcmp(spend[i].currency, currency)))
+        i++;
+    if (i == n) {
+        pthread_mutex_lock(&spend_mu);
+        n = atomic_load(&n_spend);
+        while (i < n && (strcmp(spend[i].provider, provider) || strcmp(spend[i].currency, currency)))
+            i++;
+        if (i == n && n < N_SPEND) {
+            spend[n].provider = provider;
+            spend[n].currency = currency;
+            atomic_store(&n_spend, n + 1);
+        } else if (i == n) {
+            i = N_SPEND; /* "other" */
+            spend[i].provider = "other";
+            spend[i].currency = "other";
+        }
+        pthread_mutex_unlock(&spend_mu);
+    }
+    atomic_fetch_add(&spend[i].micros, (unsigned long long)micros);
+    atomic_fetch_add(&spend[i].jobs, 1);
+}
 
 static const double unknown_buckets[] = {1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 21600,
                                          43200, 86400, 172800, 604800};
@@ -191,6 +229,22 @@ char *metrics_render(const char *extra)
         "idemgate_intake_born_claimed_total %lu\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed));
+    put(&b, "# HELP idemgate_spend_micros_total Cost settled for completed operations, in "
+            "micro-units of the currency, by provider (this replica).\n"
+            "# TYPE idemgate_spend_micros_total counter\n"
+            "# HELP idemgate_settled_operations_total Completed operations whose cost was "
+            "settled, by provider (this replica).\n"
+            "# TYPE idemgate_settled_operations_total counter\n");
+    int ns = atomic_load(&n_spend);
+    for (int i = 0; i <= N_SPEND; i++) {
+        if (i >= ns && (i < N_SPEND || !spend[i].provider))
+            continue;
+        put(&b,
+            "idemgate_spend_micros_total{provider=\"%s\",currency=\"%s\"} %llu\n"
+            "idemgate_settled_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n",
+            spend[i].provider, spend[i].currency, atomic_load(&spend[i].micros),
+            spend[i].provider, spend[i].currency, atomic_load(&spend[i].jobs));
+    }
     if (extra)
         put(&b, "%s", extra);
     return b.p;

@@ -161,7 +161,7 @@ int poller_outputs(const struct cfg_provider *p, const cJSON *doc, const char *r
 static void write_poll(struct db *db, const struct store_claim *c, enum op_state next,
                        long delay_ms, const char *status, const char *error,
                        const struct up_response *res, int outputs, const char *outputs_json,
-                       double t0)
+                       double t0, const struct cfg_provider *p)
 {
     int final = next != ST_ACCEPTED;
     struct store_finish f;
@@ -175,8 +175,14 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
     f.provider_status = status;
     f.outputs_json = outputs_json;
     f.started_at = t0;
+    /* Completed: what the provider charges for the outputs it delivered. */
+    if (next == ST_COMPLETED && p && p->pricing.present)
+        f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
+                                         c->outputs_requested, outputs, NULL);
     int applied = 0;
     int e = store_finish(db, &f, &applied);
+    if (e == STORE_OK && applied && f.cost_micros >= 0)
+        metrics_spend(p->name, p->pricing.currency, f.cost_micros);
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
     if (e < 0 || !applied)
@@ -264,7 +270,7 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
         cJSON *outs = cJSON_CreateArray();
         int n = poller_outputs(p, fdoc, c->remote_id, outs);
         char *oj = cJSON_PrintUnformatted(outs);
-        write_poll(db, c, ST_COMPLETED, 0, "succeeded", NULL, final, n, oj, t0);
+        write_poll(db, c, ST_COMPLETED, 0, "succeeded", NULL, final, n, oj, t0, p);
         free(oj);
         cJSON_Delete(outs);
     } else if (st == TS_FAILED || st == TS_CANCELED) {
@@ -273,12 +279,12 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
         snprintf(err, sizeof(err), "%s: %s", st == TS_CANCELED ? "canceled" : "task failed",
                  msg ? msg : "the provider gave no message");
         write_poll(db, c, ST_FAILED, 0, prof_status_name((enum task_status)st), err, final, -1,
-                   NULL, t0);
+                   NULL, t0, p);
     } else {
         /* Queued, running, or no readable answer: read again later. */
         write_poll(db, c, ST_ACCEPTED, next_delay(p, c, res),
                    st >= 0 ? prof_status_name((enum task_status)st) : "unreadable", NULL, res,
-                   -1, NULL, t0);
+                   -1, NULL, t0, p);
     }
 }
 
@@ -293,7 +299,7 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     if (!p || p->mode != CFG_MODE_ASYNC_POLL || !c->remote_id) {
         write_poll(db, c, ST_ACCEPTED, 60000, "not_configured",
                    "the provider is not configured for polling on this replica", NULL, -1, NULL,
-                   t0);
+                   t0, p);
         return;
     }
     struct vars v = {c->remote_id, c->id};

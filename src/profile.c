@@ -700,6 +700,12 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
         return -1;
     if (load_webhook(p, o, file, err, errlen) < 0)
         return -1;
+    char perr[200] = "";
+    if (price_table_load(cJSON_GetObjectItemCaseSensitive(o, "pricing"), &p->pricing, perr,
+                         sizeof(perr)) < 0) {
+        errf(err, errlen, "%s: providers.%s.%s", file, p->name, perr);
+        return -1;
+    }
     return 0;
 }
 
@@ -783,6 +789,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                                  p->webhook_client_ref};
         for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++)
             jpath_free(paths[k]);
+        price_table_fini(&p->pricing);
         for (size_t k = 0; p->headers && p->headers[k]; k++)
             free(p->headers[k]);
         free(p->headers);

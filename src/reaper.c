@@ -4,6 +4,7 @@
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
 #include "idemgate/provider.h"
+#include "idemgate/retention.h"
 #include "idemgate/lease.h"
 #include "idemgate/store.h"
 
@@ -17,8 +18,8 @@
 #define REAP_BATCH 100
 /* How often a tripped provider's credential is probed, when its profile names a probe. */
 #define PROBE_INTERVAL_S 30.0
-/* How often expired webhook records are swept. */
-#define JANITOR_INTERVAL_S 60.0
+/* Batches one retention sweep runs at most (retention.h). */
+#define JANITOR_MAX_ROUNDS 20
 
 struct reaper {
     const struct cfg *cfg;
@@ -57,6 +58,23 @@ static void probe_one(const char *provider, int status, const char *reason,
     up_response_fini(&res);
 }
 
+/* One retention sweep: bounded batches while some kind fills its batch. */
+static void sweep(struct db *db, int batch)
+{
+    long long deleted[RET__KINDS] = {0}, total[RET__KINDS] = {0};
+    int round = 0;
+    do {
+        round++;
+        if (store_janitor(db, batch, deleted) != STORE_OK)
+            break;
+        for (int k = 0; k < RET__KINDS; k++)
+            total[k] += deleted[k];
+    } while (ret_more(deleted, batch, round, JANITOR_MAX_ROUNDS));
+    if (total[RET_OPERATIONS] || total[RET_WEBHOOK_EVENTS] || total[RET_PARKED])
+        LOG(LOG_INFO, "retention_swept", LI("operations", total[RET_OPERATIONS]),
+            LI("webhook_events", total[RET_WEBHOOK_EVENTS]), LI("parked", total[RET_PARKED]));
+}
+
 static void *reaper_main(void *arg)
 {
     struct reaper *r = arg;
@@ -74,11 +92,10 @@ static void *reaper_main(void *arg)
         while (!atomic_load(&r->stop) && store_reap(db, REAP_BATCH, &n) == STORE_OK &&
                n == REAP_BATCH)
             ;
-        int swept = 0;
-        if (clock_mono() - last_sweep >= JANITOR_INTERVAL_S) {
+        if (r->cfg->janitor_interval_ms &&
+            (clock_mono() - last_sweep) * 1000 >= r->cfg->janitor_interval_ms) {
             last_sweep = clock_mono();
-            while (store_janitor(db, REAP_BATCH, &swept) == STORE_OK && swept == 2 * REAP_BATCH)
-                ;
+            sweep(db, r->cfg->janitor_batch);
         }
         if (clock_mono() - last_probe >= PROBE_INTERVAL_S) {
             struct probe_ctx x = {r->cfg, db};

@@ -1,5 +1,7 @@
 #include "idemgate/reply.h"
 
+#include "idemgate/pricing.h"
+
 #include "idemgate/api.h"
 #include "idemgate/crypto.h"
 #include "idemgate/headers.h"
@@ -81,6 +83,34 @@ void reply_store_error(struct hs_req *r, int e)
                       1);
     else
         reply_problem(r, 500, "internal", "Internal error", "see the gateway's log", 0);
+}
+
+/* Seconds a client at its in-flight limit is asked to wait: a job of its own has to end first. */
+#define INFLIGHT_RETRY_AFTER 2
+
+void reply_budget_refused(struct hs_req *r, int e, long long estimate_micros,
+                          const char *currency)
+{
+    char detail[200], amount[32];
+    if (e == STORE_EINFLIGHT) {
+        reply_problem(r, 429, "too-many-in-flight", "Too many jobs in flight",
+                      "the tenant has as many jobs in flight as its budget allows; retry with the "
+                      "same Idempotency-Key once one has ended",
+                      INFLIGHT_RETRY_AFTER);
+        return;
+    }
+    if (estimate_micros >= 0)
+        snprintf(detail, sizeof(detail),
+                 "the estimated cost of %s %s would pass the tenant's %s budget; nothing was "
+                 "recorded or sent",
+                 price_format(estimate_micros, amount, sizeof(amount)), currency ? currency : "",
+                 e == STORE_EOVERDAY ? "daily" : "monthly");
+    else
+        snprintf(detail, sizeof(detail),
+                 "the estimated cost would pass the tenant's %s budget; nothing was recorded or "
+                 "sent",
+                 e == STORE_EOVERDAY ? "daily" : "monthly");
+    reply_problem(r, 402, "budget-exceeded", "Budget exceeded", detail, 0);
 }
 
 void reply_unauthorized(struct hs_req *r)

@@ -6,6 +6,7 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/reply.h"
+#include "idemgate/usage.h"
 #include "idemgate/webhooks.h"
 
 #include <string.h>
@@ -21,6 +22,7 @@ static const struct route table[] = {
     {"POST", "/v1/jobs/{id}/resolve", MR_RESOLVE, jobs_resolve, 1},
     {"POST", "/v1/jobs/{id}/cancel", MR_CANCEL, jobs_cancel, 1},
     {"POST", "/v1/jobs/{id}/regenerate", MR_REGENERATE, jobs_regenerate, 1},
+    {"GET", "/v1/usage", MR_USAGE, usage_get, 1},
     {"POST", "/v1/admin/providers/{name}/reset", MR_ADMIN, admin_reset, 1},
     {"POST", "/v1/admin/jobs/{id}/resume", MR_ADMIN, admin_resume, 1},
     {"POST", "/v1/webhooks/*", MR_WEBHOOK, webhooks_receive, 1},

@@ -27,14 +27,15 @@
       ".resolution, " a ".resolved_by, " TS(a, "resolved_at") ", " a ".reconcile_strategy, "       \
       "(SELECT b.reason FROM provider_breakers b WHERE b.provider = " a ".provider), " a         \
       ".provider_status, " a ".outputs, " TS(a, "cancel_requested_at") ", " a ".profile_id, " a   \
-      ".polls"
+      ".polls, " a ".currency, " a ".reserved_micros, " a ".cost_micros"
 /* The columns of a job row, after the leading flag column every job statement returns. */
 enum {
     JC_FLAG, JC_TENANT, JC_ID, JC_KEY, JC_FP, JC_PROVIDER, JC_ROUTE, JC_STATE, JC_LEASE_VERSION,
     JC_TRANSPORT, JC_GENERATION, JC_PARENT, JC_REMOTE, JC_RESP_STATUS, JC_RESP_HEADERS,
     JC_RESP_BODY, JC_LAST_ERROR, JC_CREATED, JC_UPDATED, JC_FIRST_SENT, JC_FINISHED, JC_EXPIRES,
     JC_OUT_REQ, JC_OUT_RECV, JC_USAGE, JC_RESOLUTION, JC_RESOLVED_BY, JC_RESOLVED_AT, JC_STRATEGY,
-    JC_BLOCKED, JC_PROVIDER_STATUS, JC_OUTPUTS, JC_CANCEL_REQ, JC_PROFILE, JC_POLLS, JC__COUNT
+    JC_BLOCKED, JC_PROVIDER_STATUS, JC_OUTPUTS, JC_CANCEL_REQ, JC_PROFILE, JC_POLLS, JC_CURRENCY,
+    JC_RESERVED, JC_COST, JC__COUNT
 };
 
 /* The live tenant whose token hash is $1, as `t`. */
@@ -94,6 +95,9 @@ static int job_from_row(PGresult *r, int row, int own, struct store_job *j)
     j->cancel_requested_at = db_val(r, row, JC_CANCEL_REQ);
     j->profile_id = db_val(r, row, JC_PROFILE);
     j->polls = atoi(PQgetvalue(r, row, JC_POLLS));
+    j->currency = db_val(r, row, JC_CURRENCY);
+    j->reserved_micros = atoll(PQgetvalue(r, row, JC_RESERVED));
+    j->cost_micros = db_val(r, row, JC_COST) ? atoll(db_val(r, row, JC_COST)) : -1;
     if (db_bytea_decode(db_val(r, row, JC_RESP_BODY), &j->resp_body, &j->resp_body_len) < 0) {
         store_job_fini(j);
         return STORE_EINTERNAL;
@@ -122,7 +126,12 @@ static int one_job(struct db *db, const struct db_stmt *s, const struct param *p
         return STORE_ENOTFOUND;
     }
     if (flag)
-        *flag = atoi(PQgetvalue(r, 0, JC_FLAG)) == 1;
+        *flag = atoi(PQgetvalue(r, 0, JC_FLAG));
+    if (flag && *flag >= 2) { /* an intake refused by the budget: no job */
+        PQclear(r);
+        memset(out, 0, sizeof(*out));
+        return STORE_OK;
+    }
     return job_from_row(r, 0, 1, out);
 }
 
@@ -160,36 +169,83 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
     return e;
 }
 
+/* Budgets (migrations/0008), shared by the statements that create an operation (intake,
+ * regenerate): `bud` locks the tenant's tenant_budgets row (the newest committed counters; every
+ * other creation for this tenant waits for this commit, no other tenant's does); `v` is the
+ * verdict for an estimate of `cost` in `cur`: 0 no budget, 1 within it, 2 over the day's amount,
+ * 3 over the month's, 4 at the most jobs in flight. BUDGET_TAKE (after `ins`) counts an inserted
+ * row that was budgeted: one more in flight, its estimate reserved in the current day and month.
+ * BUDGET_REFUSED answers a refused new key with one row whose flag is the verdict. */
+#define UTC_TODAY "(now() AT TIME ZONE 'UTC')::date"
+#define UTC_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
+#define BUDGET_CTES(cost, cur)                                                                     \
+    "bud AS (SELECT tb.* FROM tenant_budgets tb WHERE tb.tenant_id = (SELECT id FROM t) "         \
+    " FOR UPDATE), "                                                                               \
+    "v AS (SELECT b.tenant_id AS tid, CASE WHEN b.tenant_id IS NULL THEN 0 "                       \
+    "  WHEN b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN 4 "                  \
+    "  WHEN b.currency IS DISTINCT FROM " cur " THEN 1 "                                           \
+    "  WHEN b.day_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.day = " UTC_TODAY           \
+    "   THEN b.day_micros ELSE 0 END > b.day_limit_micros THEN 2 "                                 \
+    "  WHEN b.month_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.month = " UTC_MONTH       \
+    "   THEN b.month_micros ELSE 0 END > b.month_limit_micros THEN 3 "                             \
+    "  ELSE 1 END AS verdict FROM (SELECT 1) one LEFT JOIN bud b ON true), "
+#define BUDGET_TAKE                                                                                \
+    "upd AS (UPDATE tenant_budgets tb SET inflight = tb.inflight + 1, "                            \
+    "  day_micros = CASE WHEN tb.day = " UTC_TODAY " THEN tb.day_micros ELSE 0 END "              \
+    "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
+    "  month_micros = CASE WHEN tb.month = " UTC_MONTH " THEN tb.month_micros ELSE 0 END "        \
+    "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
+    "  day = " UTC_TODAY ", month = " UTC_MONTH ", updated_at = now() "                            \
+    " FROM ins WHERE tb.tenant_id = (SELECT id FROM t) AND tb.tenant_id = ins.tenant_id "        \
+    "  AND ins.budgeted RETURNING 1) "
+#define BUDGET_REFUSED(key, also)                                                                  \
+    " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN operations o ON false "      \
+    " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x "                   \
+    "  WHERE x.tenant_id = v.tid AND x.idempotency_key = " key ")"
+
 /* Intake: the tenant, the insert and the read of an existing row in one round trip. Zero rows
  * means a bad token, or a racing insert committed after this statement's snapshot: the caller
  * then reads again (by_key), which decides. With a claim owner ($17) the new row is born claimed
  * — `sending` under that owner's lease ($18 s) and fencing token 1, as the dispatcher's claim
- * would leave it — in the same commit, unless the provider's credential is tripped. */
+ * would leave it — in the same commit, unless the provider's credential is tripped.
+ *
+ * Budgets: a tenant with a tenant_budgets row has it locked (`bud`, FOR UPDATE: the newest
+ * committed counters, and every other intake of this tenant waits for this commit — no other
+ * tenant does). The verdict `v`: 0 no budget, 1 within it, 2 over the day's amount, 3 over the
+ * month's, 4 at the most jobs in flight. Only a row within the budget is inserted; only an
+ * inserted row (not a key that exists: ON CONFLICT inserts nothing) adds its estimate ($19, in
+ * currency $20) and one job in flight to the counters (`upd`). A refused new key answers one row
+ * whose flag is the verdict and whose job columns are NULL; a key that exists is answered as
+ * always (a replay is never refused nor charged). */
 static const struct db_stmt intake = {
     .name = "intake",
     .sql = TENANT_CTE
     "c AS (SELECT $17::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
     "  WHERE b.provider = $6) AS go), "
+    BUDGET_CTES("$19::bigint", "$20::text")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
     "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id, "
-    "  lease_owner, lease_version, lease_expires_at, transport_attempts, first_sent_at) "
+    "  lease_owner, lease_version, lease_expires_at, transport_attempts, first_sent_at, "
+    "  reserved_micros, currency, budgeted) "
     " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, "
     "  CASE WHEN c.go THEN 'sending' ELSE 'prepared' END, "
     "  now() + make_interval(hours => $12), $13, $14, $15::integer, $16, "
     "  CASE WHEN c.go THEN $17 END, CASE WHEN c.go THEN 1 ELSE 0 END, "
     "  CASE WHEN c.go THEN now() + make_interval(secs => $18) END, "
-    "  CASE WHEN c.go THEN 1 ELSE 0 END, CASE WHEN c.go THEN now() END FROM t, c "
-    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
-    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $2"),
+    "  CASE WHEN c.go THEN 1 ELSE 0 END, CASE WHEN c.go THEN now() END, "
+    "  $19::bigint, $20::text, v.verdict = 1 FROM t, c, v WHERE v.verdict <= 1 "
+    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
+    BUDGET_TAKE
+    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $2") BUDGET_REFUSED("$2", ""),
     .params = DB_PARAMS("token", "key", "new_id", "fingerprint", "fingerprint_version",
                         "provider", "route", "method", "url", "credential", "body", "ttl_hours",
                         "idem_header", "reconcile_strategy", "outputs_requested", "profile_id",
-                        "claim_owner", "lease_seconds"),
+                        "claim_owner", "lease_seconds", "reserve_micros", "currency"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}, {DB_NEW_ROW, ST_SENDING}),
 };
 
-#define INTAKE_NPARAMS 18
+#define INTAKE_NPARAMS 20
 
 static void intake_params(const struct store_intake_req *q, struct param ps[INTAKE_NPARAMS])
 {
@@ -213,8 +269,24 @@ static void intake_params(const struct store_intake_req *q, struct param ps[INTA
         p_text("profile_id", q->profile_id),
         p_text("claim_owner", q->claim_owner),
         p_int("lease_seconds", q->lease_seconds),
+        p_int("reserve_micros", q->reserve_micros),
+        p_text("currency", q->currency),
     };
     memcpy(ps, v, sizeof(v));
+}
+
+/* A new key the tenant's budget refused (verdict 2..4 of the intake statement): unless the key
+ * was recorded meanwhile — a racing duplicate committed after the statement's snapshot, which is
+ * replayed — the refusal. */
+static int intake_refused(struct db *db, const struct store_intake_req *q, int verdict,
+                          struct store_job *out, int *created)
+{
+    int e = read_by(db, &by_key, q->token_sha256_hex, p_text("key", q->idempotency_key), out);
+    if (e == STORE_OK)
+        *created = strcmp(out->id, q->new_id) == 0;
+    if (e != STORE_ENOTFOUND)
+        return e;
+    return verdict == 2 ? STORE_EOVERDAY : verdict == 3 ? STORE_EOVERMONTH : STORE_EINFLIGHT;
 }
 
 int store_intake(struct db *db, const struct store_intake_req *q, struct store_job *out,
@@ -232,6 +304,8 @@ int store_intake(struct db *db, const struct store_intake_req *q, struct store_j
          * ours when it carries the id we proposed. */
         if ((e == STORE_EUNAVAIL && !lost++) || e == STORE_ERETRY)
             continue;
+        if (e == STORE_OK && flag >= 2)
+            return intake_refused(db, q, flag, out, created);
         if (e == STORE_OK)
             *created = flag || strcmp(out->id, q->new_id) == 0;
         if (e != STORE_ENOTFOUND)
@@ -249,6 +323,12 @@ int store_intake(struct db *db, const struct store_intake_req *q, struct store_j
  * after the statement's snapshot — the answer of the single-row intake, which decides. */
 static void batch_row(struct db *db, struct store_intake_item *it, PGresult *r)
 {
+    if (r && PQntuples(r) > 0 && atoi(PQgetvalue(r, 0, JC_FLAG)) >= 2) {
+        int verdict = atoi(PQgetvalue(r, 0, JC_FLAG));
+        PQclear(r); /* refused by the budget: nothing of this row was written */
+        it->err = intake_refused(db, &it->q, verdict, &it->job, &it->created);
+        return;
+    }
     if (r && PQntuples(r) > 0) {
         int flag = atoi(PQgetvalue(r, 0, JC_FLAG)) == 1;
         it->err = job_from_row(r, 0, 1, &it->job);
@@ -388,22 +468,27 @@ int store_resolve(struct db *db, const char *token, const char *job_id, const ch
 }
 
 /* A deliberate new paid creation from a terminal job: a new operation with its own key, linked
- * to its parent, counted as one more generation. The parent is only read. */
+ * to its parent, counted as one more generation. The parent is only read. Its estimate (the
+ * parent's) is reserved against the tenant's budget as at intake (BUDGET_CTES). */
 static const struct db_stmt regenerate = {
     .name = "regenerate",
     .sql = TENANT_CTE
     "p AS (SELECT o.* FROM operations o JOIN t ON o.tenant_id = t.id WHERE o.id = $2 "
     "      AND o.state IN ('completed', 'failed')), "
+    BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
     "  req_idem_header, reconcile_strategy, outputs_requested, state, expires_at, parent_id, "
-    "  generation_attempts, profile_id) "
+    "  generation_attempts, profile_id, reserved_micros, currency, budgeted) "
     " SELECT p.tenant_id, $3, $4, decode($5, 'hex'), $6, p.provider, p.route, p.req_method, "
     "  p.req_url, p.req_credential, p.req_body, p.req_idem_header, p.reconcile_strategy, "
     "  p.outputs_requested, 'prepared', now() + make_interval(hours => $7), p.id, "
-    "  p.generation_attempts + 1, p.profile_id FROM p "
-    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *) "
-    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $4"),
+    "  p.generation_attempts + 1, p.profile_id, p.reserved_micros, p.currency, v.verdict = 1 "
+    " FROM p, v WHERE v.verdict <= 1 "
+    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
+    BUDGET_TAKE
+    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $4")
+    BUDGET_REFUSED("$4", "AND EXISTS (SELECT 1 FROM p)"),
     .params = DB_PARAMS("token", "parent_id", "new_id", "key", "fingerprint", "fingerprint_version",
                         "ttl_hours"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
@@ -443,6 +528,15 @@ int store_regenerate(struct db *db, const char *token, const char *parent_id, co
                                 p_int("fingerprint_version", fp_version),
                                 p_int("ttl_hours", ttl_hours)),
                         out, created);
+        if (e == STORE_OK && *created >= 2) { /* refused by the budget, unless the key exists */
+            int verdict = *created;
+            e = read_by(db, &by_key, token, p_text("key", key), out);
+            *created = 0;
+            if (e == STORE_ENOTFOUND)
+                return verdict == 2 ? STORE_EOVERDAY
+                       : verdict == 3 ? STORE_EOVERMONTH : STORE_EINFLIGHT;
+            return e;
+        }
         if (e == STORE_ENOTFOUND)
             e = regenerate_missed(db, token, parent_id, key, out, created);
         if (e == STORE_OK && *created)
@@ -566,25 +660,46 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
-/* Housekeeping: webhook deliveries past their redelivery window, and parked hints that never
- * found their operation. */
+/* Retention (retention.h): terminal operations past their expiry (attempts go with them, ON
+ * DELETE CASCADE), webhook deliveries past their redelivery window, and parked hints that never
+ * found their operation; at most $1 rows of each, skipping rows another replica's janitor or a
+ * worker holds. */
 static const struct db_stmt janitor = {
     .name = "janitor",
-    .sql = "WITH a AS (DELETE FROM webhook_events WHERE ctid IN (SELECT ctid FROM webhook_events "
-    "  WHERE expires_at < now() LIMIT $1) RETURNING 1), "
+    .sql = "WITH o AS (DELETE FROM operations WHERE (tenant_id, id) IN (SELECT tenant_id, id "
+    "  FROM operations WHERE expires_at < now() AND state IN ('completed', 'failed') "
+    "  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1), "
+    "a AS (DELETE FROM webhook_events WHERE ctid IN (SELECT ctid FROM webhook_events "
+    "  WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1), "
     "b AS (DELETE FROM webhook_parked WHERE ctid IN (SELECT ctid FROM webhook_parked "
-    "  WHERE received_at < now() - interval '1 day' LIMIT $1) RETURNING 1) "
-    "SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)",
+    "  WHERE received_at < now() - interval '1 day' LIMIT $1 FOR UPDATE SKIP LOCKED) "
+    "  RETURNING 1) "
+    "SELECT (SELECT count(*) FROM o), (SELECT count(*) FROM a), (SELECT count(*) FROM b)",
     .params = DB_PARAMS("limit"),
+    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED),
 };
 
-int store_janitor(struct db *db, int limit, int *count)
+int store_janitor(struct db *db, int limit, long long deleted[3])
 {
-    long long n = 0;
-    int e = db_run_number(db, &janitor, DB_ARGS(p_int("limit", limit)), DB_VALUE, &n);
-    *count = (int)n;
-    return e;
+    PGresult *r;
+    int e = db_run(db, &janitor, DB_ARGS(p_int("limit", limit)), &r);
+    if (e < 0)
+        return e;
+    for (int k = 0; k < 3; k++)
+        deleted[k] = atoll(PQgetvalue(r, 0, k));
+    PQclear(r);
+    return STORE_OK;
 }
+
+/* The hook for the archive: of the sha256s given (the archive's objects), those that no
+ * remaining operation's outputs name (an output {"sha256": …}). */
+static const struct db_stmt unreferenced_sha256 = {
+    .rerun_safe = 1,
+    .name = "unreferenced_sha256",
+    .sql = "SELECT s FROM unnest($1::text[]) s WHERE NOT EXISTS (SELECT 1 FROM operations o "
+    " WHERE o.outputs @> jsonb_build_array(jsonb_build_object('sha256', s)))",
+    .params = DB_PARAMS("sha256s"),
+};
 
 static const struct db_stmt terminal_ids = {
     .rerun_safe = 1,
@@ -618,6 +733,33 @@ int store_terminal_ids(struct db *db, const char *const *ids, size_t n,
     arr[pos] = '\0';
     PGresult *r;
     int e = db_run(db, &terminal_ids, DB_ARGS(p_text("ids", arr)), &r);
+    free(arr);
+    if (e < 0)
+        return e;
+    each_text(r, cb, arg);
+    return STORE_OK;
+}
+
+int store_unreferenced_sha256(struct db *db, const char *const *sha256s, size_t n,
+                              void (*cb)(const char *sha256, void *arg), void *arg)
+{
+    /* A text[] literal; only lowercase hex digests are asked about, so no quoting is needed. */
+    char *arr = malloc(3 + n * 66);
+    if (!arr)
+        return STORE_EINTERNAL;
+    size_t pos = 0;
+    arr[pos++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(sha256s[i]) != 64 || strspn(sha256s[i], "0123456789abcdef") != 64) {
+            free(arr);
+            return STORE_EINTERNAL;
+        }
+        pos += (size_t)sprintf(arr + pos, "%s%s", i ? "," : "", sha256s[i]);
+    }
+    arr[pos++] = '}';
+    arr[pos] = '\0';
+    PGresult *r;
+    int e = db_run(db, &unreferenced_sha256, DB_ARGS(p_text("sha256s", arr)), &r);
     free(arr);
     if (e < 0)
         return e;
@@ -669,6 +811,114 @@ int store_tenant_list(struct db *db,
     return STORE_OK;
 }
 
+/* Usage and budgets (GET /v1/usage, `idemgate usage`): the settled cost of the completed
+ * operations that finished in [$2, $3) (default: this UTC month until now), summed by tenant,
+ * group ($4: provider, route or day) and currency; then one row per tenant with its budget
+ * (NULLs without one) and what counts against it now. $1: a tenant's token hash (NULL: every
+ * tenant, the admin's view), $5: one tenant by name (NULL: any). */
+#define TODAY "(now() AT TIME ZONE 'UTC')::date"
+#define THIS_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
+static const struct db_stmt usage = {
+    .rerun_safe = 1,
+    .name = "usage",
+    .sql = "WITH t AS (SELECT id, name FROM tenants WHERE ($1::text IS NULL OR "
+    "  (token_sha256 = $1 AND revoked_at IS NULL)) AND ($5::text IS NULL OR name = $5)), "
+    "w AS (SELECT coalesce($2::timestamptz, " THIS_MONTH "::timestamp AT TIME ZONE 'UTC') AS f, "
+    "  coalesce($3::timestamptz, 'infinity'::timestamptz) AS u) "
+    "SELECT 'usage', t.name, CASE $4::text WHEN 'provider' THEN o.provider "
+    "  WHEN 'route' THEN o.provider || '/' || o.route "
+    "  ELSE to_char(o.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') END, o.currency, "
+    "  count(*), sum(o.cost_micros)::bigint, NULL::bigint, NULL::bigint, NULL::bigint, "
+    "  NULL::bigint "
+    "FROM t JOIN operations o ON o.tenant_id = t.id, w WHERE o.state = 'completed' "
+    " AND o.currency IS NOT NULL AND o.finished_at >= w.f AND o.finished_at < w.u "
+    "GROUP BY 2, 3, 4 "
+    "UNION ALL SELECT 'tenant', t.name, NULL, b.currency, b.day_limit_micros, "
+    " CASE WHEN b.day = " TODAY " THEN b.day_micros ELSE 0 END, b.month_limit_micros, "
+    " CASE WHEN b.month = " THIS_MONTH " THEN b.month_micros ELSE 0 END, b.max_inflight, "
+    " b.inflight FROM t LEFT JOIN tenant_budgets b ON b.tenant_id = t.id "
+    "ORDER BY 1 DESC, 2, 3, 4",
+    .params = DB_PARAMS("token", "from", "to", "group_by", "tenant"),
+    .filters = DB_FILTERS(ST_COMPLETED),
+};
+
+int store_usage(struct db *db, const char *token, const char *tenant, const char *from,
+                const char *to, const char *group_by,
+                void (*cb)(const struct store_usage_row *row, void *arg), void *arg)
+{
+    PGresult *r;
+    int e = db_run(db, &usage,
+                   DB_ARGS(p_text("token", token), p_text("from", from), p_text("to", to),
+                           p_text("group_by", group_by), p_text("tenant", tenant)),
+                   &r);
+    if (e < 0)
+        return e;
+    int tenants = 0;
+    for (int i = 0; i < PQntuples(r); i++) {
+        struct store_usage_row row = {.usage = PQgetvalue(r, i, 0)[0] == 'u',
+                                      .tenant = PQgetvalue(r, i, 1),
+                                      .group = db_val(r, i, 2),
+                                      .currency = db_val(r, i, 3)};
+        for (int k = 0; k < 6; k++)
+            row.v[k] = db_val(r, i, 4 + k) ? atoll(db_val(r, i, 4 + k)) : -1;
+        tenants += !row.usage;
+        cb(&row, arg);
+    }
+    PQclear(r);
+    return token && !tenants ? STORE_EAUTH : STORE_OK;
+}
+
+/* A tenant's budget (`idemgate tenant budget`). A new budget starts from what the tenant's
+ * operations of this UTC day and month already count in its currency (settled costs, and the
+ * reservations of those still running); it counts in flight only the jobs recorded from then on.
+ * Changing the limits keeps the counters; changing the currency starts them again. */
+static const struct db_stmt budget_set = {
+    .name = "budget_set",
+    .sql = "INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, "
+    " month_limit_micros, max_inflight, day, day_micros, month, month_micros) "
+    "SELECT t.id, $2, $3::bigint, $4::bigint, $5::integer, " TODAY ", "
+    " (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) FROM operations o "
+    "  WHERE o.tenant_id = t.id AND o.currency = $2 "
+    "  AND o.created_at >= " TODAY "::timestamp AT TIME ZONE 'UTC'), " THIS_MONTH ", "
+    " (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) FROM operations o "
+    "  WHERE o.tenant_id = t.id AND o.currency = $2 "
+    "  AND o.created_at >= " THIS_MONTH "::timestamp AT TIME ZONE 'UTC') "
+    "FROM tenants t WHERE t.name = $1 "
+    "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
+    " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "
+    " day_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
+    "  THEN tenant_budgets.day_micros ELSE EXCLUDED.day_micros END, "
+    " day = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
+    "  THEN tenant_budgets.day ELSE EXCLUDED.day END, "
+    " month_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
+    "  THEN tenant_budgets.month_micros ELSE EXCLUDED.month_micros END, "
+    " month = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
+    "  THEN tenant_budgets.month ELSE EXCLUDED.month END, "
+    " currency = EXCLUDED.currency, updated_at = now()",
+    .params = DB_PARAMS("tenant", "currency", "day_limit", "month_limit", "max_inflight"),
+};
+static const struct db_stmt budget_clear = {
+    .name = "budget_clear",
+    .sql = "DELETE FROM tenant_budgets b USING tenants t WHERE b.tenant_id = t.id AND t.name = $1",
+    .params = DB_PARAMS("tenant"),
+};
+
+int store_budget_set(struct db *db, const char *tenant, const char *currency,
+                     long long day_limit, long long month_limit, int max_inflight)
+{
+    long long n = 0;
+    int e = db_run_number(db, &budget_set,
+                          DB_ARGS(p_text("tenant", tenant), p_text("currency", currency),
+                                  day_limit >= 0 ? p_int("day_limit", day_limit)
+                                                 : p_null("day_limit"),
+                                  month_limit >= 0 ? p_int("month_limit", month_limit)
+                                                   : p_null("month_limit"),
+                                  max_inflight >= 0 ? p_int("max_inflight", max_inflight)
+                                                    : p_null("max_inflight")),
+                          DB_ROWS, &n);
+    return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
+}
+
 /* Per-tenant limits: -1 leaves a value to the configuration's default (NULL). */
 static const struct db_stmt tenant_limits_set = {
     .name = "tenant_limits_set",
@@ -694,6 +944,13 @@ int store_tenant_limits_set(struct db *db, const char *name, int rps, int burst,
                           DB_ARGS(p_text("name", name), p_int("rps", rps), p_int("burst", burst),
                                   p_int("waits", waits)),
                           DB_ROWS, &n);
+    return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
+}
+
+int store_budget_clear(struct db *db, const char *tenant)
+{
+    long long n = 0;
+    int e = db_run_number(db, &budget_clear, DB_ARGS(p_text("tenant", tenant)), DB_ROWS, &n);
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
@@ -870,7 +1127,7 @@ int store_admin_token_of(struct db *db, const char *job_id, char out[65])
 
 static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
-    &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor,
+    &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor,     &unreferenced_sha256, &usage, &budget_set, &budget_clear,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,

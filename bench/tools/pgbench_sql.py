@@ -10,7 +10,8 @@
 The statement is taken from src/store.c through the C preprocessor (its projection is built from
 macros), so the ceiling always runs what the gateway runs. Parameters map to pgbench variables as
 the gateway binds them for the bench provider (openai-images profile, no provider idempotency
-header): $13 and $17 (no claim owner: the row is recorded `prepared`) are sent as NULL.
+header): $13 and $17 (no claim owner: the row is recorded `prepared`) are sent as NULL, and, with
+no price table and no budget, $19 (the reserved estimate) as 0 and $20 (its currency) as NULL.
 """
 import re
 import shlex
@@ -36,6 +37,8 @@ PARAMS = {
     16: ":profile",
     17: "NULL",       # claim owner: none — the row is recorded `prepared`, as without a free slot
     18: "180",        # lease seconds (unused without a claim owner)
+    19: "0",          # cost estimate reserved (micro-units): the bench provider has no price table
+    20: "NULL",       # its currency: none; the bench tenant has no budget row either
 }
 
 HEADER = """\
@@ -101,7 +104,7 @@ def script(repo):
     sql = re.sub(r"\$(\d+)", lambda m: PARAMS[int(m.group(1))], sql)
     # One clause per line, for a readable file.
     sql = re.sub(r"\s+", " ", sql).strip()
-    sql = re.sub(r" (?=(ins AS|SELECT 1,|UNION ALL|SELECT 0,|FROM operations o|WHERE o\.|ON CONFLICT)\b)",
+    sql = re.sub(r" (?=(bud AS|v AS|ins AS|upd AS|SELECT 1,|UNION ALL|SELECT 0,|FROM operations o|WHERE o\.|ON CONFLICT)\b)",
                  "\n", sql)
     return HEADER + sql + ";\n"
 

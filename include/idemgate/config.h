@@ -29,6 +29,8 @@ struct cfg {
     int wait_poll_ms;
     int max_wait_seconds;
     int job_ttl_hours;
+    int janitor_interval_ms; /* retention sweeps (reaper.c, retention.h) */
+    int janitor_batch;
     int reconcile_workers;
     int poll_workers;
     int job_cache_entries;

@@ -33,6 +33,11 @@ enum store_err {
     STORE_ENOTFOUND = -4, /* no such row (or nothing to do) */
     STORE_EAUTH = -5,     /* no live tenant has that token */
     STORE_ECONFLICT = -6, /* a unique name is taken */
+    /* Intake refused by the tenant's budget (nothing recorded): the estimate would pass the
+     * day's or the month's amount, or the tenant has its most jobs in flight. */
+    STORE_EOVERDAY = -7,
+    STORE_EOVERMONTH = -8,
+    STORE_EINFLIGHT = -9,
 };
 
 struct db;

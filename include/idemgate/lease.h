@@ -116,6 +116,8 @@ struct store_finish {
     const char *provider_status; /* canonical task status, or NULL */
     const char *outputs_json;    /* [{"url":…,"expires_at":…}] or NULL */
     int ambiguous;               /* the attempt may have made the task: set ambiguous_at */
+    long long cost_micros;       /* completed: the settled cost (pricing.h); -1: none computed,
+                                  * the reservation stands (migrations/0008) */
     double started_at, finished_at; /* Unix seconds, from this host's clock */
 };
 

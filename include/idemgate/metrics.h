@@ -8,7 +8,7 @@
 
 enum metric_route {
     MR_INTAKE = 0, MR_JOB_GET, MR_JOB_LIST, MR_RESOLVE, MR_REGENERATE, MR_CANCEL, MR_WEBHOOK,
-    MR_ADMIN, MR_HEALTH, MR_READY, MR_METRICS, MR_OTHER, MR__COUNT
+    MR_ADMIN, MR_HEALTH, MR_READY, MR_METRICS, MR_OTHER, MR_USAGE, MR__COUNT
 };
 
 /* Events counted for the promise itself. */
@@ -35,6 +35,11 @@ void metrics_unknown_seconds(double seconds);
 /* A group commit of intents (recorder.c): committed as one, or split (decided row by row); how
  * many of its new rows were born claimed and handed to a dispatcher. */
 void metrics_intake_batch(size_t intents, int committed, int born_claimed);
+
+/* The cost settled for a completed operation of a configured provider (names and currency
+ * codes from the configuration, which outlives the counters: a bounded label set; past 64 pairs
+ * they are counted under provider "other"). */
+void metrics_spend(const char *provider, const char *currency, long long micros);
 
 /* Renders everything process-local, followed by `extra` (gauges read from the database by the
  * caller), into a new string. */

@@ -3,6 +3,7 @@
 
 #include "idemgate/backoff.h"
 #include "idemgate/jpath.h"
+#include "idemgate/pricing.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
@@ -165,6 +166,9 @@ struct cfg_provider {
     struct jpath *webhook_task_id;
     struct jpath *webhook_client_ref; /* our client reference in a delivery, or NULL */
     long webhook_window_hours;
+
+    /* Prices (pricing.h): the estimate reserved at intake, the cost settled at completion. */
+    struct price_table pricing;
 };
 
 /* Loads the providers array of the configuration file `file` (profiles resolved relative to

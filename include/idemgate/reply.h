@@ -22,6 +22,12 @@ void reply_store_error(struct hs_req *r, int e);
 void reply_unauthorized(struct hs_req *r);
 /* A store error on a tenant's job: 401, 404 (also another tenant's job) or 503/500. */
 void reply_job_error(struct hs_req *r, int e);
+/* An intake the tenant's budget refused (store.h): 402 "budget-exceeded" for the day's or the
+ * month's amount (the estimate, in currency, is in the detail), 429 "too-many-in-flight" with
+ * Retry-After for the most jobs in flight. Nothing was recorded or sent. estimate_micros < 0:
+ * not told. */
+void reply_budget_refused(struct hs_req *r, int e, long long estimate_micros,
+                          const char *currency);
 /* 422: the key belongs to another operation (regeneration: to another request). */
 void reply_key_reused(struct hs_req *r, int regeneration);
 

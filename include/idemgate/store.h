@@ -46,6 +46,9 @@ struct store_job {
     const char *cancel_requested_at;
     const char *profile_id;
     int polls;
+    const char *currency;      /* of the provider's price table; NULL: not priced */
+    long long reserved_micros; /* the estimate reserved at intake */
+    long long cost_micros;     /* settled when the job ended; -1 until then */
 };
 void store_job_fini(struct store_job *j);
 
@@ -72,12 +75,19 @@ struct store_intake_req {
      * before the send instead of two. NULL: the row is `prepared`, for any dispatcher. */
     const char *claim_owner;
     int lease_seconds;
+    /* The cost estimate (price table × outputs asked for, pricing.h) reserved against the
+     * tenant's budget in the same commit, in micro-units of currency (NULL: not priced). */
+    long long reserve_micros;
+    const char *currency;
 };
 
 /* The intake decision in one round trip: insert the intent (committed on return) or read the
  * row that holds the key. *created is 1 for a new row: the caller then calls wake_work
  * (wake.h). STORE_EAUTH for a bad token. A racing insert is re-read, never reported as an
- * error. */
+ * error. A tenant with a budget (tenant_budgets) has its row locked, the estimate reserved and
+ * the job counted in flight in the same commit; a new key the budget cannot take is refused
+ * (STORE_EOVERDAY, STORE_EOVERMONTH, STORE_EINFLIGHT) and nothing is recorded, while a key that
+ * exists is replayed as always, never charged again. */
 __attribute__((warn_unused_result)) int store_intake(struct db *db,
                                                      const struct store_intake_req *r,
                                                      struct store_job *out, int *created);
@@ -170,8 +180,18 @@ __attribute__((warn_unused_result)) int store_regenerate(struct db *db, const ch
                                                          int fp_version, int ttl_hours,
                                                          struct store_job *out, int *created);
 
-/* Deletes up to `limit` expired webhook events and stale parked hints; *count of them. */
-__attribute__((warn_unused_result)) int store_janitor(struct db *db, int limit, int *count);
+/* Retention (retention.h): deletes up to `limit` each of expired terminal operations (with their
+ * attempts), expired webhook events and stale parked hints; deleted[] counts them in enum
+ * ret_kind order. */
+__attribute__((warn_unused_result)) int store_janitor(struct db *db, int limit,
+                                                     long long deleted[3]);
+
+/* The archive's hook (issue 13 §1 owns the files): of the given lowercase hex sha256s, cb gets
+ * each that no remaining operation's outputs reference ({"sha256": …} in outputs): files that may
+ * be deleted once the janitor removed the jobs that held them. */
+__attribute__((warn_unused_result)) int store_unreferenced_sha256(
+    struct db *db, const char *const *sha256s, size_t n, void (*cb)(const char *sha256, void *arg),
+    void *arg);
 
 /* Of the job ids given, those that are terminal: cb(id, arg) for each. */
 __attribute__((warn_unused_result)) int store_terminal_ids(struct db *db, const char *const *ids,
@@ -214,6 +234,34 @@ __attribute__((warn_unused_result)) int store_admin_job_get(struct db *db, const
 /* The token hash of the tenant owning job_id, so tenant-scoped statements can be reused. */
 __attribute__((warn_unused_result)) int store_admin_token_of(struct db *db, const char *job_id,
                                                              char out[65]);
+
+/* One row of store_usage: usage (a sum) or, when usage is 0, a tenant with its budget. v[] is -1
+ * where NULL. Usage: v[0] jobs, v[1] cost in micro-units of currency, group the provider, route
+ * ("provider/route") or UTC day. Tenant: v[0] day limit, v[1] counted today, v[2] month limit,
+ * v[3] counted this month, v[4] most jobs in flight, v[5] in flight (currency: the budget's;
+ * NULL and all -1 without a budget). */
+struct store_usage_row {
+    int usage;
+    const char *tenant, *group, *currency;
+    long long v[6];
+};
+
+/* Usage of completed operations that finished in [from, to) (timestamps PostgreSQL reads; NULL:
+ * from the start of this UTC month, to no end), by group_by (provider, route or day), and the
+ * budgets: token a tenant's token hash (its own only; STORE_EAUTH when no live tenant has it) or
+ * NULL (every tenant, or the one named tenant). Usage rows come first. */
+__attribute__((warn_unused_result)) int store_usage(
+    struct db *db, const char *token, const char *tenant, const char *from, const char *to,
+    const char *group_by, void (*cb)(const struct store_usage_row *row, void *arg), void *arg);
+
+/* Sets a tenant's budget (limits < 0: none) in currency; STORE_ENOTFOUND without such a tenant.
+ * store_budget_clear removes it (STORE_ENOTFOUND when there was none). */
+__attribute__((warn_unused_result)) int store_budget_set(struct db *db, const char *tenant,
+                                                         const char *currency,
+                                                         long long day_limit,
+                                                         long long month_limit,
+                                                         int max_inflight);
+__attribute__((warn_unused_result)) int store_budget_clear(struct db *db, const char *tenant);
 
 /* The newest applied migration (0 when none), for readiness. */
 __attribute__((warn_unused_result)) int store_schema_version(struct db *db, int *version);

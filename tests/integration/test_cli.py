@@ -5,7 +5,7 @@ import os
 import subprocess
 import uuid
 
-from conftest import GATEWAY_BIN, provider
+from conftest import GATEWAY_BIN, ROOT, provider
 
 
 def cli(database_url, *args):
@@ -58,3 +58,20 @@ def test_help_and_check_config(tmp_path):
     r = subprocess.run([GATEWAY_BIN, "--config", str(bad), "check-config"], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "lease_seconds" in r.stderr and str(bad) in r.stderr
+
+
+def test_readme_settings_table_is_the_config_reference():
+    """The README's configuration table is `idemgate config-reference`, row for row: a setting
+    added to src/config.c (or changed there) without the README, or the other way round, fails."""
+    out = subprocess.check_output([GATEWAY_BIN, "config-reference"], text=True)
+    reference = [line for line in out.splitlines() if line.startswith("| `")]
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    start = readme.index("| setting | environment | default | meaning |")
+    table = []
+    for line in readme[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    assert len(reference) > 20
+    assert table == reference

@@ -497,8 +497,8 @@ def test_the_validator_accepts_a_conforming_job(spec):
            "first_sent_at": None, "finished_at": None, "expires_at": "2026-12-06T21:46:44Z",
            "result": {"status": 200, "headers": {"content-type": "application/json"},
                       "body": {"anything": [1, {"x": None}]}},
-           "usage": None, "provider_status": None, "profile": None, "polls": 0,
-           "last_error": None, "links": {"self": "/v1/jobs/job_abc"}}
+           "usage": None, "cost": None, "provider_status": None, "profile": None,
+           "polls": 0, "last_error": None, "links": {"self": "/v1/jobs/job_abc"}}
     ok = spec.check("GET", JOBS, fake(200, {"Content-Type": "application/json"}, job))
     assert ok.errors == [] and ok.status_key == "200" and ok.op_id == "getJob"
     job["result"]["extra"] = 1
@@ -606,7 +606,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
     nowhere = f"http://127.0.0.1:{free_port()}"   # nothing listens: jobs never finish
     providers = [
         provider("mock-images", mock.url, auth={"header": "Authorization", "prefix": "Bearer ",
-                                                "secret_env": "MOCK_IMAGES_API_KEY"}),
+                                                "secret_env": "MOCK_IMAGES_API_KEY"},
+                 pricing={"currency": "USD", "per_output": 1000}),
         provider("nowhere", nowhere, retry={"max_attempts": 1000, "deadline_seconds": 3600,
                                             "base_ms": 200, "cap_ms": 1000}),
         provider("reffed", mock.url, client_ref={"body_field": "metadata.client_ref"},
@@ -708,6 +709,44 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("client reference unplaceable", "POST", reffed,
                  submit(gw, "oa-" + uuid.uuid4().hex, {"prompt": "p", "metadata": None},
                         route=reffed), 422, "client-ref-unplaceable")
+
+        # Budgets (`idemgate tenant budget`), on a tenant of their own: a day's amount the
+        # estimate passes, then no job in flight allowed; at intake and at regeneration.
+        bname = "oa-budget-" + uuid.uuid4().hex[:8]
+        btoken = tenant_token(database_url, bname)
+
+        def budget(*args):
+            subprocess.run([GATEWAY_BIN, "tenant", "budget", bname, *args], check=True,
+                           capture_output=True, env=dict(os.environ, DATABASE_URL=database_url))
+
+        def bcall(path, key):
+            return call(gw, "POST", path, '{"prompt":"b"}',
+                        auth(btoken, **{"Idempotency-Key": key, "Prefer": "wait=10"}))
+
+        parent = bcall(INTAKE, "oa-b-" + uuid.uuid4().hex).headers["x-idemgate-job-id"]
+        regen = f"/v1/jobs/{parent}/regenerate"
+        budget("--day", "0")
+        t.expect("over budget", "POST", INTAKE, bcall(INTAKE, "oa-b-" + uuid.uuid4().hex), 402,
+                 "budget-exceeded")
+        t.expect("regenerate, over budget", "POST", regen,
+                 bcall(regen, "oa-b-" + uuid.uuid4().hex), 402, "budget-exceeded")
+        budget("--in-flight", "0")
+        t.expect("too many in flight", "POST", INTAKE, bcall(INTAKE, "oa-b-" + uuid.uuid4().hex),
+                 429, "too-many-in-flight")
+        t.expect("regenerate, too many in flight", "POST", regen,
+                 bcall(regen, "oa-b-" + uuid.uuid4().hex), 429, "too-many-in-flight")
+        budget("--clear")
+
+        # ---- usage ------------------------------------------------------------------------
+        t.expect("usage", "GET", "/v1/usage", call(gw, "GET", "/v1/usage?group_by=day", None, H),
+                 200)
+        r = t.expect("usage, admin", "GET", "/v1/usage", call(gw, "GET", "/v1/usage", None, A),
+                     200)
+        assert any(row["tenant"] == bname for row in r.json()["data"]), r
+        t.expect("usage, bad query", "GET", "/v1/usage",
+                 call(gw, "GET", "/v1/usage?from=yesterday", None, H), 400, "invalid-query")
+        t.expect("usage, no token", "GET", "/v1/usage", call(gw, "GET", "/v1/usage"), 401,
+                 "unauthorized")
 
         # A job that ends without a provider body (an operator found it): Prefer: wait
         # answers the job itself, 200.
@@ -909,6 +948,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                    "resetProvider": "/v1/admin/providers/mock-images/reset",
                    "resumePolling": f"/v1/admin/jobs/{completed_id}/resume",
                    "receiveWebhook": "/v1/webhooks/hooked", "metrics": "/metrics",
+                   "getUsage": "/v1/usage",
                    "health": "/healthz", "ready": "/readyz"}
         for template, method, op in spec.operations():
             p = samples[op["operationId"]]
@@ -934,6 +974,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 ("POST", "/v1/jobs/job_x/cancel", "", H),
                 ("POST", "/v1/admin/providers/mock-images/reset", "", A),
                 ("POST", "/v1/admin/jobs/job_x/resume", "", A),
+                ("GET", "/v1/usage", None, H),
                 ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
             t.expect("database down", method, p, call(down, method, p, body, h), 503,
                      "store-unavailable")
@@ -954,6 +995,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 ("POST", f"/v1/jobs/{completed_id}/cancel", "", H),
                 ("POST", "/v1/admin/providers/mock-images/reset", "", A),
                 ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
+                ("GET", "/v1/usage", None, H),
                 ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]
 
         # ---- a lock timeout: a retryable 503 ----------------------------------------------

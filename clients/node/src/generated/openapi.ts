@@ -219,6 +219,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the tenant's completed jobs cost, and its budget
+         * @description The settled cost of the completed jobs that finished in [`from`, `to`) — by default
+         *     from the start of this UTC month, with no end — summed by `group_by` (`provider`,
+         *     `route` as `provider/route`, or UTC `day`) and currency, in integer micro-units
+         *     (`cost_micros`) and as a decimal string (`cost`). A job's cost is computed when it
+         *     completes from its provider's price table and what the provider delivered (a partial
+         *     result costs its delivered outputs only); a failed or cancelled job costs 0; providers
+         *     without a price table are not listed. `budgets` holds the tenant's limits (`idemgate
+         *     tenant budget`) and what counts against them now (reservations of jobs in flight and
+         *     settled costs of this UTC day and month). With the admin token: every tenant.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -342,6 +370,16 @@ export interface components {
             usage: {
                 [key: string]: unknown;
             } | null;
+            /**
+             * @description `null` when the provider has no price table. `estimate_micros`: reserved against the
+             *     tenant's budget at intake; `micros`: settled when the job ended (`null` until then;
+             *     0 for a failed or cancelled job), in micro-units of `currency`.
+             */
+            cost: null | {
+                currency: string;
+                estimate_micros: number;
+                micros: number | null;
+            };
             /** @description An operator's decision (`POST /v1/jobs/{id}/resolve`). */
             resolution?: {
                 /** @enum {string} */
@@ -391,6 +429,42 @@ export interface components {
                 /** @constant */
                 kind?: "b64";
                 bytes?: number;
+            }[];
+        };
+        Usage: {
+            /** @constant */
+            object: "usage";
+            from: string | null;
+            to: string | null;
+            /** @enum {string} */
+            group_by: "provider" | "route" | "day";
+            /** @description One row per tenant, group and currency. */
+            data: {
+                tenant: string;
+                provider?: string;
+                /** @description `provider/route` */
+                route?: string;
+                /** Format: date */
+                day?: string;
+                currency: string;
+                jobs: number;
+                cost_micros: number;
+                cost: string;
+            }[];
+            /** @description One row per tenant; every member `null` but `tenant` without a budget. */
+            budgets: {
+                tenant: string;
+                currency: string | null;
+                day_limit_micros: number | null;
+                day_limit?: string;
+                day_used_micros: number | null;
+                day_used?: string;
+                month_limit_micros: number | null;
+                month_limit?: string;
+                month_used_micros: number | null;
+                month_used?: string;
+                max_in_flight: number | null;
+                in_flight: number | null;
             }[];
         };
         JobList: {
@@ -487,6 +561,43 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     type?: "urn:idemgate:problem:job-not-found";
+                };
+            };
+        };
+        /**
+         * @description The tenant's budget cannot take this job: its estimated cost (the provider's price table
+         *     × the outputs asked for; for a regeneration, the parent's estimate) would pass the
+         *     amount of this UTC day or month (`idemgate tenant budget`). Nothing was recorded and
+         *     the provider was not called. A key that already holds a job is replayed as always,
+         *     never refused nor charged again.
+         */
+        BudgetExceeded: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    type?: "urn:idemgate:problem:budget-exceeded";
+                };
+            };
+        };
+        /**
+         * @description The tenant has as many jobs in flight (not yet `completed` or `failed`) as its budget
+         *     allows. Nothing was recorded and the provider was not called; retry with the same key
+         *     after `Retry-After` seconds.
+         */
+        TooManyInFlight: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                "Retry-After": components["headers"]["Retry-After"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    type?: "urn:idemgate:problem:too-many-in-flight";
                 };
             };
         };
@@ -756,6 +867,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            402: components["responses"]["BudgetExceeded"];
             /** @description The provider or route is not declared in the configuration. */
             404: {
                 headers: {
@@ -802,7 +914,26 @@ export interface operations {
                     };
                 };
             };
-            429: components["responses"]["RateLimited"];
+            /**
+             * @description `rate-limited`: the tenant is over its requests per second or its `Prefer: wait`
+             *     connections on this replica (`idemgate tenant limits`). `too-many-in-flight`: it has
+             *     as many jobs in flight as its budget allows (`idemgate tenant budget`). Either way
+             *     nothing was recorded and the provider was not called: retry after `Retry-After`
+             *     with the same Idempotency-Key.
+             */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:rate-limited" | "urn:idemgate:problem:too-many-in-flight";
+                    };
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
@@ -1005,6 +1136,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            402: components["responses"]["BudgetExceeded"];
             404: components["responses"]["JobNotFound"];
             /** @description The parent is not `completed` or `failed` yet. */
             409: {
@@ -1020,6 +1152,7 @@ export interface operations {
                 };
             };
             422: components["responses"]["KeyReused"];
+            429: components["responses"]["TooManyInFlight"];
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
@@ -1246,6 +1379,52 @@ export interface operations {
                     };
                 };
             };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description A date (`YYYY-MM-DD`, UTC midnight) or an RFC 3339 timestamp. */
+                from?: string;
+                /** @description A date or an RFC 3339 timestamp (excluded). */
+                to?: string;
+                group_by?: "provider" | "route" | "day";
+            };
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The usage document. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Usage"];
+                };
+            };
+            /** @description `from` or `to` is not a date or timestamp, or `group_by` is not one of its values. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:invalid-query" | "urn:idemgate:problem:bad-request-framing";
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };

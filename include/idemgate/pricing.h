@@ -1,0 +1,92 @@
+#ifndef IDEMGATE_PRICING_H
+#define IDEMGATE_PRICING_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* What an operation costs, in integer micro-units (1e-6) of a named currency: the estimate
+ * reserved against a tenant's budget at intake, and the cost settled at completion from what the
+ * provider delivered. A pure module: the price table comes from the provider's profile
+ * ("pricing"), the values from the request body, the outputs received and the recorded usage.
+ *
+ *   "pricing": {
+ *     "currency": "USD",
+ *     "source": "example prices: verify against the provider's price page",
+ *     "per_request": 0,                       micro-units per completed request
+ *     "per_output": 40000,                    micro-units per output delivered (image, clip…)
+ *     "per_output_by": {"keys": ["$.quality", "$.size"], "defaults": ["auto", "1024x1024"],
+ *                       "prices": {"high|1024x1024": 167000, "low|1024x1024": 11000}},
+ *     "per_second": 100000,                   micro-units per second of each output delivered
+ *     "seconds": "$.seconds", "default_seconds": 8,
+ *     "per_million_input_tokens": 5000000, "per_million_output_tokens": 40000000,
+ *     "input_tokens": "$.input_tokens", "output_tokens": "$.output_tokens",  (in the usage)
+ *     "estimate_input_tokens": 0, "estimate_output_tokens": 0
+ *   }
+ *
+ * per_output_by picks the price per output by request values joined with "|" (a value the body
+ * lacks takes its default; a key the table lacks falls back to per_output). Seconds are read from
+ * the request body (a number, or a string holding one, as OpenAI's "seconds": "8"). Every sum
+ * saturates at PRICE_MAX rather than overflow. */
+
+#define PRICE_MAX_BY 4
+#define PRICE_MAX ((long long)1 << 60)
+
+struct jpath;
+
+struct price_entry {
+    char *key; /* request values joined with '|' */
+    long long micros;
+};
+
+struct price_table {
+    int present; /* 0: the provider has no price table; every cost is 0 and no currency */
+    char *currency;
+    char *source;
+    long long per_request;
+    long long per_output;
+    struct jpath *by[PRICE_MAX_BY];
+    char *by_default[PRICE_MAX_BY];
+    int n_by;
+    struct price_entry *prices;
+    size_t n_prices;
+    long long per_second;
+    struct jpath *seconds;
+    double default_seconds;
+    long long per_mtok_in, per_mtok_out;
+    struct jpath *tokens_in, *tokens_out;
+    long long estimate_tokens_in, estimate_tokens_out;
+};
+
+/* Reads a profile's "pricing" object (NULL: no price table) into t. Returns 0, or -1 with a
+ * message naming the member ("pricing.per_output: …") in err. */
+__attribute__((warn_unused_result)) int price_table_load(const cJSON *j, struct price_table *t,
+                                                         char *err, size_t errlen);
+void price_table_fini(struct price_table *t);
+
+/* The estimate reserved at intake: per request, plus the price per output × seconds factor ×
+ * outputs requested, plus the estimated tokens. body is the parsed request (may be NULL);
+ * outputs_requested < 1 counts as 1. */
+long long price_estimate(const struct price_table *t, const cJSON *body, int outputs_requested);
+
+/* The cost at completion of what the provider delivered: outputs_received (-1: not counted, then
+ * outputs_requested, then 1) priced as in price_estimate, and the tokens the recorded usage
+ * (may be NULL) reports — the estimate's tokens when it reports none. A partial result costs its
+ * delivered outputs only. */
+long long price_actual(const struct price_table *t, const cJSON *body, int outputs_requested,
+                       int outputs_received, const cJSON *usage);
+
+/* The same from raw bytes: the request body (len bytes, JSON, may be unparsable: then no
+ * request values are known) and the usage as recorded (JSON text or NULL). */
+long long price_estimate_raw(const struct price_table *t, const char *body, size_t len,
+                             int outputs_requested);
+long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
+                           int outputs_requested, int outputs_received, const char *usage);
+
+/* A decimal amount of currency units ("12", "0.5", "3.000001") as micro-units. Returns 0, or -1
+ * when s is not a non-negative decimal with at most 6 fractional digits below PRICE_MAX. */
+__attribute__((warn_unused_result)) int price_parse_amount(const char *s, long long *micros);
+
+/* micros as a decimal amount with 6 fractional digits ("12.500000"); returns buf. */
+char *price_format(long long micros, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,334 @@
+#include "idemgate/pricing.h"
+
+#include "idemgate/jpath.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void errf(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+/* a + b and a * b, saturating at PRICE_MAX (both operands are never negative here). */
+static long long sat_add(long long a, long long b)
+{
+    return a > PRICE_MAX - b ? PRICE_MAX : a + b;
+}
+
+static long long sat_mul(long long a, double b)
+{
+    double v = (double)a * b;
+    return v >= (double)PRICE_MAX ? PRICE_MAX : v <= 0 ? 0 : (long long)llround(v);
+}
+
+/* A non-negative integer member in micro-units (absent: def). -1 when it is not one. */
+static int get_micros(const cJSON *o, const char *key, long long def, long long *out,
+                      char *err, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = def;
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)PRICE_MAX ||
+        v->valuedouble != floor(v->valuedouble)) {
+        errf(err, errlen, "pricing.%s must be a whole number of micro-units (0 or more)", key);
+        return -1;
+    }
+    *out = (long long)v->valuedouble;
+    return 0;
+}
+
+static int get_path(const cJSON *o, const char *key, struct jpath **out, char *err,
+                    size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const char *why = NULL;
+    *out = NULL;
+    if (!v)
+        return 0;
+    if (!cJSON_IsString(v) || jpath_compile(v->valuestring, out, &why) < 0) {
+        errf(err, errlen, "pricing.%s: %s", key, why ? why : "must be a JSONPath string");
+        return -1;
+    }
+    return 0;
+}
+
+static int load_by(const cJSON *by, struct price_table *t, char *err, size_t errlen)
+{
+    const cJSON *keys = cJSON_GetObjectItemCaseSensitive(by, "keys");
+    const cJSON *defs = cJSON_GetObjectItemCaseSensitive(by, "defaults");
+    const cJSON *prices = cJSON_GetObjectItemCaseSensitive(by, "prices");
+    int n = cJSON_GetArraySize(keys);
+    if (!cJSON_IsArray(keys) || n < 1 || n > PRICE_MAX_BY || !cJSON_IsObject(prices) ||
+        (defs && (!cJSON_IsArray(defs) || cJSON_GetArraySize(defs) != n))) {
+        errf(err, errlen, "pricing.per_output_by needs \"keys\" (1 to %d paths), \"prices\" (an "
+                          "object) and optionally \"defaults\" (one string per key)",
+             PRICE_MAX_BY);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *k = cJSON_GetArrayItem(keys, i);
+        const cJSON *d = defs ? cJSON_GetArrayItem(defs, i) : NULL;
+        const char *why = NULL;
+        if (!cJSON_IsString(k) || jpath_compile(k->valuestring, &t->by[i], &why) < 0) {
+            errf(err, errlen, "pricing.per_output_by.keys[%d]: %s", i,
+                 why ? why : "must be a JSONPath string");
+            return -1;
+        }
+        t->n_by = i + 1;
+        if (d && !cJSON_IsString(d)) {
+            errf(err, errlen, "pricing.per_output_by.defaults[%d] must be a string", i);
+            return -1;
+        }
+        t->by_default[i] = strdup(d ? d->valuestring : "");
+        if (!t->by_default[i])
+            return -1;
+    }
+    size_t np = (size_t)cJSON_GetArraySize(prices);
+    t->prices = calloc(np ? np : 1, sizeof(*t->prices));
+    if (!t->prices)
+        return -1;
+    for (const cJSON *e = prices->child; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > (double)PRICE_MAX ||
+            e->valuedouble != floor(e->valuedouble)) {
+            errf(err, errlen, "pricing.per_output_by.prices.%s must be a whole number of "
+                              "micro-units", e->string);
+            return -1;
+        }
+        struct price_entry *pe = &t->prices[t->n_prices];
+        pe->key = strdup(e->string);
+        if (!pe->key)
+            return -1;
+        pe->micros = (long long)e->valuedouble;
+        t->n_prices++;
+    }
+    return 0;
+}
+
+int price_table_load(const cJSON *j, struct price_table *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof(*t));
+    if (!j)
+        return 0;
+    const char *cur = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "currency"));
+    if (!cJSON_IsObject(j) || !cur || strlen(cur) != 3 || strspn(cur, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != 3) {
+        errf(err, errlen, "pricing.currency must be an ISO 4217 code such as \"USD\"");
+        return -1;
+    }
+    t->present = 1;
+    t->currency = strdup(cur);
+    const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "source"));
+    t->source = src ? strdup(src) : NULL;
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(j, "default_seconds");
+    if (ds && (!cJSON_IsNumber(ds) || ds->valuedouble < 0 || ds->valuedouble > 86400)) {
+        errf(err, errlen, "pricing.default_seconds must be a number of seconds (0 to 86400)");
+        price_table_fini(t);
+        return -1;
+    }
+    t->default_seconds = ds ? ds->valuedouble : 0;
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "per_output_by");
+    if (!t->currency || get_micros(j, "per_request", 0, &t->per_request, err, errlen) < 0 ||
+        get_micros(j, "per_output", 0, &t->per_output, err, errlen) < 0 ||
+        get_micros(j, "per_second", 0, &t->per_second, err, errlen) < 0 ||
+        get_micros(j, "per_million_input_tokens", 0, &t->per_mtok_in, err, errlen) < 0 ||
+        get_micros(j, "per_million_output_tokens", 0, &t->per_mtok_out, err, errlen) < 0 ||
+        get_micros(j, "estimate_input_tokens", 0, &t->estimate_tokens_in, err, errlen) < 0 ||
+        get_micros(j, "estimate_output_tokens", 0, &t->estimate_tokens_out, err, errlen) < 0 ||
+        get_path(j, "seconds", &t->seconds, err, errlen) < 0 ||
+        get_path(j, "input_tokens", &t->tokens_in, err, errlen) < 0 ||
+        get_path(j, "output_tokens", &t->tokens_out, err, errlen) < 0 ||
+        (by && load_by(by, t, err, errlen) < 0)) {
+        if (!err[0])
+            errf(err, errlen, "pricing: out of memory");
+        price_table_fini(t);
+        return -1;
+    }
+    if (t->per_second && !t->seconds && t->default_seconds <= 0) {
+        errf(err, errlen, "pricing.per_second needs \"seconds\" (a path in the request) or "
+                          "\"default_seconds\"");
+        price_table_fini(t);
+        return -1;
+    }
+    return 0;
+}
+
+void price_table_fini(struct price_table *t)
+{
+    free(t->currency);
+    free(t->source);
+    for (int i = 0; i < PRICE_MAX_BY; i++) {
+        jpath_free(t->by[i]);
+        free(t->by_default[i]);
+    }
+    for (size_t i = 0; i < t->n_prices; i++)
+        free(t->prices[i].key);
+    free(t->prices);
+    jpath_free(t->seconds);
+    jpath_free(t->tokens_in);
+    jpath_free(t->tokens_out);
+    memset(t, 0, sizeof(*t));
+}
+
+/* A request value as the text a price key holds: strings as they are, whole numbers without a
+ * fraction, booleans as true/false; NULL for anything else. */
+static const char *value_text(const cJSON *v, char *buf, size_t len)
+{
+    if (cJSON_IsString(v))
+        return v->valuestring;
+    if (cJSON_IsBool(v))
+        return cJSON_IsTrue(v) ? "true" : "false";
+    if (cJSON_IsNumber(v)) {
+        snprintf(buf, len, "%.15g", v->valuedouble);
+        return buf;
+    }
+    return NULL;
+}
+
+/* The price of one output for this request. */
+static long long per_output_price(const struct price_table *t, const cJSON *body)
+{
+    if (!t->n_by)
+        return t->per_output;
+    char key[256], num[32];
+    size_t pos = 0;
+    for (int i = 0; i < t->n_by; i++) {
+        const char *v = value_text(jpath_first(t->by[i], body), num, sizeof(num));
+        int n = snprintf(key + pos, sizeof(key) - pos, "%s%s", i ? "|" : "",
+                         v ? v : t->by_default[i]);
+        if (n < 0 || (size_t)n >= sizeof(key) - pos)
+            return t->per_output;
+        pos += (size_t)n;
+    }
+    for (size_t i = 0; i < t->n_prices; i++)
+        if (strcmp(t->prices[i].key, key) == 0)
+            return t->prices[i].micros;
+    return t->per_output;
+}
+
+/* A non-negative number at a path: a JSON number, or a string that is entirely one. -1: none. */
+static double number_at(const struct jpath *p, const cJSON *root)
+{
+    const cJSON *v = p ? jpath_first(p, root) : NULL;
+    if (cJSON_IsNumber(v))
+        return v->valuedouble >= 0 ? v->valuedouble : -1;
+    if (cJSON_IsString(v) && v->valuestring[0]) {
+        char *end;
+        double d = strtod(v->valuestring, &end);
+        return *end == '\0' && d >= 0 && isfinite(d) ? d : -1;
+    }
+    return -1;
+}
+
+/* The price of `outputs` outputs of this request, seconds included. */
+static long long outputs_price(const struct price_table *t, const cJSON *body, int outputs)
+{
+    if (outputs < 0)
+        outputs = 0;
+    long long each = per_output_price(t, body);
+    if (t->per_second) {
+        double s = number_at(t->seconds, body);
+        if (s < 0)
+            s = t->default_seconds;
+        each = sat_add(each, sat_mul(t->per_second, s));
+    }
+    return sat_mul(each, outputs);
+}
+
+static long long tokens_price(const struct price_table *t, double in, double out)
+{
+    return sat_add(sat_mul(t->per_mtok_in, in / 1e6), sat_mul(t->per_mtok_out, out / 1e6));
+}
+
+long long price_estimate(const struct price_table *t, const cJSON *body, int outputs_requested)
+{
+    if (!t || !t->present)
+        return 0;
+    long long c = sat_add(t->per_request,
+                          outputs_price(t, body, outputs_requested < 1 ? 1 : outputs_requested));
+    return sat_add(c, tokens_price(t, (double)t->estimate_tokens_in,
+                                   (double)t->estimate_tokens_out));
+}
+
+long long price_actual(const struct price_table *t, const cJSON *body, int outputs_requested,
+                       int outputs_received, const cJSON *usage)
+{
+    if (!t || !t->present)
+        return 0;
+    int n = outputs_received >= 0 ? outputs_received
+                                  : outputs_requested >= 1 ? outputs_requested : 1;
+    long long c = sat_add(t->per_request, outputs_price(t, body, n));
+    double in = number_at(t->tokens_in, usage), out = number_at(t->tokens_out, usage);
+    if (in < 0 && out < 0) {
+        in = (double)t->estimate_tokens_in;
+        out = (double)t->estimate_tokens_out;
+    }
+    return sat_add(c, tokens_price(t, in < 0 ? 0 : in, out < 0 ? 0 : out));
+}
+
+long long price_estimate_raw(const struct price_table *t, const char *body, size_t len,
+                             int outputs_requested)
+{
+    if (!t || !t->present)
+        return 0;
+    cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    long long c = price_estimate(t, doc, outputs_requested);
+    cJSON_Delete(doc);
+    return c;
+}
+
+long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
+                           int outputs_requested, int outputs_received, const char *usage)
+{
+    if (!t || !t->present)
+        return 0;
+    cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *u = usage ? cJSON_Parse(usage) : NULL;
+    long long c = price_actual(t, doc, outputs_requested, outputs_received, u);
+    cJSON_Delete(doc);
+    cJSON_Delete(u);
+    return c;
+}
+
+int price_parse_amount(const char *s, long long *micros)
+{
+    long long whole = 0, frac = 0;
+    int digits = 0, fdigits = 0;
+    const char *p = s;
+    if (!s)
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        if (whole > (PRICE_MAX / 1000000 - 9) / 10)
+            return -1;
+        whole = whole * 10 + (*p - '0');
+    }
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, fdigits++) {
+            if (fdigits == 6)
+                return -1;
+            frac = frac * 10 + (*p - '0');
+        }
+        if (!fdigits)
+            return -1;
+    }
+    if (*p || !digits)
+        return -1;
+    for (int i = fdigits; i < 6; i++)
+        frac *= 10;
+    *micros = whole * 1000000 + frac;
+    return 0;
+}
+
+char *price_format(long long micros, char *buf, size_t len)
+{
+    const char *sign = micros < 0 ? "-" : "";
+    unsigned long long m = micros < 0 ? (unsigned long long)-(micros + 1) + 1 : (unsigned long long)micros;
+    snprintf(buf, len, "%s%llu.%06llu", sign, m / 1000000, m % 1000000);
+    return buf;
+}

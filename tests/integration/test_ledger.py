@@ -1,0 +1,425 @@
+"""Cost ledger, budgets and retention (issue 13 §2–4), against the counting mock.
+
+Prices are the tests' own (the mock is ours); every expected figure is computed here from the
+price table and what the mock's ledger says it received and delivered."""
+
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+
+from conftest import GATEWAY_BIN, ROOT, provider, tenant_token
+
+ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
+ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
+
+# Micro-units of USD per image by quality (size fixed), and per request on the keyed provider.
+IMAGE_PRICES = {"low": 11000, "medium": 42000, "high": 167000}
+IMAGES_PRICING = {
+    "currency": "USD",
+    "per_output": 40000,
+    "per_output_by": {"keys": ["$.quality"], "defaults": ["medium"],
+                      "prices": dict(IMAGE_PRICES)},
+}
+KEYED_PER_REQUEST = 250000
+KEYED_PRICING = {"currency": "USD", "per_request": KEYED_PER_REQUEST}
+
+
+def key():
+    return "ledger-" + uuid.uuid4().hex
+
+
+def priced_gateway(gateway_factory, mock, **settings):
+    providers = [
+        provider("mock-images", mock.url, pricing=IMAGES_PRICING,
+                 auth={"header": "Authorization", "prefix": "Bearer ",
+                       "secret_env": "MOCK_IMAGES_API_KEY"}),
+        provider("mock-keyed", mock.url, path="/v2/generations", route="generations",
+                 idempotency={"header": "Idempotency-Key"}, pricing=KEYED_PRICING),
+    ]
+    settings.setdefault("admin_token_sha256", ADMIN_SHA)
+    return gateway_factory(providers=providers, **settings)
+
+
+def cli(database_url, *args):
+    return subprocess.run([GATEWAY_BIN, *args], capture_output=True, text=True,
+                          env=dict(os.environ, DATABASE_URL=database_url))
+
+
+def new_tenant(database_url):
+    name = "led-" + uuid.uuid4().hex[:10]
+    return name, tenant_token(database_url, name)
+
+
+def usage(gw, token, **query):
+    q = "&".join(f"{k}={v}" for k, v in query.items())
+    return gw.http.request("GET", "/v1/usage" + ("?" + q if q else ""),
+                           headers={"Authorization": f"Bearer {token}"})
+
+
+def wait_until(pred, timeout):
+    """True as soon as pred() is; False once timeout seconds passed (a bound, not a threshold
+    the test measures)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def image_cost(quality, delivered):
+    return IMAGE_PRICES.get(quality, IMAGE_PRICES["medium"]) * delivered
+
+
+def test_usage_sums_equal_the_priced_creates(gateway_factory, mock, database_url, psql):
+    started = psql("SELECT now()")[0][0]
+    gw = priced_gateway(gateway_factory, mock)
+    tenants = [new_tenant(database_url) for _ in range(2)]
+    plans = [  # (route, body)
+        ("mock-images/images/generations", {"prompt": "a", "n": 2, "quality": "high"}),
+        ("mock-images/images/generations", {"prompt": "b", "n": 1, "quality": "low"}),
+        ("mock-images/images/generations", {"prompt": "c", "n": 1}),
+        # Partial: three asked, one delivered; only the delivered output is paid.
+        ("mock-images/images/generations",
+         {"prompt": "d", "n": 3, "quality": "high", "_mock": {"n_out": 1}}),
+        ("mock-keyed/generations", {"prompt": "e"}),
+    ]
+    expected = {}
+    jobs = {}
+    for t, (name, token) in enumerate(tenants):
+        for route, body in plans[t:]:  # the two tenants make different sets
+            r = gw.submit(token, key(), body, route=route, headers={"Prefer": "wait=20"})
+            assert r.status == 200, (r.status, r.body[:300])
+            job_id = r.headers["x-idemgate-job-id"]
+            job = gw.job(token, job_id).json()
+            assert job["state"] == "completed", job
+            creates = mock.creates_for(job_id)
+            assert len(creates) == 1
+            delivered = job["outputs"]["received"]
+            prov = route.split("/")[0]
+            cost = (KEYED_PER_REQUEST if prov == "mock-keyed"
+                    else image_cost(body.get("quality"), delivered))
+            assert job["cost"]["currency"] == "USD"
+            assert job["cost"]["micros"] == cost, job["cost"]
+            expected.setdefault(name, {}).setdefault(prov, [0, 0])
+            expected[name][prov][0] += 1
+            expected[name][prov][1] += cost
+            jobs[job_id] = (name, prov, cost)
+    # Each tenant sees its own sums, by provider; the admin sees both tenants.
+    for name, token in tenants:
+        doc = usage(gw, token).json()
+        got = {row["provider"]: [row["jobs"], row["cost_micros"]] for row in doc["data"]}
+        assert got == expected[name], (doc, expected[name])
+        assert {row["tenant"] for row in doc["data"]} == {name}
+    admin = usage(gw, ADMIN_TOKEN, group_by="route").json()
+    mine = [row for row in admin["data"] if row["tenant"] in expected]
+    for name in expected:
+        total = sum(row["cost_micros"] for row in mine if row["tenant"] == name)
+        assert total == sum(v[1] for v in expected[name].values())
+    assert {row["route"] for row in mine} == {"mock-images/images/generations",
+                                               "mock-keyed/generations"}
+    # By day: everything finished today (UTC), and from/to bound it.
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    name, token = tenants[0]
+    by_day = usage(gw, token, group_by="day").json()["data"]
+    assert [(r["day"], r["cost_micros"]) for r in by_day] == \
+        [(today, sum(v[1] for v in expected[name].values()))]
+    assert usage(gw, token, to="2000-01-01").json()["data"] == []
+    assert usage(gw, token, group_by="tenant").status == 400
+    assert usage(gw, "not-a-token").status == 401
+
+    # Prometheus: spend by provider on this replica (the only one running) equals what it
+    # settled: these jobs, and any another test left for it to finish.
+    metrics = gw.http.request("GET", "/metrics").body.decode()
+    spent = {}
+    for line in metrics.splitlines():
+        if line.startswith("idemgate_spend_micros_total{"):
+            prov = line.split('provider="')[1].split('"')[0]
+            spent[prov] = int(line.rsplit(" ", 1)[1])
+    for prov in ("mock-images", "mock-keyed"):
+        settled = psql(f"SELECT coalesce(sum(cost_micros), 0) FROM operations WHERE "
+                       f"provider = '{prov}' AND state = 'completed' "
+                       f"AND finished_at >= '{started}'")[0][0]
+        assert spent[prov] == int(settled)
+        assert spent[prov] >= sum(c for (_, p, c) in jobs.values() if p == prov)
+
+    # The CLI prints the same document.
+    out = cli(database_url, "usage", "--tenant", name)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert {r["provider"]: [r["jobs"], r["cost_micros"]] for r in doc["data"]} == expected[name]
+
+
+def test_budget_exceeded_at_intake_records_and_sends_nothing(gateway_factory, mock, database_url,
+                                                            psql):
+    gw = priced_gateway(gateway_factory, mock)
+    name, token = new_tenant(database_url)
+    # 0.10 USD a day: two medium images (0.042 each) fit, a third does not.
+    out = cli(database_url, "tenant", "budget", name, "--currency", "USD", "--day", "0.10",
+              "--in-flight", "7")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (f"budget of {name}: USD 0.100000 a day, no limit a month, "
+                                  "7 in flight")
+    keys = [key() for _ in range(3)]
+    ok = [gw.submit(token, k, {"prompt": "p", "n": 1}, headers={"Prefer": "wait=20"})
+          for k in keys[:2]]
+    assert [r.status for r in ok] == [200, 200]
+    before = len(mock.ledger())
+    r = gw.submit(token, keys[2], {"prompt": "p", "n": 1})
+    assert r.status == 402, (r.status, r.body[:300])
+    assert r.headers["content-type"].startswith("application/problem+json")
+    problem = r.json()
+    assert problem["type"] == "urn:idemgate:problem:budget-exceeded"
+    assert "0.042000 USD" in problem["detail"] and "daily" in problem["detail"]
+    assert psql(f"SELECT count(*) FROM operations WHERE idempotency_key = '{keys[2]}'") == [["0"]]
+    assert len(mock.ledger()) == before  # nothing was sent
+    # A key that exists still replays, and is not charged again.
+    used = usage(gw, token).json()["budgets"][0]["day_used_micros"]
+    assert used == 2 * IMAGE_PRICES["medium"]
+    again = gw.submit(token, keys[0], {"prompt": "p", "n": 1})
+    assert again.status == 202 and again.headers.get("idempotent-replayed") == "true"
+    assert usage(gw, token).json()["budgets"][0]["day_used_micros"] == used
+    assert len(mock.ledger()) == before
+    # A cheaper request that fits is taken (0.084 + 0.011 <= 0.10).
+    r = gw.submit(token, key(), {"prompt": "p", "n": 1, "quality": "low"})
+    assert r.status == 202, r.body[:300]
+    # The month's limit refuses the same way.
+    assert cli(database_url, "tenant", "budget", name, "--month", "0.05").returncode == 0
+    r = gw.submit(token, key(), {"prompt": "p", "n": 1, "quality": "low"})
+    assert r.status == 402 and "monthly" in r.json()["detail"]
+    # Without a budget the same request is taken.
+    assert cli(database_url, "tenant", "budget", name, "--clear").returncode == 0
+    assert gw.submit(token, key(), {"prompt": "p", "n": 1}).status == 202
+
+
+def test_in_flight_limit_is_429_and_released_by_cancel(gateway_factory, mock, database_url):
+    # No dispatcher: jobs stay in flight until cancelled.
+    gw = priced_gateway(gateway_factory, mock, dispatch_workers=0)
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--in-flight", "1").returncode == 0
+    first = gw.submit(token, key(), {"prompt": "p"})
+    assert first.status == 202
+    k2 = key()
+    r = gw.submit(token, k2, {"prompt": "p"})
+    assert r.status == 429, r.body[:300]
+    assert r.json()["type"] == "urn:idemgate:problem:too-many-in-flight"
+    assert int(r.headers["retry-after"]) >= 1
+    # Another tenant is not held back by this one's limit.
+    _, other = new_tenant(database_url)
+    assert gw.submit(other, key(), {"prompt": "p"}).status == 202
+    # The cancel fails the first job and releases its place and its reservation.
+    c = gw.http.request("POST", f"/v1/jobs/{first.json()['id']}/cancel",
+                        headers={"Authorization": f"Bearer {token}"})
+    assert c.status == 200 and c.json()["state"] == "failed"
+    assert c.json()["cost"]["micros"] == 0
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["in_flight"] == 0 and b["day_used_micros"] == 0
+    second = gw.submit(token, k2, {"prompt": "p"})
+    assert second.status == 202
+    assert mock.ledger() == []
+    # Nothing is left for another test's dispatchers.
+    for t, j in ((token, second.json()["id"]), (other, None)):
+        if j:
+            gw.http.request("POST", f"/v1/jobs/{j}/cancel",
+                            headers={"Authorization": f"Bearer {t}"})
+    for j in gw.http.request("GET", "/v1/jobs?state=prepared",
+                             headers={"Authorization": f"Bearer {other}"}).json()["data"]:
+        gw.http.request("POST", f"/v1/jobs/{j['id']}/cancel",
+                        headers={"Authorization": f"Bearer {other}"})
+
+
+def test_concurrent_intakes_from_two_replicas_take_exactly_the_affordable(
+        gateway_factory, mock, database_url, psql):
+    gws = [priced_gateway(gateway_factory, mock, intake_batch_max=16) for _ in range(2)]
+    name, token = new_tenant(database_url)
+    affordable = 5
+    limit = affordable * IMAGE_PRICES["medium"]
+    assert cli(database_url, "tenant", "budget", name, "--day",
+               f"{limit / 1e6:.6f}").returncode == 0
+    n = 24
+    results = [None] * n
+    start = threading.Barrier(n)
+
+    def one(i):
+        start.wait()
+        results[i] = gws[i % 2].submit(token, f"race-{name}-{i}", {"prompt": "p", "n": 1}).status
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results).count(202) == affordable, results
+    assert results.count(402) == n - affordable, results
+    rows = psql(f"SELECT count(*), sum(reserved_micros) FROM operations o JOIN tenants t "
+                f"ON t.id = o.tenant_id WHERE t.name = '{name}'")
+    assert rows == [[str(affordable), str(limit)]]
+    # Every accepted job completes; the settled total never passes the limit.
+    ids = [r[0] for r in psql(f"SELECT o.id FROM operations o JOIN tenants t ON t.id = "
+                              f"o.tenant_id WHERE t.name = '{name}'")]
+    for job_id in ids:
+        assert gws[0].wait_state(token, job_id, {"completed"})["state"] == "completed"
+    b = usage(gws[0], token).json()["budgets"][0]
+    assert b["day_used_micros"] == limit and b["in_flight"] == 0
+    assert all(len(mock.creates_for(i)) == 1 for i in ids)
+
+
+def test_reservation_released_on_failure_and_settled_at_completion(gateway_factory, mock,
+                                                                   database_url):
+    gw = priced_gateway(gateway_factory, mock)
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--day", "10").returncode == 0
+    # A definite refusal by the provider: failed, nothing charged.
+    r = gw.submit(token, key(), {"prompt": "p", "n": 2, "_mock": {"status": 400}},
+                  headers={"Prefer": "wait=20"})
+    job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert job["state"] == "failed", job
+    assert job["cost"] == {"currency": "USD", "estimate_micros": 2 * IMAGE_PRICES["medium"],
+                           "micros": 0}
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["day_used_micros"] == 0 and b["in_flight"] == 0
+    # A partial result: reserved for three, settled to the one delivered.
+    r = gw.submit(token, key(), {"prompt": "p", "n": 3, "quality": "high",
+                                 "_mock": {"n_out": 1}}, headers={"Prefer": "wait=20"})
+    job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert job["state"] == "completed"
+    assert job["cost"]["estimate_micros"] == 3 * IMAGE_PRICES["high"]
+    assert job["cost"]["micros"] == IMAGE_PRICES["high"]
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["day_used_micros"] == IMAGE_PRICES["high"] and b["in_flight"] == 0
+    assert b["month_used_micros"] == IMAGE_PRICES["high"]
+
+
+def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, database_url, psql):
+    name, token = new_tenant(database_url)
+    # A job that is not terminal is kept whatever its age (its key guards against a second
+    # create): recorded by a gateway without dispatchers and made due only tomorrow, before any
+    # dispatcher runs, so it stays prepared.
+    idle = priced_gateway(gateway_factory, mock, dispatch_workers=0)
+    live = idle.submit(token, key(), {"prompt": "p"}).json()["id"]
+    psql(f"UPDATE operations SET next_attempt_at = now() + interval '1 day' WHERE id = '{live}'")
+    # No job cache: a deleted job is not answered from memory either.
+    gw = priced_gateway(gateway_factory, mock, janitor_interval_ms=100, janitor_batch=2,
+                        job_cache_entries=0)
+    keys = [key() for _ in range(3)]
+    done = []
+    for k in keys:
+        r = gw.submit(token, k, {"prompt": "p"}, headers={"Prefer": "wait=20"})
+        assert r.status == 200
+        done.append(r.headers["x-idemgate-job-id"])
+    tag = uuid.uuid4().hex[:8]
+    ids = ",".join(f"'{i}'" for i in done + [live])
+    assert int(psql(f"SELECT count(*) FROM attempts WHERE operation_id IN ({ids})")[0][0]) >= 3
+    psql(f"UPDATE operations SET expires_at = now() - interval '1 hour' WHERE id IN ({ids})")
+    psql(f"INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
+         f"SELECT 'mock-images', '{tag}-' || g, 'r', now() - interval '1 minute' "
+         f"FROM generate_series(1, 5) g")
+    psql(f"INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
+         f"VALUES ('mock-images', '{tag}-fresh', 'r', now() + interval '1 hour')")
+    psql(f"INSERT INTO webhook_parked (provider, remote_id, received_at) "
+         f"SELECT 'mock-images', '{tag}-' || g, now() - interval '2 days' "
+         f"FROM generate_series(1, 5) g")
+
+    def gone():
+        rows = psql(
+            f"SELECT (SELECT count(*) FROM operations WHERE id IN ({ids}) AND id <> '{live}'), "
+            f"(SELECT count(*) FROM attempts WHERE operation_id IN ({ids})), "
+            f"(SELECT count(*) FROM webhook_events WHERE event_id LIKE '{tag}-%' "
+            f" AND event_id <> '{tag}-fresh'), "
+            f"(SELECT count(*) FROM webhook_parked WHERE remote_id LIKE '{tag}-%')")
+        return rows == [["0", "0", "0", "0"]]
+
+    assert wait_until(gone, 30), psql(
+        f"SELECT id, state, expires_at < now() FROM operations WHERE id IN ({ids})")
+    # Each kind needed several batches of 2: the sweep went on while batches were full.
+    assert psql(f"SELECT count(*) FROM operations WHERE id = '{live}'") == [["1"]]
+    assert psql(f"SELECT count(*) FROM webhook_events WHERE event_id = '{tag}-fresh'") == [["1"]]
+    # The key is free: the same request under it is a new job, sent again.
+    r = gw.submit(token, keys[0], {"prompt": "p"}, headers={"Prefer": "wait=20"})
+    assert r.status == 200 and r.headers.get("idempotent-replayed") is None
+    assert r.headers["x-idemgate-job-id"] != done[0]
+    assert len(mock.creates_for(r.headers["x-idemgate-job-id"])) == 1
+    gw.http.request("POST", f"/v1/jobs/{live}/cancel", headers={"Authorization": f"Bearer {token}"})
+
+
+def test_regeneration_is_a_paid_creation_within_the_budget(gateway_factory, mock, database_url):
+    gw = priced_gateway(gateway_factory, mock)
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--day", "0.05").returncode == 0
+    r = gw.submit(token, key(), {"prompt": "p", "n": 1}, headers={"Prefer": "wait=20"})
+    parent = r.headers["x-idemgate-job-id"]
+    auth = {"Authorization": f"Bearer {token}"}
+    k = key()
+    regen = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate",
+                            headers={**auth, "Idempotency-Key": k})
+    assert regen.status == 402, regen.body[:300]
+    assert regen.json()["type"] == "urn:idemgate:problem:budget-exceeded"
+    assert len(mock.ledger()) == 1
+    assert cli(database_url, "tenant", "budget", name, "--day", "0.10").returncode == 0
+    regen = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate",
+                            headers={**auth, "Idempotency-Key": k})
+    assert regen.status == 202, regen.body[:300]
+    job = gw.wait_state(token, regen.json()["id"], {"completed"})
+    assert job["cost"]["micros"] == IMAGE_PRICES["medium"]
+    assert usage(gw, token).json()["budgets"][0]["day_used_micros"] == 2 * IMAGE_PRICES["medium"]
+    # Its replay is not charged again, even with the budget spent.
+    again = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate",
+                            headers={**auth, "Idempotency-Key": k})
+    assert again.status == 202 and again.json()["id"] == job["id"]
+
+
+def test_a_migration_numbered_below_the_newest_applied_is_still_applied(database_url, psql):
+    """Migration numbers are handed to branches worked on side by side (0008 here, while main
+    reached 0010): a database already at a newer version still gets the lower ones it lacks."""
+    name = "mig_" + uuid.uuid4().hex[:8]
+    assert database_url.startswith("postgresql:///idemgate?"), database_url
+    url = database_url.replace("postgresql:///idemgate?", f"postgresql:///{name}?", 1)
+    psql(f"CREATE DATABASE {name}")
+    try:
+        newest = max(int(f[:4]) for f in os.listdir(os.path.join(ROOT, "migrations"))
+                     if f[:4].isdigit())
+        subprocess.run(["psql", url, "-qtAX", "-c",
+                        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text "
+                        "NOT NULL, applied_at timestamptz NOT NULL DEFAULT now()); "
+                        f"INSERT INTO schema_migrations VALUES ({newest + 1}, 'from the future')"],
+                       check=True, capture_output=True)
+        out = cli(url, "migrate")
+        assert out.returncode == 0, out.stderr
+        tables = subprocess.check_output(
+            ["psql", url, "-qtAX", "-c", "SELECT count(*) FROM pg_tables WHERE tablename IN "
+             "('operations', 'tenant_budgets')"], text=True).strip()
+        assert tables == "2"
+        # Run again: every migration is recorded once, nothing is applied twice.
+        assert cli(url, "migrate").returncode == 0
+        count = subprocess.check_output(["psql", url, "-qtAX", "-c",
+                                         "SELECT count(*) FROM schema_migrations"], text=True)
+        assert int(count) == len([f for f in os.listdir(os.path.join(ROOT, "migrations"))
+                                  if f.endswith(".sql")]) + 1
+    finally:
+        psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_unreferenced_archive_objects_are_listed_for_the_archive(gateway_factory, mock,
+                                                                 database_url, psql):
+    """The retention hook the archive uses: of its objects, those no remaining job's outputs
+    reference — and one that a job references becomes unreferenced once the janitor removed it."""
+    gw = priced_gateway(gateway_factory, mock, janitor_interval_ms=100, job_cache_entries=0)
+    _, token = new_tenant(database_url)
+    r = gw.submit(token, key(), {"prompt": "p"}, headers={"Prefer": "wait=20"})
+    job_id = r.headers["x-idemgate-job-id"]
+    kept, other = hashlib.sha256(b"kept").hexdigest(), hashlib.sha256(b"other").hexdigest()
+    psql(f"UPDATE operations SET outputs = '[{{\"url\": \"x\", \"sha256\": \"{kept}\"}}]' "
+         f"WHERE id = '{job_id}'")
+    out = cli(database_url, "unreferenced", kept, other)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [other]
+    assert cli(database_url, "unreferenced", "not-a-digest").returncode == 1
+    psql(f"UPDATE operations SET expires_at = now() - interval '1 hour' WHERE id = '{job_id}'")
+    assert wait_until(lambda: psql(f"SELECT count(*) FROM operations WHERE id = '{job_id}'")
+                      == [["0"]], 30)
+    assert sorted(cli(database_url, "unreferenced", kept, other).stdout.split()) == \
+        sorted([kept, other])

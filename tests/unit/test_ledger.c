@@ -1,0 +1,279 @@
+/* The ledger's decisions: price tables (estimate at intake, cost at completion, partial results,
+ * seconds, tokens, saturation), amounts, the usage query, and the retention sweep's plan. One
+ * table row per case. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idemgate/pricing.h"
+#include "idemgate/retention.h"
+#include "idemgate/usage.h"
+
+#define N_ROWS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Price tables, as a profile's "pricing" member. */
+static const char *const IMAGES =
+    "{\"currency\":\"USD\",\"per_output\":40000,"
+    "\"per_output_by\":{\"keys\":[\"$.quality\",\"$.size\"],\"defaults\":[\"medium\","
+    "\"1024x1024\"],\"prices\":{\"low|1024x1024\":11000,\"medium|1024x1024\":42000,"
+    "\"high|1024x1024\":167000,\"high|1536x1024\":250000}}}";
+static const char *const VIDEO =
+    "{\"currency\":\"USD\",\"per_second\":100000,\"seconds\":\"$.seconds\","
+    "\"default_seconds\":4}";
+static const char *const TOKENS =
+    "{\"currency\":\"USD\",\"per_request\":1000,\"per_million_input_tokens\":5000000,"
+    "\"per_million_output_tokens\":40000000,\"input_tokens\":\"$.input_tokens\","
+    "\"output_tokens\":\"$.output_tokens\",\"estimate_input_tokens\":100,"
+    "\"estimate_output_tokens\":1000}";
+static const char *const FLAT = "{\"currency\":\"EUR\",\"per_request\":250000}";
+
+struct price_case {
+    const char *table;
+    const char *body;  /* the request */
+    int requested;     /* outputs asked for (-1: not counted) */
+    int received;      /* outputs delivered (-1: not counted) */
+    const char *usage; /* the recorded usage, or NULL */
+    long long estimate, actual;
+};
+
+static const struct price_case price_cases[] = {
+    /* Per image by quality and size; defaults fill what the request leaves out. */
+    {IMAGES, "{\"n\":2,\"quality\":\"high\",\"size\":\"1024x1024\"}", 2, 2, NULL, 334000, 334000},
+    {IMAGES, "{\"n\":1,\"quality\":\"low\"}", 1, 1, NULL, 11000, 11000},
+    {IMAGES, "{}", 1, 1, NULL, 42000, 42000},
+    /* A combination the table lacks costs per_output. */
+    {IMAGES, "{\"quality\":\"ultra\"}", 1, 1, NULL, 40000, 40000},
+    {IMAGES, "{\"quality\":\"high\",\"size\":\"1536x1024\"}", 3, 3, NULL, 750000, 750000},
+    /* Partial: three asked, one delivered; the provider charges for what it delivered. */
+    {IMAGES, "{\"quality\":\"high\",\"size\":\"1024x1024\"}", 3, 1, NULL, 501000, 167000},
+    {IMAGES, "{\"quality\":\"high\",\"size\":\"1024x1024\"}", 3, 0, NULL, 501000, 0},
+    /* Not counted: the request's count, then one. */
+    {IMAGES, "{}", -1, -1, NULL, 42000, 42000},
+    {IMAGES, "{}", 4, -1, NULL, 168000, 168000},
+    /* A body that does not parse knows no request values. */
+    {IMAGES, "not json", 1, 1, NULL, 42000, 42000},
+    /* Seconds of video: a number, a string holding one, the default, refused values. */
+    {VIDEO, "{\"seconds\":8}", 1, 1, NULL, 800000, 800000},
+    {VIDEO, "{\"seconds\":\"12\"}", 1, 1, NULL, 1200000, 1200000},
+    {VIDEO, "{}", 1, 1, NULL, 400000, 400000},
+    {VIDEO, "{\"seconds\":\"8s\"}", 1, 1, NULL, 400000, 400000},
+    {VIDEO, "{\"seconds\":-8}", 1, 1, NULL, 400000, 400000},
+    {VIDEO, "{\"seconds\":2.5}", 2, 1, NULL, 500000, 250000},
+    /* Tokens: estimated at intake, from the usage at completion, the estimate when it has none. */
+    {TOKENS, "{}", 1, 1, "{\"input_tokens\":10,\"output_tokens\":100}", 41500, 5050},
+    {TOKENS, "{}", 1, 1, "{\"input_tokens\":1000000,\"output_tokens\":0}", 41500, 5001000},
+    {TOKENS, "{}", 1, 1, NULL, 41500, 41500},
+    {TOKENS, "{}", 1, 1, "{\"total_tokens\":5}", 41500, 41500},
+    /* Per request only, whatever the outputs. */
+    {FLAT, "{\"n\":5}", 5, 2, NULL, 250000, 250000},
+    /* Saturation instead of overflow. */
+    {"{\"currency\":\"USD\",\"per_output\":1000000000000000000}", "{}", 1000, 1000, NULL,
+     PRICE_MAX, PRICE_MAX},
+};
+
+static void test_prices(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_ROWS(price_cases); i++) {
+        const struct price_case *c = &price_cases[i];
+        cJSON *j = cJSON_Parse(c->table);
+        struct price_table t;
+        char err[200] = "";
+        assert_non_null(j);
+        if (price_table_load(j, &t, err, sizeof(err)) < 0)
+            fail_msg("row %zu: %s", i, err);
+        long long est = price_estimate_raw(&t, c->body, strlen(c->body), c->requested);
+        long long act = price_actual_raw(&t, c->body, strlen(c->body), c->requested, c->received,
+                                         c->usage);
+        if (est != c->estimate || act != c->actual)
+            fail_msg("row %zu: estimate %lld (want %lld), actual %lld (want %lld)", i, est,
+                     c->estimate, act, c->actual);
+        price_table_fini(&t);
+        cJSON_Delete(j);
+    }
+}
+
+static void test_no_table_costs_nothing(void **state)
+{
+    (void)state;
+    struct price_table t;
+    char err[64] = "";
+    assert_int_equal(price_table_load(NULL, &t, err, sizeof(err)), 0);
+    assert_false(t.present);
+    assert_null(t.currency);
+    assert_int_equal(price_estimate_raw(&t, "{\"n\":3}", 7, 3), 0);
+    assert_int_equal(price_actual_raw(&t, "{\"n\":3}", 7, 3, 3, NULL), 0);
+}
+
+struct bad_table {
+    const char *json;
+    const char *member; /* the message names it */
+};
+
+static const struct bad_table bad_tables[] = {
+    {"{}", "currency"},
+    {"{\"currency\":\"usd\"}", "currency"},
+    {"{\"currency\":\"DOLLARS\"}", "currency"},
+    {"[]", "currency"},
+    {"{\"currency\":\"USD\",\"per_output\":-1}", "per_output"},
+    {"{\"currency\":\"USD\",\"per_output\":0.5}", "per_output"},
+    {"{\"currency\":\"USD\",\"per_request\":\"10\"}", "per_request"},
+    {"{\"currency\":\"USD\",\"per_second\":100}", "per_second"},
+    {"{\"currency\":\"USD\",\"seconds\":\"seconds\"}", "seconds"},
+    {"{\"currency\":\"USD\",\"per_output_by\":{\"keys\":[],\"prices\":{}}}", "per_output_by"},
+    {"{\"currency\":\"USD\",\"per_output_by\":{\"keys\":[\"$.a\"],\"prices\":{\"x\":-5}}}",
+     "per_output_by.prices.x"},
+    {"{\"currency\":\"USD\",\"per_output_by\":{\"keys\":[\"$.a\"],\"defaults\":[],"
+     "\"prices\":{}}}",
+     "per_output_by"},
+    {"{\"currency\":\"USD\",\"default_seconds\":-1}", "default_seconds"},
+};
+
+static void test_bad_tables_name_the_member(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_ROWS(bad_tables); i++) {
+        cJSON *j = cJSON_Parse(bad_tables[i].json);
+        struct price_table t;
+        char err[200] = "";
+        assert_non_null(j);
+        if (price_table_load(j, &t, err, sizeof(err)) == 0)
+            fail_msg("row %zu: %s accepted", i, bad_tables[i].json);
+        if (!strstr(err, bad_tables[i].member))
+            fail_msg("row %zu: \"%s\" does not name %s", i, err, bad_tables[i].member);
+        assert_false(t.present);
+        cJSON_Delete(j);
+    }
+}
+
+struct amount_case {
+    const char *in;
+    int ok;
+    long long micros;
+    const char *formatted;
+};
+
+static const struct amount_case amounts[] = {
+    {"0", 1, 0, "0.000000"},
+    {"12", 1, 12000000, "12.000000"},
+    {"12.5", 1, 12500000, "12.500000"},
+    {"0.000001", 1, 1, "0.000001"},
+    {"3.000001", 1, 3000001, "3.000001"},
+    {"1000000", 1, 1000000000000, "1000000.000000"},
+    {"0.0000001", 0, 0, NULL},
+    {"-1", 0, 0, NULL},
+    {"1.", 0, 0, NULL},
+    {".5", 0, 0, NULL},
+    {"1e3", 0, 0, NULL},
+    {"1,5", 0, 0, NULL},
+    {"", 0, 0, NULL},
+    {" 1", 0, 0, NULL},
+    {"99999999999999999999", 0, 0, NULL},
+};
+
+static void test_amounts(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_ROWS(amounts); i++) {
+        long long m = -7;
+        int rc = price_parse_amount(amounts[i].in, &m);
+        if ((rc == 0) != amounts[i].ok)
+            fail_msg("row %zu (%s): rc %d", i, amounts[i].in, rc);
+        if (!amounts[i].ok)
+            continue;
+        char buf[32];
+        assert_int_equal(m, amounts[i].micros);
+        assert_string_equal(price_format(m, buf, sizeof(buf)), amounts[i].formatted);
+    }
+    char buf[32];
+    assert_string_equal(price_format(-1500000, buf, sizeof(buf)), "-1.500000");
+    assert_int_equal(price_parse_amount(NULL, &(long long){0}), -1);
+}
+
+struct query_case {
+    const char *from, *to, *group;
+    int ok;
+    enum usage_group want;
+};
+
+static const struct query_case queries[] = {
+    {NULL, NULL, NULL, 1, UG_PROVIDER},
+    {"2026-12-01", "2026-12-02", "day", 1, UG_DAY},
+    {"2026-12-01T00:00:00Z", NULL, "route", 1, UG_ROUTE},
+    {"2026-12-01T10:30:00.123456+01:00", "2026-12-31T23:59:59-05:00", "provider", 1, UG_PROVIDER},
+    {"2024-02-29", NULL, NULL, 1, UG_PROVIDER},
+    {"2026-02-29", NULL, NULL, 0, 0},
+    {"2026-13-01", NULL, NULL, 0, 0},
+    {"2026-12-32", NULL, NULL, 0, 0},
+    {"2026-12-01T24:00:00Z", NULL, NULL, 0, 0},
+    {"2026-12-01T10:00:00", NULL, NULL, 0, 0},
+    {"2026-12-01 10:00:00Z", NULL, NULL, 0, 0},
+    {"yesterday", NULL, NULL, 0, 0},
+    {NULL, "2026-12-01'; DROP TABLE operations; --", NULL, 0, 0},
+    {NULL, NULL, "tenant", 0, 0},
+    {NULL, NULL, "", 0, 0},
+};
+
+static void test_usage_queries(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_ROWS(queries); i++) {
+        struct usage_query q;
+        char err[128] = "";
+        int rc = usage_query_parse(queries[i].from, queries[i].to, queries[i].group, &q, err,
+                                   sizeof(err));
+        if ((rc == 0) != queries[i].ok)
+            fail_msg("row %zu: rc %d (%s)", i, rc, err);
+        if (rc == 0)
+            assert_int_equal(q.group, queries[i].want);
+        else
+            assert_true(err[0] != '\0');
+    }
+}
+
+struct sweep_case {
+    long long deleted[RET__KINDS];
+    int batch, round, max_rounds;
+    int more;
+};
+
+static const struct sweep_case sweeps[] = {
+    {{0, 0, 0}, 100, 1, 20, 0},
+    {{99, 99, 99}, 100, 1, 20, 0},
+    {{100, 0, 0}, 100, 1, 20, 1},   /* operations filled their batch */
+    {{0, 100, 0}, 100, 1, 20, 1},   /* webhook records */
+    {{0, 0, 100}, 100, 1, 20, 1},   /* parked hints */
+    {{100, 100, 100}, 100, 19, 20, 1},
+    {{100, 100, 100}, 100, 20, 20, 0}, /* the sweep's bound: the rest waits */
+    {{5, 0, 0}, 0, 1, 20, 0},
+};
+
+static void test_sweep_plan(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_ROWS(sweeps); i++) {
+        const struct sweep_case *c = &sweeps[i];
+        if (ret_more(c->deleted, c->batch, c->round, c->max_rounds) != c->more)
+            fail_msg("row %zu: want %d", i, c->more);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prices),
+        cmocka_unit_test(test_no_table_costs_nothing),
+        cmocka_unit_test(test_bad_tables_name_the_member),
+        cmocka_unit_test(test_amounts),
+        cmocka_unit_test(test_usage_queries),
+        cmocka_unit_test(test_sweep_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
