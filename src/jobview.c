@@ -84,6 +84,8 @@ char *jobview_json(const struct store_job *j)
                                         ? j->outputs_requested - j->outputs_received
                                         : 0);
     }
+    if (j->archive)
+        cJSON_AddItemToObject(o, "archive", cJSON_CreateRaw(j->archive));
     if (j->usage)
         cJSON_AddItemToObject(o, "usage", cJSON_CreateRaw(j->usage));
     else

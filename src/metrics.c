@@ -39,6 +39,7 @@ static atomic_ulong unknown_sum_ms;
 static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
+static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
 
 static const double unknown_buckets[] = {1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 21600,
                                          43200, 86400, 172800, 604800};
@@ -70,6 +71,12 @@ void metrics_attempt(const char *outcome)
         }
     }
     atomic_fetch_add(&attempts[CLS__COUNT], 1); /* lease_expired and other non-classes */
+}
+
+void metrics_archive(int outcome)
+{
+    if (outcome >= 0 && outcome < 3)
+        atomic_fetch_add(&archive_outcomes[outcome], 1);
 }
 
 void metrics_safety(enum metric_safety what)
@@ -191,6 +198,15 @@ char *metrics_render(const char *extra)
         "idemgate_intake_born_claimed_total %lu\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed));
+    put(&b,
+        "# HELP idemgate_archive_outputs_total Outputs whose archival ended: archived, failed "
+        "(refused or out of attempts) or expired (the provider's URL expired before the copy; "
+        "alert on it).\n# TYPE idemgate_archive_outputs_total counter\n"
+        "idemgate_archive_outputs_total{outcome=\"archived\"} %lu\n"
+        "idemgate_archive_outputs_total{outcome=\"failed\"} %lu\n"
+        "idemgate_archive_outputs_total{outcome=\"expired\"} %lu\n",
+        atomic_load(&archive_outcomes[0]), atomic_load(&archive_outcomes[1]),
+        atomic_load(&archive_outcomes[2]));
     if (extra)
         put(&b, "%s", extra);
     return b.p;

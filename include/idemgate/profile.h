@@ -163,6 +163,9 @@ struct cfg_provider {
     struct jpath *webhook_task_id;
     struct jpath *webhook_client_ref; /* our client reference in a delivery, or NULL */
     long webhook_window_hours;
+
+    /* Output archival: the "archive" member (archplan.h). */
+    struct arch_profile *archive;
 };
 
 /* Loads the providers array of the configuration file `file` (profiles resolved relative to

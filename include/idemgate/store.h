@@ -46,6 +46,10 @@ struct store_job {
     const char *cancel_requested_at;
     const char *profile_id;
     int polls;
+    /* The archive of its outputs as a JSON array (archive_job_outputs), owned; NULL when not
+     * read. archive_settled: planned and nothing pending (the view may be cached). */
+    char *archive;
+    int archive_settled;
 };
 void store_job_fini(struct store_job *j);
 
