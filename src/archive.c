@@ -85,7 +85,11 @@ enum {
 /* A copy's conclusion, written only under the claim that made it (fencing). */
 static const struct db_stmt finish = {
     .name = "archive_finish",
-    .sql = "UPDATE archive_outputs SET state = $5, last_error = $6, "
+    .sql = "UPDATE archive_outputs SET state = $5, "
+    /* An expiry keeps the error that kept the copy from succeeding; a success keeps it too. */
+    " last_error = CASE WHEN $6::text IS NULL THEN last_error "
+    "  WHEN $5 = 'expired' AND last_error IS NOT NULL THEN $6::text || '; last error: ' || last_error "
+    "  ELSE $6 END, "
     " next_attempt_at = now() + make_interval(secs => $7::float8 / 1000), "
     " sha256 = coalesce($8, sha256), bytes = coalesce($9::bigint, bytes), "
     " content_type = coalesce($10, content_type), backend = coalesce($11, backend), "
@@ -528,6 +532,16 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     memset(&x, 0, sizeof(x));
     x.p = p;
     x.cap = p->archive->max_bytes;
+    struct fp_policy pol = archplan_policy(p);
+    if (kind != AP_B64 && fp_url_allowed(&pol, db_val(r, 0, AC_URL),
+                                         kind == AP_ENDPOINT ? p->base_url : NULL, x.why,
+                                         sizeof(x.why)) < 0) {
+        /* Refused before anything is opened or fetched: never worth another try. */
+        LOG(LOG_WARN, "archive_refused", LS("job_id", c->id), LS("provider", c->provider),
+            LI("output", n), LS("error", x.why));
+        write_finish(db, c, n, "failed", x.why, 0, NULL, -1, NULL);
+        return;
+    }
     if (blob_tmp_open(g_blob, &x.tmp, x.why, sizeof(x.why)) < 0) {
         long long d;
         enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, clock_rand01(), &d);
@@ -546,8 +560,8 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     char sha[65] = "";
     int existed = 0;
     if (rc == 0) {
-        const char *ct = *x.content_type ? x.content_type : sniff(x.head, x.head_len);
-        snprintf(x.content_type, sizeof(x.content_type), "%s", ct);
+        if (!*x.content_type)
+            snprintf(x.content_type, sizeof(x.content_type), "%s", sniff(x.head, x.head_len));
         rc = blob_tmp_commit(g_blob, &x.tmp, x.content_type, sha, &existed, x.why, sizeof(x.why));
     } else {
         blob_tmp_abort(&x.tmp);
