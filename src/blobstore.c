@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 #define S3_TIMEOUT_MS 600000L
+/* A request without a body signs the hash of the empty payload (S3 requires the header). */
+#define EMPTY_SHA256_HEADER                                                                        \
+    "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 struct blob_store {
     int s3;
@@ -268,9 +271,12 @@ static int s3_publish(struct blob_store *b, struct blob_tmp *t, const char *sha,
     CURL *h = s3_handle(b, sha, why, whylen);
     if (!h)
         return -1;
+    struct curl_slist *empty = curl_slist_append(NULL, EMPTY_SHA256_HEADER);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, empty);
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     long st = s3_perform(h, "HEAD", why, whylen);
     curl_easy_cleanup(h);
+    curl_slist_free_all(empty);
     if (st == 200) {
         *existed = 1;
         unlink(t->path);
@@ -408,10 +414,13 @@ int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *si
         close(f);
         return -1;
     }
+    struct curl_slist *empty = curl_slist_append(NULL, EMPTY_SHA256_HEADER);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, empty);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_fd);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &f);
     long st = s3_perform(h, "GET", why, whylen);
     curl_easy_cleanup(h);
+    curl_slist_free_all(empty);
     if (st != 200) {
         if (st > 0)
             snprintf(why, whylen, "bucket GET answered %ld", st);
