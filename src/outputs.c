@@ -115,8 +115,8 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
     long long size = 0;
     if (!b || blob_open_read(b, o.sha256, &fd, &size, why, sizeof(why)) < 0) {
         LOG(LOG_ERROR, "archive_read_failed", LS("job_id", id), LS("error", b ? why : "oom"));
-        reply_problem(r, 500, "archive-unreadable", "Archive unreadable",
-                      "the archived object cannot be read", 0);
+        reply_problem(r, 500, "internal", "Internal error", "the archived object cannot be read",
+                      0);
         blob_close(b);
         archive_output_fini(&o);
         return;
@@ -131,14 +131,9 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
     char cr[96];
     if (rr == OUT_RANGE_UNSATISFIABLE) {
         close(fd);
-        snprintf(cr, sizeof(cr), "bytes */%lld", size);
-        const char *h[] = {"Content-Range", cr, "ETag", etag, "Accept-Ranges", "bytes", NULL};
-        hs_respond(r, 416, "application/problem+json",
-                   "{\"type\":\"urn:idemgate:problem:range-not-satisfiable\","
-                   "\"title\":\"Range not satisfiable\",\"status\":416}",
-                   strlen("{\"type\":\"urn:idemgate:problem:range-not-satisfiable\","
-                          "\"title\":\"Range not satisfiable\",\"status\":416}"),
-                   h);
+        char detail[96];
+        snprintf(detail, sizeof(detail), "the output is %lld bytes long", size);
+        reply_problem(r, 416, "range-not-satisfiable", "Range not satisfiable", detail, 0);
     } else if (rr == OUT_RANGE_PARTIAL) {
         snprintf(cr, sizeof(cr), "bytes %lld-%lld/%lld", first, last, size);
         const char *h[] = {"Content-Range", cr, "ETag", etag, "Accept-Ranges", "bytes", NULL};
