@@ -32,10 +32,11 @@ static struct blob_store *g_blob;
 /* Completed operations of this replica's providers whose outputs are not planned yet. */
 static const struct db_stmt plan_pick = {
     .name = "archive_plan_pick",
-    .sql = "SELECT tenant_id, id, provider, resp_body, remote_id, req_credential, "
-    " extract(epoch FROM coalesce(finished_at, updated_at))::float8 FROM operations "
-    "WHERE state = 'completed' AND archive_planned_at IS NULL AND provider = ANY($1::text[]) "
-    "ORDER BY finished_at LIMIT 8",
+    .sql =
+        "SELECT tenant_id, id, provider, resp_body, remote_id, req_credential, "
+        " extract(epoch FROM coalesce(finished_at, updated_at))::float8 FROM operations "
+        "WHERE state = 'completed' AND archive_planned_at IS NULL AND provider = ANY($1::text[]) "
+        "ORDER BY finished_at LIMIT 8",
     .params = DB_PARAMS("providers"),
 };
 
@@ -44,16 +45,17 @@ static const struct db_stmt plan_pick = {
  * inserts anything. */
 static const struct db_stmt plan_write = {
     .name = "archive_plan_write",
-    .sql = "WITH m AS (UPDATE operations SET archive_planned_at = now() "
-    "  WHERE tenant_id = $1 AND id = $2 AND state = 'completed' AND archive_planned_at IS NULL "
-    "  RETURNING tenant_id, id, provider) "
-    "INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, credential, "
-    " expires_at) "
-    "SELECT m.tenant_id, m.id, x.n, m.provider, x.kind, x.url, x.credential, "
-    " CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END "
-    "FROM m CROSS JOIN jsonb_to_recordset($3::jsonb) "
-    " AS x(n integer, kind text, url text, credential text, expires float8) "
-    "ON CONFLICT DO NOTHING",
+    .sql =
+        "WITH m AS (UPDATE operations SET archive_planned_at = now() "
+        "  WHERE tenant_id = $1 AND id = $2 AND state = 'completed' AND archive_planned_at IS NULL "
+        "  RETURNING tenant_id, id, provider) "
+        "INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, credential, "
+        " expires_at) "
+        "SELECT m.tenant_id, m.id, x.n, m.provider, x.kind, x.url, x.credential, "
+        " CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END "
+        "FROM m CROSS JOIN jsonb_to_recordset($3::jsonb) "
+        " AS x(n integer, kind text, url text, credential text, expires float8) "
+        "ON CONFLICT DO NOTHING",
     .params = DB_PARAMS("tenant_id", "id", "plan"),
 };
 
@@ -61,42 +63,57 @@ static const struct db_stmt plan_write = {
  * lease and fencing token; the attempt is counted by the claim itself. */
 static const struct db_stmt claim = {
     .name = "archive_claim",
-    .sql = "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
-    " lease_expires_at = now() + make_interval(secs => $2), attempts = a.attempts + 1 "
-    "FROM (SELECT tenant_id, op_id, n FROM archive_outputs WHERE state = 'pending' "
-    "      AND next_attempt_at <= now() "
-    "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
-    "      AND provider = ANY($3::text[]) "
-    "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
-    "WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
-    "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
-    " a.credential, coalesce(extract(epoch FROM a.expires_at)::float8, 0), "
-    " extract(epoch FROM now())::float8, a.attempts, "
-    " (SELECT o.resp_body FROM operations o WHERE a.kind = 'b64' "
-    "  AND o.tenant_id = a.tenant_id AND o.id = a.op_id), "
-    " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = a.tenant_id AND o.id = a.op_id)",
+    .sql =
+        "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
+        " lease_expires_at = now() + make_interval(secs => $2), attempts = a.attempts + 1 "
+        "FROM (SELECT tenant_id, op_id, n FROM archive_outputs WHERE state = 'pending' "
+        "      AND next_attempt_at <= now() "
+        "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+        "      AND provider = ANY($3::text[]) "
+        "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
+        "WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
+        "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
+        " a.credential, coalesce(extract(epoch FROM a.expires_at)::float8, 0), "
+        " extract(epoch FROM now())::float8, a.attempts, "
+        " (SELECT o.resp_body FROM operations o WHERE a.kind = 'b64' "
+        "  AND o.tenant_id = a.tenant_id AND o.id = a.op_id), "
+        " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = a.tenant_id AND o.id = "
+        "a.op_id)",
     .params = DB_PARAMS("owner", "lease_seconds", "providers"),
 };
 enum {
-    AC_TENANT, AC_OP, AC_N, AC_LEASE_VERSION, AC_PROVIDER, AC_KIND, AC_URL, AC_CREDENTIAL,
-    AC_EXPIRES, AC_NOW, AC_ATTEMPTS, AC_BODY, AC_REMOTE
+    AC_TENANT,
+    AC_OP,
+    AC_N,
+    AC_LEASE_VERSION,
+    AC_PROVIDER,
+    AC_KIND,
+    AC_URL,
+    AC_CREDENTIAL,
+    AC_EXPIRES,
+    AC_NOW,
+    AC_ATTEMPTS,
+    AC_BODY,
+    AC_REMOTE
 };
 
 /* A copy's conclusion, written only under the claim that made it (fencing). */
 static const struct db_stmt finish = {
     .name = "archive_finish",
-    .sql = "UPDATE archive_outputs SET state = $5, "
-    /* An expiry keeps the error that kept the copy from succeeding; a success keeps it too. */
-    " last_error = CASE WHEN $6::text IS NULL THEN last_error "
-    "  WHEN $5 = 'expired' AND last_error IS NOT NULL THEN $6::text || '; last error: ' || last_error "
-    "  ELSE $6 END, "
-    " next_attempt_at = now() + make_interval(secs => $7::float8 / 1000), "
-    " sha256 = coalesce($8, sha256), bytes = coalesce($9::bigint, bytes), "
-    " content_type = coalesce($10, content_type), backend = coalesce($11, backend), "
-    " archived_at = CASE WHEN $5 = 'archived' THEN now() END, "
-    " lease_owner = NULL, lease_expires_at = NULL "
-    "WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
-    " AND state = 'pending'",
+    .sql =
+        "UPDATE archive_outputs SET state = $5, "
+        /* An expiry keeps the error that kept the copy from succeeding; a success keeps it too. */
+        " last_error = CASE WHEN $6::text IS NULL THEN last_error "
+        "  WHEN $5 = 'expired' AND last_error IS NOT NULL THEN $6::text || '; last error: ' || "
+        "last_error "
+        "  ELSE $6 END, "
+        " next_attempt_at = now() + make_interval(secs => $7::float8 / 1000), "
+        " sha256 = coalesce($8, sha256), bytes = coalesce($9::bigint, bytes), "
+        " content_type = coalesce($10, content_type), backend = coalesce($11, backend), "
+        " archived_at = CASE WHEN $5 = 'archived' THEN now() END, "
+        " lease_owner = NULL, lease_expires_at = NULL "
+        "WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
+        " AND state = 'pending'",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
                         "sha256", "bytes", "content_type", "backend"),
 };
@@ -104,28 +121,28 @@ static const struct db_stmt finish = {
 static const struct db_stmt job_outputs = {
     .name = "archive_job_outputs",
     .sql = "SELECT coalesce((SELECT json_agg(json_build_object('index', a.n, 'state', a.state, "
-    "   'kind', a.kind, 'attempts', a.attempts, 'last_error', a.last_error, "
-    "   'sha256', a.sha256, 'bytes', a.bytes, 'content_type', a.content_type, "
-    "   'source_expires_at', to_char(a.expires_at AT TIME ZONE 'UTC', "
-    "     'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
-    "   'archived_at', to_char(a.archived_at AT TIME ZONE 'UTC', "
-    "     'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
-    "   'href', CASE WHEN a.state = 'archived' THEN "
-    "     '/v1/jobs/' || a.op_id || '/outputs/' || a.n END) ORDER BY a.n) "
-    "  FROM archive_outputs a WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id), '[]')::text, "
-    " o.archive_planned_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM archive_outputs a "
-    "  WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.state = 'pending') "
-    "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
+           "   'kind', a.kind, 'attempts', a.attempts, 'last_error', a.last_error, "
+           "   'sha256', a.sha256, 'bytes', a.bytes, 'content_type', a.content_type, "
+           "   'source_expires_at', to_char(a.expires_at AT TIME ZONE 'UTC', "
+           "     'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+           "   'archived_at', to_char(a.archived_at AT TIME ZONE 'UTC', "
+           "     'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+           "   'href', CASE WHEN a.state = 'archived' THEN "
+           "     '/v1/jobs/' || a.op_id || '/outputs/' || a.n END) ORDER BY a.n) "
+           "  FROM archive_outputs a WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id), "
+           "'[]')::text "
+           "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
     .params = DB_PARAMS("tenant_id", "id"),
 };
 
 static const struct db_stmt output_get = {
     .name = "archive_output_get",
-    .sql = "SELECT o.id, o.archive_planned_at IS NOT NULL, a.n, a.state, a.sha256, a.bytes, "
-    " a.content_type, a.last_error "
-    "FROM tenants t LEFT JOIN operations o ON o.tenant_id = t.id AND o.id = $2 "
-    "LEFT JOIN archive_outputs a ON a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.n = $3 "
-    "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL",
+    .sql =
+        "SELECT o.id, o.archive_planned_at IS NOT NULL, a.n, a.state, a.sha256, a.bytes, "
+        " a.content_type, a.last_error "
+        "FROM tenants t LEFT JOIN operations o ON o.tenant_id = t.id AND o.id = $2 "
+        "LEFT JOIN archive_outputs a ON a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.n = $3 "
+        "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL",
     .params = DB_PARAMS("token", "id", "n"),
 };
 
@@ -264,8 +281,7 @@ static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_s
     if (a->family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)&a->addr)->sin_addr, ip, sizeof(ip));
     else if (a->family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr, ip,
-                  sizeof(ip));
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr, ip, sizeof(ip));
     if (!fp_addr_allowed(ip, x->p->archive->allow_private)) {
         x->refused_addr = 1;
         x->refused_class = fp_addr_class(ip);
@@ -290,8 +306,8 @@ static const char *sniff(const unsigned char *h, size_t n)
 }
 
 /* One GET of url into x (a fresh temporary file each time); the status, or -1 (x->why). */
-static long get_once(struct copy *x, const char *url, const char *credential, long timeout_ms,
-                     char **redirect)
+static long get_once(struct copy *x, const char *url, int endpoint, const char *credential,
+                     long timeout_ms, char **redirect)
 {
     *redirect = NULL;
     CURL *h = curl_easy_init();
@@ -303,8 +319,8 @@ static long get_once(struct copy *x, const char *url, const char *credential, lo
     struct curl_slist *hdrs = NULL;
     char *auth = NULL;
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, pol.allow_http || credential ? "http,https"
-                                                                            : "https");
+    /* A content endpoint is on the provider's own origin, whose scheme the profile chose. */
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, pol.allow_http || endpoint ? "http,https" : "https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROXY, "");
@@ -319,9 +335,8 @@ static long get_once(struct copy *x, const char *url, const char *credential, lo
         /* The provider's own content endpoint: its credential, read now, never stored. */
         const char *secret = getenv(credential);
         if (secret && x->p->auth_header) {
-            size_t n = strlen(x->p->auth_header) + strlen(x->p->auth_prefix ? x->p->auth_prefix
-                                                                            : "") +
-                       strlen(secret) + 4;
+            size_t n = strlen(x->p->auth_header) +
+                       strlen(x->p->auth_prefix ? x->p->auth_prefix : "") + strlen(secret) + 4;
             auth = malloc(n);
             if (auth) {
                 snprintf(auth, n, "%s: %s%s", x->p->auth_header,
@@ -384,7 +399,7 @@ static int copy_url(struct copy *x, const char *url, const char *credential, int
     char *cur = strdup(url);
     for (int hop = 0; cur; hop++) {
         char *redirect = NULL;
-        long st = get_once(x, cur, endpoint ? credential : NULL, timeout_ms, &redirect);
+        long st = get_once(x, cur, endpoint, endpoint ? credential : NULL, timeout_ms, &redirect);
         if (st >= 200 && st < 300) {
             free(cur);
             return 0;
@@ -462,8 +477,8 @@ static int copy_b64(struct copy *x, const PGresult *r, int n, const char *remote
     EVP_ENCODE_CTX_free(ctx);
     if (!ok) {
         x->permanent = 1;
-        snprintf(x->why, sizeof(x->why), x->too_big ? "larger than archive.max_bytes"
-                                                    : "the output is not valid base64");
+        snprintf(x->why, sizeof(x->why),
+                 x->too_big ? "larger than archive.max_bytes" : "the output is not valid base64");
         goto done;
     }
     rc = 0;
@@ -474,21 +489,20 @@ done:
 }
 
 static void write_finish(struct db *db, const struct store_claim *c, int n, const char *state,
-                         const char *error, long long delay_ms, const char *sha,
-                         long long bytes, const char *ct)
+                         const char *error, long long delay_ms, const char *sha, long long bytes,
+                         const char *ct)
 {
     char nbuf[16];
     snprintf(nbuf, sizeof(nbuf), "%d", n);
     PGresult *r;
-    int e = db_run(db, &finish,
-                   DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("op_id", c->id),
-                           p_text("n", nbuf), p_int("lease_version", c->lease_version),
-                           p_text("state", state), p_text("error", error),
-                           p_int("delay_ms", delay_ms), p_text("sha256", sha),
-                           bytes >= 0 ? p_int("bytes", bytes) : p_null("bytes"),
-                           p_text("content_type", ct),
-                           p_text("backend", sha ? blob_backend(g_blob) : NULL)),
-                   &r);
+    int e = db_run(
+        db, &finish,
+        DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("op_id", c->id), p_text("n", nbuf),
+                p_int("lease_version", c->lease_version), p_text("state", state),
+                p_text("error", error), p_int("delay_ms", delay_ms), p_text("sha256", sha),
+                bytes >= 0 ? p_int("bytes", bytes) : p_null("bytes"), p_text("content_type", ct),
+                p_text("backend", sha ? blob_backend(g_blob) : NULL)),
+        &r);
     int applied = e == STORE_OK && atoi(PQcmdTuples(r)) == 1;
     if (e == STORE_OK)
         PQclear(r);
@@ -533,9 +547,9 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     x.p = p;
     x.cap = p->archive->max_bytes;
     struct fp_policy pol = archplan_policy(p);
-    if (kind != AP_B64 && fp_url_allowed(&pol, db_val(r, 0, AC_URL),
-                                         kind == AP_ENDPOINT ? p->base_url : NULL, x.why,
-                                         sizeof(x.why)) < 0) {
+    if (kind != AP_B64 &&
+        fp_url_allowed(&pol, db_val(r, 0, AC_URL), kind == AP_ENDPOINT ? p->base_url : NULL, x.why,
+                       sizeof(x.why)) < 0) {
         /* Refused before anything is opened or fetched: never worth another try. */
         LOG(LOG_WARN, "archive_refused", LS("job_id", c->id), LS("provider", c->provider),
             LI("output", n), LS("error", x.why));
@@ -545,7 +559,10 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     if (blob_tmp_open(g_blob, &x.tmp, x.why, sizeof(x.why)) < 0) {
         long long d;
         enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, clock_rand01(), &d);
-        write_finish(db, c, n, v == AP_RETRY ? "pending" : v == AP_EXPIRED ? "expired" : "failed",
+        write_finish(db, c, n,
+                     v == AP_RETRY     ? "pending"
+                     : v == AP_EXPIRED ? "expired"
+                                       : "failed",
                      x.why, d, NULL, -1, NULL);
         return;
     }
@@ -555,7 +572,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         timeout = (long)cfg->lease_seconds * 1000 - 1000;
     int rc = kind == AP_B64 ? copy_b64(&x, r, n, db_val(r, 0, AC_REMOTE))
              : kind >= 0    ? copy_url(&x, db_val(r, 0, AC_URL), db_val(r, 0, AC_CREDENTIAL),
-                               kind == AP_ENDPOINT, timeout)
+                                       kind == AP_ENDPOINT, timeout)
                             : -1;
     char sha[65] = "";
     int existed = 0;
@@ -567,9 +584,8 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         blob_tmp_abort(&x.tmp);
     }
     if (rc == 0) {
-        LOG(LOG_INFO, "archived", LS("job_id", c->id), LS("provider", c->provider),
-            LI("output", n), LI("bytes", x.tmp.bytes), LS("sha256", sha),
-            LI("already_stored", existed));
+        LOG(LOG_INFO, "archived", LS("job_id", c->id), LS("provider", c->provider), LI("output", n),
+            LI("bytes", x.tmp.bytes), LS("sha256", sha), LI("already_stored", existed));
         write_finish(db, c, n, "archived", NULL, 0, sha, x.tmp.bytes, x.content_type);
         return;
     }
@@ -577,8 +593,8 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     enum ap_verdict v = ap_after_failure(attempts, now, expires, x.permanent, clock_rand01(), &d);
     const char *st = v == AP_RETRY ? "pending" : v == AP_EXPIRED ? "expired" : "failed";
     LOG(v == AP_RETRY ? LOG_INFO : LOG_WARN, "archive_copy_failed", LS("job_id", c->id),
-        LS("provider", c->provider), LI("output", n), LI("attempts", attempts),
-        LS("state", st), LS("error", x.why));
+        LS("provider", c->provider), LI("output", n), LI("attempts", attempts), LS("state", st),
+        LS("error", x.why));
     write_finish(db, c, n, st, x.why, d, NULL, -1, NULL);
 }
 
@@ -615,14 +631,12 @@ struct wpool *archive_start(const struct cfg *cfg)
     return wpool_start(cfg, cfg->archive_workers, &archive_pool);
 }
 
-int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json,
-                        int *settled)
+int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json)
 {
     PGresult *r;
     *json = NULL;
-    *settled = 0;
-    int e = db_run(db, &job_outputs, DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", job_id)),
-                   &r);
+    int e =
+        db_run(db, &job_outputs, DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", job_id)), &r);
     if (e < 0)
         return e;
     if (PQntuples(r) == 0) {
@@ -630,7 +644,6 @@ int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, 
         return STORE_ENOTFOUND;
     }
     *json = strdup(PQgetvalue(r, 0, 0));
-    *settled = PQgetvalue(r, 0, 1)[0] == 't';
     PQclear(r);
     return *json ? STORE_OK : STORE_EINTERNAL;
 }
@@ -642,9 +655,9 @@ int archive_output_get(struct db *db, const char *token_sha256, const char *job_
     memset(out, 0, sizeof(*out));
     char nbuf[16];
     snprintf(nbuf, sizeof(nbuf), "%d", n);
-    int e = db_run(db, &output_get,
-                   DB_ARGS(p_text("token", token_sha256), p_text("id", job_id), p_text("n", nbuf)),
-                   &r);
+    int e =
+        db_run(db, &output_get,
+               DB_ARGS(p_text("token", token_sha256), p_text("id", job_id), p_text("n", nbuf)), &r);
     if (e < 0)
         return e;
     if (PQntuples(r) == 0) {

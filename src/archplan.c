@@ -68,8 +68,10 @@ int archplan_load(struct cfg_provider *p, const cJSON *o, const char *file, char
     {
         if (!cJSON_IsString(h) || !*h->valuestring || strchr(h->valuestring, '/') ||
             strchr(h->valuestring, ':')) {
-            errf(err, errlen, "%s: providers.%s.archive.%s: each a host name (cdn.example or "
-                              ".example.com)", file, p->name, "hosts");
+            errf(err, errlen,
+                 "%s: providers.%s.archive.%s: each a host name (cdn.example or "
+                 ".example.com)",
+                 file, p->name, "hosts");
             return -1;
         }
         ap->hosts[ap->n_hosts++] = strdup(h->valuestring);
@@ -97,8 +99,7 @@ int archplan_load(struct cfg_provider *p, const cJSON *o, const char *file, char
     }
     if (path_or_default(a, "url", NULL, &ap->url, file, p->name, err, errlen) < 0 ||
         path_or_default(a, "b64", "$.b64_json", &ap->b64, file, p->name, err, errlen) < 0 ||
-        path_or_default(a, "content_type", NULL, &ap->content_type, file, p->name, err,
-                        errlen) < 0)
+        path_or_default(a, "content_type", NULL, &ap->content_type, file, p->name, err, errlen) < 0)
         return -1;
     return 0;
 }
@@ -230,8 +231,7 @@ static const char *var_id(const char *name, size_t len, void *arg)
 }
 
 int ap_plan_outputs(const struct cfg_provider *p, const char *body, size_t len,
-                    const char *outputs_json, const char *remote_id, double now,
-                    struct ap_plan *pl)
+                    const char *outputs_json, const char *remote_id, double now, struct ap_plan *pl)
 {
     (void)outputs_json;
     memset(pl, 0, sizeof(*pl));

@@ -192,7 +192,10 @@ static int local_publish(struct blob_store *b, struct blob_tmp *t, const char *s
         snprintf(why, whylen, "publishing the object: %s", strerror(errno));
         return -1;
     }
-    if (fsync_dir(dir) < 0) {
+    /* The new name is durable once its folder is; the folder's own entry once objects/ is. */
+    char parent[800];
+    snprintf(parent, sizeof(parent), "%s/objects", b->dir);
+    if (fsync_dir(dir) < 0 || fsync_dir(parent) < 0) {
         snprintf(why, whylen, "fsync of %s: %s", dir, strerror(errno));
         return -1;
     }

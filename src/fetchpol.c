@@ -156,8 +156,8 @@ static int host_listed(const struct fp_policy *pol, const char *host)
     return 0;
 }
 
-int fp_url_allowed(const struct fp_policy *pol, const char *url, const char *same_origin,
-                   char *why, size_t whylen)
+int fp_url_allowed(const struct fp_policy *pol, const char *url, const char *same_origin, char *why,
+                   size_t whylen)
 {
     struct url_parts u, o;
     if (!url || parts_of(url, &u) < 0) {

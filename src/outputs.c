@@ -87,14 +87,15 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
     if (!o.exists || strcmp(o.state, "archived") != 0) {
         char detail[600];
         if (!o.exists)
-            snprintf(detail, sizeof(detail), o.planned ? "this job has no output %lld"
-                                                       : "output %lld is not archived yet: the "
-                                                         "job's outputs are not planned",
+            snprintf(detail, sizeof(detail),
+                     o.planned ? "this job has no output %lld"
+                               : "output %lld is not archived yet: the "
+                                 "job's outputs are not planned",
                      n);
         else
-            snprintf(detail, sizeof(detail), "output %lld is not archived: archive state %s%s%.400s",
-                     n, o.state, o.last_error ? ", last error: " : "",
-                     o.last_error ? o.last_error : "");
+            snprintf(detail, sizeof(detail),
+                     "output %lld is not archived: archive state %s%s%.400s", n, o.state,
+                     o.last_error ? ", last error: " : "", o.last_error ? o.last_error : "");
         reply_problem(r, 404, o.exists || !o.planned ? "output-not-archived" : "output-not-found",
                       o.exists || !o.planned ? "Output not archived" : "Output not found", detail,
                       0);
@@ -125,9 +126,9 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
     long long first, last;
     /* If-Range with another validator: the whole representation (RFC 9110 §13.1.5). */
     const char *ifr = hs_req_header(r, "If-Range");
-    int rr = ifr && strcmp(ifr, etag) != 0 ? OUT_RANGE_NONE
-                                           : out_range(hs_req_header(r, "Range"), size, &first,
-                                                       &last);
+    int rr = ifr && strcmp(ifr, etag) != 0
+                 ? OUT_RANGE_NONE
+                 : out_range(hs_req_header(r, "Range"), size, &first, &last);
     char cr[96];
     if (rr == OUT_RANGE_UNSATISFIABLE) {
         close(fd);

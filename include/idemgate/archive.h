@@ -17,10 +17,9 @@ struct wpool;
  * that dead processes left first). NULL only on failure. Stop with wpool_stop. */
 struct wpool *archive_start(const struct cfg *cfg);
 
-/* The archive of one job's outputs as a JSON array (new string in *json) and whether it is
- * settled (planned, and no output pending): only a settled view may be cached. STORE_ codes. */
-int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json,
-                        int *settled);
+/* The archive of one job's outputs as a JSON array (new string in *json; "[]" until they are
+ * planned). STORE_ codes. */
+int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json);
 
 /* One output of a tenant's job, for GET /v1/jobs/{id}/outputs/{n}. */
 struct archive_output {

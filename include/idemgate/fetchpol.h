@@ -10,13 +10,13 @@
  * private address is refused too). */
 
 enum fp_addr_class {
-    FP_PUBLIC = 0,   /* a global unicast address */
-    FP_PRIVATE,      /* RFC 1918, RFC 6598 shared (100.64/10), IPv6 unique local fc00::/7 */
-    FP_LOOPBACK,     /* 127/8, ::1 */
-    FP_LINK_LOCAL,   /* 169.254/16 (cloud metadata), fe80::/10 */
-    FP_RESERVED,     /* unspecified, multicast, broadcast, documentation, benchmarking, 0/8,
-                      * 240/4, IPv6 site-local and discard */
-    FP_INVALID,      /* not an IPv4 or IPv6 literal */
+    FP_PUBLIC = 0, /* a global unicast address */
+    FP_PRIVATE,    /* RFC 1918, RFC 6598 shared (100.64/10), IPv6 unique local fc00::/7 */
+    FP_LOOPBACK,   /* 127/8, ::1 */
+    FP_LINK_LOCAL, /* 169.254/16 (cloud metadata), fe80::/10 */
+    FP_RESERVED,   /* unspecified, multicast, broadcast, documentation, benchmarking, 0/8,
+                    * 240/4, IPv6 site-local and discard */
+    FP_INVALID,    /* not an IPv4 or IPv6 literal */
 };
 
 /* The class of a numeric address ("10.0.0.1", "::ffff:127.0.0.1", "fe80::1"); an IPv4-mapped or
@@ -33,15 +33,15 @@ struct fp_policy {
     const char *const *hosts; /* allowed hosts: "cdn.example" exactly, ".example.com" any
                                * subdomain of example.com */
     size_t n_hosts;
-    int allow_http;           /* http:// too (https always) */
+    int allow_http; /* http:// too (https always) */
 };
 
 /* Checks url against the policy: an absolute http(s) URL without credentials, https unless
  * allow_http, its host in the list. same_origin, when not NULL, replaces the list: the URL must
  * have that URL's scheme, host and port (a provider content endpoint). Returns 0, or -1 with the
  * reason in why. */
-int fp_url_allowed(const struct fp_policy *pol, const char *url, const char *same_origin,
-                   char *why, size_t whylen);
+int fp_url_allowed(const struct fp_policy *pol, const char *url, const char *same_origin, char *why,
+                   size_t whylen);
 
 /* 1 when location (absolute, or relative to from) stays on from's scheme, host and port; then
  * *next is the absolute URL to follow (free it). 0 otherwise. */

@@ -47,9 +47,8 @@ struct store_job {
     const char *profile_id;
     int polls;
     /* The archive of its outputs as a JSON array (archive_job_outputs), owned; NULL when not
-     * read. archive_settled: planned and nothing pending (the view may be cached). */
+     * read. */
     char *archive;
-    int archive_settled;
 };
 void store_job_fini(struct store_job *j);
 

@@ -159,18 +159,18 @@ static void test_after_failure(void **state)
         enum ap_verdict v;
         long long min_ms, max_ms;
     } rows[] = {
-        {1, 1000, 0, 1, 0.5, AP_FAILED, 0, 0},          /* a refused host: never again */
-        {1, 1000, 5000, 1, 0.5, AP_FAILED, 0, 0},       /* even with time left */
-        {1, 1000, 999, 0, 0.5, AP_EXPIRED, 0, 0},       /* past the URL's expiry */
-        {3, 1000, 1000, 0, 0.5, AP_EXPIRED, 0, 0},      /* exactly at it */
-        {1, 1000, 0, 0, 0.0, AP_RETRY, 100, 100},       /* never a busy loop */
-        {1, 1000, 0, 0, 0.999, AP_RETRY, 100, 999},     /* first retry under the 1 s base */
-        {4, 1000, 0, 0, 0.999, AP_RETRY, 7000, 7999},   /* 1 s * 2^3 */
-        {30, 1000, 0, 0, 0.999, AP_FAILED, 0, 0},       /* no expiry: a bounded number */
+        {1, 1000, 0, 1, 0.5, AP_FAILED, 0, 0},        /* a refused host: never again */
+        {1, 1000, 5000, 1, 0.5, AP_FAILED, 0, 0},     /* even with time left */
+        {1, 1000, 999, 0, 0.5, AP_EXPIRED, 0, 0},     /* past the URL's expiry */
+        {3, 1000, 1000, 0, 0.5, AP_EXPIRED, 0, 0},    /* exactly at it */
+        {1, 1000, 0, 0, 0.0, AP_RETRY, 100, 100},     /* never a busy loop */
+        {1, 1000, 0, 0, 0.999, AP_RETRY, 100, 999},   /* first retry under the 1 s base */
+        {4, 1000, 0, 0, 0.999, AP_RETRY, 7000, 7999}, /* 1 s * 2^3 */
+        {30, 1000, 0, 0, 0.999, AP_FAILED, 0, 0},     /* no expiry: a bounded number */
         {10, 1000, 0, 0, 0.5, AP_FAILED, 0, 0},
-        {9, 1000, 0, 0, 0.999, AP_RETRY, 59000, 60000}, /* capped at 60 s */
+        {9, 1000, 0, 0, 0.999, AP_RETRY, 59000, 60000},       /* capped at 60 s */
         {30, 1000, 100000, 0, 0.999, AP_RETRY, 59000, 60000}, /* with an expiry: until it */
-        {5, 1000, 1002, 0, 0.999, AP_RETRY, 1900, 1900}, /* the last try before the expiry */
+        {5, 1000, 1002, 0, 0.999, AP_RETRY, 1900, 1900},      /* the last try before the expiry */
         {5, 1000, 1000.15, 0, 0.999, AP_RETRY, 149, 150},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -208,7 +208,8 @@ static void test_plan_shipped_profiles(void **state)
         const char *url0;
         double expires0;
     } rows[] = {
-        {"openai-images", "{\"data\":[{\"url\":\"https://o.example/1.png\"},{\"url\":\"https://o.example/2.png\"}]}",
+        {"openai-images",
+         "{\"data\":[{\"url\":\"https://o.example/1.png\"},{\"url\":\"https://o.example/2.png\"}]}",
          NULL, 2, AP_URL, "https://o.example/1.png", 1000 + 3600},
         {"openai-images", "{\"data\":[{\"b64_json\":\"UE5H\"}]}", NULL, 1, AP_B64, NULL, 0},
         {"openai-images", "{\"data\":[{\"revised_prompt\":\"x\"}]}", NULL, 0, AP_URL, NULL, 0},
@@ -216,18 +217,21 @@ static void test_plan_shipped_profiles(void **state)
          "video_1", 1, AP_ENDPOINT, "https://api.openai.com/v1/videos/video_1/content", 5000},
         {"replicate", "{\"output\":[\"https://r.example/a.webp\",\"https://r.example/b.webp\"]}",
          "p1", 2, AP_URL, "https://r.example/a.webp", 1000 + 3600},
-        {"fal-queue", "{\"images\":[{\"url\":\"https://f.example/i.png\",\"content_type\":\"image/png\"}]}",
+        {"fal-queue",
+         "{\"images\":[{\"url\":\"https://f.example/i.png\",\"content_type\":\"image/png\"}]}",
          "r1", 1, AP_URL, "https://f.example/i.png", 1000 + 3600},
         {"runway", "{\"output\":[\"https://rw.example/v.mp4\"]}", "t1", 1, AP_URL,
          "https://rw.example/v.mp4", 1000 + 86400},
         {"luma", "{\"assets\":{\"video\":\"https://l.example/v.mp4\"}}", "g1", 1, AP_URL,
          "https://l.example/v.mp4", 1000 + 86400},
-        {"vertex-veo", "{\"done\":true,\"response\":{\"videos\":[{\"bytesBase64Encoded\":\"TVA0\",\"mimeType\":\"video/mp4\"}]}}",
+        {"vertex-veo",
+         "{\"done\":true,\"response\":{\"videos\":[{\"bytesBase64Encoded\":\"TVA0\",\"mimeType\":"
+         "\"video/mp4\"}]}}",
          "op1", 1, AP_B64, NULL, 0},
         {"vertex-veo", "{\"done\":true,\"response\":{\"videos\":[{\"gcsUri\":\"gs://b/o.mp4\"}]}}",
          "op1", 1, AP_URL, "gs://b/o.mp4", 1000 + 604800},
-        {"keyed-async", "{\"outputs\":[{\"url\":\"https://k.example/1.png\"}]}", "gen_1", 1,
-         AP_URL, "https://k.example/1.png", 1000 + 86400},
+        {"keyed-async", "{\"outputs\":[{\"url\":\"https://k.example/1.png\"}]}", "gen_1", 1, AP_URL,
+         "https://k.example/1.png", 1000 + 86400},
         {"replicate", "not json", "p1", 0, AP_URL, NULL, 0},
         {"openai-videos", "{}", NULL, 0, AP_ENDPOINT, NULL, 0}, /* no remote id: nothing */
     };
@@ -235,9 +239,9 @@ static void test_plan_shipped_profiles(void **state)
         size_t np;
         struct cfg_provider *p = load(rows[i].profile, NULL, &np);
         struct ap_plan pl;
-        assert_int_equal(ap_plan_outputs(p, rows[i].body, strlen(rows[i].body), NULL,
-                                         rows[i].remote, 1000, &pl),
-                         0);
+        assert_int_equal(
+            ap_plan_outputs(p, rows[i].body, strlen(rows[i].body), NULL, rows[i].remote, 1000, &pl),
+            0);
         if (pl.n != rows[i].n)
             fail_msg("%s row %zu: %zu outputs", rows[i].profile, i, pl.n);
         if (pl.n) {
@@ -258,18 +262,17 @@ static void test_profile_archive_member(void **state)
 {
     (void)state;
     size_t n;
-    struct cfg_provider *p = load(
-        "replicate",
-        "\"archive\": {\"hosts\": [\"127.0.0.1\", \".example\"], \"allow_http\": true, "
-        "\"allow_private\": true, \"max_bytes\": 2048, \"timeout_ms\": 500}",
-        &n);
+    struct cfg_provider *p =
+        load("replicate",
+             "\"archive\": {\"hosts\": [\"127.0.0.1\", \".example\"], \"allow_http\": true, "
+             "\"allow_private\": true, \"max_bytes\": 2048, \"timeout_ms\": 500}",
+             &n);
     assert_int_equal(p->archive->n_hosts, 2);
     assert_int_equal(p->archive->allow_private, 1);
     assert_int_equal(p->archive->max_bytes, 2048);
     struct fp_policy pol = archplan_policy(p);
     char why[128];
-    assert_int_equal(fp_url_allowed(&pol, "http://127.0.0.1:9/files/a", NULL, why, sizeof(why)),
-                     0);
+    assert_int_equal(fp_url_allowed(&pol, "http://127.0.0.1:9/files/a", NULL, why, sizeof(why)), 0);
     prof_free_all(p, n);
     /* Shipped profiles allow no host until one is declared: nothing is fetched by default. */
     p = load("replicate", NULL, &n);
@@ -322,8 +325,8 @@ static void test_range(void **state)
         {"bytes=100-200", 100, OUT_RANGE_UNSATISFIABLE, 0, 0},
         {"bytes=-0", 100, OUT_RANGE_UNSATISFIABLE, 0, 0},
         {"bytes=0-0", 0, OUT_RANGE_UNSATISFIABLE, 0, 0},
-        {"bytes=9-5", 100, OUT_RANGE_NONE, 0, 99},      /* invalid: ignored (RFC 9110) */
-        {"bytes=0-1,5-6", 100, OUT_RANGE_NONE, 0, 99},  /* several ranges: the whole */
+        {"bytes=9-5", 100, OUT_RANGE_NONE, 0, 99},     /* invalid: ignored (RFC 9110) */
+        {"bytes=0-1,5-6", 100, OUT_RANGE_NONE, 0, 99}, /* several ranges: the whole */
         {"items=0-1", 100, OUT_RANGE_NONE, 0, 99},
         {"bytes=a-b", 100, OUT_RANGE_NONE, 0, 99},
         {"bytes= 0-9", 100, OUT_RANGE_NONE, 0, 99},
