@@ -27,16 +27,18 @@ static int exec_ok(PGconn *c, const char *sql, const char *step)
     return 0;
 }
 
-static int applied_version(PGconn *c, int *v)
+/* Whether migration `version` is recorded: 1, 0, or -1. Each version is looked up on its own,
+ * not compared with the highest one applied: branches developed side by side take numbers that
+ * land out of order (0009 may be applied before 0007 is merged), and a lower version merged
+ * later must still be applied. */
+static int applied(PGconn *c, int version)
 {
-    PGresult *r = PQexec(c, "SELECT coalesce(max(version), 0) FROM schema_migrations");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        PQclear(r);
-        return -1;
-    }
-    *v = atoi(PQgetvalue(r, 0, 0));
+    char q[128];
+    snprintf(q, sizeof(q), "SELECT 1 FROM schema_migrations WHERE version = %d", version);
+    PGresult *r = PQexec(c, q);
+    int rc = PQresultStatus(r) != PGRES_TUPLES_OK ? -1 : PQntuples(r) > 0;
     PQclear(r);
-    return 0;
+    return rc;
 }
 
 int migrate_run(struct db *db)
@@ -45,7 +47,7 @@ int migrate_run(struct db *db)
         return STORE_EUNAVAIL;
     PGconn *c = store_db_pgconn(db);
     const char *step = "lock";
-    int current = 0, locked = 0;
+    int locked = 0;
     /* Even CREATE TABLE IF NOT EXISTS races on the catalog when replicas start together, so the
      * lock is taken first and everything else happens under it. */
     if (exec_ok(c, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", step) < 0)
@@ -57,13 +59,14 @@ int migrate_run(struct db *db)
                 "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
                 step) < 0)
         goto failed;
-    if (applied_version(c, &current) < 0)
-        goto failed;
     for (int i = 0; i < migrations_count; i++) {
         const struct migration *m = &migrations[i];
-        if (m->version <= current)
-            continue;
         step = m->name;
+        int done = applied(c, m->version);
+        if (done < 0)
+            goto failed;
+        if (done)
+            continue;
         if (exec_ok(c, "BEGIN", step) < 0)
             goto failed;
         if (exec_ok(c, m->sql, step) < 0) {

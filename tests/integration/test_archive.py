@@ -345,3 +345,29 @@ def test_s3_credentials_are_sent(gateway_factory, token, mock, tmp_path, s3):
     o = arch[0]
     assert o["state"] == "pending" and "bucket HEAD answered 403" in o["last_error"], o
     assert objects(str(tmp_path / "archive")) == {}
+
+
+def test_a_lower_migration_merged_after_a_higher_one_is_applied(database_url, psql):
+    """Branches take migration numbers side by side (this one 0007; others 0008, 0009, …): a
+    database that already recorded a higher version must still get 0007 once it is merged."""
+    import subprocess
+    from conftest import GATEWAY_BIN
+    name = "mig_" + uuid.uuid4().hex[:10]
+    psql(f"CREATE DATABASE {name}")
+    url = database_url.replace("///idemgate?", f"///{name}?")
+    env = dict(os.environ, DATABASE_URL=url)
+
+    def q(sql):
+        return subprocess.check_output(["psql", url, "-qtAX", "-c", sql], text=True).strip()
+
+    try:
+        subprocess.check_call([GATEWAY_BIN, "migrate"], env=env, stdout=subprocess.DEVNULL)
+        # As a binary of another branch left it: 0007 never ran, a higher version did.
+        q("DROP TABLE archive_outputs; ALTER TABLE operations DROP COLUMN archive_planned_at; "
+          "DELETE FROM schema_migrations WHERE version = 7; "
+          "INSERT INTO schema_migrations (version, name) VALUES (99, 'another_branch')")
+        subprocess.check_call([GATEWAY_BIN, "migrate"], env=env, stdout=subprocess.DEVNULL)
+        assert q("SELECT count(*) FROM schema_migrations WHERE version = 7") == "1"
+        assert q("SELECT to_regclass('archive_outputs') IS NOT NULL") == "t"
+    finally:
+        psql(f"DROP DATABASE IF EXISTS {name}")
