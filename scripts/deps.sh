@@ -18,7 +18,11 @@ for p in $PKGS; do
         missing="$missing $p"
     fi
 done
-[ -z "$missing" ] && exit 0
+if [ -z "$missing" ]; then
+    # The S3-compatible server of the archive tests (npm): installed once, when missing.
+    "$(dirname "$0")/s3rver.sh" >/dev/null
+    exit 0
+fi
 
 echo "deps: installing missing Debian packages:$missing"
 SUDO=""
@@ -31,3 +35,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq || true
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing
+"$(dirname "$0")/s3rver.sh" >/dev/null

@@ -12,6 +12,8 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 export DATABASE_URL
 export IDEMGATE_CONFIG=deploy/idemgate.example.json
+# Outputs of completed jobs are archived here (GET /v1/jobs/{id}/outputs/{n}).
+export IDEMGATE_ARCHIVE_DIR="${IDEMGATE_ARCHIVE_DIR:-$PWD/$RUN/archive}"
 # The example providers are the bundled mock, which accepts any key.
 export MOCK_IMAGES_API_KEY="${MOCK_IMAGES_API_KEY:-sk-local-demo}"
 

@@ -27,6 +27,24 @@ struct cfg_setting {
 static const struct cfg_setting settings[] = {
     {"admin_token_sha256", "IDEMGATE_ADMIN_TOKEN_SHA256", T_STR, OFF(admin_token_sha256), "", 0,
      0, "hex SHA-256 of the admin bearer token (empty: admin API off)"},
+    {"archive_backend", "IDEMGATE_ARCHIVE_BACKEND", T_STR, OFF(archive_backend), "local", 0, 0,
+     "where outputs are archived: local (archive_dir) or s3 (an S3-compatible bucket)"},
+    {"archive_dir", "IDEMGATE_ARCHIVE_DIR", T_STR, OFF(archive_dir), "/var/lib/idemgate/archive",
+     0, 0, "local archive folder (objects by SHA-256; with s3, the spool of copies in progress)"},
+    {"archive_s3_access_key_env", "IDEMGATE_ARCHIVE_S3_ACCESS_KEY_ENV", T_STR,
+     OFF(archive_s3_access_key_env), "AWS_ACCESS_KEY_ID", 0, 0,
+     "environment variable holding the bucket's access key id"},
+    {"archive_s3_bucket", "IDEMGATE_ARCHIVE_S3_BUCKET", T_STR, OFF(archive_s3_bucket), "", 0, 0,
+     "bucket name (path-style URLs: endpoint/bucket/key)"},
+    {"archive_s3_endpoint", "IDEMGATE_ARCHIVE_S3_ENDPOINT", T_STR, OFF(archive_s3_endpoint), "",
+     0, 0, "S3-compatible endpoint, e.g. https://s3.eu-west-1.amazonaws.com"},
+    {"archive_s3_region", "IDEMGATE_ARCHIVE_S3_REGION", T_STR, OFF(archive_s3_region),
+     "us-east-1", 0, 0, "SigV4 signing region"},
+    {"archive_s3_secret_key_env", "IDEMGATE_ARCHIVE_S3_SECRET_KEY_ENV", T_STR,
+     OFF(archive_s3_secret_key_env), "AWS_SECRET_ACCESS_KEY", 0, 0,
+     "environment variable holding the bucket's secret key"},
+    {"archive_workers", "IDEMGATE_ARCHIVE_WORKERS", T_INT, OFF(archive_workers), "1", 0, 64,
+     "archive threads in this replica (copy completed jobs' outputs; 0: none here)"},
     {"database_url", "DATABASE_URL", T_STR, OFF(database_url), "postgresql:///idemgate", 0, 0,
      "libpq connection string of the PostgreSQL database"},
     {"db_workers", "IDEMGATE_DB_WORKERS", T_INT, OFF(db_workers), "4", 1, 256,
@@ -232,6 +250,15 @@ static int finish_settings(struct cfg *c, const char *file, char *err, size_t er
     if (strcmp(c->log_level, "debug") && strcmp(c->log_level, "info") &&
         strcmp(c->log_level, "warn") && strcmp(c->log_level, "error")) {
         errf(err, errlen, "%s: log_level must be debug, info, warn or error", file);
+        return -1;
+    }
+    if (strcmp(c->archive_backend, "local") && strcmp(c->archive_backend, "s3")) {
+        errf(err, errlen, "%s: archive_backend must be local or s3", file);
+        return -1;
+    }
+    if (!strcmp(c->archive_backend, "s3") && (!*c->archive_s3_endpoint || !*c->archive_s3_bucket)) {
+        errf(err, errlen, "%s: archive_backend s3 needs archive_s3_endpoint and archive_s3_bucket",
+             file);
         return -1;
     }
     for (size_t i = 0; i < c->n_providers; i++) {

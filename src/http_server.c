@@ -217,6 +217,9 @@ int hs_req_answered(const struct hs_req *r)
     return yes;
 }
 
+static int respond_with(struct hs_req *r, int status, const char *content_type,
+                        struct MHD_Response *resp, const char *const *headers);
+
 int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
                const char *const *headers)
 {
@@ -224,6 +227,23 @@ int hs_respond(struct hs_req *r, int status, const char *content_type, const cha
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp)
         return -1;
+    return respond_with(r, status, content_type, resp, headers);
+}
+
+int hs_respond_fd(struct hs_req *r, int status, const char *content_type, int fd,
+                  unsigned long long offset, unsigned long long len, const char *const *headers)
+{
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
+    if (!resp) {
+        close(fd);
+        return -1;
+    }
+    return respond_with(r, status, content_type, resp, headers);
+}
+
+static int respond_with(struct hs_req *r, int status, const char *content_type,
+                        struct MHD_Response *resp, const char *const *headers)
+{
     if (content_type)
         MHD_add_response_header(resp, "Content-Type", content_type);
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);

@@ -95,6 +95,8 @@ char *jobview_json(const struct store_job *j)
     } else {
         cJSON_AddNullToObject(o, "cost");
     }
+    if (j->archive)
+        cJSON_AddItemToObject(o, "archive", cJSON_CreateRaw(j->archive));
     if (j->usage)
         cJSON_AddItemToObject(o, "usage", cJSON_CreateRaw(j->usage));
     else

@@ -1,6 +1,7 @@
 /* idemgate: orchestration only. Load the configuration, start the subsystems in order, wait for
  * a signal, stop them in order: stop accepting → answer waiting clients → drain → stop the HTTP
  * server → free what its handlers used → stop the workers → stop the wake signaller. */
+#include "idemgate/archive.h"
 #include "idemgate/cli.h"
 #include "idemgate/config.h"
 #include "idemgate/dispatcher.h"
@@ -54,7 +55,7 @@ struct subsystems {
     struct waiters *waiters;
     struct recorder *recorder;
     struct dispatcher *disp;
-    struct wpool *recon, *poller;
+    struct wpool *recon, *poller, *archiver;
     struct reaper *reaper;
     struct api *api;
     struct offload *pool;
@@ -105,6 +106,8 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
         return "reconciler";
     if (!(s->poller = poller_start(cfg)))
         return "poller";
+    if (!(s->archiver = archive_start(cfg)))
+        return "archive workers";
     s->reaper = reaper_start(cfg);
     if (cfg->reaper_interval_ms && !s->reaper)
         return "reaper";
@@ -134,6 +137,7 @@ static void stop_all(struct subsystems *s)
     disp_stop(s->disp);
     wpool_stop(s->recon);
     wpool_stop(s->poller);
+    wpool_stop(s->archiver);
     reaper_stop(s->reaper);
     if (s->wake)
         wake_stop();

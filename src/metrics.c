@@ -40,6 +40,7 @@ static atomic_ulong unknown_sum_ms;
 static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
+static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
 
 /* Spend by (provider, currency): labels are configured names, registered on first use. */
 #define N_SPEND 64
@@ -108,6 +109,12 @@ void metrics_attempt(const char *outcome)
         }
     }
     atomic_fetch_add(&attempts[CLS__COUNT], 1); /* lease_expired and other non-classes */
+}
+
+void metrics_archive(int outcome)
+{
+    if (outcome >= 0 && outcome < 3)
+        atomic_fetch_add(&archive_outcomes[outcome], 1);
 }
 
 void metrics_safety(enum metric_safety what)
@@ -245,6 +252,15 @@ char *metrics_render(const char *extra)
             spend[i].provider, spend[i].currency, atomic_load(&spend[i].micros),
             spend[i].provider, spend[i].currency, atomic_load(&spend[i].jobs));
     }
+    put(&b,
+        "# HELP idemgate_archive_outputs_total Outputs whose archival ended: archived, failed "
+        "(refused or out of attempts) or expired (the provider's URL expired before the copy; "
+        "alert on it).\n# TYPE idemgate_archive_outputs_total counter\n"
+        "idemgate_archive_outputs_total{outcome=\"archived\"} %lu\n"
+        "idemgate_archive_outputs_total{outcome=\"failed\"} %lu\n"
+        "idemgate_archive_outputs_total{outcome=\"expired\"} %lu\n",
+        atomic_load(&archive_outcomes[0]), atomic_load(&archive_outcomes[1]),
+        atomic_load(&archive_outcomes[2]));
     if (extra)
         put(&b, "%s", extra);
     return b.p;

@@ -1,4 +1,5 @@
 #include "idemgate/poller.h"
+#include "idemgate/archplan.h"
 #include "idemgate/clock.h"
 
 #include "idemgate/log.h"
@@ -119,10 +120,16 @@ static void add_output(const cJSON *node, void *arg)
     const char *v = cJSON_IsString(node) ? node->valuestring
                     : x->p->result_output_url ? jpath_string(x->p->result_output_url, node)
                                               : NULL;
-    if (!v)
+    /* An object without a URL may carry the bytes themselves (Vertex: bytesBase64Encoded). */
+    const char *b64 = !v && cJSON_IsObject(node) && x->p->archive && x->p->archive->b64
+                          ? jpath_string(x->p->archive->b64, node)
+                          : NULL;
+    if (!v && !b64)
         return;
+    if (b64)
+        v = b64;
     cJSON *o = cJSON_CreateObject();
-    if (!strcmp(x->p->result_kind, "b64")) {
+    if (b64 || !strcmp(x->p->result_kind, "b64")) {
         cJSON_AddStringToObject(o, "kind", "b64");
         cJSON_AddNumberToObject(o, "bytes", (double)(strlen(v) / 4 * 3));
     } else {

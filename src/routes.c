@@ -5,6 +5,7 @@
 #include "idemgate/jobs.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/outputs.h"
 #include "idemgate/reply.h"
 #include "idemgate/usage.h"
 #include "idemgate/webhooks.h"
@@ -19,6 +20,7 @@ static const struct route table[] = {
     {"POST", "/v1/providers/*", MR_INTAKE, intake_handle, 0},
     {"GET", "/v1/jobs", MR_JOB_LIST, jobs_list, 1},
     {"GET", "/v1/jobs/{id}", MR_JOB_GET, jobs_get, 0},
+    {"GET", "/v1/jobs/{id}/outputs/{n}", MR_JOB_GET, outputs_get, 1},
     {"POST", "/v1/jobs/{id}/resolve", MR_RESOLVE, jobs_resolve, 1},
     {"POST", "/v1/jobs/{id}/cancel", MR_CANCEL, jobs_cancel, 1},
     {"POST", "/v1/jobs/{id}/regenerate", MR_REGENERATE, jobs_regenerate, 1},

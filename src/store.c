@@ -109,6 +109,7 @@ void store_job_fini(struct store_job *j)
 {
     PQclear(j->res);
     free(j->resp_body);
+    free(j->archive);
     memset(j, 0, sizeof(*j));
 }
 

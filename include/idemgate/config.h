@@ -39,6 +39,11 @@ struct cfg {
     char *admin_token_sha256;
     int max_connections;
     char *log_level;
+    /* Output archival (archive.c). */
+    char *archive_backend, *archive_dir;
+    char *archive_s3_endpoint, *archive_s3_bucket, *archive_s3_region;
+    char *archive_s3_access_key_env, *archive_s3_secret_key_env;
+    int archive_workers;
     struct cfg_provider *providers;
     size_t n_providers;
 };

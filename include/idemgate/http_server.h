@@ -99,5 +99,9 @@ int hs_req_peer_closed(const struct hs_req *r);
 int hs_req_answered(const struct hs_req *r);
 int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,
                const char *const *headers);
+/* hs_respond with a body of len bytes read from fd at offset, streamed by libmicrohttpd (a large
+ * file is never read into memory); fd is owned by the response from here on, and closed. */
+int hs_respond_fd(struct hs_req *r, int status, const char *content_type, int fd,
+                  unsigned long long offset, unsigned long long len, const char *const *headers);
 
 #endif

@@ -29,6 +29,8 @@ void metrics_http(enum metric_route route, int status, double seconds);
 /* An attempt's outcome class name (classify.h) — counted by name from a fixed list. */
 void metrics_attempt(const char *outcome);
 void metrics_safety(enum metric_safety what);
+/* An output's archival ended: 0 archived, 1 failed, 2 expired before it was copied. */
+void metrics_archive(int outcome);
 /* Time an operation spent in unknown before it left it. */
 void metrics_unknown_seconds(double seconds);
 

@@ -169,6 +169,8 @@ struct cfg_provider {
 
     /* Prices (pricing.h): the estimate reserved at intake, the cost settled at completion. */
     struct price_table pricing;
+    /* Output archival: the "archive" member (archplan.h). */
+    struct arch_profile *archive;
 };
 
 /* Loads the providers array of the configuration file `file` (profiles resolved relative to

@@ -49,6 +49,9 @@ struct store_job {
     const char *currency;      /* of the provider's price table; NULL: not priced */
     long long reserved_micros; /* the estimate reserved at intake */
     long long cost_micros;     /* settled when the job ended; -1 until then */
+    /* The archive of its outputs as a JSON array (archive_job_outputs), owned; NULL when not
+     * read. */
+    char *archive;
 };
 void store_job_fini(struct store_job *j);
 

@@ -198,6 +198,7 @@ def gateway_factory(database_url, mock, tmp_path):
             "reaper_interval_ms": 200,
             "poll_interval_ms": 500,
             "log_level": "info",
+            "archive_dir": str(tmp_path / "archive"),
             "providers": [
                 provider("mock-images", mock.url,
                          auth={"header": "Authorization", "prefix": "Bearer ",

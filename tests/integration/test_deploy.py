@@ -715,10 +715,10 @@ def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory,
     Measured on a live replica whose connections carry their own application_name, before and
     after every database worker has served requests."""
     formula = ("db_workers + intake_writers + dispatch_workers + reconcile_workers + "
-               "poll_workers + 3")
+               "poll_workers +\n    archive_workers + 3")
     assert formula in read(os.path.join(ROOT, "deploy", "SCALING.md"))
     settings = {"db_workers": 3, "intake_writers": 2, "dispatch_workers": 2,
-                "reconcile_workers": 1, "poll_workers": 1}
+                "reconcile_workers": 1, "poll_workers": 1, "archive_workers": 1}
     budget = sum(settings.values()) + 3
     background = budget - settings["db_workers"]
     app = "budget_" + uuid.uuid4().hex[:10]

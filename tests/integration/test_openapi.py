@@ -33,6 +33,7 @@ import re
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -607,7 +608,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
     providers = [
         provider("mock-images", mock.url, auth={"header": "Authorization", "prefix": "Bearer ",
                                                 "secret_env": "MOCK_IMAGES_API_KEY"},
-                 pricing={"currency": "USD", "per_output": 1000}),
+                 pricing={"currency": "USD", "per_output": 1000},
+                 archive={"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True}),
         provider("nowhere", nowhere, retry={"max_attempts": 1000, "deadline_seconds": 3600,
                                             "base_ms": 200, "cap_ms": 1000}),
         provider("reffed", mock.url, client_ref={"body_field": "metadata.client_ref"},
@@ -632,7 +634,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
     # One server thread and no workers: its only database connection is warmed up (statements
     # prepared) before the tables are locked, so each request fails fast on lock_timeout.
     quiet = dict(http_threads=1, db_workers=1, dispatch_workers=0, reconcile_workers=0,
-                 poll_workers=0, reaper_interval_ms=0)
+                 poll_workers=0, archive_workers=0, reaper_interval_ms=0)
     locked = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
                              env=dict(env, DATABASE_URL=database_url +
                                       "&options=-c%20lock_timeout%3D100"))
@@ -810,6 +812,33 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("get, no token", "GET", "/v1/jobs/job_x", call(gw, "GET", "/v1/jobs/job_x"),
                  401, "unauthorized")
 
+        # ---- archived outputs -------------------------------------------------------------
+        out0 = f"/v1/jobs/{completed_id}/outputs/0"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            arch = gw.job(token, completed_id).json().get("archive") or []
+            if arch and arch[0]["state"] == "archived":
+                break
+            time.sleep(0.1)
+        whole = t.expect("output", "GET", out0, call(gw, "GET", out0, None, H), 200)
+        etag = whole.headers["etag"]
+        t.expect("output, range", "GET", out0, call(gw, "GET", out0, None,
+                                                     auth(token, Range="bytes=0-2")), 206)
+        t.expect("output, not modified", "GET", out0,
+                 call(gw, "GET", out0, None, auth(token, **{"If-None-Match": etag})), 304)
+        t.expect("output, range past the end", "GET", out0,
+                 call(gw, "GET", out0, None, auth(token, Range="bytes=99999999-")), 416,
+                 "range-not-satisfiable")
+        t.expect("output, other tenant", "GET", out0, call(gw, "GET", out0, None, auth(other)),
+                 404, "job-not-found")
+        t.expect("output, no such index", "GET", out0,
+                 call(gw, "GET", f"/v1/jobs/{completed_id}/outputs/99", None, H), 404,
+                 "output-not-found")
+        pending = f"/v1/jobs/{nowhere_job()}/outputs/0"
+        t.expect("output, not archived", "GET", pending, call(gw, "GET", pending, None, H), 404,
+                 "output-not-archived")
+        t.expect("output, no token", "GET", out0, call(gw, "GET", out0), 401, "unauthorized")
+
         review = nowhere_job()
         set_state(review, "review")
         path = f"/v1/jobs/{review}/resolve"
@@ -942,6 +971,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         # Ambiguous framing, on every operation's path.
         samples = {"submit": INTAKE, "listJobs": "/v1/jobs",
                    "getJob": f"/v1/jobs/{completed_id}",
+                   "getJobOutput": f"/v1/jobs/{completed_id}/outputs/0",
                    "resolveJob": f"/v1/jobs/{completed_id}/resolve",
                    "regenerateJob": f"/v1/jobs/{completed_id}/regenerate",
                    "cancelJob": f"/v1/jobs/{completed_id}/cancel",
@@ -969,6 +999,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         for method, p, body, h in [
                 ("POST", INTAKE, '{"prompt":"x"}', auth(token, **{"Idempotency-Key": "oa-d"})),
                 ("GET", "/v1/jobs", None, H), ("GET", "/v1/jobs/job_x", None, H),
+                ("GET", "/v1/jobs/job_x/outputs/0", None, H),
                 ("POST", "/v1/jobs/job_x/resolve", '{"outcome":"abandon"}', H),
                 ("POST", "/v1/jobs/job_x/regenerate", "", auth(token, **{"Idempotency-Key": "r"})),
                 ("POST", "/v1/jobs/job_x/cancel", "", H),
@@ -989,6 +1020,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 ("POST", INTAKE, '{"prompt":"x"}',
                  auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),
                 ("GET", "/v1/jobs", None, H), ("GET", f"/v1/jobs/{completed_id}", None, H),
+                ("GET", f"/v1/jobs/{completed_id}/outputs/0", None, H),
                 ("POST", f"/v1/jobs/{completed_id}/resolve", '{"outcome":"abandon"}', H),
                 ("POST", f"/v1/jobs/{completed_id}/regenerate", "",
                  auth(token, **{"Idempotency-Key": "oa-l-" + uuid.uuid4().hex})),

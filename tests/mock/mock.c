@@ -154,6 +154,8 @@ static enum MHD_Result handle_ledger(struct mock_request *req)
  * the queued webhooks and their records, the fault script and every idempotency key,
  * restores the /_config settings and turns random mode off.
  */
+static void mock_files_reset(void);
+
 static enum MHD_Result handle_reset(struct mock_request *req)
 {
     cJSON *doc = cJSON_CreateObject();
@@ -165,6 +167,7 @@ static enum MHD_Result handle_reset(struct mock_request *req)
     idemkeys_reset();
     tasks_reset();
     chaos_reset();
+    mock_files_reset();
     cJSON_AddBoolToObject(doc, "ok", 1);
     return reply_json(req, MHD_HTTP_OK, doc);
 }
@@ -236,8 +239,77 @@ static enum MHD_Result handle_refuse(struct mock_request *req)
 }
 
 /*
+ * How GET /files/ answers (POST /_files; /_reset restores it): every file padded with 'x' to
+ * `bytes` (0: not padded), and a `fault`: "truncate" (the full Content-Length, half the body,
+ * then the connection closes), "redirect" (302 to the same path on host "localhost", another
+ * host name for the same server) or "status_404".
+ */
+static pthread_mutex_t files_mu = PTHREAD_MUTEX_INITIALIZER;
+static long files_bytes;
+static char files_fault[16];
+
+static enum MHD_Result handle_files_post(struct mock_request *req)
+{
+    cJSON *doc = cJSON_ParseWithLength(req->body ? req->body : "", req->body_len);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(doc, "bytes");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(doc, "fault");
+    if (!cJSON_IsObject(doc) || (b && (!cJSON_IsNumber(b) || b->valuedouble < 0 ||
+                                       b->valuedouble > 256.0 * 1024 * 1024)) ||
+        (f && !cJSON_IsNull(f) &&
+         !(cJSON_IsString(f) && (!strcmp(f->valuestring, "truncate") ||
+                                 !strcmp(f->valuestring, "redirect") ||
+                                 !strcmp(f->valuestring, "status_404"))))) {
+        cJSON_Delete(doc);
+        return reply_error(req, MHD_HTTP_BAD_REQUEST,
+                           "bytes: 0..268435456; fault: truncate, redirect, status_404 or null",
+                           "invalid_request_error", "invalid_files");
+    }
+    pthread_mutex_lock(&files_mu);
+    files_bytes = b ? (long)b->valuedouble : 0;
+    snprintf(files_fault, sizeof(files_fault), "%s", cJSON_IsString(f) ? f->valuestring : "");
+    pthread_mutex_unlock(&files_mu);
+    cJSON_Delete(doc);
+    cJSON *ok = cJSON_CreateObject();
+    cJSON_AddBoolToObject(ok, "ok", 1);
+    return reply_json(req, MHD_HTTP_OK, ok);
+}
+
+static void mock_files_reset(void)
+{
+    pthread_mutex_lock(&files_mu);
+    files_bytes = 0;
+    files_fault[0] = '\0';
+    pthread_mutex_unlock(&files_mu);
+}
+
+struct half_body {
+    char *body;
+    size_t len;
+};
+
+/* Serves the first half of the body, then ends the connection short of its Content-Length. */
+static ssize_t half_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct half_body *h = cls;
+    size_t half = h->len / 2;
+    if (pos >= half)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    size_t n = half - (size_t)pos < max ? half - (size_t)pos : max;
+    memcpy(buf, h->body + pos, n);
+    return (ssize_t)n;
+}
+
+static void half_free(void *cls)
+{
+    struct half_body *h = cls;
+    free(h->body);
+    free(h);
+}
+
+/*
  * GET /files/<name>: returns "PNG:<name>" as image/png, deterministic bytes standing in for
- * an image, or "MP4:<name>" as video/mp4 when the name ends in ".mp4".
+ * an image, or "MP4:<name>" as video/mp4 when the name ends in ".mp4" (then padded and faulted
+ * as /_files says).
  */
 static enum MHD_Result handle_file(struct mock_request *req)
 {
@@ -250,14 +322,56 @@ static enum MHD_Result handle_file(struct mock_request *req)
     if (*name == '\0')
         return reply_error(req, MHD_HTTP_NOT_FOUND, "no such file", "invalid_request_error",
                            "not_found");
+    long pad;
+    char fault[16];
+    pthread_mutex_lock(&files_mu);
+    pad = files_bytes;
+    snprintf(fault, sizeof(fault), "%s", files_fault);
+    pthread_mutex_unlock(&files_mu);
+    if (!strcmp(fault, "status_404"))
+        return reply_error(req, MHD_HTTP_NOT_FOUND, "no such file", "invalid_request_error",
+                           "not_found");
+    if (!strcmp(fault, "redirect")) {
+        char loc[1024];
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        snprintf(loc, sizeof(loc), "http://localhost:%s%s",
+                 strrchr(mock_base_url(), ':') + 1, req->url);
+        MHD_add_response_header(resp, "Location", loc);
+        req->log_status = MHD_HTTP_FOUND;
+        ret = MHD_queue_response(req->conn, MHD_HTTP_FOUND, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
     reply_init(&r);
     r.status = MHD_HTTP_OK;
     r.content_type = video ? "video/mp4" : "image/png";
     r.body_len = strlen("PNG:") + name_len;
+    if (pad > (long)r.body_len)
+        r.body_len = (size_t)pad;
     r.body = malloc(r.body_len + 1);
     if (r.body == NULL)
         return MHD_NO;
-    snprintf(r.body, r.body_len + 1, "%s:%s", video ? "MP4" : "PNG", name);
+    memset(r.body, 'x', r.body_len);
+    int head = snprintf(r.body, r.body_len + 1, "%s:%s", video ? "MP4" : "PNG", name);
+    if ((size_t)head < r.body_len)
+        r.body[head] = 'x';
+    if (!strcmp(fault, "truncate")) {
+        struct half_body *h = malloc(sizeof(*h));
+        struct MHD_Response *resp;
+        if (!h) {
+            reply_free(&r);
+            return MHD_NO;
+        }
+        h->body = r.body;
+        h->len = r.body_len;
+        resp = MHD_create_response_from_callback(r.body_len, 4096, half_reader, h, half_free);
+        MHD_add_response_header(resp, "Content-Type", r.content_type);
+        req->log_status = MHD_HTTP_OK;
+        req->log_fault = "truncate";
+        ret = MHD_queue_response(req->conn, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
     ret = reply_send(req, &r);
     reply_free(&r);
     return ret;
@@ -282,6 +396,7 @@ static const struct admin_route admin_routes[] = {
     {"GET", "/_chaos", false, chaos_handle_get},        /* random mode and its draws */
     {"POST", "/_chaos", false, chaos_handle_post},      /* random mode on or off */
     {"GET", "/files/", true, handle_file},              /* outputs the create answers link to */
+    {"POST", "/_files", false, handle_files_post},      /* size and faults of /files/ */
     {"GET", "/_tasks", true, async_handle_tasks},       /* asynchronous tasks with their counters */
     {"POST", "/_tasks/seed", false, tasks_handle_seed}, /* unrelated tasks on the account */
     {"GET", "/_webhooks", false, webhooks_handle_log},  /* webhook deliveries made */

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,15 @@ static cJSON *render_images(const struct create_input *in, const char *stem)
         char url[512];
 
         snprintf(url, sizeof(url), "%s/files/%s-%u.png", mock_base_url(), stem, i);
-        cJSON_AddStringToObject(item, "url", url);
+        if (in->b64) {
+            /* The same bytes /files/ would serve, inline as OpenAI's b64_json. */
+            char name[600], b64[1024];
+            int len = snprintf(name, sizeof(name), "PNG:%s-%u.png", stem, i);
+            EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)name, len);
+            cJSON_AddStringToObject(item, "b64_json", b64);
+        } else {
+            cJSON_AddStringToObject(item, "url", url);
+        }
         cJSON_AddItemToArray(data, item);
     }
     cJSON_AddNumberToObject(usage, "input_tokens", (double)in->prompt_len);
@@ -264,6 +273,8 @@ static void read_input(const cJSON *doc, struct create_input *in)
             in->n = (unsigned int)n->valuedouble;
     }
     in->n_out = in->n;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(doc, "response_format");
+    in->b64 = cJSON_IsString(fmt) && strcmp(fmt->valuestring, "b64_json") == 0;
 }
 
 /*

@@ -26,6 +26,7 @@ struct create_input {
     size_t prompt_len;  /* bytes of "prompt", 0 when absent */
     unsigned int n;     /* requested outputs, clamped to 1..10 */
     unsigned int n_out; /* outputs actually returned (n unless n_out overrides it) */
+    bool b64;           /* "response_format": "b64_json": the bytes inline, not a URL */
 };
 
 /* What a route of a personality does; each kind has one handler in providers.c. */

@@ -7,6 +7,7 @@
  */
 #include "shapes.h"
 
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -682,8 +683,14 @@ static cJSON *vertex_object(const struct async_task *t, struct async_view v)
             cJSON *video = cJSON_CreateObject();
             char uri[URL_MAX];
 
-            snprintf(uri, sizeof(uri), "gs://mock-bucket/%s/%u.mp4", t->short_id, i);
-            cJSON_AddStringToObject(video, "gcsUri", uri);
+            /* Without a storageUri Veo answers the bytes inline (bytesBase64Encoded): the
+             * bytes /files/ serves for this output. */
+            char body[URL_MAX + 8], b64[2 * URL_MAX];
+            int len;
+            snprintf(uri, sizeof(uri), "%s-%u.mp4", t->short_id, i);
+            len = snprintf(body, sizeof(body), "MP4:%s", uri);
+            EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)body, len);
+            cJSON_AddStringToObject(video, "bytesBase64Encoded", b64);
             cJSON_AddStringToObject(video, "mimeType", "video/mp4");
             cJSON_AddItemToArray(videos, video);
         }

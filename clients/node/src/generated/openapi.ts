@@ -79,6 +79,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{id}/outputs/{n}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The archived bytes of one output of the tenant's job
+         * @description Streams output `n` (from 0, as `archive[].index` in the job) from the gateway's archive
+         *     (a local folder or an S3-compatible bucket), so clients never depend on the provider's
+         *     expiring URL. `ETag` is the output's SHA-256; one `Range: bytes=…` range is served
+         *     (`206`), for video; `If-None-Match` with the ETag answers `304`. Until the output is
+         *     archived the answer is `404` `output-not-archived` (its archive state and last error in
+         *     the detail); an index the job does not have is `output-not-found`. Another tenant's job
+         *     is `404` `job-not-found`.
+         */
+        get: operations["getJobOutput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}/resolve": {
         parameters: {
             query?: never;
@@ -404,9 +430,42 @@ export interface components {
              */
             cancel_requested_at?: string;
             last_error: string | null;
+            /**
+             * @description A completed job's outputs and their archival (only in `GET /v1/jobs/{id}`; an
+             *     empty list until the outputs are planned). Archived outputs are served by
+             *     `GET /v1/jobs/{id}/outputs/{n}` (`href`).
+             */
+            archive?: components["schemas"]["ArchivedOutput"][];
             links: {
                 self: string;
             };
+        };
+        ArchivedOutput: {
+            index: number;
+            /**
+             * @description `pending` copying (retried with backoff until the provider's URL expires) ·
+             *     `archived` stored under its SHA-256 · `failed` refused by the profile's fetch policy
+             *     (host, scheme, private address, redirect to another host, size) or out of attempts ·
+             *     `expired` the provider's URL expired before a copy succeeded (counted in
+             *     `idemgate_archive_outputs_total{outcome="expired"}` and logged).
+             * @enum {string}
+             */
+            state: "pending" | "archived" | "failed" | "expired";
+            /**
+             * @description an output URL, base64 bytes in the result, or the provider's content endpoint
+             * @enum {string}
+             */
+            kind: "url" | "b64" | "endpoint";
+            attempts: number;
+            last_error: string | null;
+            sha256: string | null;
+            bytes: number | null;
+            content_type: string | null;
+            /** Format: date-time */
+            source_expires_at: string | null;
+            /** Format: date-time */
+            archived_at: string | null;
+            href: string | null;
         };
         /** @description The provider's stored answer. */
         ProviderAnswer: {
@@ -759,6 +818,9 @@ export interface components {
     };
     requestBodies: never;
     headers: {
+        /** @description The output's SHA-256 (hex), quoted. */
+        ETag: string;
+        "Accept-Ranges": "bytes";
         /** @description The request's id, also in the gateway's log lines and in problem bodies. */
         "X-Request-Id": string;
         /** @description The job, `/v1/jobs/{id}`. */
@@ -1008,6 +1070,92 @@ export interface operations {
             400: components["responses"]["BadFraming"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["JobNotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    getJobOutput: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+                Range?: string;
+                "If-None-Match"?: string;
+            };
+            path: {
+                id: components["parameters"]["JobId"];
+                n: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole output, with the content type it was fetched with. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    ETag: components["headers"]["ETag"];
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description The range asked for. */
+            206: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    ETag: components["headers"]["ETag"];
+                    "Content-Range": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            /** @description `If-None-Match` named this output's ETag: nothing changed. */
+            304: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadFraming"];
+            401: components["responses"]["Unauthorized"];
+            /**
+             * @description No such job for this tenant (`job-not-found`), no such output
+             *     (`output-not-found`), or an output not archived (yet, or ever: `failed` or
+             *     `expired`; `output-not-archived`).
+             */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:job-not-found" | "urn:idemgate:problem:output-not-found" | "urn:idemgate:problem:output-not-archived";
+                    };
+                };
+            };
+            /** @description The range starts past the output's end (its size is in the detail). */
+            416: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @constant */
+                        type?: "urn:idemgate:problem:range-not-satisfiable";
+                    };
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };

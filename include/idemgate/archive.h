@@ -1,0 +1,38 @@
+#ifndef IDEMGATE_ARCHIVE_H
+#define IDEMGATE_ARCHIVE_H
+
+#include "idemgate/config.h"
+#include "idemgate/db.h"
+
+/* Output archival (issue 13 §1): archive workers (a wpool, cfg->archive_workers threads) plan
+ * the outputs of completed operations into archive_outputs rows (one statement marks the
+ * operation planned and inserts its rows, so two workers never plan twice), then claim pending
+ * rows (FOR UPDATE SKIP LOCKED, a lease and a fencing token) and copy each one — a URL, base64 in
+ * the result, or the provider's content endpoint — into the content-addressed store
+ * (blobstore.h), before the URL expires. A worker killed mid-copy leaves no object; the row's
+ * lease runs out and another claim copies it again. */
+
+struct wpool;
+/* Starts the archive workers (none when cfg->archive_workers is 0; sweeps the spool of copies
+ * that dead processes left first). NULL only on failure. Stop with wpool_stop. */
+struct wpool *archive_start(const struct cfg *cfg);
+
+/* The archive of one job's outputs as a JSON array (new string in *json; "[]" until they are
+ * planned). STORE_ codes. */
+int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json);
+
+/* One output of a tenant's job, for GET /v1/jobs/{id}/outputs/{n}. */
+struct archive_output {
+    void *res; /* PGresult; strings point into it */
+    const char *state, *sha256, *content_type, *last_error;
+    long long bytes;
+    int planned; /* the job's outputs were planned */
+    int exists;  /* the output exists (planned, with that index) */
+};
+/* STORE_OK; STORE_EAUTH (no live tenant with that token), STORE_ENOTFOUND (no such job for the
+ * tenant). */
+int archive_output_get(struct db *db, const char *token_sha256, const char *job_id, int n,
+                       struct archive_output *out);
+void archive_output_fini(struct archive_output *o);
+
+#endif

@@ -1,0 +1,81 @@
+#ifndef IDEMGATE_ARCHPLAN_H
+#define IDEMGATE_ARCHPLAN_H
+
+#include "idemgate/fetchpol.h"
+#include "idemgate/jpath.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+struct cfg_provider;
+
+/* Output archival decisions (issue 13 §1), as pure functions: a profile's "archive" member,
+ * which outputs a completed operation has and where each one's bytes come from, and what follows
+ * a failed copy. archive.c does the I/O around them. */
+
+/* A profile's "archive" member:
+ *   {"hosts": ["cdn.example", ".blob.example"], "allow_http": false, "allow_private": false,
+ *    "max_bytes": 1073741824, "timeout_ms": 300000,
+ *    "url": "$.url", "b64": "$.b64_json", "content_type": "$.mimeType"}
+ * url / b64 / content_type are paths inside one output object (defaults: the result's
+ * output_url, "$.b64_json", none). */
+struct arch_profile {
+    char **hosts;
+    size_t n_hosts;
+    int allow_http;
+    int allow_private;   /* a profile that says so may fetch from private and loopback addresses */
+    long long max_bytes; /* an output larger than this is never stored */
+    long timeout_ms;     /* one whole fetch */
+    struct jpath *url, *b64, *content_type;
+};
+
+/* Reads p's "archive" member from the merged profile o into p->archive (defaults when absent).
+ * Returns 0, or -1 with a message naming file and field in err. */
+int archplan_load(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                  size_t errlen);
+void archplan_free(struct cfg_provider *p);
+/* The fetch policy of p's outputs (pointers into p). */
+struct fp_policy archplan_policy(const struct cfg_provider *p);
+
+enum ap_kind { AP_URL = 0, AP_B64, AP_ENDPOINT };
+const char *ap_kind_name(enum ap_kind k);
+int ap_kind_parse(const char *s); /* -1 when unknown */
+
+/* One output of a completed operation. */
+struct ap_output {
+    enum ap_kind kind;
+    char *url;          /* AP_URL, AP_ENDPOINT */
+    double expires_at;  /* Unix seconds; 0: unknown (no expiry known) */
+    const char *b64;    /* AP_B64: the base64 text, pointing into the parsed body */
+    char *content_type; /* as the result declares it, or NULL */
+};
+
+struct ap_plan {
+    struct ap_output *out;
+    size_t n;
+    cJSON *doc; /* the parsed result the b64 pointers point into */
+};
+void ap_plan_fini(struct ap_plan *pl);
+
+/* The outputs of a completed operation of provider p, from what the operation stored: the
+ * provider's final answer (body, len), the outputs the poller recorded (outputs_json: an array of
+ * {"url", "expires_at"} or {"kind": "b64"}, or NULL for a synchronous provider), its remote id
+ * (a content endpoint's {id}). now is the Unix time for a synchronous provider's URL lifetime
+ * (profile result.url_ttl_seconds). Returns 0 (possibly with no output), or -1 when out of
+ * memory. */
+int ap_plan_outputs(const struct cfg_provider *p, const char *body, size_t len,
+                    const char *outputs_json, const char *remote_id, double now,
+                    struct ap_plan *pl);
+
+/* What follows a failed copy. */
+enum ap_verdict { AP_RETRY = 0, AP_FAILED, AP_EXPIRED };
+#define AP_MAX_ATTEMPTS_NO_EXPIRY 10
+/* attempts: copies tried so far, this one included; now and expires_at in Unix seconds
+ * (expires_at 0: unknown); permanent: the failure cannot change by trying again (a refused
+ * address or host, an oversized output, a redirect off the origin). rand01 in [0, 1) for the
+ * jitter. On AP_RETRY, *delay_ms is the wait before the next copy: full-jitter exponential (1 s
+ * base, 60 s cap) — with an expiry, the last try is made before it. */
+enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
+                                 double rand01, long long *delay_ms);
+
+#endif

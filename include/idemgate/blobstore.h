@@ -1,0 +1,53 @@
+#ifndef IDEMGATE_BLOBSTORE_H
+#define IDEMGATE_BLOBSTORE_H
+
+#include "idemgate/config.h"
+
+#include <stddef.h>
+
+/* The archive's object store, content-addressed by SHA-256 (issue 13 §1). A copy is written to a
+ * temporary file in archive_dir/tmp (hashed as it is written), fsynced, and only then published
+ * under its hash: renamed into archive_dir/objects/ab/abcd… and the folder fsynced (local), or
+ * PUT to the bucket with its SHA-256 declared so the server checks it (s3, SigV4 signed by
+ * libcurl). The same bytes twice is a no-op; a process killed mid-copy leaves only a temporary
+ * file, which blob_sweep removes, never a partial object. Nothing is created before the first
+ * copy (a replica that archives nothing writes nothing). Safe from several threads. */
+
+struct blob_store;
+
+/* The backend cfg names; the secrets are read from the environment at each call. NULL when out
+ * of memory. */
+struct blob_store *blob_open(const struct cfg *cfg);
+void blob_close(struct blob_store *b);
+const char *blob_backend(const struct blob_store *b);
+
+/* A copy in progress. */
+struct blob_tmp {
+    int fd;
+    char path[1024];
+    void *md; /* EVP_MD_CTX */
+    long long bytes;
+};
+
+/* Opens a new temporary file for a copy. 0, or -1 with the reason in why. */
+int blob_tmp_open(struct blob_store *b, struct blob_tmp *t, char *why, size_t whylen);
+/* Appends (ptr, len), hashing it. 0 or -1 (errno). */
+int blob_tmp_write(struct blob_tmp *t, const void *ptr, size_t len);
+/* Publishes the copy under its SHA-256 (hex into sha, 65 bytes) and removes the temporary file;
+ * *existed is 1 when the object was already there (nothing was written). 0, or -1 with why. */
+int blob_tmp_commit(struct blob_store *b, struct blob_tmp *t, const char *content_type,
+                    char sha[65], int *existed, char *why, size_t whylen);
+/* Closes and removes a copy that will not be published. */
+void blob_tmp_abort(struct blob_tmp *t);
+
+/* Removes the temporary files that processes of this host no longer running left behind (a
+ * copy killed midway). */
+void blob_sweep(struct blob_store *b);
+
+/* Opens object sha for reading: *fd (the caller owns it) and its size. For s3 the object is
+ * fetched into an unnamed temporary file first. 0, STORE-like -1 with why when absent or
+ * unreadable. */
+int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *size, char *why,
+                   size_t whylen);
+
+#endif

@@ -1,0 +1,22 @@
+#ifndef IDEMGATE_OUTPUTS_H
+#define IDEMGATE_OUTPUTS_H
+
+#include "idemgate/api.h"
+
+/* GET /v1/jobs/{id}/outputs/{n}: the archived bytes of one output of the caller's job, streamed
+ * from the archive (ETag = its SHA-256, Range for video); 404 with a problem+json until the
+ * output is archived. Runs on a database worker (routes.c offloads it). */
+void outputs_get(struct hs_req *r, const struct api_args *a);
+
+/* A Range request header (RFC 9110 §14) against a representation of size bytes. */
+enum {
+    OUT_RANGE_NONE = 0,          /* no usable range: the whole representation, 200 */
+    OUT_RANGE_PARTIAL = 1,       /* one satisfiable range [*first, *last]: 206 */
+    OUT_RANGE_UNSATISFIABLE = 2, /* 416 with Content-Range: bytes * /size */
+};
+/* Pure. Only one "bytes=" range is served; several ranges, another unit or a malformed value
+ * answer the whole (as the RFC allows). *first and *last are set for NONE (0, size - 1) and
+ * PARTIAL. */
+int out_range(const char *hdr, long long size, long long *first, long long *last);
+
+#endif

@@ -1,0 +1,686 @@
+#include "idemgate/archive.h"
+
+#include "idemgate/archplan.h"
+#include "idemgate/blobstore.h"
+#include "idemgate/clock.h"
+#include "idemgate/crash.h"
+#include "idemgate/fetchpol.h"
+#include "idemgate/log.h"
+#include "idemgate/metrics.h"
+#include "idemgate/wpool.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <libpq-fe.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define IDLE_MS 250
+#define PLAN_BATCH 8
+#define NOT_HERE_DELAY_MS 60000
+#define MAX_REDIRECTS 3
+
+/* One archive pool per process: what its claim function needs beyond the wpool's arguments. */
+static const struct cfg *g_cfg;
+static char *g_providers; /* the configured provider names as a text[] literal */
+static struct blob_store *g_blob;
+
+/* Completed operations of this replica's providers whose outputs are not planned yet. */
+static const struct db_stmt plan_pick = {
+    .name = "archive_plan_pick",
+    .sql =
+        "SELECT tenant_id, id, provider, resp_body, remote_id, req_credential, "
+        " extract(epoch FROM coalesce(finished_at, updated_at))::float8 FROM operations "
+        "WHERE state = 'completed' AND archive_planned_at IS NULL AND provider = ANY($1::text[]) "
+        "ORDER BY finished_at LIMIT 8",
+    .params = DB_PARAMS("providers"),
+};
+
+/* Marks one operation planned and inserts its outputs ($3: [{n, kind, url, credential,
+ * expires}]) in one statement: of two workers planning it, only the one whose UPDATE matched
+ * inserts anything. */
+static const struct db_stmt plan_write = {
+    .name = "archive_plan_write",
+    .sql =
+        "WITH m AS (UPDATE operations SET archive_planned_at = now() "
+        "  WHERE tenant_id = $1 AND id = $2 AND state = 'completed' AND archive_planned_at IS NULL "
+        "  RETURNING tenant_id, id, provider) "
+        "INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, credential, "
+        " expires_at) "
+        "SELECT m.tenant_id, m.id, x.n, m.provider, x.kind, x.url, x.credential, "
+        " CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END "
+        "FROM m CROSS JOIN jsonb_to_recordset($3::jsonb) "
+        " AS x(n integer, kind text, url text, credential text, expires float8) "
+        "ON CONFLICT DO NOTHING",
+    .params = DB_PARAMS("tenant_id", "id", "plan"),
+};
+
+/* The archive claim: the most overdue pending output of this replica's providers, under a new
+ * lease and fencing token; the attempt is counted by the claim itself. */
+static const struct db_stmt claim = {
+    .name = "archive_claim",
+    .sql =
+        "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
+        " lease_expires_at = now() + make_interval(secs => $2), attempts = a.attempts + 1 "
+        "FROM (SELECT tenant_id, op_id, n FROM archive_outputs WHERE state = 'pending' "
+        "      AND next_attempt_at <= now() "
+        "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+        "      AND provider = ANY($3::text[]) "
+        "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
+        "WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
+        "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
+        " a.credential, coalesce(extract(epoch FROM a.expires_at)::float8, 0), "
+        " extract(epoch FROM now())::float8, a.attempts, "
+        " (SELECT o.resp_body FROM operations o WHERE a.kind = 'b64' "
+        "  AND o.tenant_id = a.tenant_id AND o.id = a.op_id), "
+        " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = a.tenant_id AND o.id = "
+        "a.op_id)",
+    .params = DB_PARAMS("owner", "lease_seconds", "providers"),
+};
+enum {
+    AC_TENANT,
+    AC_OP,
+    AC_N,
+    AC_LEASE_VERSION,
+    AC_PROVIDER,
+    AC_KIND,
+    AC_URL,
+    AC_CREDENTIAL,
+    AC_EXPIRES,
+    AC_NOW,
+    AC_ATTEMPTS,
+    AC_BODY,
+    AC_REMOTE
+};
+
+/* A copy's conclusion, written only under the claim that made it (fencing). */
+static const struct db_stmt finish = {
+    .name = "archive_finish",
+    .sql =
+        "UPDATE archive_outputs SET state = $5, "
+        /* An expiry keeps the error that kept the copy from succeeding; a success keeps it too. */
+        " last_error = CASE WHEN $6::text IS NULL THEN last_error "
+        "  WHEN $5 = 'expired' AND last_error IS NOT NULL THEN $6::text || '; last error: ' || "
+        "last_error "
+        "  ELSE $6 END, "
+        " next_attempt_at = now() + make_interval(secs => $7::float8 / 1000), "
+        " sha256 = coalesce($8, sha256), bytes = coalesce($9::bigint, bytes), "
+        " content_type = coalesce($10, content_type), backend = coalesce($11, backend), "
+        " archived_at = CASE WHEN $5 = 'archived' THEN now() END, "
+        " lease_owner = NULL, lease_expires_at = NULL "
+        "WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
+        " AND state = 'pending'",
+    .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
+                        "sha256", "bytes", "content_type", "backend"),
+};
+
+static const struct db_stmt job_outputs = {
+    .name = "archive_job_outputs",
+    .sql = "SELECT coalesce((SELECT json_agg(json_build_object('index', a.n, 'state', a.state, "
+           "   'kind', a.kind, 'attempts', a.attempts, 'last_error', a.last_error, "
+           "   'sha256', a.sha256, 'bytes', a.bytes, 'content_type', a.content_type, "
+           "   'source_expires_at', to_char(a.expires_at AT TIME ZONE 'UTC', "
+           "     'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+           "   'archived_at', to_char(a.archived_at AT TIME ZONE 'UTC', "
+           "     'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+           "   'href', CASE WHEN a.state = 'archived' THEN "
+           "     '/v1/jobs/' || a.op_id || '/outputs/' || a.n END) ORDER BY a.n) "
+           "  FROM archive_outputs a WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id), "
+           "'[]')::text "
+           "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
+    .params = DB_PARAMS("tenant_id", "id"),
+};
+
+static const struct db_stmt output_get = {
+    .name = "archive_output_get",
+    .sql =
+        "SELECT o.id, o.archive_planned_at IS NOT NULL, a.n, a.state, a.sha256, a.bytes, "
+        " a.content_type, a.last_error "
+        "FROM tenants t LEFT JOIN operations o ON o.tenant_id = t.id AND o.id = $2 "
+        "LEFT JOIN archive_outputs a ON a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.n = $3 "
+        "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL",
+    .params = DB_PARAMS("token", "id", "n"),
+};
+
+/* ---- planning ------------------------------------------------------------------------- */
+
+static char *plan_json(const struct cfg_provider *p, const char *credential,
+                       const struct ap_plan *pl)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; arr && i < pl->n; i++) {
+        const struct ap_output *o = &pl->out[i];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "n", (double)i);
+        cJSON_AddStringToObject(x, "kind", ap_kind_name(o->kind));
+        if (o->url)
+            cJSON_AddStringToObject(x, "url", o->url);
+        /* Only a content endpoint, on the provider's own origin, is read with its credential. */
+        if (o->kind == AP_ENDPOINT && credential && *credential && p->auth_header)
+            cJSON_AddStringToObject(x, "credential", credential);
+        cJSON_AddNumberToObject(x, "expires", o->kind == AP_B64 ? 0 : o->expires_at);
+        cJSON_AddItemToArray(arr, x);
+    }
+    char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    return s;
+}
+
+/* Plans up to PLAN_BATCH completed operations. */
+static void plan_some(struct db *db)
+{
+    PGresult *r;
+    if (db_run(db, &plan_pick, DB_ARGS(p_text("providers", g_providers)), &r) < 0)
+        return;
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *prov = db_val(r, i, 2);
+        const struct cfg_provider *p = cfg_find_provider(g_cfg, prov, strlen(prov));
+        if (!p)
+            continue;
+        unsigned char *body = NULL;
+        size_t len = 0;
+        (void)db_bytea_decode(db_val(r, i, 3), &body, &len);
+        struct ap_plan pl;
+        if (ap_plan_outputs(p, (const char *)body, len, NULL, db_val(r, i, 4),
+                            atof(db_val(r, i, 6)), &pl) == 0) {
+            char *js = plan_json(p, db_val(r, i, 5), &pl);
+            PGresult *w;
+            if (js && db_run(db, &plan_write,
+                             DB_ARGS(p_text("tenant_id", db_val(r, i, 0)),
+                                     p_text("id", db_val(r, i, 1)), p_text("plan", js)),
+                             &w) == STORE_OK) {
+                if (atoi(PQcmdTuples(w)) > 0 || pl.n == 0)
+                    LOG(LOG_INFO, "archive_planned", LS("job_id", db_val(r, i, 1)),
+                        LS("provider", prov), LI("outputs", (long long)pl.n));
+                PQclear(w);
+            }
+            free(js);
+        }
+        ap_plan_fini(&pl);
+        free(body);
+    }
+    PQclear(r);
+}
+
+static int archive_claim(struct db *db, const char *owner, int lease_seconds,
+                         struct store_claim *out)
+{
+    memset(out, 0, sizeof(*out));
+    plan_some(db);
+    PGresult *r;
+    int e = db_run(db, &claim,
+                   DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds),
+                           p_text("providers", g_providers)),
+                   &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    /* The row stays in res: archive_one reads its own columns (AC_). */
+    out->res = r;
+    out->tenant_id = atoll(PQgetvalue(r, 0, AC_TENANT));
+    out->id = db_val(r, 0, AC_OP);
+    out->lease_version = atoll(PQgetvalue(r, 0, AC_LEASE_VERSION));
+    out->provider = db_val(r, 0, AC_PROVIDER);
+    return STORE_OK;
+}
+
+/* ---- copying -------------------------------------------------------------------------- */
+
+struct copy {
+    const struct cfg_provider *p;
+    struct blob_tmp tmp;
+    long long cap;
+    int too_big;
+    int refused_addr;
+    char refused_ip[64];
+    enum fp_addr_class refused_class;
+    unsigned char head[16];
+    size_t head_len;
+    char why[512];
+    int permanent;
+    char content_type[128];
+};
+
+static int put(struct copy *x, const void *ptr, size_t len)
+{
+    if (x->tmp.bytes + (long long)len > x->cap) {
+        x->too_big = 1;
+        return -1;
+    }
+    if (x->head_len < sizeof(x->head)) {
+        size_t k = sizeof(x->head) - x->head_len < len ? sizeof(x->head) - x->head_len : len;
+        memcpy(x->head + x->head_len, ptr, k);
+        x->head_len += k;
+    }
+    if (blob_tmp_write(&x->tmp, ptr, len) < 0)
+        return -1;
+    /* Test builds: a crash with part of the bytes written, the rest not. */
+    CRASH_POINT("archive_mid_copy");
+    return 0;
+}
+
+static size_t on_body(char *ptr, size_t size, size_t n, void *arg)
+{
+    return put(arg, ptr, size * n) == 0 ? size * n : 0;
+}
+
+/* Every address libcurl is about to connect to is checked, so a host name that resolves (or
+ * re-resolves) to a private address is refused like a literal one. */
+static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    struct copy *x = arg;
+    char ip[64] = "";
+    (void)purpose;
+    if (a->family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)&a->addr)->sin_addr, ip, sizeof(ip));
+    else if (a->family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr, ip, sizeof(ip));
+    if (!fp_addr_allowed(ip, x->p->archive->allow_private)) {
+        x->refused_addr = 1;
+        x->refused_class = fp_addr_class(ip);
+        snprintf(x->refused_ip, sizeof(x->refused_ip), "%s", ip);
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype, a->protocol);
+}
+
+/* Sniffs a type for bytes that came without one (base64 in a result). */
+static const char *sniff(const unsigned char *h, size_t n)
+{
+    if (n >= 8 && memcmp(h, "\x89PNG\r\n\x1a\n", 8) == 0)
+        return "image/png";
+    if (n >= 3 && memcmp(h, "\xff\xd8\xff", 3) == 0)
+        return "image/jpeg";
+    if (n >= 12 && memcmp(h, "RIFF", 4) == 0 && memcmp(h + 8, "WEBP", 4) == 0)
+        return "image/webp";
+    if (n >= 8 && memcmp(h + 4, "ftyp", 4) == 0)
+        return "video/mp4";
+    return "application/octet-stream";
+}
+
+/* One GET of url into x (a fresh temporary file each time); the status, or -1 (x->why). */
+static long get_once(struct copy *x, const char *url, int endpoint, const char *credential,
+                     long timeout_ms, char **redirect)
+{
+    *redirect = NULL;
+    CURL *h = curl_easy_init();
+    if (!h) {
+        snprintf(x->why, sizeof(x->why), "out of memory");
+        return -1;
+    }
+    struct fp_policy pol = archplan_policy(x->p);
+    struct curl_slist *hdrs = NULL;
+    char *auth = NULL;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    /* A content endpoint is on the provider's own origin, whose scheme the profile chose. */
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, pol.allow_http || endpoint ? "http,https" : "https");
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, x->p->connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->cap);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_checked);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    if (credential) {
+        /* The provider's own content endpoint: its credential, read now, never stored. */
+        const char *secret = getenv(credential);
+        if (secret && x->p->auth_header) {
+            size_t n = strlen(x->p->auth_header) +
+                       strlen(x->p->auth_prefix ? x->p->auth_prefix : "") + strlen(secret) + 4;
+            auth = malloc(n);
+            if (auth) {
+                snprintf(auth, n, "%s: %s%s", x->p->auth_header,
+                         x->p->auth_prefix ? x->p->auth_prefix : "", secret);
+                hdrs = curl_slist_append(hdrs, auth);
+            }
+        }
+        for (size_t i = 0; x->p->headers && x->p->headers[i] && x->p->headers[i + 1]; i += 2) {
+            char line[1024];
+            snprintf(line, sizeof(line), "%s: %s", x->p->headers[i], x->p->headers[i + 1]);
+            hdrs = curl_slist_append(hdrs, line);
+        }
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    }
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    char *ct = NULL, *loc = NULL;
+    curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
+    curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
+    if (ct)
+        snprintf(x->content_type, sizeof(x->content_type), "%s", ct);
+    if (loc && status >= 300 && status < 400)
+        *redirect = strdup(loc);
+    if (rc != CURLE_OK) {
+        status = -1;
+        if (x->refused_addr) {
+            x->permanent = 1;
+            snprintf(x->why, sizeof(x->why), "address %s is %s: refused (archive.allow_private)",
+                     x->refused_ip, fp_addr_class_name(x->refused_class));
+        } else if (x->too_big || rc == CURLE_FILESIZE_EXCEEDED) {
+            x->permanent = 1;
+            snprintf(x->why, sizeof(x->why), "larger than archive.max_bytes (%lld)", x->cap);
+        } else if (rc == CURLE_PARTIAL_FILE) {
+            snprintf(x->why, sizeof(x->why),
+                     "the body was shorter than its Content-Length (%lld bytes received)",
+                     x->tmp.bytes);
+        } else {
+            snprintf(x->why, sizeof(x->why), "fetch: %s", curl_easy_strerror(rc));
+        }
+    }
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdrs);
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
+    return status;
+}
+
+/* Copies a URL or a content endpoint into x->tmp (left open for commit). 0 or -1 (x->why). */
+static int copy_url(struct copy *x, const char *url, const char *credential, int endpoint,
+                    long timeout_ms)
+{
+    struct fp_policy pol = archplan_policy(x->p);
+    if (fp_url_allowed(&pol, url, endpoint ? x->p->base_url : NULL, x->why, sizeof(x->why)) < 0) {
+        x->permanent = 1;
+        return -1;
+    }
+    char *cur = strdup(url);
+    for (int hop = 0; cur; hop++) {
+        char *redirect = NULL;
+        long st = get_once(x, cur, endpoint, endpoint ? credential : NULL, timeout_ms, &redirect);
+        if (st >= 200 && st < 300) {
+            free(cur);
+            return 0;
+        }
+        if (st >= 300 && st < 400 && redirect) {
+            char *next = NULL;
+            if (!fp_redirect_same_origin(cur, redirect, &next)) {
+                x->permanent = 1;
+                snprintf(x->why, sizeof(x->why), "redirect to another host refused");
+            } else if (hop + 1 >= MAX_REDIRECTS) {
+                snprintf(x->why, sizeof(x->why), "more than %d redirects", MAX_REDIRECTS);
+                free(next);
+                next = NULL;
+            } else {
+                /* The redirect's body is not the output: start the copy again. */
+                char why[256];
+                blob_tmp_abort(&x->tmp);
+                x->head_len = 0;
+                if (blob_tmp_open(g_blob, &x->tmp, why, sizeof(why)) < 0) {
+                    snprintf(x->why, sizeof(x->why), "%s", why);
+                    free(next);
+                    next = NULL;
+                }
+            }
+            free(redirect);
+            free(cur);
+            cur = next;
+            continue;
+        }
+        if (st > 0)
+            snprintf(x->why, sizeof(x->why), "the output URL answered HTTP %ld", st);
+        free(redirect);
+        free(cur);
+        return -1;
+    }
+    return -1;
+}
+
+/* Decodes output n's base64 (from the stored result) into x->tmp. */
+static int copy_b64(struct copy *x, const PGresult *r, int n, const char *remote)
+{
+    unsigned char *body = NULL;
+    size_t len = 0;
+    struct ap_plan pl;
+    int rc = -1;
+    (void)db_bytea_decode(db_val(r, 0, AC_BODY), &body, &len);
+    if (ap_plan_outputs(x->p, (const char *)body, len, NULL, remote, 0, &pl) < 0) {
+        snprintf(x->why, sizeof(x->why), "out of memory");
+        free(body);
+        return -1;
+    }
+    if ((size_t)n >= pl.n || pl.out[n].kind != AP_B64) {
+        x->permanent = 1;
+        snprintf(x->why, sizeof(x->why), "the stored result no longer holds this output");
+        goto done;
+    }
+    if (pl.out[n].content_type)
+        snprintf(x->content_type, sizeof(x->content_type), "%s", pl.out[n].content_type);
+    const char *s = pl.out[n].b64;
+    size_t left = strlen(s);
+    EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new();
+    unsigned char out[49152];
+    int outl = 0, ok = ctx != NULL;
+    if (ok)
+        EVP_DecodeInit(ctx);
+    while (ok && left) {
+        int k = left > 65536 ? 65536 : (int)left;
+        ok = EVP_DecodeUpdate(ctx, out, &outl, (const unsigned char *)s, k) >= 0 &&
+             (outl == 0 || put(x, out, (size_t)outl) == 0);
+        s += k;
+        left -= (size_t)k;
+    }
+    if (ok)
+        ok = EVP_DecodeFinal(ctx, out, &outl) == 1 && (outl == 0 || put(x, out, (size_t)outl) == 0);
+    EVP_ENCODE_CTX_free(ctx);
+    if (!ok) {
+        x->permanent = 1;
+        snprintf(x->why, sizeof(x->why),
+                 x->too_big ? "larger than archive.max_bytes" : "the output is not valid base64");
+        goto done;
+    }
+    rc = 0;
+done:
+    ap_plan_fini(&pl);
+    free(body);
+    return rc;
+}
+
+static void write_finish(struct db *db, const struct store_claim *c, int n, const char *state,
+                         const char *error, long long delay_ms, const char *sha, long long bytes,
+                         const char *ct)
+{
+    char nbuf[16];
+    snprintf(nbuf, sizeof(nbuf), "%d", n);
+    PGresult *r;
+    int e = db_run(
+        db, &finish,
+        DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("op_id", c->id), p_text("n", nbuf),
+                p_int("lease_version", c->lease_version), p_text("state", state),
+                p_text("error", error), p_int("delay_ms", delay_ms), p_text("sha256", sha),
+                bytes >= 0 ? p_int("bytes", bytes) : p_null("bytes"), p_text("content_type", ct),
+                p_text("backend", sha ? blob_backend(g_blob) : NULL)),
+        &r);
+    int applied = e == STORE_OK && atoi(PQcmdTuples(r)) == 1;
+    if (e == STORE_OK)
+        PQclear(r);
+    if (!applied) {
+        LOG(LOG_WARN, "archive_write_dropped", LS("job_id", c->id), LI("output", n),
+            LS("state", state));
+        return;
+    }
+    if (!strcmp(state, "archived"))
+        metrics_archive(0);
+    else if (!strcmp(state, "expired"))
+        metrics_archive(2);
+    else if (strcmp(state, "pending") != 0)
+        metrics_archive(1);
+}
+
+static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                        double claimed_mono)
+{
+    (void)claimed_mono;
+    const PGresult *r = c->res;
+    int n = atoi(PQgetvalue(r, 0, AC_N));
+    int attempts = atoi(PQgetvalue(r, 0, AC_ATTEMPTS));
+    int kind = ap_kind_parse(db_val(r, 0, AC_KIND));
+    double expires = atof(PQgetvalue(r, 0, AC_EXPIRES)), now = atof(PQgetvalue(r, 0, AC_NOW));
+    const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
+    if (!p || !p->archive) {
+        write_finish(db, c, n, "pending", "the provider is not configured on this replica",
+                     NOT_HERE_DELAY_MS, NULL, -1, NULL);
+        return;
+    }
+    if (expires > 0 && now >= expires) {
+        /* Counted and said, never dropped in silence. */
+        LOG(LOG_WARN, "archive_expired", LS("job_id", c->id), LS("provider", c->provider),
+            LI("output", n), LI("attempts", attempts));
+        write_finish(db, c, n, "expired", "the provider's URL expired before it was copied", 0,
+                     NULL, -1, NULL);
+        return;
+    }
+    struct copy x;
+    memset(&x, 0, sizeof(x));
+    x.p = p;
+    x.cap = p->archive->max_bytes;
+    struct fp_policy pol = archplan_policy(p);
+    if (kind != AP_B64 &&
+        fp_url_allowed(&pol, db_val(r, 0, AC_URL), kind == AP_ENDPOINT ? p->base_url : NULL, x.why,
+                       sizeof(x.why)) < 0) {
+        /* Refused before anything is opened or fetched: never worth another try. */
+        LOG(LOG_WARN, "archive_refused", LS("job_id", c->id), LS("provider", c->provider),
+            LI("output", n), LS("error", x.why));
+        write_finish(db, c, n, "failed", x.why, 0, NULL, -1, NULL);
+        return;
+    }
+    if (blob_tmp_open(g_blob, &x.tmp, x.why, sizeof(x.why)) < 0) {
+        long long d;
+        enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, clock_rand01(), &d);
+        write_finish(db, c, n,
+                     v == AP_RETRY     ? "pending"
+                     : v == AP_EXPIRED ? "expired"
+                                       : "failed",
+                     x.why, d, NULL, -1, NULL);
+        return;
+    }
+    /* A copy never outlives the claim's lease: another worker may take the row after it. */
+    long timeout = p->archive->timeout_ms;
+    if (timeout > (long)cfg->lease_seconds * 1000 - 1000)
+        timeout = (long)cfg->lease_seconds * 1000 - 1000;
+    int rc = kind == AP_B64 ? copy_b64(&x, r, n, db_val(r, 0, AC_REMOTE))
+             : kind >= 0    ? copy_url(&x, db_val(r, 0, AC_URL), db_val(r, 0, AC_CREDENTIAL),
+                                       kind == AP_ENDPOINT, timeout)
+                            : -1;
+    char sha[65] = "";
+    int existed = 0;
+    if (rc == 0) {
+        if (!*x.content_type)
+            snprintf(x.content_type, sizeof(x.content_type), "%s", sniff(x.head, x.head_len));
+        rc = blob_tmp_commit(g_blob, &x.tmp, x.content_type, sha, &existed, x.why, sizeof(x.why));
+    } else {
+        blob_tmp_abort(&x.tmp);
+    }
+    if (rc == 0) {
+        LOG(LOG_INFO, "archived", LS("job_id", c->id), LS("provider", c->provider), LI("output", n),
+            LI("bytes", x.tmp.bytes), LS("sha256", sha), LI("already_stored", existed));
+        write_finish(db, c, n, "archived", NULL, 0, sha, x.tmp.bytes, x.content_type);
+        return;
+    }
+    long long d;
+    enum ap_verdict v = ap_after_failure(attempts, now, expires, x.permanent, clock_rand01(), &d);
+    const char *st = v == AP_RETRY ? "pending" : v == AP_EXPIRED ? "expired" : "failed";
+    LOG(v == AP_RETRY ? LOG_INFO : LOG_WARN, "archive_copy_failed", LS("job_id", c->id),
+        LS("provider", c->provider), LI("output", n), LI("attempts", attempts), LS("state", st),
+        LS("error", x.why));
+    write_finish(db, c, n, st, x.why, d, NULL, -1, NULL);
+}
+
+static const struct wpool_spec archive_pool = {
+    .name = "archive",
+    .claim = archive_claim,
+    .work = archive_one,
+    .idle_ms = IDLE_MS,
+    .error_ms = IDLE_MS,
+};
+
+struct wpool *archive_start(const struct cfg *cfg)
+{
+    g_cfg = cfg;
+    if (!g_blob && !(g_blob = blob_open(cfg)))
+        return NULL;
+    /* {"a","b"}: provider names are [a-z0-9_-]+ (profile.c), nothing to escape. */
+    size_t cap = 3;
+    for (size_t i = 0; i < cfg->n_providers; i++)
+        cap += strlen(cfg->providers[i].name) + 3;
+    free(g_providers);
+    g_providers = malloc(cap);
+    if (!g_providers)
+        return NULL;
+    strcpy(g_providers, "{");
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        if (i)
+            strcat(g_providers, ",");
+        strcat(g_providers, cfg->providers[i].name);
+    }
+    strcat(g_providers, "}");
+    if (cfg->archive_workers > 0)
+        blob_sweep(g_blob);
+    return wpool_start(cfg, cfg->archive_workers, &archive_pool);
+}
+
+int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json)
+{
+    PGresult *r;
+    *json = NULL;
+    int e =
+        db_run(db, &job_outputs, DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", job_id)), &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    *json = strdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return *json ? STORE_OK : STORE_EINTERNAL;
+}
+
+int archive_output_get(struct db *db, const char *token_sha256, const char *job_id, int n,
+                       struct archive_output *out)
+{
+    PGresult *r;
+    memset(out, 0, sizeof(*out));
+    char nbuf[16];
+    snprintf(nbuf, sizeof(nbuf), "%d", n);
+    int e =
+        db_run(db, &output_get,
+               DB_ARGS(p_text("token", token_sha256), p_text("id", job_id), p_text("n", nbuf)), &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_EAUTH;
+    }
+    if (!db_val(r, 0, 0)) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    out->res = r;
+    out->planned = PQgetvalue(r, 0, 1)[0] == 't';
+    out->exists = db_val(r, 0, 2) != NULL;
+    out->state = db_val(r, 0, 3);
+    out->sha256 = db_val(r, 0, 4);
+    out->bytes = db_val(r, 0, 5) ? atoll(db_val(r, 0, 5)) : 0;
+    out->content_type = db_val(r, 0, 6);
+    out->last_error = db_val(r, 0, 7);
+    return STORE_OK;
+}
+
+void archive_output_fini(struct archive_output *o)
+{
+    PQclear(o->res);
+    memset(o, 0, sizeof(*o));
+}

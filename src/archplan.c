@@ -1,0 +1,287 @@
+#include "idemgate/archplan.h"
+
+#include "idemgate/backoff.h"
+#include "idemgate/profile.h"
+#include "idemgate/provider.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_BYTES (1LL << 30)
+#define DEFAULT_TIMEOUT_MS 300000L
+#define DEFAULT_URL_TTL_S 3600
+#define RETRY_BASE_MS 1000
+#define RETRY_CAP_MS 60000
+
+static void errf(char *err, size_t errlen, const char *fmt, const char *file, const char *name,
+                 const char *what)
+{
+    snprintf(err, errlen, fmt, file, name, what);
+}
+
+static int path_or_default(const cJSON *a, const char *key, const char *def, struct jpath **out,
+                           const char *file, const char *name, char *err, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, key);
+    const char *src = cJSON_IsString(v) ? v->valuestring : def;
+    const char *why = NULL;
+    *out = NULL;
+    if (v && !cJSON_IsString(v)) {
+        errf(err, errlen, "%s: providers.%s.archive.%s: must be a JSONPath string", file, name,
+             key);
+        return -1;
+    }
+    if (src && jpath_compile(src, out, &why) < 0) {
+        errf(err, errlen, "%s: providers.%s.archive.%s: not a JSONPath", file, name, key);
+        return -1;
+    }
+    return 0;
+}
+
+int archplan_load(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                  size_t errlen)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "archive");
+    struct arch_profile *ap = calloc(1, sizeof(*ap));
+    if (!ap)
+        return -1;
+    p->archive = ap;
+    ap->max_bytes = DEFAULT_MAX_BYTES;
+    ap->timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (a && !cJSON_IsObject(a)) {
+        errf(err, errlen, "%s: providers.%s.%s must be an object", file, p->name, "archive");
+        return -1;
+    }
+    const cJSON *hosts = cJSON_GetObjectItemCaseSensitive(a, "hosts");
+    if (hosts && !cJSON_IsArray(hosts)) {
+        errf(err, errlen, "%s: providers.%s.archive.%s must be an array of host names", file,
+             p->name, "hosts");
+        return -1;
+    }
+    int nh = cJSON_GetArraySize(hosts);
+    ap->hosts = calloc((size_t)nh + 1, sizeof(char *));
+    if (!ap->hosts)
+        return -1;
+    const cJSON *h;
+    cJSON_ArrayForEach(h, hosts)
+    {
+        if (!cJSON_IsString(h) || !*h->valuestring || strchr(h->valuestring, '/') ||
+            strchr(h->valuestring, ':')) {
+            errf(err, errlen,
+                 "%s: providers.%s.archive.%s: each a host name (cdn.example or "
+                 ".example.com)",
+                 file, p->name, "hosts");
+            return -1;
+        }
+        ap->hosts[ap->n_hosts++] = strdup(h->valuestring);
+    }
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "allow_http")))
+        ap->allow_http = cJSON_IsTrue(v);
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "allow_private")))
+        ap->allow_private = cJSON_IsTrue(v);
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "max_bytes"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e12) {
+            errf(err, errlen, "%s: providers.%s.archive.%s: 1..1000000000000", file, p->name,
+                 "max_bytes");
+            return -1;
+        }
+        ap->max_bytes = (long long)v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(a, "timeout_ms"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 100 || v->valuedouble > 86400000) {
+            errf(err, errlen, "%s: providers.%s.archive.%s: 100..86400000", file, p->name,
+                 "timeout_ms");
+            return -1;
+        }
+        ap->timeout_ms = (long)v->valuedouble;
+    }
+    if (path_or_default(a, "url", NULL, &ap->url, file, p->name, err, errlen) < 0 ||
+        path_or_default(a, "b64", "$.b64_json", &ap->b64, file, p->name, err, errlen) < 0 ||
+        path_or_default(a, "content_type", NULL, &ap->content_type, file, p->name, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+void archplan_free(struct cfg_provider *p)
+{
+    struct arch_profile *ap = p->archive;
+    if (!ap)
+        return;
+    for (size_t i = 0; i < ap->n_hosts; i++)
+        free(ap->hosts[i]);
+    free(ap->hosts);
+    jpath_free(ap->url);
+    jpath_free(ap->b64);
+    jpath_free(ap->content_type);
+    free(ap);
+    p->archive = NULL;
+}
+
+struct fp_policy archplan_policy(const struct cfg_provider *p)
+{
+    const struct arch_profile *ap = p->archive;
+    struct fp_policy pol = {NULL, 0, 0};
+    if (ap) {
+        pol.hosts = (const char *const *)ap->hosts;
+        pol.n_hosts = ap->n_hosts;
+        pol.allow_http = ap->allow_http;
+    }
+    return pol;
+}
+
+static const char *const kind_names[] = {"url", "b64", "endpoint"};
+
+const char *ap_kind_name(enum ap_kind k)
+{
+    return (unsigned)k <= AP_ENDPOINT ? kind_names[k] : "url";
+}
+
+int ap_kind_parse(const char *s)
+{
+    for (int i = 0; s && i <= AP_ENDPOINT; i++)
+        if (strcmp(s, kind_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+void ap_plan_fini(struct ap_plan *pl)
+{
+    for (size_t i = 0; i < pl->n; i++) {
+        free(pl->out[i].url);
+        free(pl->out[i].content_type);
+    }
+    free(pl->out);
+    cJSON_Delete(pl->doc);
+    memset(pl, 0, sizeof(*pl));
+}
+
+struct walk {
+    const struct cfg_provider *p;
+    struct ap_plan *pl;
+    size_t cap;
+    double expires;
+    int oom;
+};
+
+static struct ap_output *grow(struct walk *w)
+{
+    if (w->pl->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 4;
+        struct ap_output *o = realloc(w->pl->out, cap * sizeof(*o));
+        if (!o) {
+            w->oom = 1;
+            return NULL;
+        }
+        w->pl->out = o;
+        w->cap = cap;
+    }
+    struct ap_output *o = &w->pl->out[w->pl->n++];
+    memset(o, 0, sizeof(*o));
+    return o;
+}
+
+/* One output: a string (a URL, or base64 when the result's kind says so) or an object holding a
+ * URL or base64 data. An item with neither is not an output. */
+static void add_item(const cJSON *node, void *arg)
+{
+    struct walk *w = arg;
+    const struct cfg_provider *p = w->p;
+    const struct arch_profile *ap = p->archive;
+    const char *url = NULL, *b64 = NULL, *ct = NULL;
+    int b64_kind = p->result_kind && strcmp(p->result_kind, "b64") == 0;
+    if (cJSON_IsString(node)) {
+        if (b64_kind)
+            b64 = node->valuestring;
+        else
+            url = node->valuestring;
+    } else if (cJSON_IsObject(node)) {
+        const struct jpath *up = ap && ap->url ? ap->url : p->result_output_url;
+        if (up)
+            url = jpath_string(up, node);
+        else
+            url = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "url"));
+        if (!url && ap && ap->b64)
+            b64 = jpath_string(ap->b64, node);
+        if (ap && ap->content_type)
+            ct = jpath_string(ap->content_type, node);
+    }
+    if (!url && !b64)
+        return;
+    struct ap_output *o = grow(w);
+    if (!o)
+        return;
+    if (url) {
+        o->kind = AP_URL;
+        o->url = strdup(url);
+        o->expires_at = w->expires;
+    } else {
+        o->kind = AP_B64;
+        o->b64 = b64;
+    }
+    o->content_type = ct ? strdup(ct) : NULL;
+    if ((url && !o->url) || (ct && !o->content_type))
+        w->oom = 1;
+}
+
+static const char *var_id(const char *name, size_t len, void *arg)
+{
+    return len == 2 && memcmp(name, "id", 2) == 0 ? arg : NULL;
+}
+
+int ap_plan_outputs(const struct cfg_provider *p, const char *body, size_t len,
+                    const char *outputs_json, const char *remote_id, double now, struct ap_plan *pl)
+{
+    (void)outputs_json;
+    memset(pl, 0, sizeof(*pl));
+    pl->doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    long ttl = p->result_url_ttl_s > 0 ? p->result_url_ttl_s : DEFAULT_URL_TTL_S;
+    struct walk w = {p, pl, 0, now + (double)ttl, 0};
+    /* The provider's own expiry, when its answer gives one, beats the profile's lifetime. */
+    const cJSON *exp =
+        pl->doc && p->result_expires_at ? jpath_first(p->result_expires_at, pl->doc) : NULL;
+    if (cJSON_IsNumber(exp) && exp->valuedouble > 0)
+        w.expires = exp->valuedouble;
+    if (p->result_kind && strcmp(p->result_kind, "binary_endpoint") == 0) {
+        if (!remote_id || !p->result_content_path)
+            return 0;
+        struct ap_output *o = grow(&w);
+        if (!o)
+            return -1;
+        o->kind = AP_ENDPOINT;
+        o->url = prov_url(p, p->result_content_path, var_id, (void *)remote_id, "archive");
+        o->expires_at = w.expires;
+        if (!o->url)
+            pl->n--; /* a template that cannot be expanded: no output to fetch */
+        return 0;
+    }
+    const struct jpath *items =
+        p->mode == CFG_MODE_ASYNC_POLL ? p->result_outputs : p->outputs_received;
+    if (pl->doc && items)
+        jpath_each(items, pl->doc, add_item, &w);
+    return w.oom ? -1 : 0;
+}
+
+enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
+                                 double rand01, long long *delay_ms)
+{
+    *delay_ms = 0;
+    if (permanent)
+        return AP_FAILED;
+    if (expires_at > 0 && now >= expires_at)
+        return AP_EXPIRED;
+    if (expires_at <= 0 && attempts >= AP_MAX_ATTEMPTS_NO_EXPIRY)
+        return AP_FAILED;
+    long long d = bo_full_jitter_ms(attempts - 1, RETRY_BASE_MS, RETRY_CAP_MS, rand01, -1);
+    if (d < 100)
+        d = 100; /* never a busy loop */
+    if (expires_at > 0) {
+        /* The last try is made before the URL expires, not after it. */
+        long long left = (long long)((expires_at - now) * 1000.0);
+        if (d >= left)
+            d = left > 200 ? left - 100 : left;
+    }
+    *delay_ms = d;
+    return AP_RETRY;
+}

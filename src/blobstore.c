@@ -1,0 +1,436 @@
+#include "idemgate/blobstore.h"
+
+#include "idemgate/log.h"
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S3_TIMEOUT_MS 600000L
+/* A request without a body signs the hash of the empty payload (S3 requires the header). */
+#define EMPTY_SHA256_HEADER                                                                        \
+    "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+struct blob_store {
+    int s3;
+    char *dir;
+    char *endpoint, *bucket, *sigv4, *key_env, *secret_env;
+    char host[128];
+    atomic_ulong seq;
+};
+
+static char *dup0(const char *s)
+{
+    return strdup(s ? s : "");
+}
+
+struct blob_store *blob_open(const struct cfg *cfg)
+{
+    struct blob_store *b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    b->s3 = strcmp(cfg->archive_backend, "s3") == 0;
+    b->dir = dup0(cfg->archive_dir);
+    b->endpoint = dup0(cfg->archive_s3_endpoint);
+    b->bucket = dup0(cfg->archive_s3_bucket);
+    b->key_env = dup0(cfg->archive_s3_access_key_env);
+    b->secret_env = dup0(cfg->archive_s3_secret_key_env);
+    char sig[160];
+    snprintf(sig, sizeof(sig), "aws:amz:%s:s3", cfg->archive_s3_region);
+    b->sigv4 = strdup(sig);
+    size_t el = strlen(b->endpoint);
+    if (el && b->endpoint[el - 1] == '/')
+        b->endpoint[el - 1] = '\0';
+    if (gethostname(b->host, sizeof(b->host) - 1) < 0 || !*b->host)
+        snprintf(b->host, sizeof(b->host), "host");
+    for (char *c = b->host; *c; c++)
+        if (*c == '.' || *c == '/')
+            *c = '_';
+    if (!b->dir || !b->endpoint || !b->bucket || !b->key_env || !b->secret_env || !b->sigv4) {
+        blob_close(b);
+        return NULL;
+    }
+    return b;
+}
+
+void blob_close(struct blob_store *b)
+{
+    if (!b)
+        return;
+    free(b->dir);
+    free(b->endpoint);
+    free(b->bucket);
+    free(b->sigv4);
+    free(b->key_env);
+    free(b->secret_env);
+    free(b);
+}
+
+const char *blob_backend(const struct blob_store *b)
+{
+    return b->s3 ? "s3" : "local";
+}
+
+/* mkdir -p of path (its every component). */
+static int mkdirs(const char *path)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0750) < 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return mkdir(tmp, 0750) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int blob_tmp_open(struct blob_store *b, struct blob_tmp *t, char *why, size_t whylen)
+{
+    memset(t, 0, sizeof(*t));
+    t->fd = -1;
+    char dir[800];
+    snprintf(dir, sizeof(dir), "%s/tmp", b->dir);
+    if (mkdirs(dir) < 0) {
+        snprintf(why, whylen, "archive folder %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    /* host.pid.seq names the copy's owner, so a sweep knows which ones are dead. */
+    snprintf(t->path, sizeof(t->path), "%s/%s.%ld.%lu", dir, b->host, (long)getpid(),
+             atomic_fetch_add(&b->seq, 1));
+    t->fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    t->md = EVP_MD_CTX_new();
+    if (t->fd < 0 || !t->md || EVP_DigestInit_ex(t->md, EVP_sha256(), NULL) != 1) {
+        snprintf(why, whylen, "temporary file: %s", strerror(errno));
+        blob_tmp_abort(t);
+        return -1;
+    }
+    return 0;
+}
+
+int blob_tmp_write(struct blob_tmp *t, const void *ptr, size_t len)
+{
+    const char *p = ptr;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(t->fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    EVP_DigestUpdate(t->md, ptr, len);
+    t->bytes += (long long)len;
+    return 0;
+}
+
+void blob_tmp_abort(struct blob_tmp *t)
+{
+    if (t->fd >= 0) {
+        close(t->fd);
+        unlink(t->path);
+    }
+    t->fd = -1;
+    EVP_MD_CTX_free(t->md);
+    t->md = NULL;
+}
+
+static void hex(const unsigned char *d, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[d[i] >> 4];
+        out[2 * i + 1] = digits[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* ---- local ---------------------------------------------------------------------------- */
+
+static int local_publish(struct blob_store *b, struct blob_tmp *t, const char *sha, int *existed,
+                         char *why, size_t whylen)
+{
+    char dir[800], path[1000];
+    snprintf(dir, sizeof(dir), "%s/objects/%.2s", b->dir, sha);
+    snprintf(path, sizeof(path), "%s/%s", dir, sha);
+    if (mkdirs(dir) < 0) {
+        snprintf(why, whylen, "archive folder %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && st.st_size == t->bytes) {
+        *existed = 1; /* content-addressed: the same bytes are there already */
+        unlink(t->path);
+        return 0;
+    }
+    /* rename is atomic: the object is either absent or whole, never partial. */
+    if (rename(t->path, path) < 0) {
+        snprintf(why, whylen, "publishing the object: %s", strerror(errno));
+        return -1;
+    }
+    /* The new name is durable once its folder is; the folder's own entry once objects/ is. */
+    char parent[800];
+    snprintf(parent, sizeof(parent), "%s/objects", b->dir);
+    if (fsync_dir(dir) < 0 || fsync_dir(parent) < 0) {
+        snprintf(why, whylen, "fsync of %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- s3 ------------------------------------------------------------------------------- */
+
+static size_t discard(char *p, size_t size, size_t n, void *arg)
+{
+    (void)p;
+    (void)arg;
+    return size * n;
+}
+
+static size_t to_fd(char *p, size_t size, size_t n, void *arg)
+{
+    int fd = *(int *)arg;
+    size_t len = size * n, done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, p + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return 0;
+        done += (size_t)w;
+    }
+    return len;
+}
+
+/* A signed request on object key sha; the caller adds what differs. NULL without credentials. */
+static CURL *s3_handle(struct blob_store *b, const char *sha, char *why, size_t whylen)
+{
+    const char *key = getenv(b->key_env), *secret = getenv(b->secret_env);
+    if (!key || !secret) {
+        snprintf(why, whylen, "the bucket's credentials are not in %s / %s", b->key_env,
+                 b->secret_env);
+        return NULL;
+    }
+    CURL *h = curl_easy_init();
+    if (!h) {
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    char url[2048];
+    snprintf(url, sizeof(url), "%s/%s/%s", b->endpoint, b->bucket, sha);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, b->sigv4);
+    curl_easy_setopt(h, CURLOPT_USERNAME, key);
+    curl_easy_setopt(h, CURLOPT_PASSWORD, secret);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, S3_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+    return h;
+}
+
+/* The status of a finished request, or -1 (with why) when there was none. */
+static long s3_perform(CURL *h, const char *what, char *why, size_t whylen)
+{
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK) {
+        snprintf(why, whylen, "bucket %s: %s", what, curl_easy_strerror(rc));
+        return -1;
+    }
+    return status;
+}
+
+static int s3_publish(struct blob_store *b, struct blob_tmp *t, const char *sha,
+                      const char *content_type, int *existed, char *why, size_t whylen)
+{
+    CURL *h = s3_handle(b, sha, why, whylen);
+    if (!h)
+        return -1;
+    struct curl_slist *empty = curl_slist_append(NULL, EMPTY_SHA256_HEADER);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, empty);
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    long st = s3_perform(h, "HEAD", why, whylen);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(empty);
+    if (st == 200) {
+        *existed = 1;
+        unlink(t->path);
+        return 0;
+    }
+    if (st != 404) {
+        if (st > 0)
+            snprintf(why, whylen, "bucket HEAD answered %ld", st);
+        return -1;
+    }
+    FILE *f = fopen(t->path, "rb");
+    if (!f) {
+        snprintf(why, whylen, "reopening the copy: %s", strerror(errno));
+        return -1;
+    }
+    h = s3_handle(b, sha, why, whylen);
+    if (!h) {
+        fclose(f);
+        return -1;
+    }
+    /* The declared SHA-256 is signed and checked by the server: a PUT whose bytes differ fails,
+     * and an interrupted PUT creates nothing. */
+    char hsha[128], hct[300];
+    snprintf(hsha, sizeof(hsha), "x-amz-content-sha256: %s", sha);
+    snprintf(hct, sizeof(hct), "Content-Type: %s",
+             content_type && *content_type ? content_type : "application/octet-stream");
+    struct curl_slist *hdrs = curl_slist_append(NULL, hsha);
+    hdrs = curl_slist_append(hdrs, hct);
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READDATA, f);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)t->bytes);
+    st = s3_perform(h, "PUT", why, whylen);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdrs);
+    fclose(f);
+    if (st < 200 || st > 299) {
+        if (st > 0)
+            snprintf(why, whylen, "bucket PUT answered %ld", st);
+        return -1;
+    }
+    unlink(t->path);
+    return 0;
+}
+
+int blob_tmp_commit(struct blob_store *b, struct blob_tmp *t, const char *content_type,
+                    char sha[65], int *existed, char *why, size_t whylen)
+{
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int dl = 0;
+    *existed = 0;
+    /* The bytes are durable before they get a name. */
+    if (fsync(t->fd) < 0 || EVP_DigestFinal_ex(t->md, d, &dl) != 1) {
+        snprintf(why, whylen, "fsync of the copy: %s", strerror(errno));
+        blob_tmp_abort(t);
+        return -1;
+    }
+    hex(d, dl, sha);
+    close(t->fd);
+    t->fd = -1;
+    EVP_MD_CTX_free(t->md);
+    t->md = NULL;
+    int rc = b->s3 ? s3_publish(b, t, sha, content_type, existed, why, whylen)
+                   : local_publish(b, t, sha, existed, why, whylen);
+    if (rc < 0)
+        unlink(t->path);
+    return rc;
+}
+
+void blob_sweep(struct blob_store *b)
+{
+    char dir[1024], prefix[160];
+    snprintf(dir, sizeof(dir), "%s/tmp", b->dir);
+    snprintf(prefix, sizeof(prefix), "%s.", b->host);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    int swept = 0;
+    while ((e = readdir(d))) {
+        size_t pl = strlen(prefix);
+        if (strncmp(e->d_name, prefix, pl) != 0)
+            continue;
+        long pid = strtol(e->d_name + pl, NULL, 10);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[1400];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            swept++;
+    }
+    closedir(d);
+    if (swept)
+        LOG(LOG_INFO, "archive_tmp_swept", LI("files", swept));
+}
+
+int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *size, char *why,
+                   size_t whylen)
+{
+    *fd = -1;
+    if (strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64) {
+        snprintf(why, whylen, "not a SHA-256");
+        return -1;
+    }
+    if (!b->s3) {
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/objects/%.2s/%s", b->dir, sha, sha);
+        int f = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (f < 0 || fstat(f, &st) < 0) {
+            snprintf(why, whylen, "object missing from the archive: %s", strerror(errno));
+            if (f >= 0)
+                close(f);
+            return -1;
+        }
+        *fd = f;
+        *size = (long long)st.st_size;
+        return 0;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/tmp", b->dir);
+    if (mkdirs(dir) < 0) {
+        snprintf(why, whylen, "archive folder %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    /* An unnamed file: nothing to clean up whatever happens to this process. */
+    int f = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (f < 0) {
+        snprintf(why, whylen, "temporary file: %s", strerror(errno));
+        return -1;
+    }
+    CURL *h = s3_handle(b, sha, why, whylen);
+    if (!h) {
+        close(f);
+        return -1;
+    }
+    struct curl_slist *empty = curl_slist_append(NULL, EMPTY_SHA256_HEADER);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, empty);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_fd);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &f);
+    long st = s3_perform(h, "GET", why, whylen);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(empty);
+    if (st != 200) {
+        if (st > 0)
+            snprintf(why, whylen, "bucket GET answered %ld", st);
+        close(f);
+        return -1;
+    }
+    *size = (long long)lseek(f, 0, SEEK_END);
+    *fd = f;
+    return 0;
+}

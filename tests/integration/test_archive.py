@@ -1,0 +1,373 @@
+"""Output archival (issue 13 §1): every shipped profile's outputs (URL, base64, content
+endpoint) are copied into the content-addressed archive and served by
+GET /v1/jobs/{id}/outputs/{n}; a kill -9 mid-copy leaves no partial object and the copy
+resumes; an expired URL, a wrong Content-Length, a redirect to another host and a private
+address are each refused or counted, never silently dropped."""
+
+import hashlib
+import json
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from conftest import ROOT
+from test_async import SECRETS, SHIPPED_ASYNC, body, entry
+
+MOCK_ARCHIVE = {"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True}
+PROFILES = os.path.join(ROOT, "deploy", "providers")
+
+
+def arch_entry(name, mock, archive=None, **over):
+    """A shipped profile pointed at the mock, under a provider name of its own: the gateways of
+    other tests (one database) never plan or claim this test's outputs, nor this one theirs."""
+    e, route = entry(name, mock, **over)
+    unique = e["name"] + uuid.uuid4().hex[:6]
+    route = unique + route[len(e["name"]):]
+    e["name"] = unique
+    a = dict(MOCK_ARCHIVE)
+    # Keep the profile's own paths (Vertex's bytesBase64Encoded) under the mock's hosts.
+    with open(os.path.join(PROFILES, name + ".json")) as f:
+        a = dict(json.load(f).get("archive", {}), **a)
+    a.update(archive or {})
+    e["archive"] = a
+    return e, route
+
+
+def images_entry(mock, archive=None):
+    a = dict(MOCK_ARCHIVE, **(archive or {}))
+    name = "openaiimages" + uuid.uuid4().hex[:6]
+    return {"name": name, "profile": os.path.join(PROFILES, "openai-images.json"),
+            "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 5000},
+            "archive": a}, name + "/images/generations"
+
+
+def start(gateway_factory, tmp_path, entries, **settings):
+    env = dict(SECRETS, **settings.pop("env", {}))
+    settings.setdefault("archive_dir", str(tmp_path / "archive"))
+    return gateway_factory(providers=entries, env=env, **settings)
+
+
+def archived(gw, token, job_id, timeout=30, states=("archived",)):
+    """The job once every output's archive state is in states (or the deadline passed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        j = gw.job(token, job_id).json()
+        arch = j.get("archive")
+        if j["state"] in ("failed", "review") or time.monotonic() > deadline:
+            return j
+        if arch and all(o["state"] in states for o in arch):
+            return j
+        time.sleep(0.1)
+
+
+def get_output(gw, token, job_id, n, headers=None):
+    h = {"Authorization": f"Bearer {token}"}
+    h.update(headers or {})
+    return gw.http.request("GET", f"/v1/jobs/{job_id}/outputs/{n}", headers=h)
+
+
+def objects(archive_dir):
+    root = os.path.join(archive_dir, "objects")
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[f] = fh.read()
+    return out
+
+
+def check_archive(gw, token, job_id, archive_dir, n_outputs):
+    j = archived(gw, token, job_id)
+    assert j["state"] == "completed", j
+    arch = j["archive"]
+    assert len(arch) == n_outputs and all(o["state"] == "archived" for o in arch), arch
+    stored = objects(archive_dir)
+    for o in arch:
+        r = get_output(gw, token, job_id, o["index"])
+        assert r.status == 200, r
+        assert hashlib.sha256(r.body).hexdigest() == o["sha256"] == r.headers["etag"].strip('"')
+        assert len(r.body) == o["bytes"] and o["bytes"] > 0
+        # Content-addressed: the object's name is the hash of its bytes.
+        assert stored[o["sha256"]] == r.body
+    return j
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_ASYNC))
+def test_every_shipped_async_profile_archives(gateway_factory, token, mock, tmp_path, name):
+    e, route = arch_entry(name, mock)
+    gw = start(gateway_factory, tmp_path, [e])
+    outs = 1 if name in ("openai-videos", "luma") else 2
+    r = gw.submit(token, "arch-" + uuid.uuid4().hex, body(polls=1, outputs=outs), route=route)
+    assert r.status == 202, r
+    j = check_archive(gw, token, r.json()["id"], str(tmp_path / "archive"), outs)
+    kinds = {o["kind"] for o in j["archive"]}
+    assert kinds == {"endpoint" if name == "openai-videos" else
+                     "b64" if name == "vertex-veo" else "url"}, j["archive"]
+
+
+@pytest.mark.parametrize("fmt", ["url", "b64_json"])
+def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tmp_path, fmt):
+    e, route = images_entry(mock)
+    gw = start(gateway_factory, tmp_path, [e], env={"OPENAI_API_KEY": "sk-x"})
+    r = gw.submit(token, "img-" + uuid.uuid4().hex,
+                  {"prompt": "a cat", "n": 2, "response_format": fmt}, route=route)
+    j = check_archive(gw, token, r.json()["id"], str(tmp_path / "archive"), 2)
+    assert {o["kind"] for o in j["archive"]} == {"url" if fmt == "url" else "b64"}
+    assert all(o["content_type"] == "image/png" for o in j["archive"]) or fmt == "b64_json"
+    if fmt == "b64_json":
+        assert get_output(gw, token, j["id"], 0).body.startswith(b"PNG:")
+
+
+def test_range_etag_tenancy_and_same_bytes_once(gateway_factory, token, mock, tmp_path,
+                                                database_url):
+    from conftest import tenant_token
+    mock.http.request("POST", "/_files", json.dumps({"bytes": 100000}))
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "rng-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    j = check_archive(gw, token, job_id, str(tmp_path / "archive"), 1)
+    whole = get_output(gw, token, job_id, 0).body
+    assert len(whole) == 100000
+    part = get_output(gw, token, job_id, 0, {"Range": "bytes=10-19"})
+    assert part.status == 206 and part.body == whole[10:20], part
+    assert part.headers["content-range"] == "bytes 10-19/100000"
+    tail = get_output(gw, token, job_id, 0, {"Range": "bytes=-5"})
+    assert tail.status == 206 and tail.body == whole[-5:]
+    assert get_output(gw, token, job_id, 0, {"Range": "bytes=100000-"}).status == 416
+    etag = j["archive"][0]["sha256"]
+    assert get_output(gw, token, job_id, 0, {"If-None-Match": f'"{etag}"'}).status == 304
+    # Another tenant's job is not found; an index the job does not have either.
+    other = tenant_token(database_url)
+    assert get_output(gw, other, job_id, 0).status == 404
+    missing = get_output(gw, token, job_id, 5)
+    assert missing.status == 404 and "output-not-found" in missing.json()["type"]
+    # The same bytes again (a second output whose bytes are identical) add no object.
+    before = objects(str(tmp_path / "archive"))
+    e2 = gw.submit(token, "rng2-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    check_archive(gw, token, e2.json()["id"], str(tmp_path / "archive"), 1)
+    assert len(objects(str(tmp_path / "archive"))) == len(before) + 1  # other name, other bytes
+
+
+def test_output_not_archived_is_a_problem(gateway_factory, token, mock, tmp_path):
+    mock.http.request("POST", "/_files", json.dumps({"fault": "status_404"}))
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "na-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"completed"}, 20)
+    deadline = time.monotonic() + 20
+    while not (gw.job(token, job_id).json().get("archive") or time.monotonic() > deadline):
+        time.sleep(0.1)
+    p = get_output(gw, token, job_id, 0)
+    assert p.status == 404 and p.headers["content-type"].startswith("application/problem+json")
+    assert p.json()["type"] == "urn:idemgate:problem:output-not-archived", p.json()
+
+
+def test_kill9_mid_copy_leaves_no_partial_object_and_resumes(gateway_factory, token, mock,
+                                                              tmp_path):
+    size = 2 * 1024 * 1024
+    mock.http.request("POST", "/_files", json.dumps({"bytes": size}))
+    archive_dir = str(tmp_path / "archive")
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], lease_seconds=8,
+               env={"IDEMGATE_CRASH": "archive_mid_copy"})
+    r = gw.submit(token, "kill-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    gw.proc.wait(timeout=30)
+    assert gw.proc.returncode == -signal.SIGKILL, gw.log()[-2000:]
+    # Killed with part of the bytes written: a temporary file, no object.
+    tmp = os.listdir(os.path.join(archive_dir, "tmp"))
+    assert tmp and 0 < os.path.getsize(os.path.join(archive_dir, "tmp", tmp[0])) < size
+    assert objects(archive_dir) == {}
+    gw2 = start(gateway_factory, tmp_path, [e], lease_seconds=8)
+    j = check_archive(gw2, token, job_id, archive_dir, 1)
+    assert j["archive"][0]["attempts"] >= 2 and j["archive"][0]["bytes"] == size
+    # The dead process's temporary file was swept.
+    assert tmp[0] not in os.listdir(os.path.join(archive_dir, "tmp"))
+
+
+def metric(gw, name):
+    text = gw.http.request("GET", "/metrics").body.decode()
+    for line in text.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_expired_url_is_counted_and_logged(gateway_factory, token, mock, tmp_path):
+    mock.http.request("POST", "/_files", json.dumps({"fault": "status_404"}))
+    e, route = arch_entry("replicate", mock)
+    e["result"] = dict(json.load(open(os.path.join(PROFILES, "replicate.json")))["result"],
+                       url_ttl_seconds=3)
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "exp-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    j = archived(gw, token, job_id, timeout=30, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "expired" and o["attempts"] >= 2, o
+    assert metric(gw, 'idemgate_archive_outputs_total{outcome="expired"}') >= 1
+    assert '"event":"archive_expired"' in gw.log() and job_id in gw.log()
+    assert get_output(gw, token, job_id, 0).status == 404
+
+
+def test_wrong_content_length_is_never_stored(gateway_factory, token, mock, tmp_path):
+    mock.http.request("POST", "/_files", json.dumps({"bytes": 50000, "fault": "truncate"}))
+    e, route = arch_entry("replicate", mock)
+    e["result"] = dict(json.load(open(os.path.join(PROFILES, "replicate.json")))["result"],
+                       url_ttl_seconds=4)
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "len-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    j = archived(gw, token, r.json()["id"], timeout=30, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "expired" and "Content-Length" in o["last_error"], o
+    assert objects(str(tmp_path / "archive")) == {}
+
+
+def test_redirect_to_another_host_is_refused(gateway_factory, token, mock, tmp_path):
+    mock.http.request("POST", "/_files", json.dumps({"fault": "redirect"}))
+    e, route = arch_entry("replicate", mock, archive={"hosts": ["127.0.0.1", "localhost"]})
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "redir-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    j = archived(gw, token, r.json()["id"], timeout=30, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "failed" and "redirect to another host" in o["last_error"], o
+    assert o["attempts"] == 1
+    assert objects(str(tmp_path / "archive")) == {}
+
+
+def test_private_address_is_refused_unless_allowed(gateway_factory, token, mock, tmp_path):
+    e, route = arch_entry("replicate", mock, archive={"allow_private": False})
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "priv-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    j = archived(gw, token, r.json()["id"], timeout=30, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "failed" and "127.0.0.1 is loopback" in o["last_error"], o
+    assert len(mock.http.request("GET", "/_ledger").json()["creates"]) == 1
+    assert objects(str(tmp_path / "archive")) == {}
+
+
+# ---- the S3-compatible backend ----------------------------------------------------------
+
+S3RVER_SH = os.path.join(ROOT, "scripts", "s3rver.sh")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """s3rver (npm, installed by scripts/s3rver.sh) on 127.0.0.1 with a bucket "archive"."""
+    import subprocess
+    from conftest import free_port, wait_for_line
+    bin_ = subprocess.check_output([S3RVER_SH], text=True).strip()
+    d = tmp_path_factory.mktemp("s3rver")
+    port = free_port()
+    proc = subprocess.Popen(["node", bin_, "-d", str(d), "-a", "127.0.0.1", "-p", str(port),
+                             "--configure-bucket", "archive"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    from conftest import Http
+    http = Http(f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if http.request("GET", "/", timeout=2).status in (200, 403):
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None, "s3rver did not start"
+        time.sleep(0.2)
+    yield {"url": f"http://127.0.0.1:{port}", "http": http, "dir": str(d)}
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except Exception:
+        proc.kill()
+        proc.wait()
+
+
+def s3_settings(s3, key="S3RVER"):
+    return {"archive_backend": "s3", "archive_s3_endpoint": s3["url"],
+            "archive_s3_bucket": "archive",
+            "env": {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": "S3RVER"}}
+
+
+def check_s3(gw, token, job_id, s3, n_outputs, tmp_path):
+    j = archived(gw, token, job_id)
+    assert j["state"] == "completed", j
+    arch = j["archive"]
+    assert len(arch) == n_outputs and all(o["state"] == "archived" for o in arch), arch
+    for o in arch:
+        r = get_output(gw, token, job_id, o["index"])
+        assert r.status == 200 and hashlib.sha256(r.body).hexdigest() == o["sha256"], r
+        # The object is in the bucket under its hash, and nothing was published locally.
+        obj = s3["http"].request("GET", f"/archive/{o['sha256']}")
+        assert obj.status == 200 and obj.body == r.body
+    assert objects(str(tmp_path / "archive")) == {}
+    return j
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_ASYNC) + ["openai-images:url",
+                                                          "openai-images:b64_json"])
+def test_every_shipped_profile_archives_to_s3(gateway_factory, token, mock, tmp_path, s3, name):
+    settings = s3_settings(s3)
+    if name.startswith("openai-images"):
+        e, route = images_entry(mock)
+        settings["env"]["OPENAI_API_KEY"] = "sk-x"
+        b = {"prompt": "a cat", "n": 2, "response_format": name.split(":")[1]}
+        outs = 2
+    else:
+        e, route = arch_entry(name, mock)
+        outs = 1 if name in ("openai-videos", "luma") else 2
+        b = body(polls=1, outputs=outs)
+    gw = start(gateway_factory, tmp_path, [e], **settings)
+    r = gw.submit(token, "s3-" + uuid.uuid4().hex, b, route=route)
+    assert r.status == 202, r
+    j = check_s3(gw, token, r.json()["id"], s3, outs, tmp_path)
+    part = get_output(gw, token, j["id"], 0, {"Range": "bytes=1-3"})
+    assert part.status == 206 and len(part.body) == 3
+
+
+def test_s3_credentials_are_sent(gateway_factory, token, mock, tmp_path, s3):
+    """A key the bucket does not know is refused (s3rver checks the access key id of the SigV4
+    Authorization header; it does not recompute the signature), the copy is retried, never
+    published locally."""
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], **s3_settings(s3, key="NOT-A-KEY"))
+    r = gw.submit(token, "s3key-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 20
+    while True:
+        arch = gw.job(token, job_id).json().get("archive") or [{}]
+        if arch[0].get("attempts", 0) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    o = arch[0]
+    assert o["state"] == "pending" and "bucket HEAD answered 403" in o["last_error"], o
+    assert objects(str(tmp_path / "archive")) == {}
+
+
+def test_a_lower_migration_merged_after_a_higher_one_is_applied(database_url, psql):
+    """Branches take migration numbers side by side (this one 0007; others 0008, 0009, …): a
+    database that already recorded a higher version must still get 0007 once it is merged."""
+    import subprocess
+    from conftest import GATEWAY_BIN
+    name = "mig_" + uuid.uuid4().hex[:10]
+    psql(f"CREATE DATABASE {name}")
+    url = database_url.replace("///idemgate?", f"///{name}?")
+    env = dict(os.environ, DATABASE_URL=url)
+
+    def q(sql):
+        return subprocess.check_output(["psql", url, "-qtAX", "-c", sql], text=True).strip()
+
+    try:
+        subprocess.check_call([GATEWAY_BIN, "migrate"], env=env, stdout=subprocess.DEVNULL)
+        # As a binary of another branch left it: 0007 never ran, a higher version did.
+        q("DROP TABLE archive_outputs; ALTER TABLE operations DROP COLUMN archive_planned_at; "
+          "DELETE FROM schema_migrations WHERE version = 7; "
+          "INSERT INTO schema_migrations (version, name) VALUES (99, 'another_branch')")
+        subprocess.check_call([GATEWAY_BIN, "migrate"], env=env, stdout=subprocess.DEVNULL)
+        assert q("SELECT count(*) FROM schema_migrations WHERE version = 7") == "1"
+        assert q("SELECT to_regclass('archive_outputs') IS NOT NULL") == "t"
+    finally:
+        psql(f"DROP DATABASE IF EXISTS {name}")
