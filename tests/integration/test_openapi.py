@@ -1055,7 +1055,6 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         draining = gateway_factory(providers=providers, env=env, **quiet)
         import http.client
         import signal
-        import time
         ka = http.client.HTTPConnection("127.0.0.1", draining.port, timeout=10)
         ka.request("GET", "/healthz")
         ka.getresponse().read()
