@@ -34,7 +34,8 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 SRCS      := $(wildcard src/*.c)
 MIGRATIONS:= $(sort $(wildcard migrations/*.sql))
-OBJS      := $(SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
+CONSOLE   := $(sort $(wildcard console/*.html console/*.css console/*.js console/*.svg))
+OBJS      := $(SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o $(BUILD)/gen/console.o
 LIB_OBJS  := $(filter-out $(BUILD)/src/main.o,$(OBJS))
 MOCK_SRCS := $(wildcard tests/mock/*.c)
 MOCK_OBJS := $(MOCK_SRCS:%.c=$(BUILD)/%.o)
@@ -69,6 +70,14 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed_migrations.sh
 	scripts/embed_migrations.sh $(MIGRATIONS) > $@
 
 $(BUILD)/gen/migrations.o: $(BUILD)/gen/migrations.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# The operator console's files, embedded byte for byte (src/console.c serves them).
+$(BUILD)/gen/console.c: $(CONSOLE) scripts/embed_console.sh
+	@mkdir -p $(dir $@)
+	scripts/embed_console.sh $(CONSOLE) > $@
+
+$(BUILD)/gen/console.o: $(BUILD)/gen/console.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: %.c

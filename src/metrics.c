@@ -9,7 +9,7 @@
 
 static const char *const route_names[MR__COUNT] = {
     "intake", "job_get", "job_list", "resolve", "regenerate", "cancel",
-    "webhook", "admin", "healthz", "readyz", "metrics", "other",
+    "webhook", "admin", "healthz", "readyz", "metrics", "console", "other",
 };
 
 static const char *const safety_names[MS__COUNT][2] = {
