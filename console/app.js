@@ -20,6 +20,23 @@ const SAFETY = [
   ["idemgate_database_up", "the database answered the scrape"],
 ];
 
+// The charts of the Safety view: the gauges of live states, and the safety counters, sampled
+// from /metrics every SAMPLE_MS while the view is open (at most an hour of samples is kept).
+const LIVE_STATES = ["prepared", "sending", "accepted", "unknown", "review"];
+const COUNTERS = [
+  ["idemgate_ambiguous_submissions_total", "ambiguous sends"],
+  ["idemgate_reconciled_without_resend_total", "reconciled, no resend"],
+  ["idemgate_protected_resends_total", "protected resends"],
+  ["idemgate_suspected_duplicates_total", "suspected duplicates"],
+  ["idemgate_fenced_writes_dropped_total", "fenced writes"],
+  ["idemgate_review_entered_total", "entered review"],
+];
+const COLORS = ["#3c6df0", "#e07b00", "#0b8a55", "#b3261e", "#7b3fc4", "#5a6477"];
+const SAMPLE_MS = 5000, MAX_SAMPLES = 720;
+const samples = { t: [], states: LIVE_STATES.map(() => []), counters: COUNTERS.map(() => []) };
+const charts = {};
+let sampler = null;
+
 function token() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
@@ -108,12 +125,16 @@ let current = "review";
 
 function show(view) {
   current = view;
+  clearInterval(sampler);
+  sampler = null;
   for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== `view-${view}`;
   for (const b of document.querySelectorAll("#nav button[data-view]"))
     b.classList.toggle("active", b.dataset.view === view);
   status("");
   const load = { review: loadReview, providers: loadProviders, safety: loadSafety }[view];
   if (load) load().catch((e) => status(e.message, true));
+  if (view === "safety")
+    sampler = setInterval(() => loadSafety().catch((e) => status(e.message, true)), SAMPLE_MS);
 }
 
 function jobLink(j) {
@@ -243,18 +264,51 @@ async function resetProvider(name) {
   status(r.cleared ? `${name}: breaker reset.` : `${name} was not tripped.`);
 }
 
-// The value of each unlabelled sample of /metrics' text, by name.
+// The value of each sample of /metrics' text, by name with its labels as written
+// (`idemgate_operations{state="review"}`).
 function parseMetrics(text) {
   const out = new Map();
   for (const line of text.split("\n")) {
-    const m = /^([a-z_]+) (\S+)$/.exec(line);
+    const m = /^([a-z_]+(?:\{[^}]*\})?) (\S+)$/.exec(line);
     if (m) out.set(m[1], m[2]);
   }
   return out;
 }
 
+function chart(id, names) {
+  if (charts[id]) return charts[id];
+  const el = $(id);
+  const opts = {
+    width: Math.max(320, el.clientWidth - 8), height: 220,
+    // Counts: from zero, whole-number ticks.
+    scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    series: [{}, ...names.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length],
+                                              width: 2 }))],
+    axes: [{}, { size: 50, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4,
+                                    2e4, 5e4, 1e5, 1e6] }],
+  };
+  charts[id] = new uPlot(opts, [[], ...names.map(() => [])], el);
+  return charts[id];
+}
+
+function record(values) {
+  const num = (k) => (values.has(k) ? Number(values.get(k)) : null);
+  samples.t.push(Date.now() / 1000);
+  LIVE_STATES.forEach((s, i) => samples.states[i].push(num(`idemgate_operations{state="${s}"}`)));
+  COUNTERS.forEach(([k], i) => samples.counters[i].push(num(k)));
+  if (samples.t.length > MAX_SAMPLES) {
+    samples.t.shift();
+    for (const a of [...samples.states, ...samples.counters]) a.shift();
+  }
+  chart("chart-states", LIVE_STATES).setData([samples.t, ...samples.states]);
+  chart("chart-safety", COUNTERS.map(([, label]) => label))
+    .setData([samples.t, ...samples.counters]);
+  for (const id of ["chart-states", "chart-safety"]) $(id).dataset.samples = samples.t.length;
+}
+
 async function loadSafety() {
   const values = parseMetrics(await api("GET", "/metrics"));
+  record(values);
   const body = $("safety-table").querySelector("tbody");
   body.replaceChildren();
   for (const [name, meaning] of SAFETY) {

@@ -6,7 +6,7 @@ set -eu
 PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev libpq-dev
 libssl-dev libcmocka-dev postgresql-15 postgresql-client-15 python3 python3-pytest curl procps
 util-linux locales
-python3-yaml strace nodejs faketime
+python3-yaml strace nodejs npm faketime
 python3-pip python3-venv python3-setuptools python3-wheel
 clang libclang-rt-14-dev"
 

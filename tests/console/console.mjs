@@ -1,9 +1,9 @@
 // Drives Debian's Chromium through the operator console, as an operator would: sign in, find
 // the job in review, look at its attempts, resolve it (cancelling the confirmation once, then
 // confirming), see its state change, see a tripped provider and reset it, read the safety
-// counters, search jobs, sign out. Every wait is bounded; any failed step, any error in the
-// page's console (a CSP violation included), any request to another origin and any URL holding
-// the token fail the run. Screenshots of each step go to SHOTS.
+// counters and their charts, search jobs, sign out. Every wait is bounded; any failed step, any
+// error in the page's console (a CSP violation included), any request to another origin and any
+// URL holding the token fail the run. Screenshots of each step go to SHOTS.
 //
 //   GATEWAY=http://127.0.0.1:PORT ADMIN_TOKEN=… JOB=job_… TRIPPED=provider PROVIDER=provider \
 //   SHOTS=dir CHROMIUM=/usr/bin/chromium node console.mjs
@@ -126,6 +126,12 @@ try {
   await entered.waitFor({ state: "visible" });
   const cells = await entered.locator("td").allTextContents();
   if (!(Number(cells[1]) >= 1)) throw new Error(`review entered: ${cells.join(" | ")}`);
+  // The charts (uPlot, embedded): drawn, with their series named, and fed a second sample.
+  await page.locator("#chart-states .uplot canvas").waitFor({ state: "visible" });
+  await expectText(page.locator("#chart-states .u-legend"), "review");
+  await expectText(page.locator("#chart-safety .u-legend"), "entered review");
+  await page.waitForFunction(() => Number(document.getElementById("chart-safety").dataset.samples)
+                             >= 2, null, { timeout: 20_000 });
   await shot("safety");
 
   // Search: by state and provider, then by id.

@@ -5,10 +5,10 @@ finds a job in review, resolves it, sees the state change, and resets a tripped 
 Screenshots of every step are written under build-test/console-shots/ (printed)."""
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
+import time
 import uuid
 
 from conftest import ROOT, provider
@@ -64,8 +64,15 @@ def trip(c, token, mock):
     assert r.status == 202, r
     job = gw.wait_state(token, r.json()["id"], {"failed", "completed"})
     assert job["state"] == "failed", job
-    tripped = gw.http.request("GET", "/readyz").json()["tripped_providers"]
-    assert c.acct in [t["provider"] for t in tripped], tripped
+    # The dispatcher records the breaker just after it commits the failed job (attempt.c):
+    # wait for it, a bounded while.
+    deadline = time.monotonic() + 10
+    while True:
+        tripped = gw.http.request("GET", "/readyz").json()["tripped_providers"]
+        if c.acct in [t["provider"] for t in tripped] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert c.acct in [t["provider"] for t in tripped], (tripped, job)
 
 
 def test_console_files_are_served_with_a_strict_policy(gateway_factory, mock):
