@@ -162,7 +162,7 @@ void admin_job_get(struct hs_req *r, const struct api_args *a)
         return;
     struct store_job j;
     int e = api_arg(a, 0, id, sizeof(id)) <= 0 ? STORE_ENOTFOUND
-                                                 : store_admin_job_get(api_db(r), id, &j);
+                                               : store_admin_job_get(api_db(r), id, &j);
     if (e == STORE_ENOTFOUND) {
         reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
         return;

@@ -20,10 +20,14 @@ const struct console_asset *console_find(const char *name, size_t len)
 
 static void serve(struct hs_req *r, const struct console_asset *f)
 {
-    static const char *const headers[] = {"Content-Security-Policy", CONSOLE_CSP,
-                                          "X-Content-Type-Options", "nosniff",
-                                          "Referrer-Policy", "no-referrer",
-                                          "X-Frame-Options", "DENY",
+    static const char *const headers[] = {"Content-Security-Policy",
+                                          CONSOLE_CSP,
+                                          "X-Content-Type-Options",
+                                          "nosniff",
+                                          "Referrer-Policy",
+                                          "no-referrer",
+                                          "X-Frame-Options",
+                                          "DENY",
                                           NULL};
     if (!f) {
         reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
