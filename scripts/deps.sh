@@ -1,12 +1,14 @@
 #!/bin/sh
 # Installs the Debian 12 packages idemgate needs to build, run and test, and only those that are
 # missing: a machine that has them all is not touched (no apt-get update, no root needed).
+# pgbouncer is for tests/integration/test_pgbouncer.py only (its own instance, Unix socket only);
+# Debian enables its service, which listens on localhost:6432 where systemd runs.
 set -eu
 
 PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev libpq-dev
 libssl-dev libcmocka-dev postgresql-15 postgresql-client-15 python3 python3-pytest curl procps
 util-linux locales
-python3-yaml strace nodejs npm faketime
+python3-yaml strace nodejs faketime pgbouncer
 python3-pip python3-venv python3-setuptools python3-wheel
 clang libclang-rt-14-dev"
 

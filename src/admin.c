@@ -171,11 +171,18 @@ void admin_job_get(struct hs_req *r, const struct api_args *a)
         reply_store_error(r, e);
         return;
     }
+    char *json = jobview_json(&j);
+    if (!json) {
+        store_job_fini(&j);
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "admin_job");
-    char *json = jobview_json(&j);
-    cJSON_AddItemToObject(o, "job", json ? cJSON_CreateRaw(json) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "job", cJSON_CreateRaw(json));
     free(json);
+    /* A second statement: an attempt recorded between the two reads shows up with the job as it
+     * was just before, which the next read of the console puts right. */
     cJSON *timeline = cJSON_AddArrayToObject(o, "attempts");
     e = store_job_attempts(api_db(r), j.tenant_id, j.id, add_attempt, timeline);
     store_job_fini(&j);
