@@ -34,7 +34,11 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 SRCS      := $(wildcard src/*.c)
 MIGRATIONS:= $(sort $(wildcard migrations/*.sql))
-OBJS      := $(SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o
+CONSOLE   := $(sort $(wildcard console/*.html console/*.css console/*.js console/*.svg))
+# The console's charting library, from npm (console/package.json, pinned by its lock file).
+CONSOLE_LIBS := console/node_modules/uplot/dist/uPlot.iife.min.js \
+	console/node_modules/uplot/dist/uPlot.min.css
+OBJS      := $(SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/migrations.o $(BUILD)/gen/console.o
 LIB_OBJS  := $(filter-out $(BUILD)/src/main.o,$(OBJS))
 MOCK_SRCS := $(wildcard tests/mock/*.c)
 MOCK_OBJS := $(MOCK_SRCS:%.c=$(BUILD)/%.o)
@@ -69,6 +73,22 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed_migrations.sh
 	scripts/embed_migrations.sh $(MIGRATIONS) > $@
 
 $(BUILD)/gen/migrations.o: $(BUILD)/gen/migrations.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# The operator console's files and its libraries, embedded byte for byte (src/console.c serves
+# them). The libraries are installed from npm when missing or when the lock file changed.
+console/node_modules/.installed: console/package.json console/package-lock.json scripts/npm-tools.sh
+	@rm -f $@
+	scripts/npm-tools.sh console
+
+$(CONSOLE_LIBS): console/node_modules/.installed
+	@test -f $@ || { echo "$@ missing after npm ci" >&2; exit 1; }
+
+$(BUILD)/gen/console.c: $(CONSOLE) $(CONSOLE_LIBS) scripts/embed_console.sh
+	@mkdir -p $(dir $@)
+	scripts/embed_console.sh $(CONSOLE) $(CONSOLE_LIBS) > $@
+
+$(BUILD)/gen/console.o: $(BUILD)/gen/console.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: %.c

@@ -1,6 +1,8 @@
 #include "idemgate/admin.h"
 
 #include "idemgate/api.h"
+#include "idemgate/crypto.h"
+#include "idemgate/jobview.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/migrate.h"
@@ -70,6 +72,179 @@ void admin_reset(struct hs_req *r, const struct api_args *a)
     int n = snprintf(body, sizeof(body), "{\"provider\":\"%s\",\"cleared\":%s}", provider,
                      cleared ? "true" : "false");
     hs_respond(r, 200, "application/json", body, (size_t)n, NULL);
+}
+
+/* Answers o as JSON with status 200 and frees it. */
+static void respond_json(struct hs_req *r, cJSON *o)
+{
+    char *body = cJSON_PrintUnformatted(o);
+    if (body)
+        hs_respond(r, 200, "application/json", body, strlen(body), NULL);
+    else
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+    free(body);
+    cJSON_Delete(o);
+}
+
+static void add_job(const struct store_job *j, void *arg)
+{
+    char *json = jobview_json(j);
+    if (json) {
+        cJSON_AddItemToArray(arg, cJSON_CreateRaw(json));
+        free(json);
+    }
+}
+
+/* GET /v1/admin/jobs?state=S&provider=P&limit=N: every tenant's jobs, oldest first. */
+void admin_jobs_list(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    if (!admin_ok(r))
+        return;
+    const char *state = hs_req_query(r, "state");
+    const char *provider = hs_req_query(r, "provider");
+    const char *lim = hs_req_query(r, "limit");
+    char *end = NULL;
+    long limit = lim ? strtol(lim, &end, 10) : 100;
+    if ((state && st_parse(state) < 0) || (provider && (!*provider || strlen(provider) > 64)) ||
+        (lim && (end == lim || *end)) || limit < 1 || limit > 1000) {
+        reply_problem(r, 400, "invalid-query", "Invalid query",
+                      "state must be a job state, provider 1..64 characters and limit within "
+                      "1..1000",
+                      0);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    int e = store_admin_jobs_list(api_db(r), state, provider, (int)limit, add_job, data);
+    if (e < 0) {
+        cJSON_Delete(o);
+        reply_store_error(r, e);
+        return;
+    }
+    respond_json(r, o);
+}
+
+static void add_attempt(const struct store_attempt *at, void *arg)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "seq", (double)at->seq);
+    cJSON_AddStringToObject(o, "kind", at->kind ? at->kind : "");
+    cJSON_AddStringToObject(o, "outcome", at->outcome ? at->outcome : "");
+    if (at->http_status)
+        cJSON_AddNumberToObject(o, "http_status", at->http_status);
+    else
+        cJSON_AddNullToObject(o, "http_status");
+    if (at->bytes_sent >= 0)
+        cJSON_AddNumberToObject(o, "bytes_sent", (double)at->bytes_sent);
+    else
+        cJSON_AddNullToObject(o, "bytes_sent");
+    cJSON_AddStringToObject(o, "decision", at->decision ? at->decision : "");
+    cJSON_AddNumberToObject(o, "lease_version", (double)at->lease_version);
+    if (at->started_at)
+        cJSON_AddStringToObject(o, "started_at", at->started_at);
+    else
+        cJSON_AddNullToObject(o, "started_at");
+    cJSON_AddStringToObject(o, "finished_at", at->finished_at ? at->finished_at : "");
+    if (at->error)
+        cJSON_AddStringToObject(o, "error", at->error);
+    else
+        cJSON_AddNullToObject(o, "error");
+    cJSON_AddItemToArray(arg, o);
+}
+
+/* GET /v1/admin/jobs/{id}: any tenant's job with its attempt timeline. */
+void admin_job_get(struct hs_req *r, const struct api_args *a)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8];
+    if (!admin_ok(r))
+        return;
+    struct store_job j;
+    int e = api_arg(a, 0, id, sizeof(id)) <= 0 ? STORE_ENOTFOUND
+                                               : store_admin_job_get(api_db(r), id, &j);
+    if (e == STORE_ENOTFOUND) {
+        reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+        return;
+    }
+    if (e < 0) {
+        reply_store_error(r, e);
+        return;
+    }
+    char *json = jobview_json(&j);
+    if (!json) {
+        store_job_fini(&j);
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "admin_job");
+    cJSON_AddItemToObject(o, "job", cJSON_CreateRaw(json));
+    free(json);
+    /* A second statement: an attempt recorded between the two reads shows up with the job as it
+     * was just before, which the next read of the console puts right. */
+    cJSON *timeline = cJSON_AddArrayToObject(o, "attempts");
+    e = store_job_attempts(api_db(r), j.tenant_id, j.id, add_attempt, timeline);
+    store_job_fini(&j);
+    if (e < 0) {
+        cJSON_Delete(o);
+        reply_store_error(r, e);
+        return;
+    }
+    respond_json(r, o);
+}
+
+static void keep_breaker(const char *provider, int status, const char *reason,
+                         const char *tripped_at, void *arg)
+{
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddNumberToObject(b, "http_status", status);
+    cJSON_AddStringToObject(b, "reason", reason);
+    cJSON_AddStringToObject(b, "tripped_at", tripped_at);
+    cJSON_AddItemToObject(arg, provider, b);
+}
+
+/* GET /v1/admin/providers: every configured provider and its credential breaker. */
+void admin_providers(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    const struct cfg *cfg = api_cfg(r);
+    if (!admin_ok(r))
+        return;
+    cJSON *tripped = cJSON_CreateObject();
+    int e = store_breaker_list(api_db(r), keep_breaker, tripped);
+    if (e < 0) {
+        cJSON_Delete(tripped);
+        reply_store_error(r, e);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const struct cfg_provider *p = &cfg->providers[i];
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(tripped, p->name);
+        cJSON *item = cJSON_CreateObject();
+        cJSON_AddStringToObject(item, "name", p->name);
+        cJSON_AddStringToObject(item, "mode",
+                                p->mode == CFG_MODE_ASYNC_POLL ? "async_poll" : "sync");
+        cJSON_AddBoolToObject(item, "tripped", b != NULL);
+        if (b) {
+            cJSON_AddItemToObject(item, "http_status",
+                                  cJSON_Duplicate(cJSON_GetObjectItem(b, "http_status"), 1));
+            cJSON_AddItemToObject(item, "reason",
+                                  cJSON_Duplicate(cJSON_GetObjectItem(b, "reason"), 1));
+            cJSON_AddItemToObject(item, "tripped_at",
+                                  cJSON_Duplicate(cJSON_GetObjectItem(b, "tripped_at"), 1));
+        } else {
+            cJSON_AddNullToObject(item, "http_status");
+            cJSON_AddNullToObject(item, "reason");
+            cJSON_AddNullToObject(item, "tripped_at");
+        }
+        cJSON_AddItemToArray(data, item);
+    }
+    cJSON_Delete(tripped);
+    respond_json(r, o);
 }
 
 static void add_breaker(const char *provider, int status, const char *reason,

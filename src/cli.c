@@ -320,7 +320,7 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         return 1;
     if (strcmp(argv[0], "list") == 0) {
         const char *lim = opt(argc, argv, "--limit");
-        rc = store_admin_jobs_list(db, state, lim ? atoi(lim) : 100, print_job_line, NULL) == 0
+        rc = store_admin_jobs_list(db, state, NULL, lim ? atoi(lim) : 100, print_job_line, NULL) == 0
                  ? 0
                  : 1;
     } else if (strcmp(argv[0], "show") == 0 && argc == 2) {

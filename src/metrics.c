@@ -10,7 +10,7 @@
 
 static const char *const route_names[MR__COUNT] = {
     "intake", "job_get", "job_list", "resolve", "regenerate", "cancel",
-    "webhook", "admin", "healthz", "readyz", "metrics", "other", "usage",
+    "webhook", "admin", "healthz", "readyz", "metrics", "console", "other", "usage",
 };
 
 static const char *const safety_names[MS__COUNT][2] = {

@@ -1,6 +1,7 @@
 #include "idemgate/routes.h"
 
 #include "idemgate/admin.h"
+#include "idemgate/console.h"
 #include "idemgate/intake.h"
 #include "idemgate/jobs.h"
 #include "idemgate/log.h"
@@ -25,8 +26,13 @@ static const struct route table[] = {
     {"POST", "/v1/jobs/{id}/cancel", MR_CANCEL, jobs_cancel, 1},
     {"POST", "/v1/jobs/{id}/regenerate", MR_REGENERATE, jobs_regenerate, 1},
     {"GET", "/v1/usage", MR_USAGE, usage_get, 1},
+    {"GET", "/v1/admin/jobs", MR_ADMIN, admin_jobs_list, 1},
+    {"GET", "/v1/admin/jobs/{id}", MR_ADMIN, admin_job_get, 1},
+    {"GET", "/v1/admin/providers", MR_ADMIN, admin_providers, 1},
     {"POST", "/v1/admin/providers/{name}/reset", MR_ADMIN, admin_reset, 1},
     {"POST", "/v1/admin/jobs/{id}/resume", MR_ADMIN, admin_resume, 1},
+    {"GET", "/console", MR_CONSOLE, console_page, 0},
+    {"GET", "/console/{asset}", MR_CONSOLE, console_asset, 0},
     {"POST", "/v1/webhooks/*", MR_WEBHOOK, webhooks_receive, 1},
     {"GET", "/metrics", MR_METRICS, admin_metrics, 1},
     {"GET", "/healthz", MR_HEALTH, admin_health, 0},

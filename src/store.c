@@ -1078,19 +1078,28 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, l
     return STORE_OK;
 }
 
-/* Operator commands (the CLI): across tenants. */
+/* Operator reads (the CLI and the admin API): across tenants. */
 static const struct db_stmt admin_jobs_list = {
     .rerun_safe = 1,
     .name = "admin_jobs_list",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE ($1::text IS NULL OR o.state = $1) "
-    "ORDER BY o.created_at, o.id LIMIT $2",
-    .params = DB_PARAMS("state", "limit"),
+    "AND ($2::text IS NULL OR o.provider = $2) ORDER BY o.created_at, o.id LIMIT $3",
+    .params = DB_PARAMS("state", "provider", "limit"),
 };
 static const struct db_stmt admin_job_get = {
     .rerun_safe = 1,
     .name = "admin_job_get",
     .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE o.id = $1",
     .params = DB_PARAMS("job_id"),
+};
+/* A job's attempts, oldest first: by its tenant and id, the attempts table's own key. */
+static const struct db_stmt job_attempts = {
+    .rerun_safe = 1,
+    .name = "job_attempts",
+    .sql = "SELECT a.seq, a.lease_version, a.kind, a.outcome, a.http_status, a.curl_code, "
+    "a.bytes_sent, a.decision, a.error, " TS("a", "started_at") ", " TS("a", "finished_at")
+    " FROM attempts a WHERE a.tenant_id = $1 AND a.operation_id = $2 ORDER BY a.seq",
+    .params = DB_PARAMS("tenant_id", "job_id"),
 };
 static const struct db_stmt admin_token_of = {
     .rerun_safe = 1,
@@ -1100,10 +1109,12 @@ static const struct db_stmt admin_token_of = {
     .params = DB_PARAMS("job_id"),
 };
 
-int store_admin_jobs_list(struct db *db, const char *state, int limit,
+int store_admin_jobs_list(struct db *db, const char *state, const char *provider, int limit,
                           void (*cb)(const struct store_job *, void *), void *arg)
 {
-    int rows = each_job(db, &admin_jobs_list, DB_ARGS(p_text("state", state), p_int("limit", limit)),
+    int rows = each_job(db, &admin_jobs_list,
+                        DB_ARGS(p_text("state", state), p_text("provider", provider),
+                                p_int("limit", limit)),
                         cb, arg);
     return rows < 0 ? rows : STORE_OK;
 }
@@ -1111,6 +1122,35 @@ int store_admin_jobs_list(struct db *db, const char *state, int limit,
 int store_admin_job_get(struct db *db, const char *job_id, struct store_job *out)
 {
     return one_job(db, &admin_job_get, DB_ARGS(p_text("job_id", job_id)), out, NULL);
+}
+
+int store_job_attempts(struct db *db, long long tenant_id, const char *job_id,
+                       void (*cb)(const struct store_attempt *a, void *arg), void *arg)
+{
+    PGresult *r;
+    int e = db_run(db, &job_attempts, DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id)),
+                   &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *bytes = db_val(r, i, 6);
+        struct store_attempt a = {
+            .seq = atoll(PQgetvalue(r, i, 0)),
+            .lease_version = atoll(PQgetvalue(r, i, 1)),
+            .kind = db_val(r, i, 2),
+            .outcome = db_val(r, i, 3),
+            .http_status = int_or(r, i, 4, 0),
+            .curl_code = int_or(r, i, 5, 0),
+            .bytes_sent = bytes ? atoll(bytes) : -1,
+            .decision = db_val(r, i, 7),
+            .error = db_val(r, i, 8),
+            .started_at = db_val(r, i, 9),
+            .finished_at = db_val(r, i, 10),
+        };
+        cb(&a, arg);
+    }
+    PQclear(r);
+    return STORE_OK;
 }
 
 int store_admin_token_of(struct db *db, const char *job_id, char out[65])
@@ -1132,7 +1172,7 @@ static const struct db_stmt *const statements[] = {
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,
-    &admin_job_get,  &admin_token_of,
+    &admin_job_get,  &admin_token_of, &job_attempts,
 };
 
 const struct db_stmt *const *store_statements(size_t *n)

@@ -11,6 +11,13 @@ void admin_reset(struct hs_req *r, const struct api_args *a);
 /* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
  * again, for one more deadline of its provider (admin token). */
 void admin_resume(struct hs_req *r, const struct api_args *a);
+/* GET /v1/admin/jobs?state=S&provider=P&limit=N: every tenant's jobs, oldest first (admin
+ * token). */
+void admin_jobs_list(struct hs_req *r, const struct api_args *a);
+/* GET /v1/admin/jobs/{id}: any tenant's job and its attempt timeline (admin token). */
+void admin_job_get(struct hs_req *r, const struct api_args *a);
+/* GET /v1/admin/providers: every configured provider and its credential breaker (admin token). */
+void admin_providers(struct hs_req *r, const struct api_args *a);
 /* GET /healthz: the process answers. */
 void admin_health(struct hs_req *r, const struct api_args *a);
 /* GET /readyz: the database answers and the schema is the one this binary expects. */

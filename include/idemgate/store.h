@@ -228,12 +228,32 @@ __attribute__((warn_unused_result)) int store_gauges(
     struct db *db, void (*cb)(const char *kind, const char *name, long long value, void *arg),
     void *arg);
 
-/* Operator commands across tenants (the CLI). */
+/* Operator reads across tenants (the CLI and the admin API): jobs oldest first, optionally in
+ * one state and of one provider (NULL: any). */
 __attribute__((warn_unused_result)) int store_admin_jobs_list(
-    struct db *db, const char *state, int limit,
+    struct db *db, const char *state, const char *provider, int limit,
     void (*cb)(const struct store_job *j, void *arg), void *arg);
 __attribute__((warn_unused_result)) int store_admin_job_get(struct db *db, const char *job_id,
                                                             struct store_job *out);
+/* One row of a job's attempt history (the attempts table): a send, a status read or a
+ * reconciliation, its outcome class and the state it wrote. Strings are NULL when absent and
+ * live only during the callback. */
+struct store_attempt {
+    long long seq, lease_version;
+    const char *kind;     /* create, poll, reconcile, … */
+    const char *outcome;  /* the outcome class (classify.h), or lease_expired */
+    int http_status;      /* 0: no status line came back */
+    int curl_code;        /* 0: none */
+    long long bytes_sent; /* -1: not known */
+    const char *decision; /* the state written, or fenced */
+    const char *error;
+    const char *started_at, *finished_at; /* RFC 3339, UTC */
+};
+/* The attempts of the job (tenant_id, job_id), oldest first: cb for each; none is not an error.
+ */
+__attribute__((warn_unused_result)) int store_job_attempts(
+    struct db *db, long long tenant_id, const char *job_id,
+    void (*cb)(const struct store_attempt *a, void *arg), void *arg);
 /* The token hash of the tenant owning job_id, so tenant-scoped statements can be reused. */
 __attribute__((warn_unused_result)) int store_admin_token_of(struct db *db, const char *job_id,
                                                              char out[65]);

@@ -928,6 +928,36 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  call(gw, "POST", f"/v1/admin/jobs/{completed_id}/resume", "", A), 404,
                  "job-not-found")
 
+        # The admin reads of the operator console.
+        r = t.expect("admin jobs", "GET", "/v1/admin/jobs",
+                     call(gw, "GET", "/v1/admin/jobs?state=failed&provider=nowhere&limit=5",
+                          None, A), 200)
+        assert r.json()["data"] and all(j["provider"] == "nowhere" for j in r.json()["data"])
+        t.expect("admin jobs, bad limit", "GET", "/v1/admin/jobs",
+                 call(gw, "GET", "/v1/admin/jobs?limit=0", None, A), 400, "invalid-query")
+        t.expect("admin jobs, tenant token", "GET", "/v1/admin/jobs",
+                 call(gw, "GET", "/v1/admin/jobs", None, H), 401, "unauthorized")
+        path = f"/v1/admin/jobs/{completed_id}"
+        r = t.expect("admin job", "GET", path, call(gw, "GET", path, None, A), 200)
+        assert r.json()["attempts"][0]["outcome"] == "success", r
+        t.expect("admin job, tenant token", "GET", path, call(gw, "GET", path, None, H), 401,
+                 "unauthorized")
+        t.expect("admin job, no job", "GET", "/v1/admin/jobs/job_none",
+                 call(gw, "GET", "/v1/admin/jobs/job_none", None, A), 404, "job-not-found")
+        r = t.expect("providers", "GET", "/v1/admin/providers",
+                     call(gw, "GET", "/v1/admin/providers", None, A), 200)
+        assert [p["name"] for p in r.json()["data"]] == [p["name"] for p in providers]
+        t.expect("providers, no token", "GET", "/v1/admin/providers",
+                 call(gw, "GET", "/v1/admin/providers"), 401, "unauthorized")
+
+        # ---- the console's files ------------------------------------------------------------
+        t.expect("console", "GET", "/console", call(gw, "GET", "/console"), 200)
+        for name in ("app.js", "app.css", "favicon.svg"):
+            t.expect("console file", "GET", f"/console/{name}",
+                     call(gw, "GET", f"/console/{name}"), 200)
+        t.expect("console, no such file", "GET", "/console/nope.js",
+                 call(gw, "GET", "/console/nope.js"), 404, "not-found")
+
         # ---- webhooks ---------------------------------------------------------------------
         path = "/v1/webhooks/hooked"
         delivery = json.dumps({"id": "task_" + uuid.uuid4().hex, "status": "succeeded"})
@@ -976,6 +1006,9 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                    "regenerateJob": f"/v1/jobs/{completed_id}/regenerate",
                    "cancelJob": f"/v1/jobs/{completed_id}/cancel",
                    "resetProvider": "/v1/admin/providers/mock-images/reset",
+                   "listAdminJobs": "/v1/admin/jobs", "getAdminJob": f"/v1/admin/jobs/{completed_id}",
+                   "listProviders": "/v1/admin/providers", "consolePage": "/console",
+                   "consoleAsset": "/console/app.js",
                    "resumePolling": f"/v1/admin/jobs/{completed_id}/resume",
                    "receiveWebhook": "/v1/webhooks/hooked", "metrics": "/metrics",
                    "getUsage": "/v1/usage",
@@ -1006,6 +1039,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 ("POST", "/v1/admin/providers/mock-images/reset", "", A),
                 ("POST", "/v1/admin/jobs/job_x/resume", "", A),
                 ("GET", "/v1/usage", None, H),
+                ("GET", "/v1/admin/jobs", None, A), ("GET", "/v1/admin/jobs/job_x", None, A),
+                ("GET", "/v1/admin/providers", None, A),
                 ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
             t.expect("database down", method, p, call(down, method, p, body, h), 503,
                      "store-unavailable")
@@ -1028,6 +1063,9 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 ("POST", "/v1/admin/providers/mock-images/reset", "", A),
                 ("POST", f"/v1/admin/jobs/{completed_id}/resume", "", A),
                 ("GET", "/v1/usage", None, H),
+                ("GET", "/v1/admin/jobs", None, A), ("GET", f"/v1/admin/jobs/{completed_id}",
+                                                     None, A),
+                ("GET", "/v1/admin/providers", None, A),
                 ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]
 
         # ---- a lock timeout: a retryable 503 ----------------------------------------------

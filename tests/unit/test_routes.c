@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "idemgate/admin.h"
+#include "idemgate/console.h"
 #include "idemgate/intake.h"
 #include "idemgate/jobs.h"
 #include "idemgate/metrics.h"
@@ -49,6 +50,14 @@ static const struct gw_case gw_cases[] = {
     {"POST", "/v1/admin/jobs/job_1/resume", ROUTE_FOUND, admin_resume, MR_ADMIN, "job_1", NULL,
      NULL},
     {"GET", "/v1/admin/jobs/job_1/resume", ROUTE_BAD_METHOD, NULL, MR_ADMIN, NULL, NULL, "POST"},
+    {"GET", "/v1/admin/jobs", ROUTE_FOUND, admin_jobs_list, MR_ADMIN, NULL, NULL, NULL},
+    {"GET", "/v1/admin/jobs/job_1", ROUTE_FOUND, admin_job_get, MR_ADMIN, "job_1", NULL, NULL},
+    {"POST", "/v1/admin/jobs/job_1", ROUTE_BAD_METHOD, NULL, MR_ADMIN, NULL, NULL, "GET, HEAD"},
+    {"GET", "/v1/admin/providers", ROUTE_FOUND, admin_providers, MR_ADMIN, NULL, NULL, NULL},
+    {"GET", "/console", ROUTE_FOUND, console_page, MR_CONSOLE, NULL, NULL, NULL},
+    {"GET", "/console/app.js", ROUTE_FOUND, console_asset, MR_CONSOLE, "app.js", NULL, NULL},
+    {"POST", "/console", ROUTE_BAD_METHOD, NULL, MR_CONSOLE, NULL, NULL, "GET, HEAD"},
+    {"GET", "/console/x/y", ROUTE_NOT_FOUND, NULL, 0, NULL, NULL, NULL},
     {"POST", "/v1/admin/providers/openai/resume", ROUTE_NOT_FOUND, NULL, 0, NULL, NULL, NULL},
     {"POST", "/v1/admin/providers/openai", ROUTE_NOT_FOUND, NULL, 0, NULL, NULL, NULL},
     {"POST", "/v1/webhooks/replicate", ROUTE_FOUND, webhooks_receive, MR_WEBHOOK, NULL, "replicate",

@@ -179,6 +179,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/jobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every tenant's jobs, oldest first (the operator console's review queue and search) */
+        get: operations["listAdminJobs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/jobs/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Any tenant's job with its attempt timeline
+         * @description The job as `GET /v1/jobs/{id}` shows it to its tenant, and every attempt recorded for it,
+         *     oldest first: each send of the create, status read and reconciliation, its outcome class,
+         *     the HTTP status (if one came back), the bytes sent, the state it wrote and its error.
+         */
+        get: operations["getAdminJob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/providers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every configured provider and its credential breaker */
+        get: operations["listProviders"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/providers/{provider}/reset": {
         parameters: {
             query?: never;
@@ -327,6 +383,48 @@ export interface paths {
          *     replica unready: the other providers still work.
          */
         get: operations["ready"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The operator console (a page that calls the admin API)
+         * @description Static files embedded in the binary. The page asks for the admin token, keeps it in the
+         *     tab's `sessionStorage` and sends it as a bearer header to the admin API and
+         *     `POST /v1/jobs/{id}/resolve`, as curl would; the files themselves need no token. Served
+         *     with a Content-Security-Policy that allows nothing but this origin (no inline script or
+         *     style, no other host), `X-Content-Type-Options: nosniff` and `Referrer-Policy:
+         *     no-referrer`.
+         */
+        get: operations["consolePage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/{asset}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One of the console's script, style sheet and icon files */
+        get: operations["consoleAsset"];
         put?: never;
         post?: never;
         delete?: never;
@@ -537,6 +635,51 @@ export interface components {
             /** @description Required with `found`. */
             remote_id?: string;
             operator?: string;
+        };
+        AdminJob: {
+            /** @constant */
+            object: "admin_job";
+            job: components["schemas"]["Job"];
+            /** @description Oldest first. */
+            attempts: components["schemas"]["Attempt"][];
+        };
+        /** @description One recorded attempt of a job. */
+        Attempt: {
+            /** @description Orders the attempts (ascending, not consecutive). */
+            seq: number;
+            /** @description `create`, `poll`, `reconcile`, … */
+            kind: string;
+            /** @description The outcome class (`not_sent`, `rejected_request`, `rejected_account`, `backoff`, `ambiguous`, `success`, `partial`, …) or `lease_expired`. */
+            outcome: string;
+            /** @description Null: no status line came back. */
+            http_status: number | null;
+            bytes_sent: number | null;
+            /** @description The state the attempt wrote, or `fenced`. */
+            decision: string;
+            /** @description The fencing token it ran under. */
+            lease_version: number;
+            /** Format: date-time */
+            started_at: string | null;
+            /** Format: date-time */
+            finished_at: string;
+            error: string | null;
+        };
+        ProviderList: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["ProviderState"][];
+        };
+        ProviderState: {
+            name: string;
+            /** @enum {string} */
+            mode: "sync" | "async_poll";
+            /** @description Its credential was refused; nothing is sent to it until a reset. */
+            tripped: boolean;
+            /** @description The refusal's status, when tripped. */
+            http_status: number | null;
+            reason: string | null;
+            /** Format: date-time */
+            tripped_at: string | null;
         };
         ProviderReset: {
             provider: string;
@@ -834,6 +977,10 @@ export interface components {
         "Preference-Applied": string;
         "X-Idemgate-Job-Id": string;
         "X-Idemgate-State": components["schemas"]["JobState"];
+        /** @description Nothing but this origin; no inline script or style; no frame, form target or base. */
+        "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+        "X-Content-Type-Options": "nosniff";
+        "Referrer-Policy": "no-referrer";
         /** @description The connection is closed after an ambiguously framed request. */
         "Connection-Close": "close";
     };
@@ -1362,6 +1509,110 @@ export interface operations {
             503: components["responses"]["StoreUnavailable"];
         };
     };
+    listAdminJobs: {
+        parameters: {
+            query?: {
+                state?: components["schemas"]["JobState"];
+                /** @description Only the jobs of this provider (1–64 characters). */
+                provider?: string;
+                limit?: number;
+            };
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The jobs, of any tenant. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobList"];
+                };
+            };
+            /** @description `state` is not a job state, `provider` is empty or too long, or `limit` is outside 1..1000. */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:invalid-query" | "urn:idemgate:problem:bad-request-framing";
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    getAdminJob: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path: {
+                id: components["parameters"]["JobId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job and its attempts. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminJob"];
+                };
+            };
+            400: components["responses"]["BadFraming"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["JobNotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    listProviders: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The providers, in the configuration's order. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderList"];
+                };
+            };
+            400: components["responses"]["BadFraming"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
     resetProvider: {
         parameters: {
             query?: never;
@@ -1661,6 +1912,67 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
+        };
+    };
+    consolePage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Content-Security-Policy": components["headers"]["Content-Security-Policy"];
+                    "X-Content-Type-Options": components["headers"]["X-Content-Type-Options"];
+                    "Referrer-Policy": components["headers"]["Referrer-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            400: components["responses"]["BadFraming"];
+        };
+    };
+    consoleAsset: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path: {
+                asset: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Content-Security-Policy": components["headers"]["Content-Security-Policy"];
+                    "X-Content-Type-Options": components["headers"]["X-Content-Type-Options"];
+                    "Referrer-Policy": components["headers"]["Referrer-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/javascript": string;
+                    "text/css": string;
+                    "image/svg+xml": unknown;
+                };
+            };
+            400: components["responses"]["BadFraming"];
+            404: components["responses"]["NotFound"];
         };
     };
 }

@@ -1,0 +1,372 @@
+// The idemgate operator console. Every action is a call of the gateway's own API with the admin
+// token, exactly as curl would make it; the page keeps nothing but the token (in this tab's
+// sessionStorage, never in a URL) and renders answers with textContent only.
+"use strict";
+
+const TOKEN_KEY = "idemgate-admin-token";
+const $ = (id) => document.getElementById(id);
+
+// The safety counters and gauges the Safety view shows, in this order, with what they mean.
+const SAFETY = [
+  ["idemgate_review_backlog", "operations waiting for an operator"],
+  ["idemgate_review_entered_total", "operations handed to an operator"],
+  ["idemgate_ambiguous_submissions_total", "creates sent without a definite answer"],
+  ["idemgate_reconciled_without_resend_total", "unknown operations resolved by looking"],
+  ["idemgate_protected_resends_total", "resends under the same provider idempotency key"],
+  ["idemgate_suspected_duplicates_total", "operations several provider tasks claimed"],
+  ["idemgate_fenced_writes_dropped_total", "stale workers' writes dropped by fencing"],
+  ["idemgate_webhook_duplicates_total", "webhook deliveries seen before"],
+  ["idemgate_webhook_refused_total", "webhook deliveries whose signature failed"],
+  ["idemgate_database_up", "the database answered the scrape"],
+];
+
+// The charts of the Safety view: the gauges of live states, and the safety counters, sampled
+// from /metrics every SAMPLE_MS while the view is open (at most an hour of samples is kept).
+const LIVE_STATES = ["prepared", "sending", "accepted", "unknown", "review"];
+const COUNTERS = [
+  ["idemgate_ambiguous_submissions_total", "ambiguous sends"],
+  ["idemgate_reconciled_without_resend_total", "reconciled, no resend"],
+  ["idemgate_protected_resends_total", "protected resends"],
+  ["idemgate_suspected_duplicates_total", "suspected duplicates"],
+  ["idemgate_fenced_writes_dropped_total", "fenced writes"],
+  ["idemgate_review_entered_total", "entered review"],
+];
+const COLORS = ["#3c6df0", "#e07b00", "#0b8a55", "#b3261e", "#7b3fc4", "#5a6477"];
+const SAMPLE_MS = 5000, MAX_SAMPLES = 720;
+const samples = { t: [], states: LIVE_STATES.map(() => []), counters: COUNTERS.map(() => []) };
+const charts = {};
+let sampler = null;
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem && problem.detail ? `${status} ${problem.title}: ${problem.detail}`
+                                    : `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+// One call of the API with the admin token; the parsed JSON (or text), or an ApiError.
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${token()}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "omit", cache: "no-store", referrerPolicy: "no-referrer",
+  });
+  const type = r.headers.get("Content-Type") || "";
+  const data = type.includes("json") ? await r.json() : await r.text();
+  if (!r.ok) {
+    if (r.status === 401) signOut("The gateway refused the token.");
+    throw new ApiError(r.status, typeof data === "object" ? data : null);
+  }
+  return data;
+}
+
+function status(text, isError) {
+  const s = $("status");
+  s.textContent = text || "";
+  s.classList.toggle("error", !!isError);
+}
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement("td");
+    if (c instanceof Node) td.appendChild(c);
+    else td.textContent = c === null || c === undefined ? "—" : String(c);
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+// "3h 02m", "4m 10s", "12s": how long ago an RFC 3339 time was.
+function since(iso) {
+  if (!iso) return null;
+  let s = Math.max(0, Math.floor((Date.now() - Date.parse(iso)) / 1000));
+  const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  s %= 60;
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${String(m).padStart(2, "0")}m`;
+  if (m) return `${m}m ${String(s).padStart(2, "0")}s`;
+  return `${s}s`;
+}
+
+function stateBadge(state) {
+  return el("span", state, `state state-${state}`);
+}
+
+// A yes/no question in a modal dialog; resolves true on Confirm.
+function confirmAction(text) {
+  const dlg = $("confirm");
+  $("confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    dlg.addEventListener("close", () => resolve(dlg.returnValue === "ok"), { once: true });
+    dlg.returnValue = "cancel";
+    dlg.showModal();
+  });
+}
+
+// ---- views ----------------------------------------------------------------------------------
+
+let current = "review";
+
+function show(view) {
+  current = view;
+  clearInterval(sampler);
+  sampler = null;
+  for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== `view-${view}`;
+  for (const b of document.querySelectorAll("#nav button[data-view]"))
+    b.classList.toggle("active", b.dataset.view === view);
+  status("");
+  const load = { review: loadReview, providers: loadProviders, safety: loadSafety }[view];
+  if (load) load().catch((e) => status(e.message, true));
+  if (view === "safety")
+    sampler = setInterval(() => loadSafety().catch((e) => status(e.message, true)), SAMPLE_MS);
+}
+
+function jobLink(j) {
+  const a = el("a", j.id, "mono");
+  a.href = "#";
+  a.addEventListener("click", (ev) => { ev.preventDefault(); openJob(j.id); });
+  return a;
+}
+
+async function loadReview() {
+  const list = await api("GET", "/v1/admin/jobs?state=review&limit=1000");
+  const body = $("review-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const j of list.data) {
+    const tr = row([jobLink(j), `${j.provider} / ${j.route}`, since(j.first_sent_at),
+                    `${j.attempts.transport} sent`, j.last_error]);
+    tr.className = "clickable";
+    tr.dataset.job = j.id;
+    tr.addEventListener("click", (ev) => { if (ev.target.tagName !== "A") openJob(j.id); });
+    body.appendChild(tr);
+  }
+  $("review-empty").hidden = list.data.length > 0;
+}
+
+async function searchJobs() {
+  const q = new URLSearchParams({ limit: "200" });
+  if ($("search-state").value) q.set("state", $("search-state").value);
+  if ($("search-provider").value.trim()) q.set("provider", $("search-provider").value.trim());
+  const list = await api("GET", `/v1/admin/jobs?${q}`);
+  const body = $("jobs-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const j of list.data)
+    body.appendChild(row([jobLink(j), stateBadge(j.state), `${j.provider} / ${j.route}`,
+                          j.created_at, j.last_error]));
+  status(`${list.data.length} job(s)`);
+}
+
+let openId = null;
+
+async function openJob(id) {
+  const d = await api("GET", `/v1/admin/jobs/${encodeURIComponent(id)}`);
+  const j = d.job;
+  openId = j.id;
+  for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== "view-job";
+  $("job-id").textContent = j.id;
+  $("job-state").replaceChildren(stateBadge(j.state));
+  const facts = [
+    ["provider / route", `${j.provider} / ${j.route}`],
+    ["idempotency key", j.idempotency_key],
+    ["remote id", j.remote_id],
+    ["created", j.created_at],
+    ["first sent", j.first_sent_at ? `${j.first_sent_at} (${since(j.first_sent_at)} ago)` : null],
+    ["attempts", `${j.attempts.transport} sent, generation ${j.attempts.generation}`],
+    ["provider status", j.provider_status],
+    ["last error", j.last_error],
+    ["resolution", j.resolution ? `${j.resolution.outcome} by ${j.resolution.by} at ${j.resolution.at}`
+                                : null],
+    ["blocked", j.blocked ? j.blocked.reason : null],
+    ["finished", j.finished_at],
+  ];
+  const dl = $("job-facts");
+  dl.replaceChildren();
+  for (const [k, v] of facts) {
+    dl.appendChild(el("dt", k));
+    dl.appendChild(el("dd", v === null || v === undefined ? "—" : v));
+  }
+  const body = $("attempts-table").querySelector("tbody");
+  body.replaceChildren();
+  d.attempts.forEach((a, i) =>
+    body.appendChild(row([i + 1, a.kind, a.outcome, a.http_status, a.bytes_sent, a.decision,
+                          a.started_at, a.finished_at, a.error])));
+  if (!d.attempts.length) body.appendChild(row(["", "no attempt recorded"]));
+  $("job-result").textContent = j.result ? JSON.stringify(j.result, null, 2)
+                                         : "(no answer stored)";
+  $("resolve").hidden = j.state !== "review";
+}
+
+async function resolveJob(outcome) {
+  const id = openId;
+  const body = { outcome };
+  const operator = $("operator").value.trim();
+  if (operator) body.operator = operator;
+  let question;
+  if (outcome === "found") {
+    const remote = $("remote-id").value.trim();
+    if (!remote) { status("A found task needs its remote id.", true); return; }
+    body.remote_id = remote;
+    question = `Adopt provider task ${remote} as the result of ${id}? Nothing is sent again.`;
+  } else if (outcome === "absent") {
+    question = `Declare that ${id} never reached the provider? Its create is sent again: if ` +
+               "the task does exist, this pays twice.";
+  } else {
+    question = `Abandon ${id}? It ends failed and is never sent again.`;
+  }
+  if (!(await confirmAction(question))) { status("Nothing was done."); return; }
+  const j = await api("POST", `/v1/jobs/${encodeURIComponent(id)}/resolve`, body);
+  await openJob(id);
+  status(`Resolved ${id} (${outcome}): now ${j.state}.`);
+}
+
+async function loadProviders() {
+  const list = await api("GET", "/v1/admin/providers");
+  const body = $("providers-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const p of list.data) {
+    let action = "";
+    if (p.tripped) {
+      action = el("button", "Reset");
+      action.type = "button";
+      action.addEventListener("click", () => resetProvider(p.name).catch((e) =>
+        status(e.message, true)));
+    }
+    const tr = row([p.name, p.mode, el("span", p.tripped ? "tripped" : "ok",
+                                        p.tripped ? "tripped" : "ok"),
+                    p.http_status, p.reason, p.tripped_at, action]);
+    tr.dataset.provider = p.name;
+    body.appendChild(tr);
+  }
+}
+
+async function resetProvider(name) {
+  if (!(await confirmAction(`Reset ${name}'s credential breaker? Its waiting jobs are sent ` +
+                            "again: do it once the key is fixed.")))
+    return;
+  const r = await api("POST", `/v1/admin/providers/${encodeURIComponent(name)}/reset`);
+  await loadProviders();
+  status(r.cleared ? `${name}: breaker reset.` : `${name} was not tripped.`);
+}
+
+// The value of each sample of /metrics' text, by name with its labels as written
+// (`idemgate_operations{state="review"}`).
+function parseMetrics(text) {
+  const out = new Map();
+  for (const line of text.split("\n")) {
+    const m = /^([a-z_]+(?:\{[^}]*\})?) (\S+)$/.exec(line);
+    if (m) out.set(m[1], m[2]);
+  }
+  return out;
+}
+
+function chart(id, names) {
+  if (charts[id]) return charts[id];
+  const el = $(id);
+  const opts = {
+    width: Math.max(320, el.clientWidth - 8), height: 220,
+    // Counts: from zero, whole-number ticks.
+    scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    series: [{}, ...names.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length],
+                                              width: 2 }))],
+    axes: [{}, { size: 50, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4,
+                                    2e4, 5e4, 1e5, 1e6] }],
+  };
+  charts[id] = new uPlot(opts, [[], ...names.map(() => [])], el);
+  return charts[id];
+}
+
+function record(values) {
+  const num = (k) => (values.has(k) ? Number(values.get(k)) : null);
+  samples.t.push(Date.now() / 1000);
+  LIVE_STATES.forEach((s, i) => samples.states[i].push(num(`idemgate_operations{state="${s}"}`)));
+  COUNTERS.forEach(([k], i) => samples.counters[i].push(num(k)));
+  if (samples.t.length > MAX_SAMPLES) {
+    samples.t.shift();
+    for (const a of [...samples.states, ...samples.counters]) a.shift();
+  }
+  chart("chart-states", LIVE_STATES).setData([samples.t, ...samples.states]);
+  chart("chart-safety", COUNTERS.map(([, label]) => label))
+    .setData([samples.t, ...samples.counters]);
+  for (const id of ["chart-states", "chart-safety"]) $(id).dataset.samples = samples.t.length;
+}
+
+async function loadSafety() {
+  const values = parseMetrics(await api("GET", "/metrics"));
+  record(values);
+  const body = $("safety-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const [name, meaning] of SAFETY) {
+    const tr = row([el("span", name, "mono"), values.has(name) ? values.get(name) : null,
+                    meaning]);
+    tr.dataset.metric = name;
+    body.appendChild(tr);
+  }
+}
+
+// ---- sign-in --------------------------------------------------------------------------------
+
+function signedIn() {
+  $("signin").hidden = true;
+  $("nav").hidden = false;
+  show(current);
+}
+
+function signOut(why) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  for (const v of document.querySelectorAll(".view")) v.hidden = true;
+  $("nav").hidden = true;
+  $("signin").hidden = false;
+  $("signin-error").textContent = why || "";
+  status("");
+}
+
+function guard(fn) {
+  return (ev) => {
+    if (ev) ev.preventDefault();
+    Promise.resolve().then(fn).catch((e) => status(e.message, true));
+  };
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("signin-form").addEventListener("submit", guard(async () => {
+    sessionStorage.setItem(TOKEN_KEY, $("token").value);
+    $("token").value = "";
+    try {
+      await api("GET", "/v1/admin/providers");   // proves the token before anything is shown
+    } catch (e) {
+      if (e.status !== 401) signOut(e.message);
+      return;
+    }
+    $("signin-error").textContent = "";
+    signedIn();
+  }));
+  $("sign-out").addEventListener("click", () => signOut());
+  for (const b of document.querySelectorAll("#nav button[data-view]"))
+    b.addEventListener("click", () => show(b.dataset.view));
+  $("review-refresh").addEventListener("click", guard(loadReview));
+  $("providers-refresh").addEventListener("click", guard(loadProviders));
+  $("safety-refresh").addEventListener("click", guard(loadSafety));
+  $("job-refresh").addEventListener("click", guard(() => openJob(openId)));
+  $("job-id-form").addEventListener("submit", guard(() => openJob($("search-id").value.trim())));
+  $("job-search-form").addEventListener("submit", guard(searchJobs));
+  $("resolve-found").addEventListener("click", guard(() => resolveJob("found")));
+  $("resolve-absent").addEventListener("click", guard(() => resolveJob("absent")));
+  $("resolve-abandon").addEventListener("click", guard(() => resolveJob("abandon")));
+  if (token()) signedIn();
+});

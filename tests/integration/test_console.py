@@ -1,0 +1,181 @@
+"""The operator console (issue 15 §1): its files are served from the binary with a strict
+Content-Security-Policy, the admin reads it uses answer only the admin token, and a real headless
+Chromium (Debian's, driven by playwright-core from npm: tests/console/console.mjs) signs in,
+finds a job in review, resolves it, sees the state change, and resets a tripped provider.
+Screenshots of every step are written under build-test/console-shots/ (printed)."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+import uuid
+
+from conftest import ROOT, provider
+
+ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
+ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
+CONSOLE_DIR = os.path.join(ROOT, "tests", "console")
+SHOTS = os.path.join(ROOT, "build-test", "console-shots")
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def admin(token=ADMIN_TOKEN):
+    return {"Authorization": f"Bearer {token}"}
+
+
+class Console:
+    """A gateway with the admin token and two providers of names of their own (breakers are
+    kept in the shared database by provider name): `rev`, whose hanging create ends in review,
+    and `acct`, whose credential the mock refuses."""
+
+    def __init__(self, gateway_factory, mock):
+        tag = uuid.uuid4().hex[:8]
+        self.rev, self.acct = f"rev-{tag}", f"acct-{tag}"
+        self.gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[
+            provider(self.rev, mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+                     reconcile={"strategy": "none", "window_seconds": 2}),
+            provider(self.acct, mock.url, retry={"max_attempts": 5, "deadline_seconds": 60,
+                                                 "base_ms": 100, "cap_ms": 500})])
+
+    def reset(self):
+        r = self.gw.http.request("POST", f"/v1/admin/providers/{self.acct}/reset",
+                                 headers=admin())
+        assert r.status == 200, r
+
+
+def review_job(c, token, mock):
+    gw = c.gw
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, "console-" + uuid.uuid4().hex, {"prompt": "x"},
+                  route=f"{c.rev}/images/generations")
+    assert r.status == 202, r
+    job = gw.wait_state(token, r.json()["id"], {"review"}, timeout=30)
+    assert job["state"] == "review", job
+    return job["id"]
+
+
+def trip(c, token, mock):
+    gw = c.gw
+    mock.script([{"status": 401}])
+    r = gw.submit(token, "console-" + uuid.uuid4().hex, {"prompt": "x"},
+                  route=f"{c.acct}/images/generations")
+    assert r.status == 202, r
+    job = gw.wait_state(token, r.json()["id"], {"failed", "completed"})
+    assert job["state"] == "failed", job
+    # The dispatcher records the breaker just after it commits the failed job (attempt.c):
+    # wait for it, a bounded while.
+    deadline = time.monotonic() + 10
+    while True:
+        tripped = gw.http.request("GET", "/readyz").json()["tripped_providers"]
+        if c.acct in [t["provider"] for t in tripped] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert c.acct in [t["provider"] for t in tripped], (tripped, job)
+
+
+def test_console_files_are_served_with_a_strict_policy(gateway_factory, mock):
+    gw = Console(gateway_factory, mock).gw
+    page = gw.http.request("GET", "/console")
+    assert page.status == 200, page
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    for r in [page] + [gw.http.request("GET", f"/console/{n}") for n in ("app.js", "app.css")]:
+        assert r.status == 200, r
+        assert r.headers["content-security-policy"] == CSP
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
+    html = page.body.decode()
+    # No inline script or style for the policy to refuse: every script and sheet is a file.
+    assert "<script src=\"/console/app.js\"" in html and "<script>" not in html
+    assert "style=" not in html and "<style" not in html
+    # Byte for byte the files of the source tree.
+    with open(os.path.join(ROOT, "console", "app.js"), "rb") as f:
+        assert gw.http.request("GET", "/console/app.js").body == f.read()
+    for missing in ("/console/nope.js", "/console/index.html", "/console/"):
+        r = gw.http.request("GET", missing)
+        assert r.status == 404 and r.json()["type"].endswith(":not-found"), (missing, r)
+
+
+def test_console_admin_reads_need_the_admin_token(gateway_factory, mock, token):
+    c = Console(gateway_factory, mock)
+    gw = c.gw
+    job_id = review_job(c, token, mock)
+    trip(c, token, mock)
+    try:
+        check_admin_reads(c, job_id, token)
+    finally:
+        c.reset()
+
+
+def check_admin_reads(c, job_id, token):
+    gw = c.gw
+    for path in ("/v1/admin/jobs", f"/v1/admin/jobs/{job_id}", "/v1/admin/providers"):
+        assert gw.http.request("GET", path, headers=admin(token)).status == 401, path
+        assert gw.http.request("GET", path).status == 401, path
+
+    listed = gw.http.request("GET", f"/v1/admin/jobs?state=review&provider={c.rev}",
+                             headers=admin()).json()["data"]
+    assert [j["id"] for j in listed] == [job_id]
+    assert gw.http.request("GET", f"/v1/admin/jobs?state=review&provider={c.acct}",
+                           headers=admin()).json()["data"] == []
+    everyone = gw.http.request("GET", "/v1/admin/jobs?limit=1000", headers=admin()).json()
+    assert job_id in [j["id"] for j in everyone["data"]]
+    for bad in ("state=bogus", "limit=0", "limit=1001", "limit=5x", "provider="):
+        r = gw.http.request("GET", f"/v1/admin/jobs?{bad}", headers=admin())
+        assert r.status == 400 and r.json()["type"].endswith(":invalid-query"), (bad, r)
+
+    d = gw.http.request("GET", f"/v1/admin/jobs/{job_id}", headers=admin()).json()
+    assert d["job"]["id"] == job_id and d["job"]["state"] == "review"
+    creates = [a for a in d["attempts"] if a["kind"] == "create"]
+    assert creates and creates[0]["outcome"] == "ambiguous" and creates[0]["decision"] == "unknown"
+    assert creates[0]["http_status"] is None and creates[0]["started_at"] <= \
+        creates[0]["finished_at"]
+    assert [a["seq"] for a in d["attempts"]] == sorted(a["seq"] for a in d["attempts"])
+    r = gw.http.request("GET", "/v1/admin/jobs/job_none", headers=admin())
+    assert r.status == 404 and r.json()["type"].endswith(":job-not-found")
+
+    providers = gw.http.request("GET", "/v1/admin/providers", headers=admin()).json()["data"]
+    assert [p["name"] for p in providers] == [c.rev, c.acct], "the configuration's order"
+    acct = providers[1]
+    assert acct["tripped"] is True and acct["http_status"] == 401 and acct["tripped_at"], acct
+    assert "401" in acct["reason"]
+    assert providers[0] == {"name": c.rev, "mode": "sync", "tripped": False,
+                            "http_status": None, "reason": None, "tripped_at": None}
+
+
+def test_console_in_a_headless_browser(gateway_factory, mock, token):
+    chromium = subprocess.run([os.path.join(ROOT, "scripts", "browser-tools.sh")], check=True,
+                              capture_output=True, text=True, timeout=1200).stdout.strip()
+    c = Console(gateway_factory, mock)
+    gw = c.gw
+    job_id = review_job(c, token, mock)
+    trip(c, token, mock)
+    try:
+        drive_browser(c, job_id, chromium)
+    finally:
+        c.reset()
+
+
+def drive_browser(c, job_id, chromium):
+    gw = c.gw
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    print(f"\nconsole screenshots: {SHOTS}")
+    run = subprocess.run(["node", os.path.join(CONSOLE_DIR, "console.mjs")], cwd=CONSOLE_DIR,
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, GATEWAY=f"http://127.0.0.1:{gw.port}",
+                                  ADMIN_TOKEN=ADMIN_TOKEN, JOB=job_id, TRIPPED=c.acct,
+                                  PROVIDER=c.rev, SHOTS=SHOTS, CHROMIUM=chromium))
+    print(run.stdout)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "every step passed" in run.stdout
+
+    # What the browser did, as the API sees it.
+    j = gw.http.request("GET", f"/v1/admin/jobs/{job_id}", headers=admin()).json()["job"]
+    assert j["state"] == "completed" and j["remote_id"] == "task_seen_in_console", j
+    assert j["resolution"]["outcome"] == "found" and "console-test" in j["resolution"]["by"]
+    tripped = gw.http.request("GET", "/readyz").json()["tripped_providers"]
+    assert c.acct not in [t["provider"] for t in tripped], tripped
+    assert len([n for n in os.listdir(SHOTS) if n.endswith(".png")]) >= 8
+    # The token never reached the gateway's log (it is sent as a header, never in a URL).
+    assert ADMIN_TOKEN not in gw.log()
