@@ -24,12 +24,12 @@
 /* How long an operation that could not be sent here waits before any replica tries again. */
 #define NOT_SENT_RETRY_MS 5000
 
-/* Refuses to send once the lease is (nearly) over, by this host's monotonic clock, which keeps
- * counting while the process is stopped: a worker frozen past its lease wakes up, finds its
- * deadline gone, and sends nothing, because another replica may own the operation by now. */
 /* A claim older than this when its worker takes it has waited in a queue: it is read again. */
 #define QUEUED_RECHECK_S 0.005
 
+/* Refuses to send once the lease is (nearly) over, by this host's monotonic clock, which keeps
+ * counting while the process is stopped: a worker frozen past its lease wakes up, finds its
+ * deadline gone, and sends nothing, because another replica may own the operation by now. */
 static int lease_guard(void *arg)
 {
     const double *deadline = arg;
