@@ -74,18 +74,6 @@ void admin_reset(struct hs_req *r, const struct api_args *a)
     hs_respond(r, 200, "application/json", body, (size_t)n, NULL);
 }
 
-/* Answers o as JSON with status 200 and frees it. */
-static void respond_json(struct hs_req *r, cJSON *o)
-{
-    char *body = cJSON_PrintUnformatted(o);
-    if (body)
-        hs_respond(r, 200, "application/json", body, strlen(body), NULL);
-    else
-        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
-    free(body);
-    cJSON_Delete(o);
-}
-
 static void add_job(const struct store_job *j, void *arg)
 {
     char *json = jobview_json(j);
@@ -123,7 +111,7 @@ void admin_jobs_list(struct hs_req *r, const struct api_args *a)
         reply_store_error(r, e);
         return;
     }
-    respond_json(r, o);
+    reply_json(r, 200, o);
 }
 
 static void add_attempt(const struct store_attempt *at, void *arg)
@@ -191,7 +179,7 @@ void admin_job_get(struct hs_req *r, const struct api_args *a)
         reply_store_error(r, e);
         return;
     }
-    respond_json(r, o);
+    reply_json(r, 200, o);
 }
 
 static void keep_breaker(const char *provider, int status, const char *reason,
@@ -244,7 +232,7 @@ void admin_providers(struct hs_req *r, const struct api_args *a)
         cJSON_AddItemToArray(data, item);
     }
     cJSON_Delete(tripped);
-    respond_json(r, o);
+    reply_json(r, 200, o);
 }
 
 static void add_breaker(const char *provider, int status, const char *reason,
@@ -277,11 +265,7 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
     cJSON *tripped = cJSON_AddArrayToObject(o, "tripped_providers");
     if (ready)
         ready = store_breaker_list(api_db(r), add_breaker, tripped) == STORE_OK;
-    char *body = cJSON_PrintUnformatted(o);
-    if (body)
-        hs_respond(r, ready ? 200 : 503, "application/json", body, strlen(body), NULL);
-    free(body);
-    cJSON_Delete(o);
+    reply_json(r, ready ? 200 : 503, o);
 }
 
 struct gauge_text {

@@ -109,10 +109,8 @@ void jobs_list(struct hs_req *r, const struct api_args *a)
     } else if (e < 0) {
         reply_store_error(r, e);
     } else {
-        char *body = cJSON_PrintUnformatted(o);
-        if (body)
-            hs_respond(r, 200, "application/json", body, strlen(body), NULL);
-        free(body);
+        reply_json(r, 200, o);
+        return;
     }
     cJSON_Delete(o);
 }

@@ -64,6 +64,17 @@ int reply_problem(struct hs_req *r, int status, const char *type, const char *ti
                       (size_t)(n < (int)sizeof(body) ? n : (int)sizeof(body) - 1), hdrs);
 }
 
+void reply_json(struct hs_req *r, int status, cJSON *o)
+{
+    char *body = o ? cJSON_PrintUnformatted(o) : NULL;
+    if (body)
+        hs_respond(r, status, "application/json", body, strlen(body), NULL);
+    else
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+    free(body);
+    cJSON_Delete(o);
+}
+
 void reply_shutting_down(struct hs_req *r)
 {
     reply_problem(r, 503, "shutting-down", "Shutting down",

@@ -177,12 +177,8 @@ void usage_get(struct hs_req *r, const struct api_args *a)
     } else if (e < 0) {
         reply_store_error(r, e);
     } else {
-        char *body = cJSON_PrintUnformatted(doc);
-        if (body)
-            hs_respond(r, 200, "application/json", body, strlen(body), NULL);
-        else
-            reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
-        free(body);
+        reply_json(r, 200, doc);
+        return;
     }
     cJSON_Delete(doc);
 }

@@ -6,6 +6,8 @@
 #include "idemgate/jobcache.h"
 #include "idemgate/store.h"
 
+struct cJSON;
+
 /* The answers the API's handlers share: RFC 9457 problems, store errors, the bearer token, and a
  * job (or the provider's stored result) as a response. */
 
@@ -15,6 +17,8 @@
  * the connection. */
 int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
                   const char *detail, int retry_after);
+/* Answers o as application/json with status and frees it (a 500 when it cannot be printed). */
+void reply_json(struct hs_req *r, int status, struct cJSON *o);
 /* 503 shutting-down (Retry-After): this replica is draining and starts nothing new. */
 void reply_shutting_down(struct hs_req *r);
 /* 503 (unreachable, busy; with Retry-After) or 500 for a negative store code. */
