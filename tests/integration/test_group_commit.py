@@ -180,3 +180,32 @@ def test_a_tripped_credential_is_never_born_claimed(gateway_factory, mock, datab
     assert wait_until(lambda: psql(f"SELECT state FROM operations WHERE id = '{job}'")
                       == [["completed"]], 20)
     assert len(mock.creates_for(job)) == 1
+
+
+def test_a_born_claim_cancelled_while_queued_is_never_sent(gateway_factory, mock, database_url,
+                                                           psql):
+    """A born claim may wait behind a busy dispatcher; a cancel acknowledged while it waits
+    means it is never sent (invariant 8): the worker reads it again before sending. One worker,
+    busy with a slow create; the second intent is recorded born claimed, queued, then cancelled:
+    it ends failed and the provider never sees it."""
+    tok = tenant_token(database_url)
+    gw = gateway_factory(dispatch_workers=1, instance_id="queued-" + uuid.uuid4().hex[:6])
+    assert wait_until(lambda: psql("SELECT count(*) FROM operations WHERE state IN "
+                                   "('prepared', 'sending')") == [["0"]], 60)
+    time.sleep(0.2)  # the worker has gone back to waiting
+    slow = gw.submit(tok, "busy-" + uuid.uuid4().hex[:8],
+                     {"prompt": "keeps the worker busy", "_mock": {"delay_ms": 3000}})
+    assert slow.status == 202, slow
+    key = "queued-" + uuid.uuid4().hex[:8]
+    r = gw.submit(tok, key, {"prompt": "queued behind it"})
+    assert r.status == 202, r
+    job = r.json()["id"]
+    born = psql("SELECT state, lease_version, first_sent_at = created_at FROM operations "
+                f"WHERE id = '{job}'")
+    assert born == [["sending", "1", "t"]], born  # born claimed, waiting in the queue
+    c = gw.http.request("POST", f"/v1/jobs/{job}/cancel", "", {"Authorization": f"Bearer {tok}"})
+    assert c.status == 202 and c.json()["state"] == "sending", c
+    done = gw.wait_state(tok, job, ("completed", "failed"), 30)
+    assert done["state"] == "failed", done
+    assert gw.wait_state(tok, slow.json()["id"], ("completed",), 30)["state"] == "completed"
+    assert mock.creates_for(job) == [], "a create after an acknowledged cancel"
