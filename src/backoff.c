@@ -288,13 +288,63 @@ long long bo_retry_after_ms_header(const char *value)
     return scale_decimal(p, end, 1, 1, &ms) == 0 ? ms : -1;
 }
 
+/* Whether glibc can compile pattern in bounded memory. Its regcomp copies the tree of a
+ * repeated subexpression once per repetition (and `x+` as `xx*`), so stacked quantifiers
+ * ("g++++…": found by fuzzing, 1.5 GB), deep nests of repeated groups or large {m,n} bounds
+ * grow exponentially. A delay hint needs none of these. */
+static int pattern_tame(const char *p)
+{
+    size_t len = strlen(p);
+    int depth = 0, braces = 0, after_quantifier = 0;
+    if (len > 256)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < len) { /* an escaped character is an atom */
+            i++;
+            after_quantifier = 0;
+        } else if (c == '[') { /* a bracket expression is an atom */
+            size_t j = i + 1;
+            if (j < len && p[j] == '^')
+                j++;
+            if (j < len && p[j] == ']')
+                j++;
+            while (j < len && p[j] != ']')
+                j++;
+            i = j;
+            after_quantifier = 0;
+        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+            if (after_quantifier)
+                return 0;
+            if (c == '{') {
+                char *end;
+                long lo = strtol(p + i + 1, &end, 10), hi = lo;
+                if (*end == ',')
+                    hi = end[1] == '}' ? 0 : strtol(end + 1, &end, 10);
+                if (++braces > 2 || lo > 16 || hi > 16 || hi < 0 || (*end != '}' && *end != ','))
+                    return 0;
+                while (i < len && p[i] != '}')
+                    i++;
+            }
+            after_quantifier = 1;
+        } else {
+            if (c == '(' && ++depth > 8)
+                return 0;
+            if (c == ')')
+                depth--;
+            after_quantifier = 0;
+        }
+    }
+    return 1;
+}
+
 int bo_body_hint_compile(struct bo_body_hint *h, const char *pattern, long long unit_ms, int icase)
 {
     if (!h)
         return -1;
     h->ok = 0;
     h->unit_ms = 0;
-    if (!pattern || unit_ms < 1 || unit_ms > BO_DELAY_MAX_MS)
+    if (!pattern || unit_ms < 1 || unit_ms > BO_DELAY_MAX_MS || !pattern_tame(pattern))
         return -1;
     if (regcomp(&h->re, pattern, REG_EXTENDED | (icase ? REG_ICASE : 0)) != 0)
         return -1;

@@ -379,6 +379,17 @@ static void test_body_hint_compile_errors(void **state)
     assert_int_equal(bo_body_hint_compile(&h, NULL, 1000, 0), -1);
     assert_int_equal(bo_body_hint_compile(NULL, SECONDS_RE, 1000, 0), -1);
     assert_int_equal(bo_body_hint_ms(&h, "try again in 1s", 15), -1);
+    /* Patterns glibc would expand exponentially (fuzzing found "g++++…" taking 1.5 GB). */
+    static const char *const wild[] = {
+        "try ag+++++++++++++++++++++++++++++++++ain in ([0-9]+)s", "in ([0-9]+)*+s",
+        "in ([0-9]+){2}{2}s", "in ([0-9]{17})s", "a{1}b{1}c{1}in ([0-9]+)s",
+        "((((((((((in ([0-9]+)s))))))))))",
+    };
+    for (size_t i = 0; i < sizeof(wild) / sizeof(wild[0]); i++)
+        assert_int_equal(bo_body_hint_compile(&h, wild[i], 1000, 0), -1);
+    /* Escaped and bracketed quantifier characters are atoms, not quantifiers. */
+    assert_int_equal(bo_body_hint_compile(&h, "in ([0-9+*]+)\\+s{1,2}", 1000, 0), 0);
+    bo_body_hint_free(&h);
 
     /* The largest unit still scales exactly and saturates instead of overflowing. */
     assert_int_equal(bo_body_hint_compile(&h, "in ([0-9.]+)u", MAX_MS, 0), 0);
