@@ -317,7 +317,7 @@ static const char *last_error(const struct pol_decision *d, const struct up_resp
 }
 
 /* Classifies, decides and records one call's outcome under the lease; trips the provider's
- * breaker when the decision says so and the write held. */
+ * breaker (before the outcome's write) when the decision says so. */
 static void record(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                    const struct up_response *res, double t0, double t1)
 {
@@ -351,14 +351,17 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     if (d.next == ST_COMPLETED && p->pricing.present)
         f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                          c->outputs_requested, rs.received, rs.usage);
+    /* The refusal is a fact about the credential whatever becomes of this job's write: the
+     * breaker is recorded first, so that a client that sees the job failed also sees the
+     * provider tripped, and claims stop as early as they can. */
+    if (d.trip_credential)
+        trip(db, c, res->http_status);
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     CRASH_POINT("after_result_commit");
     if (e == STORE_OK && applied && f.cost_micros >= 0)
         metrics_spend(p->name, p->pricing.currency, f.cost_micros);
     report(c, e, applied, outcome, &d, res, (t1 - t0) * 1000);
-    if (applied && d.trip_credential)
-        trip(db, c, res->http_status);
     free(rs.usage);
     free(t.remote_id);
     free(t.poll_url);
