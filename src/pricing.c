@@ -60,36 +60,57 @@ static int get_path(const cJSON *o, const char *key, struct jpath **out, char *e
     return 0;
 }
 
-static int load_by(const cJSON *by, struct price_table *t, char *err, size_t errlen)
+/* keys/defaults of a "…_by" or "variants" member. */
+static int load_keys(const cJSON *o, const char *name, struct price_keys *k, char *err,
+                     size_t errlen)
 {
-    const cJSON *keys = cJSON_GetObjectItemCaseSensitive(by, "keys");
-    const cJSON *defs = cJSON_GetObjectItemCaseSensitive(by, "defaults");
-    const cJSON *prices = cJSON_GetObjectItemCaseSensitive(by, "prices");
+    const cJSON *keys = cJSON_GetObjectItemCaseSensitive(o, "keys");
+    const cJSON *defs = cJSON_GetObjectItemCaseSensitive(o, "defaults");
     int n = cJSON_GetArraySize(keys);
-    if (!cJSON_IsArray(keys) || n < 1 || n > PRICE_MAX_BY || !cJSON_IsObject(prices) ||
+    if (!cJSON_IsArray(keys) || n < 1 || n > PRICE_MAX_BY ||
         (defs && (!cJSON_IsArray(defs) || cJSON_GetArraySize(defs) != n))) {
-        errf(err, errlen, "pricing.per_output_by needs \"keys\" (1 to %d paths), \"prices\" (an "
-                          "object) and optionally \"defaults\" (one string per key)",
-             PRICE_MAX_BY);
+        errf(err, errlen, "pricing.%s needs \"keys\" (1 to %d paths) and optionally "
+                          "\"defaults\" (one string per key)", name, PRICE_MAX_BY);
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        const cJSON *k = cJSON_GetArrayItem(keys, i);
+        const cJSON *p = cJSON_GetArrayItem(keys, i);
         const cJSON *d = defs ? cJSON_GetArrayItem(defs, i) : NULL;
         const char *why = NULL;
-        if (!cJSON_IsString(k) || jpath_compile(k->valuestring, &t->by[i], &why) < 0) {
-            errf(err, errlen, "pricing.per_output_by.keys[%d]: %s", i,
+        if (!cJSON_IsString(p) || jpath_compile(p->valuestring, &k->paths[i], &why) < 0) {
+            errf(err, errlen, "pricing.%s.keys[%d]: %s", name, i,
                  why ? why : "must be a JSONPath string");
             return -1;
         }
-        t->n_by = i + 1;
+        k->n = i + 1;
         if (d && !cJSON_IsString(d)) {
-            errf(err, errlen, "pricing.per_output_by.defaults[%d] must be a string", i);
+            errf(err, errlen, "pricing.%s.defaults[%d] must be a string", name, i);
             return -1;
         }
-        t->by_default[i] = strdup(d ? d->valuestring : "");
-        if (!t->by_default[i])
+        k->defaults[i] = strdup(d ? d->valuestring : "");
+        if (!k->defaults[i])
             return -1;
+    }
+    return 0;
+}
+
+static void keys_fini(struct price_keys *k)
+{
+    for (int i = 0; i < PRICE_MAX_BY; i++) {
+        jpath_free(k->paths[i]);
+        free(k->defaults[i]);
+    }
+}
+
+static int load_by(const cJSON *by, const char *name, struct price_by *t, char *err,
+                   size_t errlen)
+{
+    const cJSON *prices = cJSON_GetObjectItemCaseSensitive(by, "prices");
+    if (load_keys(by, name, &t->k, err, errlen) < 0)
+        return -1;
+    if (!cJSON_IsObject(prices)) {
+        errf(err, errlen, "pricing.%s needs \"prices\" (an object)", name);
+        return -1;
     }
     size_t np = (size_t)cJSON_GetArraySize(prices);
     t->prices = calloc(np ? np : 1, sizeof(*t->prices));
@@ -98,8 +119,8 @@ static int load_by(const cJSON *by, struct price_table *t, char *err, size_t err
     for (const cJSON *e = prices->child; e; e = e->next) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > (double)PRICE_MAX ||
             e->valuedouble != floor(e->valuedouble)) {
-            errf(err, errlen, "pricing.per_output_by.prices.%s must be a whole number of "
-                              "micro-units", e->string);
+            errf(err, errlen, "pricing.%s.prices.%s must be a whole number of micro-units", name,
+                 e->string);
             return -1;
         }
         struct price_entry *pe = &t->prices[t->n_prices];
@@ -108,6 +129,116 @@ static int load_by(const cJSON *by, struct price_table *t, char *err, size_t err
             return -1;
         pe->micros = (long long)e->valuedouble;
         t->n_prices++;
+    }
+    return 0;
+}
+
+static void by_fini(struct price_by *t)
+{
+    keys_fini(&t->k);
+    for (size_t i = 0; i < t->n_prices; i++)
+        free(t->prices[i].key);
+    free(t->prices);
+}
+
+static int load_table(const cJSON *j, struct price_table *t, int nested, char *err,
+                      size_t errlen);
+
+/* "variants": {"keys", "defaults", "tables": {value: table}}; each table inherits the currency. */
+static int load_variants(const cJSON *v, struct price_table *t, char *err, size_t errlen)
+{
+    const cJSON *tables = cJSON_GetObjectItemCaseSensitive(v, "tables");
+    if (load_keys(v, "variants", &t->variant_keys, err, errlen) < 0)
+        return -1;
+    if (!cJSON_IsObject(tables) || !tables->child) {
+        errf(err, errlen, "pricing.variants needs \"tables\" (an object: a price table per "
+                          "request value)");
+        return -1;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(tables);
+    t->variants = calloc(n, sizeof(*t->variants));
+    if (!t->variants)
+        return -1;
+    for (const cJSON *e = tables->child; e; e = e->next) {
+        struct price_variant *pv = &t->variants[t->n_variants++]; /* freed with t from here */
+        char why[200] = "";
+        if (!cJSON_IsObject(e) || load_table(e, &pv->table, 1, why, sizeof(why)) < 0) {
+            const char *rest = strncmp(why, "pricing.", 8) == 0 ? why + 8 : why;
+            errf(err, errlen, "pricing.variants.tables.%s%s%s", e->string,
+                 cJSON_IsObject(e) ? "." : " must be an object", cJSON_IsObject(e) ? rest : "");
+            return -1;
+        }
+        pv->table.present = 1;
+        pv->table.currency = strdup(t->currency);
+        pv->key = strdup(e->string);
+        if (!pv->key || !pv->table.currency)
+            return -1;
+    }
+    return 0;
+}
+
+/* Every member but currency and source; nested: a variant's table (no variants of its own). */
+static int load_table(const cJSON *j, struct price_table *t, int nested, char *err,
+                      size_t errlen)
+{
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(j, "default_seconds");
+    if (ds && (!cJSON_IsNumber(ds) || ds->valuedouble < 0 || ds->valuedouble > 86400)) {
+        errf(err, errlen, "pricing.default_seconds must be a number of seconds (0 to 86400)");
+        return -1;
+    }
+    t->default_seconds = ds ? ds->valuedouble : 0;
+    const cJSON *us = cJSON_GetObjectItemCaseSensitive(j, "usage_settles");
+    if (us && !cJSON_IsBool(us)) {
+        errf(err, errlen, "pricing.usage_settles must be true or false");
+        return -1;
+    }
+    t->usage_settles = cJSON_IsTrue(us);
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "per_output_by");
+    const cJSON *sby = cJSON_GetObjectItemCaseSensitive(j, "per_second_by");
+    const cJSON *var = cJSON_GetObjectItemCaseSensitive(j, "variants");
+    if (var && nested) {
+        errf(err, errlen, "pricing.variants: a variant's table has no variants of its own");
+        return -1;
+    }
+    if (get_micros(j, "per_request", 0, &t->per_request, err, errlen) < 0 ||
+        get_micros(j, "per_output", 0, &t->per_output, err, errlen) < 0 ||
+        get_micros(j, "per_megapixel", 0, &t->per_megapixel, err, errlen) < 0 ||
+        get_micros(j, "megapixel", 1000000, &t->megapixel, err, errlen) < 0 ||
+        get_micros(j, "per_second", 0, &t->per_second, err, errlen) < 0 ||
+        get_micros(j, "per_million_input_tokens", 0, &t->per_mtok_in, err, errlen) < 0 ||
+        get_micros(j, "per_million_output_tokens", 0, &t->per_mtok_out, err, errlen) < 0 ||
+        get_micros(j, "estimate_input_tokens", 0, &t->estimate_tokens_in, err, errlen) < 0 ||
+        get_micros(j, "estimate_output_tokens", 0, &t->estimate_tokens_out, err, errlen) < 0 ||
+        get_path(j, "seconds", &t->seconds, err, errlen) < 0 ||
+        get_path(j, "width", &t->width, err, errlen) < 0 ||
+        get_path(j, "height", &t->height, err, errlen) < 0 ||
+        get_path(j, "input_tokens", &t->tokens_in, err, errlen) < 0 ||
+        get_path(j, "output_tokens", &t->tokens_out, err, errlen) < 0 ||
+        (by && load_by(by, "per_output_by", &t->output_by, err, errlen) < 0) ||
+        (sby && load_by(sby, "per_second_by", &t->second_by, err, errlen) < 0) ||
+        (var && load_variants(var, t, err, errlen) < 0)) {
+        if (!err[0])
+            errf(err, errlen, "pricing: out of memory");
+        return -1;
+    }
+    if (t->megapixel < 1) {
+        errf(err, errlen, "pricing.megapixel must be 1 or more pixels");
+        return -1;
+    }
+    if (t->per_megapixel && (!t->width || !t->height)) {
+        errf(err, errlen, "pricing.per_megapixel needs \"width\" and \"height\" (paths in "
+                          "the request)");
+        return -1;
+    }
+    if (t->usage_settles && !t->tokens_in && !t->tokens_out) {
+        errf(err, errlen, "pricing.usage_settles needs \"input_tokens\" or \"output_tokens\" "
+                          "(paths in the usage)");
+        return -1;
+    }
+    if ((t->per_second || t->second_by.k.n) && !t->seconds && t->default_seconds <= 0) {
+        errf(err, errlen, "pricing.per_second%s needs \"seconds\" (a path in the request) or "
+                          "\"default_seconds\"", t->per_second ? "" : "_by");
+        return -1;
     }
     return 0;
 }
@@ -122,40 +253,16 @@ int price_table_load(const cJSON *j, struct price_table *t, char *err, size_t er
         errf(err, errlen, "pricing.currency must be an ISO 4217 code such as \"USD\"");
         return -1;
     }
-    t->present = 1;
-    t->currency = strdup(cur);
     const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "source"));
+    t->currency = strdup(cur);
     t->source = src ? strdup(src) : NULL;
-    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(j, "default_seconds");
-    if (ds && (!cJSON_IsNumber(ds) || ds->valuedouble < 0 || ds->valuedouble > 86400)) {
-        errf(err, errlen, "pricing.default_seconds must be a number of seconds (0 to 86400)");
-        price_table_fini(t);
-        return -1;
-    }
-    t->default_seconds = ds ? ds->valuedouble : 0;
-    const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "per_output_by");
-    if (!t->currency || get_micros(j, "per_request", 0, &t->per_request, err, errlen) < 0 ||
-        get_micros(j, "per_output", 0, &t->per_output, err, errlen) < 0 ||
-        get_micros(j, "per_second", 0, &t->per_second, err, errlen) < 0 ||
-        get_micros(j, "per_million_input_tokens", 0, &t->per_mtok_in, err, errlen) < 0 ||
-        get_micros(j, "per_million_output_tokens", 0, &t->per_mtok_out, err, errlen) < 0 ||
-        get_micros(j, "estimate_input_tokens", 0, &t->estimate_tokens_in, err, errlen) < 0 ||
-        get_micros(j, "estimate_output_tokens", 0, &t->estimate_tokens_out, err, errlen) < 0 ||
-        get_path(j, "seconds", &t->seconds, err, errlen) < 0 ||
-        get_path(j, "input_tokens", &t->tokens_in, err, errlen) < 0 ||
-        get_path(j, "output_tokens", &t->tokens_out, err, errlen) < 0 ||
-        (by && load_by(by, t, err, errlen) < 0)) {
+    if (!t->currency || (src && !t->source) || load_table(j, t, 0, err, errlen) < 0) {
         if (!err[0])
             errf(err, errlen, "pricing: out of memory");
         price_table_fini(t);
         return -1;
     }
-    if (t->per_second && !t->seconds && t->default_seconds <= 0) {
-        errf(err, errlen, "pricing.per_second needs \"seconds\" (a path in the request) or "
-                          "\"default_seconds\"");
-        price_table_fini(t);
-        return -1;
-    }
+    t->present = 1;
     return 0;
 }
 
@@ -163,16 +270,19 @@ void price_table_fini(struct price_table *t)
 {
     free(t->currency);
     free(t->source);
-    for (int i = 0; i < PRICE_MAX_BY; i++) {
-        jpath_free(t->by[i]);
-        free(t->by_default[i]);
-    }
-    for (size_t i = 0; i < t->n_prices; i++)
-        free(t->prices[i].key);
-    free(t->prices);
+    by_fini(&t->output_by);
+    by_fini(&t->second_by);
+    jpath_free(t->width);
+    jpath_free(t->height);
     jpath_free(t->seconds);
     jpath_free(t->tokens_in);
     jpath_free(t->tokens_out);
+    keys_fini(&t->variant_keys);
+    for (size_t i = 0; i < t->n_variants; i++) {
+        free(t->variants[i].key);
+        price_table_fini(&t->variants[i].table);
+    }
+    free(t->variants);
     memset(t, 0, sizeof(*t));
 }
 
@@ -191,25 +301,43 @@ static const char *value_text(const cJSON *v, char *buf, size_t len)
     return NULL;
 }
 
-/* The price of one output for this request. */
-static long long per_output_price(const struct price_table *t, const cJSON *body)
+/* The request's values for k joined with '|' into key; -1 when they do not fit. */
+static int request_key(const struct price_keys *k, const cJSON *body, char *key, size_t len)
 {
-    if (!t->n_by)
-        return t->per_output;
-    char key[256], num[32];
+    char num[32];
     size_t pos = 0;
-    for (int i = 0; i < t->n_by; i++) {
-        const char *v = value_text(jpath_first(t->by[i], body), num, sizeof(num));
-        int n = snprintf(key + pos, sizeof(key) - pos, "%s%s", i ? "|" : "",
-                         v ? v : t->by_default[i]);
-        if (n < 0 || (size_t)n >= sizeof(key) - pos)
-            return t->per_output;
+    for (int i = 0; i < k->n; i++) {
+        const char *v = value_text(jpath_first(k->paths[i], body), num, sizeof(num));
+        int n = snprintf(key + pos, len - pos, "%s%s", i ? "|" : "", v ? v : k->defaults[i]);
+        if (n < 0 || (size_t)n >= len - pos)
+            return -1;
         pos += (size_t)n;
     }
+    return 0;
+}
+
+/* The price by request values (fallback: the request's values name no entry). */
+static long long by_price(const struct price_by *t, const cJSON *body, long long fallback)
+{
+    char key[256];
+    if (!t->k.n || request_key(&t->k, body, key, sizeof(key)) < 0)
+        return fallback;
     for (size_t i = 0; i < t->n_prices; i++)
         if (strcmp(t->prices[i].key, key) == 0)
             return t->prices[i].micros;
-    return t->per_output;
+    return fallback;
+}
+
+/* The table that prices this request: the variant its values name, else t itself. */
+static const struct price_table *pick(const struct price_table *t, const cJSON *body)
+{
+    char key[256];
+    if (!t->n_variants || request_key(&t->variant_keys, body, key, sizeof(key)) < 0)
+        return t;
+    for (size_t i = 0; i < t->n_variants; i++)
+        if (strcmp(t->variants[i].key, key) == 0)
+            return &t->variants[i].table;
+    return t;
 }
 
 /* A non-negative number at a path: a JSON number, or a string that is entirely one. -1: none. */
@@ -231,12 +359,19 @@ static long long outputs_price(const struct price_table *t, const cJSON *body, i
 {
     if (outputs < 0)
         outputs = 0;
-    long long each = per_output_price(t, body);
-    if (t->per_second) {
+    long long each = by_price(&t->output_by, body, t->per_output);
+    double w = t->per_megapixel ? number_at(t->width, body) : -1;
+    double h = t->per_megapixel ? number_at(t->height, body) : -1;
+    if (w >= 0 && h >= 0) {
+        double mp = ceil(w * h / (double)t->megapixel);
+        each = sat_mul(t->per_megapixel, mp);
+    }
+    long long per_second = by_price(&t->second_by, body, t->per_second);
+    if (per_second) {
         double s = number_at(t->seconds, body);
         if (s < 0)
             s = t->default_seconds;
-        each = sat_add(each, sat_mul(t->per_second, s));
+        each = sat_add(each, sat_mul(per_second, s));
     }
     return sat_mul(each, outputs);
 }
@@ -246,28 +381,34 @@ static long long tokens_price(const struct price_table *t, double in, double out
     return sat_add(sat_mul(t->per_mtok_in, in / 1e6), sat_mul(t->per_mtok_out, out / 1e6));
 }
 
-long long price_estimate(const struct price_table *t, const cJSON *body, int outputs_requested)
+long long price_estimate(const struct price_table *top, const cJSON *body, int outputs_requested)
 {
-    if (!t || !t->present)
+    if (!top || !top->present)
         return 0;
+    const struct price_table *t = pick(top, body);
     long long c = sat_add(t->per_request,
                           outputs_price(t, body, outputs_requested < 1 ? 1 : outputs_requested));
     return sat_add(c, tokens_price(t, (double)t->estimate_tokens_in,
                                    (double)t->estimate_tokens_out));
 }
 
-long long price_actual(const struct price_table *t, const cJSON *body, int outputs_requested,
+long long price_actual(const struct price_table *top, const cJSON *body, int outputs_requested,
                        int outputs_received, const cJSON *usage)
 {
-    if (!t || !t->present)
+    if (!top || !top->present)
         return 0;
+    const struct price_table *t = pick(top, body);
     int n = outputs_received >= 0 ? outputs_received
                                   : outputs_requested >= 1 ? outputs_requested : 1;
-    long long c = sat_add(t->per_request, outputs_price(t, body, n));
     double in = number_at(t->tokens_in, usage), out = number_at(t->tokens_out, usage);
-    if (in < 0 && out < 0) {
-        in = (double)t->estimate_tokens_in;
-        out = (double)t->estimate_tokens_out;
+    int reported = in >= 0 || out >= 0;
+    /* Billed by tokens: what the usage reports is the cost, the outputs were the estimate. */
+    long long c = t->per_request;
+    if (!(t->usage_settles && reported))
+        c = sat_add(c, outputs_price(t, body, n));
+    if (!reported) {
+        in = t->usage_settles ? 0 : (double)t->estimate_tokens_in;
+        out = t->usage_settles ? 0 : (double)t->estimate_tokens_out;
     }
     return sat_add(c, tokens_price(t, in < 0 ? 0 : in, out < 0 ? 0 : out));
 }

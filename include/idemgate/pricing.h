@@ -17,16 +17,30 @@
  *     "per_output_by": {"keys": ["$.quality", "$.size"], "defaults": ["auto", "1024x1024"],
  *                       "prices": {"high|1024x1024": 167000, "low|1024x1024": 11000}},
  *     "per_second": 100000,                   micro-units per second of each output delivered
+ *     "per_second_by": {"keys": ["$.model", "$.size"], "defaults": ["sora-2", "720x1280"],
+ *                       "prices": {"sora-2-pro|1024x1792": 500000}},
  *     "seconds": "$.seconds", "default_seconds": 8,
  *     "per_million_input_tokens": 5000000, "per_million_output_tokens": 40000000,
  *     "input_tokens": "$.input_tokens", "output_tokens": "$.output_tokens",  (in the usage)
- *     "estimate_input_tokens": 0, "estimate_output_tokens": 0
+ *     "estimate_input_tokens": 0, "estimate_output_tokens": 0,
+ *     "usage_settles": false,
+ *     "per_megapixel": 25000, "width": "$.image_size.width", "height": "$.image_size.height",
+ *     "megapixel": 1000000,
+ *     "variants": {"keys": ["$.model"], "defaults": ["gpt-image-1"],
+ *                  "tables": {"gpt-image-1-mini": { …the members above… }}}
  *   }
  *
  * per_output_by picks the price per output by request values joined with "|" (a value the body
- * lacks takes its default; a key the table lacks falls back to per_output). Seconds are read from
- * the request body (a number, or a string holding one, as OpenAI's "seconds": "8"). Every sum
- * saturates at PRICE_MAX rather than overflow. */
+ * lacks takes its default; a key the table lacks falls back to per_output); per_second_by the
+ * price per second the same way (falling back to per_second). Seconds are read from the request
+ * body (a number, or a string holding one, as OpenAI's "seconds": "8"). per_megapixel prices each
+ * output by its pixels, rounded up to whole megapixels, when the request gives both width and
+ * height (a custom size); otherwise the per-output price applies. usage_settles: a provider that
+ * bills by tokens and publishes per-output figures as their average (OpenAI's image models) is
+ * estimated at intake by the per-output table and settled at completion by the tokens the usage
+ * reports — by the per-output table only when the usage reports none. variants: a whole price
+ * table per request value (a model); a value no variant names is priced by the top-level members.
+ * Every sum saturates at PRICE_MAX rather than overflow. */
 
 #define PRICE_MAX_BY 4
 #define PRICE_MAX ((long long)1 << 60)
@@ -38,23 +52,49 @@ struct price_entry {
     long long micros;
 };
 
+/* Request values as a key: keys (JSONPaths into the request) whose values are joined with
+ * '|'; a value the request lacks takes its default. */
+struct price_keys {
+    struct jpath *paths[PRICE_MAX_BY];
+    char *defaults[PRICE_MAX_BY];
+    int n; /* 0: none */
+};
+
+/* A price chosen by request values: the entry of prices the key names. */
+struct price_by {
+    struct price_keys k;
+    struct price_entry *prices;
+    size_t n_prices;
+};
+
+struct price_variant;
+
 struct price_table {
     int present; /* 0: the provider has no price table; every cost is 0 and no currency */
     char *currency;
     char *source;
     long long per_request;
     long long per_output;
-    struct jpath *by[PRICE_MAX_BY];
-    char *by_default[PRICE_MAX_BY];
-    int n_by;
-    struct price_entry *prices;
-    size_t n_prices;
+    struct price_by output_by;
+    long long per_megapixel;         /* replaces the per-output price when width and height */
+    struct jpath *width, *height;    /* are both in the request */
+    long long megapixel;             /* pixels in a megapixel (default 1 000 000) */
     long long per_second;
+    struct price_by second_by;
     struct jpath *seconds;
     double default_seconds;
     long long per_mtok_in, per_mtok_out;
     struct jpath *tokens_in, *tokens_out;
     long long estimate_tokens_in, estimate_tokens_out;
+    int usage_settles; /* the cost at completion is the usage's tokens alone when it has them */
+    struct price_keys variant_keys;  /* a whole table per request value (the model) */
+    struct price_variant *variants;
+    size_t n_variants;
+};
+
+struct price_variant {
+    char *key;
+    struct price_table table; /* its currency and source are the parent's */
 };
 
 /* Reads a profile's "pricing" object (NULL: no price table) into t. Returns 0, or -1 with a

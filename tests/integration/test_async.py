@@ -61,11 +61,23 @@ def body(**mock):
     return {"prompt": "a fox " + uuid.uuid4().hex[:6], "_mock": mock}
 
 
+# The shipped price tables, priced end to end: request values added to the body, and the price
+# of one output (the mock delivers two). Profiles without a table have no cost.
+SHIPPED_PRICES = {
+    "openai-videos": ({"model": "sora-2-pro", "size": "1280x720", "seconds": "8"}, 2400000),
+    "replicate": ({}, 3000),
+    "fal-queue": ({"image_size": "square_hd"}, 50000),
+    "runway": ({"model": "gen4_turbo", "duration": 5}, 250000),
+}
+
+
 @pytest.mark.parametrize("name", sorted(SHIPPED_ASYNC))
 def test_shipped_profile_end_to_end(gateway_factory, token, mock, name):
     e, route = entry(name, mock)
     gw = start(gateway_factory, [e])
-    ok = gw.submit(token, "ok-" + uuid.uuid4().hex, body(polls=2, outputs=2), route=route)
+    values, each = SHIPPED_PRICES.get(name, ({}, None))
+    ok = gw.submit(token, "ok-" + uuid.uuid4().hex, dict(body(polls=2, outputs=2), **values),
+                   route=route)
     bad = gw.submit(token, "bad-" + uuid.uuid4().hex,
                     body(polls=1, outcome="failed", error="mock says no"), route=route)
     assert ok.status == 202 and bad.status == 202, (ok, bad)
@@ -80,6 +92,11 @@ def test_shipped_profile_end_to_end(gateway_factory, token, mock, name):
         assert outs and all(o.get("url") for o in outs), j["result"]
     assert j["polls"] >= 2
     assert len([c for c in mock.creates_for(j["id"]) if not c.get("replay")]) == 1
+    if each is None:
+        assert j["cost"] is None, j["cost"]
+    else:
+        assert j["cost"] == {"currency": "USD", "estimate_micros": each,
+                             "micros": each * len(outs)}, (j["cost"], len(outs))
     f = gw.wait_state(token, bad.json()["id"], {"completed", "failed", "unknown", "review"}, 30)
     assert f["state"] == "failed", f
     assert "mock says no" in f["last_error"], f
@@ -276,12 +293,19 @@ def test_shipped_sync_profile_end_to_end(gateway_factory, token, mock):
     e = {"name": "openaiimages", "profile": os.path.join(PROFILES, "openai-images.json"),
          "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 5000}}
     gw = start(gateway_factory, [e])
-    r = gw.submit(token, "img-" + uuid.uuid4().hex, {"prompt": "x", "n": 2},
+    r = gw.submit(token, "img-" + uuid.uuid4().hex,
+                  {"prompt": "x", "n": 2, "model": "gpt-image-1", "quality": "low",
+                   "size": "1024x1024"},
                   route="openaiimages/images/generations", headers={"Prefer": "wait=20"})
     assert r.status == 200 and len(r.json()["data"]) == 2, r
     job = gw.job(token, r.headers["x-idemgate-job-id"]).json()
     assert job["outputs"] == {"requested": 2, "received": 2, "shortfall": 0}
     assert job["profile"] == "openai-images"
+    # Estimated per image ($0.011 each), settled by the usage's tokens ($5/M in, $40/M out).
+    u = job["usage"]
+    assert u.get("output_tokens"), u
+    assert job["cost"] == {"currency": "USD", "estimate_micros": 22000,
+                           "micros": u.get("input_tokens", 0) * 5 + u["output_tokens"] * 40}
     mock.script([{"status": 400}])
     bad = gw.submit(token, "img-" + uuid.uuid4().hex, {"prompt": "y"},
                     route="openaiimages/images/generations", headers={"Prefer": "wait=20"})

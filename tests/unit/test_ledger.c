@@ -32,6 +32,33 @@ static const char *const TOKENS =
     "\"per_million_output_tokens\":40000000,\"input_tokens\":\"$.input_tokens\","
     "\"output_tokens\":\"$.output_tokens\",\"estimate_input_tokens\":100,"
     "\"estimate_output_tokens\":1000}";
+/* Per second by model and size (a video API); the fallback for a pair the table lacks. */
+static const char *const VIDEO_BY =
+    "{\"currency\":\"USD\",\"per_second\":100000,\"seconds\":\"$.seconds\","
+    "\"default_seconds\":4,\"per_second_by\":{\"keys\":[\"$.model\",\"$.size\"],"
+    "\"defaults\":[\"sora-2\",\"720x1280\"],\"prices\":{\"sora-2-pro|720x1280\":300000,"
+    "\"sora-2-pro|1024x1792\":500000}}}";
+/* Billed by tokens, per-image figures for the estimate (usage_settles). */
+static const char *const IMAGE_TOKENS =
+    "{\"currency\":\"USD\",\"usage_settles\":true,\"per_million_input_tokens\":5000000,"
+    "\"per_million_output_tokens\":40000000,\"input_tokens\":\"$.input_tokens\","
+    "\"output_tokens\":\"$.output_tokens\",\"per_output\":42000,"
+    "\"per_output_by\":{\"keys\":[\"$.quality\"],\"defaults\":[\"medium\"],"
+    "\"prices\":{\"high\":167000}}}";
+/* A whole table per model; a model no variant names is priced by the top-level members. */
+static const char *const MODELS =
+    "{\"currency\":\"USD\",\"per_output\":20000,\"variants\":{\"keys\":[\"$.model\"],"
+    "\"defaults\":[\"dall-e-2\"],\"tables\":{"
+    "\"gpt-image-1-mini\":{\"per_output\":36000,\"per_output_by\":{\"keys\":[\"$.quality\"],"
+    "\"defaults\":[\"auto\"],\"prices\":{\"low\":5000,\"high\":36000}},\"usage_settles\":true,"
+    "\"per_million_input_tokens\":2000000,\"per_million_output_tokens\":8000000,"
+    "\"input_tokens\":\"$.input_tokens\",\"output_tokens\":\"$.output_tokens\"},"
+    "\"dall-e-3\":{\"per_output\":40000}}}}";
+/* Per megapixel of a custom size, rounded up; named sizes by the per-output table. */
+static const char *const MEGAPIXELS =
+    "{\"currency\":\"USD\",\"per_output\":25000,\"per_output_by\":{\"keys\":[\"$.image_size\"],"
+    "\"defaults\":[\"landscape_4_3\"],\"prices\":{\"square_hd\":50000}},\"per_megapixel\":25000,"
+    "\"width\":\"$.image_size.width\",\"height\":\"$.image_size.height\"}";
 static const char *const FLAT = "{\"currency\":\"EUR\",\"per_request\":250000}";
 
 struct price_case {
@@ -66,6 +93,36 @@ static const struct price_case price_cases[] = {
     {VIDEO, "{\"seconds\":\"8s\"}", 1, 1, NULL, 400000, 400000},
     {VIDEO, "{\"seconds\":-8}", 1, 1, NULL, 400000, 400000},
     {VIDEO, "{\"seconds\":2.5}", 2, 1, NULL, 500000, 250000},
+    /* Per second by request values; the defaults name sora-2 at 720x1280, priced per_second. */
+    {VIDEO_BY, "{\"model\":\"sora-2-pro\",\"seconds\":\"8\",\"size\":\"1024x1792\"}", 1, 1,
+     NULL, 4000000, 4000000},
+    {VIDEO_BY, "{\"model\":\"sora-2-pro\",\"seconds\":\"4\"}", 1, 1, NULL, 1200000, 1200000},
+    {VIDEO_BY, "{\"seconds\":12}", 1, 1, NULL, 1200000, 1200000},
+    {VIDEO_BY, "{\"model\":\"sora-2\",\"size\":\"1024x1792\"}", 1, 1, NULL, 400000, 400000},
+    {VIDEO_BY, "{\"model\":\"sora-2-pro\",\"size\":\"1024x1792\"}", 2, 0, NULL, 4000000, 0},
+    /* Estimated per image, settled by the tokens the usage reports; the per-image figure when it
+     * reports none. 272 output tokens at $40/M + 20 input at $5/M = 0.01098. */
+    {IMAGE_TOKENS, "{\"quality\":\"high\",\"n\":2}", 2, 2,
+     "{\"input_tokens\":20,\"output_tokens\":272}", 334000, 10980},
+    {IMAGE_TOKENS, "{}", 1, 1, "{\"input_tokens\":0,\"output_tokens\":4160}", 42000, 166400},
+    {IMAGE_TOKENS, "{\"quality\":\"high\"}", 1, 1, NULL, 167000, 167000},
+    {IMAGE_TOKENS, "{\"quality\":\"high\"}", 1, 1, "{\"total\":1}", 167000, 167000},
+    {IMAGE_TOKENS, "{\"quality\":\"high\"}", 3, 1, NULL, 501000, 167000},
+    /* Variants by model: its own table, token rates and settlement; the top level otherwise.
+     * 10 input tokens at $2/M + 272 output at $8/M = 0.002196. */
+    {MODELS, "{\"model\":\"gpt-image-1-mini\",\"quality\":\"low\"}", 1, 1,
+     "{\"input_tokens\":10,\"output_tokens\":272}", 5000, 2196},
+    {MODELS, "{\"model\":\"gpt-image-1-mini\"}", 1, 1, NULL, 36000, 36000},
+    {MODELS, "{\"model\":\"dall-e-3\",\"n\":2}", 2, 2, NULL, 80000, 80000},
+    {MODELS, "{}", 1, 1, NULL, 20000, 20000},
+    {MODELS, "{\"model\":\"gpt-image-9\"}", 1, 1, "{\"output_tokens\":5}", 20000, 20000},
+    /* Megapixels: named sizes from the table, custom ones rounded up to whole megapixels. */
+    {MEGAPIXELS, "{\"image_size\":\"square_hd\"}", 2, 2, NULL, 100000, 100000},
+    {MEGAPIXELS, "{}", 1, 1, NULL, 25000, 25000},
+    {MEGAPIXELS, "{\"image_size\":{\"width\":1024,\"height\":1024}}", 1, 1, NULL, 50000, 50000},
+    {MEGAPIXELS, "{\"image_size\":{\"width\":1000,\"height\":1000}}", 1, 1, NULL, 25000, 25000},
+    {MEGAPIXELS, "{\"image_size\":{\"width\":2000,\"height\":3000}}", 2, 1, NULL, 300000, 150000},
+    {MEGAPIXELS, "{\"image_size\":{\"width\":1000}}", 1, 1, NULL, 25000, 25000},
     /* Tokens: estimated at intake, from the usage at completion, the estimate when it has none. */
     {TOKENS, "{}", 1, 1, "{\"input_tokens\":10,\"output_tokens\":100}", 41500, 5050},
     {TOKENS, "{}", 1, 1, "{\"input_tokens\":1000000,\"output_tokens\":0}", 41500, 5001000},
@@ -97,6 +154,83 @@ static void test_prices(void **state)
                      c->estimate, act, c->actual);
         price_table_fini(&t);
         cJSON_Delete(j);
+    }
+}
+
+/* The shipped profiles' price tables (deploy/providers, read from the repository root, where
+ * make unit runs): a figure mistyped or a key misspelt changes a row. */
+struct shipped_case {
+    const char *profile;
+    const char *body;
+    int requested, received;
+    const char *usage;
+    long long estimate, actual;
+};
+
+static const struct shipped_case shipped_cases[] = {
+    /* gpt-image-1: $0.167 estimated, settled by tokens: 20 in at $5/M + 4160 out at $40/M. */
+    {"openai-images", "{\"model\":\"gpt-image-1\",\"quality\":\"high\",\"size\":\"1024x1024\"}",
+     1, 1, "{\"input_tokens\":20,\"output_tokens\":4160}", 167000, 166500},
+    /* Quality and size left to the provider ("auto"): the dearest image of the model. */
+    {"openai-images", "{\"model\":\"gpt-image-1\"}", 1, 1, NULL, 250000, 250000},
+    {"openai-images",
+     "{\"model\":\"gpt-image-1-mini\",\"quality\":\"low\",\"size\":\"1024x1536\",\"n\":2}", 2,
+     2, NULL, 12000, 12000},
+    {"openai-images", "{\"model\":\"dall-e-3\",\"quality\":\"hd\",\"size\":\"1792x1024\"}", 1, 1,
+     NULL, 120000, 120000},
+    {"openai-images", "{\"size\":\"512x512\"}", 1, 1, NULL, 18000, 18000},
+    {"openai-images", "{\"model\":\"gpt-image-2\"}", 1, 1, NULL, 0, 0},
+    {"openai-videos", "{\"model\":\"sora-2-pro\",\"size\":\"1792x1024\",\"seconds\":\"8\"}", 1, 1,
+     NULL, 4000000, 4000000},
+    {"openai-videos", "{\"prompt\":\"x\"}", 1, 1, NULL, 400000, 400000},
+    {"replicate", "{\"input\":{\"num_outputs\":4}}", 4, 3, NULL, 12000, 9000},
+    {"fal-queue", "{\"image_size\":\"square_hd\",\"num_images\":2}", 2, 2, NULL, 100000, 100000},
+    {"fal-queue", "{\"image_size\":{\"width\":1536,\"height\":1536}}", 1, 1, NULL, 75000, 75000},
+    {"fal-queue", "{}", 1, 1, NULL, 25000, 25000},
+    {"runway", "{\"model\":\"gen4_turbo\",\"duration\":5}", 1, 1, NULL, 250000, 250000},
+    {"runway", "{\"model\":\"gen4_turbo\"}", 1, 1, NULL, 500000, 500000},
+    {"runway", "{\"model\":\"gen4_image\",\"ratio\":\"1920:1080\"}", 1, 1, NULL, 80000, 80000},
+    {"runway", "{\"model\":\"gen4_image\",\"ratio\":\"1280:720\"}", 1, 1, NULL, 50000, 50000},
+    {"runway", "{\"model\":\"gen4_image_turbo\"}", 1, 1, NULL, 20000, 20000},
+};
+
+static cJSON *read_profile(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "deploy/providers/%s.json", name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("%s: cannot open (run from the repository root)", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    if (!j)
+        fail_msg("%s: not JSON", path);
+    return j;
+}
+
+static void test_shipped_price_tables(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_ROWS(shipped_cases); i++) {
+        const struct shipped_case *c = &shipped_cases[i];
+        cJSON *prof = read_profile(c->profile);
+        const cJSON *pj = cJSON_GetObjectItemCaseSensitive(prof, "pricing");
+        struct price_table t;
+        char err[200] = "";
+        if (!pj || price_table_load(pj, &t, err, sizeof(err)) < 0)
+            fail_msg("row %zu (%s): %s", i, c->profile, pj ? err : "no pricing");
+        assert_non_null(t.source);
+        long long est = price_estimate_raw(&t, c->body, strlen(c->body), c->requested);
+        long long act = price_actual_raw(&t, c->body, strlen(c->body), c->requested, c->received,
+                                         c->usage);
+        if (est != c->estimate || act != c->actual)
+            fail_msg("row %zu (%s): estimate %lld (want %lld), actual %lld (want %lld)", i,
+                     c->profile, est, c->estimate, act, c->actual);
+        price_table_fini(&t);
+        cJSON_Delete(prof);
     }
 }
 
@@ -134,6 +268,24 @@ static const struct bad_table bad_tables[] = {
      "\"prices\":{}}}",
      "per_output_by"},
     {"{\"currency\":\"USD\",\"default_seconds\":-1}", "default_seconds"},
+    {"{\"currency\":\"USD\",\"per_second_by\":{\"keys\":[\"$.m\"],\"prices\":{\"a\":1}}}",
+     "per_second_by"},
+    {"{\"currency\":\"USD\",\"seconds\":\"$.s\",\"per_second_by\":{\"keys\":[\"$.m\"],"
+     "\"prices\":{\"a\":0.5}}}",
+     "per_second_by.prices.a"},
+    {"{\"currency\":\"USD\",\"usage_settles\":1}", "usage_settles"},
+    {"{\"currency\":\"USD\",\"usage_settles\":true,\"per_output\":5}", "usage_settles"},
+    {"{\"currency\":\"USD\",\"per_megapixel\":5,\"width\":\"$.w\"}", "per_megapixel"},
+    {"{\"currency\":\"USD\",\"megapixel\":0}", "megapixel"},
+    {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"]}}", "variants"},
+    {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"m\":5}}}",
+     "variants.tables.m"},
+    {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"m\":"
+     "{\"per_output\":-1}}}}",
+     "variants.tables.m.per_output"},
+    {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"m\":"
+     "{\"variants\":{\"keys\":[\"$.x\"],\"tables\":{\"y\":{}}}}}}}",
+     "variants"},
 };
 
 static void test_bad_tables_name_the_member(void **state)
@@ -270,6 +422,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prices),
         cmocka_unit_test(test_no_table_costs_nothing),
+        cmocka_unit_test(test_shipped_price_tables),
         cmocka_unit_test(test_bad_tables_name_the_member),
         cmocka_unit_test(test_amounts),
         cmocka_unit_test(test_usage_queries),
