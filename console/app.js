@@ -131,7 +131,8 @@ function show(view) {
   for (const b of document.querySelectorAll("#nav button[data-view]"))
     b.classList.toggle("active", b.dataset.view === view);
   status("");
-  const load = { review: loadReview, providers: loadProviders, safety: loadSafety }[view];
+  const load = { review: loadReview, providers: loadProviders, spend: loadSpend,
+                 safety: loadSafety }[view];
   if (load) load().catch((e) => status(e.message, true));
   if (view === "safety")
     sampler = setInterval(() => loadSafety().catch((e) => status(e.message, true)), SAMPLE_MS);
@@ -319,6 +320,137 @@ async function loadSafety() {
   }
 }
 
+// ---- spend ----------------------------------------------------------------------------------
+
+const DAY_S = 86400;
+let spendSeq = 0;
+
+// Integer micro-units as the API writes amounts: 370371 → "0.370371".
+function money(micros) {
+  const m = Math.abs(micros);
+  return `${micros < 0 ? "-" : ""}${Math.floor(m / 1e6)}.${String(m % 1e6).padStart(6, "0")}`;
+}
+
+// Unix seconds of a UTC day's midnight ("2026-12-01"), the day of a time in Unix seconds, and the
+// day n days after one.
+function dayStart(day) {
+  return Date.parse(`${day}T00:00:00Z`) / 1000;
+}
+
+function isoDay(ts) {
+  return new Date(ts * 1000).toISOString().slice(0, 10);
+}
+
+function addDays(day, n) {
+  return isoDay(dayStart(day) + n * DAY_S);
+}
+
+// The form's default: this UTC month so far.
+function spendDefaults() {
+  const today = new Date().toISOString().slice(0, 10);
+  $("spend-from").value = `${today.slice(0, 8)}01`;
+  $("spend-to").value = today;
+}
+
+// "used / limit", a missing or null limit being none.
+function usedOf(used, limit) {
+  return `${used ?? "—"} / ${limit ?? "no limit"}`;
+}
+
+// The cost of each UTC day from `from` to `to` (both included), summed over tenants, one bar
+// series per currency, in currency units. A currency's bars sit side by side within the day.
+function spendChart(from, to, rows) {
+  const xs = [];
+  for (let t = dayStart(from); t <= dayStart(to); t += DAY_S) xs.push(t);
+  const currencies = [...new Set(rows.map((r) => r.currency))].sort();
+  const micros = currencies.map(() => xs.map(() => 0));
+  for (const r of rows) {
+    const i = (dayStart(r.day) - xs[0]) / DAY_S;
+    if (i >= 0 && i < xs.length && r.cost_micros !== null && r.cost_micros !== undefined)
+      micros[currencies.indexOf(r.currency)][i] += r.cost_micros;
+  }
+  $("spend-totals").textContent = currencies.length
+    ? `(in these days: ${currencies.map((c, k) =>
+        `${money(micros[k].reduce((a, b) => a + b, 0))} ${c}`).join(", ")})`
+    : "";
+
+  if (charts.spend) charts.spend.destroy();
+  const box = $("chart-spend");
+  // Each day's bars fill 70% of it, one beside the other in the currencies' order.
+  const group = 0.7 * DAY_S, width = group / Math.max(1, currencies.length);
+  const bars = currencies.map((label, k) => ({
+    label, stroke: COLORS[k % COLORS.length], fill: `${COLORS[k % COLORS.length]}99`, width: 1,
+    points: { show: false },
+    value: (u, v) => (v === null || v === undefined ? "—" : money(Math.round(v * 1e6))),
+    paths: uPlot.paths.bars({ disp: {
+      x0: { unit: 1, values: (u) => u.data[0].map((t) => t - group / 2 + k * width) },
+      size: { unit: 1, values: () => [width] },
+    } }),
+  }));
+  const opts = {
+    width: Math.max(320, box.clientWidth - 8), height: 220,
+    // The form's days, in UTC whatever the browser's zone, with half a day each side (uPlot's
+    // own range for a single day would span years), ticks a whole number of days apart.
+    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
+    scales: {
+      x: { time: true, range: () => [xs[0] - DAY_S / 2, xs[xs.length - 1] + DAY_S / 2] },
+      y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] },
+    },
+    series: [{ label: "UTC day", value: (u, ts) => (ts === null ? "—" : isoDay(ts)) }, ...bars],
+    axes: [{ incrs: [1, 2, 3, 4, 5, 7, 10, 15, 30, 60, 90, 180, 365, 730, 1825]
+                      .map((d) => d * DAY_S) },
+           { size: 70 }],
+  };
+  charts.spend = new uPlot(opts, [xs, ...micros.map((m) => m.map((v) => v / 1e6))], box);
+  box.dataset.currencies = currencies.join(" ");
+  box.dataset.days = xs.length;
+}
+
+async function loadSpend() {
+  if (!$("spend-from").value || !$("spend-to").value) spendDefaults();
+  const from = $("spend-from").value, to = $("spend-to").value, group = $("spend-group").value;
+  if (from > to) throw new Error(`From (${from}) is after to (${to}).`);
+  // The API's `to` is excluded: the day after the form's last day.
+  const url = (g) => `/v1/usage?${new URLSearchParams({ from, to: addDays(to, 1), group_by: g })}`;
+  const seq = ++spendSeq;
+  const [doc, days] = await Promise.all([api("GET", url(group)),
+                                         group === "day" ? null : api("GET", url("day"))]);
+  if (seq !== spendSeq) return; // a newer request was made meanwhile: it draws
+  spendChart(from, to, (days || doc).data);
+
+  $("spend-group-head").textContent = doc.group_by;
+  const body = $("spend-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const r of doc.data) {
+    const tr = row([r.tenant, r[doc.group_by], r.currency, r.jobs, r.cost]);
+    tr.dataset.tenant = r.tenant;
+    tr.dataset.group = r[doc.group_by];
+    tr.cells[3].className = tr.cells[4].className = "num";
+    body.appendChild(tr);
+  }
+  $("spend-empty").hidden = doc.data.length > 0;
+
+  // Every tenant has a row; those without a budget (currency null) are counted, not listed.
+  const budgets = $("budgets-table").querySelector("tbody");
+  budgets.replaceChildren();
+  const budgeted = doc.budgets.filter((b) => b.currency !== null);
+  for (const b of budgeted) {
+    const tr = row([b.tenant, b.currency, usedOf(b.day_used, b.day_limit),
+                    usedOf(b.month_used, b.month_limit), usedOf(b.in_flight, b.max_in_flight)]);
+    tr.dataset.tenant = b.tenant;
+    budgets.appendChild(tr);
+  }
+  if (!budgeted.length) {
+    const tr = row(["No tenant has a budget."]);
+    tr.cells[0].colSpan = 5;
+    budgets.appendChild(tr);
+  }
+  const others = doc.budgets.length - budgeted.length;
+  $("budgets-unbudgeted").textContent = others ? `${others} tenant(s) without a budget are not ` +
+                                                 "listed." : "";
+  status(`${doc.data.length} row(s) from ${from} to ${to}`);
+}
+
 // ---- sign-in --------------------------------------------------------------------------------
 
 function signedIn() {
@@ -362,11 +494,13 @@ document.addEventListener("DOMContentLoaded", () => {
   $("review-refresh").addEventListener("click", guard(loadReview));
   $("providers-refresh").addEventListener("click", guard(loadProviders));
   $("safety-refresh").addEventListener("click", guard(loadSafety));
+  $("spend-form").addEventListener("submit", guard(loadSpend));
   $("job-refresh").addEventListener("click", guard(() => openJob(openId)));
   $("job-id-form").addEventListener("submit", guard(() => openJob($("search-id").value.trim())));
   $("job-search-form").addEventListener("submit", guard(searchJobs));
   $("resolve-found").addEventListener("click", guard(() => resolveJob("found")));
   $("resolve-absent").addEventListener("click", guard(() => resolveJob("absent")));
   $("resolve-abandon").addEventListener("click", guard(() => resolveJob("abandon")));
+  spendDefaults();
   if (token()) signedIn();
 });

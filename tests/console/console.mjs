@@ -1,12 +1,19 @@
 // Drives Debian's Chromium through the operator console, as an operator would: sign in, find
 // the job in review, look at its attempts, resolve it (cancelling the confirmation once, then
 // confirming), see its state change, see a tripped provider and reset it, read the safety
-// counters and their charts, search jobs, sign out. Every wait is bounded; any failed step, any
-// error in the page's console (a CSP violation included), any request to another origin and any
-// URL holding the token fail the run. Screenshots of each step go to SHOTS.
+// counters and their charts, read a priced tenant's spend and budget, search jobs, sign out.
+// Every wait is bounded; any failed step, any error in the page's console (a CSP violation
+// included), any request to another origin and any URL holding the token fail the run.
+// Screenshots of each step go to SHOTS.
 //
 //   GATEWAY=http://127.0.0.1:PORT ADMIN_TOKEN=… JOB=job_… TRIPPED=provider PROVIDER=provider \
-//   SHOTS=dir CHROMIUM=/usr/bin/chromium node console.mjs
+//   SPEND='{"tenant":…,"provider":…,"route":…,"currency":"USD","jobs":2,"cost":"0.370371",
+//           "day":"YYYY-MM-DD","day_used":"0.370371","day_limit":"5.000000",
+//           "month_used":"0.370371","max_in_flight":3,
+//           "currencies":["EUR","USD"]}' SHOTS=dir CHROMIUM=/usr/bin/chromium node console.mjs
+//
+// SPEND: what the Spend view must show for a tenant whose priced jobs completed today (UTC) on
+// `provider`, the exact strings the gateway writes.
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
 
@@ -17,6 +24,7 @@ const env = (name) => {
 };
 const gateway = env("GATEWAY"), token = env("ADMIN_TOKEN"), job = env("JOB");
 const tripped = env("TRIPPED"), reviewProvider = env("PROVIDER"), shots = env("SHOTS");
+const spend = JSON.parse(env("SPEND"));
 mkdirSync(shots, { recursive: true });
 
 const problems = [];
@@ -133,6 +141,63 @@ try {
   await page.waitForFunction(() => Number(document.getElementById("chart-safety").dataset.samples)
                              >= 2, null, { timeout: 20_000 });
   await shot("safety");
+
+  // Spend: this UTC month so far by default, every tenant. The priced tenant's row holds its
+  // provider, currency, jobs and the exact cost string; its budget row what today counts.
+  await page.click("#nav-spend");
+  const cellsOf = (locator) => locator.locator("td").allTextContents();
+  const same = (what, got, want) => {
+    if (JSON.stringify(got) !== JSON.stringify(want))
+      throw new Error(`${what}: ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`);
+  };
+  const today = new Date().toISOString().slice(0, 10);
+  same("default dates", [await page.inputValue("#spend-from"), await page.inputValue("#spend-to")],
+       [`${today.slice(0, 8)}01`, today]);
+  const spendRow = (group) =>
+    page.locator(`#spend-table tbody tr[data-tenant="${spend.tenant}"][data-group="${group}"]`)
+      .filter({ hasText: spend.currency });
+  await spendRow(spend.provider).waitFor({ state: "visible" });
+  same("spend row", await cellsOf(spendRow(spend.provider)),
+       [spend.tenant, spend.provider, spend.currency, String(spend.jobs), spend.cost]);
+  const budgetRow = page.locator(`#budgets-table tbody tr[data-tenant="${spend.tenant}"]`);
+  same("budget row", await cellsOf(budgetRow),
+       [spend.tenant, spend.currency, `${spend.day_used} / ${spend.day_limit}`,
+        `${spend.month_used} / no limit`, `0 / ${spend.max_in_flight}`]);
+  // The chart of cost per day: drawn, one series per currency, the month's days on its axis.
+  await page.locator("#chart-spend .uplot canvas").waitFor({ state: "visible" });
+  for (const c of spend.currencies) await expectText(page.locator("#chart-spend .u-legend"), c);
+  same("chart currencies", await page.getAttribute("#chart-spend", "data-currencies"),
+       spend.currencies.join(" "));
+  same("chart days", await page.getAttribute("#chart-spend", "data-days"),
+       String(Number(today.slice(8, 10))));
+  await shot("spend");
+
+  // Grouped by route, then by day: the same cost under the route and under today.
+  await page.selectOption("#spend-group", "route");
+  await page.click("#spend-show");
+  await spendRow(spend.route).waitFor({ state: "visible" });
+  same("route row", await cellsOf(spendRow(spend.route)),
+       [spend.tenant, spend.route, spend.currency, String(spend.jobs), spend.cost]);
+  await page.selectOption("#spend-group", "day");
+  await page.click("#spend-show");
+  await spendRow(spend.day).waitFor({ state: "visible" });
+  same("day row", await cellsOf(spendRow(spend.day)),
+       [spend.tenant, spend.day, spend.currency, String(spend.jobs), spend.cost]);
+  await shot("spend-by-day");
+  // Days before any job: no row, the budget (today's) unchanged; dates the wrong way round are
+  // refused in the page.
+  await page.fill("#spend-from", "2000-01-01");
+  await page.fill("#spend-to", "2000-01-31");
+  await page.click("#spend-show");
+  await page.locator("#spend-empty").waitFor({ state: "visible" });
+  if (await page.locator("#spend-table tbody tr").count())
+    throw new Error("spend rows in January 2000");
+  same("chart days in January 2000", await page.getAttribute("#chart-spend", "data-days"), "31");
+  same("budget row in January 2000", (await cellsOf(budgetRow))[2],
+       `${spend.day_used} / ${spend.day_limit}`);
+  await page.fill("#spend-from", "2000-02-01");
+  await page.click("#spend-show");
+  await expectText(page.locator("#status.error"), "is after");
 
   // Search: by state and provider, then by id.
   await page.click("#nav-jobs");

@@ -1,17 +1,19 @@
 """The operator console (issue 15 §1): its files are served from the binary with a strict
 Content-Security-Policy, the admin reads it uses answer only the admin token, and a real headless
 Chromium (Debian's, driven by playwright-core from npm: tests/console/console.mjs) signs in,
-finds a job in review, resolves it, sees the state change, and resets a tripped provider.
-Screenshots of every step are written under build-test/console-shots/ (printed)."""
+finds a job in review, resolves it, sees the state change, resets a tripped provider, and reads a
+priced tenant's spend and budget. Screenshots of every step are written under
+build-test/console-shots/ (printed)."""
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import time
 import uuid
 
-from conftest import ROOT, provider
+from conftest import GATEWAY_BIN, ROOT, provider, tenant_token
 
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
 ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
@@ -25,19 +27,39 @@ def admin(token=ADMIN_TOKEN):
     return {"Authorization": f"Bearer {token}"}
 
 
+# The priced providers of the Spend view's test: micro-units per image delivered (USD), and per
+# request (EUR), prices of the test's own so that the cost strings are unlike any other test's.
+USD_PER_OUTPUT = 123457
+EUR_PER_REQUEST = 2500000
+
+
+def money(micros):
+    """Micro-units as the gateway writes them: 370371 → "0.370371"."""
+    return f"{micros // 1000000}.{micros % 1000000:06d}"
+
+
 class Console:
     """A gateway with the admin token and two providers of names of their own (breakers are
     kept in the shared database by provider name): `rev`, whose hanging create ends in review,
-    and `acct`, whose credential the mock refuses."""
+    and `acct`, whose credential the mock refuses. Priced, two more: `usd` and `eur`, with price
+    tables in those currencies."""
 
-    def __init__(self, gateway_factory, mock):
+    def __init__(self, gateway_factory, mock, priced=False):
         tag = uuid.uuid4().hex[:8]
         self.rev, self.acct = f"rev-{tag}", f"acct-{tag}"
-        self.gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[
+        self.usd, self.eur = f"spend-usd-{tag}", f"spend-eur-{tag}"
+        providers = [
             provider(self.rev, mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
                      reconcile={"strategy": "none", "window_seconds": 2}),
             provider(self.acct, mock.url, retry={"max_attempts": 5, "deadline_seconds": 60,
-                                                 "base_ms": 100, "cap_ms": 500})])
+                                                 "base_ms": 100, "cap_ms": 500})]
+        if priced:
+            providers += [
+                provider(self.usd, mock.url,
+                         pricing={"currency": "USD", "per_output": USD_PER_OUTPUT}),
+                provider(self.eur, mock.url,
+                         pricing={"currency": "EUR", "per_request": EUR_PER_REQUEST})]
+        self.gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers)
 
     def reset(self):
         r = self.gw.http.request("POST", f"/v1/admin/providers/{self.acct}/reset",
@@ -144,20 +166,57 @@ def check_admin_reads(c, job_id, token):
                             "http_status": None, "reason": None, "tripped_at": None}
 
 
-def test_console_in_a_headless_browser(gateway_factory, mock, token):
+def spend(c, database_url):
+    """A tenant with a USD budget (5 a day, no month limit, 3 in flight) completes two jobs on
+    the USD provider (one image, then two) and one on the EUR provider; what the Spend view must
+    show of it, as the browser test's SPEND, once the API says the same."""
+    gw = c.gw
+    name = "spend-" + uuid.uuid4().hex[:10]
+    token = tenant_token(database_url, name)
+    out = subprocess.run([GATEWAY_BIN, "tenant", "budget", name, "--currency", "USD", "--day",
+                          "5", "--in-flight", "3"], capture_output=True, text=True,
+                         env=dict(os.environ, DATABASE_URL=database_url))
+    assert out.returncode == 0, out.stderr
+    for route, body in ((f"{c.usd}/images/generations", {"prompt": "a", "n": 1}),
+                        (f"{c.usd}/images/generations", {"prompt": "b", "n": 2}),
+                        (f"{c.eur}/images/generations", {"prompt": "c", "n": 1})):
+        r = gw.submit(token, "console-" + uuid.uuid4().hex, body, route=route,
+                      headers={"Prefer": "wait=20"})
+        assert r.status == 200, (r.status, r.body[:300])
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    cost = 3 * USD_PER_OUTPUT  # three images delivered
+    doc = gw.http.request("GET", "/v1/usage?group_by=provider", headers=admin()).json()
+    mine = [(r["provider"], r["currency"], r["jobs"], r["cost"]) for r in doc["data"]
+            if r["tenant"] == name]
+    assert mine == [(c.eur, "EUR", 1, money(EUR_PER_REQUEST)), (c.usd, "USD", 2, money(cost))], doc
+    budget = [b for b in doc["budgets"] if b["tenant"] == name]
+    # The EUR job does not count against the USD budget.
+    assert budget == [{"tenant": name, "currency": "USD", "day_limit_micros": 5000000,
+                       "day_limit": "5.000000", "day_used_micros": cost, "day_used": money(cost),
+                       "month_limit_micros": None, "month_used_micros": cost,
+                       "month_used": money(cost), "max_in_flight": 3, "in_flight": 0}], budget
+    return {"tenant": name, "provider": c.usd, "route": f"{c.usd}/images/generations",
+            "currency": "USD", "jobs": 2, "cost": money(cost), "day": today,
+            "day_used": money(cost), "day_limit": "5.000000", "month_used": money(cost),
+            "max_in_flight": 3, "currencies": ["EUR", "USD"]}
+
+
+def test_console_in_a_headless_browser(gateway_factory, mock, token, database_url):
     chromium = subprocess.run([os.path.join(ROOT, "scripts", "browser-tools.sh")], check=True,
                               capture_output=True, text=True, timeout=1200).stdout.strip()
-    c = Console(gateway_factory, mock)
+    c = Console(gateway_factory, mock, priced=True)
     gw = c.gw
+    # Priced jobs first: the faults scripted below are for the next creates the mock receives.
+    spent = spend(c, database_url)
     job_id = review_job(c, token, mock)
     trip(c, token, mock)
     try:
-        drive_browser(c, job_id, chromium)
+        drive_browser(c, job_id, chromium, spent)
     finally:
         c.reset()
 
 
-def drive_browser(c, job_id, chromium):
+def drive_browser(c, job_id, chromium, spent):
     gw = c.gw
     shutil.rmtree(SHOTS, ignore_errors=True)
     print(f"\nconsole screenshots: {SHOTS}")
@@ -165,7 +224,8 @@ def drive_browser(c, job_id, chromium):
                          capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, GATEWAY=f"http://127.0.0.1:{gw.port}",
                                   ADMIN_TOKEN=ADMIN_TOKEN, JOB=job_id, TRIPPED=c.acct,
-                                  PROVIDER=c.rev, SHOTS=SHOTS, CHROMIUM=chromium))
+                                  PROVIDER=c.rev, SPEND=json.dumps(spent), SHOTS=SHOTS,
+                                  CHROMIUM=chromium))
     print(run.stdout)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "every step passed" in run.stdout
@@ -176,6 +236,6 @@ def drive_browser(c, job_id, chromium):
     assert j["resolution"]["outcome"] == "found" and "console-test" in j["resolution"]["by"]
     tripped = gw.http.request("GET", "/readyz").json()["tripped_providers"]
     assert c.acct not in [t["provider"] for t in tripped], tripped
-    assert len([n for n in os.listdir(SHOTS) if n.endswith(".png")]) >= 8
+    assert len([n for n in os.listdir(SHOTS) if n.endswith(".png")]) >= 10
     # The token never reached the gateway's log (it is sent as a header, never in a URL).
     assert ADMIN_TOKEN not in gw.log()
