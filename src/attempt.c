@@ -360,7 +360,8 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     int e = store_finish(db, &f, &applied);
     CRASH_POINT("after_result_commit");
     if (e == STORE_OK && applied && f.cost_micros >= 0)
-        metrics_spend(p->name, p->pricing.currency, f.cost_micros);
+        metrics_spend(p->name, p->pricing.currency, f.cost_micros,
+                      price_unlisted_raw(&p->pricing, (const char *)c->body, c->body_len));
     report(c, e, applied, outcome, &d, res, (t1 - t0) * 1000);
     free(rs.usage);
     free(t.remote_id);

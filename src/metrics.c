@@ -48,11 +48,12 @@ static struct {
     const char *provider, *currency;
     atomic_ullong micros;
     atomic_ulong jobs;
+    atomic_ulong unlisted; /* of those, priced by nothing: a model the table does not list */
 } spend[N_SPEND + 1];
 static atomic_int n_spend;
 static pthread_mutex_t spend_mu = PTHREAD_MUTEX_INITIALIZER;
 
-void metrics_spend(const char *provider, const char *currency, long long micros)
+void metrics_spend(const char *provider, const char *currency, long long micros, int unlisted)
 {
     if (!provider || !currency || micros < 0)
         return;
@@ -77,6 +78,8 @@ void metrics_spend(const char *provider, const char *currency, long long micros)
     }
     atomic_fetch_add(&spend[i].micros, (unsigned long long)micros);
     atomic_fetch_add(&spend[i].jobs, 1);
+    if (unlisted)
+        atomic_fetch_add(&spend[i].unlisted, 1);
 }
 
 static const double unknown_buckets[] = {1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 21600,
@@ -241,16 +244,22 @@ char *metrics_render(const char *extra)
             "# TYPE idemgate_spend_micros_total counter\n"
             "# HELP idemgate_settled_operations_total Completed operations whose cost was "
             "settled, by provider (this replica).\n"
-            "# TYPE idemgate_settled_operations_total counter\n");
+            "# TYPE idemgate_settled_operations_total counter\n"
+            "# HELP idemgate_unpriced_operations_total Completed operations of a priced provider "
+            "whose request its table prices nothing (a model it does not list): cost 0, held by "
+            "no amount budget; add the price (this replica).\n"
+            "# TYPE idemgate_unpriced_operations_total counter\n");
     int ns = atomic_load(&n_spend);
     for (int i = 0; i <= N_SPEND; i++) {
         if (i >= ns && (i < N_SPEND || !spend[i].provider))
             continue;
         put(&b,
             "idemgate_spend_micros_total{provider=\"%s\",currency=\"%s\"} %llu\n"
-            "idemgate_settled_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n",
+            "idemgate_settled_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n"
+            "idemgate_unpriced_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n",
             spend[i].provider, spend[i].currency, atomic_load(&spend[i].micros),
-            spend[i].provider, spend[i].currency, atomic_load(&spend[i].jobs));
+            spend[i].provider, spend[i].currency, atomic_load(&spend[i].jobs),
+            spend[i].provider, spend[i].currency, atomic_load(&spend[i].unlisted));
     }
     put(&b,
         "# HELP idemgate_archive_outputs_total Outputs whose archival ended: archived, failed "

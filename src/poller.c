@@ -189,7 +189,8 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && applied && f.cost_micros >= 0)
-        metrics_spend(p->name, p->pricing.currency, f.cost_micros);
+        metrics_spend(p->name, p->pricing.currency, f.cost_micros,
+                      price_unlisted_raw(&p->pricing, (const char *)c->body, c->body_len));
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
     if (e < 0 || !applied)

@@ -437,6 +437,19 @@ long long price_actual_raw(const struct price_table *t, const char *body, size_t
     return c;
 }
 
+int price_unlisted_raw(const struct price_table *t, const char *body, size_t len)
+{
+    if (!t || !t->present || !t->n_variants)
+        return 0;
+    if (t->per_request || t->per_output || t->per_megapixel || t->per_second ||
+        t->per_mtok_in || t->per_mtok_out || t->output_by.n_prices || t->second_by.n_prices)
+        return 0;
+    cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    int unlisted = pick(t, doc) == t;
+    cJSON_Delete(doc);
+    return unlisted;
+}
+
 int price_parse_amount(const char *s, long long *micros)
 {
     long long whole = 0, frac = 0;

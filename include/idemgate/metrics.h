@@ -41,7 +41,7 @@ void metrics_intake_batch(size_t intents, int committed, int born_claimed);
 /* The cost settled for a completed operation of a configured provider (names and currency
  * codes from the configuration, which outlives the counters: a bounded label set; past 64 pairs
  * they are counted under provider "other"). */
-void metrics_spend(const char *provider, const char *currency, long long micros);
+void metrics_spend(const char *provider, const char *currency, long long micros, int unlisted);
 
 /* Renders everything process-local, followed by `extra` (gauges read from the database by the
  * caller), into a new string. */

@@ -122,6 +122,11 @@ long long price_estimate_raw(const struct price_table *t, const char *body, size
 long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
                            int outputs_requested, int outputs_received, const char *usage);
 
+/* 1 when the table has variants, the request's values name none of them and the top-level
+ * members price nothing: the job costs 0 and no amount budget holds it (a model the table does
+ * not list). body: the raw request (len bytes). */
+int price_unlisted_raw(const struct price_table *t, const char *body, size_t len);
+
 /* A decimal amount of currency units ("12", "0.5", "3.000001") as micro-units. Returns 0, or -1
  * when s is not a non-negative decimal with at most 6 fractional digits below PRICE_MAX. */
 __attribute__((warn_unused_result)) int price_parse_amount(const char *s, long long *micros);

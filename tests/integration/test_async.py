@@ -306,6 +306,15 @@ def test_shipped_sync_profile_end_to_end(gateway_factory, token, mock):
     assert u.get("output_tokens"), u
     assert job["cost"] == {"currency": "USD", "estimate_micros": 22000,
                            "micros": u.get("input_tokens", 0) * 5 + u["output_tokens"] * 40}
+    # A model the table does not list costs nothing, and the metrics count it so.
+    r2 = gw.submit(token, "img-" + uuid.uuid4().hex, {"prompt": "x", "model": "gpt-image-2"},
+                   route="openaiimages/images/generations", headers={"Prefer": "wait=20"})
+    assert r2.status == 200, r2
+    j2 = gw.job(token, r2.headers["x-idemgate-job-id"]).json()
+    assert j2["cost"] == {"currency": "USD", "estimate_micros": 0, "micros": 0}
+    metrics = gw.http.request("GET", "/metrics").body.decode()
+    assert 'idemgate_settled_operations_total{provider="openaiimages",currency="USD"} 2' in metrics
+    assert 'idemgate_unpriced_operations_total{provider="openaiimages",currency="USD"} 1' in metrics
     mock.script([{"status": 400}])
     bad = gw.submit(token, "img-" + uuid.uuid4().hex, {"prompt": "y"},
                     route="openaiimages/images/generations", headers={"Prefer": "wait=20"})

@@ -234,6 +234,49 @@ static void test_shipped_price_tables(void **state)
     }
 }
 
+/* A model a table with variants does not list, and no top-level price: unlisted (counted by
+ * idemgate_unpriced_operations_total). */
+static void test_unlisted_requests(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *table, *body;
+        int unlisted;
+    } rows[] = {
+        {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"a\":"
+         "{\"per_output\":5}}}}", "{\"model\":\"b\"}", 1},
+        {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"a\":"
+         "{\"per_output\":5}}}}", "{\"model\":\"a\"}", 0},
+        {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"a\":"
+         "{\"per_output\":5}}}}", "not json", 1},
+        /* A top-level price prices every model the variants do not list. */
+        {"{\"currency\":\"USD\",\"per_request\":1,\"variants\":{\"keys\":[\"$.model\"],"
+         "\"tables\":{\"a\":{\"per_output\":5}}}}", "{\"model\":\"b\"}", 0},
+        {"{\"currency\":\"USD\",\"per_output\":0}", "{\"model\":\"b\"}", 0},
+        {NULL, "{}", 0},
+    };
+    for (size_t i = 0; i < N_ROWS(rows); i++) {
+        cJSON *j = rows[i].table ? cJSON_Parse(rows[i].table) : NULL;
+        struct price_table t;
+        char err[200] = "";
+        assert_int_equal(price_table_load(j, &t, err, sizeof(err)), 0);
+        if (price_unlisted_raw(&t, rows[i].body, strlen(rows[i].body)) != rows[i].unlisted)
+            fail_msg("row %zu: unlisted should be %d", i, rows[i].unlisted);
+        price_table_fini(&t);
+        cJSON_Delete(j);
+    }
+    /* The shipped OpenAI images table does not list its successors. */
+    cJSON *prof = read_profile("openai-images");
+    struct price_table t;
+    char err[200] = "";
+    assert_int_equal(price_table_load(cJSON_GetObjectItemCaseSensitive(prof, "pricing"), &t, err,
+                                      sizeof(err)), 0);
+    assert_int_equal(price_unlisted_raw(&t, "{\"model\":\"gpt-image-2\"}", 23), 1);
+    assert_int_equal(price_unlisted_raw(&t, "{\"model\":\"gpt-image-1\"}", 23), 0);
+    price_table_fini(&t);
+    cJSON_Delete(prof);
+}
+
 static void test_no_table_costs_nothing(void **state)
 {
     (void)state;
@@ -423,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_prices),
         cmocka_unit_test(test_no_table_costs_nothing),
         cmocka_unit_test(test_shipped_price_tables),
+        cmocka_unit_test(test_unlisted_requests),
         cmocka_unit_test(test_bad_tables_name_the_member),
         cmocka_unit_test(test_amounts),
         cmocka_unit_test(test_usage_queries),
