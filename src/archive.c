@@ -130,7 +130,9 @@ static const struct db_stmt job_outputs = {
            "   'href', CASE WHEN a.state = 'archived' THEN "
            "     '/v1/jobs/' || a.op_id || '/outputs/' || a.n END) ORDER BY a.n) "
            "  FROM archive_outputs a WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id), "
-           "'[]')::text "
+           "'[]')::text, "
+           " o.archive_planned_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM archive_outputs a "
+           "  WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.state = 'pending') "
            "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
     .params = DB_PARAMS("tenant_id", "id"),
 };
@@ -631,10 +633,12 @@ struct wpool *archive_start(const struct cfg *cfg)
     return wpool_start(cfg, cfg->archive_workers, &archive_pool);
 }
 
-int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json)
+int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json,
+                        int *settled)
 {
     PGresult *r;
     *json = NULL;
+    *settled = 0;
     int e =
         db_run(db, &job_outputs, DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", job_id)), &r);
     if (e < 0)
@@ -644,6 +648,7 @@ int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, 
         return STORE_ENOTFOUND;
     }
     *json = strdup(PQgetvalue(r, 0, 0));
+    *settled = PQgetvalue(r, 0, 1)[0] == 't';
     PQclear(r);
     return *json ? STORE_OK : STORE_EINTERNAL;
 }

@@ -43,7 +43,7 @@ static void job_get_stored(struct hs_req *r, const struct api_args *a)
     struct store_job j;
     int e = store_job_get(api_db(r), token, id, &j);
     if (e == STORE_OK && j.state == ST_COMPLETED &&
-        archive_job_outputs(api_db(r), j.tenant_id, j.id, &j.archive) < 0)
+        archive_job_outputs(api_db(r), j.tenant_id, j.id, &j.archive, &j.archive_settled) < 0)
         j.archive = NULL; /* the job is still answered, without its archive */
     if (e < 0)
         reply_job_error(r, e);

@@ -279,9 +279,10 @@ void reply_cache_terminal(const char *token, const struct store_job *j)
     if (!st_is_terminal(j->state) || entry_of(j, &e) < 0)
         return;
     jobcache_put('k', token, j->idempotency_key, &e);
-    /* GET /v1/jobs/{id} shows a completed job's archive: only a view that holds it answers
-     * reads by id (for job_cache_ttl_ms, like any cached job). */
-    if (j->state != ST_COMPLETED || j->archive)
+    /* GET /v1/jobs/{id} shows a completed job's archive, which changes after the job ended
+     * (planned, then each output copied): only a view whose archive is settled answers reads by
+     * id from memory, so that a client watching the copy never reads a stale one. */
+    if (j->state != ST_COMPLETED || (j->archive && j->archive_settled))
         jobcache_put('j', token, j->id, &e);
     entry_release(&e);
 }

@@ -18,8 +18,10 @@ struct wpool;
 struct wpool *archive_start(const struct cfg *cfg);
 
 /* The archive of one job's outputs as a JSON array (new string in *json; "[]" until they are
- * planned). STORE_ codes. */
-int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json);
+ * planned); *settled: planned, and no output is still pending (the view no longer changes).
+ * STORE_ codes. */
+int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json,
+                        int *settled);
 
 /* One output of a tenant's job, for GET /v1/jobs/{id}/outputs/{n}. */
 struct archive_output {

@@ -52,6 +52,7 @@ struct store_job {
     /* The archive of its outputs as a JSON array (archive_job_outputs), owned; NULL when not
      * read. */
     char *archive;
+    int archive_settled; /* planned, nothing pending: the archive view no longer changes */
 };
 void store_job_fini(struct store_job *j);
 

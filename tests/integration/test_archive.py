@@ -108,6 +108,33 @@ def test_every_shipped_async_profile_archives(gateway_factory, token, mock, tmp_
                      "b64" if name == "vertex-veo" else "url"}, j["archive"]
 
 
+def test_a_read_never_shows_a_stale_archive(gateway_factory, token, mock, tmp_path, psql):
+    # Cached views live for an hour here: a completed job's view must not be cached by id while
+    # its archive can still change, or a client watching the copy would read "[]" or "pending"
+    # long after the bytes are stored.
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], job_cache_ttl_ms=3600000)
+    r = gw.submit(token, "stale-" + uuid.uuid4().hex, body(polls=1, outputs=2), route=route)
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 30
+    seen_unsettled = False
+    while True:
+        j = gw.job(token, job_id).json()
+        if j["state"] == "completed":
+            arch = j.get("archive") or []
+            if arch and all(o["state"] == "archived" for o in arch):
+                break
+            seen_unsettled = True
+        assert time.monotonic() < deadline, j
+        time.sleep(0.05)
+    assert seen_unsettled, "the job was read while its archive was still unsettled"
+    rows = psql(f"SELECT state FROM archive_outputs WHERE op_id = '{job_id}'")
+    assert [x[0] for x in rows] == ["archived", "archived"]
+    # Settled: from now on the view is the database's and may be cached.
+    again = gw.job(token, job_id).json()
+    assert again["archive"] == j["archive"]
+
+
 @pytest.mark.parametrize("fmt", ["url", "b64_json"])
 def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tmp_path, fmt):
     e, route = images_entry(mock)
