@@ -203,7 +203,6 @@ static int load_table(const cJSON *j, struct price_table *t, int nested, char *e
     if (get_micros(j, "per_request", 0, &t->per_request, err, errlen) < 0 ||
         get_micros(j, "per_output", 0, &t->per_output, err, errlen) < 0 ||
         get_micros(j, "per_megapixel", 0, &t->per_megapixel, err, errlen) < 0 ||
-        get_micros(j, "megapixel", 1000000, &t->megapixel, err, errlen) < 0 ||
         get_micros(j, "per_second", 0, &t->per_second, err, errlen) < 0 ||
         get_micros(j, "per_million_input_tokens", 0, &t->per_mtok_in, err, errlen) < 0 ||
         get_micros(j, "per_million_output_tokens", 0, &t->per_mtok_out, err, errlen) < 0 ||
@@ -221,10 +220,13 @@ static int load_table(const cJSON *j, struct price_table *t, int nested, char *e
             errf(err, errlen, "pricing: out of memory");
         return -1;
     }
-    if (t->megapixel < 1) {
-        errf(err, errlen, "pricing.megapixel must be 1 or more pixels");
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(j, "megapixel");
+    if (mp && (!cJSON_IsNumber(mp) || mp->valuedouble < 1 || mp->valuedouble > 1e12 ||
+               mp->valuedouble != floor(mp->valuedouble))) {
+        errf(err, errlen, "pricing.megapixel must be a whole number of pixels (1 or more)");
         return -1;
     }
+    t->megapixel = mp ? (long long)mp->valuedouble : 1000000;
     if (t->per_megapixel && (!t->width || !t->height)) {
         errf(err, errlen, "pricing.per_megapixel needs \"width\" and \"height\" (paths in "
                           "the request)");
