@@ -109,7 +109,7 @@ int jobcache_get(char kind, const char *token_hash, const char *name, struct job
 }
 
 void jobcache_put(char kind, const char *token_hash, const char *name,
-                  const struct jobcache_entry *e)
+                  const struct jobcache_entry *e, int max_ms)
 {
     uint8_t key[CRYPTO_SHA256_LEN];
     struct slot *s = slot_for(kind, token_hash, name, key);
@@ -120,6 +120,6 @@ void jobcache_put(char kind, const char *token_hash, const char *name,
     jobcache_entry_fini(&s->e);
     s->e = copy;
     memcpy(s->key, key, sizeof(key));
-    s->expires_ms = now_ms() + ttl;
+    s->expires_ms = now_ms() + (max_ms > 0 && max_ms < ttl ? max_ms : ttl);
     pthread_mutex_unlock(&s->mu);
 }

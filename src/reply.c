@@ -272,18 +272,24 @@ void reply_provider_result(struct hs_req *r, const struct store_job *j, int repl
     entry_release(&e);
 }
 
+/* How long a completed job's view whose archive is still changing answers reads by id. */
+#define ARCHIVE_VIEW_MS 250
+
 /* Remembers a terminal job for later replays (by key) and reads (by id) of this tenant. */
 void reply_cache_terminal(const char *token, const struct store_job *j)
 {
     struct jobcache_entry e;
     if (!st_is_terminal(j->state) || entry_of(j, &e) < 0)
         return;
-    jobcache_put('k', token, j->idempotency_key, &e);
+    jobcache_put('k', token, j->idempotency_key, &e, 0);
     /* GET /v1/jobs/{id} shows a completed job's archive, which changes after the job ended
-     * (planned, then each output copied): only a view whose archive is settled answers reads by
-     * id from memory, so that a client watching the copy never reads a stale one. */
+     * (planned, then each output copied): a view whose archive is not settled yet answers reads
+     * by id from memory for ARCHIVE_VIEW_MS only, so that a client watching the copy sees it
+     * progress while a client polling the job still reads memory. */
     if (j->state != ST_COMPLETED || (j->archive && j->archive_settled))
-        jobcache_put('j', token, j->id, &e);
+        jobcache_put('j', token, j->id, &e, 0);
+    else if (j->archive)
+        jobcache_put('j', token, j->id, &e, ARCHIVE_VIEW_MS);
     entry_release(&e);
 }
 

@@ -3,8 +3,10 @@
 
 #include <stddef.h>
 
-/* A bounded in-memory cache of terminal jobs, for replays and GETs. Terminal jobs never change,
- * so a cached answer is the database's answer; entries also expire after a short time, which
+/* A bounded in-memory cache of terminal jobs, for replays and GETs. A terminal job's state and
+ * result never change, so a cached answer is the database's answer (a completed job's archive
+ * view still changes while its outputs are copied: such a view is kept for a few hundred
+ * milliseconds only, see reply_cache_terminal); entries also expire after a short time, which
  * bounds how long a revoked token or an expired key can still be answered from memory. A miss
  * always reads the database. Direct-mapped, one lock per slot; safe from any thread. */
 
@@ -26,9 +28,10 @@ void jobcache_fini(void);
 /* kind distinguishes lookups by idempotency key ('k') from lookups by job id ('j'). On a hit,
  * fills *out with copies (free with jobcache_entry_fini) and returns 1. */
 int jobcache_get(char kind, const char *token_hash, const char *name, struct jobcache_entry *out);
-/* Stores a copy of e (the job must be terminal). */
+/* Stores a copy of e (the job must be terminal) for the cache's time to live, or for max_ms
+ * when that is shorter (0: no shorter bound). */
 void jobcache_put(char kind, const char *token_hash, const char *name,
-                  const struct jobcache_entry *e);
+                  const struct jobcache_entry *e, int max_ms);
 void jobcache_entry_fini(struct jobcache_entry *e);
 
 #endif
