@@ -70,7 +70,9 @@ static const struct cfg_setting settings[] = {
     {"job_cache_entries", "IDEMGATE_JOB_CACHE_ENTRIES", T_INT, OFF(job_cache_entries), "8192", 0,
      10000000, "terminal jobs kept in memory for replays and reads (0: no cache)"},
     {"job_cache_ttl_ms", "IDEMGATE_JOB_CACHE_TTL_MS", T_INT, OFF(job_cache_ttl_ms), "5000", 1,
-     3600000, "how long a cached terminal job may answer (bounds a revoked token's reach)"},
+     3600000, "how long a cached terminal job may answer (bounds a revoked token's reach); a "
+              "completed job whose outputs are still being archived answers reads by id from "
+              "memory for 250 ms at most, so that its archive state is never older than that"},
     {"job_ttl_hours", "IDEMGATE_JOB_TTL_HOURS", T_INT, OFF(job_ttl_hours), "168", 1, 87600,
      "how long a job and its key are kept"},
     {"lease_seconds", "IDEMGATE_LEASE_SECONDS", T_INT, OFF(lease_seconds), "180", 2, 3600,
