@@ -348,9 +348,10 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     f.started_at = t0;
     f.finished_at = t1;
     /* What the provider charges for what it delivered (a partial result: its outputs only). */
+    int unpriced = 0;
     if (d.next == ST_COMPLETED && p->pricing.present)
         f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
-                                         c->outputs_requested, rs.received, rs.usage);
+                                         c->outputs_requested, rs.received, rs.usage, &unpriced);
     /* The refusal is a fact about the credential whatever becomes of this job's write: the
      * breaker is recorded first, so that a client that sees the job failed also sees the
      * provider tripped, and claims stop as early as they can. */
@@ -360,8 +361,7 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     int e = store_finish(db, &f, &applied);
     CRASH_POINT("after_result_commit");
     if (e == STORE_OK && applied && f.cost_micros >= 0)
-        metrics_spend(p->name, p->pricing.currency, f.cost_micros,
-                      price_unlisted_raw(&p->pricing, (const char *)c->body, c->body_len));
+        metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);
     report(c, e, applied, outcome, &d, res, (t1 - t0) * 1000);
     free(rs.usage);
     free(t.remote_id);

@@ -183,14 +183,14 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
     f.outputs_json = outputs_json;
     f.started_at = t0;
     /* Completed: what the provider charges for the outputs it delivered. */
+    int unpriced = 0;
     if (next == ST_COMPLETED && p && p->pricing.present)
         f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
-                                         c->outputs_requested, outputs, NULL);
+                                         c->outputs_requested, outputs, NULL, &unpriced);
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && applied && f.cost_micros >= 0)
-        metrics_spend(p->name, p->pricing.currency, f.cost_micros,
-                      price_unlisted_raw(&p->pricing, (const char *)c->body, c->body_len));
+        metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
     if (e < 0 || !applied)

@@ -426,14 +426,30 @@ long long price_estimate_raw(const struct price_table *t, const char *body, size
     return c;
 }
 
-long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
-                           int outputs_requested, int outputs_received, const char *usage)
+/* See price_unlisted_raw; doc is the parsed request. */
+static int unlisted(const struct price_table *t, const cJSON *doc)
 {
+    if (!t || !t->present || !t->n_variants)
+        return 0;
+    if (t->per_request || t->per_output || t->per_megapixel || t->per_second ||
+        t->per_mtok_in || t->per_mtok_out || t->output_by.n_prices || t->second_by.n_prices)
+        return 0;
+    return pick(t, doc) == t;
+}
+
+long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
+                           int outputs_requested, int outputs_received, const char *usage,
+                           int *is_unlisted)
+{
+    if (is_unlisted)
+        *is_unlisted = 0;
     if (!t || !t->present)
         return 0;
     cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
     cJSON *u = usage ? cJSON_Parse(usage) : NULL;
     long long c = price_actual(t, doc, outputs_requested, outputs_received, u);
+    if (is_unlisted)
+        *is_unlisted = unlisted(t, doc);
     cJSON_Delete(doc);
     cJSON_Delete(u);
     return c;
@@ -443,13 +459,10 @@ int price_unlisted_raw(const struct price_table *t, const char *body, size_t len
 {
     if (!t || !t->present || !t->n_variants)
         return 0;
-    if (t->per_request || t->per_output || t->per_megapixel || t->per_second ||
-        t->per_mtok_in || t->per_mtok_out || t->output_by.n_prices || t->second_by.n_prices)
-        return 0;
     cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
-    int unlisted = pick(t, doc) == t;
+    int u = unlisted(t, doc);
     cJSON_Delete(doc);
-    return unlisted;
+    return u;
 }
 
 int price_parse_amount(const char *s, long long *micros)

@@ -116,11 +116,13 @@ long long price_actual(const struct price_table *t, const cJSON *body, int outpu
                        int outputs_received, const cJSON *usage);
 
 /* The same from raw bytes: the request body (len bytes, JSON, may be unparsable: then no
- * request values are known) and the usage as recorded (JSON text or NULL). */
+ * request values are known) and the usage as recorded (JSON text or NULL); *is_unlisted (when
+ * not NULL) as price_unlisted_raw says, from the same parse. */
 long long price_estimate_raw(const struct price_table *t, const char *body, size_t len,
                              int outputs_requested);
 long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
-                           int outputs_requested, int outputs_received, const char *usage);
+                           int outputs_requested, int outputs_received, const char *usage,
+                           int *is_unlisted);
 
 /* 1 when the table has variants, the request's values name none of them and the top-level
  * members price nothing: the job costs 0 and no amount budget holds it (a model the table does

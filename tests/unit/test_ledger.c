@@ -148,7 +148,7 @@ static void test_prices(void **state)
             fail_msg("row %zu: %s", i, err);
         long long est = price_estimate_raw(&t, c->body, strlen(c->body), c->requested);
         long long act = price_actual_raw(&t, c->body, strlen(c->body), c->requested, c->received,
-                                         c->usage);
+                                         c->usage, NULL);
         if (est != c->estimate || act != c->actual)
             fail_msg("row %zu: estimate %lld (want %lld), actual %lld (want %lld)", i, est,
                      c->estimate, act, c->actual);
@@ -225,7 +225,7 @@ static void test_shipped_price_tables(void **state)
         assert_non_null(t.source);
         long long est = price_estimate_raw(&t, c->body, strlen(c->body), c->requested);
         long long act = price_actual_raw(&t, c->body, strlen(c->body), c->requested, c->received,
-                                         c->usage);
+                                         c->usage, NULL);
         if (est != c->estimate || act != c->actual)
             fail_msg("row %zu (%s): estimate %lld (want %lld), actual %lld (want %lld)", i,
                      c->profile, est, c->estimate, act, c->actual);
@@ -286,7 +286,7 @@ static void test_no_table_costs_nothing(void **state)
     assert_false(t.present);
     assert_null(t.currency);
     assert_int_equal(price_estimate_raw(&t, "{\"n\":3}", 7, 3), 0);
-    assert_int_equal(price_actual_raw(&t, "{\"n\":3}", 7, 3, 3, NULL), 0);
+    assert_int_equal(price_actual_raw(&t, "{\"n\":3}", 7, 3, 3, NULL, NULL), 0);
 }
 
 struct bad_table {
