@@ -145,7 +145,9 @@ int poller_outputs(const struct cfg_provider *p, const cJSON *doc, const char *r
 {
     long long expires = (long long)time(NULL) + p->result_url_ttl_s;
     const cJSON *exp = doc && p->result_expires_at ? jpath_first(p->result_expires_at, doc) : NULL;
-    if (cJSON_IsNumber(exp))
+    /* A provider's expiry in Unix seconds; a value no clock holds (negative, past year 9999,
+     * not finite) is not one: the profile's TTL stands. */
+    if (cJSON_IsNumber(exp) && exp->valuedouble >= 0 && exp->valuedouble < 253402300800.0)
         expires = (long long)exp->valuedouble;
     if (!strcmp(p->result_kind, "binary_endpoint")) {
         struct vars v = {remote_id, NULL};
