@@ -5,6 +5,7 @@
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
 #include "idemgate/inject.h"
+#include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/policy.h"
@@ -24,8 +25,6 @@
 /* How long an operation that could not be sent here waits before any replica tries again. */
 #define NOT_SENT_RETRY_MS 5000
 
-/* A claim older than this when its worker takes it has waited in a queue: it is read again. */
-#define QUEUED_RECHECK_S 0.005
 
 /* Refuses to send once the lease is (nearly) over, by this host's monotonic clock, which keeps
  * counting while the process is stopped: a worker frozen past its lease wakes up, finds its
@@ -368,12 +367,45 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     free(t.poll_url);
 }
 
-void attempt_create(const struct cfg *cfg, struct db *db, const struct store_claim *c,
+/* A born reservation (recorded `prepared` for this replica, and queued until a worker was free)
+ * becomes a send: it is moved to `sending` by a conditional statement right before the send, so
+ * a cancel acknowledged meanwhile, a credential tripped meanwhile, or another replica's claim of
+ * an expired reservation each stop it, however long or short it waited. Returns 0 to send, -1
+ * when it is not ours to send (nothing left). */
+static int begin_born(const struct cfg *cfg, struct db *db, struct store_claim *c)
+{
+    int e = lease_begin_send(db, c, cfg->lease_seconds);
+    if (e == STORE_OK)
+        return 0;
+    if (e != STORE_ENOTFOUND) {
+        /* Unreachable: still `prepared` — nothing was sent, and no operator is ever needed. The
+         * reservation ends with its lease; any replica then sends it. */
+        LOG(LOG_WARN, "dispatch_begin_failed", LS("job_id", c->id), LI("error", e),
+            LS("note", "not sent; still prepared, due again when its reservation ends"));
+        return -1;
+    }
+    int released = 0, tripped = 0;
+    if (lease_release_reservation(db, c, 0, &released, &tripped) == STORE_OK && released)
+        LOG(LOG_WARN, "dispatch_held", LS("job_id", c->id), LS("provider", c->provider),
+            LS("reason", tripped ? "the provider's credential is tripped" : "not sendable"));
+    else
+        LOG(LOG_INFO, "dispatch_skipped", LS("job_id", c->id),
+            LS("reason", "canceled, or taken by another replica, before it was sent"));
+    return -1;
+}
+
+void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
                     double claimed_mono)
 {
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     const char *why = NULL;
     struct outbound o;
+    if (c->born) {
+        double before = clock_mono();
+        if (begin_born(cfg, db, c) < 0)
+            return;
+        claimed_mono = before; /* the lease counts from the statement that moved it */
+    }
     if (!p) {
         release_unsent(db, c, ST_PREPARED, "provider is not configured on this replica");
         return;
@@ -381,23 +413,6 @@ void attempt_create(const struct cfg *cfg, struct db *db, const struct store_cla
     if (*c->credential && !getenv(c->credential)) {
         release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
         return;
-    }
-    /* A claim that waited behind another call (a born claim queued for a busy worker) is read
-     * again: a cancel acknowledged meanwhile means it is never sent. One sent at once needs no
-     * read: its claim and its send are as close as a dispatcher's own claim and send. */
-    if (clock_mono() - claimed_mono > QUEUED_RECHECK_S) {
-        int sendable = 0, e = store_still_sendable(db, c, &sendable);
-        if (e == STORE_ENOTFOUND)
-            return; /* the lease moved on (reaped, or cancelled before it was sent): not ours */
-        if (e < 0) {
-            LOG(LOG_WARN, "dispatch_recheck_failed", LS("job_id", c->id), LI("error", e),
-                LS("note", "not sent; the reaper makes it unknown, reconciliation proves absence"));
-            return;
-        }
-        if (!sendable) {
-            release_unsent(db, c, ST_PREPARED, "canceled before it was sent");
-            return;
-        }
     }
     if (build_outbound(cfg, p, c, &o, &why) < 0) {
         outbound_fini(&o);

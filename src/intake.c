@@ -372,9 +372,9 @@ static enum step_result step_answer(struct intake *in)
         LS("key_hash", key_hash), LS("provider", in->p->name), LS("state", st_name(j->state)),
         LS("request_id", hs_req_id(in->r)));
     reply_cache_terminal(in->token, j);
-    /* A row born `sending` was claimed by this replica and handed to its own dispatcher. */
+    /* A row born reserved was handed to this replica's own dispatcher. */
     answer_or_wait(in->r, j, !in->created, in->wait_s, in->token,
-                   in->created && j->state == ST_SENDING);
+                   in->created && j->state == ST_PREPARED && j->lease_version == 1);
     return STEP_ANSWERED;
 }
 

@@ -256,7 +256,7 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
                              cfg->job_ttl_hours, &j, &created);
     if (e == STORE_ECONFLICT) {
         reply_problem(r, 409, "parent-not-terminal", "Parent job not finished",
-                      "only a completed or failed job can be regenerated", 0);
+                      "only a completed, failed or canceled job can be regenerated", 0);
     } else if (e == STORE_EOVERDAY || e == STORE_EOVERMONTH || e == STORE_EINFLIGHT) {
         reply_budget_refused(r, e, -1, NULL); /* the parent's estimate, as the job shows it */
     } else if (e < 0) {

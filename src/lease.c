@@ -149,7 +149,7 @@ static const struct db_stmt finish = {
     "   THEN now() ELSE ambiguous_at END, "
     "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
     "  cost_micros = coalesce($26::bigint, cost_micros), "
-    "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
+    "  finished_at = CASE WHEN $4 IN ('completed', 'failed', 'canceled') "
     "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
     " RETURNING state), "
@@ -173,9 +173,10 @@ static const struct db_stmt finish = {
                       {ST_UNKNOWN, ST_UNKNOWN}, {ST_UNKNOWN, ST_PREPARED},
                       {ST_UNKNOWN, ST_ACCEPTED}, {ST_UNKNOWN, ST_COMPLETED},
                       {ST_UNKNOWN, ST_REVIEW}, {ST_UNKNOWN, ST_FAILED},
-                      /* A poll: still running, or the task's end. */
+                      /* A poll: still running, or the task's end (canceled: ended by the
+                       * provider on our cancel). */
                       {ST_ACCEPTED, ST_ACCEPTED}, {ST_ACCEPTED, ST_COMPLETED},
-                      {ST_ACCEPTED, ST_FAILED}),
+                      {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED}),
 };
 
 /* After a fenced write was re-run on a new connection: whether the first run had committed (the
@@ -309,6 +310,13 @@ static int own_strings(struct store_claim *c, const char **const *fields, size_t
     return 0;
 }
 
+int lease_is_born(const struct store_intake_req *q, const struct store_job *j)
+{
+    /* Fencing token 1 on a prepared row: the reservation the intake statement made (a row for
+     * any replica is recorded with 0; a cancel moves it to failed). */
+    return q->claim_owner && j->state == ST_PREPARED && j->lease_version == 1;
+}
+
 int lease_claim_born(const struct store_intake_req *q, const struct store_job *j,
                      struct store_claim *c)
 {
@@ -324,10 +332,10 @@ int lease_claim_born(const struct store_intake_req *q, const struct store_job *j
                               .lease_remaining_s = q->lease_seconds,
                               .idem_header = q->idem_header,
                               .reconcile_strategy = q->reconcile_strategy,
-                              .transport_attempts = 1,
                               .outputs_requested = q->outputs_requested,
-                              .first_sent_db = job_time(j->first_sent_at),
-                              .now_db = job_time(j->first_sent_at)};
+                              .first_sent_db = job_time(j->created_at),
+                              .now_db = job_time(j->created_at),
+                              .born = 1};
     int strategy = prof_reconcile_parse(q->reconcile_strategy);
     c->strategy = strategy < 0 ? RECON_NONE : (enum cfg_reconcile)strategy;
     const char **const fields[] = {&c->id,  &c->provider,   &c->route,
@@ -380,29 +388,81 @@ int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds
     return STORE_OK;
 }
 
-/* Whether a claim that waited (a born claim queued behind a busy worker) may still be sent: its
- * lease holds and no cancel was acknowledged meanwhile. Reads only. */
-static const struct db_stmt still_sendable = {
-    .rerun_safe = 1,
-    .name = "still_sendable",
-    .sql = "SELECT cancel_requested_at IS NULL FROM operations WHERE tenant_id = $1 AND id = $2 "
-    " AND lease_version = $3 AND state = 'sending'",
-    .params = DB_PARAMS("tenant_id", "id", "lease_version"),
+/* A born reservation (a row recorded `prepared` for this replica's worker, store.c's intake)
+ * becomes a send: `sending` under the same fencing token, a fresh lease of $4 seconds, one more
+ * transport attempt — committed before any byte leaves, as the dispatcher's claim is. Only while
+ * the reservation holds (the fencing token is still ours, nobody took it), no cancel was
+ * acknowledged and the provider's credential is not tripped: every born claim passes here,
+ * however long it waited in the queue. */
+static const struct db_stmt begin_send = {
+    .name = "begin_send",
+    .sql = "UPDATE operations o SET state = 'sending', "
+    " lease_expires_at = now() + make_interval(secs => $4), updated_at = now(), "
+    " transport_attempts = o.transport_attempts + 1, "
+    " first_sent_at = coalesce(o.first_sent_at, now()) "
+    "WHERE o.tenant_id = $1 AND o.id = $2 AND o.lease_version = $3 AND o.state = 'prepared' "
+    " AND o.cancel_requested_at IS NULL "
+    " AND NOT EXISTS (SELECT 1 FROM provider_breakers b WHERE b.provider = o.provider) "
+    "RETURNING extract(epoch FROM o.lease_expires_at - now())::float8, o.transport_attempts, "
+    " extract(epoch FROM o.first_sent_at)::float8, extract(epoch FROM now())::float8, "
+    " (extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
+    .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
 
-int store_still_sendable(struct db *db, const struct store_claim *c, int *sendable)
+/* A reservation that is not sent (the credential was tripped meanwhile, or nothing may be sent
+ * on this replica) is given back: prepared and unowned, due now for any replica's claim (which
+ * skips a tripped provider until it is reset). A row cancelled or taken meanwhile is not
+ * touched. */
+static const struct db_stmt release_reservation = {
+    .name = "release_reservation",
+    .sql = "UPDATE operations SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), "
+    " next_attempt_at = now() + make_interval(secs => $4::float8 / 1000) "
+    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'prepared' "
+    "RETURNING (SELECT b.reason FROM provider_breakers b WHERE b.provider = operations.provider)",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "delay_ms"),
+    .moves = DB_MOVES({ST_PREPARED, ST_PREPARED}),
+};
+
+int lease_begin_send(struct db *db, struct store_claim *c, int lease_seconds)
 {
     PGresult *r;
-    int e = db_run(db, &still_sendable,
+    int e = db_run(db, &begin_send,
                    DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
-                           p_int("lease_version", c->lease_version)),
+                           p_int("lease_version", c->lease_version),
+                           p_int("lease_seconds", lease_seconds)),
                    &r);
     if (e < 0)
         return e;
-    e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
-    *sendable = e == STORE_OK && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    c->lease_remaining_s = atof(PQgetvalue(r, 0, 0));
+    c->transport_attempts = atoi(PQgetvalue(r, 0, 1));
+    c->first_sent_db = atof(PQgetvalue(r, 0, 2));
+    c->now_db = atof(PQgetvalue(r, 0, 3));
+    c->since_first_ms = atoll(PQgetvalue(r, 0, 4));
+    c->born = 0; /* a claim like any other from here on */
     PQclear(r);
-    return e;
+    return STORE_OK;
+}
+
+int lease_release_reservation(struct db *db, const struct store_claim *c, long delay_ms,
+                              int *released, int *tripped)
+{
+    PGresult *r;
+    int e = db_run(db, &release_reservation,
+                   DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
+                           p_int("lease_version", c->lease_version),
+                           p_int("delay_ms", delay_ms)),
+                   &r);
+    if (e < 0)
+        return e;
+    *released = PQntuples(r) == 1;
+    *tripped = *released && db_val(r, 0, 0) != NULL;
+    PQclear(r);
+    return STORE_OK;
 }
 
 void store_finish_init(struct store_finish *f, const struct store_claim *c, const char *kind,
@@ -547,7 +607,7 @@ int store_reap(struct db *db, int limit, int *count)
 
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
-    &still_sendable,
+    &begin_send, &release_reservation,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

@@ -270,8 +270,17 @@ static int fetch_result(const struct cfg_provider *p, const struct store_claim *
     return st;
 }
 
+/* The state a task's end leads to: a task the provider cancelled after our cancel is canceled
+ * (it existed, and may be billed); one it cancelled on its own, or that failed, is failed. */
+static enum op_state ended_state(int st, int cancel_requested)
+{
+    return st == TS_CANCELED && cancel_requested ? ST_CANCELED : ST_FAILED;
+}
+
 /* Writes what status st shows: the outputs of a finished task (from final / fdoc, the answer
- * that carries the result), its failure, or another read later (res, the status answer). */
+ * that carries the result), its failure or cancel, or another read later (res, the status
+ * answer). A task that finished although the client cancelled says that the cancel came too
+ * late: the result is kept, and paid. */
 static void conclude(struct db *db, const struct cfg_provider *p, const struct store_claim *c,
                      int st, const struct up_response *final, const cJSON *fdoc,
                      const struct up_response *res, double t0)
@@ -280,16 +289,24 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
         cJSON *outs = cJSON_CreateArray();
         int n = poller_outputs(p, fdoc, c->remote_id, outs);
         char *oj = cJSON_PrintUnformatted(outs);
-        write_poll(db, c, ST_COMPLETED, 0, "succeeded", NULL, final, n, oj, t0, p);
+        write_poll(db, c, ST_COMPLETED, 0, "succeeded",
+                   c->cancel_requested ? "the cancel came too late: the task finished at the "
+                                         "provider (paid); its result is kept"
+                                       : NULL,
+                   final, n, oj, t0, p);
         free(oj);
         cJSON_Delete(outs);
     } else if (st == TS_FAILED || st == TS_CANCELED) {
         const char *msg = fdoc && p->result_error ? jpath_string(p->result_error, fdoc) : NULL;
+        enum op_state next = ended_state(st, c->cancel_requested);
         char err[512];
-        snprintf(err, sizeof(err), "%s: %s", st == TS_CANCELED ? "canceled" : "task failed",
+        snprintf(err, sizeof(err), "%s: %s",
+                 next == ST_CANCELED ? "canceled at the provider on our request"
+                 : st == TS_CANCELED ? "canceled by the provider"
+                                     : "task failed",
                  msg ? msg : "the provider gave no message");
-        write_poll(db, c, ST_FAILED, 0, prof_status_name((enum task_status)st), err, final, -1,
-                   NULL, t0, p);
+        write_poll(db, c, next, 0, prof_status_name((enum task_status)st), err, final, -1, NULL,
+                   t0, p);
     } else {
         /* Queued, running, or no readable answer: read again later. */
         write_poll(db, c, ST_ACCEPTED, next_delay(p, c, res),

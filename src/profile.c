@@ -293,6 +293,9 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
                  load_path(task, "client_ref", &p->task_client_ref, 1, file, field, err,
                            errlen) < 0))
         return -1;
+    snprintf(field, sizeof(field), "providers.%s.reconcile", p->name);
+    if (load_path(rec, "found_result", &p->found_result, 0, file, field, err, errlen) < 0)
+        return -1;
     static const char *const lookup_vars[] = {"client_ref", NULL};
     static const char *const list_vars[] = {"since", "until", NULL};
     if (p->reconcile == RECON_GET_BY_CLIENT_ID) {
@@ -788,7 +791,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                                  p->result_output_url, p->result_expires_at, p->result_error,
                                  p->webhook_event_id, p->webhook_task_id,
                                  p->list_next_cursor, p->task_client_ref,
-                                 p->webhook_client_ref};
+                                 p->webhook_client_ref, p->found_result};
         for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++)
             jpath_free(paths[k]);
         price_table_fini(&p->pricing);

@@ -64,13 +64,13 @@ enum recon_plan recon_plan(const struct recon_facts *f)
     }
 }
 
-enum op_state recon_found_state(int async, int has_id, int cancel_requested)
+enum op_state recon_found_state(int async, int has_id, int result_read)
 {
-    if (cancel_requested)
-        return ST_FAILED;
+    /* A found task is the truth, whatever the client asked meanwhile: a cancel changes what is
+     * done with it (the poller cancels a running task at the provider), never the state. */
     if (async)
         return has_id ? ST_ACCEPTED : ST_REVIEW;
-    return ST_COMPLETED;
+    return result_read ? ST_COMPLETED : ST_REVIEW;
 }
 
 struct lookup_vars {
@@ -100,6 +100,11 @@ struct verdict_write {
     const char *error;
     const struct up_response *res; /* the provider's answer kept as the result (completed) */
     const char *remote_id;
+    int outputs_received; /* -1: not counted */
+    const char *usage;
+    long long cost_micros; /* -1: none computed */
+    int unpriced;
+    const struct cfg_provider *p; /* for the spend metric; NULL without a cost */
 };
 
 /* Writes the verdict under the reconciler's lease (state unknown → next). */
@@ -118,9 +123,14 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
     f.remote_id = w->remote_id;
     f.error = w->error;
     f.retry_delay_ms = w->delay_ms;
+    f.outputs_received = w->outputs_received;
+    f.usage = w->usage;
+    f.cost_micros = w->cost_micros;
     f.started_at = t0;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
+    if (e == STORE_OK && applied && w->p && f.cost_micros >= 0)
+        metrics_spend(w->p->name, w->p->pricing.currency, f.cost_micros, w->unpriced);
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
     if (e == STORE_OK && applied && w->next != ST_UNKNOWN)
@@ -140,7 +150,7 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
 static void write_simple(struct db *db, const struct store_claim *c, enum op_state next,
                          long delay_ms, const char *outcome, const char *error, double t0)
 {
-    struct verdict_write w = {next, delay_ms, outcome, error, NULL, NULL};
+    struct verdict_write w = {next, delay_ms, outcome, error, NULL, NULL, -1, NULL, -1, 0, NULL};
     write_verdict(db, c, &w, t0);
 }
 
@@ -152,46 +162,90 @@ static int get(const struct cfg_provider *p, const struct store_claim *c, const 
     return prov_call(p, &call, res);
 }
 
-/* Sends the provider's cancel for a task found after the client cancelled, once (best effort:
- * the job ends failed either way, with the remote id kept for the operator). Returns 1 when the
- * provider accepted it. */
-static int cancel_found(const struct cfg_provider *p, const struct store_claim *c,
-                        const char *remote_id)
+/* The result of a found synchronous task, shaped as its create's answer: the part of the answer
+ * the profile's reconcile.found_result names (re-printed), or the whole answer as it came.
+ * Returns 0 with *out filled (its body owned by the caller when *owned), or -1 when the answer
+ * does not hold it: then nothing may be written completed. */
+static int found_result(const struct cfg_provider *p, const struct up_response *res,
+                        struct up_response *out, int *owned)
 {
-    if (!p->cancel_path || !remote_id)
-        return 0;
-    struct lookup_vars v = {.client_ref = c->id, .id = remote_id};
-    char *url = prov_url(p, p->cancel_path, lookup_var, &v, "cancel");
-    struct up_response res;
-    memset(&res, 0, sizeof(res));
-    struct prov_call call = {.method = p->cancel_method, .url = url, .credential = c->credential};
-    int ok = url && prov_call(p, &call, &res) == 0 && res.http_status >= 200 &&
-             res.http_status < 300;
-    up_response_fini(&res);
-    LOG(LOG_INFO, "cancel_sent", LS("job_id", c->id), LS("provider", p->name), LI("ok", ok));
-    free(url);
-    return ok;
+    *out = *res;
+    *owned = 0;
+    if (!res->body || res->body_truncated)
+        return -1;
+    cJSON *doc = cJSON_ParseWithLength(res->body, res->body_len);
+    const cJSON *node = doc && p->found_result ? jpath_first(p->found_result, doc) : doc;
+    int ok = node && (cJSON_IsObject(node) || cJSON_IsArray(node));
+    if (ok && p->found_result) {
+        out->body = cJSON_PrintUnformatted(node);
+        out->body_len = out->body ? strlen(out->body) : 0;
+        *owned = out->body != NULL;
+        ok = *owned;
+    }
+    cJSON_Delete(doc);
+    return ok ? 0 : -1;
 }
 
-/* A task was found (by list, lookup or a webhook's hint): adopt it, or end the cancelled job. */
+/* A found synchronous task's verdict: completed with the result, its outputs counted and its
+ * cost computed as a dispatched create's would be, or review when the answer does not hold the
+ * result where the profile says (never completed with fewer outputs than its result holds). */
+static void found_sync(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
+                       const struct up_response *res, const char *remote_id, double t0)
+{
+    struct up_response fres;
+    int owned = 0;
+    int read = found_result(p, res, &fres, &owned) == 0;
+    struct verdict_write w = {recon_found_state(0, remote_id != NULL, read), 0, "found", NULL,
+                              NULL, remote_id, -1, NULL, -1, 0, NULL};
+    struct attempt_results rs = {.received = -1};
+    if (w.next == ST_COMPLETED) {
+        attempt_count_results(p, &fres, &rs);
+        w.res = &fres;
+        w.outputs_received = rs.received;
+        w.usage = rs.usage;
+        if (p->pricing.present) {
+            w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
+                                             c->outputs_requested, rs.received, rs.usage,
+                                             &w.unpriced);
+            w.p = p;
+        }
+        if (c->cancel_requested) {
+            w.outcome = "found_after_cancel";
+            w.error = "the cancel came too late: the task was found finished at the provider "
+                      "(paid); its result is kept";
+        }
+    } else {
+        w.outcome = "found_unreadable";
+        w.error = "a task was found but its result is not where the profile says "
+                  "(reconcile.found_result): an operator must resolve it";
+    }
+    write_verdict(db, c, &w, t0);
+    free(rs.usage);
+    if (owned)
+        free(fres.body);
+}
+
+/* A task was found (by list, lookup or a webhook's hint): adopt it. An async task is polled to
+ * its end — the poller first sends the provider's cancel when the client cancelled — and a
+ * synchronous one is the result. */
 static void found(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                   const struct up_response *res, const char *remote_id, double t0)
 {
-    int async = p->mode == CFG_MODE_ASYNC_POLL;
-    enum op_state next = recon_found_state(async, remote_id != NULL, c->cancel_requested);
-    struct verdict_write w = {next, 0, "found", NULL, res, remote_id};
-    if (next == ST_FAILED) {
-        int sent = async && cancel_found(p, c, remote_id);
-        w.outcome = "found_canceled";
-        w.error = sent ? "canceled: the task was found at the provider and cancelled there"
-                       : "canceled: the task was found at the provider (see remote_id); it was not "
-                         "sent again";
-    } else if (next == ST_REVIEW) {
+    if (p->mode != CFG_MODE_ASYNC_POLL) {
+        found_sync(p, db, c, res, remote_id, t0);
+        return;
+    }
+    enum op_state next = recon_found_state(1, remote_id != NULL, 1);
+    struct verdict_write w = {next, 0, "found", NULL, NULL, remote_id, -1, NULL, -1, 0, NULL};
+    if (next == ST_REVIEW) {
         w.outcome = "found_without_id";
         w.error = "a task was found but its id cannot be read: an operator must resolve it";
-        w.res = NULL;
-    } else if (next == ST_ACCEPTED) {
-        w.res = NULL; /* the task has to be polled for its result */
+    } else if (c->cancel_requested) {
+        w.outcome = "found_after_cancel";
+        w.error = p->cancel_path ? "canceled while unknown: the task was found at the provider; "
+                                   "it is cancelled there and followed to its end"
+                                 : "canceled while unknown: the task was found at the provider, "
+                                   "which cannot cancel it; it is followed to its end";
     }
     write_verdict(db, c, &w, t0);
 }

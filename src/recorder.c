@@ -66,10 +66,10 @@ static int offer_claims(struct recorder *rec, struct rec_item **v, size_t n)
     return k;
 }
 
-/* After the commit: each row born claimed goes to a waiting worker; unused promises are given
- * back; new `prepared` rows wake the dispatchers (wake.h). A claim that cannot be handed over
- * (out of memory) stays `sending` under our lease: the reaper turns it unknown when the lease
- * ends, and reconciliation proves nothing was sent. Returns how many were handed over. */
+/* After the commit: each row born reserved goes to a waiting worker; unused promises are given
+ * back; new `prepared` rows for any replica wake the dispatchers (wake.h). A reservation that
+ * cannot be handed over (out of memory) stays `prepared`: any replica sends it once its
+ * reservation ends. Returns how many were handed over. */
 static int hand_over(struct recorder *rec, struct rec_item **v, size_t n, int k,
                      double claimed_mono)
 {
@@ -78,15 +78,16 @@ static int hand_over(struct recorder *rec, struct rec_item **v, size_t n, int k,
         struct store_intake_item *it = &v[i]->in;
         if (it->err != STORE_OK || !it->created)
             continue;
-        prepared += it->job.state == ST_PREPARED;
-        if (!it->q.claim_owner || it->job.state != ST_SENDING)
+        int born = lease_is_born(&it->q, &it->job);
+        prepared += it->job.state == ST_PREPARED && !born;
+        if (!born)
             continue;
         struct store_claim c;
         used++;
         if (lease_claim_born(&it->q, &it->job, &c) < 0 ||
             disp_handoff(rec->disp, &c, claimed_mono) < 0) {
             LOG(LOG_WARN, "handoff_failed", LS("job_id", it->job.id),
-                LS("note", "left to the reaper and reconciliation"));
+                LS("note", "still prepared: sent by any replica when its reservation ends"));
             store_claim_fini(&c);
         }
     }

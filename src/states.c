@@ -3,7 +3,7 @@
 #include <string.h>
 
 static const char *const names[ST__COUNT] = {
-    "prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
+    "prepared", "sending", "accepted", "unknown", "review", "completed", "failed", "canceled",
 };
 
 /* allowed[from] is a bit set of the states `from` may move to. */
@@ -14,15 +14,17 @@ static const unsigned allowed[ST__COUNT] = {
     /* A call's outcome; prepared only when libcurl proves no byte left (or a definite answer
      * says try again later); unknown when nobody can know. */
     [ST_SENDING] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_UNKNOWN) | B(ST_COMPLETED) | B(ST_FAILED),
-    [ST_ACCEPTED] = B(ST_COMPLETED) | B(ST_FAILED),
+    /* A task's end: its result, its failure, or its cancel at our request (canceled). */
+    [ST_ACCEPTED] = B(ST_COMPLETED) | B(ST_FAILED) | B(ST_CANCELED),
     /* Reconciliation: found, proven absent, resent under the same provider key, or escalated. */
     [ST_UNKNOWN] = B(ST_SENDING) | B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) |
-                   B(ST_REVIEW) | B(ST_FAILED), /* failed: cancelled, then found or proven absent */
+                   B(ST_REVIEW) | B(ST_FAILED), /* failed: cancelled, then proven absent */
     /* An operator's resolution; unknown when the found task is read before it is adopted. */
     [ST_REVIEW] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) | B(ST_FAILED) |
                   B(ST_UNKNOWN),
     [ST_COMPLETED] = 0,
     [ST_FAILED] = 0,
+    [ST_CANCELED] = 0,
 };
 #undef B
 
@@ -41,13 +43,13 @@ int st_parse(const char *s)
 
 int st_is_terminal(enum op_state s)
 {
-    return s == ST_COMPLETED || s == ST_FAILED;
+    return s == ST_COMPLETED || s == ST_FAILED || s == ST_CANCELED;
 }
 
 int st_is_initial(enum op_state s)
 {
-    /* sending: recorded already claimed, prepared → sending inside the commit that records it. */
-    return s == ST_PREPARED || s == ST_SENDING;
+    /* A row born reserved for a worker is prepared too: nothing was sent. */
+    return s == ST_PREPARED;
 }
 
 int st_can_transition(enum op_state from, enum op_state to)

@@ -206,9 +206,12 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
 
 /* Intake: the tenant, the insert and the read of an existing row in one round trip. Zero rows
  * means a bad token, or a racing insert committed after this statement's snapshot: the caller
- * then reads again (by_key), which decides. With a claim owner ($17) the new row is born claimed
- * — `sending` under that owner's lease ($18 s) and fencing token 1, as the dispatcher's claim
- * would leave it — in the same commit, unless the provider's credential is tripped.
+ * then reads again (by_key), which decides. With a claim owner ($17) the new row is born reserved
+ * for that owner — still `prepared` (nothing was sent), under its lease ($18 s) and fencing token
+ * 1, and due only when that lease ends, so no other replica takes it meanwhile — unless the
+ * provider's credential is tripped. The owner's worker moves it to `sending` right before the
+ * send (lease_begin_send): the ambiguous window is the send itself, never the queue, and a
+ * reservation whose replica died is simply sent by another one once it is due.
  *
  * Budgets: a tenant with a tenant_budgets row has it locked (`bud`, FOR UPDATE: the newest
  * committed counters, and every other intake of this tenant waits for this commit — no other
@@ -227,14 +230,13 @@ static const struct db_stmt intake = {
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
     "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id, "
-    "  lease_owner, lease_version, lease_expires_at, transport_attempts, first_sent_at, "
+    "  lease_owner, lease_version, lease_expires_at, next_attempt_at, "
     "  reserved_micros, currency, budgeted) "
-    " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, "
-    "  CASE WHEN c.go THEN 'sending' ELSE 'prepared' END, "
+    " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, 'prepared', "
     "  now() + make_interval(hours => $12), $13, $14, $15::integer, $16, "
     "  CASE WHEN c.go THEN $17 END, CASE WHEN c.go THEN 1 ELSE 0 END, "
     "  CASE WHEN c.go THEN now() + make_interval(secs => $18) END, "
-    "  CASE WHEN c.go THEN 1 ELSE 0 END, CASE WHEN c.go THEN now() END, "
+    "  now() + CASE WHEN c.go THEN make_interval(secs => $18) ELSE interval '0' END, "
     "  $19::bigint, $20::text, v.verdict = 1 FROM t, c, v WHERE v.verdict <= 1 "
     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
     BUDGET_TAKE
@@ -243,7 +245,7 @@ static const struct db_stmt intake = {
                         "provider", "route", "method", "url", "credential", "body", "ttl_hours",
                         "idem_header", "reconcile_strategy", "outputs_requested", "profile_id",
                         "claim_owner", "lease_seconds", "reserve_micros", "currency"),
-    .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}, {DB_NEW_ROW, ST_SENDING}),
+    .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
 };
 
 #define INTAKE_NPARAMS 20
@@ -402,12 +404,12 @@ static const struct db_stmt cancel = {
     "   ELSE o.next_attempt_at END, "
     "  updated_at = now() "
     " FROM t WHERE o.tenant_id = t.id AND o.id = $2 "
-    "  AND o.state NOT IN ('completed', 'failed') RETURNING o.*) "
+    "  AND o.state NOT IN ('completed', 'failed', 'canceled') RETURNING o.*) "
     WRITTEN_OR_AS_IS("upd", "o.id = $2"),
     .params = DB_PARAMS("token", "job_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_FAILED}, {ST_SENDING, ST_SENDING},
                       {ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW}),
-    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED),
+    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 
 int store_cancel(struct db *db, const char *token, const char *job_id, struct store_job *out,
@@ -475,7 +477,7 @@ static const struct db_stmt regenerate = {
     .name = "regenerate",
     .sql = TENANT_CTE
     "p AS (SELECT o.* FROM operations o JOIN t ON o.tenant_id = t.id WHERE o.id = $2 "
-    "      AND o.state IN ('completed', 'failed')), "
+    "      AND o.state IN ('completed', 'failed', 'canceled')), "
     BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
@@ -493,7 +495,7 @@ static const struct db_stmt regenerate = {
     .params = DB_PARAMS("token", "parent_id", "new_id", "key", "fingerprint", "fingerprint_version",
                         "ttl_hours"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
-    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED),
+    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 
 /* Nothing inserted and no row with the key: a racing insert, a bad token, or a parent that is
@@ -668,7 +670,7 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
 static const struct db_stmt janitor = {
     .name = "janitor",
     .sql = "WITH o AS (DELETE FROM operations WHERE (tenant_id, id) IN (SELECT tenant_id, id "
-    "  FROM operations WHERE expires_at < now() AND state IN ('completed', 'failed') "
+    "  FROM operations WHERE expires_at < now() AND state IN ('completed', 'failed', 'canceled') "
     "  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1), "
     "a AS (DELETE FROM webhook_events WHERE ctid IN (SELECT ctid FROM webhook_events "
     "  WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1), "
@@ -677,7 +679,7 @@ static const struct db_stmt janitor = {
     "  RETURNING 1) "
     "SELECT (SELECT count(*) FROM o), (SELECT count(*) FROM a), (SELECT count(*) FROM b)",
     .params = DB_PARAMS("limit"),
-    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED),
+    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 
 int store_janitor(struct db *db, int limit, long long deleted[3])
@@ -706,7 +708,7 @@ static const struct db_stmt terminal_ids = {
     .rerun_safe = 1,
     .name = "terminal_ids",
     .sql = "SELECT id FROM operations WHERE id = ANY($1::text[]) "
-    " AND state IN ('completed', 'failed')",
+    " AND state IN ('completed', 'failed', 'canceled')",
     .params = DB_PARAMS("ids"),
 };
 
@@ -812,8 +814,8 @@ int store_tenant_list(struct db *db,
     return STORE_OK;
 }
 
-/* Usage and budgets (GET /v1/usage, `idemgate usage`): the settled cost of the completed
- * operations that finished in [$2, $3) (default: this UTC month until now), summed by tenant,
+/* Usage and budgets (GET /v1/usage, `idemgate usage`): the settled cost of the completed (and
+ * canceled: a cancelled task is paid for too) operations that finished in [$2, $3) (default: this UTC month until now), summed by tenant,
  * group ($4: provider, route or day) and currency; then one row per tenant with its budget
  * (NULLs without one) and what counts against it now. $1: a tenant's token hash (NULL: every
  * tenant, the admin's view), $5: one tenant by name (NULL: any). */
@@ -831,7 +833,8 @@ static const struct db_stmt usage = {
     "  ELSE to_char(o.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') END, o.currency, "
     "  count(*), sum(o.cost_micros)::bigint, NULL::bigint, NULL::bigint, NULL::bigint, "
     "  NULL::bigint "
-    "FROM t JOIN operations o ON o.tenant_id = t.id, w WHERE o.state = 'completed' "
+    "FROM t JOIN operations o ON o.tenant_id = t.id, w "
+    " WHERE o.state IN ('completed', 'canceled') "
     " AND o.currency IS NOT NULL AND o.finished_at >= w.f AND o.finished_at < w.u "
     "GROUP BY 2, 3, 4 "
     "UNION ALL SELECT 'tenant', t.name, NULL, b.currency, b.day_limit_micros, "
@@ -840,7 +843,7 @@ static const struct db_stmt usage = {
     " b.inflight FROM t LEFT JOIN tenant_budgets b ON b.tenant_id = t.id "
     "ORDER BY 1 DESC, 2, 3, 4",
     .params = DB_PARAMS("token", "from", "to", "group_by", "tenant"),
-    .filters = DB_FILTERS(ST_COMPLETED),
+    .filters = DB_FILTERS(ST_COMPLETED, ST_CANCELED),
 };
 
 int store_usage(struct db *db, const char *token, const char *tenant, const char *from,
@@ -1060,7 +1063,7 @@ static const struct db_stmt gauges = {
     .name = "gauges",
     .sql = "SELECT 'state', s, (SELECT count(*) FROM operations o WHERE o.state = s) "
     "FROM unnest(ARRAY['prepared','sending','accepted','unknown','review','completed',"
-    "'failed']) s "
+    "'failed','canceled']) s "
     "UNION ALL SELECT 'tripped', provider, 1 FROM provider_breakers",
 };
 

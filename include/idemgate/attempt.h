@@ -5,13 +5,14 @@
 #include "idemgate/lease.h"
 #include "idemgate/upstream.h"
 
-/* One create attempt of a claimed operation (state `sending`, lease held): build the request
- * from the row and the provider's settings, send it once, classify the outcome, decide the next
- * state, and record both under the lease (a fenced write is dropped and logged). Shared by the
- * dispatcher (prepared → sending) and the reconciler (unknown → sending, a resend under the
- * same provider idempotency key). claimed_mono is when the lease was granted, by
- * CLOCK_MONOTONIC. */
-void attempt_create(const struct cfg *cfg, struct db *db, const struct store_claim *c,
+/* One create attempt of a claimed operation (state `sending`, lease held; or a born reservation,
+ * c->born, moved to `sending` here first by lease_begin_send, and not sent when that refuses):
+ * build the request from the row and the provider's settings, send it once, classify the
+ * outcome, decide the next state, and record both under the lease (a fenced write is dropped and
+ * logged). Shared by the dispatcher (prepared → sending) and the reconciler (unknown → sending, a
+ * resend under the same provider idempotency key). claimed_mono is when the lease was granted,
+ * by CLOCK_MONOTONIC. */
+void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
                     double claimed_mono);
 
 /* 1 when url is on the same scheme, host and port as base (see prov_same_origin). */

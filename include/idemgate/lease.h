@@ -51,13 +51,16 @@ struct store_claim {
     const char *webhook_hint;   /* a task id a verified webhook named by client reference, or
                                  * an operator's `resolve found` of a synchronous task */
     int operator_found;         /* the hint is an operator's word: no client reference needed */
+    int born;                   /* a born reservation, still `prepared`: lease_begin_send first */
 };
 void store_claim_fini(struct store_claim *c);
 
-/* The claim of a row recorded born claimed (store_intake with q->claim_owner, j its job, in state
- * `sending`): what the dispatcher's claim statement would have returned for it, built from the
- * intent and the recorded row without another round trip; it owns copies of everything. 0, or
- * -1 when out of memory. */
+/* The claim of a row recorded born reserved (store_intake with q->claim_owner, j its job, still
+ * `prepared` under this replica's lease and fencing token 1), built from the intent and the
+ * recorded row without another round trip; it owns copies of everything. c->born is set: the
+ * claim must pass lease_begin_send before anything is sent. 0, or -1 when out of memory. */
+/* 1 when intake recorded j born reserved for this replica (q asked for it, and got it). */
+int lease_is_born(const struct store_intake_req *q, const struct store_job *j);
 __attribute__((warn_unused_result)) int lease_claim_born(const struct store_intake_req *q,
                                                          const struct store_job *j,
                                                          struct store_claim *c);
@@ -83,12 +86,19 @@ __attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const ch
 __attribute__((warn_unused_result)) int store_claim(struct db *db, const char *owner,
                                                     int lease_seconds, struct store_claim *out);
 
-/* For a claim that waited before its send (a born claim queued behind a busy worker): STORE_OK
- * with *sendable = 0 when a cancel was acknowledged meanwhile (it must not be sent: invariant
- * 8), 1 when it may go; STORE_ENOTFOUND when the lease no longer holds (not ours to send). */
-__attribute__((warn_unused_result)) int store_still_sendable(struct db *db,
-                                                             const struct store_claim *c,
-                                                             int *sendable);
+/* A born reservation becomes a send, right before it: prepared → sending under the same fencing
+ * token with a fresh lease of lease_seconds, committed before any byte leaves; updates c's lease,
+ * attempts and database times and clears c->born. STORE_ENOTFOUND when it must not be sent: the
+ * reservation was taken by another replica, a cancel was acknowledged (the row is failed), or the
+ * provider's credential is tripped (lease_release_reservation gives the row back). */
+__attribute__((warn_unused_result)) int lease_begin_send(struct db *db, struct store_claim *c,
+                                                         int lease_seconds);
+/* Gives a reservation that is not sent back to every replica: prepared, unowned, due in delay_ms.
+ * *released says whether it was still ours; *tripped whether the provider's credential is. */
+__attribute__((warn_unused_result)) int lease_release_reservation(struct db *db,
+                                                                  const struct store_claim *c,
+                                                                  long delay_ms, int *released,
+                                                                  int *tripped);
 
 /* The result of one outbound call, written only if the claim still holds. */
 struct store_finish {

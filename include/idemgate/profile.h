@@ -103,6 +103,9 @@ struct cfg_provider {
     int list_max_pages;        /* more pages than this prove nothing */
     char *task_path;           /* GET template with {id}: one task (async: the poll path) */
     struct jpath *task_client_ref; /* the client reference in that task, or NULL */
+    /* Where a found task's result (shaped as the create's answer) is inside a lookup's answer, a
+     * list's item or a task read: reconcile.found_result; NULL: the whole answer. */
+    struct jpath *found_result;
 
     /* Results: requested and received outputs, usage. */
     struct jpath *outputs_requested; /* in the request body; NULL: not counted */

@@ -48,9 +48,11 @@ struct recon_facts {
 };
 enum recon_plan recon_plan(const struct recon_facts *f);
 
-/* The state a found task leads to: async with a usable id → accepted (polled); sync → completed
- * (its answer is the result); async without an id → review; cancelled → failed (the provider's
- * cancel is sent first when the profile has one). */
-enum op_state recon_found_state(int async, int has_id, int cancel_requested);
+/* The state a found task leads to (a found task is the truth, whatever the client asked
+ * meanwhile): async with a usable id → accepted (polled to its end; after a cancel the poller
+ * first cancels it at the provider); async without an id → review; sync → completed when its
+ * answer holds the result where the profile says (result_read), else review. Never failed: a
+ * task exists. */
+enum op_state recon_found_state(int async, int has_id, int result_read);
 
 #endif

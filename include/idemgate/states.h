@@ -10,14 +10,15 @@ enum op_state {
     ST_UNKNOWN,      /* ambiguous: reconcile before any resend */
     ST_REVIEW,       /* an operator decides */
     ST_COMPLETED,    /* terminal: the provider's result is stored */
-    ST_FAILED,       /* terminal: an explicit rejection or task failure */
+    ST_FAILED,       /* terminal: an explicit rejection or task failure; no task exists */
+    ST_CANCELED,     /* terminal: a task existed and the provider ended it at our request */
     ST__COUNT
 };
 
 const char *st_name(enum op_state s);
 /* Returns the state named s, or -1. */
 int st_parse(const char *s);
-/* 1 for completed and failed, which never change again. */
+/* 1 for completed, failed and canceled, which never change again. */
 int st_is_terminal(enum op_state s);
 /* 1 when from → to is an edge of the state machine. A state never moves backwards to one with
  * less evidence (nothing leaves a terminal state; sending or unknown never return to prepared

@@ -82,13 +82,25 @@ static void test_plans(void **state)
 static void test_found_states(void **state)
 {
     (void)state;
-    /* async, has_id, cancelled */
-    assert_int_equal(recon_found_state(0, 0, 0), ST_COMPLETED);
-    assert_int_equal(recon_found_state(0, 1, 0), ST_COMPLETED);
-    assert_int_equal(recon_found_state(1, 1, 0), ST_ACCEPTED);
-    assert_int_equal(recon_found_state(1, 0, 0), ST_REVIEW); /* never completed while queued */
-    assert_int_equal(recon_found_state(1, 1, 1), ST_FAILED);
-    assert_int_equal(recon_found_state(0, 1, 1), ST_FAILED);
+    static const struct {
+        int async, has_id, result_read;
+        enum op_state want;
+    } rows[] = {
+        {0, 0, 1, ST_COMPLETED}, /* a sync task's answer is its result */
+        {0, 1, 1, ST_COMPLETED},
+        {0, 1, 0, ST_REVIEW},    /* the result is not where the profile says: never completed */
+        {0, 0, 0, ST_REVIEW},
+        {1, 1, 1, ST_ACCEPTED},  /* polled to its end (cancelled there first, when asked) */
+        {1, 1, 0, ST_ACCEPTED},
+        {1, 0, 1, ST_REVIEW},    /* never completed while queued */
+        {1, 0, 0, ST_REVIEW},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        enum op_state got = recon_found_state(rows[i].async, rows[i].has_id, rows[i].result_read);
+        assert_int_equal(got, rows[i].want);
+        /* A found task is never failed: a task exists (invariant 8). */
+        assert_int_not_equal(got, ST_FAILED);
+    }
 }
 
 int main(void)

@@ -16,7 +16,7 @@ static const struct edge allowed[] = {
     {ST_PREPARED, ST_SENDING},  {ST_PREPARED, ST_FAILED},
     {ST_SENDING, ST_PREPARED},  {ST_SENDING, ST_ACCEPTED}, {ST_SENDING, ST_UNKNOWN},
     {ST_SENDING, ST_COMPLETED}, {ST_SENDING, ST_FAILED},
-    {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED},
+    {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED},
     {ST_UNKNOWN, ST_SENDING},   {ST_UNKNOWN, ST_PREPARED}, {ST_UNKNOWN, ST_ACCEPTED},
     {ST_UNKNOWN, ST_COMPLETED}, {ST_UNKNOWN, ST_REVIEW},   {ST_UNKNOWN, ST_FAILED},
     {ST_REVIEW, ST_PREPARED},   {ST_REVIEW, ST_ACCEPTED},  {ST_REVIEW, ST_COMPLETED},
@@ -46,9 +46,11 @@ static void test_terminal_states_never_change(void **state)
     for (int t = 0; t < ST__COUNT; t++) {
         assert_false(st_can_transition(ST_COMPLETED, (enum op_state)t));
         assert_false(st_can_transition(ST_FAILED, (enum op_state)t));
+        assert_false(st_can_transition(ST_CANCELED, (enum op_state)t));
     }
     assert_true(st_is_terminal(ST_COMPLETED));
     assert_true(st_is_terminal(ST_FAILED));
+    assert_true(st_is_terminal(ST_CANCELED));
     assert_false(st_is_terminal(ST_REVIEW));
     assert_false(st_is_terminal(ST_UNKNOWN));
 }
@@ -70,7 +72,7 @@ static void test_names_round_trip(void **state)
 static void test_initial_states(void **state)
 {
     (void)state;
-    static const int want[ST__COUNT] = {[ST_PREPARED] = 1, [ST_SENDING] = 1};
+    static const int want[ST__COUNT] = {[ST_PREPARED] = 1};
     for (int s = 0; s < ST__COUNT; s++) {
         assert_int_equal(st_is_initial((enum op_state)s), want[s]);
         if (s != ST_PREPARED && want[s])
