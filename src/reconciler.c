@@ -188,18 +188,24 @@ static int found_result(const struct cfg_provider *p, const struct up_response *
 
 /* A found synchronous task's verdict: completed with the result, its outputs counted and its
  * cost computed as a dispatched create's would be, or review when the answer does not hold the
- * result where the profile says (never completed with fewer outputs than its result holds). */
+ * result where the profile says, or holds none of the outputs asked for where the profile reads
+ * them (never completed with fewer outputs than its result holds). */
 static void found_sync(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                        const struct up_response *res, const char *remote_id, double t0)
 {
     struct up_response fres;
     int owned = 0;
+    struct attempt_results rs = {.received = -1};
     int read = found_result(p, res, &fres, &owned) == 0;
+    if (read)
+        attempt_count_results(p, &fres, &rs);
+    /* Outputs asked for and none where the profile reads them: the result is not where it was
+     * looked for (a create answer is never adopted as empty on a guess). */
+    if (read && c->outputs_requested > 0 && rs.received == 0)
+        read = 0;
     struct verdict_write w = {recon_found_state(0, remote_id != NULL, read), 0, "found", NULL,
                               NULL, remote_id, -1, NULL, -1, 0, NULL};
-    struct attempt_results rs = {.received = -1};
     if (w.next == ST_COMPLETED) {
-        attempt_count_results(p, &fres, &rs);
         w.res = &fres;
         w.outputs_received = rs.received;
         w.usage = rs.usage;
@@ -216,8 +222,9 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
         }
     } else {
         w.outcome = "found_unreadable";
-        w.error = "a task was found but its result is not where the profile says "
-                  "(reconcile.found_result): an operator must resolve it";
+        w.error = "a task was found but its result (with its outputs) is not where the profile "
+                  "reads it (reconcile.found_result, outputs.received): an operator must "
+                  "resolve it";
     }
     write_verdict(db, c, &w, t0);
     free(rs.usage);

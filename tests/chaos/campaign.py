@@ -151,28 +151,33 @@ def _recon(sizes, **kw):
     return r
 
 
+# A found task (lookup, list item, task read) is the mock's task object, unlike the create's
+# answer: the create's answer is its `result` member.
+FOUND = "$.result"
+
+
 def entries(mock_url, tag, sizes):
     """The gateway's provider entries, one per kind, named kind + tag."""
     task_v1 = {"path": "/v1/images/tasks/{id}", "client_ref": "$.client_ref"}
     task_v2 = {"path": "/v2/generations/tasks/{id}", "client_ref": "$.client_ref"}
     out = {
         "plain": providers.entry("plain" + tag, mock_url, retry=dict(RETRY),
-                                 reconcile=_recon(sizes, strategy="none", task=task_v1)),
+                                 reconcile=_recon(sizes, strategy="none", task=task_v1, found_result=FOUND)),
         "lookup": providers.entry(
             "lookup" + tag, mock_url, client_ref={"body_field": "metadata.client_ref"},
             retry=dict(RETRY),
-            reconcile=_recon(sizes, strategy="get_by_client_id", task=task_v1,
+            reconcile=_recon(sizes, strategy="get_by_client_id", task=task_v1, found_result=FOUND,
                              lookup={"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"})),
         "listed": providers.entry(
             "listed" + tag, mock_url, client_ref={"header": "X-Client-Ref"}, retry=dict(RETRY),
-            reconcile=_recon(sizes, strategy="list_match", task=task_v1, list={
+            reconcile=_recon(sizes, strategy="list_match", task=task_v1, found_result=FOUND, list={
                 "path": "/v1/images/tasks?since={since}&until={until}&limit=1000",
                 "items": "$.data[*]", "match": "$.client_ref", "id": "$.id",
                 "next_cursor": "$.next_cursor", "cursor_param": "cursor", "max_pages": 50})),
         "keyed": providers.entry(
             "keyed" + tag, mock_url, path="/v2/generations", route="generations",
             idempotency={"header": "Idempotency-Key"}, retry=dict(RETRY),
-            reconcile=_recon(sizes, strategy="idempotent_resubmit", task=task_v2)),
+            reconcile=_recon(sizes, strategy="idempotent_resubmit", task=task_v2, found_result=FOUND)),
     }
     for kind, name, route in (("kasync", "keyed-async", "generations"),
                               ("replicate", "replicate", "flux-schnell")):

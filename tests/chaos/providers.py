@@ -31,6 +31,7 @@ def plain(base_url, name="plain", window_seconds=1, **extra):
 def lookup(base_url, name="lookup", **extra):
     return entry(name, base_url, client_ref={"header": "X-Client-Ref"},
                  reconcile={"strategy": "get_by_client_id", "window_seconds": 60,
+                            "found_result": "$.result",
                             "interval_ms": 200, "absent_grace_ms": 1000,
                             "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}},
                  **extra)
@@ -45,6 +46,7 @@ def keyed(base_url, name="keyed", **extra):
 def listed(base_url, name="listed", window_seconds=4, **extra):
     return entry(name, base_url, client_ref={"header": "X-Client-Ref"},
                  reconcile={"strategy": "list_match", "window_seconds": window_seconds,
+                            "found_result": "$.result",
                             "interval_ms": 300, "absent_grace_ms": 2000,
                             "list": {"path": "/v1/images/tasks?since={since}&until={until}",
                                      "items": "$.data[*]", "match": "$.client_ref",

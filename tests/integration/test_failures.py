@@ -262,11 +262,13 @@ def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token
     assert job["attempts"]["transport"] >= 2 and job["attempts"]["generation"] == 1
 
 
-LIST = {"strategy": "list_match", "window_seconds": 30, "interval_ms": 300, "absent_grace_ms": 4000,
+# A found task is the mock's task object; the create's answer is its `result` member.
+LIST = {"strategy": "list_match", "found_result": "$.result", "window_seconds": 30,
+        "interval_ms": 300, "absent_grace_ms": 4000,
         "list": {"path": "/v1/images/tasks?since={since}&until={until}", "items": "$.data[*]",
                  "match": "$.client_ref", "id": "$.id"}}
-LOOKUP = {"strategy": "get_by_client_id", "window_seconds": 30, "interval_ms": 300,
-          "absent_grace_ms": 1000,
+LOOKUP = {"strategy": "get_by_client_id", "found_result": "$.result", "window_seconds": 30,
+          "interval_ms": 300, "absent_grace_ms": 1000,
           "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
 REF = {"body_field": "metadata.client_ref"}
 HANG_TIMEOUTS = {"connect_ms": 1000, "total_ms": 1000}
@@ -285,7 +287,8 @@ def test_hang_with_a_list_endpoint_is_adopted_without_a_second_create(gateway_fa
     assert len(creates) == 1
     assert creates[0]["client_ref_source"] == "body", "the reference went in metadata"
     assert job["remote_id"] == creates[0]["task_id"]
-    assert job["result"]["body"]["client_ref"] == job_id
+    # The stored result is the create's answer (found_result), with its output.
+    assert len(job["result"]["body"]["data"]) == 1, job["result"]
 
 
 def test_list_match_none_found_after_the_window_is_proven_absent_and_resent(

@@ -127,12 +127,13 @@ def test_a_kill_between_a_batch_commit_and_its_answers_loses_nothing(gateway_fac
     harness.assert_clean(s)
 
 
-def test_a_new_intent_with_an_idle_dispatcher_is_sent_after_one_commit(gateway_factory, mock,
-                                                                         database_url, psql):
-    """One commit before send: with a dispatch worker idle, the intent is recorded already
-    claimed (`sending`, this replica's lease, fencing token 1) in the commit that records it —
-    first_sent_at is that commit's own now() — and the worker sends it without a claim of its
-    own. Without a dispatcher on the replica the row is `prepared` for any replica, as before."""
+def test_a_new_intent_with_an_idle_dispatcher_is_sent_without_a_claim_query(
+        gateway_factory, mock, database_url, psql):
+    """With a dispatch worker idle, the intent is recorded born reserved for this replica
+    (`prepared`, its lease, fencing token 1, due only when the reservation ends) in the commit
+    that records it; the worker moves it to `sending` with one conditional statement right before
+    the send — no claim query, and the ambiguous window is the send itself. Without a dispatcher
+    on the replica the row is `prepared` for any replica, as before."""
     tok = tenant_token(database_url)
     gw = gateway_factory(dispatch_workers=2, instance_id="born-" + uuid.uuid4().hex[:6])
     # The workers must be idle first.
@@ -141,7 +142,7 @@ def test_a_new_intent_with_an_idle_dispatcher_is_sent_after_one_commit(gateway_f
     key = "born-" + uuid.uuid4().hex[:8]
     r = gw.submit(tok, key, {"prompt": "born claimed", "n": 1}, headers={"Prefer": "wait=10"})
     assert r.status == 200, r
-    row = psql("SELECT state, lease_version, transport_attempts, first_sent_at = created_at "
+    row = psql("SELECT state, lease_version, transport_attempts, first_sent_at >= created_at "
                f"FROM operations WHERE idempotency_key = '{key}'")
     assert row == [["completed", "1", "1", "t"]], row
     attempts = psql("SELECT a.kind, a.lease_version, a.decision FROM attempts a JOIN operations o "
@@ -202,12 +203,73 @@ def test_a_born_claim_cancelled_while_queued_is_never_sent(gateway_factory, mock
     r = gw.submit(tok, key, {"prompt": "queued behind it"})
     assert r.status == 202, r
     job = r.json()["id"]
-    born = psql("SELECT state, lease_version, first_sent_at = created_at FROM operations "
+    born = psql("SELECT state, lease_version, first_sent_at IS NULL FROM operations "
                 f"WHERE id = '{job}'")
-    assert born == [["sending", "1", "t"]], born  # born claimed, waiting in the queue
+    assert born == [["prepared", "1", "t"]], born  # born reserved, waiting in the queue
     c = gw.http.request("POST", f"/v1/jobs/{job}/cancel", "", {"Authorization": f"Bearer {tok}"})
-    assert c.status == 202 and c.json()["state"] == "sending", c
+    # Nothing was sent: the cancel ends it at once, and nobody ever sends it.
+    assert c.status in (200, 202) and c.json()["state"] == "failed", c
     done = gw.wait_state(tok, job, ("completed", "failed"), 30)
     assert done["state"] == "failed", done
     assert gw.wait_state(tok, slow.json()["id"], ("completed",), 30)["state"] == "completed"
     assert mock.creates_for(job) == [], "a create after an acknowledged cancel"
+
+
+def _busy_then_queued(gw, tok, psql, busy_body):
+    """One worker, busy with a slow create; a second intent recorded born reserved and queued
+    behind it. Returns (busy job id, queued job id)."""
+    assert wait_until(lambda: psql(IDLE_SQL) == [["0"]], 60)
+    time.sleep(0.2)  # the worker has gone back to waiting
+    slow = gw.submit(tok, "busy-" + uuid.uuid4().hex[:8], busy_body)
+    assert slow.status == 202, slow
+    r = gw.submit(tok, "queued-" + uuid.uuid4().hex[:8], {"prompt": "queued behind it"})
+    assert r.status == 202, r
+    job = r.json()["id"]
+    born = psql(f"SELECT state, lease_version FROM operations WHERE id = '{job}'")
+    # Born reserved (prepared); the code before issue 21 recorded it `sending` already.
+    assert born in ([["prepared", "1"]], [["sending", "1"]]), born
+    return slow.json()["id"], job
+
+
+def test_item3_born_claim_never_sent_is_sent_by_another_replica_after_a_death(
+        gateway_factory, mock, database_url, psql):
+    """Issue 21 item 3. A born claim waits behind a busy dispatcher; the replica is killed
+    (SIGKILL) before it sends it. Before: it was recorded `sending`, the reaper made it `unknown`
+    and — reconcile `none` — it ended in `review` though the provider never saw it. After: it is
+    still `prepared` (nothing left), and another replica sends it once its reservation ends:
+    completed with exactly one create, never unknown or review."""
+    tok = tenant_token(database_url)
+    gw = gateway_factory(dispatch_workers=1, instance_id="dies-" + uuid.uuid4().hex[:6])
+    busy, job = _busy_then_queued(gw, tok, psql,
+                                  {"prompt": "keeps the worker busy", "_mock": {"delay_ms": 4000}})
+    gw.proc.kill()
+    gw.proc.wait(10)
+    assert mock.creates_for(job) == []
+    other = gateway_factory(dispatch_workers=2, instance_id="heir-" + uuid.uuid4().hex[:6])
+    done = other.wait_state(tok, job, ("completed", "failed", "review"), 60)
+    assert done["state"] == "completed", done
+    assert len(mock.creates_for(job)) == 1
+    states = psql("SELECT a.decision FROM attempts a WHERE a.operation_id = '" + job + "'")
+    assert ["unknown"] not in states, states  # never ambiguous: it never left before its send
+
+
+def test_item4_queued_claim_is_not_sent_after_its_credential_tripped(
+        gateway_factory, mock, database_url, psql):
+    """Issue 21 item 4. Job B waits behind A; A's create answers 401 and trips the credential.
+    Before: B was still sent (2 creates; the pre-send re-read checked lease, state and cancel, not
+    the breaker, and was skipped for a claim taken within 5 ms). After: every born claim passes one
+    conditional statement right before its send, which checks the breaker: B is not sent, stays
+    `prepared`, and goes out exactly once after the reset."""
+    tok = tenant_token(database_url)
+    gw = gateway_factory(dispatch_workers=1, instance_id="trip-" + uuid.uuid4().hex[:6])
+    try:
+        a, b = _busy_then_queued(gw, tok, psql, {"prompt": "refused",
+                                                 "_mock": {"delay_ms": 1500, "status": 401}})
+        assert gw.wait_state(tok, a, ("failed",), 30)["state"] == "failed"
+        time.sleep(1.0)  # the worker had every chance to send B
+        assert mock.creates_for(b) == [], "sent after the credential was refused"
+        assert psql(f"SELECT state FROM operations WHERE id = '{b}'") == [["prepared"]]
+    finally:
+        psql("DELETE FROM provider_breakers WHERE provider = 'mock-images'")
+    assert gw.wait_state(tok, b, ("completed",), 30)["state"] == "completed"
+    assert len(mock.creates_for(b)) == 1
