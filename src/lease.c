@@ -125,17 +125,24 @@ static const struct db_stmt reconcile_send = {
 
 /* A result is written only under the lease that sent it (fencing); the attempt is recorded
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
- * back to prepared is failed instead. Returns the decision and the state written (NULL when
+ * back to prepared is failed instead, or unknown when an attempt may have made its task. Returns the decision and the state written (NULL when
  * fenced). */
+/* A result that would send the create again (prepared) for an operation whose cancel was
+ * acknowledged; and whether some attempt may have made its task (this one, or an earlier
+ * ambiguous one): then it is unknown — never sent again, reconciliation finds the task or proves
+ * it absent — never failed on a guess (invariant 8: a failed operation has no task). */
+#define CANCEL_UNSENT "($4 = 'prepared' AND cancel_requested_at IS NOT NULL)"
+#define MAYBE_MADE "($25::boolean OR ambiguous_at IS NOT NULL)"
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = "WITH upd AS (UPDATE operations SET "
-    "  state = CASE WHEN $4 = 'prepared' AND cancel_requested_at IS NOT NULL THEN 'failed' "
-    "   ELSE $4 END, "
+    "  state = CASE WHEN " CANCEL_UNSENT " THEN CASE WHEN " MAYBE_MADE " THEN 'unknown' "
+    "   ELSE 'failed' END ELSE $4 END, "
     "  resp_status = coalesce($5::integer, resp_status), "
     "  resp_headers = coalesce($6::jsonb, resp_headers), resp_body = coalesce($7, resp_body), "
-    "  last_error = CASE WHEN $4 = 'prepared' AND cancel_requested_at IS NOT NULL "
-    "   THEN 'canceled; not sent again' ELSE $8 END, "
+    "  last_error = CASE WHEN " CANCEL_UNSENT " THEN CASE WHEN " MAYBE_MADE
+    "   THEN 'canceled; not sent again (an attempt may have made the task: reconciliation "
+    "decides)' ELSE 'canceled; not sent again' END ELSE $8 END, "
     "  remote_id = coalesce($9, remote_id), lease_owner = NULL, "
     "  lease_expires_at = NULL, updated_at = now(), "
     "  next_attempt_at = now() + make_interval(secs => $15::float8 / 1000), "
@@ -150,7 +157,7 @@ static const struct db_stmt finish = {
     "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
     "  cost_micros = coalesce($26::bigint, cost_micros), "
     "  finished_at = CASE WHEN $4 IN ('completed', 'failed', 'canceled') "
-    "   OR ($4 = 'prepared' AND cancel_requested_at IS NOT NULL) THEN now() END "
+    "   OR (" CANCEL_UNSENT " AND NOT " MAYBE_MADE ") THEN now() END "
     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
     " RETURNING state), "
     "att AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
@@ -186,7 +193,8 @@ static const struct db_stmt finish_check = {
     .rerun_safe = 1,
     .name = "finish_check",
     .sql = "SELECT state FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
-    " AND lease_owner IS NULL AND (state = $4 OR ($4 = 'prepared' AND state = 'failed'))",
+    " AND lease_owner IS NULL "
+    " AND (state = $4 OR ($4 = 'prepared' AND state IN ('failed', 'unknown')))",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "state"),
 };
 

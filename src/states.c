@@ -9,8 +9,9 @@ static const char *const names[ST__COUNT] = {
 /* allowed[from] is a bit set of the states `from` may move to. */
 #define B(s) (1u << (s))
 static const unsigned allowed[ST__COUNT] = {
-    /* Canceled (or abandoned) before anything was sent. */
-    [ST_PREPARED] = B(ST_SENDING) | B(ST_FAILED),
+    /* Canceled (or abandoned) before anything was sent: failed; canceled while waiting to be
+     * sent again after an attempt that may have made the task: unknown (reconcile, never send). */
+    [ST_PREPARED] = B(ST_SENDING) | B(ST_FAILED) | B(ST_UNKNOWN),
     /* A call's outcome; prepared only when libcurl proves no byte left (or a definite answer
      * says try again later); unknown when nobody can know. */
     [ST_SENDING] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_UNKNOWN) | B(ST_COMPLETED) | B(ST_FAILED),

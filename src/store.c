@@ -387,27 +387,36 @@ static int flagged_job(struct db *db, const struct db_stmt *s, const struct para
     return e == STORE_EAUTH ? STORE_EAUTH : STORE_ENOTFOUND;
 }
 
-/* Cancel: recorded once. A job never sent is failed at once; an accepted one has its provider
- * cancel sent by the poller, once (cancel_sent_at). Other live states keep theirs. */
+/* Cancel: recorded once. A job never sent is failed at once; one waiting to be sent again
+ * after an attempt that may have made its task (prepared with ambiguous_at: a backoff under a
+ * provider key, or a resend after a proof that came later) is unknown — never sent again, and
+ * reconciliation finds the task or proves it absent; an accepted one has its provider cancel
+ * sent by the poller, once (cancel_sent_at). Other live states keep theirs. */
+#define UNSENT "(o.state = 'prepared' AND o.ambiguous_at IS NULL)"
+#define RESENDABLE "(o.state = 'prepared' AND o.ambiguous_at IS NOT NULL)"
 static const struct db_stmt cancel = {
     .name = "cancel",
     .sql = TENANT_CTE
     "upd AS (UPDATE operations o SET "
     "  cancel_requested_at = coalesce(o.cancel_requested_at, now()), "
-    "  state = CASE WHEN o.state = 'prepared' THEN 'failed' ELSE o.state END, "
-    "  finished_at = CASE WHEN o.state = 'prepared' THEN now() ELSE o.finished_at END, "
-    "  last_error = CASE WHEN o.state = 'prepared' THEN 'canceled before it was sent' "
-    "   ELSE o.last_error END, "
+    "  state = CASE WHEN " UNSENT " THEN 'failed' WHEN " RESENDABLE " THEN 'unknown' "
+    "   ELSE o.state END, "
+    "  finished_at = CASE WHEN " UNSENT " THEN now() ELSE o.finished_at END, "
+    "  last_error = CASE WHEN " UNSENT " THEN 'canceled before it was sent' "
+    "   WHEN " RESENDABLE " THEN 'canceled before it was sent again (an earlier attempt may "
+    "have made the task: reconciliation decides)' ELSE o.last_error END, "
+    "  lease_owner = CASE WHEN o.state = 'prepared' THEN NULL ELSE o.lease_owner END, "
+    "  lease_expires_at = CASE WHEN o.state = 'prepared' THEN NULL ELSE o.lease_expires_at END, "
     "  lease_version = CASE WHEN o.state = 'prepared' THEN o.lease_version + 1 "
     "   ELSE o.lease_version END, "
-    "  next_attempt_at = CASE WHEN o.state IN ('accepted', 'unknown') THEN now() "
+    "  next_attempt_at = CASE WHEN o.state IN ('accepted', 'unknown', 'prepared') THEN now() "
     "   ELSE o.next_attempt_at END, "
     "  updated_at = now() "
     " FROM t WHERE o.tenant_id = t.id AND o.id = $2 "
     "  AND o.state NOT IN ('completed', 'failed', 'canceled') RETURNING o.*) "
     WRITTEN_OR_AS_IS("upd", "o.id = $2"),
     .params = DB_PARAMS("token", "job_id"),
-    .moves = DB_MOVES({ST_PREPARED, ST_FAILED}, {ST_SENDING, ST_SENDING},
+    .moves = DB_MOVES({ST_PREPARED, ST_FAILED}, {ST_PREPARED, ST_UNKNOWN}, {ST_SENDING, ST_SENDING},
                       {ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW}),
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };

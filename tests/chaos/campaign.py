@@ -857,14 +857,16 @@ class Campaign:
                 tasks[tid] = t
         q = ("SELECT o.id, o.idempotency_key, o.state, coalesce(o.remote_id, ''), "
              "coalesce(o.last_error, ''), (o.cancel_requested_at IS NOT NULL), o.provider, "
-             "t.token_sha256, coalesce(o.resolution, '') FROM operations o "
+             "t.token_sha256, coalesce(o.resolution, ''), coalesce(o.outputs_received, -1) "
+             "FROM operations o "
              "JOIN tenants t ON t.id = o.tenant_id "
              f"WHERE o.idempotency_key LIKE '{self.pfx}-%'")
         rows = {}
         for r in self.sqlf(q):
             rows[r[0]] = {"id": r[0], "key": r[1], "state": r[2], "remote_id": r[3],
                           "last_error": r[4], "cancel_requested": r[5] == "t", "provider": r[6],
-                          "token_sha256": r[7], "resolution": r[8]}
+                          "token_sha256": r[7], "resolution": r[8],
+                          "outputs_received": int(r[9])}
         by_sha = {sha256_hex(t.encode()): t for t in self.tokens}
         views = {}
 

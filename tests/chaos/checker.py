@@ -28,7 +28,7 @@ import re
 import time
 import urllib.request
 
-FINAL = ("completed", "failed", "review")
+FINAL = ("completed", "failed", "canceled", "review")
 NOT_FINAL = ("prepared", "sending", "accepted")
 
 
@@ -168,7 +168,8 @@ def public(summary):
 # and tasks, the database and what the API answered over time.
 
 STATES_C = os.path.join(os.path.dirname(__file__), "..", "..", "src", "states.c")
-STATE_NAMES = ("prepared", "sending", "accepted", "unknown", "review", "completed", "failed")
+STATE_NAMES = ("prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
+               "canceled")
 SYNC_EXACT_BODY = ("plain", "listed", "keyed")  # kinds whose creates carry the client's bytes
 
 
@@ -216,6 +217,16 @@ def backwards(samples, final_state, closure):
                     b.state not in closure.get(a.state, ()):
                 return a, b
     return None
+
+
+def _data_len(body):
+    """The outputs a stored sync result holds: its data, or (a task object) its result's."""
+    if not isinstance(body, dict):
+        return 0
+    for doc in (body, body.get("result")):
+        if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+            return len(doc["data"])
+    return 0
 
 
 def _has_data(body):
@@ -289,11 +300,18 @@ def check_campaign(scenario, camp, data, timing):
         if ack:
             after = sorted((e for e in entries_of[jid] if e["time"] > ack["t1"]),
                            key=lambda e: e["time"])
-            if ack.get("state") == "sending" and after:
-                after = after[1:]
+            sends = data.get("sends", {}).get(jid, [])
+            # Creates whose bytes left before the acknowledgement may be read by the provider
+            # after it (a busy provider reads a connection's body from the kernel's buffer after
+            # the gateway timed out): as many as the gateway's sends started before the answer
+            # outnumber the ledger's entries received before it. When the cancel found the job
+            # `sending`, the one create then in flight is such a send.
+            before = sum(1 for a in sends if a["started"] <= ack["t1"] and a["bytes_sent"] > 0)
+            seen = sum(1 for e in entries_of[jid] if e["time"] <= ack["t1"])
+            in_flight = max(before - seen, 1 if ack.get("state") == "sending" else 0)
+            after = after[in_flight:]
             # The gateway's own attempts: a create that started after the acknowledgement.
-            late = [a for a in data.get("sends", {}).get(jid, [])
-                    if a["started"] > ack["t1"] and a["bytes_sent"] > 0]
+            late = [a for a in sends if a["started"] > ack["t1"] and a["bytes_sent"] > 0]
             if late and not after:
                 v["create_after_cancel"].append(jid)
                 why[("create_after_cancel", jid)] = (
@@ -322,6 +340,12 @@ def check_campaign(scenario, camp, data, timing):
                     why[("completed_without_outputs", jid)] = (
                         f"task {r['remote_id']} succeeded with {t.get('outputs')} outputs; "
                         f"the job's result.outputs is {outs!r}")
+                elif t.get("status") == "succeeded" and isinstance(outs, list) and \
+                        len(outs) < (t.get("outputs") or 0):
+                    v["completed_with_fewer_outputs"].append(jid)
+                    why[("completed_with_fewer_outputs", jid)] = (
+                        f"task {r['remote_id']} delivered {t.get('outputs')} outputs; the job "
+                        f"lists {len(outs)}")
             else:
                 body = res.get("body") if isinstance(res, dict) else None
                 if not (isinstance(res, dict) and 200 <= (res.get("status") or 0) < 300
@@ -330,6 +354,13 @@ def check_campaign(scenario, camp, data, timing):
                     why[("completed_without_outputs", jid)] = (
                         "sync job completed without a stored result holding data: "
                         + json.dumps(res)[:300])
+                held = _data_len(body)
+                got = r.get("outputs_received", -1)
+                if held and got < held:
+                    v["completed_with_fewer_outputs"].append(jid)
+                    why[("completed_with_fewer_outputs", jid)] = (
+                        f"the stored result holds {held} outputs; outputs_received is "
+                        f"{got if got >= 0 else 'not recorded'}")
         res = view.get("result") if isinstance(view, dict) else None
         body = res.get("body") if isinstance(res, dict) else None
         if state == "completed" and kind not in ("kasync", "replicate") and \
@@ -342,7 +373,14 @@ def check_campaign(scenario, camp, data, timing):
             v["wrong_task"].append(jid)
             why[("wrong_task", jid)] = (f"remote id {r['remote_id']} is not a task made for this "
                                         f"job ({sorted(task_ids(jid))})")
-        if state == "failed" and ps and not ack and not abandoned:
+        # Never failed while a task exists, cancelled or not (a found task is the truth): only
+        # an operator's abandon, or the task's own failure, leaves one behind.
+        if state == "canceled" and not (r["remote_id"] and r["remote_id"] in task_ids(jid)):
+            v["canceled_without_task"].append(jid)
+            why[("canceled_without_task", jid)] = (
+                f"canceled with remote id {r['remote_id']!r}; the provider made "
+                f"{sorted(task_ids(jid))}")
+        if state == "failed" and ps and not abandoned:
             alive = []
             for e in ps:
                 t = tasks.get(e["task_id"]) if kind in ("kasync", "replicate") else None
@@ -415,7 +453,8 @@ def check_campaign(scenario, camp, data, timing):
     summary.update(counts)
     summary.update({
         "review": states.get("review", 0), "completed": states.get("completed", 0),
-        "failed": states.get("failed", 0), "jobs": len(rows),
+        "failed": states.get("failed", 0), "canceled": states.get("canceled", 0),
+        "jobs": len(rows),
         "creates": sum(len(paid(j)) for j in rows), "replays": sum(
             1 for e in ledger_all if e.get("replay")),
         "client": base["client"], "hash_mismatch": exact_mismatch,
@@ -437,7 +476,8 @@ def check_campaign(scenario, camp, data, timing):
 
 CAMPAIGN_VIOLATIONS = ("lost", "duplicates", "unexpected", "id_mismatch", "stuck",
                        "failed_but_created", "unknown_after_drain", "create_after_cancel",
-                       "completed_without_outputs", "wrong_task", "failed_with_task",
+                       "completed_without_outputs", "completed_with_fewer_outputs",
+                       "canceled_without_task", "wrong_task", "failed_with_task",
                        "state_backwards", "replay_mismatch", "key_reuse_accepted",
                        "foreign_adoption")
 

@@ -162,6 +162,13 @@ def test_campaign_checker_sees_each_planted_violation():
                       {"status": 200, "body": {"id": "task_1", "data": [{"url": "u"}]}},
                       [(1001, False, "task_11")]),
         "reuse": ("plain", "failed", "", None, []),
+        # Issue 21: fewer outputs recorded than the stored result holds; failed after a cancel
+        # while its task exists; canceled with no task made for it.
+        "fewer": ("lookup", "completed", "",
+                  {"status": 200, "body": {"data": [{"url": "u"}, {"url": "v"}]}},
+                  [(1001, False, "task_12")]),
+        "cancelfail": ("lookup", "failed", "", None, [(1001, False, "task_13")]),
+        "cancelnotask": ("kasync", "canceled", "task_nope", None, []),
         "clean": ("listed", "completed", "task_9",
                   {"status": 200, "body": {"result": {"data": [{"url": "u"}]}}},
                   [(1001, False, "task_9")]),
@@ -180,7 +187,8 @@ def test_campaign_checker_sees_each_planted_violation():
         j.samples.append(campaign.Sample(1000.0 + ix, 1000.5 + ix, "prepared", "submit"))
         rows[jid] = {"id": jid, "key": key, "state": state, "remote_id": remote, "last_error": "",
                      "cancel_requested": False, "provider": f"{kind}-t", "token_sha256": tsha,
-                     "resolution": ""}
+                     "resolution": "",
+                     "outputs_received": checker._data_len((result or {}).get("body"))}
         views[jid] = {"state": state, "result": result}
         db_rows.append([tsha, key, jid, state, remote, it.body_sha256])
         for t, replay, task in creates:
@@ -189,6 +197,9 @@ def test_campaign_checker_sees_each_planted_violation():
                            "task_id": task, "body_sha256": it.body_sha256, "provider": "x"})
     camp.job("job_cancel").cancel_ack = {"t0": 1100.0, "t1": 1100.1, "status": 202,
                                          "state": "unknown"}
+    camp.job("job_cancelfail").cancel_ack = {"t0": 1100.0, "t1": 1100.1, "status": 202,
+                                             "state": "unknown"}
+    rows["job_fewer"]["outputs_received"] = 1
     # Cancelled while sending: the create then in flight may land after the answer (allowed),
     # but the gateway's own log shows it started sending after the answer.
     camp.job("job_cancel2").cancel_ack = {"t0": 1200.1, "t1": 1200.2, "status": 202,
@@ -210,11 +221,12 @@ def test_campaign_checker_sees_each_planted_violation():
                                       {"started": 1200.4, "bytes_sent": 90, "outcome": "y"}]}}
     summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
     want = {"duplicates": 1, "create_after_cancel": 2, "completed_without_outputs": 1,
-            "failed_with_task": 1, "state_backwards": 1, "lost": 1, "unknown_after_drain": 1,
+            "failed_with_task": 2, "completed_with_fewer_outputs": 1,
+            "canceled_without_task": 1, "state_backwards": 1, "lost": 1, "unknown_after_drain": 1,
             "wrong_task": 2, "replay_mismatch": 1, "key_reuse_accepted": 1, "unexpected": 1,
             "foreign_adoption": 1}
     assert checker.campaign_violations(summary) == want, (summary, evidence)
     blamed = {ev.get("job") for ev in evidence}
     assert "job_clean" not in blamed and {f"job_{n}" for n in (
         "dup", "cancel", "cancel2", "noout", "failtask", "back", "lost", "unk", "wrong", "replay",
-        "reuse", "otherbody")} <= blamed, blamed
+        "reuse", "otherbody", "fewer", "cancelfail", "cancelnotask")} <= blamed, blamed
