@@ -78,6 +78,18 @@ const char *hs_req_header(const struct hs_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+const char *hs_req_header_n(const struct hs_req *r, const char *name, size_t *len)
+{
+    const char *v = NULL;
+    size_t n = 0;
+    if (MHD_lookup_connection_value_n(r->conn, MHD_HEADER_KIND, name, strlen(name), &v, &n) !=
+            MHD_YES ||
+        !v)
+        return NULL;
+    *len = n;
+    return v;
+}
+
 const char *hs_req_query(const struct hs_req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
@@ -300,6 +312,45 @@ static enum MHD_Result framing_cb(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
+/* A NUL byte inside a header line. libmicrohttpd 0.9.75 cuts a value at its first NUL (it
+ * measures values with strlen), so neither MHD_lookup_connection_value_n nor the iterator with
+ * lengths can see one: "Idempotency-Key: a\0b" arrives as "a". What it does keep is the
+ * layout: each header line stays where it was read, in one buffer, its CR and LF overwritten by
+ * NULs, and the records come in the order of their lines. So the bytes from the end of a value
+ * to the next record's name are its line terminator — one or two NULs — and anything else there
+ * is the rest of a value cut at a NUL. After the last value, the terminator is followed by the
+ * empty line's, so the byte after the value's end is a NUL too. A gap too large or negative means
+ * the records are not adjacent (a folded line libmicrohttpd copied elsewhere): not judged here.
+ * What this cannot see: NULs only at the very end of the last header's value. */
+struct nul_scan {
+    const char *prev_end; /* one past the previous record's value (its first NUL) */
+    int found;
+};
+
+static enum MHD_Result nul_scan_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)key_size;
+    struct nul_scan *ns = cls;
+    if (ns->prev_end && key > ns->prev_end && key - ns->prev_end <= RL_POOL_BYTES) {
+        size_t gap = (size_t)(key - ns->prev_end);
+        if (gap > 2 || (gap == 2 && ns->prev_end[1] != '\0'))
+            ns->found = 1;
+    }
+    ns->prev_end = value ? value + value_size : NULL;
+    return ns->found ? MHD_NO : MHD_YES;
+}
+
+static int header_has_nul(struct MHD_Connection *conn)
+{
+    struct nul_scan ns = {NULL, 0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, nul_scan_cb, &ns);
+    if (!ns.found && ns.prev_end && ns.prev_end[1] != '\0')
+        ns.found = 1; /* the last value went on after a NUL */
+    return ns.found;
+}
+
 static void set_request_id(struct hs_server *s, struct hs_req *r)
 {
     const char *in = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
@@ -386,6 +437,10 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
     MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
     if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name) {
         reject(s, r, HS_REJECT_FRAMING);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
+    if (header_has_nul(conn)) {
+        reject(s, r, HS_REJECT_HEADER_BYTES);
         return r->responded ? MHD_YES : MHD_NO;
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");

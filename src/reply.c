@@ -55,7 +55,8 @@ int reply_problem(struct hs_req *r, int status, const char *type, const char *ti
         hdrs[h++] = "Allow";
         hdrs[h++] = detail; /* method_not_allowed passes the allowed method as the detail */
     }
-    if ((status == 400 && strcmp(type, "bad-request-framing") == 0) ||
+    if ((status == 400 && (strcmp(type, "bad-request-framing") == 0 ||
+                           strcmp(type, "bad-header") == 0)) ||
         (status == 414 && strcmp(type, "uri-too-long") == 0)) {
         hdrs[h++] = "Connection";
         hdrs[h++] = "close";

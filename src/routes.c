@@ -154,6 +154,9 @@ static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
     if (why == HS_REJECT_FRAMING)
         reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
                       "conflicting Content-Length/Transfer-Encoding or a malformed header name", 0);
+    else if (why == HS_REJECT_HEADER_BYTES)
+        reply_problem(r, 400, "bad-header", "Malformed header",
+                      "a header line holds a NUL byte", 0);
     else if (why == HS_REJECT_DRAINING)
         reply_shutting_down(r);
     else if (why == HS_REJECT_URI_TOO_LONG)

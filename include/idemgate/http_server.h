@@ -22,6 +22,8 @@ enum hs_reject {
     HS_REJECT_URI_TOO_LONG, /* a request target the connection's memory could not hold (longer
                                than RL_URI_MAX_BYTES or more than RL_QUERY_PARAMS_MAX query
                                parameters, reqlimit.h): answer 414 (the connection is closed) */
+    HS_REJECT_HEADER_BYTES, /* a NUL byte inside a header line (libmicrohttpd would hand the value
+                               over cut at it): answer 400 (the connection is closed) */
 };
 
 struct hs_options {
@@ -67,6 +69,9 @@ const char *hs_req_path(const struct hs_req *r);
 /* The client's X-Request-Id when it is well formed (1..64 of [A-Za-z0-9._-]), else a new one. */
 const char *hs_req_id(const struct hs_req *r);
 const char *hs_req_header(const struct hs_req *r, const char *name);
+/* A header's value and its length in *len (not NUL-assumed), or NULL when absent. A request whose
+ * header lines hold a NUL never reaches the application (HS_REJECT_HEADER_BYTES). */
+const char *hs_req_header_n(const struct hs_req *r, const char *name, size_t *len);
 /* How many times header `name` occurs (case-insensitive). */
 int hs_req_header_count(const struct hs_req *r, const char *name);
 /* A query-string argument, or NULL. */
