@@ -34,8 +34,9 @@ struct hs_req {
     struct MHD_Connection *conn;
     int begun;                   /* begin_request ran: the request reached on_request */
     enum rl_uri_verdict refused; /* the target was refused before libmicrohttpd parsed it */
+    int target_nul;              /* the request target held a raw NUL byte */
     const char *method;
-    char *path;
+    char *path; /* as sent: not percent-decoded, without the query */
     char *body;
     size_t body_len, body_cap;
     int too_large;
@@ -378,14 +379,24 @@ static struct hs_req *req_new(struct hs_server *s, struct MHD_Connection *conn)
 }
 
 /* MHD_OPTION_URI_LOG_CALLBACK: called with the raw request target before libmicrohttpd splits
- * its query into per-connection records. A target the pool could not hold (reqlimit.h) is
- * judged here, because libmicrohttpd 0.9.75 never answers a request whose query exhausts the
- * pool: the query is cut at the '?' (one byte, in the line libmicrohttpd has just read and is
- * about to parse in place) so that nothing of it is parsed, and begin_request answers 414. */
+ * its query into per-connection records and percent-decodes its path. The path is kept as sent
+ * (routes.c matches it byte for byte; the decoded URL libmicrohttpd hands on_request is never
+ * used). A target the pool could not hold (reqlimit.h) is judged here, because libmicrohttpd
+ * 0.9.75 never answers a request whose query exhausts the pool: the query is cut at the '?'
+ * (one byte, in the line libmicrohttpd has just read and is about to parse in place) so that
+ * nothing of it is parsed, and begin_request answers 414.
+ *
+ * A raw NUL in the target ends `uri` early. libmicrohttpd has just ended the target by writing
+ * a NUL over the space before "HTTP/", so the target is whole only if that version follows its
+ * end; otherwise the request is refused (400) rather than routed on what preceded the NUL. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct hs_req *r = req_new(cls, conn);
     size_t len = strlen(uri);
+    if (r) {
+        r->path = strndup(uri, strcspn(uri, "?"));
+        r->target_nul = strncmp(uri + len + 1, "HTTP/", 5) != 0;
+    }
     enum rl_uri_verdict v = rl_uri_check(uri, len);
     if (v != RL_URI_OK) {
         char *q = memchr(uri, '?', len);
@@ -416,10 +427,12 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
     r->begun = 1;
     atomic_fetch_add(&s->in_progress, 1);
     r->method = method;
-    r->path = strdup(url);
-    if (!r->path)
-        return MHD_NO;
+    (void)url; /* percent-decoded by libmicrohttpd: the raw path from on_uri is used instead */
     set_request_id(s, r);
+    if (!r->path) { /* on_uri could not keep it (out of memory) */
+        reject(s, r, HS_REJECT_NO_ANSWER);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
     if (atomic_load(&s->draining)) {
         /* A request that arrives on a kept-alive connection once the server is quiesced is not
          * started: whatever it would record could be cut off with its connection when the
@@ -431,6 +444,10 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
         LOG(LOG_WARN, "http_request_refused", LS("request_id", r->request_id),
             LS("reason", rl_uri_verdict_name(r->refused)), LI("status", 414));
         reject(s, r, HS_REJECT_URI_TOO_LONG);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
+    if (r->target_nul) {
+        reject(s, r, HS_REJECT_BAD_TARGET);
         return r->responded ? MHD_YES : MHD_NO;
     }
     struct framing f = {0, 0, 0};

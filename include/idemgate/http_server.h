@@ -24,6 +24,7 @@ enum hs_reject {
                                parameters, reqlimit.h): answer 414 (the connection is closed) */
     HS_REJECT_HEADER_BYTES, /* a NUL byte inside a header line (libmicrohttpd would hand the value
                                over cut at it): answer 400 (the connection is closed) */
+    HS_REJECT_BAD_TARGET,   /* a NUL byte inside the request target: answer 400 */
 };
 
 struct hs_options {
@@ -65,6 +66,8 @@ void hs_stop(struct hs_server *s);
 
 /* The request, for the application's callbacks. Strings live as long as the request. */
 const char *hs_req_method(const struct hs_req *r);
+/* The path as the client sent it: not percent-decoded, without the query (routes.c judges it
+ * with rawpath.h). */
 const char *hs_req_path(const struct hs_req *r);
 /* The client's X-Request-Id when it is well formed (1..64 of [A-Za-z0-9._-]), else a new one. */
 const char *hs_req_id(const struct hs_req *r);

@@ -110,3 +110,43 @@ def test_header_section_over_the_pool_gets_431_at_once_and_is_logged(gateway, to
     # The server is still serving.
     status, _, _ = raw(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status.startswith("HTTP/1.1 200"), status
+
+
+ADMIN_TOKEN = "edge-admin-token"
+ADMIN_SHA = __import__("hashlib").sha256(ADMIN_TOKEN.encode()).hexdigest()
+
+
+def test_routing_on_raw_path(gateway_factory):
+    """Issue 21 item 9: routes were matched after libmicrohttpd percent-decoded the path, so a
+    proxy hiding /v1/admin/ or /metrics by prefix was bypassed by "/%761/admin/providers",
+    "/v1%2Fadmin%2Fproviders", "/v1/admin/providers%00.css", "/metrics%00" or "/%6detrics".
+    The path is now matched as sent: an encoded slash, a NUL (encoded or raw), a dot segment or a
+    malformed escape is a 400 problem; any other escape matches no route (404)."""
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA)
+    auth = f"Authorization: Bearer {ADMIN_TOKEN}\r\n"
+
+    def get(target):
+        return raw(gw.port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n" + auth.encode() +
+                   b"Connection: close\r\n\r\n")
+
+    status, _, _ = get(b"/v1/admin/providers")
+    assert status.startswith("HTTP/1.1 200"), status  # the admin route itself still works
+    cases = {
+        b"/%761/admin/providers": 404,
+        b"/v1%2Fadmin%2Fproviders": 400,
+        b"/v1%2fadmin/providers": 400,
+        b"/v1/admin/providers%00.css": 400,
+        b"/metrics%00": 400,
+        b"/%6detrics": 404,
+        b"/v1/jobs/../admin/providers": 400,
+        b"/v1/%2e%2e/v1/admin/providers": 400,
+        b"/v1/admin/providers%": 400,
+        b"/metrics\x00.css": 400,  # a raw NUL in the request line
+        b"/v1/admin/providers\x00": 400,
+    }
+    for target, want in cases.items():
+        status, headers, body = get(target)
+        assert status.startswith(f"HTTP/1.1 {want}"), (target, status, body[:200])
+        assert headers["content-type"] == "application/problem+json", (target, headers)
+        if want == 400:
+            assert json.loads(body)["type"] == "urn:idemgate:problem:bad-path", (target, body)
