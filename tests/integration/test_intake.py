@@ -195,11 +195,14 @@ def test_bad_json_is_400(gateway, token, mock, body):
 
 
 def test_unknown_route_is_404_never_forwarded(gateway, token, mock):
-    for route in ("mock-images/v1/files", "mock-images/images/generations/../edits",
-                  "nope/images/generations", "mock-images"):
+    for route in ("mock-images/v1/files", "nope/images/generations", "mock-images"):
         r = gateway.submit(token, key(), {"prompt": "x"}, route=route)
         assert r.status == 404, (route, r)
         assert problem_type(r) == "unknown-route"
+    # A dot segment is refused before routing (issue 21 item 9): 400 bad-path.
+    r = gateway.submit(token, key(), {"prompt": "x"},
+                       route="mock-images/images/generations/../edits")
+    assert r.status == 400 and problem_type(r) == "bad-path", r
     assert mock.ledger() == []
 
 
