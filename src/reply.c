@@ -76,6 +76,7 @@ static int problem(struct hs_req *r, int status, const char *type, const char *t
     }
     if ((status == 400 && (strcmp(type, "bad-request-framing") == 0 ||
                            strcmp(type, "bad-header") == 0)) ||
+        (status == 503 && strcmp(type, "server-full") == 0) ||
         (status == 414 && strcmp(type, "uri-too-long") == 0)) {
         hdrs[h++] = "Connection";
         hdrs[h++] = "close";

@@ -181,6 +181,9 @@ static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
                       "a header line holds a NUL byte", 0);
     else if (why == HS_REJECT_BAD_TARGET)
         bad_path(r, RAWPATH_NUL);
+    else if (why == HS_REJECT_FULL)
+        reply_problem(r, 503, "server-full", "Server full",
+                      "every connection is taken; only /healthz is served on this one", 1);
     else if (why == HS_REJECT_DRAINING)
         reply_shutting_down(r);
     else if (why == HS_REJECT_URI_TOO_LONG)
@@ -210,6 +213,11 @@ struct hs_server *routes_listen(struct api *a)
                            .port = cfg->listen_port,
                            .threads = (unsigned)cfg->http_threads,
                            .max_connections = (unsigned)cfg->max_connections,
+                           .max_connections_per_address =
+                               (unsigned)(cfg->max_connections_per_address
+                                              ? cfg->max_connections_per_address
+                                              : cfg->max_connections / 4),
+                           .request_deadline_s = cfg->request_deadline_seconds,
                            .max_body_bytes = cfg->max_body_bytes,
                            .app = a,
                            .handle = on_handle,

@@ -25,13 +25,25 @@ enum hs_reject {
     HS_REJECT_HEADER_BYTES, /* a NUL byte inside a header line (libmicrohttpd would hand the value
                                over cut at it): answer 400 (the connection is closed) */
     HS_REJECT_BAD_TARGET,   /* a NUL byte inside the request target: answer 400 */
+    HS_REJECT_FULL,         /* max_connections are open: this connection is in the health
+                               reserve, where only /healthz is served: answer 503 (the
+                               connection is closed) */
 };
+
+/* Connections accepted above max_connections, for /healthz alone (each closed after one answer
+ * and held HS_RESERVE_DEADLINE_S at most), so that health is answered when the server is full. */
+#define HS_HEALTH_RESERVE 8
+#define HS_RESERVE_DEADLINE_S 2
 
 struct hs_options {
     const char *host; /* an IPv4 address */
     int port;
     unsigned threads;
     unsigned max_connections;
+    unsigned max_connections_per_address; /* more from one IP address are closed at once */
+    /* A request's headers and body must have arrived this many seconds after the connection was
+     * accepted or its previous request ended; otherwise the connection is closed. */
+    int request_deadline_s;
     long max_body_bytes; /* a longer body is dropped and hs_req_body_too_large() says so */
     void *app;           /* passed to every callback */
     /* Called on a server thread once the body is complete, and once more after each
