@@ -84,7 +84,12 @@ static const struct cfg_setting settings[] = {
     {"max_body_bytes", "IDEMGATE_MAX_BODY_BYTES", T_LONG, OFF(max_body_bytes), "1048576", 2,
      64L * 1024 * 1024, "largest request body accepted (413 above)"},
     {"max_connections", "IDEMGATE_MAX_CONNECTIONS", T_INT, OFF(max_connections), "4096", 16,
-     100000, "concurrent client connections, suspended ones included"},
+     100000, "concurrent client connections, suspended ones included; 8 more are kept for "
+             "`/healthz` alone (each closed after its answer), so health is answered when full"},
+    {"max_connections_per_address", "IDEMGATE_MAX_CONNECTIONS_PER_ADDRESS", T_INT,
+     OFF(max_connections_per_address), "0", 0, 100000,
+     "concurrent client connections from one IP address; more are closed at once (0: a quarter "
+     "of max_connections; behind a proxy that connects from one address, raise it)"},
     {"max_json_depth", "IDEMGATE_MAX_JSON_DEPTH", T_INT, OFF(max_json_depth), "64", 1, 1024,
      "deepest nesting of arrays and objects accepted in a body"},
     {"max_wait_seconds", "IDEMGATE_MAX_WAIT_SECONDS", T_INT, OFF(max_wait_seconds), "60", 0, 3600,
@@ -99,6 +104,11 @@ static const struct cfg_setting settings[] = {
      "reconciler threads in this replica (resolve unknown operations)"},
     {"reaper_interval_ms", "IDEMGATE_REAPER_INTERVAL_MS", T_INT, OFF(reaper_interval_ms), "1000",
      0, 600000, "how often expired leases are turned into unknown (0: never, in this replica)"},
+    {"request_deadline_seconds", "IDEMGATE_REQUEST_DEADLINE_SECONDS", T_INT,
+     OFF(request_deadline_seconds), "30", 1, 3600,
+     "a request's headers and body must have arrived this long after its connection was opened "
+     "(or its previous answer sent), however steadily they trickle; otherwise the connection is "
+     "closed"},
     {"tenant_burst", "IDEMGATE_TENANT_BURST", T_INT, OFF(tenant_burst), "0", 0, 1000000,
      "default requests a tenant may send at once above its rate (0: one second's worth)"},
     {"tenant_requests_per_second", "IDEMGATE_TENANT_REQUESTS_PER_SECOND", T_INT,

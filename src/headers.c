@@ -5,21 +5,24 @@
 #include <string.h>
 #include <strings.h>
 
-int hdr_idempotency_key(const char *value, char out[HDR_KEY_MAX + 1])
+int hdr_idempotency_key(const char *value, size_t len, char out[HDR_KEY_MAX + 1])
 {
     size_t n = 0;
-    if (!value || !*value)
+    if (!value || len == 0)
         return -1;
+    const char *end = value + len;
     if (value[0] == '"') {
         const char *p = value + 1;
         for (;; p++) {
-            unsigned char c = (unsigned char)*p;
-            if (c == '\0')
+            if (p == end)
                 return -1; /* unterminated */
+            unsigned char c = (unsigned char)*p;
             if (c == '"')
                 break;
             if (c == '\\') {
-                c = (unsigned char)*++p;
+                if (++p == end)
+                    return -1;
+                c = (unsigned char)*p;
                 if (c != '"' && c != '\\')
                     return -1;
             } else if (c < 0x20 || c > 0x7e) {
@@ -29,10 +32,10 @@ int hdr_idempotency_key(const char *value, char out[HDR_KEY_MAX + 1])
                 return -1;
             out[n++] = (char)c;
         }
-        if (p[1] != '\0') /* parameters or trailing bytes after the string */
+        if (p + 1 != end) /* parameters or trailing bytes after the string */
             return -1;
     } else {
-        for (const char *p = value; *p; p++) {
+        for (const char *p = value; p < end; p++) {
             unsigned char c = (unsigned char)*p;
             if (c < 0x20 || c > 0x7e || n == HDR_KEY_MAX)
                 return -1;

@@ -27,6 +27,26 @@ struct hs_server {
     atomic_int draining;      /* quiesced: every answer closes its connection */
     int listen_fd;            /* handed back by MHD_quiesce_daemon; closed by hs_stop */
     char id_prefix[9];
+    /* The connections, for the whole-request deadline and the health reserve (hs_conn). */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t conn_cv;    /* wakes the deadline thread at hs_stop */
+    struct hs_conn *conns;     /* under conn_mu */
+    long n_conns;              /* under conn_mu */
+    int sweeper_started, sweeper_stop;
+    pthread_t sweeper;
+};
+
+/* One client connection, from libmicrohttpd's connection notifications (its socket context).
+ * A request must arrive whole — headers and body — within request_deadline_s of `since`: the
+ * connection's accept, or the end of its previous request. libmicrohttpd's own timeout counts
+ * only idle time, so a client sending one byte every few seconds held a request for ever. */
+struct hs_conn {
+    struct hs_conn *prev, *next; /* in srv->conns (under conn_mu) */
+    int fd;                      /* owned by libmicrohttpd; valid until the CLOSED notification */
+    struct timespec since;       /* under conn_mu */
+    int receiving;               /* a request is being received (or awaited): the deadline runs */
+    int over_limit;              /* accepted beyond max_connections: the health reserve */
+    int cut;                     /* the deadline thread shut its socket down */
 };
 
 struct hs_req {
@@ -34,12 +54,14 @@ struct hs_req {
     struct MHD_Connection *conn;
     int begun;                   /* begin_request ran: the request reached on_request */
     enum rl_uri_verdict refused; /* the target was refused before libmicrohttpd parsed it */
+    int target_nul;              /* the request target held a raw NUL byte */
     const char *method;
-    char *path;
+    char *path; /* as sent: not percent-decoded, without the query */
     char *body;
     size_t body_len, body_cap;
     int too_large;
     int responded;
+    int close_after;                      /* the answer closes the connection (health reserve) */
     int suspended_once;                   /* the handler suspended it at least once */
     struct hs_req *susp_prev, *susp_next; /* in srv->suspended (under srv->mu) */
     int in_suspended;                     /* suspended and not yet resumed (under srv->mu) */
@@ -76,6 +98,18 @@ const char *hs_req_path(const struct hs_req *r)
 const char *hs_req_header(const struct hs_req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *hs_req_header_n(const struct hs_req *r, const char *name, size_t *len)
+{
+    const char *v = NULL;
+    size_t n = 0;
+    if (MHD_lookup_connection_value_n(r->conn, MHD_HEADER_KIND, name, strlen(name), &v, &n) !=
+            MHD_YES ||
+        !v)
+        return NULL;
+    *len = n;
+    return v;
 }
 
 const char *hs_req_query(const struct hs_req *r, const char *name)
@@ -197,6 +231,105 @@ void hs_resume(void *arg)
         MHD_resume_connection(r->conn);
 }
 
+static struct hs_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Starts (1: a request is awaited from now on) or stops (0: the request is whole, or answered)
+ * the deadline of conn's current request. */
+static void conn_receiving(struct hs_server *s, struct MHD_Connection *conn, int receiving)
+{
+    struct hs_conn *c = conn_of(conn);
+    if (!c)
+        return;
+    pthread_mutex_lock(&s->conn_mu);
+    if (receiving && !c->receiving)
+        clock_gettime(CLOCK_MONOTONIC, &c->since);
+    c->receiving = receiving;
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION. libmicrohttpd calls CLOSED before it closes the socket, and the
+ * deadline thread touches a socket only under conn_mu while its record is listed, so it never
+ * shuts down a descriptor that was closed and reused. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct hs_server *s = cls;
+    struct hs_conn *c = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(c = calloc(1, sizeof(*c))))
+            return; /* untracked: libmicrohttpd's idle timeout still applies */
+        c->fd = ci->connect_fd;
+        c->receiving = 1;
+        clock_gettime(CLOCK_MONOTONIC, &c->since);
+        pthread_mutex_lock(&s->conn_mu);
+        c->over_limit = ++s->n_conns > (long)s->o.max_connections;
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        pthread_mutex_unlock(&s->conn_mu);
+        *socket_context = c;
+        return;
+    }
+    if (!c)
+        return;
+    pthread_mutex_lock(&s->conn_mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    pthread_mutex_unlock(&s->conn_mu);
+    free(c);
+    *socket_context = NULL;
+}
+
+/* The deadline thread: twice a second, every connection whose request is not whole past its
+ * deadline (HS_RESERVE_DEADLINE_S in the health reserve) has its socket shut down; libmicrohttpd
+ * sees the end of the stream at once and closes the connection (no answer can be queued while
+ * a request is still being read). */
+static void *deadline_main(void *arg)
+{
+    struct hs_server *s = arg;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->sweeper_stop) {
+        struct timespec now, until;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long cut = 0;
+        for (struct hs_conn *c = s->conns; c; c = c->next) {
+            long limit = c->over_limit && s->o.request_deadline_s > HS_RESERVE_DEADLINE_S
+                             ? HS_RESERVE_DEADLINE_S
+                             : s->o.request_deadline_s;
+            if (!c->receiving || c->cut || now.tv_sec - c->since.tv_sec < limit)
+                continue;
+            (void)shutdown(c->fd, SHUT_RDWR);
+            c->cut = 1;
+            cut++;
+        }
+        if (cut)
+            LOG(LOG_WARN, "http_request_deadline", LI("connections_closed", cut),
+                LI("deadline_s", s->o.request_deadline_s));
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 500 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->conn_cv, &s->conn_mu, &until);
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
+}
+
 static int queue(struct hs_req *r, int status, struct MHD_Response *resp, int has_connection);
 
 int hs_req_peer_closed(const struct hs_req *r)
@@ -270,8 +403,9 @@ static int respond_with(struct hs_req *r, int status, const char *content_type,
 static int queue(struct hs_req *r, int status, struct MHD_Response *resp, int has_connection)
 {
     /* Shutting down: a kept-alive connection gets this answer and no further request. */
-    if (atomic_load(&r->srv->draining) && !has_connection)
+    if ((atomic_load(&r->srv->draining) || r->close_after) && !has_connection)
         MHD_add_response_header(resp, "Connection", "close");
+    conn_receiving(r->srv, r->conn, 0);
     enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->responded = 1;
@@ -298,6 +432,45 @@ static enum MHD_Result framing_cb(void *cls, enum MHD_ValueKind kind, const char
     if (strpbrk(key, " \t") || !*key)
         f->bad_name = 1;
     return MHD_YES;
+}
+
+/* A NUL byte inside a header line. libmicrohttpd 0.9.75 cuts a value at its first NUL (it
+ * measures values with strlen), so neither MHD_lookup_connection_value_n nor the iterator with
+ * lengths can see one: "Idempotency-Key: a\0b" arrives as "a". What it does keep is the
+ * layout: each header line stays where it was read, in one buffer, its CR and LF overwritten by
+ * NULs, and the records come in the order of their lines. So the bytes from the end of a value
+ * to the next record's name are its line terminator — one or two NULs — and anything else there
+ * is the rest of a value cut at a NUL. After the last value, the terminator is followed by the
+ * empty line's, so the byte after the value's end is a NUL too. A gap too large or negative means
+ * the records are not adjacent (a folded line libmicrohttpd copied elsewhere): not judged here.
+ * What this cannot see: NULs only at the very end of the last header's value. */
+struct nul_scan {
+    const char *prev_end; /* one past the previous record's value (its first NUL) */
+    int found;
+};
+
+static enum MHD_Result nul_scan_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)key_size;
+    struct nul_scan *ns = cls;
+    if (ns->prev_end && key > ns->prev_end && key - ns->prev_end <= RL_POOL_BYTES) {
+        size_t gap = (size_t)(key - ns->prev_end);
+        if (gap > 2 || (gap == 2 && ns->prev_end[1] != '\0'))
+            ns->found = 1;
+    }
+    ns->prev_end = value ? value + value_size : NULL;
+    return ns->found ? MHD_NO : MHD_YES;
+}
+
+static int header_has_nul(struct MHD_Connection *conn)
+{
+    struct nul_scan ns = {NULL, 0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, nul_scan_cb, &ns);
+    if (!ns.found && ns.prev_end && ns.prev_end[1] != '\0')
+        ns.found = 1; /* the last value went on after a NUL */
+    return ns.found;
 }
 
 static void set_request_id(struct hs_server *s, struct hs_req *r)
@@ -327,14 +500,24 @@ static struct hs_req *req_new(struct hs_server *s, struct MHD_Connection *conn)
 }
 
 /* MHD_OPTION_URI_LOG_CALLBACK: called with the raw request target before libmicrohttpd splits
- * its query into per-connection records. A target the pool could not hold (reqlimit.h) is
- * judged here, because libmicrohttpd 0.9.75 never answers a request whose query exhausts the
- * pool: the query is cut at the '?' (one byte, in the line libmicrohttpd has just read and is
- * about to parse in place) so that nothing of it is parsed, and begin_request answers 414. */
+ * its query into per-connection records and percent-decodes its path. The path is kept as sent
+ * (routes.c matches it byte for byte; the decoded URL libmicrohttpd hands on_request is never
+ * used). A target the pool could not hold (reqlimit.h) is judged here, because libmicrohttpd
+ * 0.9.75 never answers a request whose query exhausts the pool: the query is cut at the '?'
+ * (one byte, in the line libmicrohttpd has just read and is about to parse in place) so that
+ * nothing of it is parsed, and begin_request answers 414.
+ *
+ * A raw NUL in the target ends `uri` early. libmicrohttpd has just ended the target by writing
+ * a NUL over the space before "HTTP/", so the target is whole only if that version follows its
+ * end; otherwise the request is refused (400) rather than routed on what preceded the NUL. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct hs_req *r = req_new(cls, conn);
     size_t len = strlen(uri);
+    if (r) {
+        r->path = strndup(uri, strcspn(uri, "?"));
+        r->target_nul = strncmp(uri + len + 1, "HTTP/", 5) != 0;
+    }
     enum rl_uri_verdict v = rl_uri_check(uri, len);
     if (v != RL_URI_OK) {
         char *q = memchr(uri, '?', len);
@@ -365,10 +548,12 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
     r->begun = 1;
     atomic_fetch_add(&s->in_progress, 1);
     r->method = method;
-    r->path = strdup(url);
-    if (!r->path)
-        return MHD_NO;
+    (void)url; /* percent-decoded by libmicrohttpd: the raw path from on_uri is used instead */
     set_request_id(s, r);
+    if (!r->path) { /* on_uri could not keep it (out of memory) */
+        reject(s, r, HS_REJECT_NO_ANSWER);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
     if (atomic_load(&s->draining)) {
         /* A request that arrives on a kept-alive connection once the server is quiesced is not
          * started: whatever it would record could be cut off with its connection when the
@@ -382,10 +567,28 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
         reject(s, r, HS_REJECT_URI_TOO_LONG);
         return r->responded ? MHD_YES : MHD_NO;
     }
+    struct hs_conn *c = conn_of(conn);
+    if (c && c->over_limit) {
+        /* A connection in the health reserve: /healthz is answered, nothing else is started;
+         * either way the connection closes after its answer. */
+        r->close_after = 1;
+        if (strcmp(r->path, "/healthz") != 0) {
+            reject(s, r, HS_REJECT_FULL);
+            return r->responded ? MHD_YES : MHD_NO;
+        }
+    }
+    if (r->target_nul) {
+        reject(s, r, HS_REJECT_BAD_TARGET);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
     struct framing f = {0, 0, 0};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
     if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name) {
         reject(s, r, HS_REJECT_FRAMING);
+        return r->responded ? MHD_YES : MHD_NO;
+    }
+    if (header_has_nul(conn)) {
+        reject(s, r, HS_REJECT_HEADER_BYTES);
         return r->responded ? MHD_YES : MHD_NO;
     }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -448,6 +651,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->responded)
         return MHD_YES;
+    if (!r->suspended_once)
+        conn_receiving(s, conn, 0); /* the request is whole: its deadline is met */
     tls_handling = r;
     s->o.handle(r, s->o.app);
     /* A handler either responded or suspended the connection; anything else is a bug that
@@ -461,7 +666,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     struct hs_server *s = cls;
     struct hs_req *r = *con_cls;
     if (!r)
@@ -487,6 +691,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 LS("reason", "refused_by_transport"), LI("status", r->status));
     }
     s->o.done(r, r->status, secs, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, s->o.app);
+    conn_receiving(s, conn, 1); /* a kept-alive connection awaits its next request from now */
     hs_req_set_state(r, NULL, NULL);
     if (r->pending)
         MHD_destroy_response(r->pending);
@@ -519,6 +724,8 @@ struct hs_server *hs_start(const struct hs_options *o)
     s->o = *o;
     s->listen_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->conn_cv, NULL);
     if (crypto_random(rnd, sizeof(rnd)) < 0)
         memset(rnd, 0, sizeof(rnd));
     crypto_hex(rnd, sizeof(rnd), s->id_prefix);
@@ -533,7 +740,9 @@ struct hs_server *hs_start(const struct hs_options *o)
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO,
         (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, o->threads,
-        MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_CONNECTION_LIMIT, o->max_connections + HS_HEALTH_RESERVE,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_connections_per_address,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)30, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)RL_POOL_BYTES,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
@@ -542,8 +751,16 @@ struct hs_server *hs_start(const struct hs_options *o)
             LI("port", o->port));
         goto failed;
     }
+    if (pthread_create(&s->sweeper, NULL, deadline_main, s) != 0) {
+        LOG(LOG_ERROR, "http_start_failed", LS("error", "cannot start the deadline thread"));
+        MHD_stop_daemon(s->daemon);
+        goto failed;
+    }
+    s->sweeper_started = 1;
     return s;
 failed:
+    pthread_cond_destroy(&s->conn_cv);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return NULL;
@@ -597,6 +814,13 @@ void hs_stop(struct hs_server *s)
 {
     if (!s)
         return;
+    if (s->sweeper_started) {
+        pthread_mutex_lock(&s->conn_mu);
+        s->sweeper_stop = 1;
+        pthread_cond_signal(&s->conn_cv);
+        pthread_mutex_unlock(&s->conn_mu);
+        pthread_join(s->sweeper, NULL);
+    }
     if (s->daemon) {
         /* Nothing may stay suspended when the daemon stops (libmicrohttpd aborts). */
         long n = resume_all(s);
@@ -606,6 +830,8 @@ void hs_stop(struct hs_server *s)
     }
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    pthread_cond_destroy(&s->conn_cv);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -127,12 +127,13 @@ static enum step_result step_validate(struct intake *in)
     if (!in->rt)
         return raise_problem(in, 404, "unknown-route", "Unknown provider route",
                              "only routes declared in the gateway's configuration are forwarded");
-    const char *raw_key = hs_req_header(in->r, "Idempotency-Key");
+    size_t key_len = 0;
+    const char *raw_key = hs_req_header_n(in->r, "Idempotency-Key", &key_len);
     if (!raw_key)
         return raise_problem(in, 400, "missing-idempotency-key", "Missing Idempotency-Key",
                              "send an Idempotency-Key header that identifies the intended output");
     if (hs_req_header_count(in->r, "Idempotency-Key") != 1 ||
-        hdr_idempotency_key(raw_key, in->key) < 0)
+        hdr_idempotency_key(raw_key, key_len, in->key) < 0)
         return raise_problem(in, 400, "invalid-idempotency-key", "Invalid Idempotency-Key",
                              "one key of 1 to 255 printable ASCII characters, bare or as an RFC "
                              "8941 quoted string");

@@ -235,9 +235,10 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
     char key[HDR_KEY_MAX + 1], fp[CRYPTO_SHA256_HEX], job_id[CRYPTO_JOB_ID_LEN];
     if (job_caller(r, a, parent_id, token) < 0)
         return;
-    const char *raw_key = hs_req_header(r, "Idempotency-Key");
+    size_t key_len = 0;
+    const char *raw_key = hs_req_header_n(r, "Idempotency-Key", &key_len);
     if (!raw_key || hs_req_header_count(r, "Idempotency-Key") != 1 ||
-        hdr_idempotency_key(raw_key, key) < 0) {
+        hdr_idempotency_key(raw_key, key_len, key) < 0) {
         reply_tenant_problem(r, token, 400,
                              raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
                              "A regeneration needs its own Idempotency-Key",

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* Digits only, no sign, no overflow: 0 and the value, or -1. */
@@ -59,21 +60,145 @@ int out_range(const char *hdr, long long size, long long *first, long long *last
     return OUT_RANGE_PARTIAL;
 }
 
+/* The media types a browser may render inline from the console's origin: raster images, video
+ * and audio, which run no script. SVG (script, links), HTML, XML, PDF and anything else are
+ * downloads. Compared on the type before its parameters, case-insensitively. */
+static const char *const inline_types[] = {
+    "image/png",  "image/jpeg", "image/gif",  "image/webp", "image/avif", "video/mp4",
+    "video/webm", "video/ogg",  "audio/mpeg", "audio/mp4",  "audio/ogg",  "audio/wav",
+    "audio/webm", "audio/flac", "audio/aac",
+};
+
+int out_inline_type(const char *content_type)
+{
+    if (!content_type)
+        return 0;
+    size_t n = strcspn(content_type, "; \t");
+    for (size_t i = 0; i < sizeof(inline_types) / sizeof(inline_types[0]); i++)
+        if (strlen(inline_types[i]) == n && strncasecmp(content_type, inline_types[i], n) == 0)
+            return 1;
+    return 0;
+}
+
 /* 1 when an If-None-Match value names etag (or is "*"). */
 static int etag_matches(const char *inm, const char *etag)
 {
     return inm && (strcmp(inm, "*") == 0 || strstr(inm, etag) != NULL);
 }
 
+/* The output's job id and index from the path, or a 404 (answered) and -1. */
+static int output_ref(struct hs_req *r, const struct api_args *a, char *id, size_t id_cap,
+                      long long *n)
+{
+    char nbuf[16];
+    if (api_arg(a, 0, id, id_cap) <= 0 || api_arg(a, 1, nbuf, sizeof(nbuf)) <= 0 ||
+        parse_pos(nbuf, strlen(nbuf), n) < 0 || *n > 100000) {
+        reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+        return -1;
+    }
+    return 0;
+}
+
+/* 404 for an output that does not exist or is not archived: its archive state in the detail. */
+static void reply_not_archived(struct hs_req *r, const struct archive_output *o, long long n)
+{
+    char detail[600];
+    if (!o->exists)
+        snprintf(detail, sizeof(detail),
+                 o->planned ? "this job has no output %lld"
+                            : "output %lld is not archived yet: the job's outputs are not planned",
+                 n);
+    else
+        snprintf(detail, sizeof(detail), "output %lld is not archived: archive state %s%s%.400s",
+                 n, o->state, o->last_error ? ", last error: " : "",
+                 o->last_error ? o->last_error : "");
+    int not_archived = o->exists || !o->planned;
+    reply_problem(r, 404, not_archived ? "output-not-archived" : "output-not-found",
+                  not_archived ? "Output not archived" : "Output not found", detail, 0);
+}
+
+/* Opens the archived object for reading: 0 with *fd and *size, or -1 with a 500 answered. */
+static int open_object(struct hs_req *r, const char *id, const struct archive_output *o, int *fd,
+                       long long *size)
+{
+    char why[256];
+    struct blob_store *b = blob_open(api_cfg(r));
+    int e = b ? blob_open_read(b, o->sha256, fd, size, why, sizeof(why)) : -1;
+    blob_close(b);
+    if (e < 0) {
+        LOG(LOG_ERROR, "archive_read_failed", LS("job_id", id), LS("error", b ? why : "oom"));
+        reply_problem(r, 500, "internal", "Internal error", "the archived object cannot be read",
+                      0);
+        return -1;
+    }
+    return 0;
+}
+
+/* The headers every answer carrying (or validating) the bytes gets, the provider's type being
+ * untrusted on the console's origin: no sniffing, a sandbox with no script and no origin, and a
+ * download for any type outside the inline allow-list. h holds 8 entries; extra (name, value
+ * pairs, NULL-terminated, at most 3 pairs) are appended. */
+static void object_headers(const char *ct, const char *etag, const char **extra, const char **h)
+{
+    int i = 0;
+    h[i++] = "ETag";
+    h[i++] = etag;
+    h[i++] = "X-Content-Type-Options";
+    h[i++] = "nosniff";
+    h[i++] = "Content-Security-Policy";
+    h[i++] = "sandbox";
+    if (!out_inline_type(ct)) {
+        h[i++] = "Content-Disposition";
+        h[i++] = "attachment";
+    }
+    for (; extra && extra[0]; extra += 2) {
+        h[i++] = extra[0];
+        h[i++] = extra[1];
+    }
+    h[i] = NULL;
+}
+
+/* The bytes of fd (size long), whole (200) or one range (206); 416 with Content-Range for a
+ * range past the end. fd is owned from here on. */
+static void send_object(struct hs_req *r, const char *ct, const char *etag, int fd,
+                        long long size)
+{
+    long long first, last;
+    const char *h[16];
+    char cr[96];
+    /* If-Range with another validator: the whole representation (RFC 9110 §13.1.5). */
+    const char *ifr = hs_req_header(r, "If-Range");
+    int rr = ifr && strcmp(ifr, etag) != 0
+                 ? OUT_RANGE_NONE
+                 : out_range(hs_req_header(r, "Range"), size, &first, &last);
+    if (rr == OUT_RANGE_UNSATISFIABLE) {
+        close(fd);
+        char detail[96];
+        snprintf(detail, sizeof(detail), "the output is %lld bytes long", size);
+        snprintf(cr, sizeof(cr), "bytes */%lld", size);
+        const char *extra[] = {"Content-Range", cr, NULL};
+        reply_problem_with(r, 416, "range-not-satisfiable", "Range not satisfiable", detail,
+                           extra);
+    } else if (rr == OUT_RANGE_PARTIAL) {
+        snprintf(cr, sizeof(cr), "bytes %lld-%lld/%lld", first, last, size);
+        const char *extra[] = {"Content-Range", cr, "Accept-Ranges", "bytes", NULL};
+        object_headers(ct, etag, extra, h);
+        hs_respond_fd(r, 206, ct, fd, (unsigned long long)first,
+                      (unsigned long long)(last - first + 1), h);
+    } else {
+        const char *extra[] = {"Accept-Ranges", "bytes", NULL};
+        object_headers(ct, etag, extra, h);
+        hs_respond_fd(r, 200, ct, fd, 0, (unsigned long long)size, h);
+    }
+}
+
 void outputs_get(struct hs_req *r, const struct api_args *a)
 {
-    char id[CRYPTO_JOB_ID_LEN + 8], nbuf[16], token[CRYPTO_SHA256_HEX];
-    long long n = -1;
-    if (api_arg(a, 0, id, sizeof(id)) <= 0 || api_arg(a, 1, nbuf, sizeof(nbuf)) <= 0 ||
-        parse_pos(nbuf, strlen(nbuf), &n) < 0 || n > 100000) {
-        reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX], etag[72];
+    long long n = -1, size = 0;
+    int fd = -1;
+    if (output_ref(r, a, id, sizeof(id), &n) < 0)
         return;
-    }
     if (reply_token_hash(r, token) < 0) {
         reply_unauthorized(r);
         return;
@@ -84,65 +209,16 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
         reply_job_error(r, e);
         return;
     }
-    if (!o.exists || strcmp(o.state, "archived") != 0) {
-        char detail[600];
-        if (!o.exists)
-            snprintf(detail, sizeof(detail),
-                     o.planned ? "this job has no output %lld"
-                               : "output %lld is not archived yet: the "
-                                 "job's outputs are not planned",
-                     n);
-        else
-            snprintf(detail, sizeof(detail),
-                     "output %lld is not archived: archive state %s%s%.400s", n, o.state,
-                     o.last_error ? ", last error: " : "", o.last_error ? o.last_error : "");
-        reply_problem(r, 404, o.exists || !o.planned ? "output-not-archived" : "output-not-found",
-                      o.exists || !o.planned ? "Output not archived" : "Output not found", detail,
-                      0);
-        archive_output_fini(&o);
-        return;
-    }
-    char etag[72], why[256];
-    snprintf(etag, sizeof(etag), "\"%s\"", o.sha256);
     const char *ct = o.content_type ? o.content_type : "application/octet-stream";
-    if (etag_matches(hs_req_header(r, "If-None-Match"), etag)) {
-        const char *h[] = {"ETag", etag, NULL};
+    snprintf(etag, sizeof(etag), "\"%s\"", o.sha256 ? o.sha256 : "");
+    if (!o.exists || strcmp(o.state, "archived") != 0) {
+        reply_not_archived(r, &o, n);
+    } else if (etag_matches(hs_req_header(r, "If-None-Match"), etag)) {
+        const char *h[16];
+        object_headers(ct, etag, NULL, h);
         hs_respond(r, 304, NULL, "", 0, h);
-        archive_output_fini(&o);
-        return;
-    }
-    struct blob_store *b = blob_open(api_cfg(r));
-    int fd = -1;
-    long long size = 0;
-    if (!b || blob_open_read(b, o.sha256, &fd, &size, why, sizeof(why)) < 0) {
-        LOG(LOG_ERROR, "archive_read_failed", LS("job_id", id), LS("error", b ? why : "oom"));
-        reply_problem(r, 500, "internal", "Internal error", "the archived object cannot be read",
-                      0);
-        blob_close(b);
-        archive_output_fini(&o);
-        return;
-    }
-    blob_close(b);
-    long long first, last;
-    /* If-Range with another validator: the whole representation (RFC 9110 §13.1.5). */
-    const char *ifr = hs_req_header(r, "If-Range");
-    int rr = ifr && strcmp(ifr, etag) != 0
-                 ? OUT_RANGE_NONE
-                 : out_range(hs_req_header(r, "Range"), size, &first, &last);
-    char cr[96];
-    if (rr == OUT_RANGE_UNSATISFIABLE) {
-        close(fd);
-        char detail[96];
-        snprintf(detail, sizeof(detail), "the output is %lld bytes long", size);
-        reply_problem(r, 416, "range-not-satisfiable", "Range not satisfiable", detail, 0);
-    } else if (rr == OUT_RANGE_PARTIAL) {
-        snprintf(cr, sizeof(cr), "bytes %lld-%lld/%lld", first, last, size);
-        const char *h[] = {"Content-Range", cr, "ETag", etag, "Accept-Ranges", "bytes", NULL};
-        hs_respond_fd(r, 206, ct, fd, (unsigned long long)first,
-                      (unsigned long long)(last - first + 1), h);
-    } else {
-        const char *h[] = {"ETag", etag, "Accept-Ranges", "bytes", NULL};
-        hs_respond_fd(r, 200, ct, fd, 0, (unsigned long long)size, h);
+    } else if (open_object(r, id, &o, &fd, &size) == 0) {
+        send_object(r, ct, etag, fd, size);
     }
     archive_output_fini(&o);
 }

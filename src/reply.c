@@ -30,8 +30,23 @@ static void json_escape_into(char *out, size_t cap, const char *s)
     out[pos] = '\0';
 }
 
+static int problem(struct hs_req *r, int status, const char *type, const char *title,
+                   const char *detail, int retry_after, const char *const *extra);
+
 int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
                   const char *detail, int retry_after)
+{
+    return problem(r, status, type, title, detail, retry_after, NULL);
+}
+
+int reply_problem_with(struct hs_req *r, int status, const char *type, const char *title,
+                       const char *detail, const char *const *extra)
+{
+    return problem(r, status, type, title, detail, 0, extra);
+}
+
+static int problem(struct hs_req *r, int status, const char *type, const char *title,
+                   const char *detail, int retry_after, const char *const *extra)
 {
     char esc_title[256], esc_detail[512], body[1024], ra[16];
     json_escape_into(esc_title, sizeof(esc_title), title);
@@ -40,8 +55,12 @@ int reply_problem(struct hs_req *r, int status, const char *type, const char *ti
                      "{\"type\":\"urn:idemgate:problem:%s\",\"title\":\"%s\",\"status\":%d,"
                      "\"detail\":\"%s\",\"request_id\":\"%s\"}",
                      type, esc_title, status, esc_detail, hs_req_id(r));
-    const char *hdrs[7] = {NULL};
+    const char *hdrs[15] = {NULL};
     int h = 0;
+    for (int i = 0; extra && extra[0] && i < 4; i++, extra += 2) {
+        hdrs[h++] = extra[0];
+        hdrs[h++] = extra[1];
+    }
     if (retry_after > 0) {
         snprintf(ra, sizeof(ra), "%d", retry_after);
         hdrs[h++] = "Retry-After";
@@ -55,7 +74,9 @@ int reply_problem(struct hs_req *r, int status, const char *type, const char *ti
         hdrs[h++] = "Allow";
         hdrs[h++] = detail; /* method_not_allowed passes the allowed method as the detail */
     }
-    if ((status == 400 && strcmp(type, "bad-request-framing") == 0) ||
+    if ((status == 400 && (strcmp(type, "bad-request-framing") == 0 ||
+                           strcmp(type, "bad-header") == 0)) ||
+        (status == 503 && strcmp(type, "server-full") == 0) ||
         (status == 414 && strcmp(type, "uri-too-long") == 0)) {
         hdrs[h++] = "Connection";
         hdrs[h++] = "close";

@@ -7,10 +7,12 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/outputs.h"
+#include "idemgate/rawpath.h"
 #include "idemgate/reply.h"
 #include "idemgate/usage.h"
 #include "idemgate/webhooks.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Every endpoint of DESIGN.md §4, and the operator's. HEAD is served wherever GET is (probes
@@ -111,12 +113,32 @@ enum route_result route_match(const struct route *t, size_t n, const char *metho
     return m->route ? ROUTE_BAD_METHOD : ROUTE_NOT_FOUND;
 }
 
+/* 400 bad-path: a path whose meaning depends on who decodes it (rawpath.h). */
+static void bad_path(struct hs_req *r, enum rawpath_verdict v)
+{
+    char detail[160];
+    snprintf(detail, sizeof(detail),
+             "the path is matched as sent; refused: %s (encoded slashes, NUL and other control "
+             "bytes, malformed escapes and dot segments are)",
+             rawpath_verdict_name(v));
+    LOG(LOG_INFO, "http_path_refused", LS("request_id", hs_req_id(r)),
+        LS("reason", rawpath_verdict_name(v)));
+    reply_problem(r, 400, "bad-path", "Malformed path", detail, 0);
+}
+
 static void dispatch(struct hs_req *r)
 {
     struct route_match m;
     size_t n;
     const struct route *t = routes_table(&n);
-    enum route_result res = route_match(t, n, hs_req_method(r), hs_req_path(r), &m);
+    /* The table is matched against the path as sent (rawpath.h): what a proxy in front sees. */
+    const char *path = hs_req_path(r);
+    enum rawpath_verdict v = rawpath_check(path, strlen(path));
+    if (v != RAWPATH_OK) {
+        bad_path(r, v);
+        return;
+    }
+    enum route_result res = route_match(t, n, hs_req_method(r), path, &m);
     if (res == ROUTE_NOT_FOUND) {
         reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
         return;
@@ -154,6 +176,14 @@ static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
     if (why == HS_REJECT_FRAMING)
         reply_problem(r, 400, "bad-request-framing", "Ambiguous request framing",
                       "conflicting Content-Length/Transfer-Encoding or a malformed header name", 0);
+    else if (why == HS_REJECT_HEADER_BYTES)
+        reply_problem(r, 400, "bad-header", "Malformed header",
+                      "a header line holds a NUL byte", 0);
+    else if (why == HS_REJECT_BAD_TARGET)
+        bad_path(r, RAWPATH_NUL);
+    else if (why == HS_REJECT_FULL)
+        reply_problem(r, 503, "server-full", "Server full",
+                      "every connection is taken; only /healthz is served on this one", 1);
     else if (why == HS_REJECT_DRAINING)
         reply_shutting_down(r);
     else if (why == HS_REJECT_URI_TOO_LONG)
@@ -183,6 +213,11 @@ struct hs_server *routes_listen(struct api *a)
                            .port = cfg->listen_port,
                            .threads = (unsigned)cfg->http_threads,
                            .max_connections = (unsigned)cfg->max_connections,
+                           .max_connections_per_address =
+                               (unsigned)(cfg->max_connections_per_address
+                                              ? cfg->max_connections_per_address
+                                              : cfg->max_connections / 4),
+                           .request_deadline_s = cfg->request_deadline_seconds,
                            .max_body_bytes = cfg->max_body_bytes,
                            .app = a,
                            .handle = on_handle,

@@ -38,6 +38,8 @@ struct cfg {
     char *public_url;
     char *admin_token_sha256;
     int max_connections;
+    int max_connections_per_address; /* 0 in the file: a quarter of max_connections */
+    int request_deadline_seconds;
     char *log_level;
     /* Output archival (archive.c). */
     char *archive_backend, *archive_dir;

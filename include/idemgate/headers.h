@@ -7,11 +7,12 @@
 
 #define HDR_KEY_MAX 255
 
-/* Parses an Idempotency-Key value: either an RFC 8941 sf-string ("…" with only \" and \\
+/* Parses an Idempotency-Key value of len bytes (value[0..len), as received: a NUL inside it is a
+ * byte like any other, and refused): either an RFC 8941 sf-string ("…" with only \" and \\
  * escapes) or the bare form. The key is 1..255 printable ASCII characters (0x20..0x7e; the
  * bare form cannot start or end with a space). Writes the key, NUL-terminated, into out (which
- * holds HDR_KEY_MAX + 1 bytes) and returns its length, or -1 when the value is invalid. */
-int hdr_idempotency_key(const char *value, char out[HDR_KEY_MAX + 1]);
+ * holds HDR_KEY_MAX + 1 bytes) and returns its length, or -1 when the value is invalid or NULL. */
+int hdr_idempotency_key(const char *value, size_t len, char out[HDR_KEY_MAX + 1]);
 
 /* Extracts the token of "Bearer <token>" (scheme case-insensitive; spaces around the token are
  * ignored). The token is one or more visible ASCII characters (0x21..0x7e), of any length.

@@ -22,13 +22,28 @@ enum hs_reject {
     HS_REJECT_URI_TOO_LONG, /* a request target the connection's memory could not hold (longer
                                than RL_URI_MAX_BYTES or more than RL_QUERY_PARAMS_MAX query
                                parameters, reqlimit.h): answer 414 (the connection is closed) */
+    HS_REJECT_HEADER_BYTES, /* a NUL byte inside a header line (libmicrohttpd would hand the value
+                               over cut at it): answer 400 (the connection is closed) */
+    HS_REJECT_BAD_TARGET,   /* a NUL byte inside the request target: answer 400 */
+    HS_REJECT_FULL,         /* max_connections are open: this connection is in the health
+                               reserve, where only /healthz is served: answer 503 (the
+                               connection is closed) */
 };
+
+/* Connections accepted above max_connections, for /healthz alone (each closed after one answer
+ * and held HS_RESERVE_DEADLINE_S at most), so that health is answered when the server is full. */
+#define HS_HEALTH_RESERVE 8
+#define HS_RESERVE_DEADLINE_S 2
 
 struct hs_options {
     const char *host; /* an IPv4 address */
     int port;
     unsigned threads;
     unsigned max_connections;
+    unsigned max_connections_per_address; /* more from one IP address are closed at once */
+    /* A request's headers and body must have arrived this many seconds after the connection was
+     * accepted or its previous request ended; otherwise the connection is closed. */
+    int request_deadline_s;
     long max_body_bytes; /* a longer body is dropped and hs_req_body_too_large() says so */
     void *app;           /* passed to every callback */
     /* Called on a server thread once the body is complete, and once more after each
@@ -63,10 +78,15 @@ void hs_stop(struct hs_server *s);
 
 /* The request, for the application's callbacks. Strings live as long as the request. */
 const char *hs_req_method(const struct hs_req *r);
+/* The path as the client sent it: not percent-decoded, without the query (routes.c judges it
+ * with rawpath.h). */
 const char *hs_req_path(const struct hs_req *r);
 /* The client's X-Request-Id when it is well formed (1..64 of [A-Za-z0-9._-]), else a new one. */
 const char *hs_req_id(const struct hs_req *r);
 const char *hs_req_header(const struct hs_req *r, const char *name);
+/* A header's value and its length in *len (not NUL-assumed), or NULL when absent. A request whose
+ * header lines hold a NUL never reaches the application (HS_REJECT_HEADER_BYTES). */
+const char *hs_req_header_n(const struct hs_req *r, const char *name, size_t *len);
 /* How many times header `name` occurs (case-insensitive). */
 int hs_req_header_count(const struct hs_req *r, const char *name);
 /* A query-string argument, or NULL. */

@@ -13,10 +13,14 @@ struct cJSON;
 
 /* An RFC 9457 problem: type is the last segment of a stable URN ("urn:idemgate:problem:<type>").
  * retry_after > 0 adds a Retry-After header; a 401 "unauthorized" adds WWW-Authenticate; a 405
- * takes its Allow header from detail; a 400 "bad-request-framing" and a 414 "uri-too-long" close
- * the connection. */
+ * takes its Allow header from detail; a 400 "bad-request-framing" or "bad-header" and a 414
+ * "uri-too-long" close the connection. */
 int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
                   const char *detail, int retry_after);
+/* reply_problem with extra headers (name, value pairs, NULL-terminated, at most 4 pairs), e.g.
+ * a 416's Content-Range. */
+int reply_problem_with(struct hs_req *r, int status, const char *type, const char *title,
+                       const char *detail, const char *const *extra);
 /* Answers o as application/json with status and frees it (a 500 when it cannot be printed). */
 void reply_json(struct hs_req *r, int status, struct cJSON *o);
 /* 503 shutting-down (Retry-After): this replica is draining and starts nothing new. */

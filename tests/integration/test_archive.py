@@ -398,3 +398,38 @@ def test_a_lower_migration_merged_after_a_higher_one_is_applied(database_url, ps
         assert q("SELECT to_regclass('archive_outputs') IS NOT NULL") == "t"
     finally:
         psql(f"DROP DATABASE IF EXISTS {name}")
+
+
+def test_archived_output_headers(gateway_factory, token, mock, tmp_path, psql):
+    """Issue 21 item 12: archived outputs were served with the provider's Content-Type on the
+    console's origin (text/html, SVG with script) and no nosniff, sandbox or attachment, and a
+    416 had no Content-Range. Every answer with the bytes now has nosniff and a sandbox CSP, a
+    type outside the image/video/audio allow-list is a download, and a 416 says the size."""
+    mock.http.request("POST", "/_files", json.dumps({"bytes": 1000}))
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "hdr-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    check_archive(gw, token, job_id, str(tmp_path / "archive"), 1)
+    # The stored type is the provider's; a hostile provider's is set here in the row itself.
+    for ct, inline in (("text/html", False), ("image/svg+xml", False),
+                       ("application/octet-stream", False), ("text/html; charset=utf-8", False),
+                       ("image/png", True), ("video/mp4", True), ("audio/mpeg", True)):
+        psql(f"UPDATE archive_outputs SET content_type = '{ct}' WHERE op_id = '{job_id}'")
+        for extra in ({}, {"Range": "bytes=0-9"}):
+            resp = get_output(gw, token, job_id, 0, extra)
+            assert resp.status in (200, 206), (ct, resp)
+            h = resp.headers
+            assert h.get("x-content-type-options") == "nosniff", (ct, h)
+            assert h.get("content-security-policy") == "sandbox", (ct, h)
+            if inline:
+                assert "content-disposition" not in h, (ct, h)
+            else:
+                assert h.get("content-disposition") == "attachment", (ct, h)
+    etag = f'"{gw.job(token, job_id).json()["archive"][0]["sha256"]}"'
+    not_modified = get_output(gw, token, job_id, 0, {"If-None-Match": etag})
+    assert not_modified.status == 304
+    assert not_modified.headers.get("x-content-type-options") == "nosniff"
+    unsatisfiable = get_output(gw, token, job_id, 0, {"Range": "bytes=1000-"})
+    assert unsatisfiable.status == 416
+    assert unsatisfiable.headers.get("content-range") == "bytes */1000", unsatisfiable.headers

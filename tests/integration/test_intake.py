@@ -117,6 +117,53 @@ def test_two_keys_is_400(gateway, token):
     assert b"invalid-idempotency-key" in resp
 
 
+def raw_status(port, req):
+    """Sends raw bytes on a new connection; returns the whole answer (the gateway closes it)."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(req)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+def test_key_with_nul_refused(gateway, token, mock, psql):
+    """Issue 21 item 10: a NUL inside Idempotency-Key was not refused. libmicrohttpd cut the value
+    at the NUL, so "<k>\\0one" and "<k>\\0two" were both the key "<k>": one job for two
+    intents (the second answered as a replay of the first). Every such request is now a 400 and
+    nothing is recorded or sent, wherever the header stands and whatever follows the NUL."""
+    k = key()
+    body = b'{"prompt":"x"}'
+
+    def req(key_line, last):
+        head = (b"POST /v1/providers/mock-images/images/generations HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Bearer " + token.encode() + b"\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n")
+        if last:
+            return head + key_line + b"\r\n\r\n" + body
+        return head.replace(b"Host: x\r\n", b"Host: x\r\n" + key_line + b"\r\n") + b"\r\n" + body
+
+    for tail in (b"one", b"two", b"\x01", b" x"):
+        for last in (False, True):
+            resp = raw_status(gateway.port, req(b"Idempotency-Key: " + k.encode() + b"\0" + tail,
+                                                last))
+            assert resp.startswith(b"HTTP/1.1 400"), (tail, last, resp[:300])
+            assert b"application/problem+json" in resp
+    # A NUL in any other header line is refused the same way (its value would be cut too).
+    resp = raw_status(gateway.port, req(b"Idempotency-Key: " + k.encode() +
+                                        b"\r\nX-Trace: a\0b", False))
+    assert resp.startswith(b"HTTP/1.1 400"), resp[:300]
+    assert psql(f"SELECT count(*) FROM operations WHERE idempotency_key LIKE '{k}%'") == [["0"]]
+    assert mock.ledger() == []
+    # The key without the NUL is still a key like any other.
+    resp = raw_status(gateway.port, req(b"Idempotency-Key: " + k.encode(), True))
+    assert resp.startswith(b"HTTP/1.1 202"), resp[:300]
+
+
 def test_oversize_body_is_413(gateway_factory, token):
     gw = gateway_factory(max_body_bytes=1024)
     r = gw.submit(token, key(), json.dumps({"prompt": "x" * 2000}))
@@ -148,11 +195,14 @@ def test_bad_json_is_400(gateway, token, mock, body):
 
 
 def test_unknown_route_is_404_never_forwarded(gateway, token, mock):
-    for route in ("mock-images/v1/files", "mock-images/images/generations/../edits",
-                  "nope/images/generations", "mock-images"):
+    for route in ("mock-images/v1/files", "nope/images/generations", "mock-images"):
         r = gateway.submit(token, key(), {"prompt": "x"}, route=route)
         assert r.status == 404, (route, r)
         assert problem_type(r) == "unknown-route"
+    # A dot segment is refused before routing (issue 21 item 9): 400 bad-path.
+    r = gateway.submit(token, key(), {"prompt": "x"},
+                       route="mock-images/images/generations/../edits")
+    assert r.status == 400 and problem_type(r) == "bad-path", r
     assert mock.ledger() == []
 
 

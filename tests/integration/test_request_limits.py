@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sys
+import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -110,3 +111,159 @@ def test_header_section_over_the_pool_gets_431_at_once_and_is_logged(gateway, to
     # The server is still serving.
     status, _, _ = raw(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status.startswith("HTTP/1.1 200"), status
+
+
+ADMIN_TOKEN = "edge-admin-token"
+ADMIN_SHA = __import__("hashlib").sha256(ADMIN_TOKEN.encode()).hexdigest()
+
+
+def test_routing_on_raw_path(gateway_factory):
+    """Issue 21 item 9: routes were matched after libmicrohttpd percent-decoded the path, so a
+    proxy hiding /v1/admin/ or /metrics by prefix was bypassed by "/%761/admin/providers",
+    "/v1%2Fadmin%2Fproviders", "/v1/admin/providers%00.css", "/metrics%00" or "/%6detrics".
+    The path is now matched as sent: an encoded slash, a NUL (encoded or raw), a dot segment or a
+    malformed escape is a 400 problem; any other escape matches no route (404)."""
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA)
+    auth = f"Authorization: Bearer {ADMIN_TOKEN}\r\n"
+
+    def get(target):
+        return raw(gw.port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n" + auth.encode() +
+                   b"Connection: close\r\n\r\n")
+
+    status, _, _ = get(b"/v1/admin/providers")
+    assert status.startswith("HTTP/1.1 200"), status  # the admin route itself still works
+    cases = {
+        b"/%761/admin/providers": 404,
+        b"/v1%2Fadmin%2Fproviders": 400,
+        b"/v1%2fadmin/providers": 400,
+        b"/v1/admin/providers%00.css": 400,
+        b"/metrics%00": 400,
+        b"/%6detrics": 404,
+        b"/v1/jobs/../admin/providers": 400,
+        b"/v1/%2e%2e/v1/admin/providers": 400,
+        b"/v1/admin/providers%": 400,
+        b"/metrics\x00.css": 400,  # a raw NUL in the request line
+        b"/v1/admin/providers\x00": 400,
+    }
+    for target, want in cases.items():
+        status, headers, body = get(target)
+        assert status.startswith(f"HTTP/1.1 {want}"), (target, status, body[:200])
+        assert headers["content-type"] == "application/problem+json", (target, headers)
+        if want == 400:
+            assert json.loads(body)["type"] == "urn:idemgate:problem:bad-path", (target, body)
+
+
+# Issue 21 item 8: slow clients. Every wait below is bounded by BOUND_S, far above what the
+# gateway is configured to take: the tests assert that the connection is closed or answered,
+# never how fast.
+BOUND_S = 30
+
+
+def connect_from(addr, port):
+    """A connection to the gateway from a loopback address of the test's choosing."""
+    s = socket.socket()
+    s.settimeout(CLIENT_TIMEOUT_S)
+    s.bind((addr, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def read_answer(s):
+    """Reads one answer on s (kept open); returns (status line, headers, body)."""
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise AssertionError(f"closed without a complete answer: {data[:200]!r}")
+        data += chunk
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if sep:
+            lines = head.decode("latin-1").split("\r\n")
+            headers = {k.lower(): v.strip() for k, _, v in
+                       (line.partition(":") for line in lines[1:])}
+            if len(rest) >= int(headers.get("content-length", "0")):
+                return lines[0], headers, rest
+
+
+def closed_by_server(s, timeout):
+    """Whether the server closed (or reset) s within timeout seconds."""
+    import select
+    if not select.select([s], [], [], timeout)[0]:
+        return False
+    try:
+        return s.recv(65536) == b""
+    except (ConnectionResetError, socket.timeout):
+        return True
+
+
+def test_slow_client_whole_request_deadline(gateway_factory):
+    """A client trickling its headers, or its body, one byte at a time (here every 0.5 s, well
+    inside libmicrohttpd's 30 s idle timeout, which is all there was) is cut off once the
+    request deadline passes, however steadily it sends."""
+    gw = gateway_factory(env={"IDEMGATE_REQUEST_DEADLINE_SECONDS": "2"})
+    start = (b"POST /v1/providers/mock-images/images/generations HTTP/1.1\r\nHost: x\r\n")
+    for phase, first, byte in (("headers", start + b"X-Slow: ", b"a"),
+                               ("body", start + b"Content-Length: 1000\r\n\r\n", b"{")):
+        s = connect_from("127.0.0.1", gw.port)
+        try:
+            s.sendall(first)
+            began, closed = time.monotonic(), False
+            while not closed and time.monotonic() - began < BOUND_S:
+                try:
+                    s.send(byte)
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                    break
+                closed = closed_by_server(s, 0.5)
+            assert closed, f"a client trickling its {phase} held the request for {BOUND_S} s"
+        finally:
+            s.close()
+    wait_until(lambda: '"http_request_deadline"' in gw.log(), 10)
+    status, _, _ = raw(gw.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status.startswith("HTTP/1.1 200"), status
+
+
+def test_slow_client_per_address_cap(gateway_factory):
+    """One address opening max_connections idle connections used to take them all: /healthz
+    from anyone else was never answered. Past its per-address cap, its connections are closed
+    at once; everyone else is served."""
+    gw = gateway_factory(max_connections=16, env={"IDEMGATE_MAX_CONNECTIONS_PER_ADDRESS": "4"})
+    held = []
+    try:
+        for _ in range(16):
+            held.append(connect_from("127.0.0.2", gw.port))
+        status, _, _ = raw(gw.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status.startswith("HTTP/1.1 200"), status
+        closed = sum(1 for s in held if closed_by_server(s, 2))
+        assert closed >= 12, f"only {closed} of 16 connections over the cap of 4 were closed"
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_slow_client_health_when_full(gateway_factory):
+    """With every connection taken (here by 4 addresses at their cap of 4), /healthz is still
+    answered on a connection of its own, and anything else there gets 503 server-full."""
+    gw = gateway_factory(max_connections=16, env={"IDEMGATE_MAX_CONNECTIONS_PER_ADDRESS": "4"})
+    held = []
+    try:
+        for a in range(2, 6):
+            for _ in range(4):
+                s = connect_from(f"127.0.0.{a}", gw.port)
+                held.append(s)
+                # Answered, then kept alive: the connection is certainly accepted and held.
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                status, _, _ = read_answer(s)
+                assert status.startswith("HTTP/1.1 200"), status
+        h = connect_from("127.0.0.6", gw.port)
+        held.append(h)
+        h.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, _ = read_answer(h)
+        assert status.startswith("HTTP/1.1 200"), status
+        assert headers.get("connection", "").lower() == "close", headers
+        status, headers, body = raw(gw.port, b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status.startswith("HTTP/1.1 503"), status
+        assert json.loads(body)["type"] == "urn:idemgate:problem:server-full", body
+    finally:
+        for s in held:
+            s.close()

@@ -345,6 +345,43 @@ static void test_range(void **state)
     }
 }
 
+/* Issue 21 item 12: which stored Content-Types are shown inline on the console's origin; the
+ * rest (HTML, SVG with its scripts, anything unknown) are downloads. */
+static void test_archived_output_headers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *ct;
+        int want;
+    } cases[] = {
+        {"image/png", 1},
+        {"image/jpeg", 1},
+        {"IMAGE/WEBP", 1},
+        {"image/png; charset=binary", 1},
+        {"video/mp4", 1},
+        {"video/webm", 1},
+        {"audio/mpeg", 1},
+        {"audio/wav", 1},
+        {"image/svg+xml", 0},
+        {"image/svg+xml; charset=utf-8", 0},
+        {"text/html", 0},
+        {"text/html; charset=utf-8", 0},
+        {"application/xhtml+xml", 0},
+        {"application/pdf", 0},
+        {"application/octet-stream", 0},
+        {"text/plain", 0},
+        {"image/png2", 0},
+        {"image/pn", 0},
+        {"image", 0},
+        {"", 0},
+        {NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (out_inline_type(cases[i].ct) != cases[i].want)
+            fail_msg("case %zu (%s): want %d", i, cases[i].ct ? cases[i].ct : "NULL",
+                     cases[i].want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_plan_shipped_profiles),
         cmocka_unit_test(test_profile_archive_member),
         cmocka_unit_test(test_range),
+        cmocka_unit_test(test_archived_output_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

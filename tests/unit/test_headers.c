@@ -13,30 +13,36 @@
 struct key_case {
     const char *in;
     const char *want; /* NULL: invalid */
+    size_t len;       /* bytes of in; 0: strlen(in) (a case holding a NUL gives its length) */
 };
 
 static const struct key_case key_cases[] = {
-    {"abc", "abc"},
-    {"order-123:v2", "order-123:v2"},
-    {"\"abc\"", "abc"},
-    {"\"a\\\"b\"", "a\"b"},
-    {"\"a\\\\b\"", "a\\b"},
-    {"\"with space\"", "with space"},
-    {"in ner", "in ner"},
-    {"~!@#$%^&*()", "~!@#$%^&*()"},
-    {"", NULL},
-    {"\"\"", NULL},
-    {"\"open", NULL},
-    {"\"a\"b", NULL},
-    {"\"a\";p=1", NULL},
-    {"\"a\\nb\"", NULL},
-    {"tab\there", NULL},
-    {"nl\nhere", NULL},
-    {"cr\rhere", NULL},
-    {"del\x7f", NULL},
-    {"caf\xc3\xa9", NULL},
-    {" lead", NULL},
-    {"trail ", NULL},
+    {"abc", "abc", 0},
+    {"order-123:v2", "order-123:v2", 0},
+    {"\"abc\"", "abc", 0},
+    {"\"a\\\"b\"", "a\"b", 0},
+    {"\"a\\\\b\"", "a\\b", 0},
+    {"\"with space\"", "with space", 0},
+    {"in ner", "in ner", 0},
+    {"~!@#$%^&*()", "~!@#$%^&*()", 0},
+    {"", NULL, 0},
+    {"\"\"", NULL, 0},
+    {"\"open", NULL, 0},
+    {"\"a\"b", NULL, 0},
+    {"\"a\";p=1", NULL, 0},
+    {"\"a\\nb\"", NULL, 0},
+    {"tab\there", NULL, 0},
+    {"nl\nhere", NULL, 0},
+    {"cr\rhere", NULL, 0},
+    {"del\x7f", NULL, 0},
+    {"caf\xc3\xa9", NULL, 0},
+    {" lead", NULL, 0},
+    {"trail ", NULL, 0},
+    /* The length, not a NUL, ends the value. */
+    {"abcdef", "abc", 3},
+    {"\"abc\"def", "abc", 5},
+    {"\"abc", NULL, 4},
+    {"\"a\\", NULL, 3},
 };
 
 static void test_idempotency_key(void **state)
@@ -44,13 +50,35 @@ static void test_idempotency_key(void **state)
     (void)state;
     char out[HDR_KEY_MAX + 1];
     for (size_t i = 0; i < sizeof(key_cases) / sizeof(key_cases[0]); i++) {
-        int n = hdr_idempotency_key(key_cases[i].in, out);
-        if (key_cases[i].want) {
-            assert_int_equal(n, (int)strlen(key_cases[i].want));
-            assert_string_equal(out, key_cases[i].want);
-        } else {
-            assert_int_equal(n, -1);
+        const struct key_case *c = &key_cases[i];
+        int n = hdr_idempotency_key(c->in, c->len ? c->len : strlen(c->in), out);
+        if (c->want) {
+            if (n != (int)strlen(c->want) || strcmp(out, c->want) != 0)
+                fail_msg("case %zu: got %d, want \"%s\"", i, n, c->want);
+        } else if (n != -1) {
+            fail_msg("case %zu: got %d (\"%s\"), want a refusal", i, n, out);
         }
+    }
+}
+
+/* Issue 21 item 10: a NUL inside the value is a byte outside the allowed set, wherever it is.
+ * The key is never what comes before it: "abc\0def" and "abc\0xyz" were one key ("abc"). */
+static const struct {
+    const char *in;
+    size_t len;
+} nul_cases[] = {
+    {"abc\0def", 7},  {"abc\0xyz", 7},         {"abc\0", 4},           {"\0abc", 4}, {"\0", 1},
+    {"\"abc\0def\"", 9}, {"\"abc\"\0", 6}, {"\"ab\\\0\"", 6},
+};
+
+static void test_key_with_nul_refused(void **state)
+{
+    (void)state;
+    char out[HDR_KEY_MAX + 1];
+    for (size_t i = 0; i < sizeof(nul_cases) / sizeof(nul_cases[0]); i++) {
+        int n = hdr_idempotency_key(nul_cases[i].in, nul_cases[i].len, out);
+        if (n != -1)
+            fail_msg("case %zu: a value holding a NUL gave the key \"%s\"", i, out);
     }
 }
 
@@ -60,15 +88,16 @@ static void test_idempotency_key_length_bounds(void **state)
     char in[300], quoted[310], out[HDR_KEY_MAX + 1];
     memset(in, 'k', 255);
     in[255] = '\0';
-    assert_int_equal(hdr_idempotency_key(in, out), 255);
+    assert_int_equal(hdr_idempotency_key(in, strlen(in), out), 255);
     snprintf(quoted, sizeof(quoted), "\"%s\"", in);
-    assert_int_equal(hdr_idempotency_key(quoted, out), 255);
+    assert_int_equal(hdr_idempotency_key(quoted, strlen(quoted), out), 255);
     in[255] = 'k';
     in[256] = '\0';
-    assert_int_equal(hdr_idempotency_key(in, out), -1);
+    assert_int_equal(hdr_idempotency_key(in, strlen(in), out), -1);
     snprintf(quoted, sizeof(quoted), "\"%s\"", in);
-    assert_int_equal(hdr_idempotency_key(quoted, out), -1);
-    assert_int_equal(hdr_idempotency_key(NULL, out), -1);
+    assert_int_equal(hdr_idempotency_key(quoted, strlen(quoted), out), -1);
+    assert_int_equal(hdr_idempotency_key(NULL, 0, out), -1);
+    assert_int_equal(hdr_idempotency_key("abc", 0, out), -1);
 }
 
 static void test_bearer(void **state)
@@ -148,6 +177,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idempotency_key),
         cmocka_unit_test(test_idempotency_key_length_bounds),
+        cmocka_unit_test(test_key_with_nul_refused),
         cmocka_unit_test(test_bearer),
         cmocka_unit_test(test_bearer_has_no_length_limit),
         cmocka_unit_test(test_prefer_wait),
