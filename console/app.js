@@ -108,6 +108,15 @@ function stateBadge(state) {
   return el("span", state, `state state-${state}`);
 }
 
+// A job's cost: what was settled (completed, or canceled: a task the provider ended may be
+// billed), else the estimate reserved for it; null for a provider without a price table.
+function jobCost(cost) {
+  if (!cost) return null;
+  if (cost.micros === null || cost.micros === undefined)
+    return `not settled (estimate ${money(cost.estimate_micros)} ${cost.currency})`;
+  return `${money(cost.micros)} ${cost.currency} (estimate ${money(cost.estimate_micros)})`;
+}
+
 // A yes/no question in a modal dialog; resolves true on Confirm.
 function confirmAction(text) {
   const dlg = $("confirm");
@@ -169,7 +178,7 @@ async function searchJobs() {
   body.replaceChildren();
   for (const j of list.data)
     body.appendChild(row([jobLink(j), stateBadge(j.state), `${j.provider} / ${j.route}`,
-                          j.created_at, j.last_error]));
+                          j.remote_id, jobCost(j.cost), j.created_at, j.last_error]));
   status(`${list.data.length} job(s)`);
 }
 
@@ -186,6 +195,8 @@ async function openJob(id) {
     ["provider / route", `${j.provider} / ${j.route}`],
     ["idempotency key", j.idempotency_key],
     ["remote id", j.remote_id],
+    ["cost", jobCost(j.cost)],
+    ["cancel requested", j.cancel_requested_at],
     ["created", j.created_at],
     ["first sent", j.first_sent_at ? `${j.first_sent_at} (${since(j.first_sent_at)} ago)` : null],
     ["attempts", `${j.attempts.transport} sent, generation ${j.attempts.generation}`],

@@ -8,7 +8,7 @@
 //   IDEMGATE_TOKEN=... node examples/node_client.mjs --product sku-123 \
 //       --template-version 3 --prompt-version 2 --language de --aspect-ratio 16:9 --variant 1
 //
-// Options and exit status are those of python_client.py: 0 completed · 1 failed · 2 not
+// Options and exit status are those of python_client.py: 0 completed · 1 failed or canceled · 2 not
 // retryable · 3 key reused with other parameters (422, never retried) · 4 gave up for now.
 // stdout: one JSON line {"key", "job_id", "state", "replayed", "outputs"}; progress on stderr.
 
@@ -181,7 +181,7 @@ async function main() {
   }
   const result = job.result ?? {};
   if (job.state === 'completed') return summary('completed', jobId, replayed, outputsOf(result.body), EXIT.ok);
-  log(`job ${jobId} failed: ${job.last_error} (provider status ${result.status})`);
+  log(`job ${jobId} ended ${job.state}: ${job.last_error} (provider status ${result.status})`);
   return summary(job.state, jobId, replayed, [], EXIT.failed);
 }
 

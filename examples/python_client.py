@@ -12,10 +12,11 @@ Environment: IDEMGATE_TOKEN (required; never pass secrets on the command line),
 IDEMGATE_URL (default http://127.0.0.1:8080).
 
 stdout: one JSON line {"key", "job_id", "state", "replayed", "outputs"}; progress on stderr.
-Exit status: 0 completed · 1 the provider refused or the job failed · 2 a request this client
-must not retry (bad token, unknown route, invalid input) · 3 the key is already bound to
-different parameters (422: a bug in the caller, never retried) · 4 gave up for now (deadline or
-attempts exhausted: run it again later, with the same identity it resumes the same job).
+Exit status: 0 completed · 1 the provider refused, or the job failed or was canceled · 2 a
+request this client must not retry (bad token, unknown route, invalid input) · 3 the key is
+already bound to different parameters (422: a bug in the caller, never retried) · 4 gave up for
+now (deadline or attempts exhausted: run it again later, with the same identity it resumes the
+same job).
 """
 
 import argparse
@@ -211,7 +212,8 @@ def main():
     result = job.get("result") or {}
     if job["state"] == "completed":
         return summary("completed", job_id, replayed, outputs_of(result.get("body")), EXIT_OK)
-    log(f"job {job_id} failed: {job.get('last_error')} (provider status {result.get('status')})")
+    log(f"job {job_id} ended {job['state']}: {job.get('last_error')} "
+        f"(provider status {result.get('status')})")
     return summary(job["state"], job_id, replayed, [], EXIT_FAILED)
 
 

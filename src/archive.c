@@ -317,7 +317,7 @@ static long get_once(struct copy *x, const char *url, int endpoint, const char *
         snprintf(x->why, sizeof(x->why), "out of memory");
         return -1;
     }
-    struct fp_policy pol = archplan_policy(x->p);
+    struct fp_policy pol = archprof_policy(x->p->archive);
     struct curl_slist *hdrs = NULL;
     char *auth = NULL;
     curl_easy_setopt(h, CURLOPT_URL, url);
@@ -393,7 +393,7 @@ static long get_once(struct copy *x, const char *url, int endpoint, const char *
 static int copy_url(struct copy *x, const char *url, const char *credential, int endpoint,
                     long timeout_ms)
 {
-    struct fp_policy pol = archplan_policy(x->p);
+    struct fp_policy pol = archprof_policy(x->p->archive);
     if (fp_url_allowed(&pol, url, endpoint ? x->p->base_url : NULL, x->why, sizeof(x->why)) < 0) {
         x->permanent = 1;
         return -1;
@@ -548,7 +548,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     memset(&x, 0, sizeof(x));
     x.p = p;
     x.cap = p->archive->max_bytes;
-    struct fp_policy pol = archplan_policy(p);
+    struct fp_policy pol = archprof_policy(p->archive);
     if (kind != AP_B64 &&
         fp_url_allowed(&pol, db_val(r, 0, AC_URL), kind == AP_ENDPOINT ? p->base_url : NULL, x.why,
                        sizeof(x.why)) < 0) {

@@ -146,8 +146,8 @@ int cli_usage(const struct cfg *cfg, int argc, char **argv)
         printf("usage: idemgate usage [--tenant NAME] [--from DATE] [--to DATE] "
                "[--group-by provider|route|day]\n"
                "  prints GET /v1/usage's document for every tenant (or one): the settled cost of\n"
-               "  completed jobs that finished in [from, to) (default: this UTC month), and the\n"
-               "  budgets\n");
+               "  completed and canceled jobs that finished in [from, to) (default: this UTC\n"
+               "  month), and the budgets\n");
         return 0;
     }
     if (usage_query_parse(opt(argc, argv, "--from"), opt(argc, argv, "--to"),
@@ -296,8 +296,12 @@ static int jobs_usage(int rc)
            "       idemgate jobs show ID\n"
            "       idemgate jobs resolve ID found --remote-id RID | absent | abandon "
            "[--operator NAME]\n"
-           "  list     jobs of every tenant, oldest first (states: prepared, sending, accepted,\n"
-           "           unknown, review, completed, failed)\n"
+           "  list     jobs of every tenant, oldest first; STATE is one of\n"
+           "          ");
+    /* The states of states.c, so that a state added there is listed here. */
+    for (int s = 0; s < ST__COUNT; s++)
+        printf("%s %s", s ? "," : "", st_name((enum op_state)s));
+    printf("\n"
            "  show     one job as JSON\n"
            "  resolve  an operator's decision on a job in review (as POST /v1/jobs/ID/resolve)\n");
     return rc;

@@ -37,13 +37,10 @@ static void add_body(cJSON *result, const struct store_job *j)
     free(b64);
 }
 
-char *jobview_json(const struct store_job *j)
+/* Who the job is: its identity, state, routing, the provider's task and lineage, and its
+ * attempt counters. */
+static void add_identity(cJSON *o, const struct store_job *j)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    char self[64];
-    snprintf(self, sizeof(self), "/v1/jobs/%s", j->id);
     add_str(o, "id", j->id);
     cJSON_AddStringToObject(o, "object", "job");
     add_str(o, "state", st_name(j->state));
@@ -56,59 +53,85 @@ char *jobview_json(const struct store_job *j)
     cJSON *att = cJSON_AddObjectToObject(o, "attempts");
     cJSON_AddNumberToObject(att, "transport", j->transport_attempts);
     cJSON_AddNumberToObject(att, "generation", j->generation_attempts);
+}
+
+static void add_times(cJSON *o, const struct store_job *j)
+{
     add_str(o, "created_at", j->created_at);
     add_str(o, "updated_at", j->updated_at);
     add_str(o, "first_sent_at", j->first_sent_at);
     add_str(o, "finished_at", j->finished_at);
     add_str(o, "expires_at", j->expires_at);
-    if (j->resp_status) {
-        cJSON *result = cJSON_AddObjectToObject(o, "result");
-        cJSON_AddNumberToObject(result, "status", j->resp_status);
-        if (j->resp_headers)
-            cJSON_AddItemToObject(result, "headers", cJSON_CreateRaw(j->resp_headers));
-        add_body(result, j);
-        if (j->outputs)
-            cJSON_AddItemToObject(result, "outputs", cJSON_CreateRaw(j->outputs));
-    } else {
+}
+
+/* The provider's stored answer: status, allow-listed headers, body and outputs; null before
+ * any. */
+static void add_result(cJSON *o, const struct store_job *j)
+{
+    if (!j->resp_status) {
         cJSON_AddNullToObject(o, "result");
+        return;
     }
-    if (j->outputs_requested >= 0 || j->outputs_received >= 0) {
-        cJSON *outs = cJSON_AddObjectToObject(o, "outputs");
-        if (j->outputs_requested >= 0)
-            cJSON_AddNumberToObject(outs, "requested", j->outputs_requested);
-        if (j->outputs_received >= 0)
-            cJSON_AddNumberToObject(outs, "received", j->outputs_received);
-        if (j->outputs_requested >= 0 && j->outputs_received >= 0)
-            cJSON_AddNumberToObject(outs, "shortfall",
-                                    j->outputs_received < j->outputs_requested
-                                        ? j->outputs_requested - j->outputs_received
-                                        : 0);
-    }
-    if (j->currency) {
-        cJSON *cost = cJSON_AddObjectToObject(o, "cost");
-        cJSON_AddStringToObject(cost, "currency", j->currency);
-        cJSON_AddNumberToObject(cost, "estimate_micros", (double)j->reserved_micros);
-        if (j->cost_micros >= 0)
-            cJSON_AddNumberToObject(cost, "micros", (double)j->cost_micros);
-        else
-            cJSON_AddNullToObject(cost, "micros");
-    } else {
+    cJSON *result = cJSON_AddObjectToObject(o, "result");
+    cJSON_AddNumberToObject(result, "status", j->resp_status);
+    if (j->resp_headers)
+        cJSON_AddItemToObject(result, "headers", cJSON_CreateRaw(j->resp_headers));
+    add_body(result, j);
+    if (j->outputs)
+        cJSON_AddItemToObject(result, "outputs", cJSON_CreateRaw(j->outputs));
+}
+
+/* Outputs asked for and delivered, and the shortfall when both are known; absent when neither
+ * is counted. */
+static void add_output_counts(cJSON *o, const struct store_job *j)
+{
+    if (j->outputs_requested < 0 && j->outputs_received < 0)
+        return;
+    cJSON *outs = cJSON_AddObjectToObject(o, "outputs");
+    if (j->outputs_requested >= 0)
+        cJSON_AddNumberToObject(outs, "requested", j->outputs_requested);
+    if (j->outputs_received >= 0)
+        cJSON_AddNumberToObject(outs, "received", j->outputs_received);
+    if (j->outputs_requested >= 0 && j->outputs_received >= 0)
+        cJSON_AddNumberToObject(outs, "shortfall",
+                                j->outputs_received < j->outputs_requested
+                                    ? j->outputs_requested - j->outputs_received
+                                    : 0);
+}
+
+/* The estimate reserved at intake and the settled cost (null until the job ends); null for a
+ * provider without a price table. */
+static void add_cost(cJSON *o, const struct store_job *j)
+{
+    if (!j->currency) {
         cJSON_AddNullToObject(o, "cost");
+        return;
     }
-    if (j->archive)
-        cJSON_AddItemToObject(o, "archive", cJSON_CreateRaw(j->archive));
-    if (j->usage)
-        cJSON_AddItemToObject(o, "usage", cJSON_CreateRaw(j->usage));
+    cJSON *cost = cJSON_AddObjectToObject(o, "cost");
+    cJSON_AddStringToObject(cost, "currency", j->currency);
+    cJSON_AddNumberToObject(cost, "estimate_micros", (double)j->reserved_micros);
+    if (j->cost_micros >= 0)
+        cJSON_AddNumberToObject(cost, "micros", (double)j->cost_micros);
     else
-        cJSON_AddNullToObject(o, "usage");
-    if (j->resolution) {
-        cJSON *res = cJSON_AddObjectToObject(o, "resolution");
-        add_str(res, "outcome", j->resolution);
-        add_str(res, "by", j->resolved_by);
-        add_str(res, "at", j->resolved_at);
-    }
+        cJSON_AddNullToObject(cost, "micros");
+}
+
+/* An operator's decision, when one was made. */
+static void add_resolution(cJSON *o, const struct store_job *j)
+{
+    if (!j->resolution)
+        return;
+    cJSON *res = cJSON_AddObjectToObject(o, "resolution");
+    add_str(res, "outcome", j->resolution);
+    add_str(res, "by", j->resolved_by);
+    add_str(res, "at", j->resolved_at);
+}
+
+/* Where the job stands on its way: held back by a tripped credential (only while it can still
+ * move), the provider's task status and profile, status reads, a cancel, the last error. */
+static void add_progress(cJSON *o, const struct store_job *j)
+{
     if (j->blocked_reason && !st_is_terminal(j->state)) {
-        /* The provider's credential is tripped: the job waits for an operator. */
         cJSON *b = cJSON_AddObjectToObject(o, "blocked");
         add_str(b, "reason", j->blocked_reason);
     }
@@ -118,8 +141,35 @@ char *jobview_json(const struct store_job *j)
     if (j->cancel_requested_at)
         add_str(o, "cancel_requested_at", j->cancel_requested_at);
     add_str(o, "last_error", j->last_error);
+}
+
+static void add_links(cJSON *o, const struct store_job *j)
+{
+    char self[64];
+    snprintf(self, sizeof(self), "/v1/jobs/%s", j->id);
     cJSON *links = cJSON_AddObjectToObject(o, "links");
     cJSON_AddStringToObject(links, "self", self);
+}
+
+char *jobview_json(const struct store_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    add_identity(o, j);
+    add_times(o, j);
+    add_result(o, j);
+    add_output_counts(o, j);
+    add_cost(o, j);
+    if (j->archive)
+        cJSON_AddItemToObject(o, "archive", cJSON_CreateRaw(j->archive));
+    if (j->usage)
+        cJSON_AddItemToObject(o, "usage", cJSON_CreateRaw(j->usage));
+    else
+        cJSON_AddNullToObject(o, "usage");
+    add_resolution(o, j);
+    add_progress(o, j);
+    add_links(o, j);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

@@ -1,7 +1,5 @@
 #include "idemgate/profile.h"
 
-#include "idemgate/archplan.h"
-
 #include "idemgate/tmpl.h"
 
 #include <errno.h>
@@ -711,7 +709,8 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
         errf(err, errlen, "%s: providers.%s.%s", file, p->name, perr);
         return -1;
     }
-    return archplan_load(p, o, file, err, errlen);
+    return archprof_new(cJSON_GetObjectItemCaseSensitive(o, "archive"), file, p->name,
+                        &p->archive, err, errlen);
 }
 
 int prof_load_all(const cJSON *arr, const char *file, const char *dir,
@@ -802,7 +801,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
             free(p->status_map[k].from);
         free(p->status_map);
         bo_body_hint_free(&p->body_hint);
-        archplan_free(p);
+        archprof_free(p->archive);
     }
     free(ps);
 }

@@ -1,41 +1,14 @@
 #ifndef IDEMGATE_ARCHPLAN_H
 #define IDEMGATE_ARCHPLAN_H
 
-#include "idemgate/fetchpol.h"
-#include "idemgate/jpath.h"
-
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
 struct cfg_provider;
 
-/* Output archival decisions (issue 13 §1), as pure functions: a profile's "archive" member,
- * which outputs a completed operation has and where each one's bytes come from, and what follows
- * a failed copy. archive.c does the I/O around them. */
-
-/* A profile's "archive" member:
- *   {"hosts": ["cdn.example", ".blob.example"], "allow_http": false, "allow_private": false,
- *    "max_bytes": 1073741824, "timeout_ms": 300000,
- *    "url": "$.url", "b64": "$.b64_json", "content_type": "$.mimeType"}
- * url / b64 / content_type are paths inside one output object (defaults: the result's
- * output_url, "$.b64_json", none). */
-struct arch_profile {
-    char **hosts;
-    size_t n_hosts;
-    int allow_http;
-    int allow_private;   /* a profile that says so may fetch from private and loopback addresses */
-    long long max_bytes; /* an output larger than this is never stored */
-    long timeout_ms;     /* one whole fetch */
-    struct jpath *url, *b64, *content_type;
-};
-
-/* Reads p's "archive" member from the merged profile o into p->archive (defaults when absent).
- * Returns 0, or -1 with a message naming file and field in err. */
-int archplan_load(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
-                  size_t errlen);
-void archplan_free(struct cfg_provider *p);
-/* The fetch policy of p's outputs (pointers into p). */
-struct fp_policy archplan_policy(const struct cfg_provider *p);
+/* Output archival decisions (issue 13 §1), as pure functions: which outputs a completed
+ * operation has and where each one's bytes come from, and what follows a failed copy. The
+ * profile's "archive" member they read is archprof.h's; archive.c does the I/O around them. */
 
 enum ap_kind { AP_URL = 0, AP_B64, AP_ENDPOINT };
 const char *ap_kind_name(enum ap_kind k);

@@ -1,6 +1,7 @@
 #ifndef IDEMGATE_PROFILE_H
 #define IDEMGATE_PROFILE_H
 
+#include "idemgate/archprof.h"
 #include "idemgate/backoff.h"
 #include "idemgate/jpath.h"
 #include "idemgate/pricing.h"
@@ -172,7 +173,7 @@ struct cfg_provider {
 
     /* Prices (pricing.h): the estimate reserved at intake, the cost settled at completion. */
     struct price_table pricing;
-    /* Output archival: the "archive" member (archplan.h). */
+    /* Output archival: the "archive" member (archprof.h); never NULL once loaded. */
     struct arch_profile *archive;
 };
 

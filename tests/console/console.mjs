@@ -13,7 +13,8 @@
 //           "currencies":["EUR","USD"]}' SHOTS=dir CHROMIUM=/usr/bin/chromium node console.mjs
 //
 // SPEND: what the Spend view must show for a tenant whose priced jobs completed today (UTC) on
-// `provider`, the exact strings the gateway writes.
+// `provider`, the exact strings the gateway writes. CANCELED: a job the provider ended on our
+// cancel, {"id", "provider", "route", "remote_id", "cost"} (cost as the Jobs view writes it).
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
 
@@ -25,6 +26,7 @@ const env = (name) => {
 const gateway = env("GATEWAY"), token = env("ADMIN_TOKEN"), job = env("JOB");
 const tripped = env("TRIPPED"), reviewProvider = env("PROVIDER"), shots = env("SHOTS");
 const spend = JSON.parse(env("SPEND"));
+const canceled = JSON.parse(env("CANCELED"));
 mkdirSync(shots, { recursive: true });
 
 const problems = [];
@@ -211,6 +213,49 @@ try {
   await page.click("#job-id-form button[type=submit]");
   await expectText(page.locator("#job-id"), job);
   await expectText(page.locator("#job-state"), "completed");
+
+  // A canceled job: found under its own state, with its remote id and cost, in a badge of its
+  // own colour (not failed's, not completed's); opened, it shows the same and offers no decision.
+  await page.click("#nav-jobs");
+  await page.selectOption("#search-state", "canceled");
+  await page.fill("#search-provider", canceled.provider);
+  await page.click("#job-search-form button[type=submit]");
+  const canceledRow = page.locator("#jobs-table tbody tr").filter({ hasText: canceled.id });
+  await canceledRow.waitFor({ state: "visible" });
+  same("canceled row", (await cellsOf(canceledRow)).slice(0, 5),
+       [canceled.id, "canceled", `${canceled.provider} / ${canceled.route}`, canceled.remote_id,
+        canceled.cost]);
+  same("rows of the canceled search", await page.locator("#jobs-table tbody tr").count(), 1);
+  const colours = await page.evaluate(() => {
+    const colour = (cls) => {
+      const b = document.createElement("span");
+      b.className = `state ${cls}`;
+      document.body.appendChild(b);
+      const c = getComputedStyle(b).backgroundColor;
+      b.remove();
+      return c;
+    };
+    return { canceled: colour("state-canceled"), failed: colour("state-failed"),
+             completed: colour("state-completed"), plain: colour("") };
+  });
+  if (new Set(Object.values(colours)).size !== 4)
+    throw new Error(`badge colours not distinct: ${JSON.stringify(colours)}`);
+  await shot("search-canceled");
+  await page.fill("#search-id", canceled.id);
+  await page.click("#job-id-form button[type=submit]");
+  await expectText(page.locator("#job-id"), canceled.id);
+  await expectText(page.locator("#job-state"), "canceled");
+  const fact = async (name) => {
+    const names = await page.locator("#job-facts dt").allTextContents();
+    const i = names.indexOf(name);
+    if (i < 0) throw new Error(`no fact ${name}: ${names.join(", ")}`);
+    return page.locator("#job-facts dd").nth(i).textContent();
+  };
+  same("canceled remote id", await fact("remote id"), canceled.remote_id);
+  same("canceled cost", await fact("cost"), canceled.cost);
+  if ((await fact("cancel requested")) === "—") throw new Error("no cancel time shown");
+  if (await page.locator("#resolve").isVisible()) throw new Error("a decision offered for a canceled job");
+  await shot("job-canceled");
 
   // Sign out: the token is gone from the tab.
   await page.click("#sign-out");

@@ -46,6 +46,7 @@ def test_jobs_list_show_resolve(gateway_factory, token, mock, database_url):
     assert cli(database_url, "jobs", "resolve", job_id, "found").returncode == 2, "needs --remote-id"
     assert cli(database_url, "jobs", "show", "job_nope").returncode == 1
     assert cli(database_url, "jobs", "list", "--state", "bogus").returncode == 2
+    assert cli(database_url, "jobs", "list", "--state", "canceled").returncode == 0
 
 
 def test_help_and_check_config(tmp_path):
@@ -53,6 +54,11 @@ def test_help_and_check_config(tmp_path):
                  ["migrate", "--help"], ["check-config", "--help"]):
         r = subprocess.run([GATEWAY_BIN, *args], capture_output=True, text=True)
         assert r.returncode == 0 and "usage" in r.stdout, args
+    # `jobs --help` names every state `--state` takes, the terminal canceled included.
+    r = subprocess.run([GATEWAY_BIN, "jobs", "--help"], capture_output=True, text=True)
+    states = ["prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
+              "canceled"]
+    assert ", ".join(states) in r.stdout, r.stdout
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"lease_seconds": "soon"}))
     r = subprocess.run([GATEWAY_BIN, "--config", str(bad), "check-config"], capture_output=True,

@@ -14,6 +14,7 @@ import time
 import uuid
 
 from conftest import GATEWAY_BIN, ROOT, provider, tenant_token
+from test_async import SECRETS, SHIPPED_ASYNC, entry
 
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
 ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
@@ -48,6 +49,7 @@ class Console:
         tag = uuid.uuid4().hex[:8]
         self.rev, self.acct = f"rev-{tag}", f"acct-{tag}"
         self.usd, self.eur = f"spend-usd-{tag}", f"spend-eur-{tag}"
+        self.cx = f"cx-{tag}"
         providers = [
             provider(self.rev, mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
                      reconcile={"strategy": "none", "window_seconds": 2}),
@@ -59,7 +61,13 @@ class Console:
                          pricing={"currency": "USD", "per_output": USD_PER_OUTPUT}),
                 provider(self.eur, mock.url,
                          pricing={"currency": "EUR", "per_request": EUR_PER_REQUEST})]
-        self.gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers)
+            # Async, with a cancel endpoint and a price table (the shipped replicate profile).
+            e, _ = entry("replicate", mock)
+            e["name"] = self.cx
+            self.cx_route = f"{self.cx}/{SHIPPED_ASYNC['replicate'][0]}"
+            providers.append(e)
+        self.gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers,
+                                  env=SECRETS)
 
     def reset(self):
         r = self.gw.http.request("POST", f"/v1/admin/providers/{self.acct}/reset",
@@ -201,6 +209,28 @@ def spend(c, database_url):
             "max_in_flight": 3, "currencies": ["EUR", "USD"]}
 
 
+def canceled_job(c, token, mock):
+    """A running task cancelled through the API and ended by the provider: `canceled`, with its
+    remote id and a settled cost. Returns what the Jobs view must show of it, as the API says."""
+    gw = c.gw
+    r = gw.submit(token, "console-" + uuid.uuid4().hex,
+                  {"prompt": "stop me", "_mock": {"polls": 100000}}, route=c.cx_route)
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    assert gw.wait_state(token, job_id, {"accepted"}, timeout=15)["state"] == "accepted"
+    cancel = gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "",
+                             {"Authorization": f"Bearer {token}"})
+    assert cancel.status == 202, cancel
+    j = gw.wait_state(token, job_id, {"canceled", "failed", "completed"}, timeout=15)
+    assert j["state"] == "canceled" and j["remote_id"], j
+    cost = j["cost"]
+    assert cost and cost["micros"] is not None and cost["micros"] > 0, j
+    return {"id": job_id, "provider": j["provider"], "route": j["route"],
+            "remote_id": j["remote_id"],
+            "cost": f"{money(cost['micros'])} {cost['currency']} "
+                    f"(estimate {money(cost['estimate_micros'])})"}
+
+
 def test_console_in_a_headless_browser(gateway_factory, mock, token, database_url):
     chromium = subprocess.run([os.path.join(ROOT, "scripts", "browser-tools.sh")], check=True,
                               capture_output=True, text=True, timeout=1200).stdout.strip()
@@ -208,15 +238,16 @@ def test_console_in_a_headless_browser(gateway_factory, mock, token, database_ur
     gw = c.gw
     # Priced jobs first: the faults scripted below are for the next creates the mock receives.
     spent = spend(c, database_url)
+    canceled = canceled_job(c, token, mock)
     job_id = review_job(c, token, mock)
     trip(c, token, mock)
     try:
-        drive_browser(c, job_id, chromium, spent)
+        drive_browser(c, job_id, chromium, spent, canceled)
     finally:
         c.reset()
 
 
-def drive_browser(c, job_id, chromium, spent):
+def drive_browser(c, job_id, chromium, spent, canceled):
     gw = c.gw
     shutil.rmtree(SHOTS, ignore_errors=True)
     print(f"\nconsole screenshots: {SHOTS}")
@@ -224,7 +255,8 @@ def drive_browser(c, job_id, chromium, spent):
                          capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, GATEWAY=f"http://127.0.0.1:{gw.port}",
                                   ADMIN_TOKEN=ADMIN_TOKEN, JOB=job_id, TRIPPED=c.acct,
-                                  PROVIDER=c.rev, SPEND=json.dumps(spent), SHOTS=SHOTS,
+                                  PROVIDER=c.rev, SPEND=json.dumps(spent),
+                                  CANCELED=json.dumps(canceled), SHOTS=SHOTS,
                                   CHROMIUM=chromium))
     print(run.stdout)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

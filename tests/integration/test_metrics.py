@@ -54,6 +54,10 @@ def test_metrics_move_with_their_events(gateway_factory, token, mock):
     assert delta("idemgate_ambiguous_submissions_total") == 1
     assert delta("idemgate_review_entered_total") == 1
     assert after['idemgate_operations{state="review"}'] >= 1
+    # A gauge for every state, 0 when none: the terminal canceled included (issue 21 item 1).
+    states = ("prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
+              "canceled")
+    assert [s for s in states if f'idemgate_operations{{state="{s}"}}' not in after] == []
     assert after["idemgate_review_backlog"] >= 1
     assert after['idemgate_provider_tripped{provider="m"}'] == 1
     assert after["idemgate_database_up"] == 1

@@ -906,6 +906,23 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  call(gw, "POST", "/v1/jobs/job_none/cancel", "", H), 404, "job-not-found")
         t.expect("cancel, no token", "POST", path, call(gw, "POST", path, ""), 401,
                  "unauthorized")
+        # A task the provider ended on our cancel (issue 21 item 1): terminal, listed under its
+        # own state, remote id kept, and a cancel of it answers it unchanged.
+        ended = nowhere_job()
+        set_state(ended, "canceled", ", remote_id = 'task_oa_canceled', finished_at = now(), "
+                                     "cancel_requested_at = now()")
+        r = t.expect("list, canceled", "GET", "/v1/jobs",
+                     call(gw, "GET", "/v1/jobs?state=canceled&limit=1000", None, H), 200)
+        listed = [j for j in r.json()["data"] if j["id"] == ended]
+        assert [j["state"] for j in r.json()["data"]] == ["canceled"] * len(r.json()["data"])
+        assert len(listed) == 1 and listed[0]["terminal"] is True, r.json()
+        assert listed[0]["remote_id"] == "task_oa_canceled", listed
+        r = t.expect("get, canceled", "GET", f"/v1/jobs/{ended}",
+                     call(gw, "GET", f"/v1/jobs/{ended}", None, H), 200)
+        assert r.json()["state"] == "canceled" and r.json()["terminal"] is True, r.json()
+        r = t.expect("cancel, canceled", "POST", f"/v1/jobs/{ended}/cancel",
+                     call(gw, "POST", f"/v1/jobs/{ended}/cancel", "", H), 200)
+        assert r.json()["state"] == "canceled", r.json()
 
         # ---- operator ---------------------------------------------------------------------
         path = "/v1/admin/providers/mock-images/reset"
@@ -1115,7 +1132,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
             ids = ", ".join(f"'{i}'" for i in created)
             psql(f"UPDATE operations SET state = 'failed', finished_at = now(), "
                  f"lease_version = lease_version + 1 WHERE id IN ({ids}) "
-                 f"AND state NOT IN ('completed', 'failed')")
+                 f"AND state NOT IN ('completed', 'failed', 'canceled')")
         os.rmdir(sockdir)
 
     assert t.failures == [], "\n".join(t.failures)

@@ -275,6 +275,30 @@ def test_cancel(gateway_factory, token, mock):
     assert mock.creates_for(job.id) == []
 
 
+def test_cancel_of_a_running_task_ends_canceled(gateway_factory, token, mock):
+    """An accepted async task cancelled through the client: the provider ends it, and wait()
+    returns it `canceled` — terminal, not ok, not raised — with its remote id; the provider
+    got one cancel (issue 21 item 1)."""
+    from test_async import SECRETS, entry
+    e, route = entry("replicate", mock)
+    gw = gateway_factory(providers=[e], env=SECRETS)
+    c = client(f"http://127.0.0.1:{gw.port}", token)
+    job = c.submit(route, {"prompt": "long", "_mock": {"polls": 100000}}, derive_key(identity()))
+    deadline = time.monotonic() + 15
+    while job.state != "accepted" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        job = c.get(job.id)
+    assert job.state == "accepted", job.data
+    asked = c.cancel(job)
+    assert asked.get("cancel_requested_at") and not asked.terminal, asked.data
+    done = c.wait(job.id, timeout=15)
+    assert done.state == "canceled" and done.canceled and done.terminal and not done.ok, done.data
+    assert done.remote_id and done.remote_id == job.remote_id
+    assert c.cancel(job.id).state == "canceled", "cancel is idempotent"
+    task = mock.http.request("GET", f"/v1/predictions/{done.remote_id}").json()
+    assert task["status"] == "canceled" and task.get("cancels", 1) == 1, task
+
+
 def test_outputs_are_downloaded_and_checked(gateway, token, mock, tmp_path):
     """PENDING on GET /v1/jobs/{id}/outputs/{n} (issue 13 §1, being added on another branch).
     Until the gateway reports a job's archive this test only checks that the client says so

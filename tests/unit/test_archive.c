@@ -270,13 +270,13 @@ static void test_profile_archive_member(void **state)
     assert_int_equal(p->archive->n_hosts, 2);
     assert_int_equal(p->archive->allow_private, 1);
     assert_int_equal(p->archive->max_bytes, 2048);
-    struct fp_policy pol = archplan_policy(p);
+    struct fp_policy pol = archprof_policy(p->archive);
     char why[128];
     assert_int_equal(fp_url_allowed(&pol, "http://127.0.0.1:9/files/a", NULL, why, sizeof(why)), 0);
     prof_free_all(p, n);
     /* Shipped profiles allow no host until one is declared: nothing is fetched by default. */
     p = load("replicate", NULL, &n);
-    pol = archplan_policy(p);
+    pol = archprof_policy(p->archive);
     assert_int_equal(p->archive->allow_private, 0);
     assert_int_equal(fp_url_allowed(&pol, "https://r.example/a", NULL, why, sizeof(why)), -1);
     prof_free_all(p, n);

@@ -10,7 +10,7 @@ import {
   RetryPolicy, classify, describeTransportError, isTransportError, parseRetryAfter, pollDelay,
   type RetryOptions,
 } from "./policy.js";
-import { REQUEST_HEADERS, RESPONSE_HEADERS, type Job, type JobState } from "./spec.js";
+import { REQUEST_HEADERS, RESPONSE_HEADERS, TERMINAL_STATES, type Job, type JobState } from "./spec.js";
 
 export interface RetryEvent {
   method: string;
@@ -82,10 +82,18 @@ export class JobHandle {
 
   get id(): string { return this.job.id; }
   get state(): JobState { return this.job.state; }
-  get terminal(): boolean { return this.job.terminal; }
+  /** Never changes again: the gateway's `terminal`, or a state known to be terminal. */
+  get terminal(): boolean {
+    return this.job.terminal || (TERMINAL_STATES as readonly string[]).includes(this.job.state);
+  }
   get key(): string { return this.job.idempotency_key; }
-  /** The job completed (rather than failed). */
+  /** The job completed (rather than failed or canceled): it has a result. */
   get ok(): boolean { return this.job.state === "completed"; }
+  /** The provider ended the task on our cancel: terminal, not failed (a task existed; its
+   *  `remote_id` and billed cost are kept), and nothing to resubmit. */
+  get canceled(): boolean { return this.job.state === "canceled"; }
+  /** The provider's task id, when known. */
+  get remoteId(): string | null { return this.job.remote_id; }
 }
 
 /** One output of a completed job, as the gateway reports it. */
@@ -269,15 +277,17 @@ export class Client {
   }
 
   /** POST /v1/jobs/{id}/cancel: idempotent, so retried like a read. The job is `failed` at once
-   *  when it was not sent yet; an accepted async job is canceled at the provider once (the
-   *  answer is then the job with `cancel_requested_at`, not yet terminal). */
+   *  when it was not sent yet. One that may have reached the provider is never sent again (the
+   *  answer is the job with `cancel_requested_at`, not yet terminal): an accepted async job is
+   *  canceled at the provider once, and ends `canceled` when the provider ended it or
+   *  `completed` when it finished first — wait() for it. */
   async cancel(job: JobHandle | string): Promise<JobHandle> {
     const a = await this.#call("POST", `/v1/jobs/${jobIdOf(job)}/cancel`, { body: new Uint8Array() });
     return new JobHandle(asJob(a, "cancel"));
   }
 
-  /** Waits up to timeoutSeconds for the job to be terminal and returns it (completed or failed:
-   *  see JobHandle.ok). A job this client submitted is first waited for with `Prefer: wait` (the
+  /** Waits up to timeoutSeconds for the job to be terminal and returns it (completed, failed or
+   *  canceled: see JobHandle.ok and JobHandle.canceled; none of them is thrown). A job this client submitted is first waited for with `Prefer: wait` (the
    *  same request again, which is a replay: nothing is created); after that, or for a bare id,
    *  the job is read with growing delays (pollDelay), each read retried on 503 after
    *  Retry-After. Throws Unknown (with the job id) when the time runs out. */

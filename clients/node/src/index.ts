@@ -18,5 +18,5 @@ export {
   RETRY_STATUSES, RetryPolicy, classify, isTransportError, parseRetryAfter, pollDelay,
 } from "./policy.js";
 export type { AnswerKind, RetryOptions } from "./policy.js";
-export { JOB_STATES, PATHS, PROBLEM } from "./spec.js";
+export { JOB_STATES, PATHS, PROBLEM, TERMINAL_STATES } from "./spec.js";
 export type { Job, JobState, Problem, ProblemType, ProviderAnswer } from "./spec.js";

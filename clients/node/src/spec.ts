@@ -60,8 +60,13 @@ export const BUDGET_EXCEEDED = "urn:idemgate:problem:budget-exceeded";
 
 /** The states the spec knows, for runtime checks (a typo or a state the spec drops fails tsc). */
 export const JOB_STATES = [
-  "prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
+  "prepared", "sending", "accepted", "unknown", "review", "completed", "failed", "canceled",
 ] as const satisfies readonly JobState[];
+
+/** The states that never change again: `completed` (the provider's result is stored), `failed`
+ *  (a rejection or a failed task: no task exists) and `canceled` (a task existed and the provider
+ *  ended it on our cancel; its remote id and billed cost are kept). */
+export const TERMINAL_STATES = ["completed", "failed", "canceled"] as const satisfies readonly JobState[];
 
 // Every state of the spec is listed above (a state the spec adds fails tsc here).
 type MissingStates = Exclude<JobState, (typeof JOB_STATES)[number]>;

@@ -196,7 +196,7 @@ test("an async job: wait follows it to completed and outputs lists the task's ou
   assert.equal((await creates(h.id)).length, 1);
 });
 
-test("cancel of an accepted async job: the provider's cancel once, then failed; cancel again is the same", { skip }, async () => {
+test("cancel of an accepted async job: the provider's cancel once, then canceled (never failed) with its task; cancel again is the same", { skip }, async () => {
   const c = client();
   const key = deriveKey(identity("cancel"), { prefix: "node-" });
   let h = await c.submit(ASYNC, { prompt: "never mind", _mock: { polls: 100000 } }, key);
@@ -208,10 +208,14 @@ test("cancel of an accepted async job: the provider's cancel once, then failed; 
   const asked = await c.cancel(h);
   assert.ok(asked.job.cancel_requested_at, JSON.stringify(asked.job));
   const done = await c.wait(h.id, { timeoutSeconds: 30 });
-  assert.equal(done.state, "failed");
+  // The task existed and the provider ended it on our request: canceled, terminal, not ok,
+  // its remote id kept (issue 21 item 1).
+  assert.equal(done.state, "canceled");
+  assert.ok(done.terminal && done.canceled && !done.ok, JSON.stringify(done.job));
+  assert.equal(done.remoteId, h.remoteId);
   assert.match(done.job.last_error, /cancel/);
   const again = await c.cancel(h.id);
-  assert.equal(again.state, "failed");
+  assert.equal(again.state, "canceled");
   const task = await (await fetch(`${env.IDEMGATE_MOCK_URL}/v1/predictions/${done.job.remote_id}`)).json();
   assert.equal(task.status, "canceled");
   assert.equal(task.cancels ?? 1, 1);

@@ -8,8 +8,9 @@ import { once } from "node:events";
 import { test } from "node:test";
 
 import {
-  BudgetExceeded, Client, InvalidRequest, KeyReused, NotFound, RateLimited, RetryPolicy,
-  Unauthorized, Unavailable, canonicalJson, classify, deriveKey, parseRetryAfter, pollDelay,
+  BudgetExceeded, Client, InvalidRequest, JOB_STATES, JobHandle, KeyReused, NotFound,
+  OutputsUnavailable, RateLimited, RetryPolicy, TERMINAL_STATES, Unauthorized, Unavailable,
+  canonicalJson, classify, deriveKey, parseRetryAfter, pollDelay,
 } from "../dist/index.js";
 
 const DIST = new URL("../dist/index.js", import.meta.url).href;
@@ -219,6 +220,36 @@ test("a provider's stored error after Prefer: wait is the job's answer, not retr
   assert.equal(h.state, "failed");
   assert.equal(s.seen[0].headers.prefer, "wait=5");
   assert.equal(s.seen[1].url, "/v1/jobs/job_abc");
+});
+
+test("completed, failed and canceled are the terminal states; only completed is ok", () => {
+  assert.deepEqual([...TERMINAL_STATES], ["completed", "failed", "canceled"]);
+  for (const state of JOB_STATES) {
+    const terminal = TERMINAL_STATES.includes(state);
+    assert.equal(new JobHandle(JOB({ state, terminal })).terminal, terminal, state);
+    // A state known to be terminal is, whatever the flag says.
+    assert.equal(new JobHandle(JOB({ state, terminal: false })).terminal, terminal, state);
+    assert.equal(new JobHandle(JOB({ state, terminal })).ok, state === "completed", state);
+    assert.equal(new JobHandle(JOB({ state, terminal })).canceled, state === "canceled", state);
+  }
+});
+
+test("a canceled job ends the wait at the first read: not thrown, not ok, its task and cost kept", async (t) => {
+  const canceled = JOB({ state: "canceled", terminal: true, remote_id: "task_1", cancel_requested_at: "t",
+                         cost: { currency: "USD", estimate_micros: 500, micros: 500 },
+                         last_error: "canceled at the provider on our request: stopped" });
+  const s = await scripted(t, [OK(canceled, 200)]);
+  const { c, slept, retries } = client(s.url);
+  const h = await c.wait("job_abc", { timeoutSeconds: 5 });
+  assert.equal(h.state, "canceled");
+  assert.ok(h.terminal && h.canceled && !h.ok);
+  assert.equal(h.remoteId, "task_1");
+  assert.equal(h.job.cost.micros, 500);
+  assert.deepEqual(s.seen.map((r) => r.method), ["GET"]);
+  assert.deepEqual(slept, []);
+  assert.equal(retries.length, 0);
+  const err = await c.outputs(h).then(() => null, (e) => e);
+  assert.ok(err instanceof OutputsUnavailable && /canceled/.test(err.message), String(err));
 });
 
 test("without wait the gateway is asked not to hold the request", async (t) => {

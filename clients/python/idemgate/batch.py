@@ -22,8 +22,11 @@ Outputs of completed jobs are downloaded from the gateway's archive (GET
 /v1/jobs/{id}/outputs/{n}) into --out, each checked against its SHA-256, when the gateway
 archives outputs; otherwise the results name the provider's outputs as the job shows them.
 
+A job cancelled meanwhile (by someone else: the runner never cancels) that the provider ended
+is the row's final state `canceled`, with its spend: it is not failed, and not sent again.
+
 At the end: a summary table on stdout and a results JSONL (--results), one line per row.
-Exit status: 0 every row completed · 1 some row failed or was refused · 2 the run was stopped
+Exit status: 0 every row completed · 1 some row failed, was canceled or was refused · 2 the run was stopped
 (401/402) · 3 the manifest or the options are wrong · 4 some rows are not finished yet (run
 again: they resume).
 """
@@ -45,10 +48,11 @@ from .keys import derive_key
 
 EXIT_OK, EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, EXIT_UNFINISHED = 0, 1, 2, 3, 4
 
-# Runner states of a row. Final: completed, failed (the job's own outcome), error (refused).
+# Runner states of a row. Final: completed, failed, canceled (the job's own outcome), error
+# (refused).
 PENDING, SUBMITTING, SUBMITTED = "pending", "submitting", "submitted"
-COMPLETED, FAILED, ERROR = "completed", "failed", "error"
-FINAL = (COMPLETED, FAILED, ERROR)
+COMPLETED, FAILED, CANCELED, ERROR = "completed", "failed", "canceled", "error"
+FINAL = (COMPLETED, FAILED, CANCELED, ERROR)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (
@@ -212,14 +216,17 @@ class Runner:
     def _finish(self, row, job):
         """Records a terminal job: its state, spend, and (completed) its outputs."""
         spend = job.spend
-        cols = {"state": COMPLETED if job.ok else FAILED, "job_id": job.id, "job_state": job.state,
+        cols = {"state": COMPLETED if job.ok else CANCELED if job.canceled else FAILED,
+                "job_id": job.id, "job_state": job.state,
                 "spend_micros": spend[0] if spend else None,
                 "currency": spend[1] if spend else None}
-        if not job.ok:
+        if job.ok:
+            cols["outputs"], cols["note"] = self._outputs(row, job)
+        elif job.canceled:  # the provider ended its task on a cancel: no result, maybe a cost
+            cols["note"] = f"canceled (task {job.remote_id}): {job.get('last_error')}"
+        else:
             cols["error"] = job.get("last_error") or \
                 f"provider status {(job.get('result') or {}).get('status')}"
-        else:
-            cols["outputs"], cols["note"] = self._outputs(row, job)
         self.state.update(row.key, **cols)
         if policy.must_stop_run(job=job.data):
             status = (job.get("result") or {}).get("status")
@@ -323,7 +330,7 @@ class Runner:
         width = 20
         filled = int(width * final / total) if total else width
         states = " ".join(f"{s} {c[s]}" for s in (PENDING, SUBMITTING, SUBMITTED, COMPLETED,
-                                                   FAILED, ERROR) if c.get(s))
+                                                   FAILED, CANCELED, ERROR) if c.get(s))
         spend = self.spend()
         money = " · spend " + ", ".join(f"{_money(v)} {k}" for k, v in sorted(spend.items())) \
             if spend else ""
@@ -418,7 +425,7 @@ def summary_table(rows, stop_reason, elapsed, spend, results_path):
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     lines = [f"{'state':<12}{'rows':>8}"]
-    for s in (COMPLETED, FAILED, ERROR, SUBMITTED, SUBMITTING, PENDING):
+    for s in (COMPLETED, FAILED, CANCELED, ERROR, SUBMITTED, SUBMITTING, PENDING):
         if counts.get(s):
             label = {SUBMITTED: "unfinished", SUBMITTING: "in doubt", PENDING: "not sent"}.get(s, s)
             lines.append(f"{label:<12}{counts[s]:>8}")
@@ -436,7 +443,7 @@ def exit_code(rows, stopped):
     if stopped:
         return EXIT_STOPPED
     states = {r["state"] for r in rows}
-    if states & {FAILED, ERROR}:
+    if states & {FAILED, CANCELED, ERROR}:
         return EXIT_FAILED
     if states - {COMPLETED}:
         return EXIT_UNFINISHED

@@ -45,9 +45,13 @@ class Job:
 
     id = property(lambda self: self.data.get("id"))
     state = property(lambda self: self.data.get("state"))
-    terminal = property(lambda self: bool(self.data.get("terminal")))
+    terminal = property(lambda self: policy.is_terminal(self.data))
     key = property(lambda self: self.data.get("idempotency_key"))
     ok = property(lambda self: self.data.get("state") == "completed")
+    # The provider ended the task on our cancel: terminal, not failed (a task existed; remote_id
+    # and the billed cost are kept), and never something to resubmit.
+    canceled = property(lambda self: self.data.get("state") == "canceled")
+    remote_id = property(lambda self: self.data.get("remote_id"))
 
     def get(self, name, default=None):
         return self.data.get(name, default)
@@ -193,13 +197,16 @@ class Client:
         return Job(a.json())
 
     def cancel(self, job_or_id):
-        """POST /v1/jobs/{id}/cancel (idempotent, so retried like a GET)."""
+        """POST /v1/jobs/{id}/cancel (idempotent, so retried like a GET). A job never sent is
+        `failed` at once; one that may have reached the provider is never sent again and ends
+        `canceled` (the provider ended its task) or `completed` (it finished first): wait() for
+        it."""
         jid = urllib.parse.quote(_job_id(job_or_id), safe="")
         return Job(self._call("POST", f"/v1/jobs/{jid}/cancel", b"").json())
 
     def wait(self, job_or_id, timeout):
-        """Waits up to timeout seconds for the job to be terminal and returns it (completed or
-        failed: see Job.ok). A job this client submitted is first waited for with `Prefer: wait`
+        """Waits up to timeout seconds for the job to be terminal and returns it (completed,
+        failed or canceled: see Job.ok and Job.canceled; none of them is raised). A job this client submitted is first waited for with `Prefer: wait`
         (the same request again, which is a replay: nothing is created); after that, or for a
         bare id, the job is read with growing delays (policy.poll_delay), each read retried on
         503 after Retry-After. Raises Unknown (with the job id) when the time runs out."""

@@ -19,6 +19,18 @@ FAIL = "fail"              # the request is wrong: raise, never retry
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
+# The job states that never change again: `completed` (the provider's result is stored),
+# `failed` (a rejection or a failed task: no task exists) and `canceled` (a task existed and the
+# provider ended it on our cancel; its remote id and billed cost are kept). Only `completed` has
+# a result to use; none of them is an error to retry: a new generation is a deliberate new key.
+TERMINAL_STATES = frozenset({"completed", "failed", "canceled"})
+
+
+def is_terminal(job):
+    """Does this job (the gateway's JSON object) never change again? The gateway's own
+    `terminal` says so; a state known to be terminal does too, whatever the flag."""
+    return bool(job.get("terminal")) or job.get("state") in TERMINAL_STATES
+
 
 def classify(status, headers):
     """What an answer of the gateway means. headers: a dict with lower-case names.

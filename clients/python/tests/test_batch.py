@@ -33,6 +33,9 @@ class FakeClient:
                     "blocked": {"reason": "the provider's credential is tripped"}}
         if act == "archived":
             data["archive"] = [{"index": 0, "state": "archived", "sha256": "ab" * 32}]
+        if act == "canceled":  # someone cancelled it; the provider ended the task (and bills it)
+            data.update(state="canceled", remote_id="task_" + key[:6], cancel_requested_at="t",
+                        last_error="canceled at the provider on our request: stopped")
         self.jobs[jid] = data
         return Job(dict(data), replayed=key in self.submits[:-1])
 
@@ -121,6 +124,31 @@ def test_a_row_given_up_for_now_is_resumed_with_the_same_key(tmp_path):
     assert [x["state"] for x in out] == ["completed", "completed"]
     assert [x["submits"] for x in out] == [1, 2]
     assert c.submits == [rows[0].key, rows[1].key, rows[1].key], "row a not sent again"
+
+
+def test_a_canceled_job_is_final_with_its_spend_not_failed_nor_resent(tmp_path):
+    rows, state, c = make(tmp_path, ["a", "b"], {"b": "canceled"})
+    r = runner(c, state, rows, tmp_path)
+    r.run()
+    assert not r.stop.is_set()
+    assert "canceled 1" in r.progress_line(0, 2) and "failed" not in r.progress_line(0, 2)
+    out = r.results(str(tmp_path / "res.jsonl"))
+    assert [x["state"] for x in out] == ["completed", "canceled"]
+    lines = [json.loads(x) for x in open(tmp_path / "res.jsonl")]
+    b = lines[1]
+    assert b["job_state"] == "canceled" and "error" not in b and "outputs" not in b, b
+    assert b["spend"] == {"micros": 40000, "currency": "USD"}, "a cancelled task may be billed"
+    assert "task_" in b["note"] and "on our request" in b["note"], b
+    assert r.spend() == {"USD": 80000}
+    assert batch.exit_code(out, False) == batch.EXIT_FAILED
+    table = batch.summary_table(out, None, 1.0, r.spend(), "res.jsonl")
+    assert [l.split() for l in table.splitlines()[1:3]] == [["completed", "1"], ["canceled", "1"]]
+    # The next run leaves it alone: final, never submitted again.
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    assert c.submits == [rows[0].key, rows[1].key]
+    assert [x["state"] for x in r2.results(str(tmp_path / "res.jsonl"))] == ["completed",
+                                                                          "canceled"]
 
 
 def test_archived_outputs_are_recorded(tmp_path):

@@ -18,7 +18,7 @@ from idemgate import (BudgetExceeded, Client, InvalidRequest, KeyReused, NotFoun
                       RateLimited, Rejected, RetryPolicy, Unauthorized, Unavailable,
                       canonical_json, derive_key)
 from idemgate import batch, policy  # noqa: E402
-from idemgate.client import Answer  # noqa: E402
+from idemgate.client import Answer, Job  # noqa: E402
 from idemgate.errors import error_for  # noqa: E402
 
 PROBLEM = "urn:idemgate:problem:"
@@ -160,9 +160,26 @@ def test_client_ref_unplaceable_is_not_key_reused():
     (None, {"state": "failed", "result": {"status": 400}}, False),
     (None, {"state": "prepared", "blocked": {"reason": "tripped"}}, True),
     (None, {"state": "completed", "result": {"status": 200}}, False),
+    # A task the provider ended on a cancel says nothing about the account.
+    (None, {"state": "canceled", "result": {"status": 200}, "remote_id": "t"}, False),
 ])
 def test_what_stops_a_batch(exc, job, stop):
     assert policy.must_stop_run(exc=exc, job=job) is stop
+
+
+@pytest.mark.parametrize("job,terminal", [
+    ({"state": "completed", "terminal": True}, True),
+    ({"state": "failed", "terminal": True}, True),
+    ({"state": "canceled", "terminal": True}, True),
+    ({"state": "canceled"}, True),   # the state alone says so
+    ({"state": "accepted", "terminal": False}, False),
+    ({"state": "unknown", "terminal": False, "cancel_requested_at": "t"}, False),
+    ({"state": "review", "terminal": False}, False),
+    ({"state": "prepared"}, False),
+])
+def test_terminal_states(job, terminal):
+    assert policy.is_terminal(job) is terminal
+    assert Job(job).terminal is terminal
 
 
 # --- keys --------------------------------------------------------------------------------------
@@ -308,6 +325,19 @@ def test_a_stored_provider_503_is_the_jobs_answer_not_a_retry():
     assert calls[0][2]["Prefer"] == "wait=5"
 
 
+def test_a_canceled_job_ends_the_wait_and_is_neither_ok_nor_raised():
+    """The provider ended the task on our cancel: wait() returns it at the first read (no
+    more reads, no sleep, no exception), with its remote id and cost; it is not `ok`."""
+    canceled = {"id": "job_x", "state": "canceled", "terminal": True, "idempotency_key": "k1",
+                "remote_id": "task_1", "cancel_requested_at": "t",
+                "cost": {"currency": "USD", "estimate_micros": 500, "micros": 500}}
+    c, calls, sleeps = scripted([Answer(200, {}, json.dumps(canceled).encode())])
+    job = c.wait("job_x", timeout=5)
+    assert job.state == "canceled" and job.canceled and job.terminal and not job.ok
+    assert job.remote_id == "task_1" and job.spend == (500, "USD")
+    assert [m for m, _, _ in calls] == ["GET"] and sleeps == []
+
+
 def test_submit_refuses_a_missing_key():
     c, calls, _ = scripted([])
     with pytest.raises(ValueError):
@@ -355,6 +385,8 @@ def test_manifest_key_fields_and_refusals(tmp_path):
 @pytest.mark.parametrize("states,stopped,code", [
     (["completed", "completed"], False, batch.EXIT_OK),
     (["completed", "failed"], False, batch.EXIT_FAILED),
+    (["completed", "canceled"], False, batch.EXIT_FAILED),
+    (["canceled", "submitted"], False, batch.EXIT_FAILED),
     (["completed", "error"], False, batch.EXIT_FAILED),
     (["completed", "submitted"], False, batch.EXIT_UNFINISHED),
     (["completed", "pending"], False, batch.EXIT_UNFINISHED),

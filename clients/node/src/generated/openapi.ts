@@ -165,12 +165,25 @@ export interface paths {
         put?: never;
         /**
          * Ask for a job to be canceled (idempotent)
-         * @description A job not sent yet is failed at once; an accepted async job gets the provider's cancel
-         *     sent **once** by the poller (`202`, then `failed` with "canceled"); a terminal job is
-         *     answered as it is (`200`). An accepted job at a provider that offers no way to stop a
-         *     task (no cancel endpoint in its profile) is answered `409 cancel-unsupported` and nothing
-         *     changes: the task keeps running, is paid, and its result is recorded. Repeating the call
-         *     changes nothing. The body is ignored.
+         * @description Once acknowledged, nobody sends the job's create again. What follows depends on the
+         *     state:
+         *
+         *     - `prepared` (never sent): `failed` at once (`200`), nothing is sent.
+         *     - `sending`, `unknown`, `review` (it may have reached the provider): `202` with
+         *       `cancel_requested_at`; it is never sent again. A task found later is the truth:
+         *       finished → `completed` with its result and cost (`last_error` says the cancel came
+         *       too late); still running → cancelled at the provider (when its profile can) and
+         *       followed to its end: `canceled` when the provider ended it, `completed` when it
+         *       finished first; proven absent → `failed`.
+         *     - `accepted` (a task runs at the provider): `202`; the poller sends the provider's
+         *       cancel **once**. The job ends `canceled` (remote id and billed cost kept) when the
+         *       provider ended the task, or `completed` when it finished first.
+         *     - terminal (`completed`, `failed`, `canceled`): answered as it is (`200`).
+         *
+         *     An accepted job at a provider that offers no way to stop a task (no cancel endpoint in
+         *     its profile) is answered `409 cancel-unsupported` and nothing changes: the task keeps
+         *     running, is paid, and its result is recorded. Repeating the call changes nothing. The
+         *     body is ignored.
          */
         post: operations["cancelJob"];
         delete?: never;
@@ -309,13 +322,15 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * What the tenant's completed jobs cost, and its budget
-         * @description The settled cost of the completed jobs that finished in [`from`, `to`) — by default
-         *     from the start of this UTC month, with no end — summed by `group_by` (`provider`,
+         * What the tenant's completed and canceled jobs cost, and its budget
+         * @description The settled cost of the completed and canceled jobs that finished in [`from`, `to`) — by
+         *     default from the start of this UTC month, with no end — summed by `group_by` (`provider`,
          *     `route` as `provider/route`, or UTC `day`) and currency, in integer micro-units
          *     (`cost_micros`) and as a decimal string (`cost`). A job's cost is computed when it
          *     completes from its provider's price table and what the provider delivered (a partial
-         *     result costs its delivered outputs only); a failed or cancelled job costs 0; providers
+         *     result costs its delivered outputs only); a `canceled` job (a task the provider ended on
+         *     our cancel) costs what was computed for it, else its estimate, since providers do not say
+         *     what a cancelled task was billed; a `failed` job costs 0; providers
          *     without a price table are not listed. `budgets` holds the tenant's limits (`idemgate
          *     tenant budget`) and what counts against them now (reservations of jobs in flight and
          *     settled costs of this UTC day and month). With the admin token: every tenant.
@@ -448,17 +463,19 @@ export interface components {
         /**
          * @description `prepared` intent committed, nothing sent · `sending` a worker holds the lease and may
          *     have sent · `accepted` the provider's task id is known · `unknown` sent without a
-         *     definite answer, never resent blindly · `review` an operator decides · `completed` /
-         *     `failed` terminal.
+         *     definite answer, never resent blindly · `review` an operator decides. Terminal, never
+         *     changing again: `completed` the provider's result is stored · `failed` an explicit
+         *     rejection or a failed task; no task exists · `canceled` a task existed and the provider
+         *     ended it on our cancel; its remote id and billed cost are kept.
          * @enum {string}
          */
-        JobState: "prepared" | "sending" | "accepted" | "unknown" | "review" | "completed" | "failed";
+        JobState: "prepared" | "sending" | "accepted" | "unknown" | "review" | "completed" | "failed" | "canceled";
         Job: {
             id: string;
             /** @constant */
             object: "job";
             state: components["schemas"]["JobState"];
-            /** @description `completed` or `failed`: never changes again. */
+            /** @description `completed`, `failed` or `canceled`: never changes again. */
             terminal: boolean;
             provider: string;
             route: string;
@@ -497,7 +514,8 @@ export interface components {
             /**
              * @description `null` when the provider has no price table. `estimate_micros`: reserved against the
              *     tenant's budget at intake; `micros`: settled when the job ended (`null` until then;
-             *     0 for a failed or cancelled job), in micro-units of `currency`.
+             *     0 for a failed job; a canceled job's computed cost, else its estimate), in
+             *     micro-units of `currency`.
              */
             cost: null | {
                 currency: string;
@@ -705,11 +723,12 @@ export interface components {
     };
     responses: {
         /**
-         * @description `Prefer: wait` on a terminal job (`completed` or `failed`): the provider's own status
-         *     code, content type and body, exactly as stored, plus the gateway's headers. Recognised
-         *     by `X-Idemgate-Job-Id`. Its status can be any the provider answered (200 for most
-         *     completed jobs; the provider's 4xx or 5xx for a failed one), so it is described here
-         *     rather than under a status code.
+         * @description `Prefer: wait` on a terminal job (`completed`, `failed` or `canceled`): the provider's
+         *     own status code, content type and body, exactly as stored, plus the gateway's headers.
+         *     Recognised by `X-Idemgate-Job-Id` (and `X-Idemgate-State` says which end it was). Its
+         *     status can be any the provider answered (200 for most completed jobs; the provider's 4xx
+         *     or 5xx for a failed one; for a canceled one, the provider's last answer about the task),
+         *     so it is described here rather than under a status code.
          */
         ProviderResult: {
             headers: {
@@ -786,8 +805,8 @@ export interface components {
             };
         };
         /**
-         * @description The tenant has as many jobs in flight (not yet `completed` or `failed`) as its budget
-         *     allows. Nothing was recorded and the provider was not called; retry with the same key
+         * @description The tenant has as many jobs in flight (not yet `completed`, `failed` or `canceled`) as its
+         *     budget allows. Nothing was recorded and the provider was not called; retry with the same key
          *     after `Retry-After` seconds.
          */
         TooManyInFlight: {
@@ -1433,7 +1452,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["BudgetExceeded"];
             404: components["responses"]["JobNotFound"];
-            /** @description The parent is not `completed` or `failed` yet. */
+            /** @description The parent is not terminal (`completed`, `failed` or `canceled`) yet. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1466,7 +1485,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The job is terminal (it finished, or was failed by this cancel). */
+            /** @description The job is terminal (it had ended, or was never sent and is `failed` by this cancel). */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
