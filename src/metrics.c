@@ -22,6 +22,9 @@ static const char *const safety_names[MS__COUNT][2] = {
     {"idemgate_review_entered_total", "operations handed to an operator"},
     {"idemgate_webhook_duplicates_total", "webhook deliveries of an event already seen"},
     {"idemgate_webhook_refused_total", "webhook deliveries whose signature did not verify"},
+    {"idemgate_trips_refuted_total",
+     "credential refusals the provider's probe then refuted: only their job failed, nothing "
+     "tripped"},
 };
 
 /* Status classes keep the label set small and fixed. */

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import MOCK_BIN, free_port, provider, wait_for_line
+from conftest import MOCK_BIN, free_port, provider, tenant_token, wait_for_line
 
 FAST_RETRY = {"max_attempts": 50, "deadline_seconds": 120, "base_ms": 100, "cap_ms": 500}
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
@@ -152,6 +152,70 @@ def test_401_fails_and_trips_the_provider_until_reset(gateway_factory, token, mo
     assert j2["state"] == "completed"
     assert len(mock.creates_for(j2_id)) == 1
     assert gw.http.request("GET", "/readyz").json()["tripped_providers"] == []
+
+
+def metric(gw, name):
+    """The value of one counter line of /metrics (0 when absent)."""
+    for line in gw.http.request("GET", "/metrics").body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def tripped(gw):
+    return [t["provider"] for t in gw.http.request("GET", "/readyz").json()["tripped_providers"]]
+
+
+def test_403_without_marker_fails_only_that_job(gateway_factory, token, mock, database_url):
+    """Issue 21 §5: a 403 about one request (a model the account may not use, a content policy)
+    fails that job alone. Nothing in its body says the credential is refused (the profile
+    declares no marker), so the provider is not tripped and another tenant's job is sent."""
+    name = "perreq-" + uuid.uuid4().hex[:8]
+    gw = gateway_factory(providers=[provider(name, mock.url, retry=FAST_RETRY)])
+    other = tenant_token(database_url)
+    before = metric(gw, 'idemgate_attempts_total{outcome="rejected_unmarked"}')
+    mock.script([{"status": 403}])
+    r1 = gw.submit(token, key(), {"prompt": "a model this account may not use"},
+                   route=f"{name}/images/generations")
+    j1 = gw.wait_state(token, r1.json()["id"], {"failed", "completed"})
+    assert j1["state"] == "failed" and j1["result"]["status"] == 403, j1
+    assert "not tripped" in j1["last_error"], j1
+    assert name not in tripped(gw)
+    # Counted: the refusals that failed only their job.
+    assert metric(gw, 'idemgate_attempts_total{outcome="rejected_unmarked"}') == before + 1
+    # Another tenant's job goes out at once, not held behind a breaker.
+    r2 = gw.submit(other, key(), {"prompt": "fine"}, route=f"{name}/images/generations")
+    j2 = gw.wait_state(other, r2.json()["id"], {"completed", "failed"}, timeout=15)
+    assert j2["state"] == "completed", j2
+    assert len(mock.creates_for(r1.json()["id"])) == 1
+    assert len(mock.creates_for(j2["id"])) == 1
+
+
+def test_403_with_a_declared_marker_trips_unless_the_probe_refutes_it(gateway_factory, token,
+                                                                      mock):
+    """A 403 whose body carries a marker the profile declares (the mock's code "mock_403") is
+    evidence about the credential. Before blocking every tenant the profile's probe is asked:
+    one that answers 2xx (the mock's /_health) refutes it — only the job fails, counted in
+    idemgate_trips_refuted_total; without a probe, or with one that proves nothing (a 404), the
+    evidence trips the provider."""
+    auth = {"header": "Authorization", "prefix": "Bearer ", "secret_env": "MOCK_IMAGES_API_KEY",
+            "trip_markers": ["mock_403"]}
+    refuted, unprobed, broken = ("mark-" + uuid.uuid4().hex[:8] for _ in range(3))
+    gw = gateway_factory(providers=[
+        provider(refuted, mock.url, retry=FAST_RETRY, auth=auth, probe={"path": "/_health"}),
+        provider(unprobed, mock.url, retry=FAST_RETRY, auth=auth),
+        provider(broken, mock.url, retry=FAST_RETRY, auth=auth, probe={"path": "/_no_such"})])
+    before = metric(gw, "idemgate_trips_refuted_total")
+    jobs = {}
+    for name in (refuted, unprobed, broken):
+        mock.script([{"status": 403}])
+        r = gw.submit(token, key(), {"prompt": "x"}, route=f"{name}/images/generations")
+        jobs[name] = gw.wait_state(token, r.json()["id"], {"failed", "completed"})
+        assert jobs[name]["state"] == "failed", jobs[name]
+    assert "its probe shows the credential works" in jobs[refuted]["last_error"]
+    assert metric(gw, "idemgate_trips_refuted_total") == before + 1
+    now = tripped(gw)
+    assert refuted not in now and unprobed in now and broken in now, now
 
 
 def test_partial_outputs_complete_with_the_shortfall(gateway, token, mock):
