@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import MOCK_BIN, free_port, provider, tenant_token, wait_for_line
+from conftest import GATEWAY_BIN, MOCK_BIN, free_port, provider, tenant_token, wait_for_line
 
 FAST_RETRY = {"max_attempts": 50, "deadline_seconds": 120, "base_ms": 100, "cap_ms": 500}
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
@@ -305,6 +305,87 @@ def test_regenerate_is_a_new_linked_operation(gateway, token, mock):
     nokey = gateway.http.request("POST", f"/v1/jobs/{parent['id']}/regenerate", "",
                                  {"Authorization": f"Bearer {token}"})
     assert nokey.status == 400
+
+
+def set_limits(database_url, name, *args):
+    subprocess.check_call([GATEWAY_BIN, "tenant", "limits", name, *args],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+
+
+def test_regenerate_passes_tenant_gate(gateway_factory, mock, database_url, psql):
+    """Issue 21 §6: a regeneration is a new paid creation, so it passes the tenant gate like an
+    intake: over its requests per second the tenant gets 429 rate-limited with Retry-After and
+    nothing is recorded (before: every regeneration of a tenant limited to 1/s was accepted)."""
+    name = "rg-" + uuid.uuid4().hex[:10]
+    tok = tenant_token(database_url, name)
+    set_limits(database_url, name, "--rps", "1", "--burst", "1")
+    gw = gateway_factory()
+    r = gw.submit(tok, key(), {"prompt": "parent"}, headers={"Prefer": "wait=20"})
+    assert r.status == 200, r
+    parent = r.headers["x-idemgate-job-id"]
+    answers = []
+    for _ in range(60):  # bounded: until the gate refuses one
+        g = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate", "",
+                            {"Authorization": f"Bearer {tok}", "Idempotency-Key": key("regen")})
+        answers.append(g)
+        if g.status == 429:
+            break
+    refused = [a for a in answers if a.status == 429]
+    assert refused, [a.status for a in answers]
+    assert refused[0].json()["type"] == "urn:idemgate:problem:rate-limited", refused[0]
+    assert int(refused[0].headers["retry-after"]) >= 1
+    accepted = [a for a in answers if a.status == 202]
+    assert len(accepted) + 1 == len(answers), [a.status for a in answers]
+    rows = psql(f"SELECT count(*) FROM operations WHERE parent_id = '{parent}'")
+    assert rows == [[str(len(accepted))]], (rows, len(accepted))
+
+
+def test_resolve_absent_passes_tenant_gate(gateway_factory, mock, database_url):
+    """Issue 21 §6: an operator's `absent` sends the operation again — a creation at the provider
+    — so it passes the tenant gate of the job's tenant, even with the admin token: over the rate,
+    429 rate-limited and the job stays in review, not sent; after Retry-After it goes."""
+    name = "ra-" + uuid.uuid4().hex[:10]
+    tok = tenant_token(database_url, name)
+    set_limits(database_url, name, "--rps", "1", "--burst", "1")
+    route = "gated/images/generations"
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
+        "gated", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+        reconcile={"strategy": "none", "window_seconds": 2})])
+    mock.script([{"fault": "hang"}] * 4)
+    jobs = []
+    for i in range(4):
+        for _ in range(60):  # the intake passes the same gate: wait out its Retry-After
+            r = gw.submit(tok, key(), {"prompt": f"r{i}"}, route=route)
+            if r.status != 429:
+                break
+            time.sleep(int(r.headers["retry-after"]))
+        assert r.status == 202, r
+        jobs.append(r.json()["id"])
+    for j in jobs:
+        assert gw.wait_state(tok, j, {"review"}, timeout=30)["state"] == "review"
+    answers = {}
+    for i, j in enumerate(jobs):  # alternately the tenant and the admin
+        answers[j] = resolve(gw, tok if i % 2 == 0 else ADMIN_TOKEN, j, {"outcome": "absent"})
+    refused = [j for j, a in answers.items() if a.status == 429]
+    assert refused, {j: a.status for j, a in answers.items()}
+    for j in refused:
+        a = answers[j]
+        assert a.json()["type"] == "urn:idemgate:problem:rate-limited", a
+        assert gw.job(tok, j).json()["state"] == "review"
+        assert len(real_creates(mock.creates_for(j))) == 1, "sent again over the gate"
+    for j, a in answers.items():
+        assert a.status in (200, 429), (j, a)
+    # Once the rate allows it, the same decision is taken and the job is sent again.
+    j = refused[0]
+    for _ in range(60):
+        a = resolve(gw, tok, j, {"outcome": "absent"})
+        if a.status != 429:
+            break
+        time.sleep(int(a.headers["retry-after"]))
+    assert a.status == 200, a
+    done = gw.wait_state(tok, j, {"completed", "failed"}, timeout=20)
+    assert done["state"] == "completed", done
+    assert len(real_creates(mock.creates_for(j))) == 2
 
 
 def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token, mock):

@@ -781,6 +781,29 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                                      "Content-Type": "application/json"})) for _ in range(2)]
         t.expect("rate limit: first", "POST", INTAKE, rl[0], 202)
         t.expect("rate limit: second at once", "POST", INTAKE, rl[1], 429, "rate-limited")
+        # The same tenant gate holds an operator's `absent` (a resend) and a regeneration: each
+        # is tried until one comes within the second of another (bounded).
+        rl_job = rl[0].json()["id"]
+        created.append(rl_job)
+        rl_auth = auth(rl_token, **{"Content-Type": "application/json"})
+        for _ in range(60):
+            set_state(rl_job, "review")
+            r = call(limited, "POST", f"/v1/jobs/{rl_job}/resolve", '{"outcome":"absent"}',
+                     rl_auth)
+            if r.status == 429:
+                break
+        t.expect("resolve absent, rate limit", "POST", f"/v1/jobs/{rl_job}/resolve", r, 429,
+                 "rate-limited")
+        set_state(rl_job, "completed", ", finished_at = now()")
+        for _ in range(60):
+            r = call(limited, "POST", f"/v1/jobs/{rl_job}/regenerate", "",
+                     auth(rl_token, **{"Idempotency-Key": "openapi-rl-" + uuid.uuid4().hex}))
+            if r.status == 202:
+                created.append(r.json()["id"])
+            if r.status == 429:
+                break
+        t.expect("regenerate, rate limit", "POST", f"/v1/jobs/{rl_job}/regenerate", r, 429,
+                 "rate-limited")
 
         # store-busy: every try of the intake hits a serialization failure.
         fn = "openapi_busy_" + uuid.uuid4().hex[:8]

@@ -836,7 +836,10 @@ export interface components {
         /**
          * @description The tenant is over one of its limits on this replica (`idemgate tenant limits`; defaults
          *     `tenant_requests_per_second`, `tenant_burst`, `tenant_wait_connections`): its requests
-         *     per second, or the `Prefer: wait` connections it holds. Nothing was recorded: retry after
+         *     per second, or the `Prefer: wait` connections it holds. Every path that can create at a
+         *     provider passes this tenant gate: a submit, a regeneration, and a `resolve` `absent`
+         *     (which sends the job again; the job's tenant's rate, whoever resolves it — the job stays
+         *     in review). Nothing was recorded: retry after
          *     `Retry-After` with the same Idempotency-Key (or, for the wait limit, without `Prefer:
          *     wait`, and poll the job).
          */
@@ -1380,6 +1383,7 @@ export interface operations {
                     };
                 };
             };
+            429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
@@ -1447,7 +1451,25 @@ export interface operations {
                 };
             };
             422: components["responses"]["KeyReused"];
-            429: components["responses"]["TooManyInFlight"];
+            /**
+             * @description `rate-limited`: the tenant is over its requests per second on this replica (a
+             *     regeneration passes the same tenant gate as a submit). `too-many-in-flight`: it has
+             *     as many jobs in flight as its budget allows. Nothing was recorded: retry after
+             *     `Retry-After` with the same Idempotency-Key.
+             */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:rate-limited" | "urn:idemgate:problem:too-many-in-flight";
+                    };
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
