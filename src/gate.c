@@ -10,6 +10,7 @@ int gate_admit(struct hs_req *r, const struct gate_req *q, struct gate_pass *out
 {
     out->reserve_micros = 0;
     out->currency = NULL;
+    out->unpriced = 0;
     /* Only live tenants are limited (their tokens come from the database), so a 429 tells an
      * unproven token nothing. */
     api_limits_refresh(r);
@@ -20,6 +21,7 @@ int gate_admit(struct hs_req *r, const struct gate_req *q, struct gate_pass *out
         const struct price_table *t = &q->p->pricing;
         out->reserve_micros = price_estimate_raw(t, q->body, q->len, q->outputs);
         out->currency = t->currency;
+        out->unpriced = price_unlisted_raw(t, q->body, q->len);
     }
     return 0;
 }
@@ -34,10 +36,19 @@ void gate_reply_rate(struct hs_req *r, int retry_after)
 
 int gate_refused(int e)
 {
-    return e == STORE_EOVERDAY || e == STORE_EOVERMONTH || e == STORE_EINFLIGHT;
+    return e == STORE_EOVERDAY || e == STORE_EOVERMONTH || e == STORE_EINFLIGHT ||
+           e == STORE_EUNPRICED;
 }
 
 void gate_reply_refused(struct hs_req *r, int e, long long estimate_micros, const char *currency)
 {
-    reply_budget_refused(r, e, estimate_micros, currency);
+    if (e == STORE_EUNPRICED)
+        reply_problem(r, 402, "unpriced-under-budget", "Unpriced request under a budget",
+                      "the provider's price table does not price this request (a model it does "
+                      "not list) and the tenant has a budget: it would be counted as costing "
+                      "nothing, so it is refused; nothing was recorded or sent. The operator can "
+                      "add its price or the table's fallback_per_output",
+                      0);
+    else
+        reply_budget_refused(r, e, estimate_micros, currency);
 }

@@ -303,7 +303,8 @@ static enum step_result step_record(struct intake *in)
                                              .outputs_requested = in->body.requested,
                                              .profile_id = p->profile_id,
                                              .reserve_micros = in->pass.reserve_micros,
-                                             .currency = in->pass.currency};
+                                             .currency = in->pass.currency,
+                                             .unpriced = in->pass.unpriced};
     in->rec.done = intake_recorded;
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);

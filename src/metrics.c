@@ -249,8 +249,9 @@ char *metrics_render(const char *extra)
             "settled, by provider (this replica).\n"
             "# TYPE idemgate_settled_operations_total counter\n"
             "# HELP idemgate_unpriced_operations_total Completed operations of a priced provider "
-            "whose request its table prices nothing (a model it does not list): cost 0, held by "
-            "no amount budget; add the price (this replica).\n"
+            "whose request its table prices nothing (a model it does not list, no "
+            "fallback_per_output): cost 0, of tenants without an amount budget (which refuses "
+            "them); add the price (this replica).\n"
             "# TYPE idemgate_unpriced_operations_total counter\n");
     int ns = atomic_load(&n_spend);
     for (int i = 0; i <= N_SPEND; i++) {

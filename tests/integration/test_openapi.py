@@ -615,6 +615,9 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         provider("reffed", mock.url, client_ref={"body_field": "metadata.client_ref"},
                  reconcile={"strategy": "get_by_client_id",
                             "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}),
+        provider("unpriced", mock.url, pricing={
+            "currency": "USD", "variants": {"keys": ["$.model"],
+                                            "tables": {"listed": {"per_output": 1000}}}}),
         provider("hooked", mock.url, webhook={"verify": "hmac_sha256_hex",
                                               "secret_env": "HOOK_SECRET",
                                               "signature_header": "X-Signature",
@@ -737,6 +740,21 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  429, "too-many-in-flight")
         t.expect("regenerate, too many in flight", "POST", regen,
                  bcall(regen, "oa-b-" + uuid.uuid4().hex), 429, "too-many-in-flight")
+        budget("--clear")
+        # A model the price table does not list, under an amount budget (issue 21 §7): at intake,
+        # and at the regeneration of such a job made before the budget.
+        unp = "/v1/providers/unpriced/images/generations"
+        uparent = call(gw, "POST", unp, '{"prompt":"u","model":"unlisted"}',
+                       auth(btoken, **{"Idempotency-Key": "oa-u-" + uuid.uuid4().hex,
+                                       "Prefer": "wait=10"})).headers["x-idemgate-job-id"]
+        budget("--day", "100")
+        t.expect("unpriced under a budget", "POST", unp,
+                 call(gw, "POST", unp, '{"prompt":"u","model":"unlisted"}',
+                      auth(btoken, **{"Idempotency-Key": "oa-u-" + uuid.uuid4().hex})),
+                 402, "unpriced-under-budget")
+        t.expect("regenerate, unpriced under a budget", "POST", f"/v1/jobs/{uparent}/regenerate",
+                 bcall(f"/v1/jobs/{uparent}/regenerate", "oa-u-" + uuid.uuid4().hex), 402,
+                 "unpriced-under-budget")
         budget("--clear")
 
         # ---- usage ------------------------------------------------------------------------

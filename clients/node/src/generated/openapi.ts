@@ -767,11 +767,14 @@ export interface components {
             };
         };
         /**
-         * @description The tenant's budget cannot take this job: its estimated cost (the provider's price table
-         *     × the outputs asked for; for a regeneration, the parent's estimate) would pass the
-         *     amount of this UTC day or month (`idemgate tenant budget`). Nothing was recorded and
-         *     the provider was not called. A key that already holds a job is replayed as always,
-         *     never refused nor charged again.
+         * @description The tenant's budget cannot take this job (`budget-exceeded`): its estimated cost (the
+         *     provider's price table × the outputs asked for; for a regeneration, the parent's
+         *     estimate) would pass the amount of this UTC day or month (`idemgate tenant budget`).
+         *     Or (`unpriced-under-budget`) the price table prices the request with nothing — a model
+         *     it does not list, and no `fallback_per_output` — while the tenant has an amount budget:
+         *     counted as 0 it would pass any amount, so it is refused. Nothing was recorded and the
+         *     provider was not called. A key that already holds a job is replayed as always, never
+         *     refused nor charged again.
          */
         BudgetExceeded: {
             headers: {
@@ -780,8 +783,8 @@ export interface components {
             };
             content: {
                 "application/problem+json": components["schemas"]["Problem"] & {
-                    /** @constant */
-                    type?: "urn:idemgate:problem:budget-exceeded";
+                    /** @enum {unknown} */
+                    type?: "urn:idemgate:problem:budget-exceeded" | "urn:idemgate:problem:unpriced-under-budget";
                 };
             };
         };
