@@ -351,9 +351,8 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     /* The refusal is a fact about the credential whatever becomes of this job's write: the
      * breaker is recorded first, so that a client that sees the job failed also sees the
      * provider tripped, and claims stop as early as they can. */
-    if (d.trip_credential &&
-        !breaker_trip_confirmed(p, db, c->id, res->http_status,
-                                (long)((lease_end - clock_mono()) * 1000)))
+    if (d.trip_credential && !breaker_trip_confirmed(p, db, c->id, res->http_status,
+                                                     (long)((lease_end - clock_mono()) * 1000)))
         f.error = "the provider refused this request; its probe shows the credential works, so "
                   "it is not tripped";
     int applied = 0;

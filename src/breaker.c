@@ -30,9 +30,9 @@ enum cls_probe breaker_probe(const struct cfg_provider *p, long budget_ms)
     struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
     int rc = prov_call(&q, &call, &res);
     free(url);
-    enum cls_probe c = rc == 0 ? cls_probe_class(res.http_status, p->trip_statuses,
-                                                 p->n_trip_statuses)
-                               : CLS_PROBE_NO_ANSWER;
+    enum cls_probe c = rc == 0
+                           ? cls_probe_class(res.http_status, p->trip_statuses, p->n_trip_statuses)
+                           : CLS_PROBE_NO_ANSWER;
     up_response_fini(&res);
     return c;
 }
@@ -52,8 +52,8 @@ int breaker_trip_confirmed(const struct cfg_provider *p, struct db *db, const ch
     snprintf(reason, sizeof(reason), "credential refused: HTTP %d%s", http_status,
              probe == CLS_PROBE_REFUSED ? " (confirmed by the probe)" : "");
     if (store_breaker_trip(db, p->name, http_status, reason, job_id) == STORE_OK)
-        LOG(LOG_ERROR, "provider_tripped", LS("provider", p->name),
-            LI("http_status", http_status), LS("job_id", job_id),
+        LOG(LOG_ERROR, "provider_tripped", LS("provider", p->name), LI("http_status", http_status),
+            LS("job_id", job_id),
             LS("probe", probe == CLS_PROBE_NONE      ? "none"
                         : probe == CLS_PROBE_REFUSED ? "refused"
                                                      : "no_answer"));

@@ -3,8 +3,8 @@
 #include <string.h>
 
 static const char *const names[CLS__COUNT] = {
-    "not_sent", "rejected_request", "rejected_account",  "backoff",
-    "ambiguous", "success",         "partial",           "rejected_unmarked",
+    "not_sent",  "rejected_request", "rejected_account", "backoff",
+    "ambiguous", "success",          "partial",          "rejected_unmarked",
 };
 
 const char *cls_name(enum cls_outcome o)

@@ -49,7 +49,6 @@ int gate_refused(int e);
 
 /* Answers that refusal: 402 budget-exceeded (with the estimate when estimate_micros >= 0),
  * 402 unpriced-under-budget, or 429 too-many-in-flight. Nothing was recorded or sent. */
-void gate_reply_refused(struct hs_req *r, int e, long long estimate_micros,
-                        const char *currency);
+void gate_reply_refused(struct hs_req *r, int e, long long estimate_micros, const char *currency);
 
 #endif
