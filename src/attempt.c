@@ -1,6 +1,7 @@
 #include "idemgate/attempt.h"
 
 #include "idemgate/backoff.h"
+#include "idemgate/breaker.h"
 #include "idemgate/classify.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
@@ -238,16 +239,6 @@ static void report(const struct store_claim *c, int e, int applied, enum cls_out
             LI("delay_ms", d->delay_ms), LI("ms", (long long)ms));
 }
 
-/* Stops dispatching to the provider whose credential was refused (until a reset or a probe). */
-static void trip(struct db *db, const struct store_claim *c, int http_status)
-{
-    char reason[128];
-    snprintf(reason, sizeof(reason), "credential refused: HTTP %d", http_status);
-    if (store_breaker_trip(db, c->provider, http_status, reason, c->id) == STORE_OK)
-        LOG(LOG_ERROR, "provider_tripped", LS("provider", c->provider),
-            LI("http_status", http_status), LS("job_id", c->id));
-}
-
 /* Classifies one call's evidence; *may_have_created says whether it leaves open that the
  * attempt made a task (cls_may_have_created). */
 static enum cls_outcome classify(const struct cfg_provider *p, const struct store_claim *c,
@@ -265,7 +256,11 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
                               .not_created = p->not_created,
                               .n_not_created = p->n_not_created,
                               .trip = p->trip_statuses,
-                              .n_trip = p->n_trip_statuses};
+                              .n_trip = p->n_trip_statuses,
+                              .body = res->body,
+                              .body_len = res->body_len,
+                              .markers = (const char *const *)p->trip_markers,
+                              .n_markers = p->n_trip_markers};
     enum cls_outcome o = res->aborted_before_send ? CLS_NOT_SENT : cls_classify(&ev);
     *may_have_created = cls_may_have_created(&ev, o);
     return o;
@@ -315,10 +310,11 @@ static const char *last_error(const struct pol_decision *d, const struct up_resp
     return buf;
 }
 
-/* Classifies, decides and records one call's outcome under the lease; trips the provider's
- * breaker (before the outcome's write) when the decision says so. */
+/* Classifies, decides and records one call's outcome under the lease, which ends at lease_end
+ * (clock_mono); trips the provider's breaker (before the outcome's write) when the decision says
+ * so and the profile's probe, made within what is left of the lease, does not refute it. */
 static void record(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
-                   const struct up_response *res, double t0, double t1)
+                   const struct up_response *res, double t0, double t1, double lease_end)
 {
     struct attempt_results rs;
     struct attempt_task t = {0};
@@ -354,8 +350,10 @@ static void record(const struct cfg_provider *p, struct db *db, const struct sto
     /* The refusal is a fact about the credential whatever becomes of this job's write: the
      * breaker is recorded first, so that a client that sees the job failed also sees the
      * provider tripped, and claims stop as early as they can. */
-    if (d.trip_credential)
-        trip(db, c, res->http_status);
+    if (d.trip_credential && !breaker_trip_confirmed(p, db, c->id, res->http_status,
+                                                     (long)((lease_end - clock_mono()) * 1000)))
+        f.error = "the provider refused this request; its probe shows the credential works, so "
+                  "it is not tripped";
     int applied = 0;
     int e = store_finish(db, &f, &applied);
     CRASH_POINT("after_result_commit");
@@ -439,6 +437,6 @@ void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
     double t1 = clock_wall();
     outbound_fini(&o);
     CRASH_POINT("after_response");
-    record(p, db, c, &res, t0, t1);
+    record(p, db, c, &res, t0, t1, claimed_mono + c->lease_remaining_s - LEASE_SEND_MARGIN_S);
     up_response_fini(&res);
 }

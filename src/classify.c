@@ -1,7 +1,10 @@
 #include "idemgate/classify.h"
 
+#include <string.h>
+
 static const char *const names[CLS__COUNT] = {
-    "not_sent", "rejected_request", "rejected_account", "backoff", "ambiguous", "success", "partial",
+    "not_sent",  "rejected_request", "rejected_account", "backoff",
+    "ambiguous", "success",          "partial",          "rejected_unmarked",
 };
 
 const char *cls_name(enum cls_outcome o)
@@ -17,6 +20,45 @@ static int listed(const int *list, int n, int status)
     return 0;
 }
 
+int cls_body_marked(const char *body, size_t len, const char *const *markers, int n)
+{
+    for (int i = 0; body && i < n; i++) {
+        size_t ml = markers[i] ? strlen(markers[i]) : 0;
+        if (ml == 0 || ml > len)
+            continue;
+        for (size_t at = 0; at + ml <= len; at++)
+            if (body[at] == markers[i][0] && memcmp(body + at, markers[i], ml) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+/* A trip status: a 401 is about the credential by definition; any other (402, 403…) is so only
+ * when the body says it with a marker the profile declares, since providers also answer them
+ * for one request (a model the account may not use, a content policy) and one tenant must not
+ * be able to stop a provider for every tenant. */
+static enum cls_outcome refused(const struct cls_evidence *e, int status)
+{
+    if (status == 401 || cls_body_marked(e->body, e->body_len, e->markers, e->n_markers))
+        return CLS_REJECTED_ACCOUNT;
+    return CLS_REJECTED_UNMARKED;
+}
+
+enum cls_probe cls_probe_class(int http_status, const int *trip, int n_trip)
+{
+    if (http_status >= 200 && http_status < 300)
+        return CLS_PROBE_OK;
+    for (int i = 0; i < n_trip; i++)
+        if (trip[i] == http_status)
+            return CLS_PROBE_REFUSED;
+    return CLS_PROBE_NO_ANSWER;
+}
+
+int cls_trip_confirmed(enum cls_outcome o, enum cls_probe probe)
+{
+    return o == CLS_REJECTED_ACCOUNT && probe != CLS_PROBE_OK;
+}
+
 /* Classifies a definite HTTP status (a status line was received). */
 static enum cls_outcome by_status(const struct cls_evidence *e, int status, int outputs_short)
 {
@@ -27,7 +69,7 @@ static enum cls_outcome by_status(const struct cls_evidence *e, int status, int 
     if (status >= 200 && status < 300)
         return outputs_short ? CLS_PARTIAL : CLS_SUCCESS;
     if (listed(e->trip, e->n_trip, status))
-        return CLS_REJECTED_ACCOUNT;
+        return refused(e, status);
     if (listed(e->not_created, e->n_not_created, status))
         return CLS_BACKOFF;
     if (status >= 500) {

@@ -5,6 +5,7 @@
 #include "idemgate/crash.h"
 #include "idemgate/crypto.h"
 #include "idemgate/fingerprint.h"
+#include "idemgate/gate.h"
 #include "idemgate/headers.h"
 #include "idemgate/inject.h"
 #include "idemgate/jcs.h"
@@ -44,6 +45,7 @@ struct intake {
     int wait_s;
     struct reqbody body; /* canonical (fingerprinted) and sent (stored) forms, requested count */
     char fp[CRYPTO_SHA256_HEX];
+    struct gate_pass pass; /* the tenant gate's estimate for the record (gate.h) */
     char job_id[CRYPTO_JOB_ID_LEN];
     char *url; /* the provider URL, made when the intent is recorded */
     struct rec_item rec; /* the intent on its way through the recorder, and its answer */
@@ -147,24 +149,21 @@ static enum step_result step_validate(struct intake *in)
     return STEP_NEXT;
 }
 
-/* limit: the tenant's requests per second and `Prefer: wait` connections held (limits.h), from
- * memory. Only live tenants are limited (their tokens come from the database), so a 429 tells
- * an unproven token nothing. Nothing is recorded over a limit. */
+/* limit: the tenant's `Prefer: wait` connections held (limits.h), from memory. Only live
+ * tenants are limited (their tokens come from the database), so a 429 tells an unproven token
+ * nothing. Nothing is recorded over a limit. (Its requests per second are the tenant gate's:
+ * step_gate.) */
 static enum step_result step_limit(struct intake *in)
 {
     api_limits_refresh(in->r);
-    int rate = limits_admit(in->token), waits = 0;
-    if (!rate && in->wait_s > 0)
-        waits = limits_wait_begin(in->token, &in->wait_counted);
-    if (!rate && !waits)
+    int waits = in->wait_s > 0 ? limits_wait_begin(in->token, &in->wait_counted) : 0;
+    if (!waits)
         return STEP_NEXT;
     in->tenant_proven = 1;
-    in->problem.retry_after = rate ? rate : waits;
+    in->problem.retry_after = waits;
     return raise_problem(in, 429, "rate-limited", "Too many requests",
-                         rate ? "this tenant's requests per second are used up; retry after "
-                                "Retry-After seconds with the same Idempotency-Key"
-                              : "this tenant holds as many `Prefer: wait` connections as it may; "
-                                "retry later, or without `Prefer: wait` and poll the job");
+                         "this tenant holds as many `Prefer: wait` connections as it may; retry "
+                         "later, or without `Prefer: wait` and poll the job");
 }
 
 /* canonicalise: one strict parse of the client's bytes (the body is refused here when it is not
@@ -213,6 +212,24 @@ static enum step_result step_fingerprint(struct intake *in)
     if (crypto_job_id(in->job_id) < 0 || !in->fp[0])
         return raise_problem(in, 500, "internal", "Internal error", "no randomness");
     return STEP_NEXT;
+}
+
+/* gate: the tenant gate every creation passes (gate.h): its requests per second, and the price
+ * the record reserves against its budget (whose verdict the store takes in the same commit).
+ * Replays pass it too, as they did the rate limit before: a client retrying in a loop is slowed
+ * whether or not its key exists. Over the rate nothing is recorded. */
+static enum step_result step_gate(struct intake *in)
+{
+    struct gate_req q = {.token_hash = in->token,
+                         .p = in->p,
+                         .body = in->body.sent,
+                         .len = in->body.sent_len,
+                         .outputs = in->body.requested};
+    int retry_after = gate_admit(in->r, &q, &in->pass);
+    if (!retry_after)
+        return STEP_NEXT;
+    gate_reply_rate(in->r, retry_after); /* only live tenants are limited: no proof needed */
+    return STEP_ANSWERED;
 }
 
 /* cache: a terminal job never changes, so a replay of it needs no database round trip. */
@@ -286,10 +303,9 @@ static enum step_result step_record(struct intake *in)
                                                  prof_reconcile_name(p->reconcile),
                                              .outputs_requested = in->body.requested,
                                              .profile_id = p->profile_id,
-                                             .reserve_micros = price_estimate_raw(
-                                                 &p->pricing, in->body.sent, in->body.sent_len,
-                                                 in->body.requested),
-                                             .currency = p->pricing.currency};
+                                             .reserve_micros = in->pass.reserve_micros,
+                                             .currency = in->pass.currency,
+                                             .unpriced = in->pass.unpriced};
     in->rec.done = intake_recorded;
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
@@ -315,8 +331,8 @@ static enum step_result step_recorded(struct intake *in)
         reply_unauthorized(in->r);
         return STEP_ANSWERED;
     }
-    if (si->err == STORE_EOVERDAY || si->err == STORE_EOVERMONTH || si->err == STORE_EINFLIGHT) {
-        reply_budget_refused(in->r, si->err, si->q.reserve_micros, si->q.currency);
+    if (gate_refused(si->err)) {
+        gate_reply_refused(in->r, si->err, si->q.reserve_micros, si->q.currency);
         return STEP_ANSWERED;
     }
     if (si->err < 0) {
@@ -388,6 +404,7 @@ static const struct intake_step {
     {"limit", step_limit},
     {"canonicalise", step_canonicalise},
     {"fingerprint", step_fingerprint},
+    {"gate", step_gate},
     {"cache", step_cache},
     {"record", step_record},
     {"recorded", step_recorded},

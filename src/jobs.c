@@ -4,6 +4,7 @@
 #include "idemgate/archive.h"
 #include "idemgate/crypto.h"
 #include "idemgate/fingerprint.h"
+#include "idemgate/gate.h"
 #include "idemgate/headers.h"
 #include "idemgate/jobcache.h"
 #include "idemgate/jobview.h"
@@ -208,7 +209,17 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
         st_resolve_target(res.what, async, p && p->task_path, j.cancel_requested_at != NULL);
     int unproven = res.what == RES_FOUND && !admin && j.state == ST_REVIEW &&
                    (!p || !adoption_proven(p, j.id, res.remote));
+    /* An `absent` that sends the operation again is a creation at the provider: it passes the
+     * tenant gate (gate.h) — the rate of the job's tenant, whoever resolves it; its budget is
+     * the reservation and in-flight slot the operation has held since its intake. */
+    struct gate_pass pass;
+    int resend = next == ST_PREPARED && j.state == ST_REVIEW && !j.cancel_requested_at;
+    int retry_after = resend ? gate_admit(r, &(struct gate_req){.token_hash = token}, &pass) : 0;
     store_job_fini(&j);
+    if (retry_after) {
+        gate_reply_rate(r, retry_after);
+        goto done;
+    }
     if (unproven) {
         reply_problem(r, 403, "adoption-not-proven", "Adoption not proven",
                       "the provider's task does not carry this job's client reference (or cannot "
@@ -245,6 +256,14 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
                              "a regeneration is a new paid creation: give it a key of its own");
         return;
     }
+    /* A new paid creation: the tenant gate (gate.h). Its price is the parent's, which the store
+     * reserves against the budget in the same commit. */
+    struct gate_pass pass;
+    int retry_after = gate_admit(r, &(struct gate_req){.token_hash = token}, &pass);
+    if (retry_after) {
+        gate_reply_rate(r, retry_after);
+        return;
+    }
     /* The operation a regeneration stands for is "one more from this parent". */
     fp_compute("(regenerate)", 12, parent_id, strlen(parent_id), "", 0, fp);
     if (crypto_job_id(job_id) < 0) {
@@ -258,8 +277,8 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
     if (e == STORE_ECONFLICT) {
         reply_problem(r, 409, "parent-not-terminal", "Parent job not finished",
                       "only a completed, failed or canceled job can be regenerated", 0);
-    } else if (e == STORE_EOVERDAY || e == STORE_EOVERMONTH || e == STORE_EINFLIGHT) {
-        reply_budget_refused(r, e, -1, NULL); /* the parent's estimate, as the job shows it */
+    } else if (gate_refused(e)) {
+        gate_reply_refused(r, e, -1, NULL); /* the parent's estimate, as the job shows it */
     } else if (e < 0) {
         reply_job_error(r, e);
     } else {

@@ -22,6 +22,9 @@ static const char *const safety_names[MS__COUNT][2] = {
     {"idemgate_review_entered_total", "operations handed to an operator"},
     {"idemgate_webhook_duplicates_total", "webhook deliveries of an event already seen"},
     {"idemgate_webhook_refused_total", "webhook deliveries whose signature did not verify"},
+    {"idemgate_trips_refuted_total",
+     "credential refusals the provider's probe then refuted: only their job failed, nothing "
+     "tripped"},
 };
 
 /* Status classes keep the label set small and fixed. */
@@ -246,8 +249,9 @@ char *metrics_render(const char *extra)
             "settled, by provider (this replica).\n"
             "# TYPE idemgate_settled_operations_total counter\n"
             "# HELP idemgate_unpriced_operations_total Completed operations of a priced provider "
-            "whose request its table prices nothing (a model it does not list): cost 0, held by "
-            "no amount budget; add the price (this replica).\n"
+            "whose request its table prices nothing (a model it does not list, no "
+            "fallback_per_output): cost 0, of tenants without an amount budget (which refuses "
+            "them); add the price (this replica).\n"
             "# TYPE idemgate_unpriced_operations_total counter\n");
     int ns = atomic_load(&n_spend);
     for (int i = 0; i <= N_SPEND; i++) {

@@ -22,6 +22,13 @@ static struct pol_decision by_outcome(const struct pol_input *in)
         d.next = ST_FAILED;
         d.reason = "the provider rejected the request";
         return d;
+    case CLS_REJECTED_UNMARKED:
+        /* Refused with a status that may be about the account, but nothing in the answer says
+         * so: this job alone fails; the provider stays open for every other job. */
+        d.next = ST_FAILED;
+        d.reason = "the provider refused this request (its answer names no credential problem; "
+                   "the credential is not tripped)";
+        return d;
     case CLS_REJECTED_ACCOUNT:
         d.next = ST_FAILED;
         d.trip_credential = 1;

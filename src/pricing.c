@@ -200,6 +200,10 @@ static int load_table(const cJSON *j, struct price_table *t, int nested, char *e
         errf(err, errlen, "pricing.variants: a variant's table has no variants of its own");
         return -1;
     }
+    if (nested && cJSON_GetObjectItemCaseSensitive(j, "fallback_per_output")) {
+        errf(err, errlen, "pricing.fallback_per_output belongs to the top-level table");
+        return -1;
+    }
     if (get_micros(j, "per_request", 0, &t->per_request, err, errlen) < 0 ||
         get_micros(j, "per_output", 0, &t->per_output, err, errlen) < 0 ||
         get_micros(j, "per_megapixel", 0, &t->per_megapixel, err, errlen) < 0 ||
@@ -245,6 +249,24 @@ static int load_table(const cJSON *j, struct price_table *t, int nested, char *e
     return 0;
 }
 
+/* fallback_per_output: top level only, and only beside variants (without them every request is
+ * priced by the top-level members). */
+static int load_fallback(const cJSON *j, struct price_table *t, char *err, size_t errlen)
+{
+    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(j, "fallback_per_output");
+    if (!fb)
+        return 0;
+    if (!t->n_variants) {
+        errf(err, errlen, "pricing.fallback_per_output prices a request no variant names: it "
+                          "needs \"variants\" (set per_output otherwise)");
+        return -1;
+    }
+    if (get_micros(j, "fallback_per_output", 0, &t->fallback_per_output, err, errlen) < 0)
+        return -1;
+    t->has_fallback = 1;
+    return 0;
+}
+
 int price_table_load(const cJSON *j, struct price_table *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
@@ -258,7 +280,8 @@ int price_table_load(const cJSON *j, struct price_table *t, char *err, size_t er
     const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "source"));
     t->currency = strdup(cur);
     t->source = src ? strdup(src) : NULL;
-    if (!t->currency || (src && !t->source) || load_table(j, t, 0, err, errlen) < 0) {
+    if (!t->currency || (src && !t->source) || load_table(j, t, 0, err, errlen) < 0 ||
+        load_fallback(j, t, err, errlen) < 0) {
         if (!err[0])
             errf(err, errlen, "pricing: out of memory");
         price_table_fini(t);
@@ -383,10 +406,31 @@ static long long tokens_price(const struct price_table *t, double in, double out
     return sat_add(sat_mul(t->per_mtok_in, in / 1e6), sat_mul(t->per_mtok_out, out / 1e6));
 }
 
+/* 1 when no variant names the request and the top-level members price nothing (a model the
+ * table does not list); doc is the parsed request. Whether a fallback prices it is the
+ * caller's to ask. */
+static int unlisted(const struct price_table *t, const cJSON *doc)
+{
+    if (!t || !t->present || !t->n_variants)
+        return 0;
+    if (t->per_request || t->per_output || t->per_megapixel || t->per_second ||
+        t->per_mtok_in || t->per_mtok_out || t->output_by.n_prices || t->second_by.n_prices)
+        return 0;
+    return pick(t, doc) == t;
+}
+
+/* An unlisted request priced by the fallback: n outputs. */
+static long long fallback_price(const struct price_table *t, int n)
+{
+    return sat_mul(t->fallback_per_output, n < 0 ? 0 : n);
+}
+
 long long price_estimate(const struct price_table *top, const cJSON *body, int outputs_requested)
 {
     if (!top || !top->present)
         return 0;
+    if (top->has_fallback && unlisted(top, body))
+        return fallback_price(top, outputs_requested < 1 ? 1 : outputs_requested);
     const struct price_table *t = pick(top, body);
     long long c = sat_add(t->per_request,
                           outputs_price(t, body, outputs_requested < 1 ? 1 : outputs_requested));
@@ -402,6 +446,8 @@ long long price_actual(const struct price_table *top, const cJSON *body, int out
     const struct price_table *t = pick(top, body);
     int n = outputs_received >= 0 ? outputs_received
                                   : outputs_requested >= 1 ? outputs_requested : 1;
+    if (top->has_fallback && unlisted(top, body))
+        return fallback_price(top, n);
     double in = number_at(t->tokens_in, usage), out = number_at(t->tokens_out, usage);
     int reported = in >= 0 || out >= 0;
     /* Billed by tokens: what the usage reports is the cost, the outputs were the estimate. */
@@ -426,17 +472,6 @@ long long price_estimate_raw(const struct price_table *t, const char *body, size
     return c;
 }
 
-/* See price_unlisted_raw; doc is the parsed request. */
-static int unlisted(const struct price_table *t, const cJSON *doc)
-{
-    if (!t || !t->present || !t->n_variants)
-        return 0;
-    if (t->per_request || t->per_output || t->per_megapixel || t->per_second ||
-        t->per_mtok_in || t->per_mtok_out || t->output_by.n_prices || t->second_by.n_prices)
-        return 0;
-    return pick(t, doc) == t;
-}
-
 long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
                            int outputs_requested, int outputs_received, const char *usage,
                            int *is_unlisted)
@@ -449,7 +484,7 @@ long long price_actual_raw(const struct price_table *t, const char *body, size_t
     cJSON *u = usage ? cJSON_Parse(usage) : NULL;
     long long c = price_actual(t, doc, outputs_requested, outputs_received, u);
     if (is_unlisted)
-        *is_unlisted = unlisted(t, doc);
+        *is_unlisted = unlisted(t, doc) && !t->has_fallback;
     cJSON_Delete(doc);
     cJSON_Delete(u);
     return c;
@@ -460,7 +495,7 @@ int price_unlisted_raw(const struct price_table *t, const char *body, size_t len
     if (!t || !t->present || !t->n_variants)
         return 0;
     cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
-    int u = unlisted(t, doc);
+    int u = unlisted(t, doc) && !t->has_fallback;
     cJSON_Delete(doc);
     return u;
 }

@@ -136,6 +136,42 @@ static int load_statuses(const cJSON *o, const char *key, int *out, int cap, int
     return 0;
 }
 
+/* auth.trip_markers: up to 8 strings of 1..128 printable ASCII bytes, matched byte for byte in
+ * a refusal's body (classify.h). */
+static int load_trip_markers(struct cfg_provider *p, const cJSON *auth, const char *file,
+                             char *err, size_t errlen)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(auth, "trip_markers");
+    const cJSON *v;
+    if (!arr)
+        return 0;
+    int ok = cJSON_IsArray(arr);
+    cJSON_ArrayForEach(v, arr)
+    {
+        const char *m = cJSON_GetStringValue(v);
+        size_t len = m ? strlen(m) : 0;
+        int printable = len > 0 && len <= 128;
+        for (size_t i = 0; printable && i < len; i++)
+            printable = m[i] >= 0x20 && m[i] < 0x7f;
+        if (!printable || p->n_trip_markers == 8) {
+            ok = 0;
+            break;
+        }
+        p->trip_markers[p->n_trip_markers] = strdup(m);
+        if (!p->trip_markers[p->n_trip_markers])
+            return -1;
+        p->n_trip_markers++;
+    }
+    if (!ok) {
+        errf(err, errlen,
+             "%s: providers.%s.auth.trip_markers: an array of up to 8 strings of 1 to 128 "
+             "printable ASCII characters",
+             file, p->name);
+        return -1;
+    }
+    return 0;
+}
+
 static const char *const reconcile_names[] = {"none", "idempotent_resubmit", "get_by_client_id",
                                               "list_match"};
 
@@ -663,7 +699,8 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
     char field[160];
     snprintf(field, sizeof(field), "providers.%s.auth", p->name);
     if (load_statuses(auth, "trip_statuses", p->trip_statuses, 8, &p->n_trip_statuses,
-                      trip_default, 3, 400, 499, file, field, err, errlen) < 0)
+                      trip_default, 3, 400, 499, file, field, err, errlen) < 0 ||
+        load_trip_markers(p, auth, file, err, errlen) < 0)
         return -1;
     if (auth) {
         p->auth_header = dup_str(auth, "header", "Authorization");
@@ -783,6 +820,8 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->task_path};
         for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
             free(strs[k]);
+        for (int k = 0; k < p->n_trip_markers; k++)
+            free(p->trip_markers[k]);
         struct jpath *paths[] = {p->lookup_id, p->list_items, p->list_match, p->list_id,
                                  p->outputs_requested, p->outputs_received, p->usage, p->task_id,
                                  p->poll_url, p->status_path, p->done_path,

@@ -1,5 +1,6 @@
 #include "idemgate/reaper.h"
 
+#include "idemgate/breaker.h"
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
 #include "idemgate/migrate.h"
@@ -42,20 +43,10 @@ static void probe_one(const char *provider, int status, const char *reason,
     (void)tripped_at;
     struct probe_ctx *x = arg;
     const struct cfg_provider *p = cfg_find_provider(x->cfg, provider, strlen(provider));
-    if (!p || !p->probe_path)
-        return;
-    char *url = prov_url(p, p->probe_path, NULL, NULL, "probe");
-    if (!url)
-        return;
-    struct up_response res;
-    struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
-    int rc = prov_call(p, &call, &res);
-    free(url);
     int cleared = 0;
-    if (rc == 0 && res.http_status >= 200 && res.http_status < 300 &&
+    if (p && breaker_probe(p, p->total_timeout_ms) == CLS_PROBE_OK &&
         store_breaker_reset(x->db, provider, &cleared) == STORE_OK && cleared)
         LOG(LOG_WARN, "provider_reset", LS("provider", provider), LS("by", "probe"));
-    up_response_fini(&res);
 }
 
 /* One retention sweep: bounded batches while some kind fills its batch. */

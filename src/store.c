@@ -171,20 +171,24 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
 }
 
 /* Budgets (migrations/0008), shared by the statements that create an operation (intake,
- * regenerate): `bud` locks the tenant's tenant_budgets row (the newest committed counters; every
- * other creation for this tenant waits for this commit, no other tenant's does); `v` is the
- * verdict for an estimate of `cost` in `cur`: 0 no budget, 1 within it, 2 over the day's amount,
- * 3 over the month's, 4 at the most jobs in flight. BUDGET_TAKE (after `ins`) counts an inserted
+ * regenerate; the tenant gate's store half, gate.h): `bud` locks the tenant's tenant_budgets row
+ * (the newest committed counters; every other creation for this tenant waits for this commit, no
+ * other tenant's does); `v` is the verdict for an estimate of `cost` in `cur`, `unpriced` when
+ * the price table priced the request with nothing: 0 no budget, 1 within it, 2 over the day's
+ * amount, 3 over the month's, 4 at the most jobs in flight, 5 unpriced under an amount budget in
+ * its currency (its 0 would pass any amount: issue 21 §7). BUDGET_TAKE (after `ins`) counts an inserted
  * row that was budgeted: one more in flight, its estimate reserved in the current day and month.
  * BUDGET_REFUSED answers a refused new key with one row whose flag is the verdict. */
 #define UTC_TODAY "(now() AT TIME ZONE 'UTC')::date"
 #define UTC_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
-#define BUDGET_CTES(cost, cur)                                                                     \
+#define BUDGET_CTES(cost, cur, unpriced)                                                           \
     "bud AS (SELECT tb.* FROM tenant_budgets tb WHERE tb.tenant_id = (SELECT id FROM t) "         \
     " FOR UPDATE), "                                                                               \
     "v AS (SELECT b.tenant_id AS tid, CASE WHEN b.tenant_id IS NULL THEN 0 "                       \
     "  WHEN b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN 4 "                  \
     "  WHEN b.currency IS DISTINCT FROM " cur " THEN 1 "                                           \
+    "  WHEN coalesce(" unpriced ", false) AND (b.day_limit_micros IS NOT NULL "                    \
+    "   OR b.month_limit_micros IS NOT NULL) THEN 5 "                                              \
     "  WHEN b.day_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.day = " UTC_TODAY           \
     "   THEN b.day_micros ELSE 0 END > b.day_limit_micros THEN 2 "                                 \
     "  WHEN b.month_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.month = " UTC_MONTH       \
@@ -226,29 +230,30 @@ static const struct db_stmt intake = {
     .sql = TENANT_CTE
     "c AS (SELECT $17::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
     "  WHERE b.provider = $6) AS go), "
-    BUDGET_CTES("$19::bigint", "$20::text")
+    BUDGET_CTES("$19::bigint", "$20::text", "$21::boolean")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
     "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id, "
     "  lease_owner, lease_version, lease_expires_at, next_attempt_at, "
-    "  reserved_micros, currency, budgeted) "
+    "  reserved_micros, currency, budgeted, unpriced) "
     " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, 'prepared', "
     "  now() + make_interval(hours => $12), $13, $14, $15::integer, $16, "
     "  CASE WHEN c.go THEN $17 END, CASE WHEN c.go THEN 1 ELSE 0 END, "
     "  CASE WHEN c.go THEN now() + make_interval(secs => $18) END, "
     "  now() + CASE WHEN c.go THEN make_interval(secs => $18) ELSE interval '0' END, "
-    "  $19::bigint, $20::text, v.verdict = 1 FROM t, c, v WHERE v.verdict <= 1 "
+    "  $19::bigint, $20::text, v.verdict = 1, $21::boolean FROM t, c, v WHERE v.verdict <= 1 "
     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
     BUDGET_TAKE
     WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $2") BUDGET_REFUSED("$2", ""),
     .params = DB_PARAMS("token", "key", "new_id", "fingerprint", "fingerprint_version",
                         "provider", "route", "method", "url", "credential", "body", "ttl_hours",
                         "idem_header", "reconcile_strategy", "outputs_requested", "profile_id",
-                        "claim_owner", "lease_seconds", "reserve_micros", "currency"),
+                        "claim_owner", "lease_seconds", "reserve_micros", "currency",
+                        "unpriced"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
 };
 
-#define INTAKE_NPARAMS 20
+#define INTAKE_NPARAMS 21
 
 static void intake_params(const struct store_intake_req *q, struct param ps[INTAKE_NPARAMS])
 {
@@ -274,11 +279,21 @@ static void intake_params(const struct store_intake_req *q, struct param ps[INTA
         p_int("lease_seconds", q->lease_seconds),
         p_int("reserve_micros", q->reserve_micros),
         p_text("currency", q->currency),
+        p_bool("unpriced", q->unpriced),
     };
     memcpy(ps, v, sizeof(v));
 }
 
-/* A new key the tenant's budget refused (verdict 2..4 of the intake statement): unless the key
+/* The error of a budget verdict (BUDGET_CTES) that refused a creation. */
+static int budget_refusal(int verdict)
+{
+    return verdict == 2   ? STORE_EOVERDAY
+           : verdict == 3 ? STORE_EOVERMONTH
+           : verdict == 5 ? STORE_EUNPRICED
+                          : STORE_EINFLIGHT;
+}
+
+/* A new key the tenant's budget refused (verdict 2..5 of the intake statement): unless the key
  * was recorded meanwhile — a racing duplicate committed after the statement's snapshot, which is
  * replayed — the refusal. */
 static int intake_refused(struct db *db, const struct store_intake_req *q, int verdict,
@@ -289,7 +304,7 @@ static int intake_refused(struct db *db, const struct store_intake_req *q, int v
         *created = strcmp(out->id, q->new_id) == 0;
     if (e != STORE_ENOTFOUND)
         return e;
-    return verdict == 2 ? STORE_EOVERDAY : verdict == 3 ? STORE_EOVERMONTH : STORE_EINFLIGHT;
+    return budget_refusal(verdict);
 }
 
 int store_intake(struct db *db, const struct store_intake_req *q, struct store_job *out,
@@ -487,15 +502,17 @@ static const struct db_stmt regenerate = {
     .sql = TENANT_CTE
     "p AS (SELECT o.* FROM operations o JOIN t ON o.tenant_id = t.id WHERE o.id = $2 "
     "      AND o.state IN ('completed', 'failed', 'canceled')), "
-    BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)")
+    BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)",
+                "(SELECT p.unpriced FROM p)")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
     "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
     "  req_idem_header, reconcile_strategy, outputs_requested, state, expires_at, parent_id, "
-    "  generation_attempts, profile_id, reserved_micros, currency, budgeted) "
+    "  generation_attempts, profile_id, reserved_micros, currency, budgeted, unpriced) "
     " SELECT p.tenant_id, $3, $4, decode($5, 'hex'), $6, p.provider, p.route, p.req_method, "
     "  p.req_url, p.req_credential, p.req_body, p.req_idem_header, p.reconcile_strategy, "
     "  p.outputs_requested, 'prepared', now() + make_interval(hours => $7), p.id, "
-    "  p.generation_attempts + 1, p.profile_id, p.reserved_micros, p.currency, v.verdict = 1 "
+    "  p.generation_attempts + 1, p.profile_id, p.reserved_micros, p.currency, v.verdict = 1, "
+    "  p.unpriced "
     " FROM p, v WHERE v.verdict <= 1 "
     " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
     BUDGET_TAKE
@@ -545,8 +562,7 @@ int store_regenerate(struct db *db, const char *token, const char *parent_id, co
             e = read_by(db, &by_key, token, p_text("key", key), out);
             *created = 0;
             if (e == STORE_ENOTFOUND)
-                return verdict == 2 ? STORE_EOVERDAY
-                       : verdict == 3 ? STORE_EOVERMONTH : STORE_EINFLIGHT;
+                return budget_refusal(verdict);
             return e;
         }
         if (e == STORE_ENOTFOUND)

@@ -39,6 +39,7 @@ PARAMS = {
     18: "180",        # lease seconds (unused without a claim owner)
     19: "0",          # cost estimate reserved (micro-units): the bench provider has no price table
     20: "NULL",       # its currency: none; the bench tenant has no budget row either
+    21: "false",      # unpriced: a provider without a price table prices nothing it must refuse
 }
 
 HEADER = """\

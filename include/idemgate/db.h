@@ -38,6 +38,9 @@ enum store_err {
     STORE_EOVERDAY = -7,
     STORE_EOVERMONTH = -8,
     STORE_EINFLIGHT = -9,
+    /* Intake or regeneration of an unpriced request (pricing.h) under an amount budget: refused,
+     * nothing recorded — its estimate of 0 would pass any amount. */
+    STORE_EUNPRICED = -10,
 };
 
 struct db;

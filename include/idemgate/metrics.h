@@ -21,6 +21,7 @@ enum metric_safety {
     MS_REVIEW_ENTERED,        /* an operation handed to an operator */
     MS_WEBHOOK_DUPLICATE,     /* a webhook event id seen before */
     MS_WEBHOOK_REFUSED,       /* a webhook whose signature did not verify */
+    MS_TRIP_REFUTED,          /* a credential refusal the provider's probe then refuted */
     MS__COUNT
 };
 

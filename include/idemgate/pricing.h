@@ -27,7 +27,8 @@
  *     "per_megapixel": 25000, "width": "$.image_size.width", "height": "$.image_size.height",
  *     "megapixel": 1000000,
  *     "variants": {"keys": ["$.model"], "defaults": ["gpt-image-1"],
- *                  "tables": {"gpt-image-1-mini": { …the members above… }}}
+ *                  "tables": {"gpt-image-1-mini": { …the members above… }}},
+ *     "fallback_per_output": 200000
  *   }
  *
  * per_output_by picks the price per output by request values joined with "|" (a value the body
@@ -40,7 +41,11 @@
  * estimated at intake by the per-output table and settled at completion by the tokens the usage
  * reports — by the per-output table only when the usage reports none. variants: a whole price
  * table per request value (a model); a value no variant names is priced by the top-level members.
- * Every sum saturates at PRICE_MAX rather than overflow. */
+ * A request that no variant names while the top-level members price nothing is *unpriced* (a
+ * model the table does not list): it would cost 0, so under a tenant's amount budget it is
+ * refused (issue 21 §7) — unless the table sets fallback_per_output (top level only), the price
+ * per output of such a request, which then is priced by it like any other. Every sum saturates
+ * at PRICE_MAX rather than overflow. */
 
 #define PRICE_MAX_BY 4
 #define PRICE_MAX ((long long)1 << 60)
@@ -90,6 +95,8 @@ struct price_table {
     struct price_keys variant_keys;  /* a whole table per request value (the model) */
     struct price_variant *variants;
     size_t n_variants;
+    long long fallback_per_output; /* the price per output of an unlisted request, when */
+    int has_fallback;              /* fallback_per_output is set (top level only) */
 };
 
 struct price_variant {
@@ -124,9 +131,11 @@ long long price_actual_raw(const struct price_table *t, const char *body, size_t
                            int outputs_requested, int outputs_received, const char *usage,
                            int *is_unlisted);
 
-/* 1 when the table has variants, the request's values name none of them and the top-level
- * members price nothing: the job costs 0 and no amount budget holds it (a model the table does
- * not list). body: the raw request (len bytes). */
+/* 1 when the request is unpriced: the table has variants, the request's values name none of
+ * them, the top-level members price nothing and there is no fallback_per_output — it would cost
+ * 0 (a model the table does not list). Such a request is refused under a tenant's amount budget
+ * and, without one, counted (idemgate_unpriced_operations_total). body: the raw request (len
+ * bytes). */
 int price_unlisted_raw(const struct price_table *t, const char *body, size_t len);
 
 /* A decimal amount of currency units ("12", "0.5", "3.000001") as micro-units. Returns 0, or -1

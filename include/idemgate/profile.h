@@ -79,8 +79,12 @@ struct cfg_provider {
     /* Retry: attempt limit, total deadline, full-jitter exponential backoff, a body hint. */
     int not_created[16]; /* statuses that prove no task was made (retry.not_created_statuses) */
     int n_not_created;
-    int trip_statuses[8]; /* statuses that trip the credential (auth.trip_statuses) */
+    int trip_statuses[8]; /* statuses that may trip the credential (auth.trip_statuses) */
     int n_trip_statuses;
+    /* auth.trip_markers: body substrings that prove a trip status other than 401 is about the
+     * credential or the account (e.g. "insufficient_quota"); without one it fails its job only. */
+    char *trip_markers[8];
+    int n_trip_markers;
     int max_attempts;
     long deadline_ms;
     long backoff_base_ms;

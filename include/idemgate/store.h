@@ -83,6 +83,7 @@ struct store_intake_req {
      * tenant's budget in the same commit, in micro-units of currency (NULL: not priced). */
     long long reserve_micros;
     const char *currency;
+    int unpriced; /* the price table priced this request with nothing (pricing.h) */
 };
 
 /* The intake decision in one round trip: insert the intent (committed on return) or read the

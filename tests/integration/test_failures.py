@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import MOCK_BIN, free_port, provider, wait_for_line
+from conftest import GATEWAY_BIN, MOCK_BIN, free_port, provider, tenant_token, wait_for_line
 
 FAST_RETRY = {"max_attempts": 50, "deadline_seconds": 120, "base_ms": 100, "cap_ms": 500}
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
@@ -154,6 +154,70 @@ def test_401_fails_and_trips_the_provider_until_reset(gateway_factory, token, mo
     assert gw.http.request("GET", "/readyz").json()["tripped_providers"] == []
 
 
+def metric(gw, name):
+    """The value of one counter line of /metrics (0 when absent)."""
+    for line in gw.http.request("GET", "/metrics").body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def tripped(gw):
+    return [t["provider"] for t in gw.http.request("GET", "/readyz").json()["tripped_providers"]]
+
+
+def test_403_without_marker_fails_only_that_job(gateway_factory, token, mock, database_url):
+    """Issue 21 §5: a 403 about one request (a model the account may not use, a content policy)
+    fails that job alone. Nothing in its body says the credential is refused (the profile
+    declares no marker), so the provider is not tripped and another tenant's job is sent."""
+    name = "perreq-" + uuid.uuid4().hex[:8]
+    gw = gateway_factory(providers=[provider(name, mock.url, retry=FAST_RETRY)])
+    other = tenant_token(database_url)
+    before = metric(gw, 'idemgate_attempts_total{outcome="rejected_unmarked"}')
+    mock.script([{"status": 403}])
+    r1 = gw.submit(token, key(), {"prompt": "a model this account may not use"},
+                   route=f"{name}/images/generations")
+    j1 = gw.wait_state(token, r1.json()["id"], {"failed", "completed"})
+    assert j1["state"] == "failed" and j1["result"]["status"] == 403, j1
+    assert "not tripped" in j1["last_error"], j1
+    assert name not in tripped(gw)
+    # Counted: the refusals that failed only their job.
+    assert metric(gw, 'idemgate_attempts_total{outcome="rejected_unmarked"}') == before + 1
+    # Another tenant's job goes out at once, not held behind a breaker.
+    r2 = gw.submit(other, key(), {"prompt": "fine"}, route=f"{name}/images/generations")
+    j2 = gw.wait_state(other, r2.json()["id"], {"completed", "failed"}, timeout=15)
+    assert j2["state"] == "completed", j2
+    assert len(mock.creates_for(r1.json()["id"])) == 1
+    assert len(mock.creates_for(j2["id"])) == 1
+
+
+def test_403_with_a_declared_marker_trips_unless_the_probe_refutes_it(gateway_factory, token,
+                                                                      mock):
+    """A 403 whose body carries a marker the profile declares (the mock's code "mock_403") is
+    evidence about the credential. Before blocking every tenant the profile's probe is asked:
+    one that answers 2xx (the mock's /_health) refutes it — only the job fails, counted in
+    idemgate_trips_refuted_total; without a probe, or with one that proves nothing (a 404), the
+    evidence trips the provider."""
+    auth = {"header": "Authorization", "prefix": "Bearer ", "secret_env": "MOCK_IMAGES_API_KEY",
+            "trip_markers": ["mock_403"]}
+    refuted, unprobed, broken = ("mark-" + uuid.uuid4().hex[:8] for _ in range(3))
+    gw = gateway_factory(providers=[
+        provider(refuted, mock.url, retry=FAST_RETRY, auth=auth, probe={"path": "/_health"}),
+        provider(unprobed, mock.url, retry=FAST_RETRY, auth=auth),
+        provider(broken, mock.url, retry=FAST_RETRY, auth=auth, probe={"path": "/_no_such"})])
+    before = metric(gw, "idemgate_trips_refuted_total")
+    jobs = {}
+    for name in (refuted, unprobed, broken):
+        mock.script([{"status": 403}])
+        r = gw.submit(token, key(), {"prompt": "x"}, route=f"{name}/images/generations")
+        jobs[name] = gw.wait_state(token, r.json()["id"], {"failed", "completed"})
+        assert jobs[name]["state"] == "failed", jobs[name]
+    assert "its probe shows the credential works" in jobs[refuted]["last_error"]
+    assert metric(gw, "idemgate_trips_refuted_total") == before + 1
+    now = tripped(gw)
+    assert refuted not in now and unprobed in now and broken in now, now
+
+
 def test_partial_outputs_complete_with_the_shortfall(gateway, token, mock):
     r = gateway.submit(token, key(), {"prompt": "three please", "n": 3, "_mock": {"n_out": 1}})
     job = gateway.wait_state(token, r.json()["id"], {"completed", "failed"})
@@ -241,6 +305,87 @@ def test_regenerate_is_a_new_linked_operation(gateway, token, mock):
     nokey = gateway.http.request("POST", f"/v1/jobs/{parent['id']}/regenerate", "",
                                  {"Authorization": f"Bearer {token}"})
     assert nokey.status == 400
+
+
+def set_limits(database_url, name, *args):
+    subprocess.check_call([GATEWAY_BIN, "tenant", "limits", name, *args],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+
+
+def test_regenerate_passes_tenant_gate(gateway_factory, mock, database_url, psql):
+    """Issue 21 §6: a regeneration is a new paid creation, so it passes the tenant gate like an
+    intake: over its requests per second the tenant gets 429 rate-limited with Retry-After and
+    nothing is recorded (before: every regeneration of a tenant limited to 1/s was accepted)."""
+    name = "rg-" + uuid.uuid4().hex[:10]
+    tok = tenant_token(database_url, name)
+    set_limits(database_url, name, "--rps", "1", "--burst", "1")
+    gw = gateway_factory()
+    r = gw.submit(tok, key(), {"prompt": "parent"}, headers={"Prefer": "wait=20"})
+    assert r.status == 200, r
+    parent = r.headers["x-idemgate-job-id"]
+    answers = []
+    for _ in range(60):  # bounded: until the gate refuses one
+        g = gw.http.request("POST", f"/v1/jobs/{parent}/regenerate", "",
+                            {"Authorization": f"Bearer {tok}", "Idempotency-Key": key("regen")})
+        answers.append(g)
+        if g.status == 429:
+            break
+    refused = [a for a in answers if a.status == 429]
+    assert refused, [a.status for a in answers]
+    assert refused[0].json()["type"] == "urn:idemgate:problem:rate-limited", refused[0]
+    assert int(refused[0].headers["retry-after"]) >= 1
+    accepted = [a for a in answers if a.status == 202]
+    assert len(accepted) + 1 == len(answers), [a.status for a in answers]
+    rows = psql(f"SELECT count(*) FROM operations WHERE parent_id = '{parent}'")
+    assert rows == [[str(len(accepted))]], (rows, len(accepted))
+
+
+def test_resolve_absent_passes_tenant_gate(gateway_factory, mock, database_url):
+    """Issue 21 §6: an operator's `absent` sends the operation again — a creation at the provider
+    — so it passes the tenant gate of the job's tenant, even with the admin token: over the rate,
+    429 rate-limited and the job stays in review, not sent; after Retry-After it goes."""
+    name = "ra-" + uuid.uuid4().hex[:10]
+    tok = tenant_token(database_url, name)
+    set_limits(database_url, name, "--rps", "1", "--burst", "1")
+    route = "gated/images/generations"
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
+        "gated", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+        reconcile={"strategy": "none", "window_seconds": 2})])
+    mock.script([{"fault": "hang"}] * 4)
+    jobs = []
+    for i in range(4):
+        for _ in range(60):  # the intake passes the same gate: wait out its Retry-After
+            r = gw.submit(tok, key(), {"prompt": f"r{i}"}, route=route)
+            if r.status != 429:
+                break
+            time.sleep(int(r.headers["retry-after"]))
+        assert r.status == 202, r
+        jobs.append(r.json()["id"])
+    for j in jobs:
+        assert gw.wait_state(tok, j, {"review"}, timeout=30)["state"] == "review"
+    answers = {}
+    for i, j in enumerate(jobs):  # alternately the tenant and the admin
+        answers[j] = resolve(gw, tok if i % 2 == 0 else ADMIN_TOKEN, j, {"outcome": "absent"})
+    refused = [j for j, a in answers.items() if a.status == 429]
+    assert refused, {j: a.status for j, a in answers.items()}
+    for j in refused:
+        a = answers[j]
+        assert a.json()["type"] == "urn:idemgate:problem:rate-limited", a
+        assert gw.job(tok, j).json()["state"] == "review"
+        assert len(real_creates(mock.creates_for(j))) == 1, "sent again over the gate"
+    for j, a in answers.items():
+        assert a.status in (200, 429), (j, a)
+    # Once the rate allows it, the same decision is taken and the job is sent again.
+    j = refused[0]
+    for _ in range(60):
+        a = resolve(gw, tok, j, {"outcome": "absent"})
+        if a.status != 429:
+            break
+        time.sleep(int(a.headers["retry-after"]))
+    assert a.status == 200, a
+    done = gw.wait_state(tok, j, {"completed", "failed"}, timeout=20)
+    assert done["state"] == "completed", done
+    assert len(real_creates(mock.creates_for(j))) == 2
 
 
 def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token, mock):

@@ -372,6 +372,84 @@ def test_regeneration_is_a_paid_creation_within_the_budget(gateway_factory, mock
     assert again.status == 202 and again.json()["id"] == job["id"]
 
 
+# A table per model and nothing at the top level, like the shipped openai-images table: a model
+# it does not list is unpriced.
+MODEL_PRICING = {"currency": "USD",
+                 "variants": {"keys": ["$.model"], "defaults": ["listed"],
+                              "tables": {"listed": {"per_output": 40000}}}}
+
+
+def test_unpriced_model_refused_under_budget(gateway_factory, mock, database_url, psql):
+    """Issue 21 §7: a model the price table does not list was estimated at 0 and passed any budget
+    (n=10 of an unlisted model: 202, of a listed one: 402). Under a budget it is refused — 402
+    unpriced-under-budget, nothing recorded or sent — unless the profile sets a fallback price,
+    which then prices it against the budget like any other. Without a budget it still passes and
+    is counted in idemgate_unpriced_operations_total. A regeneration of an unpriced parent is
+    refused the same way once the tenant has a budget."""
+    strict, fallback = "unp-" + uuid.uuid4().hex[:8], "fbk-" + uuid.uuid4().hex[:8]
+    gw = gateway_factory(providers=[
+        provider(strict, mock.url, pricing=MODEL_PRICING),
+        provider(fallback, mock.url, pricing=dict(MODEL_PRICING, fallback_per_output=500000))])
+    budgeted, tok = new_tenant(database_url)
+    free_name, free_tok = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", budgeted, "--day", "1.00").returncode == 0
+
+    def submit(token, prov, body, k=None):
+        return gw.submit(token, k or key(), body, route=f"{prov}/images/generations",
+                         headers={"Prefer": "wait=20"})
+
+    # Before a request is sent at all: a parent the free tenant made, then it gets a budget.
+    parent = submit(free_tok, strict, {"prompt": "p", "model": "unlisted"})
+    assert parent.status == 200, parent
+    parent_id = parent.headers["x-idemgate-job-id"]
+
+    k = key()
+    r = submit(tok, strict, {"prompt": "ten", "model": "unlisted", "n": 10}, k)
+    assert r.status == 402, r.body[:300]
+    assert r.json()["type"] == "urn:idemgate:problem:unpriced-under-budget", r.json()
+    assert psql(f"SELECT count(*) FROM operations WHERE idempotency_key = '{k}'") == [["0"]]
+    # The listed model is priced and held by the budget as before.
+    over = submit(tok, strict, {"prompt": "ten", "model": "listed", "n": 30})
+    assert over.status == 402 and over.json()["type"].endswith("budget-exceeded"), over
+    ok = submit(tok, strict, {"prompt": "one", "model": "listed", "n": 1})
+    assert ok.status == 200, ok
+
+    # A fallback price: the unlisted model is estimated by it and held by the budget.
+    one = submit(tok, fallback, {"prompt": "one", "model": "unlisted", "n": 1})
+    assert one.status == 200, one
+    job = gw.job(tok, one.headers["x-idemgate-job-id"]).json()
+    assert job["cost"] == {"currency": "USD", "estimate_micros": 500000, "micros": 500000}, job
+    ten = submit(tok, fallback, {"prompt": "ten", "model": "unlisted", "n": 10})
+    assert ten.status == 402 and ten.json()["type"].endswith("budget-exceeded"), ten
+
+    # Without a budget an unpriced request passes, costs 0 and is counted.
+    before = metric_value(gw, f'idemgate_unpriced_operations_total{{provider="{strict}",'
+                              f'currency="USD"}}')
+    free = submit(free_tok, strict, {"prompt": "free", "model": "unlisted", "n": 2})
+    assert free.status == 200, free
+    assert metric_value(gw, f'idemgate_unpriced_operations_total{{provider="{strict}",'
+                            f'currency="USD"}}') == before + 1
+
+    # The unpriced parent's regeneration, once its tenant has a budget: refused, not recorded.
+    assert cli(database_url, "tenant", "budget", free_name, "--day", "1.00").returncode == 0
+    rk = key()
+    regen = gw.http.request("POST", f"/v1/jobs/{parent_id}/regenerate",
+                            headers={"Authorization": f"Bearer {free_tok}",
+                                     "Idempotency-Key": rk})
+    assert regen.status == 402, regen.body[:300]
+    assert regen.json()["type"] == "urn:idemgate:problem:unpriced-under-budget"
+    assert psql(f"SELECT count(*) FROM operations WHERE idempotency_key = '{rk}'") == [["0"]]
+    sent = [e["client_ref"] for e in mock.ledger() if not e.get("replay")]
+    assert len(sent) == 4, sent  # the parent, the listed one, the fallback one, the free one
+
+
+def metric_value(gw, name):
+    for line in gw.http.request("GET", "/metrics").body.decode().splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
 def test_a_migration_numbered_below_the_newest_applied_is_still_applied(database_url, psql):
     """Migration numbers are handed to branches worked on side by side (0008 here, while main
     reached 0010): a database already at a newer version still gets the lower ones it lacks."""

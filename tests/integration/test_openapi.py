@@ -615,6 +615,9 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         provider("reffed", mock.url, client_ref={"body_field": "metadata.client_ref"},
                  reconcile={"strategy": "get_by_client_id",
                             "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}),
+        provider("unpriced", mock.url, pricing={
+            "currency": "USD", "variants": {"keys": ["$.model"],
+                                            "tables": {"listed": {"per_output": 1000}}}}),
         provider("hooked", mock.url, webhook={"verify": "hmac_sha256_hex",
                                               "secret_env": "HOOK_SECRET",
                                               "signature_header": "X-Signature",
@@ -738,6 +741,21 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("regenerate, too many in flight", "POST", regen,
                  bcall(regen, "oa-b-" + uuid.uuid4().hex), 429, "too-many-in-flight")
         budget("--clear")
+        # A model the price table does not list, under an amount budget (issue 21 §7): at intake,
+        # and at the regeneration of such a job made before the budget.
+        unp = "/v1/providers/unpriced/images/generations"
+        uparent = call(gw, "POST", unp, '{"prompt":"u","model":"unlisted"}',
+                       auth(btoken, **{"Idempotency-Key": "oa-u-" + uuid.uuid4().hex,
+                                       "Prefer": "wait=10"})).headers["x-idemgate-job-id"]
+        budget("--day", "100")
+        t.expect("unpriced under a budget", "POST", unp,
+                 call(gw, "POST", unp, '{"prompt":"u","model":"unlisted"}',
+                      auth(btoken, **{"Idempotency-Key": "oa-u-" + uuid.uuid4().hex})),
+                 402, "unpriced-under-budget")
+        t.expect("regenerate, unpriced under a budget", "POST", f"/v1/jobs/{uparent}/regenerate",
+                 bcall(f"/v1/jobs/{uparent}/regenerate", "oa-u-" + uuid.uuid4().hex), 402,
+                 "unpriced-under-budget")
+        budget("--clear")
 
         # ---- usage ------------------------------------------------------------------------
         t.expect("usage", "GET", "/v1/usage", call(gw, "GET", "/v1/usage?group_by=day", None, H),
@@ -781,6 +799,29 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                                      "Content-Type": "application/json"})) for _ in range(2)]
         t.expect("rate limit: first", "POST", INTAKE, rl[0], 202)
         t.expect("rate limit: second at once", "POST", INTAKE, rl[1], 429, "rate-limited")
+        # The same tenant gate holds an operator's `absent` (a resend) and a regeneration: each
+        # is tried until one comes within the second of another (bounded).
+        rl_job = rl[0].json()["id"]
+        created.append(rl_job)
+        rl_auth = auth(rl_token, **{"Content-Type": "application/json"})
+        for _ in range(60):
+            set_state(rl_job, "review")
+            r = call(limited, "POST", f"/v1/jobs/{rl_job}/resolve", '{"outcome":"absent"}',
+                     rl_auth)
+            if r.status == 429:
+                break
+        t.expect("resolve absent, rate limit", "POST", f"/v1/jobs/{rl_job}/resolve", r, 429,
+                 "rate-limited")
+        set_state(rl_job, "completed", ", finished_at = now()")
+        for _ in range(60):
+            r = call(limited, "POST", f"/v1/jobs/{rl_job}/regenerate", "",
+                     auth(rl_token, **{"Idempotency-Key": "openapi-rl-" + uuid.uuid4().hex}))
+            if r.status == 202:
+                created.append(r.json()["id"])
+            if r.status == 429:
+                break
+        t.expect("regenerate, rate limit", "POST", f"/v1/jobs/{rl_job}/regenerate", r, 429,
+                 "rate-limited")
 
         # store-busy: every try of the intake hits a serialization failure.
         fn = "openapi_busy_" + uuid.uuid4().hex[:8]

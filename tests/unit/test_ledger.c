@@ -277,6 +277,70 @@ static void test_unlisted_requests(void **state)
     cJSON_Delete(prof);
 }
 
+/* Issue 21 §7: an unpriced request (a model the table does not list) is never a silent 0 under a
+ * budget: the store refuses it, unless fallback_per_output prices it — then it is estimated and
+ * settled by that price and is not unpriced. */
+static void test_unpriced_model_refused_under_budget(void **state)
+{
+    (void)state;
+    static const char *const FB =
+        "{\"currency\":\"USD\",\"fallback_per_output\":500000,\"variants\":{\"keys\":"
+        "[\"$.model\"],\"tables\":{\"a\":{\"per_output\":5}}}}";
+    static const char *const NOFB =
+        "{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"a\":"
+        "{\"per_output\":5}}}}";
+    static const struct {
+        const char *table, *body;
+        int requested, received;
+        long long estimate, actual;
+        int unpriced;
+    } rows[] = {
+        {NOFB, "{\"model\":\"b\",\"n\":10}", 10, 10, 0, 0, 1},      /* the silent 0 */
+        {FB, "{\"model\":\"b\",\"n\":10}", 10, 10, 5000000, 5000000, 0},
+        {FB, "{\"model\":\"b\",\"n\":3}", 3, 1, 1500000, 500000, 0}, /* partial: delivered */
+        {FB, "{\"model\":\"b\"}", 0, -1, 500000, 500000, 0},
+        {FB, "{\"model\":\"a\",\"n\":2}", 2, 2, 10, 10, 0},          /* listed: its table */
+        {FB, "not json", 1, 1, 500000, 500000, 0},
+    };
+    for (size_t i = 0; i < N_ROWS(rows); i++) {
+        cJSON *j = cJSON_Parse(rows[i].table);
+        struct price_table t;
+        char err[200] = "";
+        assert_int_equal(price_table_load(j, &t, err, sizeof(err)), 0);
+        size_t len = strlen(rows[i].body);
+        int unlisted = -1;
+        long long est = price_estimate_raw(&t, rows[i].body, len, rows[i].requested);
+        long long act = price_actual_raw(&t, rows[i].body, len, rows[i].requested,
+                                         rows[i].received, NULL, &unlisted);
+        if (est != rows[i].estimate || act != rows[i].actual ||
+            price_unlisted_raw(&t, rows[i].body, len) != rows[i].unpriced ||
+            unlisted != rows[i].unpriced)
+            fail_msg("row %zu: estimate %lld, actual %lld, unpriced %d", i, est, act, unlisted);
+        price_table_fini(&t);
+        cJSON_Delete(j);
+    }
+    /* The member is validated like the others. */
+    static const struct {
+        const char *table, *err;
+    } bad[] = {
+        {"{\"currency\":\"USD\",\"fallback_per_output\":5}", "needs \"variants\""},
+        {"{\"currency\":\"USD\",\"fallback_per_output\":-1,\"variants\":{\"keys\":"
+         "[\"$.model\"],\"tables\":{\"a\":{}}}}", "pricing.fallback_per_output"},
+        {"{\"currency\":\"USD\",\"fallback_per_output\":0.5,\"variants\":{\"keys\":"
+         "[\"$.model\"],\"tables\":{\"a\":{}}}}", "pricing.fallback_per_output"},
+        {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"a\":"
+         "{\"fallback_per_output\":5}}}}", "top-level"},
+    };
+    for (size_t i = 0; i < N_ROWS(bad); i++) {
+        cJSON *j = cJSON_Parse(bad[i].table);
+        struct price_table t;
+        char err[200] = "";
+        if (price_table_load(j, &t, err, sizeof(err)) == 0 || !strstr(err, bad[i].err))
+            fail_msg("bad row %zu: err \"%s\"", i, err);
+        cJSON_Delete(j);
+    }
+}
+
 static void test_no_table_costs_nothing(void **state)
 {
     (void)state;
@@ -467,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_no_table_costs_nothing),
         cmocka_unit_test(test_shipped_price_tables),
         cmocka_unit_test(test_unlisted_requests),
+        cmocka_unit_test(test_unpriced_model_refused_under_budget),
         cmocka_unit_test(test_bad_tables_name_the_member),
         cmocka_unit_test(test_amounts),
         cmocka_unit_test(test_usage_queries),

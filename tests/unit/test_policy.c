@@ -30,6 +30,9 @@ static const struct row rows[] = {
     {IN(CLS_PARTIAL, 1, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
     {IN(CLS_REJECTED_REQUEST, 1, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 0},
     {IN(CLS_REJECTED_ACCOUNT, 1, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 1},
+    /* A 402/403 with no marker of the credential: this job fails, nothing trips (issue 21). */
+    {IN(CLS_REJECTED_UNMARKED, 1, 5, 0, 60000, -1, 0.5), ST_FAILED, 0, 0, 0},
+    {AMB(CLS_REJECTED_UNMARKED, 2, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 500, 500, 0},
     /* Ambiguous never resends by itself, whatever the budget. */
     {IN(CLS_AMBIGUOUS, 1, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 0, 0, 0},
     {IN(CLS_AMBIGUOUS, 5, 5, 0, 60000, -1, 0.5), ST_UNKNOWN, 0, 0, 0},

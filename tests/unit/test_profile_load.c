@@ -95,11 +95,55 @@ static void test_base_url(void **state)
     }
 }
 
+/* auth.trip_markers (issue 21 §5): strings the refusal's body must carry for a trip status other
+ * than 401 to trip the credential; validated like the other members. */
+static void test_trip_markers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *auth;
+        int ok, n;
+    } rows[] = {
+        {"{}", 1, 0},
+        {"{\"trip_markers\":[]}", 1, 0},
+        {"{\"trip_markers\":[\"insufficient_quota\",\"account_deactivated\"]}", 1, 2},
+        {"{\"trip_markers\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\"]}", 1, 8},
+        {"{\"trip_markers\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}", 0, 0},
+        {"{\"trip_markers\":[\"\"]}", 0, 0},
+        {"{\"trip_markers\":[403]}", 0, 0},
+        {"{\"trip_markers\":\"insufficient_quota\"}", 0, 0},
+        {"{\"trip_markers\":[\"line\\nbreak\"]}", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "[{\"name\":\"p\",\"base_url\":\"https://example.test\",\"routes\":[{\"route\":"
+                 "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],\"auth\":%s}]",
+                 rows[i].auth);
+        cJSON *arr = cJSON_Parse(text);
+        assert_non_null(arr);
+        /* An auth object needs its secret's variable: add it unless the row is about it. */
+        cJSON *auth = cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 0), "auth");
+        cJSON_AddStringToObject(auth, "secret_env", "P_KEY");
+        struct cfg_provider *ps = NULL;
+        size_t n = 0;
+        char err[512] = "";
+        int rc = prof_load_all(arr, "t.json", ".", &ps, &n, err, sizeof(err));
+        if ((rc == 0) != rows[i].ok || (rc == 0 && ps[0].n_trip_markers != rows[i].n) ||
+            (rc != 0 && !strstr(err, "providers.p.auth.trip_markers")))
+            fail_msg("row %zu (%s): rc %d, err %s", i, rows[i].auth, rc, err);
+        if (ps)
+            prof_free_all(ps, n);
+        cJSON_Delete(arr);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_retry_numbers),
         cmocka_unit_test(test_base_url),
+        cmocka_unit_test(test_trip_markers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

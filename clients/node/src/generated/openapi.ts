@@ -786,11 +786,14 @@ export interface components {
             };
         };
         /**
-         * @description The tenant's budget cannot take this job: its estimated cost (the provider's price table
-         *     × the outputs asked for; for a regeneration, the parent's estimate) would pass the
-         *     amount of this UTC day or month (`idemgate tenant budget`). Nothing was recorded and
-         *     the provider was not called. A key that already holds a job is replayed as always,
-         *     never refused nor charged again.
+         * @description The tenant's budget cannot take this job (`budget-exceeded`): its estimated cost (the
+         *     provider's price table × the outputs asked for; for a regeneration, the parent's
+         *     estimate) would pass the amount of this UTC day or month (`idemgate tenant budget`).
+         *     Or (`unpriced-under-budget`) the price table prices the request with nothing — a model
+         *     it does not list, and no `fallback_per_output` — while the tenant has an amount budget:
+         *     counted as 0 it would pass any amount, so it is refused. Nothing was recorded and the
+         *     provider was not called. A key that already holds a job is replayed as always, never
+         *     refused nor charged again.
          */
         BudgetExceeded: {
             headers: {
@@ -799,8 +802,8 @@ export interface components {
             };
             content: {
                 "application/problem+json": components["schemas"]["Problem"] & {
-                    /** @constant */
-                    type?: "urn:idemgate:problem:budget-exceeded";
+                    /** @enum {unknown} */
+                    type?: "urn:idemgate:problem:budget-exceeded" | "urn:idemgate:problem:unpriced-under-budget";
                 };
             };
         };
@@ -855,7 +858,10 @@ export interface components {
         /**
          * @description The tenant is over one of its limits on this replica (`idemgate tenant limits`; defaults
          *     `tenant_requests_per_second`, `tenant_burst`, `tenant_wait_connections`): its requests
-         *     per second, or the `Prefer: wait` connections it holds. Nothing was recorded: retry after
+         *     per second, or the `Prefer: wait` connections it holds. Every path that can create at a
+         *     provider passes this tenant gate: a submit, a regeneration, and a `resolve` `absent`
+         *     (which sends the job again; the job's tenant's rate, whoever resolves it — the job stays
+         *     in review). Nothing was recorded: retry after
          *     `Retry-After` with the same Idempotency-Key (or, for the wait limit, without `Prefer:
          *     wait`, and poll the job).
          */
@@ -1399,6 +1405,7 @@ export interface operations {
                     };
                 };
             };
+            429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
@@ -1466,7 +1473,25 @@ export interface operations {
                 };
             };
             422: components["responses"]["KeyReused"];
-            429: components["responses"]["TooManyInFlight"];
+            /**
+             * @description `rate-limited`: the tenant is over its requests per second on this replica (a
+             *     regeneration passes the same tenant gate as a submit). `too-many-in-flight`: it has
+             *     as many jobs in flight as its budget allows. Nothing was recorded: retry after
+             *     `Retry-After` with the same Idempotency-Key.
+             */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:rate-limited" | "urn:idemgate:problem:too-many-in-flight";
+                    };
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
