@@ -86,6 +86,10 @@ FULL = Sizes(intents=3000, concurrency=24, load_s=300, kills=12, pg_restarts=4, 
 
 P_CANCEL, P_RESUBMIT, P_REUSE, P_REGEN, P_WAIT = 0.2, 0.2, 0.03, 0.03, 0.2
 P_PAD, PAD_BYTES = 0.004, 17 << 20
+# Refusals of one tenant's request (issue 21 item 5): a 403 without a marker the profile declares
+# fails that job only and trips nothing; a 401 trips the provider for every tenant until the
+# campaign's operator resets it (the resetter, about every second).
+P_FORBIDDEN, P_UNAUTHORIZED = 0.02, 0.006
 
 
 # --- small HTTP helpers ----------------------------------------------------------------------------
@@ -286,6 +290,10 @@ def make_plan(seed, sizes, tenants=2):
             special = {"pad_bytes": PAD_BYTES}             # a result over 16 MiB (issue 10 C10)
         elif kind == "kasync" and x < 0.06:
             special = rng.choice([{"id_numeric": True}, {"id_missing": True}])  # (C11)
+        elif kind in ("plain", "lookup", "listed") and x < P_PAD + P_FORBIDDEN:
+            special = {"status": 403}
+        elif kind in ("plain", "lookup", "listed") and x < P_PAD + P_FORBIDDEN + P_UNAUTHORIZED:
+            special = {"status": 401}
         wait = rng.randint(1, 4) if rng.random() < P_WAIT else 0
         actions = []
         if rng.random() < P_CANCEL:
@@ -401,6 +409,7 @@ class Campaign:
         self.admin_resolve = None         # None: untried; True/False: the admin token works
         self.t0 = None
         self.counters = collections.Counter()
+        self.trips = set()                # (provider, http_status) of every breaker seen tripped
 
     # -- mock setup
 
@@ -789,12 +798,40 @@ class Campaign:
 
     # -- the whole run
 
+    def resetter(self):
+        """The operator of tripped credentials: every tripped provider of this run is noted
+        (provider, status) and reset, until the run's end, so that work held behind a breaker
+        goes on."""
+        mine = tuple(e["name"] for e in self.ents.values())
+        while not self.stop_sampler.wait(1.0):
+            try:
+                rows = self.sqlf("SELECT provider, http_status FROM provider_breakers")
+            except Exception:  # noqa: BLE001 - PostgreSQL may be restarting
+                continue
+            for prov, status in rows:
+                if prov not in mine:
+                    continue
+                with self.lock:
+                    self.trips.add((prov, int(status or 0)))
+                st = None
+                if self.admin:
+                    st, _, _, _, _ = call(self.port(), "POST",
+                                          f"/v1/admin/providers/{prov}/reset", self.admin, "")
+                if st != 200:
+                    try:
+                        self.sqlf(f"DELETE FROM provider_breakers WHERE provider = '{prov}'")
+                    except Exception:  # noqa: BLE001
+                        continue
+                self.counters["breaker_resets"] += 1
+
     def run(self):
         self.t0 = time.time()
         threads = [threading.Thread(target=f, daemon=True, name=f.__name__)
                    for f in (self.sampler, self.resolver, self.faults, self.noise)]
         for t in threads:
             t.start()
+        reset_thread = threading.Thread(target=self.resetter, daemon=True, name="resetter")
+        reset_thread.start()
         ex = ThreadPoolExecutor(max_workers=self.sizes.concurrency)
         try:
             futs = [ex.submit(self.drive, slot, p) for slot, p in enumerate(self.plan.intents)]
@@ -840,6 +877,7 @@ class Campaign:
         time.sleep(1.0)  # a create sent late would be in the ledger now
         self.stop_sampler.set()
         threads[0].join(timeout=30)
+        reset_thread.join(timeout=30)
         return {"load_s": round(load_s, 1), "drain_s": round(waited, 2)}
 
     # -- what the checker needs
@@ -896,7 +934,7 @@ class Campaign:
             f"WHERE o.idempotency_key LIKE '{self.pfx}-%' GROUP BY 1, 2 ORDER BY 1, 2")}
         return {"ledger": ledger, "tasks": tasks, "rows": rows, "views": views,
                 "chaos": chaos if isinstance(chaos, dict) else None, "sends": dict(sends),
-                "attempt_outcomes": outcomes}
+                "attempt_outcomes": outcomes, "trips": sorted(self.trips)}
 
     def coverage(self):
         """What the run exercised, from the driver's side."""

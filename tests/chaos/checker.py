@@ -426,6 +426,12 @@ def check_campaign(scenario, camp, data, timing):
             why[("foreign_adoption", d["job"])] = (
                 f"the tenant adopted {d['remote_id']}, a task made for another job, with "
                 f"resolve found: answered {d['status']}")
+    # A per-request refusal (402/403 without a marker the profile declares) is about that
+    # request, not the credential: it never trips the provider for every tenant.
+    for prov, status in data.get("trips", []):
+        if status in (402, 403):
+            v["tripped_by_request"].append(prov)
+            why[("tripped_by_request", prov)] = f"{prov} was tripped by an HTTP {status}"
     for rg in camp.regen_requests:
         jid = rg.get("job_id")
         if jid and (jid not in rows or rows[jid]["state"] in NOT_FINAL):
@@ -477,7 +483,8 @@ def check_campaign(scenario, camp, data, timing):
 CAMPAIGN_VIOLATIONS = ("lost", "duplicates", "unexpected", "id_mismatch", "stuck",
                        "failed_but_created", "unknown_after_drain", "create_after_cancel",
                        "completed_without_outputs", "completed_with_fewer_outputs",
-                       "canceled_without_task", "wrong_task", "failed_with_task",
+                       "canceled_without_task", "tripped_by_request", "wrong_task",
+                       "failed_with_task",
                        "state_backwards", "replay_mismatch", "key_reuse_accepted",
                        "foreign_adoption")
 

@@ -109,7 +109,8 @@ def test_randomised_campaign(seed, gateway_factory, mock, cluster):
                        "cancels_acked",
                        "resubmits",
                        "reuses", "regenerations", "decoys", "resolve_found", "resolve_absent",
-                       "resolve_abandon")},
+                       "resolve_abandon", "breaker_resets")},
+                   trips=[f"{p}:{st}" for p, st in data.get("trips", [])],
                    crashes=sum(r.crashes for r in reps.replicas.values()),
                    admin_resolve=camp.admin_resolve, caps=camp.caps)
     summary.update(camp.coverage(), attempts=data.get("attempt_outcomes"))
@@ -218,11 +219,13 @@ def test_campaign_checker_sees_each_planted_violation():
     camp.sqlf = lambda q: db_rows if "encode(sha256" in q else []
     data = {"ledger": ledger, "tasks": {}, "rows": rows, "views": views, "chaos": None,
             "sends": {"job_cancel2": [{"started": 1200.0, "bytes_sent": 90, "outcome": "x"},
-                                      {"started": 1200.4, "bytes_sent": 90, "outcome": "y"}]}}
+                                      {"started": 1200.4, "bytes_sent": 90, "outcome": "y"}]},
+            # A 401 may trip a provider; one tenant's 403 may not (issue 21 item 5).
+            "trips": [("lookup-t", 401), ("plain-t", 403)]}
     summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
     want = {"duplicates": 1, "create_after_cancel": 2, "completed_without_outputs": 1,
             "failed_with_task": 2, "completed_with_fewer_outputs": 1,
-            "canceled_without_task": 1, "state_backwards": 1, "lost": 1, "unknown_after_drain": 1,
+            "canceled_without_task": 1, "tripped_by_request": 1, "state_backwards": 1, "lost": 1, "unknown_after_drain": 1,
             "wrong_task": 2, "replay_mismatch": 1, "key_reuse_accepted": 1, "unexpected": 1,
             "foreign_adoption": 1}
     assert checker.campaign_violations(summary) == want, (summary, evidence)
