@@ -298,11 +298,18 @@ static void add_gauge(const char *kind, const char *name, long long value, void 
         g->len += (size_t)n;
 }
 
-/* GET /metrics: process counters, and gauges read from the database (bounded labels only:
- * states and configured provider names). */
-void admin_metrics(struct hs_req *r, const struct api_args *a)
+/* Whether the request's bearer token hashes to sha256_hex (64 hex digits). */
+static int token_is(struct hs_req *r, const char *sha256_hex)
 {
-    (void)a;
+    char token[CRYPTO_SHA256_HEX];
+    return strlen(sha256_hex) == 64 && reply_token_hash(r, token) == 0 &&
+           crypto_ct_equal(token, sha256_hex, 64);
+}
+
+/* Process counters, and gauges read from the database (bounded labels only: states and
+ * configured provider names). */
+static void metrics_answer(struct hs_req *r)
+{
     struct gauge_text g = {.len = 0};
     const struct cfg *cfg = api_cfg(r);
     g.buf[0] = '\0';
@@ -326,6 +333,38 @@ void admin_metrics(struct hs_req *r, const struct api_args *a)
     }
     hs_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL);
     free(text);
+}
+
+/* GET /metrics where metrics are served: with metrics_token_sha256 set, only to that token or
+ * the admin token (the console's safety view); 401 otherwise. */
+void admin_metrics_serve(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    const struct cfg *cfg = api_cfg(r);
+    if (*cfg->metrics_token_sha256 && !token_is(r, cfg->metrics_token_sha256) &&
+        !token_is(r, cfg->admin_token_sha256)) {
+        reply_problem(r, 401, "unauthorized", "Unauthorized",
+                      "a valid `Authorization: Bearer <metrics token>` is required", 0);
+        return;
+    }
+    metrics_answer(r);
+}
+
+/* GET /metrics on the API's listener. Once metrics have a listener of their own
+ * (metrics_listen), the API's answers 404, as for any path it does not serve, so that every
+ * tenant's spend and the review backlog never reach whoever can reach the API; only the admin
+ * token still reads them here, for the console's safety view. */
+void admin_metrics(struct hs_req *r, const struct api_args *a)
+{
+    const struct cfg *cfg = api_cfg(r);
+    if (*cfg->metrics_listen_host && !token_is(r, cfg->admin_token_sha256)) {
+        reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+        return;
+    }
+    if (*cfg->metrics_listen_host)
+        metrics_answer(r);
+    else
+        admin_metrics_serve(r, a);
 }
 
 void admin_health(struct hs_req *r, const struct api_args *a)

@@ -1060,3 +1060,41 @@ def test_runs_unprivileged_from_a_read_only_copy_and_writes_nowhere(database_url
     finally:
         os.chmod(ro, 0o755)
         shutil.rmtree(ro, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 21 item 11: metrics on a listener of their own in the shipped deployments.
+# ---------------------------------------------------------------------------------------------
+
+def test_metrics_on_own_listener_in_kubernetes_and_compose(k8s, compose):
+    """The Kubernetes sidecar keeps its API on loopback and puts only the metrics listener on
+    the pod IP, as a named port behind the metrics token (from the Secret); Compose runs the
+    metrics listener on its network without publishing it."""
+    cm = k8s_objects(k8s, "ConfigMap")[0]
+    cfg = json.loads(cm["data"]["idemgate.json"])
+    assert cfg["listen"].startswith("127.0.0.1:")
+    mhost, mport = cfg["metrics_listen"].rsplit(":", 1)
+    assert mhost == "0.0.0.0" and mport != cfg["listen"].rsplit(":", 1)[1]
+    dep = k8s_objects(k8s, "Deployment")[0]
+    pod = dep["spec"]["template"]
+    (sc,) = [c for c, _ in pod_containers(pod["spec"]) if "idemgate" in c["image"]]
+    env = {e["name"]: e.get("value") for e in sc["env"]}
+    assert env["IDEMGATE_LISTEN"].startswith("127.0.0.1:")
+    assert "IDEMGATE_METRICS_LISTEN" not in env or env["IDEMGATE_METRICS_LISTEN"] == \
+        cfg["metrics_listen"]
+    ports = {p["name"]: p["containerPort"] for p in sc["ports"]}
+    assert ports == {"metrics": int(mport)}, "only the metrics listener is on the pod IP"
+    ann = pod["metadata"]["annotations"]
+    assert ann["prometheus.io/port"] == mport and ann["prometheus.io/path"] == "/metrics"
+    secret = next(s for s in k8s_objects(k8s, "Secret")
+                  if s["metadata"]["name"] in {r["secretRef"]["name"] for r in sc["envFrom"]})
+    assert "IDEMGATE_METRICS_TOKEN_SHA256" in secret["stringData"]
+    for name, s in gateway_services(compose).items():
+        listen = s["environment"]["IDEMGATE_METRICS_LISTEN"]
+        assert listen.startswith("0.0.0.0:"), name
+        port = listen.rsplit(":", 1)[1]
+        assert not any(str(p).endswith(":" + port) for p in s.get("ports", [])), \
+            f"{name}: the metrics listener is not published"
+    # The configuration with the metrics listener is valid.
+    r = check_config(cm["data"]["idemgate.json"], {k: "x" for k in secret_envs(cfg)})
+    assert r.returncode == 0, r.stderr
