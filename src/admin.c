@@ -1,6 +1,7 @@
 #include "idemgate/admin.h"
 
 #include "idemgate/api.h"
+#include "idemgate/archready.h"
 #include "idemgate/crypto.h"
 #include "idemgate/jobview.h"
 #include "idemgate/log.h"
@@ -247,8 +248,10 @@ static void add_breaker(const char *provider, int status, const char *reason,
     cJSON_AddItemToArray(arg, b);
 }
 
-/* Ready: the database answers and the schema is the one this binary expects. A tripped provider
- * credential is reported but does not make the replica unready: the other providers work. */
+/* Ready: the database answers, the schema is the one this binary expects, and the archive can
+ * take copies when this replica makes them (archready.h: probed at most every 5 s). A tripped
+ * provider credential is reported but does not make the replica unready: the other providers
+ * work. */
 void admin_ready(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
@@ -257,14 +260,25 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
     /* A newer schema is fine: migrations are additive, so a replica of the previous release
      * stays ready while a rollout migrates ahead of it. */
     int ready = e == STORE_OK && version >= migrate_latest();
+    char why[256] = "";
+    enum archready_state arch = archready_check(api_cfg(r), why, sizeof(why));
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddBoolToObject(o, "ready", ready);
+    cJSON *ready_item = cJSON_AddBoolToObject(o, "ready", 0);
     cJSON_AddBoolToObject(o, "database", e == STORE_OK);
     cJSON_AddNumberToObject(o, "schema_version", version);
     cJSON_AddNumberToObject(o, "schema_expected", migrate_latest());
+    cJSON_AddStringToObject(o, "archive",
+                            arch == ARCHREADY_NOT_USED   ? "not_used"
+                            : arch == ARCHREADY_WRITABLE ? "writable"
+                                                         : "unwritable");
+    if (arch == ARCHREADY_UNWRITABLE) {
+        cJSON_AddStringToObject(o, "archive_error", why);
+        ready = 0;
+    }
     cJSON *tripped = cJSON_AddArrayToObject(o, "tripped_providers");
     if (ready)
         ready = store_breaker_list(api_db(r), add_breaker, tripped) == STORE_OK;
+    ready_item->type = ready ? cJSON_True : cJSON_False;
     reply_json(r, ready ? 200 : 503, o);
 }
 
@@ -324,6 +338,17 @@ static void metrics_answer(struct hs_req *r)
                      "# TYPE idemgate_providers_configured gauge\n"
                      "idemgate_providers_configured %zu\n",
                      e == STORE_OK, cfg->n_providers);
+    if (n > 0 && (size_t)n < cap)
+        g.len += (size_t)n;
+    enum archready_state arch = archready_check(cfg, NULL, 0);
+    cap = sizeof(g.buf) - g.len;
+    n = arch == ARCHREADY_NOT_USED
+            ? 0
+            : snprintf(g.buf + g.len, cap,
+                       "# HELP idemgate_archive_writable The archive took a probe copy at the "
+                       "last check (at most 5 s old); 0 makes /readyz fail.\n"
+                       "# TYPE idemgate_archive_writable gauge\nidemgate_archive_writable %d\n",
+                       arch == ARCHREADY_WRITABLE);
     if (n > 0 && (size_t)n < cap)
         g.len += (size_t)n;
     char *text = metrics_render(g.buf);

@@ -42,7 +42,9 @@ static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
 static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
-
+static atomic_ulong archive_reads_unserved[MAR__COUNT];
+static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
+                                                           "unavailable"};
 
 /* Spend by (provider, currency): labels are configured names, registered on first use. */
 #define N_SPEND 64
@@ -120,6 +122,12 @@ void metrics_archive(int outcome)
 {
     if (outcome >= 0 && outcome < 3)
         atomic_fetch_add(&archive_outcomes[outcome], 1);
+}
+
+void metrics_archive_read_unserved(enum metric_archive_read why)
+{
+    if ((unsigned)why < MAR__COUNT)
+        atomic_fetch_add(&archive_reads_unserved[why], 1);
 }
 
 void metrics_safety(enum metric_safety what)
@@ -285,7 +293,7 @@ static void render_spend(struct buf *b)
     }
 }
 
-/* How archival of outputs ended. */
+/* How archival of outputs ended, and reads of archived outputs this replica could not serve. */
 static void render_archive(struct buf *b)
 {
     put(b,
@@ -297,6 +305,13 @@ static void render_archive(struct buf *b)
         "idemgate_archive_outputs_total{outcome=\"expired\"} %lu\n",
         atomic_load(&archive_outcomes[0]), atomic_load(&archive_outcomes[1]),
         atomic_load(&archive_outcomes[2]));
+    put(b, "# HELP idemgate_archive_reads_unserved_total Archived outputs this replica could not "
+           "serve: stored in another replica's local archive folder (other_replica), in a store "
+           "of another kind (other_store), or the store did not answer (unavailable).\n"
+           "# TYPE idemgate_archive_reads_unserved_total counter\n");
+    for (int i = 0; i < MAR__COUNT; i++)
+        put(b, "idemgate_archive_reads_unserved_total{reason=\"%s\"} %lu\n",
+            archive_read_names[i], atomic_load(&archive_reads_unserved[i]));
 }
 
 char *metrics_render(const char *extra)

@@ -1,7 +1,7 @@
 #include "idemgate/outputs.h"
 
 #include "idemgate/archive.h"
-#include "idemgate/blobstore.h"
+#include "idemgate/archread.h"
 #include "idemgate/crypto.h"
 #include "idemgate/log.h"
 #include "idemgate/reply.h"
@@ -102,7 +102,7 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
         archive_output_fini(&o);
         return;
     }
-    char etag[72], why[256];
+    char etag[72];
     snprintf(etag, sizeof(etag), "\"%s\"", o.sha256);
     const char *ct = o.content_type ? o.content_type : "application/octet-stream";
     if (etag_matches(hs_req_header(r, "If-None-Match"), etag)) {
@@ -111,18 +111,12 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
         archive_output_fini(&o);
         return;
     }
-    struct blob_store *b = blob_open(api_cfg(r));
     int fd = -1;
     long long size = 0;
-    if (!b || blob_open_read(b, o.sha256, &fd, &size, why, sizeof(why)) < 0) {
-        LOG(LOG_ERROR, "archive_read_failed", LS("job_id", id), LS("error", b ? why : "oom"));
-        reply_problem(r, 500, "internal", "Internal error", "the archived object cannot be read",
-                      0);
-        blob_close(b);
+    if (archread_open(r, id, (int)n, &o, &fd, &size) < 0) { /* answered */
         archive_output_fini(&o);
         return;
     }
-    blob_close(b);
     long long first, last;
     /* If-Range with another validator: the whole representation (RFC 9110 §13.1.5). */
     const char *ifr = hs_req_header(r, "If-Range");

@@ -65,7 +65,8 @@ def test_metrics_move_with_their_events(gateway_factory, token, mock):
     for needle in (k, token, ok.json()["id"], secret_prompt, "sk-mock-secret"):
         assert needle not in text
     labels = set(re.findall(r'(\w+)="', text))
-    assert labels <= {"route", "status", "le", "outcome", "state", "provider", "result"}, labels
+    assert labels <= {"route", "status", "le", "outcome", "state", "provider", "result",
+                      "reason"}, labels
 
     log = gw.log()
     lines = [l for l in log.splitlines() if l.strip()]
