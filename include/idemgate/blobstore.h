@@ -11,7 +11,8 @@
  * PUT to the bucket with its SHA-256 declared so the server checks it (s3, SigV4 signed by
  * libcurl). The same bytes twice is a no-op; a process killed mid-copy leaves only a temporary
  * file, which blob_sweep removes, never a partial object. Nothing is created before the first
- * copy (a replica that archives nothing writes nothing). Safe from several threads. */
+ * copy or the first readiness probe (blob_probe; a replica that archives nothing probes nothing
+ * and writes nothing). Safe from several threads. */
 
 struct blob_store;
 

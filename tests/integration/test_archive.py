@@ -463,6 +463,9 @@ def test_archive_across_replicas(gateway_factory, token, mock, tmp_path, s3):
                 instance_id="replica-5", **s3_settings(s3))
     s3b = start(gateway_factory, tmp_path, [e3], archive_dir=str(tmp_path / "s3b"),
                 instance_id="replica-6", archive_workers=0, **s3_settings(s3))
+    # The archiving replica's readiness probes the bucket (a PUT and a DELETE), and passes.
+    assert readyz(s3a)[0] == 200 and readyz(s3a)[1]["archive"] == "writable", readyz(s3a)
+    assert readyz(s3b)[1]["archive"] == "not_used"
     r = s3b.submit(token, "xs-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route3)
     assert r.status == 202, r
     j = archived(s3a, token, r.json()["id"], timeout=120)
@@ -471,6 +474,9 @@ def test_archive_across_replicas(gateway_factory, token, mock, tmp_path, s3):
         got = get_output(gw, token, j["id"], 0)
         assert got.status == 200 and hashlib.sha256(got.body).hexdigest() == \
             j["archive"][0]["sha256"], got
+    probes = os.path.join(s3["dir"], "archive", "idemgate-probe")
+    assert not os.path.exists(probes) or not [f for f in os.listdir(probes)
+                                              if not f.startswith(".")], "probe objects removed"
 
 
 def test_readyz_fails_when_archive_not_writable(gateway_factory, token, mock, tmp_path):
