@@ -9,7 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Retry-After: a store that did not answer may soon; an object in another replica's store may
+ * be reached through another replica (a load balancer's next pick) or once the archive is
+ * shared. */
 #define UNAVAILABLE_RETRY_AFTER_S 5
+#define ELSEWHERE_RETRY_AFTER_S 30
 
 enum archread_verdict archread_classify(int rc, const char *backend, const char *stored_by,
                                         const char *my_backend, const char *my_instance)
@@ -46,7 +50,7 @@ static void answer(struct hs_req *r, const char *job_id, int n, const struct arc
                  "(archive_backend s3, or one volume mounted by every replica)",
                  n, by, backend, cfg->instance_id);
         reply_problem(r, 503, "output-in-other-replica", "Output stored by another replica", detail,
-                      0);
+                      ELSEWHERE_RETRY_AFTER_S);
     } else if (v == ARCHREAD_OTHER_STORE) {
         metrics_archive_read_unserved(MAR_OTHER_STORE);
         snprintf(detail, sizeof(detail),
@@ -54,7 +58,7 @@ static void answer(struct hs_req *r, const char *job_id, int n, const struct arc
                  "to %s: every replica needs the same archive settings",
                  n, backend, by, cfg->archive_backend);
         reply_problem(r, 503, "output-in-other-store", "Output stored in another archive", detail,
-                      0);
+                      ELSEWHERE_RETRY_AFTER_S);
     } else if (v == ARCHREAD_UNAVAILABLE) {
         metrics_archive_read_unserved(MAR_UNAVAILABLE);
         reply_problem(r, 503, "archive-unavailable", "Archive unavailable",

@@ -8,6 +8,7 @@
  * request reached (issue 21 item 13). When this replica's store cannot give the object, the
  * answer says why instead of a 500, and the refusal is logged (archive_read_unserved) and
  * counted (idemgate_archive_reads_unserved_total{reason}):
+ * Every 503 carries Retry-After (30 s for an object elsewhere, 5 s for an unavailable store).
  *   503 output-in-other-replica  another replica published it (its instance_id is in the
  *                                detail) and this replica's store does not have it: with a local
  *                                archive folder per replica, the object is in that replica's

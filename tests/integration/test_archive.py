@@ -438,6 +438,7 @@ def test_archive_across_replicas(gateway_factory, token, mock, tmp_path, s3):
         assert p.headers["content-type"].startswith("application/problem+json")
         assert p.json()["type"] == "urn:idemgate:problem:output-in-other-replica", p.json()
         assert "replica-one" in p.json()["detail"] and "shared" in p.json()["detail"]
+        assert int(p.headers["retry-after"]) > 0
     assert metric(two, 'idemgate_archive_reads_unserved_total{reason="other_replica"}') == 4
     unserved = [json.loads(l) for l in two.log().splitlines()
                 if '"event":"archive_read_unserved"' in l]
