@@ -187,8 +187,11 @@ GW_PID=""
 start_gateway() { # NAME DISPATCH_WORKERS [WRAPPER…]
     local name=$1 disp=$2
     shift 2
+    # /readyz probes the archive: give it a folder of the run's own (the default is under
+    # /var/lib, writable by root only).
     env IDEMGATE_LISTEN="127.0.0.1:$GW_PORT" IDEMGATE_HTTP_THREADS="$HTTP_THREADS" \
         IDEMGATE_DISPATCH_WORKERS="$disp" IDEMGATE_INSTANCE_ID="bench-$name" \
+        IDEMGATE_ARCHIVE_DIR="$T/archive" \
         "$@" "$GATEWAY" serve >"$T/logs/gateway-$name.log" 2>&1 &
     GW_PID=$!
     PIDS+=("$GW_PID")

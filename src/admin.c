@@ -1,6 +1,7 @@
 #include "idemgate/admin.h"
 
 #include "idemgate/api.h"
+#include "idemgate/archready.h"
 #include "idemgate/crypto.h"
 #include "idemgate/jobview.h"
 #include "idemgate/log.h"
@@ -247,8 +248,10 @@ static void add_breaker(const char *provider, int status, const char *reason,
     cJSON_AddItemToArray(arg, b);
 }
 
-/* Ready: the database answers and the schema is the one this binary expects. A tripped provider
- * credential is reported but does not make the replica unready: the other providers work. */
+/* Ready: the database answers, the schema is the one this binary expects, and the archive can
+ * take copies when this replica makes them (archready.h: probed at most every 5 s). A tripped
+ * provider credential is reported but does not make the replica unready: the other providers
+ * work. */
 void admin_ready(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
@@ -257,14 +260,25 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
     /* A newer schema is fine: migrations are additive, so a replica of the previous release
      * stays ready while a rollout migrates ahead of it. */
     int ready = e == STORE_OK && version >= migrate_latest();
+    char why[256] = "";
+    enum archready_state arch = archready_check(api_cfg(r), why, sizeof(why));
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddBoolToObject(o, "ready", ready);
+    cJSON *ready_item = cJSON_AddBoolToObject(o, "ready", 0);
     cJSON_AddBoolToObject(o, "database", e == STORE_OK);
     cJSON_AddNumberToObject(o, "schema_version", version);
     cJSON_AddNumberToObject(o, "schema_expected", migrate_latest());
+    cJSON_AddStringToObject(o, "archive",
+                            arch == ARCHREADY_NOT_USED   ? "not_used"
+                            : arch == ARCHREADY_WRITABLE ? "writable"
+                                                         : "unwritable");
+    if (arch == ARCHREADY_UNWRITABLE) {
+        cJSON_AddStringToObject(o, "archive_error", why);
+        ready = 0;
+    }
     cJSON *tripped = cJSON_AddArrayToObject(o, "tripped_providers");
     if (ready)
         ready = store_breaker_list(api_db(r), add_breaker, tripped) == STORE_OK;
+    ready_item->type = ready ? cJSON_True : cJSON_False;
     reply_json(r, ready ? 200 : 503, o);
 }
 
@@ -298,11 +312,18 @@ static void add_gauge(const char *kind, const char *name, long long value, void 
         g->len += (size_t)n;
 }
 
-/* GET /metrics: process counters, and gauges read from the database (bounded labels only:
- * states and configured provider names). */
-void admin_metrics(struct hs_req *r, const struct api_args *a)
+/* Whether the request's bearer token hashes to sha256_hex (64 hex digits). */
+static int token_is(struct hs_req *r, const char *sha256_hex)
 {
-    (void)a;
+    char token[CRYPTO_SHA256_HEX];
+    return strlen(sha256_hex) == 64 && reply_token_hash(r, token) == 0 &&
+           crypto_ct_equal(token, sha256_hex, 64);
+}
+
+/* Process counters, and gauges read from the database (bounded labels only: states and
+ * configured provider names). */
+static void metrics_answer(struct hs_req *r)
+{
     struct gauge_text g = {.len = 0};
     const struct cfg *cfg = api_cfg(r);
     g.buf[0] = '\0';
@@ -319,6 +340,17 @@ void admin_metrics(struct hs_req *r, const struct api_args *a)
                      e == STORE_OK, cfg->n_providers);
     if (n > 0 && (size_t)n < cap)
         g.len += (size_t)n;
+    enum archready_state arch = archready_check(cfg, NULL, 0);
+    cap = sizeof(g.buf) - g.len;
+    n = arch == ARCHREADY_NOT_USED
+            ? 0
+            : snprintf(g.buf + g.len, cap,
+                       "# HELP idemgate_archive_writable The archive took a probe copy at the "
+                       "last check (at most 5 s old); 0 makes /readyz fail.\n"
+                       "# TYPE idemgate_archive_writable gauge\nidemgate_archive_writable %d\n",
+                       arch == ARCHREADY_WRITABLE);
+    if (n > 0 && (size_t)n < cap)
+        g.len += (size_t)n;
     char *text = metrics_render(g.buf);
     if (!text) {
         reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
@@ -326,6 +358,38 @@ void admin_metrics(struct hs_req *r, const struct api_args *a)
     }
     hs_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL);
     free(text);
+}
+
+/* GET /metrics where metrics are served: with metrics_token_sha256 set, only to that token or
+ * the admin token (the console's safety view); 401 otherwise. */
+void admin_metrics_serve(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    const struct cfg *cfg = api_cfg(r);
+    if (*cfg->metrics_token_sha256 && !token_is(r, cfg->metrics_token_sha256) &&
+        !token_is(r, cfg->admin_token_sha256)) {
+        reply_problem(r, 401, "unauthorized", "Unauthorized",
+                      "a valid `Authorization: Bearer <metrics token>` is required", 0);
+        return;
+    }
+    metrics_answer(r);
+}
+
+/* GET /metrics on the API's listener. Once metrics have a listener of their own
+ * (metrics_listen), the API's answers 404, as for any path it does not serve, so that every
+ * tenant's spend and the review backlog never reach whoever can reach the API; only the admin
+ * token still reads them here, for the console's safety view. */
+void admin_metrics(struct hs_req *r, const struct api_args *a)
+{
+    const struct cfg *cfg = api_cfg(r);
+    if (*cfg->metrics_listen_host && !token_is(r, cfg->admin_token_sha256)) {
+        reply_problem(r, 404, "not-found", "Not found", "no such endpoint", 0);
+        return;
+    }
+    if (*cfg->metrics_listen_host)
+        metrics_answer(r);
+    else
+        admin_metrics_serve(r, a);
 }
 
 void admin_health(struct hs_req *r, const struct api_args *a)

@@ -110,12 +110,13 @@ static const struct db_stmt finish = {
         " next_attempt_at = now() + make_interval(secs => $7::float8 / 1000), "
         " sha256 = coalesce($8, sha256), bytes = coalesce($9::bigint, bytes), "
         " content_type = coalesce($10, content_type), backend = coalesce($11, backend), "
+        " stored_by = coalesce($12, stored_by), "
         " archived_at = CASE WHEN $5 = 'archived' THEN now() END, "
         " lease_owner = NULL, lease_expires_at = NULL "
         "WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
         " AND state = 'pending'",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
-                        "sha256", "bytes", "content_type", "backend"),
+                        "sha256", "bytes", "content_type", "backend", "stored_by"),
 };
 
 static const struct db_stmt job_outputs = {
@@ -141,7 +142,7 @@ static const struct db_stmt output_get = {
     .name = "archive_output_get",
     .sql =
         "SELECT o.id, o.archive_planned_at IS NOT NULL, a.n, a.state, a.sha256, a.bytes, "
-        " a.content_type, a.last_error "
+        " a.content_type, a.last_error, a.backend, a.stored_by "
         "FROM tenants t LEFT JOIN operations o ON o.tenant_id = t.id AND o.id = $2 "
         "LEFT JOIN archive_outputs a ON a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.n = $3 "
         "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL",
@@ -503,7 +504,8 @@ static void write_finish(struct db *db, const struct store_claim *c, int n, cons
                 p_int("lease_version", c->lease_version), p_text("state", state),
                 p_text("error", error), p_int("delay_ms", delay_ms), p_text("sha256", sha),
                 bytes >= 0 ? p_int("bytes", bytes) : p_null("bytes"), p_text("content_type", ct),
-                p_text("backend", sha ? blob_backend(g_blob) : NULL)),
+                p_text("backend", sha ? blob_backend(g_blob) : NULL),
+                p_text("stored_by", sha ? g_cfg->instance_id : NULL)),
         &r);
     int applied = e == STORE_OK && atoi(PQcmdTuples(r)) == 1;
     if (e == STORE_OK)
@@ -681,6 +683,8 @@ int archive_output_get(struct db *db, const char *token_sha256, const char *job_
     out->bytes = db_val(r, 0, 5) ? atoll(db_val(r, 0, 5)) : 0;
     out->content_type = db_val(r, 0, 6);
     out->last_error = db_val(r, 0, 7);
+    out->backend = db_val(r, 0, 8);
+    out->stored_by = db_val(r, 0, 9);
     return STORE_OK;
 }
 

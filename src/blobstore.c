@@ -1,5 +1,6 @@
 #include "idemgate/blobstore.h"
 
+#include "idemgate/crypto.h"
 #include "idemgate/log.h"
 
 #include <curl/curl.h>
@@ -226,8 +227,8 @@ static size_t to_fd(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
-/* A signed request on object key sha; the caller adds what differs. NULL without credentials. */
-static CURL *s3_handle(struct blob_store *b, const char *sha, char *why, size_t whylen)
+/* A signed request on object key `key`; the caller adds what differs. NULL without credentials. */
+static CURL *s3_handle(struct blob_store *b, const char *key_name, char *why, size_t whylen)
 {
     const char *key = getenv(b->key_env), *secret = getenv(b->secret_env);
     if (!key || !secret) {
@@ -241,7 +242,7 @@ static CURL *s3_handle(struct blob_store *b, const char *sha, char *why, size_t 
         return NULL;
     }
     char url[2048];
-    snprintf(url, sizeof(url), "%s/%s/%s", b->endpoint, b->bucket, sha);
+    snprintf(url, sizeof(url), "%s/%s/%s", b->endpoint, b->bucket, key_name);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, b->sigv4);
     curl_easy_setopt(h, CURLOPT_USERNAME, key);
@@ -391,10 +392,11 @@ int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *si
         int f = open(path, O_RDONLY | O_CLOEXEC);
         struct stat st;
         if (f < 0 || fstat(f, &st) < 0) {
+            int missing = errno == ENOENT || errno == ENOTDIR;
             snprintf(why, whylen, "object missing from the archive: %s", strerror(errno));
             if (f >= 0)
                 close(f);
-            return -1;
+            return missing ? BLOB_ENOENT : BLOB_EUNAVAIL;
         }
         *fd = f;
         *size = (long long)st.st_size;
@@ -404,18 +406,18 @@ int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *si
     snprintf(dir, sizeof(dir), "%s/tmp", b->dir);
     if (mkdirs(dir) < 0) {
         snprintf(why, whylen, "archive folder %s: %s", dir, strerror(errno));
-        return -1;
+        return BLOB_EUNAVAIL;
     }
     /* An unnamed file: nothing to clean up whatever happens to this process. */
     int f = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (f < 0) {
         snprintf(why, whylen, "temporary file: %s", strerror(errno));
-        return -1;
+        return BLOB_EUNAVAIL;
     }
     CURL *h = s3_handle(b, sha, why, whylen);
     if (!h) {
         close(f);
-        return -1;
+        return BLOB_EUNAVAIL;
     }
     struct curl_slist *empty = curl_slist_append(NULL, EMPTY_SHA256_HEADER);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, empty);
@@ -428,9 +430,67 @@ int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *si
         if (st > 0)
             snprintf(why, whylen, "bucket GET answered %ld", st);
         close(f);
-        return -1;
+        return st == 404 ? BLOB_ENOENT : BLOB_EUNAVAIL;
     }
     *size = (long long)lseek(f, 0, SEEK_END);
     *fd = f;
     return 0;
+}
+
+/* ---- the writability probe ------------------------------------------------------------ */
+
+#define PROBE_TIMEOUT_MS 5000L
+#define PROBE_BODY "idemgate archive probe\n"
+
+/* One signed request of the probe on key: a PUT of PROBE_BODY, or a DELETE. The status, or -1. */
+static long s3_probe_call(struct blob_store *b, const char *key, int put, char *why, size_t whylen)
+{
+    CURL *h = s3_handle(b, key, why, whylen);
+    if (!h)
+        return -1;
+    char sha[65], hsha[128];
+    crypto_sha256_hex(put ? PROBE_BODY : "", put ? sizeof(PROBE_BODY) - 1 : 0, sha);
+    snprintf(hsha, sizeof(hsha), "x-amz-content-sha256: %s", sha);
+    struct curl_slist *hdrs = curl_slist_append(NULL, hsha);
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, PROBE_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, PROBE_TIMEOUT_MS);
+    if (put) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, PROBE_BODY);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)(sizeof(PROBE_BODY) - 1));
+    } else {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+    }
+    long st = s3_perform(h, put ? "probe PUT" : "probe DELETE", why, whylen);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdrs);
+    if (st > 0 && (st < 200 || st > 299)) {
+        snprintf(why, whylen, "bucket %s answered %ld", put ? "probe PUT" : "probe DELETE", st);
+        return -1;
+    }
+    return st;
+}
+
+int blob_probe(struct blob_store *b, char *why, size_t whylen)
+{
+    /* Every copy is spooled in archive_dir/tmp first, whatever the backend. */
+    struct blob_tmp t;
+    if (blob_tmp_open(b, &t, why, whylen) < 0)
+        return -1;
+    if (blob_tmp_write(&t, PROBE_BODY, sizeof(PROBE_BODY) - 1) < 0 || fsync(t.fd) < 0) {
+        snprintf(why, whylen, "writing in the archive folder: %s", strerror(errno));
+        blob_tmp_abort(&t);
+        return -1;
+    }
+    blob_tmp_abort(&t); /* closed and removed */
+    if (!b->s3)
+        return 0;
+    /* Objects are named by their SHA-256 (64 hex digits): this key is never one of them. */
+    char key[200];
+    snprintf(key, sizeof(key), "idemgate-probe/%s.%ld", b->host, (long)getpid());
+    if (s3_probe_call(b, key, 1, why, whylen) < 0)
+        return -1;
+    return s3_probe_call(b, key, 0, why, whylen) < 0 ? -1 : 0;
 }

@@ -94,6 +94,14 @@ static const struct cfg_setting settings[] = {
      "deepest nesting of arrays and objects accepted in a body"},
     {"max_wait_seconds", "IDEMGATE_MAX_WAIT_SECONDS", T_INT, OFF(max_wait_seconds), "60", 0, 3600,
      "cap on Prefer: wait=N"},
+    {"metrics_listen", "IDEMGATE_METRICS_LISTEN", T_STR, OFF(metrics_listen_host), "", 0, 0,
+     "HOST:PORT of a second listener that serves only /metrics, /healthz and /readyz (empty: "
+     "none; /metrics is then served by `listen`); once set, `listen` answers /metrics 404 "
+     "except to the admin token"},
+    {"metrics_token_sha256", "IDEMGATE_METRICS_TOKEN_SHA256", T_STR, OFF(metrics_token_sha256),
+     "", 0, 0,
+     "hex SHA-256 of the bearer token /metrics requires (the admin token is also accepted; "
+     "empty: no token)"},
     {"poll_interval_ms", "IDEMGATE_POLL_INTERVAL_MS", T_INT, OFF(poll_interval_ms), "1000", 10,
      60000, "dispatcher fallback poll when no wake-up arrives"},
     {"poll_workers", "IDEMGATE_POLL_WORKERS", T_INT, OFF(poll_workers), "1", 0, 64,
@@ -189,18 +197,46 @@ static char *read_file(const char *path, size_t *len)
     *len = n;
     return buf;
 }
-static int split_listen(struct cfg *c, char *err, size_t errlen)
+/* Cuts "HOST:PORT" in *host at its last colon into *host and *port. */
+static int split_host_port(const char *name, char *host, int *port, char *err, size_t errlen)
 {
-    char *colon = strrchr(c->listen_host, ':');
+    char *colon = strrchr(host, ':');
     char *end;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || *end != '\0' || port < 0 || port > 65535) {
-        errf(err, errlen, "listen must be HOST:PORT, got \"%s\"", c->listen_host);
+    long p = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || *end != '\0' || p < 0 || p > 65535) {
+        errf(err, errlen, "%s must be HOST:PORT, got \"%s\"", name, host);
         return -1;
     }
     *colon = '\0';
-    c->listen_port = (int)port;
+    *port = (int)p;
     return 0;
+}
+
+/* The API's address, and the metrics listener's when there is one (never the same). */
+static int split_listen(struct cfg *c, char *err, size_t errlen)
+{
+    if (split_host_port("listen", c->listen_host, &c->listen_port, err, errlen) < 0)
+        return -1;
+    if (!*c->metrics_listen_host)
+        return 0;
+    if (split_host_port("metrics_listen", c->metrics_listen_host, &c->metrics_listen_port, err,
+                        errlen) < 0)
+        return -1;
+    if (c->metrics_listen_port && c->metrics_listen_port == c->listen_port &&
+        strcmp(c->metrics_listen_host, c->listen_host) == 0) {
+        errf(err, errlen, "metrics_listen must differ from listen");
+        return -1;
+    }
+    return 0;
+}
+
+/* A token's SHA-256 is empty or 64 lowercase hex digits. */
+static int check_sha256(const char *name, const char *v, char *err, size_t errlen)
+{
+    if (!*v || (strlen(v) == 64 && strspn(v, "0123456789abcdef") == 64))
+        return 0;
+    errf(err, errlen, "%s must be 64 lowercase hex digits (the SHA-256 of the token)", name);
+    return -1;
 }
 
 /* The file's members into c: settings by name, then the providers (profiles resolved relative to
@@ -250,7 +286,8 @@ static int load_file(struct cfg *c, const cJSON *root, const char *path, char *e
 /* Checks that need every setting: listen address, instance id, log level, leases vs timeouts. */
 static int finish_settings(struct cfg *c, const char *file, char *err, size_t errlen)
 {
-    if (split_listen(c, err, errlen) < 0)
+    if (split_listen(c, err, errlen) < 0 ||
+        check_sha256("metrics_token_sha256", c->metrics_token_sha256, err, errlen) < 0)
         return -1;
     if (!*c->instance_id) {
         char host[128] = "host", id[200];

@@ -10,6 +10,7 @@
 #include "idemgate/jobcache.h"
 #include "idemgate/limits.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics_listener.h"
 #include "idemgate/migrate.h"
 #include "idemgate/offload.h"
 #include "idemgate/poller.h"
@@ -60,6 +61,7 @@ struct subsystems {
     struct api *api;
     struct offload *pool;
     struct hs_server *http;
+    struct hs_server *metrics; /* the metrics listener, when metrics_listen is set */
     int curl, cache, wake;
 };
 
@@ -116,6 +118,8 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (!(s->api = api_new(cfg, s->waiters, s->recorder, s->pool)) ||
         !(s->http = routes_listen(s->api)))
         return "http";
+    if (*cfg->metrics_listen_host && !(s->metrics = ml_listen(s->api)))
+        return "metrics listener";
     return NULL;
 }
 
@@ -128,6 +132,7 @@ static void stop_all(struct subsystems *s)
 {
     offload_close(s->pool); /* queued database work is done and answered */
     hs_stop(s->http);       /* no server thread runs any more */
+    hs_stop(s->metrics);
     offload_free(s->pool);
     api_free(s->api); /* the database workers' connections */
     /* From here the workers' results no longer reach the waiters. */
@@ -169,16 +174,21 @@ static int serve(const struct cfg *cfg)
     }
     LOG(LOG_INFO, "listening", LS("host", cfg->listen_host), LI("port", cfg->listen_port),
         LI("dispatch_workers", cfg->dispatch_workers), LS("instance", cfg->instance_id));
+    if (s.metrics)
+        LOG(LOG_INFO, "metrics_listening", LS("host", cfg->metrics_listen_host),
+            LI("port", cfg->metrics_listen_port));
     fprintf(stdout, "idemgate listening on %s:%d\n", cfg->listen_host, cfg->listen_port);
     fflush(stdout);
 
     sigwait(&set, &sig);
     LOG(LOG_INFO, "shutdown", LS("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
     hs_quiesce(s.http);                 /* new connections are refused */
+    hs_quiesce(s.metrics);
     waiters_close(s.waiters);           /* waiting clients get the current state; no new waits */
     recorder_close(s.recorder);         /* queued intents are recorded and answered; the rest of
                                            the drain records on the database workers */
     hs_drain(s.http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */
+    hs_drain(s.metrics, DRAIN_TIMEOUT_MS);
     stop_all(&s);
     LOG(LOG_INFO, "stopped", LS("instance", cfg->instance_id));
     return 0;

@@ -3,6 +3,7 @@
 #include "idemgate/classify.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,9 @@ static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
 static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
+static atomic_ulong archive_reads_unserved[MAR__COUNT];
+static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
+                                                           "unavailable"};
 
 /* Spend by (provider, currency): labels are configured names, registered on first use. */
 #define N_SPEND 64
@@ -123,6 +127,12 @@ void metrics_archive(int outcome)
         atomic_fetch_add(&archive_outcomes[outcome], 1);
 }
 
+void metrics_archive_read_unserved(enum metric_archive_read why)
+{
+    if ((unsigned)why < MAR__COUNT)
+        atomic_fetch_add(&archive_reads_unserved[why], 1);
+}
+
 void metrics_safety(enum metric_safety what)
 {
     if ((unsigned)what < MS__COUNT)
@@ -152,7 +162,6 @@ struct buf {
 
 static void put(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#include <stdarg.h>
 static void put(struct buf *b, const char *fmt, ...)
 {
     for (;;) {
@@ -175,60 +184,76 @@ static void put(struct buf *b, const char *fmt, ...)
     }
 }
 
-char *metrics_render(const char *extra)
+static const char *const status_names[N_STATUS] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
+
+/* idemgate_http_requests_total: requests by route and status class. */
+static void render_http_counts(struct buf *b)
 {
-    static const char *const status_names[N_STATUS] = {"1xx", "2xx", "3xx", "4xx", "5xx",
-                                                       "other"};
-    struct buf b = {malloc(16384), 0, 16384};
-    if (!b.p)
-        return NULL;
-    b.p[0] = '\0';
-    put(&b, "# HELP idemgate_http_requests_total HTTP requests by route and status class.\n"
-            "# TYPE idemgate_http_requests_total counter\n");
+    put(b, "# HELP idemgate_http_requests_total HTTP requests by route and status class.\n"
+           "# TYPE idemgate_http_requests_total counter\n");
     for (int r = 0; r < MR__COUNT; r++)
         for (int s = 0; s < N_STATUS; s++)
-            put(&b, "idemgate_http_requests_total{route=\"%s\",status=\"%s\"} %lu\n",
+            put(b, "idemgate_http_requests_total{route=\"%s\",status=\"%s\"} %lu\n",
                 route_names[r], status_names[s], atomic_load(&http_count[r][s]));
-    put(&b, "# HELP idemgate_http_request_duration_seconds Time to answer, by route.\n"
-            "# TYPE idemgate_http_request_duration_seconds histogram\n");
+}
+
+/* idemgate_http_request_duration_seconds: one cumulative histogram per route. */
+static void render_http_durations(struct buf *b)
+{
+    put(b, "# HELP idemgate_http_request_duration_seconds Time to answer, by route.\n"
+           "# TYPE idemgate_http_request_duration_seconds histogram\n");
     for (int r = 0; r < MR__COUNT; r++) {
         unsigned long cum = 0;
-        for (size_t i = 0; i <= N_BUCKETS; i++) {
+        for (size_t i = 0; i < N_BUCKETS; i++) {
             cum += atomic_load(&http_bucket[r][i]);
-            if (i < N_BUCKETS)
-                put(&b, "idemgate_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lu\n",
-                    route_names[r], buckets[i], cum);
-            else
-                put(&b,
-                    "idemgate_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %lu\n"
-                    "idemgate_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
-                    "idemgate_http_request_duration_seconds_count{route=\"%s\"} %lu\n",
-                    route_names[r], cum, route_names[r],
-                    (double)atomic_load(&http_sum_us[r]) / 1e6, route_names[r], cum);
+            put(b, "idemgate_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lu\n",
+                route_names[r], buckets[i], cum);
         }
+        cum += atomic_load(&http_bucket[r][N_BUCKETS]);
+        put(b,
+            "idemgate_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %lu\n"
+            "idemgate_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
+            "idemgate_http_request_duration_seconds_count{route=\"%s\"} %lu\n",
+            route_names[r], cum, route_names[r], (double)atomic_load(&http_sum_us[r]) / 1e6,
+            route_names[r], cum);
     }
-    put(&b, "# HELP idemgate_attempts_total Outbound create attempts by outcome class.\n"
-            "# TYPE idemgate_attempts_total counter\n");
+}
+
+/* idemgate_attempts_total by outcome class, then one counter per safety event. */
+static void render_attempts_and_safety(struct buf *b)
+{
+    put(b, "# HELP idemgate_attempts_total Outbound create attempts by outcome class.\n"
+           "# TYPE idemgate_attempts_total counter\n");
     for (int i = 0; i <= CLS__COUNT; i++)
-        put(&b, "idemgate_attempts_total{outcome=\"%s\"} %lu\n",
+        put(b, "idemgate_attempts_total{outcome=\"%s\"} %lu\n",
             i < CLS__COUNT ? cls_name((enum cls_outcome)i) : "other", atomic_load(&attempts[i]));
     for (int i = 0; i < MS__COUNT; i++)
-        put(&b, "# HELP %s Count of %s.\n# TYPE %s counter\n%s %lu\n", safety_names[i][0],
+        put(b, "# HELP %s Count of %s.\n# TYPE %s counter\n%s %lu\n", safety_names[i][0],
             safety_names[i][1], safety_names[i][0], safety_names[i][0], atomic_load(&safety[i]));
-    put(&b, "# HELP idemgate_unknown_duration_seconds Time operations spent in unknown.\n"
-            "# TYPE idemgate_unknown_duration_seconds histogram\n");
+}
+
+/* idemgate_unknown_duration_seconds: how long operations stayed unknown. */
+static void render_unknown(struct buf *b)
+{
+    put(b, "# HELP idemgate_unknown_duration_seconds Time operations spent in unknown.\n"
+           "# TYPE idemgate_unknown_duration_seconds histogram\n");
     unsigned long cum = 0;
     for (size_t i = 0; i < N_BUCKETS; i++) {
         cum += atomic_load(&unknown_bucket[i]);
-        put(&b, "idemgate_unknown_duration_seconds_bucket{le=\"%g\"} %lu\n", unknown_buckets[i],
+        put(b, "idemgate_unknown_duration_seconds_bucket{le=\"%g\"} %lu\n", unknown_buckets[i],
             cum);
     }
     cum += atomic_load(&unknown_bucket[N_BUCKETS]);
-    put(&b,
+    put(b,
         "idemgate_unknown_duration_seconds_bucket{le=\"+Inf\"} %lu\n"
         "idemgate_unknown_duration_seconds_sum %.3f\nidemgate_unknown_duration_seconds_count %lu\n",
         cum, (double)atomic_load(&unknown_sum_ms) / 1000, cum);
-    put(&b,
+}
+
+/* The group commits of intake (recorder.c). */
+static void render_intake(struct buf *b)
+{
+    put(b,
         "# HELP idemgate_intake_batches_total Group commits of intents; result=split: decided "
         "row by row.\n# TYPE idemgate_intake_batches_total counter\n"
         "idemgate_intake_batches_total{result=\"committed\"} %lu\n"
@@ -242,22 +267,27 @@ char *metrics_render(const char *extra)
         "idemgate_intake_born_claimed_total %lu\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed));
-    put(&b, "# HELP idemgate_spend_micros_total Cost settled for completed operations, in "
-            "micro-units of the currency, by provider (this replica).\n"
-            "# TYPE idemgate_spend_micros_total counter\n"
-            "# HELP idemgate_settled_operations_total Completed operations whose cost was "
-            "settled, by provider (this replica).\n"
-            "# TYPE idemgate_settled_operations_total counter\n"
-            "# HELP idemgate_unpriced_operations_total Completed operations of a priced provider "
-            "whose request its table prices nothing (a model it does not list, no "
-            "fallback_per_output): cost 0, of tenants without an amount budget (which refuses "
-            "them); add the price (this replica).\n"
-            "# TYPE idemgate_unpriced_operations_total counter\n");
+}
+
+/* Settled cost by (provider, currency), with the "other" overflow pair when it was used. */
+static void render_spend(struct buf *b)
+{
+    put(b, "# HELP idemgate_spend_micros_total Cost settled for completed operations, in "
+           "micro-units of the currency, by provider (this replica).\n"
+           "# TYPE idemgate_spend_micros_total counter\n"
+           "# HELP idemgate_settled_operations_total Completed operations whose cost was "
+           "settled, by provider (this replica).\n"
+           "# TYPE idemgate_settled_operations_total counter\n"
+           "# HELP idemgate_unpriced_operations_total Completed operations of a priced provider "
+           "whose request its table prices nothing (a model it does not list, no "
+           "fallback_per_output): cost 0, of tenants without an amount budget (which refuses "
+           "them); add the price (this replica).\n"
+           "# TYPE idemgate_unpriced_operations_total counter\n");
     int ns = atomic_load(&n_spend);
     for (int i = 0; i <= N_SPEND; i++) {
         if (i >= ns && (i < N_SPEND || !spend[i].provider))
             continue;
-        put(&b,
+        put(b,
             "idemgate_spend_micros_total{provider=\"%s\",currency=\"%s\"} %llu\n"
             "idemgate_settled_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n"
             "idemgate_unpriced_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n",
@@ -265,7 +295,12 @@ char *metrics_render(const char *extra)
             spend[i].provider, spend[i].currency, atomic_load(&spend[i].jobs),
             spend[i].provider, spend[i].currency, atomic_load(&spend[i].unlisted));
     }
-    put(&b,
+}
+
+/* How archival of outputs ended, and reads of archived outputs this replica could not serve. */
+static void render_archive(struct buf *b)
+{
+    put(b,
         "# HELP idemgate_archive_outputs_total Outputs whose archival ended: archived, failed "
         "(refused or out of attempts) or expired (the provider's URL expired before the copy; "
         "alert on it).\n# TYPE idemgate_archive_outputs_total counter\n"
@@ -274,6 +309,28 @@ char *metrics_render(const char *extra)
         "idemgate_archive_outputs_total{outcome=\"expired\"} %lu\n",
         atomic_load(&archive_outcomes[0]), atomic_load(&archive_outcomes[1]),
         atomic_load(&archive_outcomes[2]));
+    put(b, "# HELP idemgate_archive_reads_unserved_total Archived outputs this replica could not "
+           "serve: stored in another replica's local archive folder (other_replica), in a store "
+           "of another kind (other_store), or the store did not answer (unavailable).\n"
+           "# TYPE idemgate_archive_reads_unserved_total counter\n");
+    for (int i = 0; i < MAR__COUNT; i++)
+        put(b, "idemgate_archive_reads_unserved_total{reason=\"%s\"} %lu\n",
+            archive_read_names[i], atomic_load(&archive_reads_unserved[i]));
+}
+
+char *metrics_render(const char *extra)
+{
+    struct buf b = {malloc(16384), 0, 16384};
+    if (!b.p)
+        return NULL;
+    b.p[0] = '\0';
+    render_http_counts(&b);
+    render_http_durations(&b);
+    render_attempts_and_safety(&b);
+    render_unknown(&b);
+    render_intake(&b);
+    render_spend(&b);
+    render_archive(&b);
     if (extra)
         put(&b, "%s", extra);
     return b.p;

@@ -1,7 +1,7 @@
 #include "idemgate/outputs.h"
 
 #include "idemgate/archive.h"
-#include "idemgate/blobstore.h"
+#include "idemgate/archread.h"
 #include "idemgate/crypto.h"
 #include "idemgate/log.h"
 #include "idemgate/reply.h"
@@ -117,23 +117,6 @@ static void reply_not_archived(struct hs_req *r, const struct archive_output *o,
                   not_archived ? "Output not archived" : "Output not found", detail, 0);
 }
 
-/* Opens the archived object for reading: 0 with *fd and *size, or -1 with a 500 answered. */
-static int open_object(struct hs_req *r, const char *id, const struct archive_output *o, int *fd,
-                       long long *size)
-{
-    char why[256];
-    struct blob_store *b = blob_open(api_cfg(r));
-    int e = b ? blob_open_read(b, o->sha256, fd, size, why, sizeof(why)) : -1;
-    blob_close(b);
-    if (e < 0) {
-        LOG(LOG_ERROR, "archive_read_failed", LS("job_id", id), LS("error", b ? why : "oom"));
-        reply_problem(r, 500, "internal", "Internal error", "the archived object cannot be read",
-                      0);
-        return -1;
-    }
-    return 0;
-}
-
 /* The headers every answer carrying (or validating) the bytes gets, the provider's type being
  * untrusted on the console's origin: no sniffing, a sandbox with no script and no origin, and a
  * download for any type outside the inline allow-list. h holds 8 entries; extra (name, value
@@ -217,7 +200,7 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
         const char *h[16];
         object_headers(ct, etag, NULL, h);
         hs_respond(r, 304, NULL, "", 0, h);
-    } else if (open_object(r, id, &o, &fd, &size) == 0) {
+    } else if (archread_open(r, id, (int)n, &o, &fd, &size) == 0) { /* else answered */
         send_object(r, ct, etag, fd, size);
     }
     archive_output_fini(&o);

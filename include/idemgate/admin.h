@@ -22,7 +22,12 @@ void admin_providers(struct hs_req *r, const struct api_args *a);
 void admin_health(struct hs_req *r, const struct api_args *a);
 /* GET /readyz: the database answers and the schema is the one this binary expects. */
 void admin_ready(struct hs_req *r, const struct api_args *a);
-/* GET /metrics: process counters (metrics.c) and gauges read from the database. */
+/* GET /metrics: process counters (metrics.c) and gauges read from the database; with
+ * metrics_token_sha256 set, only to that token or the admin token (401 otherwise). The metrics
+ * listener's handler (metrics_listener.c). */
+void admin_metrics_serve(struct hs_req *r, const struct api_args *a);
+/* GET /metrics on the API's listener: admin_metrics_serve, or, when metrics_listen gives metrics
+ * a listener of their own, 404 to all but the admin token. */
 void admin_metrics(struct hs_req *r, const struct api_args *a);
 
 #endif

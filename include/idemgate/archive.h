@@ -27,6 +27,9 @@ int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, 
 struct archive_output {
     void *res; /* PGresult; strings point into it */
     const char *state, *sha256, *content_type, *last_error;
+    const char *backend;   /* where it was published: "local" or "s3" (NULL until archived) */
+    const char *stored_by; /* the instance_id of the replica that published it (NULL: unknown,
+                              archived before that was recorded) */
     long long bytes;
     int planned; /* the job's outputs were planned */
     int exists;  /* the output exists (planned, with that index) */

@@ -11,7 +11,8 @@
  * PUT to the bucket with its SHA-256 declared so the server checks it (s3, SigV4 signed by
  * libcurl). The same bytes twice is a no-op; a process killed mid-copy leaves only a temporary
  * file, which blob_sweep removes, never a partial object. Nothing is created before the first
- * copy (a replica that archives nothing writes nothing). Safe from several threads. */
+ * copy or the first readiness probe (blob_probe; a replica that archives nothing probes nothing
+ * and writes nothing). Safe from several threads. */
 
 struct blob_store;
 
@@ -44,10 +45,20 @@ void blob_tmp_abort(struct blob_tmp *t);
  * copy killed midway). */
 void blob_sweep(struct blob_store *b);
 
+/* blob_open_read's failures, beside -1 (not a SHA-256): the store answered that it has no such
+ * object, or the store could not be read (folder unreadable, bucket unreachable or refusing). */
+#define BLOB_ENOENT (-2)
+#define BLOB_EUNAVAIL (-3)
+
 /* Opens object sha for reading: *fd (the caller owns it) and its size. For s3 the object is
- * fetched into an unnamed temporary file first. 0, STORE-like -1 with why when absent or
- * unreadable. */
+ * fetched into an unnamed temporary file first. 0, or -1, BLOB_ENOENT or BLOB_EUNAVAIL with
+ * why. */
 int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *size, char *why,
                    size_t whylen);
+
+/* Whether the store can take a copy now: a small file written, fsynced and removed in the
+ * spool (archive_dir/tmp), and for s3 a small object PUT and DELETEd under idemgate-probe/ (each
+ * request within 5 s). 0, or -1 with why. Blocks: never on a server thread. */
+int blob_probe(struct blob_store *b, char *why, size_t whylen);
 
 #endif

@@ -13,6 +13,10 @@ struct cfg {
     char *config_path;
     char *listen_host;
     int listen_port;
+    /* The metrics listener (metrics_listener.h): "" when there is none. */
+    char *metrics_listen_host;
+    int metrics_listen_port;
+    char *metrics_token_sha256; /* "" or the hex SHA-256 of the token /metrics requires */
     char *database_url;
     char *instance_id; /* names this replica as a lease owner; defaults to host:pid */
     int http_threads;

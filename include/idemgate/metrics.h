@@ -32,6 +32,14 @@ void metrics_attempt(const char *outcome);
 void metrics_safety(enum metric_safety what);
 /* An output's archival ended: 0 archived, 1 failed, 2 expired before it was copied. */
 void metrics_archive(int outcome);
+/* Why an archived output could not be served by this replica (outputs.c). */
+enum metric_archive_read {
+    MAR_OTHER_REPLICA = 0, /* in another replica's local archive folder */
+    MAR_OTHER_STORE,     /* in a store of another kind than this replica's */
+    MAR_UNAVAILABLE,       /* this replica's store did not answer */
+    MAR__COUNT
+};
+void metrics_archive_read_unserved(enum metric_archive_read why);
 /* Time an operation spent in unknown before it left it. */
 void metrics_unknown_seconds(double seconds);
 

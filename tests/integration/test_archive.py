@@ -220,7 +220,7 @@ def test_kill9_mid_copy_leaves_no_partial_object_and_resumes(gateway_factory, to
 def metric(gw, name):
     text = gw.http.request("GET", "/metrics").body.decode()
     for line in text.splitlines():
-        if line.startswith(name):
+        if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -433,3 +433,132 @@ def test_archived_output_headers(gateway_factory, token, mock, tmp_path, psql):
     unsatisfiable = get_output(gw, token, job_id, 0, {"Range": "bytes=1000-"})
     assert unsatisfiable.status == 416
     assert unsatisfiable.headers.get("content-range") == "bytes */1000", unsatisfiable.headers
+
+
+# ---- issue 21 item 13: archive across replicas, readiness of the archive ------------------
+
+def stop(*gateways):
+    """Stops gateways of an earlier step: one that lacks a later step's provider would still claim
+    that provider's accepted jobs and put their polls off."""
+    for gw in gateways:
+        gw.proc.send_signal(signal.SIGTERM)
+        assert gw.proc.wait(timeout=20) == 0, gw.log()[-2000:]
+
+
+def readyz(gw):
+    r = gw.http.request("GET", "/readyz")
+    return r.status, r.json()
+
+
+def test_archive_across_replicas(gateway_factory, token, mock, tmp_path, s3):
+    """Two replicas on one database. Each with its own local archive folder: an output archived
+    by one is a 503 output-in-other-replica from the other (naming the replica that holds it),
+    logged and counted, never a 500. With a shared store — one folder mounted by both, or the
+    S3-compatible bucket — either replica serves it."""
+    e, route = arch_entry("replicate", mock)
+    one = start(gateway_factory, tmp_path, [e], archive_dir=str(tmp_path / "a1"),
+                instance_id="replica-one")
+    two = start(gateway_factory, tmp_path, [e], archive_dir=str(tmp_path / "a2"),
+                instance_id="replica-two", archive_workers=0)
+    jobs = []
+    for gw in (one, two, one, two):
+        r = gw.submit(token, "xr-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+        assert r.status == 202, r
+        jobs.append(r.json()["id"])
+    for job_id in jobs:
+        archived(one, token, job_id, timeout=120)  # a deadline for a loaded machine, not a bound
+        check_archive(one, token, job_id, str(tmp_path / "a1"), 1)  # only one archives
+        p = get_output(two, token, job_id, 0)
+        assert p.status == 503, p
+        assert p.headers["content-type"].startswith("application/problem+json")
+        assert p.json()["type"] == "urn:idemgate:problem:output-in-other-replica", p.json()
+        assert "replica-one" in p.json()["detail"] and "shared" in p.json()["detail"]
+        assert int(p.headers["retry-after"]) > 0
+    assert metric(two, 'idemgate_archive_reads_unserved_total{reason="other_replica"}') == 4
+    unserved = [json.loads(l) for l in two.log().splitlines()
+                if '"event":"archive_read_unserved"' in l]
+    assert len(unserved) == 4 and all(u["stored_by"] == "replica-one" for u in unserved)
+    assert '"status":500' not in two.log()
+
+    # The shared volume alternative: both replicas on one folder.
+    stop(one, two)
+    shared = str(tmp_path / "shared")
+    e2, route2 = arch_entry("replicate", mock)
+    three = start(gateway_factory, tmp_path, [e2], archive_dir=shared, instance_id="replica-3")
+    four = start(gateway_factory, tmp_path, [e2], archive_dir=shared, instance_id="replica-4",
+                 archive_workers=0)
+    r = four.submit(token, "xv-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route2)
+    archived(three, token, r.json()["id"], timeout=120)
+    j = check_archive(three, token, r.json()["id"], shared, 1)
+    assert get_output(four, token, j["id"], 0).status == 200
+
+    # The S3-compatible store (the default of the shipped multi-replica deployments).
+    stop(three, four)
+    e3, route3 = arch_entry("replicate", mock)
+    s3a = start(gateway_factory, tmp_path, [e3], archive_dir=str(tmp_path / "s3a"),
+                instance_id="replica-5", **s3_settings(s3))
+    s3b = start(gateway_factory, tmp_path, [e3], archive_dir=str(tmp_path / "s3b"),
+                instance_id="replica-6", archive_workers=0, **s3_settings(s3))
+    # The archiving replica's readiness probes the bucket (a PUT and a DELETE), and passes.
+    assert readyz(s3a)[0] == 200 and readyz(s3a)[1]["archive"] == "writable", readyz(s3a)
+    assert readyz(s3b)[1]["archive"] == "not_used"
+    r = s3b.submit(token, "xs-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route3)
+    assert r.status == 202, r
+    j = archived(s3a, token, r.json()["id"], timeout=120)
+    assert j.get("archive") and j["archive"][0]["state"] == "archived", (j, s3a.log()[-3000:])
+    for gw in (s3a, s3b):
+        got = get_output(gw, token, j["id"], 0)
+        assert got.status == 200 and hashlib.sha256(got.body).hexdigest() == \
+            j["archive"][0]["sha256"], got
+    probes = os.path.join(s3["dir"], "archive", "idemgate-probe")
+    assert not os.path.exists(probes) or not [f for f in os.listdir(probes)
+                                              if not f.startswith(".")], "probe objects removed"
+
+
+def test_readyz_fails_when_archive_not_writable(gateway_factory, token, mock, tmp_path):
+    """A replica that archives but cannot write its archive (a folder that cannot be created, an
+    unreachable bucket) is alive but not ready; once the folder can be written, a later probe
+    (the verdict is cached a few seconds) makes it ready again. A replica that archives nothing
+    does not depend on the archive."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the archive's parent folder should be")
+    bad_dir = str(blocker / "archive")
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], archive_dir=bad_dir)
+    assert gw.http.request("GET", "/healthz").status == 200
+    status, ready = readyz(gw)
+    assert status == 503 and ready["ready"] is False and ready["database"] is True, ready
+    assert ready["archive"] == "unwritable" and "archive folder" in ready["archive_error"], ready
+    assert metric(gw, "idemgate_archive_writable") == 0
+    assert '"event":"archive_unwritable"' in gw.log()
+
+    # Repaired: ready again at a later probe.
+    blocker.unlink()
+    deadline = time.monotonic() + 30
+    while readyz(gw)[0] != 200:
+        assert time.monotonic() < deadline, readyz(gw)
+        time.sleep(0.2)
+    assert readyz(gw)[1]["archive"] == "writable"
+    assert metric(gw, "idemgate_archive_writable") == 1
+    assert '"event":"archive_writable"' in gw.log()
+    # The probe leaves nothing behind.
+    assert os.listdir(os.path.join(bad_dir, "tmp")) == []
+    assert objects(bad_dir) == {}
+
+    # An unreachable bucket: not ready either.
+    from conftest import free_port
+    dead = {"archive_backend": "s3", "archive_s3_endpoint": f"http://127.0.0.1:{free_port()}",
+            "archive_s3_bucket": "archive",
+            "env": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}}
+    gw_s3 = start(gateway_factory, tmp_path, [e], archive_dir=str(tmp_path / "spool"), **dead)
+    status, ready = readyz(gw_s3)
+    assert status == 503 and ready["archive"] == "unwritable", ready
+    assert "bucket" in ready["archive_error"], ready
+
+    # No archive workers here: the archive is not this replica's concern, and it is ready.
+    blocker2 = tmp_path / "not-a-folder-either"
+    blocker2.write_text("again")
+    other = start(gateway_factory, tmp_path, [e], archive_dir=str(blocker2 / "x"),
+                  archive_workers=0)
+    status, ready = readyz(other)
+    assert status == 200 and ready["archive"] == "not_used", ready

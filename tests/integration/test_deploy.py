@@ -231,7 +231,8 @@ def dockerfile():
 def test_dockerfile_meets_the_image_rules(dockerfile):
     assert dockerfile_problems(dockerfile) == []
     stages = dockerfile_stages(dockerfile)
-    assert [s["name"] for s in stages] == ["build", "runtime-base", "mock", "runtime"]
+    assert [s["name"] for s in stages] == ["build", "runtime-base", "mock", "s3-build", "s3",
+                                           "runtime"]
     # Multi-stage: compilers stay in the build stage; the runtime stages descend from a base
     # that installs no -dev package and no compiler.
     runtime_pkgs = stage_packages(stages, "runtime")
@@ -379,8 +380,12 @@ def check_config(cfg_text, extra_env=None):
 
 
 def secret_envs(cfg, base_dir=os.path.join(ROOT, "deploy")):
-    """The variables a configuration reads secrets from (auth and webhook), profiles included."""
+    """The variables a configuration reads secrets from (auth and webhook, profiles included,
+    and the archive bucket's key pair when it archives to s3)."""
     names = set()
+    if cfg.get("archive_backend") == "s3":
+        names.add(cfg.get("archive_s3_access_key_env", "AWS_ACCESS_KEY_ID"))
+        names.add(cfg.get("archive_s3_secret_key_env", "AWS_SECRET_ACCESS_KEY"))
     for entry in cfg.get("providers", []):
         merged = {}
         if "profile" in entry:
@@ -516,9 +521,16 @@ def test_compose_hardens_every_service(compose, dockerfile):
                 assert os.path.exists(os.path.join(ROOT, "docker", v["source"])), v["source"]
     gw = next(iter(gateway_services(compose).values()))
     assert gw["healthcheck"]["test"] == ["CMD", "/usr/local/bin/idemgate-healthcheck", "/readyz"]
-    # The gateway needs no writable path at all: no tmpfs, no volume but its config.
-    assert "tmpfs" not in gw
-    assert all(isinstance(v, dict) and v.get("read_only") for v in gw.get("volumes", []))
+    # A gateway writes nowhere but its archive folder (the spool of copies in progress): no
+    # tmpfs, every other volume read-only, and no two replicas on one spool.
+    spools = []
+    for name, g in gateway_services(compose).items():
+        assert "tmpfs" not in g, name
+        writable = [v for v in g.get("volumes", []) if not v.get("read_only")]
+        assert [v["target"] for v in writable] == ["/var/lib/idemgate/archive"], (name, writable)
+        assert writable[0]["type"] == "volume", name
+        spools.append(writable[0]["source"])
+    assert len(set(spools)) == len(spools)
 
 
 def test_compose_keeps_secrets_out_of_the_file(compose):
@@ -700,8 +712,10 @@ def test_systemd_unit_is_hardened():
         assert s.get(key) == value, f"{key}={s.get(key)!r}, expected {value!r}"
     assert set(s["RestrictAddressFamilies"].split()) == {"AF_INET", "AF_INET6", "AF_UNIX"}
     assert "@system-service" in u["Service"]["SystemCallFilter"]
-    # It writes nowhere (proved below): no writable path is granted.
-    for key in ("ReadWritePaths", "StateDirectory", "LogsDirectory", "CacheDirectory"):
+    # It writes nowhere but its archive (proved below for the rest): the state directory
+    # /var/lib/idemgate, where archive_dir's default lives, and no other writable path.
+    assert s.get("StateDirectory") == "idemgate"
+    for key in ("ReadWritePaths", "LogsDirectory", "CacheDirectory"):
         assert key not in s, key
     assert s["EnvironmentFile"] == "/etc/idemgate/idemgate.env"
     assert s["Environment"] == "IDEMGATE_CONFIG=/etc/idemgate/idemgate.json"
@@ -974,8 +988,12 @@ def test_runs_unprivileged_from_a_read_only_copy_and_writes_nowhere(database_url
     try:
         shutil.copy2(RELEASE_BIN, os.path.join(ro, "idemgate"))
         shutil.copy2(HEALTHCHECK, os.path.join(ro, "idemgate-healthcheck"))
+        # archive_workers 0: a replica that archives writes its copies' spool and, with the
+        # local backend, its objects under archive_dir (a volume: test_archive.py, and the
+        # archive volumes of docker/compose.yaml and deploy/kubernetes/); everything else
+        # writes nothing, which is what this proves.
         cfg = {"http_threads": 2, "dispatch_workers": 1, "lease_seconds": 10,
-               "reaper_interval_ms": 200, "log_level": "info",
+               "reaper_interval_ms": 200, "log_level": "info", "archive_workers": 0,
                "providers": [provider("mock-images", mock.url,
                                       auth={"header": "Authorization", "prefix": "Bearer ",
                                             "secret_env": "MOCK_IMAGES_API_KEY"})]}
@@ -1060,3 +1078,101 @@ def test_runs_unprivileged_from_a_read_only_copy_and_writes_nowhere(database_url
     finally:
         os.chmod(ro, 0o755)
         shutil.rmtree(ro, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 21 item 11: metrics on a listener of their own in the shipped deployments.
+# ---------------------------------------------------------------------------------------------
+
+def test_metrics_on_own_listener_in_kubernetes_and_compose(k8s, compose):
+    """The Kubernetes sidecar keeps its API on loopback and puts only the metrics listener on
+    the pod IP, as a named port behind the metrics token (from the Secret); Compose runs the
+    metrics listener on its network without publishing it."""
+    cm = k8s_objects(k8s, "ConfigMap")[0]
+    cfg = json.loads(cm["data"]["idemgate.json"])
+    assert cfg["listen"].startswith("127.0.0.1:")
+    mhost, mport = cfg["metrics_listen"].rsplit(":", 1)
+    assert mhost == "0.0.0.0" and mport != cfg["listen"].rsplit(":", 1)[1]
+    dep = k8s_objects(k8s, "Deployment")[0]
+    pod = dep["spec"]["template"]
+    (sc,) = [c for c, _ in pod_containers(pod["spec"]) if "idemgate" in c["image"]]
+    env = {e["name"]: e.get("value") for e in sc["env"]}
+    assert env["IDEMGATE_LISTEN"].startswith("127.0.0.1:")
+    assert "IDEMGATE_METRICS_LISTEN" not in env or env["IDEMGATE_METRICS_LISTEN"] == \
+        cfg["metrics_listen"]
+    ports = {p["name"]: p["containerPort"] for p in sc["ports"]}
+    assert ports == {"metrics": int(mport)}, "only the metrics listener is on the pod IP"
+    ann = pod["metadata"]["annotations"]
+    assert ann["prometheus.io/port"] == mport and ann["prometheus.io/path"] == "/metrics"
+    secret = next(s for s in k8s_objects(k8s, "Secret")
+                  if s["metadata"]["name"] in {r["secretRef"]["name"] for r in sc["envFrom"]})
+    assert "IDEMGATE_METRICS_TOKEN_SHA256" in secret["stringData"]
+    for name, s in gateway_services(compose).items():
+        listen = s["environment"]["IDEMGATE_METRICS_LISTEN"]
+        assert listen.startswith("0.0.0.0:"), name
+        port = listen.rsplit(":", 1)[1]
+        assert not any(str(p).endswith(":" + port) for p in s.get("ports", [])), \
+            f"{name}: the metrics listener is not published"
+    # The configuration with the metrics listener is valid.
+    r = check_config(cm["data"]["idemgate.json"], {k: "x" for k in secret_envs(cfg)})
+    assert r.returncode == 0, r.stderr
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 21 item 13: the shipped multi-replica deployments share their archive.
+# ---------------------------------------------------------------------------------------------
+
+def test_archive_across_replicas_in_compose_and_kubernetes(compose, k8s, dockerfile):
+    """Compose and Kubernetes run several replicas: their archive is a bucket they share
+    (archive_backend s3; in Compose an S3-compatible server of its own that every replica waits
+    for), each replica spools copies in progress in a writable folder of its own at
+    archive_dir, and the README no longer says nothing is written."""
+    # Compose.
+    gws = gateway_services(compose)
+    assert len(gws) >= 2
+    mount = next(v for v in next(iter(gws.values()))["volumes"]
+                 if v["target"] == "/etc/idemgate/idemgate.json")
+    cfg = json.loads(read(os.path.join(ROOT, "docker", mount["source"])))
+    assert cfg["archive_backend"] == "s3"
+    host = re.match(r"https?://([^:/]+)", cfg["archive_s3_endpoint"]).group(1)
+    s3 = compose["services"][host]
+    assert s3["build"]["target"] == "s3" and "s3" in {st["name"] for st in
+                                                       dockerfile_stages(dockerfile)}
+    assert any(v["target"] == "/data" and v["type"] == "volume" for v in s3["volumes"])
+    for name, g in gws.items():
+        assert g["depends_on"][host]["condition"] == "service_healthy", name
+        assert not any(str(p).split(":")[-1] == "9000" for p in g.get("ports", []))
+    assert not s3.get("ports"), "the archive server is internal"
+    # The server accepts the key pair of its env file, which the replicas hold too.
+    pair = parse_env_file(os.path.join(ROOT, "docker", "s3.env.example"))
+    gw_env = parse_env_file(os.path.join(ROOT, "docker", "idemgate.env.example"))
+    assert pair["S3_ACCESS_KEY_ID"] == gw_env["AWS_ACCESS_KEY_ID"]
+    assert pair["S3_SECRET_ACCESS_KEY"] == gw_env["AWS_SECRET_ACCESS_KEY"]
+    assert all(PLACEHOLDER in v for v in pair.values())
+    server = read(os.path.join(ROOT, "docker", "s3", "server.js"))
+    assert "S3_ACCESS_KEY_ID" in server and "revokeAccessKey('S3RVER')" in server
+    lock = json.loads(read(os.path.join(ROOT, "docker", "s3", "package-lock.json")))
+    assert lock["packages"]["node_modules/s3rver"]["version"] == \
+        json.loads(read(os.path.join(ROOT, "docker", "s3", "package.json")))["dependencies"]["s3rver"]
+    # The image's archive folder belongs to the gateway's user (a volume there starts writable).
+    assert re.search(r"install -d -o 65532 -g 65532 -m 0750 /var/lib/idemgate/archive", dockerfile)
+    # Kubernetes.
+    cm = k8s_objects(k8s, "ConfigMap")[0]
+    kcfg = json.loads(cm["data"]["idemgate.json"])
+    assert kcfg["archive_backend"] == "s3" and kcfg["archive_s3_bucket"]
+    dep = k8s_objects(k8s, "Deployment")[0]
+    assert dep["spec"]["replicas"] >= 2
+    pod = dep["spec"]["template"]["spec"]
+    (sc,) = [c for c, _ in pod_containers(pod) if "idemgate" in c["image"]]
+    spool = next(m for m in sc["volumeMounts"]
+                 if m["mountPath"] == kcfg.get("archive_dir", "/var/lib/idemgate/archive"))
+    assert not spool.get("readOnly")
+    vol = next(v for v in pod["volumes"] if v["name"] == spool["name"])
+    assert "emptyDir" in vol and vol["emptyDir"].get("sizeLimit")
+    secret = next(s for s in k8s_objects(k8s, "Secret") if "DATABASE_URL" in s["stringData"])
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(secret["stringData"])
+    # The documentation says what is written.
+    text = read(os.path.join(ROOT, "deploy", "README.md"))
+    assert "nothing written to disk," not in text
+    assert "output-in-other-replica" in text and "/readyz" in text

@@ -34,12 +34,13 @@ import socket
 import subprocess
 import tempfile
 import time
+import types
 import uuid
 
 import pytest
 import yaml
 
-from conftest import GATEWAY_BIN, ROOT, Response, free_port, provider, tenant_token
+from conftest import GATEWAY_BIN, ROOT, Http, Response, free_port, provider, tenant_token
 
 SPEC_PATH = os.path.join(ROOT, "docs", "openapi.yaml")
 PROBLEM_PREFIX = "urn:idemgate:problem:"
@@ -603,7 +604,7 @@ def auth(token, **more):
 
 
 def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory, database_url,
-                                                         mock, token, psql):
+                                                         mock, token, psql, tmp_path):
     nowhere = f"http://127.0.0.1:{free_port()}"   # nothing listens: jobs never finish
     providers = [
         provider("mock-images", mock.url, auth={"header": "Authorization", "prefix": "Bearer ",
@@ -879,6 +880,30 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("output, not archived", "GET", pending, call(gw, "GET", pending, None, H), 404,
                  "output-not-archived")
         t.expect("output, no token", "GET", out0, call(gw, "GET", out0), 401, "unauthorized")
+        # The same output as seen by a replica that cannot reach its bytes: stored by another
+        # replica in a store this one lacks, stored in the other kind of store, and a store that
+        # cannot be read (a symbolic link loop where the object would be: ELOOP, even as root).
+        row = f"op_id = '{completed_id}' AND n = 0"
+        (saved,) = psql(f"SELECT sha256, backend, coalesce(stored_by, '') FROM archive_outputs "
+                        f"WHERE {row}")
+        absent = "f" * 64
+        psql(f"UPDATE archive_outputs SET sha256 = '{absent}', stored_by = 'replica-elsewhere' "
+             f"WHERE {row}")
+        t.expect("output, in another replica's store", "GET", out0,
+                 call(gw, "GET", out0, None, H), 503, "output-in-other-replica")
+        psql(f"UPDATE archive_outputs SET backend = 's3' WHERE {row}")
+        t.expect("output, in another kind of store", "GET", out0,
+                 call(gw, "GET", out0, None, H), 503, "output-in-other-store")
+        psql(f"UPDATE archive_outputs SET backend = 'local' WHERE {row}")
+        loop = tmp_path / "archive" / "objects" / absent[:2] / absent
+        loop.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(loop, loop)
+        t.expect("output, store unreadable", "GET", out0, call(gw, "GET", out0, None, H), 503,
+                 "archive-unavailable")
+        loop.unlink()
+        psql(f"UPDATE archive_outputs SET sha256 = '{saved[0]}', backend = '{saved[1]}', "
+             f"stored_by = nullif('{saved[2]}', '') WHERE {row}")
+        assert call(gw, "GET", out0, None, H).status == 200
 
         review = nowhere_job()
         set_state(review, "review")
@@ -1040,6 +1065,19 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         r = t.expect("ready", "GET", "/readyz", call(gw, "GET", "/readyz"), 200)
         r = t.expect("metrics", "GET", "/metrics", call(gw, "GET", "/metrics"), 200)
         assert b"idemgate_database_up 1" in r.body
+        # Metrics on a listener of their own, behind a token: the API's listener answers 404,
+        # the metrics listener 401 without the token.
+        mport = free_port()
+        metered = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=providers, **quiet,
+                                  env=env, metrics_listen=f"127.0.0.1:{mport}",
+                                  metrics_token_sha256=hashlib.sha256(b"mt").hexdigest())
+        t.expect("metrics, own listener elsewhere", "GET", "/metrics",
+                 call(metered, "GET", "/metrics"), 404, "not-found")
+        listener = types.SimpleNamespace(http=Http(f"http://127.0.0.1:{mport}"))
+        t.expect("metrics, no metrics token", "GET", "/metrics",
+                 call(listener, "GET", "/metrics"), 401, "unauthorized")
+        t.expect("metrics, metrics token", "GET", "/metrics",
+                 call(listener, "GET", "/metrics", None, auth("mt")), 200)
         t.expect("unknown path", "GET", "/nope", call(gw, "GET", "/nope"), 404, "not-found")
         t.expect("unknown job action", "POST", f"/v1/jobs/{completed_id}/bogus",
                  call(gw, "POST", f"/v1/jobs/{completed_id}/bogus", "", H), 404, "not-found")

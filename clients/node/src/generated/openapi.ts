@@ -355,9 +355,12 @@ export interface paths {
          * Prometheus metrics (text exposition format 0.0.4)
          * @description Request counts and latency by route and status, operations by state, dispatch
          *     attempts by outcome class, provider breaker state and the safety counters. Labels come
-         *     from fixed sets: never a key, token or job id. Unauthenticated, like the health checks
-         *     (expose it to the scraper only); answers any method. When the database does not answer
-         *     the scrape still succeeds, with `idemgate_database_up 0`.
+         *     from fixed sets: never a key, token or job id. When the database does not answer the
+         *     scrape still succeeds, with `idemgate_database_up 0`. With `metrics_listen` it is
+         *     served on a listener of its own (with `/healthz` and `/readyz` only) and this listener
+         *     answers 404 `not-found` to all but the admin token; with `metrics_token_sha256` it
+         *     answers only that bearer token or the admin token (401 otherwise). Without either it is
+         *     unauthenticated, like the health checks: expose it to the scraper only.
          */
         get: operations["metrics"];
         put?: never;
@@ -395,7 +398,9 @@ export interface paths {
         /**
          * Readiness — the database answers and the schema is the one this binary expects
          * @description A tripped provider credential is reported in `tripped_providers` but does not make the
-         *     replica unready: the other providers still work.
+         *     replica unready: the other providers still work. A replica that archives outputs is
+         *     also unready while its archive cannot take a copy (`archive: unwritable`), probed by
+         *     writing and removing a small file (and object) at most every 5 s.
          */
         get: operations["ready"];
         put?: never;
@@ -710,6 +715,14 @@ export interface components {
         Readiness: {
             ready: boolean;
             database: boolean;
+            /**
+             * @description Whether the archive took the last probe copy; `not_used` in a replica that archives
+             *     nothing (`archive_workers` 0).
+             * @enum {string}
+             */
+            archive: "writable" | "unwritable" | "not_used";
+            /** @description Why the archive is unwritable. */
+            archive_error?: string;
             schema_version: number;
             schema_expected: number;
             tripped_providers: {
@@ -1329,7 +1342,27 @@ export interface operations {
                 };
             };
             500: components["responses"]["Internal"];
-            503: components["responses"]["StoreUnavailable"];
+            /**
+             * @description PostgreSQL is unreachable (`store-unavailable`) or busy (`store-busy`); or this
+             *     replica cannot give the archived bytes: another replica archived them into a store
+             *     this one does not share (`output-in-other-replica`, the detail names that replica:
+             *     several replicas need a shared archive, a bucket or one volume), into the other kind
+             *     of store (`output-in-other-store`), or this replica's store did not answer
+             *     (`archive-unavailable`). Never a 500 for an object another replica stored.
+             */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:store-unavailable" | "urn:idemgate:problem:store-busy" | "urn:idemgate:problem:output-in-other-replica" | "urn:idemgate:problem:output-in-other-store" | "urn:idemgate:problem:archive-unavailable";
+                    };
+                };
+            };
         };
     };
     resolveJob: {
@@ -1895,6 +1928,8 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadFraming"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
         };
     };
@@ -1946,7 +1981,10 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadFraming"];
-            /** @description Not ready (database unreachable, or schema not at the expected version). */
+            /**
+             * @description Not ready (database unreachable, schema not at the expected version, or archive
+             *     not writable).
+             */
             503: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];

@@ -1,0 +1,86 @@
+#include "idemgate/archread.h"
+
+#include "idemgate/api.h"
+#include "idemgate/blobstore.h"
+#include "idemgate/log.h"
+#include "idemgate/metrics.h"
+#include "idemgate/reply.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Retry-After: a store that did not answer may soon; an object in another replica's store may
+ * be reached through another replica (a load balancer's next pick) or once the archive is
+ * shared. */
+#define UNAVAILABLE_RETRY_AFTER_S 5
+#define ELSEWHERE_RETRY_AFTER_S 30
+
+enum archread_verdict archread_classify(int rc, const char *backend, const char *stored_by,
+                                        const char *my_backend, const char *my_instance)
+{
+    /* A row archived before the backend was recorded can only be local (the first backend). */
+    if (strcmp(backend ? backend : "local", my_backend) != 0)
+        return ARCHREAD_OTHER_STORE;
+    if (rc == BLOB_EUNAVAIL)
+        return ARCHREAD_UNAVAILABLE;
+    /* Absent here: published by another replica (or by one that did not say who it was), whose
+     * store this replica does not share; else this replica's own store lost it. */
+    if (!stored_by || strcmp(stored_by, my_instance) != 0)
+        return ARCHREAD_OTHER_REPLICA;
+    return ARCHREAD_LOST;
+}
+
+/* The problem for a verdict, logged once and counted. */
+static void answer(struct hs_req *r, const char *job_id, int n, const struct archive_output *o,
+                   enum archread_verdict v, const char *why)
+{
+    const struct cfg *cfg = api_cfg(r);
+    const char *by = o->stored_by ? o->stored_by : "an unrecorded replica";
+    const char *backend = o->backend ? o->backend : "local";
+    static const char *const names[] = {"other_replica", "other_store", "unavailable", "lost"};
+    char detail[700];
+    LOG(v == ARCHREAD_LOST ? LOG_ERROR : LOG_WARN, "archive_read_unserved", LS("job_id", job_id),
+        LI("output", n), LS("reason", names[v]), LS("stored_by", by), LS("backend", backend),
+        LS("error", why));
+    if (v == ARCHREAD_OTHER_REPLICA) {
+        metrics_archive_read_unserved(MAR_OTHER_REPLICA);
+        snprintf(detail, sizeof(detail),
+                 "output %d was archived by replica %.200s in its own %s store, which this "
+                 "replica (%.200s) cannot read; multi-replica deployments need a shared archive "
+                 "(archive_backend s3, or one volume mounted by every replica)",
+                 n, by, backend, cfg->instance_id);
+        reply_problem(r, 503, "output-in-other-replica", "Output stored by another replica", detail,
+                      ELSEWHERE_RETRY_AFTER_S);
+    } else if (v == ARCHREAD_OTHER_STORE) {
+        metrics_archive_read_unserved(MAR_OTHER_STORE);
+        snprintf(detail, sizeof(detail),
+                 "output %d was archived to a %s store by replica %.200s; this replica archives "
+                 "to %s: every replica needs the same archive settings",
+                 n, backend, by, cfg->archive_backend);
+        reply_problem(r, 503, "output-in-other-store", "Output stored in another archive", detail,
+                      ELSEWHERE_RETRY_AFTER_S);
+    } else if (v == ARCHREAD_UNAVAILABLE) {
+        metrics_archive_read_unserved(MAR_UNAVAILABLE);
+        reply_problem(r, 503, "archive-unavailable", "Archive unavailable",
+                      "the archive could not be read; try again", UNAVAILABLE_RETRY_AFTER_S);
+    } else {
+        reply_problem(r, 500, "internal", "Internal error",
+                      "the archived object is missing from this replica's archive", 0);
+    }
+}
+
+int archread_open(struct hs_req *r, const char *job_id, int n, const struct archive_output *o,
+                  int *fd, long long *size)
+{
+    char why[256] = "out of memory";
+    const struct cfg *cfg = api_cfg(r);
+    struct blob_store *b = blob_open(cfg);
+    int rc = b ? blob_open_read(b, o->sha256, fd, size, why, sizeof(why)) : BLOB_EUNAVAIL;
+    blob_close(b);
+    if (rc == 0)
+        return 0;
+    answer(r, job_id, n, o,
+           archread_classify(rc, o->backend, o->stored_by, cfg->archive_backend, cfg->instance_id),
+           why);
+    return -1;
+}
