@@ -68,7 +68,13 @@ $(BUILD)/idemgate: $(OBJS)
 $(BUILD)/idemgate-mock: $(MOCK_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
-$(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed_migrations.sh
+# The list of migration files, rewritten only when it changes: a migration renamed or removed
+# (its mtime unchanged) still regenerates the embedded set.
+MIGRATIONS_LIST := $(BUILD)/gen/migrations.list
+$(shell mkdir -p $(BUILD)/gen && (echo '$(MIGRATIONS)' | cmp -s - $(MIGRATIONS_LIST) || \
+	echo '$(MIGRATIONS)' > $(MIGRATIONS_LIST)))
+
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) $(MIGRATIONS_LIST) scripts/embed_migrations.sh
 	@mkdir -p $(dir $@)
 	scripts/embed_migrations.sh $(MIGRATIONS) > $@
 

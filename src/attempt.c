@@ -26,7 +26,6 @@
 /* How long an operation that could not be sent here waits before any replica tries again. */
 #define NOT_SENT_RETRY_MS 5000
 
-
 /* Refuses to send once the lease is (nearly) over, by this host's monotonic clock, which keeps
  * counting while the process is stopped: a worker frozen past its lease wakes up, finds its
  * deadline gone, and sends nothing, because another replica may own the operation by now. */

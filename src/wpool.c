@@ -201,13 +201,15 @@ static struct handoff *take_handoff(struct wpool *p)
     return h;
 }
 
-/* Works on a claim handed over: 1 when there was one. */
+/* Works on a claim handed over (or, stopping, gives it back): 1 when there was one. */
 static int run_handoff(struct wpool *p, struct db *db)
 {
     struct handoff *h = take_handoff(p);
     if (!h)
         return 0;
-    p->spec.work(p->cfg, db, &h->c, h->claimed_mono);
+    wpool_work_fn fn = atomic_load(&p->stop) && p->spec.give_back ? p->spec.give_back
+                                                                  : p->spec.work;
+    fn(p->cfg, db, &h->c, h->claimed_mono);
     store_claim_fini(&h->c);
     free(h);
     return 1;
@@ -259,7 +261,7 @@ static void *wpool_main(void *arg)
         claim = idle_wait(p, db);
         set_idle(p, -1);
     }
-    while (run_handoff(p, db)) /* claims handed over before the stop are sent and recorded */
+    while (run_handoff(p, db)) /* claims handed over before the stop: given back */
         ;
     store_db_close(db);
     return NULL;

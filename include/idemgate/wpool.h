@@ -29,14 +29,17 @@ struct wpool_spec {
     const char *channel; /* LISTEN on it, and wake up on its NOTIFY while idle; or NULL.
                           * This replica's own signals (wake_is_echo) are ignored. */
     int wake_on_work;    /* also wake up on wake_work() in this process */
+    /* A claim handed over and not yet taken when the pool stops: given back (nothing of it was
+     * begun), so that another replica takes it at once; NULL: worked on like any other. */
+    wpool_work_fn give_back;
 };
 
 struct wpool;
 
 /* Starts n threads (none when 0) working as spec says (spec is copied). NULL only on failure. */
 struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec *spec);
-/* Wakes the threads, lets each finish the operation it holds (and every claim handed over), and
- * joins them all. */
+/* Wakes the threads, lets each finish the operation it holds, hands every claim handed over and
+ * not yet taken to spec.give_back (or works on it when there is none), and joins them all. */
 void wpool_stop(struct wpool *p);
 
 /* Handoffs: a claim committed elsewhere in this process (a row recorded born claimed) goes

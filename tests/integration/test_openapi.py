@@ -139,6 +139,11 @@ class Spec:
         if resp.status == 503 and b"problem:shutting-down" in resp.body:
             return self._check_response("x-shutting-down", "x-shutting-down",
                                         self.doc["x-shutting-down"], resp)
+        # Refusals whatever the path (issue 21 items 8-10): documented at the root.
+        for status, name in ((400, "bad-path"), (400, "bad-header"), (503, "server-full")):
+            if resp.status == status and f"problem:{name}".encode() in resp.body:
+                return self._check_response(f"x-{name}", f"x-{name}", self.doc[f"x-{name}"],
+                                            resp)
         template, op = self.match(method, path)
         if template is None:
             return self._check_response("x-unmatched-path", "x-unmatched-path",
@@ -362,17 +367,17 @@ def _short(v):
 
 
 def source_problem_types(src_dir=os.path.join(ROOT, "src")):
-    """Every problem type name the C sources pass to reply_problem(r, status, TYPE, title, …),
-    reply_tenant_problem(r, token, status, TYPE, title, …) or the intake's raise_problem(in,
-    status, TYPE, title, …): the lower-case string literals of each call that come before its
-    (capitalised) title."""
+    """Every problem type name the C sources pass to reply_problem(r, status, TYPE, title, …)
+    or reply_problem_with, reply_tenant_problem(r, token, status, TYPE, title, …) or the
+    intake's raise_problem(in, status, TYPE, title, …): the lower-case string literals of each
+    call that come before its (capitalised) title."""
     names = set()
     for fn in sorted(os.listdir(src_dir)):
         if not fn.endswith(".c"):
             continue
         with open(os.path.join(src_dir, fn)) as f:
             text = f.read()
-        for m in re.finditer(r"\b(?:reply_problem\(\s*r|raise_problem\(\s*in|"
+        for m in re.finditer(r"\b(?:reply_problem(?:_with)?\(\s*r|raise_problem\(\s*in|"
                              r"reply_tenant_problem\(\s*r\s*,[^,]*)\s*,", text):
             call = text[m.end():text.find(";", m.end())]
             for lit in re.findall(r'"((?:[^"\\]|\\.)*)"', call):
@@ -1116,6 +1121,34 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
             r = t.expect(f"framing ({op['operationId']})", method.upper(), p,
                          raw_request(gw.port, req), 400, "bad-request-framing")
             assert r.headers.get("connection", "").lower() == "close"
+
+        # Paths routed as sent and header values read whole (issue 21 items 9 and 10), on any
+        # path; the reserve kept for /healthz when every connection is taken (item 8).
+        t.expect("dot segment", "GET", "/v1/jobs/%2e%2e",
+                 call(gw, "GET", "/v1/jobs/%2e%2e", None, H), 400, "bad-path")
+        req = (f"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Note: a\x00b\r\n"
+               f"Authorization: Bearer {token}\r\n\r\n").encode()
+        t.expect("NUL in a header", "GET", "/v1/jobs", raw_request(gw.port, req), 400,
+                 "bad-header")
+        full = gateway_factory(max_connections=16, providers=providers, env=dict(
+            env, IDEMGATE_MAX_CONNECTIONS_PER_ADDRESS="4"))
+        held = []
+        try:
+            for a in range(2, 6):
+                for _ in range(4):
+                    sock = socket.socket()
+                    sock.settimeout(10)
+                    sock.bind((f"127.0.0.{a}", 0))
+                    sock.connect(("127.0.0.1", full.port))
+                    held.append(sock)
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "not held"
+            req = f"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+            t.expect("every connection taken", "GET", "/v1/jobs",
+                     raw_request(full.port, req.encode()), 503, "server-full")
+        finally:
+            for sock in held:
+                sock.close()
 
         # A target over what a connection can hold (issue 14 §5), on any path.
         many = "&".join(f"p{i}=v" for i in range(65))

@@ -943,6 +943,61 @@ export interface components {
             };
         };
         /**
+         * @description The path is routed as sent, never percent-decoded: an encoded `/` or `\` (`%2F`, `%5C`),
+         *     a NUL (`%00` or raw), another control or non-ASCII byte, a malformed escape, or a dot
+         *     segment (`.`, `..`, `%2e%2e`) is refused, so that a proxy filtering by path prefix sees
+         *     what the gateway routes. Nothing was done.
+         */
+        BadPath: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    type?: "urn:idemgate:problem:bad-path";
+                };
+            };
+        };
+        /**
+         * @description A header line holds a NUL byte (the HTTP library would cut the value at it, so that two
+         *     different keys could become one). Nothing was done; the connection is closed.
+         */
+        BadHeader: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                /** @description Always `close`. */
+                Connection: "close";
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    type?: "urn:idemgate:problem:bad-header";
+                };
+            };
+        };
+        /**
+         * @description Every one of `max_connections` is taken; this connection is one of the few kept for
+         *     `/healthz` and asked for something else. Nothing was done; the connection is closed.
+         */
+        ServerFull: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                "Retry-After": components["headers"]["Retry-After"];
+                /** @description Always `close`. */
+                Connection: "close";
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    type?: "urn:idemgate:problem:server-full";
+                };
+            };
+        };
+        /**
          * @description The request target is longer than 8,192 bytes or has more than 64 query parameters:
          *     more than the gateway holds per connection. Nothing was done; the connection is closed.
          */
