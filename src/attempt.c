@@ -374,8 +374,15 @@ static int begin_born(const struct cfg *cfg, struct db *db, struct store_claim *
     int e = lease_begin_send(db, c, cfg->lease_seconds);
     if (e == STORE_OK)
         return 0;
+    if (e == STORE_EUNAVAIL) {
+        /* The connection was lost: the move may have committed. Nothing was sent either way, so
+         * a `sending` row under our token is written back to `prepared` (fenced, and harmless,
+         * when the move never committed: the row is then still a reservation). */
+        release_unsent(db, c, ST_PREPARED, "the statement starting the send lost its connection");
+        return -1;
+    }
     if (e != STORE_ENOTFOUND) {
-        /* Unreachable: still `prepared` — nothing was sent, and no operator is ever needed. The
+        /* Refused: still `prepared` — nothing was sent, and no operator is ever needed. The
          * reservation ends with its lease; any replica then sends it. */
         LOG(LOG_WARN, "dispatch_begin_failed", LS("job_id", c->id), LI("error", e),
             LS("note", "not sent; still prepared, due again when its reservation ends"));
