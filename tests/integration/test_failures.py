@@ -90,12 +90,13 @@ def test_close_after_request_is_unknown_with_no_hidden_resend(gateway_factory, t
                                                 (429, "date")])
 def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mock, status,
                                                       retry_after):
-    if retry_after == "date":
-        # An HTTP-date 3 s ahead: whole seconds, so the hint is between 2 and 3 s.
-        retry_after = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 3))
     # This provider documents its 503 as "overloaded, nothing was made" (429 is so by default).
     gw = gateway_factory(providers=[provider(
         "busy", mock.url, retry=dict(FAST_RETRY, not_created_statuses=[408, 425, 429, 503]))])
+    if retry_after == "date":
+        # An HTTP-date 3 s ahead: whole seconds, so the hint is between 2 and 3 s. Taken once the
+        # gateway is up (its start on a loaded machine once ate more than a second of it).
+        retry_after = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 3))
     mock.script([{"status": status, "retry_after": retry_after}])
     r = gw.submit(token, key(), {"prompt": "x"}, route="busy/images/generations")
     job_id = r.json()["id"]
