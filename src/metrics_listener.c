@@ -17,19 +17,8 @@ static const struct route table[] = {
  * database worker answered, or the drain resumed it). */
 static void on_handle(struct hs_req *r, void *app)
 {
-    if (!api_req_begun(r) && api_req_begin(r, app) < 0) {
-        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+    if (api_req_enter(r, app))
         return;
-    }
-    if (api_req_offloaded(r)) {
-        hs_suspend(r); /* its database worker answers and resumes it */
-        return;
-    }
-    void (*cont)(struct hs_req *) = api_take_continuation(r);
-    if (cont) {
-        cont(r);
-        return;
-    }
     struct route_match m;
     enum route_result res =
         route_match(table, sizeof(table) / sizeof(table[0]), hs_req_method(r), hs_req_path(r), &m);

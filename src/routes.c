@@ -155,18 +155,7 @@ static void dispatch(struct hs_req *r)
 /* hs_options.handle: a new request is routed; a resumed one goes on where it stopped. */
 static void on_handle(struct hs_req *r, void *app)
 {
-    if (!api_req_begun(r) && api_req_begin(r, app) < 0) {
-        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
-        return;
-    }
-    if (api_req_offloaded(r)) {
-        hs_suspend(r); /* its database worker answers and resumes it */
-        return;
-    }
-    void (*cont)(struct hs_req *) = api_take_continuation(r);
-    if (cont)
-        cont(r);
-    else
+    if (!api_req_enter(r, app))
         dispatch(r);
 }
 
