@@ -3,7 +3,6 @@
 #include "idemgate/limits.h"
 #include "idemgate/metrics.h"
 #include "idemgate/offload.h"
-#include "idemgate/reply.h"
 #include "idemgate/store.h"
 
 #include <pthread.h>
@@ -169,22 +168,6 @@ int api_req_offloaded(const struct hs_req *r)
 {
     const struct api_state *st = state_of(r);
     return st && atomic_load(&st->offloaded);
-}
-
-int api_req_enter(struct hs_req *r, struct api *a)
-{
-    if (!api_req_begun(r) && api_req_begin(r, a) < 0) {
-        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
-        return 1;
-    }
-    if (api_req_offloaded(r)) {
-        hs_suspend(r); /* its database worker answers and resumes it */
-        return 1;
-    }
-    void (*cont)(struct hs_req *) = api_take_continuation(r);
-    if (cont)
-        cont(r);
-    return cont != NULL;
 }
 
 int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_args *a),

@@ -17,7 +17,7 @@ static const struct route table[] = {
  * database worker answered, or the drain resumed it). */
 static void on_handle(struct hs_req *r, void *app)
 {
-    if (api_req_enter(r, app))
+    if (route_enter(r, app))
         return;
     struct route_match m;
     enum route_result res =

@@ -152,10 +152,26 @@ static void dispatch(struct hs_req *r)
         reply_shutting_down(r); /* the database workers have stopped */
 }
 
+int route_enter(struct hs_req *r, void *app)
+{
+    if (!api_req_begun(r) && api_req_begin(r, app) < 0) {
+        reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
+        return 1;
+    }
+    if (api_req_offloaded(r)) {
+        hs_suspend(r); /* its database worker answers and resumes it */
+        return 1;
+    }
+    void (*cont)(struct hs_req *) = api_take_continuation(r);
+    if (cont)
+        cont(r);
+    return cont != NULL;
+}
+
 /* hs_options.handle: a new request is routed; a resumed one goes on where it stopped. */
 static void on_handle(struct hs_req *r, void *app)
 {
-    if (!api_req_enter(r, app))
+    if (!route_enter(r, app))
         dispatch(r);
 }
 

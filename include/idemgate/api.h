@@ -84,10 +84,6 @@ void *api_ctx(const struct hs_req *r);
 /* Whether r's api_offload work is queued or running: a request resumed meanwhile (by a drain
  * that timed out) is suspended again rather than handled twice at once. */
 int api_req_offloaded(const struct hs_req *r);
-/* The start of every listener's handler: begins a new request (500 when out of memory), suspends
- * one whose database work is still queued or running, or runs the continuation of a resumed one.
- * Returns 1 when r was dealt with, 0 for a new request the caller routes. */
-int api_req_enter(struct hs_req *r, struct api *a);
 /* The metrics label of the request (metrics.h enum metric_route). */
 void api_set_route(struct hs_req *r, int label);
 

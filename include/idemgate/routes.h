@@ -35,6 +35,12 @@ struct route_match {
 enum route_result route_match(const struct route *table, size_t n, const char *method,
                               const char *path, struct route_match *m);
 
+/* The start of every listener's handler (app: the struct api): begins a new request (500 when
+ * out of memory), suspends one whose database work is still queued or running, or runs the
+ * continuation of a resumed one. Returns 1 when r was dealt with, 0 for a new request the caller
+ * routes. */
+int route_enter(struct hs_req *r, void *app);
+
 /* The gateway's table (DESIGN.md §4). */
 const struct route *routes_table(size_t *n);
 
