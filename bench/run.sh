@@ -25,8 +25,15 @@
 #   BENCH_SOAK_REQUESTS=1000000 requests the main gateway serves in all (replays and reads added
 #                               until it has), its RSS sampled after each run
 #   BENCH_HISTORY_ROWS=10000000 operations stored in bulk before intake is measured again
+#   BENCH_SLOW_DELAY_MS=2000    the slow provider's delay (the slow step: nginx and the gateway
+#   BENCH_SLOW_CONNECTIONS=1000 with its default settings, Prefer: wait, new keys)
+#   BENCH_SLOW_SECONDS=20       duration of each slow run
+#   BENCH_INFLIGHT_CALLS=10000  creates submitted at once against a provider that answers after
+#   BENCH_INFLIGHT_DELAY_MS=20000  this long (the inflight step: calls in flight, memory,
+#                               threads and PostgreSQL connections while they wait)
 #   BENCH_ONLY="a b …"          run only these steps (mock nginx e2e replay get soak idle
-#                               intake_disp intake pgbench callgrind history); the default is all
+#                               intake_disp slow inflight intake pgbench callgrind history); the
+#                               default is all
 #   BENCH_OUT=bench/results/latest.json
 #   BENCH_KEEP=1                keep the temporary directory (logs) instead of removing it
 #   BENCH_NO_INSTALL=1          do not install missing packages (scripts/bench-deps.sh)
@@ -44,7 +51,12 @@ IDLE_N=${BENCH_IDLE_CONNECTIONS:-1000}
 CG_N=${BENCH_CALLGRIND_REQUESTS:-2000}
 SOAK_N=${BENCH_SOAK_REQUESTS:-1000000}
 HIST_N=${BENCH_HISTORY_ROWS:-10000000}
-ONLY=${BENCH_ONLY:-mock nginx e2e replay get soak idle intake_disp intake pgbench callgrind history}
+SLOW_DELAY=${BENCH_SLOW_DELAY_MS:-2000}
+SLOW_CONNS=${BENCH_SLOW_CONNECTIONS:-1000}
+SLOW_SECS=${BENCH_SLOW_SECONDS:-20}
+INFL_N=${BENCH_INFLIGHT_CALLS:-10000}
+INFL_DELAY=${BENCH_INFLIGHT_DELAY_MS:-20000}
+ONLY=${BENCH_ONLY:-mock nginx e2e replay get soak idle intake_disp slow inflight intake pgbench callgrind history}
 OUT=${BENCH_OUT:-bench/results/latest.json}
 TOTAL_TIMEOUT=${BENCH_TIMEOUT:-1800}
 PY=/usr/bin/python3
@@ -66,8 +78,9 @@ done
 PGBENCH=$(command -v pgbench || echo "$PGBIN/pgbench")
 NGINX=$(command -v nginx)
 
-# Room for the idle connections (and the gateway's own) when the soft limit is low.
-ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# Room for the idle connections, the calls in flight (a socket each, at the gateway and at the
+# mock) and the gateway's own, when the soft limit is low.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/idemgate-bench.XXXXXX")
 chmod 0755 "$T" # PostgreSQL runs as the postgres user when we are root
@@ -301,6 +314,94 @@ if want e2e || want replay || want get || want idle || want intake_disp; then
     stop_pid "$GW_PID"
 fi
 
+# --- 2b. a slow provider: calls that take seconds ---------------------------------------------
+# A second mock that answers every create after SLOW_DELAY ms (INFL_DELAY for the inflight step),
+# nginx in front of it, and the gateway with its default dispatch settings in front of it.
+gw_threads() { awk '$1 == "Threads:" { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+pg_clients() { # client connections to the bench's PostgreSQL, psql's own excluded
+    "${PSQL[@]}" -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" 2>/dev/null || echo 0
+}
+gw_metric() { # NAME: a metric's value from the gateway's /metrics
+    curl -fs --max-time 5 "$GW/metrics" | awk -v m="$1" '$1 == m { print $2; exit }'
+}
+start_slow_mock() { # DELAY_MS: the slow mock on SLOW_PORT
+    SLOW_PORT=$(free_port)
+    "$MOCK" --listen "127.0.0.1:$SLOW_PORT" --delay-ms "$1" --threads 30000 >"$T/logs/mock-slow-$1.out" 2>/dev/null &
+    SLOW_MOCK_PID=$!
+    PIDS+=("$SLOW_MOCK_PID")
+    wait_http "http://127.0.0.1:$SLOW_PORT/_health" 20 "$SLOW_MOCK_PID" || { log "the slow mock did not start"; exit 1; }
+    sed -e "s#@MOCK_URL@#http://127.0.0.1:$SLOW_PORT#" -e "s#@PROFILES@#$REPO/deploy/providers#" \
+        bench/idemgate.bench.json >"$T/gateway-slow.json"
+}
+if want slow; then
+    start_slow_mock "$SLOW_DELAY"
+    SLOW_NGINX_PORT=$(free_port)
+    mkdir -p "$T/nginx-slow"
+    sed -e "s#@PREFIX@#$T/nginx-slow#g" -e "s#@LISTEN@#127.0.0.1:$SLOW_NGINX_PORT#" \
+        -e "s#@UPSTREAM@#127.0.0.1:$SLOW_PORT#" bench/nginx.conf >"$T/nginx-slow/nginx.conf"
+    if [ "$(id -u)" -eq 0 ]; then
+        chown -R nobody:nogroup "$T/nginx-slow"
+        setpriv --reuid=nobody --regid=nogroup --clear-groups \
+            "$NGINX" -p "$T/nginx-slow" -c "$T/nginx-slow/nginx.conf" -e "$T/nginx-slow/error.log" &
+    else
+        "$NGINX" -p "$T/nginx-slow" -c "$T/nginx-slow/nginx.conf" -e "$T/nginx-slow/error.log" &
+    fi
+    SLOW_NGINX_PID=$!
+    PIDS+=("$SLOW_NGINX_PID")
+    wait_http "http://127.0.0.1:$SLOW_NGINX_PORT/_health" 20 "$SLOW_NGINX_PID" || { log "the slow nginx did not start"; exit 1; }
+    saved_secs=$SECS saved_warm=$WARM
+    SECS=$SLOW_SECS WARM=5
+    wrk_run slow_nginx unique.lua "http://127.0.0.1:$SLOW_NGINX_PORT/v1/images/generations" "" "" "$SLOW_CONNS"
+    stop_pid "$SLOW_NGINX_PID"
+    # The gateway as shipped: dispatch_workers, max_inflight_calls and call_threads at their
+    # defaults (only the listener, the instance name and the archive folder are set).
+    start_gateway slow 2 env IDEMGATE_CONFIG="$T/gateway-slow.json" IDEMGATE_DISPATCH_WORKERS=2
+    ( sleep $((WARM + SLOW_SECS / 2))
+      echo "{\"threads\":$(gw_threads "$GW_PID"),\"pg_connections\":$(pg_clients),\"calls_in_flight\":$(gw_metric idemgate_provider_calls_in_flight),\"rss_kib\":$(proc_kib "$GW_PID" VmRSS)}" >"$T/results/slow_sample.json"
+    ) &
+    sampler=$!
+    wrk_run slow_e2e unique.lua "$GW$INTAKE_PATH" "wait=60" "" "$SLOW_CONNS"
+    wait "$sampler" 2>/dev/null || true
+    note slow "{\"delay_ms\":$SLOW_DELAY,\"connections\":$SLOW_CONNS,\"seconds\":$SLOW_SECS,\"gateway_mid_run\":$(cat "$T/results/slow_sample.json" 2>/dev/null || echo null),\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
+    SECS=$saved_secs WARM=$saved_warm
+    stop_pid "$GW_PID"
+    stop_pid "$SLOW_MOCK_PID"
+fi
+# Many calls in flight on one replica: INFL_N creates submitted without waiting, against a
+# provider that answers each after INFL_DELAY ms; the gateway's calls in flight, memory, threads
+# and PostgreSQL connections sampled while they wait, then every job's end.
+if want inflight; then
+    start_slow_mock "$INFL_DELAY"
+    start_gateway inflight 2 env IDEMGATE_CONFIG="$T/gateway-slow.json" IDEMGATE_DISPATCH_WORKERS=2
+    before=$(proc_kib "$GW_PID" VmRSS)
+    t0=$(date +%s.%N)
+    line=$(timeout 300 "$PY" bench/tools/submit_many.py "$GW$INTAKE_PATH" "$TOKEN" "$INFL_N" "bench-$NONCE-inflight" 2>"$T/logs/submit_many.err") || log "inflight: the submitter failed (see $T/logs/submit_many.err)"
+    peak_calls=0 peak_rss=0 peak_threads=0 peak_pg=0
+    deadline=$(( $(date +%s) + INFL_DELAY / 1000 ))
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        c=$(gw_metric idemgate_provider_calls_in_flight); c=${c%.*}; c=${c:-0}
+        r=$(proc_kib "$GW_PID" VmRSS); th=$(gw_threads "$GW_PID"); pg=$(pg_clients)
+        [ "$c" -gt "$peak_calls" ] && peak_calls=$c
+        [ "$r" -gt "$peak_rss" ] && peak_rss=$r
+        [ "$th" -gt "$peak_threads" ] && peak_threads=$th
+        [ "$pg" -gt "$peak_pg" ] && peak_pg=$pg
+        sleep 1
+    done
+    # Every job's end (bounded): the calls answer after INFL_DELAY ms.
+    ended=0
+    for _ in $(seq 120); do
+        ended=$("${PSQL[@]}" -c "SELECT count(*) FROM operations WHERE idempotency_key LIKE 'bench-$NONCE-inflight-%' AND state IN ('completed', 'failed')")
+        [ "$ended" -ge "$INFL_N" ] && break
+        sleep 1
+    done
+    t1=$(date +%s.%N)
+    states=$("${PSQL[@]}" -c "SELECT coalesce(json_object_agg(state, n), '{}') FROM (SELECT state, count(*) n FROM operations WHERE idempotency_key LIKE 'bench-$NONCE-inflight-%' GROUP BY state) s")
+    creates=$(curl -fs --max-time 10 "http://127.0.0.1:$SLOW_PORT/_ledger" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); e=d.get("entries", d) if isinstance(d, dict) else d; print(len(e))' 2>/dev/null || echo null)
+    note inflight "{\"calls\":$INFL_N,\"delay_ms\":$INFL_DELAY,\"submitter\":${line:-null},\"peak_calls_in_flight\":$(gw_metric idemgate_provider_calls_in_flight_peak | cut -d. -f1),\"sampled_calls_in_flight\":$peak_calls,\"rss_before_kib\":$before,\"peak_rss_kib\":$peak_rss,\"vmhwm_kib\":$(proc_kib "$GW_PID" VmHWM),\"peak_threads\":$peak_threads,\"peak_pg_connections\":$peak_pg,\"states\":$states,\"mock_creates\":$creates,\"seconds_to_all_ended\":$("$PY" -c "print(round($t1 - $t0, 1))")}"
+    stop_pid "$GW_PID"
+    stop_pid "$SLOW_MOCK_PID"
+fi
+
 # --- 3. intake alone, and the PostgreSQL ceiling ---------------------------------------------
 # The intake path by itself: a replica with no dispatcher (dispatch_workers 0), so the wrk run
 # and pgbench compete for the same two cores in the same way.
@@ -460,7 +561,7 @@ fi
 # --- report ----------------------------------------------------------------------------------
 mkdir -p "$(dirname "$OUT")"
 "$PY" bench/tools/report.py "$T" "$OUT" \
-    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N}"
+    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N,\"slow_delay_ms\":$SLOW_DELAY,\"slow_connections\":$SLOW_CONNS,\"slow_seconds\":$SLOW_SECS}"
 for part in intake replay get; do
     [ -s "$T/callgrind/profile-$part.txt" ] && cp "$T/callgrind/profile-$part.txt" "$(dirname "$OUT")/"
 done

@@ -524,8 +524,9 @@ static void write_finish(struct db *db, const struct store_claim *c, int n, cons
 }
 
 static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                        double claimed_mono)
+                        double claimed_mono, void *arg)
 {
+    (void)arg;
     (void)claimed_mono;
     const PGresult *r = c->res;
     int n = atoi(PQgetvalue(r, 0, AC_N));

@@ -398,51 +398,115 @@ static int begin_born(const struct cfg *cfg, struct db *db, struct store_claim *
     return -1;
 }
 
-void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                    double claimed_mono)
+/* A create between its start (the row is `sending` under our lease) and its record. */
+struct attempt {
+    const struct cfg_provider *p;
+    struct store_claim c; /* owned */
+    struct outbound o;
+    double deadline;  /* the last moment the request may start leaving (lease_guard) */
+    double lease_end; /* when the lease ends, by this host's monotonic clock */
+    double t0;        /* wall clock when the call was started */
+};
+
+static void attempt_free(struct attempt *a)
+{
+    outbound_fini(&a->o);
+    store_claim_fini(&a->c);
+    free(a);
+}
+
+int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                  double claimed_mono, struct attempt **out)
 {
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     const char *why = NULL;
-    struct outbound o;
+    *out = NULL;
     if (c->born) {
         double before = clock_mono();
         if (begin_born(cfg, db, c) < 0)
-            return;
+            return -1;
         claimed_mono = before; /* the lease counts from the statement that moved it */
     }
     if (!p) {
         release_unsent(db, c, ST_PREPARED, "provider is not configured on this replica");
-        return;
+        return -1;
     }
     if (*c->credential && !getenv(c->credential)) {
         release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
-        return;
+        return -1;
     }
-    if (build_outbound(cfg, p, c, &o, &why) < 0) {
-        outbound_fini(&o);
+    struct attempt *a = calloc(1, sizeof(*a));
+    if (!a) {
+        release_unsent(db, c, ST_PREPARED, "out of memory");
+        return -1;
+    }
+    if (build_outbound(cfg, p, c, &a->o, &why) < 0) {
+        outbound_fini(&a->o);
+        free(a);
         release_unsent(db, c, pol_unsendable(c->ambiguous_before), why);
-        return;
+        return -1;
     }
+    a->p = p;
+    a->c = *c;
+    memset(c, 0, sizeof(*c)); /* the attempt owns the claim now */
     /* The whole call must fit in the lease: once it expires the reaper may hand the operation
      * to another worker, so the last moment to start sending leaves room for the provider's
      * total timeout. claimed_mono was taken before the claim, which only makes this earlier. */
-    double deadline = claimed_mono + c->lease_remaining_s - LEASE_SEND_MARGIN_S -
-                      (double)p->total_timeout_ms / 1000.0;
-    struct prov_call call = {.method = c->method,
-                             .url = o.url,
-                             .credential = c->credential,
-                             .headers = o.hdrs,
-                             .body = o.body ? o.body : (const char *)c->body,
-                             .body_len = o.body ? o.body_len : c->body_len,
+    a->lease_end = claimed_mono + a->c.lease_remaining_s - LEASE_SEND_MARGIN_S;
+    a->deadline = a->lease_end - (double)p->total_timeout_ms / 1000.0;
+    *out = a;
+    return 0;
+}
+
+const struct cfg_provider *attempt_provider(const struct attempt *a)
+{
+    return a->p;
+}
+
+const char *attempt_job_id(const struct attempt *a)
+{
+    return a->c.id;
+}
+
+void attempt_abandon(struct attempt *a, struct db *db, const char *why)
+{
+    release_unsent(db, &a->c, ST_PREPARED, why);
+    attempt_free(a);
+}
+
+int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
+{
+    struct prov_call call = {.method = a->c.method,
+                             .url = a->o.url,
+                             .credential = a->c.credential,
+                             .headers = a->o.hdrs,
+                             .body = a->o.body ? a->o.body : (const char *)a->c.body,
+                             .body_len = a->o.body ? a->o.body_len : a->c.body_len,
                              .before_send = lease_guard,
-                             .before_send_arg = &deadline};
-    struct up_response res;
-    double t0 = clock_wall();
-    if (prov_call(p, &call, &res) < 0) /* the evidence in res says how far it got */
-        LOG(LOG_DEBUG, "create_no_answer", LS("job_id", c->id), LS("error", res.error));
-    double t1 = clock_wall();
-    outbound_fini(&o);
+                             .before_send_arg = &a->deadline};
+    a->t0 = clock_wall();
+    return prov_xfer_new(a->p, &call, x, res);
+}
+
+void attempt_end(struct attempt *a, struct db *db, struct up_response *res, double t1)
+{
+    if (res->curl_code || !res->http_status)
+        LOG(LOG_DEBUG, "create_no_answer", LS("job_id", a->c.id), LS("error", res->error));
     CRASH_POINT("after_response");
-    record(p, db, c, &res, t0, t1, claimed_mono + c->lease_remaining_s - LEASE_SEND_MARGIN_S);
-    up_response_fini(&res);
+    record(a->p, db, &a->c, res, a->t0, t1, a->lease_end);
+    up_response_fini(res);
+    attempt_free(a);
+}
+
+void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                    double claimed_mono)
+{
+    struct attempt *a;
+    struct up_xfer *x;
+    struct up_response res;
+    if (attempt_begin(cfg, db, c, claimed_mono, &a) < 0)
+        return;
+    if (attempt_xfer(a, &x, &res) == 0)
+        (void)up_xfer_perform(x, &res); /* the evidence in res says how far it got */
+    attempt_end(a, db, &res, clock_wall());
 }

@@ -45,13 +45,18 @@ static const struct cfg_setting settings[] = {
      "environment variable holding the bucket's secret key"},
     {"archive_workers", "IDEMGATE_ARCHIVE_WORKERS", T_INT, OFF(archive_workers), "1", 0, 64,
      "archive threads in this replica (copy completed jobs' outputs; 0: none here)"},
+    {"call_threads", "IDEMGATE_CALL_THREADS", T_INT, OFF(call_threads), "2", 1, 64,
+     "threads driving the provider calls in flight (libcurl multi on epoll; each drives "
+     "thousands)"},
     {"database_url", "DATABASE_URL", T_STR, OFF(database_url), "postgresql:///idemgate", 0, 0,
      "libpq connection string of the PostgreSQL database"},
     {"db_workers", "IDEMGATE_DB_WORKERS", T_INT, OFF(db_workers), "4", 1, 256,
      "threads (each with one database connection) that answer the API's reads and actions; "
      "server threads never wait on the database"},
     {"dispatch_workers", "IDEMGATE_DISPATCH_WORKERS", T_INT, OFF(dispatch_workers), "2", 0, 256,
-     "dispatcher threads in this replica (0: this replica only takes requests)"},
+     "dispatcher threads in this replica, each with one database connection: they claim due "
+     "creates and write their results, and never wait for a provider (0: this replica only "
+     "takes requests)"},
     {"http_threads", "IDEMGATE_HTTP_THREADS", T_INT, OFF(http_threads), "4", 1, 256,
      "HTTP server threads (they never wait on the database)"},
     {"instance_id", "IDEMGATE_INSTANCE_ID", T_STR, OFF(instance_id), "", 0, 0,
@@ -90,6 +95,10 @@ static const struct cfg_setting settings[] = {
      OFF(max_connections_per_address), "0", 0, 100000,
      "concurrent client connections from one IP address; more are closed at once (0: a quarter "
      "of max_connections; behind a proxy that connects from one address, raise it)"},
+    {"max_inflight_calls", "IDEMGATE_MAX_INFLIGHT_CALLS", T_INT, OFF(max_inflight_calls),
+     "10000", 1, 1000000,
+     "provider creates in flight at once in this replica, on call_threads threads and no "
+     "database connection (a provider's own max_inflight_calls may lower it for that provider)"},
     {"max_json_depth", "IDEMGATE_MAX_JSON_DEPTH", T_INT, OFF(max_json_depth), "64", 1, 1024,
      "deepest nesting of arrays and objects accepted in a body"},
     {"max_wait_seconds", "IDEMGATE_MAX_WAIT_SECONDS", T_INT, OFF(max_wait_seconds), "60", 0, 3600,

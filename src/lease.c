@@ -65,6 +65,7 @@ static const struct db_stmt claim = {
     "  CROSS JOIN LATERAL (SELECT tenant_id, id FROM operations p WHERE p.tenant_id = t.tenant_id "
     "   AND state = 'prepared' AND cancel_requested_at IS NULL AND next_attempt_at <= now() "
     "   AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
+    "   AND provider <> ALL ($3::text[]) "
     "   ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) p "
     "  LIMIT 1), "
     "turn AS (INSERT INTO dispatch_turns (tenant_id, served_at) "
@@ -74,7 +75,7 @@ static const struct db_stmt claim = {
     " transport_attempts = o.transport_attempts + 1, "
     " first_sent_at = coalesce(o.first_sent_at, now()) "
     "FROM c WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS ", false",
-    .params = DB_PARAMS("owner", "lease_seconds"),
+    .params = DB_PARAMS("owner", "lease_seconds", "skip"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
 
@@ -269,13 +270,8 @@ static int claim_from(PGresult *r, struct store_claim *out)
     return STORE_OK;
 }
 
-static int claim_with(struct db *db, const struct db_stmt *s, const char *owner,
-                      int lease_seconds, struct store_claim *out)
+static int claim_from_run(int e, PGresult *r, struct store_claim *out)
 {
-    PGresult *r;
-    memset(out, 0, sizeof(*out));
-    int e = db_run(db, s, DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds)),
-                   &r);
     if (e < 0)
         return e;
     if (PQntuples(r) == 0) {
@@ -360,9 +356,26 @@ int lease_claim_born(const struct store_intake_req *q, const struct store_job *j
     return 0;
 }
 
-int store_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+static int claim_with(struct db *db, const struct db_stmt *s, const char *owner,
+                      int lease_seconds, struct store_claim *out)
 {
-    return claim_with(db, &claim, owner, lease_seconds, out);
+    PGresult *r;
+    memset(out, 0, sizeof(*out));
+    int e = db_run(db, s, DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds)),
+                   &r);
+    return claim_from_run(e, r, out);
+}
+
+int store_claim(struct db *db, const char *owner, int lease_seconds, const char *skip,
+                struct store_claim *out)
+{
+    PGresult *r;
+    memset(out, 0, sizeof(*out));
+    int e = db_run(db, &claim,
+                   DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds),
+                           p_text("skip", skip && *skip ? skip : "{}")),
+                   &r);
+    return claim_from_run(e, r, out);
 }
 
 int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,

@@ -5,6 +5,7 @@
 #include "idemgate/cli.h"
 #include "idemgate/config.h"
 #include "idemgate/dispatcher.h"
+#include "idemgate/engine.h"
 #include "idemgate/api.h"
 #include "idemgate/http_server.h"
 #include "idemgate/jobcache.h"
@@ -55,8 +56,10 @@ static void usage(FILE *out)
 struct subsystems {
     struct waiters *waiters;
     struct recorder *recorder;
+    struct eng *eng; /* the call engine the dispatcher and the poller make their calls on */
     struct dispatcher *disp;
-    struct wpool *recon, *poller, *archiver;
+    struct poller *poller;
+    struct wpool *recon, *archiver;
     struct reaper *reaper;
     struct api *api;
     struct offload *pool;
@@ -69,6 +72,20 @@ struct subsystems {
 static int client_gone(void *arg)
 {
     return hs_req_peer_closed(arg);
+}
+
+/* The call engine, with each provider's own limit of calls in flight. */
+static struct eng *start_engine(const struct cfg *cfg)
+{
+    int *limits = calloc(cfg->n_providers + 1, sizeof(*limits));
+    if (!limits)
+        return NULL;
+    for (size_t i = 0; i < cfg->n_providers; i++)
+        limits[i] = cfg->providers[i].max_inflight_calls;
+    struct eng *e =
+        eng_start(cfg->call_threads, cfg->max_inflight_calls, limits, (int)cfg->n_providers);
+    free(limits);
+    return e;
 }
 
 /* Starts the subsystems in order; returns NULL, or the name of the step that failed (what did
@@ -100,13 +117,15 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
         return "waiters";
     wake_on_done(waiters_job_done, s->waiters);
     waiters_on_gone(s->waiters, client_gone);
-    if (!(s->disp = disp_start(cfg)))
+    if (!(s->eng = start_engine(cfg)))
+        return "call engine";
+    if (!(s->disp = disp_start(cfg, s->eng)))
         return "dispatcher";
     if (!(s->recorder = recorder_start(cfg, s->disp)))
         return "recorder";
     if (!(s->recon = recon_start(cfg)))
         return "reconciler";
-    if (!(s->poller = poller_start(cfg)))
+    if (!(s->poller = poller_start(cfg, s->eng)))
         return "poller";
     if (!(s->archiver = archive_start(cfg)))
         return "archive workers";
@@ -139,9 +158,16 @@ static void stop_all(struct subsystems *s)
     wake_on_done(NULL, NULL);
     waiters_free(s->waiters);
     recorder_free(s->recorder);
+    /* No new call starts; the calls in flight end (each within its provider's total timeout)
+     * while the dispatcher's and the poller's threads write their results; then those threads
+     * write what is left and stop. No call in flight is dropped. */
+    disp_quiesce(s->disp);
+    poller_quiesce(s->poller);
+    eng_stop(s->eng);
     disp_stop(s->disp);
+    poller_stop(s->poller);
+    eng_free(s->eng);
     wpool_stop(s->recon);
-    wpool_stop(s->poller);
     wpool_stop(s->archiver);
     reaper_stop(s->reaper);
     if (s->wake)

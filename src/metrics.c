@@ -44,6 +44,7 @@ static atomic_ulong unknown_sum_ms;
 static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
+static atomic_long calls_in_flight, calls_in_flight_peak;
 static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
 static atomic_ulong archive_reads_unserved[MAR__COUNT];
 static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
@@ -155,6 +156,14 @@ void metrics_intake_batch(size_t intents, int committed, int born_claimed)
     atomic_fetch_add(&intake_born_claimed, (unsigned long)born_claimed);
 }
 
+void metrics_calls_in_flight(int delta)
+{
+    long now = atomic_fetch_add(&calls_in_flight, delta) + delta;
+    long peak = atomic_load(&calls_in_flight_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&calls_in_flight_peak, &peak, now))
+        ;
+}
+
 struct buf {
     char *p;
     size_t len, cap;
@@ -264,9 +273,19 @@ static void render_intake(struct buf *b)
         "# HELP idemgate_intake_born_claimed_total New intents recorded already claimed and "
         "handed to an idle dispatcher (one commit before send).\n"
         "# TYPE idemgate_intake_born_claimed_total counter\n"
-        "idemgate_intake_born_claimed_total %lu\n",
+        "idemgate_intake_born_claimed_total %lu\n"
+        "# HELP idemgate_provider_calls_in_flight Provider calls (creates, status reads) in "
+        "flight in this replica (the call engine: none holds a thread or a database "
+        "connection).\n"
+        "# TYPE idemgate_provider_calls_in_flight gauge\n"
+        "idemgate_provider_calls_in_flight %ld\n"
+        "# HELP idemgate_provider_calls_in_flight_peak The most provider calls in flight at "
+        "once in this replica since it started.\n"
+        "# TYPE idemgate_provider_calls_in_flight_peak gauge\n"
+        "idemgate_provider_calls_in_flight_peak %ld\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
-        atomic_load(&intake_batched), atomic_load(&intake_born_claimed));
+        atomic_load(&intake_batched), atomic_load(&intake_born_claimed),
+        atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak));
 }
 
 /* Settled cost by (provider, currency), with the "other" overflow pair when it was used. */

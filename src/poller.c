@@ -1,10 +1,12 @@
 #include "idemgate/poller.h"
 #include "idemgate/archplan.h"
 #include "idemgate/clock.h"
+#include "idemgate/engine.h"
 
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/provider.h"
+#include "idemgate/resultq.h"
 #include "idemgate/lease.h"
 #include "idemgate/tmpl.h"
 #include "idemgate/wpool.h"
@@ -16,6 +18,8 @@
 #include <time.h>
 
 #define IDLE_SLEEP_MS 100
+/* Results one thread writes before it looks at anything else. */
+#define RESULTS_PER_TURN 64
 
 int poller_status_of(const struct cfg_provider *p, int http_status, const cJSON *doc)
 {
@@ -91,19 +95,6 @@ static char *poll_body(const struct cfg_provider *p, const struct vars *v)
     char *s = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
     return s;
-}
-
-/* An authenticated call; never without the credential (a 401 would read as the task's
- * failure). */
-static int call(const struct cfg_provider *p, const char *credential, const char *method,
-                const char *url, const char *body, struct up_response *res)
-{
-    struct prov_call c = {.method = method,
-                          .url = url,
-                          .credential = credential,
-                          .body = body,
-                          .body_len = body ? strlen(body) : 0};
-    return prov_call(p, &c, res);
 }
 
 struct out_ctx {
@@ -223,24 +214,6 @@ static long next_delay(const struct cfg_provider *p, const struct store_claim *c
     return d;
 }
 
-static void send_cancel(const struct cfg_provider *p, const struct store_claim *c,
-                        const struct vars *v)
-{
-    if (!p->cancel_path) {
-        LOG(LOG_INFO, "cancel_unsupported", LS("job_id", c->id), LS("provider", p->name));
-        return;
-    }
-    char *url = provider_url(p, p->cancel_path, v);
-    struct up_response res;
-    memset(&res, 0, sizeof(res));
-    if (url)
-        call(p, c->credential, p->cancel_method, url, NULL, &res);
-    LOG(LOG_INFO, "cancel_sent", LS("job_id", c->id), LS("provider", p->name),
-        LI("http_status", res.http_status));
-    up_response_fini(&res);
-    free(url);
-}
-
 /* The stored poll URL without suffix (a new string), or NULL when it does not end so. */
 static char *strip_suffix(const char *url, const char *suffix)
 {
@@ -250,24 +223,26 @@ static char *strip_suffix(const char *url, const char *suffix)
     return strndup(url, n - k);
 }
 
-/* The outputs live elsewhere (fal's response_url): fetches them into *fetched. Returns the
- * status that follows: TS_SUCCEEDED, TS_FAILED for an error the result carries, or -1 when
- * there is no readable answer. */
-static int fetch_result(const struct cfg_provider *p, const struct store_claim *c,
-                        const struct vars *v, const cJSON *doc, struct up_response *fetched)
+/* Where the outputs live when elsewhere than the status answer (fal's response_url): a new
+ * string, or NULL when the profile does not say or the URL cannot be made. */
+static char *fetch_url(const struct cfg_provider *p, const struct store_claim *c,
+                       const struct vars *v, const cJSON *doc)
 {
     const char *fu = p->result_fetch_url && doc ? jpath_string(p->result_fetch_url, doc) : NULL;
-    char *furl = fu && prov_same_origin(fu, p->base_url) ? strdup(fu)
-                 : p->result_fetch_path ? provider_url(p, p->result_fetch_path, v)
-                                        : strip_suffix(c->poll_url, p->result_fetch_strip);
-    int st = -1;
-    if (furl && call(p, c->credential, "GET", furl, NULL, fetched) == 0 &&
-        !fetched->body_truncated)
-        st = fetched->http_status >= 400 && fetched->http_status < 500 ? TS_FAILED
-             : fetched->http_status >= 300                                ? -1
-                                                                         : TS_SUCCEEDED;
-    free(furl);
-    return st;
+    return fu && prov_same_origin(fu, p->base_url) ? strdup(fu)
+           : p->result_fetch_path ? provider_url(p, p->result_fetch_path, v)
+                                  : strip_suffix(c->poll_url, p->result_fetch_strip);
+}
+
+/* The status a fetched result shows: TS_SUCCEEDED, TS_FAILED for an error the result carries,
+ * or -1 when there is no readable answer. */
+static int fetched_status(const struct up_response *r)
+{
+    if (r->curl_code || r->http_status <= 0 || r->body_truncated)
+        return -1;
+    return r->http_status >= 400 && r->http_status < 500 ? TS_FAILED
+           : r->http_status >= 300                        ? -1
+                                                          : TS_SUCCEEDED;
 }
 
 /* The state a task's end leads to: a task the provider cancelled after our cancel is canceled
@@ -315,64 +290,239 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
     }
 }
 
-/* Reads the status of a claimed accepted operation (sending its cancel first when due) and
- * writes what it shows. */
-static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                     double claimed_mono)
+/* One poll on the call engine: its cancel (when due), its status read and its result fetch (when
+ * the outputs live elsewhere) are made one after the other by the engine's threads; the
+ * conclusion is written by a poller thread, with its connection. */
+enum poll_step { STEP_CANCEL, STEP_STATUS, STEP_FETCH };
+
+struct poll_job {
+    struct rq_item node;
+    struct poller *pl;
+    const struct cfg_provider *p;
+    struct store_claim c; /* owned */
+    struct vars v;        /* into c */
+    enum poll_step step;
+    char *url, *body, *cancel_url, *furl;
+    struct up_response res, fetched; /* the status answer; the fetched result */
+    int st;                          /* the status concluded */
+    double t0;
+};
+
+struct poller {
+    const struct cfg *cfg;
+    struct wpool *pool;
+    struct eng *eng;
+    struct rq *results;
+};
+
+static void job_free(struct poll_job *j)
 {
+    up_response_fini(&j->res);
+    up_response_fini(&j->fetched);
+    free(j->url);
+    free(j->body);
+    free(j->cancel_url);
+    free(j->furl);
+    store_claim_fini(&j->c);
+    free(j);
+}
+
+static void on_end(void *arg, struct up_response *res);
+
+/* Starts the job's next call on the engine. first: on the slot its claim took; otherwise a call
+ * that follows one that ended keeps the job's place. A call that cannot even be made (no URL, a
+ * missing credential) ends at once, with that evidence. */
+static void start(struct poll_job *j, enum poll_step step, const char *method, const char *url,
+                  const char *body, int first)
+{
+    struct prov_call call = {.method = method,
+                             .url = url,
+                             .credential = j->c.credential,
+                             .body = body,
+                             .body_len = body ? strlen(body) : 0};
+    struct up_xfer *x;
+    struct up_response res;
+    j->step = step;
+    if (!url || prov_xfer_new(j->p, &call, &x, &res) < 0) {
+        if (!url) {
+            memset(&res, 0, sizeof(res));
+            snprintf(res.error, sizeof(res.error), "no URL to read");
+        }
+        if (first)
+            eng_release(j->pl->eng, -1);
+        on_end(j, &res);
+        return;
+    }
+    if (!first)
+        eng_acquire_more(j->pl->eng);
+    eng_submit(j->pl->eng, -1, x, on_end, j);
+}
+
+static int answered(const struct up_response *r)
+{
+    return r->curl_code == 0 && r->http_status > 0;
+}
+
+/* A call of the job ended (on an engine thread, or at once when it could not be made). */
+static void on_end(void *arg, struct up_response *res)
+{
+    struct poll_job *j = arg;
+    const struct cfg_provider *p = j->p;
+    if (j->step == STEP_CANCEL) {
+        LOG(LOG_INFO, "cancel_sent", LS("job_id", j->c.id), LS("provider", p->name),
+            LI("http_status", res->http_status));
+        up_response_fini(res);
+        start(j, STEP_STATUS, p->poll_method, j->url, j->body, 0);
+        return;
+    }
+    if (j->step == STEP_STATUS) {
+        j->res = *res;
+        int ok = answered(&j->res);
+        cJSON *doc = ok && j->res.body ? cJSON_ParseWithLength(j->res.body, j->res.body_len)
+                                       : NULL;
+        /* An answer over the profile's cap is not read as a status: never completed on part of
+         * it. */
+        j->st = ok && !j->res.body_truncated ? poller_status_of(p, j->res.http_status, doc) : -1;
+        if (ok && !p->status_by_http && j->res.http_status >= 300)
+            j->st = -1;
+        if (j->st == TS_SUCCEEDED &&
+            (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
+            j->furl = fetch_url(p, &j->c, &j->v, doc);
+            cJSON_Delete(doc);
+            if (j->furl) {
+                start(j, STEP_FETCH, "GET", j->furl, NULL, 0);
+                return;
+            }
+            j->st = -1; /* nowhere to read the result: the status is read again later */
+        } else {
+            cJSON_Delete(doc);
+        }
+    } else {
+        j->fetched = *res;
+        j->st = fetched_status(&j->fetched);
+    }
+    rq_push(j->pl->results, &j->node);
+}
+
+/* A poller thread writes what the job's answers show, and frees the job. */
+static void write_job(struct rq_item *it, struct db *db)
+{
+    struct poll_job *j = (struct poll_job *)it;
+    int fetched = j->step == STEP_FETCH && j->st >= 0;
+    const struct up_response *final = fetched ? &j->fetched : &j->res;
+    cJSON *doc = answered(&j->res) && j->res.body
+                     ? cJSON_ParseWithLength(j->res.body, j->res.body_len)
+                     : NULL;
+    cJSON *fdoc = !fetched ? doc
+                  : j->fetched.body ? cJSON_ParseWithLength(j->fetched.body, j->fetched.body_len)
+                                    : NULL;
+    conclude(db, j->p, &j->c, j->st, final, fdoc, &j->res, j->t0);
+    if (fdoc != doc)
+        cJSON_Delete(fdoc);
+    cJSON_Delete(doc);
+    job_free(j);
+}
+
+/* Starts the status read of a claimed accepted operation (its cancel first when due) on the
+ * engine; the conclusion is written once the calls ended. */
+static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                     double claimed_mono, void *arg)
+{
+    struct poller *pl = arg;
     (void)claimed_mono;
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
+    struct poll_job *j = NULL;
     if (!p || p->mode != CFG_MODE_ASYNC_POLL || !c->remote_id) {
+        eng_release(pl->eng, -1);
         write_poll(db, c, ST_ACCEPTED, 60000, "not_configured",
                    "the provider is not configured for polling on this replica", NULL, -1, NULL,
                    t0, p);
         return;
     }
-    struct vars v = {c->remote_id, c->id};
-    if (c->cancel_due)
-        send_cancel(p, c, &v);
-    /* The poll URL the provider gave is used as stored; otherwise the profile's template. */
-    char *url = c->poll_url ? strdup(c->poll_url) : provider_url(p, p->poll_path, &v);
-    char *body = p->poll_body ? poll_body(p, &v) : NULL;
-    struct up_response res, fetched;
-    memset(&res, 0, sizeof(res));
-    memset(&fetched, 0, sizeof(fetched));
-    int rc = url ? call(p, c->credential, p->poll_method, url, body, &res) : -1;
-    cJSON *doc = rc == 0 && res.body ? cJSON_ParseWithLength(res.body, res.body_len) : NULL;
-    /* An answer over the profile's cap is not read as a status: never completed on part of it. */
-    int st = rc == 0 && !res.body_truncated ? poller_status_of(p, res.http_status, doc) : -1;
-    if (rc == 0 && !p->status_by_http && res.http_status >= 300)
-        st = -1;
-    const struct up_response *final = &res;
-    cJSON *fdoc = doc;
-    if (st == TS_SUCCEEDED &&
-        (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
-        st = fetch_result(p, c, &v, doc, &fetched);
-        if (st >= 0) {
-            final = &fetched;
-            fdoc = fetched.body ? cJSON_ParseWithLength(fetched.body, fetched.body_len) : NULL;
-        }
+    if (!(j = calloc(1, sizeof(*j)))) {
+        eng_release(pl->eng, -1);
+        write_poll(db, c, ST_ACCEPTED, next_delay(p, c, NULL), "unreadable", "out of memory",
+                   NULL, -1, NULL, t0, p);
+        return;
     }
-    conclude(db, p, c, st, final, fdoc, &res, t0);
-    if (fdoc != doc)
-        cJSON_Delete(fdoc);
-    cJSON_Delete(doc);
-    up_response_fini(&fetched);
-    up_response_fini(&res);
-    free(body);
-    free(url);
+    j->pl = pl;
+    j->p = p;
+    j->c = *c;
+    memset(c, 0, sizeof(*c)); /* the job owns the claim now */
+    j->v = (struct vars){j->c.remote_id, j->c.id};
+    j->t0 = t0;
+    j->node.write = write_job;
+    /* The poll URL the provider gave is used as stored; otherwise the profile's template. */
+    j->url = j->c.poll_url ? strdup(j->c.poll_url) : provider_url(p, p->poll_path, &j->v);
+    j->body = p->poll_body ? poll_body(p, &j->v) : NULL;
+    if (j->c.cancel_due && !p->cancel_path)
+        LOG(LOG_INFO, "cancel_unsupported", LS("job_id", j->c.id), LS("provider", p->name));
+    if (j->c.cancel_due && p->cancel_path) {
+        j->cancel_url = provider_url(p, p->cancel_path, &j->v);
+        start(j, STEP_CANCEL, p->cancel_method, j->cancel_url, NULL, 1);
+    } else {
+        start(j, STEP_STATUS, p->poll_method, j->url, j->body, 1);
+    }
 }
 
-static const struct wpool_spec poll_pool = {
-    .name = "poll",
-    .claim = store_poll_claim,
-    .work = poll_one,
-    .idle_ms = IDLE_SLEEP_MS,
-    .error_ms = IDLE_SLEEP_MS,
-};
-
-struct wpool *poller_start(const struct cfg *cfg)
+/* Claims one accepted operation due for a read when the engine has room for its call. */
+static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
+                           struct store_claim *out, void *arg)
 {
-    return wpool_start(cfg, cfg->poll_workers, &poll_pool);
+    struct poller *pl = arg;
+    if (!eng_acquire(pl->eng, -1))
+        return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
+    int e = store_poll_claim(db, owner, lease_seconds, out);
+    if (e != STORE_OK)
+        eng_release(pl->eng, -1);
+    return e;
+}
+
+static int write_results(struct db *db, void *arg)
+{
+    struct poller *pl = arg;
+    return rq_run(pl->results, db, RESULTS_PER_TURN);
+}
+
+struct poller *poller_start(const struct cfg *cfg, struct eng *eng)
+{
+    struct poller *pl = calloc(1, sizeof(*pl));
+    if (!pl)
+        return NULL;
+    pl->cfg = cfg;
+    pl->eng = eng;
+    if (!(pl->results = rq_new())) {
+        free(pl);
+        return NULL;
+    }
+    struct wpool_spec spec = {.name = "poll",
+                              .claim_arg = claim_with_room,
+                              .work = poll_one,
+                              .idle_ms = IDLE_SLEEP_MS,
+                              .error_ms = IDLE_SLEEP_MS,
+                              .arg = pl,
+                              .chores = write_results,
+                              .chores_fd = rq_fd(pl->results)};
+    if (!(pl->pool = wpool_start(cfg, cfg->poll_workers, &spec))) {
+        rq_free(pl->results);
+        free(pl);
+        return NULL;
+    }
+    return pl;
+}
+
+void poller_quiesce(struct poller *pl)
+{
+    if (pl)
+        wpool_quiesce(pl->pool);
+}
+
+void poller_stop(struct poller *pl)
+{
+    if (!pl)
+        return;
+    wpool_stop(pl->pool);
+    rq_free(pl->results);
+    free(pl);
 }

@@ -725,6 +725,13 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
         return -1;
     }
     p->max_response_bytes = (size_t)cap;
+    long inflight = get_long(o, "max_inflight_calls", 0);
+    if (inflight < 0 || inflight > 1000000) {
+        errf(err, errlen, "%s: providers.%s.max_inflight_calls: 0..1000000 (0: only the "
+             "replica's max_inflight_calls)", file, p->name);
+        return -1;
+    }
+    p->max_inflight_calls = (int)inflight;
     p->proxy = dup_str(o, "proxy", NULL);
     if (p->proxy && strncmp(p->proxy, "http://", 7) && strncmp(p->proxy, "https://", 8) &&
         strncmp(p->proxy, "socks5h://", 10)) {

@@ -8,12 +8,14 @@
 
 #define MAX_HEADERS 32
 
-int prov_call(const struct cfg_provider *p, const struct prov_call *c, struct up_response *res)
+int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struct up_xfer **out,
+                  struct up_response *res)
 {
     const char *hdrs[2 * MAX_HEADERS + 1] = {NULL};
     char *auth = NULL;
     size_t auth_len = 0;
     int h = 0, rc;
+    *out = NULL;
     const char *secret = c->credential && *c->credential ? getenv(c->credential) : NULL;
     if (c->credential && *c->credential && (!secret || !*secret)) {
         memset(res, 0, sizeof(*res));
@@ -53,12 +55,22 @@ int prov_call(const struct cfg_provider *p, const struct prov_call *c, struct up
                              .proxy = p->proxy,
                              .before_send = c->before_send,
                              .before_send_arg = c->before_send_arg};
-    rc = up_call(&req, res);
+    /* The header lines, the credential's among them, are copied into the transfer (and zeroed
+     * when it is freed); our buffer is zeroed now. */
+    rc = up_xfer_new(&req, out, res);
     if (auth) {
         explicit_bzero(auth, auth_len);
         free(auth);
     }
     return rc;
+}
+
+int prov_call(const struct cfg_provider *p, const struct prov_call *c, struct up_response *res)
+{
+    struct up_xfer *x;
+    if (prov_xfer_new(p, c, &x, res) < 0)
+        return -1;
+    return up_xfer_perform(x, res);
 }
 
 char *prov_url(const struct cfg_provider *p, const char *tmpl, tmpl_lookup_fn lookup, void *arg,

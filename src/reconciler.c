@@ -424,8 +424,9 @@ static void adopt_hinted(const struct cfg_provider *p, struct db *db, const stru
 
 /* Decides what to do with a claimed unknown operation (recon_plan) and does it. */
 static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                          double claimed_mono)
+                          double claimed_mono, void *arg)
 {
+    (void)arg;
     (void)claimed_mono; /* a resend takes its own time: the lease was renewed for it */
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));

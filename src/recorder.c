@@ -54,44 +54,48 @@ static size_t take_batch(struct recorder *rec, struct rec_item **v, size_t max)
     return n;
 }
 
-/* One commit before send: the first k new rows of the batch (k idle dispatch workers) are
- * recorded born claimed by this replica. */
+/* One commit before send: each new row whose call has room in the dispatcher (a slot of the
+ * call engine, reserved here) is recorded born claimed by this replica. Returns how many. */
 static int offer_claims(struct recorder *rec, struct rec_item **v, size_t n)
 {
-    int k = disp_reserve(rec->disp, (int)n);
+    int k = 0;
     for (size_t i = 0; i < n; i++) {
-        v[i]->in.q.claim_owner = (int)i < k ? rec->cfg->instance_id : NULL;
+        int born = disp_reserve(rec->disp, v[i]->in.q.provider);
+        v[i]->in.q.claim_owner = born ? rec->cfg->instance_id : NULL;
         v[i]->in.q.lease_seconds = rec->cfg->lease_seconds;
+        k += born;
     }
     return k;
 }
 
-/* After the commit: each row born reserved goes to a waiting worker; unused promises are given
- * back; new `prepared` rows for any replica wake the dispatchers (wake.h). A reservation that
- * cannot be handed over (out of memory) stays `prepared`: any replica sends it once its
- * reservation ends. Returns how many were handed over. */
-static int hand_over(struct recorder *rec, struct rec_item **v, size_t n, int k,
-                     double claimed_mono)
+/* After the commit: each row born reserved goes to a dispatcher thread; the slots of rows not
+ * recorded born are given back; new `prepared` rows for any replica wake the dispatchers
+ * (wake.h). A reservation that cannot be handed over (out of memory) stays `prepared`: any
+ * replica sends it once its reservation ends. Returns how many were handed over. */
+static int hand_over(struct recorder *rec, struct rec_item **v, size_t n, double claimed_mono)
 {
     int used = 0, prepared = 0;
     for (size_t i = 0; i < n; i++) {
         struct store_intake_item *it = &v[i]->in;
-        if (it->err != STORE_OK || !it->created)
+        int asked = it->q.claim_owner != NULL;
+        int born = it->err == STORE_OK && it->created && lease_is_born(&it->q, &it->job);
+        prepared += it->err == STORE_OK && it->created && it->job.state == ST_PREPARED && !born;
+        if (!born) {
+            if (asked)
+                disp_unreserve(rec->disp, it->q.provider);
             continue;
-        int born = lease_is_born(&it->q, &it->job);
-        prepared += it->job.state == ST_PREPARED && !born;
-        if (!born)
-            continue;
+        }
         struct store_claim c;
-        used++;
         if (lease_claim_born(&it->q, &it->job, &c) < 0 ||
             disp_handoff(rec->disp, &c, claimed_mono) < 0) {
             LOG(LOG_WARN, "handoff_failed", LS("job_id", it->job.id),
                 LS("note", "still prepared: sent by any replica when its reservation ends"));
             store_claim_fini(&c);
+            disp_unreserve(rec->disp, it->q.provider);
+            continue;
         }
+        used++;
     }
-    disp_unreserve(rec->disp, k - used);
     if (prepared)
         wake_work();
     return used;
@@ -103,11 +107,11 @@ static void record_batch(struct recorder *rec, struct db *db, struct rec_item **
     qsort(v, n, sizeof(*v), recorder_item_cmp);
     for (size_t i = 0; i < n; i++)
         items[i] = &v[i]->in;
-    int k = offer_claims(rec, v, n);
+    (void)offer_claims(rec, v, n);
     double claimed_mono = clock_mono(); /* before the commit: the lease is no older */
     CRASH_POINT("before_intent_commit");
     int e = store_intake_batch(db, items, n);
-    int born = hand_over(rec, v, n, k, claimed_mono);
+    int born = hand_over(rec, v, n, claimed_mono);
     metrics_intake_batch(n, e == STORE_OK, born);
     for (size_t i = 0; i < n; i++)
         v[i]->done(v[i]);

@@ -16,11 +16,15 @@ static const char *const header_allow[] = {
     "openai-poll-after-ms", "location", "idempotent-replayed", "date",
 };
 
-struct call_ctx {
-    struct up_response *res;
+/* One transfer: the easy handle, its header list and what is being collected. */
+struct up_xfer {
+    CURL *h;
+    struct curl_slist *hdrs;
+    struct up_response res;
     size_t max;
     cJSON *headers;
-    const struct up_request *req;
+    int (*before_send)(void *arg);
+    void *before_send_arg;
 };
 
 int up_global_init(void)
@@ -35,9 +39,9 @@ void up_global_fini(void)
 
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
-    struct call_ctx *c = arg;
+    struct up_xfer *c = arg;
     size_t len = size * n;
-    struct up_response *r = c->res;
+    struct up_response *r = &c->res;
     size_t take = len;
     if (r->body_len + take > c->max) {
         take = c->max - r->body_len;
@@ -57,7 +61,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
 {
-    struct call_ctx *c = arg;
+    struct up_xfer *c = arg;
     size_t len = size * n;
     /* A new status line (after 100-continue, say) starts a new header block. */
     if (len > 5 && strncmp(p, "HTTP/", 5) == 0) {
@@ -97,10 +101,10 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
     (void)conn_local_ip;
     (void)conn_primary_port;
     (void)conn_local_port;
-    struct call_ctx *c = arg;
+    struct up_xfer *c = arg;
     CRASH_POINT("before_send");
-    if (c->req->before_send && c->req->before_send(c->req->before_send_arg) != 0) {
-        c->res->aborted_before_send = 1;
+    if (c->before_send && c->before_send(c->before_send_arg) != 0) {
+        c->res.aborted_before_send = 1;
         return CURL_PREREQFUNC_ABORT;
     }
     return CURL_PREREQFUNC_OK;
@@ -171,21 +175,28 @@ failed:
     return -1;
 }
 
-int up_call(const struct up_request *req, struct up_response *res)
+int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_response *res)
 {
-    struct call_ctx ctx = {.res = res, .max = req->max_response_bytes, .req = req};
-    struct curl_slist *hdrs = NULL;
-    int rc = -1;
-
+    struct up_xfer *x = calloc(1, sizeof(*x));
+    *out = NULL;
     memset(res, 0, sizeof(*res));
-    CURL *h = curl_easy_init();
-    ctx.headers = cJSON_CreateObject();
-    if (!h || !ctx.headers || build_headers(req, &hdrs) < 0) {
+    if (!x || !(x->h = curl_easy_init()) || !(x->headers = cJSON_CreateObject()) ||
+        build_headers(req, &x->hdrs) < 0) {
         /* Nothing was sent: the request could not even be built. */
         res->curl_code = CURLE_OUT_OF_MEMORY;
         snprintf(res->error, sizeof(res->error), "out of memory");
-        goto done;
+        if (x) {
+            cJSON_Delete(x->headers);
+            if (x->h)
+                curl_easy_cleanup(x->h);
+            free(x);
+        }
+        return -1;
     }
+    x->max = req->max_response_bytes;
+    x->before_send = req->before_send;
+    x->before_send_arg = req->before_send_arg;
+    CURL *h = x->h;
     curl_easy_setopt(h, CURLOPT_URL, req->url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
     if (strcmp(req->method, "GET") == 0) {
@@ -194,7 +205,7 @@ int up_call(const struct up_request *req, struct up_response *res)
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
     }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
     /* Only the configured proxy, never the environment's: an empty CURLOPT_PROXY disables
      * http_proxy / HTTPS_PROXY / ALL_PROXY, and NOPROXY "*" exempts every host besides. A
      * configured proxy carries every call: NOPROXY "" overrides the environment's NO_PROXY. */
@@ -207,33 +218,61 @@ int up_call(const struct up_request *req, struct up_response *res)
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req->total_timeout_ms);
+    /* A transfer mostly waits: a small receive buffer keeps thousands of them in flight cheap
+     * (a large answer takes more reads, not more memory per waiting call). */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)UP_RECV_BUFFER);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &ctx);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &ctx);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
-    curl_easy_setopt(h, CURLOPT_PREREQDATA, &ctx);
+    curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "idemgate/0.1");
+    curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+    *out = x;
+    return 0;
+}
 
-    CURLcode cc = curl_easy_perform(h);
+void *up_xfer_easy(struct up_xfer *x)
+{
+    return x->h;
+}
+
+int up_xfer_finish(struct up_xfer *x, int curl_code, struct up_response *res)
+{
+    CURL *h = x->h;
     long status = 0, reqsize = 0, hdrsize = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &reqsize);
     curl_easy_getinfo(h, CURLINFO_HEADER_SIZE, &hdrsize);
-    res->curl_code = (int)cc;
+    *res = x->res;
+    res->curl_code = curl_code;
     res->http_status = (int)status;
     res->bytes_sent = reqsize;
     res->header_bytes = hdrsize;
-    if (cc != CURLE_OK)
-        snprintf(res->error, sizeof(res->error), "curl %d: %s", (int)cc, curl_easy_strerror(cc));
-    rc = cc == CURLE_OK && status > 0 ? 0 : -1;
-done:
-    res->headers_json = ctx.headers ? cJSON_PrintUnformatted(ctx.headers) : NULL;
-    cJSON_Delete(ctx.headers);
-    free_headers(hdrs);
-    if (h)
-        curl_easy_cleanup(h);
-    return rc;
+    if (curl_code != CURLE_OK)
+        snprintf(res->error, sizeof(res->error), "curl %d: %s", curl_code,
+                 curl_easy_strerror((CURLcode)curl_code));
+    res->headers_json = cJSON_PrintUnformatted(x->headers);
+    cJSON_Delete(x->headers);
+    free_headers(x->hdrs);
+    curl_easy_cleanup(h);
+    free(x);
+    return curl_code == CURLE_OK && status > 0 ? 0 : -1;
+}
+
+int up_xfer_perform(struct up_xfer *x, struct up_response *res)
+{
+    CURLcode cc = curl_easy_perform(x->h);
+    return up_xfer_finish(x, (int)cc, res);
+}
+
+int up_call(const struct up_request *req, struct up_response *res)
+{
+    struct up_xfer *x;
+    if (up_xfer_new(req, &x, res) < 0)
+        return -1;
+    return up_xfer_perform(x, res);
 }
 
 void up_response_fini(struct up_response *res)

@@ -24,6 +24,7 @@ struct wpool {
     const struct cfg *cfg;
     struct wpool_spec spec;
     atomic_int stop;
+    atomic_int quiesce; /* no more claims; handoffs are given back */
     int stop_fd; /* an eventfd that wakes idle threads when stopping */
     int n;
     pthread_t *threads;
@@ -77,15 +78,21 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
 static int idle_wait(struct wpool *p, struct db *db)
 {
     /* The kick fd stays readable while a handoff waits (see take_handoff). */
-    int fds[3] = {p->stop_fd, p->kick_fd, p->spec.wake_on_work ? wake_work_fd() : -1};
-    int nfds = fds[2] >= 0 ? 3 : 2, claim = 0;
+    int fds[4] = {p->stop_fd, p->kick_fd, p->spec.chores ? p->spec.chores_fd : -1,
+                  p->spec.wake_on_work ? wake_work_fd() : -1};
+    int nfds = 0, claim = 0, work_fd = -1;
+    for (int i = 0; i < 4; i++)
+        if (fds[i] >= 0)
+            fds[nfds++] = fds[i];
+    if (p->spec.wake_on_work)
+        work_fd = fds[nfds - 1];
     double end = clock_mono() + p->spec.idle_ms / 1000.0;
     for (;;) {
         int left = (int)((end - clock_mono()) * 1000.0), foreign = 0;
         if (left <= 0)
             break;
         if (!p->spec.channel) {
-            struct pollfd pfd[3];
+            struct pollfd pfd[4];
             for (int i = 0; i < nfds; i++)
                 pfd[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
             (void)poll(pfd, (nfds_t)nfds, left);
@@ -101,8 +108,13 @@ static int idle_wait(struct wpool *p, struct db *db)
     }
     if (clock_mono() >= end || atomic_load(&p->stop))
         claim = 1;
-    if (fds[2] >= 0) { /* signalled: every thread woken claims (it is consumed just before) */
-        struct pollfd pfd = {.fd = fds[2], .events = POLLIN};
+    if (work_fd >= 0) { /* signalled: every thread woken claims (it is consumed just before) */
+        struct pollfd pfd = {.fd = work_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) > 0)
+            claim = 1;
+    }
+    if (p->spec.chores) { /* a call ended: results to write, and room for a claim */
+        struct pollfd pfd = {.fd = p->spec.chores_fd, .events = POLLIN};
         if (poll(&pfd, 1, 0) > 0)
             claim = 1;
     }
@@ -127,19 +139,21 @@ static int claim_and_run(struct wpool *p, struct db *db)
 {
     struct store_claim c;
     double claimed = clock_mono(); /* before the claim: the lease is no older */
-    int e = p->spec.claim(db, p->cfg->instance_id, p->cfg->lease_seconds, &c);
+    int e = p->spec.claim_arg
+                ? p->spec.claim_arg(db, p->cfg->instance_id, p->cfg->lease_seconds, &c, p->spec.arg)
+                : p->spec.claim(db, p->cfg->instance_id, p->cfg->lease_seconds, &c);
     if (e == STORE_ENOTFOUND)
         return 0;
     if (e < 0)
         return e;
-    p->spec.work(p->cfg, db, &c, claimed);
+    p->spec.work(p->cfg, db, &c, claimed, p->spec.arg);
     store_claim_fini(&c);
     return 1;
 }
 
 int wpool_reserve(struct wpool *p, int n)
 {
-    if (!p || n <= 0)
+    if (!p || n <= 0 || p->spec.room_outside)
         return 0;
     pthread_mutex_lock(&p->mu);
     /* Each thread may hold one claim queued behind the operation it is working on: a born
@@ -153,7 +167,7 @@ int wpool_reserve(struct wpool *p, int n)
 
 void wpool_unreserve(struct wpool *p, int n)
 {
-    if (!p || n <= 0)
+    if (!p || n <= 0 || p->spec.room_outside)
         return;
     pthread_mutex_lock(&p->mu);
     p->reserved -= n;
@@ -170,7 +184,8 @@ int wpool_handoff(struct wpool *p, struct store_claim *c, double claimed_mono)
     h->next = NULL;
     memset(c, 0, sizeof(*c));
     pthread_mutex_lock(&p->mu);
-    p->reserved--;
+    if (!p->spec.room_outside)
+        p->reserved--;
     p->pending++;
     if (p->tail)
         p->tail->next = h;
@@ -207,9 +222,9 @@ static int run_handoff(struct wpool *p, struct db *db)
     struct handoff *h = take_handoff(p);
     if (!h)
         return 0;
-    wpool_work_fn fn = atomic_load(&p->stop) && p->spec.give_back ? p->spec.give_back
-                                                                  : p->spec.work;
-    fn(p->cfg, db, &h->c, h->claimed_mono);
+    int stopping = atomic_load(&p->stop) || atomic_load(&p->quiesce);
+    wpool_work_fn fn = stopping && p->spec.give_back ? p->spec.give_back : p->spec.work;
+    fn(p->cfg, db, &h->c, h->claimed_mono, p->spec.arg);
     store_claim_fini(&h->c);
     free(h);
     return 1;
@@ -234,6 +249,9 @@ static void *wpool_main(void *arg)
         return NULL;
     int claim_turn = 0; /* with handoffs and due work both waiting, take them in turn */
     while (!atomic_load(&p->stop)) {
+        /* Results of calls go before anything: they free room and answer waiting clients. */
+        if (p->spec.chores && p->spec.chores(db, p->spec.arg))
+            continue;
         /* A claim handed over goes first (its lease is already running), but never twice in a
          * row while due work waits: born claims must not starve the fair claim. */
         if (!(claim && claim_turn) && run_handoff(p, db)) {
@@ -243,7 +261,7 @@ static void *wpool_main(void *arg)
         claim_turn = 0;
         if (p->spec.channel && !keep_listening(p, db, &gen, &backoff_ms))
             continue;
-        if (claim || clock_mono() >= next_claim) {
+        if (!atomic_load(&p->quiesce) && (claim || clock_mono() >= next_claim)) {
             take_work_signal(p);
             int e = claim_and_run(p, db);
             if (e > 0) {
@@ -262,6 +280,8 @@ static void *wpool_main(void *arg)
         set_idle(p, -1);
     }
     while (run_handoff(p, db)) /* claims handed over before the stop: given back */
+        ;
+    while (p->spec.chores && p->spec.chores(db, p->spec.arg)) /* results still to write */
         ;
     store_db_close(db);
     return NULL;
@@ -297,6 +317,14 @@ struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec 
         p->n++;
     }
     return p;
+}
+
+void wpool_quiesce(struct wpool *p)
+{
+    if (!p)
+        return;
+    /* Handoffs still queued are given back by the threads their kicks wake. */
+    atomic_store(&p->quiesce, 1);
 }
 
 void wpool_stop(struct wpool *p)

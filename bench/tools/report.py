@@ -19,6 +19,8 @@ ROWS = [  # key, label, what it is compared with
     ("e2e", "gateway end to end (Prefer: wait=30, new keys)", "nginx"),
     ("replay", "gateway replay (one completed key, Prefer: wait=30)", "nginx"),
     ("get", "gateway GET /v1/jobs/{id} (completed)", ""),
+    ("slow_nginx", "nginx -> slow mock (%(slow_delay_ms)d ms), %(slow_connections)d conns", "baseline"),
+    ("slow_e2e", "gateway -> slow mock, defaults, wait=60, %(slow_connections)d conns", "slow_nginx"),
     ("intake", "gateway intake 202 (new keys, no dispatcher)", "pgbench"),
     ("intake_disp", "gateway intake 202 (new keys, dispatchers on)", "pgbench"),
     ("intake_seq", "gateway intake 202, one sequential client", ""),
@@ -34,6 +36,7 @@ TARGETS = {  # ratio key: (numerator, denominator, target, text)
                                 "intake / pgbench batched rows (how close to it)"),
     "e2e_vs_nginx": ("e2e", "nginx", 0.5, "end to end / nginx"),
     "replay_vs_nginx": ("replay", "nginx", 1.0, "replay / nginx"),
+    "slow_vs_nginx": ("slow_e2e", "slow_nginx", 0.9, "slow provider: end to end / nginx"),
     "intake_hist_vs_intake": ("intake_hist", "intake", 0.0,
                               "intake with history / intake on an empty table"),
 }
@@ -126,6 +129,12 @@ def main():
         ratios["intake_seq_p50_minus_fsync_ms"] = {
             "value": round(gap, 3), "target": 1.0, "met": gap <= 1.0, "le": True,
             "what": "one client: intake p50 - one fdatasync, ms (<= 1)"}
+    slow = facts.get("slow") or {}
+    if "slow_e2e" in runs and slow.get("delay_ms"):
+        over = runs["slow_e2e"]["p50_us"] / 1000.0 - slow["delay_ms"]
+        ratios["slow_p50_over_delay_ms"] = {
+            "value": round(over, 1), "target": 50.0, "met": over <= 50.0, "le": True,
+            "what": "slow provider: p50 - the provider's delay, ms"}
     if "replay" in runs and "nginx" in runs:
         ok = runs["replay"]["p99_us"] <= runs["nginx"]["p99_us"]
         ratios["replay_p99_vs_nginx"] = {
@@ -175,7 +184,8 @@ def main():
            "memory": memory, "instructions": instr,
            "notes": {k: v for k, v in facts.items() if k in ("replay_job", "pgbench_script",
                                                                 "gateway_main", "gateway_intake_memory",
-                                                                "pgbench_batch", "pg_test_fsync")}}
+                                                                "pgbench_batch", "pg_test_fsync",
+                                                                "slow", "inflight")}}
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -237,6 +247,21 @@ def main():
             print("gateway RSS after each loaded run: %.1f .. %.1f MiB over %d requests (%+.0f%%; target flat, +-10%%)"
                   % (memory["rss_loaded_min_kib"] / 1024, memory["rss_loaded_max_kib"] / 1024,
                      memory["requests"], 100 * memory["rss_drift"]))
+    if slow.get("gateway_mid_run"):
+        g = slow["gateway_mid_run"]
+        print()
+        print("slow provider, mid-run: %s calls in flight, %s threads, %s PostgreSQL connections, "
+              "RSS %.1f MiB" % (g.get("calls_in_flight"), g.get("threads"), g.get("pg_connections"),
+                                (g.get("rss_kib") or 0) / 1024))
+    infl = facts.get("inflight")
+    if infl:
+        print("calls in flight: %s submitted (%s), peak %s in flight (sampled %s); peak RSS %.1f MiB, "
+              "%s threads, %s PostgreSQL connections; states %s; mock creates %s; all ended after %s s"
+              % (infl.get("calls"), (infl.get("submitter") or {}).get("statuses"),
+                 infl.get("peak_calls_in_flight"), infl.get("sampled_calls_in_flight"),
+                 (infl.get("peak_rss_kib") or 0) / 1024, infl.get("peak_threads"),
+                 infl.get("peak_pg_connections"), infl.get("states"), infl.get("mock_creates"),
+                 infl.get("seconds_to_all_ended")))
     if instr:
         print()
         for part, c in instr.items():

@@ -15,6 +15,26 @@
 void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
                     double claimed_mono);
 
+/* The same attempt in three steps, for a caller that does not wait for the call (the dispatcher
+ * and its call engine): attempt_begin does what comes before the call (on a born reservation,
+ * lease_begin_send) and takes the claim (c is left empty) into *out; -1 when nothing is to be
+ * sent (the outcome, if any, is written; c is the caller's to free). attempt_xfer builds the
+ * call's transfer (engine.h); -1 with *res holding the evidence of a call that could not be
+ * built. attempt_end records the outcome in res (taking it) at t1 (wall clock) and frees the
+ * attempt; it may run on another thread than attempt_begin, with another connection. */
+struct attempt;
+__attribute__((warn_unused_result)) int attempt_begin(const struct cfg *cfg, struct db *db,
+                                                      struct store_claim *c, double claimed_mono,
+                                                      struct attempt **out);
+__attribute__((warn_unused_result)) int attempt_xfer(struct attempt *a, struct up_xfer **x,
+                                                     struct up_response *res);
+void attempt_end(struct attempt *a, struct db *db, struct up_response *res, double t1);
+const struct cfg_provider *attempt_provider(const struct attempt *a);
+const char *attempt_job_id(const struct attempt *a);
+/* Gives up an attempt before its call (nothing was sent): the row goes back to `prepared` for
+ * any replica, with why as its last error; the attempt is freed. */
+void attempt_abandon(struct attempt *a, struct db *db, const char *why);
+
 /* 1 when url is on the same scheme, host and port as base (see prov_same_origin). */
 int attempt_same_origin(const char *url, const char *base);
 

@@ -21,6 +21,8 @@ struct cfg {
     char *instance_id; /* names this replica as a lease owner; defaults to host:pid */
     int http_threads;
     int dispatch_workers;
+    int max_inflight_calls; /* provider calls in flight in this replica (engine.h) */
+    int call_threads;       /* threads driving them */
     int intake_writers;
     int db_workers;
     int tenant_requests_per_second, tenant_burst, tenant_wait_connections;

@@ -2,25 +2,35 @@
 #define IDEMGATE_DISPATCHER_H
 
 #include "idemgate/config.h"
+#include "idemgate/engine.h"
 #include "idemgate/lease.h"
 
-/* Dispatcher workers: prepared → sending (committed before the network call) → outcome.
- * Each worker owns one database connection, LISTENs for new work and falls back to polling. */
+/* The dispatcher: prepared → sending (committed before the network call) → outcome, without
+ * holding a thread or a database connection while a provider thinks. dispatch_workers threads,
+ * each with one database connection, claim due creates (short statements), hand each call to the
+ * call engine (engine.h: thousands in flight on call_threads threads) and write the results of
+ * the calls that ended. They LISTEN for new work and fall back to polling. */
 
 struct dispatcher;
 
-/* Starts cfg->dispatch_workers threads (none when 0). Returns NULL on failure. */
-struct dispatcher *disp_start(const struct cfg *cfg);
-/* Asks the workers to stop, lets each finish the call it is making (its result is written), and
- * joins them. */
+/* Starts cfg->dispatch_workers threads (none when 0) making their calls on eng. NULL on
+ * failure. */
+struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng);
+/* The stop, in three steps with the engine's: disp_quiesce (no new claim; born reservations not
+ * begun are given back), then eng_stop (every call in flight ends, the threads writing results
+ * meanwhile), then disp_stop (the results left are written; the threads stop). No call in flight
+ * is dropped. */
+void disp_quiesce(struct dispatcher *d);
 void disp_stop(struct dispatcher *d);
 
-/* One commit before send: the recorder asks for idle workers (disp_reserve, up to n; d may be
- * NULL), records that many new rows born claimed, hands each claim over (disp_handoff: the worker
- * sends at once; c is moved, and freed by the dispatcher) and gives back the rest
- * (disp_unreserve). disp_handoff returns -1 when out of memory: c is then the caller's. */
-int disp_reserve(struct dispatcher *d, int n);
-void disp_unreserve(struct dispatcher *d, int n);
+/* One commit before send: the recorder asks for a call slot per new row (disp_reserve: 1 when
+ * the engine, and the row's provider, have room; d may be NULL), records those rows born
+ * claimed, hands each claim over (disp_handoff: a dispatcher thread begins it at once; c is
+ * moved, and freed by the dispatcher) and gives back the slots of rows that were not recorded
+ * born (disp_unreserve). disp_handoff returns -1 when out of memory: c, and its slot, are then
+ * the caller's. */
+int disp_reserve(struct dispatcher *d, const char *provider);
+void disp_unreserve(struct dispatcher *d, const char *provider);
 __attribute__((warn_unused_result)) int disp_handoff(struct dispatcher *d, struct store_claim *c,
                                                      double claimed_mono);
 

@@ -82,9 +82,12 @@ __attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const ch
 
 /* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
  * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
- * return, before any byte goes to the provider. STORE_ENOTFOUND when nothing is due. */
+ * return, before any byte goes to the provider. skip is a PostgreSQL text[] literal of providers
+ * not to claim for (their calls in flight are at their limit here), or NULL. STORE_ENOTFOUND when
+ * nothing is due. */
 __attribute__((warn_unused_result)) int store_claim(struct db *db, const char *owner,
-                                                    int lease_seconds, struct store_claim *out);
+                                                    int lease_seconds, const char *skip,
+                                                    struct store_claim *out);
 
 /* A born reservation becomes a send, right before it: prepared → sending under the same fencing
  * token with a fresh lease of lease_seconds, committed before any byte leaves; updates c's lease,

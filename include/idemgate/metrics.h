@@ -46,6 +46,9 @@ void metrics_unknown_seconds(double seconds);
 /* A group commit of intents (recorder.c): committed as one, or split (decided row by row); how
  * many of its new rows were born claimed and handed to a dispatcher. */
 void metrics_intake_batch(size_t intents, int committed, int born_claimed);
+/* Provider calls in the call engine (creates, status reads): +1 when one is submitted, -1 when
+ * it ended. */
+void metrics_calls_in_flight(int delta);
 
 /* The cost settled for a completed operation of a configured provider (names and currency
  * codes from the configuration, which outlives the counters: a bounded label set; past 64 pairs

@@ -5,12 +5,22 @@
 #include "idemgate/wpool.h"
 #include "idemgate/profile.h"
 
-/* Poller workers: accepted → (status read through the profile) → completed | failed | still
- * running. They also send a requested cancel, once. At the poll deadline they stop reading:
- * the job stays accepted with its remote id (a stopped wait is not a failure). */
+/* The poller: accepted → (status read through the profile) → completed | failed | canceled |
+ * still running. It also sends a requested cancel, once. At the poll deadline it stops reading:
+ * the job stays accepted with its remote id (a stopped wait is not a failure). poll_workers
+ * threads, each with one database connection, claim due reads (while the call engine has room)
+ * and write what they showed; the reads themselves run on the call engine (engine.h), holding no
+ * thread and no connection. */
 
-/* Starts cfg->poll_workers threads; stop them with wpool_stop. */
-struct wpool *poller_start(const struct cfg *cfg);
+struct poller;
+struct eng;
+
+/* Starts cfg->poll_workers threads (none when 0) making their reads on eng. NULL on failure. */
+struct poller *poller_start(const struct cfg *cfg, struct eng *eng);
+/* The stop, like the dispatcher's: poller_quiesce (no new claim), eng_stop (the reads in flight
+ * end), poller_stop (their conclusions are written; the threads stop). */
+void poller_quiesce(struct poller *pl);
+void poller_stop(struct poller *pl);
 
 /* The canonical task status an answer shows, by the profile's rules: its status path and map,
  * its done flag and error, or its HTTP status. -1 when it cannot tell. Pure. */

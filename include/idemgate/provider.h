@@ -34,6 +34,14 @@ __attribute__((warn_unused_result)) int prov_call(const struct cfg_provider *p,
                                                   const struct prov_call *c,
                                                   struct up_response *res);
 
+/* The same call as a transfer for the call engine (engine.h): built, not sent. Returns 0 with the
+ * transfer in *out, or -1 with *res filled as prov_call fills it when nothing can be sent (a
+ * missing credential, out of memory). c's body and before_send_arg must outlive the transfer. */
+__attribute__((warn_unused_result)) int prov_xfer_new(const struct cfg_provider *p,
+                                                      const struct prov_call *c,
+                                                      struct up_xfer **out,
+                                                      struct up_response *res);
+
 /* base_url + tmpl expanded with path-segment escaping of every value. A new string, or NULL
  * (logged, naming the provider and what) when a value cannot be placed. */
 char *prov_url(const struct cfg_provider *p, const char *tmpl, tmpl_lookup_fn lookup, void *arg,

@@ -54,4 +54,25 @@ __attribute__((warn_unused_result)) int up_call(const struct up_request *req,
                                                 struct up_response *res);
 void up_response_fini(struct up_response *res);
 
+/* The same call in two halves, for an event loop (engine.h) that drives many at once: the
+ * transfer is built (nothing is sent), performed by whoever owns its easy handle, then finished.
+ * The CURLOPT_PRIVATE of the easy handle is the transfer. req's body and before_send_arg must
+ * stay valid until the transfer is finished; everything else is copied. */
+struct up_xfer;
+/* The receive buffer of each transfer (libcurl's default is 16 KiB). */
+#define UP_RECV_BUFFER 8192
+/* Builds the transfer into *out. Returns 0, or -1 when out of memory, with *res filled as
+ * up_call fills it for a request that could not be built (nothing sent; *out is NULL). */
+__attribute__((warn_unused_result)) int up_xfer_new(const struct up_request *req,
+                                                    struct up_xfer **out,
+                                                    struct up_response *res);
+/* The transfer's CURL easy handle. */
+void *up_xfer_easy(struct up_xfer *x);
+/* Reads the evidence of a transfer libcurl ended with curl_code into *res and frees the
+ * transfer (the easy handle must no longer be in a multi handle). Returns what up_call
+ * returns. */
+int up_xfer_finish(struct up_xfer *x, int curl_code, struct up_response *res);
+/* Performs the transfer on the calling thread (blocking) and finishes it. */
+int up_xfer_perform(struct up_xfer *x, struct up_response *res);
+
 #endif

@@ -18,7 +18,7 @@ typedef int (*wpool_claim_fn)(struct db *db, const char *owner, int lease_second
 /* Works on a claimed operation; claimed_mono is CLOCK_MONOTONIC taken before the claim (the lease
  * is no older). The pool frees the claim afterwards. */
 typedef void (*wpool_work_fn)(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                              double claimed_mono);
+                              double claimed_mono, void *arg);
 
 struct wpool_spec {
     const char *name; /* for the log */
@@ -32,12 +32,28 @@ struct wpool_spec {
     /* A claim handed over and not yet taken when the pool stops: given back (nothing of it was
      * begun), so that another replica takes it at once; NULL: worked on like any other. */
     wpool_work_fn give_back;
+    void *arg; /* passed to work, give_back and the three below */
+    /* For a pool whose work does not wait for its call (the dispatcher, engine.h); all optional.
+     * claim_arg claims instead of claim. chores is work that is no claim (results of calls to
+     * write): it runs before anything else on every turn, while it returns 1; chores_fd is
+     * readable while some wait, and wakes an idle thread, which then also claims (a call's end
+     * makes room for another). */
+    int (*claim_arg)(struct db *db, const char *owner, int lease_seconds, struct store_claim *out,
+                     void *arg);
+    int (*chores)(struct db *db, void *arg);
+    int chores_fd;
+    /* Handoff promises are counted by the pool's owner: wpool_reserve is not used and
+     * wpool_handoff only queues. */
+    int room_outside;
 };
 
 struct wpool;
 
 /* Starts n threads (none when 0) working as spec says (spec is copied). NULL only on failure. */
 struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec *spec);
+/* Stops claiming: from now on a claim handed over goes to spec.give_back, and only chores are
+ * done. wpool_stop follows. */
+void wpool_quiesce(struct wpool *p);
 /* Wakes the threads, lets each finish the operation it holds, hands every claim handed over and
  * not yet taken to spec.give_back (or works on it when there is none), and joins them all. */
 void wpool_stop(struct wpool *p);

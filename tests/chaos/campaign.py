@@ -78,11 +78,24 @@ class Sizes:
     grace_ms: int = 5000   # reconcile.absent_grace_ms (> late_visible's 3000 ms)
     page_max: int = 20     # the mock's list_page_max: lists page among unrelated tasks
     seeded: int = 120      # unrelated tasks made at the start (more come during the run)
+    # A slow provider: every create the mock draws for also waits MIN..MAX ms (random mode), the
+    # providers' total timeout and the lease grown to match. (0, 0): the usual fast mock.
+    create_delay_ms: tuple = (0, 0)
+    total_ms: int = 1000
+    lease_s: int = 3
 
 
 CI = Sizes(intents=240, concurrency=12, load_s=40, kills=2, pg_restarts=1, outages=3, drain_s=60)
 FULL = Sizes(intents=3000, concurrency=24, load_s=300, kills=12, pg_restarts=4, outages=12,
              drain_s=120, page_max=50, stalls=4)
+# Slow providers (issue 22): creates that take seconds, arriving fast, so that hundreds (CI) or
+# thousands (FULL) of calls are in flight on two replicas when one is killed, stopped or its
+# database restarted.
+SLOW_CI = Sizes(intents=300, concurrency=100, load_s=6, kills=1, pg_restarts=1, outages=1,
+                drain_s=120, stalls=1, create_delay_ms=(1000, 4000), total_ms=8000, lease_s=12)
+SLOW_FULL = Sizes(intents=3000, concurrency=400, load_s=12, kills=3, pg_restarts=1, outages=2,
+                  drain_s=300, stalls=1, create_delay_ms=(2000, 10000), total_ms=15000,
+                  lease_s=20)
 
 P_CANCEL, P_RESUBMIT, P_REUSE, P_REGEN, P_WAIT = 0.2, 0.2, 0.03, 0.03, 0.2
 P_PAD, PAD_BYTES = 0.004, 17 << 20
@@ -198,6 +211,9 @@ def entries(mock_url, tag, sizes):
             e["webhook"] = dict(prof["webhook"], client_ref="$.metadata.client_ref")
         out[kind] = e
         out[kind]["_route"] = route
+    if sizes.total_ms != providers.T1["total_ms"]:
+        for e in out.values():
+            e["timeouts"] = dict(providers.T1, total_ms=sizes.total_ms)
     return out
 
 
@@ -328,8 +344,9 @@ def make_plan(seed, sizes, tenants=2):
                        round(rng.uniform(1.0, 4.0), 2)))
         faults.append((rng.uniform(*span), "refuse", round(rng.uniform(0.3, 1.5), 2)))
     for _ in range(sizes.stalls):
-        # Past the 3 s lease: another replica takes the stalled one's work over.
-        faults.append((rng.uniform(*span), "stall", round(rng.uniform(3.5, 5.5), 3)))
+        # Past the lease: another replica takes the stalled one's work over.
+        faults.append((rng.uniform(*span), "stall",
+                       round(rng.uniform(sizes.lease_s + 0.5, sizes.lease_s + 2.5), 3)))
     faults.sort(key=lambda f: f[0])
     seeds = [(0.0, "openai-images", sizes.seeded), (0.0, "native-idempotent", sizes.seeded // 2)]
     t = 0.0
@@ -422,9 +439,11 @@ class Campaign:
         if mode == "auto":
             mode = "random" if self.caps["random"] else "controls"
         if mode == "random":
-            st, doc = mock_json(self.mock_url, "/_chaos", {
-                "seed": self.plan.mock_seed, "weights": self.plan.weights or WEIGHTS,
-                "lookup_delay_ms_max": LOOKUP_DELAY_MS_MAX})
+            body = {"seed": self.plan.mock_seed, "weights": self.plan.weights or WEIGHTS,
+                    "lookup_delay_ms_max": LOOKUP_DELAY_MS_MAX}
+            if self.sizes.create_delay_ms[1]:
+                body["create_delay_ms"] = list(self.sizes.create_delay_ms)
+            st, doc = mock_json(self.mock_url, "/_chaos", body)
             assert st == 200, f"the mock refused random mode: {st} {doc}"
         self.mock_mode = mode
         st, cfg = mock_json(self.mock_url, "/_config")

@@ -206,11 +206,12 @@ def dispatch_runs(scenario, point, gateway_factory, mock, psql, tokens, entries,
     for run in range(DISPATCH_RUNS):
         reset(mock)
         reps = Replicas(gateway_factory, free_port)
-        # The victim is the only dispatcher, with one worker: its n-th claim is the n-th intent,
-        # and a single operation is in flight when it dies. The intake replica takes the clients.
+        # The victim is the only dispatcher, with one worker and room for one call: its n-th
+        # claim is the n-th intent, and a single operation is in flight when it dies. The intake
+        # replica takes the clients.
         hit = run % 3 + 1
         v = reps.start("v", first_env={"IDEMGATE_CRASH": f"{point}:{hit}"}, providers=entries,
-                       lease_seconds=LEASE, dispatch_workers=1)
+                       lease_seconds=LEASE, dispatch_workers=1, max_inflight_calls=1)
         i = reps.start("i", providers=entries, lease_seconds=LEASE, dispatch_workers=0)
         reps.supervise()
         pfx = harness.prefix(scenario.lower().replace("_", ""))

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 
@@ -29,13 +30,17 @@ from chaos.replicas import Replicas  # noqa: E402
 
 CI_SEEDS = [1101]
 FULL_SEEDS = [1101, 2202, 3303, 4404]
-LEASE = 3
+# Slow providers (issue 22): hundreds of calls in flight (CI), thousands with CHAOS_FULL=1.
+SLOW_CI_SEEDS = [5505]
+SLOW_FULL_SEEDS = [5505, 6606]
 
 
-def seeds():
+def seeds(slow=False):
     env = os.environ.get("CAMPAIGN_SEED")
     if env:
         return [int(s) for s in env.split(",") if s.strip()]
+    if slow:
+        return SLOW_FULL_SEEDS if harness.FULL else SLOW_CI_SEEDS
     return FULL_SEEDS if harness.FULL else CI_SEEDS
 
 
@@ -52,8 +57,11 @@ def cluster():
     c.destroy()
 
 
-def sizes():
-    s = campaign.FULL if harness.FULL else campaign.CI
+def sizes(slow=False):
+    if slow:
+        s = campaign.SLOW_FULL if harness.FULL else campaign.SLOW_CI
+    else:
+        s = campaign.FULL if harness.FULL else campaign.CI
     n = os.environ.get("CAMPAIGN_INTENTS")
     if n:
         # The same rate of intents and of faults, for longer or shorter.
@@ -68,6 +76,22 @@ def sizes():
 
 @pytest.mark.parametrize("seed", seeds())
 def test_randomised_campaign(seed, gateway_factory, mock, cluster):
+    run_campaign(seed, sizes(), gateway_factory, mock, cluster)
+
+
+@pytest.mark.parametrize("seed", seeds(slow=True))
+def test_randomised_campaign_slow_providers(seed, gateway_factory, mock, cluster):
+    """The same campaign against slow providers: every create takes seconds and intents arrive
+    fast, so that each replica has hundreds (thousands with CHAOS_FULL=1) of calls in flight on
+    its call engine when it is killed, stopped, or its database restarted."""
+    peaks = run_campaign(seed, sizes(slow=True), gateway_factory, mock, cluster)
+    # The load really was concurrent: some replica had many calls in flight at once.
+    assert max(peaks) >= 50, peaks
+
+
+def run_campaign(seed, size, gateway_factory, mock, cluster):
+    """Runs one seeded campaign of size `size`; returns each replica's last reading of
+    idemgate_provider_calls_in_flight_peak (0 when unread)."""
     print(f"campaign seed {seed} (replay: CAMPAIGN_SEED={seed})", flush=True)
     if not cluster.is_running():
         cluster.start()
@@ -77,7 +101,6 @@ def test_randomised_campaign(seed, gateway_factory, mock, cluster):
     q = sql(url)
     tokens = [cluster.tenant(GATEWAY_BIN, "camp-" + uuid.uuid4().hex[:10], url) for _ in range(2)]
     admin = "admin-" + uuid.uuid4().hex
-    size = sizes()
     plan = campaign.make_plan(seed, size, tenants=len(tokens))
     tag = providers.tag()
     pfx = harness.prefix("camp")
@@ -89,16 +112,26 @@ def test_randomised_campaign(seed, gateway_factory, mock, cluster):
     ents = campaign.gateway_entries(camp.ents)
     for name, port in zip(("a", "b"), ports):
         reps.start(name, env=dict(campaign.SECRETS, DATABASE_URL=url), providers=ents,
-                   lease_seconds=LEASE, http_threads=8, reaper_interval_ms=200,
+                   lease_seconds=size.lease_s, http_threads=8, reaper_interval_ms=200,
                    reconcile_workers=3, poll_workers=2,
                    public_url=f"http://127.0.0.1:{port}",
                    admin_token_sha256=hashlib.sha256(admin.encode()).hexdigest())
     reps.supervise(restart_delay=0.3)
     started = time.monotonic()
+    peaks, done = {}, threading.Event()
+
+    def watch():
+        while not done.wait(0.5):
+            read_peaks(reps, admin, peaks)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
         timing = camp.run()
         data = camp.collect()
     finally:
+        done.set()
+        watcher.join(timeout=10)
         reps.stop_supervising()
         if not cluster.is_running():
             cluster.start()
@@ -125,6 +158,20 @@ def test_randomised_campaign(seed, gateway_factory, mock, cluster):
     assert not viol, (f"campaign seed {seed} (replay: CAMPAIGN_SEED={seed}): {viol}; evidence in "
                       f"{path}; first: {json.dumps(evidence[:2], default=str)[:3000]}")
     assert all(c == 0 for c in codes.values()), f"unclean exits after SIGTERM: {codes}"
+    return list(peaks.values()) or [0]
+
+
+def read_peaks(reps, admin, peaks):
+    """Keeps, per replica name, the highest idemgate_provider_calls_in_flight_peak read (a
+    restarted replica starts again from 0)."""
+    for name, r in list(reps.replicas.items()):
+        if not r.alive():
+            continue
+        st, _, body, _, _ = campaign.call(r.port, "GET", "/metrics", token=admin, timeout=2)
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else ""
+        for line in text.splitlines() if st == 200 else []:
+            if line.startswith("idemgate_provider_calls_in_flight_peak "):
+                peaks[name] = max(peaks.get(name, 0), float(line.split()[1]))
 
 
 # --- the checker can fail: one planted breach of each invariant ----------------------------------

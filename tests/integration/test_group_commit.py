@@ -186,64 +186,69 @@ def test_a_tripped_credential_is_never_born_claimed(gateway_factory, mock, datab
     assert len(mock.creates_for(job)) == 1
 
 
-def test_a_born_claim_cancelled_while_queued_is_never_sent(gateway_factory, mock, database_url,
-                                                           psql):
-    """A born claim may wait behind a busy dispatcher; a cancel acknowledged while it waits
-    means it is never sent (invariant 8): the worker reads it again before sending. One worker,
-    busy with a slow create; the second intent is recorded born claimed, queued, then cancelled:
-    it ends failed and the provider never sees it."""
+def test_an_intent_without_room_is_cancelled_before_it_is_sent(gateway_factory, mock,
+                                                               database_url, psql):
+    """With no room for its call (max_inflight_calls reached), a new intent is recorded
+    `prepared` for any replica — not reserved — and waits unclaimed; a cancel acknowledged while
+    it waits means it is never sent (invariant 8). One slot, taken by a slow create; the second
+    intent is recorded, then cancelled: it ends failed and the provider never sees it."""
     tok = tenant_token(database_url)
-    gw = gateway_factory(dispatch_workers=1, instance_id="queued-" + uuid.uuid4().hex[:6])
-    assert wait_until(lambda: psql(IDLE_SQL) == [["0"]], 60)
-    time.sleep(0.2)  # the worker has gone back to waiting
-    slow = gw.submit(tok, "busy-" + uuid.uuid4().hex[:8],
-                     {"prompt": "keeps the worker busy", "_mock": {"delay_ms": 3000}})
-    assert slow.status == 202, slow
-    key = "queued-" + uuid.uuid4().hex[:8]
-    r = gw.submit(tok, key, {"prompt": "queued behind it"})
-    assert r.status == 202, r
-    job = r.json()["id"]
-    born = psql("SELECT state, lease_version, first_sent_at IS NULL FROM operations "
-                f"WHERE id = '{job}'")
-    assert born == [["prepared", "1", "t"]], born  # born reserved, waiting in the queue
+    gw = gateway_factory(dispatch_workers=1, max_inflight_calls=1,
+                         instance_id="queued-" + uuid.uuid4().hex[:6])
+    busy, job = _busy_then_waiting(gw, tok, psql, {"prompt": "takes the one slot",
+                                                   "_mock": {"delay_ms": 3000}})
     c = gw.http.request("POST", f"/v1/jobs/{job}/cancel", "", {"Authorization": f"Bearer {tok}"})
     # Nothing was sent: the cancel ends it at once, and nobody ever sends it.
     assert c.status in (200, 202) and c.json()["state"] == "failed", c
     done = gw.wait_state(tok, job, ("completed", "failed"), 30)
     assert done["state"] == "failed", done
-    assert gw.wait_state(tok, slow.json()["id"], ("completed",), 30)["state"] == "completed"
+    assert gw.wait_state(tok, busy, ("completed",), 30)["state"] == "completed"
     assert mock.creates_for(job) == [], "a create after an acknowledged cancel"
 
 
-def _busy_then_queued(gw, tok, psql, busy_body):
-    """One worker, busy with a slow create; a second intent recorded born reserved and queued
-    behind it. Returns (busy job id, queued job id)."""
+def _busy_then_waiting(gw, tok, psql, busy_body):
+    """The gateway's one call slot taken by a slow create; a second intent recorded `prepared`
+    for any replica (fencing token 0: no room, so not reserved) and not sent. Returns (busy job
+    id, waiting job id)."""
     assert wait_until(lambda: psql(IDLE_SQL) == [["0"]], 60)
-    time.sleep(0.2)  # the worker has gone back to waiting
     slow = gw.submit(tok, "busy-" + uuid.uuid4().hex[:8], busy_body)
     assert slow.status == 202, slow
-    r = gw.submit(tok, "queued-" + uuid.uuid4().hex[:8], {"prompt": "queued behind it"})
+    busy = slow.json()["id"]
+    assert wait_until(lambda: psql(f"SELECT state FROM operations WHERE id = '{busy}'")
+                      == [["sending"]], 20)
+    r = gw.submit(tok, "queued-" + uuid.uuid4().hex[:8], {"prompt": "waits for room"})
     assert r.status == 202, r
     job = r.json()["id"]
-    born = psql(f"SELECT state, lease_version FROM operations WHERE id = '{job}'")
-    # Born reserved (prepared); the code before issue 21 recorded it `sending` already.
-    assert born in ([["prepared", "1"]], [["sending", "1"]]), born
-    return slow.json()["id"], job
+    born = psql("SELECT state, lease_version, first_sent_at IS NULL FROM operations "
+                f"WHERE id = '{job}'")
+    assert born == [["prepared", "0", "t"]], born
+    return busy, job
 
 
 def test_item3_born_claim_never_sent_is_sent_by_another_replica_after_a_death(
         gateway_factory, mock, database_url, psql):
-    """Issue 21 item 3. A born claim waits behind a busy dispatcher; the replica is killed
-    (SIGKILL) before it sends it. Before: it was recorded `sending`, the reaper made it `unknown`
-    and — reconcile `none` — it ended in `review` though the provider never saw it. After: it is
-    still `prepared` (nothing left), and another replica sends it once its reservation ends:
-    completed with exactly one create, never unknown or review."""
+    """Issue 21 item 3. A born claim is handed to a dispatcher thread; the replica is killed
+    (SIGKILL, crash point `after_sending_commit`: before the statement that starts its send).
+    Before: it was recorded `sending`, the reaper made it `unknown` and — reconcile `none` — it
+    ended in `review` though the provider never saw it. After: it is still `prepared` (nothing
+    left), and another replica sends it once its reservation ends: completed with exactly one
+    create, never unknown or review."""
     tok = tenant_token(database_url)
-    gw = gateway_factory(dispatch_workers=1, instance_id="dies-" + uuid.uuid4().hex[:6])
-    busy, job = _busy_then_queued(gw, tok, psql,
-                                  {"prompt": "keeps the worker busy", "_mock": {"delay_ms": 4000}})
-    gw.proc.kill()
-    gw.proc.wait(10)
+    assert wait_until(lambda: psql(IDLE_SQL) == [["0"]], 60)
+    gw = gateway_factory(dispatch_workers=1, instance_id="dies-" + uuid.uuid4().hex[:6],
+                         env={"IDEMGATE_CRASH": "after_sending_commit:1"})
+    key = "dies-" + uuid.uuid4().hex[:8]
+    try:  # the replica may die before its 202 leaves: the row is what counts
+        gw.submit(tok, key, {"prompt": "born, never begun"})
+    except OSError:
+        pass
+    gw.proc.wait(20)
+    rows = psql(f"SELECT id FROM operations WHERE idempotency_key = '{key}'")
+    assert len(rows) == 1, rows
+    job = rows[0][0]
+    assert "crash_point" in gw.log()
+    row = psql(f"SELECT state, lease_version FROM operations WHERE id = '{job}'")
+    assert row == [["prepared", "1"]], row  # born reserved, and never begun
     assert mock.creates_for(job) == []
     other = gateway_factory(dispatch_workers=2, instance_id="heir-" + uuid.uuid4().hex[:6])
     done = other.wait_state(tok, job, ("completed", "failed", "review"), 60)
@@ -253,20 +258,20 @@ def test_item3_born_claim_never_sent_is_sent_by_another_replica_after_a_death(
     assert ["unknown"] not in states, states  # never ambiguous: it never left before its send
 
 
-def test_item4_queued_claim_is_not_sent_after_its_credential_tripped(
+def test_item4_waiting_job_is_not_sent_after_its_credential_tripped(
         gateway_factory, mock, database_url, psql):
-    """Issue 21 item 4. Job B waits behind A; A's create answers 401 and trips the credential.
-    Before: B was still sent (2 creates; the pre-send re-read checked lease, state and cancel, not
-    the breaker, and was skipped for a claim taken within 5 ms). After: every born claim passes one
-    conditional statement right before its send, which checks the breaker: B is not sent, stays
-    `prepared`, and goes out exactly once after the reset."""
+    """Issue 21 item 4, with the call engine. Job B waits for room while A's create is in
+    flight; A answers 401 and trips the credential. B is not sent (claims skip a tripped provider;
+    a born claim's begin_send checks the breaker too), stays `prepared`, and goes out exactly once
+    after the reset."""
     tok = tenant_token(database_url)
-    gw = gateway_factory(dispatch_workers=1, instance_id="trip-" + uuid.uuid4().hex[:6])
+    gw = gateway_factory(dispatch_workers=1, max_inflight_calls=1,
+                         instance_id="trip-" + uuid.uuid4().hex[:6])
     try:
-        a, b = _busy_then_queued(gw, tok, psql, {"prompt": "refused",
-                                                 "_mock": {"delay_ms": 1500, "status": 401}})
+        a, b = _busy_then_waiting(gw, tok, psql, {"prompt": "refused",
+                                                  "_mock": {"delay_ms": 1500, "status": 401}})
         assert gw.wait_state(tok, a, ("failed",), 30)["state"] == "failed"
-        time.sleep(1.0)  # the worker had every chance to send B
+        time.sleep(1.0)  # the dispatcher had every chance to send B
         assert mock.creates_for(b) == [], "sent after the credential was refused"
         assert psql(f"SELECT state FROM operations WHERE id = '{b}'") == [["prepared"]]
     finally:

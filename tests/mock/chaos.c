@@ -187,6 +187,8 @@ static long long seed;
 static uint64_t create_rng, lookup_rng;
 static unsigned int weights[BEHAVIOR_COUNT];
 static unsigned int lookup_delay_max;
+/* A slow provider: every create waits this much more, drawn in [min, max] ms (0, 0: off). */
+static unsigned int create_delay_min, create_delay_max;
 static unsigned long draws[BEHAVIOR_COUNT];
 
 /*
@@ -222,6 +224,10 @@ const char *chaos_draw(bool async, struct mock_controls *ctrl)
         pick -= weights[i];
     }
     behaviors[b].apply(&c, &create_rng);
+    if (create_delay_max) {
+        c.delay_ms += uniform(&create_rng, create_delay_min, create_delay_max);
+        c.set |= CTRL_DELAY;
+    }
     if (async) {
         c.webhook.duplicates = uniform(&create_rng, 0, 2);
         c.webhook.delay_ms = uniform(&create_rng, 0, 1000);
@@ -253,6 +259,7 @@ void chaos_reset(void)
     enabled = false;
     seed = 0;
     lookup_delay_max = 0;
+    create_delay_min = create_delay_max = 0;
     memset(weights, 0, sizeof(weights));
     memset(draws, 0, sizeof(draws));
     pthread_mutex_unlock(&chaos_lock);
@@ -260,7 +267,8 @@ void chaos_reset(void)
 
 /* ---- Routes ------------------------------------------------------------------------ */
 
-/* Returns the state as {"enabled", "seed", "weights", "lookup_delay_ms_max", "draws"}. */
+/* Returns the state as {"enabled", "seed", "weights", "lookup_delay_ms_max", "create_delay_ms",
+ * "draws"}. */
 static cJSON *state_to_json(void)
 {
     cJSON *doc = cJSON_CreateObject();
@@ -277,13 +285,17 @@ static cJSON *state_to_json(void)
         cJSON_AddNumberToObject(d, behaviors[i].name, (double)draws[i]);
     }
     cJSON_AddNumberToObject(doc, "lookup_delay_ms_max", lookup_delay_max);
+    cJSON *cd = cJSON_AddArrayToObject(doc, "create_delay_ms");
+    cJSON_AddItemToArray(cd, cJSON_CreateNumber(create_delay_min));
+    cJSON_AddItemToArray(cd, cJSON_CreateNumber(create_delay_max));
     pthread_mutex_unlock(&chaos_lock);
     cJSON_AddItemToObject(doc, "weights", w);
     cJSON_AddItemToObject(doc, "draws", d);
     return doc;
 }
 
-/* GET /_chaos: {"enabled", "seed", "weights", "lookup_delay_ms_max", "draws"}. */
+/* GET /_chaos: {"enabled", "seed", "weights", "lookup_delay_ms_max", "create_delay_ms",
+ * "draws"}. */
 enum MHD_Result chaos_handle_get(struct mock_request *req)
 {
     return reply_json(req, MHD_HTTP_OK, state_to_json());
@@ -329,8 +341,9 @@ static const char *parse_weights(const cJSON *obj, unsigned int *w)
 }
 
 /*
- * POST /_chaos {"seed": INT, "weights": {...}, "lookup_delay_ms_max": INT} turns random mode
- * on from a fresh seed (the draw counts restart); {"seed": null} turns it off (the counts
+ * POST /_chaos {"seed": INT, "weights": {...}, "lookup_delay_ms_max": INT,
+ * "create_delay_ms": [MIN, MAX]} turns random mode on from a fresh seed (the draw counts
+ * restart); create_delay_ms makes a slow provider: every create waits MIN..MAX ms more; {"seed": null} turns it off (the counts
  * stay until the next start or reset).  Answers the state, as GET does.
  */
 enum MHD_Result chaos_handle_post(struct mock_request *req)
@@ -339,6 +352,7 @@ enum MHD_Result chaos_handle_post(struct mock_request *req)
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(doc, "seed");
     const cJSON *wobj = cJSON_GetObjectItemCaseSensitive(doc, "weights");
     const cJSON *delay = cJSON_GetObjectItemCaseSensitive(doc, "lookup_delay_ms_max");
+    const cJSON *cdelay = cJSON_GetObjectItemCaseSensitive(doc, "create_delay_ms");
     const char *problem = NULL;
     unsigned int w[BEHAVIOR_COUNT];
     const cJSON *item;
@@ -350,14 +364,22 @@ enum MHD_Result chaos_handle_post(struct mock_request *req)
         cJSON_ArrayForEach(item, doc)
         {
             if (strcmp(item->string, "seed") != 0 && strcmp(item->string, "weights") != 0 &&
-                strcmp(item->string, "lookup_delay_ms_max") != 0)
-                problem = "unknown key: seed, weights and lookup_delay_ms_max are known";
+                strcmp(item->string, "lookup_delay_ms_max") != 0 &&
+                strcmp(item->string, "create_delay_ms") != 0)
+                problem = "unknown key: seed, weights, lookup_delay_ms_max and create_delay_ms "
+                          "are known";
         }
     }
     if (!problem && !cJSON_IsNull(s) && !json_integer(s, -SEED_MAX_ABS, SEED_MAX_ABS))
         problem = "seed must be an integer (|seed| < 2^53), or null to turn random mode off";
     if (!problem && delay && !json_integer(delay, 0, LOOKUP_DELAY_MAX))
         problem = "lookup_delay_ms_max must be an integer 0..600000";
+    if (!problem && cdelay &&
+        (cJSON_GetArraySize(cdelay) != 2 ||
+         !json_integer(cJSON_GetArrayItem(cdelay, 0), 0, LOOKUP_DELAY_MAX) ||
+         !json_integer(cJSON_GetArrayItem(cdelay, 1), 0, LOOKUP_DELAY_MAX) ||
+         cJSON_GetArrayItem(cdelay, 0)->valuedouble > cJSON_GetArrayItem(cdelay, 1)->valuedouble))
+        problem = "create_delay_ms must be [MIN, MAX], integers 0 <= MIN <= MAX <= 600000";
     if (!problem && wobj)
         problem = parse_weights(wobj, w);
     if (!problem && !wobj)
@@ -378,6 +400,8 @@ enum MHD_Result chaos_handle_post(struct mock_request *req)
         lookup_rng = (uint64_t)seed ^ LOOKUP_STREAM;
         memcpy(weights, w, sizeof(weights));
         lookup_delay_max = delay ? (unsigned int)delay->valuedouble : 0;
+        create_delay_min = cdelay ? (unsigned int)cJSON_GetArrayItem(cdelay, 0)->valuedouble : 0;
+        create_delay_max = cdelay ? (unsigned int)cJSON_GetArrayItem(cdelay, 1)->valuedouble : 0;
         memset(draws, 0, sizeof(draws));
     }
     pthread_mutex_unlock(&chaos_lock);

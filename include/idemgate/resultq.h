@@ -1,0 +1,32 @@
+#ifndef IDEMGATE_RESULTQ_H
+#define IDEMGATE_RESULTQ_H
+
+#include "idemgate/db.h"
+
+/* Results of provider calls waiting for a thread with a database connection to write them. The
+ * call engine's threads (engine.h) never touch the database: a call's end is pushed here, and a
+ * pool thread (wpool.h: its chores) runs the item's write with its own connection. Items are
+ * intrusive: the caller embeds a struct rq_item in what it allocated before the call, so a push
+ * cannot fail. Every function is safe from any thread. */
+
+struct rq_item {
+    /* Writes the result with db and frees what the item belongs to. */
+    void (*write)(struct rq_item *it, struct db *db);
+    struct rq_item *next;
+};
+
+struct rq;
+
+/* A new queue, or NULL when out of memory (or out of descriptors). */
+__attribute__((warn_unused_result)) struct rq *rq_new(void);
+/* Frees an empty queue (q may be NULL). */
+void rq_free(struct rq *q);
+/* An eventfd readable while items wait (rq_run reads it). */
+int rq_fd(const struct rq *q);
+/* Queues it (oldest first) and makes rq_fd readable. */
+void rq_push(struct rq *q, struct rq_item *it);
+/* Runs the writes of up to max waiting items with db; 1 when it ran any, 0 when none waited. When
+ * more wait after them, rq_fd stays readable so that other threads help. */
+int rq_run(struct rq *q, struct db *db, int max);
+
+#endif

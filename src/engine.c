@@ -1,0 +1,388 @@
+#include "idemgate/engine.h"
+
+#include "idemgate/log.h"
+#include "idemgate/metrics.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Events taken from epoll per wait. */
+#define EVENTS_MAX 256
+/* The longest an idle loop sleeps (it is woken for submissions and stops anyway). */
+#define IDLE_WAIT_MS 1000
+
+/* A submitted call, from eng_submit until its done ran. */
+struct call {
+    struct up_xfer *x;
+    int prov;
+    eng_done_fn done;
+    void *arg;
+    struct call *next; /* in the submission queue */
+};
+
+/* One engine thread: its multi handle, its epoll set, and the calls handed to it. */
+struct loop {
+    struct eng *e;
+    pthread_t thread;
+    CURLM *multi;
+    int ep;                /* epoll */
+    int kick_fd;           /* eventfd: a submission or the stop */
+    long long timer_at_ms; /* when libcurl wants its timeout action (monotonic ms), or -1 */
+    int running;           /* transfers libcurl reports running */
+    int owned;             /* calls added to the multi handle and not completed */
+    pthread_mutex_t mu;    /* the queue and stopping */
+    struct call *head, *tail;
+    int stopping;
+    int exited; /* the thread left its loop: a late submission is made by its submitter */
+};
+
+struct eng {
+    int n_loops;
+    struct loop *loops;
+    atomic_uint next_loop; /* round robin */
+    int max_inflight;
+    atomic_int used; /* slots taken: reserved or in flight */
+    atomic_int inflight;
+    int n_providers;
+    int *limit;       /* per provider; 0: none */
+    atomic_int *busy; /* per provider: slots taken */
+};
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Takes one unit of *counter if that leaves it at most max (max <= 0: no bound). */
+static int take(atomic_int *counter, int max)
+{
+    int v = atomic_load(counter);
+    do {
+        if (max > 0 && v >= max)
+            return 0;
+    } while (!atomic_compare_exchange_weak(counter, &v, v + 1));
+    return 1;
+}
+
+int eng_acquire(struct eng *e, int prov)
+{
+    if (!take(&e->used, e->max_inflight))
+        return 0;
+    if (prov >= 0 && prov < e->n_providers && !take(&e->busy[prov], e->limit[prov])) {
+        atomic_fetch_sub(&e->used, 1);
+        return 0;
+    }
+    return 1;
+}
+
+void eng_assign(struct eng *e, int prov)
+{
+    if (prov >= 0 && prov < e->n_providers)
+        atomic_fetch_add(&e->busy[prov], 1);
+}
+
+void eng_acquire_more(struct eng *e)
+{
+    atomic_fetch_add(&e->used, 1);
+}
+
+void eng_release(struct eng *e, int prov)
+{
+    if (prov >= 0 && prov < e->n_providers)
+        atomic_fetch_sub(&e->busy[prov], 1);
+    atomic_fetch_sub(&e->used, 1);
+}
+
+int eng_provider_full(const struct eng *e, int prov)
+{
+    return prov >= 0 && prov < e->n_providers && e->limit[prov] > 0 &&
+           atomic_load(&e->busy[prov]) >= e->limit[prov];
+}
+
+int eng_room(const struct eng *e)
+{
+    int free_slots = e->max_inflight - atomic_load(&e->used);
+    return free_slots > 0 ? free_slots : 0;
+}
+
+int eng_inflight(const struct eng *e)
+{
+    return atomic_load(&e->inflight);
+}
+
+/* CURLMOPT_SOCKETFUNCTION: keeps the epoll set in step with what libcurl waits for. */
+static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    (void)socketp;
+    struct loop *L = userp;
+    if (what == CURL_POLL_REMOVE) {
+        (void)epoll_ctl(L->ep, EPOLL_CTL_DEL, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) |
+                                       ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
+                             .data.fd = s};
+    if (epoll_ctl(L->ep, EPOLL_CTL_MOD, s, &ev) < 0 && errno == ENOENT &&
+        epoll_ctl(L->ep, EPOLL_CTL_ADD, s, &ev) < 0) {
+        LOG(LOG_ERROR, "engine_epoll", LI("errno", errno));
+        return -1; /* libcurl fails the transfer: its evidence says how far it got */
+    }
+    return 0;
+}
+
+/* CURLMOPT_TIMERFUNCTION: one timer per multi handle (-1: none). */
+static int on_timer(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    struct loop *L = userp;
+    L->timer_at_ms = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    return 0;
+}
+
+/* Ends one call: its evidence goes to its done, its slot back to the engine first (so the one
+ * told of the result may claim again at once). */
+static void complete(struct loop *L, struct call *c, int curl_code)
+{
+    struct up_response res;
+    (void)up_xfer_finish(c->x, curl_code, &res);
+    atomic_fetch_sub(&L->e->inflight, 1);
+    metrics_calls_in_flight(-1);
+    eng_release(L->e, c->prov);
+    c->done(c->arg, &res);
+    free(c);
+}
+
+/* Moves the queued submissions into the multi handle. */
+static void take_submissions(struct loop *L)
+{
+    uint64_t v;
+    ssize_t r = read(L->kick_fd, &v, sizeof(v));
+    (void)r;
+    pthread_mutex_lock(&L->mu);
+    struct call *c = L->head;
+    L->head = L->tail = NULL;
+    pthread_mutex_unlock(&L->mu);
+    while (c) {
+        struct call *next = c->next;
+        CURLMcode mc = curl_multi_add_handle(L->multi, up_xfer_easy(c->x));
+        if (mc == CURLM_OK) {
+            L->owned++;
+        } else {
+            /* Never added: nothing was sent (the evidence shows no byte). */
+            LOG(LOG_ERROR, "engine_add_failed", LS("error", curl_multi_strerror(mc)));
+            complete(L, c, CURLE_OUT_OF_MEMORY);
+        }
+        c = next;
+    }
+}
+
+/* Hands every finished transfer to its done. */
+static void read_done(struct loop *L)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(L->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURL *easy = m->easy_handle;
+        int code = (int)m->data.result;
+        struct call *c = NULL;
+        curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&c); /* set by eng_submit */
+        curl_multi_remove_handle(L->multi, easy);
+        L->owned--;
+        complete(L, c, code);
+    }
+}
+
+static int loop_done(struct loop *L)
+{
+    pthread_mutex_lock(&L->mu);
+    int done = L->stopping && !L->head && L->owned == 0;
+    L->exited = done;
+    pthread_mutex_unlock(&L->mu);
+    return done;
+}
+
+static void *loop_main(void *arg)
+{
+    struct loop *L = arg;
+    struct epoll_event evs[EVENTS_MAX];
+    while (!loop_done(L)) {
+        long long now = now_ms();
+        int wait = IDLE_WAIT_MS;
+        if (L->timer_at_ms >= 0)
+            wait = L->timer_at_ms <= now ? 0 : (int)(L->timer_at_ms - now);
+        if (wait > IDLE_WAIT_MS)
+            wait = IDLE_WAIT_MS;
+        int n = epoll_wait(L->ep, evs, EVENTS_MAX, wait);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd == L->kick_fd) {
+                take_submissions(L);
+                continue;
+            }
+            int flags = ((evs[i].events & EPOLLIN) ? CURL_CSELECT_IN : 0) |
+                        ((evs[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+                        ((evs[i].events & (EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_ERR : 0);
+            curl_multi_socket_action(L->multi, fd, flags, &L->running);
+        }
+        if (L->timer_at_ms >= 0 && now_ms() >= L->timer_at_ms) {
+            L->timer_at_ms = -1;
+            curl_multi_socket_action(L->multi, CURL_SOCKET_TIMEOUT, 0, &L->running);
+        }
+        read_done(L);
+    }
+    return NULL;
+}
+
+void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
+{
+    struct call *c = malloc(sizeof(*c));
+    atomic_fetch_add(&e->inflight, 1);
+    metrics_calls_in_flight(1);
+    if (!c) {
+        struct up_response res;
+        (void)up_xfer_finish(x, CURLE_OUT_OF_MEMORY, &res);
+        atomic_fetch_sub(&e->inflight, 1);
+        metrics_calls_in_flight(-1);
+        eng_release(e, prov);
+        done(arg, &res);
+        return;
+    }
+    *c = (struct call){.x = x, .prov = prov, .done = done, .arg = arg};
+    /* The easy handle's private pointer names the call from here on (up_xfer_new set it to the
+     * transfer, which the call holds). */
+    curl_easy_setopt((CURL *)up_xfer_easy(x), CURLOPT_PRIVATE, c);
+    struct loop *L = &e->loops[atomic_fetch_add(&e->next_loop, 1) % (unsigned)e->n_loops];
+    pthread_mutex_lock(&L->mu);
+    if (L->exited) {
+        pthread_mutex_unlock(&L->mu);
+        /* Stopped (a claim made just before the drain): made here, not dropped. */
+        struct up_response res;
+        (void)up_xfer_perform(x, &res);
+        atomic_fetch_sub(&e->inflight, 1);
+        metrics_calls_in_flight(-1);
+        eng_release(e, prov);
+        done(arg, &res);
+        free(c);
+        return;
+    }
+    if (L->tail)
+        L->tail->next = c;
+    else
+        L->head = c;
+    L->tail = c;
+    pthread_mutex_unlock(&L->mu);
+    uint64_t one = 1;
+    ssize_t w = write(L->kick_fd, &one, sizeof(one));
+    (void)w;
+}
+
+static void loop_fini(struct loop *L)
+{
+    if (L->multi)
+        curl_multi_cleanup(L->multi);
+    if (L->ep >= 0)
+        close(L->ep);
+    if (L->kick_fd >= 0)
+        close(L->kick_fd);
+    pthread_mutex_destroy(&L->mu);
+}
+
+static int loop_init(struct loop *L, struct eng *e)
+{
+    memset(L, 0, sizeof(*L));
+    L->e = e;
+    L->timer_at_ms = -1;
+    L->ep = epoll_create1(EPOLL_CLOEXEC);
+    L->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    L->multi = curl_multi_init();
+    pthread_mutex_init(&L->mu, NULL);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = L->kick_fd};
+    if (L->ep < 0 || L->kick_fd < 0 || !L->multi ||
+        epoll_ctl(L->ep, EPOLL_CTL_ADD, L->kick_fd, &ev) < 0) {
+        loop_fini(L);
+        return -1;
+    }
+    curl_multi_setopt(L->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(L->multi, CURLMOPT_SOCKETDATA, L);
+    curl_multi_setopt(L->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(L->multi, CURLMOPT_TIMERDATA, L);
+    return 0;
+}
+
+void eng_free(struct eng *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->n_loops; i++)
+        loop_fini(&e->loops[i]);
+    free(e->loops);
+    free(e->limit);
+    free(e->busy);
+    free(e);
+}
+
+struct eng *eng_start(int threads, int max_inflight, const int *per_provider, int n_providers)
+{
+    struct eng *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->max_inflight = max_inflight;
+    e->n_providers = n_providers;
+    e->loops = calloc((size_t)(threads > 0 ? threads : 1), sizeof(*e->loops));
+    e->limit = calloc((size_t)n_providers + 1, sizeof(*e->limit));
+    e->busy = calloc((size_t)n_providers + 1, sizeof(*e->busy));
+    if (!e->loops || !e->limit || !e->busy) {
+        eng_free(e);
+        return NULL;
+    }
+    for (int i = 0; i < n_providers; i++)
+        e->limit[i] = per_provider ? per_provider[i] : 0;
+    for (int i = 0; i < (threads > 0 ? threads : 1); i++) {
+        struct loop *L = &e->loops[i];
+        if (loop_init(L, e) < 0)
+            break;
+        if (pthread_create(&L->thread, NULL, loop_main, L) != 0) {
+            loop_fini(L);
+            break;
+        }
+        e->n_loops++;
+    }
+    if (e->n_loops < (threads > 0 ? threads : 1)) {
+        LOG(LOG_ERROR, "engine_start_failed", LI("threads", threads));
+        eng_stop(e);
+        eng_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void eng_stop(struct eng *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->n_loops; i++) {
+        struct loop *L = &e->loops[i];
+        pthread_mutex_lock(&L->mu);
+        L->stopping = 1;
+        pthread_mutex_unlock(&L->mu);
+        uint64_t one = 1;
+        ssize_t w = write(L->kick_fd, &one, sizeof(one));
+        (void)w;
+    }
+    for (int i = 0; i < e->n_loops; i++)
+        pthread_join(e->loops[i].thread, NULL);
+}

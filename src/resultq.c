@@ -1,0 +1,89 @@
+#include "idemgate/resultq.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+struct rq {
+    pthread_mutex_t mu;
+    struct rq_item *head, *tail;
+    int fd;
+};
+
+struct rq *rq_new(void)
+{
+    struct rq *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    q->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (q->fd < 0) {
+        free(q);
+        return NULL;
+    }
+    pthread_mutex_init(&q->mu, NULL);
+    return q;
+}
+
+void rq_free(struct rq *q)
+{
+    if (!q)
+        return;
+    close(q->fd);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+int rq_fd(const struct rq *q)
+{
+    return q->fd;
+}
+
+static void signal_fd(struct rq *q)
+{
+    uint64_t one = 1;
+    ssize_t w = write(q->fd, &one, sizeof(one));
+    (void)w;
+}
+
+void rq_push(struct rq *q, struct rq_item *it)
+{
+    it->next = NULL;
+    pthread_mutex_lock(&q->mu);
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    pthread_mutex_unlock(&q->mu);
+    signal_fd(q);
+}
+
+int rq_run(struct rq *q, struct db *db, int max)
+{
+    uint64_t v;
+    ssize_t r = read(q->fd, &v, sizeof(v));
+    (void)r;
+    pthread_mutex_lock(&q->mu);
+    struct rq_item *batch = q->head, *last = NULL;
+    int n = 0;
+    for (struct rq_item *it = q->head; it && n < max; it = it->next, n++)
+        last = it;
+    if (last) {
+        q->head = last->next;
+        if (!q->head)
+            q->tail = NULL;
+        last->next = NULL;
+    }
+    int more = q->head != NULL;
+    pthread_mutex_unlock(&q->mu);
+    if (more)
+        signal_fd(q);
+    while (batch) {
+        struct rq_item *next = batch->next;
+        batch->write(batch, db);
+        batch = next;
+    }
+    return n > 0;
+}

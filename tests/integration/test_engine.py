@@ -1,0 +1,195 @@
+"""The call engine (engine.h, dispatcher.c): provider calls in flight hold no thread and no
+database connection; their number is a setting (max_inflight_calls, globally and per provider);
+calls in flight at SIGTERM end and are recorded, never dropped.
+
+Slow providers are made with the mock's per-request delay; counts come from the gateway's
+`idemgate_provider_calls_in_flight[_peak]` gauges, /proc and pg_stat_activity. No test asserts a
+duration."""
+import json
+import signal
+import threading
+import time
+import uuid
+
+from conftest import provider
+
+
+def wait_until(pred, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
+def metric(gw, name):
+    text = gw.http.request("GET", "/metrics").body.decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def threads_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def connections(psql, app):
+    return int(psql("SELECT count(*) FROM pg_stat_activity "
+                    f"WHERE application_name = '{app}'")[0][0])
+
+
+def submit_all(gw, tok, keys, delay_ms, route="mock-images/images/generations"):
+    """Submits one job per key (no wait: 202 once recorded) from a few threads; returns ids."""
+    ids, errors = {}, []
+
+    def one(k):
+        body = {"prompt": "engine " + k, "n": 1, "_mock": {"delay_ms": delay_ms}}
+        r = gw.submit(tok, k, body, route=route)
+        if r.status != 202:
+            errors.append((k, r.status, r.body[:200]))
+        else:
+            ids[k] = r.json()["id"]
+
+    ts = [threading.Thread(target=lambda ks=keys[i::8]: [one(k) for k in ks]) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    return [ids[k] for k in keys]
+
+
+def states(psql, ids):
+    inlist = ",".join(f"'{i}'" for i in ids)
+    return dict(psql(f"SELECT id, state FROM operations WHERE id IN ({inlist})"))
+
+
+def settle(psql, ids, timeout=60):
+    assert wait_until(lambda: set(states(psql, ids).values()) <= {"completed"}, timeout), \
+        states(psql, ids)
+
+
+def test_calls_in_flight_hold_no_thread_and_no_database_connection(
+        gateway_factory, mock, token, psql, database_url):
+    """One dispatcher thread keeps N slow calls in flight at once; while they wait the gateway
+    has no more threads than when idle, and no more PostgreSQL connections than its fixed budget
+    (deploy/SCALING.md: db_workers + intake_writers + dispatch_workers + reconcile_workers +
+    poll_workers + archive_workers + 3, whatever is in flight). Each job is created exactly once.
+    (Before the engine, one dispatch worker made one call at a time: a peak of 1.)"""
+    app = "engine-" + uuid.uuid4().hex[:8]
+    gw = gateway_factory(dispatch_workers=1, db_workers=4, intake_writers=2,
+                         reconcile_workers=1, poll_workers=1, archive_workers=1,
+                         env={"DATABASE_URL": f"{database_url}&application_name={app}"})
+    budget = 4 + 2 + 1 + 1 + 1 + 1 + 3
+    # Warm up every path the flight will use (intake, dispatch, result, read), then measure idle.
+    first = submit_all(gw, token, [f"warm-{uuid.uuid4().hex[:6]}-{i}" for i in range(16)], 0)
+    settle(psql, first)
+    assert all(gw.job(token, i).status == 200 for i in first)
+    time.sleep(0.5)
+    idle_threads, idle_conns = threads_of(gw.proc.pid), connections(psql, app)
+    assert 0 < idle_conns <= budget, (idle_conns, budget)
+
+    n = 60
+    keys = [f"fly-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
+    ids = submit_all(gw, token, keys, 3500)  # under the provider's 5 s total timeout
+    assert wait_until(lambda: metric(gw, "idemgate_provider_calls_in_flight") >= n, 30), \
+        metric(gw, "idemgate_provider_calls_in_flight")
+    flying_threads, flying_conns = threads_of(gw.proc.pid), connections(psql, app)
+    assert metric(gw, "idemgate_provider_calls_in_flight_peak") >= n
+    assert flying_threads == idle_threads, (idle_threads, flying_threads)
+    assert flying_conns <= budget, (idle_conns, flying_conns, budget)
+    settle(psql, ids)
+    for job_id in ids:
+        assert len(mock.creates_for(job_id)) == 1, job_id
+    assert metric(gw, "idemgate_provider_calls_in_flight") == 0
+
+
+def test_max_inflight_calls_bounds_the_calls_and_every_job_still_goes(gateway_factory, mock,
+                                                                        token, psql):
+    """max_inflight_calls 4: never more than 4 calls at once; the other jobs wait `prepared` (not
+    claimed, no lease running) and all go, once each."""
+    gw = gateway_factory(dispatch_workers=2, max_inflight_calls=4)
+    ids = submit_all(gw, token, [f"cap-{uuid.uuid4().hex[:6]}-{i}" for i in range(16)], 1500)
+    assert wait_until(lambda: metric(gw, "idemgate_provider_calls_in_flight") >= 4, 20)
+    sending = int(psql("SELECT count(*) FROM operations WHERE state = 'sending' AND id IN (%s)"
+                       % ",".join(f"'{i}'" for i in ids))[0][0])
+    assert sending <= 4, sending
+    settle(psql, ids)
+    assert metric(gw, "idemgate_provider_calls_in_flight_peak") == 4
+    for job_id in ids:
+        assert len(mock.creates_for(job_id)) == 1, job_id
+
+
+def test_a_providers_own_limit_leaves_room_for_the_others(gateway_factory, mock, token, psql):
+    """A provider with max_inflight_calls 2 never has more than 2 calls in flight, and its backlog
+    does not hold back another provider's jobs (those are claimed past it)."""
+    slow = provider("mock-images", mock.url, max_inflight_calls=2,
+                    auth={"header": "Authorization", "prefix": "Bearer ",
+                          "secret_env": "MOCK_IMAGES_API_KEY"})
+    other = provider("mock-keyed", mock.url, path="/v2/generations", route="generations",
+                     idempotency={"header": "Idempotency-Key"})
+    gw = gateway_factory(dispatch_workers=1, providers=[slow, other])
+    slow_ids = submit_all(gw, token, [f"own-{uuid.uuid4().hex[:6]}-{i}" for i in range(10)], 2000)
+    other_ids = submit_all(gw, token, [f"oth-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)], 0,
+                           route="mock-keyed/generations")
+    inlist = ",".join(f"'{i}'" for i in slow_ids)
+    samples = []
+
+    def sample():
+        samples.append(dict((r[0], int(r[1])) for r in psql(
+            f"SELECT state, count(*) FROM operations WHERE id IN ({inlist}) GROUP BY state")))
+        return set(samples[-1]) <= {"completed"}
+
+    # The other provider's jobs complete while the limited one's backlog is still waiting.
+    settle(psql, other_ids, timeout=30)
+    sample()
+    assert samples[-1].get("prepared", 0) > 0, samples[-1]
+    assert wait_until(sample, 60, interval=0.1), samples[-1]
+    # Never more than its limit in flight; a claim racing the intake's own reservation may pass
+    # it by one per dispatcher thread (dispatcher.c), never by the backlog.
+    assert max(x.get("sending", 0) for x in samples) <= 2 + 1, samples
+    assert any(x.get("sending", 0) and x.get("prepared", 0) for x in samples), samples
+    for job_id in slow_ids + other_ids:
+        assert len(mock.creates_for(job_id)) == 1, job_id
+
+
+def test_calls_in_flight_at_sigterm_end_and_are_recorded(gateway_factory, mock, token, psql):
+    """SIGTERM while calls are in flight: the gateway stops taking work, lets each call end,
+    writes its result and only then exits. Every job is completed, created once; none unknown."""
+    gw = gateway_factory(dispatch_workers=1)
+    ids = submit_all(gw, token, [f"term-{uuid.uuid4().hex[:6]}-{i}" for i in range(20)], 3000)
+    assert wait_until(lambda: metric(gw, "idemgate_provider_calls_in_flight") >= 20, 20)
+    gw.proc.send_signal(signal.SIGTERM)
+    assert gw.proc.wait(timeout=60) == 0
+    assert set(states(psql, ids).values()) == {"completed"}, states(psql, ids)
+    for job_id in ids:
+        assert len(mock.creates_for(job_id)) == 1, job_id
+    assert "dispatch_draining" in gw.log()
+
+
+def test_waiting_client_is_answered_when_its_slow_call_ends(gateway_factory, mock, token):
+    """Prefer: wait on a slow provider with one dispatcher thread and many calls in flight:
+    each waiting client gets its completed job (not a 202 at its deadline)."""
+    gw = gateway_factory(dispatch_workers=1)
+    out, lock = [], threading.Lock()
+
+    def one(i):
+        r = gw.submit(token, f"wait-{uuid.uuid4().hex[:6]}-{i}",
+                      {"prompt": f"w{i}", "n": 1, "_mock": {"delay_ms": 2000}},
+                      headers={"Prefer": "wait=30"}, timeout=40)
+        with lock:
+            out.append((r.status, r.headers.get("x-idemgate-state")))
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(40)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert out.count((200, "completed")) == 40, out
+    assert metric(gw, "idemgate_provider_calls_in_flight_peak") > 1
