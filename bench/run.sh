@@ -321,8 +321,10 @@ gw_threads() { awk '$1 == "Threads:" { print $2 }' "/proc/$1/status" 2>/dev/null
 pg_clients() { # client connections to the bench's PostgreSQL, psql's own excluded
     "${PSQL[@]}" -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" 2>/dev/null || echo 0
 }
-gw_metric() { # NAME: a metric's value from the gateway's /metrics
-    curl -fs --max-time 5 "$GW/metrics" | awk -v m="$1" '$1 == m { print $2; exit }'
+gw_metric() { # NAME: a metric's value from the gateway's /metrics, or null
+    local v
+    v=$(curl -fs --max-time 5 "$GW/metrics" | awk -v m="$1" '$1 == m { print $2; exit }')
+    echo "${v:-null}"
 }
 start_slow_mock() { # DELAY_MS: the slow mock on SLOW_PORT
     SLOW_PORT=$(free_port)
@@ -379,7 +381,7 @@ if want inflight; then
     peak_calls=0 peak_rss=0 peak_threads=0 peak_pg=0
     deadline=$(( $(date +%s) + INFL_DELAY / 1000 ))
     while [ "$(date +%s)" -lt "$deadline" ]; do
-        c=$(gw_metric idemgate_provider_calls_in_flight); c=${c%.*}; c=${c:-0}
+        c=$(gw_metric idemgate_provider_calls_in_flight); c=${c%.*}; [ "$c" = null ] && c=0
         r=$(proc_kib "$GW_PID" VmRSS); th=$(gw_threads "$GW_PID"); pg=$(pg_clients)
         [ "$c" -gt "$peak_calls" ] && peak_calls=$c
         [ "$r" -gt "$peak_rss" ] && peak_rss=$r

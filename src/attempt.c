@@ -309,84 +309,29 @@ static const char *last_error(const struct pol_decision *d, const struct up_resp
     return buf;
 }
 
-/* Classifies, decides and records one call's outcome under the lease, which ends at lease_end
- * (clock_mono); trips the provider's breaker (before the outcome's write) when the decision says
- * so and the profile's probe, made within what is left of the lease, does not refute it. */
-static void record(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
-                   const struct up_response *res, double t0, double t1, double lease_end)
-{
-    struct attempt_results rs;
-    struct attempt_task t = {0};
-    attempt_count_results(p, res, &rs);
-    int may_have_created = 0;
-    enum cls_outcome outcome = classify(p, c, res, &rs, &may_have_created);
-    int whole = (outcome == CLS_SUCCESS || outcome == CLS_PARTIAL) && !res->body_truncated;
-    if (whole && p->mode == CFG_MODE_ASYNC_POLL)
-        attempt_read_task(p, res, &t);
-    struct pol_decision d = decide(p, c, res, outcome, may_have_created, &t, t1 - t0);
-    char msg[400];
-    struct store_finish f;
-    store_finish_init(&f, c, "create", ST_SENDING);
-    store_finish_evidence(&f, res, 1);
-    f.state = d.next;
-    f.outcome = cls_name(outcome);
-    f.error = last_error(&d, res, whole, msg, sizeof(msg));
-    f.retry_delay_ms = (long)d.delay_ms;
-    f.outputs_received = rs.received;
-    f.usage = rs.usage;
-    f.remote_id = t.remote_id;
-    f.poll_url = t.poll_url;
-    f.poll_deadline_ms = d.next == ST_ACCEPTED ? p->poll_deadline_ms : 0;
-    f.provider_status = d.next == ST_ACCEPTED ? "queued" : NULL;
-    f.ambiguous = d.ambiguous;
-    f.started_at = t0;
-    f.finished_at = t1;
-    /* What the provider charges for what it delivered (a partial result: its outputs only). */
-    int unpriced = 0;
-    if (d.next == ST_COMPLETED && p->pricing.present)
-        f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
-                                         c->outputs_requested, rs.received, rs.usage, &unpriced);
-    /* The refusal is a fact about the credential whatever becomes of this job's write: the
-     * breaker is recorded first, so that a client that sees the job failed also sees the
-     * provider tripped, and claims stop as early as they can. */
-    if (d.trip_credential && !breaker_trip_confirmed(p, db, c->id, res->http_status,
-                                                     (long)((lease_end - clock_mono()) * 1000)))
-        f.error = "the provider refused this request; its probe shows the credential works, so "
-                  "it is not tripped";
-    int applied = 0;
-    int e = store_finish(db, &f, &applied);
-    CRASH_POINT("after_result_commit");
-    if (e == STORE_OK && applied && f.cost_micros >= 0)
-        metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);
-    report(c, e, applied, outcome, &d, res, (t1 - t0) * 1000);
-    free(rs.usage);
-    free(t.remote_id);
-    free(t.poll_url);
-}
-
 /* A born reservation (recorded `prepared` for this replica, and queued until a worker was free)
  * becomes a send: it is moved to `sending` by a conditional statement right before the send, so
  * a cancel acknowledged meanwhile, a credential tripped meanwhile, or another replica's claim of
  * an expired reservation each stop it, however long or short it waited. Returns 0 to send, -1
  * when it is not ours to send (nothing left). */
-static int begin_born(const struct cfg *cfg, struct db *db, struct store_claim *c)
+/* A born reservation whose start statement lost its connection: the move may have committed.
+ * Nothing was sent either way, so a `sending` row under our token is written back to `prepared`
+ * (fenced, and harmless, when the move never committed: the row is then still a reservation). */
+static void born_lost(struct db *db, const struct store_claim *c)
 {
-    int e = lease_begin_send(db, c, cfg->lease_seconds);
-    if (e == STORE_OK)
-        return 0;
-    if (e == STORE_EUNAVAIL) {
-        /* The connection was lost: the move may have committed. Nothing was sent either way, so
-         * a `sending` row under our token is written back to `prepared` (fenced, and harmless,
-         * when the move never committed: the row is then still a reservation). */
-        release_unsent(db, c, ST_PREPARED, "the statement starting the send lost its connection");
-        return -1;
-    }
+    release_unsent(db, c, ST_PREPARED, "the statement starting the send lost its connection");
+}
+
+/* A born reservation its start statement refused (error e, not STORE_ENOTFOUND) or found not
+ * sendable (STORE_ENOTFOUND): given back, or left to end with its lease. */
+static void born_refused(struct db *db, const struct store_claim *c, int e)
+{
     if (e != STORE_ENOTFOUND) {
         /* Refused: still `prepared` — nothing was sent, and no operator is ever needed. The
          * reservation ends with its lease; any replica then sends it. */
         LOG(LOG_WARN, "dispatch_begin_failed", LS("job_id", c->id), LI("error", e),
             LS("note", "not sent; still prepared, due again when its reservation ends"));
-        return -1;
+        return;
     }
     int released = 0, tripped = 0;
     if (lease_release_reservation(db, c, 0, &released, &tripped) == STORE_OK && released)
@@ -395,7 +340,36 @@ static int begin_born(const struct cfg *cfg, struct db *db, struct store_claim *
     else
         LOG(LOG_INFO, "dispatch_skipped", LS("job_id", c->id),
             LS("reason", "canceled, or taken by another replica, before it was sent"));
+}
+
+static int begin_born(const struct cfg *cfg, struct db *db, struct store_claim *c)
+{
+    int e = lease_begin_send(db, c, cfg->lease_seconds);
+    if (e == STORE_OK)
+        return 0;
+    if (e == STORE_EUNAVAIL)
+        born_lost(db, c);
+    else
+        born_refused(db, c, e);
     return -1;
+}
+
+int attempt_begin_born_many(const struct cfg *cfg, struct db *db, struct store_claim *const *cs,
+                            size_t n, int *begun)
+{
+    int e = n ? lease_begin_send_many(db, cs, n, cfg->lease_seconds, begun) : STORE_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (e == STORE_OK) {
+            if (!begun[i])
+                born_refused(db, cs[i], STORE_ENOTFOUND);
+        } else if (e == STORE_EUNAVAIL) {
+            begun[i] = 0;
+            born_lost(db, cs[i]);
+        } else { /* nothing committed: one by one */
+            begun[i] = begin_born(cfg, db, cs[i]) == 0;
+        }
+    }
+    return e;
 }
 
 /* A create between its start (the row is `sending` under our lease) and its record. */
@@ -405,14 +379,88 @@ struct attempt {
     struct outbound o;
     double deadline;  /* the last moment the request may start leaving (lease_guard) */
     double lease_end; /* when the lease ends, by this host's monotonic clock */
-    double t0;        /* wall clock when the call was started */
+    double t0, t1;    /* wall clock when the call was started and when it ended */
+    /* Its outcome (attempt_outcome), until it is written. */
+    struct up_response res;
+    struct attempt_results rs;
+    struct attempt_task t;
+    struct pol_decision d;
+    enum cls_outcome outcome;
+    struct store_finish f;
+    int unpriced;
+    char msg[400];
 };
 
 static void attempt_free(struct attempt *a)
 {
     outbound_fini(&a->o);
     store_claim_fini(&a->c);
+    up_response_fini(&a->res);
+    free(a->rs.usage);
+    free(a->t.remote_id);
+    free(a->t.poll_url);
     free(a);
+}
+
+const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
+                                           struct up_response *res, double t1)
+{
+    const struct cfg_provider *p = a->p;
+    const struct store_claim *c = &a->c;
+    a->res = *res;
+    memset(res, 0, sizeof(*res));
+    a->t1 = t1;
+    res = &a->res;
+    if (res->curl_code || !res->http_status)
+        LOG(LOG_DEBUG, "create_no_answer", LS("job_id", c->id), LS("error", res->error));
+    CRASH_POINT("after_response");
+    attempt_count_results(p, res, &a->rs);
+    int may_have_created = 0;
+    a->outcome = classify(p, c, res, &a->rs, &may_have_created);
+    int whole = (a->outcome == CLS_SUCCESS || a->outcome == CLS_PARTIAL) && !res->body_truncated;
+    if (whole && p->mode == CFG_MODE_ASYNC_POLL)
+        attempt_read_task(p, res, &a->t);
+    a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, a->t1 - a->t0);
+    struct store_finish *f = &a->f;
+    store_finish_init(f, c, "create", ST_SENDING);
+    store_finish_evidence(f, res, 1);
+    f->state = a->d.next;
+    f->outcome = cls_name(a->outcome);
+    f->error = last_error(&a->d, res, whole, a->msg, sizeof(a->msg));
+    f->retry_delay_ms = (long)a->d.delay_ms;
+    f->outputs_received = a->rs.received;
+    f->usage = a->rs.usage;
+    f->remote_id = a->t.remote_id;
+    f->poll_url = a->t.poll_url;
+    f->poll_deadline_ms = a->d.next == ST_ACCEPTED ? p->poll_deadline_ms : 0;
+    f->provider_status = a->d.next == ST_ACCEPTED ? "queued" : NULL;
+    f->ambiguous = a->d.ambiguous;
+    f->started_at = a->t0;
+    f->finished_at = a->t1;
+    /* What the provider charges for what it delivered (a partial result: its outputs only). */
+    if (a->d.next == ST_COMPLETED && p->pricing.present)
+        f->cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
+                                          c->outputs_requested, a->rs.received, a->rs.usage,
+                                          &a->unpriced);
+    /* The refusal is a fact about the credential whatever becomes of this job's write: the
+     * breaker is recorded first, so that a client that sees the job failed also sees the
+     * provider tripped, and claims stop as early as they can. The probe is made within what is
+     * left of the lease. */
+    if (a->d.trip_credential &&
+        !breaker_trip_confirmed(p, db, c->id, res->http_status,
+                                (long)((a->lease_end - clock_mono()) * 1000)))
+        f->error = "the provider refused this request; its probe shows the credential works, so "
+                   "it is not tripped";
+    return f;
+}
+
+void attempt_recorded(struct attempt *a, int e, int applied)
+{
+    CRASH_POINT("after_result_commit");
+    if (e == STORE_OK && applied && a->f.cost_micros >= 0)
+        metrics_spend(a->p->name, a->p->pricing.currency, a->f.cost_micros, a->unpriced);
+    report(&a->c, e, applied, a->outcome, &a->d, &a->res, (a->t1 - a->t0) * 1000);
+    attempt_free(a);
 }
 
 int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
@@ -490,12 +538,10 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
 
 void attempt_end(struct attempt *a, struct db *db, struct up_response *res, double t1)
 {
-    if (res->curl_code || !res->http_status)
-        LOG(LOG_DEBUG, "create_no_answer", LS("job_id", a->c.id), LS("error", res->error));
-    CRASH_POINT("after_response");
-    record(a->p, db, &a->c, res, a->t0, t1, a->lease_end);
-    up_response_fini(res);
-    attempt_free(a);
+    const struct store_finish *f = attempt_outcome(a, db, res, t1);
+    int applied = 0;
+    int e = store_finish(db, f, &applied);
+    attempt_recorded(a, e, applied);
 }
 
 void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,

@@ -11,13 +11,14 @@
 #include "idemgate/wpool.h"
 
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* The pause after the database refused a claim (or is being migrated). */
 #define ERROR_WAIT_MS 200
-/* Results one thread writes before it looks at anything else (claims, handoffs). */
-#define RESULTS_PER_TURN 64
+/* Born reservations started, or results written, in one commit. */
+#define BATCH 64
 
 /* One create in the engine: allocated before the call, so that its end is never lost to a
  * failed allocation; its result is written by whichever dispatcher thread takes it. */
@@ -29,11 +30,21 @@ struct flight {
     double t1; /* wall clock when the call ended */
 };
 
+/* A born reservation handed over by the recorder, waiting for its start statement. */
+struct born {
+    struct rq_item node;
+    struct store_claim c;
+    double claimed_mono;
+};
+
 struct dispatcher {
     const struct cfg *cfg;
     struct wpool *pool;
     struct eng *eng;
-    struct rq *results; /* calls that ended */
+    struct rq *results;  /* calls that ended; its fd also says born reservations wait */
+    struct rq *born;     /* born reservations handed over */
+    atomic_int starved;  /* the last claim found the engine full */
+    atomic_int stopping; /* disp_quiesce: born reservations are given back, not begun */
 };
 
 /* The engine slot of a provider: its index in the configuration, -1 when not configured here. */
@@ -44,13 +55,6 @@ static int slot_of(const struct cfg *cfg, const char *provider)
     return p ? (int)(p - cfg->providers) : -1;
 }
 
-static void write_flight(struct rq_item *it, struct db *db)
-{
-    struct flight *f = (struct flight *)it;
-    attempt_end(f->a, db, &f->res, f->t1);
-    free(f);
-}
-
 /* Runs on an engine thread: the call ended; its result is queued for a dispatcher thread (which
  * holds a database connection) to write. */
 static void on_call_end(void *arg, struct up_response *res)
@@ -58,35 +62,104 @@ static void on_call_end(void *arg, struct up_response *res)
     struct flight *f = arg;
     f->res = *res;
     f->t1 = clock_wall();
-    f->node.write = write_flight;
     rq_push(f->d->results, &f->node);
 }
 
-/* Writes up to RESULTS_PER_TURN ended calls' results; 1 when it wrote any. */
-static int write_results(struct db *db, void *arg)
+static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                         double claimed_mono, void *arg);
+static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                      double claimed_mono, void *arg);
+
+/* Writes the results of up to BATCH ended calls in one commit (store_finish_many); 1 when there
+ * were any. */
+static int write_results(struct dispatcher *d, struct db *db)
 {
-    struct dispatcher *d = arg;
-    return rq_run(d->results, db, RESULTS_PER_TURN);
+    struct flight *v[BATCH];
+    const struct store_finish *fs[BATCH];
+    int applied[BATCH], errors[BATCH], n = 0, k = 0;
+    for (struct rq_item *it = rq_take(d->results, BATCH, &n); it; it = it->next)
+        v[k++] = (struct flight *)it;
+    for (int i = 0; i < k; i++)
+        fs[i] = attempt_outcome(v[i]->a, db, &v[i]->res, v[i]->t1);
+    if (k == 1)
+        errors[0] = store_finish(db, fs[0], &applied[0]);
+    else if (k > 1)
+        (void)store_finish_many(db, fs, (size_t)k, applied, errors);
+    for (int i = 0; i < k; i++) {
+        attempt_recorded(v[i]->a, errors[i], applied[i]);
+        free(v[i]);
+    }
+    return k > 0;
 }
 
-/* The text[] literal of the providers whose calls are at their own limit here, into buf; "{}"
- * when none. Provider names are [a-z0-9_-]+: no quoting is needed. */
-static void full_providers(const struct dispatcher *d, char *buf, size_t len)
+/* Starts the calls of up to BATCH born reservations: one commit moves them all to `sending`
+ * (each only if still ours, not cancelled, its credential not tripped), then each call goes to
+ * the engine. Stopping, they are given back instead. 1 when there were any. */
+static int begin_born(struct dispatcher *d, struct db *db)
+{
+    struct born *v[BATCH];
+    struct store_claim *cs[BATCH];
+    int begun[BATCH], n = 0, k = 0;
+    for (struct rq_item *it = rq_take(d->born, BATCH, &n); it; it = it->next)
+        v[k++] = (struct born *)it;
+    if (!k)
+        return 0;
+    if (atomic_load(&d->stopping)) {
+        for (int i = 0; i < k; i++) {
+            give_back(d->cfg, db, &v[i]->c, v[i]->claimed_mono, d);
+            store_claim_fini(&v[i]->c);
+            free(v[i]);
+        }
+        return 1;
+    }
+    double before = clock_mono(); /* the leases count from the statement that moves them */
+    for (int i = 0; i < k; i++) {
+        CRASH_POINT("before_begin_send");
+        cs[i] = &v[i]->c;
+    }
+    (void)attempt_begin_born_many(d->cfg, db, cs, (size_t)k, begun);
+    for (int i = 0; i < k; i++) {
+        if (begun[i])
+            dispatch_one(d->cfg, db, &v[i]->c, before, d);
+        else
+            eng_release(d->eng, slot_of(d->cfg, v[i]->c.provider));
+        store_claim_fini(&v[i]->c);
+        free(v[i]);
+    }
+    return 1;
+}
+
+/* A dispatcher thread's chores: born reservations first (their leases run), then results. */
+static int chores(struct db *db, void *arg)
+{
+    struct dispatcher *d = arg;
+    rq_drain_fd(d->results);
+    int a = begin_born(d, db);
+    int b = write_results(d, db);
+    return a || b;
+}
+
+/* The text[] literal of the providers this replica claims creates for: every configured one
+ * whose calls in flight are not at its own limit here, into buf; 0 when there is none. Provider
+ * names are [a-z0-9_-]+: no quoting is needed. */
+static int claimable_providers(const struct dispatcher *d, char *buf, size_t len)
 {
     size_t pos = 0;
+    int n = 0;
     buf[pos++] = '{';
     for (size_t i = 0; i < d->cfg->n_providers; i++) {
         const char *name = d->cfg->providers[i].name;
-        size_t n = strlen(name);
-        if (!eng_provider_full(d->eng, (int)i) || pos + n + 3 >= len)
+        size_t k = strlen(name);
+        if (eng_provider_full(d->eng, (int)i) || pos + k + 3 >= len)
             continue;
-        if (pos > 1)
+        if (n++)
             buf[pos++] = ',';
-        memcpy(buf + pos, name, n);
-        pos += n;
+        memcpy(buf + pos, name, k);
+        pos += k;
     }
     buf[pos++] = '}';
     buf[pos] = '\0';
+    return n;
 }
 
 /* Claims one due create when the engine has room for its call; the slot is taken before the
@@ -95,11 +168,18 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct dispatcher *d = arg;
-    char skip[4096];
-    if (!eng_acquire(d->eng, -1))
+    char providers[8192];
+    if (!eng_acquire(d->eng, -1)) {
+        atomic_store(&d->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
-    full_providers(d, skip, sizeof(skip));
-    int e = store_claim(db, owner, lease_seconds, skip, out);
+    }
+    atomic_store(&d->starved, 0);
+    if (!claimable_providers(d, providers, sizeof(providers))) {
+        eng_release(d->eng, -1);
+        atomic_store(&d->starved, 1); /* every provider at its own limit: a call's end wakes us */
+        return STORE_ENOTFOUND;
+    }
+    int e = store_claim(db, owner, lease_seconds, providers, out);
     if (e != STORE_OK) {
         eng_release(d->eng, -1);
         return e;
@@ -107,7 +187,13 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     /* The slot is now the provider's too (a race between threads may pass the provider's own
      * limit by at most one call per dispatcher thread). */
     eng_assign(d->eng, slot_of(d->cfg, out->provider));
+    CRASH_POINT("after_sending_commit");
     return e;
+}
+
+static int disp_starved(void *arg)
+{
+    return atomic_load(&((struct dispatcher *)arg)->starved);
 }
 
 /* Starts one create (its slot is taken): the row becomes `sending` if it is not yet, the call
@@ -121,7 +207,6 @@ static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_clai
     struct attempt *a;
     struct up_xfer *x;
     struct up_response res;
-    CRASH_POINT("after_sending_commit");
     if (attempt_begin(cfg, db, c, claimed_mono, &a) < 0) {
         eng_release(d->eng, slot);
         return;
@@ -165,6 +250,7 @@ static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *
 static void disp_free(struct dispatcher *d)
 {
     rq_free(d->results);
+    rq_free(d->born);
     free(d);
 }
 
@@ -175,8 +261,8 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
         return NULL;
     d->cfg = cfg;
     d->eng = eng;
-    if (!(d->results = rq_new())) {
-        free(d);
+    if (!(d->results = rq_new()) || !(d->born = rq_new())) {
+        disp_free(d);
         return NULL;
     }
     struct wpool_spec spec = {.name = "dispatch",
@@ -190,8 +276,9 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
                               .wake_on_work = 1,
                               .give_back = give_back,
                               .arg = d,
-                              .chores = write_results,
+                              .chores = chores,
                               .chores_fd = rq_fd(d->results),
+                              .starved = disp_starved,
                               .room_outside = 1};
     d->pool = wpool_start(cfg, cfg->dispatch_workers, &spec);
     if (!d->pool) {
@@ -214,13 +301,23 @@ void disp_unreserve(struct dispatcher *d, const char *provider)
 
 int disp_handoff(struct dispatcher *d, struct store_claim *c, double claimed_mono)
 {
-    return wpool_handoff(d->pool, c, claimed_mono);
+    struct born *b = malloc(sizeof(*b));
+    if (!b)
+        return -1;
+    b->c = *c;
+    b->claimed_mono = claimed_mono;
+    memset(c, 0, sizeof(*c));
+    rq_push(d->born, &b->node);
+    rq_kick(d->results); /* the fd the threads wait on */
+    return 0;
 }
 
 void disp_quiesce(struct dispatcher *d)
 {
     if (!d)
         return;
+    atomic_store(&d->stopping, 1);
+    rq_kick(d->results); /* born reservations still queued are given back now */
     wpool_quiesce(d->pool);
     LOG(LOG_INFO, "dispatch_draining", LI("calls_in_flight", eng_inflight(d->eng)));
 }

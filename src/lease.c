@@ -65,7 +65,7 @@ static const struct db_stmt claim = {
     "  CROSS JOIN LATERAL (SELECT tenant_id, id FROM operations p WHERE p.tenant_id = t.tenant_id "
     "   AND state = 'prepared' AND cancel_requested_at IS NULL AND next_attempt_at <= now() "
     "   AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
-    "   AND provider <> ALL ($3::text[]) "
+    "   AND provider = ANY ($3::text[]) "
     "   ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) p "
     "  LIMIT 1), "
     "turn AS (INSERT INTO dispatch_turns (tenant_id, served_at) "
@@ -75,7 +75,7 @@ static const struct db_stmt claim = {
     " transport_attempts = o.transport_attempts + 1, "
     " first_sent_at = coalesce(o.first_sent_at, now()) "
     "FROM c WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS ", false",
-    .params = DB_PARAMS("owner", "lease_seconds", "skip"),
+    .params = DB_PARAMS("owner", "lease_seconds", "providers"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
 
@@ -366,14 +366,14 @@ static int claim_with(struct db *db, const struct db_stmt *s, const char *owner,
     return claim_from_run(e, r, out);
 }
 
-int store_claim(struct db *db, const char *owner, int lease_seconds, const char *skip,
+int store_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
                 struct store_claim *out)
 {
     PGresult *r;
     memset(out, 0, sizeof(*out));
     int e = db_run(db, &claim,
                    DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds),
-                           p_text("skip", skip && *skip ? skip : "{}")),
+                           p_text("providers", providers)),
                    &r);
     return claim_from_run(e, r, out);
 }
@@ -445,6 +445,23 @@ static const struct db_stmt release_reservation = {
     .moves = DB_MOVES({ST_PREPARED, ST_PREPARED}),
 };
 
+/* Reads what begin_send returned for c (r, then cleared): 1 when the row is now `sending`. */
+static int begun_from(struct store_claim *c, PGresult *r)
+{
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return 0;
+    }
+    c->lease_remaining_s = atof(PQgetvalue(r, 0, 0));
+    c->transport_attempts = atoi(PQgetvalue(r, 0, 1));
+    c->first_sent_db = atof(PQgetvalue(r, 0, 2));
+    c->now_db = atof(PQgetvalue(r, 0, 3));
+    c->since_first_ms = atoll(PQgetvalue(r, 0, 4));
+    c->born = 0; /* a claim like any other from here on */
+    PQclear(r);
+    return 1;
+}
+
 int lease_begin_send(struct db *db, struct store_claim *c, int lease_seconds)
 {
     PGresult *r;
@@ -455,18 +472,33 @@ int lease_begin_send(struct db *db, struct store_claim *c, int lease_seconds)
                    &r);
     if (e < 0)
         return e;
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        return STORE_ENOTFOUND;
+    return begun_from(c, r) ? STORE_OK : STORE_ENOTFOUND;
+}
+
+int lease_begin_send_many(struct db *db, struct store_claim *const *cs, size_t n,
+                          int lease_seconds, int *begun)
+{
+    struct param(*ps)[4] = calloc(n, sizeof(*ps));
+    const struct param **rows = calloc(n, sizeof(*rows));
+    PGresult **outs = calloc(n, sizeof(*outs));
+    int e = STORE_ERETRY;
+    if (ps && rows && outs) {
+        for (size_t i = 0; i < n; i++) {
+            const struct param v[4] = {p_int("tenant_id", cs[i]->tenant_id),
+                                       p_text("id", cs[i]->id),
+                                       p_int("lease_version", cs[i]->lease_version),
+                                       p_int("lease_seconds", lease_seconds)};
+            memcpy(ps[i], v, sizeof(v));
+            rows[i] = ps[i];
+        }
+        e = db_run_batch(db, &begin_send, n, rows, 4, outs);
     }
-    c->lease_remaining_s = atof(PQgetvalue(r, 0, 0));
-    c->transport_attempts = atoi(PQgetvalue(r, 0, 1));
-    c->first_sent_db = atof(PQgetvalue(r, 0, 2));
-    c->now_db = atof(PQgetvalue(r, 0, 3));
-    c->since_first_ms = atoll(PQgetvalue(r, 0, 4));
-    c->born = 0; /* a claim like any other from here on */
-    PQclear(r);
-    return STORE_OK;
+    for (size_t i = 0; e == STORE_OK && i < n; i++)
+        begun[i] = begun_from(cs[i], outs[i]);
+    free(ps);
+    free(rows);
+    free(outs);
+    return e;
 }
 
 int lease_release_reservation(struct db *db, const struct store_claim *c, long delay_ms,
@@ -556,15 +588,12 @@ static int finish_committed(struct db *db, const struct store_finish *f)
     return st;
 }
 
-int store_finish(struct db *db, const struct store_finish *f, int *applied)
+#define FINISH_NPARAMS 26
+
+/* The finish statement's parameters for f, into ps[FINISH_NPARAMS]. */
+static void finish_params(const struct store_finish *f, struct param *ps)
 {
-    *applied = 0;
-    if (!db_stmt_moves(&finish, f->from, f->state)) {
-        LOG(LOG_ERROR, "state_move_refused", LS("job_id", f->id), LS("from", st_name(f->from)),
-            LS("to", st_name(f->state)));
-        return STORE_EINTERNAL;
-    }
-    const struct param ps[] = {
+    const struct param v[FINISH_NPARAMS] = {
         p_int("tenant_id", f->tenant_id),
         p_text("id", f->id),
         p_int("lease_version", f->lease_version),
@@ -595,11 +624,24 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
         p_bool("may_have_created", f->ambiguous),
         f->cost_micros >= 0 ? p_int("cost_micros", f->cost_micros) : p_null("cost_micros"),
     };
-    PGresult *r;
-    int lost = 0;
-    int e = finish_run(db, f, ps, sizeof(ps) / sizeof(ps[0]), &r, &lost);
-    if (e < 0)
-        return e;
+    memcpy(ps, v, sizeof(v));
+}
+
+static int finish_move_ok(const struct store_finish *f)
+{
+    if (db_stmt_moves(&finish, f->from, f->state))
+        return 1;
+    LOG(LOG_ERROR, "state_move_refused", LS("job_id", f->id), LS("from", st_name(f->from)),
+        LS("to", st_name(f->state)));
+    return 0;
+}
+
+/* What one finish answered (r, then cleared): whether it applied, and the state it wrote. When
+ * fenced after a lost connection (lost), the row tells whether an earlier run had committed. The
+ * state committed wakes whoever waits for it. */
+static void finish_applied(struct db *db, const struct store_finish *f, struct pg_result *r,
+                           int lost, int *applied)
+{
     *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
     int written = *applied && db_val(r, 0, 1) ? st_parse(db_val(r, 0, 1)) : -1;
     PQclear(r);
@@ -610,6 +652,60 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     /* Committed: whoever waits for this operation (dispatchers, clients) is told. */
     if (written >= 0)
         wake_state(f->id, (enum op_state)written);
+}
+
+/* store_finish, knowing (maybe_committed) that an earlier run of the same write may have
+ * committed on a connection lost since. */
+static int finish_one(struct db *db, const struct store_finish *f, int maybe_committed,
+                      int *applied)
+{
+    *applied = 0;
+    if (!finish_move_ok(f))
+        return STORE_EINTERNAL;
+    struct param ps[FINISH_NPARAMS];
+    finish_params(f, ps);
+    PGresult *r;
+    int lost = maybe_committed;
+    int e = finish_run(db, f, ps, FINISH_NPARAMS, &r, &lost);
+    if (e < 0)
+        return e;
+    finish_applied(db, f, r, lost, applied);
+    return STORE_OK;
+}
+
+int store_finish(struct db *db, const struct store_finish *f, int *applied)
+{
+    return finish_one(db, f, 0, applied);
+}
+
+int store_finish_many(struct db *db, const struct store_finish *const *fs, size_t n, int *applied,
+                      int *errors)
+{
+    struct param(*ps)[FINISH_NPARAMS] = n > 1 ? calloc(n, sizeof(*ps)) : NULL;
+    const struct param **rows = n > 1 ? calloc(n, sizeof(*rows)) : NULL;
+    PGresult **outs = n > 1 ? calloc(n, sizeof(*outs)) : NULL;
+    int e = STORE_ERETRY, ok = ps && rows && outs;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = finish_move_ok(fs[i]);
+        finish_params(fs[i], ps[i]);
+        rows[i] = ps[i];
+    }
+    if (ok)
+        e = db_run_batch(db, &finish, n, rows, FINISH_NPARAMS, outs);
+    if (e == STORE_OK) {
+        for (size_t i = 0; i < n; i++) {
+            finish_applied(db, fs[i], outs[i], 0, &applied[i]);
+            errors[i] = STORE_OK;
+        }
+    } else {
+        /* One by one: a statement failed (the batch rolled back), or the connection was lost
+         * (the batch may have committed: a write fenced by itself is then recognised). */
+        for (size_t i = 0; i < n; i++)
+            errors[i] = finish_one(db, fs[i], e == STORE_EUNAVAIL, &applied[i]);
+    }
+    free(ps);
+    free(rows);
+    free(outs);
     return STORE_OK;
 }
 

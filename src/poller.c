@@ -12,6 +12,7 @@
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,7 @@ struct poller {
     struct wpool *pool;
     struct eng *eng;
     struct rq *results;
+    atomic_int starved; /* the last claim found the engine full */
 };
 
 static void job_free(struct poll_job *j)
@@ -471,12 +473,20 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct poller *pl = arg;
-    if (!eng_acquire(pl->eng, -1))
+    if (!eng_acquire(pl->eng, -1)) {
+        atomic_store(&pl->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
+    }
+    atomic_store(&pl->starved, 0);
     int e = store_poll_claim(db, owner, lease_seconds, out);
     if (e != STORE_OK)
         eng_release(pl->eng, -1);
     return e;
+}
+
+static int poll_starved(void *arg)
+{
+    return atomic_load(&((struct poller *)arg)->starved);
 }
 
 static int write_results(struct db *db, void *arg)
@@ -503,7 +513,8 @@ struct poller *poller_start(const struct cfg *cfg, struct eng *eng)
                               .error_ms = IDLE_SLEEP_MS,
                               .arg = pl,
                               .chores = write_results,
-                              .chores_fd = rq_fd(pl->results)};
+                              .chores_fd = rq_fd(pl->results),
+                              .starved = poll_starved};
     if (!(pl->pool = wpool_start(cfg, cfg->poll_workers, &spec))) {
         rq_free(pl->results);
         free(pl);

@@ -60,6 +60,39 @@ void rq_push(struct rq *q, struct rq_item *it)
     signal_fd(q);
 }
 
+void rq_kick(struct rq *q)
+{
+    signal_fd(q);
+}
+
+struct rq_item *rq_take(struct rq *q, int max, int *n_out)
+{
+    pthread_mutex_lock(&q->mu);
+    struct rq_item *batch = q->head, *last = NULL;
+    int n = 0;
+    for (struct rq_item *it = q->head; it && n < max; it = it->next, n++)
+        last = it;
+    if (last) {
+        q->head = last->next;
+        if (!q->head)
+            q->tail = NULL;
+        last->next = NULL;
+    }
+    int more = q->head != NULL;
+    pthread_mutex_unlock(&q->mu);
+    if (more)
+        signal_fd(q);
+    *n_out = n;
+    return n ? batch : NULL;
+}
+
+void rq_drain_fd(struct rq *q)
+{
+    uint64_t v;
+    ssize_t r = read(q->fd, &v, sizeof(v));
+    (void)r;
+}
+
 int rq_run(struct rq *q, struct db *db, int max)
 {
     uint64_t v;

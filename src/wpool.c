@@ -113,7 +113,8 @@ static int idle_wait(struct wpool *p, struct db *db)
         if (poll(&pfd, 1, 0) > 0)
             claim = 1;
     }
-    if (p->spec.chores) { /* a call ended: results to write, and room for a claim */
+    if (p->spec.chores && (!p->spec.starved || p->spec.starved(p->spec.arg))) {
+        /* A call ended: results to write, and room for the claim that found none. */
         struct pollfd pfd = {.fd = p->spec.chores_fd, .events = POLLIN};
         if (poll(&pfd, 1, 0) > 0)
             claim = 1;

@@ -129,7 +129,7 @@ def main():
         ratios["intake_seq_p50_minus_fsync_ms"] = {
             "value": round(gap, 3), "target": 1.0, "met": gap <= 1.0, "le": True,
             "what": "one client: intake p50 - one fdatasync, ms (<= 1)"}
-    slow = facts.get("slow") or {}
+    slow = facts.get("slow") if isinstance(facts.get("slow"), dict) else {}
     if "slow_e2e" in runs and slow.get("delay_ms"):
         over = runs["slow_e2e"]["p50_us"] / 1000.0 - slow["delay_ms"]
         ratios["slow_p50_over_delay_ms"] = {
@@ -254,7 +254,7 @@ def main():
               "RSS %.1f MiB" % (g.get("calls_in_flight"), g.get("threads"), g.get("pg_connections"),
                                 (g.get("rss_kib") or 0) / 1024))
     infl = facts.get("inflight")
-    if infl:
+    if isinstance(infl, dict):
         print("calls in flight: %s submitted (%s), peak %s in flight (sampled %s); peak RSS %.1f MiB, "
               "%s threads, %s PostgreSQL connections; states %s; mock creates %s; all ended after %s s"
               % (infl.get("calls"), (infl.get("submitter") or {}).get("statuses"),

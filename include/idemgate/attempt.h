@@ -29,6 +29,20 @@ __attribute__((warn_unused_result)) int attempt_begin(const struct cfg *cfg, str
 __attribute__((warn_unused_result)) int attempt_xfer(struct attempt *a, struct up_xfer **x,
                                                      struct up_response *res);
 void attempt_end(struct attempt *a, struct db *db, struct up_response *res, double t1);
+/* attempt_end in two halves, so that many results share one commit (store_finish_many):
+ * attempt_outcome classifies and decides res (taken) at t1 — tripping the provider's breaker
+ * first when the outcome says so, with db — and returns the result to write (valid until
+ * attempt_recorded); attempt_recorded counts and logs what the write did (e: the store's answer,
+ * applied: not fenced) and frees the attempt. */
+const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
+                                           struct up_response *res, double t1);
+void attempt_recorded(struct attempt *a, int e, int applied);
+/* The statement that starts a born reservation's send (lease_begin_send), for n of them in one
+ * commit: begun[i] says whether cs[i] is now `sending` (it is then a claim like any other, for
+ * attempt_begin); those not begun were given back or left to end with their reservation, as
+ * attempt_begin does for one. Returns the batch's store answer (informational). */
+int attempt_begin_born_many(const struct cfg *cfg, struct db *db, struct store_claim *const *cs,
+                            size_t n, int *begun);
 const struct cfg_provider *attempt_provider(const struct attempt *a);
 const char *attempt_job_id(const struct attempt *a);
 /* Gives up an attempt before its call (nothing was sent): the row goes back to `prepared` for

@@ -82,12 +82,22 @@ __attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const ch
 
 /* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
  * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
- * return, before any byte goes to the provider. skip is a PostgreSQL text[] literal of providers
- * not to claim for (their calls in flight are at their limit here), or NULL. STORE_ENOTFOUND when
- * nothing is due. */
+ * return, before any byte goes to the provider. Only operations of the providers in the
+ * PostgreSQL text[] literal `providers` are claimed: those this replica can send to and whose
+ * calls in flight are not at their limit here. STORE_ENOTFOUND when nothing is due. */
 __attribute__((warn_unused_result)) int store_claim(struct db *db, const char *owner,
-                                                    int lease_seconds, const char *skip,
+                                                    int lease_seconds, const char *providers,
                                                     struct store_claim *out);
+
+/* lease_begin_send for n born reservations in one transaction (one round trip, one commit):
+ * begun[i] is 1 when cs[i] is now `sending` (its lease, attempts and times updated, born
+ * cleared), 0 when it must not be sent (as STORE_ENOTFOUND above). STORE_ERETRY when a statement
+ * failed (nothing committed: run them one by one); STORE_EUNAVAIL when the connection was lost
+ * (the batch may have committed); begun[] is then unset. */
+__attribute__((warn_unused_result)) int lease_begin_send_many(struct db *db,
+                                                              struct store_claim *const *cs,
+                                                              size_t n, int lease_seconds,
+                                                              int *begun);
 
 /* A born reservation becomes a send, right before it: prepared → sending under the same fencing
  * token with a fresh lease of lease_seconds, committed before any byte leaves; updates c's lease,
@@ -150,6 +160,12 @@ void store_finish_evidence(struct store_finish *f, const struct up_response *res
  * claim was lost (fenced): the attempt is then recorded with decision 'fenced' and the operation
  * is unchanged. Once applied, the state written is passed to wake_state (wake.h): prepared wakes
  * the dispatchers, completed and failed the job's waiting clients, in every replica. */
+/* store_finish for n results in one transaction (one round trip, one WAL flush), each fenced
+ * as alone. When the batch cannot commit as one (a statement failed, the connection was lost)
+ * every result is written alone, a lost connection's possible commit recognised. applied[i] and
+ * errors[i] (STORE_OK or a store error) say what became of fs[i]. Returns STORE_OK. */
+int store_finish_many(struct db *db, const struct store_finish *const *fs, size_t n, int *applied,
+                      int *errors);
 __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct store_finish *f,
                                                      int *applied);
 

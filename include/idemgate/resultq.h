@@ -25,6 +25,13 @@ void rq_free(struct rq *q);
 int rq_fd(const struct rq *q);
 /* Queues it (oldest first) and makes rq_fd readable. */
 void rq_push(struct rq *q, struct rq_item *it);
+/* Makes rq_fd readable (another queue's items wait, read by the same thread). */
+void rq_kick(struct rq *q);
+/* Reads rq_fd (before taking items, so that a push after it is never missed). */
+void rq_drain_fd(struct rq *q);
+/* Takes up to max waiting items, oldest first, as a chain (NULL: none); *n gets how many. When
+ * more wait after them, rq_fd stays readable. */
+struct rq_item *rq_take(struct rq *q, int max, int *n);
 /* Runs the writes of up to max waiting items with db; 1 when it ran any, 0 when none waited. When
  * more wait after them, rq_fd stays readable so that other threads help. */
 int rq_run(struct rq *q, struct db *db, int max);

@@ -36,12 +36,14 @@ struct wpool_spec {
     /* For a pool whose work does not wait for its call (the dispatcher, engine.h); all optional.
      * claim_arg claims instead of claim. chores is work that is no claim (results of calls to
      * write): it runs before anything else on every turn, while it returns 1; chores_fd is
-     * readable while some wait, and wakes an idle thread, which then also claims (a call's end
-     * makes room for another). */
+     * readable while some wait, and wakes an idle thread, which then also claims when starved
+     * says a claim found no room (a call's end makes room for another). */
     int (*claim_arg)(struct db *db, const char *owner, int lease_seconds, struct store_claim *out,
                      void *arg);
     int (*chores)(struct db *db, void *arg);
     int chores_fd;
+    /* Whether the last claim found no room (a chores wake-up then claims again); NULL: always. */
+    int (*starved)(void *arg);
     /* Handoff promises are counted by the pool's owner: wpool_reserve is not used and
      * wpool_handoff only queues. */
     int room_outside;

@@ -228,7 +228,7 @@ def _busy_then_waiting(gw, tok, psql, busy_body):
 def test_item3_born_claim_never_sent_is_sent_by_another_replica_after_a_death(
         gateway_factory, mock, database_url, psql):
     """Issue 21 item 3. A born claim is handed to a dispatcher thread; the replica is killed
-    (SIGKILL, crash point `after_sending_commit`: before the statement that starts its send).
+    (SIGKILL, crash point `before_begin_send`: before the statement that starts its send).
     Before: it was recorded `sending`, the reaper made it `unknown` and — reconcile `none` — it
     ended in `review` though the provider never saw it. After: it is still `prepared` (nothing
     left), and another replica sends it once its reservation ends: completed with exactly one
@@ -236,7 +236,7 @@ def test_item3_born_claim_never_sent_is_sent_by_another_replica_after_a_death(
     tok = tenant_token(database_url)
     assert wait_until(lambda: psql(IDLE_SQL) == [["0"]], 60)
     gw = gateway_factory(dispatch_workers=1, instance_id="dies-" + uuid.uuid4().hex[:6],
-                         env={"IDEMGATE_CRASH": "after_sending_commit:1"})
+                         env={"IDEMGATE_CRASH": "before_begin_send:1"})
     key = "dies-" + uuid.uuid4().hex[:8]
     try:  # the replica may die before its 202 leaves: the row is what counts
         gw.submit(tok, key, {"prompt": "born, never begun"})
