@@ -398,7 +398,7 @@ if want inflight; then
     done
     t1=$(date +%s.%N)
     states=$("${PSQL[@]}" -c "SELECT coalesce(json_object_agg(state, n), '{}') FROM (SELECT state, count(*) n FROM operations WHERE idempotency_key LIKE 'bench-$NONCE-inflight-%' GROUP BY state) s")
-    creates=$(curl -fs --max-time 10 "http://127.0.0.1:$SLOW_PORT/_ledger" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); e=d.get("entries", d) if isinstance(d, dict) else d; print(len(e))' 2>/dev/null || echo null)
+    creates=$(curl -fs --max-time 30 "http://127.0.0.1:$SLOW_PORT/_ledger" | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["creates"]))' 2>/dev/null || echo null)
     note inflight "{\"calls\":$INFL_N,\"delay_ms\":$INFL_DELAY,\"submitter\":${line:-null},\"peak_calls_in_flight\":$(gw_metric idemgate_provider_calls_in_flight_peak | cut -d. -f1),\"sampled_calls_in_flight\":$peak_calls,\"rss_before_kib\":$before,\"peak_rss_kib\":$peak_rss,\"vmhwm_kib\":$(proc_kib "$GW_PID" VmHWM),\"peak_threads\":$peak_threads,\"peak_pg_connections\":$peak_pg,\"states\":$states,\"mock_creates\":$creates,\"seconds_to_all_ended\":$("$PY" -c "print(round($t1 - $t0, 1))")}"
     stop_pid "$GW_PID"
     stop_pid "$SLOW_MOCK_PID"

@@ -274,12 +274,10 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
                                * process, from the others by their signaller (wake.h). */
                               .channel = WAKE_WORK_CHANNEL,
                               .wake_on_work = 1,
-                              .give_back = give_back,
                               .arg = d,
                               .chores = chores,
                               .chores_fd = rq_fd(d->results),
-                              .starved = disp_starved,
-                              .room_outside = 1};
+                              .starved = disp_starved};
     d->pool = wpool_start(cfg, cfg->dispatch_workers, &spec);
     if (!d->pool) {
         disp_free(d);

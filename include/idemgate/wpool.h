@@ -29,48 +29,29 @@ struct wpool_spec {
     const char *channel; /* LISTEN on it, and wake up on its NOTIFY while idle; or NULL.
                           * This replica's own signals (wake_is_echo) are ignored. */
     int wake_on_work;    /* also wake up on wake_work() in this process */
-    /* A claim handed over and not yet taken when the pool stops: given back (nothing of it was
-     * begun), so that another replica takes it at once; NULL: worked on like any other. */
-    wpool_work_fn give_back;
-    void *arg; /* passed to work, give_back and the three below */
-    /* For a pool whose work does not wait for its call (the dispatcher, engine.h); all optional.
-     * claim_arg claims instead of claim. chores is work that is no claim (results of calls to
-     * write): it runs before anything else on every turn, while it returns 1; chores_fd is
-     * readable while some wait, and wakes an idle thread, which then also claims when starved
-     * says a claim found no room (a call's end makes room for another). */
+    void *arg; /* passed to work and the hooks below */
+    /* For a pool whose work does not wait for its call (the dispatcher and the poller,
+     * engine.h); all optional. claim_arg claims instead of claim. chores is work that is no claim
+     * (born reservations to start, results of calls to write), in batches: it runs first on
+     * every turn, and again while it returns 1, with a claim between two batches when one is
+     * wanted; chores_fd is readable while some wait, and wakes an idle thread, which then also
+     * claims when starved says a claim found no room (a call's end makes room for another). */
     int (*claim_arg)(struct db *db, const char *owner, int lease_seconds, struct store_claim *out,
                      void *arg);
     int (*chores)(struct db *db, void *arg);
     int chores_fd;
     /* Whether the last claim found no room (a chores wake-up then claims again); NULL: always. */
     int (*starved)(void *arg);
-    /* Handoff promises are counted by the pool's owner: wpool_reserve is not used and
-     * wpool_handoff only queues. */
-    int room_outside;
 };
 
 struct wpool;
 
 /* Starts n threads (none when 0) working as spec says (spec is copied). NULL only on failure. */
 struct wpool *wpool_start(const struct cfg *cfg, int n, const struct wpool_spec *spec);
-/* Stops claiming: from now on a claim handed over goes to spec.give_back, and only chores are
- * done. wpool_stop follows. */
+/* Stops claiming: from now on only chores are done. wpool_stop follows. */
 void wpool_quiesce(struct wpool *p);
-/* Wakes the threads, lets each finish the operation it holds, hands every claim handed over and
- * not yet taken to spec.give_back (or works on it when there is none), and joins them all. */
+/* Wakes the threads, lets each finish the operation it holds and its chores, and joins them
+ * all. */
 void wpool_stop(struct wpool *p);
-
-/* Handoffs: a claim committed elsewhere in this process (a row recorded born claimed) goes
- * straight to a thread, without a claim round trip. wpool_reserve promises up to n slots — never
- * more than the threads idle now plus one queued claim per thread, minus slots already promised
- * or filled — and returns
- * how many; each promise is then kept by one wpool_handoff or returned by wpool_unreserve.
- * wpool_handoff moves *c into the pool (c is left empty) and wakes an idle thread, which works on
- * it as on one of its own claims; -1 when out of memory (c is untouched). p may be NULL for
- * wpool_reserve (0) and wpool_unreserve. */
-int wpool_reserve(struct wpool *p, int n);
-void wpool_unreserve(struct wpool *p, int n);
-__attribute__((warn_unused_result)) int wpool_handoff(struct wpool *p, struct store_claim *c,
-                                                      double claimed_mono);
 
 #endif

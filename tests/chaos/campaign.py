@@ -88,12 +88,12 @@ class Sizes:
 CI = Sizes(intents=240, concurrency=12, load_s=40, kills=2, pg_restarts=1, outages=3, drain_s=60)
 FULL = Sizes(intents=3000, concurrency=24, load_s=300, kills=12, pg_restarts=4, outages=12,
              drain_s=120, page_max=50, stalls=4)
-# Slow providers (issue 22): creates that take seconds, arriving fast, so that hundreds (CI) or
-# thousands (FULL) of calls are in flight on two replicas when one is killed, stopped or its
-# database restarted.
+# Slow providers (issue 22): creates that take seconds, arriving fast, so that hundreds (CI size)
+# or a thousand and more (FULL) calls are in flight on two replicas when one is killed, stopped or
+# its database restarted.
 SLOW_CI = Sizes(intents=300, concurrency=100, load_s=6, kills=1, pg_restarts=1, outages=1,
                 drain_s=120, stalls=1, create_delay_ms=(1000, 4000), total_ms=8000, lease_s=12)
-SLOW_FULL = Sizes(intents=3000, concurrency=400, load_s=12, kills=3, pg_restarts=1, outages=2,
+SLOW_FULL = Sizes(intents=2000, concurrency=300, load_s=12, kills=2, pg_restarts=1, outages=2,
                   drain_s=300, stalls=1, create_delay_ms=(2000, 10000), total_ms=15000,
                   lease_s=20)
 

@@ -30,9 +30,9 @@ from chaos.replicas import Replicas  # noqa: E402
 
 CI_SEEDS = [1101]
 FULL_SEEDS = [1101, 2202, 3303, 4404]
-# Slow providers (issue 22): hundreds of calls in flight (CI), thousands with CHAOS_FULL=1.
-SLOW_CI_SEEDS = [5505]
-SLOW_FULL_SEEDS = [5505, 6606]
+# Slow providers (issue 22): a thousand and more calls in flight; `make chaos` only (CHAOS_FULL=1:
+# about a minute and a half even at the CI size, which `make test` has no room for).
+SLOW_SEEDS = [5505]
 
 
 def seeds(slow=False):
@@ -40,7 +40,7 @@ def seeds(slow=False):
     if env:
         return [int(s) for s in env.split(",") if s.strip()]
     if slow:
-        return SLOW_FULL_SEEDS if harness.FULL else SLOW_CI_SEEDS
+        return SLOW_SEEDS
     return FULL_SEEDS if harness.FULL else CI_SEEDS
 
 
@@ -79,6 +79,7 @@ def test_randomised_campaign(seed, gateway_factory, mock, cluster):
     run_campaign(seed, sizes(), gateway_factory, mock, cluster)
 
 
+@pytest.mark.skipif(not harness.FULL, reason="make chaos only (CHAOS_FULL=1)")
 @pytest.mark.parametrize("seed", seeds(slow=True))
 def test_randomised_campaign_slow_providers(seed, gateway_factory, mock, cluster):
     """The same campaign against slow providers: every create takes seconds and intents arrive

@@ -22,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -44,8 +47,6 @@
 /* Largest request body accepted; bigger ones are drained and answered with 413. */
 #define BODY_MAX (8u * 1024u * 1024u)
 
-/* Longest step of mock_sleep_ms(), which bounds how late it notices a shutdown. */
-#define SLEEP_STEP_MS 50
 
 /* Default for --threads: connections served at once, each by its own thread. */
 #define DEFAULT_CONNECTIONS 1000u
@@ -54,6 +55,20 @@
 #define THREAD_STACK_BYTES (512u * 1024u)
 
 static atomic_bool shutting_down;
+/* Readable once the mock stops: sleeping handlers wait on it (no periodic wake-ups, so thousands
+ * of slow answers in flight cost no CPU). */
+static int shutdown_fd = -1;
+
+/* Marks the mock as stopping and wakes every sleeping handler. */
+static void begin_shutdown(void)
+{
+    atomic_store(&shutting_down, true);
+    if (shutdown_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(shutdown_fd, &one, sizeof(one));
+        (void)w;
+    }
+}
 static unsigned int default_delay_ms;
 static char base_url[320];
 
@@ -96,14 +111,14 @@ static long long now_ms(void)
 bool mock_sleep_ms(const struct mock_request *req, unsigned int ms, bool stop_on_disconnect)
 {
     const long long deadline = now_ms() + ms;
-    struct pollfd pfd = {.fd = -1, .events = POLLRDHUP};
+    struct pollfd pfd[2] = {{.fd = -1, .events = POLLRDHUP}, {.fd = shutdown_fd, .events = POLLIN}};
 
     if (stop_on_disconnect) {
         const union MHD_ConnectionInfo *info =
             MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
         if (info)
-            pfd.fd = info->connect_fd;
+            pfd[0].fd = info->connect_fd;
     }
     for (;;) {
         long long left = deadline - now_ms();
@@ -113,8 +128,8 @@ bool mock_sleep_ms(const struct mock_request *req, unsigned int ms, bool stop_on
         if (mock_shutting_down())
             return false;
         /* poll() doubles as the sleep; a negative fd is ignored, so it then only waits. */
-        if (poll(&pfd, 1, (int)(left < SLEEP_STEP_MS ? left : SLEEP_STEP_MS)) > 0 &&
-            (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        if (poll(pfd, 2, (int)(left < 3600000 ? left : 3600000)) > 0 &&
+            (pfd[0].revents & (POLLRDHUP | POLLHUP | POLLERR)))
             return false;
     }
 }
@@ -779,13 +794,14 @@ int main(int argc, char **argv)
     flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
             MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     /* The logger comes first so that libmicrohttpd routes every message through it. */
+    shutdown_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
                               on_mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, opt.connections,
                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK_BYTES,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     if (daemon == NULL) {
         fprintf(stderr, "idemgate-mock: cannot start the HTTP daemon\n");
-        atomic_store(&shutting_down, true);
+        begin_shutdown();
         webhooks_stop();
         listener_close();
         sign_shutdown();
@@ -799,8 +815,8 @@ int main(int argc, char **argv)
     sig = listener_run(daemon, &stop_signals);
     fprintf(stderr, "idemgate-mock: signal %d, shutting down\n", sig);
 
-    /* Sleeping handlers watch this flag, so stopping the daemon does not wait on them. */
-    atomic_store(&shutting_down, true);
+    /* Sleeping handlers watch this, so stopping the daemon does not wait on them. */
+    begin_shutdown();
     listener_close();
     MHD_stop_daemon(daemon);
     webhooks_stop();
