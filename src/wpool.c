@@ -63,14 +63,12 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
  * a thread woken for results does not query for due work it was not told of. */
 static int idle_wait(struct wpool *p, struct db *db)
 {
-    int fds[3] = {p->stop_fd, p->spec.chores ? p->spec.chores_fd : -1,
-                  p->spec.wake_on_work ? wake_work_fd() : -1};
-    int nfds = 0, claim = 0, work_fd = -1;
+    int work_fd = p->spec.wake_on_work ? wake_work_fd() : -1;
+    int fds[3] = {p->stop_fd, p->spec.chores ? p->spec.chores_fd : -1, work_fd};
+    int nfds = 0, claim = 0;
     for (int i = 0; i < 3; i++)
         if (fds[i] >= 0)
             fds[nfds++] = fds[i];
-    if (p->spec.wake_on_work)
-        work_fd = fds[nfds - 1];
     double end = clock_mono() + p->spec.idle_ms / 1000.0;
     for (;;) {
         int left = (int)((end - clock_mono()) * 1000.0), foreign = 0;
