@@ -180,20 +180,24 @@ MOCK_PID=$!
 PIDS+=("$MOCK_PID")
 wait_http "http://127.0.0.1:$MOCK_PORT/_health" 20 "$MOCK_PID" || { log "the mock did not start"; exit 1; }
 
-mkdir -p "$T/nginx"
-sed -e "s#@PREFIX@#$T/nginx#g" -e "s#@LISTEN@#127.0.0.1:$NGINX_PORT#" \
-    -e "s#@UPSTREAM@#127.0.0.1:$MOCK_PORT#" bench/nginx.conf >"$T/nginx/nginx.conf"
-if [ "$(id -u)" -eq 0 ]; then
-    # As root, nginx itself runs as nobody: its master needs no privilege on a high port.
-    chown -R nobody:nogroup "$T/nginx"
-    setpriv --reuid=nobody --regid=nogroup --clear-groups \
-        "$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -e "$T/nginx/error.log" &
-else
-    "$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -e "$T/nginx/error.log" &
-fi
-NGINX_PID=$!
-PIDS+=("$NGINX_PID")
-wait_http "http://127.0.0.1:$NGINX_PORT/_health" 20 "$NGINX_PID" || { log "nginx did not start"; cat "$T/nginx/error.log" >&2; exit 1; }
+start_nginx() { # DIR PORT UPSTREAM_PORT: nginx in $T/DIR, its PID in NGINX_PID
+    local dir=$T/$1 port=$2 upstream=$3
+    mkdir -p "$dir"
+    sed -e "s#@PREFIX@#$dir#g" -e "s#@LISTEN@#127.0.0.1:$port#" \
+        -e "s#@UPSTREAM@#127.0.0.1:$upstream#" bench/nginx.conf >"$dir/nginx.conf"
+    if [ "$(id -u)" -eq 0 ]; then
+        # As root, nginx itself runs as nobody: its master needs no privilege on a high port.
+        chown -R nobody:nogroup "$dir"
+        setpriv --reuid=nobody --regid=nogroup --clear-groups \
+            "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" &
+    else
+        "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" &
+    fi
+    NGINX_PID=$!
+    PIDS+=("$NGINX_PID")
+    wait_http "http://127.0.0.1:$port/_health" 20 "$NGINX_PID" || { log "nginx ($1) did not start"; cat "$dir/error.log" >&2; exit 1; }
+}
+start_nginx nginx "$NGINX_PORT" "$MOCK_PORT"
 
 # --- the gateway ---------------------------------------------------------------------------
 GW_PID=""
@@ -338,19 +342,8 @@ start_slow_mock() { # DELAY_MS: the slow mock on SLOW_PORT
 if want slow; then
     start_slow_mock "$SLOW_DELAY"
     SLOW_NGINX_PORT=$(free_port)
-    mkdir -p "$T/nginx-slow"
-    sed -e "s#@PREFIX@#$T/nginx-slow#g" -e "s#@LISTEN@#127.0.0.1:$SLOW_NGINX_PORT#" \
-        -e "s#@UPSTREAM@#127.0.0.1:$SLOW_PORT#" bench/nginx.conf >"$T/nginx-slow/nginx.conf"
-    if [ "$(id -u)" -eq 0 ]; then
-        chown -R nobody:nogroup "$T/nginx-slow"
-        setpriv --reuid=nobody --regid=nogroup --clear-groups \
-            "$NGINX" -p "$T/nginx-slow" -c "$T/nginx-slow/nginx.conf" -e "$T/nginx-slow/error.log" &
-    else
-        "$NGINX" -p "$T/nginx-slow" -c "$T/nginx-slow/nginx.conf" -e "$T/nginx-slow/error.log" &
-    fi
-    SLOW_NGINX_PID=$!
-    PIDS+=("$SLOW_NGINX_PID")
-    wait_http "http://127.0.0.1:$SLOW_NGINX_PORT/_health" 20 "$SLOW_NGINX_PID" || { log "the slow nginx did not start"; exit 1; }
+    start_nginx nginx-slow "$SLOW_NGINX_PORT" "$SLOW_PORT"
+    SLOW_NGINX_PID=$NGINX_PID
     saved_secs=$SECS saved_warm=$WARM
     # No warm-up: its 1 000 waiting connections, cut when it ends, would still be counted
     # against the per-address cap when the measured run connects (both rows ramp up alike).

@@ -95,28 +95,11 @@ void rq_drain_fd(struct rq *q)
 
 int rq_run(struct rq *q, struct db *db, int max)
 {
-    uint64_t v;
-    ssize_t r = read(q->fd, &v, sizeof(v));
-    (void)r;
-    pthread_mutex_lock(&q->mu);
-    struct rq_item *batch = q->head, *last = NULL;
     int n = 0;
-    for (struct rq_item *it = q->head; it && n < max; it = it->next, n++)
-        last = it;
-    if (last) {
-        q->head = last->next;
-        if (!q->head)
-            q->tail = NULL;
-        last->next = NULL;
-    }
-    int more = q->head != NULL;
-    pthread_mutex_unlock(&q->mu);
-    if (more)
-        signal_fd(q);
-    while (batch) {
-        struct rq_item *next = batch->next;
-        batch->write(batch, db);
-        batch = next;
+    rq_drain_fd(q);
+    for (struct rq_item *it = rq_take(q, max, &n), *next; it; it = next) {
+        next = it->next; /* write frees it */
+        it->write(it, db);
     }
     return n > 0;
 }

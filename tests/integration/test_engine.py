@@ -5,22 +5,17 @@ calls in flight at SIGTERM end and are recorded, never dropped.
 Slow providers are made with the mock's per-request delay; counts come from the gateway's
 `idemgate_provider_calls_in_flight[_peak]` gauges, /proc and pg_stat_activity. No test asserts a
 duration."""
-import json
+import os
 import signal
+import sys
 import threading
 import time
 import uuid
 
-from conftest import provider
+from conftest import ROOT, provider
 
-
-def wait_until(pred, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from chaos.harness import wait_until  # noqa: E402
 
 
 def metric(gw, name):
