@@ -405,7 +405,9 @@ def test_sigterm_drains_answers_waiters_releases_leases(gateway_factory, mock, p
     entry = providers.lookup(mock.url, "lookup" + providers.tag(),
                              timeouts={"connect_ms": 1000, "total_ms": 3000})
     reps = Replicas(gateway_factory, free_port)
-    g = reps.start("g", providers=[entry], lease_seconds=5, dispatch_workers=2)
+    # Room for two calls in flight: the third and fourth intents wait `prepared`, unclaimed.
+    g = reps.start("g", providers=[entry], lease_seconds=5, dispatch_workers=2,
+                   max_inflight_calls=2)
     pfx = harness.prefix("term")
     its = harness.intents(pfx, [token], [entry], 4, mock={"delay_ms": 2000})
     for i in its[:2]:  # waiting clients, their jobs in flight at the provider
@@ -419,7 +421,7 @@ def test_sigterm_drains_answers_waiters_releases_leases(gateway_factory, mock, p
     for t in waiters:
         t.start()
     assert wait_until(lambda: len(mock.ledger()) == 2, 10), "two creates are in flight"
-    queued = [post(g.port, i, 10) for i in its[2:]]  # both workers busy: these stay prepared
+    queued = [post(g.port, i, 10) for i in its[2:]]  # no room for their calls: they stay prepared
     assert all(a.status == 202 for a in queued), queued
 
     g.gw.proc.send_signal(15)
