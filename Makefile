@@ -145,7 +145,7 @@ pyunit:
 # Integration tests build a crash-point-enabled gateway of their own (build-test/).
 integration: all
 	@$(MAKE) --no-print-directory BUILD=build-test CRASHPOINTS=1 all
-	$(PYTHON) -m pytest -q tests/integration $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q --durations=20 tests/integration $(PYTEST_ARGS)
 
 test: deps
 	@$(MAKE) --no-print-directory all

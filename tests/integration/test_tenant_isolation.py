@@ -14,7 +14,9 @@ def sha(token):
 def test_a_flooding_tenant_does_not_delay_a_quiet_tenants_first_job(gateway_factory,
                                                                       database_url, psql):
     flood, quiet = tenant_token(database_url), tenant_token(database_url)
-    gw = gateway_factory(dispatch_workers=1)
+    # Room for one call in flight: the flood becomes a backlog of `prepared` rows, claimed one
+    # at a time by the fair claim (with room for all of them, none would wait).
+    gw = gateway_factory(dispatch_workers=1, max_inflight_calls=1)
     n = 120
     for i in range(n):  # every create takes 30 ms at the provider: a backlog of seconds
         r = gw.submit(flood, f"flood-{uuid.uuid4().hex}", {"prompt": f"flood {i}",
