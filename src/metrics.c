@@ -271,7 +271,7 @@ static void render_intake(struct buf *b)
         "# TYPE idemgate_intake_batched_intents_total counter\n"
         "idemgate_intake_batched_intents_total %lu\n"
         "# HELP idemgate_intake_born_claimed_total New intents recorded already claimed and "
-        "handed to an idle dispatcher (one commit before send).\n"
+        "handed to this replica's dispatcher (one commit before send).\n"
         "# TYPE idemgate_intake_born_claimed_total counter\n"
         "idemgate_intake_born_claimed_total %lu\n"
         "# HELP idemgate_provider_calls_in_flight Provider calls (creates, status reads) in "

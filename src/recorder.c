@@ -19,7 +19,7 @@ struct writer;
 
 struct recorder {
     const struct cfg *cfg;
-    struct dispatcher *disp; /* idle dispatch workers take rows born claimed; may be NULL */
+    struct dispatcher *disp; /* takes rows born claimed while it has room; may be NULL */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct rec_item *head, *tail; /* the queue, oldest first */

@@ -23,8 +23,8 @@ struct rec_item {
 struct dispatcher;
 
 /* Starts cfg->intake_writers writer threads. With disp, new rows are recorded born claimed while
- * disp has idle workers, and handed to them after the commit (one commit before send). NULL when
- * it cannot start. */
+ * disp's call engine has room for their calls, and handed to it after the commit (one commit
+ * before send). NULL when it cannot start. */
 __attribute__((warn_unused_result)) struct recorder *recorder_start(const struct cfg *cfg,
                                                                     struct dispatcher *disp);
 
