@@ -59,7 +59,8 @@ struct subsystems {
     struct eng *eng; /* the call engine the dispatcher and the poller make their calls on */
     struct dispatcher *disp;
     struct poller *poller;
-    struct wpool *recon, *archiver;
+    struct reconciler *recon;
+    struct wpool *archiver;
     struct reaper *reaper;
     struct api *api;
     struct offload *pool;
@@ -123,7 +124,7 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
         return "dispatcher";
     if (!(s->recorder = recorder_start(cfg, s->disp)))
         return "recorder";
-    if (!(s->recon = recon_start(cfg)))
+    if (!(s->recon = recon_start(cfg, s->eng)))
         return "reconciler";
     if (!(s->poller = poller_start(cfg, s->eng)))
         return "poller";
@@ -163,11 +164,12 @@ static void stop_all(struct subsystems *s)
      * write what is left and stop. No call in flight is dropped. */
     disp_quiesce(s->disp);
     poller_quiesce(s->poller);
+    recon_quiesce(s->recon);
     eng_stop(s->eng);
     disp_stop(s->disp);
     poller_stop(s->poller);
+    recon_stop(s->recon);
     eng_free(s->eng);
-    wpool_stop(s->recon);
     wpool_stop(s->archiver);
     reaper_stop(s->reaper);
     if (s->wake)

@@ -65,6 +65,23 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
     return rc;
 }
 
+void prov_submit(struct eng *e, int slot, const struct cfg_provider *p, const struct prov_call *c,
+                 eng_done_fn done, void *arg)
+{
+    struct up_xfer *x;
+    struct up_response res;
+    if (!c->url || prov_xfer_new(p, c, &x, &res) < 0) {
+        if (!c->url) {
+            memset(&res, 0, sizeof(res));
+            snprintf(res.error, sizeof(res.error), "no URL to call");
+        }
+        eng_release(e, slot);
+        done(arg, &res);
+        return;
+    }
+    eng_submit(e, slot, x, done, arg);
+}
+
 int prov_call(const struct cfg_provider *p, const struct prov_call *c, struct up_response *res)
 {
     struct up_xfer *x;
@@ -115,18 +132,28 @@ static const char *task_var(const char *name, size_t len, void *arg)
     return NULL;
 }
 
-int prov_read_task(const struct cfg_provider *p, const char *credential, const char *remote_id,
-                   const char *client_ref, struct up_response *res)
+char *prov_task_url(const struct cfg_provider *p, const char *remote_id, const char *client_ref)
 {
     const char *tmpl = p->task_path                     ? p->task_path
                        : p->mode == CFG_MODE_ASYNC_POLL ? p->poll_path
                                                         : NULL;
     struct task_vars v = {remote_id, client_ref};
-    char *url = tmpl ? prov_url(p, tmpl, task_var, &v, "task") : NULL;
+    return tmpl ? prov_url(p, tmpl, task_var, &v, "task") : NULL;
+}
+
+int prov_task_answered(const struct up_response *res)
+{
+    return res->curl_code == 0 && res->http_status >= 200 && res->http_status < 300 &&
+           !res->body_truncated;
+}
+
+int prov_read_task(const struct cfg_provider *p, const char *credential, const char *remote_id,
+                   const char *client_ref, struct up_response *res)
+{
+    char *url = prov_task_url(p, remote_id, client_ref);
     memset(res, 0, sizeof(*res));
     struct prov_call call = {.method = "GET", .url = url, .credential = credential};
-    int ok = url && prov_call(p, &call, res) == 0 && res->http_status >= 200 &&
-             res->http_status < 300 && !res->body_truncated;
+    int ok = url && prov_call(p, &call, res) == 0 && prov_task_answered(res);
     free(url);
     return ok ? 0 : -1;
 }

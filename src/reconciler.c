@@ -3,13 +3,16 @@
 #include "idemgate/attempt.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
+#include "idemgate/engine.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/provider.h"
 #include "idemgate/lease.h"
+#include "idemgate/resultq.h"
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,8 @@
  * this much for clock differences between us and the provider. */
 #define LIST_SLACK_S 120
 #define IDLE_SLEEP_MS 200
+/* Results one thread writes before it looks at anything else. */
+#define RESULTS_PER_TURN 64
 
 enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_passed)
 {
@@ -152,14 +157,6 @@ static void write_simple(struct db *db, const struct store_claim *c, enum op_sta
 {
     struct verdict_write w = {next, delay_ms, outcome, error, NULL, NULL, -1, NULL, -1, 0, NULL};
     write_verdict(db, c, &w, t0);
-}
-
-/* A GET of url with the operation's credential. */
-static int get(const struct cfg_provider *p, const struct store_claim *c, const char *url,
-               struct up_response *res)
-{
-    struct prov_call call = {.method = "GET", .url = url, .credential = c->credential};
-    return prov_call(p, &call, res);
 }
 
 /* The result of a found synchronous task, shaped as its create's answer: the part of the answer
@@ -306,133 +303,232 @@ static char *page_url(const struct cfg_provider *p, struct lookup_vars *v, const
     return url;
 }
 
-/* Reads every page of the provider's list for the window from the first send to now and counts
- * the tasks carrying our reference. Returns the count, or -1 when a page failed or the pages
- * ran past max_pages: then nothing is proven. On one match, *task is that task's JSON and
- * *remote its id (read exactly). */
-static int search_list(const struct cfg_provider *p, const struct store_claim *c, char **task,
-                       char **remote)
+/* One reconcile on the call engine. Its calls (a task read, a lookup, the pages of a list one
+ * after the other, or a resend) are made by the engine's threads; what they prove is written by a
+ * reconciler thread, with its connection. */
+enum recon_step { RS_ADOPT, RS_LOOKUP, RS_LIST, RS_RESEND };
+
+struct recon_job {
+    struct rq_item node;
+    struct reconciler *r;
+    const struct cfg_provider *p;
+    struct store_claim c; /* owned */
+    enum recon_step step;
+    int window_closed;
+    double t0;
+    struct up_response res; /* the answer (for a list: the one matching task, as a 200) */
+    char *url;
+    /* list_match: the window, the next page's cursor, the pages read, the matches counted (-1:
+     * nothing is proven), and the one match's id */
+    struct lookup_vars v;
+    char *cursor, *remote;
+    int page, total;
+    /* a resend: its attempt, its engine slot and when it ended */
+    struct attempt *a;
+    int slot;
+    double t1;
+};
+
+struct reconciler {
+    const struct cfg *cfg;
+    struct wpool *pool;
+    struct eng *eng;
+    struct rq *results;
+    atomic_int starved; /* the last claim found the engine full */
+};
+
+static void job_free(struct recon_job *j)
 {
-    struct lookup_vars v = {.client_ref = c->id};
-    /* The window comes from the database's clock: a replica whose own clock is off must not
-     * look in the wrong minutes, miss the task, and call it absent. */
-    snprintf(v.since, sizeof(v.since), "%lld", (long long)c->first_sent_db - LIST_SLACK_S);
-    snprintf(v.until, sizeof(v.until), "%lld", (long long)c->now_db + LIST_SLACK_S);
-    char *cursor = NULL;
-    int total = 0;
-    for (int page = 0;; page++) {
-        if (page == p->list_max_pages) {
-            total = -1;
-            break;
-        }
-        char *url = page_url(p, &v, cursor);
-        struct up_response res;
-        memset(&res, 0, sizeof(res));
-        int rc = url ? get(p, c, url, &res) : -1;
-        free(url);
-        if (rc < 0 || res.http_status < 200 || res.http_status >= 300 || res.body_truncated) {
-            up_response_fini(&res);
-            total = -1;
-            break;
-        }
-        cJSON *doc = prov_id_doc(res.body, res.body_len);
-        struct match_ctx m = {p, c->id, 0, NULL};
-        if (doc)
-            jpath_each(p->list_items, doc, match_item, &m);
-        total = doc ? total + m.n : -1;
-        if (m.n == 1 && !*task) {
-            *task = cJSON_PrintUnformatted(m.found);
-            const char *id = p->list_id ? prov_read_id(p->list_id, m.found) : NULL;
-            *remote = id ? strdup(id) : NULL;
-        }
-        const char *next = doc && p->list_next_cursor ? jpath_string(p->list_next_cursor, doc)
-                                                      : NULL;
-        free(cursor);
-        cursor = next && *next ? strdup(next) : NULL;
-        cJSON_Delete(doc);
-        up_response_fini(&res);
-        if (total < 0 || !cursor)
-            break;
-    }
-    free(cursor);
-    return total;
+    up_response_fini(&j->res);
+    free(j->url);
+    free(j->cursor);
+    free(j->remote);
+    store_claim_fini(&j->c);
+    free(j);
 }
 
-/* Asks the provider whether the task exists, and writes what that proves. */
-static void look(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
-                 int window_closed, double t0)
+static void on_end(void *arg, struct up_response *res);
+
+/* A GET of j->url with the operation's credential, on the slot its claim took (first) or on one
+ * taken now for the next page of a list (a chain keeps its place). */
+static void get(struct recon_job *j, int first)
 {
+    struct prov_call call = {.method = "GET", .url = j->url, .credential = j->c.credential};
+    if (!first)
+        eng_acquire_more(j->r->eng);
+    prov_submit(j->r->eng, -1, j->p, &call, on_end, j);
+}
+
+/* Reads one page of the provider's list: counts the tasks carrying our reference (keeping the one
+ * match) and says whether another page is to be read. The count becomes -1 when the page failed
+ * or the pages ran past max_pages: then nothing is proven. */
+static int list_page(struct recon_job *j, struct up_response *res)
+{
+    const struct cfg_provider *p = j->p;
+    if (res->curl_code || res->http_status < 200 || res->http_status >= 300 ||
+        res->body_truncated) {
+        j->total = -1;
+        return 0;
+    }
+    cJSON *doc = prov_id_doc(res->body, res->body_len);
+    struct match_ctx m = {p, j->c.id, 0, NULL};
+    if (doc)
+        jpath_each(p->list_items, doc, match_item, &m);
+    j->total = doc ? j->total + m.n : -1;
+    if (m.n == 1 && !j->res.body) { /* the matching task, not the whole list, is the result */
+        j->res.body = cJSON_PrintUnformatted(m.found);
+        j->res.body_len = j->res.body ? strlen(j->res.body) : 0;
+        j->res.http_status = 200;
+        const char *id = p->list_id ? prov_read_id(p->list_id, m.found) : NULL;
+        j->remote = id ? strdup(id) : NULL;
+    }
+    const char *next = doc && p->list_next_cursor ? jpath_string(p->list_next_cursor, doc) : NULL;
+    free(j->cursor);
+    j->cursor = next && *next ? strdup(next) : NULL;
+    cJSON_Delete(doc);
+    if (j->total < 0 || !j->cursor)
+        return 0;
+    if (++j->page == p->list_max_pages) {
+        j->total = -1;
+        return 0;
+    }
+    return 1;
+}
+
+/* A call of the job ended (on an engine thread, or at once when it could not be made). */
+static void on_end(void *arg, struct up_response *res)
+{
+    struct recon_job *j = arg;
+    if (j->step == RS_RESEND) {
+        j->t1 = clock_wall();
+        j->res = *res;
+    } else if (j->step == RS_LIST) {
+        int more = list_page(j, res);
+        up_response_fini(res);
+        free(j->url);
+        j->url = more ? page_url(j->p, &j->v, j->cursor) : NULL;
+        if (more && j->url) {
+            get(j, 0);
+            return;
+        }
+        if (more)
+            j->total = -1;
+    } else {
+        j->res = *res;
+    }
+    rq_push(j->r->results, &j->node);
+}
+
+/* Writes what the lookup or the list proves. */
+static void write_look(struct db *db, struct recon_job *j)
+{
+    const struct cfg_provider *p = j->p;
+    const struct store_claim *c = &j->c;
     int grace_passed = c->since_ambiguous_ms >= p->absent_grace_ms;
-    struct up_response res;
-    memset(&res, 0, sizeof(res));
-    char *remote = NULL;
     enum recon_verdict verdict;
     const char *how = "undecided";
-    if (p->reconcile == RECON_LIST_MATCH) {
-        char *task = NULL;
-        int matches = search_list(p, c, &task, &remote);
-        if (matches > 1)
+    if (j->step == RS_LIST) {
+        if (j->total > 1)
             metrics_safety(MS_SUSPECTED_DUPLICATE);
-        verdict = recon_list_verdict(matches, window_closed, grace_passed);
+        verdict = recon_list_verdict(j->total, j->window_closed, grace_passed);
         how = "ambiguous_match";
-        if (task) { /* the matching task, not the whole list, is the operation's result */
-            res.body = task;
-            res.body_len = strlen(task);
-            res.http_status = 200;
-        }
     } else {
-        struct lookup_vars v = {.client_ref = c->id};
-        char *url = prov_url(p, p->lookup_path, lookup_var, &v, "lookup");
-        int rc = url ? get(p, c, url, &res) : -1;
-        free(url);
-        verdict = recon_lookup_verdict(rc == 0 && !res.body_truncated ? res.http_status : 0,
-                                       window_closed, grace_passed);
-        cJSON *doc = verdict == RV_FOUND ? prov_id_doc(res.body, res.body_len) : NULL;
+        const struct up_response *r = &j->res;
+        verdict = recon_lookup_verdict(!r->curl_code && !r->body_truncated ? r->http_status : 0,
+                                       j->window_closed, grace_passed);
+        cJSON *doc = verdict == RV_FOUND ? prov_id_doc(r->body, r->body_len) : NULL;
         const char *id = doc && p->lookup_id ? prov_read_id(p->lookup_id, doc) : NULL;
-        remote = id ? strdup(id) : NULL;
+        j->remote = id ? strdup(id) : NULL;
         cJSON_Delete(doc);
     }
     if (verdict == RV_FOUND)
-        found(p, db, c, &res, remote, t0);
+        found(p, db, c, &j->res, j->remote, j->t0);
     else
-        not_found(p, db, c, verdict, how, t0);
-    free(remote);
-    up_response_fini(&res);
+        not_found(p, db, c, verdict, how, j->t0);
 }
 
 /* A verified webhook named a task by our client reference (or an operator resolved the job as
- * found): read the task by its id and adopt it, its answer being the result, when it exists and
- * — for a webhook, where the profile says where — carries our reference. */
-static void adopt_hinted(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
-                         int window_closed, double t0)
+ * found): the task read by its id is adopted, its answer being the result, when it exists and —
+ * for a webhook, where the profile says where — carries our reference. */
+static void write_adopt(struct db *db, struct recon_job *j)
 {
-    struct up_response res;
-    int ok = prov_read_task(p, c->credential, c->webhook_hint, c->id, &res) == 0;
+    const struct cfg_provider *p = j->p;
+    const struct store_claim *c = &j->c;
+    int ok = j->url && prov_task_answered(&j->res);
     if (ok && p->task_client_ref && !c->operator_found)
-        ok = prov_task_is(p, &res, c->id);
+        ok = prov_task_is(p, &j->res, c->id);
     if (ok)
-        found(p, db, c, &res, c->webhook_hint, t0);
+        found(p, db, c, &j->res, c->webhook_hint, j->t0);
     else if (c->operator_found) /* the operator decides again, with what the provider said */
         write_simple(db, c, ST_REVIEW, 0, "found_unreadable",
-                     "the task an operator named could not be read at the provider", t0);
+                     "the task an operator named could not be read at the provider", j->t0);
     else
-        write_simple(db, c, window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
+        write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
                      "hint_unproven", "a webhook named a task that could not be read as ours",
-                     t0);
-    up_response_fini(&res);
+                     j->t0);
 }
 
-/* Decides what to do with a claimed unknown operation (recon_plan) and does it. */
+/* A reconciler thread writes what the job's calls show, and frees the job. */
+static void write_job(struct rq_item *it, struct db *db)
+{
+    struct recon_job *j = (struct recon_job *)it;
+    if (j->step == RS_RESEND) {
+        attempt_end(j->a, db, &j->res, j->t1); /* takes the answer */
+        memset(&j->res, 0, sizeof(j->res));
+    } else if (j->step == RS_ADOPT) {
+        write_adopt(db, j);
+    } else {
+        write_look(db, j);
+    }
+    job_free(j);
+}
+
+/* A resend under the provider's idempotency key: the row moves to `sending` (fenced, and never
+ * after a cancel), then the create is made as the dispatcher makes it. */
+static void resend(struct db *db, struct recon_job *j)
+{
+    struct reconciler *r = j->r;
+    struct up_xfer *x;
+    double before = clock_mono();
+    if (store_reconcile_send(db, &j->c, r->cfg->lease_seconds) != STORE_OK) {
+        eng_release(r->eng, -1); /* fenced, cancelled meanwhile, or unreachable: the next claim */
+        job_free(j);
+        return;
+    }
+    metrics_safety(MS_PROTECTED_RESEND);
+    j->c.from_unknown = 1;
+    /* A create counts against its provider's own limit too. */
+    j->slot = (int)(j->p - r->cfg->providers);
+    eng_assign(r->eng, j->slot);
+    if (attempt_begin(r->cfg, db, &j->c, before, &j->a) < 0) {
+        eng_release(r->eng, j->slot);
+        job_free(j);
+        return;
+    }
+    if (attempt_xfer(j->a, &x, &j->res) < 0) {
+        eng_release(r->eng, j->slot);
+        attempt_end(j->a, db, &j->res, clock_wall());
+        memset(&j->res, 0, sizeof(j->res));
+        job_free(j);
+        return;
+    }
+    eng_submit(r->eng, j->slot, x, on_end, j);
+}
+
+/* Decides what to do with a claimed unknown operation (recon_plan) and starts it: a call on the
+ * engine (its slot was taken with the claim), or a verdict written now. */
 static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
                           double claimed_mono, void *arg)
 {
-    (void)arg;
-    (void)claimed_mono; /* a resend takes its own time: the lease was renewed for it */
+    struct reconciler *r = arg;
+    (void)claimed_mono; /* a resend takes its own time: the lease is renewed for it */
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
-    if (!p) {
-        write_simple(db, c, ST_UNKNOWN, 60000, "not_configured",
-                     "provider is not configured on this replica", t0);
+    struct recon_job *j = p ? calloc(1, sizeof(*j)) : NULL;
+    if (!j) {
+        eng_release(r->eng, -1);
+        write_simple(db, c, ST_UNKNOWN, 60000, p ? "out_of_memory" : "not_configured",
+                     p ? "out of memory" : "provider is not configured on this replica", t0);
         return;
     }
     struct recon_facts f = {
@@ -446,47 +542,135 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
         .budget_left = c->transport_attempts < p->max_attempts && c->since_first_ms < p->deadline_ms,
         .webhook_hint = c->webhook_hint != NULL,
     };
-    switch (recon_plan(&f)) {
-    case RP_ADOPT:
-        adopt_hinted(p, db, c, f.window_closed, t0);
-        return;
-    case RP_LOOK:
-        look(p, db, c, f.window_closed, t0);
-        return;
-    case RP_RESEND: {
-        double before = clock_mono();
-        if (store_reconcile_send(db, c, cfg->lease_seconds) != STORE_OK)
-            return; /* fenced, cancelled meanwhile, or unreachable: the next claim decides */
-        metrics_safety(MS_PROTECTED_RESEND);
-        c->from_unknown = 1;
-        attempt_create(cfg, db, c, before);
+    enum recon_plan plan = recon_plan(&f);
+    if (plan == RP_WAIT || plan == RP_REVIEW) {
+        free(j);
+        eng_release(r->eng, -1);
+        if (plan == RP_WAIT)
+            write_simple(db, c, ST_UNKNOWN, (long)(p->recovery_window_ms - c->since_first_ms),
+                         "waiting", NULL, t0);
+        else
+            write_simple(db, c, ST_REVIEW, 0,
+                         c->cancel_requested ? "canceled_unknown" : "window_closed",
+                         c->cancel_requested
+                             ? "cancelled while its fate was unknown; it was never sent again "
+                               "and cannot be looked up: an operator must resolve it"
+                             : "no definite answer within the recovery window or the retry "
+                               "budget: an operator must resolve it",
+                         t0);
         return;
     }
-    case RP_WAIT:
-        write_simple(db, c, ST_UNKNOWN, (long)(p->recovery_window_ms - c->since_first_ms),
-                     "waiting", NULL, t0);
+    j->r = r;
+    j->p = p;
+    j->c = *c;
+    memset(c, 0, sizeof(*c)); /* the job owns the claim now */
+    j->window_closed = f.window_closed;
+    j->t0 = t0;
+    j->node.write = write_job;
+    switch (plan) {
+    case RP_ADOPT:
+        j->step = RS_ADOPT;
+        j->url = prov_task_url(p, j->c.webhook_hint, j->c.id);
+        get(j, 1);
         return;
-    case RP_REVIEW:
-        write_simple(db, c, ST_REVIEW, 0, c->cancel_requested ? "canceled_unknown" : "window_closed",
-                     c->cancel_requested
-                         ? "cancelled while its fate was unknown; it was never sent again and "
-                           "cannot be looked up: an operator must resolve it"
-                         : "no definite answer within the recovery window or the retry budget: "
-                           "an operator must resolve it",
-                     t0);
+    case RP_LOOK:
+        j->v.client_ref = j->c.id;
+        if (p->reconcile == RECON_LIST_MATCH) {
+            /* The window comes from the database's clock: a replica whose own clock is off must
+             * not look in the wrong minutes, miss the task, and call it absent. */
+            snprintf(j->v.since, sizeof(j->v.since), "%lld",
+                     (long long)j->c.first_sent_db - LIST_SLACK_S);
+            snprintf(j->v.until, sizeof(j->v.until), "%lld",
+                     (long long)j->c.now_db + LIST_SLACK_S);
+            j->step = RS_LIST;
+            j->url = page_url(p, &j->v, NULL);
+            if (p->list_max_pages <= 0) { /* no page may be read: nothing is proven */
+                j->total = -1;
+                eng_release(r->eng, -1);
+                rq_push(r->results, &j->node);
+                return;
+            }
+        } else {
+            j->step = RS_LOOKUP;
+            j->url = prov_url(p, p->lookup_path, lookup_var, &j->v, "lookup");
+        }
+        get(j, 1);
+        return;
+    case RP_RESEND:
+        j->step = RS_RESEND;
+        resend(db, j);
+        return;
+    default:
         return;
     }
 }
 
-static const struct wpool_spec recon_pool = {
-    .name = "reconcile",
-    .claim = store_reconcile_claim,
-    .work = reconcile_one,
-    .idle_ms = IDLE_SLEEP_MS,
-    .error_ms = IDLE_SLEEP_MS,
-};
-
-struct wpool *recon_start(const struct cfg *cfg)
+/* Claims one unknown operation due for reconciling when the engine has room for its call. */
+static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
+                           struct store_claim *out, void *arg)
 {
-    return wpool_start(cfg, cfg->reconcile_workers, &recon_pool);
+    struct reconciler *r = arg;
+    if (!eng_acquire(r->eng, -1)) {
+        atomic_store(&r->starved, 1);
+        return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
+    }
+    atomic_store(&r->starved, 0);
+    int e = store_reconcile_claim(db, owner, lease_seconds, out);
+    if (e != STORE_OK)
+        eng_release(r->eng, -1);
+    return e;
+}
+
+static int recon_starved(void *arg)
+{
+    return atomic_load(&((struct reconciler *)arg)->starved);
+}
+
+static int write_results(struct db *db, void *arg)
+{
+    struct reconciler *r = arg;
+    return rq_run(r->results, db, RESULTS_PER_TURN);
+}
+
+struct reconciler *recon_start(const struct cfg *cfg, struct eng *eng)
+{
+    struct reconciler *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->cfg = cfg;
+    r->eng = eng;
+    if (!(r->results = rq_new())) {
+        free(r);
+        return NULL;
+    }
+    struct wpool_spec spec = {.name = "reconcile",
+                              .claim_arg = claim_with_room,
+                              .work = reconcile_one,
+                              .idle_ms = IDLE_SLEEP_MS,
+                              .error_ms = IDLE_SLEEP_MS,
+                              .arg = r,
+                              .chores = write_results,
+                              .chores_fd = rq_fd(r->results),
+                              .starved = recon_starved};
+    if (!(r->pool = wpool_start(cfg, cfg->reconcile_workers, &spec))) {
+        rq_free(r->results);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void recon_quiesce(struct reconciler *r)
+{
+    if (r)
+        wpool_quiesce(r->pool);
+}
+
+void recon_stop(struct reconciler *r)
+{
+    if (!r)
+        return;
+    wpool_stop(r->pool);
+    rq_free(r->results);
+    free(r);
 }

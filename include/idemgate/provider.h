@@ -1,6 +1,7 @@
 #ifndef IDEMGATE_PROVIDER_H
 #define IDEMGATE_PROVIDER_H
 
+#include "idemgate/engine.h"
 #include "idemgate/profile.h"
 #include "idemgate/tmpl.h"
 #include "idemgate/upstream.h"
@@ -42,6 +43,12 @@ __attribute__((warn_unused_result)) int prov_xfer_new(const struct cfg_provider 
                                                       struct up_xfer **out,
                                                       struct up_response *res);
 
+/* Submits the call to the call engine on a slot taken for slot (engine.h): done(arg, res) runs
+ * once, on an engine thread when it ended; at once on this thread, the slot given back, when it
+ * cannot be made (c->url NULL, a missing credential): res then holds why. */
+void prov_submit(struct eng *e, int slot, const struct cfg_provider *p, const struct prov_call *c,
+                 eng_done_fn done, void *arg);
+
 /* base_url + tmpl expanded with path-segment escaping of every value. A new string, or NULL
  * (logged, naming the provider and what) when a value cannot be placed. */
 char *prov_url(const struct cfg_provider *p, const char *tmpl, tmpl_lookup_fn lookup, void *arg,
@@ -53,6 +60,11 @@ char *prov_url(const struct cfg_provider *p, const char *tmpl, tmpl_lookup_fn lo
  * answer over the cap). *res is always filled: release it with up_response_fini. */
 int prov_read_task(const struct cfg_provider *p, const char *credential, const char *remote_id,
                    const char *client_ref, struct up_response *res);
+/* The URL prov_read_task reads (a new string), or NULL when the profile has no way to read a
+ * task. */
+char *prov_task_url(const struct cfg_provider *p, const char *remote_id, const char *client_ref);
+/* 1 when res is a whole 2xx answer (what prov_read_task returns 0 for). */
+int prov_task_answered(const struct up_response *res);
 
 /* 1 when a task read by prov_read_task carries client_ref where the profile says
  * (reconcile.task.client_ref); 0 when it does not, or the profile does not say where. */

@@ -9,8 +9,16 @@
  * (a resend under the same provider idempotency key), or review (an operator decides). Nothing
  * is ever resent without proof, except under a provider idempotency key. */
 
-/* Starts cfg->reconcile_workers threads; stop them with wpool_stop. */
-struct wpool *recon_start(const struct cfg *cfg);
+/* Starts cfg->reconcile_workers threads, each with one connection: they claim, decide, and write
+ * what was found; the calls (lookups, list pages, task reads, resends) run on the call engine e.
+ * NULL on failure. */
+struct reconciler;
+struct eng;
+struct reconciler *recon_start(const struct cfg *cfg, struct eng *e);
+/* Stops claiming; the calls in flight still end and are written (recon_stop, after eng_stop). */
+void recon_quiesce(struct reconciler *r);
+/* Writes what is left, stops the threads and frees r (r may be NULL). */
+void recon_stop(struct reconciler *r);
 
 /* What a reconcile look concluded, before it is written. Pure. */
 enum recon_verdict {
