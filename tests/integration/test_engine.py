@@ -5,6 +5,7 @@ calls in flight at SIGTERM end and are recorded, never dropped.
 Slow providers are made with the mock's per-request delay; counts come from the gateway's
 `idemgate_provider_calls_in_flight[_peak]` gauges, /proc and pg_stat_activity. No test asserts a
 duration."""
+import json
 import os
 import signal
 import sys
@@ -188,3 +189,33 @@ def test_waiting_client_is_answered_when_its_slow_call_ends(gateway_factory, moc
         t.join()
     assert out.count((200, "completed")) == 40, out
     assert metric(gw, "idemgate_provider_calls_in_flight_peak") > 1
+
+
+def test_reconcile_lookups_run_side_by_side_on_the_engine(gateway_factory, mock, token, psql):
+    """One reconciler thread, N unknown jobs, a provider that takes 2 s to answer a lookup: the
+    lookups are in flight together (before the engine, one reconciler thread made one lookup at
+    a time, outside the in-flight gauge), and each job is found and completed with one create."""
+    rec = {"strategy": "get_by_client_id", "window_seconds": 60, "interval_ms": 200,
+           "absent_grace_ms": 1000, "found_result": "$.result",
+           "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
+    p = provider("mock-images", mock.url, timeouts={"connect_ms": 1000, "total_ms": 3000},
+                 client_ref={"header": "X-Client-Ref"}, reconcile=rec)
+    gw = gateway_factory(dispatch_workers=1, reconcile_workers=1, providers=[p])
+    assert mock.http.request("POST", "/_config",
+                             json.dumps({"lookup_delay_ms": 2000})).status == 200
+    n = 30
+    mock.script([{"fault": "hang"}] * n)  # each create is made, then its answer never comes
+    ids = submit_all(gw, token, [f"rec-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)], 0)
+    inlist = ",".join(f"'{i}'" for i in ids)
+
+    def lookups_together():
+        # No create is in flight once no row is `sending`: what the gauge counts is lookups.
+        sending = int(psql("SELECT count(*) FROM operations WHERE state = 'sending' "
+                           f"AND id IN ({inlist})")[0][0])
+        return sending == 0 and metric(gw, "idemgate_provider_calls_in_flight") >= n // 2
+
+    assert wait_until(lookups_together, 30, interval=0.05), states(psql, ids)
+    settle(psql, ids, timeout=60)
+    for job_id in ids:
+        assert len(mock.creates_for(job_id)) == 1, job_id
+    assert "reconciled" in gw.log()

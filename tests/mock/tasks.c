@@ -34,6 +34,7 @@ enum config_id {
     CFG_LIST_STATUS,
     CFG_LIST_PAGE_MAX,
     CFG_LIST_PAGE_STATUS,
+    CFG_LOOKUP_DELAY_MS,
     CFG_COUNT,
 };
 
@@ -66,6 +67,8 @@ static const struct config_field config_table[CFG_COUNT] = {
     [CFG_LIST_PAGE_MAX] = {"list_page_max", CFG_NUMBER, LIST_LIMIT_MAX, 1, LIST_LIMIT_MAX},
     /* A list request that carries a cursor (a page after the first) fails with this status. */
     [CFG_LIST_PAGE_STATUS] = {"list_page_status", CFG_STATUS, 0, 0, 0},
+    /* Every lookup and list page waits this long before it answers (a slow search). */
+    [CFG_LOOKUP_DELAY_MS] = {"lookup_delay_ms", CFG_NUMBER, 0, 0, 600000},
 };
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -469,8 +472,8 @@ enum MHD_Result tasks_handle_lookup(struct mock_request *req, const struct mock_
     struct collected c = {0};
     cJSON *task;
 
-    /* Random mode makes the provider slow to look things up. */
-    mock_sleep_ms(req, chaos_lookup_delay_ms(), true);
+    /* A slow search: the setting, and random mode's draw. */
+    mock_sleep_ms(req, config_get(CFG_LOOKUP_DELAY_MS) + chaos_lookup_delay_ms(), true);
     if (gate_closed(req, &lookup_gate, &ret))
         return ret;
     if (all && (strcmp(all, "1") == 0 || strcmp(all, "true") == 0))
@@ -561,8 +564,8 @@ bool tasks_list_refused(struct mock_request *req, struct tasks_window *w, enum M
     unsigned int page_status, page_max;
 
     memset(w, 0, sizeof(*w));
-    /* Random mode makes the provider slow to list. */
-    mock_sleep_ms(req, chaos_lookup_delay_ms(), true);
+    /* A slow list: the setting, and random mode's draw. */
+    mock_sleep_ms(req, config_get(CFG_LOOKUP_DELAY_MS) + chaos_lookup_delay_ms(), true);
     if (gate_closed(req, &list_gate, ret))
         return true;
     w->cursor = cursor && cursor[0] ? cursor : NULL;
