@@ -92,7 +92,9 @@ def database_url():
 @pytest.fixture(scope="session")
 def mock_server():
     port = free_port()
-    proc = subprocess.Popen([MOCK_BIN, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+    # Room for thousands of slow calls at once (the slow-provider campaign, test_engine).
+    proc = subprocess.Popen([MOCK_BIN, "--listen", f"127.0.0.1:{port}", "--threads", "6000"],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     wait_for_line(proc, "listening")
     yield {"port": port, "url": f"http://127.0.0.1:{port}", "http": Http(f"http://127.0.0.1:{port}")}

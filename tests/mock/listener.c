@@ -12,6 +12,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +29,13 @@
 #define REBIND_RETRY_MS 50
 
 static int listen_fd = -1;
+
+/* The most connections served at once (--threads), and how many were handed to
+ * libmicrohttpd and not closed yet (listener_connection_closed counts the closes). It never
+ * counts fewer than libmicrohttpd does, whose own count lags: a connection handed over is
+ * started by its internal thread later. */
+static unsigned int connection_limit = 1000;
+static atomic_uint connections_live;
 /* The address actually bound, port included, so a refuse window ends on the same one. */
 static struct sockaddr_storage listen_addr;
 static socklen_t listen_addr_len;
@@ -154,12 +162,30 @@ static void accept_pending(struct MHD_Daemon *daemon, long long *pause_until)
             return;
         }
         /*
-         * libmicrohttpd owns the socket from here on.  When it cannot take the connection
-         * (the --threads limit, for one) it closes the socket and logs why through the
-         * mock's logger, just as it does for connections it accepts itself.
+         * At the --threads limit the connection is closed here, never handed over:
+         * libmicrohttpd 0.9.75 keeps a lock when MHD_add_connection meets its own limit, and
+         * then serves nothing ever again (its limit is set above ours, so it never does).
          */
-        MHD_add_connection(daemon, fd, (const struct sockaddr *)&peer, peer_len);
+        if (atomic_load(&connections_live) >= connection_limit) {
+            fprintf(stderr, "idemgate-mock: at the connection limit (%u): closing an inbound "
+                            "connection\n", connection_limit);
+            close(fd);
+            continue;
+        }
+        /* libmicrohttpd owns the socket from here on; it closes it when it cannot serve it. */
+        if (MHD_add_connection(daemon, fd, (const struct sockaddr *)&peer, peer_len) == MHD_YES)
+            atomic_fetch_add(&connections_live, 1);
     }
+}
+
+void listener_set_limit(unsigned int limit)
+{
+    connection_limit = limit;
+}
+
+void listener_connection_closed(void)
+{
+    atomic_fetch_sub(&connections_live, 1);
 }
 
 /*

@@ -26,6 +26,18 @@
 bool listener_open(const char *host, const char *port, unsigned int *bound_port);
 
 /*
+ * The most connections served at once: one more is closed as soon as it is accepted.  Call
+ * it before listener_run(); give libmicrohttpd a higher limit of its own
+ * (LISTENER_LIMIT_SLACK above), which it then never meets.
+ */
+#define LISTENER_LIMIT_SLACK 64u
+void listener_set_limit(unsigned int limit);
+
+/* Counts a connection libmicrohttpd closed: its MHD_OPTION_NOTIFY_CONNECTION callback calls it
+ * for MHD_CONNECTION_NOTIFY_CLOSED.  Safe from any thread. */
+void listener_connection_closed(void);
+
+/*
  * Accepts connections into daemon until one of stop_signals arrives (they must be blocked
  * in every thread) and returns its number.  Runs the /_refuse windows as well.  Call it
  * from one thread only, after listener_open().

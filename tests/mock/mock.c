@@ -134,6 +134,17 @@ bool mock_sleep_ms(const struct mock_request *req, unsigned int ms, bool stop_on
     }
 }
 
+/* A connection closed: the listener may hand over another (listener.h). */
+static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    (void)connection;
+    (void)socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        listener_connection_closed();
+}
+
 /* ---- Administrative and file routes ------------------------------------------------- */
 
 /* GET /_health: reports that the mock is up. */
@@ -795,8 +806,11 @@ int main(int argc, char **argv)
             MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     /* The logger comes first so that libmicrohttpd routes every message through it. */
     shutdown_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    listener_set_limit(opt.connections);
     daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-                              on_mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, opt.connections,
+                              on_mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT,
+                              opt.connections + LISTENER_LIMIT_SLACK,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK_BYTES,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     if (daemon == NULL) {
