@@ -5,6 +5,7 @@
 #include "idemgate/classify.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
+#include "idemgate/engine.h"
 #include "idemgate/inject.h"
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
@@ -388,6 +389,9 @@ struct attempt {
     enum cls_outcome outcome;
     struct store_finish f;
     int unpriced;
+    int probe_due;        /* the outcome asks the provider's probe about the credential */
+    int probed;           /* and its class is known */
+    enum cls_probe probe; /* what it answered */
     char msg[400];
 };
 
@@ -402,8 +406,7 @@ static void attempt_free(struct attempt *a)
     free(a);
 }
 
-const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
-                                           struct up_response *res, double t1)
+int attempt_classify(struct attempt *a, struct up_response *res, double t1)
 {
     const struct cfg_provider *p = a->p;
     const struct store_claim *c = &a->c;
@@ -442,16 +445,65 @@ const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
         f->cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                           c->outputs_requested, a->rs.received, a->rs.usage,
                                           &a->unpriced);
+    a->probe_due = a->d.trip_credential;
+    return a->probe_due;
+}
+
+/* What is left of the lease for the probe, in ms. */
+static long probe_budget_ms(const struct attempt *a)
+{
+    return (long)((a->lease_end - clock_mono()) * 1000);
+}
+
+struct up_xfer *attempt_probe_xfer(struct attempt *a)
+{
+    struct up_xfer *x = breaker_probe_xfer(a->p, probe_budget_ms(a), &a->probe);
+    a->probed = x == NULL;
+    return x;
+}
+
+void attempt_probed(struct attempt *a, struct up_response *res)
+{
+    a->probe = breaker_probe_class(a->p, res);
+    a->probed = 1;
+    up_response_fini(res);
+}
+
+int attempt_call_ended(struct attempt *a, struct eng *e, struct up_response *res, double t1,
+                       eng_done_fn probe_done, void *arg)
+{
+    if (!attempt_classify(a, res, t1))
+        return 0;
+    struct up_xfer *x = attempt_probe_xfer(a);
+    if (!x)
+        return 0;
+    eng_acquire_more(e); /* the probe follows the create: it keeps the job's place */
+    eng_submit(e, -1, x, probe_done, arg);
+    return 1;
+}
+
+const struct store_finish *attempt_decided(struct attempt *a, struct db *db)
+{
     /* The refusal is a fact about the credential whatever becomes of this job's write: the
      * breaker is recorded first, so that a client that sees the job failed also sees the
      * provider tripped, and claims stop as early as they can. The probe is made within what is
-     * left of the lease. */
-    if (a->d.trip_credential &&
-        !breaker_trip_confirmed(p, db, c->id, res->http_status,
-                                (long)((a->lease_end - clock_mono()) * 1000)))
-        f->error = "the provider refused this request; its probe shows the credential works, so "
-                   "it is not tripped";
-    return f;
+     * left of the lease (here, when no call engine made it). */
+    if (a->probe_due && !a->probed) {
+        a->probe = breaker_probe(a->p, probe_budget_ms(a));
+        a->probed = 1;
+    }
+    if (a->probe_due &&
+        !breaker_trip_confirmed(a->p, db, a->c.id, a->res.http_status, a->probe))
+        a->f.error = "the provider refused this request; its probe shows the credential works, "
+                     "so it is not tripped";
+    return &a->f;
+}
+
+const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
+                                           struct up_response *res, double t1)
+{
+    (void)attempt_classify(a, res, t1);
+    return attempt_decided(a, db);
 }
 
 void attempt_recorded(struct attempt *a, int e, int applied)
@@ -542,17 +594,4 @@ void attempt_end(struct attempt *a, struct db *db, struct up_response *res, doub
     int applied = 0;
     int e = store_finish(db, f, &applied);
     attempt_recorded(a, e, applied);
-}
-
-void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                    double claimed_mono)
-{
-    struct attempt *a;
-    struct up_xfer *x;
-    struct up_response res;
-    if (attempt_begin(cfg, db, c, claimed_mono, &a) < 0)
-        return;
-    if (attempt_xfer(a, &x, &res) == 0)
-        (void)up_xfer_perform(x, &res); /* the evidence in res says how far it got */
-    attempt_end(a, db, &res, clock_wall());
 }

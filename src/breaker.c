@@ -11,13 +11,16 @@
 /* Below this, a probe could not even connect: it is not made (and proves nothing). */
 #define PROBE_MIN_MS 100
 
-enum cls_probe breaker_probe(const struct cfg_provider *p, long budget_ms)
+struct up_xfer *breaker_probe_xfer(const struct cfg_provider *p, long budget_ms,
+                                   enum cls_probe *known)
 {
+    struct up_xfer *x = NULL;
+    *known = CLS_PROBE_NO_ANSWER;
     if (!p->probe_path)
-        return CLS_PROBE_NONE;
-    if (budget_ms < PROBE_MIN_MS)
-        return CLS_PROBE_NO_ANSWER;
-    /* The profile's timeouts, shortened to the budget: prov_call reads them from the profile. */
+        *known = CLS_PROBE_NONE;
+    if (!p->probe_path || budget_ms < PROBE_MIN_MS)
+        return NULL;
+    /* The profile's timeouts, shortened to the budget: the transfer takes them from q. */
     struct cfg_provider q = *p;
     if (q.total_timeout_ms > budget_ms)
         q.total_timeout_ms = budget_ms;
@@ -25,22 +28,38 @@ enum cls_probe breaker_probe(const struct cfg_provider *p, long budget_ms)
         q.connect_timeout_ms = q.total_timeout_ms;
     char *url = prov_url(p, p->probe_path, NULL, NULL, "probe");
     if (!url)
-        return CLS_PROBE_NO_ANSWER;
+        return NULL;
     struct up_response res;
     struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
-    int rc = prov_call(&q, &call, &res);
+    if (prov_xfer_new(&q, &call, &x, &res) < 0)
+        up_response_fini(&res);
     free(url);
-    enum cls_probe c = rc == 0
-                           ? cls_probe_class(res.http_status, p->trip_statuses, p->n_trip_statuses)
-                           : CLS_PROBE_NO_ANSWER;
+    return x;
+}
+
+enum cls_probe breaker_probe_class(const struct cfg_provider *p, const struct up_response *res)
+{
+    return res->curl_code == 0 && res->http_status > 0
+               ? cls_probe_class(res->http_status, p->trip_statuses, p->n_trip_statuses)
+               : CLS_PROBE_NO_ANSWER;
+}
+
+enum cls_probe breaker_probe(const struct cfg_provider *p, long budget_ms)
+{
+    enum cls_probe c;
+    struct up_xfer *x = breaker_probe_xfer(p, budget_ms, &c);
+    if (!x)
+        return c;
+    struct up_response res;
+    (void)up_xfer_perform(x, &res);
+    c = breaker_probe_class(p, &res);
     up_response_fini(&res);
     return c;
 }
 
 int breaker_trip_confirmed(const struct cfg_provider *p, struct db *db, const char *job_id,
-                           int http_status, long budget_ms)
+                           int http_status, enum cls_probe probe)
 {
-    enum cls_probe probe = breaker_probe(p, budget_ms);
     if (!cls_trip_confirmed(CLS_REJECTED_ACCOUNT, probe)) {
         metrics_safety(MS_TRIP_REFUTED);
         LOG(LOG_WARN, "provider_trip_refuted", LS("provider", p->name),

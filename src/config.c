@@ -117,8 +117,13 @@ static const struct cfg_setting settings[] = {
      "poller threads in this replica (status reads of accepted async jobs, cancels)"},
     {"public_url", "IDEMGATE_PUBLIC_URL", T_STR, OFF(public_url), "", 0, 0,
      "URL providers can reach this gateway at, for webhooks (empty: no webhooks registered)"},
+    {"reconcile_max_inflight", "IDEMGATE_RECONCILE_MAX_INFLIGHT", T_INT,
+     OFF(reconcile_max_inflight), "64", 1, 100000,
+     "unknown operations reconciled at once in this replica (their lookups, list searches and "
+     "resends in flight on the call engine): a provider's search endpoints are not asked more"},
     {"reconcile_workers", "IDEMGATE_RECONCILE_WORKERS", T_INT, OFF(reconcile_workers), "1", 0, 64,
-     "reconciler threads in this replica (resolve unknown operations)"},
+     "reconciler threads in this replica (claim unknown operations and write what their calls "
+     "proved)"},
     {"reaper_interval_ms", "IDEMGATE_REAPER_INTERVAL_MS", T_INT, OFF(reaper_interval_ms), "1000",
      0, 600000, "how often expired leases are turned into unknown (0: never, in this replica)"},
     {"request_deadline_seconds", "IDEMGATE_REQUEST_DEADLINE_SECONDS", T_INT,

@@ -26,8 +26,6 @@ struct flight {
     struct rq_item node;
     struct dispatcher *d;
     struct attempt *a;
-    struct up_response res;
-    double t1; /* wall clock when the call ended */
 };
 
 /* A born reservation handed over by the recorder, waiting for its start statement. */
@@ -55,14 +53,22 @@ static int slot_of(const struct cfg *cfg, const char *provider)
     return p ? (int)(p - cfg->providers) : -1;
 }
 
-/* Runs on an engine thread: the call ended; its result is queued for a dispatcher thread (which
- * holds a database connection) to write. */
+/* Runs on an engine thread: the credential probe a refusal asked for ended. */
+static void on_probe_end(void *arg, struct up_response *res)
+{
+    struct flight *f = arg;
+    attempt_probed(f->a, res);
+    rq_push(f->d->results, &f->node);
+}
+
+/* Runs on an engine thread: the call ended; it is classified (and the probe it asks for made),
+ * and its result is queued for a dispatcher thread (which holds a database connection) to
+ * write. */
 static void on_call_end(void *arg, struct up_response *res)
 {
     struct flight *f = arg;
-    f->res = *res;
-    f->t1 = clock_wall();
-    rq_push(f->d->results, &f->node);
+    if (!attempt_call_ended(f->a, f->d->eng, res, clock_wall(), on_probe_end, f))
+        rq_push(f->d->results, &f->node);
 }
 
 static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
@@ -80,7 +86,7 @@ static int write_results(struct dispatcher *d, struct db *db)
     for (struct rq_item *it = rq_take(d->results, BATCH, &n); it; it = it->next)
         v[k++] = (struct flight *)it;
     for (int i = 0; i < k; i++)
-        fs[i] = attempt_outcome(v[i]->a, db, &v[i]->res, v[i]->t1);
+        fs[i] = attempt_decided(v[i]->a, db);
     if (k == 1)
         errors[0] = store_finish(db, fs[0], &applied[0]);
     else if (k > 1)

@@ -323,10 +323,9 @@ struct recon_job {
     struct lookup_vars v;
     char *cursor, *remote;
     int page, total;
-    /* a resend: its attempt, its engine slot and when it ended */
+    /* a resend: its attempt and its engine slot */
     struct attempt *a;
     int slot;
-    double t1;
 };
 
 struct reconciler {
@@ -334,11 +333,13 @@ struct reconciler {
     struct wpool *pool;
     struct eng *eng;
     struct rq *results;
-    atomic_int starved; /* the last claim found the engine full */
+    atomic_int starved;  /* the last claim found the engine full, or reconcile_max_inflight */
+    atomic_int inflight; /* jobs claimed and not yet written */
 };
 
 static void job_free(struct recon_job *j)
 {
+    atomic_fetch_sub(&j->r->inflight, 1);
     up_response_fini(&j->res);
     free(j->url);
     free(j->cursor);
@@ -348,6 +349,14 @@ static void job_free(struct recon_job *j)
 }
 
 static void on_end(void *arg, struct up_response *res);
+
+/* The credential probe a resend's refusal asked for ended (on an engine thread). */
+static void on_probe_end(void *arg, struct up_response *res)
+{
+    struct recon_job *j = arg;
+    attempt_probed(j->a, res);
+    rq_push(j->r->results, &j->node);
+}
 
 /* A GET of j->url with the operation's credential, on the slot its claim took (first) or on one
  * taken now for the next page of a list (a chain keeps its place). */
@@ -400,8 +409,8 @@ static void on_end(void *arg, struct up_response *res)
 {
     struct recon_job *j = arg;
     if (j->step == RS_RESEND) {
-        j->t1 = clock_wall();
-        j->res = *res;
+        if (attempt_call_ended(j->a, j->r->eng, res, clock_wall(), on_probe_end, j))
+            return;
     } else if (j->step == RS_LIST) {
         int more = list_page(j, res);
         up_response_fini(res);
@@ -473,8 +482,10 @@ static void write_job(struct rq_item *it, struct db *db)
 {
     struct recon_job *j = (struct recon_job *)it;
     if (j->step == RS_RESEND) {
-        attempt_end(j->a, db, &j->res, j->t1); /* takes the answer */
-        memset(&j->res, 0, sizeof(j->res));
+        const struct store_finish *f = attempt_decided(j->a, db);
+        int applied = 0;
+        int e = store_finish(db, f, &applied);
+        attempt_recorded(j->a, e, applied);
     } else if (j->step == RS_ADOPT) {
         write_adopt(db, j);
     } else {
@@ -561,6 +572,7 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
         return;
     }
     j->r = r;
+    atomic_fetch_add(&r->inflight, 1);
     j->p = p;
     j->c = *c;
     memset(c, 0, sizeof(*c)); /* the job owns the claim now */
@@ -610,7 +622,8 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct reconciler *r = arg;
-    if (!eng_acquire(r->eng, -1)) {
+    if (atomic_load(&r->inflight) >= r->cfg->reconcile_max_inflight ||
+        !eng_acquire(r->eng, -1)) {
         atomic_store(&r->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }

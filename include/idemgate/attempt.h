@@ -2,6 +2,7 @@
 #define IDEMGATE_ATTEMPT_H
 
 #include "idemgate/config.h"
+#include "idemgate/engine.h"
 #include "idemgate/lease.h"
 #include "idemgate/upstream.h"
 
@@ -11,12 +12,8 @@
  * outcome, decide the next state, and record both under the lease (a fenced write is dropped and
  * logged). Shared by the dispatcher (prepared → sending) and the reconciler (unknown → sending, a
  * resend under the same provider idempotency key). claimed_mono is when the lease was granted,
- * by CLOCK_MONOTONIC. */
-void attempt_create(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                    double claimed_mono);
-
-/* The same attempt in three steps, for a caller that does not wait for the call (the dispatcher
- * and its call engine): attempt_begin does what comes before the call (on a born reservation,
+ * by CLOCK_MONOTONIC. The call itself runs on the call engine (engine.h), so the attempt is made
+ * in steps: attempt_begin does what comes before the call (on a born reservation,
  * lease_begin_send) and takes the claim (c is left empty) into *out; -1 when nothing is to be
  * sent (the outcome, if any, is written; c is the caller's to free). attempt_xfer builds the
  * call's transfer (engine.h); -1 with *res holding the evidence of a call that could not be
@@ -37,6 +34,21 @@ void attempt_end(struct attempt *a, struct db *db, struct up_response *res, doub
 const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
                                            struct up_response *res, double t1);
 void attempt_recorded(struct attempt *a, int e, int applied);
+/* attempt_outcome in steps, for the call engine, so that the credential probe a refusal asks for
+ * is a call like any other: attempt_classify classifies and decides res (taken) at t1, and
+ * returns 1 when the provider's probe is due; then attempt_probe_xfer gives its transfer (NULL:
+ * nothing to send, its class is known) and attempt_probed records its answer (taken).
+ * attempt_decided trips the breaker when due (probing now, blocking, if nobody did) and returns
+ * the result to write. */
+int attempt_classify(struct attempt *a, struct up_response *res, double t1);
+struct up_xfer *attempt_probe_xfer(struct attempt *a);
+void attempt_probed(struct attempt *a, struct up_response *res);
+const struct store_finish *attempt_decided(struct attempt *a, struct db *db);
+/* On an engine thread, when a create's call ended: attempt_classify, then the probe (when due)
+ * submitted to e. Returns 1 when the probe was submitted (probe_done(arg, res) runs when it
+ * ended, and should call attempt_probed), 0 when the attempt is ready for attempt_decided. */
+int attempt_call_ended(struct attempt *a, struct eng *e, struct up_response *res, double t1,
+                       eng_done_fn probe_done, void *arg);
 /* The statement that starts a born reservation's send (lease_begin_send), for n of them in one
  * commit: begun[i] says whether cs[i] is now `sending` (it is then a claim like any other, for
  * attempt_begin); those not begun were given back or left to end with their reservation, as

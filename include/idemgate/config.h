@@ -38,6 +38,7 @@ struct cfg {
     int janitor_interval_ms; /* retention sweeps (reaper.c, retention.h) */
     int janitor_batch;
     int reconcile_workers;
+    int reconcile_max_inflight;
     int poll_workers;
     int job_cache_entries;
     int job_cache_ttl_ms;
