@@ -57,6 +57,8 @@ FUZZ_TOOL_SRCS := $(wildcard tests/fuzz/tool_*.c)
 FUZZ_TOOLS := $(FUZZ_TOOL_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 PYTHON    ?= /usr/bin/python3
+# Parallel compile jobs for the builds `make test` and `make chaos` start.
+JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: all asan deps run test unit pyunit integration chaos bench clean format fuzz fuzz-build \
 	fuzz-bins fuzz-regress fuzz-diff
@@ -144,12 +146,12 @@ pyunit:
 
 # Integration tests build a crash-point-enabled gateway of their own (build-test/).
 integration: all
-	@$(MAKE) --no-print-directory BUILD=build-test CRASHPOINTS=1 all
+	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-test CRASHPOINTS=1 all
 	$(PYTHON) -m pytest -q --durations=20 tests/integration $(PYTEST_ARGS)
 
 test: deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@$(MAKE) --no-print-directory -j$(JOBS) unit
 	@$(MAKE) --no-print-directory pyunit
 	@$(MAKE) --no-print-directory fuzz-regress
 	@$(MAKE) --no-print-directory integration
@@ -174,8 +176,8 @@ fuzz-diff: fuzz-build
 
 # The whole fault matrix at full size (make test runs a CI-sized subset of every scenario).
 chaos: deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory BUILD=build-test CRASHPOINTS=1 all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-test CRASHPOINTS=1 all
 	CHAOS_FULL=1 $(PYTHON) -m pytest -q -s tests/integration/test_chaos*.py \
 		tests/integration/test_failover.py $(PYTEST_ARGS)
 

@@ -389,6 +389,7 @@ struct attempt {
     enum cls_outcome outcome;
     struct store_finish f;
     int unpriced;
+    int classified;       /* attempt_ready classified the answer */
     int probe_due;        /* the outcome asks the provider's probe about the credential */
     int probed;           /* and its class is known */
     enum cls_probe probe; /* what it answered */
@@ -469,17 +470,22 @@ void attempt_probed(struct attempt *a, struct up_response *res)
     up_response_fini(res);
 }
 
-int attempt_call_ended(struct attempt *a, struct eng *e, struct up_response *res, double t1,
-                       eng_done_fn probe_done, void *arg)
+const struct store_finish *attempt_ready(struct attempt *a, struct db *db, struct eng *e,
+                                         struct up_response *res, double t1,
+                                         eng_done_fn probe_done, void *arg)
 {
-    if (!attempt_classify(a, res, t1))
-        return 0;
-    struct up_xfer *x = attempt_probe_xfer(a);
-    if (!x)
-        return 0;
-    eng_acquire_more(e); /* the probe follows the create: it keeps the job's place */
-    eng_submit(e, -1, x, probe_done, arg);
-    return 1;
+    if (!a->classified) {
+        a->classified = 1;
+        if (attempt_classify(a, res, t1)) {
+            struct up_xfer *x = attempt_probe_xfer(a);
+            if (x) {
+                eng_acquire_more(e); /* the probe follows the create: it keeps its place */
+                eng_submit(e, -1, x, probe_done, arg);
+                return NULL;
+            }
+        }
+    }
+    return attempt_decided(a, db);
 }
 
 const struct store_finish *attempt_decided(struct attempt *a, struct db *db)

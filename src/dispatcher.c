@@ -26,6 +26,8 @@ struct flight {
     struct rq_item node;
     struct dispatcher *d;
     struct attempt *a;
+    struct up_response res;
+    double t1; /* wall clock when the call ended */
 };
 
 /* A born reservation handed over by the recorder, waiting for its start statement. */
@@ -53,22 +55,24 @@ static int slot_of(const struct cfg *cfg, const char *provider)
     return p ? (int)(p - cfg->providers) : -1;
 }
 
-/* Runs on an engine thread: the credential probe a refusal asked for ended. */
+/* Runs on an engine thread: the call ended; its answer is queued for a dispatcher thread (which
+ * holds a database connection) to classify and write. Nothing heavy runs here: a large answer
+ * must not hold up the other calls of this engine thread. */
+static void on_call_end(void *arg, struct up_response *res)
+{
+    struct flight *f = arg;
+    f->res = *res;
+    f->t1 = clock_wall();
+    rq_push(f->d->results, &f->node);
+}
+
+/* Runs on an engine thread: the credential probe a refusal asked for ended; the result is
+ * queued again, now to be written. */
 static void on_probe_end(void *arg, struct up_response *res)
 {
     struct flight *f = arg;
     attempt_probed(f->a, res);
     rq_push(f->d->results, &f->node);
-}
-
-/* Runs on an engine thread: the call ended; it is classified (and the probe it asks for made),
- * and its result is queued for a dispatcher thread (which holds a database connection) to
- * write. */
-static void on_call_end(void *arg, struct up_response *res)
-{
-    struct flight *f = arg;
-    if (!attempt_call_ended(f->a, f->d->eng, res, clock_wall(), on_probe_end, f))
-        rq_push(f->d->results, &f->node);
 }
 
 static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
@@ -83,10 +87,17 @@ static int write_results(struct dispatcher *d, struct db *db)
     struct flight *v[BATCH];
     const struct store_finish *fs[BATCH];
     int applied[BATCH], errors[BATCH], n = 0, k = 0;
-    for (struct rq_item *it = rq_take(d->results, BATCH, &n); it; it = it->next)
-        v[k++] = (struct flight *)it;
-    for (int i = 0; i < k; i++)
-        fs[i] = attempt_decided(v[i]->a, db);
+    struct rq_item *next;
+    for (struct rq_item *it = rq_take(d->results, BATCH, &n); it; it = next) {
+        struct flight *f = (struct flight *)it;
+        next = it->next; /* a probe submitted below may queue it again at once */
+        const struct store_finish *fin =
+            attempt_ready(f->a, db, d->eng, &f->res, f->t1, on_probe_end, f);
+        if (fin) {
+            fs[k] = fin;
+            v[k++] = f;
+        }
+    }
     if (k == 1)
         errors[0] = store_finish(db, fs[0], &applied[0]);
     else if (k > 1)
@@ -95,7 +106,7 @@ static int write_results(struct dispatcher *d, struct db *db)
         attempt_recorded(v[i]->a, errors[i], applied[i]);
         free(v[i]);
     }
-    return k > 0;
+    return n > 0;
 }
 
 /* Starts the calls of up to BATCH born reservations: one commit moves them all to `sending`

@@ -365,7 +365,9 @@ static int answered(const struct up_response *r)
     return r->curl_code == 0 && r->http_status > 0;
 }
 
-/* A call of the job ended (on an engine thread, or at once when it could not be made). */
+/* A call of the job ended (on an engine thread, or at once when it could not be made). A cancel
+ * is followed by the status read; an answer goes to a poller thread, which reads it (nothing
+ * heavy runs here: a large answer must not hold up the other calls of this engine thread). */
 static void on_end(void *arg, struct up_response *res)
 {
     struct poll_job *j = arg;
@@ -377,44 +379,52 @@ static void on_end(void *arg, struct up_response *res)
         start(j, STEP_STATUS, p->poll_method, j->url, j->body, 0);
         return;
     }
-    if (j->step == STEP_STATUS) {
+    if (j->step == STEP_STATUS)
         j->res = *res;
-        int ok = answered(&j->res);
-        cJSON *doc = ok && j->res.body ? cJSON_ParseWithLength(j->res.body, j->res.body_len)
-                                       : NULL;
-        /* An answer over the profile's cap is not read as a status: never completed on part of
-         * it. */
-        j->st = ok && !j->res.body_truncated ? poller_status_of(p, j->res.http_status, doc) : -1;
-        if (ok && !p->status_by_http && j->res.http_status >= 300)
-            j->st = -1;
-        if (j->st == TS_SUCCEEDED &&
-            (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
-            j->furl = fetch_url(p, &j->c, &j->v, doc);
-            cJSON_Delete(doc);
-            if (j->furl) {
-                start(j, STEP_FETCH, "GET", j->furl, NULL, 0);
-                return;
-            }
-            j->st = -1; /* nowhere to read the result: the status is read again later */
-        } else {
-            cJSON_Delete(doc);
-        }
-    } else {
+    else
         j->fetched = *res;
-        j->st = fetched_status(&j->fetched);
-    }
     rq_push(j->pl->results, &j->node);
 }
 
-/* A poller thread writes what the job's answers show, and frees the job. */
+/* The status a status read shows (-1: none readable); when the outputs are to be fetched from
+ * elsewhere, j->furl is set (NULL: nowhere to read them, and the status is read again later). */
+static int read_status(struct poll_job *j, const cJSON *doc)
+{
+    const struct cfg_provider *p = j->p;
+    int ok = answered(&j->res);
+    /* An answer over the profile's cap is not read as a status: never completed on part of it. */
+    int st = ok && !j->res.body_truncated ? poller_status_of(p, j->res.http_status, doc) : -1;
+    if (ok && !p->status_by_http && j->res.http_status >= 300)
+        st = -1;
+    if (st == TS_SUCCEEDED &&
+        (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
+        j->furl = fetch_url(p, &j->c, &j->v, doc);
+        if (!j->furl)
+            st = -1; /* nowhere to read the result: the status is read again later */
+    }
+    return st;
+}
+
+/* A poller thread reads what the job's answers show: the result is fetched when it lives
+ * elsewhere, or the conclusion is written and the job freed. */
 static void write_job(struct rq_item *it, struct db *db)
 {
     struct poll_job *j = (struct poll_job *)it;
-    int fetched = j->step == STEP_FETCH && j->st >= 0;
-    const struct up_response *final = fetched ? &j->fetched : &j->res;
     cJSON *doc = answered(&j->res) && j->res.body
                      ? cJSON_ParseWithLength(j->res.body, j->res.body_len)
                      : NULL;
+    if (j->step == STEP_STATUS) {
+        j->st = read_status(j, doc);
+        if (j->st == TS_SUCCEEDED && j->furl) {
+            cJSON_Delete(doc);
+            start(j, STEP_FETCH, "GET", j->furl, NULL, 0);
+            return;
+        }
+    } else {
+        j->st = fetched_status(&j->fetched);
+    }
+    int fetched = j->step == STEP_FETCH && j->st >= 0;
+    const struct up_response *final = fetched ? &j->fetched : &j->res;
     cJSON *fdoc = !fetched ? doc
                   : j->fetched.body ? cJSON_ParseWithLength(j->fetched.body, j->fetched.body_len)
                                     : NULL;

@@ -316,16 +316,18 @@ struct recon_job {
     enum recon_step step;
     int window_closed;
     double t0;
-    struct up_response res; /* the answer (for a list: the one matching task, as a 200) */
+    struct up_response res;   /* the last answer */
+    struct up_response match; /* a list's one matching task, as a 200 answer */
     char *url;
     /* list_match: the window, the next page's cursor, the pages read, the matches counted (-1:
      * nothing is proven), and the one match's id */
     struct lookup_vars v;
     char *cursor, *remote;
     int page, total;
-    /* a resend: its attempt and its engine slot */
+    /* a resend: its attempt, its engine slot and when its call ended */
     struct attempt *a;
     int slot;
+    double t1;
 };
 
 struct reconciler {
@@ -341,6 +343,7 @@ static void job_free(struct recon_job *j)
 {
     atomic_fetch_sub(&j->r->inflight, 1);
     up_response_fini(&j->res);
+    up_response_fini(&j->match);
     free(j->url);
     free(j->cursor);
     free(j->remote);
@@ -349,14 +352,6 @@ static void job_free(struct recon_job *j)
 }
 
 static void on_end(void *arg, struct up_response *res);
-
-/* The credential probe a resend's refusal asked for ended (on an engine thread). */
-static void on_probe_end(void *arg, struct up_response *res)
-{
-    struct recon_job *j = arg;
-    attempt_probed(j->a, res);
-    rq_push(j->r->results, &j->node);
-}
 
 /* A GET of j->url with the operation's credential, on the slot its claim took (first) or on one
  * taken now for the next page of a list (a chain keeps its place). */
@@ -384,10 +379,10 @@ static int list_page(struct recon_job *j, struct up_response *res)
     if (doc)
         jpath_each(p->list_items, doc, match_item, &m);
     j->total = doc ? j->total + m.n : -1;
-    if (m.n == 1 && !j->res.body) { /* the matching task, not the whole list, is the result */
-        j->res.body = cJSON_PrintUnformatted(m.found);
-        j->res.body_len = j->res.body ? strlen(j->res.body) : 0;
-        j->res.http_status = 200;
+    if (m.n == 1 && !j->match.body) { /* the matching task, not the whole list, is the result */
+        j->match.body = cJSON_PrintUnformatted(m.found);
+        j->match.body_len = j->match.body ? strlen(j->match.body) : 0;
+        j->match.http_status = 200;
         const char *id = p->list_id ? prov_read_id(p->list_id, m.found) : NULL;
         j->remote = id ? strdup(id) : NULL;
     }
@@ -404,27 +399,14 @@ static int list_page(struct recon_job *j, struct up_response *res)
     return 1;
 }
 
-/* A call of the job ended (on an engine thread, or at once when it could not be made). */
+/* A call of the job ended (on an engine thread, or at once when it could not be made): its
+ * answer goes to a reconciler thread, which reads it. Nothing heavy runs here: a large list page
+ * must not hold up the other calls of this engine thread. */
 static void on_end(void *arg, struct up_response *res)
 {
     struct recon_job *j = arg;
-    if (j->step == RS_RESEND) {
-        if (attempt_call_ended(j->a, j->r->eng, res, clock_wall(), on_probe_end, j))
-            return;
-    } else if (j->step == RS_LIST) {
-        int more = list_page(j, res);
-        up_response_fini(res);
-        free(j->url);
-        j->url = more ? page_url(j->p, &j->v, j->cursor) : NULL;
-        if (more && j->url) {
-            get(j, 0);
-            return;
-        }
-        if (more)
-            j->total = -1;
-    } else {
-        j->res = *res;
-    }
+    j->t1 = clock_wall();
+    j->res = *res;
     rq_push(j->r->results, &j->node);
 }
 
@@ -451,7 +433,7 @@ static void write_look(struct db *db, struct recon_job *j)
         cJSON_Delete(doc);
     }
     if (verdict == RV_FOUND)
-        found(p, db, c, &j->res, j->remote, j->t0);
+        found(p, db, c, j->step == RS_LIST ? &j->match : &j->res, j->remote, j->t0);
     else
         not_found(p, db, c, verdict, how, j->t0);
 }
@@ -477,12 +459,37 @@ static void write_adopt(struct db *db, struct recon_job *j)
                      j->t0);
 }
 
-/* A reconciler thread writes what the job's calls show, and frees the job. */
+/* The credential probe a resend's refusal asked for ended (on an engine thread). */
+static void on_probe_end(void *arg, struct up_response *res)
+{
+    struct recon_job *j = arg;
+    attempt_probed(j->a, res);
+    rq_push(j->r->results, &j->node);
+}
+
+/* A reconciler thread reads what the job's call showed: the next list page is asked for, the
+ * credential probe a resend's refusal asks for is made, or what was proved is written and the job
+ * freed. */
 static void write_job(struct rq_item *it, struct db *db)
 {
     struct recon_job *j = (struct recon_job *)it;
+    if (j->step == RS_LIST) {
+        int more = list_page(j, &j->res);
+        up_response_fini(&j->res);
+        free(j->url);
+        j->url = more ? page_url(j->p, &j->v, j->cursor) : NULL;
+        if (more && j->url) {
+            get(j, 0);
+            return;
+        }
+        if (more)
+            j->total = -1;
+    }
     if (j->step == RS_RESEND) {
-        const struct store_finish *f = attempt_decided(j->a, db);
+        const struct store_finish *f =
+            attempt_ready(j->a, db, j->r->eng, &j->res, j->t1, on_probe_end, j);
+        if (!f)
+            return; /* the probe is in flight: on_probe_end queues the job again */
         int applied = 0;
         int e = store_finish(db, f, &applied);
         attempt_recorded(j->a, e, applied);

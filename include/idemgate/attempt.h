@@ -44,11 +44,14 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1);
 struct up_xfer *attempt_probe_xfer(struct attempt *a);
 void attempt_probed(struct attempt *a, struct up_response *res);
 const struct store_finish *attempt_decided(struct attempt *a, struct db *db);
-/* On an engine thread, when a create's call ended: attempt_classify, then the probe (when due)
- * submitted to e. Returns 1 when the probe was submitted (probe_done(arg, res) runs when it
- * ended, and should call attempt_probed), 0 when the attempt is ready for attempt_decided. */
-int attempt_call_ended(struct attempt *a, struct eng *e, struct up_response *res, double t1,
-                       eng_done_fn probe_done, void *arg);
+/* On a writer thread, once a create's call ended: attempt_classify of res (taken) at t1, then —
+ * when the outcome asks the provider's probe about the credential — the probe submitted to e,
+ * returning NULL: probe_done(arg, res) runs when it ended, calls attempt_probed and hands the
+ * attempt back to a writer, which calls attempt_ready again (res and t1 are then ignored).
+ * Otherwise the result to write (attempt_decided). Nothing heavy runs on an engine thread. */
+const struct store_finish *attempt_ready(struct attempt *a, struct db *db, struct eng *e,
+                                         struct up_response *res, double t1,
+                                         eng_done_fn probe_done, void *arg);
 /* The statement that starts a born reservation's send (lease_begin_send), for n of them in one
  * commit: begun[i] says whether cs[i] is now `sending` (it is then a claim like any other, for
  * attempt_begin); those not begun were given back or left to end with their reservation, as
