@@ -119,8 +119,9 @@ static const struct cfg_setting settings[] = {
      "URL providers can reach this gateway at, for webhooks (empty: no webhooks registered)"},
     {"reconcile_max_inflight", "IDEMGATE_RECONCILE_MAX_INFLIGHT", T_INT,
      OFF(reconcile_max_inflight), "64", 1, 100000,
-     "unknown operations reconciled at once in this replica (their lookups, list searches and "
-     "resends in flight on the call engine): a provider's search endpoints are not asked more"},
+     "unknown operations of one provider reconciled at once in this replica (their lookups, "
+     "list searches and resends in flight on the call engine): a provider's search endpoints "
+     "are not asked more, and one provider's slow searches never hold up another's"},
     {"reconcile_workers", "IDEMGATE_RECONCILE_WORKERS", T_INT, OFF(reconcile_workers), "1", 0, 64,
      "reconciler threads in this replica (claim unknown operations and write what their calls "
      "proved)"},
@@ -421,4 +422,25 @@ void cfg_print_reference(void)
     for (size_t i = 0; i < N_SETTINGS; i++)
         printf("| `%s` | `%s` | `%s` | %s |\n", settings[i].name, settings[i].env,
                settings[i].def, settings[i].doc);
+}
+
+int cfg_providers_literal(const struct cfg *cfg, int (*skip)(int i, void *arg), void *arg,
+                          char *buf, size_t len)
+{
+    size_t pos = 0;
+    int n = 0;
+    buf[pos++] = '{';
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const char *name = cfg->providers[i].name;
+        size_t k = strlen(name);
+        if ((skip && skip((int)i, arg)) || pos + k + 3 >= len)
+            continue;
+        if (n++)
+            buf[pos++] = ',';
+        memcpy(buf + pos, name, k);
+        pos += k;
+    }
+    buf[pos++] = '}';
+    buf[pos] = '\0';
+    return n;
 }

@@ -156,27 +156,10 @@ static int chores(struct db *db, void *arg)
     return a || b;
 }
 
-/* The text[] literal of the providers this replica claims creates for: every configured one
- * whose calls in flight are not at its own limit here, into buf; 0 when there is none. Provider
- * names are [a-z0-9_-]+: no quoting is needed. */
-static int claimable_providers(const struct dispatcher *d, char *buf, size_t len)
+/* Whether provider slot i is at its own limit in the engine (its creates are not claimed now). */
+static int provider_full(int i, void *arg)
 {
-    size_t pos = 0;
-    int n = 0;
-    buf[pos++] = '{';
-    for (size_t i = 0; i < d->cfg->n_providers; i++) {
-        const char *name = d->cfg->providers[i].name;
-        size_t k = strlen(name);
-        if (eng_provider_full(d->eng, (int)i) || pos + k + 3 >= len)
-            continue;
-        if (n++)
-            buf[pos++] = ',';
-        memcpy(buf + pos, name, k);
-        pos += k;
-    }
-    buf[pos++] = '}';
-    buf[pos] = '\0';
-    return n;
+    return eng_provider_full(((const struct dispatcher *)arg)->eng, i);
 }
 
 /* Claims one due create when the engine has room for its call; the slot is taken before the
@@ -191,7 +174,7 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }
     atomic_store(&d->starved, 0);
-    if (!claimable_providers(d, providers, sizeof(providers))) {
+    if (!cfg_providers_literal(d->cfg, provider_full, d, providers, sizeof(providers))) {
         eng_release(d->eng, -1);
         atomic_store(&d->starved, 1); /* every provider at its own limit: a call's end wakes us */
         return STORE_ENOTFOUND;

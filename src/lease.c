@@ -85,10 +85,10 @@ static const struct db_stmt reconcile_claim = {
     .name = "reconcile_claim",
     .sql = "UPDATE operations o SET " CLAIM_LEASE
     "FROM (SELECT tenant_id, id FROM operations WHERE state = 'unknown' "
-    "      AND next_attempt_at <= now() "
+    "      AND next_attempt_at <= now() AND provider = ANY($3::text[]) "
     "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
     CLAIM_PICKED ", false",
-    .params = DB_PARAMS("owner", "lease_seconds"),
+    .params = DB_PARAMS("owner", "lease_seconds", "providers"),
     .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
 };
 
@@ -366,22 +366,29 @@ static int claim_with(struct db *db, const struct db_stmt *s, const char *owner,
     return claim_from_run(e, r, out);
 }
 
-int store_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
-                struct store_claim *out)
+/* A claim among the providers named (a text[] literal). */
+static int claim_among(struct db *db, const struct db_stmt *s, const char *owner,
+                       int lease_seconds, const char *providers, struct store_claim *out)
 {
     PGresult *r;
     memset(out, 0, sizeof(*out));
-    int e = db_run(db, &claim,
+    int e = db_run(db, s,
                    DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds),
                            p_text("providers", providers)),
                    &r);
     return claim_from_run(e, r, out);
 }
 
-int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
-                          struct store_claim *out)
+int store_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
+                struct store_claim *out)
 {
-    return claim_with(db, &reconcile_claim, owner, lease_seconds, out);
+    return claim_among(db, &claim, owner, lease_seconds, providers, out);
+}
+
+int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
+                          const char *providers, struct store_claim *out)
+{
+    return claim_among(db, &reconcile_claim, owner, lease_seconds, providers, out);
 }
 
 int store_poll_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)

@@ -22,6 +22,8 @@
  * this much for clock differences between us and the provider. */
 #define LIST_SLACK_S 120
 #define IDLE_SLEEP_MS 200
+/* What a lease keeps back for writing what its calls proved. */
+#define LEASE_MARGIN_S 1.0
 /* Results one thread writes before it looks at anything else. */
 #define RESULTS_PER_TURN 64
 
@@ -324,6 +326,7 @@ struct recon_job {
     struct lookup_vars v;
     char *cursor, *remote;
     int page, total;
+    double lease_end; /* CLOCK_MONOTONIC: a page that could end after it is not asked for */
     /* a resend: its attempt, its engine slot and when its call ended */
     struct attempt *a;
     int slot;
@@ -335,13 +338,13 @@ struct reconciler {
     struct wpool *pool;
     struct eng *eng;
     struct rq *results;
-    atomic_int starved;  /* the last claim found the engine full, or reconcile_max_inflight */
-    atomic_int inflight; /* jobs claimed and not yet written */
+    atomic_int starved; /* the last claim found the engine full, or every provider at its cap */
+    atomic_int *busy;   /* per provider slot: operations claimed and not yet written */
 };
 
 static void job_free(struct recon_job *j)
 {
-    atomic_fetch_sub(&j->r->inflight, 1);
+    atomic_fetch_sub(&j->r->busy[j->p - j->r->cfg->providers], 1);
     up_response_fini(&j->res);
     up_response_fini(&j->match);
     free(j->url);
@@ -477,6 +480,16 @@ static void write_job(struct rq_item *it, struct db *db)
         int more = list_page(j, &j->res);
         up_response_fini(&j->res);
         free(j->url);
+        /* Every page must end within the lease, or what it proves could not be written: a
+         * search that needs longer proves nothing this time (a later claim searches again,
+         * until the window closes). */
+        if (more && clock_mono() + j->p->total_timeout_ms / 1000.0 > j->lease_end) {
+            LOG(LOG_WARN, "list_search_unfinished", LS("job_id", j->c.id),
+                LS("provider", j->p->name), LI("pages", j->page),
+                LS("note", "the next page could end after the lease: nothing is proven"));
+            more = 0;
+            j->total = -1;
+        }
         j->url = more ? page_url(j->p, &j->v, j->cursor) : NULL;
         if (more && j->url) {
             get(j, 0);
@@ -539,7 +552,6 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
                           double claimed_mono, void *arg)
 {
     struct reconciler *r = arg;
-    (void)claimed_mono; /* a resend takes its own time: the lease is renewed for it */
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     struct recon_job *j = p ? calloc(1, sizeof(*j)) : NULL;
@@ -579,12 +591,13 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
         return;
     }
     j->r = r;
-    atomic_fetch_add(&r->inflight, 1);
+    atomic_fetch_add(&r->busy[p - cfg->providers], 1);
     j->p = p;
     j->c = *c;
     memset(c, 0, sizeof(*c)); /* the job owns the claim now */
     j->window_closed = f.window_closed;
     j->t0 = t0;
+    j->lease_end = claimed_mono + j->c.lease_remaining_s - LEASE_MARGIN_S;
     j->node.write = write_job;
     switch (plan) {
     case RP_ADOPT:
@@ -624,18 +637,27 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     }
 }
 
-/* Claims one unknown operation due for reconciling when the engine has room for its call. */
+/* Whether provider slot i has reconcile_max_inflight operations being reconciled here. */
+static int provider_full(int i, void *arg)
+{
+    const struct reconciler *r = arg;
+    return atomic_load(&r->busy[i]) >= r->cfg->reconcile_max_inflight;
+}
+
+/* Claims one unknown operation due for reconciling, of a provider configured here and not at its
+ * cap, when the engine has room for its call. */
 static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct reconciler *r = arg;
-    if (atomic_load(&r->inflight) >= r->cfg->reconcile_max_inflight ||
+    char providers[8192];
+    if (!cfg_providers_literal(r->cfg, provider_full, r, providers, sizeof(providers)) ||
         !eng_acquire(r->eng, -1)) {
         atomic_store(&r->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }
     atomic_store(&r->starved, 0);
-    int e = store_reconcile_claim(db, owner, lease_seconds, out);
+    int e = store_reconcile_claim(db, owner, lease_seconds, providers, out);
     if (e != STORE_OK)
         eng_release(r->eng, -1);
     return e;
@@ -659,7 +681,9 @@ struct reconciler *recon_start(const struct cfg *cfg, struct eng *eng)
         return NULL;
     r->cfg = cfg;
     r->eng = eng;
-    if (!(r->results = rq_new())) {
+    r->busy = calloc(cfg->n_providers ? cfg->n_providers : 1, sizeof(*r->busy));
+    if (!r->busy || !(r->results = rq_new())) {
+        free(r->busy);
         free(r);
         return NULL;
     }
@@ -674,6 +698,7 @@ struct reconciler *recon_start(const struct cfg *cfg, struct eng *eng)
                               .starved = recon_starved};
     if (!(r->pool = wpool_start(cfg, cfg->reconcile_workers, &spec))) {
         rq_free(r->results);
+        free(r->busy);
         free(r);
         return NULL;
     }
@@ -692,5 +717,6 @@ void recon_stop(struct reconciler *r)
         return;
     wpool_stop(r->pool);
     rq_free(r->results);
+    free(r->busy);
     free(r);
 }

@@ -69,4 +69,10 @@ const struct cfg_route *cfg_find_route(const struct cfg_provider *p, const char 
 /* Writes the settings table (name, environment variable, default, meaning) as Markdown. */
 void cfg_print_reference(void);
 
+/* The text[] literal of the configured providers that skip(i, arg) does not exclude (skip NULL:
+ * all), into buf (len >= 3); returns how many it names. Provider names are [a-z0-9_-]+: nothing
+ * needs quoting. A name that would not fit is left out. */
+int cfg_providers_literal(const struct cfg *cfg, int (*skip)(int i, void *arg), void *arg,
+                          char *buf, size_t len);
+
 #endif

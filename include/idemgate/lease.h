@@ -65,10 +65,12 @@ __attribute__((warn_unused_result)) int lease_claim_born(const struct store_inta
                                                          const struct store_job *j,
                                                          struct store_claim *c);
 
-/* Claims the most overdue unknown operation for reconciliation: a new lease and fencing token,
- * the state stays unknown. STORE_ENOTFOUND when nothing is due. */
+/* Claims the most overdue unknown operation for reconciliation among the providers named
+ * (providers: a text[] literal): a new lease and fencing token, the state stays unknown.
+ * STORE_ENOTFOUND when nothing is due. */
 __attribute__((warn_unused_result)) int store_reconcile_claim(struct db *db, const char *owner,
                                                               int lease_seconds,
+                                                              const char *providers,
                                                               struct store_claim *out);
 /* unknown → sending under the reconciler's lease (a transport retry under the same provider
  * key); updates c->lease_remaining_s and c->transport_attempts. STORE_ENOTFOUND when fenced. */
