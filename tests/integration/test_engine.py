@@ -219,3 +219,40 @@ def test_reconcile_lookups_run_side_by_side_on_the_engine(gateway_factory, mock,
     for job_id in ids:
         assert len(mock.creates_for(job_id)) == 1, job_id
     assert "reconciled" in gw.log()
+
+
+def test_one_providers_slow_searches_do_not_hold_up_another(gateway_factory, mock, token, psql):
+    """reconcile_max_inflight is per provider: with a cap of 2, eight unknown jobs whose lookups
+    take 2 s each keep two lookups in flight, and a keyed provider's unknown jobs — made unknown
+    after them — are resent and completed while half of the eight still wait. (Served in claim
+    order by one queue under one cap, they would wait for all eight lookups.) One create each."""
+    lookup = {"strategy": "get_by_client_id", "window_seconds": 120, "interval_ms": 200,
+              "absent_grace_ms": 1000, "found_result": "$.result",
+              "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
+    slow = provider("slowsearch", mock.url, timeouts={"connect_ms": 1000, "total_ms": 3000},
+                    client_ref={"header": "X-Client-Ref"}, reconcile=lookup)
+    keyed = provider("keyedresend", mock.url, path="/v2/generations", route="generations",
+                     idempotency={"header": "Idempotency-Key"},
+                     timeouts={"connect_ms": 1000, "total_ms": 1000},
+                     reconcile={"strategy": "idempotent_resubmit", "interval_ms": 200,
+                                "window_seconds": 120})
+    gw = gateway_factory(dispatch_workers=1, reconcile_workers=1, reconcile_max_inflight=2,
+                         providers=[slow, keyed])
+    assert mock.http.request("POST", "/_config",
+                             json.dumps({"lookup_delay_ms": 2000})).status == 200
+    mock.script([{"fault": "hang"}] * 8)
+    slow_ids = submit_all(gw, token, [f"ss-{uuid.uuid4().hex[:6]}-{i}" for i in range(8)], 0,
+                          route="slowsearch/images/generations")
+    slow_in = ",".join(f"'{i}'" for i in slow_ids)
+    assert wait_until(lambda: int(psql("SELECT count(*) FROM operations WHERE state = 'unknown' "
+                                       f"AND id IN ({slow_in})")[0][0]) >= 6, 30)
+    mock.script([{"fault": "hang"}] * 3)
+    keyed_ids = submit_all(gw, token, [f"kr-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)], 0,
+                           route="keyedresend/generations")
+    settle(psql, keyed_ids, timeout=60)
+    still = int(psql("SELECT count(*) FROM operations WHERE state = 'unknown' "
+                     f"AND id IN ({slow_in})")[0][0])
+    assert still >= 4, still
+    settle(psql, slow_ids, timeout=120)
+    for job_id in slow_ids + keyed_ids:
+        assert len(mock.creates_for(job_id)) == 1, job_id
