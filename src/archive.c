@@ -4,15 +4,18 @@
 #include "idemgate/blobstore.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
+#include "idemgate/engine.h"
 #include "idemgate/fetchpol.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/resultq.h"
 #include "idemgate/wpool.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <libpq-fe.h>
 #include <openssl/evp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,10 @@
 #define PLAN_BATCH 8
 #define NOT_HERE_DELAY_MS 60000
 #define MAX_REDIRECTS 3
+/* Results one thread reads before it looks at anything else. */
+#define RESULTS_PER_TURN 64
+/* The most bytes of the providers' text[] literal. */
+#define PROVIDERS_MAX 8192
 
 /* One archive pool per process: what its claim function needs beyond the wpool's arguments. */
 static const struct cfg *g_cfg;
@@ -308,26 +315,64 @@ static const char *sniff(const unsigned char *h, size_t n)
     return "application/octet-stream";
 }
 
-/* One GET of url into x (a fresh temporary file each time); the status, or -1 (x->why). */
-static long get_once(struct copy *x, const char *url, int endpoint, const char *credential,
-                     long timeout_ms, char **redirect)
+/* One archive copy on the call engine: its claim, the copy, and the transfer in flight. The
+ * transfer's bytes go to the temporary file from the engine thread (on_body); everything else —
+ * the status, a redirect, publishing the file, the write — is done by an archive thread. */
+struct archiver;
+struct arch_job {
+    struct rq_item node;
+    struct archiver *A;
+    struct store_claim c; /* owned; its res holds the claimed row (AC_) */
+    const struct cfg_provider *p;
+    struct copy x;
+    int n, attempts, kind;
+    double expires, now;
+    long timeout_ms;
+    char *cur; /* the URL being read */
+    int hop;
+    CURL *h; /* the transfer in flight, its header lines and its credential line */
+    struct curl_slist *hdrs;
+    char *auth;
+    int curl_code;
+};
+
+struct archiver {
+    const struct cfg *cfg;
+    struct wpool *pool;
+    struct eng *eng;
+    struct rq *results;
+    atomic_int starved; /* the last claim found the engine full */
+};
+
+/* Frees the credential line (zeroed) and the header lines of j's transfer. */
+static void headers_free(struct arch_job *j)
 {
-    *redirect = NULL;
+    curl_slist_free_all(j->hdrs);
+    j->hdrs = NULL;
+    if (j->auth) {
+        explicit_bzero(j->auth, strlen(j->auth));
+        free(j->auth);
+        j->auth = NULL;
+    }
+}
+
+/* Builds the GET of url into j->x (its temporary file already open) as j->h. 0, or -1 (x.why). */
+static int get_prepare(struct arch_job *j, const char *url, int endpoint, const char *credential)
+{
+    struct copy *x = &j->x;
     CURL *h = curl_easy_init();
     if (!h) {
         snprintf(x->why, sizeof(x->why), "out of memory");
         return -1;
     }
     struct fp_policy pol = archprof_policy(x->p->archive);
-    struct curl_slist *hdrs = NULL;
-    char *auth = NULL;
     curl_easy_setopt(h, CURLOPT_URL, url);
     /* A content endpoint is on the provider's own origin, whose scheme the profile chose. */
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, pol.allow_http || endpoint ? "http,https" : "https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROXY, "");
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, j->timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, x->p->connect_timeout_ms);
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->cap);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_checked);
@@ -340,22 +385,32 @@ static long get_once(struct copy *x, const char *url, int endpoint, const char *
         if (secret && x->p->auth_header) {
             size_t n = strlen(x->p->auth_header) +
                        strlen(x->p->auth_prefix ? x->p->auth_prefix : "") + strlen(secret) + 4;
-            auth = malloc(n);
-            if (auth) {
-                snprintf(auth, n, "%s: %s%s", x->p->auth_header,
+            j->auth = malloc(n);
+            if (j->auth) {
+                snprintf(j->auth, n, "%s: %s%s", x->p->auth_header,
                          x->p->auth_prefix ? x->p->auth_prefix : "", secret);
-                hdrs = curl_slist_append(hdrs, auth);
+                j->hdrs = curl_slist_append(j->hdrs, j->auth);
             }
         }
         for (size_t i = 0; x->p->headers && x->p->headers[i] && x->p->headers[i + 1]; i += 2) {
             char line[1024];
             snprintf(line, sizeof(line), "%s: %s", x->p->headers[i], x->p->headers[i + 1]);
-            hdrs = curl_slist_append(hdrs, line);
+            j->hdrs = curl_slist_append(j->hdrs, line);
         }
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, j->hdrs);
     }
-    CURLcode rc = curl_easy_perform(h);
+    j->h = h;
+    return 0;
+}
+
+/* Reads how j->h ended (j->curl_code) and frees it: the status, or -1 (x.why); *redirect gets
+ * the Location of a 3xx. */
+static long get_finish(struct arch_job *j, char **redirect)
+{
+    struct copy *x = &j->x;
+    CURL *h = j->h;
     long status = 0;
+    *redirect = NULL;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     char *ct = NULL, *loc = NULL;
     curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
@@ -364,6 +419,7 @@ static long get_once(struct copy *x, const char *url, int endpoint, const char *
         snprintf(x->content_type, sizeof(x->content_type), "%s", ct);
     if (loc && status >= 300 && status < 400)
         *redirect = strdup(loc);
+    CURLcode rc = (CURLcode)j->curl_code;
     if (rc != CURLE_OK) {
         status = -1;
         if (x->refused_addr) {
@@ -382,63 +438,9 @@ static long get_once(struct copy *x, const char *url, int endpoint, const char *
         }
     }
     curl_easy_cleanup(h);
-    curl_slist_free_all(hdrs);
-    if (auth) {
-        memset(auth, 0, strlen(auth));
-        free(auth);
-    }
+    j->h = NULL;
+    headers_free(j);
     return status;
-}
-
-/* Copies a URL or a content endpoint into x->tmp (left open for commit). 0 or -1 (x->why). */
-static int copy_url(struct copy *x, const char *url, const char *credential, int endpoint,
-                    long timeout_ms)
-{
-    struct fp_policy pol = archprof_policy(x->p->archive);
-    if (fp_url_allowed(&pol, url, endpoint ? x->p->base_url : NULL, x->why, sizeof(x->why)) < 0) {
-        x->permanent = 1;
-        return -1;
-    }
-    char *cur = strdup(url);
-    for (int hop = 0; cur; hop++) {
-        char *redirect = NULL;
-        long st = get_once(x, cur, endpoint, endpoint ? credential : NULL, timeout_ms, &redirect);
-        if (st >= 200 && st < 300) {
-            free(cur);
-            return 0;
-        }
-        if (st >= 300 && st < 400 && redirect) {
-            char *next = NULL;
-            if (!fp_redirect_same_origin(cur, redirect, &next)) {
-                x->permanent = 1;
-                snprintf(x->why, sizeof(x->why), "redirect to another host refused");
-            } else if (hop + 1 >= MAX_REDIRECTS) {
-                snprintf(x->why, sizeof(x->why), "more than %d redirects", MAX_REDIRECTS);
-                free(next);
-                next = NULL;
-            } else {
-                /* The redirect's body is not the output: start the copy again. */
-                char why[256];
-                blob_tmp_abort(&x->tmp);
-                x->head_len = 0;
-                if (blob_tmp_open(g_blob, &x->tmp, why, sizeof(why)) < 0) {
-                    snprintf(x->why, sizeof(x->why), "%s", why);
-                    free(next);
-                    next = NULL;
-                }
-            }
-            free(redirect);
-            free(cur);
-            cur = next;
-            continue;
-        }
-        if (st > 0)
-            snprintf(x->why, sizeof(x->why), "the output URL answered HTTP %ld", st);
-        free(redirect);
-        free(cur);
-        return -1;
-    }
-    return -1;
 }
 
 /* Decodes output n's base64 (from the stored result) into x->tmp. */
@@ -523,10 +525,136 @@ static void write_finish(struct db *db, const struct store_claim *c, int n, cons
         metrics_archive(1);
 }
 
+static void job_free(struct arch_job *j)
+{
+    if (j->h)
+        curl_easy_cleanup(j->h);
+    headers_free(j);
+    free(j->cur);
+    store_claim_fini(&j->c);
+    free(j);
+}
+
+/* The copy ended (rc 0: its bytes are in the temporary file): they are published under their
+ * hash and the output written archived, or the failure is written (retried, expired or failed
+ * as ap_after_failure decides). Frees the job. */
+static void conclude(struct db *db, struct arch_job *j, int rc)
+{
+    struct copy *x = &j->x;
+    const struct store_claim *c = &j->c;
+    char sha[65] = "";
+    int existed = 0;
+    if (rc == 0) {
+        if (!*x->content_type)
+            snprintf(x->content_type, sizeof(x->content_type), "%s", sniff(x->head, x->head_len));
+        rc = blob_tmp_commit(g_blob, &x->tmp, x->content_type, sha, &existed, x->why,
+                             sizeof(x->why));
+    } else {
+        blob_tmp_abort(&x->tmp);
+    }
+    if (rc == 0) {
+        LOG(LOG_INFO, "archived", LS("job_id", c->id), LS("provider", c->provider),
+            LI("output", j->n), LI("bytes", x->tmp.bytes), LS("sha256", sha),
+            LI("already_stored", existed));
+        write_finish(db, c, j->n, "archived", NULL, 0, sha, x->tmp.bytes, x->content_type);
+        job_free(j);
+        return;
+    }
+    long long d;
+    enum ap_verdict v =
+        ap_after_failure(j->attempts, j->now, j->expires, x->permanent, clock_rand01(), &d);
+    const char *st = v == AP_RETRY ? "pending" : v == AP_EXPIRED ? "expired" : "failed";
+    LOG(v == AP_RETRY ? LOG_INFO : LOG_WARN, "archive_copy_failed", LS("job_id", c->id),
+        LS("provider", c->provider), LI("output", j->n), LI("attempts", j->attempts),
+        LS("state", st), LS("error", x->why));
+    write_finish(db, c, j->n, st, x->why, d, NULL, -1, NULL);
+    job_free(j);
+}
+
+static void on_get_end(void *arg, int curl_code);
+
+/* Starts the GET of j->cur on the engine: on the slot its claim took (first), or on one taken now
+ * for a redirect's next hop. -1 (x.why) when it cannot be made (a first slot is given back). */
+static int get_start(struct arch_job *j, int first)
+{
+    int endpoint = j->kind == AP_ENDPOINT;
+    const char *credential = endpoint ? db_val(j->c.res, 0, AC_CREDENTIAL) : NULL;
+    if (get_prepare(j, j->cur, endpoint, credential) < 0) {
+        if (first)
+            eng_release(j->A->eng, -1);
+        return -1;
+    }
+    if (!first)
+        eng_acquire_more(j->A->eng);
+    eng_submit_easy(j->A->eng, -1, j->h, on_get_end, j);
+    return 0;
+}
+
+/* Runs on an engine thread: the GET ended; an archive thread reads how. */
+static void on_get_end(void *arg, int curl_code)
+{
+    struct arch_job *j = arg;
+    j->curl_code = curl_code;
+    rq_push(j->A->results, &j->node);
+}
+
+/* An archive thread reads how a GET ended: the copy is done, a redirect on the same origin is
+ * followed (into a fresh temporary file: the redirect's body is not the output), or it failed. */
+static void write_job(struct rq_item *it, struct db *db)
+{
+    struct arch_job *j = (struct arch_job *)it;
+    struct copy *x = &j->x;
+    char *redirect = NULL, *next = NULL;
+    long st = get_finish(j, &redirect);
+    if (st >= 200 && st < 300) {
+        free(redirect);
+        conclude(db, j, 0);
+        return;
+    }
+    if (st >= 300 && st < 400 && redirect) {
+        char why[256];
+        if (!fp_redirect_same_origin(j->cur, redirect, &next)) {
+            x->permanent = 1;
+            snprintf(x->why, sizeof(x->why), "redirect to another host refused");
+        } else if (j->hop + 1 >= MAX_REDIRECTS) {
+            snprintf(x->why, sizeof(x->why), "more than %d redirects", MAX_REDIRECTS);
+        } else {
+            blob_tmp_abort(&x->tmp);
+            x->head_len = 0;
+            if (blob_tmp_open(g_blob, &x->tmp, why, sizeof(why)) < 0) {
+                snprintf(x->why, sizeof(x->why), "%s", why);
+            } else {
+                free(j->cur);
+                j->cur = next;
+                j->hop++;
+                free(redirect);
+                if (get_start(j, 0) < 0)
+                    conclude(db, j, -1);
+                return;
+            }
+        }
+        free(next);
+    } else if (st > 0) {
+        snprintf(x->why, sizeof(x->why), "the output URL answered HTTP %ld", st);
+    }
+    free(redirect);
+    conclude(db, j, -1);
+}
+
+/* Concludes a claimed output that cannot be copied now (its engine slot given back). */
+static void not_copied(struct archiver *A, struct db *db, const struct store_claim *c, int n,
+                       const char *state, const char *why, long long delay_ms)
+{
+    eng_release(A->eng, -1);
+    write_finish(db, c, n, state, why, delay_ms, NULL, -1, NULL);
+}
+
+/* Starts the copy of a claimed output (its engine slot taken): refused and expired outputs are
+ * concluded here, base64 ones decoded here; a URL or content endpoint is read by the engine. */
 static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
                         double claimed_mono, void *arg)
 {
-    (void)arg;
+    struct archiver *A = arg;
     (void)claimed_mono;
     const PGresult *r = c->res;
     int n = atoi(PQgetvalue(r, 0, AC_N));
@@ -535,105 +663,146 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     double expires = atof(PQgetvalue(r, 0, AC_EXPIRES)), now = atof(PQgetvalue(r, 0, AC_NOW));
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p || !p->archive) {
-        write_finish(db, c, n, "pending", "the provider is not configured on this replica",
-                     NOT_HERE_DELAY_MS, NULL, -1, NULL);
+        not_copied(A, db, c, n, "pending", "the provider is not configured on this replica",
+                   NOT_HERE_DELAY_MS);
         return;
     }
     if (expires > 0 && now >= expires) {
         /* Counted and said, never dropped in silence. */
         LOG(LOG_WARN, "archive_expired", LS("job_id", c->id), LS("provider", c->provider),
             LI("output", n), LI("attempts", attempts));
-        write_finish(db, c, n, "expired", "the provider's URL expired before it was copied", 0,
-                     NULL, -1, NULL);
+        not_copied(A, db, c, n, "expired", "the provider's URL expired before it was copied", 0);
         return;
     }
-    struct copy x;
-    memset(&x, 0, sizeof(x));
-    x.p = p;
-    x.cap = p->archive->max_bytes;
+    char why[512];
     struct fp_policy pol = archprof_policy(p->archive);
     if (kind != AP_B64 &&
-        fp_url_allowed(&pol, db_val(r, 0, AC_URL), kind == AP_ENDPOINT ? p->base_url : NULL, x.why,
-                       sizeof(x.why)) < 0) {
+        fp_url_allowed(&pol, db_val(r, 0, AC_URL), kind == AP_ENDPOINT ? p->base_url : NULL, why,
+                       sizeof(why)) < 0) {
         /* Refused before anything is opened or fetched: never worth another try. */
         LOG(LOG_WARN, "archive_refused", LS("job_id", c->id), LS("provider", c->provider),
-            LI("output", n), LS("error", x.why));
-        write_finish(db, c, n, "failed", x.why, 0, NULL, -1, NULL);
+            LI("output", n), LS("error", why));
+        not_copied(A, db, c, n, "failed", why, 0);
         return;
     }
-    if (blob_tmp_open(g_blob, &x.tmp, x.why, sizeof(x.why)) < 0) {
+    struct arch_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        not_copied(A, db, c, n, "pending", "out of memory", 1000);
+        return;
+    }
+    *j = (struct arch_job){.A = A, .c = *c, .p = p, .n = n, .attempts = attempts, .kind = kind,
+                           .expires = expires, .now = now};
+    memset(c, 0, sizeof(*c)); /* the job owns the claim now */
+    j->node.write = write_job;
+    j->x.p = p;
+    j->x.cap = p->archive->max_bytes;
+    if (blob_tmp_open(g_blob, &j->x.tmp, j->x.why, sizeof(j->x.why)) < 0) {
         long long d;
         enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, clock_rand01(), &d);
-        write_finish(db, c, n,
-                     v == AP_RETRY     ? "pending"
-                     : v == AP_EXPIRED ? "expired"
-                                       : "failed",
-                     x.why, d, NULL, -1, NULL);
+        not_copied(A, db, &j->c, n,
+                   v == AP_RETRY     ? "pending"
+                   : v == AP_EXPIRED ? "expired"
+                                     : "failed",
+                   j->x.why, d);
+        job_free(j);
+        return;
+    }
+    if (kind != AP_URL && kind != AP_ENDPOINT) {
+        eng_release(A->eng, -1); /* nothing to fetch: the bytes are in the stored result */
+        conclude(db, j,
+                 kind == AP_B64 ? copy_b64(&j->x, j->c.res, n, db_val(j->c.res, 0, AC_REMOTE))
+                                : -1);
         return;
     }
     /* A copy never outlives the claim's lease: another worker may take the row after it. */
-    long timeout = p->archive->timeout_ms;
-    if (timeout > (long)cfg->lease_seconds * 1000 - 1000)
-        timeout = (long)cfg->lease_seconds * 1000 - 1000;
-    int rc = kind == AP_B64 ? copy_b64(&x, r, n, db_val(r, 0, AC_REMOTE))
-             : kind >= 0    ? copy_url(&x, db_val(r, 0, AC_URL), db_val(r, 0, AC_CREDENTIAL),
-                                       kind == AP_ENDPOINT, timeout)
-                            : -1;
-    char sha[65] = "";
-    int existed = 0;
-    if (rc == 0) {
-        if (!*x.content_type)
-            snprintf(x.content_type, sizeof(x.content_type), "%s", sniff(x.head, x.head_len));
-        rc = blob_tmp_commit(g_blob, &x.tmp, x.content_type, sha, &existed, x.why, sizeof(x.why));
-    } else {
-        blob_tmp_abort(&x.tmp);
-    }
-    if (rc == 0) {
-        LOG(LOG_INFO, "archived", LS("job_id", c->id), LS("provider", c->provider), LI("output", n),
-            LI("bytes", x.tmp.bytes), LS("sha256", sha), LI("already_stored", existed));
-        write_finish(db, c, n, "archived", NULL, 0, sha, x.tmp.bytes, x.content_type);
+    j->timeout_ms = p->archive->timeout_ms;
+    if (j->timeout_ms > (long)cfg->lease_seconds * 1000 - 1000)
+        j->timeout_ms = (long)cfg->lease_seconds * 1000 - 1000;
+    if (!(j->cur = strdup(db_val(j->c.res, 0, AC_URL)))) {
+        eng_release(A->eng, -1);
+        snprintf(j->x.why, sizeof(j->x.why), "out of memory");
+        conclude(db, j, -1);
         return;
     }
-    long long d;
-    enum ap_verdict v = ap_after_failure(attempts, now, expires, x.permanent, clock_rand01(), &d);
-    const char *st = v == AP_RETRY ? "pending" : v == AP_EXPIRED ? "expired" : "failed";
-    LOG(v == AP_RETRY ? LOG_INFO : LOG_WARN, "archive_copy_failed", LS("job_id", c->id),
-        LS("provider", c->provider), LI("output", n), LI("attempts", attempts), LS("state", st),
-        LS("error", x.why));
-    write_finish(db, c, n, st, x.why, d, NULL, -1, NULL);
+    if (get_start(j, 1) < 0)
+        conclude(db, j, -1);
 }
 
-static const struct wpool_spec archive_pool = {
-    .name = "archive",
-    .claim = archive_claim,
-    .work = archive_one,
-    .idle_ms = IDLE_MS,
-    .error_ms = IDLE_MS,
-};
+/* Claims one pending output when the engine has room for its copy. */
+static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
+                           struct store_claim *out, void *arg)
+{
+    struct archiver *A = arg;
+    if (!eng_acquire(A->eng, -1)) {
+        atomic_store(&A->starved, 1);
+        return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
+    }
+    atomic_store(&A->starved, 0);
+    int e = archive_claim(db, owner, lease_seconds, out);
+    if (e != STORE_OK)
+        eng_release(A->eng, -1);
+    return e;
+}
 
-struct wpool *archive_start(const struct cfg *cfg)
+static int arch_starved(void *arg)
+{
+    return atomic_load(&((struct archiver *)arg)->starved);
+}
+
+static int write_results(struct db *db, void *arg)
+{
+    struct archiver *A = arg;
+    return rq_run(A->results, db, RESULTS_PER_TURN);
+}
+
+struct archiver *archive_start(const struct cfg *cfg, struct eng *eng)
 {
     g_cfg = cfg;
     if (!g_blob && !(g_blob = blob_open(cfg)))
         return NULL;
-    /* {"a","b"}: provider names are [a-z0-9_-]+ (profile.c), nothing to escape. */
-    size_t cap = 3;
-    for (size_t i = 0; i < cfg->n_providers; i++)
-        cap += strlen(cfg->providers[i].name) + 3;
     free(g_providers);
-    g_providers = malloc(cap);
-    if (!g_providers)
+    if (!(g_providers = malloc(PROVIDERS_MAX)))
         return NULL;
-    strcpy(g_providers, "{");
-    for (size_t i = 0; i < cfg->n_providers; i++) {
-        if (i)
-            strcat(g_providers, ",");
-        strcat(g_providers, cfg->providers[i].name);
+    (void)cfg_providers_literal(cfg, NULL, NULL, g_providers, PROVIDERS_MAX);
+    struct archiver *A = calloc(1, sizeof(*A));
+    if (!A || !(A->results = rq_new())) {
+        free(A);
+        return NULL;
     }
-    strcat(g_providers, "}");
+    A->cfg = cfg;
+    A->eng = eng;
     if (cfg->archive_workers > 0)
         blob_sweep(g_blob);
-    return wpool_start(cfg, cfg->archive_workers, &archive_pool);
+    struct wpool_spec spec = {.name = "archive",
+                              .claim_arg = claim_with_room,
+                              .work = archive_one,
+                              .idle_ms = IDLE_MS,
+                              .error_ms = IDLE_MS,
+                              .arg = A,
+                              .chores = write_results,
+                              .chores_fd = rq_fd(A->results),
+                              .starved = arch_starved};
+    if (!(A->pool = wpool_start(cfg, cfg->archive_workers, &spec))) {
+        rq_free(A->results);
+        free(A);
+        return NULL;
+    }
+    return A;
+}
+
+void archive_quiesce(struct archiver *A)
+{
+    if (A)
+        wpool_quiesce(A->pool);
+}
+
+void archive_stop(struct archiver *A)
+{
+    if (!A)
+        return;
+    wpool_stop(A->pool);
+    rq_free(A->results);
+    free(A);
 }
 
 int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, char **json,

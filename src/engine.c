@@ -20,11 +20,13 @@
 /* The longest an idle loop sleeps (it is woken for submissions and stops anyway). */
 #define IDLE_WAIT_MS 1000
 
-/* A submitted call, from eng_submit until its done ran. */
+/* A submitted call, from eng_submit (or eng_submit_easy) until its done ran. */
 struct call {
-    struct up_xfer *x;
+    struct up_xfer *x; /* or NULL: a bare easy handle (h, done_easy) */
+    CURL *h;
     int prov;
     eng_done_fn done;
+    eng_easy_done_fn done_easy;
     void *arg;
     struct call *next; /* in the submission queue */
 };
@@ -151,16 +153,32 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
+/* The easy handle of a call. */
+static CURL *call_easy(const struct call *c)
+{
+    return c->x ? (CURL *)up_xfer_easy(c->x) : c->h;
+}
+
+/* Tells the call's owner that it ended with curl_code (the slot is given back first). */
+static void call_done(struct eng *e, struct call *c, int curl_code)
+{
+    atomic_fetch_sub(&e->inflight, 1);
+    metrics_calls_in_flight(-1);
+    eng_release(e, c->prov);
+    if (c->x) {
+        struct up_response res;
+        (void)up_xfer_finish(c->x, curl_code, &res);
+        c->done(c->arg, &res);
+    } else {
+        c->done_easy(c->arg, curl_code);
+    }
+}
+
 /* Ends one call: its evidence goes to its done, its slot back to the engine first (so the one
  * told of the result may claim again at once). */
 static void complete(struct loop *L, struct call *c, int curl_code)
 {
-    struct up_response res;
-    (void)up_xfer_finish(c->x, curl_code, &res);
-    atomic_fetch_sub(&L->e->inflight, 1);
-    metrics_calls_in_flight(-1);
-    eng_release(L->e, c->prov);
-    c->done(c->arg, &res);
+    call_done(L->e, c, curl_code);
     free(c);
 }
 
@@ -176,7 +194,7 @@ static void take_submissions(struct loop *L)
     pthread_mutex_unlock(&L->mu);
     while (c) {
         struct call *next = c->next;
-        CURLMcode mc = curl_multi_add_handle(L->multi, up_xfer_easy(c->x));
+        CURLMcode mc = curl_multi_add_handle(L->multi, call_easy(c));
         if (mc == CURLM_OK) {
             L->owned++;
         } else {
@@ -247,35 +265,19 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
+/* Queues call c on a loop, or makes it here when the engine has stopped. */
+static void submit(struct eng *e, struct call *c)
 {
-    struct call *c = malloc(sizeof(*c));
     atomic_fetch_add(&e->inflight, 1);
     metrics_calls_in_flight(1);
-    if (!c) {
-        struct up_response res;
-        (void)up_xfer_finish(x, CURLE_OUT_OF_MEMORY, &res);
-        atomic_fetch_sub(&e->inflight, 1);
-        metrics_calls_in_flight(-1);
-        eng_release(e, prov);
-        done(arg, &res);
-        return;
-    }
-    *c = (struct call){.x = x, .prov = prov, .done = done, .arg = arg};
-    /* The easy handle's private pointer names the call from here on (up_xfer_new set it to the
-     * transfer, which the call holds). */
-    curl_easy_setopt((CURL *)up_xfer_easy(x), CURLOPT_PRIVATE, c);
+    /* The easy handle's private pointer names the call from here on. */
+    curl_easy_setopt(call_easy(c), CURLOPT_PRIVATE, c);
     struct loop *L = &e->loops[atomic_fetch_add(&e->next_loop, 1) % (unsigned)e->n_loops];
     pthread_mutex_lock(&L->mu);
     if (L->exited) {
         pthread_mutex_unlock(&L->mu);
         /* Stopped (a claim made just before the drain): made here, not dropped. */
-        struct up_response res;
-        (void)up_xfer_perform(x, &res);
-        atomic_fetch_sub(&e->inflight, 1);
-        metrics_calls_in_flight(-1);
-        eng_release(e, prov);
-        done(arg, &res);
+        call_done(e, c, (int)curl_easy_perform(call_easy(c)));
         free(c);
         return;
     }
@@ -288,6 +290,32 @@ void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, vo
     uint64_t one = 1;
     ssize_t w = write(L->kick_fd, &one, sizeof(one));
     (void)w;
+}
+
+void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
+{
+    struct call *c = malloc(sizeof(*c));
+    if (!c) {
+        struct up_response res;
+        (void)up_xfer_finish(x, CURLE_OUT_OF_MEMORY, &res);
+        eng_release(e, prov);
+        done(arg, &res);
+        return;
+    }
+    *c = (struct call){.x = x, .prov = prov, .done = done, .arg = arg};
+    submit(e, c);
+}
+
+void eng_submit_easy(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg)
+{
+    struct call *c = malloc(sizeof(*c));
+    if (!c) {
+        eng_release(e, prov);
+        done(arg, CURLE_OUT_OF_MEMORY);
+        return;
+    }
+    *c = (struct call){.h = h, .prov = prov, .done_easy = done, .arg = arg};
+    submit(e, c);
 }
 
 static void loop_fini(struct loop *L)

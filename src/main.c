@@ -60,7 +60,7 @@ struct subsystems {
     struct dispatcher *disp;
     struct poller *poller;
     struct reconciler *recon;
-    struct wpool *archiver;
+    struct archiver *archiver;
     struct reaper *reaper;
     struct api *api;
     struct offload *pool;
@@ -128,7 +128,7 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
         return "reconciler";
     if (!(s->poller = poller_start(cfg, s->eng)))
         return "poller";
-    if (!(s->archiver = archive_start(cfg)))
+    if (!(s->archiver = archive_start(cfg, s->eng)))
         return "archive workers";
     s->reaper = reaper_start(cfg);
     if (cfg->reaper_interval_ms && !s->reaper)
@@ -165,12 +165,13 @@ static void stop_all(struct subsystems *s)
     disp_quiesce(s->disp);
     poller_quiesce(s->poller);
     recon_quiesce(s->recon);
+    archive_quiesce(s->archiver);
     eng_stop(s->eng);
     disp_stop(s->disp);
     poller_stop(s->poller);
     recon_stop(s->recon);
+    archive_stop(s->archiver);
     eng_free(s->eng);
-    wpool_stop(s->archiver);
     reaper_stop(s->reaper);
     if (s->wake)
         wake_stop();

@@ -12,10 +12,18 @@
  * (blobstore.h), before the URL expires. A worker killed mid-copy leaves no object; the row's
  * lease runs out and another claim copies it again. */
 
-struct wpool;
+struct archiver;
+struct eng;
 /* Starts the archive workers (none when cfg->archive_workers is 0; sweeps the spool of copies
- * that dead processes left first). NULL only on failure. Stop with wpool_stop. */
-struct wpool *archive_start(const struct cfg *cfg);
+ * that dead processes left first). The threads plan, claim, decode base64 and publish; the
+ * copies from URLs run on the call engine e, counted in its max_inflight_calls. NULL only on
+ * failure. */
+struct archiver *archive_start(const struct cfg *cfg, struct eng *e);
+/* Stops claiming; the copies in flight still end and are written (archive_stop, after
+ * eng_stop). */
+void archive_quiesce(struct archiver *A);
+/* Writes what is left, stops the threads and frees A (A may be NULL). */
+void archive_stop(struct archiver *A);
 
 /* The archive of one job's outputs as a JSON array (new string in *json; "[]" until they are
  * planned); *settled: planned, and no output is still pending (the view no longer changes).

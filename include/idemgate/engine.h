@@ -56,4 +56,11 @@ int eng_inflight(const struct eng *e);
  * it ended, from an engine thread; the slot is given back just before. */
 void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg);
 
+/* A transfer that is not a provider call of upstream.h (an archive copy, with its own write and
+ * socket callbacks): h is a configured CURL easy handle, still the caller's. done(arg,
+ * curl_code) runs once it ended, from an engine thread (the slot given back first); the caller
+ * then reads h's info and cleans it up. Its CURLOPT_PRIVATE is the engine's. */
+typedef void (*eng_easy_done_fn)(void *arg, int curl_code);
+void eng_submit_easy(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg);
+
 #endif
