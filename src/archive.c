@@ -341,7 +341,8 @@ struct archiver {
     struct wpool *pool;
     struct eng *eng;
     struct rq *results;
-    atomic_int starved; /* the last claim found the engine full */
+    atomic_int starved;  /* the last claim found the engine full, or archive_max_inflight */
+    atomic_int copying;  /* copies claimed and not yet written */
 };
 
 /* Frees the credential line (zeroed) and the header lines of j's transfer. */
@@ -527,6 +528,7 @@ static void write_finish(struct db *db, const struct store_claim *c, int n, cons
 
 static void job_free(struct arch_job *j)
 {
+    atomic_fetch_sub(&j->A->copying, 1);
     if (j->h)
         curl_easy_cleanup(j->h);
     headers_free(j);
@@ -692,6 +694,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     }
     *j = (struct arch_job){.A = A, .c = *c, .p = p, .n = n, .attempts = attempts, .kind = kind,
                            .expires = expires, .now = now};
+    atomic_fetch_add(&A->copying, 1);
     memset(c, 0, sizeof(*c)); /* the job owns the claim now */
     j->node.write = write_job;
     j->x.p = p;
@@ -728,12 +731,12 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         conclude(db, j, -1);
 }
 
-/* Claims one pending output when the engine has room for its copy. */
+/* Claims one pending output when the engine has room for its copy, and the spool for its file. */
 static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct archiver *A = arg;
-    if (!eng_acquire(A->eng, -1)) {
+    if (atomic_load(&A->copying) >= A->cfg->archive_max_inflight || !eng_acquire(A->eng, -1)) {
         atomic_store(&A->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }

@@ -43,8 +43,13 @@ static const struct cfg_setting settings[] = {
     {"archive_s3_secret_key_env", "IDEMGATE_ARCHIVE_S3_SECRET_KEY_ENV", T_STR,
      OFF(archive_s3_secret_key_env), "AWS_SECRET_ACCESS_KEY", 0, 0,
      "environment variable holding the bucket's secret key"},
+    {"archive_max_inflight", "IDEMGATE_ARCHIVE_MAX_INFLIGHT", T_INT, OFF(archive_max_inflight),
+     "16", 1, 10000,
+     "output copies in flight at once in this replica (on the call engine); each holds a "
+     "temporary file of up to its profile's archive.max_bytes"},
     {"archive_workers", "IDEMGATE_ARCHIVE_WORKERS", T_INT, OFF(archive_workers), "1", 0, 64,
-     "archive threads in this replica (copy completed jobs' outputs; 0: none here)"},
+     "archive threads in this replica (plan, claim, decode base64, publish and write copies; 0: "
+     "none here)"},
     {"call_threads", "IDEMGATE_CALL_THREADS", T_INT, OFF(call_threads), "2", 1, 64,
      "threads driving the provider calls in flight (libcurl multi on epoll; each drives "
      "thousands)"},

@@ -275,7 +275,7 @@ static void render_intake(struct buf *b)
         "# TYPE idemgate_intake_born_claimed_total counter\n"
         "idemgate_intake_born_claimed_total %lu\n"
         "# HELP idemgate_provider_calls_in_flight Provider calls (creates, status reads, "
-        "reconcile searches, probes) in "
+        "reconcile searches, probes, archive copies) in "
         "flight in this replica (the call engine: none holds a thread or a database "
         "connection).\n"
         "# TYPE idemgate_provider_calls_in_flight gauge\n"

@@ -39,6 +39,7 @@ struct cfg {
     int janitor_batch;
     int reconcile_workers;
     int reconcile_max_inflight;
+    int archive_max_inflight;
     int poll_workers;
     int job_cache_entries;
     int job_cache_ttl_ms;

@@ -256,3 +256,31 @@ def test_one_providers_slow_searches_do_not_hold_up_another(gateway_factory, moc
     settle(psql, slow_ids, timeout=120)
     for job_id in slow_ids + keyed_ids:
         assert len(mock.creates_for(job_id)) == 1, job_id
+
+
+def test_archive_copies_are_in_flight_together(gateway_factory, mock, token, psql, tmp_path):
+    """One archive thread, N completed jobs whose output URLs take 2 s to answer: the copies are
+    in flight together on the call engine (before, one archive thread made one copy at a time,
+    outside the gauge), and every output is archived."""
+    name = "engarch" + uuid.uuid4().hex[:6]
+    e = {"name": name, "profile": os.path.join(ROOT, "deploy", "providers", "openai-images.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 5000},
+         "archive": {"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True}}
+    gw = gateway_factory(providers=[e], archive_workers=1, archive_dir=str(tmp_path / "archive"),
+                         env={"OPENAI_API_KEY": "sk-x"})
+    assert mock.http.request("POST", "/_files", json.dumps({"delay_ms": 2000})).status == 200
+    n = 12
+    ids = []
+    for i in range(n):
+        r = gw.submit(token, f"arch-{uuid.uuid4().hex[:6]}-{i}",
+                      {"prompt": f"a cat {i}", "n": 1, "response_format": "url"},
+                      route=name + "/images/generations")
+        assert r.status == 202, r.body
+        ids.append(r.json()["id"])
+    settle(psql, ids)  # every create has ended: what the gauge counts now is copies
+    assert wait_until(lambda: metric(gw, "idemgate_provider_calls_in_flight") >= n // 2, 30,
+                      interval=0.05), metric(gw, "idemgate_provider_calls_in_flight")
+    inlist = ",".join(f"'{i}'" for i in ids)
+    assert wait_until(lambda: int(psql(
+        "SELECT count(*) FROM archive_outputs WHERE state = 'archived' "
+        f"AND op_id IN ({inlist})")[0][0]) == n, 60)

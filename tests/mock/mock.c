@@ -266,12 +266,13 @@ static enum MHD_Result handle_refuse(struct mock_request *req)
 
 /*
  * How GET /files/ answers (POST /_files; /_reset restores it): every file padded with 'x' to
- * `bytes` (0: not padded), and a `fault`: "truncate" (the full Content-Length, half the body,
+ * `bytes` (0: not padded), after `delay_ms` (a slow CDN), and a `fault`: "truncate" (the full Content-Length, half the body,
  * then the connection closes), "redirect" (302 to the same path on host "localhost", another
  * host name for the same server) or "status_404".
  */
 static pthread_mutex_t files_mu = PTHREAD_MUTEX_INITIALIZER;
 static long files_bytes;
+static unsigned int files_delay_ms;
 static char files_fault[16];
 
 static enum MHD_Result handle_files_post(struct mock_request *req)
@@ -279,19 +280,23 @@ static enum MHD_Result handle_files_post(struct mock_request *req)
     cJSON *doc = cJSON_ParseWithLength(req->body ? req->body : "", req->body_len);
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(doc, "bytes");
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(doc, "fault");
+    const cJSON *dl = cJSON_GetObjectItemCaseSensitive(doc, "delay_ms");
     if (!cJSON_IsObject(doc) || (b && (!cJSON_IsNumber(b) || b->valuedouble < 0 ||
                                        b->valuedouble > 256.0 * 1024 * 1024)) ||
+        (dl && (!cJSON_IsNumber(dl) || dl->valuedouble < 0 || dl->valuedouble > 600000)) ||
         (f && !cJSON_IsNull(f) &&
          !(cJSON_IsString(f) && (!strcmp(f->valuestring, "truncate") ||
                                  !strcmp(f->valuestring, "redirect") ||
                                  !strcmp(f->valuestring, "status_404"))))) {
         cJSON_Delete(doc);
         return reply_error(req, MHD_HTTP_BAD_REQUEST,
-                           "bytes: 0..268435456; fault: truncate, redirect, status_404 or null",
+                           "bytes: 0..268435456; delay_ms: 0..600000; fault: truncate, "
+                           "redirect, status_404 or null",
                            "invalid_request_error", "invalid_files");
     }
     pthread_mutex_lock(&files_mu);
     files_bytes = b ? (long)b->valuedouble : 0;
+    files_delay_ms = dl ? (unsigned int)dl->valuedouble : 0;
     snprintf(files_fault, sizeof(files_fault), "%s", cJSON_IsString(f) ? f->valuestring : "");
     pthread_mutex_unlock(&files_mu);
     cJSON_Delete(doc);
@@ -304,6 +309,7 @@ static void mock_files_reset(void)
 {
     pthread_mutex_lock(&files_mu);
     files_bytes = 0;
+    files_delay_ms = 0;
     files_fault[0] = '\0';
     pthread_mutex_unlock(&files_mu);
 }
@@ -349,11 +355,15 @@ static enum MHD_Result handle_file(struct mock_request *req)
         return reply_error(req, MHD_HTTP_NOT_FOUND, "no such file", "invalid_request_error",
                            "not_found");
     long pad;
+    unsigned int delay_ms;
     char fault[16];
     pthread_mutex_lock(&files_mu);
     pad = files_bytes;
+    delay_ms = files_delay_ms;
     snprintf(fault, sizeof(fault), "%s", files_fault);
     pthread_mutex_unlock(&files_mu);
+    if (delay_ms && !mock_sleep_ms(req, delay_ms, true))
+        return MHD_NO; /* the client left, or the mock stops */
     if (!strcmp(fault, "status_404"))
         return reply_error(req, MHD_HTTP_NOT_FOUND, "no such file", "invalid_request_error",
                            "not_found");
