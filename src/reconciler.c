@@ -40,6 +40,18 @@ enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_
     return window_closed ? RV_REVIEW : RV_LATER; /* the search failed: no proof either way */
 }
 
+enum recon_page_step recon_next_page(int total, int has_cursor, int pages_read, int max_pages,
+                                     int past_lease)
+{
+    if (total < 0)
+        return RPS_UNPROVEN; /* a page failed */
+    if (!has_cursor)
+        return RPS_DONE; /* every page read: the count is the truth */
+    if (pages_read >= max_pages || past_lease)
+        return RPS_UNPROVEN; /* more pages than may be read, or than the lease leaves time for */
+    return RPS_NEXT;
+}
+
 enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed)
 {
     int matches = http_status >= 200 && http_status < 300 ? 1 : http_status == 404 ? 0 : -1;
@@ -367,8 +379,8 @@ static void get(struct recon_job *j, int first)
 }
 
 /* Reads one page of the provider's list: counts the tasks carrying our reference (keeping the one
- * match) and says whether another page is to be read. The count becomes -1 when the page failed
- * or the pages ran past max_pages: then nothing is proven. */
+ * match) and says whether another page is to be read (recon_next_page). The count becomes -1
+ * when nothing is proven: a page failed, or the pages ran past max_pages or the lease. */
 static int list_page(struct recon_job *j, struct up_response *res)
 {
     const struct cfg_provider *p = j->p;
@@ -393,13 +405,19 @@ static int list_page(struct recon_job *j, struct up_response *res)
     free(j->cursor);
     j->cursor = next && *next ? strdup(next) : NULL;
     cJSON_Delete(doc);
-    if (j->total < 0 || !j->cursor)
-        return 0;
-    if (++j->page == p->list_max_pages) {
+    /* Every page must end within the lease, or what it proves could not be written: a search
+     * that needs longer proves nothing this time (a later claim searches again, until the window
+     * closes). */
+    int past_lease = clock_mono() + p->total_timeout_ms / 1000.0 > j->lease_end;
+    enum recon_page_step step =
+        recon_next_page(j->total, j->cursor != NULL, ++j->page, p->list_max_pages, past_lease);
+    if (step == RPS_UNPROVEN && j->total >= 0 && past_lease && j->page < p->list_max_pages)
+        LOG(LOG_WARN, "list_search_unfinished", LS("job_id", j->c.id), LS("provider", p->name),
+            LI("pages", j->page),
+            LS("note", "the next page could end after the lease: nothing is proven"));
+    if (step == RPS_UNPROVEN)
         j->total = -1;
-        return 0;
-    }
-    return 1;
+    return step == RPS_NEXT;
 }
 
 /* A call of the job ended (on an engine thread, or at once when it could not be made): its
@@ -480,16 +498,6 @@ static void write_job(struct rq_item *it, struct db *db)
         int more = list_page(j, &j->res);
         up_response_fini(&j->res);
         free(j->url);
-        /* Every page must end within the lease, or what it proves could not be written: a
-         * search that needs longer proves nothing this time (a later claim searches again,
-         * until the window closes). */
-        if (more && clock_mono() + j->p->total_timeout_ms / 1000.0 > j->lease_end) {
-            LOG(LOG_WARN, "list_search_unfinished", LS("job_id", j->c.id),
-                LS("provider", j->p->name), LI("pages", j->page),
-                LS("note", "the next page could end after the lease: nothing is proven"));
-            more = 0;
-            j->total = -1;
-        }
         j->url = more ? page_url(j->p, &j->v, j->cursor) : NULL;
         if (more && j->url) {
             get(j, 0);

@@ -34,6 +34,17 @@ enum recon_verdict {
  * Absence needs the grace period (a task may be committed after our timeout), and a resend
  * after it needs the window still open; a task is adopted whenever it is found. */
 enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_passed);
+/* After a list page was read: whether to read the next. total: the matches counted so far (-1:
+ * a page failed); has_cursor: the page named a next one; pages_read: pages read so far;
+ * past_lease: the next page could end after the lease. Pure. */
+enum recon_page_step {
+    RPS_DONE,     /* every page read: total is what the search proves */
+    RPS_NEXT,     /* read the next page */
+    RPS_UNPROVEN, /* stop: nothing is proven (a page failed, too many pages, no time left) */
+};
+enum recon_page_step recon_next_page(int total, int has_cursor, int pages_read, int max_pages,
+                                     int past_lease);
+
 /* get_by_client_id: the status of the lookup (0 when it failed without an answer): 2xx found,
  * 404 none, anything else proves nothing. */
 enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed);

@@ -28,6 +28,29 @@ static void test_list_verdicts(void **state)
             fail_msg("row %zu", i);
 }
 
+static void test_next_page(void **state)
+{
+    (void)state;
+    static const struct {
+        int total, cursor, read, max, past_lease;
+        enum recon_page_step want;
+    } rows[] = {
+        /* The last page (no cursor): what was counted is proven, whatever is left. */
+        {0, 0, 1, 50, 0, RPS_DONE},       {2, 0, 3, 50, 1, RPS_DONE},
+        {1, 0, 50, 50, 0, RPS_DONE},
+        /* A cursor: the next page, while pages and the lease allow. */
+        {0, 1, 1, 50, 0, RPS_NEXT},       {1, 1, 49, 50, 0, RPS_NEXT},
+        {0, 1, 50, 50, 0, RPS_UNPROVEN},  {0, 1, 1, 1, 0, RPS_UNPROVEN},
+        {0, 1, 1, 50, 1, RPS_UNPROVEN},   {3, 1, 2, 50, 1, RPS_UNPROVEN},
+        /* A page that failed proves nothing, cursor or not. */
+        {-1, 0, 1, 50, 0, RPS_UNPROVEN},  {-1, 1, 1, 50, 0, RPS_UNPROVEN},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (recon_next_page(rows[i].total, rows[i].cursor, rows[i].read, rows[i].max,
+                            rows[i].past_lease) != rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 static void test_lookup_verdicts(void **state)
 {
     (void)state;
@@ -108,6 +131,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_list_verdicts),
         cmocka_unit_test(test_lookup_verdicts),
+        cmocka_unit_test(test_next_page),
         cmocka_unit_test(test_plans),
         cmocka_unit_test(test_found_states),
     };
