@@ -158,7 +158,7 @@ def test_poll_deadline_stops_waiting_not_the_job(gateway_factory, token, mock):
     e, route = entry("runway", mock)
     e["poll"]["deadline_seconds"] = 1
     gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
-    r = gw.submit(token, "deadline-" + uuid.uuid4().hex, body(polls=60), route=route)
+    r = gw.submit(token, "deadline-" + uuid.uuid4().hex, body(polls=20), route=route)
     job_id = r.json()["id"]
     time.sleep(2.5)
     j = gw.job(token, job_id).json()
