@@ -736,20 +736,29 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct archiver *A = arg;
-    if (atomic_load(&A->copying) >= A->cfg->archive_max_inflight || !eng_acquire(A->eng, -1)) {
+    if (atomic_load(&A->copying) >= A->cfg->archive_max_inflight || eng_room(A->eng) <= 0) {
         atomic_store(&A->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }
     atomic_store(&A->starved, 0);
+    /* The slot is taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
     int e = archive_claim(db, owner, lease_seconds, out);
-    if (e != STORE_OK)
-        eng_release(A->eng, -1);
+    if (e == STORE_OK)
+        eng_acquire_more(A->eng);
     return e;
 }
 
 static int arch_starved(void *arg)
 {
     return atomic_load(&((struct archiver *)arg)->starved);
+}
+
+/* A slot was given back (by any pool's call): a claim that found the engine full is made again. */
+static void arch_room(void *arg)
+{
+    struct archiver *A = arg;
+    if (atomic_load(&A->starved))
+        rq_kick(A->results);
 }
 
 static int write_results(struct db *db, void *arg)
@@ -785,7 +794,9 @@ struct archiver *archive_start(const struct cfg *cfg, struct eng *eng)
                               .chores = write_results,
                               .chores_fd = rq_fd(A->results),
                               .starved = arch_starved};
+    eng_on_room(eng, arch_room, A);
     if (!(A->pool = wpool_start(cfg, cfg->archive_workers, &spec))) {
+        eng_room_off(eng, A);
         rq_free(A->results);
         free(A);
         return NULL;
@@ -804,6 +815,7 @@ void archive_stop(struct archiver *A)
     if (!A)
         return;
     wpool_stop(A->pool);
+    eng_room_off(A->eng, A);
     rq_free(A->results);
     free(A);
 }

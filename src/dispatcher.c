@@ -196,6 +196,14 @@ static int disp_starved(void *arg)
     return atomic_load(&((struct dispatcher *)arg)->starved);
 }
 
+/* A slot was given back (by any pool's call): a claim that found the engine full is made again. */
+static void disp_room(void *arg)
+{
+    struct dispatcher *d = arg;
+    if (atomic_load(&d->starved))
+        rq_kick(d->results);
+}
+
 /* Starts one create (its slot is taken): the row becomes `sending` if it is not yet, the call
  * goes to the engine, and this thread goes on. Its result is written by whichever dispatcher
  * thread takes it from the queue. */
@@ -249,6 +257,7 @@ static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *
 
 static void disp_free(struct dispatcher *d)
 {
+    eng_room_off(d->eng, d);
     rq_free(d->results);
     rq_free(d->born);
     free(d);
@@ -278,6 +287,7 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
                               .chores = chores,
                               .chores_fd = rq_fd(d->results),
                               .starved = disp_starved};
+    eng_on_room(eng, disp_room, d);
     d->pool = wpool_start(cfg, cfg->dispatch_workers, &spec);
     if (!d->pool) {
         disp_free(d);

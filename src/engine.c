@@ -19,6 +19,8 @@
 #define EVENTS_MAX 256
 /* The longest an idle loop sleeps (it is woken for submissions and stops anyway). */
 #define IDLE_WAIT_MS 1000
+/* Pools told when a slot is given back (the dispatcher, the poller, the reconciler, the archive). */
+#define ROOM_WAKERS 8
 
 /* A submitted call, from eng_submit (or eng_submit_easy) until its done ran. */
 struct call {
@@ -57,6 +59,13 @@ struct eng {
     int n_providers;
     int *limit;       /* per provider; 0: none */
     atomic_int *busy; /* per provider: slots taken */
+    /* Told whenever a slot is given back (eng_on_room); the lock lets a pool leave the table
+     * before it is freed while another thread may be calling it. */
+    pthread_rwlock_t room_lock;
+    struct {
+        void (*fn)(void *arg);
+        void *arg;
+    } room[ROOM_WAKERS];
 };
 
 static long long now_ms(void)
@@ -104,6 +113,32 @@ void eng_release(struct eng *e, int prov)
     if (prov >= 0 && prov < e->n_providers)
         atomic_fetch_sub(&e->busy[prov], 1);
     atomic_fetch_sub(&e->used, 1);
+    pthread_rwlock_rdlock(&e->room_lock);
+    for (int i = 0; i < ROOM_WAKERS; i++)
+        if (e->room[i].fn)
+            e->room[i].fn(e->room[i].arg);
+    pthread_rwlock_unlock(&e->room_lock);
+}
+
+void eng_on_room(struct eng *e, void (*fn)(void *arg), void *arg)
+{
+    pthread_rwlock_wrlock(&e->room_lock);
+    for (int i = 0; i < ROOM_WAKERS; i++)
+        if (!e->room[i].fn) {
+            e->room[i].fn = fn;
+            e->room[i].arg = arg;
+            break;
+        }
+    pthread_rwlock_unlock(&e->room_lock);
+}
+
+void eng_room_off(struct eng *e, void *arg)
+{
+    pthread_rwlock_wrlock(&e->room_lock);
+    for (int i = 0; i < ROOM_WAKERS; i++)
+        if (e->room[i].fn && e->room[i].arg == arg)
+            e->room[i].fn = NULL;
+    pthread_rwlock_unlock(&e->room_lock);
 }
 
 int eng_provider_full(const struct eng *e, int prov)
@@ -360,6 +395,7 @@ void eng_free(struct eng *e)
     free(e->loops);
     free(e->limit);
     free(e->busy);
+    pthread_rwlock_destroy(&e->room_lock);
     free(e);
 }
 
@@ -370,6 +406,7 @@ struct eng *eng_start(int threads, int max_inflight, const int *per_provider, in
         return NULL;
     e->max_inflight = max_inflight;
     e->n_providers = n_providers;
+    pthread_rwlock_init(&e->room_lock, NULL);
     e->loops = calloc((size_t)(threads > 0 ? threads : 1), sizeof(*e->loops));
     e->limit = calloc((size_t)n_providers + 1, sizeof(*e->limit));
     e->busy = calloc((size_t)n_providers + 1, sizeof(*e->busy));

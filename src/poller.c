@@ -483,20 +483,29 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct poller *pl = arg;
-    if (!eng_acquire(pl->eng, -1)) {
+    if (eng_room(pl->eng) <= 0) {
         atomic_store(&pl->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }
     atomic_store(&pl->starved, 0);
+    /* The slot is taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
     int e = store_poll_claim(db, owner, lease_seconds, out);
-    if (e != STORE_OK)
-        eng_release(pl->eng, -1);
+    if (e == STORE_OK)
+        eng_acquire_more(pl->eng);
     return e;
 }
 
 static int poll_starved(void *arg)
 {
     return atomic_load(&((struct poller *)arg)->starved);
+}
+
+/* A slot was given back (by any pool's call): a claim that found the engine full is made again. */
+static void poll_room(void *arg)
+{
+    struct poller *pl = arg;
+    if (atomic_load(&pl->starved))
+        rq_kick(pl->results);
 }
 
 static int write_results(struct db *db, void *arg)
@@ -525,7 +534,9 @@ struct poller *poller_start(const struct cfg *cfg, struct eng *eng)
                               .chores = write_results,
                               .chores_fd = rq_fd(pl->results),
                               .starved = poll_starved};
+    eng_on_room(eng, poll_room, pl);
     if (!(pl->pool = wpool_start(cfg, cfg->poll_workers, &spec))) {
+        eng_room_off(eng, pl);
         rq_free(pl->results);
         free(pl);
         return NULL;
@@ -544,6 +555,7 @@ void poller_stop(struct poller *pl)
     if (!pl)
         return;
     wpool_stop(pl->pool);
+    eng_room_off(pl->eng, pl);
     rq_free(pl->results);
     free(pl);
 }

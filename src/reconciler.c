@@ -660,20 +660,29 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     struct reconciler *r = arg;
     char providers[8192];
     if (!cfg_providers_literal(r->cfg, provider_full, r, providers, sizeof(providers)) ||
-        !eng_acquire(r->eng, -1)) {
+        eng_room(r->eng) <= 0) {
         atomic_store(&r->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }
     atomic_store(&r->starved, 0);
+    /* The slot is taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
     int e = store_reconcile_claim(db, owner, lease_seconds, providers, out);
-    if (e != STORE_OK)
-        eng_release(r->eng, -1);
+    if (e == STORE_OK)
+        eng_acquire_more(r->eng);
     return e;
 }
 
 static int recon_starved(void *arg)
 {
     return atomic_load(&((struct reconciler *)arg)->starved);
+}
+
+/* A slot was given back (by any pool's call): a claim that found the engine full is made again. */
+static void recon_room(void *arg)
+{
+    struct reconciler *r = arg;
+    if (atomic_load(&r->starved))
+        rq_kick(r->results);
 }
 
 static int write_results(struct db *db, void *arg)
@@ -704,7 +713,9 @@ struct reconciler *recon_start(const struct cfg *cfg, struct eng *eng)
                               .chores = write_results,
                               .chores_fd = rq_fd(r->results),
                               .starved = recon_starved};
+    eng_on_room(eng, recon_room, r);
     if (!(r->pool = wpool_start(cfg, cfg->reconcile_workers, &spec))) {
+        eng_room_off(eng, r);
         rq_free(r->results);
         free(r->busy);
         free(r);
@@ -724,6 +735,7 @@ void recon_stop(struct reconciler *r)
     if (!r)
         return;
     wpool_stop(r->pool);
+    eng_room_off(r->eng, r);
     rq_free(r->results);
     free(r->busy);
     free(r);

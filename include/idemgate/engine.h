@@ -13,6 +13,11 @@
  * gives it back. So a claimed operation never waits in a queue with its lease running, and the
  * number of calls in flight is a setting, not a thread count.
  *
+ * ENG_ROOM_THEN_TAKE: the pools whose calls are not creates (the poller, the reconciler, the
+ * archive) look at eng_room before they claim and take the slot only once they claimed something
+ * (eng_acquire_more): their idle claims, many a second, never hold a slot that a create's claim
+ * then finds taken. They may pass max_inflight by one call per claiming thread.
+ *
  * Completion: done(arg, res) runs on the engine thread exactly once per submitted transfer, with
  * the call's evidence (res is the callee's to keep or release with up_response_fini). It must not
  * block: it hands the result to whoever writes it. Stopping lets every call in flight end (each
@@ -45,6 +50,12 @@ void eng_assign(struct eng *e, int prov);
 void eng_acquire_more(struct eng *e);
 /* Gives back a slot taken and not submitted on. */
 void eng_release(struct eng *e, int prov);
+/* fn(arg) runs whenever a slot is given back, from any thread (a call's end, a claim that found
+ * nothing): it must only wake the pool, whose claim found the engine full, to claim again. Call
+ * it at the pool's start; eng_room_off(e, arg) before the pool is freed (fn is then never called
+ * again with arg). */
+void eng_on_room(struct eng *e, void (*fn)(void *arg), void *arg);
+void eng_room_off(struct eng *e, void *arg);
 /* 1 when the provider's own limit is reached (its calls should not be claimed now). */
 int eng_provider_full(const struct eng *e, int prov);
 /* Free slots in the engine as a whole. */
