@@ -26,6 +26,7 @@ struct flight {
     struct rq_item node;
     struct dispatcher *d;
     struct attempt *a;
+    int slot; /* the engine slot of the create, held until its outcome is written */
     struct up_response res;
     double t1; /* wall clock when the call ended */
 };
@@ -104,6 +105,7 @@ static int write_results(struct dispatcher *d, struct db *db)
         (void)store_finish_many(db, fs, (size_t)k, applied, errors);
     for (int i = 0; i < k; i++) {
         attempt_recorded(v[i]->a, errors[i], applied[i]);
+        eng_release(d->eng, v[i]->slot); /* the outcome (and any trip) is written: room again */
         free(v[i]);
     }
     return n > 0;
@@ -233,7 +235,8 @@ static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_clai
     }
     f->d = d;
     f->a = a;
-    eng_submit(d->eng, slot, x, on_call_end, f);
+    f->slot = slot;
+    eng_submit_held(d->eng, slot, x, on_call_end, f);
 }
 
 /* A born reservation still queued when this replica stops: nothing of it was begun, so it is

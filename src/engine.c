@@ -27,6 +27,7 @@ struct call {
     struct up_xfer *x; /* or NULL: a bare easy handle (h, done_easy) */
     CURL *h;
     int prov;
+    int hold; /* the slot stays taken after done (eng_submit_held) */
     eng_done_fn done;
     eng_easy_done_fn done_easy;
     void *arg;
@@ -199,7 +200,8 @@ static void call_done(struct eng *e, struct call *c, int curl_code)
 {
     atomic_fetch_sub(&e->inflight, 1);
     metrics_calls_in_flight(-1);
-    eng_release(e, c->prov);
+    if (!c->hold)
+        eng_release(e, c->prov);
     if (c->x) {
         struct up_response res;
         (void)up_xfer_finish(c->x, curl_code, &res);
@@ -327,18 +329,30 @@ static void submit(struct eng *e, struct call *c)
     (void)w;
 }
 
-void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
+static void submit_xfer(struct eng *e, int prov, int hold, struct up_xfer *x, eng_done_fn done,
+                        void *arg)
 {
     struct call *c = malloc(sizeof(*c));
     if (!c) {
         struct up_response res;
         (void)up_xfer_finish(x, CURLE_OUT_OF_MEMORY, &res);
-        eng_release(e, prov);
+        if (!hold)
+            eng_release(e, prov);
         done(arg, &res);
         return;
     }
-    *c = (struct call){.x = x, .prov = prov, .done = done, .arg = arg};
+    *c = (struct call){.x = x, .prov = prov, .hold = hold, .done = done, .arg = arg};
     submit(e, c);
+}
+
+void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
+{
+    submit_xfer(e, prov, 0, x, done, arg);
+}
+
+void eng_submit_held(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
+{
+    submit_xfer(e, prov, 1, x, done, arg);
 }
 
 void eng_submit_easy(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg)

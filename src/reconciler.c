@@ -514,6 +514,7 @@ static void write_job(struct rq_item *it, struct db *db)
         int applied = 0;
         int e = store_finish(db, f, &applied);
         attempt_recorded(j->a, e, applied);
+        eng_release(j->r->eng, j->slot); /* the outcome (and any trip) is written: room again */
     } else if (j->step == RS_ADOPT) {
         write_adopt(db, j);
     } else {
@@ -551,7 +552,7 @@ static void resend(struct db *db, struct recon_job *j)
         job_free(j);
         return;
     }
-    eng_submit(r->eng, j->slot, x, on_end, j);
+    eng_submit_held(r->eng, j->slot, x, on_end, j);
 }
 
 /* Decides what to do with a claimed unknown operation (recon_plan) and starts it: a call on the

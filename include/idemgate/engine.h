@@ -66,6 +66,10 @@ int eng_inflight(const struct eng *e);
 /* Submits transfer x (taking ownership) on a slot taken for prov. done(arg, res) is called once
  * it ended, from an engine thread; the slot is given back just before. */
 void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg);
+/* The same for a create: its slot stays taken after done, until the caller recorded the outcome
+ * and calls eng_release(e, prov). So no create of the provider is claimed on the slot of one
+ * whose refusal (a tripped credential) is not written yet. */
+void eng_submit_held(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg);
 
 /* A transfer that is not a provider call of upstream.h (an archive copy, with its own write and
  * socket callbacks): h is a configured CURL easy handle, still the caller's. done(arg,

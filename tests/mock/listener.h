@@ -27,10 +27,12 @@ bool listener_open(const char *host, const char *port, unsigned int *bound_port)
 
 /*
  * The most connections served at once: one more is closed as soon as it is accepted.  Call
- * it before listener_run(); give libmicrohttpd a higher limit of its own
- * (LISTENER_LIMIT_SLACK above), which it then never meets.
+ * it before listener_run(); give libmicrohttpd the higher limit LISTENER_MHD_LIMIT, which it
+ * then never meets: its own count drops only when its polling thread cleans a closed
+ * connection up, later than the close this listener counts, so after a thousand clients left
+ * at once (a replica killed) it may count up to twice the limit for a moment.
  */
-#define LISTENER_LIMIT_SLACK 64u
+#define LISTENER_MHD_LIMIT(limit) ((limit) * 4u + 64u)
 void listener_set_limit(unsigned int limit);
 
 /* Counts a connection libmicrohttpd closed: its MHD_OPTION_NOTIFY_CONNECTION callback calls it

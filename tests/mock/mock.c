@@ -819,7 +819,7 @@ int main(int argc, char **argv)
     listener_set_limit(opt.connections);
     daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, NULL, MHD_OPTION_EXTERNAL_LOGGER,
                               on_mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                              opt.connections + LISTENER_LIMIT_SLACK,
+                              LISTENER_MHD_LIMIT(opt.connections),
                               MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
                               MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK_BYTES,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
