@@ -52,6 +52,12 @@ enum recon_page_step recon_next_page(int total, int has_cursor, int pages_read, 
     return RPS_NEXT;
 }
 
+long recon_later_ms(long interval_ms, long grace_ms, long long since_ambiguous_ms)
+{
+    long long left = (long long)grace_ms - since_ambiguous_ms;
+    return left > interval_ms ? (long)left : interval_ms;
+}
+
 enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed)
 {
     int matches = http_status >= 200 && http_status < 300 ? 1 : http_status == 404 ? 0 : -1;
@@ -282,7 +288,10 @@ static void not_found(const struct cfg_provider *p, struct db *db, const struct 
         write_simple(db, c, ST_REVIEW, 0, how,
                      "reconciliation could not decide: an operator must resolve it", t0);
     else
-        write_simple(db, c, ST_UNKNOWN, p->reconcile_interval_ms, "not_yet", NULL, t0);
+        write_simple(db, c, ST_UNKNOWN,
+                     recon_later_ms(p->reconcile_interval_ms, p->absent_grace_ms,
+                                    c->since_ambiguous_ms),
+                     "not_yet", NULL, t0);
 }
 
 struct match_ctx {

@@ -45,6 +45,11 @@ enum recon_page_step {
 enum recon_page_step recon_next_page(int total, int has_cursor, int pages_read, int max_pages,
                                      int past_lease);
 
+/* When to look again after a search proved nothing yet: not before the provider's absent grace
+ * has passed since the last ambiguous send (no search can prove absence before it), and never
+ * sooner than the profile's interval. Pure. */
+long recon_later_ms(long interval_ms, long grace_ms, long long since_ambiguous_ms);
+
 /* get_by_client_id: the status of the lookup (0 when it failed without an answer): 2xx found,
  * 404 none, anything else proves nothing. */
 enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed);

@@ -51,6 +51,23 @@ static void test_next_page(void **state)
             fail_msg("row %zu", i);
 }
 
+static void test_later(void **state)
+{
+    (void)state;
+    static const struct {
+        long interval, grace;
+        long long since;
+        long want;
+    } rows[] = {
+        {250, 5000, 0, 5000},   {250, 5000, 1000, 4000}, {250, 5000, 4900, 250},
+        {250, 5000, 5000, 250}, {250, 5000, 60000, 250}, {1000, 0, 0, 1000},
+        {2000, 1500, 0, 2000},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (recon_later_ms(rows[i].interval, rows[i].grace, rows[i].since) != rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 static void test_lookup_verdicts(void **state)
 {
     (void)state;
@@ -132,6 +149,7 @@ int main(void)
         cmocka_unit_test(test_list_verdicts),
         cmocka_unit_test(test_lookup_verdicts),
         cmocka_unit_test(test_next_page),
+        cmocka_unit_test(test_later),
         cmocka_unit_test(test_plans),
         cmocka_unit_test(test_found_states),
     };
