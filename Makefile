@@ -50,7 +50,7 @@ FUZZ_BUILD   ?= build-libfuzzer
 FUZZ_CC      ?= clang
 FUZZ_JOBS    ?= 2
 FUZZ_SECONDS ?= 120
-FUZZ_SHORT_SECONDS ?= 2
+FUZZ_SHORT_SECONDS ?= 1
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_TOOL_SRCS := $(wildcard tests/fuzz/tool_*.c)

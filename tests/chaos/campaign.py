@@ -85,7 +85,7 @@ class Sizes:
     lease_s: int = 3
 
 
-CI = Sizes(intents=240, concurrency=12, load_s=30, kills=2, pg_restarts=1, outages=3, drain_s=60)
+CI = Sizes(intents=240, concurrency=12, load_s=25, kills=2, pg_restarts=1, outages=3, drain_s=60)
 FULL = Sizes(intents=3000, concurrency=24, load_s=300, kills=12, pg_restarts=4, outages=12,
              drain_s=120, page_max=50, stalls=4)
 # Slow providers (issue 22): creates that take seconds, arriving fast, so that hundreds (CI size)

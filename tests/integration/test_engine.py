@@ -131,7 +131,7 @@ def test_a_providers_own_limit_leaves_room_for_the_others(gateway_factory, mock,
     other = provider("mock-keyed", mock.url, path="/v2/generations", route="generations",
                      idempotency={"header": "Idempotency-Key"})
     gw = gateway_factory(dispatch_workers=1, providers=[slow, other])
-    slow_ids = submit_all(gw, token, [f"own-{uuid.uuid4().hex[:6]}-{i}" for i in range(10)], 2000)
+    slow_ids = submit_all(gw, token, [f"own-{uuid.uuid4().hex[:6]}-{i}" for i in range(6)], 2000)
     other_ids = submit_all(gw, token, [f"oth-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)], 0,
                            route="mock-keyed/generations")
     inlist = ",".join(f"'{i}'" for i in slow_ids)
@@ -223,7 +223,7 @@ def test_reconcile_lookups_run_side_by_side_on_the_engine(gateway_factory, mock,
 
 def test_one_providers_slow_searches_do_not_hold_up_another(gateway_factory, mock, token, psql):
     """reconcile_max_inflight is per provider: with a cap of 2, eight unknown jobs whose lookups
-    take 2 s each keep two lookups in flight, and a keyed provider's unknown jobs — made unknown
+    take 1.5 s each keep two lookups in flight, and a keyed provider's unknown jobs — made unknown
     after them — are resent and completed while half of the eight still wait. (Served in claim
     order by one queue under one cap, they would wait for all eight lookups.) One create each."""
     lookup = {"strategy": "get_by_client_id", "window_seconds": 120, "interval_ms": 200,
@@ -239,7 +239,7 @@ def test_one_providers_slow_searches_do_not_hold_up_another(gateway_factory, moc
     gw = gateway_factory(dispatch_workers=1, reconcile_workers=1, reconcile_max_inflight=2,
                          providers=[slow, keyed])
     assert mock.http.request("POST", "/_config",
-                             json.dumps({"lookup_delay_ms": 2000})).status == 200
+                             json.dumps({"lookup_delay_ms": 1500})).status == 200
     mock.script([{"fault": "hang"}] * 8)
     slow_ids = submit_all(gw, token, [f"ss-{uuid.uuid4().hex[:6]}-{i}" for i in range(8)], 0,
                           route="slowsearch/images/generations")

@@ -87,7 +87,7 @@ def test_transaction_pooling_breaks_prepared_statements(gateway_factory, mock, c
         outs = run_all(Client(lambda: reps.ports(), RetryPolicy(max_seconds=20)), its,
                        concurrency=8)
         s = harness.conclude("pgbouncer-transaction", outs, sql(direct), mock.url, pfx,
-                             drain_timeout=15, emit=False)
+                             drain_timeout=5, emit=False)
         errors = db_errors(reps, ("a",))
         s["db_errors"] = dict(errors)
         s["answers_5xx"] = sum(1 for o in outs for a in o.attempts

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 
-ROUNDS = int(os.environ.get("SHUTDOWN_ROUNDS", "12"))
+ROUNDS = int(os.environ.get("SHUTDOWN_ROUNDS", "8"))
 # Every socket operation of a client is bounded by this: a request that gets neither an answer
 # nor a refusal nor a close within it is a hang, and fails the test.
 CLIENT_TIMEOUT_S = 20
