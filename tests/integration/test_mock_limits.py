@@ -18,7 +18,8 @@ def test_mock_refuses_past_its_limit_and_recovers():
     try:
         wait_for_line(proc, "listening")
         http = Http(f"http://127.0.0.1:{port}")
-        assert http.request("GET", "/_health").status == 200
+        # No request before the held ones: the mock counts a connection until libmicrohttpd
+        # reports it closed, which on a loaded machine comes after the next ones arrive.
         body = json.dumps({"prompt": "x", "_mock": {"fault": "hang"}}).encode()
         for _ in range(8):  # twice the limit, each held open by a hanging create
             s = socket.create_connection(("127.0.0.1", port))
