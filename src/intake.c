@@ -1,5 +1,6 @@
 #include "idemgate/intake.h"
 
+#include "idemgate/answers.h"
 #include "idemgate/api.h"
 #include "idemgate/attempt.h"
 #include "idemgate/crash.h"
@@ -12,6 +13,7 @@
 #include "idemgate/jobcache.h"
 #include "idemgate/limits.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/provider.h"
 #include "idemgate/recorder.h"
 #include "idemgate/reply.h"
@@ -470,6 +472,7 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
     struct api_wait *w = api_wait(r);
     struct store_job j;
     int e = store_job_get(api_db(r), w->token_hash, w->job_id, &j);
+    metrics_wait_answer(0);
     if (e == STORE_OK) {
         if (st_is_terminal(j.state))
             reply_provider_result(r, &j, w->replayed, w->wait_seconds);
@@ -490,6 +493,15 @@ void intake_resume(struct hs_req *r)
     if (in && in->wait_counted) { /* the hold is over: the slot is free before the answer goes */
         limits_wait_end(in->token);
         in->wait_counted = 0;
+    }
+    /* Woken by this replica's commit of the job's end: the answer is in memory (answers.h). */
+    struct api_wait *w = api_wait(r);
+    struct jobcache_entry e;
+    if (answers_get(w->job_id, &e)) {
+        metrics_wait_answer(1);
+        reply_result(r, &e, w->replayed, w->wait_seconds);
+        jobcache_entry_fini(&e);
+        return;
     }
     if (api_offload(r, answer_waited, NULL) < 0)
         reply_shutting_down(r); /* the database workers have stopped */

@@ -1,5 +1,6 @@
 #include "idemgate/lease.h"
 
+#include "idemgate/answers.h"
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
 #include "idemgate/store.h"
@@ -656,7 +657,13 @@ static void finish_applied(struct db *db, const struct store_finish *f, struct p
         written = finish_committed(db, f);
         *applied = written >= 0;
     }
-    /* Committed: whoever waits for this operation (dispatchers, clients) is told. */
+    /* Committed: whoever waits for this operation (dispatchers, clients) is told. A client
+     * waiting here answers from memory when the row holds exactly what f wrote (the state asked
+     * for, and the provider's answer: coalesce() keeps the stored one when f has none). */
+    if (written >= 0 && written == (int)f->state && f->http_status && f->resp_headers &&
+        f->resp_body)
+        answers_put(f->id, f->state, f->http_status, f->resp_headers, f->resp_body,
+                    f->resp_body_len);
     if (written >= 0)
         wake_state(f->id, (enum op_state)written);
 }

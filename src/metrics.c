@@ -45,6 +45,7 @@ static atomic_ulong intake_batches[2]; /* [committed as one] */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
 static atomic_long calls_in_flight, calls_in_flight_peak;
+static atomic_ulong wait_answers[2]; /* [0] by a read of the job, [1] from memory */
 static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
 static atomic_ulong archive_reads_unserved[MAR__COUNT];
 static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
@@ -154,6 +155,11 @@ void metrics_intake_batch(size_t intents, int committed, int born_claimed)
     atomic_fetch_add(&intake_batches[committed ? 1 : 0], 1);
     atomic_fetch_add(&intake_batched, intents);
     atomic_fetch_add(&intake_born_claimed, (unsigned long)born_claimed);
+}
+
+void metrics_wait_answer(int from_memory)
+{
+    atomic_fetch_add(&wait_answers[from_memory ? 1 : 0], 1);
 }
 
 void metrics_calls_in_flight(int delta)
@@ -283,10 +289,17 @@ static void render_intake(struct buf *b)
         "# HELP idemgate_provider_calls_in_flight_peak The most provider calls in flight at "
         "once in this replica since it started.\n"
         "# TYPE idemgate_provider_calls_in_flight_peak gauge\n"
-        "idemgate_provider_calls_in_flight_peak %ld\n",
+        "idemgate_provider_calls_in_flight_peak %ld\n"
+        "# HELP idemgate_wait_answers_total `Prefer: wait` clients answered after waiting: "
+        "source=memory from the answer this replica just committed, source=read by reading "
+        "the job.\n"
+        "# TYPE idemgate_wait_answers_total counter\n"
+        "idemgate_wait_answers_total{source=\"memory\"} %lu\n"
+        "idemgate_wait_answers_total{source=\"read\"} %lu\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed),
-        atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak));
+        atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak),
+        atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]));
 }
 
 /* Settled cost by (provider, currency), with the "other" overflow pair when it was used. */

@@ -40,6 +40,9 @@ enum metric_archive_read {
     MAR__COUNT
 };
 void metrics_archive_read_unserved(enum metric_archive_read why);
+/* A `Prefer: wait` client woken by its job's end was answered from this replica's memory (1,
+ * answers.h) or by a read of the job (0). */
+void metrics_wait_answer(int from_memory);
 /* Time an operation spent in unknown before it left it. */
 void metrics_unknown_seconds(double seconds);
 

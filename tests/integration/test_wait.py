@@ -54,3 +54,52 @@ def test_waiting_clients_do_not_block_server_threads(gateway_factory, token):
     for t in threads:
         t.join(timeout=30)
     assert [r.status for r in results] == [200] * 10
+
+
+def wait_answers(gw):
+    """idemgate_wait_answers_total by source."""
+    text = gw.http.request("GET", "/metrics").body.decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("idemgate_wait_answers_total{source="):
+            out[line.split('"')[1]] = float(line.split()[1])
+    assert set(out) == {"memory", "read"}, text[-2000:]
+    return out
+
+
+def test_a_waiter_is_answered_from_the_memory_of_the_replica_that_finished_its_job(
+        gateway_factory, token, mock):
+    """Issue 22 item 3: the replica whose commit ended the job answers its waiting client from
+    memory (no read of the job), with exactly what a read of the row answers; a waiter on
+    another replica, woken by the database's signal, reads the job."""
+    a = gateway_factory()
+    b = gateway_factory()
+    body = {"prompt": "answer me from memory", "n": 2, "_mock": {"delay_ms": 400}}
+    before = wait_answers(a)
+    k = "mem-" + uuid.uuid4().hex
+    r = a.submit(token, k, body, headers={"Prefer": "wait=10"})
+    assert r.status == 200, r
+    after = wait_answers(a)
+    assert after["memory"] == before["memory"] + 1, (before, after)
+    assert after["read"] == before["read"], (before, after)
+    # The same job read from the database by the other replica: the same answer.
+    dup = b.submit(token, k, body, headers={"Prefer": "wait=10"})
+    assert dup.status == r.status == 200
+    assert dup.body == r.body
+    assert dup.headers["content-type"] == r.headers["content-type"]
+    assert dup.headers["x-idemgate-job-id"] == r.headers["x-idemgate-job-id"]
+    assert dup.headers["x-idemgate-state"] == r.headers["x-idemgate-state"] == "completed"
+
+    # A waiter on b for a job a is sending: b is woken by the signal and reads the job.
+    k2 = "mem-other-" + uuid.uuid4().hex
+    slow = dict(body, _mock={"delay_ms": 1500})
+    first = a.submit(token, k2, slow)
+    assert first.status == 202, first
+    before_b = wait_answers(b)
+    waited = b.submit(token, k2, slow, headers={"Prefer": "wait=10"})
+    assert waited.status == 200, waited
+    after_b = wait_answers(b)
+    assert after_b["read"] == before_b["read"] + 1, (before_b, after_b)
+    assert after_b["memory"] == before_b["memory"], (before_b, after_b)
+    assert len(mock.creates_for(r.headers["x-idemgate-job-id"])) == 1
+    assert len(mock.creates_for(first.json()["id"])) == 1
