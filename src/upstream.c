@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 /* Response headers kept on the operation: what a client or a retry policy needs, nothing that
  * could identify the account. */
@@ -108,6 +109,24 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
         return CURL_PREREQFUNC_ABORT;
     }
     return CURL_PREREQFUNC_OK;
+}
+
+/* CURLOPT_SOCKOPTFUNCTION: every connection to a provider ends with a reset, never a graceful
+ * close. A create abandoned before its answer (a timeout) would otherwise leave its request
+ * bytes in this host's send queue, and the kernel goes on retransmitting them after the close:
+ * a provider whose accept queue was full receives the request when room appears — measured in
+ * the randomised campaign 10 to 25 s after the timeout, after the reconciler had proved the
+ * task absent and resent it (a second paid create). A reset drops what the provider has not
+ * received yet, so an attempt's bytes can arrive only while it runs. Each connection carries
+ * one exchange (FORBID_REUSE), which has ended when it is closed. */
+static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+    (void)arg;
+    if (purpose == CURLSOCKTYPE_IPCXN) {
+        struct linger abort_on_close = {.l_onoff = 1, .l_linger = 0};
+        (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
+    }
+    return CURL_SOCKOPT_OK;
 }
 
 /* Appends one header line to *list. The line is built exactly as long as it needs to be: a 2 KB
@@ -225,6 +244,7 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "idemgate/0.1");

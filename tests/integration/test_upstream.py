@@ -168,3 +168,40 @@ def test_long_tenant_token_is_accepted(gateway_factory, psql, size):
     assert gw.job(tok, r.json()["id"]).status == 200
     # The same token one character short is another tenant's (none): 401, not a crash.
     assert gw.job(tok[:-1], r.json()["id"]).status == 401
+
+
+def test_an_abandoned_create_is_reset_not_closed(gateway_factory, token):
+    """A create abandoned before its answer ends its connection with a reset. After a graceful
+    close the kernel goes on retransmitting whatever the provider has not acknowledged, and a
+    provider whose accept queue was full receives the request when room appears: the
+    randomised campaign saw creates arrive 10 to 25 s after the gateway's timeout, after the
+    reconciler had proved them absent and resent them (a second paid create). A reset drops
+    them: the bytes of an attempt can arrive only while it runs."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(15)
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}"
+    gw = gateway_factory(providers=[provider("silent", url, timeouts={"connect_ms": 1000,
+                                                                      "total_ms": 1000})])
+    try:
+        r = gw.submit(token, "reset-" + uuid.uuid4().hex, {"prompt": "never answered"},
+                      route="silent/images/generations")
+        assert r.status == 202, r
+        conn, _ = srv.accept()
+        conn.settimeout(15)
+        seen = b""
+        while b"\r\n\r\n" not in seen:  # the request arrives; no answer is ever sent
+            chunk = conn.recv(65536)
+            assert chunk, seen
+            seen += chunk
+        assert seen.startswith(b"POST /v1/images/generations ")
+        with pytest.raises(ConnectionResetError):
+            while True:  # the rest of the body, then the end of the connection
+                assert conn.recv(65536), "closed gracefully: unacknowledged bytes could follow"
+        job = gw.wait_state(token, r.json()["id"], ("unknown", "review"))
+        assert job["state"] in ("unknown", "review"), job
+        conn.close()
+    finally:
+        srv.close()
