@@ -27,7 +27,14 @@ struct ledger_entry {
     char *task_id; /* the provider's task id, or NULL for "task_<seq>" */
 };
 
-static pthread_mutex_t ledger_lock = PTHREAD_MUTEX_INITIALIZER;
+/*
+ * Reads (lookups, list pages, /_ledger) share the lock; a create's append waits only for the
+ * reads under way, never behind a queue of later ones (writers first).  A list page copies up
+ * to a thousand task bodies: behind one mutex, with the gateway searching many operations at
+ * once, creates waited there for up to a minute (1,570 threads found blocked on it) and were
+ * recorded long after the client had given up.
+ */
+static pthread_rwlock_t ledger_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static struct ledger_entry *entries;
 static size_t entry_count; /* every entry, seeded tasks included */
 static size_t entry_cap;
@@ -117,9 +124,9 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
         return false;
     }
 
-    pthread_mutex_lock(&ledger_lock);
+    pthread_rwlock_wrlock(&ledger_lock);
     if (entry_count >= LEDGER_MAX_ENTRIES || !reserve_one()) {
-        pthread_mutex_unlock(&ledger_lock);
+        pthread_rwlock_unlock(&ledger_lock);
         free_entry(&e);
         return false;
     }
@@ -130,7 +137,7 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
     slot->seq = e.seq;
     slot->pos = entry_count;
     slot->epoch = epoch;
-    pthread_mutex_unlock(&ledger_lock);
+    pthread_rwlock_unlock(&ledger_lock);
     return true;
 }
 
@@ -151,7 +158,7 @@ bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, con
         free(id);
         return false;
     }
-    pthread_mutex_lock(&ledger_lock);
+    pthread_rwlock_wrlock(&ledger_lock);
     if (slot->epoch == epoch && slot->pos >= 1 && slot->pos <= entry_count &&
         entries[slot->pos - 1].result == NULL) {
         struct ledger_entry *e = &entries[slot->pos - 1];
@@ -161,7 +168,7 @@ bool ledger_attach_task(const struct ledger_slot *slot, const char *task_id, con
         e->visible_at = e->time + visible_after_ms / 1000.0;
         attached = true;
     }
-    pthread_mutex_unlock(&ledger_lock);
+    pthread_rwlock_unlock(&ledger_lock);
     if (!attached) {
         free(copy);
         free(id);
@@ -189,16 +196,16 @@ bool ledger_seed_task(const char *provider, const char *task_id, const char *cli
         free_entry(&e);
         return false;
     }
-    pthread_mutex_lock(&ledger_lock);
+    pthread_rwlock_wrlock(&ledger_lock);
     if (entry_count >= LEDGER_MAX_ENTRIES || !reserve_one()) {
-        pthread_mutex_unlock(&ledger_lock);
+        pthread_rwlock_unlock(&ledger_lock);
         free_entry(&e);
         return false;
     }
     e.time = now_unix();
     e.visible_at = e.time;
     entries[entry_count++] = e;
-    pthread_mutex_unlock(&ledger_lock);
+    pthread_rwlock_unlock(&ledger_lock);
     return true;
 }
 
@@ -207,9 +214,9 @@ unsigned long ledger_epoch(void)
 {
     unsigned long n;
 
-    pthread_mutex_lock(&ledger_lock);
+    pthread_rwlock_rdlock(&ledger_lock);
     n = epoch;
-    pthread_mutex_unlock(&ledger_lock);
+    pthread_rwlock_unlock(&ledger_lock);
     return n;
 }
 
@@ -264,7 +271,7 @@ bool ledger_each_task(const struct ledger_task_query *q,
 
     if (more)
         *more = false;
-    pthread_mutex_lock(&ledger_lock);
+    pthread_rwlock_rdlock(&ledger_lock);
     start = q->before && q->before - 1 < entry_count ? q->before - 1 : entry_count;
     for (size_t i = start; ok && i > 0; i--) {
         const struct ledger_entry *e = &entries[i - 1];
@@ -286,7 +293,7 @@ bool ledger_each_task(const struct ledger_task_query *q,
         ok = visit(&t, ctx);
         visited++;
     }
-    pthread_mutex_unlock(&ledger_lock);
+    pthread_rwlock_unlock(&ledger_lock);
     return ok;
 }
 
@@ -345,7 +352,7 @@ char *ledger_to_json(void)
     char *text;
     bool ok = list != NULL;
 
-    pthread_mutex_lock(&ledger_lock);
+    pthread_rwlock_rdlock(&ledger_lock);
     count = create_count;
     for (size_t i = 0; ok && i < entry_count; i++) {
         cJSON *item;
@@ -355,7 +362,7 @@ char *ledger_to_json(void)
         item = entry_to_json(&entries[i]);
         ok = item != NULL && cJSON_AddItemToArray(list, item);
     }
-    pthread_mutex_unlock(&ledger_lock);
+    pthread_rwlock_unlock(&ledger_lock);
 
     cJSON_AddNumberToObject(doc, "count", (double)count);
     text = ok ? cJSON_PrintUnformatted(doc) : NULL;
@@ -366,13 +373,13 @@ char *ledger_to_json(void)
 /* Forgets every entry and every task, and restarts the sequence at 1. */
 void ledger_reset(void)
 {
-    pthread_mutex_lock(&ledger_lock);
+    pthread_rwlock_wrlock(&ledger_lock);
     for (size_t i = 0; i < entry_count; i++)
         free_entry(&entries[i]);
     entry_count = 0;
     create_count = 0;
     epoch++;
-    pthread_mutex_unlock(&ledger_lock);
+    pthread_rwlock_unlock(&ledger_lock);
 }
 
 /* Frees all ledger memory at exit; no other ledger call may run concurrently. */
