@@ -112,13 +112,12 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
 }
 
 /* CURLOPT_SOCKOPTFUNCTION: every connection to a provider ends with a reset, never a graceful
- * close. A create abandoned before its answer (a timeout) would otherwise leave its request
- * bytes in this host's send queue, and the kernel goes on retransmitting them after the close:
- * a provider whose accept queue was full receives the request when room appears — measured in
- * the randomised campaign 10 to 25 s after the timeout, after the reconciler had proved the
- * task absent and resent it (a second paid create). A reset drops what the provider has not
- * received yet, so an attempt's bytes can arrive only while it runs. Each connection carries
- * one exchange (FORBID_REUSE), which has ended when it is closed. */
+ * close. A create abandoned before its answer (a timeout) would otherwise leave whatever the
+ * provider has not acknowledged in this host's send queue, and the kernel goes on retransmitting
+ * it after the close, for minutes: a provider that was not reading (a full accept queue, a lost
+ * segment) could receive the request after the reconciler had proved its task absent and resent
+ * it. A reset drops it, so an attempt's bytes travel only while the attempt runs. Each
+ * connection carries one exchange (FORBID_REUSE), which has ended when it is closed. */
 static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
     (void)arg;

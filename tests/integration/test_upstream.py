@@ -173,10 +173,9 @@ def test_long_tenant_token_is_accepted(gateway_factory, psql, size):
 def test_an_abandoned_create_is_reset_not_closed(gateway_factory, token):
     """A create abandoned before its answer ends its connection with a reset. After a graceful
     close the kernel goes on retransmitting whatever the provider has not acknowledged, and a
-    provider whose accept queue was full receives the request when room appears: the
-    randomised campaign saw creates arrive 10 to 25 s after the gateway's timeout, after the
-    reconciler had proved them absent and resent them (a second paid create). A reset drops
-    them: the bytes of an attempt can arrive only while it runs."""
+    provider that was not reading (a full accept queue, a lost segment) could receive the
+    request after the reconciler had proved the task absent and resent it. A reset drops it:
+    the bytes of an attempt travel only while it runs."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))
