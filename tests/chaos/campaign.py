@@ -942,7 +942,10 @@ class Campaign:
         for i in range(0, len(cancelled), 200):
             ids = ",".join(f"'{jid}'" for jid in cancelled[i:i + 200])
             for jid, started, sent, outcome in self.sqlf(
-                    "SELECT operation_id, coalesce(extract(epoch FROM started_at), 0)::text, "
+                    # A lease that expired while sending: the dead sender's bytes may have
+                    # left at any time before the reaper's row (its finished_at).
+                    "SELECT operation_id, coalesce(extract(epoch FROM started_at), "
+                    "extract(epoch FROM finished_at), 0)::text, "
                     "coalesce(bytes_sent, 0)::text, outcome FROM attempts "
                     f"WHERE kind = 'create' AND operation_id IN ({ids})"):
                 sends[jid].append({"started": float(started), "bytes_sent": int(sent),

@@ -306,7 +306,10 @@ def check_campaign(scenario, camp, data, timing):
             # the gateway timed out): as many as the gateway's sends started before the answer
             # outnumber the ledger's entries received before it. When the cancel found the job
             # `sending`, the one create then in flight is such a send.
-            before = sum(1 for a in sends if a["started"] <= ack["t1"] and a["bytes_sent"] > 0)
+            # A lease that expired while sending (its sender died or stalled) stands for a send
+            # whose bytes may have left before the lease ran out.
+            before = sum(1 for a in sends if a["started"] <= ack["t1"] and
+                         (a["bytes_sent"] > 0 or a.get("outcome") == "lease_expired"))
             seen = sum(1 for e in entries_of[jid] if e["time"] <= ack["t1"])
             in_flight = max(before - seen, 1 if ack.get("state") == "sending" else 0)
             after = after[in_flight:]

@@ -197,6 +197,8 @@ def test_campaign_checker_sees_each_planted_violation():
                 [(1001, False, "task_1"), (1002, False, "task_2")]),
         "cancel": ("keyed", "review", "", None, [(1001, False, "task_3"), (1105, True, "task_3")]),
         "cancel2": ("keyed", "review", "", None, [(1200.5, False, "task_10")]),
+        # Cancelled after the sender died mid-send (its lease expired): its create may land later.
+        "cancel3": ("keyed", "review", "", None, [(1300.5, False, "task_14")]),
         "noout": ("listed", "completed", "task_4", None, [(1001, False, "task_4")]),
         "failtask": ("lookup", "failed", "", None, [(1001, False, "task_5")]),
         "back": ("plain", "completed", "", {"status": 200, "body": {"data": [{"url": "u"}]}},
@@ -253,6 +255,8 @@ def test_campaign_checker_sees_each_planted_violation():
     # but the gateway's own log shows it started sending after the answer.
     camp.job("job_cancel2").cancel_ack = {"t0": 1200.1, "t1": 1200.2, "status": 202,
                                           "state": "sending"}
+    camp.job("job_cancel3").cancel_ack = {"t0": 1300.1, "t1": 1300.2, "status": 202,
+                                          "state": "unknown"}
     camp.job("job_back").samples += [
         campaign.Sample(1010.0, 1010.1, "completed", "sample"),
         campaign.Sample(1011.0, 1011.1, "sending", "sample")]
@@ -267,7 +271,9 @@ def test_campaign_checker_sees_each_planted_violation():
     camp.sqlf = lambda q: db_rows if "encode(sha256" in q else []
     data = {"ledger": ledger, "tasks": {}, "rows": rows, "views": views, "chaos": None,
             "sends": {"job_cancel2": [{"started": 1200.0, "bytes_sent": 90, "outcome": "x"},
-                                      {"started": 1200.4, "bytes_sent": 90, "outcome": "y"}]},
+                                      {"started": 1200.4, "bytes_sent": 90, "outcome": "y"}],
+                      "job_cancel3": [{"started": 1300.0, "bytes_sent": 0,
+                                       "outcome": "lease_expired"}]},
             # A 401 may trip a provider; one tenant's 403 may not (issue 21 item 5).
             "trips": [("lookup-t", 401), ("plain-t", 403)]}
     summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
@@ -278,6 +284,6 @@ def test_campaign_checker_sees_each_planted_violation():
             "foreign_adoption": 1}
     assert checker.campaign_violations(summary) == want, (summary, evidence)
     blamed = {ev.get("job") for ev in evidence}
-    assert "job_clean" not in blamed and {f"job_{n}" for n in (
+    assert "job_clean" not in blamed and "job_cancel3" not in blamed and {f"job_{n}" for n in (
         "dup", "cancel", "cancel2", "noout", "failtask", "back", "lost", "unk", "wrong", "replay",
         "reuse", "otherbody", "fewer", "cancelfail", "cancelnotask")} <= blamed, blamed
