@@ -941,15 +941,16 @@ class Campaign:
             cancelled = [jid for jid, j in self.jobs.items() if j.cancel_ack and jid in rows]
         for i in range(0, len(cancelled), 200):
             ids = ",".join(f"'{jid}'" for jid in cancelled[i:i + 200])
-            for jid, started, sent, outcome in self.sqlf(
+            for jid, started, sent, outcome, finished in self.sqlf(
                     # A lease that expired while sending: the dead sender's bytes may have
                     # left at any time before the reaper's row (its finished_at).
                     "SELECT operation_id, coalesce(extract(epoch FROM started_at), "
                     "extract(epoch FROM finished_at), 0)::text, "
-                    "coalesce(bytes_sent, 0)::text, outcome FROM attempts "
+                    "coalesce(bytes_sent, 0)::text, outcome, "
+                    "extract(epoch FROM finished_at)::text FROM attempts "
                     f"WHERE kind = 'create' AND operation_id IN ({ids})"):
                 sends[jid].append({"started": float(started), "bytes_sent": int(sent),
-                                   "outcome": outcome})
+                                   "outcome": outcome, "finished": float(finished)})
         outcomes = {f"{k}:{o}": int(n) for k, o, n in self.sqlf(
             "SELECT a.kind, a.outcome, count(*) FROM attempts a JOIN operations o "
             "ON o.tenant_id = a.tenant_id AND o.id = a.operation_id "

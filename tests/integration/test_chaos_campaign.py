@@ -199,6 +199,8 @@ def test_campaign_checker_sees_each_planted_violation():
         "cancel2": ("keyed", "review", "", None, [(1200.5, False, "task_10")]),
         # Cancelled after the sender died mid-send (its lease expired): its create may land later.
         "cancel3": ("keyed", "review", "", None, [(1300.5, False, "task_14")]),
+        # Cancelled while `sending`, its transfer started by the engine after the answer.
+        "cancel4": ("keyed", "review", "", None, [(1400.3, False, "task_15")]),
         "noout": ("listed", "completed", "task_4", None, [(1001, False, "task_4")]),
         "failtask": ("lookup", "failed", "", None, [(1001, False, "task_5")]),
         "back": ("plain", "completed", "", {"status": 200, "body": {"data": [{"url": "u"}]}},
@@ -255,6 +257,8 @@ def test_campaign_checker_sees_each_planted_violation():
     # but the gateway's own log shows it started sending after the answer.
     camp.job("job_cancel2").cancel_ack = {"t0": 1200.1, "t1": 1200.2, "status": 202,
                                           "state": "sending"}
+    camp.job("job_cancel4").cancel_ack = {"t0": 1400.1, "t1": 1400.2, "status": 202,
+                                          "state": "sending"}
     camp.job("job_cancel3").cancel_ack = {"t0": 1300.1, "t1": 1300.2, "status": 202,
                                           "state": "unknown"}
     camp.job("job_back").samples += [
@@ -270,8 +274,12 @@ def test_campaign_checker_sees_each_planted_violation():
                    "task_id": "task_x", "body_sha256": "cd", "provider": "x"})
     camp.sqlf = lambda q: db_rows if "encode(sha256" in q else []
     data = {"ledger": ledger, "tasks": {}, "rows": rows, "views": views, "chaos": None,
-            "sends": {"job_cancel2": [{"started": 1200.0, "bytes_sent": 90, "outcome": "x"},
-                                      {"started": 1200.4, "bytes_sent": 90, "outcome": "y"}],
+            "sends": {"job_cancel2": [{"started": 1200.0, "bytes_sent": 90, "outcome": "x",
+                                       "finished": 1200.3},
+                                      {"started": 1200.4, "bytes_sent": 90, "outcome": "y",
+                                       "finished": 1200.6}],
+                      "job_cancel4": [{"started": 1400.25, "bytes_sent": 90, "outcome": "x",
+                                       "finished": 1400.5}],
                       "job_cancel3": [{"started": 1300.0, "bytes_sent": 0,
                                        "outcome": "lease_expired"}]},
             # A 401 may trip a provider; one tenant's 403 may not (issue 21 item 5).
@@ -284,6 +292,6 @@ def test_campaign_checker_sees_each_planted_violation():
             "foreign_adoption": 1}
     assert checker.campaign_violations(summary) == want, (summary, evidence)
     blamed = {ev.get("job") for ev in evidence}
-    assert "job_clean" not in blamed and "job_cancel3" not in blamed and {f"job_{n}" for n in (
+    assert not {"job_clean", "job_cancel3", "job_cancel4"} & blamed and {f"job_{n}" for n in (
         "dup", "cancel", "cancel2", "noout", "failtask", "back", "lost", "unk", "wrong", "replay",
         "reuse", "otherbody", "fewer", "cancelfail", "cancelnotask")} <= blamed, blamed
