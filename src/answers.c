@@ -14,7 +14,7 @@
 void answers_put(const char *job_id, enum op_state st, int http_status, const char *resp_headers,
                  const void *body, size_t body_len)
 {
-    if (!job_id || !st_is_terminal(st) || !http_status || !resp_headers || !body)
+    if (!job_id || !st_is_terminal(st) || !http_status || !resp_headers || !body || !body_len)
         return;
     struct jobcache_entry e;
     memset(&e, 0, sizeof(e));
