@@ -4,6 +4,7 @@
 #include "idemgate/metrics.h"
 #include "idemgate/offload.h"
 #include "idemgate/store.h"
+#include "idemgate/tenants.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +17,7 @@ struct api {
     struct recorder *recorder;
     struct offload *pool;
     struct offload_item limits_item; /* the tenant limits' refresh (limits.h) */
+    struct offload_item tenants_item; /* the tenant directory's refresh (tenants.h) */
     pthread_mutex_t mu; /* guards dbs */
     struct db **dbs;    /* every database worker's connection, closed by api_free */
     size_t n_dbs;
@@ -140,6 +142,22 @@ void api_limits_refresh(struct hs_req *r)
     a->limits_item.arg = a;
     if (offload_submit(a->pool, &a->limits_item) < 0)
         limits_refresh(NULL); /* shutting down: marks it done, tried again later */
+}
+
+static void refresh_tenants(void *arg)
+{
+    tenants_refresh(thread_db(arg));
+}
+
+void api_tenants_refresh(struct hs_req *r)
+{
+    struct api *a = state_of(r)->api;
+    if (!tenants_refresh_due())
+        return;
+    a->tenants_item.fn = refresh_tenants;
+    a->tenants_item.arg = a;
+    if (offload_submit(a->pool, &a->tenants_item) < 0)
+        tenants_refresh(NULL); /* shutting down: marks it done, tried again later */
 }
 
 /* A bug's answer rather than a request routed again and again. */

@@ -150,10 +150,10 @@ static const struct db_stmt output_get = {
     .sql =
         "SELECT o.id, o.archive_planned_at IS NOT NULL, a.n, a.state, a.sha256, a.bytes, "
         " a.content_type, a.last_error, a.backend, a.stored_by "
-        "FROM tenants t LEFT JOIN operations o ON o.tenant_id = t.id AND o.id = $2 "
+        "FROM operations o "
         "LEFT JOIN archive_outputs a ON a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.n = $3 "
-        "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL",
-    .params = DB_PARAMS("token", "id", "n"),
+        "WHERE o.tenant_id = $1 AND o.id = $2",
+    .params = DB_PARAMS("tenant_id", "id", "n"),
 };
 
 /* ---- planning ------------------------------------------------------------------------- */
@@ -840,7 +840,7 @@ int archive_job_outputs(struct db *db, long long tenant_id, const char *job_id, 
     return *json ? STORE_OK : STORE_EINTERNAL;
 }
 
-int archive_output_get(struct db *db, const char *token_sha256, const char *job_id, int n,
+int archive_output_get(struct db *db, long long tenant_id, const char *job_id, int n,
                        struct archive_output *out)
 {
     PGresult *r;
@@ -849,14 +849,10 @@ int archive_output_get(struct db *db, const char *token_sha256, const char *job_
     snprintf(nbuf, sizeof(nbuf), "%d", n);
     int e =
         db_run(db, &output_get,
-               DB_ARGS(p_text("token", token_sha256), p_text("id", job_id), p_text("n", nbuf)), &r);
+               DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", job_id), p_text("n", nbuf)), &r);
     if (e < 0)
         return e;
     if (PQntuples(r) == 0) {
-        PQclear(r);
-        return STORE_EAUTH;
-    }
-    if (!db_val(r, 0, 0)) {
         PQclear(r);
         return STORE_ENOTFOUND;
     }

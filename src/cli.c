@@ -159,7 +159,7 @@ int cli_usage(const struct cfg *cfg, int argc, char **argv)
     if (!db)
         return 1;
     cJSON *doc = usage_doc_new(&q);
-    int e = doc ? store_usage(db, NULL, opt(argc, argv, "--tenant"), q.from, q.to,
+    int e = doc ? store_usage(db, 0, opt(argc, argv, "--tenant"), q.from, q.to,
                               usage_group_name(q.group), usage_add, doc)
                 : STORE_EINTERNAL;
     char *text = e == 0 ? cJSON_Print(doc) : NULL;
@@ -344,15 +344,16 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         const char *remote = opt(argc, argv, "--remote-id");
         const char *op = opt(argc, argv, "--operator");
         int what = st_resolution_parse(outcome);
-        char token[65];
+        long long tenant_id = 0;
+        char tenant[72];
         struct store_job j;
         int applied = 0;
         if (what < 0 || (what == RES_FOUND && !remote)) {
             store_db_close(db);
             return jobs_usage(2);
         }
-        if (store_admin_token_of(db, argv[1], token) != STORE_OK ||
-            store_job_get(db, token, argv[1], &j) != STORE_OK) {
+        if (store_admin_tenant_of(db, argv[1], &tenant_id, tenant, sizeof(tenant)) != STORE_OK ||
+            store_job_get(db, tenant_id, argv[1], &j) != STORE_OK) {
             fprintf(stderr, "idemgate: no job %s\n", argv[1]);
             goto resolved;
         }
@@ -363,7 +364,7 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
         store_job_fini(&j);
-        if (store_resolve(db, token, argv[1], outcome, next, what == RES_FOUND ? remote : NULL,
+        if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next, what == RES_FOUND ? remote : NULL,
                           op ? op : "cli", &j, &applied) == STORE_OK) {
             int same = j.resolution && !strcmp(j.resolution, outcome);
             printf("%s %s (%s)\n", j.id, st_name(j.state),

@@ -3,6 +3,7 @@
 #include "idemgate/answers.h"
 #include "idemgate/api.h"
 #include "idemgate/attempt.h"
+#include "idemgate/clock.h"
 #include "idemgate/crash.h"
 #include "idemgate/crypto.h"
 #include "idemgate/fingerprint.h"
@@ -19,6 +20,7 @@
 #include "idemgate/reply.h"
 #include "idemgate/reqbody.h"
 #include "idemgate/store.h"
+#include "idemgate/tenants.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -40,7 +42,7 @@ struct intake {
     const struct cfg *cfg;
     const char *target; /* "{provider}/{route}" */
     char token[CRYPTO_SHA256_HEX];
-    int tenant_proven; /* the store or the tenant's cache answered for the token */
+    struct tenant tenant; /* the token's, once authenticated */
     const struct cfg_provider *p;
     const struct cfg_route *rt;
     char key[HDR_KEY_MAX + 1];
@@ -80,41 +82,56 @@ static enum step_result raise_key_reused(struct intake *in)
     return STEP_PROBLEM;
 }
 
-int intake_needs_tenant(int status, int tenant_proven)
-{
-    return !tenant_proven && status >= 400 && status < 500 && status != 401 && status != 413;
-}
-
-/* The gated answer, on a database worker: the store proves the token a tenant's first. */
-static void answer_problem_proven(struct hs_req *r, const struct api_args *a)
-{
-    (void)a;
-    const struct intake *in = api_ctx(r);
-    const struct intake_problem *pb = &in->problem;
-    reply_tenant_problem(r, in->token, pb->status, pb->type, pb->title, pb->detail);
-}
-
-/* The gate: no 4xx reaches a client not proven a tenant. */
+/* The problem a step raised, answered: the caller is already proven a tenant (authenticate runs
+ * first), so it may learn what was wrong. */
 static void answer_problem(struct intake *in)
 {
     const struct intake_problem *pb = &in->problem;
     if (pb->key_reused)
-        reply_key_reused(in->r, 0); /* only ever raised once the tenant is proven */
-    else if (!intake_needs_tenant(pb->status, in->tenant_proven))
+        reply_key_reused(in->r, 0);
+    else
         reply_problem(in->r, pb->status, pb->type, pb->title, pb->detail, pb->retry_after);
-    else if (api_offload(in->r, answer_problem_proven, NULL) < 0)
-        reply_shutting_down(in->r); /* the database workers have stopped */
 }
 
-/* authenticate: a well-formed bearer token, hashed. The store proves it a tenant's later, in the
- * same round trip as the intent (record), or the gate does before any 4xx. */
+static void intake_continue(struct hs_req *r);
+
+/* On a database worker: the tenant of a token the directory could not tell (tenants.h); the
+ * request goes on at its next step, or is answered 401. */
+static void resolve_tenant(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    struct intake *in = api_ctx(r);
+    int e = tenants_get(api_db(r), in->token, &in->tenant);
+    if (e == STORE_OK)
+        api_set_continuation(r, intake_continue);
+    else if (e == STORE_EAUTH)
+        reply_unauthorized(r);
+    else
+        reply_store_error(r, e);
+}
+
+/* authenticate: a well-formed bearer token, hashed, and the live tenant whose it is (tenants.h):
+ * from memory, or read once on a database worker. Nothing else is looked at before: an
+ * unauthenticated client learns nothing about routes or validation. */
 static enum step_result step_authenticate(struct intake *in)
 {
     if (reply_token_hash(in->r, in->token) < 0) {
         reply_unauthorized(in->r);
         return STEP_ANSWERED;
     }
-    return STEP_NEXT;
+    api_tenants_refresh(in->r);
+    int known = tenants_lookup(in->token, &in->tenant);
+    if (known > 0)
+        return STEP_NEXT;
+    if (known < 0) {
+        reply_unauthorized(in->r);
+        return STEP_ANSWERED;
+    }
+    if (api_offload(in->r, resolve_tenant, NULL) < 0) {
+        reply_shutting_down(in->r); /* the database workers have stopped */
+        return STEP_ANSWERED;
+    }
+    return STEP_SUSPENDED;
 }
 
 /* validate: the body's size, a declared provider route, one well-formed Idempotency-Key. */
@@ -161,7 +178,6 @@ static enum step_result step_limit(struct intake *in)
     int waits = in->wait_s > 0 ? limits_wait_begin(in->token, &in->wait_counted) : 0;
     if (!waits)
         return STEP_NEXT;
-    in->tenant_proven = 1;
     in->problem.retry_after = waits;
     return raise_problem(in, 429, "rate-limited", "Too many requests",
                          "this tenant holds as many `Prefer: wait` connections as it may; retry "
@@ -230,7 +246,7 @@ static enum step_result step_gate(struct intake *in)
     int retry_after = gate_admit(in->r, &q, &in->pass);
     if (!retry_after)
         return STEP_NEXT;
-    gate_reply_rate(in->r, retry_after); /* only live tenants are limited: no proof needed */
+    gate_reply_rate(in->r, retry_after);
     return STEP_ANSWERED;
 }
 
@@ -240,7 +256,6 @@ static enum step_result step_cache(struct intake *in)
     struct jobcache_entry hit;
     if (!jobcache_get('k', in->token, in->key, &hit))
         return STEP_NEXT;
-    in->tenant_proven = 1; /* the entry was stored under this token's hash */
     int same = strcmp(hit.fingerprint, in->fp) == 0;
     if (same && in->wait_s > 0)
         reply_result(in->r, &hit, 1, in->wait_s);
@@ -251,8 +266,6 @@ static enum step_result step_cache(struct intake *in)
         return raise_key_reused(in);
     return STEP_ANSWERED;
 }
-
-static void intake_continue(struct hs_req *r);
 
 /* The recorder's callback, on a writer thread: the commit holding the intent returned. */
 static void intake_recorded(struct rec_item *it)
@@ -276,8 +289,7 @@ static void record_alone(struct hs_req *r, const struct api_args *a)
     atomic_store_explicit(&in->recorded, 1, memory_order_release);
 }
 
-/* record: the intent, committed in a group commit that also proves the token a tenant's; or the
- * job that already holds the key. The server thread does not wait: the request is suspended
+/* record: the intent, committed in a group commit; or the job that already holds the key. The server thread does not wait: the request is suspended
  * until the recorder's commit returned (when the recorder is closed, at shutdown, a database
  * worker records the intent alone). */
 static enum step_result step_record(struct intake *in)
@@ -287,7 +299,7 @@ static enum step_result step_record(struct intake *in)
         in->url = NULL;
         return raise_problem(in, 500, "internal", "Internal error", "out of memory");
     }
-    in->rec.in.q = (struct store_intake_req){.token_sha256_hex = in->token,
+    in->rec.in.q = (struct store_intake_req){.tenant_id = in->tenant.id,
                                              .idempotency_key = in->key,
                                              .new_id = in->job_id,
                                              .fingerprint_hex = in->fp,
@@ -308,6 +320,11 @@ static enum step_result step_record(struct intake *in)
                                              .reserve_micros = in->pass.reserve_micros,
                                              .currency = in->pass.currency,
                                              .unpriced = in->pass.unpriced};
+    double now = clock_wall();
+    long long sec = (long long)now;
+    long usec = (long)((now - (double)sec) * 1e6);
+    store_stamp(sec, usec, in->rec.in.q.at);
+    store_stamp(sec + (long long)in->cfg->job_ttl_hours * 3600, usec, in->rec.in.q.expires_at);
     in->rec.done = intake_recorded;
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
@@ -320,17 +337,13 @@ static enum step_result step_record(struct intake *in)
     return STEP_SUSPENDED;
 }
 
-/* recorded: the recorder's answer (a bad token is a 401 now that the store says so). */
+/* recorded: the recorder's answer. */
 static enum step_result step_recorded(struct intake *in)
 {
     struct store_intake_item *si = &in->rec.in;
     if (!atomic_load_explicit(&in->recorded, memory_order_acquire)) {
         /* Resumed before the recorder was done: only a bug could do that. */
         reply_store_error(in->r, STORE_EINTERNAL);
-        return STEP_ANSWERED;
-    }
-    if (si->err == STORE_EAUTH) {
-        reply_unauthorized(in->r);
         return STEP_ANSWERED;
     }
     if (gate_refused(si->err)) {
@@ -345,7 +358,6 @@ static enum step_result step_recorded(struct intake *in)
     memset(&si->job, 0, sizeof(si->job));
     in->created = si->created;
     in->have_job = 1;
-    in->tenant_proven = 1;
     return STEP_NEXT;
 }
 
@@ -364,6 +376,7 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     struct api_wait *w = api_wait(r);
     snprintf(w->job_id, sizeof(w->job_id), "%s", j->id);
     snprintf(w->token_hash, sizeof(w->token_hash), "%s", token);
+    w->tenant_id = j->tenant_id;
     w->replayed = replayed;
     w->wait_seconds = wait_s;
     api_set_continuation(r, intake_resume);
@@ -471,7 +484,7 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
     (void)a;
     struct api_wait *w = api_wait(r);
     struct store_job j;
-    int e = store_job_get(api_db(r), w->token_hash, w->job_id, &j);
+    int e = store_job_get(api_db(r), w->tenant_id, w->job_id, &j);
     metrics_wait_answer(0);
     if (e == STORE_OK) {
         if (st_is_terminal(j.state))
@@ -479,8 +492,8 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
         else
             reply_job(r, 202, &j, w->replayed, 1);
         store_job_fini(&j);
-    } else if (e == STORE_ENOTFOUND || e == STORE_EAUTH) {
-        /* The tenant was revoked or the job expired while the client waited. */
+    } else if (e == STORE_ENOTFOUND) {
+        /* The job expired while the client waited. */
         reply_unauthorized(r);
     } else {
         reply_store_error(r, e);

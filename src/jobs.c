@@ -35,14 +35,27 @@ static int job_caller(struct hs_req *r, const struct api_args *a, char id[CRYPTO
     return 0;
 }
 
+/* On a database worker: the job id of the path and the caller's tenant (404 or 401 when
+ * either is missing). */
+static int job_tenant(struct hs_req *r, const struct api_args *a, char id[CRYPTO_JOB_ID_LEN + 8],
+                      char token[CRYPTO_SHA256_HEX], struct tenant *t)
+{
+    if (api_arg(a, 0, id, CRYPTO_JOB_ID_LEN + 8) <= 0) {
+        reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+        return -1;
+    }
+    return reply_caller_tenant(r, token, t);
+}
+
 /* The database's answer to GET /v1/jobs/{id}, on a database worker. */
 static void job_get_stored(struct hs_req *r, const struct api_args *a)
 {
     char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
-    if (job_caller(r, a, id, token) < 0)
+    struct tenant t;
+    if (job_tenant(r, a, id, token, &t) < 0)
         return;
     struct store_job j;
-    int e = store_job_get(api_db(r), token, id, &j);
+    int e = store_job_get(api_db(r), t.id, id, &j);
     if (e == STORE_OK && j.state == ST_COMPLETED &&
         archive_job_outputs(api_db(r), j.tenant_id, j.id, &j.archive, &j.archive_settled) < 0)
         j.archive = NULL; /* the job is still answered, without its archive */
@@ -60,8 +73,12 @@ void jobs_get(struct hs_req *r, const struct api_args *a)
     char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
     if (job_caller(r, a, id, token) < 0)
         return;
+    /* A terminal job never changes: one of a tenant this replica knows live is answered from
+     * memory. */
+    struct tenant t;
     struct jobcache_entry hit;
-    if (jobcache_get('j', token, id, &hit)) {
+    api_tenants_refresh(r);
+    if (tenants_lookup(token, &t) > 0 && jobcache_get('j', token, id, &hit)) {
         reply_entry(r, 200, &hit, 0, 0);
         jobcache_entry_fini(&hit);
         return;
@@ -89,25 +106,22 @@ void jobs_list(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
     char token[CRYPTO_SHA256_HEX];
-    if (reply_token_hash(r, token) < 0) {
-        reply_unauthorized(r);
+    struct tenant t;
+    if (reply_caller_tenant(r, token, &t) < 0)
         return;
-    }
     const char *state = hs_req_query(r, "state");
     const char *lim = hs_req_query(r, "limit");
     int limit = lim ? atoi(lim) : 100;
     if ((state && st_parse(state) < 0) || limit < 1 || limit > 1000) {
-        reply_tenant_problem(r, token, 400, "invalid-query", "Invalid query",
-                             "state must be a job state and limit within 1..1000");
+        reply_problem(r, 400, "invalid-query", "Invalid query",
+                      "state must be a job state and limit within 1..1000", 0);
         return;
     }
     cJSON *o = cJSON_CreateObject();
     struct list_ctx l = {cJSON_AddArrayToObject(o, "data")};
     cJSON_AddStringToObject(o, "object", "list");
-    int e = store_jobs_list(api_db(r), token, state, limit, add_listed, &l);
-    if (e == STORE_EAUTH) {
-        reply_unauthorized(r);
-    } else if (e < 0) {
+    int e = store_jobs_list(api_db(r), t.id, state, limit, add_listed, &l);
+    if (e < 0) {
         reply_store_error(r, e);
     } else {
         reply_json(r, 200, o);
@@ -182,24 +196,26 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     if (job_caller(r, a, id, token) < 0)
         return;
     int admin = reply_is_admin(r);
+    struct tenant t;
+    if (!admin && reply_caller_tenant(r, token, &t) < 0)
+        return;
     const char *body = hs_req_body(r, &len);
     cJSON *doc = cJSON_ParseWithLength(body, len);
     struct resolution res;
     struct store_job j;
     int applied = 0, e;
     if (parse_resolution(doc, &res) < 0) {
-        reply_tenant_problem(r, admin ? NULL : token, 400, "invalid-resolution",
-                             "Invalid resolution",
-                             "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
-                             "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 "
-                             "characters)");
+        reply_problem(r, 400, "invalid-resolution", "Invalid resolution",
+                      "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
+                      "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters)",
+                      0);
         goto done;
     }
-    if (admin && (e = store_admin_token_of(api_db(r), id, token)) < 0) {
+    if (admin && (e = store_admin_tenant_of(api_db(r), id, &t.id, t.name, sizeof(t.name))) < 0) {
         respond_resolved(r, e, 0, NULL, &res);
         goto done;
     }
-    if ((e = store_job_get(api_db(r), token, id, &j)) < 0) {
+    if ((e = store_job_get(api_db(r), t.id, id, &j)) < 0) {
         respond_resolved(r, e, 0, NULL, &res);
         goto done;
     }
@@ -229,8 +245,8 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     }
     char by[80];
     snprintf(by, sizeof(by), "admin%s%s", res.op ? ": " : "", res.op ? res.op : "");
-    e = store_resolve(api_db(r), token, id, res.outcome, next, res.remote, admin ? by : res.op, &j,
-                      &applied);
+    e = store_resolve(api_db(r), t.id, t.name, id, res.outcome, next, res.remote,
+                      admin ? by : res.op, &j, &applied);
     respond_resolved(r, e, applied, &j, &res);
     if (e == STORE_OK)
         store_job_fini(&j);
@@ -244,16 +260,16 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
     const struct cfg *cfg = api_cfg(r);
     char parent_id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
     char key[HDR_KEY_MAX + 1], fp[CRYPTO_SHA256_HEX], job_id[CRYPTO_JOB_ID_LEN];
-    if (job_caller(r, a, parent_id, token) < 0)
+    struct tenant t;
+    if (job_tenant(r, a, parent_id, token, &t) < 0)
         return;
     size_t key_len = 0;
     const char *raw_key = hs_req_header_n(r, "Idempotency-Key", &key_len);
     if (!raw_key || hs_req_header_count(r, "Idempotency-Key") != 1 ||
         hdr_idempotency_key(raw_key, key_len, key) < 0) {
-        reply_tenant_problem(r, token, 400,
-                             raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
-                             "A regeneration needs its own Idempotency-Key",
-                             "a regeneration is a new paid creation: give it a key of its own");
+        reply_problem(r, 400, raw_key ? "invalid-idempotency-key" : "missing-idempotency-key",
+                      "A regeneration needs its own Idempotency-Key",
+                      "a regeneration is a new paid creation: give it a key of its own", 0);
         return;
     }
     /* A new paid creation: the tenant gate (gate.h). Its price is the parent's, which the store
@@ -272,7 +288,7 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
     }
     struct store_job j;
     int created = 0;
-    int e = store_regenerate(api_db(r), token, parent_id, job_id, key, fp, FP_VERSION,
+    int e = store_regenerate(api_db(r), t.id, parent_id, job_id, key, fp, FP_VERSION,
                              cfg->job_ttl_hours, &j, &created);
     if (e == STORE_ECONFLICT) {
         reply_problem(r, 409, "parent-not-terminal", "Parent job not finished",
@@ -297,13 +313,14 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
 void jobs_cancel(struct hs_req *r, const struct api_args *a)
 {
     char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
-    if (job_caller(r, a, id, token) < 0)
+    struct tenant t;
+    if (job_tenant(r, a, id, token, &t) < 0)
         return;
     struct store_job j;
     int changed = 0;
     /* A running task its provider cannot stop: say so, and record nothing (a recorded cancel
      * would read as if the task were being stopped). */
-    int e = store_job_get(api_db(r), token, id, &j);
+    int e = store_job_get(api_db(r), t.id, id, &j);
     if (e < 0) {
         reply_job_error(r, e);
         return;
@@ -318,7 +335,7 @@ void jobs_cancel(struct hs_req *r, const struct api_args *a)
                       0);
         return;
     }
-    e = store_cancel(api_db(r), token, id, &j, &changed);
+    e = store_cancel(api_db(r), t.id, id, &j, &changed);
     if (e < 0)
         reply_job_error(r, e);
     else {

@@ -20,6 +20,7 @@
 #include "idemgate/recorder.h"
 #include "idemgate/routes.h"
 #include "idemgate/store.h"
+#include "idemgate/tenants.h"
 #include "idemgate/upstream.h"
 #include "idemgate/waiters.h"
 #include "idemgate/wake.h"
@@ -106,6 +107,9 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (limits_init(cfg) < 0)
         return "tenant limits";
     limits_refresh(db);
+    /* The tenant directory answers from the first request; then every TENANTS_REFRESH_S. */
+    (void)tenants_refresh_due();
+    tenants_refresh(db);
     store_db_close(db);
     if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
         return "job cache";
@@ -178,6 +182,7 @@ static void stop_all(struct subsystems *s)
     if (s->cache)
         jobcache_fini();
     limits_fini();
+    tenants_fini();
     if (s->curl)
         up_global_fini();
 }

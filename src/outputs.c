@@ -182,12 +182,11 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
     int fd = -1;
     if (output_ref(r, a, id, sizeof(id), &n) < 0)
         return;
-    if (reply_token_hash(r, token) < 0) {
-        reply_unauthorized(r);
+    struct tenant t;
+    if (reply_caller_tenant(r, token, &t) < 0)
         return;
-    }
     struct archive_output o;
-    int e = archive_output_get(api_db(r), token, id, (int)n, &o);
+    int e = archive_output_get(api_db(r), t.id, id, (int)n, &o);
     if (e < 0) {
         reply_job_error(r, e);
         return;

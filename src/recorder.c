@@ -28,12 +28,13 @@ struct recorder {
     int n_writers; /* started, and not yet joined */
 };
 
-/* Orders intents by (token, key): the lock order of every batch (no deadlock between writers). */
+/* Orders intents by (tenant, key): the lock order of every batch (no deadlock between writers). */
 static int recorder_item_cmp(const void *a, const void *b)
 {
     const struct rec_item *x = *(struct rec_item *const *)a, *y = *(struct rec_item *const *)b;
-    int c = strcmp(x->in.q.token_sha256_hex, y->in.q.token_sha256_hex);
-    return c ? c : strcmp(x->in.q.idempotency_key, y->in.q.idempotency_key);
+    if (x->in.q.tenant_id != y->in.q.tenant_id)
+        return x->in.q.tenant_id < y->in.q.tenant_id ? -1 : 1;
+    return strcmp(x->in.q.idempotency_key, y->in.q.idempotency_key);
 }
 
 /* Takes the next batch off the queue (under mu): up to max items and BATCH_MAX_BYTES of bodies,

@@ -177,28 +177,18 @@ int reply_token_hash(struct hs_req *r, char out[CRYPTO_SHA256_HEX])
 
 /* Before a 4xx that needs no database, make sure the caller is a tenant: an unauthenticated
  * client learns nothing about routes or validation. Returns 1 when it answered 401 or 503. */
-int reply_tenant_refused(struct hs_req *r, const char *token)
+int reply_caller_tenant(struct hs_req *r, char token[CRYPTO_SHA256_HEX], struct tenant *t)
 {
-    struct store_job j;
-    int e = store_job_get(api_db(r), token, "", &j);
-    if (e == STORE_OK)
-        store_job_fini(&j);
-    if (e == STORE_EAUTH) {
+    if (reply_token_hash(r, token) < 0) {
         reply_unauthorized(r);
-        return 1;
+        return -1;
     }
-    if (e == STORE_EUNAVAIL || e == STORE_EINTERNAL) {
+    int e = tenants_get(api_db(r), token, t);
+    if (e == STORE_EAUTH)
+        reply_unauthorized(r);
+    else if (e < 0)
         reply_store_error(r, e);
-        return 1;
-    }
-    return 0;
-}
-
-void reply_tenant_problem(struct hs_req *r, const char *token, int status, const char *type,
-                          const char *title, const char *detail)
-{
-    if (!token || !reply_tenant_refused(r, token))
-        reply_problem(r, status, type, title, detail, 0);
+    return e < 0 ? -1 : 0;
 }
 
 /* The answer-shaped view of a job: what a response or the cache needs. job_json is owned;

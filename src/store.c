@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Tenant-scoped reads and writes (intake, jobs, cancel, resolve, regenerate, webhooks), tenants,
  * breakers, gauges and the operator's reads. Each statement stands beside the function that runs
@@ -38,14 +39,11 @@ enum {
     JC_RESERVED, JC_COST, JC__COUNT
 };
 
-/* The live tenant whose token hash is $1, as `t`. */
-#define TENANT_CTE                                                                                 \
-    "WITH t AS (SELECT id FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL), "
-/* The job the CTE `w` wrote (flag 1); else, unchanged, the tenant's job that `match` names (flag
- * 0), so that one round trip answers both "done now" and "already so". */
+/* The job the CTE `w` wrote (flag 1); else, unchanged, the job of tenant $1 that `match` names
+ * (flag 0), so that one round trip answers both "done now" and "already so". */
 #define WRITTEN_OR_AS_IS(w, match)                                                                 \
     "SELECT 1, " JOB_COLS(w) " FROM " w " UNION ALL SELECT 0, " JOB_COLS("o")                      \
-    " FROM operations o JOIN t ON o.tenant_id = t.id WHERE " match                                 \
+    " FROM operations o WHERE o.tenant_id = $1 AND " match                                         \
     " AND NOT EXISTS (SELECT 1 FROM " w ")"
 
 static int int_or(const PGresult *r, int row, int col, int absent)
@@ -110,6 +108,7 @@ void store_job_fini(struct store_job *j)
     PQclear(j->res);
     free(j->resp_body);
     free(j->archive);
+    free(j->own);
     memset(j, 0, sizeof(*j));
 }
 
@@ -136,38 +135,26 @@ static int one_job(struct db *db, const struct db_stmt *s, const struct param *p
     return job_from_row(r, 0, 1, out);
 }
 
-/* The re-read after an intake that returned nothing: a row per live tenant, with the job when
- * the key exists. */
+/* A tenant's job by key (the read after an intake that found the key taken) or by id. */
 static const struct db_stmt by_key = {
     .rerun_safe = 1,
     .name = "by_key",
-    .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
-    " ON o.tenant_id = t.id AND o.idempotency_key = $2 "
-    "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL",
-    .params = DB_PARAMS("token", "key"),
+    .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o "
+    "WHERE o.tenant_id = $1 AND o.idempotency_key = $2",
+    .params = DB_PARAMS("tenant_id", "key"),
 };
 static const struct db_stmt job_get = {
     .rerun_safe = 1,
     .name = "job_get",
-    .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN operations o "
-    " ON o.tenant_id = t.id AND o.id = $2 "
-    "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL",
-    .params = DB_PARAMS("token", "job_id"),
+    .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
+    .params = DB_PARAMS("tenant_id", "job_id"),
 };
 
-/* A tenant's job by key or id: STORE_EAUTH without a live tenant, STORE_ENOTFOUND without the
- * job (the statement still returns the tenant's row, its job columns NULL). */
-static int read_by(struct db *db, const struct db_stmt *s, const char *token, struct param which,
-                   struct store_job *out)
+/* A tenant's job by key or id: STORE_ENOTFOUND without it. */
+static int read_by(struct db *db, const struct db_stmt *s, long long tenant_id,
+                   struct param which, struct store_job *out)
 {
-    int e = one_job(db, s, DB_ARGS(p_text("token", token), which), out, NULL);
-    if (e == STORE_ENOTFOUND)
-        return STORE_EAUTH;
-    if (e == STORE_OK && !out->id) {
-        store_job_fini(out);
-        return STORE_ENOTFOUND;
-    }
-    return e;
+    return one_job(db, s, DB_ARGS(p_int("tenant_id", tenant_id), which), out, NULL);
 }
 
 /* Budgets (migrations/0008), shared by the statements that create an operation (intake,
@@ -182,7 +169,7 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
 #define UTC_TODAY "(now() AT TIME ZONE 'UTC')::date"
 #define UTC_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
 #define BUDGET_CTES(cost, cur, unpriced)                                                           \
-    "bud AS (SELECT tb.* FROM tenant_budgets tb WHERE tb.tenant_id = (SELECT id FROM t) "         \
+    "bud AS (SELECT tb.* FROM tenant_budgets tb WHERE tb.tenant_id = $1 "                           \
     " FOR UPDATE), "                                                                               \
     "v AS (SELECT b.tenant_id AS tid, CASE WHEN b.tenant_id IS NULL THEN 0 "                       \
     "  WHEN b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN 4 "                  \
@@ -201,64 +188,64 @@ static int read_by(struct db *db, const struct db_stmt *s, const char *token, st
     "  month_micros = CASE WHEN tb.month = " UTC_MONTH " THEN tb.month_micros ELSE 0 END "        \
     "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
     "  day = " UTC_TODAY ", month = " UTC_MONTH ", updated_at = now() "                            \
-    " FROM ins WHERE tb.tenant_id = (SELECT id FROM t) AND tb.tenant_id = ins.tenant_id "        \
+    " FROM ins WHERE tb.tenant_id = $1 AND tb.tenant_id = ins.tenant_id "                           \
     "  AND ins.budgeted RETURNING 1) "
 #define BUDGET_REFUSED(key, also)                                                                  \
     " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN operations o ON false "      \
     " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x "                   \
     "  WHERE x.tenant_id = v.tid AND x.idempotency_key = " key ")"
 
-/* Intake: the tenant, the insert and the read of an existing row in one round trip. Zero rows
- * means a bad token, or a racing insert committed after this statement's snapshot: the caller
- * then reads again (by_key), which decides. With a claim owner ($17) the new row is born reserved
- * for that owner — still `prepared` (nothing was sent), under its lease ($18 s) and fencing token
- * 1, and due only when that lease ends, so no other replica takes it meanwhile — unless the
- * provider's credential is tripped. The owner's worker moves it to `sending` right before the
- * send (lease_begin_send): the ambiguous window is the send itself, never the queue, and a
- * reservation whose replica died is simply sent by another one once it is due.
- *
- * Budgets: a tenant with a tenant_budgets row has it locked (`bud`, FOR UPDATE: the newest
- * committed counters, and every other intake of this tenant waits for this commit — no other
- * tenant does). The verdict `v`: 0 no budget, 1 within it, 2 over the day's amount, 3 over the
- * month's, 4 at the most jobs in flight. Only a row within the budget is inserted; only an
- * inserted row (not a key that exists: ON CONFLICT inserts nothing) adds its estimate ($19, in
- * currency $20) and one job in flight to the counters (`upd`). A refused new key answers one row
- * whose flag is the verdict and whose job columns are NULL; a key that exists is answered as
- * always (a replay is never refused nor charged). */
+/* Intake: one call of the per-tenant function idemgate_intake (migrations/0014), which says
+ * only what the gateway cannot know — inserted, reserved for the claim owner ($17), the key taken,
+ * or refused by the tenant's budget — so the new job is made here from the request itself and a
+ * row is read only when the key was taken. */
 static const struct db_stmt intake = {
     .name = "intake",
-    .sql = TENANT_CTE
-    "c AS (SELECT $17::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM provider_breakers b "
-    "  WHERE b.provider = $6) AS go), "
-    BUDGET_CTES("$19::bigint", "$20::text", "$21::boolean")
-    "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
-    "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
-    "  state, expires_at, req_idem_header, reconcile_strategy, outputs_requested, profile_id, "
-    "  lease_owner, lease_version, lease_expires_at, next_attempt_at, "
-    "  reserved_micros, currency, budgeted, unpriced) "
-    " SELECT t.id, $3, $2, decode($4, 'hex'), $5, $6, $7, $8, $9, $10, $11, 'prepared', "
-    "  now() + make_interval(hours => $12), $13, $14, $15::integer, $16, "
-    "  CASE WHEN c.go THEN $17 END, CASE WHEN c.go THEN 1 ELSE 0 END, "
-    "  CASE WHEN c.go THEN now() + make_interval(secs => $18) END, "
-    "  now() + CASE WHEN c.go THEN make_interval(secs => $18) ELSE interval '0' END, "
-    "  $19::bigint, $20::text, v.verdict = 1, $21::boolean FROM t, c, v WHERE v.verdict <= 1 "
-    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
-    BUDGET_TAKE
-    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $2") BUDGET_REFUSED("$2", ""),
-    .params = DB_PARAMS("token", "key", "new_id", "fingerprint", "fingerprint_version",
+    .sql = "SELECT idemgate_intake($1::bigint, $2::text, $3::text, $4::text, $5::smallint, "
+    "$6::text, $7::text, $8::text, $9::text, $10::text, $11::bytea, $12::integer, $13::text, "
+    "$14::text, $15::integer, $16::text, $17::text, $18::integer, $19::bigint, $20::text, "
+    "$21::boolean, $22::timestamptz)",
+    .params = DB_PARAMS("tenant_id", "key", "new_id", "fingerprint", "fingerprint_version",
                         "provider", "route", "method", "url", "credential", "body", "ttl_hours",
                         "idem_header", "reconcile_strategy", "outputs_requested", "profile_id",
                         "claim_owner", "lease_seconds", "reserve_micros", "currency",
-                        "unpriced"),
+                        "unpriced", "at"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
 };
 
-#define INTAKE_NPARAMS 21
+#define INTAKE_NPARAMS 22
+
+/* The function's answer (migrations/0014). */
+enum { INTAKE_TAKEN, INTAKE_NEW, INTAKE_NEW_CLAIMED, INTAKE_REFUSED };
+
+/* Parses an answer of idemgate_intake: the outcome, the budget's verdict of a refusal, and the
+ * breaker's reason of a new intent whose provider is tripped (a pointer into a, or NULL). -1 when
+ * a is not such an answer. Pure. */
+int store_intake_answer(const char *a, int *verdict, const char **blocked)
+{
+    *verdict = 0;
+    *blocked = NULL;
+    if (!a || !a[0])
+        return -1;
+    if (a[0] == 'r') {
+        if (a[1] < '2' || a[1] > '5' || a[2])
+            return -1;
+        *verdict = a[1] - '0';
+        return INTAKE_REFUSED;
+    }
+    if (a[0] == '0' && !a[1])
+        return INTAKE_TAKEN;
+    if ((a[0] != '1' && a[0] != '2') || (a[1] && a[1] != ':'))
+        return -1;
+    if (a[1] == ':')
+        *blocked = a + 2;
+    return a[0] == '1' ? INTAKE_NEW : INTAKE_NEW_CLAIMED;
+}
 
 static void intake_params(const struct store_intake_req *q, struct param ps[INTAKE_NPARAMS])
 {
     const struct param v[INTAKE_NPARAMS] = {
-        p_text("token", q->token_sha256_hex),
+        p_int("tenant_id", q->tenant_id),
         p_text("key", q->idempotency_key),
         p_text("new_id", q->new_id),
         p_text("fingerprint", q->fingerprint_hex),
@@ -280,8 +267,42 @@ static void intake_params(const struct store_intake_req *q, struct param ps[INTA
         p_int("reserve_micros", q->reserve_micros),
         p_text("currency", q->currency),
         p_bool("unpriced", q->unpriced),
+        p_text("at", q->at),
     };
     memcpy(ps, v, sizeof(v));
+}
+
+/* The job an inserted intent is, made from the request (its strings stay the request's; the
+ * breaker's reason, when any, is copied). */
+static int made_job(const struct store_intake_req *q, int claimed, const char *blocked,
+                    struct store_job *j)
+{
+    memset(j, 0, sizeof(*j));
+    j->tenant_id = q->tenant_id;
+    j->id = q->new_id;
+    j->idempotency_key = q->idempotency_key;
+    j->fingerprint_hex = q->fingerprint_hex;
+    j->provider = q->provider;
+    j->route = q->route;
+    j->state = ST_PREPARED;
+    j->lease_version = claimed;
+    j->generation_attempts = 1;
+    j->created_at = j->updated_at = q->at;
+    j->expires_at = q->expires_at;
+    j->outputs_requested = q->outputs_requested;
+    j->outputs_received = -1;
+    j->reconcile_strategy = q->reconcile_strategy;
+    j->profile_id = q->profile_id;
+    j->currency = q->currency;
+    j->reserved_micros = q->currency ? q->reserve_micros : 0;
+    j->cost_micros = -1;
+    if (blocked) {
+        j->own = strdup(blocked);
+        if (!j->own)
+            return STORE_EINTERNAL;
+        j->blocked_reason = j->own;
+    }
+    return STORE_OK;
 }
 
 /* The error of a budget verdict (BUDGET_CTES) that refused a creation. */
@@ -293,13 +314,12 @@ static int budget_refusal(int verdict)
                           : STORE_EINFLIGHT;
 }
 
-/* A new key the tenant's budget refused (verdict 2..5 of the intake statement): unless the key
- * was recorded meanwhile — a racing duplicate committed after the statement's snapshot, which is
- * replayed — the refusal. */
+/* A new key the tenant's budget refused: unless the key was recorded meanwhile — a racing
+ * duplicate committed after the function's snapshot, which is replayed — the refusal. */
 static int intake_refused(struct db *db, const struct store_intake_req *q, int verdict,
                           struct store_job *out, int *created)
 {
-    int e = read_by(db, &by_key, q->token_sha256_hex, p_text("key", q->idempotency_key), out);
+    int e = read_by(db, &by_key, q->tenant_id, p_text("key", q->idempotency_key), out);
     if (e == STORE_OK)
         *created = strcmp(out->id, q->new_id) == 0;
     if (e != STORE_ENOTFOUND)
@@ -307,55 +327,77 @@ static int intake_refused(struct db *db, const struct store_intake_req *q, int v
     return budget_refusal(verdict);
 }
 
+/* Decides a request from the function's answer a (NULL: no answer). STORE_ERETRY when the key
+ * was taken by an insert this transaction cannot see yet: the caller runs the function again. */
+static int intake_decide(struct db *db, const struct store_intake_req *q, const char *a,
+                         struct store_job *out, int *created)
+{
+    int verdict;
+    const char *blocked;
+    int o = store_intake_answer(a, &verdict, &blocked);
+    if (o == INTAKE_NEW || o == INTAKE_NEW_CLAIMED) {
+        *created = 1;
+        return made_job(q, o == INTAKE_NEW_CLAIMED, blocked, out);
+    }
+    if (o == INTAKE_REFUSED)
+        return intake_refused(db, q, verdict, out, created);
+    if (o != INTAKE_TAKEN)
+        return STORE_EINTERNAL;
+    int e = read_by(db, &by_key, q->tenant_id, p_text("key", q->idempotency_key), out);
+    if (e == STORE_OK)
+        *created = strcmp(out->id, q->new_id) == 0; /* ours, committed by an earlier try */
+    return e == STORE_ENOTFOUND ? STORE_ERETRY : e;
+}
+
+/* Runs s, whose one row holds one text value: *out gets a copy (NULL for SQL NULL). */
+static int run_text(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
+                    char **out)
+{
+    PGresult *r;
+    *out = NULL;
+    int e = db_run(db, s, ps, n, &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) && !(*out = strdup(PQgetvalue(r, 0, 0))))
+        e = STORE_EINTERNAL;
+    PQclear(r);
+    return e;
+}
+
 int store_intake(struct db *db, const struct store_intake_req *q, struct store_job *out,
                  int *created)
 {
     struct param ps[INTAKE_NPARAMS];
     intake_params(q, ps);
-    /* A racing insert or a serialization failure is read again, a bounded number of times. */
+    *created = 0;
+    /* A racing insert or a serialization failure is decided again, a bounded number of times. */
     int lost = 0;
     for (int tries = 0; tries < 5; tries++) {
-        int flag = 0;
-        int e = one_job(db, &intake, ps, INTAKE_NPARAMS, out, &flag);
+        char *a = NULL;
+        int e = run_text(db, &intake, ps, INTAKE_NPARAMS, &a);
         /* A connection lost mid-statement (even during the implicit COMMIT) leaves the outcome
-         * unknown: one fresh connection and the same idempotent statement decide. The row is
-         * ours when it carries the id we proposed. */
+         * unknown: one fresh connection and the same function decide. The row is ours when it
+         * carries the id we proposed (the key is then taken, by us). */
         if ((e == STORE_EUNAVAIL && !lost++) || e == STORE_ERETRY)
             continue;
-        if (e == STORE_OK && flag >= 2)
-            return intake_refused(db, q, flag, out, created);
         if (e == STORE_OK)
-            *created = flag || strcmp(out->id, q->new_id) == 0;
-        if (e != STORE_ENOTFOUND)
-            return e;
-        e = read_by(db, &by_key, q->token_sha256_hex, p_text("key", q->idempotency_key), out);
-        if (e == STORE_OK)
-            *created = strcmp(out->id, q->new_id) == 0;
-        if (e != STORE_ENOTFOUND && e != STORE_ERETRY)
+            e = intake_decide(db, q, a, out, created);
+        free(a);
+        if (e != STORE_ERETRY)
             return e;
     }
     return STORE_ERETRY;
 }
 
-/* Row i of a committed batch: its job, or — no row: a bad token, or a racing insert that committed
- * after the statement's snapshot — the answer of the single-row intake, which decides. */
+/* Row i of a committed batch: its answer, or — no answer, or a key taken by an insert the batch
+ * could not see — the answer of the single-row intake, which decides. */
 static void batch_row(struct db *db, struct store_intake_item *it, PGresult *r)
 {
-    if (r && PQntuples(r) > 0 && atoi(PQgetvalue(r, 0, JC_FLAG)) >= 2) {
-        int verdict = atoi(PQgetvalue(r, 0, JC_FLAG));
-        PQclear(r); /* refused by the budget: nothing of this row was written */
-        it->err = intake_refused(db, &it->q, verdict, &it->job, &it->created);
-        return;
-    }
-    if (r && PQntuples(r) > 0) {
-        int flag = atoi(PQgetvalue(r, 0, JC_FLAG)) == 1;
-        it->err = job_from_row(r, 0, 1, &it->job);
-        if (it->err == STORE_OK)
-            it->created = flag || strcmp(it->job.id, it->q.new_id) == 0;
-        return;
-    }
+    const char *a = r && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : NULL;
+    it->err = a ? intake_decide(db, &it->q, a, &it->job, &it->created) : STORE_ERETRY;
     PQclear(r);
-    it->err = store_intake(db, &it->q, &it->job, &it->created);
+    if (it->err == STORE_ERETRY)
+        it->err = store_intake(db, &it->q, &it->job, &it->created);
 }
 
 int store_intake_batch(struct db *db, struct store_intake_item *const *items, size_t n)
@@ -372,8 +414,9 @@ int store_intake_batch(struct db *db, struct store_intake_item *const *items, si
         e = db_run_batch(db, &intake, n, rows, INTAKE_NPARAMS, (struct pg_result **)outs);
     /* Committed: each row answers for itself. Not (a bad row aborted the batch, the database
      * refused it, or — connection lost — the commit's fate is unknown): each row alone, with the
-     * same idempotent statement, which also tells a committed row by the id it proposed. */
+     * same function, which also tells a committed row by the id it proposed. */
     for (size_t i = 0; i < n; i++) {
+        items[i]->created = 0;
         if (e == STORE_OK)
             batch_row(db, items[i], outs[i]);
         else
@@ -385,21 +428,9 @@ int store_intake_batch(struct db *db, struct store_intake_item *const *items, si
     return e;
 }
 
-int store_job_get(struct db *db, const char *token, const char *job_id, struct store_job *out)
+int store_job_get(struct db *db, long long tenant_id, const char *job_id, struct store_job *out)
 {
-    return read_by(db, &job_get, token, p_text("job_id", job_id), out);
-}
-
-/* A statement that returns (flag, JOB_COLS) for one tenant's job: no row means a bad token or no
- * such job for this tenant, told apart by a re-read. */
-static int flagged_job(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
-                       const char *token, struct store_job *out, int *flag)
-{
-    int e = one_job(db, s, ps, n, out, flag);
-    if (e != STORE_ENOTFOUND)
-        return e;
-    e = read_by(db, &job_get, token, p_text("job_id", ""), out);
-    return e == STORE_EAUTH ? STORE_EAUTH : STORE_ENOTFOUND;
+    return read_by(db, &job_get, tenant_id, p_text("job_id", job_id), out);
 }
 
 /* Cancel: recorded once. A job never sent is failed at once; one waiting to be sent again
@@ -411,8 +442,7 @@ static int flagged_job(struct db *db, const struct db_stmt *s, const struct para
 #define RESENDABLE "(o.state = 'prepared' AND o.ambiguous_at IS NOT NULL)"
 static const struct db_stmt cancel = {
     .name = "cancel",
-    .sql = TENANT_CTE
-    "upd AS (UPDATE operations o SET "
+    .sql = "WITH upd AS (UPDATE operations o SET "
     "  cancel_requested_at = coalesce(o.cancel_requested_at, now()), "
     "  state = CASE WHEN " UNSENT " THEN 'failed' WHEN " RESENDABLE " THEN 'unknown' "
     "   ELSE o.state END, "
@@ -427,20 +457,21 @@ static const struct db_stmt cancel = {
     "  next_attempt_at = CASE WHEN o.state IN ('accepted', 'unknown', 'prepared') THEN now() "
     "   ELSE o.next_attempt_at END, "
     "  updated_at = now() "
-    " FROM t WHERE o.tenant_id = t.id AND o.id = $2 "
+    " WHERE o.tenant_id = $1 AND o.id = $2 "
     "  AND o.state NOT IN ('completed', 'failed', 'canceled') RETURNING o.*) "
     WRITTEN_OR_AS_IS("upd", "o.id = $2"),
-    .params = DB_PARAMS("token", "job_id"),
+    .params = DB_PARAMS("tenant_id", "job_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_FAILED}, {ST_PREPARED, ST_UNKNOWN}, {ST_SENDING, ST_SENDING},
                       {ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW}),
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 
-int store_cancel(struct db *db, const char *token, const char *job_id, struct store_job *out,
+int store_cancel(struct db *db, long long tenant_id, const char *job_id, struct store_job *out,
                  int *changed)
 {
-    int e = flagged_job(db, &cancel, DB_ARGS(p_text("token", token), p_text("job_id", job_id)),
-                        token, out, changed);
+    int e = one_job(db, &cancel,
+                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id)), out,
+                        changed);
     if (e == STORE_OK && *changed)
         wake_state(out->id, out->state); /* failed, when it was never sent */
     return e;
@@ -451,12 +482,10 @@ int store_cancel(struct db *db, const char *token, const char *job_id, struct st
  * st_resolve_target's; a cancelled job proven absent is failed, never sent again. */
 static const struct db_stmt resolve = {
     .name = "resolve",
-    .sql = "WITH t AS (SELECT id, name FROM tenants "
-    " WHERE token_sha256 = $1 AND revoked_at IS NULL), "
-    "upd AS (UPDATE operations o SET "
+    .sql = "WITH upd AS (UPDATE operations o SET "
     "  state = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL THEN 'failed' "
     "   ELSE $4 END, resolution = $3, "
-    "  resolved_by = t.name || coalesce(' (' || $5 || ')', ''), "
+    "  resolved_by = $7 || coalesce(' (' || $5 || ')', ''), "
     "  resolved_at = now(), remote_id = coalesce($6, o.remote_id), updated_at = now(), "
     "  webhook_hint = CASE WHEN $4 = 'unknown' THEN $6 ELSE o.webhook_hint END, "
     "  next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL, "
@@ -467,14 +496,15 @@ static const struct db_stmt resolve = {
     "   THEN 'canceled; not sent again' "
     "   ELSE CASE $3 WHEN 'abandon' THEN 'abandoned by an operator' "
     "   WHEN 'absent' THEN 'proven absent by an operator' ELSE o.last_error END END "
-    " FROM t WHERE o.tenant_id = t.id AND o.id = $2 AND o.state = 'review' RETURNING o.*) "
+    " WHERE o.tenant_id = $1 AND o.id = $2 AND o.state = 'review' RETURNING o.*) "
     WRITTEN_OR_AS_IS("upd", "o.id = $2"),
-    .params = DB_PARAMS("token", "job_id", "outcome", "state", "by", "remote_id"),
+    .params = DB_PARAMS("tenant_id", "job_id", "outcome", "state", "by", "remote_id", "tenant"),
     .moves = DB_MOVES({ST_REVIEW, ST_PREPARED}, {ST_REVIEW, ST_ACCEPTED}, {ST_REVIEW, ST_COMPLETED},
                       {ST_REVIEW, ST_FAILED}, {ST_REVIEW, ST_UNKNOWN}),
 };
 
-int store_resolve(struct db *db, const char *token, const char *job_id, const char *outcome,
+int store_resolve(struct db *db, long long tenant_id, const char *tenant, const char *job_id,
+                  const char *outcome,
                   enum op_state new_state, const char *remote_id, const char *by,
                   struct store_job *out, int *applied)
 {
@@ -484,11 +514,12 @@ int store_resolve(struct db *db, const char *token, const char *job_id, const ch
             LS("to", st_name(new_state)));
         return STORE_EINTERNAL;
     }
-    int e = flagged_job(db, &resolve,
-                        DB_ARGS(p_text("token", token), p_text("job_id", job_id),
+    int e = one_job(db, &resolve,
+                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id),
                                 p_text("outcome", outcome), p_text("state", st_name(new_state)),
-                                p_text("by", by), p_text("remote_id", remote_id)),
-                        token, out, applied);
+                                p_text("by", by), p_text("remote_id", remote_id),
+                                p_text("tenant", tenant)),
+                        out, applied);
     if (e == STORE_OK && *applied)
         wake_state(out->id, out->state);
     return e;
@@ -499,8 +530,7 @@ int store_resolve(struct db *db, const char *token, const char *job_id, const ch
  * parent's) is reserved against the tenant's budget as at intake (BUDGET_CTES). */
 static const struct db_stmt regenerate = {
     .name = "regenerate",
-    .sql = TENANT_CTE
-    "p AS (SELECT o.* FROM operations o JOIN t ON o.tenant_id = t.id WHERE o.id = $2 "
+    .sql = "WITH p AS (SELECT o.* FROM operations o WHERE o.tenant_id = $1 AND o.id = $2 "
     "      AND o.state IN ('completed', 'failed', 'canceled')), "
     BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)",
                 "(SELECT p.unpriced FROM p)")
@@ -518,26 +548,26 @@ static const struct db_stmt regenerate = {
     BUDGET_TAKE
     WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $4")
     BUDGET_REFUSED("$4", "AND EXISTS (SELECT 1 FROM p)"),
-    .params = DB_PARAMS("token", "parent_id", "new_id", "key", "fingerprint", "fingerprint_version",
-                        "ttl_hours"),
+    .params = DB_PARAMS("tenant_id", "parent_id", "new_id", "key", "fingerprint",
+                        "fingerprint_version", "ttl_hours"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 
-/* Nothing inserted and no row with the key: a racing insert, a bad token, or a parent that is
- * not a terminal job of this tenant. STORE_ERETRY: run the insert again. */
-static int regenerate_missed(struct db *db, const char *token, const char *parent_id,
+/* Nothing inserted and no row with the key: a racing insert, or a parent that is not a terminal
+ * job of this tenant. STORE_ERETRY: run the insert again. */
+static int regenerate_missed(struct db *db, long long tenant_id, const char *parent_id,
                              const char *key, struct store_job *out, int *created)
 {
-    int e = read_by(db, &by_key, token, p_text("key", key), out);
+    int e = read_by(db, &by_key, tenant_id, p_text("key", key), out);
     if (e == STORE_OK) {
         *created = 0;
         return e;
     }
-    if (e == STORE_EAUTH)
+    if (e != STORE_ENOTFOUND)
         return e;
     struct store_job parent;
-    e = read_by(db, &job_get, token, p_text("job_id", parent_id), &parent);
+    e = read_by(db, &job_get, tenant_id, p_text("job_id", parent_id), &parent);
     if (e != STORE_OK)
         return e;
     int terminal = st_is_terminal(parent.state);
@@ -545,13 +575,13 @@ static int regenerate_missed(struct db *db, const char *token, const char *paren
     return terminal ? STORE_ERETRY : STORE_ECONFLICT;
 }
 
-int store_regenerate(struct db *db, const char *token, const char *parent_id, const char *new_id,
+int store_regenerate(struct db *db, long long tenant_id, const char *parent_id, const char *new_id,
                      const char *key, const char *fp_hex, int fp_version, int ttl_hours,
                      struct store_job *out, int *created)
 {
     for (int tries = 0; tries < 3; tries++) {
         int e = one_job(db, &regenerate,
-                        DB_ARGS(p_text("token", token), p_text("parent_id", parent_id),
+                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("parent_id", parent_id),
                                 p_text("new_id", new_id), p_text("key", key),
                                 p_text("fingerprint", fp_hex),
                                 p_int("fingerprint_version", fp_version),
@@ -559,14 +589,14 @@ int store_regenerate(struct db *db, const char *token, const char *parent_id, co
                         out, created);
         if (e == STORE_OK && *created >= 2) { /* refused by the budget, unless the key exists */
             int verdict = *created;
-            e = read_by(db, &by_key, token, p_text("key", key), out);
+            e = read_by(db, &by_key, tenant_id, p_text("key", key), out);
             *created = 0;
             if (e == STORE_ENOTFOUND)
                 return budget_refusal(verdict);
             return e;
         }
         if (e == STORE_ENOTFOUND)
-            e = regenerate_missed(db, token, parent_id, key, out, created);
+            e = regenerate_missed(db, tenant_id, parent_id, key, out, created);
         if (e == STORE_OK && *created)
             wake_work();
         if (e != STORE_ERETRY)
@@ -599,26 +629,23 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
     return e < 0 ? e : rows;
 }
 
-/* The tenant's jobs; the tenant row comes back even without jobs (its job columns NULL), so that
- * "no such tenant" (no row) and "no jobs" (one empty row) are told apart in one round trip. */
+/* The tenant's jobs. */
 static const struct db_stmt jobs_list = {
     .rerun_safe = 1,
     .name = "jobs_list",
-    .sql = "SELECT 0, " JOB_COLS("o") " FROM tenants t LEFT JOIN LATERAL (SELECT * FROM "
-    "operations x WHERE x.tenant_id = t.id AND ($2::text IS NULL OR x.state = $2) "
-    "ORDER BY x.created_at, x.id LIMIT $3) o ON true "
-    "WHERE t.token_sha256 = $1 AND t.revoked_at IS NULL ORDER BY o.created_at, o.id",
-    .params = DB_PARAMS("token", "state", "limit"),
+    .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE o.tenant_id = $1 "
+    "AND ($2::text IS NULL OR o.state = $2) ORDER BY o.created_at, o.id LIMIT $3",
+    .params = DB_PARAMS("tenant_id", "state", "limit"),
 };
 
-int store_jobs_list(struct db *db, const char *token, const char *state, int limit,
+int store_jobs_list(struct db *db, long long tenant_id, const char *state, int limit,
                     void (*cb)(const struct store_job *, void *), void *arg)
 {
     int rows = each_job(db, &jobs_list,
-                        DB_ARGS(p_text("token", token), p_text("state", state),
+                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("state", state),
                                 p_int("limit", limit)),
                         cb, arg);
-    return rows < 0 ? rows : rows == 0 ? STORE_EAUTH : STORE_OK;
+    return rows < 0 ? rows : STORE_OK;
 }
 
 /* A webhook, in one statement. Signed: dedupe by event id; a hint that makes the operation due
@@ -849,8 +876,8 @@ int store_tenant_list(struct db *db,
 static const struct db_stmt usage = {
     .rerun_safe = 1,
     .name = "usage",
-    .sql = "WITH t AS (SELECT id, name FROM tenants WHERE ($1::text IS NULL OR "
-    "  (token_sha256 = $1 AND revoked_at IS NULL)) AND ($5::text IS NULL OR name = $5)), "
+    .sql = "WITH t AS (SELECT id, name FROM tenants WHERE ($1::bigint IS NULL OR id = $1) "
+    "  AND ($5::text IS NULL OR name = $5)), "
     "w AS (SELECT coalesce($2::timestamptz, " THIS_MONTH "::timestamp AT TIME ZONE 'UTC') AS f, "
     "  coalesce($3::timestamptz, 'infinity'::timestamptz) AS u) "
     "SELECT 'usage', t.name, CASE $4::text WHEN 'provider' THEN o.provider "
@@ -867,17 +894,18 @@ static const struct db_stmt usage = {
     " CASE WHEN b.month = " THIS_MONTH " THEN b.month_micros ELSE 0 END, b.max_inflight, "
     " b.inflight FROM t LEFT JOIN tenant_budgets b ON b.tenant_id = t.id "
     "ORDER BY 1 DESC, 2, 3, 4",
-    .params = DB_PARAMS("token", "from", "to", "group_by", "tenant"),
+    .params = DB_PARAMS("tenant_id", "from", "to", "group_by", "tenant"),
     .filters = DB_FILTERS(ST_COMPLETED, ST_CANCELED),
 };
 
-int store_usage(struct db *db, const char *token, const char *tenant, const char *from,
+int store_usage(struct db *db, long long tenant_id, const char *tenant, const char *from,
                 const char *to, const char *group_by,
                 void (*cb)(const struct store_usage_row *row, void *arg), void *arg)
 {
     PGresult *r;
     int e = db_run(db, &usage,
-                   DB_ARGS(p_text("token", token), p_text("from", from), p_text("to", to),
+                   DB_ARGS(tenant_id > 0 ? p_int("tenant_id", tenant_id) : p_null("tenant_id"),
+                           p_text("from", from), p_text("to", to),
                            p_text("group_by", group_by), p_text("tenant", tenant)),
                    &r);
     if (e < 0)
@@ -894,7 +922,7 @@ int store_usage(struct db *db, const char *token, const char *tenant, const char
         cb(&row, arg);
     }
     PQclear(r);
-    return token && !tenants ? STORE_EAUTH : STORE_OK;
+    return tenant_id > 0 && !tenants ? STORE_EAUTH : STORE_OK;
 }
 
 /* A tenant's budget (`idemgate tenant budget`). A new budget starts from what the tenant's
@@ -1129,10 +1157,10 @@ static const struct db_stmt job_attempts = {
     " FROM attempts a WHERE a.tenant_id = $1 AND a.operation_id = $2 ORDER BY a.seq",
     .params = DB_PARAMS("tenant_id", "job_id"),
 };
-static const struct db_stmt admin_token_of = {
+static const struct db_stmt admin_tenant_of = {
     .rerun_safe = 1,
-    .name = "admin_token_of",
-    .sql = "SELECT t.token_sha256 FROM operations o JOIN tenants t ON t.id = o.tenant_id "
+    .name = "admin_tenant_of",
+    .sql = "SELECT t.id, t.name FROM operations o JOIN tenants t ON t.id = o.tenant_id "
     "WHERE o.id = $1",
     .params = DB_PARAMS("job_id"),
 };
@@ -1181,17 +1209,81 @@ int store_job_attempts(struct db *db, long long tenant_id, const char *job_id,
     return STORE_OK;
 }
 
-int store_admin_token_of(struct db *db, const char *job_id, char out[65])
+int store_admin_tenant_of(struct db *db, const char *job_id, long long *tenant_id, char *name,
+                          size_t cap)
 {
     PGresult *r;
-    int e = db_run(db, &admin_token_of, DB_ARGS(p_text("job_id", job_id)), &r);
+    int e = db_run(db, &admin_tenant_of, DB_ARGS(p_text("job_id", job_id)), &r);
     if (e < 0)
         return e;
     e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
-    if (e == STORE_OK)
-        snprintf(out, 65, "%s", PQgetvalue(r, 0, 0));
+    if (e == STORE_OK) {
+        *tenant_id = atoll(PQgetvalue(r, 0, 0));
+        snprintf(name, cap, "%s", PQgetvalue(r, 0, 1));
+    }
     PQclear(r);
     return e;
+}
+
+/* The tenant directory's reads (tenants.h). */
+static const struct db_stmt tenant_of_token = {
+    .rerun_safe = 1,
+    .name = "tenant_of_token",
+    .sql = "SELECT id, name FROM tenants WHERE token_sha256 = $1 AND revoked_at IS NULL",
+    .params = DB_PARAMS("token"),
+};
+static const struct db_stmt tenants_all = {
+    .rerun_safe = 1,
+    .name = "tenants_all",
+    .sql = "SELECT id, name, token_sha256 FROM tenants WHERE revoked_at IS NULL",
+};
+
+int store_tenant_of_token(struct db *db, const char *token_sha256, long long *id, char *name,
+                          size_t cap)
+{
+    PGresult *r;
+    *id = 0;
+    int e = db_run(db, &tenant_of_token, DB_ARGS(p_text("token", token_sha256)), &r);
+    if (e < 0)
+        return e;
+    e = PQntuples(r) == 1 ? STORE_OK : STORE_EAUTH;
+    if (e == STORE_OK) {
+        *id = atoll(PQgetvalue(r, 0, 0));
+        snprintf(name, cap, "%s", PQgetvalue(r, 0, 1));
+    }
+    PQclear(r);
+    return e;
+}
+
+int store_tenants_all(struct db *db,
+                      void (*cb)(long long id, const char *name, const char *token, void *arg),
+                      void *arg)
+{
+    PGresult *r;
+    int e = db_run(db, &tenants_all, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(atoll(PQgetvalue(r, i, 0)), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), arg);
+    PQclear(r);
+    return STORE_OK;
+}
+
+void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
+{
+    time_t t = (time_t)sec;
+    struct tm tm;
+    if (usec < 0 || usec > 999999)
+        usec = 0;
+    if (!gmtime_r(&t, &tm) || tm.tm_year < -1900 || tm.tm_year > 9999 - 1900) {
+        snprintf(out, STORE_STAMP_LEN, "1970-01-01T00:00:00.000000Z");
+        return;
+    }
+    char tmp[96]; /* what the compiler cannot bound; the year is 0..9999, so it fits */
+    snprintf(tmp, sizeof(tmp), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, usec);
+    memcpy(out, tmp, STORE_STAMP_LEN - 1);
+    out[STORE_STAMP_LEN - 1] = '\0';
 }
 
 static const struct db_stmt *const statements[] = {
@@ -1200,7 +1292,7 @@ static const struct db_stmt *const statements[] = {
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,
-    &admin_job_get,  &admin_token_of, &job_attempts,
+    &admin_job_get,  &admin_tenant_of, &job_attempts, &tenant_of_token, &tenants_all,
 };
 
 const struct db_stmt *const *store_statements(size_t *n)

@@ -155,14 +155,13 @@ void usage_get(struct hs_req *r, const struct api_args *a)
     (void)a;
     char token[CRYPTO_SHA256_HEX], err[128];
     int admin = reply_is_admin(r);
-    if (!admin && reply_token_hash(r, token) < 0) {
-        reply_unauthorized(r);
+    struct tenant t = {0};
+    if (!admin && reply_caller_tenant(r, token, &t) < 0)
         return;
-    }
     struct usage_query q;
     if (usage_query_parse(hs_req_query(r, "from"), hs_req_query(r, "to"),
                           hs_req_query(r, "group_by"), &q, err, sizeof(err)) < 0) {
-        reply_tenant_problem(r, admin ? NULL : token, 400, "invalid-query", "Invalid query", err);
+        reply_problem(r, 400, "invalid-query", "Invalid query", err, 0);
         return;
     }
     cJSON *doc = usage_doc_new(&q);
@@ -170,7 +169,7 @@ void usage_get(struct hs_req *r, const struct api_args *a)
         reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
         return;
     }
-    int e = store_usage(api_db(r), admin ? NULL : token, NULL, q.from, q.to,
+    int e = store_usage(api_db(r), admin ? 0 : t.id, NULL, q.from, q.to,
                         usage_group_name(q.group), usage_add, doc);
     if (e == STORE_EAUTH) {
         reply_unauthorized(r);

@@ -52,6 +52,7 @@ struct api_wait {
     int replayed; /* the answer is a replay */
     char job_id[32];
     char token_hash[65];
+    long long tenant_id;
     int wait_seconds;
 };
 
@@ -63,6 +64,9 @@ struct db *api_db(const struct hs_req *r);
 /* Reads the tenant limits again on a database worker when they are due (limits.h); never
  * waits. */
 void api_limits_refresh(struct hs_req *r);
+/* Reads the tenant directory again on a database worker when it is due (tenants.h); never
+ * waits. */
+void api_tenants_refresh(struct hs_req *r);
 /* Suspends r and runs fn(r, args) on a database worker (args is copied; its strings point into
  * the request). fn answers (hs_respond from that thread: the answer is queued when r resumes) or
  * leaves r to the continuation set before (api_set_continuation); then r is resumed. -1 when the

@@ -42,9 +42,8 @@ struct archive_output {
     int planned; /* the job's outputs were planned */
     int exists;  /* the output exists (planned, with that index) */
 };
-/* STORE_OK; STORE_EAUTH (no live tenant with that token), STORE_ENOTFOUND (no such job for the
- * tenant). */
-int archive_output_get(struct db *db, const char *token_sha256, const char *job_id, int n,
+/* STORE_OK or STORE_ENOTFOUND (no such job for the tenant). */
+int archive_output_get(struct db *db, long long tenant_id, const char *job_id, int n,
                        struct archive_output *out);
 void archive_output_fini(struct archive_output *o);
 

@@ -23,9 +23,5 @@ void intake_resume(struct hs_req *r);
 /* The steps' names in the order they run (NULL past the last); for logs and tests. */
 const char *intake_step_name(size_t i);
 
-/* The gate's decision: 1 when a problem with this status must first prove the caller a tenant.
- * tenant_proven: the store or the tenant's cache has already answered for the token. A body
- * over the cap (413) is refused without a database round trip, and 5xx are the gateway's own. */
-int intake_needs_tenant(int status, int tenant_proven);
 
 #endif

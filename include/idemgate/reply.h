@@ -5,6 +5,7 @@
 #include "idemgate/http_server.h"
 #include "idemgate/jobcache.h"
 #include "idemgate/store.h"
+#include "idemgate/tenants.h"
 
 struct cJSON;
 
@@ -42,13 +43,10 @@ void reply_key_reused(struct hs_req *r, int regeneration);
 /* The SHA-256 of the bearer token, the only form in which tokens are ever compared or stored.
  * Returns 0, or -1 when there is no well-formed bearer token (or there are two). */
 int reply_token_hash(struct hs_req *r, char out[CRYPTO_SHA256_HEX]);
-/* Before a 4xx that needs no database, make sure the caller is a tenant: an unauthenticated
- * client learns nothing about routes or validation. Returns 1 when it answered 401 or 503. */
-int reply_tenant_refused(struct hs_req *r, const char *token);
-/* A 4xx for a caller that may not be a tenant: the problem when the store proves token a
- * tenant's (token NULL: already proven, e.g. the admin token), else 401 or 503. */
-void reply_tenant_problem(struct hs_req *r, const char *token, int status, const char *type,
-                          const char *title, const char *detail);
+/* On a database worker: the caller's tenant (tenants.h) from its bearer token (hashed into
+ * token). Answers 401 (no well-formed token, or no live tenant's) or the store's error and
+ * returns -1; 0 with *t. */
+int reply_caller_tenant(struct hs_req *r, char token[CRYPTO_SHA256_HEX], struct tenant *t);
 /* 1 when the request carries the admin token (its SHA-256 is configured). Answers nothing. */
 int reply_is_admin(struct hs_req *r);
 

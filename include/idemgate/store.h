@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* "2026-12-02T10:39:31.123456Z" and its NUL. */
+#define STORE_STAMP_LEN 28
+
 /* Tenant-scoped reads and writes of PostgreSQL, the single source of truth: intake, a tenant's
  * jobs, cancel, resolve, regenerate, webhooks, tenants, provider breakers, gauges and the
  * operator's reads. The connection (`struct db`, one per thread) and the error codes are db.h's;
@@ -53,11 +56,12 @@ struct store_job {
      * read. */
     char *archive;
     int archive_settled; /* planned, nothing pending: the archive view no longer changes */
+    char *own;           /* storage some strings above point into, owned; or NULL */
 };
 void store_job_fini(struct store_job *j);
 
 struct store_intake_req {
-    const char *token_sha256_hex;
+    long long tenant_id; /* the tenant directory's (tenants.h) */
     const char *idempotency_key;
     const char *new_id; /* used only when the row is new */
     const char *fingerprint_hex;
@@ -84,12 +88,15 @@ struct store_intake_req {
     long long reserve_micros;
     const char *currency;
     int unpriced; /* the price table priced this request with nothing (pricing.h) */
+    /* When the request was recorded and when its job expires (RFC 3339 UTC, store_stamp): the
+     * row's created_at and expires_at, and the new job's answer, to the microsecond. */
+    char at[STORE_STAMP_LEN], expires_at[STORE_STAMP_LEN];
 };
 
 /* The intake decision in one round trip: insert the intent (committed on return) or read the
  * row that holds the key. *created is 1 for a new row: the caller then calls wake_work
- * (wake.h). STORE_EAUTH for a bad token. A racing insert is re-read, never reported as an
- * error. A tenant with a budget (tenant_budgets) has its row locked, the estimate reserved and
+ * (wake.h); out is then made from r itself (its strings are r's: r must outlive out). A racing
+ * insert is re-read, never reported as an error. A tenant with a budget (tenant_budgets) has its row locked, the estimate reserved and
  * the job counted in flight in the same commit; a new key the budget cannot take is refused
  * (STORE_EOVERDAY, STORE_EOVERMONTH, STORE_EINFLIGHT) and nothing is recorded, while a key that
  * exists is replayed as always, never charged again. */
@@ -107,21 +114,27 @@ struct store_intake_item {
 
 /* store_intake for many rows in one transaction and one round trip (group commit): every item
  * gets exactly the answer store_intake would have given it. Rows that meet a problem (a bad
- * token, a racing insert, a statement that aborted the batch, a lost connection) are decided
+ * racing insert, a statement that aborted the batch, a lost connection) are decided
  * again one by one, so one bad row never fails its neighbours and a duplicate inside the batch
- * gets the same job as its first occurrence. items should be sorted by (token, key): batches on
+ * gets the same job as its first occurrence. items should be sorted by (tenant, key): batches on
  * other connections then lock in the same order and cannot deadlock. Returns the batch's own
  * outcome (STORE_OK when it committed as one), for metrics; the items carry the answers. */
 int store_intake_batch(struct db *db, struct store_intake_item *const *items, size_t n);
 
-/* A tenant's job by id: STORE_EAUTH, STORE_ENOTFOUND (also another tenant's job) or STORE_OK. */
-__attribute__((warn_unused_result)) int store_job_get(struct db *db, const char *token_sha256_hex,
+/* Pure: an answer of the intake function (migrations/0014) — 0 the key was taken, 1 inserted, 2
+ * inserted reserved for the claim owner, 3 refused by the budget (*verdict 2..5) — and the
+ * breaker's reason of a new intent whose provider is tripped (*blocked, into a); -1 for anything
+ * else. */
+int store_intake_answer(const char *a, int *verdict, const char **blocked);
+
+/* A tenant's job by id: STORE_ENOTFOUND (also another tenant's job) or STORE_OK. */
+__attribute__((warn_unused_result)) int store_job_get(struct db *db, long long tenant_id,
                                                       const char *job_id, struct store_job *out);
 
 /* Cancels a tenant's job: a prepared job fails at once; an accepted one is marked for the
  * poller to send the provider's cancel, once. *changed is 0 when the job was already terminal
  * (out holds it as it is). */
-__attribute__((warn_unused_result)) int store_cancel(struct db *db, const char *token,
+__attribute__((warn_unused_result)) int store_cancel(struct db *db, long long tenant_id,
                                                      const char *job_id, struct store_job *out,
                                                      int *changed);
 
@@ -158,9 +171,8 @@ __attribute__((warn_unused_result)) int store_breaker_list(
                               const char *tripped_at, void *arg),
     void *arg);
 
-/* A tenant's jobs, oldest first, optionally in one state (NULL: all); cb gets each job. The same
- * round trip proves the token a live tenant's: STORE_EAUTH when it is not, jobs or none. */
-__attribute__((warn_unused_result)) int store_jobs_list(struct db *db, const char *token,
+/* A tenant's jobs, oldest first, optionally in one state (NULL: all); cb gets each job. */
+__attribute__((warn_unused_result)) int store_jobs_list(struct db *db, long long tenant_id,
                                                         const char *state, int limit,
                                                         void (*cb)(const struct store_job *j,
                                                                    void *arg),
@@ -169,8 +181,9 @@ __attribute__((warn_unused_result)) int store_jobs_list(struct db *db, const cha
 /* An operator's decision on a job in review: outcome found (→ new_state accepted or completed,
  * with remote_id), absent (→ prepared) or abandon (→ failed). *applied is 1 when this call moved
  * the job; otherwise out holds the job as it is (the caller compares). STORE_ENOTFOUND: no such
- * job for this tenant. */
-__attribute__((warn_unused_result)) int store_resolve(struct db *db, const char *token,
+ * job for this tenant. The resolution records `tenant` (its name) and `by`. */
+__attribute__((warn_unused_result)) int store_resolve(struct db *db, long long tenant_id,
+                                                      const char *tenant,
                                                       const char *job_id, const char *outcome,
                                                       enum op_state new_state,
                                                       const char *remote_id, const char *by,
@@ -179,7 +192,7 @@ __attribute__((warn_unused_result)) int store_resolve(struct db *db, const char 
 /* A new operation regenerating a terminal parent under a new key (see migrations). *created is
  * 1 for a new row, 0 for a replay of the key. STORE_ENOTFOUND when the parent is not a terminal
  * job of this tenant and the key is new. */
-__attribute__((warn_unused_result)) int store_regenerate(struct db *db, const char *token,
+__attribute__((warn_unused_result)) int store_regenerate(struct db *db, long long tenant_id,
                                                          const char *parent_id, const char *new_id,
                                                          const char *key, const char *fp_hex,
                                                          int fp_version, int ttl_hours,
@@ -256,9 +269,24 @@ struct store_attempt {
 __attribute__((warn_unused_result)) int store_job_attempts(
     struct db *db, long long tenant_id, const char *job_id,
     void (*cb)(const struct store_attempt *a, void *arg), void *arg);
-/* The token hash of the tenant owning job_id, so tenant-scoped statements can be reused. */
-__attribute__((warn_unused_result)) int store_admin_token_of(struct db *db, const char *job_id,
-                                                             char out[65]);
+/* The tenant owning job_id (its id, and its name into name[cap]), so tenant-scoped statements
+ * can be reused. */
+__attribute__((warn_unused_result)) int store_admin_tenant_of(struct db *db, const char *job_id,
+                                                              long long *tenant_id, char *name,
+                                                              size_t cap);
+
+/* The tenant directory's reads (tenants.h): the live tenant whose token hash is token_sha256
+ * (STORE_EAUTH: none; *id 0), and every live tenant. */
+__attribute__((warn_unused_result)) int store_tenant_of_token(struct db *db,
+                                                              const char *token_sha256,
+                                                              long long *id, char *name,
+                                                              size_t cap);
+__attribute__((warn_unused_result)) int store_tenants_all(
+    struct db *db, void (*cb)(long long id, const char *name, const char *token_sha256, void *arg),
+    void *arg);
+/* RFC 3339 UTC to the microsecond ("2026-12-02T10:39:31.123456Z") of Unix time sec + usec µs.
+ * Pure. */
+void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN]);
 
 /* One row of store_usage: usage (a sum) or, when usage is 0, a tenant with its budget. v[] is -1
  * where NULL. Usage: v[0] jobs, v[1] cost in micro-units of currency, group the provider, route
@@ -273,10 +301,10 @@ struct store_usage_row {
 
 /* Usage of completed operations that finished in [from, to) (timestamps PostgreSQL reads; NULL:
  * from the start of this UTC month, to no end), by group_by (provider, route or day), and the
- * budgets: token a tenant's token hash (its own only; STORE_EAUTH when no live tenant has it) or
- * NULL (every tenant, or the one named tenant). Usage rows come first. */
+ * budgets: tenant_id a tenant's own only, or 0 (every tenant, or the one named tenant). Usage
+ * rows come first. */
 __attribute__((warn_unused_result)) int store_usage(
-    struct db *db, const char *token, const char *tenant, const char *from, const char *to,
+    struct db *db, long long tenant_id, const char *tenant, const char *from, const char *to,
     const char *group_by, void (*cb)(const struct store_usage_row *row, void *arg), void *arg);
 
 /* Sets a tenant's budget (limits < 0: none) in currency; STORE_ENOTFOUND without such a tenant.

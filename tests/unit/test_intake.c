@@ -1,5 +1,6 @@
 /* The intake pipeline's pure parts: the order of its steps (authentication first, by
- * construction) and the gate that proves a caller a tenant before any 4xx. */
+ * construction: nobody learns anything about routes or validation before it), and the answers
+ * of the intake function the record step reads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "idemgate/intake.h"
+#include "idemgate/store.h"
 
 static void test_step_order(void **state)
 {
@@ -23,29 +25,71 @@ static void test_step_order(void **state)
     assert_null(intake_step_name(n));
 }
 
-struct gate_case {
-    int status, proven, want;
+/* The intake function's answers (migrations/0014), table-driven. */
+struct answer_case {
+    const char *a;
+    int outcome, verdict;
+    const char *blocked;
 };
 
-static const struct gate_case gate_cases[] = {
-    {400, 0, 1}, /* bad key, bad JSON: the caller must be a tenant to learn it */
-    {404, 0, 1}, /* unknown route */
-    {422, 0, 1}, /* client reference cannot be placed */
-    {400, 1, 0}, /* already proven (store or tenant cache) */
-    {422, 1, 0}, /* key reused, after the store answered */
-    {401, 0, 0}, /* the authentication's own answer */
-    {413, 0, 0}, /* refused without a database round trip */
-    {500, 0, 0}, /* the gateway's own failures */
-    {503, 0, 0}, {202, 0, 0},
+static const struct answer_case answer_cases[] = {
+    {"0", 0, 0, NULL},
+    {"1", 1, 0, NULL},
+    {"2", 2, 0, NULL},
+    {"1:credential rejected (HTTP 401)", 1, 0, "credential rejected (HTTP 401)"},
+    {"2:x", 2, 0, "x"},
+    {"1:", 1, 0, ""},
+    {"r2", 3, 2, NULL},
+    {"r5", 3, 5, NULL},
+    {"r1", -1, 0, NULL}, /* within the budget is never a refusal */
+    {"r6", -1, 0, NULL},
+    {"r22", -1, 0, NULL},
+    {"0:x", -1, 0, NULL}, /* a taken key carries nothing */
+    {"3", -1, 0, NULL},
+    {"12", -1, 0, NULL},
+    {"", -1, 0, NULL},
+    {NULL, -1, 0, NULL},
 };
 
-static void test_gate(void **state)
+static void test_intake_answer(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof(gate_cases) / sizeof(gate_cases[0]); i++) {
-        const struct gate_case *c = &gate_cases[i];
-        print_message("%d proven=%d\n", c->status, c->proven);
-        assert_int_equal(intake_needs_tenant(c->status, c->proven), c->want);
+    for (size_t i = 0; i < sizeof(answer_cases) / sizeof(answer_cases[0]); i++) {
+        const struct answer_case *c = &answer_cases[i];
+        int verdict = -7;
+        const char *blocked = "unset";
+        print_message("%s\n", c->a ? c->a : "(null)");
+        assert_int_equal(store_intake_answer(c->a, &verdict, &blocked), c->outcome);
+        if (c->outcome < 0)
+            continue;
+        assert_int_equal(verdict, c->verdict);
+        if (c->blocked)
+            assert_string_equal(blocked, c->blocked);
+        else
+            assert_null(blocked);
+    }
+}
+
+/* Timestamps are formatted here, not by the database: RFC 3339, UTC, always six digits. */
+static void test_stamp(void **state)
+{
+    (void)state;
+    static const struct {
+        long long sec;
+        long usec;
+        const char *want;
+    } cases[] = {
+        {0, 0, "1970-01-01T00:00:00.000000Z"},
+        {1764671971, 123456, "2025-12-02T10:39:31.123456Z"},
+        {1764671971, 7, "2025-12-02T10:39:31.000007Z"},
+        {951782400, 999999, "2000-02-29T00:00:00.999999Z"}, /* a leap day */
+        {4102444799LL, 0, "2099-12-31T23:59:59.000000Z"},
+        {1764671971, 1000000, "2025-12-02T10:39:31.000000Z"}, /* out of range: no carry */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[STORE_STAMP_LEN];
+        store_stamp(cases[i].sec, cases[i].usec, out);
+        assert_string_equal(out, cases[i].want);
     }
 }
 
@@ -53,7 +97,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_order),
-        cmocka_unit_test(test_gate),
+        cmocka_unit_test(test_intake_answer),
+        cmocka_unit_test(test_stamp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
