@@ -161,7 +161,10 @@ log "temporary directory $T; mock :$MOCK_PORT, nginx :$NGINX_PORT, gateway :$GW_
 
 # --- PostgreSQL, schema, tenant -------------------------------------------------------------
 PGDIR=$T/pg
-DATABASE_URL=$(scripts/pg.sh start "$PGDIR" 5432)
+# pg_stat_statements: executor time per statement per end-to-end job (top-level statements: a
+# function's own statements are inside its call's time).
+DATABASE_URL=$(PG_EXTRA_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top" \
+    scripts/pg.sh start "$PGDIR" 5432)
 export DATABASE_URL
 PSQL=("$PGBIN/psql" -h "$PGDIR/sock" -p 5432 -U postgres -d idemgate -qAt)
 note pg_settings "$("${PSQL[@]}" -c "SELECT json_object_agg(name, setting) FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'wal_sync_method', 'shared_buffers', 'max_connections', 'server_version')")"
@@ -171,8 +174,10 @@ sed -e "s#@MOCK_URL@#http://127.0.0.1:$MOCK_PORT#" -e "s#@PROFILES@#$REPO/deploy
 export IDEMGATE_CONFIG=$T/gateway.json
 export IDEMGATE_BENCH_PROVIDER_KEY=sk-bench-not-a-secret
 timeout 60 "$GATEWAY" migrate >/dev/null
+"${PSQL[@]}" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1 ||
+    log "pg_stat_statements is not available: no executor time per job"
 TOKEN=$(timeout 30 "$GATEWAY" tenant add "bench-$$")
-TOKEN_SHA=$(printf %s "$TOKEN" | sha256sum | cut -c1-64)
+TENANT_ID=$("${PSQL[@]}" -c "SELECT id FROM tenants WHERE name = 'bench-$$'")
 
 # --- the mock provider and nginx -----------------------------------------------------------
 "$MOCK" --listen "127.0.0.1:$MOCK_PORT" >"$T/logs/mock.out" 2>/dev/null &
@@ -230,16 +235,38 @@ wrk_run() { # NAME SCRIPT URL PREFER [KEY [CONNECTIONS]]: a warm-up, then the me
             wrk -t"$threads" -c"$conns" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
             >"$T/logs/wrk-$name-warm.out" 2>&1 || true
     fi
+    [ "$name" = e2e ] && cost_begin
     log "$name: wrk -t$threads -c$conns -d${SECS}s $url"
     env "${envs[@]}" BENCH_NONCE="$NONCE-$name" timeout $((SECS + 60)) \
         wrk -t"$threads" -c"$conns" -d"${SECS}s" --timeout 35s -s "bench/wrk/$script" "$url" \
         >"$T/logs/wrk-$name.out" 2>&1 || log "$name: wrk failed (see $T/logs/wrk-$name.out)"
     grep '^@@BENCH ' "$T/logs/wrk-$name.out" | sed 's/^@@BENCH //' >"$T/results/$name.json" || true
+    [ "$name" = e2e ] && cost_end
     for f in "$T/logs/wrk-$name-warm.out" "$T/logs/wrk-$name.out"; do
         [ -f "$f" ] || continue
         n=$(sed -n 's/^@@BENCH {"requests":\([0-9]*\).*/\1/p' "$f")
         requests_served=$((requests_served + ${n:-0}))
     done
+}
+# The cost of one end-to-end job, over the measured e2e run: PostgreSQL executor time per
+# statement (pg_stat_statements, reset when the run starts) and the gateway's CPU (utime + stime
+# from /proc), each divided by the jobs the run completed.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+cost_begin() {
+    COST_TICKS0=$(cpu_ticks "$GW_PID")
+    "${PSQL[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1 || true
+}
+cost_end() {
+    local ticks jobs hz stmts
+    ticks=$(( $(cpu_ticks "$GW_PID") - COST_TICKS0 ))
+    hz=$(getconf CLK_TCK)
+    jobs=$(sed -n 's/^{"requests":\([0-9]*\).*/\1/p' "$T/results/e2e.json")
+    stmts=$("${PSQL[@]}" -c "SELECT coalesce(json_agg(s ORDER BY s.ms DESC), '[]') FROM (
+        SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70) AS query, calls,
+               round(total_exec_time::numeric, 3) AS ms
+        FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'idemgate')
+          AND query NOT LIKE '%pg_stat_statements%') s" 2>/dev/null | tr -d '\n' || echo null)
+    note e2e_cost "{\"jobs\":${jobs:-0},\"gateway_cpu_ticks\":$ticks,\"clk_tck\":$hz,\"statements\":${stmts:-null}}"
 }
 sample_rss() { # LABEL: the gateway's resident memory now, with the requests served so far
     rss_samples+=("{\"after\":\"$1\",\"requests\":$requests_served,\"rss_kib\":$(proc_kib "$GW_PID" VmRSS)}")
@@ -433,7 +460,7 @@ if want pgbench; then
             [ "$phase" = run ] && log "$name: pgbench -n -c $clients -j 2 -T $SECS -M prepared -f intake.pgbench"
             (cd "$T/pgbench" && timeout $((d + 60)) "$PGBENCH" -n -c "$clients" -j 2 -T "$d" -M prepared -l \
                 -f "$script" -h "$PGDIR/sock" -p 5432 -U postgres \
-                -D token="$TOKEN_SHA" -D fp="$(printf '%s' "$CANON" | sha256sum | cut -c1-64)" -D fpv=1 \
+                -D tenant="$TENANT_ID" -D fp="$(printf '%s' "$CANON" | sha256sum | cut -c1-64)" -D fpv=1 \
                 -D provider=mock-images -D route=images/generations -D method=POST \
                 -D url="http://127.0.0.1:$MOCK_PORT/v1/images/generations" \
                 -D cred=IDEMGATE_BENCH_PROVIDER_KEY -D body="$CANON" -D ttl=168 -D strategy=none \
@@ -543,7 +570,7 @@ if want history && [ "$HIST_N" -gt 0 ]; then
                        json_build_array(json_build_object('url', 'http://x/' || g || '.png')))::text,
                        'UTF8'),
                    now() - interval '1 day', now(), now(), now(), now() + interval '6 days'
-            FROM generate_series($from, $to) g, tenants t WHERE t.token_sha256 = '$TOKEN_SHA'"             >/dev/null || { log "history: the bulk insert failed"; break; }
+            FROM generate_series($from, $to) g, tenants t WHERE t.id = $TENANT_ID"             >/dev/null || { log "history: the bulk insert failed"; break; }
     done
     "${PSQL[@]}" -c "VACUUM ANALYZE operations" -c "CHECKPOINT" >/dev/null
     stored=$("${PSQL[@]}" -c "SELECT count(*) FROM operations")

@@ -29,7 +29,7 @@ start)
     as_owner mkdir -p "$dir/sock"
     if ! as_owner "$PGBIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
         as_owner "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-            -o "-c listen_addresses='' -c unix_socket_directories='$dir/sock' -p $port -c max_connections=300 -c fsync=on" \
+            -o "-c listen_addresses='' -c unix_socket_directories='$dir/sock' -p $port -c max_connections=300 -c fsync=on ${PG_EXTRA_OPTS:-}" \
             >/dev/null || { tail -20 "$dir/server.log" >&2; exit 1; }
     fi
     "$PGBIN/psql" -h "$dir/sock" -p "$port" -U postgres -d postgres -qtAc \

@@ -54,7 +54,8 @@ static const struct db_stmt plan_write = {
     .name = "archive_plan_write",
     .sql =
         "WITH m AS (UPDATE operations SET archive_planned_at = now() "
-        "  WHERE tenant_id = $1 AND id = $2 AND state = 'completed' AND archive_planned_at IS NULL "
+        "  WHERE tenant_id = $1 AND id = $2 AND " KEYED_STATE("state") " = 'completed' "
+        "  AND archive_planned_at IS NULL "
         "  RETURNING tenant_id, id, provider) "
         "INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, credential, "
         " expires_at) "
@@ -121,7 +122,7 @@ static const struct db_stmt finish = {
         " archived_at = CASE WHEN $5 = 'archived' THEN now() END, "
         " lease_owner = NULL, lease_expires_at = NULL "
         "WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
-        " AND state = 'pending'",
+        " AND " KEYED_STATE("state") " = 'pending'",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
                         "sha256", "bytes", "content_type", "backend", "stored_by"),
 };
@@ -140,7 +141,8 @@ static const struct db_stmt job_outputs = {
            "  FROM archive_outputs a WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id), "
            "'[]')::text, "
            " o.archive_planned_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM archive_outputs a "
-           "  WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id AND a.state = 'pending') "
+           "  WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id AND " KEYED_STATE("a.state")
+           " = 'pending') "
            "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
     .params = DB_PARAMS("tenant_id", "id"),
 };

@@ -118,7 +118,8 @@ static const struct db_stmt reconcile_send = {
     .name = "reconcile_send",
     .sql = "UPDATE operations SET state = 'sending', transport_attempts = transport_attempts + 1, "
     " lease_expires_at = now() + make_interval(secs => $4), updated_at = now() "
-    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'unknown' "
+    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
+    " = 'unknown' "
     " AND cancel_requested_at IS NULL "
     "RETURNING extract(epoch FROM lease_expires_at - now())::float8",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
@@ -429,7 +430,8 @@ static const struct db_stmt begin_send = {
     " lease_expires_at = now() + make_interval(secs => $4), updated_at = now(), "
     " transport_attempts = o.transport_attempts + 1, "
     " first_sent_at = coalesce(o.first_sent_at, now()) "
-    "WHERE o.tenant_id = $1 AND o.id = $2 AND o.lease_version = $3 AND o.state = 'prepared' "
+    "WHERE o.tenant_id = $1 AND o.id = $2 AND o.lease_version = $3 "
+    " AND " KEYED_STATE("o.state") " = 'prepared' "
     " AND o.cancel_requested_at IS NULL "
     " AND NOT EXISTS (SELECT 1 FROM provider_breakers b WHERE b.provider = o.provider) "
     "RETURNING extract(epoch FROM o.lease_expires_at - now())::float8, o.transport_attempts, "
@@ -447,8 +449,8 @@ static const struct db_stmt release_reservation = {
     .name = "release_reservation",
     .sql = "UPDATE operations SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), "
     " next_attempt_at = now() + make_interval(secs => $4::float8 / 1000) "
-    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = 'prepared' "
-    "RETURNING (SELECT b.reason FROM provider_breakers b WHERE b.provider = operations.provider)",
+    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
+    " = 'prepared' RETURNING (SELECT b.reason FROM provider_breakers b WHERE b.provider = operations.provider)",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "delay_ms"),
     .moves = DB_MOVES({ST_PREPARED, ST_PREPARED}),
 };

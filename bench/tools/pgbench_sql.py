@@ -11,7 +11,8 @@ The statement is taken from src/store.c through the C preprocessor (its projecti
 macros), so the ceiling always runs what the gateway runs. Parameters map to pgbench variables as
 the gateway binds them for the bench provider (openai-images profile, no provider idempotency
 header): $13 and $17 (no claim owner: the row is recorded `prepared`) are sent as NULL, and, with
-no price table and no budget, $19 (the reserved estimate) as 0 and $20 (its currency) as NULL.
+no price table and no budget, $19 (the reserved estimate) as 0 and $20 (its currency) as NULL;
+$22, the gateway's clock, is the server's.
 """
 import re
 import shlex
@@ -19,7 +20,7 @@ import subprocess
 import sys
 
 PARAMS = {
-    1: ":token",      # SHA-256 hex of the bearer token
+    1: ":tenant",     # the tenant's id (the gateway's tenant directory knows it)
     2: ":key",        # Idempotency-Key: a random integer, new on every transaction
     3: ":jid",        # proposed job id: a random integer
     4: ":fp",         # fingerprint hex
@@ -40,6 +41,7 @@ PARAMS = {
     19: "0",          # cost estimate reserved (micro-units): the bench provider has no price table
     20: "NULL",       # its currency: none; the bench tenant has no budget row either
     21: "false",      # unpriced: a provider without a price table prices nothing it must refuse
+    22: "clock_timestamp()",  # when the request was recorded: the gateway's clock
 }
 
 HEADER = """\
@@ -103,6 +105,7 @@ def script(repo):
     sql = extract(repo)
     sql = re.sub(r"'(?:[^']|'')*'", no_colon_literal, sql)
     sql = re.sub(r"\$(\d+)", lambda m: PARAMS[int(m.group(1))], sql)
+    sql = sql.replace("clock_timestamp()::timestamptz", "clock_timestamp()")
     # One clause per line, for a readable file.
     sql = re.sub(r"\s+", " ", sql).strip()
     sql = re.sub(r" (?=(bud AS|v AS|ins AS|upd AS|SELECT 1,|UNION ALL|SELECT 0,|FROM operations o|WHERE o\.|ON CONFLICT)\b)",

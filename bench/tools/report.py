@@ -185,7 +185,7 @@ def main():
            "notes": {k: v for k, v in facts.items() if k in ("replay_job", "pgbench_script",
                                                                 "gateway_main", "gateway_intake_memory",
                                                                 "pgbench_batch", "pg_test_fsync",
-                                                                "slow", "inflight")}}
+                                                                "slow", "inflight", "e2e_cost")}}
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -253,6 +253,16 @@ def main():
         print("slow provider, mid-run: %s calls in flight, %s threads, %s PostgreSQL connections, "
               "RSS %.1f MiB" % (g.get("calls_in_flight"), g.get("threads"), g.get("pg_connections"),
                                 (g.get("rss_kib") or 0) / 1024))
+    cost = facts.get("e2e_cost")
+    if isinstance(cost, dict) and cost.get("jobs"):
+        jobs = cost["jobs"]
+        stmts = cost.get("statements") or []
+        total = sum(float(s["ms"]) for s in stmts)
+        print()
+        print("per end-to-end job (%d jobs): PostgreSQL executor %.3f ms, gateway CPU %.3f ms"
+              % (jobs, total / jobs, 1000.0 * cost["gateway_cpu_ticks"] / cost["clk_tck"] / jobs))
+        for s in stmts[:10]:
+            print("    %8.4f ms  %6.2f calls  %s" % (float(s["ms"]) / jobs, s["calls"] / jobs, s["query"]))
     infl = facts.get("inflight")
     if isinstance(infl, dict):
         print("calls in flight: %s submitted (%s), peak %s in flight (sampled %s); peak RSS %.1f MiB, "

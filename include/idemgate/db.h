@@ -103,6 +103,12 @@ struct db_stmt {
     int rerun_safe;
 };
 #define DB_PARAMS(...) ((const char *const[]){__VA_ARGS__, NULL})
+/* A literal state test on a row found by its key (`"AND " KEYED_STATE("o.state") " = 'x'"`):
+ * written as an expression no partial queue index's predicate matches, so that the planner finds
+ * the row by its key. A bare `state = 'prepared'` lets it prove a queue index usable (the
+ * tenant's prepared rows, say) and, with a table's statistics still young, scan that whole queue
+ * for the one row: measured 29 ms over 10,294 rows for one archive plan, under load. */
+#define KEYED_STATE(col) "(" col " || '')"
 #define DB_MOVES(...) ((const struct db_move[]){__VA_ARGS__, {-1, ST_PREPARED}})
 #define DB_FILTERS(...) ((const enum op_state[]){__VA_ARGS__, ST__COUNT})
 

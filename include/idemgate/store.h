@@ -9,6 +9,8 @@
 
 /* "2026-12-02T10:39:31.123456Z" and its NUL. */
 #define STORE_STAMP_LEN 28
+/* The timestamps of a job row. */
+#define STORE_JOB_STAMPS 8
 
 /* Tenant-scoped reads and writes of PostgreSQL, the single source of truth: intake, a tenant's
  * jobs, cancel, resolve, regenerate, webhooks, tenants, provider breakers, gauges and the
@@ -57,6 +59,10 @@ struct store_job {
     char *archive;
     int archive_settled; /* planned, nothing pending: the archive view no longer changes */
     char *own;           /* storage some strings above point into, owned; or NULL */
+    /* The timestamps above, formatted (RFC 3339 UTC) from the row's Unix seconds: owned, on the
+     * heap (a struct store_job may be copied once, then only the copy finalised). */
+    char (*stamps)[STORE_STAMP_LEN];
+    int n_stamps;
 };
 void store_job_fini(struct store_job *j);
 
@@ -287,6 +293,9 @@ __attribute__((warn_unused_result)) int store_tenants_all(
 /* RFC 3339 UTC to the microsecond ("2026-12-02T10:39:31.123456Z") of Unix time sec + usec µs.
  * Pure. */
 void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN]);
+/* store_stamp of Unix seconds as PostgreSQL writes them ("1796209004.137369", "-1.5", "7"): 0, or
+ * -1 when epoch is not such a number. Pure. */
+int store_stamp_epoch(const char *epoch, char out[STORE_STAMP_LEN]);
 
 /* One row of store_usage: usage (a sum) or, when usage is 0, a tenant with its budget. v[] is -1
  * where NULL. Usage: v[0] jobs, v[1] cost in micro-units of currency, group the provider, route

@@ -93,12 +93,41 @@ static void test_stamp(void **state)
     }
 }
 
+/* A job's timestamps come from the database as Unix seconds and are formatted here. */
+static void test_stamp_epoch(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *epoch, *want;
+    } cases[] = {
+        {"1796209004.137369", "2026-12-02T10:56:44.137369Z"},
+        {"1796209004.000000", "2026-12-02T10:56:44.000000Z"},
+        {"1796209004", "2026-12-02T10:56:44.000000Z"},
+        {"1796209004.1", "2026-12-02T10:56:44.100000Z"},
+        {"1796209004.1234567", "2026-12-02T10:56:44.123456Z"}, /* beyond µs: cut */
+        {"0", "1970-01-01T00:00:00.000000Z"},
+        {"-1.25", "1969-12-31T23:59:58.750000Z"},
+        {"-1", "1969-12-31T23:59:59.000000Z"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[STORE_STAMP_LEN];
+        assert_int_equal(store_stamp_epoch(cases[i].epoch, out), 0);
+        assert_string_equal(out, cases[i].want);
+    }
+    static const char *const bad[] = {"", ".5", "x", "12a", "1.2.3", "-", "1e9"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char out[STORE_STAMP_LEN];
+        assert_int_equal(store_stamp_epoch(bad[i], out), -1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_order),
         cmocka_unit_test(test_intake_answer),
         cmocka_unit_test(test_stamp),
+        cmocka_unit_test(test_stamp_epoch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
