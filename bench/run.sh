@@ -252,13 +252,26 @@ wrk_run() { # NAME SCRIPT URL PREFER [KEY [CONNECTIONS]]: a warm-up, then the me
 # statement (pg_stat_statements, reset when the run starts) and the gateway's CPU (utime + stime
 # from /proc), each divided by the jobs the run completed.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# PostgreSQL's CPU: the postmaster and every process it started (backends, walwriter, …), and
+# what its children that ended used. CPU, not wall time: it does not count waiting for a core.
+pg_cpu_ticks() {
+    local pm t=0 pid
+    pm=$(head -1 "$PGDIR/data/postmaster.pid" 2>/dev/null) || { echo 0; return; }
+    t=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat" 2>/dev/null || echo 0)
+    for pid in $(pgrep -P "$pm"); do
+        t=$((t + $(cpu_ticks "$pid")))
+    done
+    echo "$t"
+}
 cost_begin() {
     COST_TICKS0=$(cpu_ticks "$GW_PID")
+    COST_PG0=$(pg_cpu_ticks)
     "${PSQL[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1 || true
 }
 cost_end() {
-    local ticks jobs hz stmts
+    local ticks jobs hz stmts pg
     ticks=$(( $(cpu_ticks "$GW_PID") - COST_TICKS0 ))
+    pg=$(( $(pg_cpu_ticks) - COST_PG0 ))
     hz=$(getconf CLK_TCK)
     jobs=$(sed -n 's/^{"requests":\([0-9]*\).*/\1/p' "$T/results/e2e.json")
     stmts=$("${PSQL[@]}" -c "SELECT coalesce(json_agg(s ORDER BY s.ms DESC), '[]') FROM (
@@ -266,7 +279,7 @@ cost_end() {
                round(total_exec_time::numeric, 3) AS ms
         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'idemgate')
           AND query NOT LIKE '%pg_stat_statements%') s" 2>/dev/null | tr -d '\n' || echo null)
-    note e2e_cost "{\"jobs\":${jobs:-0},\"gateway_cpu_ticks\":$ticks,\"clk_tck\":$hz,\"statements\":${stmts:-null}}"
+    note e2e_cost "{\"jobs\":${jobs:-0},\"gateway_cpu_ticks\":$ticks,\"postgresql_cpu_ticks\":$pg,\"clk_tck\":$hz,\"statements\":${stmts:-null}}"
 }
 sample_rss() { # LABEL: the gateway's resident memory now, with the requests served so far
     rss_samples+=("{\"after\":\"$1\",\"requests\":$requests_served,\"rss_kib\":$(proc_kib "$GW_PID" VmRSS)}")

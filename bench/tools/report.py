@@ -259,8 +259,11 @@ def main():
         stmts = cost.get("statements") or []
         total = sum(float(s["ms"]) for s in stmts)
         print()
-        print("per end-to-end job (%d jobs): PostgreSQL executor %.3f ms, gateway CPU %.3f ms"
-              % (jobs, total / jobs, 1000.0 * cost["gateway_cpu_ticks"] / cost["clk_tck"] / jobs))
+        print("per end-to-end job (%d jobs): PostgreSQL executor %.3f ms (wall), PostgreSQL CPU "
+              "%.3f ms, gateway CPU %.3f ms"
+              % (jobs, total / jobs,
+                 1000.0 * cost.get("postgresql_cpu_ticks", 0) / cost["clk_tck"] / jobs,
+                 1000.0 * cost["gateway_cpu_ticks"] / cost["clk_tck"] / jobs))
         for s in stmts[:10]:
             print("    %8.4f ms  %6.2f calls  %s" % (float(s["ms"]) / jobs, s["calls"] / jobs, s["query"]))
     infl = facts.get("inflight")
