@@ -72,14 +72,15 @@ static const struct db_stmt plan_write = {
 static const struct db_stmt claim = {
     .name = "archive_claim",
     .sql =
-        "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
-        " lease_expires_at = now() + make_interval(secs => $2), attempts = a.attempts + 1 "
-        "FROM (SELECT tenant_id, op_id, n FROM archive_outputs WHERE state = 'pending' "
-        "      AND next_attempt_at <= now() "
+        /* The pick runs once (MATERIALIZED): see lease.c, CLAIM_PICK. */
+        "WITH c AS MATERIALIZED (SELECT tenant_id, op_id, n FROM archive_outputs "
+        "      WHERE state = 'pending' AND next_attempt_at <= now() "
         "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
         "      AND provider = ANY($3::text[]) "
-        "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) c "
-        "WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
+        "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
+        "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
+        " lease_expires_at = now() + make_interval(secs => $2), attempts = a.attempts + 1 "
+        "FROM c WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
         "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
         " a.credential, coalesce(extract(epoch FROM a.expires_at)::float8, 0), "
         " extract(epoch FROM now())::float8, a.attempts, "

@@ -80,7 +80,8 @@ static const struct cfg_setting settings[] = {
     {"job_cache_entries", "IDEMGATE_JOB_CACHE_ENTRIES", T_INT, OFF(job_cache_entries), "8192", 0,
      10000000, "terminal jobs kept in memory for replays and reads (0: no cache)"},
     {"job_cache_ttl_ms", "IDEMGATE_JOB_CACHE_TTL_MS", T_INT, OFF(job_cache_ttl_ms), "5000", 1,
-     3600000, "how long a cached terminal job may answer (bounds a revoked token's reach); a "
+     3600000, "how long a cached terminal job may answer (only to a token the tenant directory "
+              "holds live); a "
               "completed job whose outputs are still being archived answers reads by id from "
               "memory for 250 ms at most, so that its archive state is never older than that"},
     {"job_ttl_hours", "IDEMGATE_JOB_TTL_HOURS", T_INT, OFF(job_ttl_hours), "168", 1, 87600,
