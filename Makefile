@@ -60,7 +60,7 @@ PYTHON    ?= /usr/bin/python3
 # Parallel compile jobs for the builds `make test` and `make chaos` start.
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all asan deps run test unit pyunit integration chaos bench clean format fuzz fuzz-build \
+.PHONY: all asan deps run test unit pyunit integration chaos test-citus bench clean format fuzz fuzz-build \
 	fuzz-bins fuzz-regress fuzz-diff
 all: $(BUILD)/idemgate $(BUILD)/idemgate-mock
 
@@ -180,6 +180,23 @@ chaos: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-test CRASHPOINTS=1 all
 	CHAOS_FULL=1 $(PYTHON) -m pytest -q -s tests/integration/test_chaos*.py \
 		tests/integration/test_failover.py $(PYTEST_ARGS)
+
+# The integration tests that use the suite's shared database, against a Citus coordinator
+# (CITUS_DATABASE_URL: a superuser URL of a coordinator with its workers added; the suite makes
+# its own database there and distributes the schema with `idemgate migrate --citus`). The
+# project never builds nor downloads Citus: without the variable this target says so and runs
+# nothing. deploy/SCALING.md says what runs on Citus today.
+CITUS_TESTS ?= tests/integration/test_intake.py tests/integration/test_wait.py \
+	tests/integration/test_tenant_isolation.py tests/integration/test_ledger.py \
+	tests/integration/test_async.py tests/integration/test_cache.py
+test-citus:
+ifeq ($(strip $(CITUS_DATABASE_URL)),)
+	@echo "test-citus: SKIPPED, nothing was run: CITUS_DATABASE_URL is not set (a superuser URL of a Citus coordinator with its workers added)"
+else
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-test CRASHPOINTS=1 all
+	$(PYTHON) -m pytest -q $(CITUS_TESTS) $(PYTEST_ARGS)
+endif
 
 # A side-by-side benchmark; it reports and never fails the build.
 bench: deps

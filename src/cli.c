@@ -2,6 +2,7 @@
 
 #include "idemgate/crypto.h"
 #include "idemgate/jobview.h"
+#include "idemgate/distribute.h"
 #include "idemgate/migrate.h"
 #include "idemgate/pricing.h"
 #include "idemgate/store.h"
@@ -23,12 +24,19 @@ static struct db *open_or_complain(const struct cfg *cfg)
     return db;
 }
 
-int cli_migrate(const struct cfg *cfg)
+int cli_migrate(const struct cfg *cfg, int argc, char **argv)
 {
+    int citus = argc >= 1 && strcmp(argv[0], "--citus") == 0;
+    if (argc > (citus ? 1 : 0)) {
+        fprintf(stderr, "usage: idemgate migrate [--citus]\n");
+        return 2;
+    }
     struct db *db = open_or_complain(cfg);
     if (!db)
         return 1;
     int e = migrate_run(db);
+    if (e == 0 && citus && (e = dist_run(db)) == 0)
+        printf("schema distributed by tenant (Citus)\n");
     int v = 0;
     if (e == 0 && store_schema_version(db, &v) == 0)
         printf("schema at version %d\n", v);

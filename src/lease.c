@@ -432,14 +432,15 @@ static const struct db_stmt begin_send = {
     .sql = "UPDATE operations o SET state = 'sending', "
     " lease_expires_at = now() + make_interval(secs => $4), updated_at = now(), "
     " transport_attempts = o.transport_attempts + 1, "
-    " first_sent_at = coalesce(o.first_sent_at, now()) "
+    " first_sent_at = coalesce(o.first_sent_at, " DB_NOW ") "
     "WHERE o.tenant_id = $1 AND o.id = $2 AND o.lease_version = $3 "
     " AND " KEYED_STATE("o.state") " = 'prepared' "
     " AND o.cancel_requested_at IS NULL "
     " AND NOT EXISTS (SELECT 1 FROM provider_breakers b WHERE b.provider = o.provider) "
-    "RETURNING extract(epoch FROM o.lease_expires_at - now())::float8, o.transport_attempts, "
-    " extract(epoch FROM o.first_sent_at)::float8, extract(epoch FROM now())::float8, "
-    " (extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint",
+    /* Instants only (updated_at is the statement's now()): the durations are begun_from's. A
+     * distributed database refuses now() in RETURNING, and mishandles a sub-select there. */
+    "RETURNING " DB_EPOCH("o.lease_expires_at") ", o.transport_attempts, "
+    DB_EPOCH("o.first_sent_at") ", " DB_EPOCH("o.updated_at"),
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
@@ -465,11 +466,12 @@ static int begun_from(struct store_claim *c, PGresult *r)
         PQclear(r);
         return 0;
     }
-    c->lease_remaining_s = atof(PQgetvalue(r, 0, 0));
+    double expires = atof(PQgetvalue(r, 0, 0));
     c->transport_attempts = atoi(PQgetvalue(r, 0, 1));
     c->first_sent_db = atof(PQgetvalue(r, 0, 2));
     c->now_db = atof(PQgetvalue(r, 0, 3));
-    c->since_first_ms = atoll(PQgetvalue(r, 0, 4));
+    c->lease_remaining_s = expires - c->now_db;
+    c->since_first_ms = (long long)((c->now_db - c->first_sent_db) * 1000.0);
     c->born = 0; /* a claim like any other from here on */
     PQclear(r);
     return 1;

@@ -40,7 +40,8 @@ static void usage(FILE *out)
             "\n"
             "commands:\n"
             "  serve            run the gateway (applies migrations first)\n"
-            "  migrate          apply database migrations and exit\n"
+            "  migrate [--citus] apply database migrations (--citus: then distribute the schema\n"
+            "                   on a Citus coordinator) and exit\n"
             "  check-config     validate the configuration and exit (0 ok, 1 invalid)\n"
             "  config-reference print every setting with its environment variable\n"
             "  tenant add NAME | list | revoke NAME | budget NAME [--day A] [--month A] "
@@ -268,7 +269,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "serve") == 0)
         rc = serve(cfg);
     else if (strcmp(cmd, "migrate") == 0)
-        rc = cli_migrate(cfg);
+        rc = cli_migrate(cfg, argc - i, argv + i);
     else if (strcmp(cmd, "check-config") == 0)
         rc = cli_check_config(cfg);
     else if (strcmp(cmd, "tenant") == 0)

@@ -4,7 +4,9 @@
 #include "idemgate/config.h"
 
 /* The administrative commands of the idemgate binary. Each returns a process exit status. */
-int cli_migrate(const struct cfg *cfg);
+/* `migrate [--citus]`: the migrations, then (--citus) the schema distributed on a Citus
+ * coordinator (distribute.h). */
+int cli_migrate(const struct cfg *cfg, int argc, char **argv);
 int cli_tenant(const struct cfg *cfg, int argc, char **argv);
 int cli_check_config(const struct cfg *cfg);
 int cli_jobs(const struct cfg *cfg, int argc, char **argv);

@@ -109,6 +109,13 @@ struct db_stmt {
  * tenant's prepared rows, say) and, with a table's statistics still young, scan that whole queue
  * for the one row: measured 29 ms over 10,294 rows for one archive plan, under load. */
 #define KEYED_STATE(col) "(" col " || '')"
+/* The statement's clock where a distributed database refuses now() itself — inside CASE or
+ * COALESCE of an UPDATE, and in RETURNING (Citus: "non-IMMUTABLE functions are not allowed"):
+ * a scalar sub-select, the same transaction timestamp on PostgreSQL, and a constant of the
+ * shard's own statement on Citus. DB_EPOCH(x) is the Unix seconds of timestamptz x with only
+ * immutable operations (extract on a timestamptz is only stable). */
+#define DB_NOW "(SELECT now())"
+#define DB_EPOCH(x) "extract(epoch FROM (" x ") - 'epoch'::timestamptz)::float8"
 #define DB_MOVES(...) ((const struct db_move[]){__VA_ARGS__, {-1, ST_PREPARED}})
 #define DB_FILTERS(...) ((const enum op_state[]){__VA_ARGS__, ST__COUNT})
 

@@ -75,9 +75,60 @@ class Response:
         return f"<{self.status} {self.body[:300]!r}>"
 
 
+# `make test-citus`: the superuser URL of a Citus coordinator with its workers added. The suite
+# makes its own database there (and in it the extension on every node, and the nodes), as it
+# makes its own cluster on plain PostgreSQL, and the gateway distributes the schema.
+CITUS_URL = os.environ.get("CITUS_DATABASE_URL")
+
+
+def _sql(url, sql):
+    return subprocess.run(["psql", url, "-qtAX", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _with_db(url, host=None, port=None, dbname=None):
+    from urllib.parse import urlsplit, urlunsplit
+    u = urlsplit(url)
+    netloc = u.netloc
+    if host is not None:
+        netloc = (u.username + "@" if u.username else "") + "%s:%s" % (host, port)
+    return urlunsplit((u.scheme, netloc, "/" + (dbname or u.path.lstrip("/")), u.query, ""))
+
+
+def citus_database():
+    """A fresh database on the Citus coordinator of CITUS_URL, ready for distributed tables:
+    yields its URL; dropped after (connections refused first: Citus keeps its own open)."""
+    from urllib.parse import urlsplit
+    name = "idemgate_citus_" + uuid.uuid4().hex[:10]
+    workers = [w.split("|") for w in _sql(CITUS_URL, "SELECT nodename || '|' || nodeport FROM "
+                                          "pg_dist_node WHERE groupid <> 0 AND isactive "
+                                          "AND noderole = 'primary' ORDER BY nodeid").split()]
+    coord = urlsplit(CITUS_URL)
+    _sql(CITUS_URL, "CREATE DATABASE " + name)
+    url = _with_db(CITUS_URL, dbname=name)
+    try:
+        for host, port in workers:
+            _sql(_with_db(CITUS_URL, host, port, name), "CREATE EXTENSION IF NOT EXISTS citus")
+        _sql(url, "CREATE EXTENSION IF NOT EXISTS citus")
+        _sql(url, "SELECT citus_set_coordinator_host('%s', %d)"
+             % (coord.hostname, coord.port or 5432))
+        for host, port in workers:
+            _sql(url, "SELECT citus_add_node('%s', %s)" % (host, port))
+        subprocess.run([GATEWAY_BIN, "migrate", "--citus"], env=dict(os.environ, DATABASE_URL=url),
+                       check=True, stdout=subprocess.DEVNULL)
+        yield url
+    finally:
+        _sql(CITUS_URL, "ALTER DATABASE %s WITH ALLOW_CONNECTIONS false" % name)
+        _sql(CITUS_URL, "DROP DATABASE %s WITH (FORCE)" % name)
+
+
 @pytest.fixture(scope="session")
 def database_url():
-    """A throwaway PostgreSQL 15 cluster (initdb as the unprivileged postgres user when root)."""
+    """A throwaway PostgreSQL 15 cluster (initdb as the unprivileged postgres user when root),
+    or, under `make test-citus`, a throwaway database on the Citus coordinator."""
+    if CITUS_URL:
+        yield from citus_database()
+        return
     d = tempfile.mkdtemp(prefix="idemgate-pg-")
     os.chmod(d, 0o755)
     port = str(free_port())

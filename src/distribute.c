@@ -1,0 +1,106 @@
+#include "idemgate/distribute.h"
+
+#include "idemgate/log.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct dist_step steps[] = {
+    {DIST_REFERENCE, "tenants"},
+    {DIST_TENANT, "operations"},
+    {DIST_TENANT, "attempts"},
+    {DIST_TENANT, "archive_outputs"},
+    {DIST_TENANT, "tenant_budgets"},
+    {DIST_TENANT, "tenant_limits"},
+    {DIST_TENANT, "dispatch_turns"},
+    {DIST_REFERENCE, "provider_breakers"},
+    {DIST_REFERENCE, "webhook_events"},
+    {DIST_REFERENCE, "webhook_parked"},
+    /* Called outside a transaction, Citus runs it as one command on the tenant's worker. */
+    {DIST_FUNCTION, "idemgate_intake(bigint, text, text, text, smallint, text, text, text, text, "
+                    "text, bytea, integer, text, text, integer, text, text, integer, bigint, "
+                    "text, boolean, timestamptz)"},
+};
+
+const struct dist_step *dist_steps(size_t *n)
+{
+    *n = sizeof(steps) / sizeof(steps[0]);
+    return steps;
+}
+
+int dist_step_sql(const struct dist_step *s, char *out, size_t cap)
+{
+    int w;
+    /* A table already in Citus's metadata is left as it is. */
+    static const char undone[] =
+        " WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = '%s'::regclass)";
+    char cond[256];
+    if (s->kind != DIST_FUNCTION &&
+        (size_t)snprintf(cond, sizeof(cond), undone, s->name) >= sizeof(cond))
+        return -1;
+    switch (s->kind) {
+    case DIST_REFERENCE:
+        w = snprintf(out, cap, "SELECT create_reference_table('%s')%s", s->name, cond);
+        break;
+    case DIST_TENANT:
+        w = strcmp(s->name, "operations") == 0
+                ? snprintf(out, cap, "SELECT create_distributed_table('%s', 'tenant_id')%s",
+                           s->name, cond)
+                : snprintf(out, cap,
+                           "SELECT create_distributed_table('%s', 'tenant_id', "
+                           "colocate_with => 'operations')%s",
+                           s->name, cond);
+        break;
+    default:
+        w = snprintf(out, cap,
+                     "SELECT create_distributed_function('%s'::regprocedure, '$1', "
+                     "colocate_with := 'operations')",
+                     s->name);
+        break;
+    }
+    return w < 0 || (size_t)w >= cap ? -1 : 0;
+}
+
+static int exec_step(PGconn *c, const char *sql, const char *what)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+    if (!ok)
+        LOG(LOG_ERROR, "distribute_failed", LS("step", what),
+            LS("error", PQresultErrorMessage(r)));
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+int dist_run(struct db *db)
+{
+    if (store_db_ensure(db) < 0)
+        return STORE_EUNAVAIL;
+    PGconn *c = store_db_pgconn(db);
+    PGresult *r = PQexec(c, "SELECT 1 FROM pg_extension WHERE extname = 'citus'");
+    int citus = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    PQclear(r);
+    if (!citus) {
+        LOG(LOG_ERROR, "distribute_failed", LS("step", "citus"),
+            LS("error", "the database has no citus extension (CREATE EXTENSION citus, and add "
+                        "the workers, first)"));
+        return STORE_EINTERNAL;
+    }
+    /* The triggers the schema still has are on distributed tables (deploy/SCALING.md). */
+    if (exec_step(c, "SET citus.enable_unsafe_triggers = on", "settings") < 0)
+        return STORE_EINTERNAL;
+    size_t n;
+    const struct dist_step *s = dist_steps(&n);
+    for (size_t i = 0; i < n; i++) {
+        char sql[512];
+        if (dist_step_sql(&s[i], sql, sizeof(sql)) < 0 || exec_step(c, sql, s[i].name) < 0)
+            return STORE_EINTERNAL;
+        LOG(LOG_INFO, "distributed", LS("name", s[i].name),
+            LS("as", s[i].kind == DIST_REFERENCE ? "reference"
+                     : s[i].kind == DIST_TENANT  ? "by tenant_id"
+                                                 : "function on the tenant's worker"));
+    }
+    return STORE_OK;
+}
