@@ -1028,15 +1028,23 @@ int store_budget_set(struct db *db, const char *tenant, const char *currency,
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
-/* Per-tenant limits: -1 leaves a value to the configuration's default (NULL). */
+/* Per-tenant limits: -1 leaves a value to the configuration's default (NULL). The tenant's id is
+ * read first, so that the write names its tenant (one shard on a distributed database). */
+static const struct db_stmt live_tenant_id = {
+    .rerun_safe = 1,
+    .name = "live_tenant_id",
+    .sql = "SELECT id FROM tenants WHERE name = $1 AND revoked_at IS NULL",
+    .params = DB_PARAMS("name"),
+};
 static const struct db_stmt tenant_limits_set = {
     .name = "tenant_limits_set",
-    .sql = "INSERT INTO tenant_limits (tenant_id, requests_per_second, burst, wait_connections) "
-    "SELECT id, nullif($2::integer, -1), nullif($3::integer, -1), nullif($4::integer, -1) "
-    "FROM tenants WHERE name = $1 AND revoked_at IS NULL "
+    .sql = "INSERT INTO tenant_limits (tenant_id, requests_per_second, burst, wait_connections, "
+    " updated_at) "
+    "VALUES ($1, nullif($2::integer, -1), nullif($3::integer, -1), nullif($4::integer, -1), now()) "
     "ON CONFLICT (tenant_id) DO UPDATE SET requests_per_second = excluded.requests_per_second, "
-    " burst = excluded.burst, wait_connections = excluded.wait_connections, updated_at = now()",
-    .params = DB_PARAMS("name", "rps", "burst", "waits"),
+    " burst = excluded.burst, wait_connections = excluded.wait_connections, "
+    " updated_at = excluded.updated_at",
+    .params = DB_PARAMS("tenant_id", "rps", "burst", "waits"),
 };
 static const struct db_stmt tenant_limits_all = {
     .rerun_safe = 1,
@@ -1048,11 +1056,16 @@ static const struct db_stmt tenant_limits_all = {
 
 int store_tenant_limits_set(struct db *db, const char *name, int rps, int burst, int waits)
 {
-    long long n = 0;
-    int e = db_run_number(db, &tenant_limits_set,
-                          DB_ARGS(p_text("name", name), p_int("rps", rps), p_int("burst", burst),
-                                  p_int("waits", waits)),
-                          DB_ROWS, &n);
+    long long id = 0, n = 0;
+    int e = db_run_number(db, &live_tenant_id, DB_ARGS(p_text("name", name)), DB_VALUE, &id);
+    if (e == STORE_ENOTFOUND || (e == STORE_OK && id <= 0))
+        return STORE_ENOTFOUND;
+    if (e < 0)
+        return e;
+    e = db_run_number(db, &tenant_limits_set,
+                      DB_ARGS(p_int("tenant_id", id), p_int("rps", rps), p_int("burst", burst),
+                              p_int("waits", waits)),
+                      DB_ROWS, &n);
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
@@ -1342,7 +1355,7 @@ static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
     &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor,     &unreferenced_sha256, &usage, &budget_set, &budget_clear,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
-    &tenant_limits_set, &tenant_limits_all,
+    &live_tenant_id, &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,
     &admin_job_get,  &admin_tenant_of, &job_attempts, &tenant_of_token, &tenants_all,
 };
