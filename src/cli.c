@@ -372,8 +372,9 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
         store_job_fini(&j);
-        if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next, what == RES_FOUND ? remote : NULL,
-                          op ? op : "cli", &j, &applied) == STORE_OK) {
+        if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next,
+                          what == RES_FOUND ? remote : NULL, op ? op : "cli", &j,
+                          &applied) == STORE_OK) {
             int same = j.resolution && !strcmp(j.resolution, outcome);
             printf("%s %s (%s)\n", j.id, st_name(j.state),
                    applied ? "resolved" : same ? "already resolved so" : "not in review");

@@ -68,8 +68,7 @@ static int exec_step(PGconn *c, const char *sql, const char *what)
     ExecStatusType st = PQresultStatus(r);
     int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
     if (!ok)
-        LOG(LOG_ERROR, "distribute_failed", LS("step", what),
-            LS("error", PQresultErrorMessage(r)));
+        LOG(LOG_ERROR, "distribute_failed", LS("step", what), LS("error", PQresultErrorMessage(r)));
     PQclear(r);
     return ok ? 0 : -1;
 }

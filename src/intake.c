@@ -289,9 +289,9 @@ static void record_alone(struct hs_req *r, const struct api_args *a)
     atomic_store_explicit(&in->recorded, 1, memory_order_release);
 }
 
-/* record: the intent, committed in a group commit; or the job that already holds the key. The server thread does not wait: the request is suspended
- * until the recorder's commit returned (when the recorder is closed, at shutdown, a database
- * worker records the intent alone). */
+/* record: the intent, committed in a group commit; or the job that already holds the key. The
+ * server thread does not wait: the request is suspended until the recorder's commit returned
+ * (when the recorder is closed, at shutdown, a database worker records the intent alone). */
 static enum step_result step_record(struct intake *in)
 {
     const struct cfg_provider *p = in->p;

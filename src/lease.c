@@ -454,7 +454,8 @@ static const struct db_stmt release_reservation = {
     .sql = "UPDATE operations SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), "
     " next_attempt_at = now() + make_interval(secs => $4::float8 / 1000) "
     "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
-    " = 'prepared' RETURNING (SELECT b.reason FROM provider_breakers b WHERE b.provider = operations.provider)",
+    " = 'prepared' "
+    "RETURNING (SELECT b.reason FROM provider_breakers b WHERE b.provider = operations.provider)",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "delay_ms"),
     .moves = DB_MOVES({ST_PREPARED, ST_PREPARED}),
 };

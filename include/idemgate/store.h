@@ -99,13 +99,13 @@ struct store_intake_req {
     char at[STORE_STAMP_LEN], expires_at[STORE_STAMP_LEN];
 };
 
-/* The intake decision in one round trip: insert the intent (committed on return) or read the
- * row that holds the key. *created is 1 for a new row: the caller then calls wake_work
- * (wake.h); out is then made from r itself (its strings are r's: r must outlive out). A racing
- * insert is re-read, never reported as an error. A tenant with a budget (tenant_budgets) has its row locked, the estimate reserved and
- * the job counted in flight in the same commit; a new key the budget cannot take is refused
- * (STORE_EOVERDAY, STORE_EOVERMONTH, STORE_EINFLIGHT) and nothing is recorded, while a key that
- * exists is replayed as always, never charged again. */
+/* The intake decision: insert the intent (committed on return) or read the row that holds the
+ * key. *created is 1 for a new row: the caller then calls wake_work (wake.h); out is then made
+ * from r itself (its strings are r's: r must outlive out). A racing insert is re-read, never
+ * reported as an error. A tenant with a budget (tenant_budgets) has its row locked, the estimate
+ * reserved and the job counted in flight in the same commit; a new key the budget cannot take is
+ * refused (STORE_EOVERDAY, STORE_EOVERMONTH, STORE_EINFLIGHT, STORE_EUNPRICED) and nothing is
+ * recorded, while a key that exists is replayed as always, never charged again. */
 __attribute__((warn_unused_result)) int store_intake(struct db *db,
                                                      const struct store_intake_req *r,
                                                      struct store_job *out, int *created);
