@@ -113,6 +113,9 @@ def test_a_read_never_shows_a_stale_archive(gateway_factory, token, mock, tmp_pa
     # its archive can still change, or a client watching the copy would read "[]" or "pending"
     # long after the bytes are stored.
     e, route = arch_entry("replicate", mock)
+    # A slow CDN: the copies take a second, so that the job is read completed while its archive
+    # is still unsettled (a fast copy can settle before the first read sees the job completed).
+    mock.http.request("POST", "/_files", json.dumps({"delay_ms": 1000}))
     gw = start(gateway_factory, tmp_path, [e], job_cache_ttl_ms=3600000)
     r = gw.submit(token, "stale-" + uuid.uuid4().hex, body(polls=1, outputs=2), route=route)
     job_id = r.json()["id"]
