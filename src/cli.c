@@ -360,7 +360,8 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
             store_db_close(db);
             return jobs_usage(2);
         }
-        if (store_admin_tenant_of(db, argv[1], &tenant_id, tenant, sizeof(tenant)) != STORE_OK ||
+        if (store_admin_tenant_of(db, argv[1], &tenant_id, tenant, sizeof(tenant), NULL) !=
+                STORE_OK ||
             store_job_get(db, tenant_id, argv[1], &j) != STORE_OK) {
             fprintf(stderr, "idemgate: no job %s\n", argv[1]);
             goto resolved;

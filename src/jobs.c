@@ -211,7 +211,9 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
                       0);
         goto done;
     }
-    if (admin && (e = store_admin_tenant_of(api_db(r), id, &t.id, t.name, sizeof(t.name))) < 0) {
+    /* The admin acts on any tenant's job: the job's tenant's rate applies (its token hash). */
+    if (admin &&
+        (e = store_admin_tenant_of(api_db(r), id, &t.id, t.name, sizeof(t.name), token)) < 0) {
         respond_resolved(r, e, 0, NULL, &res);
         goto done;
     }

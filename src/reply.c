@@ -175,8 +175,6 @@ int reply_token_hash(struct hs_req *r, char out[CRYPTO_SHA256_HEX])
     return 0;
 }
 
-/* Before a 4xx that needs no database, make sure the caller is a tenant: an unauthenticated
- * client learns nothing about routes or validation. Returns 1 when it answered 401 or 503. */
 int reply_caller_tenant(struct hs_req *r, char token[CRYPTO_SHA256_HEX], struct tenant *t)
 {
     if (reply_token_hash(r, token) < 0) {

@@ -1225,8 +1225,8 @@ static const struct db_stmt job_attempts = {
 static const struct db_stmt admin_tenant_of = {
     .rerun_safe = 1,
     .name = "admin_tenant_of",
-    .sql = "SELECT t.id, t.name FROM operations o JOIN tenants t ON t.id = o.tenant_id "
-    "WHERE o.id = $1",
+    .sql = "SELECT t.id, t.name, t.token_sha256 FROM operations o "
+    "JOIN tenants t ON t.id = o.tenant_id WHERE o.id = $1",
     .params = DB_PARAMS("job_id"),
 };
 
@@ -1275,7 +1275,7 @@ int store_job_attempts(struct db *db, long long tenant_id, const char *job_id,
 }
 
 int store_admin_tenant_of(struct db *db, const char *job_id, long long *tenant_id, char *name,
-                          size_t cap)
+                          size_t cap, char token_sha256[65])
 {
     PGresult *r;
     int e = db_run(db, &admin_tenant_of, DB_ARGS(p_text("job_id", job_id)), &r);
@@ -1285,6 +1285,8 @@ int store_admin_tenant_of(struct db *db, const char *job_id, long long *tenant_i
     if (e == STORE_OK) {
         *tenant_id = atoll(PQgetvalue(r, 0, 0));
         snprintf(name, cap, "%s", PQgetvalue(r, 0, 1));
+        if (token_sha256)
+            snprintf(token_sha256, 65, "%s", PQgetvalue(r, 0, 2));
     }
     PQclear(r);
     return e;

@@ -275,11 +275,12 @@ struct store_attempt {
 __attribute__((warn_unused_result)) int store_job_attempts(
     struct db *db, long long tenant_id, const char *job_id,
     void (*cb)(const struct store_attempt *a, void *arg), void *arg);
-/* The tenant owning job_id (its id, and its name into name[cap]), so tenant-scoped statements
- * can be reused. */
+/* The tenant owning job_id (its id, its name into name[cap] and, unless NULL, its token hash: the
+ * key of its limits), so tenant-scoped statements and the tenant gate apply to an operator's
+ * action on the job as to the tenant's own. */
 __attribute__((warn_unused_result)) int store_admin_tenant_of(struct db *db, const char *job_id,
                                                               long long *tenant_id, char *name,
-                                                              size_t cap);
+                                                              size_t cap, char token_sha256[65]);
 
 /* The tenant directory's reads (tenants.h): the live tenant whose token hash is token_sha256
  * (STORE_EAUTH: none; *id 0), and every live tenant. */

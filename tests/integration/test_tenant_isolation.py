@@ -191,3 +191,34 @@ def test_tenant_wait_connections_limit(gateway_factory, database_url, psql):
     again = gw.submit(tok, f"wl-{uuid.uuid4().hex}", {"prompt": "after"},
                       headers={"Prefer": "wait=20"}, timeout=40)
     assert again.status == 200, again
+
+
+def test_an_admins_absent_passes_the_jobs_tenants_rate(gateway_factory, database_url, psql):
+    """An operator's `absent` sends the job again: the admin token resolves it, and the rate
+    that applies is the job's tenant's, whoever resolves it. With the tenant at 1 request per
+    second (burst 1), resolving as fast as possible meets its 429 within a bounded number of
+    tries; a gateway that applied the admin's own (unlimited) rate never would."""
+    import hashlib
+    admin = "admin-" + uuid.uuid4().hex
+    name = "rla-" + uuid.uuid4().hex[:10]
+    tok = tenant_token(database_url, name)
+    set_limits(database_url, name, "--rps", "1", "--burst", "1")
+    gw = gateway_factory(admin_token_sha256=hashlib.sha256(admin.encode()).hexdigest())
+    r = None
+    for i in range(60):  # the limits are read on the first request
+        r = gw.submit(tok, f"rla-{uuid.uuid4().hex}", {"prompt": f"rla {i}"})
+        if r.status == 202:
+            break
+    assert r is not None and r.status == 202, r
+    job = r.json()["id"]
+    gw.wait_state(tok, job, {"completed"})
+    statuses = []
+    for _ in range(60):
+        psql(f"UPDATE operations SET state = 'review', finished_at = NULL WHERE id = '{job}'")
+        a = gw.http.request("POST", f"/v1/jobs/{job}/resolve", '{"outcome":"absent"}',
+                            {"Authorization": f"Bearer {admin}",
+                             "Content-Type": "application/json"})
+        statuses.append(a.status)
+        if a.status == 429:
+            break
+    assert statuses[-1] == 429, statuses
