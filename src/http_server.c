@@ -735,9 +735,16 @@ struct hs_server *hs_start(const struct hs_options *o)
         goto failed;
     }
     /* The logger comes first so that libmicrohttpd's messages about the other options reach it;
-     * the pool size is the one reqlimit.h's bounds are derived from. */
+     * the pool size is the one reqlimit.h's bounds are derived from.
+     *
+     * poll(), not epoll: libmicrohttpd (0.9.75 and later, still open) races MHD_quiesce_daemon
+     * against its own epoll loop. Both remove the listening socket from a worker's epoll set
+     * without a lock, the loser gets ENOENT and MHD_PANIC aborts the process in the middle of
+     * a graceful shutdown ("Failed to remove listen FD from epoll set"). With poll() quiescing
+     * only sets a flag and wakes each worker; each worker then leaves the socket out of its
+     * own poll set. */
     s->daemon = MHD_start_daemon(
-        MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO,
+        MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO,
         (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, o->threads,
         MHD_OPTION_CONNECTION_LIMIT, o->max_connections + HS_HEALTH_RESERVE,
