@@ -6,9 +6,11 @@
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
 #include "idemgate/fetchpol.h"
+#include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/resultq.h"
+#include "idemgate/turns.h"
 #include "idemgate/wpool.h"
 
 #include <arpa/inet.h>
@@ -67,16 +69,19 @@ static const struct db_stmt plan_write = {
     .params = DB_PARAMS("tenant_id", "id", "plan"),
 };
 
-/* The archive claim: the most overdue pending output of this replica's providers, under a new
- * lease and fencing token; the attempt is counted by the claim itself. */
+/* The archive claim: one tenant's ($4) most overdue pending output of this replica's providers,
+ * under a new lease and fencing token; the attempt is counted by the claim itself. The tenants
+ * are served in turn (turns.h). */
+#define ARCHIVE_DUE(providers)                                                                     \
+    "state = 'pending' AND next_attempt_at <= now() "                                             \
+    "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "                                  \
+    "AND provider = ANY(" providers "::text[]) "
 static const struct db_stmt claim = {
     .name = "archive_claim",
     .sql =
         /* The pick runs once (MATERIALIZED): see lease.c, CLAIM_PICK. */
         "WITH c AS MATERIALIZED (SELECT tenant_id, op_id, n FROM archive_outputs "
-        "      WHERE state = 'pending' AND next_attempt_at <= now() "
-        "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
-        "      AND provider = ANY($3::text[]) "
+        "      WHERE tenant_id = $4 AND " ARCHIVE_DUE("$3")
         "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
         "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
         " lease_expires_at = now() + make_interval(secs => $2), attempts = a.attempts + 1 "
@@ -88,7 +93,15 @@ static const struct db_stmt claim = {
         "  AND o.tenant_id = a.tenant_id AND o.id = a.op_id), "
         " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = a.tenant_id AND o.id = "
         "a.op_id)",
-    .params = DB_PARAMS("owner", "lease_seconds", "providers"),
+    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
+};
+/* The tenants with due copies. */
+static const struct db_stmt claim_due = {
+    .rerun_safe = 1,
+    .name = "archive_claim_due",
+    .sql = "SELECT tenant_id FROM archive_outputs WHERE "
+    ARCHIVE_DUE("$1") "GROUP BY tenant_id",
+    .params = DB_PARAMS("providers"),
 };
 enum {
     AC_TENANT,
@@ -219,15 +232,28 @@ static void plan_some(struct db *db)
     PQclear(r);
 }
 
-static int archive_claim(struct db *db, const char *owner, int lease_seconds,
-                         struct store_claim *out)
+static struct turns claim_turns = TURNS_INIT;
+
+struct claim_args {
+    const char *owner;
+    int lease_seconds;
+    struct store_claim *out;
+};
+
+static int claim_due_read(struct db *db, void *arg, long long **ids, size_t *n)
 {
-    memset(out, 0, sizeof(*out));
-    plan_some(db);
+    (void)arg;
+    return lease_due_tenants(db, &claim_due, g_providers, ids, n);
+}
+
+static int claim_tenant(struct db *db, long long tenant, void *arg)
+{
+    const struct claim_args *a = arg;
+    struct store_claim *out = a->out;
     PGresult *r;
     int e = db_run(db, &claim,
-                   DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds),
-                           p_text("providers", g_providers)),
+                   DB_ARGS(p_text("owner", a->owner), p_int("lease_seconds", a->lease_seconds),
+                           p_text("providers", g_providers), p_int("tenant_id", tenant)),
                    &r);
     if (e < 0)
         return e;
@@ -242,6 +268,15 @@ static int archive_claim(struct db *db, const char *owner, int lease_seconds,
     out->lease_version = atoll(PQgetvalue(r, 0, AC_LEASE_VERSION));
     out->provider = db_val(r, 0, AC_PROVIDER);
     return STORE_OK;
+}
+
+static int archive_claim(struct db *db, const char *owner, int lease_seconds,
+                         struct store_claim *out)
+{
+    struct claim_args a = {owner, lease_seconds, out};
+    memset(out, 0, sizeof(*out));
+    plan_some(db);
+    return turns_claim(&claim_turns, db, claim_due_read, claim_tenant, &a);
 }
 
 /* ---- copying -------------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
 #include "idemgate/store.h"
+#include "idemgate/turns.h"
 #include "idemgate/upstream.h"
 #include "idemgate/wake.h"
 
@@ -51,68 +52,82 @@ enum {
 #define CLAIM_ON_PICKED                                                                            \
     "FROM c WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS
 
-/* The claim commits `sending` and the new fencing token before any byte leaves. Providers whose
+/* The claim commits `sending` and the new fencing token before any byte leaves: one tenant's
+ * ($4) most overdue prepared create, skipping rows another worker holds. Providers whose
  * credential is tripped are skipped: their operations wait in `prepared`. Fair across tenants:
- * the tenants with prepared work (`busy`, one index probe each) are taken in the order of their
- * last turn (dispatch_turns; never served first), and the first whose most overdue row is due
- * and free is served — one tenant's backlog delays another's first job by at most the claims
- * already in flight. The turn is recorded in the same statement. */
+ * turns.h serves the tenants with due creates one claim each in turn. */
 static const struct db_stmt claim = {
     .name = "claim",
-    .sql = "WITH RECURSIVE busy(tenant_id) AS ("
-    "  (SELECT tenant_id FROM operations WHERE state = 'prepared' ORDER BY tenant_id LIMIT 1) "
-    "  UNION ALL "
-    "  SELECT (SELECT n.tenant_id FROM operations n WHERE n.state = 'prepared' "
-    "          AND n.tenant_id > b.tenant_id ORDER BY n.tenant_id LIMIT 1) "
-    "  FROM busy b WHERE b.tenant_id IS NOT NULL), "
-    "c AS MATERIALIZED (SELECT p.tenant_id, p.id FROM "
-    "  (SELECT b.tenant_id FROM busy b LEFT JOIN dispatch_turns d ON d.tenant_id = b.tenant_id "
-    "   WHERE b.tenant_id IS NOT NULL ORDER BY d.served_at NULLS FIRST, b.tenant_id) t "
-    "  CROSS JOIN LATERAL (SELECT tenant_id, id FROM operations p WHERE p.tenant_id = t.tenant_id "
-    "   AND state = 'prepared' AND cancel_requested_at IS NULL AND next_attempt_at <= now() "
-    "   AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
-    "   AND provider = ANY ($3::text[]) "
-    "   ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) p "
-    "  LIMIT 1), "
-    "turn AS (INSERT INTO dispatch_turns (tenant_id, served_at) "
-    "  SELECT tenant_id, clock_timestamp() FROM c "
-    "  ON CONFLICT (tenant_id) DO UPDATE SET served_at = excluded.served_at) "
-    "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
+    .sql = CLAIM_PICK "tenant_id, id FROM operations WHERE tenant_id = $4 "
+    "      AND state = 'prepared' AND cancel_requested_at IS NULL AND next_attempt_at <= now() "
+    "      AND provider = ANY ($3::text[]) "
+    "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
+    CLAIM_PICKED "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
     " transport_attempts = o.transport_attempts + 1, "
-    " first_sent_at = coalesce(o.first_sent_at, now()) "
-    "FROM c WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS ", false",
-    .params = DB_PARAMS("owner", "lease_seconds", "providers"),
+    " first_sent_at = coalesce(o.first_sent_at, now()) " CLAIM_ON_PICKED ", false",
+    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
 
-/* The reconciler's claim: an unknown operation that is due, under a new lease and fencing token;
- * the state stays unknown while it looks. */
+/* The reconciler's claim: one tenant's unknown operation that is due, under a new lease and
+ * fencing token; the state stays unknown while it looks. */
 static const struct db_stmt reconcile_claim = {
     .name = "reconcile_claim",
-    .sql = CLAIM_PICK "tenant_id, id FROM operations WHERE state = 'unknown' "
+    .sql = CLAIM_PICK "tenant_id, id FROM operations WHERE tenant_id = $4 AND state = 'unknown' "
     "      AND next_attempt_at <= now() AND provider = ANY($3::text[]) "
     "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE CLAIM_ON_PICKED ", false",
-    .params = DB_PARAMS("owner", "lease_seconds", "providers"),
+    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
 };
 
-/* The poller's claim: an accepted operation due for a status read (or with a cancel to send),
- * within its poll deadline, under a new lease and fencing token. */
+/* The poller's claim: one tenant's accepted operation due for a status read (or with a cancel to
+ * send), within its poll deadline, under a new lease and fencing token. */
+#define POLL_DUE                                                                                   \
+    "state = 'accepted' "                                                                          \
+    "AND (next_attempt_at <= now() "                                                               \
+    "     OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "                       \
+    "AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "                                  \
+    "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
 static const struct db_stmt poll_claim = {
     .name = "poll_claim",
     .sql = CLAIM_PICK "tenant_id, id, "
     "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
-    "      FROM operations WHERE state = 'accepted' "
-    "      AND (next_attempt_at <= now() "
-    "           OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "
-    "      AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "
-    "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+    "      FROM operations WHERE tenant_id = $3 AND " POLL_DUE
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1, "
     " cancel_sent_at = CASE WHEN o.cancel_requested_at IS NOT NULL THEN "
     "   coalesce(o.cancel_sent_at, now()) END " CLAIM_ON_PICKED ", c.cancel_due",
-    .params = DB_PARAMS("owner", "lease_seconds"),
+    .params = DB_PARAMS("owner", "lease_seconds", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
+};
+
+/* The tenants with due work of each kind (turns.h): one row per tenant. */
+static const struct db_stmt claim_due = {
+    .rerun_safe = 1,
+    .name = "claim_due",
+    .sql = "SELECT tenant_id FROM operations WHERE state = 'prepared' "
+    " AND cancel_requested_at IS NULL AND next_attempt_at <= now() "
+    " AND provider = ANY ($1::text[]) GROUP BY tenant_id",
+    .params = DB_PARAMS("providers"),
+};
+static const struct db_stmt reconcile_due = {
+    .rerun_safe = 1,
+    .name = "reconcile_due",
+    .sql = "SELECT tenant_id FROM operations WHERE state = 'unknown' "
+    " AND next_attempt_at <= now() AND provider = ANY ($1::text[]) "
+    " AND (lease_expires_at IS NULL OR lease_expires_at < now()) GROUP BY tenant_id",
+    .params = DB_PARAMS("providers"),
+};
+static const struct db_stmt poll_due = {
+    .rerun_safe = 1,
+    .name = "poll_due",
+    .sql = "SELECT tenant_id FROM operations WHERE " POLL_DUE "GROUP BY tenant_id",
+};
+static const struct db_stmt reap_due = {
+    .rerun_safe = 1,
+    .name = "reap_due",
+    .sql = "SELECT tenant_id FROM operations WHERE state = 'sending' "
+    " AND lease_expires_at < now() GROUP BY tenant_id",
 };
 
 /* A transport retry under the same provider idempotency key: unknown → sending, under the lease
@@ -208,8 +223,8 @@ static const struct db_stmt finish_check = {
  * never prepared. */
 static const struct db_stmt reap = {
     .name = "reap",
-    .sql = "WITH c AS MATERIALIZED (SELECT tenant_id, id FROM operations WHERE state = 'sending' "
-    "       AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
+    .sql = "WITH c AS MATERIALIZED (SELECT tenant_id, id FROM operations WHERE tenant_id = $2 "
+    "       AND state = 'sending' AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
     "       FOR UPDATE SKIP LOCKED), "
     "r AS (UPDATE operations o SET state = 'unknown', lease_owner = NULL, "
     "  lease_expires_at = NULL, updated_at = now(), next_attempt_at = now(), "
@@ -221,7 +236,7 @@ static const struct db_stmt reap = {
     " error) "
     "SELECT tenant_id, id, lease_version, 'create', 'lease_expired', 'unknown', "
     " 'lease expired while sending' FROM r RETURNING operation_id",
-    .params = DB_PARAMS("limit"),
+    .params = DB_PARAMS("limit", "tenant_id"),
     .moves = DB_MOVES({ST_SENDING, ST_UNKNOWN}),
 };
 
@@ -361,44 +376,88 @@ int lease_claim_born(const struct store_intake_req *q, const struct store_job *j
     return 0;
 }
 
-static int claim_with(struct db *db, const struct db_stmt *s, const char *owner,
-                      int lease_seconds, struct store_claim *out)
+/* One ring per kind of claim in this process (turns.h). */
+static struct turns claim_turns = TURNS_INIT, reconcile_turns = TURNS_INIT,
+                    poll_turns = TURNS_INIT, reap_turns = TURNS_INIT;
+
+int lease_due_tenants(struct db *db, const struct db_stmt *s, const char *providers,
+                      long long **ids, size_t *n)
 {
     PGresult *r;
-    memset(out, 0, sizeof(*out));
-    int e = db_run(db, s, DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds)),
-                   &r);
-    return claim_from_run(e, r, out);
+    *ids = NULL;
+    *n = 0;
+    int e = providers ? db_run(db, s, DB_ARGS(p_text("providers", providers)), &r)
+                      : db_run(db, s, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    int rows = PQntuples(r);
+    if (rows && !(*ids = malloc((size_t)rows * sizeof(**ids)))) {
+        PQclear(r);
+        return STORE_EINTERNAL;
+    }
+    for (int i = 0; i < rows; i++)
+        (*ids)[i] = atoll(PQgetvalue(r, i, 0));
+    *n = (size_t)rows;
+    PQclear(r);
+    return STORE_OK;
 }
 
-/* A claim among the providers named (a text[] literal). */
-static int claim_among(struct db *db, const struct db_stmt *s, const char *owner,
-                       int lease_seconds, const char *providers, struct store_claim *out)
+/* One kind's claim: its statements and arguments. */
+struct claim_kind {
+    const struct db_stmt *due, *claim;
+    const char *owner;
+    int lease_seconds;
+    const char *providers; /* NULL: the statements name no providers */
+    struct store_claim *out;
+};
+
+static int kind_due(struct db *db, void *arg, long long **ids, size_t *n)
 {
+    const struct claim_kind *k = arg;
+    return lease_due_tenants(db, k->due, k->providers, ids, n);
+}
+
+static int kind_claim(struct db *db, long long tenant, void *arg)
+{
+    const struct claim_kind *k = arg;
     PGresult *r;
-    memset(out, 0, sizeof(*out));
-    int e = db_run(db, s,
-                   DB_ARGS(p_text("owner", owner), p_int("lease_seconds", lease_seconds),
-                           p_text("providers", providers)),
+    int e;
+    memset(k->out, 0, sizeof(*k->out));
+    if (k->providers)
+        e = db_run(db, k->claim,
+                   DB_ARGS(p_text("owner", k->owner), p_int("lease_seconds", k->lease_seconds),
+                           p_text("providers", k->providers), p_int("tenant_id", tenant)),
                    &r);
-    return claim_from_run(e, r, out);
+    else
+        e = db_run(db, k->claim,
+                   DB_ARGS(p_text("owner", k->owner), p_int("lease_seconds", k->lease_seconds),
+                           p_int("tenant_id", tenant)),
+                   &r);
+    return claim_from_run(e, r, k->out);
 }
 
 int store_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
                 struct store_claim *out)
 {
-    return claim_among(db, &claim, owner, lease_seconds, providers, out);
+    struct claim_kind k = {&claim_due, &claim, owner, lease_seconds, providers, out};
+    memset(out, 0, sizeof(*out));
+    return turns_claim(&claim_turns, db, kind_due, kind_claim, &k);
 }
 
 int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
                           const char *providers, struct store_claim *out)
 {
-    return claim_among(db, &reconcile_claim, owner, lease_seconds, providers, out);
+    struct claim_kind k = {&reconcile_due, &reconcile_claim, owner, lease_seconds, providers,
+                           out};
+    memset(out, 0, sizeof(*out));
+    return turns_claim(&reconcile_turns, db, kind_due, kind_claim, &k);
 }
 
 int store_poll_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
 {
-    return claim_with(db, &poll_claim, owner, lease_seconds, out);
+    struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, NULL, out};
+    memset(out, 0, sizeof(*out));
+    return turns_claim(&poll_turns, db, kind_due, kind_claim, &k);
 }
 
 int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds)
@@ -731,21 +790,47 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs, size_
     return STORE_OK;
 }
 
-int store_reap(struct db *db, int limit, int *count)
+/* One tenant's expired leases, up to the limit; STORE_ENOTFOUND when it had none. */
+struct reap_kind {
+    int limit;
+    int count;
+};
+
+static int reap_tenant(struct db *db, long long tenant, void *arg)
 {
+    struct reap_kind *k = arg;
     PGresult *r;
-    int e = db_run(db, &reap, DB_ARGS(p_int("limit", limit)), &r);
+    int e = db_run(db, &reap, DB_ARGS(p_int("limit", k->limit - k->count), p_int("tenant_id", tenant)),
+                   &r);
     if (e < 0)
         return e;
-    *count = PQntuples(r);
-    for (int i = 0; i < *count; i++)
+    int n = PQntuples(r);
+    for (int i = 0; i < n; i++)
         LOG(LOG_WARN, "lease_expired", LS("job_id", PQgetvalue(r, i, 0)), LS("state", "unknown"));
     PQclear(r);
-    return STORE_OK;
+    k->count += n;
+    /* Go on to the next tenant until the limit is reached (turns_claim stops at STORE_OK). */
+    return n && k->count >= k->limit ? STORE_OK : STORE_ENOTFOUND;
+}
+
+static int reap_due_read(struct db *db, void *arg, long long **ids, size_t *n)
+{
+    (void)arg;
+    return lease_due_tenants(db, &reap_due, NULL, ids, n);
+}
+
+int store_reap(struct db *db, int limit, int *count)
+{
+    struct reap_kind k = {limit, 0};
+    *count = 0;
+    int e = turns_claim(&reap_turns, db, reap_due_read, reap_tenant, &k);
+    *count = k.count;
+    return e == STORE_ENOTFOUND ? STORE_OK : e;
 }
 
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
+    &claim_due, &reconcile_due, &poll_due, &reap_due,
     &begin_send, &release_reservation,
 };
 

@@ -217,8 +217,21 @@ int wake_flush(struct db *db)
     return STORE_OK;
 }
 
+static atomic_ulong news;
+
+unsigned long wake_news(void)
+{
+    return atomic_load(&news);
+}
+
+void wake_heard_work(void)
+{
+    atomic_fetch_add(&news, 1);
+}
+
 void wake_work(void)
 {
+    atomic_fetch_add(&news, 1);
     int fd = atomic_load(&W.work_fd);
     if (fd >= 0) {
         uint64_t one = 1;

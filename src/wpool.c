@@ -27,8 +27,10 @@ struct wpool {
 static void on_notify(const char *payload, int sender_pid, void *arg)
 {
     (void)payload;
-    if (!wake_is_echo(sender_pid))
+    if (!wake_is_echo(sender_pid)) {
+        wake_heard_work();
         ++*(int *)arg;
+    }
 }
 
 /* Waits ms, or less when the pool is stopping. */

@@ -46,6 +46,12 @@ void wake_stop(void);
 /* New due work exists: wakes this replica's idle dispatchers now and marks that the other
  * replicas must be told. */
 void wake_work(void);
+/* A count that grows on every wake_work of this process and every work signal heard from another
+ * replica (wake_heard_work): a claim that read its candidates before the count moved reads them
+ * again (turns.h). */
+unsigned long wake_news(void);
+/* A work signal came from another replica (the pools call it on their LISTEN connection). */
+void wake_heard_work(void);
 /* Job job_id became terminal: wakes its waiters in this replica now and queues the id for the
  * other replicas. */
 void wake_done(const char *job_id);

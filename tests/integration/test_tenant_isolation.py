@@ -1,6 +1,7 @@
 """Tenant isolation (issue 14 §2). Fair dispatch: one tenant's queue of prepared jobs does not delay
-another tenant's first job by more than a few claims. The claim serves the tenant whose last
-turn is oldest (dispatch_turns), not the most overdue row of the whole table."""
+another tenant's first job by more than a few claims. The claim serves the tenant whose
+turn comes next (turns.h: one claim per tenant with due work in turn), not the most overdue row of
+the whole table."""
 
 import uuid
 

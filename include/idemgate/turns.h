@@ -1,0 +1,60 @@
+#ifndef IDEMGATE_TURNS_H
+#define IDEMGATE_TURNS_H
+
+#include "idemgate/db.h"
+
+#include <pthread.h>
+#include <stddef.h>
+
+/* Whose turn it is: claims one tenant at a time (issue 23). A claim across all tenants (one
+ * `FOR UPDATE SKIP LOCKED` over every tenant's rows, or the recursive fair pick before it) is
+ * what a sharded PostgreSQL (Citus) cannot run and what makes one busy tenant's rows the cost of
+ * everyone's claim. Instead each kind of work (creates to send, operations in doubt, polls,
+ * archive copies, expired leases) keeps, per process, the tenants that had due work at its last
+ * read — one cheap statement, `… GROUP BY tenant_id` — and claims from them in turn, each claim a
+ * single-tenant statement. A tenant whose claim finds nothing leaves the ring until the next
+ * read.
+ *
+ * The ring is read again when it is empty, when news of work arrived since (wake_news: this
+ * replica's intake, or another replica's NOTIFY), and at least every TURNS_REFRESH_MS: a quiet
+ * tenant's first job waits for at most the claims made in that time, whatever another tenant's
+ * backlog. Tenants are served in the order of their ids, each after the one served last: one
+ * claim each per round. */
+
+#define TURNS_REFRESH_MS 200
+
+/* The pure part: a sorted set of tenant ids and the one served last. */
+struct turn_ring {
+    long long *ids; /* ascending, no duplicates */
+    size_t n, cap;
+    long long last; /* the tenant served last (0: none yet) */
+};
+/* Replaces the ids (any order, duplicates allowed); the one served last is kept. 0, or -1 when
+ * out of memory (the ring is then empty). */
+int turn_ring_set(struct turn_ring *r, const long long *ids, size_t n);
+/* The next tenant after the one served last (wrapping), now the one served last; 0 when empty. */
+int turn_ring_next(struct turn_ring *r, long long *tenant);
+/* Removes a tenant (its claim found nothing). */
+void turn_ring_drop(struct turn_ring *r, long long tenant);
+void turn_ring_fini(struct turn_ring *r);
+
+/* One kind of work's ring, shared by the threads that claim it. Initialise with TURNS_INIT. */
+struct turns {
+    pthread_mutex_t mu;
+    struct turn_ring ring;
+    double read_at;     /* clock_mono of the last read (0: never) */
+    unsigned long news; /* wake_news() before the last read */
+};
+#define TURNS_INIT {.mu = PTHREAD_MUTEX_INITIALIZER}
+
+/* The tenants with due work (a store read): STORE_OK with *ids (malloc'd) and *n, or an error. */
+typedef int (*turns_read_fn)(struct db *db, void *arg, long long **ids, size_t *n);
+/* One tenant's claim: STORE_OK (claimed), STORE_ENOTFOUND, or an error. */
+typedef int (*turns_claim_fn)(struct db *db, long long tenant, void *arg);
+
+/* Claims from the tenants in turn until one claim succeeds: STORE_OK, STORE_ENOTFOUND when no
+ * tenant had anything, or the first error. */
+int turns_claim(struct turns *t, struct db *db, turns_read_fn read, turns_claim_fn claim,
+                void *arg);
+
+#endif
