@@ -80,15 +80,15 @@ static const struct db_stmt claim = {
     .name = "archive_claim",
     .sql =
         /* The pick runs once (MATERIALIZED): see lease.c, CLAIM_PICK. */
-        "WITH c AS MATERIALIZED (SELECT tenant_id, op_id, n FROM archive_outputs "
+        "WITH c AS MATERIALIZED (SELECT now() AS at, tenant_id, op_id, n FROM archive_outputs "
         "      WHERE tenant_id = $4 AND " ARCHIVE_DUE("$3")
         "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
         "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
-        " lease_expires_at = now() + make_interval(secs => $2), attempts = a.attempts + 1 "
+        " lease_expires_at = c.at + make_interval(secs => $2), attempts = a.attempts + 1 "
         "FROM c WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
         "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
-        " a.credential, coalesce(extract(epoch FROM a.expires_at)::float8, 0), "
-        " extract(epoch FROM now())::float8, a.attempts, "
+        " a.credential, coalesce(" DB_EPOCH("a.expires_at") ", 0), " DB_EPOCH("c.at") ", "
+        " a.attempts, "
         " (SELECT o.resp_body FROM operations o WHERE a.kind = 'b64' "
         "  AND o.tenant_id = a.tenant_id AND o.id = a.op_id), "
         " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = a.tenant_id AND o.id = "

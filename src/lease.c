@@ -23,13 +23,13 @@
  * statement returns these, then one flag of its own (CC_CANCEL_DUE). */
 #define CLAIM_COLS                                                                                 \
     "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
-    "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - now())::float8, "      \
+    "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - c.at)::float8, "       \
     "o.req_idem_header, o.reconcile_strategy, o.transport_attempts, "                              \
-    "(extract(epoch FROM now() - o.first_sent_at) * 1000)::bigint, o.outputs_requested, "        \
+    "(extract(epoch FROM c.at - o.first_sent_at) * 1000)::bigint, o.outputs_requested, "         \
     "o.remote_id, o.poll_url, o.polls, "                                                           \
-    "extract(epoch FROM coalesce(o.first_sent_at, now()))::float8, "                              \
-    "extract(epoch FROM now())::float8, o.ambiguous_at IS NOT NULL, "                            \
-    "(extract(epoch FROM now() - coalesce(o.ambiguous_at, o.first_sent_at, now())) * 1000)::bigint, " \
+    DB_EPOCH("coalesce(o.first_sent_at, c.at)") ", " DB_EPOCH("c.at") ", "                      \
+    "o.ambiguous_at IS NOT NULL, "                                                                 \
+    "(extract(epoch FROM c.at - coalesce(o.ambiguous_at, o.first_sent_at, c.at)) * 1000)::bigint, " \
     "o.cancel_requested_at IS NOT NULL, o.webhook_hint, coalesce(o.resolution = 'found', false)"
 enum {
     CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
@@ -39,14 +39,17 @@ enum {
 };
 
 /* Every claim: a new owner ($1), fencing token and lease of $2 seconds of database time, on the
- * one row its pick `c` chose (the most overdue, skipping rows another worker holds). The pick is a
- * MATERIALIZED CTE: run once. As a sub-select in UPDATE … FROM the planner may put it on the inner
- * side of a nested loop and run it again for each outer row, and with SKIP LOCKED each run may
- * pick another row: one claim that moves several (measured on a per-tenant claim: UPDATE 3). */
+ * one row its pick `c` chose (the most overdue of one tenant's, skipping rows another worker
+ * holds). The pick is a MATERIALIZED CTE: run once. As a sub-select in UPDATE … FROM the planner
+ * may put it on the inner side of a nested loop and run it again for each outer row, and with
+ * SKIP LOCKED each run may pick another row: one claim that moves several (measured on a
+ * per-tenant claim: UPDATE 3). The pick also reads the database's clock once (`c.at`): the
+ * update and what it returns use that column, never now() inside CASE, COALESCE or RETURNING,
+ * which Citus refuses even on one shard. */
 #define CLAIM_LEASE                                                                                \
     "lease_owner = $1, lease_version = o.lease_version + 1, "                                      \
-    "lease_expires_at = now() + make_interval(secs => $2), updated_at = now() "
-#define CLAIM_PICK "WITH c AS MATERIALIZED (SELECT "
+    "lease_expires_at = c.at + make_interval(secs => $2), updated_at = c.at "
+#define CLAIM_PICK "WITH c AS MATERIALIZED (SELECT now() AS at, "
 #define CLAIM_PICKED                                                                               \
     "ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
 #define CLAIM_ON_PICKED                                                                            \
@@ -64,7 +67,7 @@ static const struct db_stmt claim = {
     "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
     CLAIM_PICKED "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
     " transport_attempts = o.transport_attempts + 1, "
-    " first_sent_at = coalesce(o.first_sent_at, now()) " CLAIM_ON_PICKED ", false",
+    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED ", false",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
@@ -96,7 +99,7 @@ static const struct db_stmt poll_claim = {
     "      FROM operations WHERE tenant_id = $3 AND " POLL_DUE
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1, "
     " cancel_sent_at = CASE WHEN o.cancel_requested_at IS NOT NULL THEN "
-    "   coalesce(o.cancel_sent_at, now()) END " CLAIM_ON_PICKED ", c.cancel_due",
+    "   coalesce(o.cancel_sent_at, c.at) END " CLAIM_ON_PICKED ", c.cancel_due",
     .params = DB_PARAMS("owner", "lease_seconds", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
@@ -139,15 +142,17 @@ static const struct db_stmt reconcile_send = {
     "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
     " = 'unknown' "
     " AND cancel_requested_at IS NULL "
-    "RETURNING extract(epoch FROM lease_expires_at - now())::float8",
+    "RETURNING extract(epoch FROM lease_expires_at - updated_at)::float8",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
     .moves = DB_MOVES({ST_UNKNOWN, ST_SENDING}),
 };
 
 /* A result is written only under the lease that sent it (fencing); the attempt is recorded
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
- * back to prepared is failed instead, or unknown when an attempt may have made its task. Returns the decision and the state written (NULL when
- * fenced). */
+ * back to prepared is failed instead, or unknown when an attempt may have made its task. Returns
+ * the decision and the state written (NULL when fenced). The database's clock is read once, by
+ * `c` (see CLAIM_LEASE); the fencing conditions are repeated in the update, where a concurrent
+ * writer's change is checked again. */
 /* A result that would send the create again (prepared) for an operation whose cancel was
  * acknowledged; and whether some attempt may have made its task (this one, or an earlier
  * ambiguous one): then it is unknown — never sent again, reconciliation finds the task or proves
@@ -156,7 +161,9 @@ static const struct db_stmt reconcile_send = {
 #define MAYBE_MADE "($25::boolean OR ambiguous_at IS NOT NULL)"
 static const struct db_stmt finish = {
     .name = "finish",
-    .sql = "WITH upd AS (UPDATE operations SET "
+    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at FROM operations "
+    " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16), "
+    "upd AS (UPDATE operations SET "
     "  state = CASE WHEN " CANCEL_UNSENT " THEN CASE WHEN " MAYBE_MADE " THEN 'unknown' "
     "   ELSE 'failed' END ELSE $4 END, "
     "  resp_status = coalesce($5::integer, resp_status), "
@@ -165,21 +172,21 @@ static const struct db_stmt finish = {
     "   THEN 'canceled; not sent again (an attempt may have made the task: reconciliation "
     "decides)' ELSE 'canceled; not sent again' END ELSE $8 END, "
     "  remote_id = coalesce($9, remote_id), lease_owner = NULL, "
-    "  lease_expires_at = NULL, updated_at = now(), "
-    "  next_attempt_at = now() + make_interval(secs => $15::float8 / 1000), "
+    "  lease_expires_at = NULL, updated_at = c.at, "
+    "  next_attempt_at = c.at + make_interval(secs => $15::float8 / 1000), "
     "  outputs_received = coalesce($18::integer, outputs_received), "
     "  outputs_requested = coalesce($19::integer, outputs_requested), "
     "  usage = coalesce($20::jsonb, usage), poll_url = coalesce($21, poll_url), "
     "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
-    "   ELSE now() + make_interval(secs => $22::float8 / 1000) END, "
+    "   ELSE c.at + make_interval(secs => $22::float8 / 1000) END, "
     "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
     "  ambiguous_at = CASE WHEN $25::boolean OR ($17 = 'create' AND $4 = 'unknown') "
-    "   THEN now() ELSE ambiguous_at END, "
+    "   THEN c.at ELSE ambiguous_at END, "
     "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
     "  cost_micros = coalesce($26::bigint, cost_micros), "
     "  finished_at = CASE WHEN $4 IN ('completed', 'failed', 'canceled') "
-    "   OR (" CANCEL_UNSENT " AND NOT " MAYBE_MADE ") THEN now() END "
-    " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
+    "   OR (" CANCEL_UNSENT " AND NOT " MAYBE_MADE ") THEN c.at END "
+    " FROM c WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
     " RETURNING state), "
     "att AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
     " finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "
@@ -599,6 +606,7 @@ void store_finish_init(struct store_finish *f, const struct store_claim *c, cons
     double now = clock_wall();
     *f = (struct store_finish){.tenant_id = c->tenant_id,
                                .id = c->id,
+                               .provider = c->provider,
                                .lease_version = c->lease_version,
                                .from = from,
                                .kind = kind,
@@ -714,6 +722,40 @@ static int finish_move_ok(const struct store_finish *f)
 /* What one finish answered (r, then cleared): whether it applied, and the state it wrote. When
  * fenced after a lost connection (lost), the row tells whether an earlier run had committed. The
  * state committed wakes whoever waits for it. */
+/* A webhook that came before its create had committed the remote id was parked (store_webhook):
+ * once the create's result is committed, the parked hint is taken and the task polled now. Done
+ * here, after the commit, and not by a trigger: a trigger that writes another table is what a
+ * sharded database cannot run (Citus: "cannot execute a distributed query from a query on a
+ * shard"). A hint parked between the two is not applied: it only hastens a poll that comes
+ * anyway, and the janitor deletes it after a day. */
+static const struct db_stmt unpark = {
+    .name = "unpark",
+    .sql = "DELETE FROM webhook_parked WHERE provider = $1 AND remote_id = $2",
+    .params = DB_PARAMS("provider", "remote_id"),
+};
+static const struct db_stmt unparked_poll = {
+    .name = "unparked_poll",
+    .sql = "UPDATE operations SET next_attempt_at = now() "
+    "WHERE tenant_id = $1 AND id = $2 AND " KEYED_STATE("state") " = 'accepted'",
+    .params = DB_PARAMS("tenant_id", "id"),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
+};
+
+static void unpark_hint(struct db *db, const struct store_finish *f)
+{
+    long long n = 0, polled = 0;
+    if (db_run_number(db, &unpark,
+                      DB_ARGS(p_text("provider", f->provider), p_text("remote_id", f->remote_id)),
+                      DB_ROWS, &n) < 0 ||
+        n == 0)
+        return;
+    if (db_run_number(db, &unparked_poll,
+                      DB_ARGS(p_int("tenant_id", f->tenant_id), p_text("id", f->id)), DB_ROWS,
+                      &polled) < 0)
+        LOG(LOG_WARN, "unpark_failed", LS("job_id", f->id),
+            LS("note", "the webhook's hint is dropped; the task is polled on its schedule"));
+}
+
 static void finish_applied(struct db *db, const struct store_finish *f, struct pg_result *r,
                            int lost, int *applied)
 {
@@ -733,6 +775,8 @@ static void finish_applied(struct db *db, const struct store_finish *f, struct p
                     f->resp_body_len);
     if (written >= 0)
         wake_state(f->id, (enum op_state)written);
+    if (written == ST_ACCEPTED && f->from != ST_ACCEPTED && f->remote_id && f->provider)
+        unpark_hint(db, f);
 }
 
 /* store_finish, knowing (maybe_committed) that an earlier run of the same write may have
@@ -830,7 +874,7 @@ int store_reap(struct db *db, int limit, int *count)
 
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
-    &claim_due, &reconcile_due, &poll_due, &reap_due,
+    &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
     &begin_send, &release_reservation,
 };
 

@@ -1,6 +1,8 @@
 #include "idemgate/store.h"
 
+#include "idemgate/lease.h"
 #include "idemgate/log.h"
+#include "idemgate/turns.h"
 #include "idemgate/wake.h"
 
 #include <libpq-fe.h>
@@ -483,6 +485,11 @@ int store_job_get(struct db *db, long long tenant_id, const char *job_id, struct
     return read_by(db, &job_get, tenant_id, p_text("job_id", job_id), out);
 }
 
+/* The statement's clock, read once for the row ($1, $2) an update then writes FROM it: c.at
+ * stands for now() where a distributed database refuses it (inside CASE or COALESCE of an
+ * UPDATE, and in RETURNING; see lease.c, CLAIM_LEASE). */
+#define STMT_CLOCK "SELECT now() AS at FROM operations WHERE tenant_id = $1 AND id = $2"
+
 /* Cancel: recorded once. A job never sent is failed at once; one waiting to be sent again
  * after an attempt that may have made its task (prepared with ambiguous_at: a backoff under a
  * provider key, or a resend after a proof that came later) is unknown — never sent again, and
@@ -492,11 +499,11 @@ int store_job_get(struct db *db, long long tenant_id, const char *job_id, struct
 #define RESENDABLE "(o.state = 'prepared' AND o.ambiguous_at IS NOT NULL)"
 static const struct db_stmt cancel = {
     .name = "cancel",
-    .sql = "WITH upd AS (UPDATE operations o SET "
-    "  cancel_requested_at = coalesce(o.cancel_requested_at, now()), "
+    .sql = "WITH c AS MATERIALIZED (" STMT_CLOCK "), upd AS (UPDATE operations o SET "
+    "  cancel_requested_at = coalesce(o.cancel_requested_at, c.at), "
     "  state = CASE WHEN " UNSENT " THEN 'failed' WHEN " RESENDABLE " THEN 'unknown' "
     "   ELSE o.state END, "
-    "  finished_at = CASE WHEN " UNSENT " THEN now() ELSE o.finished_at END, "
+    "  finished_at = CASE WHEN " UNSENT " THEN c.at ELSE o.finished_at END, "
     "  last_error = CASE WHEN " UNSENT " THEN 'canceled before it was sent' "
     "   WHEN " RESENDABLE " THEN 'canceled before it was sent again (an earlier attempt may "
     "have made the task: reconciliation decides)' ELSE o.last_error END, "
@@ -504,10 +511,10 @@ static const struct db_stmt cancel = {
     "  lease_expires_at = CASE WHEN o.state = 'prepared' THEN NULL ELSE o.lease_expires_at END, "
     "  lease_version = CASE WHEN o.state = 'prepared' THEN o.lease_version + 1 "
     "   ELSE o.lease_version END, "
-    "  next_attempt_at = CASE WHEN o.state IN ('accepted', 'unknown', 'prepared') THEN now() "
+    "  next_attempt_at = CASE WHEN o.state IN ('accepted', 'unknown', 'prepared') THEN c.at "
     "   ELSE o.next_attempt_at END, "
-    "  updated_at = now() "
-    " WHERE o.tenant_id = $1 AND o.id = $2 "
+    "  updated_at = c.at "
+    " FROM c WHERE o.tenant_id = $1 AND o.id = $2 "
     "  AND o.state NOT IN ('completed', 'failed', 'canceled') RETURNING o.*) "
     WRITTEN_OR_AS_IS("upd", "o.id = $2"),
     .params = DB_PARAMS("tenant_id", "job_id"),
@@ -532,21 +539,21 @@ int store_cancel(struct db *db, long long tenant_id, const char *job_id, struct 
  * st_resolve_target's; a cancelled job proven absent is failed, never sent again. */
 static const struct db_stmt resolve = {
     .name = "resolve",
-    .sql = "WITH upd AS (UPDATE operations o SET "
+    .sql = "WITH c AS MATERIALIZED (" STMT_CLOCK "), upd AS (UPDATE operations o SET "
     "  state = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL THEN 'failed' "
     "   ELSE $4 END, resolution = $3, "
     "  resolved_by = $7 || coalesce(' (' || $5 || ')', ''), "
-    "  resolved_at = now(), remote_id = coalesce($6, o.remote_id), updated_at = now(), "
+    "  resolved_at = c.at, remote_id = coalesce($6, o.remote_id), updated_at = c.at, "
     "  webhook_hint = CASE WHEN $4 = 'unknown' THEN $6 ELSE o.webhook_hint END, "
-    "  next_attempt_at = now(), lease_owner = NULL, lease_expires_at = NULL, "
+    "  next_attempt_at = c.at, lease_owner = NULL, lease_expires_at = NULL, "
     "  lease_version = o.lease_version + 1, "
     "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
-    "   OR ($4 = 'prepared' AND o.cancel_requested_at IS NOT NULL) THEN now() END, "
+    "   OR ($4 = 'prepared' AND o.cancel_requested_at IS NOT NULL) THEN c.at END, "
     "  last_error = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL "
     "   THEN 'canceled; not sent again' "
     "   ELSE CASE $3 WHEN 'abandon' THEN 'abandoned by an operator' "
     "   WHEN 'absent' THEN 'proven absent by an operator' ELSE o.last_error END END "
-    " WHERE o.tenant_id = $1 AND o.id = $2 AND " KEYED_STATE("o.state") " = 'review' "
+    " FROM c WHERE o.tenant_id = $1 AND o.id = $2 AND " KEYED_STATE("o.state") " = 'review' "
     " RETURNING o.*) "
     WRITTEN_OR_AS_IS("upd", "o.id = $2"),
     .params = DB_PARAMS("tenant_id", "job_id", "outcome", "state", "by", "remote_id", "tenant"),
@@ -771,29 +778,76 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
  * DELETE CASCADE), webhook deliveries past their redelivery window, and parked hints that never
  * found their operation; at most $1 rows of each, skipping rows another replica's janitor or a
  * worker holds. */
-static const struct db_stmt janitor = {
-    .name = "janitor",
-    .sql = "WITH o AS (DELETE FROM operations WHERE (tenant_id, id) IN (SELECT tenant_id, id "
-    "  FROM operations WHERE expires_at < now() AND state IN ('completed', 'failed', 'canceled') "
-    "  ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1), "
-    "a AS (DELETE FROM webhook_events WHERE ctid IN (SELECT ctid FROM webhook_events "
-    "  WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1), "
-    "b AS (DELETE FROM webhook_parked WHERE ctid IN (SELECT ctid FROM webhook_parked "
-    "  WHERE received_at < now() - interval '1 day' LIMIT $1 FOR UPDATE SKIP LOCKED) "
-    "  RETURNING 1) "
-    "SELECT (SELECT count(*) FROM o), (SELECT count(*) FROM a), (SELECT count(*) FROM b)",
-    .params = DB_PARAMS("limit"),
+/* Retention (retention.h), one tenant at a time for operations (their attempts go with them by
+ * the foreign key), like every claim (turns.h); then the webhook records, by their keys. */
+#define EXPIRED "expires_at < now() AND state IN ('completed', 'failed', 'canceled')"
+static const struct db_stmt janitor_due = {
+    .rerun_safe = 1,
+    .name = "janitor_due",
+    .sql = "SELECT tenant_id FROM operations WHERE " EXPIRED " GROUP BY tenant_id",
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
+static const struct db_stmt janitor = {
+    .name = "janitor",
+    .sql = "DELETE FROM operations WHERE tenant_id = $2 AND id IN (SELECT id FROM operations "
+    "  WHERE tenant_id = $2 AND " EXPIRED " ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+    .params = DB_PARAMS("limit", "tenant_id"),
+    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
+};
+static const struct db_stmt janitor_webhooks = {
+    .name = "janitor_webhooks",
+    .sql = "WITH a AS (DELETE FROM webhook_events WHERE (provider, event_id) IN ("
+    "  SELECT provider, event_id FROM webhook_events WHERE expires_at < now() LIMIT $1) "
+    "  RETURNING 1), "
+    "b AS (DELETE FROM webhook_parked WHERE (provider, remote_id) IN (SELECT provider, remote_id "
+    "  FROM webhook_parked WHERE received_at < now() - interval '1 day' LIMIT $1) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)",
+    .params = DB_PARAMS("limit"),
+};
+
+static struct turns janitor_turns = TURNS_INIT;
+
+struct janitor_run {
+    int limit;
+    long long deleted;
+};
+
+static int janitor_due_read(struct db *db, void *arg, long long **ids, size_t *n)
+{
+    (void)arg;
+    return lease_due_tenants(db, &janitor_due, NULL, ids, n);
+}
+
+/* One tenant's expired operations, up to what is left of the limit; the next tenant while some
+ * is left (turns_claim stops at STORE_OK). */
+static int janitor_tenant(struct db *db, long long tenant, void *arg)
+{
+    struct janitor_run *j = arg;
+    long long n = 0;
+    int e = db_run_number(db, &janitor,
+                          DB_ARGS(p_int("limit", j->limit - j->deleted),
+                                  p_int("tenant_id", tenant)),
+                          DB_ROWS, &n);
+    if (e < 0)
+        return e;
+    j->deleted += n;
+    return n && j->deleted >= j->limit ? STORE_OK : STORE_ENOTFOUND;
+}
 
 int store_janitor(struct db *db, int limit, long long deleted[3])
 {
+    struct janitor_run j = {limit, 0};
+    memset(deleted, 0, 3 * sizeof(*deleted));
+    int e = turns_claim(&janitor_turns, db, janitor_due_read, janitor_tenant, &j);
+    deleted[0] = j.deleted;
+    if (e != STORE_OK && e != STORE_ENOTFOUND)
+        return e;
     PGresult *r;
-    int e = db_run(db, &janitor, DB_ARGS(p_int("limit", limit)), &r);
+    e = db_run(db, &janitor_webhooks, DB_ARGS(p_int("limit", limit)), &r);
     if (e < 0)
         return e;
-    for (int k = 0; k < 3; k++)
-        deleted[k] = atoll(PQgetvalue(r, 0, k));
+    for (int k = 0; k < 2; k++)
+        deleted[k + 1] = atoll(PQgetvalue(r, 0, k));
     PQclear(r);
     return STORE_OK;
 }
@@ -1355,7 +1409,7 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 
 static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
-    &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor,     &unreferenced_sha256, &usage, &budget_set, &budget_clear,
+    &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor, &janitor_due, &janitor_webhooks,     &unreferenced_sha256, &usage, &budget_set, &budget_clear,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &live_tenant_id, &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,

@@ -86,8 +86,7 @@ static int refresh(struct turns *t, struct db *db, turns_read_fn read, void *arg
     return e;
 }
 
-int turns_claim(struct turns *t, struct db *db, turns_read_fn read, turns_claim_fn claim,
-                void *arg)
+int turns_claim(struct turns *t, struct db *db, turns_read_fn read, turns_claim_fn claim, void *arg)
 {
     int e = refresh(t, db, read, arg);
     if (e != STORE_OK)

@@ -119,6 +119,7 @@ __attribute__((warn_unused_result)) int lease_release_reservation(struct db *db,
 struct store_finish {
     long long tenant_id;
     const char *id;
+    const char *provider;
     long long lease_version;
     enum op_state from;   /* the state the claim holds: sending, or unknown for a reconcile */
     const char *kind;     /* 'create', 'reconcile' or 'poll' */

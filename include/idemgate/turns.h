@@ -45,7 +45,10 @@ struct turns {
     double read_at;     /* clock_mono of the last read (0: never) */
     unsigned long news; /* wake_news() before the last read */
 };
-#define TURNS_INIT {.mu = PTHREAD_MUTEX_INITIALIZER}
+#define TURNS_INIT                                                                                 \
+    {                                                                                              \
+        .mu = PTHREAD_MUTEX_INITIALIZER                                                            \
+    }
 
 /* The tenants with due work (a store read): STORE_OK with *ids (malloc'd) and *n, or an error. */
 typedef int (*turns_read_fn)(struct db *db, void *arg, long long **ids, size_t *n);

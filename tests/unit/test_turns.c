@@ -47,8 +47,7 @@ static void ring_turns(void **state)
                 continue;
             }
             if (!some || t != k->want[i])
-                fail_msg("%s: turn %d: got %lld, want %lld", k->what, i, some ? t : 0,
-                         k->want[i]);
+                fail_msg("%s: turn %d: got %lld, want %lld", k->what, i, some ? t : 0, k->want[i]);
         }
         turn_ring_fini(&r);
     }
