@@ -7,6 +7,7 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/migrate.h"
+#include "idemgate/stmthealth.h"
 #include "idemgate/reply.h"
 #include "idemgate/store.h"
 
@@ -252,6 +253,18 @@ static void add_breaker(const char *provider, int status, const char *reason,
  * take copies when this replica makes them (archready.h: probed at most every 5 s). A tripped
  * provider credential is reported but does not make the replica unready: the other providers
  * work. */
+/* A statement the database refuses to run (stmthealth.h): {statement, sqlstate, seconds ago}. */
+static void add_failing(const char *stmt, const char *sqlstate, double age_s, void *arg)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "statement", stmt);
+    cJSON_AddStringToObject(o, "sqlstate", sqlstate);
+    cJSON_AddNumberToObject(o, "seconds_ago", (double)(long long)age_s);
+    cJSON_AddItemToArray((cJSON *)arg, o);
+}
+
 void admin_ready(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
@@ -275,6 +288,9 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
         cJSON_AddStringToObject(o, "archive_error", why);
         ready = 0;
     }
+    cJSON *failing = cJSON_AddArrayToObject(o, "failing_statements");
+    if (sh_failing(add_failing, failing) > 0)
+        ready = 0;
     cJSON *tripped = cJSON_AddArrayToObject(o, "tripped_providers");
     if (ready)
         ready = store_breaker_list(api_db(r), add_breaker, tripped) == STORE_OK;

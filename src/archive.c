@@ -80,11 +80,12 @@ static const struct db_stmt claim = {
     .name = "archive_claim",
     .sql =
         /* The pick runs once (MATERIALIZED): see lease.c, CLAIM_PICK. */
-        "WITH c AS MATERIALIZED (SELECT now() AS at, tenant_id, op_id, n FROM archive_outputs "
+        "WITH c AS MATERIALIZED (SELECT now() AS at, now() + make_interval(secs => $2) AS until, "
+        "      tenant_id, op_id, n FROM archive_outputs "
         "      WHERE tenant_id = $4 AND " ARCHIVE_DUE("$3")
         "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
         "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
-        " lease_expires_at = c.at + make_interval(secs => $2), attempts = a.attempts + 1 "
+        " lease_expires_at = c.until, attempts = a.attempts + 1 "
         "FROM c WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
         "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
         " a.credential, coalesce(" DB_EPOCH("a.expires_at") ", 0), " DB_EPOCH("c.at") ", "
@@ -123,6 +124,9 @@ enum {
 static const struct db_stmt finish = {
     .name = "archive_finish",
     .sql =
+        /* The clock is read once, by c (no now() inside CASE: see lease.c, CLAIM_LEASE). */
+        "WITH c AS MATERIALIZED (SELECT now() AS at FROM archive_outputs "
+        " WHERE tenant_id = $1 AND op_id = $2 AND n = $3) "
         "UPDATE archive_outputs SET state = $5, "
         /* An expiry keeps the error that kept the copy from succeeding; a success keeps it too. */
         " last_error = CASE WHEN $6::text IS NULL THEN last_error "
@@ -133,9 +137,9 @@ static const struct db_stmt finish = {
         " sha256 = coalesce($8, sha256), bytes = coalesce($9::bigint, bytes), "
         " content_type = coalesce($10, content_type), backend = coalesce($11, backend), "
         " stored_by = coalesce($12, stored_by), "
-        " archived_at = CASE WHEN $5 = 'archived' THEN now() END, "
+        " archived_at = CASE WHEN $5 = 'archived' THEN c.at END, "
         " lease_owner = NULL, lease_expires_at = NULL "
-        "WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
+        "FROM c WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
         " AND " KEYED_STATE("state") " = 'pending'",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
                         "sha256", "bytes", "content_type", "backend", "stored_by"),

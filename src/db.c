@@ -1,6 +1,7 @@
 #include "idemgate/db.h"
 
 #include "idemgate/log.h"
+#include "idemgate/stmthealth.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -187,6 +188,7 @@ static int result_error(struct db *db, PGresult *r, const char *stmt)
         return STORE_ECONFLICT;
     LOG(LOG_ERROR, "db_error", LS("statement", stmt), LS("sqlstate", state),
         LS("error", PQresultErrorMessage(r)));
+    sh_failed(stmt, state);
     return STORE_EINTERNAL;
 }
 
@@ -291,6 +293,7 @@ static int run_once(struct db *db, const struct db_stmt *s, int k, const char *c
         return STORE_EUNAVAIL;
     }
     db->ok = 1;
+    sh_ok(s->name);
     *out = r;
     return STORE_OK;
 }
@@ -426,6 +429,7 @@ int db_run_batch(struct db *db, const struct db_stmt *s, size_t rows, const stru
         return e;
     }
     db->ok = 1;
+    sh_ok(s->name);
     return STORE_OK;
 }
 

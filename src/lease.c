@@ -43,13 +43,14 @@ enum {
  * holds). The pick is a MATERIALIZED CTE: run once. As a sub-select in UPDATE … FROM the planner
  * may put it on the inner side of a nested loop and run it again for each outer row, and with
  * SKIP LOCKED each run may pick another row: one claim that moves several (measured on a
- * per-tenant claim: UPDATE 3). The pick also reads the database's clock once (`c.at`): the
- * update and what it returns use that column, never now() inside CASE, COALESCE or RETURNING,
- * which Citus refuses even on one shard. */
+ * per-tenant claim: UPDATE 3). The pick also reads the database's clock once (`c.at`, and the
+ * lease's end `c.until`): the update and what it returns use these columns, never now() inside
+ * CASE, COALESCE or RETURNING, nor timestamp arithmetic on a column (stable, as it depends on the
+ * time zone), which Citus refuses even on one shard. */
 #define CLAIM_LEASE                                                                                \
     "lease_owner = $1, lease_version = o.lease_version + 1, "                                      \
-    "lease_expires_at = c.at + make_interval(secs => $2), updated_at = c.at "
-#define CLAIM_PICK "WITH c AS MATERIALIZED (SELECT now() AS at, "
+    "lease_expires_at = c.until, updated_at = c.at "
+#define CLAIM_PICK "WITH c AS MATERIALIZED (SELECT now() AS at, now() + make_interval(secs => $2) AS until, "
 #define CLAIM_PICKED                                                                               \
     "ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
 #define CLAIM_ON_PICKED                                                                            \
@@ -110,7 +111,8 @@ static const struct db_stmt claim_due = {
     .name = "claim_due",
     .sql = "SELECT tenant_id FROM operations WHERE state = 'prepared' "
     " AND cancel_requested_at IS NULL AND next_attempt_at <= now() "
-    " AND provider = ANY ($1::text[]) GROUP BY tenant_id",
+    " AND provider = ANY ($1::text[]) "
+    " AND provider NOT IN (SELECT b.provider FROM provider_breakers b) GROUP BY tenant_id",
     .params = DB_PARAMS("providers"),
 };
 static const struct db_stmt reconcile_due = {
@@ -161,7 +163,9 @@ static const struct db_stmt reconcile_send = {
 #define MAYBE_MADE "($25::boolean OR ambiguous_at IS NOT NULL)"
 static const struct db_stmt finish = {
     .name = "finish",
-    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at FROM operations "
+    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at, "
+    " now() + make_interval(secs => $15::float8 / 1000) AS next_at, "
+    " now() + make_interval(secs => $22::float8 / 1000) AS deadline FROM operations "
     " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16), "
     "upd AS (UPDATE operations SET "
     "  state = CASE WHEN " CANCEL_UNSENT " THEN CASE WHEN " MAYBE_MADE " THEN 'unknown' "
@@ -173,12 +177,12 @@ static const struct db_stmt finish = {
     "decides)' ELSE 'canceled; not sent again' END ELSE $8 END, "
     "  remote_id = coalesce($9, remote_id), lease_owner = NULL, "
     "  lease_expires_at = NULL, updated_at = c.at, "
-    "  next_attempt_at = c.at + make_interval(secs => $15::float8 / 1000), "
+    "  next_attempt_at = c.next_at, "
     "  outputs_received = coalesce($18::integer, outputs_received), "
     "  outputs_requested = coalesce($19::integer, outputs_requested), "
     "  usage = coalesce($20::jsonb, usage), poll_url = coalesce($21, poll_url), "
     "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
-    "   ELSE c.at + make_interval(secs => $22::float8 / 1000) END, "
+    "   ELSE c.deadline END, "
     "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
     "  ambiguous_at = CASE WHEN $25::boolean OR ($17 = 'create' AND $4 = 'unknown') "
     "   THEN c.at ELSE ambiguous_at END, "

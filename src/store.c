@@ -551,8 +551,8 @@ static const struct db_stmt resolve = {
     "   OR ($4 = 'prepared' AND o.cancel_requested_at IS NOT NULL) THEN c.at END, "
     "  last_error = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL "
     "   THEN 'canceled; not sent again' "
-    "   ELSE CASE $3 WHEN 'abandon' THEN 'abandoned by an operator' "
-    "   WHEN 'absent' THEN 'proven absent by an operator' ELSE o.last_error END END "
+    "   WHEN $3 = 'abandon' THEN 'abandoned by an operator' "
+    "   WHEN $3 = 'absent' THEN 'proven absent by an operator' ELSE o.last_error END "
     " FROM c WHERE o.tenant_id = $1 AND o.id = $2 AND " KEYED_STATE("o.state") " = 'review' "
     " RETURNING o.*) "
     WRITTEN_OR_AS_IS("upd", "o.id = $2"),

@@ -1,0 +1,93 @@
+/* Statement health (stmthealth.h): which SQLSTATEs say a statement cannot run, and the set of
+ * failing statements /readyz reports. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "idemgate/stmthealth.h"
+
+#define N_ROWS(a) (sizeof(a) / sizeof((a)[0]))
+
+static const struct {
+    const char *sqlstate;
+    int counts;
+} cases[] = {
+    {"0A000", 1}, /* feature not supported (Citus: non-IMMUTABLE functions in CASE) */
+    {"42P01", 1}, /* undefined table: a schema the binary does not match */
+    {"42703", 1}, /* undefined column */
+    {"42883", 1}, /* undefined function */
+    {"XX000", 1}, /* internal error (Citus: nested distributed execution) */
+    {"26000", 1}, /* invalid statement name */
+    {"39P01", 1}, /* trigger protocol violated */
+    {"22P02", 0}, /* a value one request sent: never a replica's readiness */
+    {"22001", 0}, /* string too long: the same */
+    {"23505", 0}, /* unique violation: expected */
+    {"40001", 0}, /* serialization failure: retried */
+    {"55P03", 0}, /* lock not available */
+    {"57014", 0}, /* query canceled */
+    {"08006", 0}, /* connection failure: /readyz's `database` says so */
+    {"", 0},
+    {"0A", 0},
+    {NULL, 0},
+};
+
+static void which_sqlstates_count(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_ROWS(cases); i++)
+        if (sh_sqlstate_counts(cases[i].sqlstate) != cases[i].counts)
+            fail_msg("%s: want %d", cases[i].sqlstate ? cases[i].sqlstate : "NULL",
+                     cases[i].counts);
+}
+
+struct seen {
+    char names[8][32];
+    char states[8][6];
+    int n;
+};
+
+static void collect(const char *stmt, const char *sqlstate, double age_s, void *arg)
+{
+    struct seen *s = arg;
+    assert_true(age_s >= 0 && age_s < SH_WINDOW_S);
+    strcpy(s->names[s->n], stmt);
+    strcpy(s->states[s->n++], sqlstate);
+}
+
+static void failing_until_the_next_success(void **state)
+{
+    (void)state;
+    static const char claim[] = "claim", finish[] = "finish";
+    struct seen s = {0};
+    assert_int_equal(sh_failing(collect, &s), 0);
+    sh_ok(claim); /* nothing failing: nothing to clear */
+    sh_failed(claim, "22P02"); /* a request's bad value: not counted */
+    assert_int_equal(sh_failing(NULL, NULL), 0);
+    sh_failed(claim, "0A000");
+    sh_failed(finish, "XX000");
+    sh_failed(claim, "42P01"); /* the same statement again: one entry, the last SQLSTATE */
+    assert_int_equal(sh_failing(collect, &s), 2);
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.names[i], "claim"))
+            assert_string_equal(s.states[i], "42P01");
+    sh_ok(claim);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(sh_failing(collect, &s), 1);
+    assert_string_equal(s.names[0], "finish");
+    sh_ok(finish);
+    assert_int_equal(sh_failing(NULL, NULL), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(which_sqlstates_count),
+        cmocka_unit_test(failing_until_the_next_success),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
