@@ -6,7 +6,6 @@
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
 #include "idemgate/fetchpol.h"
-#include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/resultq.h"
@@ -247,7 +246,7 @@ struct claim_args {
 static int claim_due_read(struct db *db, void *arg, long long **ids, size_t *n)
 {
     (void)arg;
-    return lease_due_tenants(db, &claim_due, g_providers, ids, n);
+    return turns_read(db, &claim_due, g_providers, ids, n);
 }
 
 static int claim_tenant(struct db *db, long long tenant, void *arg)

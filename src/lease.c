@@ -391,28 +391,6 @@ int lease_claim_born(const struct store_intake_req *q, const struct store_job *j
 static struct turns claim_turns = TURNS_INIT, reconcile_turns = TURNS_INIT,
                     poll_turns = TURNS_INIT, reap_turns = TURNS_INIT;
 
-int lease_due_tenants(struct db *db, const struct db_stmt *s, const char *providers,
-                      long long **ids, size_t *n)
-{
-    PGresult *r;
-    *ids = NULL;
-    *n = 0;
-    int e = providers ? db_run(db, s, DB_ARGS(p_text("providers", providers)), &r)
-                      : db_run(db, s, NULL, 0, &r);
-    if (e < 0)
-        return e;
-    int rows = PQntuples(r);
-    if (rows && !(*ids = malloc((size_t)rows * sizeof(**ids)))) {
-        PQclear(r);
-        return STORE_EINTERNAL;
-    }
-    for (int i = 0; i < rows; i++)
-        (*ids)[i] = atoll(PQgetvalue(r, i, 0));
-    *n = (size_t)rows;
-    PQclear(r);
-    return STORE_OK;
-}
-
 /* One kind's claim: its statements and arguments. */
 struct claim_kind {
     const struct db_stmt *due, *claim;
@@ -425,7 +403,7 @@ struct claim_kind {
 static int kind_due(struct db *db, void *arg, long long **ids, size_t *n)
 {
     const struct claim_kind *k = arg;
-    return lease_due_tenants(db, k->due, k->providers, ids, n);
+    return turns_read(db, k->due, k->providers, ids, n);
 }
 
 static int kind_claim(struct db *db, long long tenant, void *arg)
@@ -864,7 +842,7 @@ static int reap_tenant(struct db *db, long long tenant, void *arg)
 static int reap_due_read(struct db *db, void *arg, long long **ids, size_t *n)
 {
     (void)arg;
-    return lease_due_tenants(db, &reap_due, NULL, ids, n);
+    return turns_read(db, &reap_due, NULL, ids, n);
 }
 
 int store_reap(struct db *db, int limit, int *count)

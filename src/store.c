@@ -1,6 +1,5 @@
 #include "idemgate/store.h"
 
-#include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/turns.h"
 #include "idemgate/wake.h"
@@ -815,7 +814,7 @@ struct janitor_run {
 static int janitor_due_read(struct db *db, void *arg, long long **ids, size_t *n)
 {
     (void)arg;
-    return lease_due_tenants(db, &janitor_due, NULL, ids, n);
+    return turns_read(db, &janitor_due, NULL, ids, n);
 }
 
 /* One tenant's expired operations, up to what is left of the limit; the next tenant while some

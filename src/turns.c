@@ -3,6 +3,7 @@
 #include "idemgate/clock.h"
 #include "idemgate/wake.h"
 
+#include <libpq-fe.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,11 @@ int turn_ring_set(struct turn_ring *r, const long long *ids, size_t n)
     return 0;
 }
 
+int turn_ring_wraps(const struct turn_ring *r)
+{
+    return r->n == 0 || r->ids[r->n - 1] <= r->last;
+}
+
 int turn_ring_next(struct turn_ring *r, long long *tenant)
 {
     if (!r->n)
@@ -61,13 +67,14 @@ void turn_ring_fini(struct turn_ring *r)
     memset(r, 0, sizeof(*r));
 }
 
-/* Reads the ring again when it is empty, stale, or news of work came since the last read. */
+/* Reads the ring again when a round is over (the next turn would wrap, or the ring is empty),
+ * when news of work came since the last read, and when the read is stale. */
 static int refresh(struct turns *t, struct db *db, turns_read_fn read, void *arg)
 {
     unsigned long news = wake_news();
     double now = clock_mono();
     pthread_mutex_lock(&t->mu);
-    int due = t->ring.n == 0 || t->news != news || t->read_at == 0 ||
+    int due = turn_ring_wraps(&t->ring) || t->news != news || t->read_at == 0 ||
               (now - t->read_at) * 1000 >= TURNS_REFRESH_MS;
     pthread_mutex_unlock(&t->mu);
     if (!due)
@@ -110,4 +117,26 @@ int turns_claim(struct turns *t, struct db *db, turns_read_fn read, turns_claim_
         pthread_mutex_unlock(&t->mu);
     }
     return STORE_ENOTFOUND;
+}
+
+int turns_read(struct db *db, const struct db_stmt *s, const char *providers, long long **ids,
+               size_t *n)
+{
+    PGresult *r;
+    *ids = NULL;
+    *n = 0;
+    int e = providers ? db_run(db, s, DB_ARGS(p_text("providers", providers)), &r)
+                      : db_run(db, s, NULL, 0, &r);
+    if (e < 0)
+        return e;
+    int rows = PQntuples(r);
+    if (rows && !(*ids = malloc((size_t)rows * sizeof(**ids)))) {
+        PQclear(r);
+        return STORE_EINTERNAL;
+    }
+    for (int i = 0; i < rows; i++)
+        (*ids)[i] = atoll(PQgetvalue(r, i, 0));
+    *n = (size_t)rows;
+    PQclear(r);
+    return STORE_OK;
 }

@@ -179,11 +179,4 @@ __attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int
 /* The statements of this module, for the test that holds them to the state machine. */
 const struct db_stmt *const *lease_statements(size_t *n);
 
-/* The tenants a due-work statement s returns (one tenant_id per row; s takes $1 providers, a
- * text[] literal, when providers is not NULL): the read of a claim ring (turns.h). STORE_OK with
- * *ids (malloc'd, the caller frees) and *n, or an error. */
-__attribute__((warn_unused_result)) int lease_due_tenants(struct db *db, const struct db_stmt *s,
-                                                          const char *providers, long long **ids,
-                                                          size_t *n);
-
 #endif

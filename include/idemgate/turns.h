@@ -15,11 +15,12 @@
  * single-tenant statement. A tenant whose claim finds nothing leaves the ring until the next
  * read.
  *
- * The ring is read again when it is empty, when news of work arrived since (wake_news: this
- * replica's intake, or another replica's NOTIFY), and at least every TURNS_REFRESH_MS: a quiet
- * tenant's first job waits for at most the claims made in that time, whatever another tenant's
- * backlog. Tenants are served in the order of their ids, each after the one served last: one
- * claim each per round. */
+ * A round serves the tenants in the order of their ids, each after the one served last: one claim
+ * each. The ring is read again when a round is over (so a tenant whose first job came meanwhile
+ * is in the next round, whatever another tenant's backlog: it waits for at most one claim of each
+ * other tenant with due work), when news of work arrived since the last read (wake_news: this
+ * replica's intake, or another replica's NOTIFY), and at least every TURNS_REFRESH_MS. With one
+ * busy tenant a round is one claim: one read per claim, an index-only scan of the due rows. */
 
 #define TURNS_REFRESH_MS 200
 
@@ -32,6 +33,8 @@ struct turn_ring {
 /* Replaces the ids (any order, duplicates allowed); the one served last is kept. 0, or -1 when
  * out of memory (the ring is then empty). */
 int turn_ring_set(struct turn_ring *r, const long long *ids, size_t n);
+/* Whether the round is over: no tenant after the one served last (or the ring is empty). */
+int turn_ring_wraps(const struct turn_ring *r);
 /* The next tenant after the one served last (wrapping), now the one served last; 0 when empty. */
 int turn_ring_next(struct turn_ring *r, long long *tenant);
 /* Removes a tenant (its claim found nothing). */
@@ -59,5 +62,12 @@ typedef int (*turns_claim_fn)(struct db *db, long long tenant, void *arg);
  * tenant had anything, or the first error. */
 int turns_claim(struct turns *t, struct db *db, turns_read_fn read, turns_claim_fn claim,
                 void *arg);
+
+/* The tenants a due-work statement s returns (one tenant_id per row; s takes $1 providers, a
+ * text[] literal, when providers is not NULL): a ring's read. STORE_OK with *ids (malloc'd, the
+ * caller frees) and *n, or an error. */
+__attribute__((warn_unused_result)) int turns_read(struct db *db, const struct db_stmt *s,
+                                                   const char *providers, long long **ids,
+                                                   size_t *n);
 
 #endif

@@ -133,8 +133,7 @@ static void quiet_tenant_behind_a_flood(void **state)
     turn_ring_fini(&t.ring);
 }
 
-/* Busy tenants alternate, one claim each; a tenant whose claim finds nothing leaves the ring and
- * the next one is tried in the same call; when none has anything: STORE_ENOTFOUND. */
+/* Busy tenants alternate, one claim each per round; when none has anything: STORE_ENOTFOUND. */
 static void tenants_alternate_and_empty_ones_leave(void **state)
 {
     (void)state;
@@ -149,11 +148,11 @@ static void tenants_alternate_and_empty_ones_leave(void **state)
     assert_int_equal(w.n_served, 7);
     for (int i = 0; i < 7; i++)
         assert_int_equal(w.served[i], want[i]);
-    /* Tenant 4 left the ring on the sixth call (its turn came up empty, and 1 was served in
-     * the same call); the two still in it are tried once each, found empty and dropped. */
+    /* The round is over: the ring is read again, finds nothing, and no tenant is tried. */
     int claims = w.claims, reads = w.reads;
     assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_ENOTFOUND);
-    assert_int_equal(w.claims - claims, 2);
+    assert_int_equal(w.claims - claims, 0);
+    assert_int_equal(w.reads - reads, 1);
     assert_int_equal(t.ring.n, 0);
     /* An empty ring is read again on the next call, which finds new work at once. */
     w.queue[4] = 1;
@@ -164,20 +163,42 @@ static void tenants_alternate_and_empty_ones_leave(void **state)
 }
 
 /* A tenant whose claim comes back empty while still in the ring (another replica took its row)
- * is dropped, and the next tenant is served in the same call. */
+ * is dropped, and the next tenant is served in the same call, without a read. */
 static void a_stale_tenant_is_skipped_in_the_same_call(void **state)
 {
     (void)state;
     struct turns t = TURNS_INIT;
     struct world w = {0};
-    w.queue[1] = 1;
-    w.queue[2] = 2;
+    w.queue[1] = 2;
+    w.queue[2] = 1;
+    w.queue[3] = 1;
     assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK); /* 1 */
-    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK); /* 2 */
-    /* The ring still holds 1 (not read again within TURNS_REFRESH_MS, no news). */
+    w.queue[2] = 0; /* taken elsewhere */
+    int reads = w.reads;
     assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
-    assert_int_equal(w.served[2], 2);
-    assert_int_equal(w.queue[2], 0);
+    assert_int_equal(w.reads, reads);
+    assert_int_equal(w.served[1], 3);
+    assert_int_equal(t.ring.n, 2); /* 1 and 3 */
+    turn_ring_fini(&t.ring);
+}
+
+/* A tenant whose first job came while another tenant's backlog is served — no news of it (the
+ * signal was lost, or not yet read) — is in the next round: the ring is read when a round ends. */
+static void a_new_tenant_is_in_the_next_round_without_news(void **state)
+{
+    (void)state;
+    struct turns t = TURNS_INIT;
+    struct world w = {0};
+    w.queue[2] = 50;
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
+    w.queue[1] = 1;
+    w.queue[4] = 1;
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
+    long long want[] = {2, 4, 1, 2};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(w.served[i], want[i]);
     turn_ring_fini(&t.ring);
 }
 
@@ -207,6 +228,7 @@ int main(void)
         cmocka_unit_test(quiet_tenant_behind_a_flood),
         cmocka_unit_test(tenants_alternate_and_empty_ones_leave),
         cmocka_unit_test(a_stale_tenant_is_skipped_in_the_same_call),
+        cmocka_unit_test(a_new_tenant_is_in_the_next_round_without_news),
         cmocka_unit_test(errors_are_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -400,7 +400,10 @@ export interface paths {
          * @description A tripped provider credential is reported in `tripped_providers` but does not make the
          *     replica unready: the other providers still work. A replica that archives outputs is
          *     also unready while its archive cannot take a copy (`archive: unwritable`), probed by
-         *     writing and removing a small file (and object) at most every 5 s.
+         *     writing and removing a small file (and object) at most every 5 s. It is unready too
+         *     while the database refuses to run one of the gateway's statements at all
+         *     (`failing_statements`: SQLSTATE classes 0A, 42, XX, 26, 2F, 38, 39; cleared by the
+         *     statement's next successful run, forgotten after 300 s).
          */
         get: operations["ready"];
         put?: never;
@@ -714,6 +717,12 @@ export interface components {
         };
         Readiness: {
             ready: boolean;
+            /** @description Statements whose last run the database refused (the replica is unready). */
+            failing_statements: {
+                statement: string;
+                sqlstate: string;
+                seconds_ago: number;
+            }[];
             database: boolean;
             /**
              * @description Whether the archive took the last probe copy; `not_used` in a replica that archives
