@@ -18,8 +18,10 @@ static struct {
 
 int sh_sqlstate_counts(const char *s)
 {
-    static const char *const classes[] = {"0A", "42", "XX", "26", "2F", "38", "39"};
-    if (!s || strlen(s) != 5)
+    static const char *const classes[] = {"0A", "42", "XX", "2F", "38", "39"};
+    /* 42P05 (a prepared statement of that name exists) is a transaction pooler handing this
+     * session another client's server connection, not a statement that cannot run. */
+    if (!s || strlen(s) != 5 || !strcmp(s, "42P05"))
         return 0;
     for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
         if (s[0] == classes[i][0] && s[1] == classes[i][1])

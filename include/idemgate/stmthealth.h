@@ -10,10 +10,11 @@
  * run failed with such an error within SH_WINDOW_S and is not ready while any does.
  *
  * Only errors that say the statement cannot run whatever its arguments count (SQLSTATE classes
- * 0A feature not supported, 42 syntax or undefined object, XX internal, 26 invalid statement
- * name, 2F/38/39 routine errors). A data error one request's values caused (class 22), a
- * conflict, a lock timeout or a lost connection does not: one client must not be able to take
- * every replica out of service. A statement's next successful run clears it. */
+ * 0A feature not supported, 42 syntax or undefined object, XX internal, 2F/38/39 routine
+ * errors). A data error one request's values caused (class 22), a conflict, a lock timeout, a
+ * lost connection, or what a transaction pooler causes (26000 a statement the server forgot,
+ * 42P05 one it already has) does not: one client must not be able to take every replica out of
+ * service. A statement's next successful run clears it. */
 
 #define SH_WINDOW_S 300
 #define SH_MAX 64 /* statements tracked at once (a schema this broken is not ready anyway) */

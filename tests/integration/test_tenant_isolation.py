@@ -50,8 +50,9 @@ def test_a_lock_timeout_is_a_retryable_503_never_a_500(gateway_factory, database
     import subprocess
     import time
     tok = tenant_token(database_url)
-    gw = gateway_factory(env={"DATABASE_URL": database_url +
-                              "&options=-c%20lock_timeout%3D200"})
+    sep = "&" if "?" in database_url else "?"  # the Citus suite's URLs have no query string
+    gw = gateway_factory(env={"DATABASE_URL": database_url + sep +
+                              "options=-c%20lock_timeout%3D200"})
     r = gw.submit(tok, f"lock-{uuid.uuid4().hex}", {"prompt": "before the lock"})
     assert r.status == 202, r
     job_id = r.json()["id"]

@@ -22,7 +22,8 @@ static const struct {
     {"42703", 1}, /* undefined column */
     {"42883", 1}, /* undefined function */
     {"XX000", 1}, /* internal error (Citus: nested distributed execution) */
-    {"26000", 1}, /* invalid statement name */
+    {"26000", 0}, /* a statement the server forgot (a transaction pooler): prepared again */
+    {"42P05", 0}, /* a statement the server already has (a transaction pooler) */
     {"39P01", 1}, /* trigger protocol violated */
     {"22P02", 0}, /* a value one request sent: never a replica's readiness */
     {"22001", 0}, /* string too long: the same */

@@ -402,7 +402,7 @@ export interface paths {
          *     also unready while its archive cannot take a copy (`archive: unwritable`), probed by
          *     writing and removing a small file (and object) at most every 5 s. It is unready too
          *     while the database refuses to run one of the gateway's statements at all
-         *     (`failing_statements`: SQLSTATE classes 0A, 42, XX, 26, 2F, 38, 39; cleared by the
+         *     (`failing_statements`: SQLSTATE classes 0A, 42 but 42P05, XX, 2F, 38, 39; cleared by the
          *     statement's next successful run, forgotten after 300 s).
          */
         get: operations["ready"];
