@@ -7,8 +7,8 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/migrate.h"
-#include "idemgate/stmthealth.h"
 #include "idemgate/reply.h"
+#include "idemgate/stmthealth.h"
 #include "idemgate/store.h"
 
 #include <cjson/cJSON.h>
@@ -249,10 +249,6 @@ static void add_breaker(const char *provider, int status, const char *reason,
     cJSON_AddItemToArray(arg, b);
 }
 
-/* Ready: the database answers, the schema is the one this binary expects, and the archive can
- * take copies when this replica makes them (archready.h: probed at most every 5 s). A tripped
- * provider credential is reported but does not make the replica unready: the other providers
- * work. */
 /* A statement the database refuses to run (stmthealth.h): {statement, sqlstate, seconds ago}. */
 static void add_failing(const char *stmt, const char *sqlstate, double age_s, void *arg)
 {
@@ -265,6 +261,10 @@ static void add_failing(const char *stmt, const char *sqlstate, double age_s, vo
     cJSON_AddItemToArray((cJSON *)arg, o);
 }
 
+/* Ready: the database answers, the schema is the one this binary expects, no statement is
+ * refused by the database (stmthealth.h), and the archive can take copies when this replica makes
+ * them (archready.h: probed at most every 5 s). A tripped provider credential is reported but
+ * does not make the replica unready: the other providers work. */
 void admin_ready(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
