@@ -514,8 +514,8 @@ static const struct db_stmt cancel = {
     "   ELSE o.next_attempt_at END, "
     "  updated_at = c.at "
     " FROM c WHERE o.tenant_id = $1 AND o.id = $2 "
-    "  AND o.state NOT IN ('completed', 'failed', 'canceled') RETURNING o.*) "
-    WRITTEN_OR_AS_IS("upd", "o.id = $2"),
+    "  AND o.state NOT IN ('completed', 'failed', 'canceled') RETURNING o.*), "
+    STORE_SETTLE_CTE WRITTEN_OR_AS_IS("upd", "o.id = $2"),
     .params = DB_PARAMS("tenant_id", "job_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_FAILED}, {ST_PREPARED, ST_UNKNOWN}, {ST_SENDING, ST_SENDING},
                       {ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW}),
@@ -553,11 +553,12 @@ static const struct db_stmt resolve = {
     "   WHEN $3 = 'abandon' THEN 'abandoned by an operator' "
     "   WHEN $3 = 'absent' THEN 'proven absent by an operator' ELSE o.last_error END "
     " FROM c WHERE o.tenant_id = $1 AND o.id = $2 AND " KEYED_STATE("o.state") " = 'review' "
-    " RETURNING o.*) "
-    WRITTEN_OR_AS_IS("upd", "o.id = $2"),
+    " RETURNING o.*), "
+    STORE_SETTLE_CTE WRITTEN_OR_AS_IS("upd", "o.id = $2"),
     .params = DB_PARAMS("tenant_id", "job_id", "outcome", "state", "by", "remote_id", "tenant"),
     .moves = DB_MOVES({ST_REVIEW, ST_PREPARED}, {ST_REVIEW, ST_ACCEPTED}, {ST_REVIEW, ST_COMPLETED},
                       {ST_REVIEW, ST_FAILED}, {ST_REVIEW, ST_UNKNOWN}),
+    .filters = DB_FILTERS(ST_CANCELED), /* the settle's terminal states */
 };
 
 int store_resolve(struct db *db, long long tenant_id, const char *tenant, const char *job_id,
@@ -705,45 +706,73 @@ int store_jobs_list(struct db *db, long long tenant_id, const char *state, int l
     return rows < 0 ? rows : STORE_OK;
 }
 
-/* A webhook, in one statement. Signed: dedupe by event id; a hint that makes the operation due
+/* A webhook. Signed, in one statement: dedupe by event id; a hint that makes the operation due
  * for a status read now; parked when the task is not linked yet; and when it names the client
  * reference of an unknown operation, the task id is kept for the reconciler to read and adopt.
  * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
- * status read forward to no sooner than 5 s after the row last changed. No state changes. */
-static const struct db_stmt webhook = {
-    .name = "webhook",
-    .sql = "WITH ev AS (INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
-    " SELECT $1, $2, $3, now() + make_interval(hours => $4) WHERE $5::boolean "
+ * status read forward to no sooner than 5 s after the row last changed. No state changes.
+ * The provider names its task, not our tenant: both find the operation by remote id (or job id)
+ * across tenants — on Citus a read of every shard, rare beside the request path. The clock is
+ * read once (c.at) and the unsigned arithmetic on a column is done in a pick, never in the
+ * UPDATE (a distributed database refuses stable functions on columns there). */
+static const struct db_stmt webhook_signed = {
+    .name = "webhook_signed",
+    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "
+    "ev AS (INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
+    " SELECT $1, $2, $3, c.at + make_interval(hours => $4) FROM c "
     " ON CONFLICT DO NOTHING RETURNING 1), "
-    "fresh AS (SELECT NOT $5::boolean OR EXISTS (SELECT 1 FROM ev) AS f), "
-    "hint AS (UPDATE operations SET next_attempt_at = CASE WHEN $5::boolean THEN now() "
-    "   ELSE least(next_attempt_at, greatest(now(), updated_at + interval '5 seconds')) END "
+    "hint AS (UPDATE operations SET next_attempt_at = c.at FROM c "
     " WHERE provider = $1 AND remote_id = $3 AND " KEYED_STATE("state") " = 'accepted' "
-    "  AND (SELECT f FROM fresh) RETURNING id), "
-    "rescue AS (UPDATE operations SET webhook_hint = $3, next_attempt_at = now() "
-    " WHERE $5::boolean AND $6::text IS NOT NULL AND id = $6 AND provider = $1 "
+    "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+    "rescue AS (UPDATE operations SET webhook_hint = $3, next_attempt_at = c.at FROM c "
+    " WHERE $5::text IS NOT NULL AND id = $5 AND provider = $1 "
     "  AND " KEYED_STATE("state") " = 'unknown' AND remote_id IS NULL "
     "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
-    " WHERE $5::boolean AND EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
+    " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
     "  AND NOT EXISTS (SELECT 1 FROM operations WHERE provider = $1 AND remote_id = $3) "
     " ON CONFLICT DO NOTHING RETURNING 1) "
-    "SELECT (SELECT f FROM fresh), (SELECT count(*) FROM hint) + (SELECT count(*) FROM rescue), "
+    "SELECT EXISTS (SELECT 1 FROM ev), (SELECT count(*) FROM hint) + (SELECT count(*) FROM rescue), "
     " EXISTS (SELECT 1 FROM park)",
-    .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "signed",
-                        "client_ref"),
+    .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}),
+};
+
+static const struct db_stmt webhook_unsigned = {
+    .name = "webhook_unsigned",
+    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "
+    "p AS MATERIALIZED (SELECT o.tenant_id, o.id, "
+    "  greatest(c.at, o.updated_at + interval '5 seconds') AS soonest FROM operations o, c "
+    " WHERE o.provider = $1 AND o.remote_id = $2 AND " KEYED_STATE("o.state") " = 'accepted') "
+    "UPDATE operations o SET next_attempt_at = least(o.next_attempt_at, p.soonest) FROM p "
+    "WHERE o.tenant_id = p.tenant_id AND o.id = p.id "
+    " AND " KEYED_STATE("o.state") " = 'accepted' RETURNING o.id",
+    .params = DB_PARAMS("provider", "remote_id"),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
 
 int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, int *hinted,
                   int *parked)
 {
     PGresult *r;
-    int e = db_run(db, &webhook,
+    if (!w->is_signed) {
+        long long n = 0;
+        int e = db_run_number(db, &webhook_unsigned,
+                              DB_ARGS(p_text("provider", w->provider),
+                                      p_text("remote_id", w->remote_id)),
+                              DB_ROWS, &n);
+        if (e < 0)
+            return e;
+        *fresh = 1;
+        *hinted = (int)n;
+        *parked = 0;
+        return STORE_OK;
+    }
+    int e = db_run(db, &webhook_signed,
                    DB_ARGS(p_text("provider", w->provider), p_text("event_id", w->event_id),
                            p_text("remote_id", w->remote_id),
                            p_int("window_hours", w->window_hours),
-                           p_bool("signed", w->is_signed), p_text("client_ref", w->client_ref)),
+                           p_text("client_ref", w->client_ref)),
                    &r);
     if (e < 0)
         return e;
@@ -856,8 +885,13 @@ int store_janitor(struct db *db, int limit, long long deleted[3])
 static const struct db_stmt unreferenced_sha256 = {
     .rerun_safe = 1,
     .name = "unreferenced_sha256",
-    .sql = "SELECT s FROM unnest($1::text[]) s WHERE NOT EXISTS (SELECT 1 FROM operations o "
-    " WHERE o.outputs @> jsonb_build_array(jsonb_build_object('sha256', s)))",
+    /* One read of the outputs that name any of the digests, then the digests none names (no
+     * subquery correlated with unnest(), which a distributed database refuses). */
+    .sql = "WITH used AS MATERIALIZED (SELECT e->>'sha256' AS s FROM operations o, "
+    "  jsonb_array_elements(o.outputs) e "
+    " WHERE o.outputs IS NOT NULL AND e->>'sha256' = ANY ($1::text[])) "
+    "SELECT s FROM unnest($1::text[]) s "
+    "WHERE s NOT IN (SELECT u.s FROM used u WHERE u.s IS NOT NULL)",
     .params = DB_PARAMS("sha256s"),
 };
 
@@ -1036,16 +1070,16 @@ int store_usage(struct db *db, long long tenant_id, const char *tenant, const ch
  * Changing the limits keeps the counters; changing the currency starts them again. */
 static const struct db_stmt budget_set = {
     .name = "budget_set",
-    .sql = "INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, "
-    " month_limit_micros, max_inflight, day, day_micros, month, month_micros) "
-    "SELECT t.id, $2, $3::bigint, $4::bigint, $5::integer, " TODAY ", "
-    " (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) FROM operations o "
-    "  WHERE o.tenant_id = t.id AND o.currency = $2 "
-    "  AND o.created_at >= " TODAY "::timestamp AT TIME ZONE 'UTC'), " THIS_MONTH ", "
-    " (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) FROM operations o "
-    "  WHERE o.tenant_id = t.id AND o.currency = $2 "
-    "  AND o.created_at >= " THIS_MONTH "::timestamp AT TIME ZONE 'UTC') "
-    "FROM tenants t WHERE t.name = $1 "
+    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at, " TODAY " AS day, " THIS_MONTH " AS month), "
+    "s AS MATERIALIZED (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)) "
+    "   FILTER (WHERE o.created_at >= c.day::timestamp AT TIME ZONE 'UTC'), 0) AS day_micros, "
+    "  coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) AS month_micros "
+    " FROM c, operations o WHERE o.tenant_id = $1 AND o.currency = $2 "
+    "  AND o.created_at >= c.month::timestamp AT TIME ZONE 'UTC') "
+    "INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, month_limit_micros, "
+    " max_inflight, day, day_micros, month, month_micros, updated_at) "
+    "SELECT $1, $2, $3::bigint, $4::bigint, $5::integer, c.day, s.day_micros, c.month, "
+    " s.month_micros, c.at FROM c, s "
     "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
     " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "
     " day_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
@@ -1056,28 +1090,46 @@ static const struct db_stmt budget_set = {
     "  THEN tenant_budgets.month_micros ELSE EXCLUDED.month_micros END, "
     " month = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
     "  THEN tenant_budgets.month ELSE EXCLUDED.month END, "
-    " currency = EXCLUDED.currency, updated_at = now()",
-    .params = DB_PARAMS("tenant", "currency", "day_limit", "month_limit", "max_inflight"),
+    " currency = EXCLUDED.currency, updated_at = EXCLUDED.updated_at",
+    .params = DB_PARAMS("tenant_id", "currency", "day_limit", "month_limit", "max_inflight"),
 };
 static const struct db_stmt budget_clear = {
     .name = "budget_clear",
-    .sql = "DELETE FROM tenant_budgets b USING tenants t WHERE b.tenant_id = t.id AND t.name = $1",
-    .params = DB_PARAMS("tenant"),
+    .sql = "DELETE FROM tenant_budgets WHERE tenant_id = $1",
+    .params = DB_PARAMS("tenant_id"),
 };
+/* A tenant's id by its name, revoked or not (a budget is kept with its tenant's rows). */
+static const struct db_stmt tenant_id_named = {
+    .rerun_safe = 1,
+    .name = "tenant_id_named",
+    .sql = "SELECT id FROM tenants WHERE name = $1",
+    .params = DB_PARAMS("name"),
+};
+
+/* The tenant's id is read first, so that the budget's statements name their tenant (one shard on
+ * a distributed database). */
+static int tenant_named(struct db *db, const char *name, long long *id)
+{
+    int e = db_run_number(db, &tenant_id_named, DB_ARGS(p_text("name", name)), DB_VALUE, id);
+    return e == STORE_OK && *id <= 0 ? STORE_ENOTFOUND : e;
+}
 
 int store_budget_set(struct db *db, const char *tenant, const char *currency,
                      long long day_limit, long long month_limit, int max_inflight)
 {
-    long long n = 0;
-    int e = db_run_number(db, &budget_set,
-                          DB_ARGS(p_text("tenant", tenant), p_text("currency", currency),
-                                  day_limit >= 0 ? p_int("day_limit", day_limit)
-                                                 : p_null("day_limit"),
-                                  month_limit >= 0 ? p_int("month_limit", month_limit)
-                                                   : p_null("month_limit"),
-                                  max_inflight >= 0 ? p_int("max_inflight", max_inflight)
-                                                    : p_null("max_inflight")),
-                          DB_ROWS, &n);
+    long long id = 0, n = 0;
+    int e = tenant_named(db, tenant, &id);
+    if (e < 0)
+        return e;
+    e = db_run_number(db, &budget_set,
+                      DB_ARGS(p_int("tenant_id", id), p_text("currency", currency),
+                              day_limit >= 0 ? p_int("day_limit", day_limit)
+                                             : p_null("day_limit"),
+                              month_limit >= 0 ? p_int("month_limit", month_limit)
+                                               : p_null("month_limit"),
+                              max_inflight >= 0 ? p_int("max_inflight", max_inflight)
+                                                : p_null("max_inflight")),
+                      DB_ROWS, &n);
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
@@ -1124,8 +1176,11 @@ int store_tenant_limits_set(struct db *db, const char *name, int rps, int burst,
 
 int store_budget_clear(struct db *db, const char *tenant)
 {
-    long long n = 0;
-    int e = db_run_number(db, &budget_clear, DB_ARGS(p_text("tenant", tenant)), DB_ROWS, &n);
+    long long id = 0, n = 0;
+    int e = tenant_named(db, tenant, &id);
+    if (e < 0)
+        return e;
+    e = db_run_number(db, &budget_clear, DB_ARGS(p_int("tenant_id", id)), DB_ROWS, &n);
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
@@ -1232,9 +1287,10 @@ int store_breaker_list(struct db *db,
 static const struct db_stmt gauges = {
     .rerun_safe = 1,
     .name = "gauges",
-    .sql = "SELECT 'state', s, (SELECT count(*) FROM operations o WHERE o.state = s) "
+    .sql = "WITH n AS MATERIALIZED (SELECT state, count(*) AS n FROM operations GROUP BY state) "
+    "SELECT 'state', s, coalesce(n.n, 0) "
     "FROM unnest(ARRAY['prepared','sending','accepted','unknown','review','completed',"
-    "'failed','canceled']) s "
+    "'failed','canceled']) s LEFT JOIN n ON n.state = s "
     "UNION ALL SELECT 'tripped', provider, 1 FROM provider_breakers",
 };
 
@@ -1408,7 +1464,7 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 
 static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
-    &regenerate,     &jobs_list,    &webhook,        &resume_polling, &janitor, &janitor_due, &janitor_webhooks,     &unreferenced_sha256, &usage, &budget_set, &budget_clear,
+    &regenerate,     &jobs_list,    &webhook_signed, &webhook_unsigned,        &resume_polling, &janitor, &janitor_due, &janitor_webhooks,     &unreferenced_sha256, &usage, &budget_set, &budget_clear, &tenant_id_named,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &live_tenant_id, &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,

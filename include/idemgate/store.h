@@ -19,6 +19,28 @@
  * regenerate and a breaker reset tell wake.h, once committed, of an operation they left
  * prepared (or made claimable), completed or failed. */
 
+/* The settle of a budgeted operation's end, as a CTE named `settle` of the statement that ends
+ * it (finish, cancel, resolve): `upd` is that statement's UPDATE of operations, RETURNING the
+ * row's tenant_id, state, budgeted, currency, cost_micros, reserved_micros and created_at; `c`
+ * its clock CTE (c.at). Every one of these updates requires a state that is not terminal, so a
+ * terminal state in `upd` is this statement's end of the operation, settled once: one fewer in
+ * flight, and the day and month it was reserved in charged what it cost (the trigger of
+ * migration 0018 set cost_micros: computed, or the reservation; failed: 0) instead of its
+ * estimate. One co-located row of the tenant's (tenant_id = $1): no trigger writes another
+ * table, which a distributed database refuses from a shard. */
+#define STORE_SETTLE_CTE                                                                           \
+    "settle AS (UPDATE tenant_budgets b SET inflight = greatest(b.inflight - 1, 0), "              \
+    " day_micros = CASE WHEN b.day = s.d AND b.currency = s.currency "                             \
+    "  THEN greatest(b.day_micros + s.delta, 0) ELSE b.day_micros END, "                           \
+    " month_micros = CASE WHEN b.month = s.m AND b.currency = s.currency "                         \
+    "  THEN greatest(b.month_micros + s.delta, 0) ELSE b.month_micros END, "                       \
+    " updated_at = c.at "                                                                          \
+    " FROM c, (SELECT currency, cost_micros - reserved_micros AS delta, "                          \
+    "   (created_at AT TIME ZONE 'UTC')::date AS d, "                                              \
+    "   date_trunc('month', created_at AT TIME ZONE 'UTC')::date AS m FROM upd "                   \
+    "  WHERE budgeted AND state IN ('completed', 'failed', 'canceled')) s "                        \
+    " WHERE b.tenant_id = $1 RETURNING 1) "
+
 /* A job as read from the operations table. The strings point into a result owned by the
  * struct; store_job_fini releases them. Absent values are NULL (numbers: 0). */
 struct store_job {

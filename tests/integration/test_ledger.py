@@ -296,6 +296,47 @@ def test_reservation_released_on_failure_and_settled_at_completion(gateway_facto
     assert b["month_used_micros"] == IMAGE_PRICES["high"]
 
 
+def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, database_url):
+    """The budget row is settled by the statement that ends an operation (migration 0018, no
+    trigger writes it): a job in review resolved `found` is charged its reservation (the provider
+    made a task nobody priced), one resolved `abandon` is released; the same decision again, and
+    a cancel after it, change nothing."""
+    rev = provider("rev-priced", mock.url, pricing=IMAGES_PRICING,
+                   timeouts={"connect_ms": 1000, "total_ms": 1000},
+                   reconcile={"strategy": "none", "window_seconds": 2})
+    gw = gateway_factory(providers=[rev], admin_token_sha256=ADMIN_SHA)
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--day", "10").returncode == 0
+    jobs = []
+    for _ in range(2):
+        mock.script([{"fault": "hang"}])
+        r = gw.submit(token, key(), {"prompt": "p", "n": 2}, route="rev-priced/images/generations")
+        assert r.status == 202, r
+        j = gw.wait_state(token, r.json()["id"], {"review"}, timeout=20)
+        assert j["state"] == "review", j
+        jobs.append(j["id"])
+    b = usage(gw, token).json()["budgets"][0]
+    reserved = 2 * IMAGE_PRICES["medium"]
+    assert b["in_flight"] == 2 and b["day_used_micros"] == 2 * reserved, b
+
+    def resolve(job_id, body):
+        return gw.http.request("POST", f"/v1/jobs/{job_id}/resolve", json.dumps(body),
+                               {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+
+    found, abandon = jobs
+    for _ in range(2):
+        assert resolve(found, {"outcome": "found", "remote_id": "task_x"}).status == 200
+        assert resolve(abandon, {"outcome": "abandon"}).status == 200
+        for j in jobs:
+            assert gw.http.request("POST", f"/v1/jobs/{j}/cancel", "",
+                                   {"Authorization": f"Bearer {token}"}).status in (200, 409)
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["in_flight"] == 0, b
+    assert b["day_used_micros"] == reserved and b["month_used_micros"] == reserved, b
+    assert gw.job(token, found).json()["cost"]["micros"] == reserved
+    assert gw.job(token, abandon).json()["cost"]["micros"] == 0
+
+
 def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, database_url, psql):
     name, token = new_tenant(database_url)
     # A job that is not terminal is kept whatever its age (its key guards against a second
