@@ -915,3 +915,13 @@ void archive_output_fini(struct archive_output *o)
     PQclear(o->res);
     memset(o, 0, sizeof(*o));
 }
+
+static const struct db_stmt *const statements[] = {
+    &plan_pick, &plan_write, &claim, &claim_due, &finish, &job_outputs, &output_get,
+};
+
+const struct db_stmt *const *archive_statements(size_t *n)
+{
+    *n = sizeof(statements) / sizeof(statements[0]);
+    return statements;
+}

@@ -1,6 +1,8 @@
 #include "idemgate/cli.h"
 
+#include "idemgate/archive.h"
 #include "idemgate/crypto.h"
+#include "idemgate/lease.h"
 #include "idemgate/jobview.h"
 #include "idemgate/distribute.h"
 #include "idemgate/migrate.h"
@@ -9,6 +11,7 @@
 #include "idemgate/usage.h"
 #include "idemgate/wake.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,4 +395,35 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
     }
     store_db_close(db);
     return rc;
+}
+
+/* idemgate statements: every statement the gateway prepares, one JSON object per line ({name,
+ * params, sql}), for a DBA to read, EXPLAIN or plan indexes against (tests/integration/
+ * test_citus_plans.py explains them on a Citus coordinator). Needs no database. */
+int cli_statements(void)
+{
+    const struct db_stmt *const *(*const lists[])(size_t *) = {store_statements,
+                                                               lease_statements,
+                                                               archive_statements};
+    for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+        size_t n = 0;
+        const struct db_stmt *const *s = lists[l](&n);
+        for (size_t i = 0; i < n; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON *ps = cJSON_AddArrayToObject(o, "params");
+            cJSON_AddStringToObject(o, "name", s[i]->name);
+            for (const char *const *p = s[i]->params; p && *p; p++)
+                cJSON_AddItemToArray(ps, cJSON_CreateString(*p));
+            cJSON_AddStringToObject(o, "sql", s[i]->sql);
+            char *line = cJSON_PrintUnformatted(o);
+            if (!line) {
+                cJSON_Delete(o);
+                return 1;
+            }
+            puts(line);
+            free(line);
+            cJSON_Delete(o);
+        }
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -49,6 +49,7 @@ static void usage(FILE *out)
             "  usage [--tenant NAME] [--from D] [--to D] [--group-by provider|route|day]\n"
             "  unreferenced SHA256...  archived objects no remaining job references\n"
             "  jobs list [--state S] | show ID | resolve ID found|absent|abandon\n"
+            "  statements       print every SQL statement the gateway prepares (JSON lines)\n"
             "\n"
             "The configuration file may also be named by IDEMGATE_CONFIG; every setting can be\n"
             "overridden by its environment variable (DATABASE_URL, IDEMGATE_LISTEN, …).\n");
@@ -253,6 +254,8 @@ int main(int argc, char **argv)
         cfg_print_reference();
         return 0;
     }
+    if (strcmp(cmd, "statements") == 0)
+        return cli_statements();
     if (i < argc && strcmp(argv[i], "--help") == 0 && strcmp(cmd, "tenant") != 0 &&
         strcmp(cmd, "jobs") != 0) {
         usage(stdout);

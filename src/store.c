@@ -216,7 +216,8 @@ static int read_by(struct db *db, const struct db_stmt *s, long long tenant_id,
  * amount, 3 over the month's, 4 at the most jobs in flight, 5 unpriced under an amount budget in
  * its currency (its 0 would pass any amount: issue 21 §7). BUDGET_TAKE (after `ins`) counts an inserted
  * row that was budgeted: one more in flight, its estimate reserved in the current day and month.
- * BUDGET_REFUSED answers a refused new key with one row whose flag is the verdict. */
+ * BUDGET_REFUSED answers a refused new key with one row whose flag is the verdict. The clock is
+ * the statement's CTE `c` (at, day, month: BUDGET_CLOCK), never now() inside the UPDATE's CASE. */
 #define UTC_TODAY "(now() AT TIME ZONE 'UTC')::date"
 #define UTC_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
 #define BUDGET_CTES(cost, cur, unpriced)                                                           \
@@ -232,19 +233,21 @@ static int read_by(struct db *db, const struct db_stmt *s, long long tenant_id,
     "  WHEN b.month_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.month = " UTC_MONTH       \
     "   THEN b.month_micros ELSE 0 END > b.month_limit_micros THEN 3 "                             \
     "  ELSE 1 END AS verdict FROM (SELECT 1) one LEFT JOIN bud b ON true), "
+#define BUDGET_CLOCK                                                                               \
+    "c AS MATERIALIZED (SELECT now() AS at, " UTC_TODAY " AS day, " UTC_MONTH " AS month), "
 #define BUDGET_TAKE                                                                                \
     "upd AS (UPDATE tenant_budgets tb SET inflight = tb.inflight + 1, "                            \
-    "  day_micros = CASE WHEN tb.day = " UTC_TODAY " THEN tb.day_micros ELSE 0 END "              \
+    "  day_micros = CASE WHEN tb.day = c.day THEN tb.day_micros ELSE 0 END "                      \
     "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
-    "  month_micros = CASE WHEN tb.month = " UTC_MONTH " THEN tb.month_micros ELSE 0 END "        \
+    "  month_micros = CASE WHEN tb.month = c.month THEN tb.month_micros ELSE 0 END "              \
     "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
-    "  day = " UTC_TODAY ", month = " UTC_MONTH ", updated_at = now() "                            \
-    " FROM ins WHERE tb.tenant_id = $1 AND tb.tenant_id = ins.tenant_id "                           \
+    "  day = c.day, month = c.month, updated_at = c.at "                                           \
+    " FROM ins, c WHERE tb.tenant_id = $1 AND tb.tenant_id = ins.tenant_id "                        \
     "  AND ins.budgeted RETURNING 1) "
 #define BUDGET_REFUSED(key, also)                                                                  \
     " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN operations o ON false "      \
     " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x "                   \
-    "  WHERE x.tenant_id = v.tid AND x.idempotency_key = " key ")"
+    "  WHERE x.tenant_id = $1 AND x.idempotency_key = " key ")"
 
 /* Intake: one call of the per-tenant function idemgate_intake (migrations/0014), which says
  * only what the gateway cannot know — inserted, reserved for the claim owner ($17), the key taken,
@@ -588,8 +591,8 @@ int store_resolve(struct db *db, long long tenant_id, const char *tenant, const 
  * parent's) is reserved against the tenant's budget as at intake (BUDGET_CTES). */
 static const struct db_stmt regenerate = {
     .name = "regenerate",
-    .sql = "WITH p AS (SELECT o.* FROM operations o WHERE o.tenant_id = $1 AND o.id = $2 "
-    "      AND o.state IN ('completed', 'failed', 'canceled')), "
+    .sql = "WITH " BUDGET_CLOCK "p AS (SELECT o.* FROM operations o WHERE o.tenant_id = $1 "
+    "      AND o.id = $2 AND o.state IN ('completed', 'failed', 'canceled')), "
     BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)",
                 "(SELECT p.unpriced FROM p)")
     "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
@@ -706,15 +709,25 @@ int store_jobs_list(struct db *db, long long tenant_id, const char *state, int l
     return rows < 0 ? rows : STORE_OK;
 }
 
-/* A webhook. Signed, in one statement: dedupe by event id; a hint that makes the operation due
- * for a status read now; parked when the task is not linked yet; and when it names the client
- * reference of an unknown operation, the task id is kept for the reconciler to read and adopt.
- * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
- * status read forward to no sooner than 5 s after the row last changed. No state changes.
- * The provider names its task, not our tenant: both find the operation by remote id (or job id)
- * across tenants — on Citus a read of every shard, rare beside the request path. The clock is
- * read once (c.at) and the unsigned arithmetic on a column is done in a pick, never in the
- * UPDATE (a distributed database refuses stable functions on columns there). */
+/* A webhook. Signed: dedupe by event id; a hint that makes the operation due for a status read
+ * now; parked when the task is not linked yet; and when it names the client reference of an
+ * unknown operation, the task id is kept for the reconciler to read and adopt. Unsigned (anyone
+ * can send it): no row is written, nothing is parked, and a hint can bring a status read forward
+ * to no sooner than 5 s after the row last changed. No state changes.
+ * The provider names its task, not our tenant: a read finds the tenants of the operations with
+ * that remote id (or that job id) first — on Citus one read of every shard, rare beside the
+ * request path — and the writes then name them (`tenant_id = ANY`: their shards only; an UPDATE
+ * of every shard costs ~20 times a read there, measured). An operation linked between the read
+ * and the write is parked and unparked like one linked just after the webhook (lease.c, unpark).
+ * The clock is read once (c.at); the unsigned arithmetic on a column is done in a pick, never in
+ * the UPDATE (a distributed database refuses stable functions on columns there). */
+static const struct db_stmt webhook_find = {
+    .rerun_safe = 1,
+    .name = "webhook_find",
+    .sql = "SELECT tenant_id, remote_id IS NOT DISTINCT FROM $2 FROM operations "
+    "WHERE provider = $1 AND (remote_id = $2 OR ($3::text IS NOT NULL AND id = $3))",
+    .params = DB_PARAMS("provider", "remote_id", "client_ref"),
+};
 static const struct db_stmt webhook_signed = {
     .name = "webhook_signed",
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "
@@ -722,19 +735,19 @@ static const struct db_stmt webhook_signed = {
     " SELECT $1, $2, $3, c.at + make_interval(hours => $4) FROM c "
     " ON CONFLICT DO NOTHING RETURNING 1), "
     "hint AS (UPDATE operations SET next_attempt_at = c.at FROM c "
-    " WHERE provider = $1 AND remote_id = $3 AND " KEYED_STATE("state") " = 'accepted' "
-    "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+    " WHERE tenant_id = ANY ($6::bigint[]) AND provider = $1 AND remote_id = $3 "
+    "  AND " KEYED_STATE("state") " = 'accepted' AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "rescue AS (UPDATE operations SET webhook_hint = $3, next_attempt_at = c.at FROM c "
-    " WHERE $5::text IS NOT NULL AND id = $5 AND provider = $1 "
-    "  AND " KEYED_STATE("state") " = 'unknown' AND remote_id IS NULL "
+    " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
+    "  AND provider = $1 AND " KEYED_STATE("state") " = 'unknown' AND remote_id IS NULL "
     "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
-    " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
-    "  AND NOT EXISTS (SELECT 1 FROM operations WHERE provider = $1 AND remote_id = $3) "
+    " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) AND NOT $7::boolean "
     " ON CONFLICT DO NOTHING RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM ev), (SELECT count(*) FROM hint) + (SELECT count(*) FROM rescue), "
     " EXISTS (SELECT 1 FROM park)",
-    .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref"),
+    .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref",
+                        "tenant_ids", "linked"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}),
 };
 
@@ -743,24 +756,55 @@ static const struct db_stmt webhook_unsigned = {
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "
     "p AS MATERIALIZED (SELECT o.tenant_id, o.id, "
     "  greatest(c.at, o.updated_at + interval '5 seconds') AS soonest FROM operations o, c "
-    " WHERE o.provider = $1 AND o.remote_id = $2 AND " KEYED_STATE("o.state") " = 'accepted') "
+    " WHERE o.tenant_id = ANY ($3::bigint[]) AND o.provider = $1 AND o.remote_id = $2 "
+    "  AND " KEYED_STATE("o.state") " = 'accepted') "
     "UPDATE operations o SET next_attempt_at = least(o.next_attempt_at, p.soonest) FROM p "
-    "WHERE o.tenant_id = p.tenant_id AND o.id = p.id "
+    "WHERE o.tenant_id = ANY ($3::bigint[]) AND o.tenant_id = p.tenant_id AND o.id = p.id "
     " AND " KEYED_STATE("o.state") " = 'accepted' RETURNING o.id",
-    .params = DB_PARAMS("provider", "remote_id"),
+    .params = DB_PARAMS("provider", "remote_id", "tenant_ids"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
+
+/* The tenants of the operations a webhook names, as a bigint[] literal, and whether one of them
+ * holds the remote id (linked). */
+static int webhook_tenants(struct db *db, const struct store_webhook_req *w, char *ids,
+                           size_t cap, int *linked)
+{
+    PGresult *r;
+    int e = db_run(db, &webhook_find,
+                   DB_ARGS(p_text("provider", w->provider), p_text("remote_id", w->remote_id),
+                           p_text("client_ref", w->is_signed ? w->client_ref : NULL)),
+                   &r);
+    if (e < 0)
+        return e;
+    size_t pos = 0;
+    *linked = 0;
+    ids[pos++] = '{';
+    for (int i = 0; i < PQntuples(r) && pos + 24 < cap; i++) {
+        pos += (size_t)snprintf(ids + pos, cap - pos, "%s%lld", i ? "," : "",
+                                atoll(PQgetvalue(r, i, 0)));
+        *linked |= PQgetvalue(r, i, 1)[0] == 't';
+    }
+    ids[pos++] = '}';
+    ids[pos] = '\0';
+    PQclear(r);
+    return STORE_OK;
+}
 
 int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, int *hinted,
                   int *parked)
 {
-    PGresult *r;
+    char ids[512];
+    int linked = 0;
+    int e = webhook_tenants(db, w, ids, sizeof(ids), &linked);
+    if (e < 0)
+        return e;
     if (!w->is_signed) {
         long long n = 0;
-        int e = db_run_number(db, &webhook_unsigned,
-                              DB_ARGS(p_text("provider", w->provider),
-                                      p_text("remote_id", w->remote_id)),
-                              DB_ROWS, &n);
+        e = db_run_number(db, &webhook_unsigned,
+                          DB_ARGS(p_text("provider", w->provider),
+                                  p_text("remote_id", w->remote_id), p_text("tenant_ids", ids)),
+                          DB_ROWS, &n);
         if (e < 0)
             return e;
         *fresh = 1;
@@ -768,12 +812,13 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
         *parked = 0;
         return STORE_OK;
     }
-    int e = db_run(db, &webhook_signed,
-                   DB_ARGS(p_text("provider", w->provider), p_text("event_id", w->event_id),
-                           p_text("remote_id", w->remote_id),
-                           p_int("window_hours", w->window_hours),
-                           p_text("client_ref", w->client_ref)),
-                   &r);
+    PGresult *r;
+    e = db_run(db, &webhook_signed,
+               DB_ARGS(p_text("provider", w->provider), p_text("event_id", w->event_id),
+                       p_text("remote_id", w->remote_id), p_int("window_hours", w->window_hours),
+                       p_text("client_ref", w->client_ref), p_text("tenant_ids", ids),
+                       p_bool("linked", linked)),
+               &r);
     if (e < 0)
         return e;
     *fresh = PQgetvalue(r, 0, 0)[0] == 't';
@@ -1464,7 +1509,7 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 
 static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
-    &regenerate,     &jobs_list,    &webhook_signed, &webhook_unsigned,        &resume_polling, &janitor, &janitor_due, &janitor_webhooks,     &unreferenced_sha256, &usage, &budget_set, &budget_clear, &tenant_id_named,
+    &regenerate,     &jobs_list,    &webhook_find, &webhook_signed, &webhook_unsigned,        &resume_polling, &janitor, &janitor_due, &janitor_webhooks,     &unreferenced_sha256, &usage, &budget_set, &budget_clear, &tenant_id_named,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &live_tenant_id, &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,

@@ -14,5 +14,7 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv);
 int cli_usage(const struct cfg *cfg, int argc, char **argv);
 /* `idemgate unreferenced SHA256...`: the archive's retention hook (store_unreferenced_sha256). */
 int cli_unreferenced(const struct cfg *cfg, int argc, char **argv);
+/* Prints every prepared statement as JSON lines; needs no configuration. */
+int cli_statements(void);
 
 #endif
