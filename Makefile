@@ -188,7 +188,8 @@ chaos: deps
 # nothing. deploy/SCALING.md says what runs on Citus today.
 CITUS_TESTS ?= tests/integration/test_intake.py tests/integration/test_wait.py \
 	tests/integration/test_tenant_isolation.py tests/integration/test_ledger.py \
-	tests/integration/test_async.py tests/integration/test_cache.py
+	tests/integration/test_async.py tests/integration/test_cache.py \
+	tests/integration/test_citus_plans.py
 test-citus:
 ifeq ($(strip $(CITUS_DATABASE_URL)),)
 	@echo "test-citus: SKIPPED, nothing was run: CITUS_DATABASE_URL is not set (a superuser URL of a Citus coordinator with its workers added)"

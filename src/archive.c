@@ -85,14 +85,14 @@ static const struct db_stmt claim = {
         "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
         "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
         " lease_expires_at = c.until, attempts = a.attempts + 1 "
-        "FROM c WHERE a.tenant_id = c.tenant_id AND a.op_id = c.op_id AND a.n = c.n "
+        "FROM c WHERE a.tenant_id = $4 AND a.tenant_id = c.tenant_id AND a.op_id = c.op_id "
+        " AND a.n = c.n "
         "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
         " a.credential, coalesce(" DB_EPOCH("a.expires_at") ", 0), " DB_EPOCH("c.at") ", "
         " a.attempts, "
         " (SELECT o.resp_body FROM operations o WHERE a.kind = 'b64' "
-        "  AND o.tenant_id = a.tenant_id AND o.id = a.op_id), "
-        " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = a.tenant_id AND o.id = "
-        "a.op_id)",
+        "  AND o.tenant_id = $4 AND o.id = a.op_id), "
+        " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = $4 AND o.id = a.op_id)",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
 };
 /* The tenants with due copies. */
@@ -155,10 +155,10 @@ static const struct db_stmt job_outputs = {
            "     'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
            "   'href', CASE WHEN a.state = 'archived' THEN "
            "     '/v1/jobs/' || a.op_id || '/outputs/' || a.n END) ORDER BY a.n) "
-           "  FROM archive_outputs a WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id), "
+           "  FROM archive_outputs a WHERE a.tenant_id = $1 AND a.op_id = o.id), "
            "'[]')::text, "
            " o.archive_planned_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM archive_outputs a "
-           "  WHERE a.tenant_id = o.tenant_id AND a.op_id = o.id AND " KEYED_STATE("a.state")
+           "  WHERE a.tenant_id = $1 AND a.op_id = o.id AND " KEYED_STATE("a.state")
            " = 'pending') "
            "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
     .params = DB_PARAMS("tenant_id", "id"),

@@ -100,5 +100,17 @@ int dist_run(struct db *db)
                      : s[i].kind == DIST_TENANT  ? "by tenant_id"
                                                  : "function on the tenant's worker"));
     }
+    /* The gateway's reads of every shard (which tenants have due work, a webhook's tenants) are
+     * small and many: run each one's tasks over the one cached connection per worker. With
+     * Citus's default pool (16), such a read in a new transaction opened new connections to
+     * the workers every time: 150–470 ms instead of ~17 ms on the loopback cluster, enough to
+     * time a provider's webhook delivery out (deploy/SCALING.md). New sessions take it up. */
+    if (exec_step(c,
+                  "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET "
+                  "citus.max_adaptive_executor_pool_size = 1', current_database()); END $$",
+                  "executor pool") < 0)
+        return STORE_EINTERNAL;
+    LOG(LOG_INFO, "distributed", LS("name", "citus.max_adaptive_executor_pool_size"),
+        LS("as", "1 for this database"));
     return STORE_OK;
 }

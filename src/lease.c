@@ -53,8 +53,11 @@ enum {
 #define CLAIM_PICK "WITH c AS MATERIALIZED (SELECT now() AS at, now() + make_interval(secs => $2) AS until, "
 #define CLAIM_PICKED                                                                               \
     "ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
-#define CLAIM_ON_PICKED                                                                            \
-    "FROM c WHERE o.tenant_id = c.tenant_id AND o.id = c.id RETURNING " CLAIM_COLS
+/* The update names its tenant (a constant, not only the pick's column): on a distributed
+ * database that is what routes it to the tenant's shard (joined only to `c`, it went to all 32). */
+#define CLAIM_ON_PICKED(tenant)                                                                    \
+    "FROM c WHERE o.tenant_id = " tenant " AND o.tenant_id = c.tenant_id AND o.id = c.id "       \
+    "RETURNING " CLAIM_COLS
 
 /* The claim commits `sending` and the new fencing token before any byte leaves: one tenant's
  * ($4) most overdue prepared create, skipping rows another worker holds. Providers whose
@@ -68,7 +71,7 @@ static const struct db_stmt claim = {
     "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
     CLAIM_PICKED "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
     " transport_attempts = o.transport_attempts + 1, "
-    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED ", false",
+    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED("$4") ", false",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
@@ -80,7 +83,7 @@ static const struct db_stmt reconcile_claim = {
     .sql = CLAIM_PICK "tenant_id, id FROM operations WHERE tenant_id = $4 AND state = 'unknown' "
     "      AND next_attempt_at <= now() AND provider = ANY($3::text[]) "
     "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
-    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE CLAIM_ON_PICKED ", false",
+    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE CLAIM_ON_PICKED("$4") ", false",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
 };
@@ -100,7 +103,7 @@ static const struct db_stmt poll_claim = {
     "      FROM operations WHERE tenant_id = $3 AND " POLL_DUE
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1, "
     " cancel_sent_at = CASE WHEN o.cancel_requested_at IS NOT NULL THEN "
-    "   coalesce(o.cancel_sent_at, c.at) END " CLAIM_ON_PICKED ", c.cancel_due",
+    "   coalesce(o.cancel_sent_at, c.at) END " CLAIM_ON_PICKED("$3") ", c.cancel_due",
     .params = DB_PARAMS("owner", "lease_seconds", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
@@ -242,7 +245,7 @@ static const struct db_stmt reap = {
     "  lease_expires_at = NULL, updated_at = now(), next_attempt_at = now(), "
     "  ambiguous_at = now(), "
     "  last_error = 'lease expired while sending' "
-    " FROM c WHERE o.tenant_id = c.tenant_id AND o.id = c.id "
+    " FROM c WHERE o.tenant_id = $2 AND o.tenant_id = c.tenant_id AND o.id = c.id "
     " RETURNING o.tenant_id, o.id, o.lease_version) "
     "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, outcome, decision, "
     " error) "

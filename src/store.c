@@ -245,7 +245,8 @@ static int read_by(struct db *db, const struct db_stmt *s, long long tenant_id,
     " FROM ins, c WHERE tb.tenant_id = $1 AND tb.tenant_id = ins.tenant_id "                        \
     "  AND ins.budgeted RETURNING 1) "
 #define BUDGET_REFUSED(key, also)                                                                  \
-    " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN operations o ON false "      \
+    " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN (SELECT * FROM operations "  \
+    "  WHERE tenant_id = $1 LIMIT 0) o ON true "      \
     " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x "                   \
     "  WHERE x.tenant_id = $1 AND x.idempotency_key = " key ")"
 

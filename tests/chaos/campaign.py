@@ -930,7 +930,8 @@ class Campaign:
         def view(jid):
             tok = by_sha.get(rows[jid]["token_sha256"])
             st, _, doc, _, _ = self.request("GET", f"/v1/jobs/{jid}", tok, tries=10, seconds=20)
-            return jid, doc if st == 200 else None
+            # Not read: what the gateway answered instead, for the evidence.
+            return jid, doc if st == 200 else {"unread": st, "answer": doc}
 
         with ThreadPoolExecutor(max_workers=6) as ex:
             for jid, v in ex.map(view, list(rows)):

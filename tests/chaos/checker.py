@@ -364,7 +364,7 @@ def check_campaign(scenario, camp, data, timing):
                     v["completed_without_outputs"].append(jid)
                     why[("completed_without_outputs", jid)] = (
                         "sync job completed without a stored result holding data: "
-                        + json.dumps(res)[:300])
+                        + json.dumps(res if res is not None else view)[:300])
                 held = _data_len(body)
                 got = r.get("outputs_received", -1)
                 if held and got < held:
@@ -532,7 +532,7 @@ def job_evidence(camp, data, violation, jid, why, entries, kind):
     if isinstance(view, dict):
         ev["view"] = {k: view.get(k) for k in ("state", "remote_id", "last_error", "attempts",
                                                 "result", "outputs", "resolution",
-                                                "cancel_requested_at")}
+                                                "cancel_requested_at", "unread", "answer")}
         if isinstance(ev["view"].get("result"), dict):
             ev["view"]["result"] = json.dumps(ev["view"]["result"])[:600]
     ev["t0"] = t0
