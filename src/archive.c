@@ -85,8 +85,8 @@ static const struct db_stmt claim = {
         "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
         "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
         " lease_expires_at = c.until, attempts = a.attempts + 1 "
-        "FROM c WHERE a.tenant_id = $4 AND a.tenant_id = c.tenant_id AND a.op_id = c.op_id "
-        " AND a.n = c.n "
+        /* The tenant as a constant only (lease.c, CLAIM_ON_PICKED). */
+        "FROM c WHERE a.tenant_id = $4 AND a.op_id = c.op_id AND a.n = c.n "
         "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
         " a.credential, coalesce(" DB_EPOCH("a.expires_at") ", 0), " DB_EPOCH("c.at") ", "
         " a.attempts, "

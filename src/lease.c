@@ -53,11 +53,12 @@ enum {
 #define CLAIM_PICK "WITH c AS MATERIALIZED (SELECT now() AS at, now() + make_interval(secs => $2) AS until, "
 #define CLAIM_PICKED                                                                               \
     "ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
-/* The update names its tenant (a constant, not only the pick's column): on a distributed
- * database that is what routes it to the tenant's shard (joined only to `c`, it went to all 32). */
+/* The update names its tenant (a constant, not the pick's column): on a distributed database
+ * that is what routes it to the tenant's shard (joined to `c` by tenant, it went to all 32).
+ * Only the constant: with both, PostgreSQL's generic plan scanned the tenant's rows and joined
+ * them to the pick (measured on the archive's claim: 0.18 → 2.2 ms a claim). */
 #define CLAIM_ON_PICKED(tenant)                                                                    \
-    "FROM c WHERE o.tenant_id = " tenant " AND o.tenant_id = c.tenant_id AND o.id = c.id "       \
-    "RETURNING " CLAIM_COLS
+    "FROM c WHERE o.tenant_id = " tenant " AND o.id = c.id RETURNING " CLAIM_COLS
 
 /* The claim commits `sending` and the new fencing token before any byte leaves: one tenant's
  * ($4) most overdue prepared create, skipping rows another worker holds. Providers whose
@@ -245,7 +246,7 @@ static const struct db_stmt reap = {
     "  lease_expires_at = NULL, updated_at = now(), next_attempt_at = now(), "
     "  ambiguous_at = now(), "
     "  last_error = 'lease expired while sending' "
-    " FROM c WHERE o.tenant_id = $2 AND o.tenant_id = c.tenant_id AND o.id = c.id "
+    " FROM c WHERE o.tenant_id = $2 AND o.id = c.id "
     " RETURNING o.tenant_id, o.id, o.lease_version) "
     "INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, outcome, decision, "
     " error) "
