@@ -1510,7 +1510,9 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 
 static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
-    &regenerate,     &jobs_list,    &webhook_find, &webhook_signed, &webhook_unsigned,        &resume_polling, &janitor, &janitor_due, &janitor_webhooks,     &unreferenced_sha256, &usage, &budget_set, &budget_clear, &tenant_id_named,
+    &regenerate,     &jobs_list,    &webhook_find,   &webhook_signed, &webhook_unsigned,
+    &resume_polling, &janitor,      &janitor_due,    &janitor_webhooks, &unreferenced_sha256,
+    &usage,          &budget_set,   &budget_clear,   &tenant_id_named,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &live_tenant_id, &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &admin_jobs_list,
