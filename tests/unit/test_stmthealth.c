@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "idemgate/stmthealth.h"
@@ -84,11 +85,34 @@ static void failing_until_the_next_success(void **state)
     assert_int_equal(sh_failing(NULL, NULL), 0);
 }
 
+/* More failing statements than SH_MAX: the first SH_MAX are tracked (the replica is not ready
+ * either way), a later one is not, and each clears on its own success. */
+static void at_most_sh_max_tracked(void **state)
+{
+    (void)state;
+    static char names[SH_MAX + 8][16];
+    for (int i = 0; i < SH_MAX + 8; i++) {
+        snprintf(names[i], sizeof(names[i]), "stmt_%d", i);
+        sh_failed(names[i], "42P01");
+    }
+    assert_int_equal(sh_failing(NULL, NULL), SH_MAX);
+    sh_ok(names[SH_MAX + 1]); /* never tracked: nothing to clear */
+    assert_int_equal(sh_failing(NULL, NULL), SH_MAX);
+    sh_ok(names[0]);
+    assert_int_equal(sh_failing(NULL, NULL), SH_MAX - 1);
+    sh_failed(names[SH_MAX + 2], "0A000"); /* room again */
+    assert_int_equal(sh_failing(NULL, NULL), SH_MAX);
+    for (int i = 0; i < SH_MAX + 8; i++)
+        sh_ok(names[i]);
+    assert_int_equal(sh_failing(NULL, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(which_sqlstates_count),
         cmocka_unit_test(failing_until_the_next_success),
+        cmocka_unit_test(at_most_sh_max_tracked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
