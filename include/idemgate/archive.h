@@ -47,7 +47,7 @@ int archive_output_get(struct db *db, long long tenant_id, const char *job_id, i
                        struct archive_output *out);
 void archive_output_fini(struct archive_output *o);
 
-/* The archive's statements (`idemgate statements`, and the unit test of declared states). */
+/* The archive's statements, for `idemgate statements`. */
 struct db_stmt;
 const struct db_stmt *const *archive_statements(size_t *n);
 

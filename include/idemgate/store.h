@@ -21,7 +21,7 @@
 
 /* The settle of a budgeted operation's end, as a CTE named `settle` of the statement that ends
  * it (finish, cancel, resolve): `upd` is that statement's UPDATE of operations, RETURNING the
- * row's tenant_id, state, budgeted, currency, cost_micros, reserved_micros and created_at; `c`
+ * row's state, budgeted, currency, cost_micros, reserved_micros and created_at; `c`
  * its clock CTE (c.at). Every one of these updates requires a state that is not terminal, so a
  * terminal state in `upd` is this statement's end of the operation, settled once: one fewer in
  * flight, and the day and month it was reserved in charged what it cost (the trigger of
