@@ -310,19 +310,21 @@ def check_campaign(scenario, camp, data, timing):
             # whose bytes may have left before the lease ran out.
             before = sum(1 for a in sends if a["started"] <= ack["t1"] and
                          (a["bytes_sent"] > 0 or a.get("outcome") == "lease_expired"))
+            # Answered `sending` with no transfer running: the claim that committed `sending`
+            # before the cancel hands its create to the call engine, which may start it after
+            # the answer, or its sender died mid-send and the reaper's row (no start of its own)
+            # comes after the answer. That one is the create in flight, besides the earlier
+            # sends the provider had not read yet; any later one is a violation.
+            running = any(a["started"] <= ack["t1"] < a.get("finished", a["started"])
+                          for a in sends if a["bytes_sent"] > 0)
+            pending = 1 if ack.get("state") == "sending" and not running else 0
             seen = sum(1 for e in entries_of[jid] if e["time"] <= ack["t1"])
-            in_flight = max(before - seen, 1 if ack.get("state") == "sending" else 0)
+            in_flight = max(before + pending - seen, 1 if ack.get("state") == "sending" else 0)
             after = after[in_flight:]
             # The gateway's own attempts: a create that started after the acknowledgement.
             late = sorted((a for a in sends if a["started"] > ack["t1"] and a["bytes_sent"] > 0),
                           key=lambda a: a["started"])
-            # Answered `sending` with no transfer running: the claim that committed `sending`
-            # before the cancel hands its create to the call engine, which may start it after
-            # the answer. That one is the create in flight; any later one is a violation.
-            running = any(a["started"] <= ack["t1"] < a.get("finished", a["started"])
-                          for a in sends if a["bytes_sent"] > 0)
-            if ack.get("state") == "sending" and not running:
-                late = late[1:]
+            late = late[pending:]
             if late and not after:
                 v["create_after_cancel"].append(jid)
                 why[("create_after_cancel", jid)] = (

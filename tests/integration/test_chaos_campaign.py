@@ -201,6 +201,15 @@ def test_campaign_checker_sees_each_planted_violation():
         "cancel3": ("keyed", "review", "", None, [(1300.5, False, "task_14")]),
         # Cancelled while `sending`, its transfer started by the engine after the answer.
         "cancel4": ("keyed", "review", "", None, [(1400.3, False, "task_15")]),
+        # Campaign seed 2202: two timed-out sends and a third in flight when the cancel found it
+        # `sending`; its sender was killed (lease expired after the answer). A busy provider read
+        # the second and third after the answer (one paid, one refused under its key): allowed.
+        # cancel6 is the same with one create more than the three sends can explain.
+        "cancel5": ("keyed", "review", "", None,
+                    [(1500.0, False, None), (1502.0, False, "task_16"), (1502.2, True, None)]),
+        "cancel6": ("keyed", "review", "", None,
+                    [(1600.0, False, None), (1602.0, False, "task_17"), (1602.2, True, None),
+                     (1602.4, True, None)]),
         "noout": ("listed", "completed", "task_4", None, [(1001, False, "task_4")]),
         "failtask": ("lookup", "failed", "", None, [(1001, False, "task_5")]),
         "back": ("plain", "completed", "", {"status": 200, "body": {"data": [{"url": "u"}]}},
@@ -259,6 +268,10 @@ def test_campaign_checker_sees_each_planted_violation():
                                           "state": "sending"}
     camp.job("job_cancel4").cancel_ack = {"t0": 1400.1, "t1": 1400.2, "status": 202,
                                           "state": "sending"}
+    camp.job("job_cancel5").cancel_ack = {"t0": 1501.0, "t1": 1501.1, "status": 202,
+                                          "state": "sending"}
+    camp.job("job_cancel6").cancel_ack = {"t0": 1601.0, "t1": 1601.1, "status": 202,
+                                          "state": "sending"}
     camp.job("job_cancel3").cancel_ack = {"t0": 1300.1, "t1": 1300.2, "status": 202,
                                           "state": "unknown"}
     camp.job("job_back").samples += [
@@ -281,17 +294,25 @@ def test_campaign_checker_sees_each_planted_violation():
                       "job_cancel4": [{"started": 1400.25, "bytes_sent": 90, "outcome": "x",
                                        "finished": 1400.5}],
                       "job_cancel3": [{"started": 1300.0, "bytes_sent": 0,
-                                       "outcome": "lease_expired"}]},
+                                       "outcome": "lease_expired"}],
+                      **{f"job_cancel{n}": [
+                          {"started": t - 0.1, "bytes_sent": 90, "outcome": "ambiguous",
+                           "finished": t + 0.4},
+                          {"started": t + 0.5, "bytes_sent": 90, "outcome": "ambiguous",
+                           "finished": t + 0.9},
+                          # The reaper's row: no start of its own, its finish stands in.
+                          {"started": t + 3.0, "bytes_sent": 0, "outcome": "lease_expired",
+                           "finished": t + 3.0}] for n, t in ((5, 1500.0), (6, 1600.0))}},
             # A 401 may trip a provider; one tenant's 403 may not (issue 21 item 5).
             "trips": [("lookup-t", 401), ("plain-t", 403)]}
     summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
-    want = {"duplicates": 1, "create_after_cancel": 2, "completed_without_outputs": 1,
+    want = {"duplicates": 1, "create_after_cancel": 3, "completed_without_outputs": 1,
             "failed_with_task": 2, "completed_with_fewer_outputs": 1,
             "canceled_without_task": 1, "tripped_by_request": 1, "state_backwards": 1, "lost": 1, "unknown_after_drain": 1,
             "wrong_task": 2, "replay_mismatch": 1, "key_reuse_accepted": 1, "unexpected": 1,
             "foreign_adoption": 1}
     assert checker.campaign_violations(summary) == want, (summary, evidence)
     blamed = {ev.get("job") for ev in evidence}
-    assert not {"job_clean", "job_cancel3", "job_cancel4"} & blamed and {f"job_{n}" for n in (
-        "dup", "cancel", "cancel2", "noout", "failtask", "back", "lost", "unk", "wrong", "replay",
+    assert not {"job_clean", "job_cancel3", "job_cancel4", "job_cancel5"} & blamed and {
+        f"job_{n}" for n in ("dup", "cancel", "cancel2", "cancel6", "noout", "failtask", "back", "lost", "unk", "wrong", "replay",
         "reuse", "otherbody", "fewer", "cancelfail", "cancelnotask")} <= blamed, blamed
