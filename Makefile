@@ -60,7 +60,7 @@ PYTHON    ?= /usr/bin/python3
 # Parallel compile jobs for the builds `make test` and `make chaos` start.
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all asan deps run test unit pyunit integration chaos test-citus bench clean format fuzz fuzz-build \
+.PHONY: all asan deps run test unit pyunit integration chaos test-citus bench bench-citus clean format fuzz fuzz-build \
 	fuzz-bins fuzz-regress fuzz-diff
 all: $(BUILD)/idemgate $(BUILD)/idemgate-mock
 
@@ -203,6 +203,12 @@ endif
 bench: deps
 	@$(MAKE) --no-print-directory all
 	bench/run.sh
+
+# On a Citus cluster (CITUS_DATABASE_URL, as for test-citus): intake and end-to-end throughput
+# with 1 … N workers, spread over tenants and from one hot tenant (deploy/SCALING.md).
+bench-citus:
+	@$(MAKE) --no-print-directory all
+	$(PYTHON) bench/citus.py
 
 format:
 	clang-format -i src/*.c include/idemgate/*.h tests/mock/*.c tests/unit/*.c

@@ -20,6 +20,9 @@ static const struct dist_step steps[] = {
     {DIST_FUNCTION, "idemgate_intake(bigint, text, text, text, smallint, text, text, text, text, "
                     "text, bytea, integer, text, text, integer, text, text, integer, bigint, "
                     "text, boolean, timestamptz)"},
+    {DIST_FUNCTION, "idemgate_finish(bigint, text, bigint, text, integer, jsonb, bytea, text, "
+                    "text, float8, float8, text, integer, bigint, float8, text, text, integer, "
+                    "integer, jsonb, text, bigint, text, jsonb, boolean, bigint)"},
 };
 
 const struct dist_step *dist_steps(size_t *n)

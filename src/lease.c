@@ -155,54 +155,17 @@ static const struct db_stmt reconcile_send = {
 
 /* A result is written only under the lease that sent it (fencing); the attempt is recorded
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
- * back to prepared is failed instead, or unknown when an attempt may have made its task. Returns
- * the decision and the state written (NULL when fenced). The database's clock is read once, by
- * `c` (see CLAIM_LEASE); the fencing conditions are repeated in the update, where a concurrent
- * writer's change is checked again. */
-/* A result that would send the create again (prepared) for an operation whose cancel was
- * acknowledged; and whether some attempt may have made its task (this one, or an earlier
- * ambiguous one): then it is unknown — never sent again, reconciliation finds the task or proves
- * it absent — never failed on a guess (invariant 8: a failed operation has no task). */
-#define CANCEL_UNSENT "($4 = 'prepared' AND cancel_requested_at IS NOT NULL)"
-#define MAYBE_MADE "($25::boolean OR ambiguous_at IS NOT NULL)"
+ * back to prepared is failed instead, or unknown when an attempt may have made its task (never
+ * failed on a guess: invariant 8, a failed operation has no task). A terminal state written
+ * settles a budgeted operation's budget row. Returns the decision and the state written (NULL
+ * when fenced). One per-tenant function (migration 0019: the update, the settle and the attempt
+ * row); its moves are declared here and checked before it runs (finish_move_ok). */
 static const struct db_stmt finish = {
     .name = "finish",
-    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at, "
-    " now() + make_interval(secs => $15::float8 / 1000) AS next_at, "
-    " now() + make_interval(secs => $22::float8 / 1000) AS deadline FROM operations "
-    " WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16), "
-    "upd AS (UPDATE operations SET "
-    "  state = CASE WHEN " CANCEL_UNSENT " THEN CASE WHEN " MAYBE_MADE " THEN 'unknown' "
-    "   ELSE 'failed' END ELSE $4 END, "
-    "  resp_status = coalesce($5::integer, resp_status), "
-    "  resp_headers = coalesce($6::jsonb, resp_headers), resp_body = coalesce($7, resp_body), "
-    "  last_error = CASE WHEN " CANCEL_UNSENT " THEN CASE WHEN " MAYBE_MADE
-    "   THEN 'canceled; not sent again (an attempt may have made the task: reconciliation "
-    "decides)' ELSE 'canceled; not sent again' END ELSE $8 END, "
-    "  remote_id = coalesce($9, remote_id), lease_owner = NULL, "
-    "  lease_expires_at = NULL, updated_at = c.at, "
-    "  next_attempt_at = c.next_at, "
-    "  outputs_received = coalesce($18::integer, outputs_received), "
-    "  outputs_requested = coalesce($19::integer, outputs_requested), "
-    "  usage = coalesce($20::jsonb, usage), poll_url = coalesce($21, poll_url), "
-    "  poll_deadline_at = CASE WHEN $22::bigint IS NULL THEN poll_deadline_at "
-    "   ELSE c.deadline END, "
-    "  provider_status = coalesce($23, provider_status), outputs = coalesce($24::jsonb, outputs), "
-    "  ambiguous_at = CASE WHEN $25::boolean OR ($17 = 'create' AND $4 = 'unknown') "
-    "   THEN c.at ELSE ambiguous_at END, "
-    "  webhook_hint = CASE WHEN $17 = 'reconcile' THEN NULL ELSE webhook_hint END, "
-    "  cost_micros = coalesce($26::bigint, cost_micros), "
-    "  finished_at = CASE WHEN $4 IN ('completed', 'failed', 'canceled') "
-    "   OR (" CANCEL_UNSENT " AND NOT " MAYBE_MADE ") THEN c.at END "
-    " FROM c WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND state = $16 "
-    " RETURNING state, budgeted, currency, cost_micros, reserved_micros, created_at), "
-    STORE_SETTLE_CTE ", "
-    "att AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
-    " finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "
-    "SELECT $1, $2, $3, $17, to_timestamp($10), to_timestamp($11), $12, $5::integer, $13, $14, "
-    " CASE WHEN EXISTS (SELECT 1 FROM upd) THEN $4 ELSE 'fenced' END, $8 "
-    "RETURNING decision) "
-    "SELECT att.decision, (SELECT state FROM upd) FROM att",
+    .sql = "SELECT * FROM idemgate_finish($1::bigint, $2::text, $3::bigint, $4::text, "
+    "$5::integer, $6::jsonb, $7::bytea, $8::text, $9::text, $10::float8, $11::float8, $12::text, "
+    "$13::integer, $14::bigint, $15::float8, $16::text, $17::text, $18::integer, $19::integer, "
+    "$20::jsonb, $21::text, $22::bigint, $23::text, $24::jsonb, $25::boolean, $26::bigint)",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "state", "http_status",
                         "resp_headers", "resp_body", "error", "remote_id", "started_at",
                         "finished_at", "outcome", "curl_code", "bytes_sent", "retry_delay_ms",

@@ -20,7 +20,8 @@
  * prepared (or made claimable), completed or failed. */
 
 /* The settle of a budgeted operation's end, as a CTE named `settle` of the statement that ends
- * it (finish, cancel, resolve): `upd` is that statement's UPDATE of operations, RETURNING the
+ * it (cancel, resolve; finish does the same in its function, migration 0019): `upd` is that
+ * statement's UPDATE of operations, RETURNING the
  * row's state, budgeted, currency, cost_micros, reserved_micros and created_at; `c`
  * its clock CTE (c.at). Every one of these updates requires a state that is not terminal, so a
  * terminal state in `upd` is this statement's end of the operation, settled once: one fewer in
