@@ -22,7 +22,14 @@ CREATE FUNCTION idemgate_finish(
     p_may_have_created boolean, p_cost bigint)
 RETURNS TABLE (r_decision text, r_state text) LANGUAGE plpgsql AS $$
 DECLARE
+    -- Every instant is computed here: a distributed database refuses a non-immutable
+    -- expression (timestamptz arithmetic) inside CASE or COALESCE of an UPDATE.
     v_now timestamptz := now();
+    v_next timestamptz := v_now + make_interval(secs => p_retry_ms / 1000);
+    v_deadline timestamptz := v_now + make_interval(secs => p_poll_deadline_ms::float8 / 1000);
+    v_day date;
+    v_month date;
+    v_delta bigint;
     o record;
     v_decision text := 'fenced';
     v_state text;
@@ -45,14 +52,12 @@ BEGIN
         lease_owner = NULL,
         lease_expires_at = NULL,
         updated_at = v_now,
-        next_attempt_at = v_now + make_interval(secs => p_retry_ms / 1000),
+        next_attempt_at = v_next,
         outputs_received = coalesce(p_received, outputs_received),
         outputs_requested = coalesce(p_requested, outputs_requested),
         usage = coalesce(p_usage, usage),
         poll_url = coalesce(p_poll_url, poll_url),
-        poll_deadline_at = CASE WHEN p_poll_deadline_ms IS NULL THEN poll_deadline_at
-                                ELSE v_now + make_interval(secs => p_poll_deadline_ms::float8
-                                                                  / 1000) END,
+        poll_deadline_at = coalesce(v_deadline, poll_deadline_at),
         provider_status = coalesce(p_provider_status, provider_status),
         outputs = coalesce(p_outputs, outputs),
         ambiguous_at = CASE WHEN p_may_have_created OR (p_kind = 'create' AND p_state = 'unknown')
@@ -72,15 +77,16 @@ BEGIN
         v_decision := p_state;
         v_state := o.state;
         IF o.budgeted AND o.state IN ('completed', 'failed', 'canceled') THEN
+            v_day := (o.created_at AT TIME ZONE 'UTC')::date;
+            v_month := date_trunc('month', o.created_at AT TIME ZONE 'UTC')::date;
+            v_delta := o.cost_micros - o.reserved_micros;
             UPDATE tenant_budgets b SET
                 inflight = greatest(b.inflight - 1, 0),
-                day_micros = CASE WHEN b.day = (o.created_at AT TIME ZONE 'UTC')::date
-                                       AND b.currency = o.currency
-                                  THEN greatest(b.day_micros + (o.cost_micros - o.reserved_micros), 0)
+                day_micros = CASE WHEN b.day = v_day AND b.currency = o.currency
+                                  THEN greatest(b.day_micros + v_delta, 0)
                                   ELSE b.day_micros END,
-                month_micros = CASE WHEN b.month = date_trunc('month', o.created_at AT TIME ZONE 'UTC')::date
-                                         AND b.currency = o.currency
-                                    THEN greatest(b.month_micros + (o.cost_micros - o.reserved_micros), 0)
+                month_micros = CASE WHEN b.month = v_month AND b.currency = o.currency
+                                    THEN greatest(b.month_micros + v_delta, 0)
                                     ELSE b.month_micros END,
                 updated_at = v_now
             WHERE b.tenant_id = p_tenant;
