@@ -4,10 +4,13 @@ hot tenant costs (deploy/SCALING.md reports it).
 
 CITUS_DATABASE_URL is a superuser URL of a Citus coordinator with its workers added (as for
 `make test-citus`); without it this says so and exits 0. The project never builds nor downloads
-Citus. For W = 1 … the number of workers, it makes a database of its own on the coordinator with
-only the first W workers added (Citus keeps its node list per database), distributes the schema
-with `idemgate migrate --citus`, adds TENANTS tenants and starts one gateway in front of the
-repository's mock provider. Then, with wrk, for BENCH_SECONDS each after a warm-up:
+Citus. First on one PostgreSQL (a database of the coordinator's own server, nothing
+distributed: the baseline), then for W = 1 … the number of workers: a database of its own on the
+coordinator with only the first W workers added (Citus keeps its node list per database), the
+schema distributed with `idemgate migrate --citus`. Each gets BENCH_CITUS_TENANTS tenants and a
+gateway in front of the repository's mock provider (the intake runs on a gateway without dispatch
+workers, so that nothing sends meanwhile). Then, with wrk, for BENCH_SECONDS each after a
+warm-up:
   e2e-spread     new keys with `Prefer: wait`, the connections shared by every tenant (a wrk
                  per tenant)
   e2e-hot        the same connections, all from one tenant
@@ -145,6 +148,11 @@ def make_database(workers, w):
     coord = urlsplit(URL)
     sql(URL, "CREATE DATABASE " + name)
     url = with_db(URL, dbname=name)
+    if w == 0:
+        # The baseline: one PostgreSQL (the coordinator's own server), nothing distributed.
+        subprocess.run([GATEWAY, "migrate"], env=dict(os.environ, DATABASE_URL=url), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        return name, url
     for host, port in workers:
         sql(with_db(URL, host, port, name), "CREATE EXTENSION IF NOT EXISTS citus")
     sql(url, "CREATE EXTENSION IF NOT EXISTS citus")
@@ -191,6 +199,10 @@ def placement(url):
     return {int(a): b for a, b in (r.split("|") for r in rows.split())}
 
 
+def WHAT(w):
+    return "%d worker(s)" % w if w else "one PostgreSQL"
+
+
 def RUNS(tokens):
     # End to end first: the intake runs leave jobs to send that would queue ahead of them.
     every = (("e2e-spread", tokens, "wait=30"), ("e2e-hot", tokens[:1], "wait=30"),
@@ -209,33 +221,44 @@ def run_cluster(workers, w, mock_url, tmp):
             tokens.append(subprocess.run([GATEWAY, "tenant", "add", "bench-citus-%d" % i],
                                          env=env, check=True, capture_output=True, text=True,
                                          timeout=60).stdout.strip())
-        where = placement(url)
-        port = free_port()
+        where = placement(url) if w else {}
         cfg = os.path.join(tmp, "gateway.json")
         with open(os.path.join(REPO, "bench/idemgate.bench.json")) as f:
             text = f.read().replace("@MOCK_URL@", mock_url).replace(
                 "@PROFILES@", os.path.join(REPO, "deploy/providers"))
         with open(cfg, "w") as f:
             f.write(text)
-        env.update(IDEMGATE_CONFIG=cfg, IDEMGATE_BENCH_PROVIDER_KEY="sk-bench-not-a-secret",
-                   IDEMGATE_LISTEN="127.0.0.1:%d" % port, IDEMGATE_HTTP_THREADS=HTTP_THREADS,
-                   IDEMGATE_DISPATCH_WORKERS=DISPATCH, IDEMGATE_INSTANCE_ID="bench-citus-%d" % w,
-                   IDEMGATE_ARCHIVE_DIR=os.path.join(tmp, "archive-%d" % w))
-        gw_log = open(os.path.join(tmp, "gateway-w%d.log" % w), "w")
-        gw_proc = subprocess.Popen([GATEWAY, "serve"], env=env, stdout=gw_log,
-                                   stderr=subprocess.STDOUT)
-        gw = "http://127.0.0.1:%d" % port
-        if not wait_http(gw + "/readyz", 120, gw_proc):
-            raise RuntimeError("the gateway did not become ready (see %s)" % gw_log.name)
         runs = {}
-        for label, toks, prefer in RUNS(tokens):
-            log("%d worker(s): %s" % (w, label))
-            stats = pgss_reset(url)
-            runs[label] = load(gw, toks, prefer, "w%d-%s" % (w, label), tmp)
-            if runs[label] and stats:
-                runs[label]["statements"] = pgss_top(url)
-            urllib.request.urlopen(urllib.request.Request(mock_url + "/_reset", method="POST"),
-                                   timeout=10).close()
+        # End to end first, with dispatch workers; intake on a gateway without any, so that no
+        # run sends the jobs an earlier one left.
+        for dispatch, kinds in ((DISPATCH, ("e2e-spread", "e2e-hot")),
+                                ("0", ("intake-spread", "intake-hot"))):
+            todo = [r for r in RUNS(tokens) if r[0] in kinds]
+            if not todo:
+                continue
+            port = free_port()
+            genv = dict(env, IDEMGATE_CONFIG=cfg,
+                        IDEMGATE_BENCH_PROVIDER_KEY="sk-bench-not-a-secret",
+                        IDEMGATE_LISTEN="127.0.0.1:%d" % port, IDEMGATE_HTTP_THREADS=HTTP_THREADS,
+                        IDEMGATE_DISPATCH_WORKERS=dispatch,
+                        IDEMGATE_INSTANCE_ID="bench-citus-%d-%s" % (w, dispatch),
+                        IDEMGATE_ARCHIVE_DIR=os.path.join(tmp, "archive-%d" % w))
+            gw_log = open(os.path.join(tmp, "gateway-w%d-d%s.log" % (w, dispatch)), "w")
+            gw_proc = subprocess.Popen([GATEWAY, "serve"], env=genv, stdout=gw_log,
+                                       stderr=subprocess.STDOUT)
+            gw = "http://127.0.0.1:%d" % port
+            if not wait_http(gw + "/readyz", 120, gw_proc):
+                raise RuntimeError("the gateway did not become ready (see %s)" % gw_log.name)
+            for label, toks, prefer in todo:
+                log("%s: %s" % (WHAT(w), label))
+                stats = pgss_reset(url)
+                runs[label] = load(gw, toks, prefer, "w%d-%s" % (w, label), tmp)
+                if runs[label] and stats:
+                    runs[label]["statements"] = pgss_top(url)
+                urllib.request.urlopen(urllib.request.Request(mock_url + "/_reset",
+                                                              method="POST"), timeout=10).close()
+            stop(gw_proc)
+            gw_proc = None
         per_worker = {}
         for tid, node in where.items():
             per_worker[node] = per_worker.get(node, 0) + 1
@@ -278,7 +301,7 @@ def main():
         if not wait_http(mock_url + "/_health", 20, mock):
             log("the mock did not start")
             return 1
-        for w in range(1, len(workers) + 1):
+        for w in range(0, len(workers) + 1):
             results.append(run_cluster(workers, w, mock_url, tmp))
     finally:
         stop(mock)
@@ -292,14 +315,16 @@ def main():
         json.dump(doc, f, indent=1)
     print("Citus %s, %d cores, %d connections, %d s per run, %d tenants (%s)"
           % (version, os.cpu_count(), CONNS, SECS, TENANTS, doc["date"]))
-    print("%-8s %-14s %10s %10s %10s %s" % ("workers", "run", "req/s", "p50 ms", "p99 ms",
-                                           "codes"))
+    print("%-15s %-14s %10s %10s %10s %s" % ("database", "run", "req/s", "p50 ms", "p99 ms",
+                                            "codes"))
     for c in results:
         for label, r in c["runs"].items():
             if r:
-                print("%-8d %-14s %10.1f %10.1f %10.1f %s" % (
-                    c["workers"], label, r["rps"], r["p50_us"] / 1000, r["p99_us"] / 1000,
+                print("%-15s %-14s %10.1f %10.1f %10.1f %s" % (
+                    WHAT(c["workers"]), label, r["rps"], r["p50_us"] / 1000, r["p99_us"] / 1000,
                     r["codes"]))
+        if not c["workers"]:
+            continue
         print("         tenants per worker: %s; the hot tenant's worker: %s"
               % (c["tenants_per_worker"], c["hot_tenant_worker"]))
     if os.environ.get("BENCH_KEEP") == "1":
