@@ -11,8 +11,8 @@
 -- failed when none can have. A terminal state written here settles a budgeted operation once:
 -- one fewer in flight, and the day and month it was reserved in charged its cost (the trigger of
 -- 0018 set cost_micros) instead of its reservation. The attempt row is written either way, with
--- the decision: p_state, or 'fenced'. Returns that decision and the state written (NULL when
--- fenced). now() is read once; the caller's instants (p_started, p_finished) are Unix seconds.
+-- the decision: p_state, or 'fenced'. Returns that decision, a space and the state written
+-- (nothing when fenced): one value, no row set to build. now() is read once; the caller's instants (p_started, p_finished) are Unix seconds.
 CREATE FUNCTION idemgate_finish(
     p_tenant bigint, p_id text, p_lease bigint, p_state text, p_status integer,
     p_headers jsonb, p_body bytea, p_error text, p_remote text, p_started float8,
@@ -20,7 +20,7 @@ CREATE FUNCTION idemgate_finish(
     p_from text, p_kind text, p_received integer, p_requested integer, p_usage jsonb,
     p_poll_url text, p_poll_deadline_ms bigint, p_provider_status text, p_outputs jsonb,
     p_may_have_created boolean, p_cost bigint)
-RETURNS TABLE (r_decision text, r_state text) LANGUAGE plpgsql AS $$
+RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     -- Every instant is computed here: a distributed database refuses a non-immutable
     -- expression (timestamptz arithmetic) inside CASE or COALESCE of an UPDATE.
@@ -96,6 +96,6 @@ BEGIN
                           outcome, http_status, curl_code, bytes_sent, decision, error)
     VALUES (p_tenant, p_id, p_lease, p_kind, to_timestamp(p_started), to_timestamp(p_finished),
             p_outcome, p_status, p_curl, p_bytes, v_decision, p_error);
-    RETURN QUERY SELECT v_decision, v_state;
+    RETURN v_decision || ' ' || coalesce(v_state, '');
 END
 $$;

@@ -157,12 +157,12 @@ static const struct db_stmt reconcile_send = {
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
  * back to prepared is failed instead, or unknown when an attempt may have made its task (never
  * failed on a guess: invariant 8, a failed operation has no task). A terminal state written
- * settles a budgeted operation's budget row. Returns the decision and the state written (NULL
+ * settles a budgeted operation's budget row. Returns "<decision> <state written>" ("fenced "
  * when fenced). One per-tenant function (migration 0019: the update, the settle and the attempt
  * row); its moves are declared here and checked before it runs (finish_move_ok). */
 static const struct db_stmt finish = {
     .name = "finish",
-    .sql = "SELECT * FROM idemgate_finish($1::bigint, $2::text, $3::bigint, $4::text, "
+    .sql = "SELECT idemgate_finish($1::bigint, $2::text, $3::bigint, $4::text, "
     "$5::integer, $6::jsonb, $7::bytea, $8::text, $9::text, $10::float8, $11::float8, $12::text, "
     "$13::integer, $14::bigint, $15::float8, $16::text, $17::text, $18::integer, $19::integer, "
     "$20::jsonb, $21::text, $22::bigint, $23::text, $24::jsonb, $25::boolean, $26::bigint)",
@@ -709,8 +709,11 @@ static void unpark_hint(struct db *db, const struct store_finish *f)
 static void finish_applied(struct db *db, const struct store_finish *f, struct pg_result *r,
                            int lost, int *applied)
 {
-    *applied = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "fenced") != 0;
-    int written = *applied && db_val(r, 0, 1) ? st_parse(db_val(r, 0, 1)) : -1;
+    /* "<decision> <state written>", or "fenced " */
+    const char *v = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "fenced ";
+    const char *sp = strchr(v, ' ');
+    *applied = strncmp(v, "fenced ", 7) != 0;
+    int written = *applied && sp && sp[1] ? st_parse(sp + 1) : -1;
     PQclear(r);
     if (!*applied && lost) {
         written = finish_committed(db, f);
