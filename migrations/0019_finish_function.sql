@@ -12,7 +12,8 @@
 -- one fewer in flight, and the day and month it was reserved in charged its cost (the trigger of
 -- 0018 set cost_micros) instead of its reservation. The attempt row is written either way, with
 -- the decision: p_state, or 'fenced'. Returns that decision, a space and the state written
--- (nothing when fenced): one value, no row set to build. now() is read once; the caller's instants (p_started, p_finished) are Unix seconds.
+-- (nothing when fenced): one value, no row set to build. now() is read once; the caller's
+-- instants (p_started, p_finished) are Unix seconds.
 CREATE FUNCTION idemgate_finish(
     p_tenant bigint, p_id text, p_lease bigint, p_state text, p_status integer,
     p_headers jsonb, p_body bytea, p_error text, p_remote text, p_started float8,

@@ -21,13 +21,12 @@
 
 /* The settle of a budgeted operation's end, as a CTE named `settle` of the statement that ends
  * it (cancel, resolve; finish does the same in its function, migration 0019): `upd` is that
- * statement's UPDATE of operations, RETURNING the
- * row's state, budgeted, currency, cost_micros, reserved_micros and created_at; `c`
- * its clock CTE (c.at). Every one of these updates requires a state that is not terminal, so a
- * terminal state in `upd` is this statement's end of the operation, settled once: one fewer in
- * flight, and the day and month it was reserved in charged what it cost (the trigger of
- * migration 0018 set cost_micros: computed, or the reservation; failed: 0) instead of its
- * estimate. One co-located row of the tenant's (tenant_id = $1): no trigger writes another
+ * statement's UPDATE of operations, RETURNING the row's state, budgeted, currency, cost_micros,
+ * reserved_micros and created_at; `c` its clock CTE (c.at). Every one of these updates requires
+ * a state that is not terminal, so a terminal state in `upd` is this statement's end of the
+ * operation, settled once: one fewer in flight, and the day and month it was reserved in
+ * charged what it cost (the trigger of migration 0018 set cost_micros: computed, or the
+ * reservation; failed: 0) instead of its estimate. One co-located row of the tenant's (tenant_id = $1): no trigger writes another
  * table, which a distributed database refuses from a shard. */
 #define STORE_SETTLE_CTE                                                                           \
     "settle AS (UPDATE tenant_budgets b SET inflight = greatest(b.inflight - 1, 0), "              \
