@@ -26,8 +26,9 @@
  * a state that is not terminal, so a terminal state in `upd` is this statement's end of the
  * operation, settled once: one fewer in flight, and the day and month it was reserved in
  * charged what it cost (the trigger of migration 0018 set cost_micros: computed, or the
- * reservation; failed: 0) instead of its estimate. One co-located row of the tenant's (tenant_id = $1): no trigger writes another
- * table, which a distributed database refuses from a shard. */
+ * reservation; failed: 0) instead of its estimate. One co-located row of the tenant's
+ * (tenant_id = $1): no trigger writes another table, which a distributed database refuses from a
+ * shard. */
 #define STORE_SETTLE_CTE                                                                           \
     "settle AS (UPDATE tenant_budgets b SET inflight = greatest(b.inflight - 1, 0), "              \
     " day_micros = CASE WHEN b.day = s.d AND b.currency = s.currency "                             \
