@@ -6,6 +6,7 @@
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
 #include "idemgate/fetchpol.h"
+#include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/resultq.h"
@@ -197,6 +198,20 @@ static char *plan_json(const struct cfg_provider *p, const char *credential,
     char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
     return s;
+}
+
+char *archive_plan_json(const struct cfg_provider *p, const struct store_finish *f,
+                        const char *remote_id, const char *credential)
+{
+    if (!p || f->state != ST_COMPLETED || !f->resp_body)
+        return NULL;
+    struct ap_plan pl;
+    char *js = NULL;
+    if (ap_plan_outputs(p, f->resp_body, f->resp_body_len, NULL,
+                        f->remote_id ? f->remote_id : remote_id, f->finished_at, &pl) == 0)
+        js = plan_json(p, credential, &pl);
+    ap_plan_fini(&pl);
+    return js;
 }
 
 /* Plans up to PLAN_BATCH completed operations. */

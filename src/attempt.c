@@ -1,5 +1,6 @@
 #include "idemgate/attempt.h"
 
+#include "idemgate/archive.h"
 #include "idemgate/backoff.h"
 #include "idemgate/breaker.h"
 #include "idemgate/classify.h"
@@ -388,6 +389,7 @@ struct attempt {
     struct pol_decision d;
     enum cls_outcome outcome;
     struct store_finish f;
+    char *plan; /* f's archive plan */
     int unpriced;
     int classified;       /* attempt_ready classified the answer */
     int probe_due;        /* the outcome asks the provider's probe about the credential */
@@ -404,6 +406,7 @@ static void attempt_free(struct attempt *a)
     free(a->rs.usage);
     free(a->t.remote_id);
     free(a->t.poll_url);
+    free(a->plan);
     free(a);
 }
 
@@ -446,6 +449,8 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
         f->cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                           c->outputs_requested, a->rs.received, a->rs.usage,
                                           &a->unpriced);
+    /* A completed result is written with its outputs' archive plan (no second write). */
+    f->archive_plan = a->plan = archive_plan_json(p, f, c->remote_id, c->credential);
     a->probe_due = a->d.trip_credential;
     return a->probe_due;
 }

@@ -23,6 +23,9 @@ static const struct dist_step steps[] = {
     {DIST_FUNCTION, "idemgate_finish(bigint, text, bigint, text, integer, jsonb, bytea, text, "
                     "text, float8, float8, text, integer, bigint, float8, text, text, integer, "
                     "integer, jsonb, text, bigint, text, jsonb, boolean, bigint)"},
+    {DIST_FUNCTION, "idemgate_finish(bigint, text, bigint, text, integer, jsonb, bytea, text, "
+                    "text, float8, float8, text, integer, bigint, float8, text, text, integer, "
+                    "integer, jsonb, text, bigint, text, jsonb, boolean, bigint, jsonb)"},
 };
 
 const struct dist_step *dist_steps(size_t *n)

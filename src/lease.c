@@ -157,21 +157,24 @@ static const struct db_stmt reconcile_send = {
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
  * back to prepared is failed instead, or unknown when an attempt may have made its task (never
  * failed on a guess: invariant 8, a failed operation has no task). A terminal state written
- * settles a budgeted operation's budget row. Returns "<decision> <state written>" ("fenced "
- * when fenced). One per-tenant function (migration 0019: the update, the settle and the attempt
- * row); its moves are declared here and checked before it runs (finish_move_ok). */
+ * settles a budgeted operation's budget row; a completed result written with its outputs' archive
+ * plan is marked planned and its archive rows inserted. Returns "<decision> <state written>"
+ * ("fenced " when fenced). One per-tenant function (migrations 0019, 0020: the update, the
+ * settle, the plan and the attempt row); its moves are declared here and checked before it runs
+ * (finish_move_ok). */
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = "SELECT idemgate_finish($1::bigint, $2::text, $3::bigint, $4::text, "
     "$5::integer, $6::jsonb, $7::bytea, $8::text, $9::text, $10::float8, $11::float8, $12::text, "
     "$13::integer, $14::bigint, $15::float8, $16::text, $17::text, $18::integer, $19::integer, "
-    "$20::jsonb, $21::text, $22::bigint, $23::text, $24::jsonb, $25::boolean, $26::bigint)",
+    "$20::jsonb, $21::text, $22::bigint, $23::text, $24::jsonb, $25::boolean, $26::bigint, "
+    "$27::jsonb)",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "state", "http_status",
                         "resp_headers", "resp_body", "error", "remote_id", "started_at",
                         "finished_at", "outcome", "curl_code", "bytes_sent", "retry_delay_ms",
                         "from", "kind", "outputs_received", "outputs_requested", "usage",
                         "poll_url", "poll_deadline_ms", "provider_status", "outputs",
-                        "may_have_created", "cost_micros"),
+                        "may_have_created", "cost_micros", "archive_plan"),
     /* A create's outcome (dispatch, or a resend under the reconciler's lease). */
     .moves = DB_MOVES({ST_SENDING, ST_PREPARED}, {ST_SENDING, ST_ACCEPTED},
                       {ST_SENDING, ST_UNKNOWN}, {ST_SENDING, ST_COMPLETED},
@@ -621,7 +624,7 @@ static int finish_committed(struct db *db, const struct store_finish *f)
     return st;
 }
 
-#define FINISH_NPARAMS 26
+#define FINISH_NPARAMS 27
 
 /* The finish statement's parameters for f, into ps[FINISH_NPARAMS]. */
 static void finish_params(const struct store_finish *f, struct param *ps)
@@ -656,6 +659,7 @@ static void finish_params(const struct store_finish *f, struct param *ps)
         p_text("outputs", f->outputs_json),
         p_bool("may_have_created", f->ambiguous),
         f->cost_micros >= 0 ? p_int("cost_micros", f->cost_micros) : p_null("cost_micros"),
+        p_text("archive_plan", f->archive_plan),
     };
     memcpy(ps, v, sizeof(v));
 }

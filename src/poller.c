@@ -1,4 +1,5 @@
 #include "idemgate/poller.h"
+#include "idemgate/archive.h"
 #include "idemgate/archplan.h"
 #include "idemgate/clock.h"
 #include "idemgate/engine.h"
@@ -181,8 +182,12 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
     if (next == ST_COMPLETED && p && p->pricing.present)
         f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                          c->outputs_requested, outputs, NULL, &unpriced);
+    /* A completed result is written with its outputs' archive plan (no second write). */
+    char *plan = archive_plan_json(p, &f, c->remote_id, c->credential);
+    f.archive_plan = plan;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
+    free(plan);
     if (e == STORE_OK && applied && f.cost_micros >= 0)
         metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);
     if (e == STORE_OK && !applied)

@@ -25,6 +25,15 @@ void archive_quiesce(struct archiver *A);
 /* Writes what is left, stops the threads and frees A (A may be NULL). */
 void archive_stop(struct archiver *A);
 
+/* The archive plan of a result f being written completed by provider p (its outputs, as the
+ * archive planner would read them from the stored row: f's body, f's remote id or else the
+ * row's remote_id, the claim's credential name), for store_finish's archive_plan: the write then
+ * marks the operation planned and inserts its outputs' rows. NULL when f is not a completed
+ * result with its body, or out of memory: the planner plans it later. Free the string. */
+struct store_finish;
+char *archive_plan_json(const struct cfg_provider *p, const struct store_finish *f,
+                        const char *remote_id, const char *credential);
+
 /* The archive of one job's outputs as a JSON array (new string in *json; "[]" until they are
  * planned); *settled: planned, and no output is still pending (the view no longer changes).
  * STORE_ codes. */

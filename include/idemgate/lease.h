@@ -145,6 +145,8 @@ struct store_finish {
     long long cost_micros;       /* completed: the settled cost (pricing.h); -1: none computed,
                                   * the reservation stands (migrations/0008) */
     double started_at, finished_at; /* Unix seconds, from this host's clock */
+    const char *archive_plan; /* completed with resp_body: its outputs' archive plan (archive.h's
+                               * archive_plan_json), or NULL: the archive planner plans it */
 };
 
 /* Fills f for a result of claim c: its identity and fencing token, `kind` and the state the

@@ -151,6 +151,35 @@ def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tm
         assert get_output(gw, token, j["id"], 0).body.startswith(b"PNG:")
 
 
+@pytest.mark.parametrize("how", ["sync", "poll"])
+def test_a_completed_result_is_written_with_its_plan(gateway_factory, token, mock, tmp_path,
+                                                     psql, how):
+    """The outputs' archive rows are inserted by the statement that writes the result (no
+    archive worker runs here to plan it afterwards), in the same transaction: the operation is
+    marked planned at the instant it finished, and every output has its row."""
+    if how == "sync":
+        e, route = images_entry(mock)
+        payload = {"prompt": "a cat", "n": 2, "response_format": "url"}
+    else:
+        e, route = arch_entry("replicate", mock)
+        payload = body(polls=1, outputs=2)
+    gw = start(gateway_factory, tmp_path, [e], archive_workers=0,
+               env={"OPENAI_API_KEY": "sk-x"})
+    r = gw.submit(token, "plan-" + uuid.uuid4().hex, payload, route=route)
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"completed"}, 30)
+    [[same]] = psql("SELECT archive_planned_at IS NOT NULL AND archive_planned_at = finished_at "
+                    f"FROM operations WHERE id = '{job_id}'")
+    assert same == "t"
+    rows = psql(f"SELECT n, kind, state, provider FROM archive_outputs WHERE op_id = '{job_id}' "
+                "ORDER BY n")
+    assert rows == [["0", "url", "pending", e["name"]], ["1", "url", "pending", e["name"]]], rows
+    assert not any(a == "archive_planned" for a in
+                   (json.loads(l).get("event") for l in gw.log().splitlines()
+                    if l.startswith("{"))), "no planner ran"
+
+
 def test_range_etag_tenancy_and_same_bytes_once(gateway_factory, token, mock, tmp_path,
                                                 database_url):
     from conftest import tenant_token
