@@ -86,8 +86,10 @@ static const struct db_stmt claim = {
         "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
         "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
         " lease_expires_at = c.until, attempts = a.attempts + 1 "
-        /* The tenant as a constant only (lease.c, CLAIM_ON_PICKED). */
-        "FROM c WHERE a.tenant_id = $4 AND a.op_id = c.op_id AND a.n = c.n "
+        /* The tenant as a constant only, the key also as the pick's values (lease.c,
+         * CLAIM_ON_PICKED). */
+        "FROM c WHERE a.tenant_id = $4 AND a.op_id = (SELECT k.op_id FROM c k) "
+        " AND a.n = (SELECT k.n FROM c k) AND a.op_id = c.op_id AND a.n = c.n "
         "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
         " a.credential, coalesce(" DB_EPOCH("a.expires_at") ", 0), " DB_EPOCH("c.at") ", "
         " a.attempts, "
@@ -100,8 +102,8 @@ static const struct db_stmt claim = {
 static const struct db_stmt claim_due = {
     .rerun_safe = 1,
     .name = "archive_claim_due",
-    .sql = "SELECT tenant_id FROM archive_outputs WHERE "
-    ARCHIVE_DUE("$1") "GROUP BY tenant_id",
+    .sql = TURNS_DUE("archive_outputs", ARCHIVE_DUE("$1")),
+    .sql_distributed = TURNS_DUE_DISTRIBUTED("archive_outputs", ARCHIVE_DUE("$1")),
     .params = DB_PARAMS("providers"),
 };
 enum {

@@ -398,8 +398,9 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
 }
 
 /* idemgate statements: every statement the gateway prepares, one JSON object per line ({name,
- * params, sql}), for a DBA to read, EXPLAIN or plan indexes against (tests/integration/
- * test_citus_plans.py explains them on a Citus coordinator). Needs no database. */
+ * params, sql}, and sql_distributed where a distributed database is given another text), for a
+ * DBA to read, EXPLAIN or plan indexes against (tests/integration/test_citus_plans.py explains
+ * them on a Citus coordinator). Needs no database. */
 int cli_statements(void)
 {
     const struct db_stmt *const *(*const lists[])(size_t *) = {store_statements,
@@ -415,6 +416,8 @@ int cli_statements(void)
             for (const char *const *p = s[i]->params; p && *p; p++)
                 cJSON_AddItemToArray(ps, cJSON_CreateString(*p));
             cJSON_AddStringToObject(o, "sql", s[i]->sql);
+            if (s[i]->sql_distributed)
+                cJSON_AddStringToObject(o, "sql_distributed", s[i]->sql_distributed);
             char *line = cJSON_PrintUnformatted(o);
             if (!line) {
                 cJSON_Delete(o);

@@ -23,6 +23,7 @@ struct db {
     /* The statements prepared on this connection (forgotten on reconnection). */
     const struct db_stmt *prepared[DB_MAX_PREPARED];
     int n_prepared;
+    int distributed; /* the database is a Citus coordinator (db_stmt.sql_distributed) */
 };
 
 /* Server notices ("relation already exists, skipping") are not events: drop them. */
@@ -64,6 +65,17 @@ static int conn_read_only(PGconn *c)
                                PQparameterStatus(c, "default_transaction_read_only"));
 }
 
+/* Whether the database is distributed (the citus extension is installed in it): read once per
+ * connection. A failed read counts as not distributed; the statements then fail on their own,
+ * visibly (stmthealth.h). */
+static int conn_distributed(PGconn *c)
+{
+    PGresult *r = PQexec(c, "SELECT 1 FROM pg_extension WHERE extname = 'citus'");
+    int yes = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    PQclear(r);
+    return yes;
+}
+
 static int connect_db(struct db *db)
 {
     if (db->conn && PQstatus(db->conn) == CONNECTION_OK) {
@@ -94,6 +106,7 @@ static int connect_db(struct db *db)
         return STORE_EUNAVAIL;
     }
     PQsetNoticeProcessor(db->conn, ignore_notice, NULL);
+    db->distributed = conn_distributed(db->conn);
     db->ok = 1;
     db->generation++;
     return STORE_OK;
@@ -203,7 +216,8 @@ static int prepare(struct db *db, const struct db_stmt *s)
         PQclear(PQexec(db->conn, "DEALLOCATE ALL"));
         db->n_prepared = 0;
     }
-    PGresult *r = PQprepare(db->conn, s->name, s->sql, 0, NULL);
+    const char *sql = db->distributed && s->sql_distributed ? s->sql_distributed : s->sql;
+    PGresult *r = PQprepare(db->conn, s->name, sql, 0, NULL);
     int e = PQresultStatus(r) == PGRES_COMMAND_OK ? STORE_OK : result_error(db, r, s->name);
     PQclear(r);
     if (e == STORE_OK)

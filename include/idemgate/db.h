@@ -93,6 +93,9 @@ struct db_move {
 struct db_stmt {
     const char *name;
     const char *sql;
+    /* The text prepared instead on a distributed database (Citus: the extension is installed in
+     * the database), where the two must differ; NULL: sql everywhere. */
+    const char *sql_distributed;
     const char *const *params;
     const struct db_move *moves;  /* terminated by {.from = -1} ; NULL: writes no state */
     const enum op_state *filters; /* terminated by ST__COUNT; may be NULL */

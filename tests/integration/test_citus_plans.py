@@ -88,7 +88,7 @@ def test_every_request_path_step_runs_on_the_tenants_worker_alone(database_url, 
         # prepared INSERT … SELECT from a modifying CTE fails on Citus with parameters).
         values = [literal(a, tenant) for a in args]
         sql = "EXPLAIN " + re.sub(r"\$(\d+)", lambda m: values[int(m.group(1)) - 1],
-                                  known[name]["sql"])
+                                  known[name].get("sql_distributed", known[name]["sql"]))
         lines = [r[0] for r in psql(sql)]
         tasks, workers = plan_nodes(lines, coordinator)
         report.append(f"{name:22} steps {len(tasks):2}  tasks {tasks}  workers {sorted(workers)}")

@@ -228,3 +228,60 @@ def test_an_admins_absent_passes_the_jobs_tenants_rate(gateway_factory, database
         if a.status == 429:
             break
     assert statuses[-1] == 429, statuses
+
+
+def test_the_ring_read_finds_the_same_tenants_as_the_grouped_read(database_url, psql):
+    """A ring's read on PostgreSQL is a skip scan (turns.h, TURNS_DUE); a distributed database
+    gets the grouped read. Both must name the same tenants: rows of each kind due and not due,
+    held by a lease, of another provider, in several tenants with gaps between their ids."""
+    import json
+    import subprocess
+    from conftest import GATEWAY_BIN
+    tenants = [psql(f"SELECT id FROM tenants WHERE token_sha256 = {sha(tenant_token(database_url))}")
+               [0][0] for _ in range(6)]
+    prov = "ring" + uuid.uuid4().hex[:8]
+    rows = []
+    # tenant index, state, due, leased, provider
+    shapes = [(0, "prepared", True, False, prov), (1, "prepared", False, False, prov),
+              (2, "unknown", True, False, prov), (2, "unknown", True, True, prov),
+              (3, "accepted", True, False, prov), (3, "prepared", True, False, "other"),
+              (4, "unknown", False, False, prov), (4, "accepted", True, True, prov),
+              (5, "prepared", True, False, prov), (5, "accepted", False, False, prov)]
+    for i, (t, state, due, leased, p) in enumerate(shapes):
+        rows.append(f"({tenants[t]}, 'job_ring{prov}{i}', 'k{prov}{i}', '\\x00', 1, '{p}', 'r', "
+                    f"'POST', 'http://x', '', '\\x00', '{state}', now() + interval '1 day', "
+                    f"now() {'-' if due else '+'} interval '1 hour', "
+                    f"{'now() + interval' + chr(39) + '1 hour' + chr(39) if leased else 'NULL'})")
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         "state, expires_at, next_attempt_at, lease_expires_at) VALUES " + ", ".join(rows))
+    for i, due in ((0, True), (1, False), (2, True), (4, False)):  # tenants 0, 1, 2, 3
+        psql("INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, next_attempt_at) "
+             f"VALUES ({tenants[shapes[i][0]]}, 'job_ring{prov}{i}', 0, '{prov}', 'url', "
+             f"now() {'-' if due else '+'} interval '1 hour')")
+    try:
+        out = subprocess.run([GATEWAY_BIN, "statements"], capture_output=True, text=True,
+                             check=True).stdout
+        known = {s["name"]: s for s in map(json.loads, out.splitlines())}
+        mine = set(tenants)
+        checked = 0
+        for name in ("claim_due", "reconcile_due", "poll_due", "archive_claim_due"):
+            s = known[name]
+            assert "sql_distributed" in s and s["sql"] != s["sql_distributed"], name
+
+            def read(sql):
+                sql = sql.replace("$1", "'{" + prov + "}'")
+                return {r[0] for r in psql(sql)} & mine
+            skip, grouped = read(s["sql"]), read(s["sql_distributed"])
+            assert skip == grouped, (name, skip, grouped)
+            assert skip, f"{name}: the scenario has due rows of this kind"
+            checked += 1
+        assert checked == 4
+        want = {"claim_due": {0, 5}, "reconcile_due": {2}, "poll_due": {3},
+                "archive_claim_due": {0, 2}}
+        for name, idx in want.items():
+            sql = known[name]["sql"].replace("$1", "'{" + prov + "}'")
+            assert {r[0] for r in psql(sql)} & mine == {tenants[i] for i in idx}, name
+    finally:
+        psql(f"DELETE FROM operations WHERE provider IN ('{prov}', 'other') "
+             f"AND id LIKE 'job_ring{prov}%'")
