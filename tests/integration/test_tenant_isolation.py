@@ -263,25 +263,20 @@ def test_the_ring_read_finds_the_same_tenants_as_the_grouped_read(database_url, 
         out = subprocess.run([GATEWAY_BIN, "statements"], capture_output=True, text=True,
                              check=True).stdout
         known = {s["name"]: s for s in map(json.loads, out.splitlines())}
-        mine = set(tenants)
-        checked = 0
-        for name in ("claim_due", "reconcile_due", "poll_due", "archive_claim_due"):
-            s = known[name]
-            assert "sql_distributed" in s and s["sql"] != s["sql_distributed"], name
+        # On Citus (make test-citus) only the grouped read runs: the skip scan is refused there.
+        citus = psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1"
 
-            def read(sql):
-                sql = sql.replace("$1", "'{" + prov + "}'")
-                return {r[0] for r in psql(sql)} & mine
-            skip, grouped = read(s["sql"]), read(s["sql_distributed"])
-            assert skip == grouped, (name, skip, grouped)
-            assert skip, f"{name}: the scenario has due rows of this kind"
-            checked += 1
-        assert checked == 4
+        def read(sql):
+            return {r[0] for r in psql(sql.replace("$1", "'{" + prov + "}'"))} & set(tenants)
         want = {"claim_due": {0, 5}, "reconcile_due": {2}, "poll_due": {3},
                 "archive_claim_due": {0, 2}}
         for name, idx in want.items():
-            sql = known[name]["sql"].replace("$1", "'{" + prov + "}'")
-            assert {r[0] for r in psql(sql)} & mine == {tenants[i] for i in idx}, name
+            s = known[name]
+            assert "sql_distributed" in s and s["sql"] != s["sql_distributed"], name
+            grouped = read(s["sql_distributed"])
+            assert grouped == {tenants[i] for i in idx}, (name, grouped)
+            if not citus:
+                assert read(s["sql"]) == grouped, name
     finally:
         psql(f"DELETE FROM operations WHERE provider IN ('{prov}', 'other') "
              f"AND id LIKE 'job_ring{prov}%'")
