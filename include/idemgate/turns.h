@@ -11,7 +11,7 @@
  * what a sharded PostgreSQL (Citus) cannot run and what makes one busy tenant's rows the cost of
  * everyone's claim. Instead each kind of work (creates to send, operations in doubt, polls,
  * archive copies, expired leases) keeps, per process, the tenants that had due work at its last
- * read — one cheap statement, `… GROUP BY tenant_id` — and claims from them in turn, each claim a
+ * read — one cheap statement, TURNS_DUE — and claims from them in turn, each claim a
  * single-tenant statement. A tenant whose claim finds nothing leaves the ring until the next
  * read.
  *
@@ -20,7 +20,8 @@
  * is in the next round, whatever another tenant's backlog: it waits for at most one claim of each
  * other tenant with due work), when news of work arrived since the last read (wake_news: this
  * replica's intake, or another replica's NOTIFY), and at least every TURNS_REFRESH_MS. With one
- * busy tenant a round is one claim: one read per claim, an index-only scan of the due rows. */
+ * busy tenant a round is one claim: one read per claim, which is why the read must not grow with
+ * the backlog. */
 
 #define TURNS_REFRESH_MS 200
 
