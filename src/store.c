@@ -725,8 +725,9 @@ int store_jobs_list(struct db *db, long long tenant_id, const char *state, int l
 static const struct db_stmt webhook_find = {
     .rerun_safe = 1,
     .name = "webhook_find",
-    .sql = "SELECT tenant_id, remote_id IS NOT DISTINCT FROM $2 FROM operations "
-    "WHERE provider = $1 AND (remote_id = $2 OR ($3::text IS NOT NULL AND id = $3))",
+    .sql = "SELECT tenant_id, bool_or(remote_id IS NOT DISTINCT FROM $2) FROM operations "
+    "WHERE provider = $1 AND (remote_id = $2 OR ($3::text IS NOT NULL AND id = $3)) "
+    "GROUP BY tenant_id",
     .params = DB_PARAMS("provider", "remote_id", "client_ref"),
 };
 static const struct db_stmt webhook_signed = {
@@ -766,10 +767,10 @@ static const struct db_stmt webhook_unsigned = {
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
 
-/* The tenants of the operations a webhook names, as a bigint[] literal, and whether one of them
- * holds the remote id (linked). */
-static int webhook_tenants(struct db *db, const struct store_webhook_req *w, char *ids,
-                           size_t cap, int *linked)
+/* The tenants of the operations a webhook names, as a bigint[] literal (*ids, malloc'd: every
+ * one of them, however many), and whether one of them holds the remote id (linked). */
+static int webhook_tenants(struct db *db, const struct store_webhook_req *w, char **ids,
+                           int *linked)
 {
     PGresult *r;
     int e = db_run(db, &webhook_find,
@@ -778,16 +779,20 @@ static int webhook_tenants(struct db *db, const struct store_webhook_req *w, cha
                    &r);
     if (e < 0)
         return e;
-    size_t pos = 0;
+    size_t cap = (size_t)PQntuples(r) * 21 + 3, pos = 0; /* ≤ 20 digits and a comma each */
+    if (!(*ids = malloc(cap))) {
+        PQclear(r);
+        return STORE_EINTERNAL;
+    }
     *linked = 0;
-    ids[pos++] = '{';
-    for (int i = 0; i < PQntuples(r) && pos + 24 < cap; i++) {
-        pos += (size_t)snprintf(ids + pos, cap - pos, "%s%lld", i ? "," : "",
+    (*ids)[pos++] = '{';
+    for (int i = 0; i < PQntuples(r); i++) {
+        pos += (size_t)snprintf(*ids + pos, cap - pos, "%s%lld", i ? "," : "",
                                 atoll(PQgetvalue(r, i, 0)));
         *linked |= PQgetvalue(r, i, 1)[0] == 't';
     }
-    ids[pos++] = '}';
-    ids[pos] = '\0';
+    (*ids)[pos++] = '}';
+    (*ids)[pos] = '\0';
     PQclear(r);
     return STORE_OK;
 }
@@ -795,9 +800,9 @@ static int webhook_tenants(struct db *db, const struct store_webhook_req *w, cha
 int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, int *hinted,
                   int *parked)
 {
-    char ids[512];
+    char *ids = NULL;
     int linked = 0;
-    int e = webhook_tenants(db, w, ids, sizeof(ids), &linked);
+    int e = webhook_tenants(db, w, &ids, &linked);
     if (e < 0)
         return e;
     if (!w->is_signed) {
@@ -806,6 +811,7 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
                           DB_ARGS(p_text("provider", w->provider),
                                   p_text("remote_id", w->remote_id), p_text("tenant_ids", ids)),
                           DB_ROWS, &n);
+        free(ids);
         if (e < 0)
             return e;
         *fresh = 1;
@@ -820,6 +826,7 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
                        p_text("client_ref", w->client_ref), p_text("tenant_ids", ids),
                        p_bool("linked", linked)),
                &r);
+    free(ids);
     if (e < 0)
         return e;
     *fresh = PQgetvalue(r, 0, 0)[0] == 't';

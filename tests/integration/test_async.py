@@ -242,6 +242,33 @@ def test_early_webhook_is_parked_then_applied(gateway_factory, token, mock, psql
         == [["0"]], "the parked hint was consumed"
 
 
+def test_a_webhook_reaches_every_tenant_holding_its_task(gateway_factory, mock, psql):
+    """The webhook's read of which tenants hold the task feeds its writes (tenant_id = ANY …):
+    however many tenants, none is left out (the list was cut at 512 bytes: 149 of these 300)."""
+    gw, _ = hooked_gateway(gateway_factory, mock)
+    task = "p_shared_" + uuid.uuid4().hex[:10]
+    n = 300
+    names = [f"shared{task[-10:]}{i}" for i in range(n)]
+    psql("INSERT INTO tenants (name, token_sha256) SELECT x, md5(x) || md5(x) "
+         f"FROM unnest(ARRAY{names}) x")
+    # Accepted with their poll deadline passed: nothing polls them; only the hint moves them.
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         "state, expires_at, next_attempt_at, poll_deadline_at, remote_id) "
+         f"SELECT t.id, 'job_' || t.name, 'k', '\\x00', 1, 'replicate', 'r', 'POST', 'http://x', "
+         "'', '\\x00', 'accepted', now() + interval '1 day', now() + interval '1 day', "
+         f"now() - interval '1 hour', '{task}' FROM tenants t WHERE t.name = ANY (ARRAY{names})")
+    try:
+        b = json.dumps({"id": task, "status": "succeeded"}).encode()
+        assert post_hook(gw, "replicate", b, "msg_" + task).status == 200
+        moved = psql("SELECT count(*) FROM operations WHERE remote_id = "
+                     f"'{task}' AND next_attempt_at <= now()")
+        assert moved == [[str(n)]], moved
+    finally:
+        psql(f"DELETE FROM operations WHERE remote_id = '{task}'")
+        psql(f"DELETE FROM tenants WHERE name = ANY (ARRAY{names})")
+
+
 def test_1000_duplicate_reordered_late_webhooks_apply_once_and_never_regress(
         gateway_factory, token, mock, psql):
     gw, route = hooked_gateway(gateway_factory, mock)
