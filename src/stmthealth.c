@@ -49,6 +49,11 @@ static void drop(int i)
 
 void sh_failed(const char *stmt, const char *sqlstate)
 {
+    sh_failed_at(stmt, sqlstate, clock_mono());
+}
+
+void sh_failed_at(const char *stmt, const char *sqlstate, double at)
+{
     if (!stmt || !sh_sqlstate_counts(sqlstate))
         return;
     pthread_mutex_lock(&H.mu);
@@ -61,7 +66,7 @@ void sh_failed(const char *stmt, const char *sqlstate)
     if (i >= 0) {
         memcpy(H.e[i].sqlstate, sqlstate, 5);
         H.e[i].sqlstate[5] = 0;
-        H.e[i].at = clock_mono();
+        H.e[i].at = at;
     }
     pthread_mutex_unlock(&H.mu);
 }
@@ -79,8 +84,13 @@ void sh_ok(const char *stmt)
 
 size_t sh_failing(void (*fn)(const char *, const char *, double, void *), void *arg)
 {
+    return sh_failing_at(clock_mono(), fn, arg);
+}
+
+size_t sh_failing_at(double now, void (*fn)(const char *, const char *, double, void *),
+                     void *arg)
+{
     size_t k = 0;
-    double now = clock_mono();
     pthread_mutex_lock(&H.mu);
     for (int i = 0; i < atomic_load(&H.n);) {
         double age = now - H.e[i].at;

@@ -29,5 +29,10 @@ void sh_ok(const char *stmt);
  * many. */
 size_t sh_failing(void (*fn)(const char *stmt, const char *sqlstate, double age_s, void *arg),
                   void *arg);
+/* The same at a given instant of clock_mono (the tests' clock). */
+void sh_failed_at(const char *stmt, const char *sqlstate, double at);
+size_t sh_failing_at(double now,
+                     void (*fn)(const char *stmt, const char *sqlstate, double age_s, void *arg),
+                     void *arg);
 
 #endif

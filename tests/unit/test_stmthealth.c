@@ -107,12 +107,35 @@ static void at_most_sh_max_tracked(void **state)
     assert_int_equal(sh_failing(NULL, NULL), 0);
 }
 
+/* A failure not repeated within SH_WINDOW_S is forgotten (its statement may simply not have run
+ * since); its age is reported until then. */
+static void forgotten_after_the_window(void **state)
+{
+    (void)state;
+    static const char poll[] = "poll_claim", reap[] = "reap";
+    struct seen s = {0};
+    sh_failed_at(poll, "42703", 1000.0);
+    sh_failed_at(reap, "0A000", 1000.0 + SH_WINDOW_S / 2);
+    assert_int_equal(sh_failing_at(1000.0 + SH_WINDOW_S - 1, collect, &s), 2);
+    assert_int_equal(sh_failing_at(1000.0 + SH_WINDOW_S + 1, NULL, NULL), 1);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(sh_failing_at(1000.0 + SH_WINDOW_S + 1, collect, &s), 1);
+    assert_string_equal(s.names[0], "reap");
+    assert_int_equal(sh_failing_at(1000.0 + SH_WINDOW_S * 1.5 + 1, NULL, NULL), 0);
+    /* Failing again after being forgotten: counted again. */
+    sh_failed_at(poll, "42703", 5000.0);
+    assert_int_equal(sh_failing_at(5000.0, NULL, NULL), 1);
+    sh_ok(poll);
+    assert_int_equal(sh_failing_at(5000.0, NULL, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(which_sqlstates_count),
         cmocka_unit_test(failing_until_the_next_success),
         cmocka_unit_test(at_most_sh_max_tracked),
+        cmocka_unit_test(forgotten_after_the_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
