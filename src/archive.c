@@ -216,12 +216,13 @@ char *archive_plan_json(const struct cfg_provider *p, const struct store_finish 
     return js;
 }
 
-/* Plans up to PLAN_BATCH completed operations. */
-static void plan_some(struct db *db)
+/* Plans up to PLAN_BATCH completed operations; how many were read (-1: the read failed). */
+static int plan_some(struct db *db)
 {
     PGresult *r;
     if (db_run(db, &plan_pick, DB_ARGS(p_text("providers", g_providers)), &r) < 0)
-        return;
+        return -1;
+    int n = PQntuples(r);
     for (int i = 0; i < PQntuples(r); i++) {
         const char *prov = db_val(r, i, 2);
         const struct cfg_provider *p = cfg_find_provider(g_cfg, prov, strlen(prov));
@@ -250,6 +251,23 @@ static void plan_some(struct db *db)
         free(body);
     }
     PQclear(r);
+    return n;
+}
+
+/* Most results are written with their plan (archive_plan_json): the planner is the fallback for
+ * the rest (a reconcile's found result, an older replica's writes). It reads what is left
+ * unplanned at most every PLAN_EVERY_MS, and again at the next claim while it finds some — not
+ * before every claim, one round trip per copy that found nothing. */
+#define PLAN_EVERY_MS 1000
+static _Atomic long long plan_next_ms; /* clock_mono, in ms, of the planner's next read */
+
+static void plan_due(struct db *db)
+{
+    long long now = (long long)(clock_mono() * 1000);
+    if (now < atomic_load(&plan_next_ms))
+        return;
+    int n = plan_some(db);
+    atomic_store(&plan_next_ms, n > 0 ? now : now + PLAN_EVERY_MS);
 }
 
 static struct turns claim_turns = TURNS_INIT;
@@ -295,7 +313,7 @@ static int archive_claim(struct db *db, const char *owner, int lease_seconds,
 {
     struct claim_args a = {owner, lease_seconds, out};
     memset(out, 0, sizeof(*out));
-    plan_some(db);
+    plan_due(db);
     return turns_claim(&claim_turns, db, claim_due_read, claim_tenant, &a);
 }
 
