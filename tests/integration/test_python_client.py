@@ -299,27 +299,27 @@ def test_cancel_of_a_running_task_ends_canceled(gateway_factory, token, mock):
     assert task["status"] == "canceled" and task.get("cancels", 1) == 1, task
 
 
-def test_outputs_are_downloaded_and_checked(gateway, token, mock, tmp_path):
-    """PENDING on GET /v1/jobs/{id}/outputs/{n} (issue 13 §1, being added on another branch).
-    Until the gateway reports a job's archive this test only checks that the client says so
-    (OutputsUnavailable) and skips; once it does, every output is downloaded and its SHA-256
-    checked against the ETag and the job's record."""
-    c = client(f"http://127.0.0.1:{gateway.port}", token)
+def test_outputs_are_downloaded_and_checked(gateway_factory, token, mock, tmp_path):
+    """Every archived output is downloaded by the client and its SHA-256 checked against the
+    ETag and the job's record. The mock serves its outputs over http on 127.0.0.1, which the
+    archive refuses unless the provider's archive profile allows it."""
+    gw = gateway_factory(providers=[provider(
+        "mock-images", mock.url,
+        auth={"header": "Authorization", "prefix": "Bearer ", "secret_env": "MOCK_IMAGES_API_KEY"},
+        archive={"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True})])
+    c = client(f"http://127.0.0.1:{gw.port}", token)
     job = c.wait(c.submit(ROUTE, {"prompt": "keep me", "n": 2}, derive_key(identity())),
                  timeout=30)
     assert job.ok
-    if "archive" not in job.data:
-        with pytest.raises(OutputsUnavailable, match="no archive"):
-            c.outputs(job, str(tmp_path / "out"))
-        pytest.skip("PENDING: this gateway has no output archive (GET /v1/jobs/{id}/outputs/{n}, "
-                    "issue 13 §1, is not merged); the client's download is written against it")
     deadline = time.monotonic() + 60
-    while any(o["state"] == "pending" for o in job.get("archive")) and \
+    while (not job.get("archive") or
+           any(o["state"] == "pending" for o in job.get("archive"))) and \
             time.monotonic() < deadline:
         time.sleep(0.2)
         job = c.get(job.id)
+    assert [o["state"] for o in job.get("archive")] == ["archived", "archived"]
     got = c.outputs(job, str(tmp_path / "out"))
-    assert [o.index for o in got] == [o["index"] for o in job.get("archive")]
+    assert [o.index for o in got] == [0, 1]
     for o, rec in zip(got, job.get("archive")):
         with open(o.path, "rb") as f:
             assert hashlib.sha256(f.read()).hexdigest() == o.sha256 == rec["sha256"]
