@@ -273,6 +273,7 @@ static int loop_done(struct loop *L)
 static void *loop_main(void *arg)
 {
     struct loop *L = arg;
+    (void)pthread_setname_np(pthread_self(), "ig-engine"); /* ps -L, top -H, perf */
     struct epoll_event evs[EVENTS_MAX];
     while (!loop_done(L)) {
         long long now = now_ms();

@@ -17,6 +17,7 @@ struct offload {
 static void *offload_main(void *arg)
 {
     struct offload *o = arg;
+    (void)pthread_setname_np(pthread_self(), "ig-dbworker"); /* ps -L, top -H, perf */
     for (;;) {
         pthread_mutex_lock(&o->mu);
         while (!o->head && !o->closed)

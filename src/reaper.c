@@ -69,6 +69,7 @@ static void sweep(struct db *db, int batch)
 static void *reaper_main(void *arg)
 {
     struct reaper *r = arg;
+    (void)pthread_setname_np(pthread_self(), "ig-reaper"); /* ps -L, top -H, perf */
     struct db *db = store_db_open(r->cfg->database_url);
     if (!db)
         return NULL;

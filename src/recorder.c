@@ -130,6 +130,7 @@ struct writer {
 static void *writer_main(void *arg)
 {
     struct writer *w = arg;
+    (void)pthread_setname_np(pthread_self(), "ig-recorder"); /* ps -L, top -H, perf */
     struct recorder *rec = w->rec;
     for (;;) {
         pthread_mutex_lock(&rec->mu);

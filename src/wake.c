@@ -324,6 +324,7 @@ static int signal_once(struct db *db)
 static void *signaller_main(void *arg)
 {
     struct db *db = arg;
+    (void)pthread_setname_np(pthread_self(), "ig-signaller"); /* ps -L, top -H, perf */
     double next_at = 0;
     long retry_ms = RETRY_MIN_MS;
     pthread_mutex_lock(&W.mu);

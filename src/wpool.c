@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -18,6 +19,7 @@ struct wpool {
     struct wpool_spec spec;
     atomic_int stop;
     atomic_int quiesce; /* no more claims; only chores */
+    atomic_int chores_waiter; /* an idle thread waits on chores_fd (at most one at a time) */
     int stop_fd; /* an eventfd that wakes idle threads when stopping */
     int n;
     pthread_t *threads;
@@ -66,7 +68,13 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
 static int idle_wait(struct wpool *p, struct db *db)
 {
     int work_fd = p->spec.wake_on_work ? wake_work_fd() : -1;
-    int fds[3] = {p->stop_fd, p->spec.chores ? p->spec.chores_fd : -1, work_fd};
+    /* One idle thread at a time waits for chores. Every thread waiting on one eventfd would wake
+     * at each ended call, race for the queue and mostly find it taken: a context switch each,
+     * and smaller batches (a round trip and a commit each). The others do the chores they find
+     * when they come round for any other reason, so none waits on a waiter that is busy longer
+     * than its own work or idle_ms. */
+    int waiter = p->spec.chores && atomic_exchange(&p->chores_waiter, 1) == 0;
+    int fds[3] = {p->stop_fd, waiter ? p->spec.chores_fd : -1, work_fd};
     int nfds = 0, claim = 0;
     for (int i = 0; i < 3; i++)
         if (fds[i] >= 0)
@@ -98,6 +106,8 @@ static int idle_wait(struct wpool *p, struct db *db)
         if (poll(&pfd, 1, 0) > 0)
             claim = 1;
     }
+    if (waiter)
+        atomic_store(&p->chores_waiter, 0);
     if (p->spec.chores && (!p->spec.starved || p->spec.starved(p->spec.arg))) {
         /* A call ended: results to write, and room for the claim that found none. */
         struct pollfd pfd = {.fd = p->spec.chores_fd, .events = POLLIN};
@@ -140,6 +150,9 @@ static int claim_and_run(struct wpool *p, struct db *db)
 static void *wpool_main(void *arg)
 {
     struct wpool *p = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "ig-%s", p->spec.name);
+    (void)pthread_setname_np(pthread_self(), name); /* ps -L, top -H, perf */
     struct db *db = store_db_open(p->cfg->database_url);
     unsigned gen = 0;
     int backoff_ms = 100, claim = 1;

@@ -34,7 +34,8 @@ struct wpool_spec {
      * engine.h); all optional. claim_arg claims instead of claim. chores is work that is no claim
      * (born reservations to start, results of calls to write), in batches: it runs first on
      * every turn, and again while it returns 1, with a claim between two batches when one is
-     * wanted; chores_fd is readable while some wait, and wakes an idle thread, which then also
+     * wanted; chores_fd is readable while some wait, and wakes one idle thread (one waits on it
+     * at a time: the others take chores when they come round), which then also
      * claims when starved says a claim found no room (a call's end makes room for another). */
     int (*claim_arg)(struct db *db, const char *owner, int lease_seconds, struct store_claim *out,
                      void *arg);
