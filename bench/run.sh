@@ -18,6 +18,8 @@
 #   BENCH_SECONDS=10            duration of each measured run
 #   BENCH_WARMUP_SECONDS=2      unmeasured run before each measured one
 #   BENCH_CONNECTIONS=32        wrk connections and pgbench clients
+#   BENCH_PGSS_TRACK=top        pg_stat_statements.track: all also lists the statements inside
+#                               functions (their time is then counted twice in the sum)
 #   BENCH_HTTP_THREADS=4        the gateway's http_threads (each holds one database connection)
 #   BENCH_DISPATCH_WORKERS=4    the gateway's dispatch_workers (end-to-end and replay runs)
 #   BENCH_IDLE_CONNECTIONS=1000 idle keep-alive connections held for the memory figure
@@ -163,7 +165,7 @@ log "temporary directory $T; mock :$MOCK_PORT, nginx :$NGINX_PORT, gateway :$GW_
 PGDIR=$T/pg
 # pg_stat_statements: executor time per statement per end-to-end job (top-level statements: a
 # function's own statements are inside its call's time).
-DATABASE_URL=$(PG_EXTRA_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top" \
+DATABASE_URL=$(PG_EXTRA_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=${BENCH_PGSS_TRACK:-top}" \
     scripts/pg.sh start "$PGDIR" 5432)
 export DATABASE_URL
 PSQL=("$PGBIN/psql" -h "$PGDIR/sock" -p 5432 -U postgres -d idemgate -qAt)

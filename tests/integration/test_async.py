@@ -269,6 +269,39 @@ def test_a_webhook_reaches_every_tenant_holding_its_task(gateway_factory, mock, 
         psql(f"DELETE FROM tenants WHERE name = ANY (ARRAY{names})")
 
 
+def test_a_webhook_that_overtakes_a_poll_in_flight_is_not_lost(gateway_factory, token, mock):
+    """A signed webhook announcing the end while a status read is out — the read saw the task
+    still running — moves the next read to now; the poll's "still running" must not push it a
+    whole poll interval (60 s here) away. Before migration 0021 the job stayed accepted for the
+    interval; now a second read follows at once and finds the end."""
+    gw, route = hooked_gateway(gateway_factory, mock)
+    r = gw.submit(token, "overtaken-" + uuid.uuid4().hex, body(polls=100000, poll_delay_ms=2000),
+                  route=route)
+    job_id = r.json()["id"]
+    remote = gw.wait_state(token, job_id, {"accepted"}, 20)["remote_id"]
+
+    def task():
+        t = mock.http.request("GET", f"/_tasks/{remote}").json()
+        assert "polls" in t, (remote, t)
+        return t
+
+    def send(word):
+        res = mock.http.request("POST", "/_webhooks/send",
+                                json.dumps({"task_id": remote, "status": word})).json()
+        assert res["statuses"] == [200], res
+
+    polls = task()["polls"]
+    send("running")  # a hint: the status read goes out now and answers 2 s later
+    deadline = time.monotonic() + 10
+    while task()["polls"] == polls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert task()["polls"] == polls + 1, "the hint sent a status read"
+    send("succeeded")  # while that read is out: its answer says running
+    j = gw.wait_state(token, job_id, {"completed", "failed"}, 20)
+    assert j["state"] == "completed", j
+    assert task()["polls"] == polls + 2, "one more read, made at once"
+
+
 def test_1000_duplicate_reordered_late_webhooks_apply_once_and_never_regress(
         gateway_factory, token, mock, psql):
     gw, route = hooked_gateway(gateway_factory, mock)

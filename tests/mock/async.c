@@ -586,6 +586,7 @@ static struct async_task *task_new(const struct async_create_args *a)
         snprintf(t->ext, sizeof(t->ext), "%s",
                  url_len >= 5 && strcmp(a->req->url + url_len - 5, "video") == 0 ? ".mp4" : ".png");
     t->polls_needed = (c->set & CTRL_POLLS) ? c->polls : DEFAULT_POLLS;
+    t->poll_delay_ms = (c->set & CTRL_POLL_DELAY) ? c->poll_delay_ms : 0;
     t->fail = (c->set & CTRL_OUTCOME) && c->fail;
     t->error = dup_or_null((c->set & CTRL_ERROR) ? c->error : DEFAULT_ERROR, &ok);
     t->outputs = (c->set & CTRL_OUTPUTS) ? c->outputs : (c->set & CTRL_N_OUT) ? c->n_out : 1;
@@ -781,6 +782,7 @@ static enum MHD_Result task_route(struct mock_request *req, const struct mock_pe
     struct mock_reply r;
     char id[ASYNC_ID_MAX];
     enum MHD_Result ret;
+    unsigned int delay_ms = 0;
 
     if (!request_task_id(req, k, m, id))
         return send_error(req, k, MHD_HTTP_BAD_REQUEST, "invalid_argument",
@@ -791,6 +793,7 @@ static enum MHD_Result task_route(struct mock_request *req, const struct mock_pe
     t = find_live(p, m, id);
     if (t && op == OP_POLL) {
         t->polls++;
+        delay_ms = t->poll_delay_ms;
         move_to(t, view_after_polls(t), &sink);
         reply_set_json(&r, MHD_HTTP_OK, async_counted_object(t));
         if (k->poll_hint_header) {
@@ -810,6 +813,11 @@ static enum MHD_Result task_route(struct mock_request *req, const struct mock_pe
     }
     pthread_mutex_unlock(&store_lock);
     webhooks_enqueue(sink.head);
+    /* The state was read above: a webhook sent meanwhile changes the task, not this answer. */
+    if (delay_ms && !mock_sleep_ms(req, delay_ms, true)) {
+        reply_free(&r);
+        return MHD_NO;
+    }
 
     if (t == NULL)
         ret = send_error(req, k, MHD_HTTP_NOT_FOUND, "not_found", "no such task");

@@ -78,6 +78,7 @@ struct async_task {
     char *echo;        /* JSON text echoed back (Replicate's input, Luma's request), or NULL */
     char ext[8];       /* the extension of output files: ".png" or ".mp4" */
     unsigned int polls_needed, polls, cancels, outputs;
+    unsigned int poll_delay_ms; /* a status read's answer waits this long (after the read) */
     bool fail;
     char *error;
     enum async_state state;

@@ -266,6 +266,15 @@ static bool parse_polls(const char *text, struct mock_controls *c, char *err)
     return false;
 }
 
+/* Parses poll_delay_ms: how long a status read's answer waits once the task was read. */
+static bool parse_poll_delay(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MAX_DELAY_MS, &c->poll_delay_ms))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "poll_delay_ms must be an integer 0..%u", MAX_DELAY_MS);
+    return false;
+}
+
 /* Parses outcome: how an asynchronous task ends, "succeeded" or "failed". */
 static bool parse_outcome(const char *text, struct mock_controls *c, char *err)
 {
@@ -448,6 +457,7 @@ static const struct control_field field_table[] = {
     {"pad_bytes", "X-Mock-Pad-Bytes", CTRL_PAD, parse_pad, NULL},
     /* The rest apply to asynchronous providers only. */
     {"polls", "X-Mock-Polls", CTRL_POLLS, parse_polls, NULL},
+    {"poll_delay_ms", "X-Mock-Poll-Delay-Ms", CTRL_POLL_DELAY, parse_poll_delay, NULL},
     {"outcome", "X-Mock-Outcome", CTRL_OUTCOME, parse_outcome, NULL},
     {"error", "X-Mock-Error", CTRL_ERROR, parse_error_text, NULL},
     {"outputs", "X-Mock-Outputs", CTRL_OUTPUTS, parse_outputs, NULL},
@@ -567,6 +577,8 @@ void faults_merge(struct mock_controls *dst, const struct mock_controls *src)
         memcpy(dst->retry_after, src->retry_after, sizeof(dst->retry_after));
     if (take & CTRL_POLLS)
         dst->polls = src->polls;
+    if (take & CTRL_POLL_DELAY)
+        dst->poll_delay_ms = src->poll_delay_ms;
     if (take & CTRL_OUTCOME)
         dst->fail = src->fail;
     if (take & CTRL_ERROR)

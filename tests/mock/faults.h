@@ -51,12 +51,13 @@ enum {
     CTRL_PAD = 1u << 12,
     CTRL_ID_NUMERIC = 1u << 13,
     CTRL_ID_MISSING = 1u << 14,
+    CTRL_POLL_DELAY = 1u << 15,
 };
 
 /* The controls that only asynchronous personalities understand. */
 #define CTRL_ASYNC                                                                                 \
     (CTRL_POLLS | CTRL_OUTCOME | CTRL_ERROR | CTRL_OUTPUTS | CTRL_WEBHOOK | CTRL_ID_NUMERIC |      \
-     CTRL_ID_MISSING)
+     CTRL_ID_MISSING | CTRL_POLL_DELAY)
 
 /* Longest failure message a task can carry, including the terminating NUL. */
 #define MOCK_ERROR_MAX 256
@@ -89,6 +90,8 @@ struct mock_controls {
     char retry_after[MOCK_RETRY_AFTER_MAX];
     /* Asynchronous tasks only: status reads before the task ends, and how it ends. */
     unsigned int polls;
+    /* Each status read's answer waits this long after the task's state was read. */
+    unsigned int poll_delay_ms;
     bool fail;
     char error[MOCK_ERROR_MAX];
     unsigned int outputs;
