@@ -1340,11 +1340,12 @@ int store_breaker_list(struct db *db,
 
 /* Gauges for /metrics: every state (zero included) and the tripped providers. The states work
  * waits in are counted at every scrape, each along its own partial index: as many rows as wait,
- * whatever the history. The terminal states are nearly every row of a long history (one count of
- * a 1 M-row table: 0.4-0.6 s of a scan, ten times that at 10 M, for every scrape of every
- * replica): they are counted at most every GAUGES_TERMINAL_EVERY_S and kept in between. */
+ * whatever the history. The terminal states are nearly every row of a long history (their count
+ * is a scan that grows with it: 0.4-0.6 s at 1 M rows, for every scrape of every replica): they
+ * are counted at most every GAUGES_TERMINAL_EVERY_S and kept in between. */
 #define GAUGES_TERMINAL_EVERY_S 60
-#define BACKLOG_COUNT(st) "SELECT 'state', '" st "', (SELECT count(*) FROM operations WHERE state = '" st "') "
+#define BACKLOG_COUNT(st)                                                                          \
+    "SELECT 'state', '" st "', (SELECT count(*) FROM operations WHERE state = '" st "') "
 static const struct db_stmt gauges = {
     .rerun_safe = 1,
     .name = "gauges",
@@ -1362,28 +1363,38 @@ static const struct db_stmt gauges_terminal = {
 static struct {
     pthread_mutex_t mu;
     double read_at; /* clock_mono of the last count (0: none yet) */
+    int reading;    /* a scrape is counting them now */
     long long n[3]; /* completed, failed, canceled */
 } terminal_counts = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The terminal states' counts, read again when the last count is older than
- * GAUGES_TERMINAL_EVERY_S (one scrape at a time reads; the others report the last count). A
- * failed read keeps the last count; with none yet it is the error. */
+ * GAUGES_TERMINAL_EVERY_S. One scrape reads (without the lock: the count may take seconds); the
+ * others meanwhile report the last count. A failed read keeps the last count; with none yet it
+ * is the error. */
 static int gauges_terminal_counts(struct db *db, long long n[3])
 {
     double now = clock_mono();
     pthread_mutex_lock(&terminal_counts.mu);
-    int e = STORE_OK;
-    if (terminal_counts.read_at == 0 || now - terminal_counts.read_at >= GAUGES_TERMINAL_EVERY_S) {
-        PGresult *r;
-        e = db_run(db, &gauges_terminal, NULL, 0, &r);
-        if (e == STORE_OK) {
-            for (int i = 0; i < PQntuples(r) && i < 3; i++)
-                terminal_counts.n[i] = atoll(PQgetvalue(r, i, 1));
-            terminal_counts.read_at = now;
-            PQclear(r);
-        } else if (terminal_counts.read_at > 0) {
-            e = STORE_OK;
-        }
+    int have = terminal_counts.read_at > 0;
+    int due = !have || now - terminal_counts.read_at >= GAUGES_TERMINAL_EVERY_S;
+    int read = due && (!terminal_counts.reading || !have);
+    if (read)
+        terminal_counts.reading++;
+    memcpy(n, terminal_counts.n, sizeof(terminal_counts.n));
+    pthread_mutex_unlock(&terminal_counts.mu);
+    if (!read)
+        return STORE_OK;
+    PGresult *r;
+    int e = db_run(db, &gauges_terminal, NULL, 0, &r);
+    pthread_mutex_lock(&terminal_counts.mu);
+    terminal_counts.reading--;
+    if (e == STORE_OK) {
+        for (int i = 0; i < PQntuples(r) && i < 3; i++)
+            terminal_counts.n[i] = atoll(PQgetvalue(r, i, 1));
+        terminal_counts.read_at = now;
+        PQclear(r);
+    } else if (have) {
+        e = STORE_OK; /* the last count stands */
     }
     memcpy(n, terminal_counts.n, sizeof(terminal_counts.n));
     pthread_mutex_unlock(&terminal_counts.mu);
