@@ -29,7 +29,7 @@ from conftest import ROOT, provider
 PKG = os.path.join(ROOT, "clients", "python")
 sys.path.insert(0, PKG)
 
-from idemgate import (Client, KeyReused, OutputsUnavailable, RetryPolicy,  # noqa: E402
+from idemgate import (Client, KeyReused, RetryPolicy,  # noqa: E402
                       Unauthorized, Unknown, derive_key)
 
 ROUTE = "mock-images/images/generations"
