@@ -46,13 +46,6 @@ enum {
     JC_RESERVED, JC_COST, JC__COUNT
 };
 
-/* The job the CTE `w` wrote (flag 1); else, unchanged, the job of tenant $1 that `match` names
- * (flag 0), so that one round trip answers both "done now" and "already so". */
-#define WRITTEN_OR_AS_IS(w, match)                                                                 \
-    "SELECT 1, " JOB_COLS(w) " FROM " w " UNION ALL SELECT 0, " JOB_COLS("o")                      \
-    " FROM operations o WHERE o.tenant_id = $1 AND " match                                         \
-    " AND NOT EXISTS (SELECT 1 FROM " w ")"
-
 static int int_or(const PGresult *r, int row, int col, int absent)
 {
     const char *v = db_val(r, row, col);
@@ -210,48 +203,6 @@ static int read_by(struct db *db, const struct db_stmt *s, long long tenant_id,
     return one_job(db, s, DB_ARGS(p_int("tenant_id", tenant_id), which), out, NULL);
 }
 
-/* Budgets (migrations/0008), shared by the statements that create an operation (intake,
- * regenerate; the tenant gate's store half, gate.h): `bud` locks the tenant's tenant_budgets row
- * (the newest committed counters; every other creation for this tenant waits for this commit, no
- * other tenant's does); `v` is the verdict for an estimate of `cost` in `cur`, `unpriced` when
- * the price table priced the request with nothing: 0 no budget, 1 within it, 2 over the day's
- * amount, 3 over the month's, 4 at the most jobs in flight, 5 unpriced under an amount budget in
- * its currency (its 0 would pass any amount: issue 21 §7). BUDGET_TAKE (after `ins`) counts an inserted
- * row that was budgeted: one more in flight, its estimate reserved in the current day and month.
- * BUDGET_REFUSED answers a refused new key with one row whose flag is the verdict. The clock is
- * the statement's CTE `c` (at, day, month: BUDGET_CLOCK), never now() inside the UPDATE's CASE. */
-#define UTC_TODAY "(now() AT TIME ZONE 'UTC')::date"
-#define UTC_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
-#define BUDGET_CTES(cost, cur, unpriced)                                                           \
-    "bud AS (SELECT tb.* FROM tenant_budgets tb WHERE tb.tenant_id = $1 "                           \
-    " FOR UPDATE), "                                                                               \
-    "v AS (SELECT b.tenant_id AS tid, CASE WHEN b.tenant_id IS NULL THEN 0 "                       \
-    "  WHEN b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN 4 "                  \
-    "  WHEN b.currency IS DISTINCT FROM " cur " THEN 1 "                                           \
-    "  WHEN coalesce(" unpriced ", false) AND (b.day_limit_micros IS NOT NULL "                    \
-    "   OR b.month_limit_micros IS NOT NULL) THEN 5 "                                              \
-    "  WHEN b.day_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.day = " UTC_TODAY           \
-    "   THEN b.day_micros ELSE 0 END > b.day_limit_micros THEN 2 "                                 \
-    "  WHEN b.month_limit_micros IS NOT NULL AND " cost " + CASE WHEN b.month = " UTC_MONTH       \
-    "   THEN b.month_micros ELSE 0 END > b.month_limit_micros THEN 3 "                             \
-    "  ELSE 1 END AS verdict FROM (SELECT 1) one LEFT JOIN bud b ON true), "
-#define BUDGET_CLOCK                                                                               \
-    "c AS MATERIALIZED (SELECT now() AS at, " UTC_TODAY " AS day, " UTC_MONTH " AS month), "
-#define BUDGET_TAKE                                                                                \
-    "upd AS (UPDATE tenant_budgets tb SET inflight = tb.inflight + 1, "                            \
-    "  day_micros = CASE WHEN tb.day = c.day THEN tb.day_micros ELSE 0 END "                      \
-    "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
-    "  month_micros = CASE WHEN tb.month = c.month THEN tb.month_micros ELSE 0 END "              \
-    "   + CASE WHEN tb.currency = ins.currency THEN ins.reserved_micros ELSE 0 END, "             \
-    "  day = c.day, month = c.month, updated_at = c.at "                                           \
-    " FROM ins, c WHERE tb.tenant_id = $1 AND tb.tenant_id = ins.tenant_id "                        \
-    "  AND ins.budgeted RETURNING 1) "
-#define BUDGET_REFUSED(key, also)                                                                  \
-    " UNION ALL SELECT v.verdict, " JOB_COLS("o") " FROM v LEFT JOIN (SELECT * FROM operations "  \
-    "  WHERE tenant_id = $1 LIMIT 0) o ON true "      \
-    " WHERE v.verdict >= 2 " also " AND NOT EXISTS (SELECT 1 FROM operations x "                   \
-    "  WHERE x.tenant_id = $1 AND x.idempotency_key = " key ")"
-
 /* Intake: one call of the per-tenant function idemgate_intake (migrations/0014), which says
  * only what the gateway cannot know — inserted, reserved for the claim owner ($17), the key taken,
  * or refused by the tenant's budget — so the new job is made here from the request itself and a
@@ -297,6 +248,18 @@ int store_intake_answer(const char *a, int *verdict, const char **blocked)
     if (a[1] == ':')
         *blocked = a + 2;
     return a[0] == '1' ? INTAKE_NEW : INTAKE_NEW_CLAIMED;
+}
+
+int store_action_answer(const char *a, int *verdict)
+{
+    *verdict = 0;
+    if (!a || !a[0])
+        return 0;
+    if (a[0] == 'r' && a[1] >= '2' && a[1] <= '5' && !a[2]) {
+        *verdict = a[1] - '0';
+        return 'r';
+    }
+    return (a[0] == '0' || a[0] == '1' || a[0] == 'n') && !a[1] ? a[0] : 0;
 }
 
 static void intake_params(const struct store_intake_req *q, struct param ps[INTAKE_NPARAMS])
@@ -362,7 +325,8 @@ static int made_job(const struct store_intake_req *q, int claimed, const char *b
     return STORE_OK;
 }
 
-/* The error of a budget verdict (BUDGET_CTES) that refused a creation. */
+/* The error of a budget verdict (idemgate_intake's, idemgate_regenerate's) that refused a
+ * creation. */
 static int budget_refusal(int verdict)
 {
     return verdict == 2   ? STORE_EOVERDAY
@@ -490,50 +454,59 @@ int store_job_get(struct db *db, long long tenant_id, const char *job_id, struct
     return read_by(db, &job_get, tenant_id, p_text("job_id", job_id), out);
 }
 
-/* The statement's clock, read once for the row ($1, $2) an update then writes FROM it: c.at
- * stands for now() where a distributed database refuses it (inside CASE or COALESCE of an
- * UPDATE, and in RETURNING; see lease.c, CLAIM_LEASE). */
-#define STMT_CLOCK "SELECT now() AS at FROM operations WHERE tenant_id = $1 AND id = $2"
-
-/* Cancel: recorded once. A job never sent is failed at once; one waiting to be sent again
- * after an attempt that may have made its task (prepared with ambiguous_at: a backoff under a
- * provider key, or a resend after a proof that came later) is unknown — never sent again, and
- * reconciliation finds the task or proves it absent; an accepted one has its provider cancel
- * sent by the poller, once (cancel_sent_at). Other live states keep theirs. */
-#define UNSENT "(o.state = 'prepared' AND o.ambiguous_at IS NULL)"
-#define RESENDABLE "(o.state = 'prepared' AND o.ambiguous_at IS NOT NULL)"
+/* Cancel (migration 0023, idemgate_cancel): recorded once. A job never sent is failed at once;
+ * one waiting to be sent again after an attempt that may have made its task (prepared with
+ * ambiguous_at: a backoff under a provider key, or a resend after a proof that came later) is
+ * unknown — never sent again, and reconciliation finds the task or proves it absent; an accepted
+ * one has its provider cancel sent by the poller, once (cancel_sent_at). Other live states keep
+ * theirs; a terminal job is left as it is. One per-tenant function (a statement of modifying CTEs
+ * was six steps on a distributed database); its moves are declared here and the job is read
+ * after it (job_get). */
 static const struct db_stmt cancel = {
     .name = "cancel",
-    .sql = "WITH c AS MATERIALIZED (" STMT_CLOCK "), upd AS (UPDATE operations o SET "
-    "  cancel_requested_at = coalesce(o.cancel_requested_at, c.at), "
-    "  state = CASE WHEN " UNSENT " THEN 'failed' WHEN " RESENDABLE " THEN 'unknown' "
-    "   ELSE o.state END, "
-    "  finished_at = CASE WHEN " UNSENT " THEN c.at ELSE o.finished_at END, "
-    "  last_error = CASE WHEN " UNSENT " THEN 'canceled before it was sent' "
-    "   WHEN " RESENDABLE " THEN 'canceled before it was sent again (an earlier attempt may "
-    "have made the task: reconciliation decides)' ELSE o.last_error END, "
-    "  lease_owner = CASE WHEN o.state = 'prepared' THEN NULL ELSE o.lease_owner END, "
-    "  lease_expires_at = CASE WHEN o.state = 'prepared' THEN NULL ELSE o.lease_expires_at END, "
-    "  lease_version = CASE WHEN o.state = 'prepared' THEN o.lease_version + 1 "
-    "   ELSE o.lease_version END, "
-    "  next_attempt_at = CASE WHEN o.state IN ('accepted', 'unknown', 'prepared') THEN c.at "
-    "   ELSE o.next_attempt_at END, "
-    "  updated_at = c.at "
-    " FROM c WHERE o.tenant_id = $1 AND o.id = $2 "
-    "  AND o.state NOT IN ('completed', 'failed', 'canceled') RETURNING o.*), "
-    STORE_SETTLE_CTE WRITTEN_OR_AS_IS("upd", "o.id = $2"),
+    .sql = "SELECT idemgate_cancel($1::bigint, $2::text)",
     .params = DB_PARAMS("tenant_id", "job_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_FAILED}, {ST_PREPARED, ST_UNKNOWN}, {ST_SENDING, ST_SENDING},
                       {ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW}),
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 
+/* Runs one of the action functions (cancel, resolve, regenerate), whose answer is one text:
+ * "1" wrote, "0" left as it was, "n" no such row, "r<verdict>" refused by the budget. Returns
+ * the answer's first character and, for a refusal, *verdict; 0 on an unknown answer. */
+static int run_action(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
+                      int *verdict, int *err)
+{
+    char *a = NULL;
+    *err = run_text(db, s, ps, n, &a);
+    int c = *err == STORE_OK && a ? store_action_answer(a, verdict) : 0;
+    if (*err == STORE_OK && !c) {
+        LOG(LOG_ERROR, "action_answer_unknown", LS("statement", s->name));
+        *err = STORE_EINTERNAL;
+    }
+    free(a);
+    return c;
+}
+
+/* The job after an action that answered c ('1' or '0'): *flag 1 when the action wrote. */
+static int action_job(struct db *db, int c, long long tenant_id, const char *job_id,
+                      struct store_job *out, int *flag)
+{
+    if (c == 'n')
+        return STORE_ENOTFOUND;
+    *flag = c == '1';
+    return read_by(db, &job_get, tenant_id, p_text("job_id", job_id), out);
+}
+
 int store_cancel(struct db *db, long long tenant_id, const char *job_id, struct store_job *out,
                  int *changed)
 {
-    int e = one_job(db, &cancel,
-                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id)), out,
-                        changed);
+    int e, verdict;
+    *changed = 0;
+    int c = run_action(db, &cancel, DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id)),
+                       &verdict, &e);
+    if (e == STORE_OK)
+        e = action_job(db, c, tenant_id, job_id, out, changed);
     if (e == STORE_OK && *changed)
         wake_state(out->id, out->state); /* failed, when it was never sent */
     return e;
@@ -544,23 +517,8 @@ int store_cancel(struct db *db, long long tenant_id, const char *job_id, struct 
  * st_resolve_target's; a cancelled job proven absent is failed, never sent again. */
 static const struct db_stmt resolve = {
     .name = "resolve",
-    .sql = "WITH c AS MATERIALIZED (" STMT_CLOCK "), upd AS (UPDATE operations o SET "
-    "  state = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL THEN 'failed' "
-    "   ELSE $4 END, resolution = $3, "
-    "  resolved_by = $7 || coalesce(' (' || $5 || ')', ''), "
-    "  resolved_at = c.at, remote_id = coalesce($6, o.remote_id), updated_at = c.at, "
-    "  webhook_hint = CASE WHEN $4 = 'unknown' THEN $6 ELSE o.webhook_hint END, "
-    "  next_attempt_at = c.at, lease_owner = NULL, lease_expires_at = NULL, "
-    "  lease_version = o.lease_version + 1, "
-    "  finished_at = CASE WHEN $4 IN ('completed', 'failed') "
-    "   OR ($4 = 'prepared' AND o.cancel_requested_at IS NOT NULL) THEN c.at END, "
-    "  last_error = CASE WHEN $4 = 'prepared' AND o.cancel_requested_at IS NOT NULL "
-    "   THEN 'canceled; not sent again' "
-    "   WHEN $3 = 'abandon' THEN 'abandoned by an operator' "
-    "   WHEN $3 = 'absent' THEN 'proven absent by an operator' ELSE o.last_error END "
-    " FROM c WHERE o.tenant_id = $1 AND o.id = $2 AND " KEYED_STATE("o.state") " = 'review' "
-    " RETURNING o.*), "
-    STORE_SETTLE_CTE WRITTEN_OR_AS_IS("upd", "o.id = $2"),
+    .sql = "SELECT idemgate_resolve($1::bigint, $2::text, $3::text, $4::text, $5::text, $6::text, "
+    "$7::text)",
     .params = DB_PARAMS("tenant_id", "job_id", "outcome", "state", "by", "remote_id", "tenant"),
     .moves = DB_MOVES({ST_REVIEW, ST_PREPARED}, {ST_REVIEW, ST_ACCEPTED}, {ST_REVIEW, ST_COMPLETED},
                       {ST_REVIEW, ST_FAILED}, {ST_REVIEW, ST_UNKNOWN}),
@@ -578,12 +536,16 @@ int store_resolve(struct db *db, long long tenant_id, const char *tenant, const 
             LS("to", st_name(new_state)));
         return STORE_EINTERNAL;
     }
-    int e = one_job(db, &resolve,
-                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id),
-                                p_text("outcome", outcome), p_text("state", st_name(new_state)),
-                                p_text("by", by), p_text("remote_id", remote_id),
-                                p_text("tenant", tenant)),
-                        out, applied);
+    int e, verdict;
+    *applied = 0;
+    int c = run_action(db, &resolve,
+                       DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id),
+                               p_text("outcome", outcome), p_text("state", st_name(new_state)),
+                               p_text("by", by), p_text("remote_id", remote_id),
+                               p_text("tenant", tenant)),
+                       &verdict, &e);
+    if (e == STORE_OK)
+        e = action_job(db, c, tenant_id, job_id, out, applied);
     if (e == STORE_OK && *applied)
         wake_state(out->id, out->state);
     return e;
@@ -591,27 +553,13 @@ int store_resolve(struct db *db, long long tenant_id, const char *tenant, const 
 
 /* A deliberate new paid creation from a terminal job: a new operation with its own key, linked
  * to its parent, counted as one more generation. The parent is only read. Its estimate (the
- * parent's) is reserved against the tenant's budget as at intake (BUDGET_CTES). */
+ * parent's) is reserved against the tenant's budget as at intake. One per-tenant function
+ * (migration 0023, idemgate_regenerate; ten steps as a statement of modifying CTEs on a
+ * distributed database); the job is read after it. */
 static const struct db_stmt regenerate = {
     .name = "regenerate",
-    .sql = "WITH " BUDGET_CLOCK "p AS (SELECT o.* FROM operations o WHERE o.tenant_id = $1 "
-    "      AND o.id = $2 AND o.state IN ('completed', 'failed', 'canceled')), "
-    BUDGET_CTES("(SELECT p.reserved_micros FROM p)", "(SELECT p.currency FROM p)",
-                "(SELECT p.unpriced FROM p)")
-    "ins AS (INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
-    "  fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
-    "  req_idem_header, reconcile_strategy, outputs_requested, state, expires_at, parent_id, "
-    "  generation_attempts, profile_id, reserved_micros, currency, budgeted, unpriced) "
-    " SELECT p.tenant_id, $3, $4, decode($5, 'hex'), $6, p.provider, p.route, p.req_method, "
-    "  p.req_url, p.req_credential, p.req_body, p.req_idem_header, p.reconcile_strategy, "
-    "  p.outputs_requested, 'prepared', now() + make_interval(hours => $7), p.id, "
-    "  p.generation_attempts + 1, p.profile_id, p.reserved_micros, p.currency, v.verdict = 1, "
-    "  p.unpriced "
-    " FROM p, v WHERE v.verdict <= 1 "
-    " ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING *), "
-    BUDGET_TAKE
-    WRITTEN_OR_AS_IS("ins", "o.idempotency_key = $4")
-    BUDGET_REFUSED("$4", "AND EXISTS (SELECT 1 FROM p)"),
+    .sql = "SELECT idemgate_regenerate($1::bigint, $2::text, $3::text, $4::text, $5::text, "
+    "$6::smallint, $7::integer)",
     .params = DB_PARAMS("tenant_id", "parent_id", "new_id", "key", "fingerprint",
                         "fingerprint_version", "ttl_hours"),
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
@@ -643,24 +591,30 @@ int store_regenerate(struct db *db, long long tenant_id, const char *parent_id, 
                      const char *key, const char *fp_hex, int fp_version, int ttl_hours,
                      struct store_job *out, int *created)
 {
+    *created = 0;
     for (int tries = 0; tries < 3; tries++) {
-        int e = one_job(db, &regenerate,
-                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("parent_id", parent_id),
-                                p_text("new_id", new_id), p_text("key", key),
-                                p_text("fingerprint", fp_hex),
-                                p_int("fingerprint_version", fp_version),
-                                p_int("ttl_hours", ttl_hours)),
-                        out, created);
-        if (e == STORE_OK && *created >= 2) { /* refused by the budget, unless the key exists */
-            int verdict = *created;
+        int e, verdict;
+        int c = run_action(db, &regenerate,
+                           DB_ARGS(p_int("tenant_id", tenant_id), p_text("parent_id", parent_id),
+                                   p_text("new_id", new_id), p_text("key", key),
+                                   p_text("fingerprint", fp_hex),
+                                   p_int("fingerprint_version", fp_version),
+                                   p_int("ttl_hours", ttl_hours)),
+                           &verdict, &e);
+        if (e == STORE_OK && c == '1') {
+            e = read_by(db, &job_get, tenant_id, p_text("job_id", new_id), out);
+            *created = e == STORE_OK;
+        } else if (e == STORE_OK && (c == '0' || c == 'r')) {
+            /* The key is taken (ours when it carries our id), or the budget refused a key
+             * nobody held: unless it was recorded meanwhile, the refusal. */
             e = read_by(db, &by_key, tenant_id, p_text("key", key), out);
-            *created = 0;
-            if (e == STORE_ENOTFOUND)
-                return budget_refusal(verdict);
-            return e;
-        }
-        if (e == STORE_ENOTFOUND)
+            if (e == STORE_OK)
+                *created = strcmp(out->id, new_id) == 0;
+            else if (e == STORE_ENOTFOUND)
+                e = c == 'r' ? budget_refusal(verdict) : STORE_ERETRY;
+        } else if (e == STORE_OK) {
             e = regenerate_missed(db, tenant_id, parent_id, key, out, created);
+        }
         if (e == STORE_OK && *created)
             wake_work();
         if (e != STORE_ERETRY)

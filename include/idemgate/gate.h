@@ -13,8 +13,9 @@
  *   2. its price: the estimate to reserve, and whether the price table prices the request with
  *      nothing (pricing.h);
  *   3. its jobs in flight, the day's and the month's amounts, and an unpriced request under an
- *      amount budget: the store's verdict, taken in the creation's own commit (BUDGET_CTES in
- *      store.c) so that it holds across replicas; a refusal is answered by gate_reply_refused.
+ *      amount budget: the store's verdict, taken in the creation's own commit (the functions
+ *      idemgate_intake and idemgate_regenerate, migrations 0014 and 0023) so that it holds
+ *      across replicas; a refusal is answered by gate_reply_refused.
  * A regeneration is priced by its parent's stored estimate and unpriced flag; an operator's
  * resend is held by the reservation and the in-flight slot its operation keeps until it ends.
  * Both pass gate_admit with no provider (p NULL): the rate is theirs to pass here. */

@@ -19,29 +19,6 @@
  * regenerate and a breaker reset tell wake.h, once committed, of an operation they left
  * prepared (or made claimable), completed or failed. */
 
-/* The settle of a budgeted operation's end, as a CTE named `settle` of the statement that ends
- * it (cancel, resolve; finish does the same in its function, migration 0019): `upd` is that
- * statement's UPDATE of operations, RETURNING the row's state, budgeted, currency, cost_micros,
- * reserved_micros and created_at; `c` its clock CTE (c.at). Every one of these updates requires
- * a state that is not terminal, so a terminal state in `upd` is this statement's end of the
- * operation, settled once: one fewer in flight, and the day and month it was reserved in
- * charged what it cost (the trigger of migration 0018 set cost_micros: computed, or the
- * reservation; failed: 0) instead of its estimate. One co-located row of the tenant's
- * (tenant_id = $1): no trigger writes another table, which a distributed database refuses from a
- * shard. */
-#define STORE_SETTLE_CTE                                                                           \
-    "settle AS (UPDATE tenant_budgets b SET inflight = greatest(b.inflight - 1, 0), "              \
-    " day_micros = CASE WHEN b.day = s.d AND b.currency = s.currency "                             \
-    "  THEN greatest(b.day_micros + s.delta, 0) ELSE b.day_micros END, "                           \
-    " month_micros = CASE WHEN b.month = s.m AND b.currency = s.currency "                         \
-    "  THEN greatest(b.month_micros + s.delta, 0) ELSE b.month_micros END, "                       \
-    " updated_at = c.at "                                                                          \
-    " FROM c, (SELECT currency, cost_micros - reserved_micros AS delta, "                          \
-    "   (created_at AT TIME ZONE 'UTC')::date AS d, "                                              \
-    "   date_trunc('month', created_at AT TIME ZONE 'UTC')::date AS m FROM upd "                   \
-    "  WHERE budgeted AND state IN ('completed', 'failed', 'canceled')) s "                        \
-    " WHERE b.tenant_id = $1 RETURNING 1) "
-
 /* A job as read from the operations table. The strings point into a result owned by the
  * struct; store_job_fini releases them. Absent values are NULL (numbers: 0). */
 struct store_job {
@@ -155,6 +132,11 @@ int store_intake_batch(struct db *db, struct store_intake_item *const *items, si
  * breaker's reason of a new intent whose provider is tripped (*blocked, into a); -1 for anything
  * else. */
 int store_intake_answer(const char *a, int *verdict, const char **blocked);
+
+/* Pure: an answer of the action functions (migrations/0023: cancel, resolve, regenerate) — '1'
+ * it wrote, '0' the row exists and was left as it was, 'n' no such row, 'r' refused by the budget
+ * (*verdict 2..5); 0 for anything else. */
+int store_action_answer(const char *a, int *verdict);
 
 /* A tenant's job by id: STORE_ENOTFOUND (also another tenant's job) or STORE_OK. */
 __attribute__((warn_unused_result)) int store_job_get(struct db *db, long long tenant_id,

@@ -70,6 +70,26 @@ static void test_intake_answer(void **state)
     }
 }
 
+/* The answers of the action functions (migrations/0023). */
+static void test_action_answer(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *a;
+        int want, verdict;
+    } cases[] = {
+        {"1", '1', 0},   {"0", '0', 0},   {"n", 'n', 0},   {"r2", 'r', 2}, {"r5", 'r', 5},
+        {"r1", 0, 0},    {"r6", 0, 0},    {"r", 0, 0},     {"r22", 0, 0},  {"10", 0, 0},
+        {"n1", 0, 0},    {"2", 0, 0},     {"1:x", 0, 0},   {"", 0, 0},     {NULL, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int verdict = -7;
+        print_message("%s\n", cases[i].a ? cases[i].a : "(null)");
+        assert_int_equal(store_action_answer(cases[i].a, &verdict), cases[i].want);
+        assert_int_equal(verdict, cases[i].verdict);
+    }
+}
+
 /* Timestamps are formatted here, not by the database: RFC 3339, UTC, always six digits. */
 static void test_stamp(void **state)
 {
@@ -126,6 +146,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_order),
         cmocka_unit_test(test_intake_answer),
+        cmocka_unit_test(test_action_answer),
         cmocka_unit_test(test_stamp),
         cmocka_unit_test(test_stamp_epoch),
     };
