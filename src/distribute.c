@@ -26,6 +26,9 @@ static const struct dist_step steps[] = {
     {DIST_FUNCTION, "idemgate_finish(bigint, text, bigint, text, integer, jsonb, bytea, text, "
                     "text, float8, float8, text, integer, bigint, float8, text, text, integer, "
                     "integer, jsonb, text, bigint, text, jsonb, boolean, bigint, jsonb)"},
+    /* Called by the three below on the worker: it must be there too. */
+    {DIST_FUNCTION, "idemgate_settle_ended(bigint, text, boolean, text, bigint, bigint, "
+                    "timestamptz, timestamptz)"},
     {DIST_FUNCTION, "idemgate_cancel(bigint, text)"},
     {DIST_FUNCTION, "idemgate_resolve(bigint, text, text, text, text, text, text)"},
     {DIST_FUNCTION, "idemgate_regenerate(bigint, text, text, text, text, smallint, integer)"},
