@@ -117,6 +117,42 @@ const char *hs_req_query(const struct hs_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+struct query_check {
+    const char *const *known;
+    unsigned seen; /* bit i: known[i] was given */
+    const char *bad;
+    int repeated;
+};
+
+static enum MHD_Result query_check_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    (void)value;
+    struct query_check *q = cls;
+    for (unsigned i = 0; q->known[i] && i < 32; i++) {
+        if (strcmp(q->known[i], key) != 0)
+            continue;
+        if (q->seen & (1u << i)) {
+            q->bad = key;
+            q->repeated = 1;
+            return MHD_NO;
+        }
+        q->seen |= 1u << i;
+        return MHD_YES;
+    }
+    q->bad = key;
+    return MHD_NO;
+}
+
+const char *hs_req_query_check(const struct hs_req *r, const char *const *known, int *repeated)
+{
+    struct query_check q = {.known = known};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, query_check_cb, &q);
+    *repeated = q.repeated;
+    return q.bad;
+}
+
 struct count_ctx {
     const char *name;
     int n;

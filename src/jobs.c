@@ -7,6 +7,7 @@
 #include "idemgate/gate.h"
 #include "idemgate/headers.h"
 #include "idemgate/jobcache.h"
+#include "idemgate/jobpage.h"
 #include "idemgate/jobview.h"
 #include "idemgate/log.h"
 #include "idemgate/provider.h"
@@ -89,19 +90,40 @@ void jobs_get(struct hs_req *r, const struct api_args *a)
 
 struct list_ctx {
     cJSON *arr;
+    int limit, n;
+    char cursor[JOBPAGE_CURSOR_LEN]; /* after the page's last job; "" when none */
+    int has_more;
 };
 
 static void add_listed(const struct store_job *j, void *arg)
 {
     struct list_ctx *l = arg;
+    if (l->n++ == l->limit) { /* the one row past the page: there is more */
+        l->has_more = 1;
+        return;
+    }
     char *json = jobview_json(j);
     if (json) {
         cJSON_AddItemToArray(l->arr, cJSON_CreateRaw(json));
         free(json);
     }
+    if (jobpage_cursor(j->created_at, j->id, l->cursor) < 0)
+        l->cursor[0] = '\0';
 }
 
-/* GET /v1/jobs?state=S&limit=N: the tenant's jobs, oldest first. */
+/* A strict decimal integer in 1..1000, or -1. */
+static int page_limit(const char *v)
+{
+    if (!v)
+        return 100;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *v >= '0' && *v <= '9' && !*end && n >= 1 && n <= 1000 ? (int)n : -1;
+}
+
+/* GET /v1/jobs?state=&provider=&idempotency_key=&limit=&starting_after=: the tenant's jobs,
+ * newest first, a page at a time (jobpage.h). Any other parameter, or one given twice, is a 400
+ * that names it: a filter misspelt is never silently ignored. */
 void jobs_list(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
@@ -109,25 +131,58 @@ void jobs_list(struct hs_req *r, const struct api_args *a)
     struct tenant t;
     if (reply_caller_tenant(r, token, &t) < 0)
         return;
-    const char *state = hs_req_query(r, "state");
-    const char *lim = hs_req_query(r, "limit");
-    int limit = lim ? atoi(lim) : 100;
-    if ((state && st_parse(state) < 0) || limit < 1 || limit > 1000) {
-        reply_problem(r, 400, "invalid-query", "Invalid query",
-                      "state must be a job state and limit within 1..1000", 0);
+    int repeated;
+    const char *bad = hs_req_query_check(r, jobpage_params, &repeated);
+    if (bad) {
+        char detail[256];
+        snprintf(detail, sizeof(detail),
+                 repeated ? "query parameter \"%.64s\" is given twice"
+                          : "unknown query parameter \"%.64s\": GET /v1/jobs takes state, "
+                            "provider, idempotency_key, limit and starting_after",
+                 bad);
+        reply_problem(r, 400, "invalid-query", "Invalid query", detail, 0);
         return;
+    }
+    struct store_jobs_query q = {
+        .state = hs_req_query(r, "state"),
+        .provider = hs_req_query(r, "provider"),
+        .key = hs_req_query(r, "idempotency_key"),
+        .limit = page_limit(hs_req_query(r, "limit")),
+    };
+    const char *after = hs_req_query(r, "starting_after");
+    char stamp[28], id[65];
+    const char *why = NULL;
+    if (q.state && st_parse(q.state) < 0)
+        why = "state must be a job state: prepared, sending, accepted, unknown, review, "
+              "completed, failed or canceled";
+    else if (q.limit < 0)
+        why = "limit must be a whole number within 1..1000";
+    else if (after && jobpage_cursor_parse(after, stamp, id) < 0)
+        why = "starting_after must be the next_cursor of an earlier page";
+    if (why) {
+        reply_problem(r, 400, "invalid-query", "Invalid query", why, 0);
+        return;
+    }
+    if (after) {
+        q.before_at = stamp;
+        q.before_id = id;
     }
     cJSON *o = cJSON_CreateObject();
-    struct list_ctx l = {cJSON_AddArrayToObject(o, "data")};
+    struct list_ctx l = {.arr = cJSON_AddArrayToObject(o, "data"), .limit = q.limit};
     cJSON_AddStringToObject(o, "object", "list");
-    int e = store_jobs_list(api_db(r), t.id, state, limit, add_listed, &l);
+    q.limit++; /* one row more than the page: whether another page follows */
+    int e = store_jobs_list(api_db(r), t.id, &q, add_listed, &l);
     if (e < 0) {
         reply_store_error(r, e);
-    } else {
-        reply_json(r, 200, o);
+        cJSON_Delete(o);
         return;
     }
-    cJSON_Delete(o);
+    cJSON_AddBoolToObject(o, "has_more", l.has_more);
+    if (l.has_more && l.cursor[0])
+        cJSON_AddStringToObject(o, "next_cursor", l.cursor);
+    else
+        cJSON_AddNullToObject(o, "next_cursor");
+    reply_json(r, 200, o);
 }
 
 /* A tenant adopts a task only when the provider says it is this job's: the task, read by its id,

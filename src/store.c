@@ -647,21 +647,65 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
     return e < 0 ? e : rows;
 }
 
-/* The tenant's jobs. */
+/* The tenant's jobs, newest first: (created_at, id) before the cursor ($3, $4; 'infinity' and
+ * '' for the first page), optionally of one provider ($2). In one state ($5) the scan is the
+ * index of (tenant, state, created_at) read backwards; in every state it is that index read once
+ * per state, each branch at most $6 rows, merged (Merge Append) — never a sort of the tenant's
+ * whole history. By key ($5 of jobs_by_key) it is the key's one row. */
+#define JOBS_PAGE_WHERE                                                                            \
+    "o.tenant_id = $1 AND ($2::text IS NULL OR o.provider = $2) "                                  \
+    "AND (o.created_at, o.id) < ($3::timestamptz, $4::text) "
+#define JOBS_IN_STATE(st)                                                                          \
+    "(SELECT * FROM operations o WHERE " JOBS_PAGE_WHERE "AND o.state = '" st "' "                 \
+    "ORDER BY o.created_at DESC, o.id DESC LIMIT $5)"
 static const struct db_stmt jobs_list = {
     .rerun_safe = 1,
     .name = "jobs_list",
-    .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE o.tenant_id = $1 "
-    "AND ($2::text IS NULL OR o.state = $2) ORDER BY o.created_at, o.id LIMIT $3",
-    .params = DB_PARAMS("tenant_id", "state", "limit"),
+    .sql = "SELECT 0, " JOB_COLS("o") " FROM (" JOBS_IN_STATE("prepared") " UNION ALL "
+    JOBS_IN_STATE("sending") " UNION ALL " JOBS_IN_STATE("accepted") " UNION ALL "
+    JOBS_IN_STATE("unknown") " UNION ALL " JOBS_IN_STATE("review") " UNION ALL "
+    JOBS_IN_STATE("completed") " UNION ALL " JOBS_IN_STATE("failed") " UNION ALL "
+    JOBS_IN_STATE("canceled") ") o ORDER BY o.created_at DESC, o.id DESC LIMIT $5",
+    .params = DB_PARAMS("tenant_id", "provider", "before_at", "before_id", "limit"),
+};
+static const struct db_stmt jobs_in_state = {
+    .rerun_safe = 1,
+    .name = "jobs_in_state",
+    .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE " JOBS_PAGE_WHERE
+    "AND o.state = $5 ORDER BY o.created_at DESC, o.id DESC LIMIT $6",
+    .params = DB_PARAMS("tenant_id", "provider", "before_at", "before_id", "state", "limit"),
+};
+static const struct db_stmt jobs_by_key = {
+    .rerun_safe = 1,
+    .name = "jobs_by_key",
+    .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE " JOBS_PAGE_WHERE
+    "AND o.idempotency_key = $5 AND ($6::text IS NULL OR o.state = $6)",
+    .params = DB_PARAMS("tenant_id", "provider", "before_at", "before_id", "key", "state"),
 };
 
-int store_jobs_list(struct db *db, long long tenant_id, const char *state, int limit,
+int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_query *q,
                     void (*cb)(const struct store_job *, void *), void *arg)
 {
-    int rows = each_job(db, &jobs_list,
-                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("state", state),
-                                p_int("limit", limit)),
+    const char *at = q->before_at ? q->before_at : "infinity";
+    const char *id = q->before_id ? q->before_id : "";
+    int rows;
+    if (q->key)
+        rows = each_job(db, &jobs_by_key,
+                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("provider", q->provider),
+                                p_text("before_at", at), p_text("before_id", id),
+                                p_text("key", q->key), p_text("state", q->state)),
+                        cb, arg);
+    else if (q->state)
+        rows = each_job(db, &jobs_in_state,
+                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("provider", q->provider),
+                                p_text("before_at", at), p_text("before_id", id),
+                                p_text("state", q->state), p_int("limit", q->limit)),
+                        cb, arg);
+    else
+        rows = each_job(db, &jobs_list,
+                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("provider", q->provider),
+                                p_text("before_at", at), p_text("before_id", id),
+                                p_int("limit", q->limit)),
                         cb, arg);
     return rows < 0 ? rows : STORE_OK;
 }
@@ -1535,7 +1579,7 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 
 static const struct db_stmt *const statements[] = {
     &intake,         &by_key,       &job_get,        &cancel,        &resolve,
-    &regenerate,     &jobs_list,    &webhook_find,   &webhook_signed, &webhook_unsigned,
+    &regenerate,     &jobs_list,    &jobs_in_state,  &jobs_by_key,  &webhook_find,   &webhook_signed, &webhook_unsigned,
     &resume_polling, &janitor,      &janitor_due,    &janitor_webhooks, &unreferenced_sha256,
     &usage,          &budget_set,   &budget_clear,   &tenant_id_named,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,

@@ -91,6 +91,9 @@ const char *hs_req_header_n(const struct hs_req *r, const char *name, size_t *le
 int hs_req_header_count(const struct hs_req *r, const char *name);
 /* A query-string argument, or NULL. */
 const char *hs_req_query(const struct hs_req *r, const char *name);
+/* The first query-string argument that is not one of known (NULL-terminated, at most 32
+ * names) or is given twice (*repeated 1); NULL when every argument is known and given once. */
+const char *hs_req_query_check(const struct hs_req *r, const char *const *known, int *repeated);
 /* The body (not NUL-terminated as far as the contract goes; "" when empty). */
 const char *hs_req_body(const struct hs_req *r, size_t *len);
 int hs_req_body_too_large(const struct hs_req *r);

@@ -182,9 +182,18 @@ __attribute__((warn_unused_result)) int store_breaker_list(
                               const char *tripped_at, void *arg),
     void *arg);
 
-/* A tenant's jobs, oldest first, optionally in one state (NULL: all); cb gets each job. */
+/* A page of a tenant's jobs: newest first (created_at, then id), those created before the job
+ * (before_at, before_id) — a cursor's, jobpage.h — or from the newest (NULL, NULL); filtered by
+ * state, provider and idempotency key (NULL: any); at most limit. */
+struct store_jobs_query {
+    const char *state, *provider, *key;
+    const char *before_at; /* RFC 3339 UTC stamp with microseconds */
+    const char *before_id;
+    int limit;
+};
+/* cb gets each job of the page, in order. */
 __attribute__((warn_unused_result)) int store_jobs_list(struct db *db, long long tenant_id,
-                                                        const char *state, int limit,
+                                                        const struct store_jobs_query *q,
                                                         void (*cb)(const struct store_job *j,
                                                                    void *arg),
                                                         void *arg);

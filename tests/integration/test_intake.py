@@ -264,7 +264,8 @@ def test_job_list_tells_no_tenant_from_no_jobs(gateway, database_url):
     listing = lambda t, q="": gateway.http.request("GET", "/v1/jobs" + q,
                                                  headers={"Authorization": f"Bearer {t}"})
     r = listing(tok)
-    assert r.status == 200 and r.json() == {"object": "list", "data": []}
+    assert r.status == 200 and r.json() == {"object": "list", "data": [], "has_more": False,
+                                            "next_cursor": None}
     assert listing(tok, "?state=review").json()["data"] == []
     assert listing("not-a-tenant").status == 401
     job = gateway.submit(tok, key(), {"prompt": "x"}).json()["id"]
@@ -276,6 +277,53 @@ def test_job_list_tells_no_tenant_from_no_jobs(gateway, database_url):
     assert listing(tok, "?state=failed").status == 401
     assert gateway.http.request("GET", f"/v1/jobs/{job}",
                                 headers={"Authorization": f"Bearer {tok}"}).status == 401
+
+
+def test_job_list_pages_newest_first_with_filters_and_refuses_unknown_parameters(
+        gateway, database_url):
+    """GET /v1/jobs (issue 24 §12): newest first, a page at a time through next_cursor until
+    has_more is false; filters by state, provider and idempotency key; a parameter it does not
+    take — a misspelt filter — or one given twice is a 400 naming it, never ignored."""
+    tok = tenant_token(database_url, "pages-" + uuid.uuid4().hex[:8])
+    auth = {"Authorization": f"Bearer {tok}"}
+    listing = lambda q="": gateway.http.request("GET", "/v1/jobs" + q, headers=auth)
+    keys = [key() for _ in range(7)]
+    made = [gateway.submit(tok, k, {"prompt": "p%d" % i}).json()["id"] for i, k in enumerate(keys)]
+    for j in made:
+        gateway.wait_state(tok, j, {"completed"}, timeout=30)
+
+    def pages(q):
+        seen, cursor = [], None
+        for _ in range(10):
+            r = listing(q + (f"&starting_after={cursor}" if cursor else ""))
+            assert r.status == 200, r.data
+            body = r.json()
+            assert len(body["data"]) <= 3
+            seen += [j["id"] for j in body["data"]]
+            if not body["has_more"]:
+                assert body["next_cursor"] is None
+                return seen
+            cursor = body["next_cursor"]
+        raise AssertionError("paging did not end")
+
+    newest_first = list(reversed(made))
+    assert pages("?limit=3") == newest_first
+    assert pages("?limit=3&state=completed") == newest_first
+    assert pages("?limit=3&provider=mock-images") == newest_first
+    assert pages("?limit=3&provider=no-such-provider") == []
+    assert pages("?limit=3&state=failed") == []
+    assert [j["id"] for j in listing(f"?idempotency_key={keys[2]}").json()["data"]] == [made[2]]
+    assert listing(f"?idempotency_key={keys[2]}&state=failed").json()["data"] == []
+    assert [j["id"] for j in listing("?limit=2").json()["data"]] == newest_first[:2]
+
+    for q, names in (("?stat=completed", "stat"), ("?limit=3&cursor=x", "cursor"),
+                     ("?state=completed&state=failed", "state"), ("?limit=0", "limit"),
+                     ("?limit=1001", "limit"), ("?limit=5x", "limit"),
+                     ("?starting_after=job_x", "starting_after"), ("?state=done", "state")):
+        r = listing(q)
+        assert r.status == 400, (q, r.status)
+        assert r.json()["type"] == "urn:idemgate:problem:invalid-query", r.json()
+        assert names in r.json()["detail"], (q, r.json())
 
 
 def test_tokens_are_stored_hashed(token, psql):

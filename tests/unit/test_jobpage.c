@@ -1,0 +1,79 @@
+/* The job list's cursor (jobpage.h): what it makes parses back to the same stamp and id, and
+ * nothing else parses. Table-driven. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "idemgate/jobpage.h"
+
+static void test_cursor_round_trip(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *stamp, *id;
+        int ok;
+    } cases[] = {
+        {"2026-12-03T09:45:01.123456Z", "job_abcdefghijklmnopqrstuvwxyz", 1},
+        {"1970-01-01T00:00:00.000000Z", "x", 1},
+        {"2026-12-03T09:45:01.123456Z", "job-with-dash_9", 1},
+        {"2026-12-03T09:45:01Z", "job_a", 0},               /* no microseconds */
+        {"2026-12-03 09:45:01.123456Z", "job_a", 0},        /* a space, not T */
+        {"2026-12-03T09:45:01.123456+00:00", "job_a", 0},   /* an offset, not Z */
+        {"2026-12-03T09:45:01.123456Z", "", 0},
+        {"2026-12-03T09:45:01.123456Z", "job~a", 0},
+        {"2026-12-03T09:45:01.123456Z", "job a", 0},
+        {"2026-12-03T09:45:01.123456Z",
+         "ab123456789012345678901234567890123456789012345678901234567890123", 0}, /* 65 */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char c[JOBPAGE_CURSOR_LEN], stamp[28], id[65];
+        print_message("%s %s\n", cases[i].stamp, cases[i].id);
+        int made = jobpage_cursor(cases[i].stamp, cases[i].id, c);
+        assert_int_equal(made, cases[i].ok ? 0 : -1);
+        if (!cases[i].ok)
+            continue;
+        assert_int_equal(jobpage_cursor_parse(c, stamp, id), 0);
+        assert_string_equal(stamp, cases[i].stamp);
+        assert_string_equal(id, cases[i].id);
+    }
+}
+
+static void test_cursor_parse_rejects(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "~",
+        "job_a",
+        "2026-12-03T09:45:01.123456Z",
+        "2026-12-03T09:45:01.123456Z~",
+        "~job_a",
+        "2026-12-03T09:45:01.12345Z~job_a",
+        "2026-12-03T09:45:01.1234567Z~job_a",
+        "2026-12-03T09:45:0a.123456Z~job_a",
+        "2026-12-03T09:45:01.123456Z~job_a~b",
+        "2026-12-03T09:45:01.123456Z~job_a'",
+        "x2026-12-03T09:45:01.123456Z~job_a",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char stamp[28], id[65];
+        print_message("%s\n", bad[i]);
+        assert_int_equal(jobpage_cursor_parse(bad[i], stamp, id), -1);
+    }
+    char stamp[28], id[65];
+    assert_int_equal(jobpage_cursor_parse(NULL, stamp, id), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cursor_round_trip),
+        cmocka_unit_test(test_cursor_parse_rejects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
