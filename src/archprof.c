@@ -4,6 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The members archprof_new reads (members.h). */
+static const struct memb archive_m[] = {
+    {"allow_http", MEMB_VALUE, NULL}, {"allow_private", MEMB_VALUE, NULL},
+    {"b64", MEMB_VALUE, NULL},        {"content_type", MEMB_VALUE, NULL},
+    {"hosts", MEMB_VALUE, NULL},      {"max_bytes", MEMB_VALUE, NULL},
+    {"timeout_ms", MEMB_VALUE, NULL}, {"url", MEMB_VALUE, NULL},
+};
+const struct memb_table archprof_members = MEMB_TABLE(archive_m, NULL);
+
 #define DEFAULT_MAX_BYTES (1LL << 30)
 #define DEFAULT_TIMEOUT_MS 300000L
 

@@ -1,5 +1,6 @@
 #include "idemgate/config.h"
 
+#include "idemgate/members.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -260,10 +261,30 @@ static int check_sha256(const char *name, const char *v, char *err, size_t errle
     return -1;
 }
 
+/* Refuses a member of the file's root that is neither a setting of the table above nor
+ * "providers" (whose entries prof_load_all checks), naming the nearest setting. */
+static int check_root_members(const cJSON *root, const char *path, char *err, size_t errlen)
+{
+    struct memb names[N_SETTINGS + 1];
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        names[i] = (struct memb){settings[i].name, MEMB_VALUE, NULL};
+    names[N_SETTINGS] = (struct memb){"providers", MEMB_VALUE, NULL};
+    const struct memb_table table = {names, N_SETTINGS + 1, NULL};
+    struct memb_problem p;
+    if (memb_check(root, &table, "", &p) == 0)
+        return 0;
+    char msg[400];
+    memb_message(&p, msg, sizeof(msg));
+    errf(err, errlen, "%s: %s", path, msg);
+    return -1;
+}
+
 /* The file's members into c: settings by name, then the providers (profiles resolved relative to
  * the file's folder). */
 static int load_file(struct cfg *c, const cJSON *root, const char *path, char *err, size_t errlen)
 {
+    if (check_root_members(root, path, err, errlen) < 0)
+        return -1;
     const cJSON *item;
     cJSON_ArrayForEach(item, root)
     {
@@ -273,10 +294,8 @@ static int load_file(struct cfg *c, const cJSON *root, const char *path, char *e
         for (size_t i = 0; i < N_SETTINGS; i++)
             if (strcmp(settings[i].name, item->string) == 0)
                 s = &settings[i];
-        if (!s) {
-            errf(err, errlen, "%s: unknown setting \"%s\"", path, item->string);
+        if (!s) /* check_root_members refused it */
             return -1;
-        }
         char num[64];
         const char *v = NULL;
         if (cJSON_IsString(item))

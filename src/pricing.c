@@ -16,6 +16,56 @@ static void errf(char *err, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The members of a price table (members.h), as the loaders below read them. A variant's table
+ * takes the same members as the top level but currency, source and variants; "variants" and
+ * "fallback_per_output" are let through there so that their readers refuse them with the reason
+ * (a variant has no variants of its own; the fallback belongs to the top level). */
+static const struct memb by_m[] = {
+    {"defaults", MEMB_VALUE, NULL}, /* one string per key */
+    {"keys", MEMB_VALUE, NULL},     /* JSONPaths into the request */
+    {"prices", MEMB_VALUE, NULL},   /* keyed by request values */
+};
+static const struct memb_table by_t = MEMB_TABLE(by_m, NULL);
+static const struct memb table_m[] = {
+    {"default_seconds", MEMB_VALUE, NULL},
+    {"estimate_input_tokens", MEMB_VALUE, NULL},
+    {"estimate_output_tokens", MEMB_VALUE, NULL},
+    {"height", MEMB_VALUE, NULL},
+    {"input_tokens", MEMB_VALUE, NULL},
+    {"megapixel", MEMB_VALUE, NULL},
+    {"output_tokens", MEMB_VALUE, NULL},
+    {"per_megapixel", MEMB_VALUE, NULL},
+    {"per_million_input_tokens", MEMB_VALUE, NULL},
+    {"per_million_output_tokens", MEMB_VALUE, NULL},
+    {"per_output", MEMB_VALUE, NULL},
+    {"per_output_by", MEMB_OBJECT, &by_t},
+    {"per_request", MEMB_VALUE, NULL},
+    {"per_second", MEMB_VALUE, NULL},
+    {"per_second_by", MEMB_OBJECT, &by_t},
+    {"seconds", MEMB_VALUE, NULL},
+    {"usage_settles", MEMB_VALUE, NULL},
+    {"width", MEMB_VALUE, NULL},
+};
+static const struct memb_table table_t = MEMB_TABLE(table_m, NULL);
+static const struct memb variant_table_m[] = {
+    {"fallback_per_output", MEMB_VALUE, NULL},
+    {"variants", MEMB_VALUE, NULL},
+};
+static const struct memb_table variant_table_t = MEMB_TABLE(variant_table_m, &table_t);
+static const struct memb variants_m[] = {
+    {"defaults", MEMB_VALUE, NULL},
+    {"keys", MEMB_VALUE, NULL},
+    {"tables", MEMB_MAP, &variant_table_t}, /* keyed by request values */
+};
+static const struct memb_table variants_t = MEMB_TABLE(variants_m, NULL);
+static const struct memb top_m[] = {
+    {"currency", MEMB_VALUE, NULL},
+    {"fallback_per_output", MEMB_VALUE, NULL},
+    {"source", MEMB_VALUE, NULL},
+    {"variants", MEMB_OBJECT, &variants_t},
+};
+const struct memb_table price_table_members = MEMB_TABLE(top_m, &table_t);
+
 /* a + b and a * b, saturating at PRICE_MAX (both operands are never negative here). */
 static long long sat_add(long long a, long long b)
 {

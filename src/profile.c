@@ -1,5 +1,6 @@
 #include "idemgate/profile.h"
 
+#include "idemgate/members.h"
 #include "idemgate/tmpl.h"
 
 #include <errno.h>
@@ -11,6 +12,135 @@
 
 static const char *const status_names[TS__COUNT] = {"queued", "running", "succeeded", "failed",
                                                      "canceled"};
+
+/* The members a provider may have, in its configuration entry or in a profile file: every name
+ * the loaders below read, and nothing else (members.h). A loader that reads a new member needs it
+ * here too, or a configuration that sets it is refused. */
+static const struct memb auth_m[] = {
+    {"header", MEMB_VALUE, NULL},       {"prefix", MEMB_VALUE, NULL},
+    {"secret_env", MEMB_VALUE, NULL},   {"trip_markers", MEMB_VALUE, NULL},
+    {"trip_statuses", MEMB_VALUE, NULL},
+};
+static const struct memb_table auth_t = MEMB_TABLE(auth_m, NULL);
+static const struct memb timeouts_m[] = {{"connect_ms", MEMB_VALUE, NULL},
+                                         {"total_ms", MEMB_VALUE, NULL}};
+static const struct memb_table timeouts_t = MEMB_TABLE(timeouts_m, NULL);
+static const struct memb route_m[] = {
+    {"default_wait_seconds", MEMB_VALUE, NULL}, {"method", MEMB_VALUE, NULL},
+    {"path", MEMB_VALUE, NULL},                 {"route", MEMB_VALUE, NULL},
+};
+static const struct memb_table route_t = MEMB_TABLE(route_m, NULL);
+static const struct memb idem_m[] = {{"header", MEMB_VALUE, NULL}};
+static const struct memb_table idem_t = MEMB_TABLE(idem_m, NULL);
+static const struct memb client_ref_m[] = {{"body_field", MEMB_VALUE, NULL},
+                                           {"header", MEMB_VALUE, NULL}};
+static const struct memb_table client_ref_t = MEMB_TABLE(client_ref_m, NULL);
+static const struct memb body_hint_m[] = {{"pattern", MEMB_VALUE, NULL},
+                                          {"unit_ms", MEMB_VALUE, NULL}};
+static const struct memb_table body_hint_t = MEMB_TABLE(body_hint_m, NULL);
+static const struct memb retry_m[] = {
+    {"base_ms", MEMB_VALUE, NULL},          {"body_hint", MEMB_OBJECT, &body_hint_t},
+    {"cap_ms", MEMB_VALUE, NULL},           {"deadline_seconds", MEMB_VALUE, NULL},
+    {"max_attempts", MEMB_VALUE, NULL},     {"not_created_statuses", MEMB_VALUE, NULL},
+};
+static const struct memb_table retry_t = MEMB_TABLE(retry_m, NULL);
+static const struct memb task_m[] = {{"client_ref", MEMB_VALUE, NULL},
+                                     {"path", MEMB_VALUE, NULL}};
+static const struct memb_table task_t = MEMB_TABLE(task_m, NULL);
+static const struct memb lookup_m[] = {{"id", MEMB_VALUE, NULL}, {"path", MEMB_VALUE, NULL}};
+static const struct memb_table lookup_t = MEMB_TABLE(lookup_m, NULL);
+static const struct memb list_m[] = {
+    {"cursor_param", MEMB_VALUE, NULL}, {"id", MEMB_VALUE, NULL},
+    {"items", MEMB_VALUE, NULL},        {"match", MEMB_VALUE, NULL},
+    {"max_pages", MEMB_VALUE, NULL},    {"next_cursor", MEMB_VALUE, NULL},
+    {"path", MEMB_VALUE, NULL},
+};
+static const struct memb_table list_t = MEMB_TABLE(list_m, NULL);
+static const struct memb reconcile_m[] = {
+    {"absent_grace_ms", MEMB_VALUE, NULL}, {"found_result", MEMB_VALUE, NULL},
+    {"interval_ms", MEMB_VALUE, NULL},     {"list", MEMB_OBJECT, &list_t},
+    {"lookup", MEMB_OBJECT, &lookup_t},    {"strategy", MEMB_VALUE, NULL},
+    {"task", MEMB_OBJECT, &task_t},        {"window_seconds", MEMB_VALUE, NULL},
+};
+static const struct memb_table reconcile_t = MEMB_TABLE(reconcile_m, NULL);
+static const struct memb outputs_m[] = {
+    {"default", MEMB_VALUE, NULL},  {"received", MEMB_VALUE, NULL},
+    {"requested", MEMB_VALUE, NULL}, {"usage", MEMB_VALUE, NULL},
+};
+static const struct memb_table outputs_t = MEMB_TABLE(outputs_m, NULL);
+static const struct memb probe_m[] = {{"path", MEMB_VALUE, NULL}};
+static const struct memb_table probe_t = MEMB_TABLE(probe_m, NULL);
+static const struct memb create_m[] = {
+    {"accepted_statuses", MEMB_VALUE, NULL},
+    {"poll_url", MEMB_VALUE, NULL},
+    {"task_id", MEMB_VALUE, NULL},
+};
+static const struct memb_table create_t = MEMB_TABLE(create_m, NULL);
+/* poll.body is the provider's own JSON: any member names. */
+static const struct memb poll_m[] = {
+    {"body", MEMB_VALUE, NULL},          {"deadline_seconds", MEMB_VALUE, NULL},
+    {"hint_header", MEMB_VALUE, NULL},   {"interval_ms", MEMB_VALUE, NULL},
+    {"max_interval_ms", MEMB_VALUE, NULL}, {"method", MEMB_VALUE, NULL},
+    {"path", MEMB_VALUE, NULL},
+};
+static const struct memb_table poll_t = MEMB_TABLE(poll_m, NULL);
+/* status.map is keyed by the provider's status words. */
+static const struct memb status_m[] = {
+    {"by_http_status", MEMB_VALUE, NULL}, {"done", MEMB_VALUE, NULL},
+    {"error", MEMB_VALUE, NULL},          {"map", MEMB_VALUE, NULL},
+    {"path", MEMB_VALUE, NULL},
+};
+static const struct memb_table status_t = MEMB_TABLE(status_m, NULL);
+static const struct memb result_m[] = {
+    {"content_path", MEMB_VALUE, NULL}, {"error", MEMB_VALUE, NULL},
+    {"expires_at", MEMB_VALUE, NULL},   {"fetch_from_poll_url_strip", MEMB_VALUE, NULL},
+    {"fetch_path", MEMB_VALUE, NULL},   {"fetch_url", MEMB_VALUE, NULL},
+    {"kind", MEMB_VALUE, NULL},         {"output_url", MEMB_VALUE, NULL},
+    {"outputs", MEMB_VALUE, NULL},      {"url_ttl_seconds", MEMB_VALUE, NULL},
+};
+static const struct memb_table result_t = MEMB_TABLE(result_m, NULL);
+static const struct memb cancel_m[] = {{"method", MEMB_VALUE, NULL}, {"path", MEMB_VALUE, NULL}};
+static const struct memb_table cancel_t = MEMB_TABLE(cancel_m, NULL);
+static const struct memb webhook_m[] = {
+    {"body_field", MEMB_VALUE, NULL},       {"client_ref", MEMB_VALUE, NULL},
+    {"event_id", MEMB_VALUE, NULL},         {"redelivery_window_hours", MEMB_VALUE, NULL},
+    {"secret_env", MEMB_VALUE, NULL},       {"signature_header", MEMB_VALUE, NULL},
+    {"task_id", MEMB_VALUE, NULL},          {"url_query", MEMB_VALUE, NULL},
+    {"verify", MEMB_VALUE, NULL},
+};
+static const struct memb_table webhook_t = MEMB_TABLE(webhook_m, NULL);
+/* headers holds the extra request headers by name. */
+static const struct memb provider_m[] = {
+    {"archive", MEMB_OBJECT, &archprof_members},
+    {"auth", MEMB_OBJECT, &auth_t},
+    {"base_url", MEMB_VALUE, NULL},
+    {"cancel", MEMB_OBJECT, &cancel_t},
+    {"client_ref", MEMB_OBJECT, &client_ref_t},
+    {"create", MEMB_OBJECT, &create_t},
+    {"headers", MEMB_VALUE, NULL},
+    {"id", MEMB_VALUE, NULL},
+    {"idempotency", MEMB_OBJECT, &idem_t},
+    {"max_inflight_calls", MEMB_VALUE, NULL},
+    {"max_response_bytes", MEMB_VALUE, NULL},
+    {"mode", MEMB_VALUE, NULL},
+    {"outputs", MEMB_OBJECT, &outputs_t},
+    {"poll", MEMB_OBJECT, &poll_t},
+    {"pricing", MEMB_OBJECT, &price_table_members},
+    {"probe", MEMB_OBJECT, &probe_t},
+    {"proxy", MEMB_VALUE, NULL},
+    {"reconcile", MEMB_OBJECT, &reconcile_t},
+    {"result", MEMB_OBJECT, &result_t},
+    {"retry", MEMB_OBJECT, &retry_t},
+    {"routes", MEMB_ARRAY, &route_t},
+    {"status", MEMB_OBJECT, &status_t},
+    {"timeouts", MEMB_OBJECT, &timeouts_t},
+    {"webhook", MEMB_OBJECT, &webhook_t},
+};
+/* A profile file holds the provider members; an entry names the provider and may name a profile
+ * whose members its own override. */
+static const struct memb_table profile_t = MEMB_TABLE(provider_m, NULL);
+static const struct memb entry_m[] = {{"name", MEMB_VALUE, NULL}, {"profile", MEMB_VALUE, NULL}};
+const struct memb_table prof_entry_members = MEMB_TABLE(entry_m, &profile_t);
 
 const char *prof_status_name(enum task_status s)
 {
@@ -621,15 +751,19 @@ static int load_webhook(struct cfg_provider *p, const cJSON *o, const char *file
     return 0;
 }
 
-/* Reads a profile file (relative to dir) into a new cJSON object. */
-static cJSON *read_profile(const char *dir, const char *name, const char *file, char *err,
+/* The path of profile file name: as it is when absolute, else relative to dir. */
+static void profile_file(const char *dir, const char *name, char *path, size_t len)
+{
+    if (name[0] == '/')
+        snprintf(path, len, "%s", name);
+    else
+        snprintf(path, len, "%s/%s", dir, name);
+}
+
+/* Reads the profile file at path into a new cJSON object, refusing a member no provider has. */
+static cJSON *read_profile(const char *path, const char *file, size_t index, char *err,
                            size_t errlen)
 {
-    char path[2048];
-    if (name[0] == '/')
-        snprintf(path, sizeof(path), "%s", name);
-    else
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
     FILE *f = fopen(path, "rb");
     if (!f) {
         errf(err, errlen, "%s: profile %s: cannot read: %s", file, path, strerror(errno));
@@ -648,16 +782,29 @@ static cJSON *read_profile(const char *dir, const char *name, const char *file, 
         errf(err, errlen, "%s: not a JSON object", path);
         return NULL;
     }
+    struct memb_problem mp;
+    if (memb_check(o, &profile_t, "", &mp) < 0) {
+        char msg[400];
+        memb_message(&mp, msg, sizeof(msg));
+        errf(err, errlen, "%s: %s, in the profile of providers[%zu] of %s", path, msg, index,
+             file);
+        cJSON_Delete(o);
+        return NULL;
+    }
     return o;
 }
 
 /* The profile's members, overridden by the entry's own (one level: an entry's "poll" replaces
- * the profile's "poll" whole). Returns a new object. */
-static cJSON *merged(const cJSON *entry, const char *dir, const char *file, char **profile_id,
-                     char *err, size_t errlen)
+ * the profile's "poll" whole). index is the entry's place in the providers array. Returns a new
+ * object. */
+static cJSON *merged(const cJSON *entry, size_t index, const char *dir, const char *file,
+                     char **profile_id, char *err, size_t errlen)
 {
     const char *pname = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "profile"));
-    cJSON *m = pname ? read_profile(dir, pname, file, err, errlen) : cJSON_CreateObject();
+    char path[2048] = "";
+    if (pname)
+        profile_file(dir, pname, path, sizeof(path));
+    cJSON *m = pname ? read_profile(path, file, index, err, errlen) : cJSON_CreateObject();
     if (!m)
         return NULL;
     const cJSON *v;
@@ -774,6 +921,16 @@ int prof_load_all(const cJSON *arr, const char *file, const char *dir,
     cJSON_ArrayForEach(entry, arr)
     {
         struct cfg_provider *p = &ps[(*count)++];
+        /* Members first: a misspelt "name" is reported as such, not as a missing name. */
+        char at[48];
+        struct memb_problem mp;
+        snprintf(at, sizeof(at), "providers[%zu]", *count - 1);
+        if (memb_check(entry, &prof_entry_members, at, &mp) < 0) {
+            char msg[400];
+            memb_message(&mp, msg, sizeof(msg));
+            errf(err, errlen, "%s: %s", file, msg);
+            return -1;
+        }
         p->name = dup_str(entry, "name", NULL);
         if (!p->name || !*p->name || strspn(p->name, "abcdefghijklmnopqrstuvwxyz0123456789-_") !=
                                          strlen(p->name)) {
@@ -786,7 +943,7 @@ int prof_load_all(const cJSON *arr, const char *file, const char *dir,
                 return -1;
             }
         }
-        cJSON *m = merged(entry, dir, file, &p->profile_id, err, errlen);
+        cJSON *m = merged(entry, *count - 1, dir, file, &p->profile_id, err, errlen);
         if (!m)
             return -1;
         /* Errors name the profile file too: that is where most fields are written. */

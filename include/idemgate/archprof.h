@@ -3,6 +3,7 @@
 
 #include "idemgate/fetchpol.h"
 #include "idemgate/jpath.h"
+#include "idemgate/members.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
@@ -27,6 +28,10 @@ struct arch_profile {
     long timeout_ms;     /* one whole fetch */
     struct jpath *url, *b64, *content_type;
 };
+
+/* The member names of an "archive" object (members.h); profile.c checks a provider's members
+ * against them before archprof_new reads them. */
+extern const struct memb_table archprof_members;
 
 /* Reads the "archive" member a (NULL when the profile has none: the defaults) of provider
  * `provider` in configuration file `file` into a new *out, which the caller frees with

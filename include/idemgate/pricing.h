@@ -1,6 +1,8 @@
 #ifndef IDEMGATE_PRICING_H
 #define IDEMGATE_PRICING_H
 
+#include "idemgate/members.h"
+
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
@@ -103,6 +105,10 @@ struct price_variant {
     char *key;
     struct price_table table; /* its currency and source are the parent's */
 };
+
+/* The member names of a "pricing" object, nested tables included (members.h); profile.c checks a
+ * provider's members against them before price_table_load reads them. */
+extern const struct memb_table price_table_members;
 
 /* Reads a profile's "pricing" object (NULL: no price table) into t. Returns 0, or -1 with a
  * message naming the member ("pricing.per_output: …") in err. */

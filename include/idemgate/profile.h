@@ -4,6 +4,7 @@
 #include "idemgate/archprof.h"
 #include "idemgate/backoff.h"
 #include "idemgate/jpath.h"
+#include "idemgate/members.h"
 #include "idemgate/pricing.h"
 
 #include <cjson/cJSON.h>
@@ -13,7 +14,7 @@
  * adapter engine reads them. A provider entry of the configuration may name a profile file
  * ("profile": "providers/replicate.json", relative to the configuration file); the entry's own
  * members override the profile's. Every field is validated at start; an error names the file
- * and the field. */
+ * and the field; a member the loader does not read is refused with its path (members.h). */
 
 enum cfg_mode { CFG_MODE_SYNC = 0, CFG_MODE_ASYNC_POLL = 1 };
 
@@ -182,8 +183,15 @@ struct cfg_provider {
     struct arch_profile *archive;
 };
 
+/* The member names of a provider entry of the configuration ("name", "profile" and every member a
+ * profile may hold; members.h). prof_load_all refuses any other member, in an entry or in a
+ * profile file, naming its path and the nearest valid name; config.c's table of the file's root
+ * refers to it for "providers". */
+extern const struct memb_table prof_entry_members;
+
 /* Loads the providers array of the configuration file `file` (profiles resolved relative to
- * dir). Returns 0, or -1 with a message naming the file and the field in err. */
+ * dir). Returns 0, or -1 with a message naming the file and the field in err; an unknown or
+ * repeated member, in an entry or in a profile file, is refused before anything is read. */
 int prof_load_all(const cJSON *arr, const char *file, const char *dir,
                   struct cfg_provider **out, size_t *n, char *err, size_t errlen);
 void prof_free_all(struct cfg_provider *p, size_t n);
