@@ -353,7 +353,7 @@ def test_outputs_the_gateway_will_not_archive_raise(gateway, token, mock, tmp_pa
                  timeout=30)
     assert job.ok
     with pytest.raises(OutputsUnavailable) as e:
-        c.outputs(job, str(tmp_path / "out"), timeout=60)
+        c.outputs(job, str(tmp_path / "out"))
     assert e.value.pending is False and e.value.job_id == job.id
     assert "output 0 is failed" in str(e.value), str(e.value)
     assert not os.path.exists(tmp_path / "out") or os.listdir(tmp_path / "out") == []
@@ -440,6 +440,8 @@ def test_batch_kill9_mid_run_then_rerun_creates_each_row_once(batch_bin, gateway
         creates = [e for e in ledger if e["client_ref"] == r["job_id"] and not e.get("replay")]
         assert len(creates) == 1, (r, creates)
     assert len([e for e in ledger if not e.get("replay")]) == n
+    # It said that it resumed, and what it would do with the rows in doubt.
+    assert "resuming from " + state in again.stderr and "in doubt" in again.stderr, again.stderr
     # A progress line with rate, ETA and states; a summary table.
     assert "rows/s" in again.stderr and "ETA" in again.stderr and "completed" in again.stderr
     assert any(line.split() == ["completed", str(n)] for line in again.stdout.splitlines()), \
@@ -450,6 +452,35 @@ def test_batch_kill9_mid_run_then_rerun_creates_each_row_once(batch_bin, gateway
     before = len(mock.ledger())
     third = run_batch(batch_bin, f"http://127.0.0.1:{gateway.port}", token, manifest)
     assert third.returncode == 0 and len(mock.ledger()) == before
+
+
+def test_batch_runs_a_csv_manifest_and_says_when_it_resumes(batch_bin, gateway, token, mock,
+                                                           tmp_path):
+    """A CSV manifest (dotted, typed columns) runs as its JSONL twin would: the same keys, one
+    create per row; run again, it says it resumes from the earlier run's state and sends
+    nothing."""
+    run = uuid.uuid4().hex[:8]
+    url = f"http://127.0.0.1:{gateway.port}"
+    csv_path = tmp_path / "posters.csv"
+    csv_path.write_text("identity.run,identity.sku,body.prompt,body.n:int\n"
+                        f"{run},sku-1,\"poster, sku-1\",1\n"
+                        f"{run},sku-2,poster sku-2,1\n")
+    first = run_batch(batch_bin, url, token, str(csv_path), "--route", ROUTE)
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    assert "resuming" not in first.stderr
+    res = results(str(csv_path) + ".results.jsonl")
+    assert [r["state"] for r in res] == ["completed", "completed"]
+    assert [r["key"] for r in res] == [
+        derive_key({"route": ROUTE, "identity": {"run": run, "sku": f"sku-{i}"}})
+        for i in (1, 2)], "the keys of the equivalent JSONL rows"
+    assert [len(mock.creates_for(r["job_id"])) for r in res] == [1, 1]
+    before = len(mock.ledger())
+    again = run_batch(batch_bin, url, token, str(csv_path), "--route", ROUTE)
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    said = [line for line in again.stderr.splitlines() if "resuming from" in line]
+    assert len(said) == 1 and str(csv_path) + ".state.sqlite" in said[0], again.stderr
+    assert "2 finished (left alone)" in said[0], said
+    assert len(mock.ledger()) == before, "nothing sent again"
 
 
 def test_batch_row_errors_and_a_402_stops_the_run(batch_bin, gateway_factory, token, mock,
