@@ -12,6 +12,7 @@ a Python 3.9 or 3.13, whose venvs ship other pip and setuptools versions or none
 
 No gateway and no database: a venv and pip only."""
 
+import json
 import os
 import socket
 import subprocess
@@ -95,7 +96,6 @@ def check_installed(venv):
     p = subprocess.run([os.path.join(bin_, "python"), "-c", code], env=env, cwd="/",
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    import json
     got = json.loads(p.stdout)
     assert got["file"].startswith(str(venv)) and "site-packages" in got["file"], got
     sys.path.insert(0, PKG)

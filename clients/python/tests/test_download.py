@@ -2,7 +2,7 @@
 server on 127.0.0.1 that plays a gateway's output endpoint: bytes kept only when their SHA-256
 equals the ETag and the job's record, nothing half-written left behind, a 503 retried. This
 tests the client's checking, not the gateway's endpoint (that test is
-tests/integration/test_python_client.py::test_outputs_are_downloaded_and_checked)."""
+tests/integration/test_python_client.py::test_outputs_right_after_wait_are_the_archived_bytes)."""
 
 import hashlib
 import http.server
