@@ -76,6 +76,9 @@ class Output:
         self.index, self.path, self.sha256, self.bytes = index, path, sha256, size
         self.content_type = content_type
 
+    def __repr__(self):
+        return f"<Output {self.index} {self.path} {self.bytes} bytes>"
+
     def as_dict(self):
         return {"index": self.index, "path": self.path, "sha256": self.sha256,
                 "bytes": self.bytes, "content_type": self.content_type}
