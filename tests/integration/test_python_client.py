@@ -29,7 +29,7 @@ from conftest import ROOT, provider
 PKG = os.path.join(ROOT, "clients", "python")
 sys.path.insert(0, PKG)
 
-from idemgate import (Client, KeyReused, RetryPolicy,  # noqa: E402
+from idemgate import (Client, KeyReused, OutputsUnavailable, RetryPolicy,  # noqa: E402
                       Unauthorized, Unknown, derive_key)
 
 ROUTE = "mock-images/images/generations"
@@ -43,19 +43,14 @@ FAST_RETRY = {"max_attempts": 50, "deadline_seconds": 120, "base_ms": 100, "cap_
 
 @pytest.fixture(scope="session")
 def batch_bin(tmp_path_factory):
-    """The package installed offline into a fresh virtual environment (Debian's setuptools and
-    wheel through --system-site-packages; --no-build-isolation: nothing is downloaded), from a
-    copy of the source so the tree stays clean. Returns the path of the console script."""
+    """The package installed into a fresh virtual environment, the way a user does it:
+    `pip install --no-index` from a copy of the source (the tree stays clean), nothing from
+    the system's site-packages. Returns the path of the console script."""
+    from test_python_install import install
     d = tmp_path_factory.mktemp("pyclient")
     src = d / "src"
     shutil.copytree(PKG, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    venv = d / "venv"
-    subprocess.check_call(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    out = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
-                          "--no-build-isolation", "--no-deps", str(src)],
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    venv = install(sys.executable, d / "venv", [str(src)])
     script = venv / "bin" / "idemgate-batch"
     assert script.exists()
     return str(script)
@@ -299,30 +294,69 @@ def test_cancel_of_a_running_task_ends_canceled(gateway_factory, token, mock):
     assert task["status"] == "canceled" and task.get("cancels", 1) == 1, task
 
 
-def test_outputs_are_downloaded_and_checked(gateway_factory, token, mock, tmp_path):
-    """Every archived output is downloaded by the client and its SHA-256 checked against the
-    ETag and the job's record. The mock serves its outputs over http on 127.0.0.1, which the
-    archive refuses unless the provider's archive profile allows it."""
-    gw = gateway_factory(providers=[provider(
+def archiving_gateway(gateway_factory, mock):
+    """A gateway whose archive copies the mock's outputs (served over http on 127.0.0.1, which
+    the archive refuses unless the provider's archive profile allows it)."""
+    return gateway_factory(providers=[provider(
         "mock-images", mock.url,
         auth={"header": "Authorization", "prefix": "Bearer ", "secret_env": "MOCK_IMAGES_API_KEY"},
         archive={"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True})])
-    c = client(f"http://127.0.0.1:{gw.port}", token)
+
+
+def test_outputs_right_after_wait_are_the_archived_bytes(gateway_factory, token, mock, tmp_path,
+                                                         fault_proxy):
+    """outputs() called at once after wait() — when the gateway has not archived the outputs
+    yet (the mock's file server is slowed down so that the copies are still to be made) — waits
+    for the archive and downloads the gateway's archived bytes through
+    GET /v1/jobs/{id}/outputs/{n} (never the provider's URLs), each checked against its
+    SHA-256 (the ETag and the job's record) and saved with its type's extension (issue 24 §8:
+    it returned [] here)."""
+    mock.http.request("POST", "/_files", json.dumps({"delay_ms": 1500}))
+    gw = archiving_gateway(gateway_factory, mock)
+    proxy = fault_proxy(gw, lambda n, m, p: "forward")
+    c = client(proxy.url, token)
     job = c.wait(c.submit(ROUTE, {"prompt": "keep me", "n": 2}, derive_key(identity())),
                  timeout=30)
     assert job.ok
-    deadline = time.monotonic() + 60
-    while (not job.get("archive") or
-           any(o["state"] == "pending" for o in job.get("archive"))) and \
-            time.monotonic() < deadline:
-        time.sleep(0.2)
-        job = c.get(job.id)
-    assert [o["state"] for o in job.get("archive")] == ["archived", "archived"]
+    assert not job.get("archive") or any(o["state"] != "archived" for o in job.get("archive")), \
+        "the archive is not done when wait() returns: what this test is about"
     got = c.outputs(job, str(tmp_path / "out"))
     assert [o.index for o in got] == [0, 1]
-    for o, rec in zip(got, job.get("archive")):
+    assert [os.path.basename(o.path) for o in got] == [f"{job.id}-0.png", f"{job.id}-1.png"]
+    assert sorted(os.listdir(tmp_path / "out")) == [f"{job.id}-0.png", f"{job.id}-1.png"]
+    record = c.get(job.id).get("archive")
+    stored = {}
+    for d, _, files in os.walk(tmp_path / "archive" / "objects"):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                stored[f] = fh.read()
+    for o, rec in zip(got, record):
         with open(o.path, "rb") as f:
-            assert hashlib.sha256(f.read()).hexdigest() == o.sha256 == rec["sha256"]
+            data = f.read()
+        assert hashlib.sha256(data).hexdigest() == o.sha256 == rec["sha256"]
+        assert stored[rec["sha256"]] == data, "the archive's own object"
+        assert o.content_type == "image/png"
+    gets = [r["path"] for r in proxy.records if r["method"] == "GET"]
+    for n in (0, 1):
+        assert gets.count(f"/v1/jobs/{job.id}/outputs/{n}") >= 1
+    # Called again, the archive is settled: the same files, at once.
+    again = c.outputs(job.id, str(tmp_path / "out"))
+    assert [o.path for o in again] == [o.path for o in got]
+
+
+def test_outputs_the_gateway_will_not_archive_raise(gateway, token, mock, tmp_path):
+    """The default archive profile refuses the mock's http://127.0.0.1 URLs: the outputs end
+    `failed`, and outputs() raises OutputsUnavailable (not pending: never) naming the output's
+    state — it never returns [] for a job that has outputs."""
+    c = client(f"http://127.0.0.1:{gateway.port}", token)
+    job = c.wait(c.submit(ROUTE, {"prompt": "not kept", "n": 1}, derive_key(identity())),
+                 timeout=30)
+    assert job.ok
+    with pytest.raises(OutputsUnavailable) as e:
+        c.outputs(job, str(tmp_path / "out"))
+    assert e.value.pending is False and e.value.job_id == job.id
+    assert "output 0 is failed" in str(e.value), str(e.value)
+    assert not os.path.exists(tmp_path / "out") or os.listdir(tmp_path / "out") == []
 
 
 # --- the batch runner ---------------------------------------------------------------------------
@@ -406,6 +440,8 @@ def test_batch_kill9_mid_run_then_rerun_creates_each_row_once(batch_bin, gateway
         creates = [e for e in ledger if e["client_ref"] == r["job_id"] and not e.get("replay")]
         assert len(creates) == 1, (r, creates)
     assert len([e for e in ledger if not e.get("replay")]) == n
+    # It said that it resumed, and what it would do with the rows in doubt.
+    assert "resuming from " + state in again.stderr and "in doubt" in again.stderr, again.stderr
     # A progress line with rate, ETA and states; a summary table.
     assert "rows/s" in again.stderr and "ETA" in again.stderr and "completed" in again.stderr
     assert any(line.split() == ["completed", str(n)] for line in again.stdout.splitlines()), \
@@ -416,6 +452,35 @@ def test_batch_kill9_mid_run_then_rerun_creates_each_row_once(batch_bin, gateway
     before = len(mock.ledger())
     third = run_batch(batch_bin, f"http://127.0.0.1:{gateway.port}", token, manifest)
     assert third.returncode == 0 and len(mock.ledger()) == before
+
+
+def test_batch_runs_a_csv_manifest_and_says_when_it_resumes(batch_bin, gateway, token, mock,
+                                                           tmp_path):
+    """A CSV manifest (dotted, typed columns) runs as its JSONL twin would: the same keys, one
+    create per row; run again, it says it resumes from the earlier run's state and sends
+    nothing."""
+    run = uuid.uuid4().hex[:8]
+    url = f"http://127.0.0.1:{gateway.port}"
+    csv_path = tmp_path / "posters.csv"
+    csv_path.write_text("identity.run,identity.sku,body.prompt,body.n:int\n"
+                        f"{run},sku-1,\"poster, sku-1\",1\n"
+                        f"{run},sku-2,poster sku-2,1\n")
+    first = run_batch(batch_bin, url, token, str(csv_path), "--route", ROUTE)
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    assert "resuming" not in first.stderr
+    res = results(str(csv_path) + ".results.jsonl")
+    assert [r["state"] for r in res] == ["completed", "completed"]
+    assert [r["key"] for r in res] == [
+        derive_key({"route": ROUTE, "identity": {"run": run, "sku": f"sku-{i}"}})
+        for i in (1, 2)], "the keys of the equivalent JSONL rows"
+    assert [len(mock.creates_for(r["job_id"])) for r in res] == [1, 1]
+    before = len(mock.ledger())
+    again = run_batch(batch_bin, url, token, str(csv_path), "--route", ROUTE)
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    said = [line for line in again.stderr.splitlines() if "resuming from" in line]
+    assert len(said) == 1 and str(csv_path) + ".state.sqlite" in said[0], again.stderr
+    assert "2 finished (left alone)" in said[0], said
+    assert len(mock.ledger()) == before, "nothing sent again"
 
 
 def test_batch_row_errors_and_a_402_stops_the_run(batch_bin, gateway_factory, token, mock,

@@ -1,25 +1,37 @@
-"""idemgate-batch: run a JSONL manifest of generations through idemgate, never paying twice.
+"""idemgate-batch: run a manifest of generations (JSONL or CSV) through idemgate, never paying
+twice.
 
     IDEMGATE_TOKEN=… idemgate-batch run manifest.jsonl [--url URL] [--concurrency 2] …
+    IDEMGATE_TOKEN=… idemgate-batch run manifest.csv --route provider/route --key-fields sku
 
-Each line is a JSON object: {"body": {…}, "route": "provider/route" (or --route),
-"identity": {…}} — or, instead of "identity", the members named by --key-fields. The row's
-Idempotency-Key is derived from its route and identity (idemgate.derive_key), so the same row
-always has the same key, in this run, the next one, or another machine's.
+JSONL (the default): each line is a JSON object: {"body": {…}, "route": "provider/route" (or
+--route), "identity": {…}} — or, instead of "identity", the members named by --key-fields.
+
+CSV (a manifest named *.csv, or --format csv): a header line, then one row per line. A column's
+name is where its cell goes in the row's object, dotted: `route`, `identity.sku`,
+`body.prompt`, `body.size`; other columns (`sku`) can be named by --key-fields. A cell is a
+string; a `:int`, `:float`, `:bool` or `:json` suffix on the column name converts it
+(`body.n:int`, `body:json` for a whole body in one cell); an empty cell leaves its member out.
+So `route,identity.sku,body.prompt,body.n:int` rows are the JSONL rows
+{"route": …, "identity": {"sku": …}, "body": {"prompt": …, "n": 1}}.
+
+The row's Idempotency-Key is derived from its route and identity (idemgate.derive_key), so the
+same row always has the same key, in this run, the next one, or another machine's.
 
 State lives in a SQLite file beside the manifest (--state). A row is written there as
 `submitting` and committed BEFORE its request leaves, then `submitted` with its job id, then
 its final state. So a run killed at any moment (kill -9 included) and started again resumes
-where it was: a row that was being submitted is submitted again with the same key (the
-gateway answers with the job it already has: nothing is created twice), a row with a job id is
-only waited for, a finished row is left alone.
+where it was — and says so on stderr: a row that was being submitted is submitted again with
+the same key (the gateway answers with the job it already has: nothing is created twice), a row
+with a job id is only waited for, a finished row is left alone.
 
 A row's 400/404/422 is that row's error; a 401 (the token) or a 402 (the budget, or the
 provider's account: a job failed with the provider's 401/402, or held back because the
 provider's credential is tripped) stops the whole run — every next row would fail the same way.
 
 Outputs of completed jobs are downloaded from the gateway's archive (GET
-/v1/jobs/{id}/outputs/{n}) into --out, each checked against its SHA-256, when the gateway
+/v1/jobs/{id}/outputs/{n}, Client.outputs: waiting up to --archive-timeout for the copies) into
+--out, each checked against its SHA-256 and saved with its type's extension, when the gateway
 archives outputs; otherwise the results name the provider's outputs as the job shows them.
 
 A job cancelled meanwhile (by someone else: the runner never cancels) that the provider ended
@@ -32,6 +44,7 @@ again: they resume).
 """
 
 import argparse
+import csv
 import hashlib
 import json
 import os
@@ -94,46 +107,129 @@ def _field(row, name):
     return cur
 
 
-def read_manifest(path, default_route=None, key_fields=None, key_prefix=""):
-    """The manifest's rows, each with its derived key. Raises ManifestError naming the line."""
-    rows, seen = [], {}
+CSV_TYPES = ("str", "int", "float", "bool", "json")
+
+
+def manifest_format(path, fmt="auto"):
+    """"jsonl" or "csv": fmt itself, or with "auto" by the file's extension (.csv: CSV)."""
+    if fmt in ("jsonl", "csv"):
+        return fmt
+    if fmt != "auto":
+        raise ManifestError(f"--format {fmt}: auto, jsonl or csv")
+    return "csv" if path.lower().endswith(".csv") else "jsonl"
+
+
+def _jsonl_objects(path):
     with open(path, encoding="utf-8") as f:
         for n, text in enumerate(f, 1):
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
+                yield n, json.loads(text)
             except ValueError as e:
                 raise ManifestError(f"{path}:{n}: not JSON: {e}") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("body"), dict):
-                raise ManifestError(f"{path}:{n}: a row is an object with a \"body\" object")
-            route = obj.get("route", default_route)
-            if not isinstance(route, str) or route.count("/") < 1:
-                raise ManifestError(f"{path}:{n}: no \"route\" (provider/route) and no --route")
-            if isinstance(obj.get("identity"), dict):
-                identity = obj["identity"]
-            elif key_fields:
+
+
+def _csv_column(path, name):
+    """(dotted parts, type) of a CSV header cell `a.b[:type]`."""
+    where, _, typ = name.strip().partition(":")
+    typ = typ.strip() or "str"
+    parts = where.strip().split(".")
+    if typ not in CSV_TYPES or not all(p.strip() for p in parts):
+        raise ManifestError(f"{path}:1: column {name!r}: a dotted name (body.prompt) with an "
+                            f"optional type ({', '.join(':' + t for t in CSV_TYPES)})")
+    return [p.strip() for p in parts], typ
+
+
+def _csv_cell(cell, typ):
+    if typ == "str":
+        return cell
+    if typ == "int":
+        return int(cell.strip())
+    if typ == "float":
+        return float(cell.strip())
+    if typ == "bool":
+        v = cell.strip().lower()
+        if v in ("true", "yes", "1"):
+            return True
+        if v in ("false", "no", "0"):
+            return False
+        raise ValueError(f"{cell!r} is not true/false")
+    return json.loads(cell)
+
+
+def _csv_objects(path):
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        cols = [_csv_column(path, h) for h in header]
+        names = [".".join(p) for p, _ in cols]
+        for i, a in enumerate(names):
+            for b in names[:i]:
+                if a == b or a.startswith(b + ".") or b.startswith(a + "."):
+                    raise ManifestError(f"{path}:1: columns {b!r} and {a!r} overlap")
+        for cells in reader:
+            n = reader.line_num
+            if not any(c.strip() for c in cells):
+                continue
+            if len(cells) != len(cols):
+                raise ManifestError(f"{path}:{n}: {len(cells)} cells; the header has "
+                                    f"{len(cols)} columns")
+            obj = {}
+            for (parts, typ), name, cell in zip(cols, header, cells):
+                if cell == "":
+                    continue
                 try:
-                    identity = {k: _field(obj, k) for k in key_fields}
-                except KeyError as e:
-                    raise ManifestError(f"{path}:{n}: the row has no {e.args[0]} "
-                                        "(named by --key-fields)") from None
-            else:
-                raise ManifestError(f"{path}:{n}: no \"identity\" object and no --key-fields: "
-                                    "a key must come from what the output is, not from chance")
+                    value = _csv_cell(cell, typ)
+                except ValueError as e:
+                    raise ManifestError(f"{path}:{n}: column {name.strip()!r}: {e}") from None
+                cur = obj
+                for p in parts[:-1]:
+                    cur = cur.setdefault(p, {})
+                cur[parts[-1]] = value
+            yield n, obj
+
+
+def read_manifest(path, default_route=None, key_fields=None, key_prefix="", fmt="auto"):
+    """The manifest's rows (JSONL or CSV: manifest_format), each with its derived key. Raises
+    ManifestError naming the line."""
+    rows, seen = [], {}
+    kind = manifest_format(path, fmt)
+    objects = _csv_objects(path) if kind == "csv" else _jsonl_objects(path)
+    for n, obj in objects:
+        if not isinstance(obj, dict) or not isinstance(obj.get("body"), dict):
+            raise ManifestError(f"{path}:{n}: a row is an object with a \"body\" object"
+                                + (" (CSV: body.* columns, or a body:json column)"
+                                   if kind == "csv" else ""))
+        route = obj.get("route", default_route)
+        if not isinstance(route, str) or route.count("/") < 1:
+            raise ManifestError(f"{path}:{n}: no \"route\" (provider/route) and no --route")
+        if isinstance(obj.get("identity"), dict):
+            identity = obj["identity"]
+        elif key_fields:
             try:
-                key = derive_key({"route": route.strip("/"), "identity": identity},
-                                 prefix=key_prefix)
-            except (TypeError, ValueError) as e:
-                raise ManifestError(f"{path}:{n}: identity: {e}") from None
-            row = Row(n, route.strip("/"), obj["body"], key)
-            if key in seen:
-                first = seen[key]
-                what = "the same request" if first.body_sha256 == row.body_sha256 else \
-                    "another body (the identity misses what differs)"
-                raise ManifestError(f"{path}:{n}: same identity as line {first.line}, with {what}")
-            seen[key] = row
-            rows.append(row)
+                identity = {k: _field(obj, k) for k in key_fields}
+            except KeyError as e:
+                raise ManifestError(f"{path}:{n}: the row has no {e.args[0]} "
+                                    "(named by --key-fields)") from None
+        else:
+            raise ManifestError(f"{path}:{n}: no \"identity\" object and no --key-fields: "
+                                "a key must come from what the output is, not from chance")
+        try:
+            key = derive_key({"route": route.strip("/"), "identity": identity},
+                             prefix=key_prefix)
+        except (TypeError, ValueError) as e:
+            raise ManifestError(f"{path}:{n}: identity: {e}") from None
+        row = Row(n, route.strip("/"), obj["body"], key)
+        if key in seen:
+            first = seen[key]
+            what = "the same request" if first.body_sha256 == row.body_sha256 else \
+                "another body (the identity misses what differs)"
+            raise ManifestError(f"{path}:{n}: same identity as line {first.line}, with {what}")
+        seen[key] = row
+        rows.append(row)
     if not rows:
         raise ManifestError(f"{path}: no rows")
     return rows
@@ -143,11 +239,23 @@ class State:
     """The SQLite file. Every write is committed before the call returns (synchronous=FULL)."""
 
     def __init__(self, path):
+        self.path = path
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.lock = threading.Lock()
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+
+    def known(self, rows):
+        """How many of rows an earlier run already wrote here."""
+        keys = [r.key for r in rows]
+        n = 0
+        with self.lock:
+            for i in range(0, len(keys), 500):
+                part = keys[i:i + 500]
+                n += self.db.execute(f"SELECT count(*) FROM rows WHERE key IN "
+                                     f"({','.join('?' * len(part))})", part).fetchone()[0]
+        return n
 
     def load(self, rows):
         """Adds rows not seen before as pending; returns {key: dict of the stored row}."""
@@ -235,34 +343,32 @@ class Runner:
                               else f"is held back: {(job.get('blocked') or {}).get('reason')}"))
 
     def _outputs(self, row, job):
-        """(outputs JSON, note) of a completed job: downloaded and checked when archived."""
+        """(outputs JSON, note) of a completed job: its archived outputs, downloaded and
+        checked (Client.outputs, waiting up to archive_timeout for the copies, in slices so that
+        a stopped run lets go)."""
         if not self.download:
             return None, "download off"
-        deadline = time.monotonic() + self.archive_timeout
-        polls = 0
-        while True:
-            archive = job.get("archive")
-            if not isinstance(archive, list):
-                urls = [d.get("url") for d in ((job.get("result") or {}).get("body") or {}).get("data", [])
-                        if isinstance(d, dict) and d.get("url")] \
-                    if isinstance((job.get("result") or {}).get("body"), dict) else []
-                return json.dumps([{"index": i, "url": u} for i, u in enumerate(urls)]), \
-                    "no archive on this gateway: provider URLs only, not downloaded"
-            if not any(o.get("state") == "pending" for o in archive) and archive:
-                break
-            if time.monotonic() > deadline or self.stop.is_set():
-                return None, "outputs not archived yet (pending): run again to download them"
-            time.sleep(policy.poll_delay(polls, "accepted"))
-            polls += 1
-            job = self.client.get(job.id)
+        if not isinstance(job.get("archive"), list):
+            body = (job.get("result") or {}).get("body")
+            urls = [d.get("url") for d in (body.get("data") or []) if isinstance(d, dict)
+                    and d.get("url")] if isinstance(body, dict) else []
+            return json.dumps([{"index": i, "url": u} for i, u in enumerate(urls)]), \
+                "no archive on this gateway: provider URLs only, not downloaded"
         dest = os.path.join(self.out_dir, f"{row.line:06d}-{row.key[:24]}")
-        try:
-            got = self.client.outputs(job, dest)
-        except OutputsUnavailable as e:
-            return None, f"outputs: {e}"
-        except IntegrityError as e:
-            return None, f"outputs: {e}"
-        return json.dumps([o.as_dict() for o in got]), None
+        deadline = time.monotonic() + self.archive_timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                got = self.client.outputs(job, dest, timeout=max(0.0, min(5.0, left)))
+            except OutputsUnavailable as e:
+                if not e.pending:
+                    return None, f"outputs: {e}"
+                if left <= 5.0 or self.stop.is_set():
+                    return None, "outputs not archived yet (pending): run again to download them"
+                continue
+            except IntegrityError as e:
+                return None, f"outputs: {e}"
+            return json.dumps([o.as_dict() for o in got]), None
 
     def _wait(self, row, job):
         """Waits for the job in slices, so that a stopped run lets go at once."""
@@ -338,7 +444,11 @@ class Runner:
                 f"· {rate:.2f} rows/s · ETA {eta} · {states}{money}")
 
     def run(self):
+        earlier = self.state.known(self.rows)
         stored = self.state.load(self.rows)
+        if earlier:
+            print(resume_line(self.state.path, earlier, len(self.rows),
+                              [stored[r.key] for r in self.rows]), file=self.err, flush=True)
         todo = []
         for r in self.rows:
             s = stored[r.key]
@@ -411,6 +521,25 @@ class Runner:
         return [by_key[row.key] for row in self.rows]
 
 
+def resume_line(state_path, earlier, total, stored):
+    """What a run resuming from an earlier run's state will do, for stderr."""
+    c = {}
+    for r in stored:
+        c[r["state"]] = c.get(r["state"], 0) + 1
+    parts = [f"{sum(c.get(s, 0) for s in FINAL)} finished (left alone)"]
+    if c.get(SUBMITTING):
+        parts.append(f"{c[SUBMITTING]} in doubt (sent again with the same key: the gateway "
+                     "replays, nothing is created twice)")
+    if c.get(SUBMITTED):
+        parts.append(f"{c[SUBMITTED]} with a job (waited for, not sent again)")
+    if c.get(PENDING):
+        parts.append(f"{c[PENDING]} not sent yet")
+    new = total - earlier
+    return (f"idemgate-batch: resuming from {state_path} (the state of an earlier run: "
+            f"{earlier} of {total} rows known{f', {new} new' if new else ''}): "
+            + ", ".join(parts))
+
+
 def _hms(seconds):
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -450,29 +579,71 @@ def exit_code(rows, stopped):
     return EXIT_OK
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the descriptions' line breaks; wide enough for the option lines."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=30, width=100)
+
+
+def parser():
+    ap = argparse.ArgumentParser(
+        prog="idemgate-batch", formatter_class=_HelpFormatter,
+        description="Run a manifest of generations (JSONL or CSV) through idemgate, resumably: "
+                    "each row's\nIdempotency-Key comes from its identity, so no row is paid "
+                    "twice, whatever happens.")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{run}")
+    r = sub.add_parser(
+        "run", formatter_class=_HelpFormatter, help="submit every row, wait, download, summarise",
+        description="Submit every row of MANIFEST, wait for its job, download its archived "
+                    "outputs, summarise.\n"
+                    "MANIFEST is JSONL (one {\"route\", \"identity\", \"body\"} object a "
+                    "line) or CSV (a header\nline of dotted column names: route,identity.sku,"
+                    "body.prompt,body.n:int), by its\nextension (.csv) or --format. A run "
+                    "killed at any moment resumes from its state file\nwhen started again, "
+                    "and says so on stderr. IDEMGATE_TOKEN: the tenant token.")
+    r.add_argument("manifest", help="the manifest file (JSONL or CSV)")
+    r.add_argument("--format", choices=("auto", "jsonl", "csv"), default="auto",
+                   help="manifest format; auto: CSV when the name ends in .csv, else JSONL "
+                        "(default: %(default)s)")
+    r.add_argument("--url", default=os.environ.get("IDEMGATE_URL", "http://127.0.0.1:8080"),
+                   help="the gateway (default: $IDEMGATE_URL, else http://127.0.0.1:8080; "
+                        "now %(default)s)")
+    r.add_argument("--route", metavar="PROVIDER/ROUTE",
+                   help="provider/route for rows without a \"route\" (default: none: every "
+                        "row names its route)")
+    r.add_argument("--key-fields", metavar="FIELDS",
+                   help="comma-separated row members (dotted: body.prompt) that form the "
+                        "identity of rows without an \"identity\" (default: none: every row "
+                        "has an identity)")
+    r.add_argument("--key-prefix", metavar="PREFIX", default="",
+                   help="readable prefix of every key (default: none)")
+    r.add_argument("--state", metavar="FILE",
+                   help="SQLite state file (default: MANIFEST.state.sqlite)")
+    r.add_argument("--results", metavar="FILE",
+                   help="results JSONL (default: MANIFEST.results.jsonl)")
+    r.add_argument("--out", metavar="DIR",
+                   help="folder for downloaded outputs (default: MANIFEST.outputs/)")
+    r.add_argument("--no-download", action="store_true",
+                   help="do not download outputs (default: download them)")
+    r.add_argument("--concurrency", type=int, metavar="N", default=2,
+                   help="rows in flight (default: %(default)s)")
+    r.add_argument("--wait", type=int, metavar="N", default=20,
+                   help="Prefer: wait=N seconds on each submit (default: %(default)s)")
+    r.add_argument("--row-timeout", type=float, metavar="SECONDS", default=600,
+                   help="seconds to wait for one job before leaving it for the next run "
+                        "(default: %(default)g)")
+    r.add_argument("--archive-timeout", type=float, metavar="SECONDS", default=120,
+                   help="seconds to wait for a completed job's outputs to be archived "
+                        "(default: %(default)g)")
+    r.add_argument("--retries", type=int, metavar="N", default=6,
+                   help="attempts per request, with the same key (default: %(default)s)")
+    ap.epilog = "The options of `idemgate-batch run`:\n\n" + r.format_help()
+    return ap
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="idemgate-batch",
-                                 description="Run a JSONL manifest through idemgate, resumably.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="submit every row, wait, download, summarise")
-    r.add_argument("manifest")
-    r.add_argument("--url", default=os.environ.get("IDEMGATE_URL", "http://127.0.0.1:8080"))
-    r.add_argument("--route", help="provider/route for rows without a \"route\"")
-    r.add_argument("--key-fields", help="comma-separated row members (dotted: body.prompt) that "
-                                        "form the identity of rows without an \"identity\"")
-    r.add_argument("--key-prefix", default="", help="readable prefix of every key")
-    r.add_argument("--state", help="SQLite state file (default: MANIFEST.state.sqlite)")
-    r.add_argument("--results", help="results JSONL (default: MANIFEST.results.jsonl)")
-    r.add_argument("--out", help="folder for downloaded outputs (default: MANIFEST.outputs/)")
-    r.add_argument("--no-download", action="store_true", help="do not download outputs")
-    r.add_argument("--concurrency", type=int, default=2, help="rows in flight (default 2)")
-    r.add_argument("--wait", type=int, default=20, help="Prefer: wait=N on each submit")
-    r.add_argument("--row-timeout", type=float, default=600,
-                   help="seconds to wait for one job before leaving it for the next run")
-    r.add_argument("--archive-timeout", type=float, default=120,
-                   help="seconds to wait for a completed job's outputs to be archived")
-    r.add_argument("--retries", type=int, default=6, help="attempts per request (same key)")
-    a = ap.parse_args(argv)
+    a = parser().parse_args(argv)
 
     token = os.environ.get("IDEMGATE_TOKEN")
     if not token:
@@ -481,7 +652,7 @@ def main(argv=None):
         return EXIT_USAGE
     fields = [f.strip() for f in a.key_fields.split(",") if f.strip()] if a.key_fields else None
     try:
-        rows = read_manifest(a.manifest, a.route, fields, a.key_prefix)
+        rows = read_manifest(a.manifest, a.route, fields, a.key_prefix, a.format)
     except (ManifestError, OSError) as e:
         print(f"idemgate-batch: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -6,6 +6,7 @@ full jitter); a 4xx is raised at once (errors.py says which)."""
 import hashlib
 import http.client
 import json
+import mimetypes
 import os
 import random
 import tempfile
@@ -16,7 +17,7 @@ from . import policy
 from .errors import (IdemgateError, IntegrityError, OutputsUnavailable, RateLimited, Unavailable,
                      Unknown, error_for)
 
-__all__ = ["Client", "Job", "Output"]
+__all__ = ["Client", "Job", "Output", "OUTPUTS_TIMEOUT", "extension_for"]
 
 
 class Answer:
@@ -75,9 +76,47 @@ class Output:
         self.index, self.path, self.sha256, self.bytes = index, path, sha256, size
         self.content_type = content_type
 
+    def __repr__(self):
+        return f"<Output {self.index} {self.path} {self.bytes} bytes>"
+
     def as_dict(self):
         return {"index": self.index, "path": self.path, "sha256": self.sha256,
                 "bytes": self.bytes, "content_type": self.content_type}
+
+
+# How long outputs() waits for the gateway to archive a completed job's outputs, by default.
+OUTPUTS_TIMEOUT = 120.0
+
+# The extension of a saved output by its content type: the common types of generated media
+# first (mimetypes' own table differs between Pythons and systems), then mimetypes.
+_EXTENSIONS = {
+    "image/png": ".png", "image/jpeg": ".jpg", "image/jpg": ".jpg", "image/webp": ".webp",
+    "image/gif": ".gif", "image/avif": ".avif", "image/heic": ".heic", "image/svg+xml": ".svg",
+    "image/tiff": ".tif", "image/bmp": ".bmp", "video/mp4": ".mp4", "video/webm": ".webm",
+    "video/quicktime": ".mov", "audio/mpeg": ".mp3", "audio/wav": ".wav",
+    "audio/x-wav": ".wav", "audio/ogg": ".ogg", "audio/flac": ".flac", "audio/mp4": ".m4a",
+    "application/json": ".json", "text/plain": ".txt", "model/gltf-binary": ".glb",
+    "application/pdf": ".pdf", "application/zip": ".zip",
+}
+
+
+def extension_for(content_type):
+    """The file extension (with its dot) of a content type: `image/png` .png, `image/jpeg`
+    .jpg, `video/mp4` .mp4…; `.bin` for a missing, unknown or generic
+    (application/octet-stream) type."""
+    t = (content_type or "").split(";", 1)[0].strip().lower()
+    if t in _EXTENSIONS:
+        return _EXTENSIONS[t]
+    if not t or t == "application/octet-stream":
+        return ".bin"
+    return mimetypes.guess_extension(t, strict=True) or ".bin"
+
+
+def _archive_settled(job):
+    """Whether a Job's archive view can no longer change (then it need not be read again)."""
+    archive = job.data.get("archive")
+    return job.state == "completed" and isinstance(archive, list) and bool(archive) and \
+        all(o.get("state") in ("archived", "failed", "expired") for o in archive)
 
 
 def _job_id(job_or_id):
@@ -232,38 +271,112 @@ class Client:
 
     # -- outputs ------------------------------------------------------------------------------
 
-    def outputs(self, job_or_id, dest_dir):
-        """Downloads every archived output of a completed job into dest_dir (GET
-        /v1/jobs/{id}/outputs/{n}), each checked against its SHA-256 (the ETag and the job's
-        archive record) and renamed into place only then. Returns a list of Output. Raises
-        OutputsUnavailable when the gateway reports no archive for the job or an output is not
-        archived (yet), IntegrityError on a digest mismatch."""
-        job = job_or_id if isinstance(job_or_id, Job) and "archive" in job_or_id.data \
+    def outputs(self, job_or_id, dest_dir, timeout=OUTPUTS_TIMEOUT):
+        """The archived bytes of every output of a completed job — the gateway's own copies
+        (GET /v1/jobs/{id}/outputs/{n}), never the provider's expiring URLs — saved in dest_dir
+        as `{job_id}-{n}{ext}`, the extension from the archived content type (`.png`, `.jpg`,
+        `.mp4`…; `.bin` when the type says nothing). Each file is checked against its SHA-256
+        (the ETag and the job's archive record) and renamed into place only then. Returns a
+        list of Output, in index order ([] for a completed job that has no outputs).
+
+        The gateway archives a job's outputs after the job completed: right after wait() they
+        are usually not planned (`archive: []`) or still `pending`. outputs() waits for them,
+        reading the job with growing delays, for at most `timeout` seconds (default
+        OUTPUTS_TIMEOUT, 120 s; 0: do not wait). Raises OutputsUnavailable — its `pending`
+        says whether calling again later can succeed — when the time runs out (pending=True),
+        when an output ended `failed` or `expired` or the job is not `completed`
+        (pending=False); IntegrityError on a digest mismatch."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        job = job_or_id if isinstance(job_or_id, Job) and _archive_settled(job_or_id) \
             else self.get(job_or_id)
+        polls = 0
+        while True:
+            ready = self._archive_ready(job)
+            if ready is not None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                archive = job.get("archive") or []
+                waiting = [o for o in archive if o.get("state") == "pending"]
+                what = (f"output {waiting[0].get('index')} is still pending"
+                        + (f" (last error: {waiting[0]['last_error']})"
+                           if waiting[0].get("last_error") else "")) if waiting else \
+                    "its outputs are not planned for archiving yet"
+                raise OutputsUnavailable(
+                    f"job {job.id}: {what} after {timeout:g}s; call outputs() again later",
+                    job_id=job.id, pending=True, archive=archive)
+            self._sleep(min(policy.poll_delay(polls, "completed"), left))
+            polls += 1
+            job = self.get(job.id)
+        os.makedirs(dest_dir, exist_ok=True)
+        return [self.download_output(job.id, o["index"],
+                                     os.path.join(dest_dir, f"{job.id}-{o['index']}"),
+                                     expected_sha256=o.get("sha256"), extension=True)
+                for o in ready]
+
+    def _archive_ready(self, job):
+        """The archive records to download when the job's archive is settled and every output
+        is archived; None while it may still change; raises OutputsUnavailable when it never
+        will."""
+        if job.state != "completed":
+            raise OutputsUnavailable(
+                f"job {job.id} is {job.state}: only a completed job has outputs"
+                + ("" if job.terminal else "; wait() for it first"),
+                job_id=job.id, pending=not job.terminal)
         archive = job.get("archive")
         if not isinstance(archive, list):
             raise OutputsUnavailable(f"job {job.id}: the gateway reports no archive of its "
-                                     "outputs (no output archival on this gateway)")
-        not_ready = [o for o in archive if o.get("state") != "archived"]
-        if not_ready:
-            o = not_ready[0]
-            raise OutputsUnavailable(f"job {job.id}: output {o.get('index')} is "
-                                     f"{o.get('state')}{': ' + o['last_error'] if o.get('last_error') else ''}")
-        return [self.download_output(job.id, o["index"], os.path.join(dest_dir, f"{job.id}-{o['index']}"),
-                                     expected_sha256=o.get("sha256"))
-                for o in archive]
+                                     "outputs (no output archival on this gateway)",
+                                     job_id=job.id, pending=False)
+        lost = [o for o in archive if o.get("state") in ("failed", "expired")]
+        if lost:
+            o = lost[0]
+            raise OutputsUnavailable(
+                f"job {job.id}: output {o.get('index')} is {o.get('state')}"
+                + (f": {o['last_error']}" if o.get("last_error") else "")
+                + " (the gateway will not archive it)", job_id=job.id, pending=False,
+                archive=archive)
+        if archive:
+            return sorted(archive, key=lambda o: o["index"]) \
+                if all(o.get("state") == "archived" for o in archive) else None
+        # `archive: []` is both "not planned yet" and "planned: the job has no outputs". The
+        # output endpoint tells them apart: output 0 of a planned job without outputs is
+        # `output-not-found`, of a job not planned yet `output-not-archived`.
+        kind = self._probe_output(job.id, 0)
+        if kind == "output-not-found":
+            return []
+        return None  # not planned yet, or planned since the read: read the job again
 
-    def download_output(self, job_id, index, path, expected_sha256=None):
+    def _probe_output(self, job_id, index):
+        """The problem type of GET output index without its bytes (If-None-Match: * answers
+        304 for an archived output), or '' for any other answer."""
+        jid = urllib.parse.quote(job_id, safe="")
+        try:
+            a = self._once("GET", f"/v1/jobs/{jid}/outputs/{int(index)}", None,
+                           {"If-None-Match": "*"}, self.timeout)
+        except Exception as e:  # noqa: BLE001
+            if policy.is_transport_error(e):
+                return ""
+            raise
+        if a.status == 404:
+            t = a.json().get("type", "") if isinstance(a.json(), dict) else ""
+            return t.rsplit(":", 1)[-1]
+        if a.status in (401, 403):
+            raise error_for(a.status, a.json())
+        return ""
+
+    def download_output(self, job_id, index, path, expected_sha256=None, extension=False):
         """Streams output index of job_id to path (via a temporary file beside it, fsynced and
-        renamed only when its SHA-256 equals the ETag and expected_sha256). Retried on 5xx and
-        transport errors; a 404 raises NotFound/OutputsUnavailable."""
+        renamed only when its SHA-256 equals the ETag and expected_sha256). extension=True
+        appends the extension of the answer's Content-Type to path (extension_for). Retried on
+        5xx and transport errors; a 404 raises NotFound/OutputsUnavailable."""
         jid = urllib.parse.quote(job_id, safe="")
         start, attempt = time.monotonic(), 0
         while True:
             attempt += 1
             try:
                 return self._download_once(f"/v1/jobs/{jid}/outputs/{int(index)}", index, path,
-                                           expected_sha256)
+                                           expected_sha256, extension)
             except _RetryDownload as r:
                 d = self.retry.next_delay(attempt, time.monotonic() - start, r.hint, self._rnd())
                 if d is None:
@@ -271,7 +384,7 @@ class Client:
                                       f"{attempt} attempts", cause=r.cause) from None
                 self._sleep(d)
 
-    def _download_once(self, path_q, index, path, expected):
+    def _download_once(self, path_q, index, path, expected, extension=False):
         conn = self._connect(self.timeout)
         tmp = None
         try:
@@ -295,8 +408,11 @@ class Client:
                     problem = {}
                 err = error_for(r.status, problem)
                 if r.status == 404 and err.type in ("output-not-archived", "output-not-found"):
-                    raise OutputsUnavailable(str(err), status=404, problem=problem)
+                    raise OutputsUnavailable(str(err), status=404, problem=problem,
+                                             pending=err.type == "output-not-archived")
                 raise err
+            if extension:
+                path += extension_for(headers.get("content-type"))
             etag = headers.get("etag", "").strip().removeprefix("W/").strip('"')
             d = os.path.dirname(os.path.abspath(path))
             os.makedirs(d, exist_ok=True)

@@ -84,8 +84,17 @@ class Unknown(IdemgateError):
 
 
 class OutputsUnavailable(IdemgateError):
-    """The job's outputs cannot be downloaded (yet): the gateway reports no archive for it, or
-    an output is still pending or failed to archive."""
+    """The job's archived outputs cannot be downloaded. `pending` True: not yet — the job is
+    not finished, or its outputs are still being archived after outputs() waited its timeout:
+    calling again later can succeed. `pending` False: never — the job did not complete, an
+    output ended `failed` or `expired` (its `last_error` in the message), or the gateway
+    archives nothing. `job_id` names the job; `archive` is its archive records as last read."""
+
+    def __init__(self, message, job_id=None, pending=False, archive=None, **kw):
+        super().__init__(message, **kw)
+        self.job_id = job_id
+        self.pending = pending
+        self.archive = archive or []
 
 
 class IntegrityError(IdemgateError):

@@ -8,9 +8,12 @@ import json
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from idemgate import Job, Output, Unavailable, Unknown, batch  # noqa: E402
+from idemgate import (Job, Output, OutputsUnavailable, Unavailable, Unknown,  # noqa: E402
+                      batch)
 
 
 class FakeClient:
@@ -48,8 +51,13 @@ class FakeClient:
             raise Unknown("not yet", job_id=j.id, state=j.state, job=j)
         return j
 
-    def outputs(self, job, dest):
-        return [Output(0, os.path.join(dest, "0"), "ab" * 32, 3, "image/png")]
+    def outputs(self, job, dest, timeout=None):
+        self.outputs_timeouts = getattr(self, "outputs_timeouts", []) + [timeout]
+        pending = self.pending_outputs.pop(0) if getattr(self, "pending_outputs", None) else None
+        if pending is not None:
+            raise OutputsUnavailable(f"job {job.id}: {pending}", job_id=job.id,
+                                     pending=pending == "pending")
+        return [Output(0, os.path.join(dest, f"{job.id}-0.png"), "ab" * 32, 3, "image/png")]
 
 
 def make(tmp_path, prompts, script):
@@ -158,6 +166,21 @@ def test_archived_outputs_are_recorded(tmp_path):
     r.results(str(tmp_path / "res.jsonl"))
     [line] = [json.loads(x) for x in open(tmp_path / "res.jsonl")]
     assert line["outputs"][0]["sha256"] == "ab" * 32 and "note" not in line
+    assert line["outputs"][0]["path"].endswith(".png")
+
+
+def test_outputs_still_pending_are_waited_for_then_recorded(tmp_path):
+    """Client.outputs raising OutputsUnavailable(pending) is asked again (the archive is
+    still copying); one that will never be archived is the row's note, not a wait."""
+    rows, state, c = make(tmp_path, ["a", "b"], {"a": "archived", "b": "archived"})
+    c.pending_outputs = ["pending", "pending", None, "output 0 is failed"]
+    r = runner(c, state, rows, tmp_path, archive_timeout=60)
+    r.run()
+    r.results(str(tmp_path / "res.jsonl"))
+    a, b = [json.loads(x) for x in open(tmp_path / "res.jsonl")]
+    assert a["outputs"][0]["sha256"] == "ab" * 32 and "note" not in a, a
+    assert "outputs" not in b and "output 0 is failed" in b["note"], b
+    assert len(c.outputs_timeouts) == 4 and all(0 < t <= 5 for t in c.outputs_timeouts)
 
 
 def test_without_an_archive_the_provider_urls_are_named_not_downloaded(tmp_path):
@@ -175,3 +198,83 @@ def test_without_an_archive_the_provider_urls_are_named_not_downloaded(tmp_path)
     [line] = [json.loads(x) for x in open(tmp_path / "res.jsonl")]
     assert line["outputs"] == [{"index": 0, "url": "http://x/1.png"}]
     assert "no archive" in line["note"]
+
+
+# --- CSV manifests ------------------------------------------------------------------------------
+
+def test_a_csv_manifest_is_the_same_rows_as_its_jsonl(tmp_path):
+    """Dotted column names place each cell; typed columns convert it; an empty cell leaves its
+    member out. The CSV rows derive the keys the equivalent JSONL rows derive."""
+    (tmp_path / "m.csv").write_text(
+        "route,identity.sku,identity.variant:int,body.prompt,body.n:int,body.hd:bool,"
+        "body.extra:json,note\n"
+        'p/r,sku-1,1,"a poster, with a comma",2,true,"{""seed"": 7}",x\n'
+        "p/r,sku-2,1,plain,,false,,\n"
+        "\n")
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(o) + "\n" for o in [
+        {"route": "p/r", "identity": {"sku": "sku-1", "variant": 1},
+         "body": {"prompt": "a poster, with a comma", "n": 2, "hd": True, "extra": {"seed": 7}}},
+        {"route": "p/r", "identity": {"sku": "sku-2", "variant": 1},
+         "body": {"prompt": "plain", "hd": False}}]))
+    from_csv = batch.read_manifest(str(tmp_path / "m.csv"))
+    from_jsonl = batch.read_manifest(str(tmp_path / "m.jsonl"))
+    assert [(r.route, r.body, r.key) for r in from_csv] == \
+        [(r.route, r.body, r.key) for r in from_jsonl]
+    assert [r.line for r in from_csv] == [2, 3], "a row's line is its line in the file"
+
+
+def test_csv_by_flag_key_fields_and_route_option(tmp_path):
+    m = tmp_path / "rows.txt"
+    m.write_text("sku,body:json\nsku-1,\"{\"\"prompt\"\": \"\"x\"\"}\"\n")
+    with pytest.raises(batch.ManifestError, match="not JSON"):
+        batch.read_manifest(str(m), "p/r", ["sku"])  # by extension: JSONL
+    [row] = batch.read_manifest(str(m), "p/r", ["sku"], fmt="csv")
+    assert row.body == {"prompt": "x"} and row.route == "p/r"
+
+
+@pytest.mark.parametrize("text,err", [
+    ("route,body.n:number\n", "column 'body.n:number'"),
+    ("route,body,body.prompt\np/r,x,y\n", "overlap"),
+    ("route,identity.a,body.n:int\np/r,1,two\n", "m.csv:2: column 'body.n:int'"),
+    ("route,identity.a,body.p\np/r,1\n", "m.csv:2: 2 cells"),
+    ("route,identity.a\np/r,1\n", "m.csv:2: a row is an object with a \"body\" object"),
+    ("route,identity.a,body.p\n", "no rows"),
+])
+def test_csv_errors_name_the_line_and_column(tmp_path, text, err):
+    (tmp_path / "m.csv").write_text(text)
+    with pytest.raises(batch.ManifestError) as e:
+        batch.read_manifest(str(tmp_path / "m.csv"))
+    assert err in str(e.value)
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def test_help_shows_every_default_and_both_formats(capsys):
+    for argv in (["--help"], ["run", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            batch.main(argv)
+        assert e.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "CSV" in text and "JSONL" in text
+        for opt, default in (("--concurrency", "2"), ("--wait", "20"), ("--row-timeout", "600"),
+                             ("--archive-timeout", "120"), ("--retries", "6"),
+                             ("--format", "auto"), ("--state", "MANIFEST.state.sqlite"),
+                             ("--results", "MANIFEST.results.jsonl"),
+                             ("--out", "MANIFEST.outputs/"), ("--no-download", "download them")):
+            assert f"{opt}" in text and f"(default: {default})" in text, (argv, opt)
+
+
+def test_a_run_says_when_it_resumes_from_an_earlier_runs_state(tmp_path):
+    rows, state, c = make(tmp_path, ["a", "b", "c"], {"b": Unavailable("503", key="k")})
+    first = runner(c, state, rows[:2], tmp_path)
+    first.run()
+    assert "resuming" not in first.err.getvalue(), "a first run has nothing to resume"
+    c.script = {}
+    again = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    again.run()
+    said = [line for line in again.err.getvalue().splitlines() if "resuming" in line]
+    assert len(said) == 1, again.err.getvalue()
+    line = said[0]
+    assert str(tmp_path / "s.sqlite") in line and "2 of 3 rows known, 1 new" in line, line
+    assert "1 finished (left alone)" in line and "1 in doubt" in line, line
+    assert "1 not sent yet" in line, line
