@@ -3,7 +3,7 @@
 #include "idemgate/limits.h"
 #include "idemgate/metrics.h"
 #include "idemgate/offload.h"
-#include "idemgate/reply.h"
+#include "idemgate/problem.h"
 #include "idemgate/store.h"
 #include "idemgate/tenants.h"
 
@@ -164,7 +164,14 @@ void api_tenants_refresh(struct hs_req *r)
 /* A bug's answer rather than a request routed again and again. */
 static void answer_nothing(struct hs_req *r)
 {
-    reply_problem(r, 500, "internal", "Internal error", "no response was produced", 0);
+    char body[PROBLEM_BODY_MAX];
+    const struct problem p = {.status = 500,
+                              .type = "internal",
+                              .title = "Internal error",
+                              .detail = "no response was produced",
+                              .request_id = hs_req_id(r)};
+    size_t n = problem_render(&p, body, sizeof(body));
+    (void)hs_respond(r, 500, PROBLEM_CONTENT_TYPE, body, n, NULL);
 }
 
 /* On a database worker: the work, then the request goes on (its answer is queued, or its

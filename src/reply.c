@@ -66,7 +66,7 @@ static int send_problem(struct hs_req *r, int status, const char *type, const ch
         hdrs[h++] = "Connection";
         hdrs[h++] = "close";
     }
-    return hs_respond(r, status, "application/problem+json", body, n, hdrs);
+    return hs_respond(r, status, PROBLEM_CONTENT_TYPE, body, n, hdrs);
 }
 
 void reply_json(struct hs_req *r, int status, cJSON *o)

@@ -13,6 +13,8 @@
  *
  * Without the extension such an SDK reports "422 status code (no body)" and drops our text. */
 
+#define PROBLEM_CONTENT_TYPE "application/problem+json"
+
 /* Bytes a buffer needs to hold any rendered problem (with its NUL). */
 #define PROBLEM_BODY_MAX 2048
 

@@ -195,16 +195,20 @@ def test_sdk_callers_read_the_message_of_every_problem(gateway_factory, mock, da
 
 def test_every_problem_body_is_made_by_the_one_renderer():
     """The SDK test above reaches most problem types; the rest are made by the same function:
-    no source writes a problem body but src/problem.c (through reply.c's reply_problem)."""
+    no source writes a problem body but src/problem.c's problem_render (reply.c's
+    reply_problem, and api.c's answer to a handler that answered nothing)."""
+    senders = set()
     for path in glob.glob(os.path.join(ROOT, "src", "*.c")):
-        text = open(path).read()
+        with open(path) as f:
+            text = f.read()
         name = os.path.basename(path)
+        assert "application/problem+json" not in text, name  # only as PROBLEM_CONTENT_TYPE
         if name != "problem.c":
             assert "urn:idemgate:problem" not in text, name
-        if name != "reply.c":
-            assert "application/problem+json" not in text, name
-        if name not in ("reply.c", "problem.c"):
-            assert "problem_render" not in text, name
+        if "PROBLEM_CONTENT_TYPE" in text:
+            assert "problem_render(" in text, name
+            senders.add(name)
+    assert senders == {"reply.c", "api.c"}, senders
 
 
 # ---------------------------------------------------------------------------------------------

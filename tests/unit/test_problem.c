@@ -17,15 +17,12 @@ static const struct {
     int status;
     const char *type;
 } type_cases[] = {
-    {400, "invalid_request_error"}, {401, "authentication_error"},
-    {402, "insufficient_quota"},    {403, "permission_error"},
-    {404, "invalid_request_error"}, {405, "invalid_request_error"},
-    {409, "invalid_request_error"}, {413, "invalid_request_error"},
-    {414, "invalid_request_error"}, {415, "invalid_request_error"},
-    {416, "invalid_request_error"}, {422, "invalid_request_error"},
-    {429, "rate_limit_error"},      {499, "invalid_request_error"},
-    {500, "server_error"},          {503, "server_error"},
-    {599, "server_error"},          {200, "server_error"},
+    {400, "invalid_request_error"}, {401, "authentication_error"},  {402, "insufficient_quota"},
+    {403, "permission_error"},      {404, "invalid_request_error"}, {405, "invalid_request_error"},
+    {409, "invalid_request_error"}, {413, "invalid_request_error"}, {414, "invalid_request_error"},
+    {415, "invalid_request_error"}, {416, "invalid_request_error"}, {422, "invalid_request_error"},
+    {429, "rate_limit_error"},      {499, "invalid_request_error"}, {500, "server_error"},
+    {503, "server_error"},          {599, "server_error"},          {200, "server_error"},
 };
 
 static void test_error_type_by_status(void **state)
