@@ -45,6 +45,10 @@ Your tenant token is in $RUN/demo.token. Try:
     -d '{"prompt": "a lighthouse at dawn", "n": 2}'
 
 Send it twice: the second answer carries 'Idempotent-Replayed: true' and the mock saw one create
-(curl -s http://127.0.0.1:9090/_ledger). Ctrl-C stops the gateway and the mock.
+(curl -s http://127.0.0.1:9090/_ledger).
+
+The OpenAI SDK drop-in (README, "Drop-in for an OpenAI-style SDK") works against this gateway:
+baseURL http://127.0.0.1:8080/v1/providers/openai (the openai-images profile, aimed at the mock),
+apiKey the token in $RUN/demo.token. Ctrl-C stops the gateway and the mock.
 MSG
 wait $GW

@@ -17,14 +17,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The admin token; answers 401 and returns 0 when absent. */
+/* The admin token; answers 401 and returns 0 when absent. With no admin token configured the
+ * admin API is off, and the 401 says so and how to turn it on: a caller cannot tell a wrong token
+ * from a switched-off API otherwise. */
 static int admin_ok(struct hs_req *r)
 {
-    if (!reply_is_admin(r)) {
-        reply_problem(r, 401, "unauthorized", "Unauthorized", "the admin token is required", 0);
-        return 0;
-    }
-    return 1;
+    if (reply_is_admin(r))
+        return 1;
+    if (!*api_cfg(r)->admin_token_sha256)
+        reply_problem(r, 401, "unauthorized", "Unauthorized",
+                      "the admin API is off: no admin token is configured. To turn it on, set "
+                      "admin_token_sha256 in the configuration file (or the environment variable "
+                      "IDEMGATE_ADMIN_TOKEN_SHA256) to the hex SHA-256 of a secret token, e.g. "
+                      "`printf %s \"$ADMIN_TOKEN\" | sha256sum`, restart the gateway, and send "
+                      "`Authorization: Bearer <that token>`",
+                      0);
+    else
+        reply_problem(r, 401, "unauthorized", "Unauthorized",
+                      "the admin token is required: `Authorization: Bearer <admin token>`, the "
+                      "token whose SHA-256 is admin_token_sha256",
+                      0);
+    return 0;
 }
 
 /* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts

@@ -3,6 +3,7 @@
 #include "idemgate/limits.h"
 #include "idemgate/metrics.h"
 #include "idemgate/offload.h"
+#include "idemgate/problem.h"
 #include "idemgate/store.h"
 #include "idemgate/tenants.h"
 
@@ -163,10 +164,14 @@ void api_tenants_refresh(struct hs_req *r)
 /* A bug's answer rather than a request routed again and again. */
 static void answer_nothing(struct hs_req *r)
 {
-    static const char body[] = "{\"type\":\"urn:idemgate:problem:internal\",\"title\":"
-                               "\"Internal error\",\"status\":500,\"detail\":\"no response "
-                               "was produced\"}";
-    (void)hs_respond(r, 500, "application/problem+json", body, sizeof(body) - 1, NULL);
+    char body[PROBLEM_BODY_MAX];
+    const struct problem p = {.status = 500,
+                              .type = "internal",
+                              .title = "Internal error",
+                              .detail = "no response was produced",
+                              .request_id = hs_req_id(r)};
+    size_t n = problem_render(&p, body, sizeof(body));
+    (void)hs_respond(r, 500, PROBLEM_CONTENT_TYPE, body, n, NULL);
 }
 
 /* On a database worker: the work, then the request goes on (its answer is queued, or its

@@ -6,6 +6,7 @@
 #include "idemgate/crypto.h"
 #include "idemgate/headers.h"
 #include "idemgate/jobview.h"
+#include "idemgate/problem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,47 +15,31 @@
 /* Seconds a client should wait before retrying when the database is unreachable. */
 #define UNAVAILABLE_RETRY_AFTER 2
 
-static void json_escape_into(char *out, size_t cap, const char *s)
-{
-    size_t pos = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p && pos + 7 < cap; p++) {
-        if (*p == '"' || *p == '\\') {
-            out[pos++] = '\\';
-            out[pos++] = (char)*p;
-        } else if (*p < 0x20) {
-            pos += (size_t)snprintf(out + pos, cap - pos, "\\u%04x", *p);
-        } else {
-            out[pos++] = (char)*p;
-        }
-    }
-    out[pos] = '\0';
-}
-
-static int problem(struct hs_req *r, int status, const char *type, const char *title,
-                   const char *detail, int retry_after, const char *const *extra);
+static int send_problem(struct hs_req *r, int status, const char *type, const char *title,
+                        const char *detail, int retry_after, const char *const *extra);
 
 int reply_problem(struct hs_req *r, int status, const char *type, const char *title,
                   const char *detail, int retry_after)
 {
-    return problem(r, status, type, title, detail, retry_after, NULL);
+    return send_problem(r, status, type, title, detail, retry_after, NULL);
 }
 
 int reply_problem_with(struct hs_req *r, int status, const char *type, const char *title,
                        const char *detail, const char *const *extra)
 {
-    return problem(r, status, type, title, detail, 0, extra);
+    return send_problem(r, status, type, title, detail, 0, extra);
 }
 
-static int problem(struct hs_req *r, int status, const char *type, const char *title,
-                   const char *detail, int retry_after, const char *const *extra)
+static int send_problem(struct hs_req *r, int status, const char *type, const char *title,
+                        const char *detail, int retry_after, const char *const *extra)
 {
-    char esc_title[256], esc_detail[512], body[1024], ra[16];
-    json_escape_into(esc_title, sizeof(esc_title), title);
-    json_escape_into(esc_detail, sizeof(esc_detail), detail ? detail : title);
-    int n = snprintf(body, sizeof(body),
-                     "{\"type\":\"urn:idemgate:problem:%s\",\"title\":\"%s\",\"status\":%d,"
-                     "\"detail\":\"%s\",\"request_id\":\"%s\"}",
-                     type, esc_title, status, esc_detail, hs_req_id(r));
+    char body[PROBLEM_BODY_MAX], ra[16];
+    const struct problem pb = {.status = status,
+                               .type = type,
+                               .title = title,
+                               .detail = detail,
+                               .request_id = hs_req_id(r)};
+    size_t n = problem_render(&pb, body, sizeof(body));
     const char *hdrs[15] = {NULL};
     int h = 0;
     for (int i = 0; extra && extra[0] && i < 4; i++, extra += 2) {
@@ -81,8 +66,7 @@ static int problem(struct hs_req *r, int status, const char *type, const char *t
         hdrs[h++] = "Connection";
         hdrs[h++] = "close";
     }
-    return hs_respond(r, status, "application/problem+json", body,
-                      (size_t)(n < (int)sizeof(body) ? n : (int)sizeof(body) - 1), hdrs);
+    return hs_respond(r, status, PROBLEM_CONTENT_TYPE, body, n, hdrs);
 }
 
 void reply_json(struct hs_req *r, int status, cJSON *o)

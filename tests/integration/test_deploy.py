@@ -369,7 +369,10 @@ def on_host(cfg_text):
 
 
 def check_config(cfg_text, extra_env=None):
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    # Written beside the shipped configuration, so that a profile it names relative to itself
+    # (deploy/idemgate.example.json's providers/openai-images.json) is found as `make run` finds it.
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False,
+                                     dir=os.path.join(ROOT, "deploy")) as f:
         f.write(on_host(cfg_text))
     try:
         env = {"PATH": os.environ["PATH"], **(extra_env or {})}

@@ -455,7 +455,8 @@ def fake(status, headers, body):
 
 def problem_body(status, name, **extra):
     return {"type": PROBLEM_PREFIX + name, "title": "t", "status": status, "detail": "d",
-            "request_id": "req_1", **extra}
+            "request_id": "req_1",
+            "error": {"message": "t: d", "type": "invalid_request_error", "code": name}, **extra}
 
 
 PJ = {"Content-Type": "application/problem+json"}
@@ -467,6 +468,11 @@ JOBS = "/v1/jobs/job_abc"
     ("GET", JOBS, fake(404, PJ, problem_body(404, "unknown-route")), "job-not-found', got"),
     ("GET", JOBS, fake(404, PJ, problem_body(404, "job-not-found", extra=1)), "undocumented"),
     ("GET", JOBS, fake(404, PJ, {"type": PROBLEM_PREFIX + "job-not-found"}), "required"),
+    ("GET", JOBS, fake(404, PJ, {k: v for k, v in problem_body(404, "job-not-found").items()
+                                 if k != "error"}), "'error' missing"),
+    ("GET", JOBS, fake(404, PJ, problem_body(404, "job-not-found",
+                                             error={"message": "m", "type": "t", "code": "c"})),
+     "not in"),
     ("GET", JOBS, fake(404, PJ, problem_body(400, "job-not-found")), "problem status"),
     ("GET", JOBS, fake(404, {"Content-Type": "text/html"}, "<h1>no</h1>"), "content type"),
     ("GET", JOBS, fake(401, PJ, problem_body(401, "unauthorized")), "WWW-Authenticate"),

@@ -262,7 +262,8 @@ export interface paths {
          * @description After a 401/402/403 from a provider its credential is tripped: operations for it wait
          *     in `prepared` (with `blocked.reason`) until this call, made once the key is fixed.
          *     Needs the admin token (`admin_token_sha256`; without it the admin API is off and every
-         *     call is `401`). Idempotent: `cleared` tells whether anything was tripped.
+         *     call is `401`, whose detail says so and names `admin_token_sha256` and
+         *     `IDEMGATE_ADMIN_TOKEN_SHA256`). Idempotent: `cleared` tells whether anything was tripped.
          */
         post: operations["resetProvider"];
         delete?: never;
@@ -460,13 +461,31 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** @description RFC 9457 problem details. */
+        /**
+         * @description RFC 9457 problem details, with one extension member (RFC 9457 §3.2), `error`, for the
+         *     SDKs written against OpenAI-style APIs, which read only `error.message`: without it the
+         *     OpenAI SDK reports "422 status code (no body)".
+         */
         Problem: {
             type: string;
             title: string;
             status: number;
             detail: string;
             request_id: string;
+            /** @description The same problem as OpenAI's APIs shape an error. */
+            error: {
+                /** @description "<title>: <detail>" (the title alone when the detail is the title). */
+                message: string;
+                /**
+                 * @description `authentication_error` (401), `insufficient_quota` (402), `permission_error`
+                 *     (403), `rate_limit_error` (429), `invalid_request_error` (any other 4xx),
+                 *     `server_error` (5xx).
+                 * @enum {string}
+                 */
+                type: "invalid_request_error" | "authentication_error" | "insufficient_quota" | "permission_error" | "rate_limit_error" | "server_error";
+                /** @description The problem's name, the last segment of `type`. */
+                code: string;
+            };
         };
         /**
          * @description `prepared` intent committed, nothing sent · `sending` a worker holds the lease and may
