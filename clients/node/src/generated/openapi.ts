@@ -49,7 +49,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The tenant's jobs, oldest first */
+        /**
+         * The tenant's jobs, newest first, a page at a time
+         * @description Newest first (by creation, then id). Follow `next_cursor` with `starting_after` until `has_more` is false. Filters combine. A parameter not listed here, or one given twice, is a 400 that names it: a misspelt filter is never silently ignored.
+         */
         get: operations["listJobs"];
         put?: never;
         post?: never;
@@ -674,6 +677,15 @@ export interface components {
             object: "list";
             data: components["schemas"]["Job"][];
         };
+        JobPage: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["Job"][];
+            /** @description Another page follows. */
+            has_more: boolean;
+            /** @description The `starting_after` of the next page; null on the last. */
+            next_cursor: string | null;
+        };
         Resolution: {
             /** @enum {string} */
             outcome: "found" | "absent" | "abandon";
@@ -1272,7 +1284,12 @@ export interface operations {
         parameters: {
             query?: {
                 state?: components["schemas"]["JobState"];
+                provider?: string;
+                /** @description The job of this key (at most one). */
+                idempotency_key?: string;
                 limit?: number;
+                /** @description The `next_cursor` of the previous page (opaque). */
+                starting_after?: string;
             };
             header?: {
                 /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
@@ -1283,17 +1300,17 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The jobs. */
+            /** @description One page of the jobs. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["JobList"];
+                    "application/json": components["schemas"]["JobPage"];
                 };
             };
-            /** @description `state` is not a job state or `limit` is outside 1..1000. */
+            /** @description An unknown or repeated parameter, `state` not a job state, `limit` outside 1..1000, or `starting_after` not a cursor this API made. */
             400: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
