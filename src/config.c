@@ -441,6 +441,44 @@ const struct cfg_route *cfg_find_route(const struct cfg_provider *p, const char 
     return NULL;
 }
 
+/* Appends s to out (len bytes, pos used), cut to fit; returns the new pos. */
+static size_t append(char *out, size_t len, size_t pos, const char *s)
+{
+    if (pos + 1 >= len)
+        return pos;
+    int n = snprintf(out + pos, len - pos, "%s", s);
+    return n < 0 ? pos : pos + (size_t)n >= len ? len - 1 : pos + (size_t)n;
+}
+
+void cfg_explain_unknown_target(const struct cfg *c, const char *target, char *out, size_t len)
+{
+    const char *slash = strchr(target, '/');
+    size_t plen = slash ? (size_t)(slash - target) : strlen(target);
+    const struct cfg_provider *p = cfg_find_provider(c, target, plen);
+    char head[200];
+    size_t pos = 0;
+    out[0] = '\0';
+    if (p) {
+        snprintf(head, sizeof(head), "provider \"%s\" has no route \"%.64s\"; its routes: ",
+                 p->name, slash ? slash + 1 : "");
+        pos = append(out, len, pos, head);
+        for (size_t i = 0; i < p->n_routes; i++) {
+            pos = append(out, len, pos, i ? ", " : "");
+            pos = append(out, len, pos, p->routes[i].route);
+        }
+        return;
+    }
+    snprintf(head, sizeof(head), "no provider \"%.*s\" is configured; the providers: ",
+             (int)(plen < 64 ? plen : 64), target);
+    pos = append(out, len, pos, head);
+    for (size_t i = 0; i < c->n_providers; i++) {
+        pos = append(out, len, pos, i ? ", " : "");
+        pos = append(out, len, pos, c->providers[i].name);
+    }
+    if (!c->n_providers)
+        (void)append(out, len, pos, "none");
+}
+
 void cfg_print_reference(void)
 {
     printf("| setting | environment | default | meaning |\n|---|---|---|---|\n");

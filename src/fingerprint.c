@@ -1,5 +1,7 @@
 #include "idemgate/fingerprint.h"
 
+#include <string.h>
+
 void fp_compute(const char *provider, size_t plen, const char *route, size_t rlen,
                 const char *canonical, size_t clen, char out_hex[CRYPTO_SHA256_HEX])
 {
@@ -18,4 +20,14 @@ void fp_compute(const char *provider, size_t plen, const char *route, size_t rle
     crypto_sha256_update(&h, canonical, clen);
     crypto_sha256_end(&h, d);
     crypto_hex(d, sizeof(d), out_hex);
+}
+
+const char *fp_mismatch(const char *stored_provider, const char *stored_route,
+                        const char *provider, const char *route)
+{
+    if (strcmp(stored_provider ? stored_provider : "", provider ? provider : "") != 0)
+        return "provider";
+    if (strcmp(stored_route ? stored_route : "", route ? route : "") != 0)
+        return "route";
+    return "body";
 }

@@ -26,13 +26,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* A problem a step raised; answered by the gate (raise_problem → answer_problem). */
 struct intake_problem {
     int status;
     const char *type, *title;
-    char detail[256];
-    int key_reused;  /* the 422 of reply_key_reused() */
+    char detail[400];
+    int key_reused;  /* the 422 of reply_key_reused(): the key's job, and what differed */
+    char owner[32];
+    const char *part;
     int retry_after; /* seconds, or 0 */
 };
 
@@ -75,10 +78,14 @@ static enum step_result raise_problem(struct intake *in, int status, const char 
     return STEP_PROBLEM;
 }
 
-static enum step_result raise_key_reused(struct intake *in)
+/* The key holds job `owner` of provider and route stored_provider/stored_route. */
+static enum step_result raise_key_reused(struct intake *in, const char *owner,
+                                         const char *stored_provider, const char *stored_route)
 {
     in->problem.status = 422;
     in->problem.key_reused = 1;
+    snprintf(in->problem.owner, sizeof(in->problem.owner), "%s", owner ? owner : "");
+    in->problem.part = fp_mismatch(stored_provider, stored_route, in->p->name, in->rt->route);
     return STEP_PROBLEM;
 }
 
@@ -88,7 +95,7 @@ static void answer_problem(struct intake *in)
 {
     const struct intake_problem *pb = &in->problem;
     if (pb->key_reused)
-        reply_key_reused(in->r, 0);
+        reply_key_reused(in->r, 0, pb->owner, pb->part);
     else
         reply_problem(in->r, pb->status, pb->type, pb->title, pb->detail, pb->retry_after);
 }
@@ -145,9 +152,11 @@ static enum step_result step_validate(struct intake *in)
     const char *slash = strchr(in->target, '/');
     in->p = slash ? cfg_find_provider(in->cfg, in->target, (size_t)(slash - in->target)) : NULL;
     in->rt = in->p ? cfg_find_route(in->p, slash + 1, strlen(slash + 1)) : NULL;
-    if (!in->rt)
-        return raise_problem(in, 404, "unknown-route", "Unknown provider route",
-                             "only routes declared in the gateway's configuration are forwarded");
+    if (!in->rt) {
+        char why[sizeof(in->problem.detail)];
+        cfg_explain_unknown_target(in->cfg, in->target, why, sizeof(why));
+        return raise_problem(in, 404, "unknown-route", "Unknown provider route", why);
+    }
     size_t key_len = 0;
     const char *raw_key = hs_req_header_n(in->r, "Idempotency-Key", &key_len);
     if (!raw_key)
@@ -195,6 +204,13 @@ static enum step_result step_canonicalise(struct intake *in)
     char detail[160];
     size_t len = 0;
     const char *raw = hs_req_body(in->r, &len);
+    /* A multipart upload (an image edit, a video from a reference) is not forwarded yet: said
+     * plainly, instead of a JSON parse error at its first byte. */
+    const char *ctype = hs_req_header(in->r, "Content-Type");
+    if (ctype && strncasecmp(ctype, "multipart/", 10) == 0)
+        return raise_problem(in, 415, "unsupported-media-type", "Unsupported media type",
+                             "multipart bodies (file uploads) are not supported yet: idemgate "
+                             "forwards JSON request bodies only");
     /* A create whose reconciliation finds the task by our client reference never leaves
      * without it: when the body leaves no place for it, the client learns it now. */
     int ref_needed =
@@ -261,9 +277,11 @@ static enum step_result step_cache(struct intake *in)
         reply_result(in->r, &hit, 1, in->wait_s);
     else if (same)
         reply_entry(in->r, 202, &hit, 1, 1);
+    enum step_result res = same ? STEP_ANSWERED : raise_key_reused(in, hit.job_id, hit.provider,
+                                                                    hit.route);
     jobcache_entry_fini(&hit);
     if (!same)
-        return raise_key_reused(in);
+        return res;
     return STEP_ANSWERED;
 }
 
@@ -398,7 +416,7 @@ static enum step_result step_answer(struct intake *in)
     if (!in->created && strcmp(j->fingerprint_hex, in->fp) != 0) {
         LOG(LOG_INFO, "intake_mismatch", LS("job_id", j->id), LS("key_hash", key_hash),
             LS("provider", in->p->name), LS("request_id", hs_req_id(in->r)));
-        return raise_key_reused(in);
+        return raise_key_reused(in, j->id, j->provider, j->route);
     }
     LOG(LOG_INFO, in->created ? "intake_new" : "intake_replay", LS("job_id", j->id),
         LS("key_hash", key_hash), LS("provider", in->p->name), LS("state", st_name(j->state)),

@@ -356,7 +356,7 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
         reply_job_error(r, e);
     } else {
         if (!created && strcmp(j.fingerprint_hex, fp) != 0)
-            reply_key_reused(r, 1);
+            reply_key_reused(r, 1, j.id, NULL);
         else {
             LOG(LOG_INFO, created ? "regenerate_new" : "regenerate_replay", LS("job_id", j.id),
                 LS("parent_id", parent_id), LS("request_id", hs_req_id(r)));

@@ -184,6 +184,8 @@ static int entry_of(const struct store_job *j, struct jobcache_entry *e)
     snprintf(e->fingerprint, sizeof(e->fingerprint), "%s",
              j->fingerprint_hex ? j->fingerprint_hex : "");
     snprintf(e->job_id, sizeof(e->job_id), "%s", j->id);
+    snprintf(e->provider, sizeof(e->provider), "%s", j->provider ? j->provider : "");
+    snprintf(e->route, sizeof(e->route), "%s", j->route ? j->route : "");
     snprintf(e->state, sizeof(e->state), "%s", st_name(j->state));
     e->resp_status = j->resp_status;
     snprintf(e->content_type, sizeof(e->content_type), "application/json");
@@ -298,13 +300,25 @@ int reply_is_admin(struct hs_req *r)
            crypto_ct_equal(token, cfg->admin_token_sha256, 64);
 }
 
-/* The one text of the 422 a reused key gets. */
-void reply_key_reused(struct hs_req *r, int regeneration)
+/* The one text of the 422 a reused key gets: whose the key is and what differed. */
+void reply_key_reused(struct hs_req *r, int regeneration, const char *job_id, const char *part)
 {
+    char detail[256];
+    if (regeneration)
+        snprintf(detail, sizeof(detail),
+                 "this key already belongs to job %.40s, made by another request; use a new key "
+                 "for a new regeneration",
+                 job_id ? job_id : "?");
+    else if (part)
+        snprintf(detail, sizeof(detail),
+                 "this key already belongs to job %.40s, whose request had another %s; use a new "
+                 "key for a new intended output",
+                 job_id ? job_id : "?", part);
+    else
+        snprintf(detail, sizeof(detail),
+                 "this key already belongs to job %.40s, whose request had another provider, "
+                 "route or body; use a new key for a new intended output",
+                 job_id ? job_id : "?");
     reply_problem(r, 422, "idempotency-key-reused",
-                  "Idempotency-Key reused with different parameters",
-                  regeneration ? "this key already belongs to another request"
-                               : "this key already belongs to a request with another provider, "
-                                 "route or body; use a new key for a new intended output",
-                  0);
+                  "Idempotency-Key reused with different parameters", detail, 0);
 }

@@ -64,6 +64,10 @@ struct cfg *cfg_load(const char *path, char *err, size_t errlen);
 void cfg_free(struct cfg *c);
 
 const struct cfg_provider *cfg_find_provider(const struct cfg *c, const char *name, size_t len);
+/* Why target ("{provider}/{route}") is not forwarded, for its 404: the provider is not
+ * configured (the configured ones listed), or it has no such route (its routes listed); into out,
+ * cut to fit. */
+void cfg_explain_unknown_target(const struct cfg *c, const char *target, char *out, size_t len);
 const struct cfg_route *cfg_find_route(const struct cfg_provider *p, const char *route,
                                        size_t len);
 

@@ -14,4 +14,10 @@
 void fp_compute(const char *provider, size_t plen, const char *route, size_t rlen,
                 const char *canonical, size_t clen, char out_hex[CRYPTO_SHA256_HEX]);
 
+/* Which part of a request whose fingerprint differs from the stored operation's differs: the
+ * "provider", else the "route", else the "body" (its canonical form, or the fingerprint's
+ * version). For the 422 of a reused key. Pure; NULL compares as "". */
+const char *fp_mismatch(const char *stored_provider, const char *stored_route,
+                        const char *provider, const char *route);
+
 #endif

@@ -15,6 +15,7 @@ struct jobcache_entry {
     char *job_json;       /* the job as GET /v1/jobs/{id} shows it */
     char job_id[32];
     char state[16];
+    char provider[64], route[160]; /* of the operation: what a 422 says differed */
     int resp_status;      /* the provider's, for Prefer: wait */
     char content_type[128];
     char *resp_body;

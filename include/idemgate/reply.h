@@ -37,8 +37,9 @@ void reply_job_error(struct hs_req *r, int e);
  * not told. */
 void reply_budget_refused(struct hs_req *r, int e, long long estimate_micros,
                           const char *currency);
-/* 422: the key belongs to another operation (regeneration: to another request). */
-void reply_key_reused(struct hs_req *r, int regeneration);
+/* 422: the key belongs to another operation, job job_id (regeneration: to another request);
+ * part (fp_mismatch: "provider", "route" or "body"; NULL: not told) says what differed. */
+void reply_key_reused(struct hs_req *r, int regeneration, const char *job_id, const char *part);
 
 /* The SHA-256 of the bearer token, the only form in which tokens are ever compared or stored.
  * Returns 0, or -1 when there is no well-formed bearer token (or there are two). */

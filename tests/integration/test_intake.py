@@ -68,14 +68,42 @@ def test_key_reused_with_other_parameters_is_422_and_never_sent(gateway, token, 
     r2 = gateway.submit(token, k, changed)
     assert r2.status == 422, r2
     assert problem_type(r2) == "idempotency-key-reused"
+    # It names the job that holds the key and what differed (issue 24 §12).
+    detail = r2.json()["detail"]
+    assert r1.json()["id"] in detail and "another body" in detail, detail
     assert len(mock.ledger()) == 1
 
 
 def test_same_key_other_route_is_422(gateway, token, mock):
     k = key()
-    assert gateway.submit(token, k, {"prompt": "x"}).status == 202
+    first = gateway.submit(token, k, {"prompt": "x"})
+    assert first.status == 202
     r = gateway.submit(token, k, {"prompt": "x"}, route="mock-keyed/generations")
     assert r.status == 422 and problem_type(r) == "idempotency-key-reused"
+    assert first.json()["id"] in r.json()["detail"], r.json()
+    assert "another provider" in r.json()["detail"], r.json()
+
+
+def test_an_unknown_target_lists_what_exists_and_multipart_is_415(gateway, token, mock):
+    """A 404 names the configured providers (or the provider's routes); a multipart upload is a
+    plain 415, not a JSON parse error at its first byte. Nothing is recorded or sent."""
+    before = len(mock.ledger())
+    r = gateway.submit(token, key(), {"prompt": "x"}, route="mock-imagez/images/generations")
+    assert r.status == 404 and problem_type(r) == "unknown-route", r
+    assert 'no provider "mock-imagez"' in r.json()["detail"], r.json()
+    assert "mock-images" in r.json()["detail"] and "mock-keyed" in r.json()["detail"], r.json()
+    r = gateway.submit(token, key(), {"prompt": "x"}, route="mock-images/images/generation")
+    assert r.status == 404, r
+    assert 'has no route "images/generation"' in r.json()["detail"], r.json()
+    assert "images/generations" in r.json()["detail"], r.json()
+    form = (b"--b0\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nx\r\n"
+            b"--b0\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n"
+            b"Content-Type: image/png\r\n\r\n\x89PNG\r\n--b0--\r\n")
+    r = gateway.submit(token, key(), form,
+                       headers={"Content-Type": "multipart/form-data; boundary=b0"})
+    assert r.status == 415 and problem_type(r) == "unsupported-media-type", r
+    assert "multipart" in r.json()["detail"], r.json()
+    assert len(mock.ledger()) == before
 
 
 def test_missing_key(gateway, token):

@@ -1210,7 +1210,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["BudgetExceeded"];
-            /** @description The provider or route is not declared in the configuration. */
+            /** @description The provider or route is not declared in the configuration; the detail lists the configured providers (or the provider's routes). */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1236,9 +1236,23 @@ export interface operations {
                     };
                 };
             };
+            /** @description A `multipart/*` body (a file upload): not forwarded yet. Nothing was recorded and the provider was not called. */
+            415: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @constant */
+                        type?: "urn:idemgate:problem:unsupported-media-type";
+                    };
+                };
+            };
             /**
              * @description `idempotency-key-reused`: the key already belongs to a request with another
              *     provider, route or body (do not retry; use a new key for a new intended output).
+             *     The detail names the job that holds the key and which of the three differed.
              *     `client-ref-unplaceable`: this provider finds tasks by the gateway's client
              *     reference in the body, and this body leaves no place for it (the member exists, its
              *     parent is not an object, or the body is not an object). Nothing was recorded and
