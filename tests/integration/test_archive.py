@@ -100,7 +100,9 @@ def test_every_shipped_async_profile_archives(gateway_factory, token, mock, tmp_
     e, route = arch_entry(name, mock)
     gw = start(gateway_factory, tmp_path, [e])
     outs = 1 if name in ("openai-videos", "luma") else 2
-    r = gw.submit(token, "arch-" + uuid.uuid4().hex, body(polls=1, outputs=outs), route=route)
+    # respond-async: the shipped OpenAI profiles wait by default (for SDKs); this is the job.
+    r = gw.submit(token, "arch-" + uuid.uuid4().hex, body(polls=1, outputs=outs), route=route,
+                  headers={"Prefer": "respond-async"})
     assert r.status == 202, r
     j = check_archive(gw, token, r.json()["id"], str(tmp_path / "archive"), outs)
     kinds = {o["kind"] for o in j["archive"]}
@@ -143,7 +145,8 @@ def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tm
     e, route = images_entry(mock)
     gw = start(gateway_factory, tmp_path, [e], env={"OPENAI_API_KEY": "sk-x"})
     r = gw.submit(token, "img-" + uuid.uuid4().hex,
-                  {"prompt": "a cat", "n": 2, "response_format": fmt}, route=route)
+                  {"prompt": "a cat", "n": 2, "response_format": fmt}, route=route,
+                  headers={"Prefer": "respond-async"})
     j = check_archive(gw, token, r.json()["id"], str(tmp_path / "archive"), 2)
     assert {o["kind"] for o in j["archive"]} == {"url" if fmt == "url" else "b64"}
     assert all(o["content_type"] == "image/png" for o in j["archive"]) or fmt == "b64_json"
@@ -165,7 +168,8 @@ def test_a_completed_result_is_written_with_its_plan(gateway_factory, token, moc
         payload = body(polls=1, outputs=2)
     gw = start(gateway_factory, tmp_path, [e], archive_workers=0,
                env={"OPENAI_API_KEY": "sk-x"})
-    r = gw.submit(token, "plan-" + uuid.uuid4().hex, payload, route=route)
+    r = gw.submit(token, "plan-" + uuid.uuid4().hex, payload, route=route,
+                  headers={"Prefer": "respond-async"})
     assert r.status == 202, r
     job_id = r.json()["id"]
     gw.wait_state(token, job_id, {"completed"}, 30)
@@ -380,7 +384,8 @@ def test_every_shipped_profile_archives_to_s3(gateway_factory, token, mock, tmp_
         outs = 1 if name in ("openai-videos", "luma") else 2
         b = body(polls=1, outputs=outs)
     gw = start(gateway_factory, tmp_path, [e], **settings)
-    r = gw.submit(token, "s3-" + uuid.uuid4().hex, b, route=route)
+    r = gw.submit(token, "s3-" + uuid.uuid4().hex, b, route=route,
+                  headers={"Prefer": "respond-async"})
     assert r.status == 202, r
     j = check_s3(gw, token, r.json()["id"], s3, outs, tmp_path)
     part = get_output(gw, token, j["id"], 0, {"Range": "bytes=1-3"})

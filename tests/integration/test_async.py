@@ -76,10 +76,12 @@ def test_shipped_profile_end_to_end(gateway_factory, token, mock, name):
     e, route = entry(name, mock)
     gw = start(gateway_factory, [e])
     values, each = SHIPPED_PRICES.get(name, ({}, None))
+    # respond-async: the shipped OpenAI profiles wait by default (for SDKs); this is the job.
     ok = gw.submit(token, "ok-" + uuid.uuid4().hex, dict(body(polls=2, outputs=2), **values),
-                   route=route)
+                   route=route, headers={"Prefer": "respond-async"})
     bad = gw.submit(token, "bad-" + uuid.uuid4().hex,
-                    body(polls=1, outcome="failed", error="mock says no"), route=route)
+                    body(polls=1, outcome="failed", error="mock says no"), route=route,
+                    headers={"Prefer": "respond-async"})
     assert ok.status == 202 and bad.status == 202, (ok, bad)
     j = gw.wait_state(token, ok.json()["id"], {"completed", "failed", "unknown", "review"}, 30)
     assert j["state"] == "completed", j

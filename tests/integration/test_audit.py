@@ -567,7 +567,8 @@ def test_c11_async_found_without_an_id_is_review(gateway_factory, token, mock):
                             "items": "$.data[*]", "match": "$.metadata.client_ref"}})
     gw = gateway_factory(providers=[e], env=SECRETS)
     script(mock, [{"fault": "hang"}])
-    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route,
+                       headers={"Prefer": "respond-async"}).json()["id"]
     j = wait_job(gw, token, job_id, SETTLED, 20)
     assert j["state"] != "completed", f"completed with the task still queued: {j}"
     assert j["state"] == "review", j

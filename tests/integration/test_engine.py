@@ -274,7 +274,7 @@ def test_archive_copies_are_in_flight_together(gateway_factory, mock, token, psq
     for i in range(n):
         r = gw.submit(token, f"arch-{uuid.uuid4().hex[:6]}-{i}",
                       {"prompt": f"a cat {i}", "n": 1, "response_format": "url"},
-                      route=name + "/images/generations")
+                      route=name + "/images/generations", headers={"Prefer": "respond-async"})
         assert r.status == 202, r.body
         ids.append(r.json()["id"])
     settle(psql, ids)  # every create has ended: what the gauge counts now is copies

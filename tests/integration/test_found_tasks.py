@@ -65,7 +65,9 @@ def unknown_then_cancelled(gateway_factory, token, mock, entry, route, body):
     while nobody reconciles it; then a replica that reconciles. Returns (that replica, job id)."""
     gw1 = gateway_factory(providers=[entry], reconcile_workers=0, env=SECRETS)
     mock.script([{"fault": "hang"}])
-    job_id = gw1.submit(token, key(), body, route=route).json()["id"]
+    # respond-async: a shipped OpenAI profile waits by default (for SDKs); this is the job.
+    job_id = gw1.submit(token, key(), body, route=route,
+                        headers={"Prefer": "respond-async"}).json()["id"]
     assert wait_job(gw1, token, job_id, {"unknown"}, 15)["state"] == "unknown"
     c = cancel(gw1, token, job_id)
     assert c.status == 202 and c.json().get("cancel_requested_at"), c

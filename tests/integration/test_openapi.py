@@ -720,6 +720,12 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("too large", "POST", INTAKE,
                  submit(gw, "oa-big", json.dumps({"prompt": "x" * (1024 * 1024)})), 413,
                  "payload-too-large")
+        t.expect("multipart", "POST", INTAKE,
+                 call(gw, "POST", INTAKE, "--b\r\nContent-Disposition: form-data; name=\"p\""
+                      "\r\n\r\nx\r\n--b--\r\n",
+                      auth(token, **{"Idempotency-Key": "oa-mp",
+                                     "Content-Type": "multipart/form-data; boundary=b"})),
+                 415, "unsupported-media-type")
         t.expect("key reused", "POST", INTAKE, submit(gw, k, {"prompt": "other"}), 422,
                  "idempotency-key-reused")
         reffed = "/v1/providers/reffed/images/generations"
