@@ -2,7 +2,8 @@
 #
 #   make            build/idemgate and build/idemgate-mock
 #   make asan       the same with ASan+UBSan, into build-asan/
-#   make run        install what is missing, build, start PostgreSQL + mock + gateway
+#   make run        install what running needs, build, start PostgreSQL + mock + gateway
+#                   (CONFIG=file PORT=n: your own configuration, another port)
 #   make test       install what is missing, build, unit tests (cmocka) + integration (pytest)
 #   make chaos      the full fault matrix;  make bench: the side-by-side benchmark
 #   make fuzz       each libFuzzer harness for FUZZ_SECONDS, then the differential checks
@@ -60,7 +61,7 @@ PYTHON    ?= /usr/bin/python3
 # Parallel compile jobs for the builds `make test` and `make chaos` start.
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all asan deps run test unit pyunit integration chaos test-citus bench bench-citus clean format fuzz fuzz-build \
+.PHONY: all asan deps deps-run run test unit pyunit integration chaos test-citus bench bench-citus clean format fuzz fuzz-build \
 	fuzz-bins fuzz-regress fuzz-diff
 all: $(BUILD)/idemgate $(BUILD)/idemgate-mock
 
@@ -124,12 +125,19 @@ fuzz-bins: $(FUZZ_BINS) $(FUZZ_TOOLS)
 asan:
 	$(MAKE) BUILD=build-asan SANITIZER=address,undefined OPT=-O1 all
 
+# Debian packages, only those missing: `deps-run` what building and running needs (make run),
+# `deps` that and every test tool (make test, chaos, fuzz, bench). scripts/deps.sh lists both.
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh test
 
-run: deps
+deps-run:
+	@scripts/deps.sh run
+
+# make run [CONFIG=file] [PORT=n]: the example configuration (or your own) on 127.0.0.1:PORT.
+# scripts/run.sh also reads MOCK_PORT, RUN_DIR, PGDATA_DIR, PG_PORT and DATABASE_URL.
+run: deps-run
 	@$(MAKE) --no-print-directory all
-	@scripts/run.sh
+	@CONFIG='$(CONFIG)' PORT='$(PORT)' scripts/run.sh
 
 # A locale whose decimal point is a comma proves number handling ignores the locale (test_jcs).
 $(BUILD)/locale/de_DE.UTF-8/LC_NUMERIC:

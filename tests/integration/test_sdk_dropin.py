@@ -253,7 +253,7 @@ def make_run_config(mock_url, port):
     with open(EXAMPLE_CONFIG) as f:
         cfg = json.load(f)
     with open(os.path.join(ROOT, "scripts", "run.sh")) as f:
-        assert "IDEMGATE_CONFIG=deploy/idemgate.example.json" in f.read()
+        assert "EXAMPLE=deploy/idemgate.example.json" in f.read()
     assert cfg["listen"] == "127.0.0.1:8080"  # the address the README's lines name
     cfg["listen"] = f"127.0.0.1:{port}"
     for p in cfg["providers"]:
