@@ -162,6 +162,7 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) unit
 	@$(MAKE) --no-print-directory pyunit
 	@$(MAKE) --no-print-directory fuzz-regress
+	@PYTHON=$(PYTHON) scripts/check-monitoring.sh
 	@$(MAKE) --no-print-directory integration
 
 # clang + libFuzzer + ASan + UBSan, every object of the library instrumented for coverage.

@@ -10,7 +10,8 @@ libssl-dev libcmocka-dev postgresql-15 postgresql-client-15 python3 python3-pyte
 util-linux locales
 python3-yaml strace nodejs faketime pgbouncer
 python3-pip python3-venv python3-setuptools python3-wheel
-clang libclang-rt-14-dev"
+clang libclang-rt-14-dev
+prometheus"
 
 missing=""
 for p in $PKGS; do
@@ -35,4 +36,16 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq || true
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing
+# prometheus is installed for its promtool only (make test checks the metrics and the alert
+# rules with it): the server its package starts is stopped and disabled again.
+case " $missing " in
+*" prometheus "*)
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+    elif [ -x /etc/init.d/prometheus ]; then
+        $SUDO /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+        $SUDO update-rc.d prometheus disable >/dev/null 2>&1 || true
+    fi
+    ;;
+esac
 "$(dirname "$0")/s3rver.sh" >/dev/null
