@@ -104,6 +104,14 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
 
+# The commit the build is made from, for idemgate_build_info (empty outside a git checkout): the
+# file is rewritten only when the commit changes, and metrics.o is rebuilt with it.
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+$(shell mkdir -p $(BUILD)/gen && (echo '$(GIT_COMMIT)' | cmp -s - $(BUILD)/gen/git_commit || \
+	echo '$(GIT_COMMIT)' > $(BUILD)/gen/git_commit))
+$(BUILD)/src/metrics.o: $(BUILD)/gen/git_commit
+$(BUILD)/src/metrics.o: CFLAGS += -DIG_GIT_COMMIT='"$(GIT_COMMIT)"'
+
 # Each unit test links the library objects (everything but main.c) and cmocka.
 $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -162,6 +170,7 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) unit
 	@$(MAKE) --no-print-directory pyunit
 	@$(MAKE) --no-print-directory fuzz-regress
+	@PYTHON=$(PYTHON) scripts/check-monitoring.sh
 	@$(MAKE) --no-print-directory integration
 
 # clang + libFuzzer + ASan + UBSan, every object of the library instrumented for coverage.

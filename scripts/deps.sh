@@ -12,13 +12,16 @@
 # Test: cmocka, pytest and the Python packaging tools, clang with libFuzzer (make fuzz-regress),
 # strace, faketime, pgbouncer (tests/integration/test_pgbouncer.py only, its own instance on a
 # Unix socket; Debian enables its service, which listens on localhost:6432 where systemd runs),
-# locales, and s3rver (npm: the S3-compatible server of the archive tests, scripts/s3rver.sh).
+# locales, prometheus (for its promtool: make test checks the metrics and the alert rules; the
+# server its package starts is stopped and disabled again) and s3rver (npm: the S3-compatible
+# server of the archive tests, scripts/s3rver.sh).
 set -eu
 
 RUN_PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
 libpq-dev libssl-dev postgresql-15 postgresql-client-15 curl ca-certificates nodejs util-linux"
 TEST_PKGS="libcmocka-dev python3 python3-pytest procps locales python3-yaml strace faketime
-pgbouncer python3-pip python3-venv python3-setuptools python3-wheel clang libclang-rt-14-dev"
+pgbouncer python3-pip python3-venv python3-setuptools python3-wheel clang libclang-rt-14-dev
+prometheus"
 
 set_=${1:-test}
 case "$set_" in
@@ -49,6 +52,16 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq || true
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $missing
+    case " $missing " in
+    *" prometheus "*)
+        if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+            $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+        elif [ -x /etc/init.d/prometheus ]; then
+            $SUDO /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+            $SUDO update-rc.d prometheus disable >/dev/null 2>&1 || true
+        fi
+        ;;
+    esac
 fi
 if [ "$set_" = test ]; then
     # The S3-compatible server of the archive tests (npm): installed once, when missing.

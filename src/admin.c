@@ -311,34 +311,114 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
     reply_json(r, ready ? 200 : 503, o);
 }
 
-struct gauge_text {
-    char buf[4096];
-    size_t len;
-    int state_header, tripped_header;
+/* What store_gauges read, kept until every family can be printed whole: the database answers
+ * its figures in one order, the exposition needs each family's samples together. */
+#define GAUGE_STATES 8
+#define GAUGE_TRIPPED 64
+struct gauge_read {
+    char state[GAUGE_STATES][16];
+    double state_n[GAUGE_STATES];
+    int n_states;
+    char *tripped[GAUGE_TRIPPED]; /* owned */
+    int n_tripped;
+    double budget[2]; /* day, month; -1: not read */
+    double archive_pending, archive_oldest_s; /* -1: not read */
 };
 
-static void add_gauge(const char *kind, const char *name, long long value, void *arg)
+static void add_gauge(const char *kind, const char *name, double value, void *arg)
 {
-    struct gauge_text *g = arg;
-    size_t cap = sizeof(g->buf) - g->len;
-    int n = 0;
-    if (!strcmp(kind, "state")) {
-        if (!g->state_header++)
-            n += snprintf(g->buf + g->len, cap,
-                          "# HELP idemgate_operations Operations by state.\n"
-                          "# TYPE idemgate_operations gauge\n");
-        n += snprintf(g->buf + g->len + n, cap - (size_t)n,
-                      "idemgate_operations{state=\"%s\"} %lld\n", name, value);
-        if (!strcmp(name, "review"))
-            n += snprintf(g->buf + g->len + n, cap - (size_t)n,
-                          "# HELP idemgate_review_backlog Operations waiting for an operator.\n"
-                          "# TYPE idemgate_review_backlog gauge\nidemgate_review_backlog %lld\n",
-                          value);
-    } else {
-        n += snprintf(g->buf + g->len, cap, "idemgate_provider_tripped{provider=\"%s\"} 1\n", name);
+    struct gauge_read *g = arg;
+    if (!strcmp(kind, "state") && g->n_states < GAUGE_STATES) {
+        snprintf(g->state[g->n_states], sizeof(g->state[0]), "%s", name);
+        g->state_n[g->n_states++] = value;
+    } else if (!strcmp(kind, "tripped") && g->n_tripped < GAUGE_TRIPPED) {
+        if ((g->tripped[g->n_tripped] = strdup(name)))
+            g->n_tripped++;
+    } else if (!strcmp(kind, "budget")) {
+        g->budget[strcmp(name, "day") == 0 ? 0 : 1] = value;
+    } else if (!strcmp(kind, "archive")) {
+        if (!strcmp(name, "pending"))
+            g->archive_pending = value;
+        else
+            g->archive_oldest_s = value;
     }
-    if (n > 0 && (size_t)n < cap)
-        g->len += (size_t)n;
+}
+
+/* Whether the database named provider tripped. */
+static int gauge_tripped(const struct gauge_read *g, const char *provider)
+{
+    for (int i = 0; i < g->n_tripped; i++)
+        if (!strcmp(g->tripped[i], provider))
+            return 1;
+    return 0;
+}
+
+/* The database's families, each whole under its one # HELP and # TYPE (a family split in two is
+ * read by a standard parser as a second, untyped one). db_ok: store_gauges answered; without it
+ * only idemgate_database_up and what the configuration knows are printed. */
+static void render_gauges(FILE *f, const struct cfg *cfg, const struct gauge_read *g, int db_ok)
+{
+    if (db_ok) {
+        fputs("# HELP idemgate_operations Operations by state (the terminal ones counted at most "
+              "once a minute).\n# TYPE idemgate_operations gauge\n",
+              f);
+        double review = 0;
+        for (int i = 0; i < g->n_states; i++) {
+            fprintf(f, "idemgate_operations{state=\"%s\"} %.0f\n", g->state[i], g->state_n[i]);
+            if (!strcmp(g->state[i], "review"))
+                review = g->state_n[i];
+        }
+        fprintf(f,
+                "# HELP idemgate_review_backlog Operations waiting for an operator.\n"
+                "# TYPE idemgate_review_backlog gauge\nidemgate_review_backlog %.0f\n",
+                review);
+        /* Every configured provider, 0 or 1; a provider tripped by another replica's
+         * configuration is shown too (1). */
+        fputs("# HELP idemgate_provider_tripped A provider whose credential the provider refused "
+              "(1): nothing is sent to it until an operator resets it.\n"
+              "# TYPE idemgate_provider_tripped gauge\n",
+              f);
+        for (size_t i = 0; i < cfg->n_providers; i++)
+            fprintf(f, "idemgate_provider_tripped{provider=\"%s\"} %d\n", cfg->providers[i].name,
+                    gauge_tripped(g, cfg->providers[i].name));
+        for (int i = 0; i < g->n_tripped; i++)
+            if (!cfg_find_provider(cfg, g->tripped[i], strlen(g->tripped[i])))
+                fprintf(f, "idemgate_provider_tripped{provider=\"%s\"} 1\n", g->tripped[i]);
+    }
+    fprintf(f,
+            "# HELP idemgate_database_up The database answered this scrape.\n"
+            "# TYPE idemgate_database_up gauge\nidemgate_database_up %d\n"
+            "# HELP idemgate_providers_configured Providers in the configuration.\n"
+            "# TYPE idemgate_providers_configured gauge\n"
+            "idemgate_providers_configured %zu\n",
+            db_ok, cfg->n_providers);
+    if (db_ok && g->budget[0] >= 0 && g->budget[1] >= 0)
+        fprintf(f,
+                "# HELP idemgate_budget_used_ratio The largest share of its amount limit any "
+                "tenant with a budget has used (settled and reserved) this UTC day or month, "
+                "0..1 (read at most once a minute).\n"
+                "# TYPE idemgate_budget_used_ratio gauge\n"
+                "idemgate_budget_used_ratio{period=\"day\"} %.6f\n"
+                "idemgate_budget_used_ratio{period=\"month\"} %.6f\n",
+                g->budget[0], g->budget[1]);
+    if (db_ok && g->archive_pending >= 0 && g->archive_oldest_s >= 0)
+        fprintf(f,
+                "# HELP idemgate_archive_pending_copies Outputs whose archive copy is still to be "
+                "made, by every replica (read at most once a minute).\n"
+                "# TYPE idemgate_archive_pending_copies gauge\n"
+                "idemgate_archive_pending_copies %.0f\n"
+                "# HELP idemgate_archive_oldest_pending_seconds Age of the oldest output whose "
+                "archive copy is still to be made, 0 with none (read at most once a minute).\n"
+                "# TYPE idemgate_archive_oldest_pending_seconds gauge\n"
+                "idemgate_archive_oldest_pending_seconds %.0f\n",
+                g->archive_pending, g->archive_oldest_s);
+    enum archready_state arch = archready_check(cfg, NULL, 0);
+    if (arch != ARCHREADY_NOT_USED)
+        fprintf(f,
+                "# HELP idemgate_archive_writable The archive took a probe copy at the last check "
+                "(at most 5 s old); 0 makes /readyz fail.\n"
+                "# TYPE idemgate_archive_writable gauge\nidemgate_archive_writable %d\n",
+                arch == ARCHREADY_WRITABLE);
 }
 
 /* Whether the request's bearer token hashes to sha256_hex (64 hex digits). */
@@ -353,34 +433,23 @@ static int token_is(struct hs_req *r, const char *sha256_hex)
  * configured provider names). */
 static void metrics_answer(struct hs_req *r)
 {
-    struct gauge_text g = {.len = 0};
     const struct cfg *cfg = api_cfg(r);
-    g.buf[0] = '\0';
+    struct gauge_read g = {.budget = {-1, -1}, .archive_pending = -1, .archive_oldest_s = -1};
     int e = store_gauges(api_db(r), add_gauge, &g);
-    size_t cap = sizeof(g.buf) - g.len;
-    int n = snprintf(g.buf + g.len, cap,
-                     "# HELP idemgate_provider_tripped A provider whose credential is refused.\n"
-                     "# TYPE idemgate_provider_tripped gauge\n"
-                     "# HELP idemgate_database_up The database answered this scrape.\n"
-                     "# TYPE idemgate_database_up gauge\nidemgate_database_up %d\n"
-                     "# HELP idemgate_providers_configured Providers in the configuration.\n"
-                     "# TYPE idemgate_providers_configured gauge\n"
-                     "idemgate_providers_configured %zu\n",
-                     e == STORE_OK, cfg->n_providers);
-    if (n > 0 && (size_t)n < cap)
-        g.len += (size_t)n;
-    enum archready_state arch = archready_check(cfg, NULL, 0);
-    cap = sizeof(g.buf) - g.len;
-    n = arch == ARCHREADY_NOT_USED
-            ? 0
-            : snprintf(g.buf + g.len, cap,
-                       "# HELP idemgate_archive_writable The archive took a probe copy at the "
-                       "last check (at most 5 s old); 0 makes /readyz fail.\n"
-                       "# TYPE idemgate_archive_writable gauge\nidemgate_archive_writable %d\n",
-                       arch == ARCHREADY_WRITABLE);
-    if (n > 0 && (size_t)n < cap)
-        g.len += (size_t)n;
-    char *text = metrics_render(g.buf);
+    char *extra = NULL;
+    size_t extra_len = 0;
+    FILE *f = open_memstream(&extra, &extra_len);
+    if (f) {
+        render_gauges(f, cfg, &g, e == STORE_OK);
+        if (fclose(f) != 0) {
+            free(extra);
+            extra = NULL;
+        }
+    }
+    for (int i = 0; i < g.n_tripped; i++)
+        free(g.tripped[i]);
+    char *text = extra ? metrics_render(extra) : NULL;
+    free(extra);
     if (!text) {
         reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
         return;

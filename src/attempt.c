@@ -221,7 +221,7 @@ void attempt_read_task(const struct cfg_provider *p, const struct up_response *r
 static void report(const struct store_claim *c, int e, int applied, enum cls_outcome outcome,
                    const struct pol_decision *d, const struct up_response *res, double ms)
 {
-    metrics_attempt(cls_name(outcome));
+    metrics_attempt(c->provider, cls_name(outcome));
     if (outcome == CLS_AMBIGUOUS)
         metrics_safety(MS_AMBIGUOUS);
     if (e == STORE_OK && !applied)
@@ -522,6 +522,11 @@ void attempt_recorded(struct attempt *a, int e, int applied)
     CRASH_POINT("after_result_commit");
     if (e == STORE_OK && applied && a->f.cost_micros >= 0)
         metrics_spend(a->p->name, a->p->pricing.currency, a->f.cost_micros, a->unpriced);
+    if (a->t0 > 0 && a->t1 >= a->t0)
+        metrics_upstream_seconds(a->p->name, a->t1 - a->t0);
+    /* Completed by this create: since the first send (an earlier attempt's, for a resend). */
+    if (e == STORE_OK && applied && a->d.next == ST_COMPLETED)
+        metrics_job_seconds(a->p->name, (double)a->c.since_first_ms / 1000 + (a->t1 - a->t0));
     report(&a->c, e, applied, a->outcome, &a->d, &a->res, (a->t1 - a->t0) * 1000);
     attempt_free(a);
 }

@@ -11,6 +11,7 @@
 #include "idemgate/jobcache.h"
 #include "idemgate/limits.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/metrics_listener.h"
 #include "idemgate/migrate.h"
 #include "idemgate/offload.h"
@@ -94,8 +95,29 @@ static struct eng *start_engine(const struct cfg *cfg)
 
 /* Starts the subsystems in order; returns NULL, or the name of the step that failed (what did
  * start is in s, for stop_all). */
+/* The providers' label set of the metrics, before any thread counts anything (the names are
+ * the configuration's, which outlives every thread). */
+static int metrics_start(const struct cfg *cfg)
+{
+    const char **names = calloc(cfg->n_providers + 1, sizeof(*names));
+    const char **currencies = calloc(cfg->n_providers + 1, sizeof(*currencies));
+    int e = names && currencies ? 0 : -1;
+    for (size_t i = 0; e == 0 && i < cfg->n_providers; i++) {
+        names[i] = cfg->providers[i].name;
+        currencies[i] = cfg->providers[i].pricing.present ? cfg->providers[i].pricing.currency
+                                                          : NULL;
+    }
+    if (e == 0)
+        metrics_providers(names, currencies, cfg->n_providers);
+    free(names);
+    free(currencies);
+    return e;
+}
+
 static const char *start_all(const struct cfg *cfg, struct subsystems *s)
 {
+    if (metrics_start(cfg) < 0)
+        return "metrics";
     if (up_global_init() < 0)
         return "libcurl";
     s->curl = 1;

@@ -2,12 +2,24 @@
 
 #include "idemgate/classify.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* The build's identity (idemgate_build_info): the Makefile passes the commit it was built from
+ * when it knows one (a build from a git checkout). */
+#ifndef IG_VERSION
+#define IG_VERSION "0.1.0"
+#endif
+#ifndef IG_GIT_COMMIT
+#define IG_GIT_COMMIT ""
+#endif
 
 static const char *const route_names[MR__COUNT] = {
     "intake", "job_get", "job_list", "resolve", "regenerate", "cancel",
@@ -37,7 +49,27 @@ static const double buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 static atomic_ulong http_count[MR__COUNT][N_STATUS];
 static atomic_ulong http_bucket[MR__COUNT][N_BUCKETS + 1];
 static atomic_ulong http_sum_us[MR__COUNT];
-static atomic_ulong attempts[CLS__COUNT + 1];
+/* The provider label set: the configured providers (metrics_providers, before any thread
+ * observes), then "other" at METRICS_PROVIDERS_MAX. Read without a lock: it never changes once
+ * the threads run. */
+#define PROV_OTHER METRICS_PROVIDERS_MAX
+static const char *prov_names[METRICS_PROVIDERS_MAX];
+static size_t n_prov;
+
+/* Upstream calls take from milliseconds (a status read) to minutes (a synchronous image);
+ * jobs from seconds to days (a video in a provider's queue). */
+static const double upstream_buckets[] = {0.05, 0.1, 0.25, 0.5, 1,  2.5, 5,
+                                          10,   20,  30,   60,  120, 300};
+#define N_UPSTREAM (sizeof(upstream_buckets) / sizeof(upstream_buckets[0]))
+static const double job_buckets[] = {1,   5,    10,   30,   60,    120,   300,
+                                     600, 1800, 3600, 7200, 21600, 86400};
+#define N_JOB (sizeof(job_buckets) / sizeof(job_buckets[0]))
+
+static atomic_ulong attempts[METRICS_PROVIDERS_MAX + 1][CLS__COUNT + 1];
+static atomic_ulong upstream_bucket[METRICS_PROVIDERS_MAX + 1][N_UPSTREAM + 1];
+static atomic_ulong upstream_sum_us[METRICS_PROVIDERS_MAX + 1];
+static atomic_ulong job_bucket[METRICS_PROVIDERS_MAX + 1][N_JOB + 1];
+static atomic_ulong job_sum_ms[METRICS_PROVIDERS_MAX + 1];
 static atomic_ulong safety[MS__COUNT];
 static atomic_ulong unknown_bucket[N_BUCKETS + 1];
 static atomic_ulong unknown_sum_ms;
@@ -61,6 +93,70 @@ static struct {
 } spend[N_SPEND + 1];
 static atomic_int n_spend;
 static pthread_mutex_t spend_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void metrics_providers(const char *const *names, const char *const *currencies, size_t n)
+{
+    n_prov = 0;
+    for (size_t i = 0; i < n && n_prov < METRICS_PROVIDERS_MAX; i++)
+        prov_names[n_prov++] = names[i];
+    /* The spend series of every priced provider exist from the start, at 0: a provider with no
+     * settled job yet is a 0, not a missing series (increase() and alerts need the 0). */
+    pthread_mutex_lock(&spend_mu);
+    for (size_t i = 0; i < n && currencies; i++) {
+        int k = atomic_load(&n_spend), j = 0;
+        if (!names[i] || !currencies[i])
+            continue;
+        while (j < k && (strcmp(spend[j].provider, names[i]) ||
+                         strcmp(spend[j].currency, currencies[i])))
+            j++;
+        if (j == k && k < N_SPEND) {
+            spend[k].provider = names[i];
+            spend[k].currency = currencies[i];
+            atomic_store(&n_spend, k + 1);
+        }
+    }
+    pthread_mutex_unlock(&spend_mu);
+}
+
+/* The provider's place in the label set: a configured name, or "other". */
+static size_t prov_index(const char *provider)
+{
+    for (size_t i = 0; provider && i < n_prov; i++)
+        if (strcmp(prov_names[i], provider) == 0)
+            return i;
+    return PROV_OTHER;
+}
+
+static const char *prov_name(size_t i)
+{
+    return i < n_prov ? prov_names[i] : "other";
+}
+
+/* One observation of a histogram: its bucket (the first bound not below v, else +Inf) and its
+ * sum, in units of 1/scale seconds. Two atomic additions, no lock. */
+static void observe(const double *bounds, size_t n, atomic_ulong *bucket, atomic_ulong *sum,
+                    double scale, double v)
+{
+    if (!(v >= 0))
+        v = 0;
+    size_t b = 0;
+    while (b < n && v > bounds[b])
+        b++;
+    atomic_fetch_add(&bucket[b], 1);
+    atomic_fetch_add(sum, (unsigned long)(v * scale));
+}
+
+void metrics_upstream_seconds(const char *provider, double seconds)
+{
+    size_t i = prov_index(provider);
+    observe(upstream_buckets, N_UPSTREAM, upstream_bucket[i], &upstream_sum_us[i], 1e6, seconds);
+}
+
+void metrics_job_seconds(const char *provider, double seconds)
+{
+    size_t i = prov_index(provider);
+    observe(job_buckets, N_JOB, job_bucket[i], &job_sum_ms[i], 1e3, seconds);
+}
 
 void metrics_spend(const char *provider, const char *currency, long long micros, int unlisted)
 {
@@ -112,15 +208,16 @@ void metrics_http(enum metric_route route, int status, double seconds)
     atomic_fetch_add(&http_sum_us[route], (unsigned long)(seconds * 1e6));
 }
 
-void metrics_attempt(const char *outcome)
+void metrics_attempt(const char *provider, const char *outcome)
 {
+    size_t p = prov_index(provider);
     for (int i = 0; i < CLS__COUNT; i++) {
         if (strcmp(outcome, cls_name((enum cls_outcome)i)) == 0) {
-            atomic_fetch_add(&attempts[i], 1);
+            atomic_fetch_add(&attempts[p][i], 1);
             return;
         }
     }
-    atomic_fetch_add(&attempts[CLS__COUNT], 1); /* lease_expired and other non-classes */
+    atomic_fetch_add(&attempts[p][CLS__COUNT], 1); /* lease_expired and other non-classes */
 }
 
 void metrics_archive(int outcome)
@@ -234,14 +331,66 @@ static void render_http_durations(struct buf *b)
     }
 }
 
-/* idemgate_attempts_total by outcome class, then one counter per safety event. */
+/* Whether a provider's row is printed: every configured provider (at 0 too), "other" once it
+ * counted something. */
+static int prov_shown(size_t p, unsigned long count)
+{
+    return p < n_prov || (p == PROV_OTHER && count > 0);
+}
+
+/* One cumulative histogram per provider (name: the family; sum in 1/scale seconds). */
+static void render_provider_histogram(struct buf *b, const char *name, const char *help,
+                                      const double *bounds, size_t n,
+                                      atomic_ulong *bucket, atomic_ulong *sum, double scale)
+{
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (size_t p = 0; p <= PROV_OTHER; p++) {
+        atomic_ulong *bk = bucket + p * (n + 1); /* row p of [providers][n + 1] */
+        unsigned long total = 0;
+        for (size_t i = 0; i <= n; i++)
+            total += atomic_load(&bk[i]);
+        if (!prov_shown(p, total))
+            continue;
+        const char *pn = prov_name(p);
+        unsigned long cum = 0;
+        for (size_t i = 0; i < n; i++) {
+            cum += atomic_load(&bk[i]);
+            put(b, "%s_bucket{provider=\"%s\",le=\"%g\"} %lu\n", name, pn, bounds[i], cum);
+        }
+        cum += atomic_load(&bk[n]);
+        put(b,
+            "%s_bucket{provider=\"%s\",le=\"+Inf\"} %lu\n%s_sum{provider=\"%s\"} %.6f\n"
+            "%s_count{provider=\"%s\"} %lu\n",
+            name, pn, cum, name, pn, (double)atomic_load(&sum[p]) / scale, name, pn, cum);
+    }
+}
+
+/* idemgate_attempts_total by provider and outcome class, the providers' latency histograms,
+ * then one counter per safety event. */
 static void render_attempts_and_safety(struct buf *b)
 {
-    put(b, "# HELP idemgate_attempts_total Outbound create attempts by outcome class.\n"
-           "# TYPE idemgate_attempts_total counter\n");
-    for (int i = 0; i <= CLS__COUNT; i++)
-        put(b, "idemgate_attempts_total{outcome=\"%s\"} %lu\n",
-            i < CLS__COUNT ? cls_name((enum cls_outcome)i) : "other", atomic_load(&attempts[i]));
+    put(b, "# HELP idemgate_attempts_total Outbound create attempts by provider and outcome "
+           "class.\n# TYPE idemgate_attempts_total counter\n");
+    for (size_t p = 0; p <= PROV_OTHER; p++) {
+        unsigned long total = 0;
+        for (int i = 0; i <= CLS__COUNT; i++)
+            total += atomic_load(&attempts[p][i]);
+        if (!prov_shown(p, total))
+            continue;
+        for (int i = 0; i <= CLS__COUNT; i++)
+            put(b, "idemgate_attempts_total{provider=\"%s\",outcome=\"%s\"} %lu\n",
+                prov_name(p), i < CLS__COUNT ? cls_name((enum cls_outcome)i) : "other",
+                atomic_load(&attempts[p][i]));
+    }
+    render_provider_histogram(
+        b, "idemgate_upstream_duration_seconds",
+        "Time of one call to a provider (a create, a status read), from send to its end.",
+        upstream_buckets, N_UPSTREAM, &upstream_bucket[0][0], upstream_sum_us,
+        1e6);
+    render_provider_histogram(
+        b, "idemgate_job_duration_seconds",
+        "Time from a job's first send to the provider to its completion (completed jobs).",
+        job_buckets, N_JOB, &job_bucket[0][0], job_sum_ms, 1e3);
     for (int i = 0; i < MS__COUNT; i++)
         put(b, "# HELP %s Count of %s.\n# TYPE %s counter\n%s %lu\n", safety_names[i][0],
             safety_names[i][1], safety_names[i][0], safety_names[i][0], atomic_load(&safety[i]));
@@ -302,31 +451,35 @@ static void render_intake(struct buf *b)
         atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]));
 }
 
-/* Settled cost by (provider, currency), with the "other" overflow pair when it was used. */
+/* Settled cost by (provider, currency), with the "other" overflow pair when it was used: three
+ * families, each printed whole. */
 static void render_spend(struct buf *b)
 {
-    put(b, "# HELP idemgate_spend_micros_total Cost settled for completed operations, in "
-           "micro-units of the currency, by provider (this replica).\n"
-           "# TYPE idemgate_spend_micros_total counter\n"
-           "# HELP idemgate_settled_operations_total Completed operations whose cost was "
-           "settled, by provider (this replica).\n"
-           "# TYPE idemgate_settled_operations_total counter\n"
-           "# HELP idemgate_unpriced_operations_total Completed operations of a priced provider "
-           "whose request its table prices nothing (a model it does not list, no "
-           "fallback_per_output): cost 0, of tenants without an amount budget (which refuses "
-           "them); add the price (this replica).\n"
-           "# TYPE idemgate_unpriced_operations_total counter\n");
+    static const struct {
+        const char *name, *help;
+    } fam[3] = {
+        {"idemgate_spend_micros_total",
+         "Cost settled for completed operations, in micro-units of the currency, by provider "
+         "(this replica; 0 for a priced provider with none yet)."},
+        {"idemgate_settled_operations_total",
+         "Completed operations whose cost was settled, by provider (this replica)."},
+        {"idemgate_unpriced_operations_total",
+         "Completed operations of a priced provider whose request its table prices nothing (a "
+         "model it does not list, no fallback_per_output): cost 0, of tenants without an amount "
+         "budget (which refuses them); add the price (this replica)."},
+    };
     int ns = atomic_load(&n_spend);
-    for (int i = 0; i <= N_SPEND; i++) {
-        if (i >= ns && (i < N_SPEND || !spend[i].provider))
-            continue;
-        put(b,
-            "idemgate_spend_micros_total{provider=\"%s\",currency=\"%s\"} %llu\n"
-            "idemgate_settled_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n"
-            "idemgate_unpriced_operations_total{provider=\"%s\",currency=\"%s\"} %lu\n",
-            spend[i].provider, spend[i].currency, atomic_load(&spend[i].micros),
-            spend[i].provider, spend[i].currency, atomic_load(&spend[i].jobs),
-            spend[i].provider, spend[i].currency, atomic_load(&spend[i].unlisted));
+    for (int f = 0; f < 3; f++) {
+        put(b, "# HELP %s %s\n# TYPE %s counter\n", fam[f].name, fam[f].help, fam[f].name);
+        for (int i = 0; i <= N_SPEND; i++) {
+            if (i >= ns && (i < N_SPEND || !spend[i].provider))
+                continue;
+            unsigned long long v = f == 0   ? atomic_load(&spend[i].micros)
+                                   : f == 1 ? atomic_load(&spend[i].jobs)
+                                            : atomic_load(&spend[i].unlisted);
+            put(b, "%s{provider=\"%s\",currency=\"%s\"} %llu\n", fam[f].name,
+                spend[i].provider, spend[i].currency, v);
+        }
     }
 }
 
@@ -351,12 +504,118 @@ static void render_archive(struct buf *b)
             archive_read_names[i], atomic_load(&archive_reads_unserved[i]));
 }
 
+int metrics_parse_proc_stat(const char *stat, long clk_tck, long page_size,
+                            struct metrics_proc *out)
+{
+    /* "pid (comm) state ppid ...": comm may hold anything, so fields count from its last ')'. */
+    const char *p = stat ? strrchr(stat, ')') : NULL;
+    if (!p || clk_tck <= 0 || page_size <= 0)
+        return -1;
+    unsigned long utime, stime, vsize;
+    unsigned long long start;
+    long rss;
+    /* Fields 3 (state) to 24 (rss): utime 14, stime 15, starttime 22, vsize 23, rss 24. */
+    if (sscanf(p + 1,
+               " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d "
+               "%llu %lu %ld",
+               &utime, &stime, &start, &vsize, &rss) != 5)
+        return -1;
+    out->cpu_seconds = (double)(utime + stime) / (double)clk_tck;
+    out->virtual_bytes = (double)vsize;
+    out->resident_bytes = (double)rss * (double)page_size;
+    out->start_ticks = start;
+    return 0;
+}
+
+/* Reads a small /proc file whole into buf (NUL-terminated); 0 or -1. */
+static int read_small(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return n > 0 ? 0 : -1;
+}
+
+/* The boot time in Unix seconds (/proc/stat's btime), or -1. */
+static long long boot_time(void)
+{
+    char buf[16384];
+    if (read_small("/proc/stat", buf, sizeof(buf)) < 0)
+        return -1;
+    const char *l = strstr(buf, "\nbtime ");
+    return l ? atoll(l + 7) : -1;
+}
+
+/* Open descriptors: the entries of /proc/self/fd but the one that reads them; -1 unknown. */
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    char self[16];
+    snprintf(self, sizeof(self), "%d", dirfd(d));
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.' && strcmp(e->d_name, self) != 0;
+    closedir(d);
+    return n;
+}
+
+/* The standard process_* set (as the Prometheus client libraries name it), from /proc; a figure
+ * that cannot be read is left out rather than reported as 0. Then idemgate_build_info. */
+static void render_process(struct buf *b)
+{
+    char stat[2048];
+    struct metrics_proc pr;
+    long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    if (read_small("/proc/self/stat", stat, sizeof(stat)) == 0 &&
+        metrics_parse_proc_stat(stat, tck, page, &pr) == 0) {
+        put(b,
+            "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.2f\n"
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+            "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %.0f\n"
+            "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+            "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %.0f\n",
+            pr.cpu_seconds, pr.resident_bytes, pr.virtual_bytes);
+        long long boot = boot_time();
+        if (boot > 0)
+            put(b,
+                "# HELP process_start_time_seconds Start time of the process since unix epoch in "
+                "seconds.\n# TYPE process_start_time_seconds gauge\n"
+                "process_start_time_seconds %.2f\n",
+                (double)boot + (double)pr.start_ticks / (double)tck);
+    }
+    long fds = open_fds();
+    if (fds >= 0)
+        put(b,
+            "# HELP process_open_fds Number of open file descriptors.\n"
+            "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n",
+            fds);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        put(b,
+            "# HELP process_max_fds Maximum number of open file descriptors.\n"
+            "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+            (unsigned long long)rl.rlim_cur);
+    put(b,
+        "# HELP idemgate_build_info The gateway's version and the git commit it was built from "
+        "(revision \"unknown\" when the build did not know it); always 1.\n"
+        "# TYPE idemgate_build_info gauge\n"
+        "idemgate_build_info{version=\"%s\",revision=\"%s\"} 1\n",
+        IG_VERSION, *IG_GIT_COMMIT ? IG_GIT_COMMIT : "unknown");
+}
+
 char *metrics_render(const char *extra)
 {
     struct buf b = {malloc(16384), 0, 16384};
     if (!b.p)
         return NULL;
     b.p[0] = '\0';
+    render_process(&b);
     render_http_counts(&b);
     render_http_durations(&b);
     render_attempts_and_safety(&b);

@@ -190,6 +190,9 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
     free(plan);
     if (e == STORE_OK && applied && f.cost_micros >= 0)
         metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);
+    /* since_first_ms is the claim's (database time); the poll took the rest. */
+    if (e == STORE_OK && applied && next == ST_COMPLETED)
+        metrics_job_seconds(c->provider, (double)c->since_first_ms / 1000 + (clock_wall() - t0));
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
     if (e < 0 || !applied)
@@ -312,6 +315,7 @@ struct poll_job {
     struct up_response res, fetched; /* the status answer; the fetched result */
     int st;                          /* the status concluded */
     double t0;
+    double call_t0; /* wall clock when the current call was handed to the engine (0: none) */
 };
 
 struct poller {
@@ -357,11 +361,13 @@ static void start(struct poll_job *j, enum poll_step step, const char *method, c
         }
         if (first)
             eng_release(j->pl->eng, -1);
+        j->call_t0 = 0; /* no call was made: nothing to time */
         on_end(j, &res);
         return;
     }
     if (!first)
         eng_acquire_more(j->pl->eng);
+    j->call_t0 = clock_wall();
     eng_submit(j->pl->eng, -1, x, on_end, j);
 }
 
@@ -377,6 +383,8 @@ static void on_end(void *arg, struct up_response *res)
 {
     struct poll_job *j = arg;
     const struct cfg_provider *p = j->p;
+    if (j->call_t0 > 0)
+        metrics_upstream_seconds(p->name, clock_wall() - j->call_t0);
     if (j->step == STEP_CANCEL) {
         LOG(LOG_INFO, "cancel_sent", LS("job_id", j->c.id), LS("provider", p->name),
             LI("http_status", res->http_status));

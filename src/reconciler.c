@@ -156,6 +156,8 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
     int e = store_finish(db, &f, &applied);
     if (e == STORE_OK && applied && w->p && f.cost_micros >= 0)
         metrics_spend(w->p->name, w->p->pricing.currency, f.cost_micros, w->unpriced);
+    if (e == STORE_OK && applied && w->next == ST_COMPLETED)
+        metrics_job_seconds(c->provider, (double)c->since_first_ms / 1000 + (clock_wall() - t0));
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
     if (e == STORE_OK && applied && w->next != ST_UNKNOWN)

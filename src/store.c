@@ -1340,7 +1340,10 @@ int store_breaker_list(struct db *db,
  * waits in are counted at every scrape, each along its own partial index: as many rows as wait,
  * whatever the history. The terminal states are nearly every row of a long history (their count
  * is a scan that grows with it: 0.4-0.6 s at 1 M rows, for every scrape of every replica): they
- * are counted at most every GAUGES_TERMINAL_EVERY_S and kept in between. */
+ * are counted at most every GAUGES_TERMINAL_EVERY_S and kept in between, in the same statement
+ * as the other figures that may wait a minute: the most used share of any tenant's day and month
+ * amount limits (tenant_budgets: a row per tenant with a budget), and the archive copies still
+ * pending with the age of the oldest (along the pending copies' partial index). */
 #define GAUGES_TERMINAL_EVERY_S 60
 #define BACKLOG_COUNT(st)                                                                          \
     "SELECT 'state', '" st "', (SELECT count(*) FROM operations WHERE state = '" st "') "
@@ -1351,25 +1354,44 @@ static const struct db_stmt gauges = {
     BACKLOG_COUNT("accepted") "UNION ALL " BACKLOG_COUNT("unknown") "UNION ALL "
     BACKLOG_COUNT("review") "UNION ALL SELECT 'tripped', provider, 1 FROM provider_breakers",
 };
+#define BUDGET_USED(period, limit, spent, current)                                                 \
+    "SELECT '" period "', coalesce(max((CASE WHEN " current " THEN " spent " ELSE 0 END)::float8 " \
+    "/ " limit "), 0) FROM tenant_budgets WHERE " limit " > 0 "
 static const struct db_stmt gauges_terminal = {
     .rerun_safe = 1,
     .name = "gauges_terminal",
-    .sql = "SELECT s, (SELECT count(*) FROM operations WHERE state = s) "
-    "FROM unnest(ARRAY['completed','failed','canceled']) s",
+    .sql = "SELECT s, (SELECT count(*) FROM operations WHERE state = s)::float8 "
+    "FROM unnest(ARRAY['completed','failed','canceled']) s "
+    "UNION ALL " BUDGET_USED("budget_day", "day_limit_micros", "day_micros",
+                             "day = (now() AT TIME ZONE 'UTC')::date")
+    "UNION ALL " BUDGET_USED("budget_month", "month_limit_micros", "month_micros",
+                             "month = date_trunc('month', now() AT TIME ZONE 'UTC')::date")
+    "UNION ALL SELECT 'archive_pending', count(*)::float8 FROM archive_outputs "
+    "WHERE state = 'pending' "
+    "UNION ALL SELECT 'archive_oldest', coalesce(extract(epoch FROM now() - min(created_at)), "
+    "0)::float8 FROM archive_outputs WHERE state = 'pending'",
+};
+/* The rows of gauges_terminal, by name: the first three are states, the others (kind, name). */
+#define SLOW_GAUGES 7
+static const char *const slow_rows[SLOW_GAUGES][3] = {
+    {"completed", "state", "completed"},       {"failed", "state", "failed"},
+    {"canceled", "state", "canceled"},         {"budget_day", "budget", "day"},
+    {"budget_month", "budget", "month"},       {"archive_pending", "archive", "pending"},
+    {"archive_oldest", "archive", "oldest_pending_seconds"},
 };
 
 static struct {
     pthread_mutex_t mu;
-    double read_at; /* clock_mono of the last count (0: none yet) */
-    int reading;    /* a scrape is counting them now */
-    long long n[3]; /* completed, failed, canceled */
+    double read_at;       /* clock_mono of the last count (0: none yet) */
+    int reading;          /* a scrape is counting them now */
+    double n[SLOW_GAUGES]; /* as slow_rows */
 } terminal_counts = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The terminal states' counts, read again when the last count is older than
  * GAUGES_TERMINAL_EVERY_S. One scrape reads (without the lock: the count may take seconds); the
  * others meanwhile report the last count. A failed read keeps the last count; with none yet it
  * is the error. */
-static int gauges_terminal_counts(struct db *db, long long n[3])
+static int gauges_terminal_counts(struct db *db, double n[SLOW_GAUGES])
 {
     double now = clock_mono();
     pthread_mutex_lock(&terminal_counts.mu);
@@ -1387,8 +1409,10 @@ static int gauges_terminal_counts(struct db *db, long long n[3])
     pthread_mutex_lock(&terminal_counts.mu);
     terminal_counts.reading--;
     if (e == STORE_OK) {
-        for (int i = 0; i < PQntuples(r) && i < 3; i++)
-            terminal_counts.n[i] = atoll(PQgetvalue(r, i, 1));
+        for (int i = 0; i < PQntuples(r); i++)
+            for (int k = 0; k < SLOW_GAUGES; k++)
+                if (strcmp(PQgetvalue(r, i, 0), slow_rows[k][0]) == 0)
+                    terminal_counts.n[k] = atof(PQgetvalue(r, i, 1));
         terminal_counts.read_at = now;
         PQclear(r);
     } else if (have) {
@@ -1399,12 +1423,11 @@ static int gauges_terminal_counts(struct db *db, long long n[3])
     return e;
 }
 
-int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, long long value,
+int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, double value,
                                            void *arg),
                  void *arg)
 {
-    static const char *const terminal[3] = {"completed", "failed", "canceled"};
-    long long n[3];
+    double n[SLOW_GAUGES];
     PGresult *r;
     int e = db_run(db, &gauges, NULL, 0, &r);
     if (e < 0)
@@ -1414,12 +1437,14 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, l
         return e;
     }
     for (int i = 0; i < PQntuples(r); i++) {
-        cb(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), atoll(PQgetvalue(r, i, 2)), arg);
+        cb(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), (double)atoll(PQgetvalue(r, i, 2)), arg);
         if (i == 4) /* after review: the states in their usual order */
             for (int k = 0; k < 3; k++)
-                cb("state", terminal[k], n[k], arg);
+                cb(slow_rows[k][1], slow_rows[k][2], n[k], arg);
     }
     PQclear(r);
+    for (int k = 3; k < SLOW_GAUGES; k++)
+        cb(slow_rows[k][1], slow_rows[k][2], n[k], arg);
     return STORE_OK;
 }
 

@@ -25,10 +25,23 @@ enum metric_safety {
     MS__COUNT
 };
 
+/* The label sets of the provider families: the configured providers, in order (names outlive
+ * the counters: they belong to the configuration), and each one's price table currency (NULL:
+ * not priced). Called once, before any thread observes anything; a provider named later is
+ * counted as "other". The spend series of every priced provider start at 0. Past
+ * METRICS_PROVIDERS_MAX providers, the rest are "other". */
+#define METRICS_PROVIDERS_MAX 64
+void metrics_providers(const char *const *names, const char *const *currencies, size_t n);
+
 const char *metrics_route_name(int route);
 void metrics_http(enum metric_route route, int status, double seconds);
-/* An attempt's outcome class name (classify.h) — counted by name from a fixed list. */
-void metrics_attempt(const char *outcome);
+/* An attempt's outcome class name (classify.h) — counted by name from a fixed list — for a
+ * configured provider (anything else counts as "other"). */
+void metrics_attempt(const char *provider, const char *outcome);
+/* How long one call to a provider took (a create, a status read), from send to its end. */
+void metrics_upstream_seconds(const char *provider, double seconds);
+/* A job of the provider completed, seconds after its first send. */
+void metrics_job_seconds(const char *provider, double seconds);
 void metrics_safety(enum metric_safety what);
 /* An output's archival ended: 0 archived, 1 failed, 2 expired before it was copied. */
 void metrics_archive(int outcome);
@@ -58,8 +71,21 @@ void metrics_calls_in_flight(int delta);
  * they are counted under provider "other"). */
 void metrics_spend(const char *provider, const char *currency, long long micros, int unlisted);
 
-/* Renders everything process-local, followed by `extra` (gauges read from the database by the
- * caller), into a new string. */
+/* Renders everything process-local (the build, the process's /proc figures, the counters and
+ * histograms), followed by `extra` (gauges read from the database by the caller, whole
+ * families only), into a new string. Every family is printed once, its samples together
+ * under its one # HELP and # TYPE. */
 char *metrics_render(const char *extra);
+
+/* Pure: reads /proc/<pid>/stat's text. CPU seconds (user + system), virtual and resident bytes,
+ * and the start in clock ticks since boot; clk_tck and page_size as sysconf gives them. Returns 0,
+ * or -1 when the text is not a stat line (the command may hold spaces and parentheses). */
+struct metrics_proc {
+    double cpu_seconds;
+    double virtual_bytes, resident_bytes;
+    unsigned long long start_ticks;
+};
+int metrics_parse_proc_stat(const char *stat, long clk_tck, long page_size,
+                            struct metrics_proc *out);
 
 #endif

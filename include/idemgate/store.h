@@ -258,9 +258,13 @@ __attribute__((warn_unused_result)) int store_tenant_limits_all(
     struct db *db, void (*cb)(const char *token_sha256, int rps, int burst, int waits, void *arg),
     void *arg);
 
-/* Gauges: ("state", name, count) for every state and ("tripped", provider, 1). */
+/* Gauges: ("state", name, count) for every state, ("tripped", provider, 1), ("budget", "day" or
+ * "month", the largest share 0..1 of its amount limit any tenant has used this UTC day or month)
+ * and ("archive", "pending", copies pending) and ("archive", "oldest_pending_seconds", age of the
+ * oldest pending copy, 0 with none). The terminal states, budgets and archive figures are read at
+ * most once a minute per replica and kept in between. */
 __attribute__((warn_unused_result)) int store_gauges(
-    struct db *db, void (*cb)(const char *kind, const char *name, long long value, void *arg),
+    struct db *db, void (*cb)(const char *kind, const char *name, double value, void *arg),
     void *arg);
 
 /* Operator reads across tenants (the CLI and the admin API): jobs oldest first, optionally in

@@ -174,7 +174,8 @@ def test_403_without_marker_fails_only_that_job(gateway_factory, token, mock, da
     name = "perreq-" + uuid.uuid4().hex[:8]
     gw = gateway_factory(providers=[provider(name, mock.url, retry=FAST_RETRY)])
     other = tenant_token(database_url)
-    before = metric(gw, 'idemgate_attempts_total{outcome="rejected_unmarked"}')
+    counted = f'idemgate_attempts_total{{provider="{name}",outcome="rejected_unmarked"}}'
+    before = metric(gw, counted)
     mock.script([{"status": 403}])
     r1 = gw.submit(token, key(), {"prompt": "a model this account may not use"},
                    route=f"{name}/images/generations")
@@ -183,7 +184,7 @@ def test_403_without_marker_fails_only_that_job(gateway_factory, token, mock, da
     assert "not tripped" in j1["last_error"], j1
     assert name not in tripped(gw)
     # Counted: the refusals that failed only their job.
-    assert metric(gw, 'idemgate_attempts_total{outcome="rejected_unmarked"}') == before + 1
+    assert metric(gw, counted) == before + 1
     # Another tenant's job goes out at once, not held behind a breaker.
     r2 = gw.submit(other, key(), {"prompt": "fine"}, route=f"{name}/images/generations")
     j2 = gw.wait_state(other, r2.json()["id"], {"completed", "failed"}, timeout=15)

@@ -71,9 +71,15 @@ def test_metrics_move_with_their_events(gateway_factory, token, mock):
 
     assert delta('idemgate_http_requests_total{route="intake",status="2xx"}') >= 3
     assert delta('idemgate_http_requests_total{route="intake",status="4xx"}') == 1
-    assert delta('idemgate_attempts_total{outcome="success"}') == 1
-    assert delta('idemgate_attempts_total{outcome="ambiguous"}') == 1
-    assert delta('idemgate_attempts_total{outcome="rejected_account"}') == 1
+    assert delta('idemgate_attempts_total{provider="m",outcome="success"}') == 1
+    assert delta('idemgate_attempts_total{provider="m",outcome="ambiguous"}') == 1
+    assert delta('idemgate_attempts_total{provider="m",outcome="rejected_account"}') == 1
+    # Upstream latency: each create is one call; time to complete: the one completed job.
+    creates = sum(delta(n) for n in after if n.startswith('idemgate_attempts_total{provider="m",'))
+    assert creates == 3
+    assert delta('idemgate_upstream_duration_seconds_count{provider="m"}') == creates
+    assert delta('idemgate_job_duration_seconds_count{provider="m"}') == 1
+    assert after['idemgate_job_duration_seconds_bucket{provider="m",le="+Inf"}'] == 1
     assert delta("idemgate_ambiguous_submissions_total") == 1
     assert delta("idemgate_review_entered_total") == 1
     assert after['idemgate_operations{state="review"}'] >= 1
@@ -83,6 +89,7 @@ def test_metrics_move_with_their_events(gateway_factory, token, mock):
     assert [s for s in states if f'idemgate_operations{{state="{s}"}}' not in after] == []
     assert after["idemgate_review_backlog"] >= 1
     assert after['idemgate_provider_tripped{provider="m"}'] == 1
+    check_exposition(text)  # the tripped provider's row sits in its own family
     assert after["idemgate_database_up"] == 1
     assert after['idemgate_http_request_duration_seconds_count{route="intake"}'] >= 4
     # Bounded labels: no key, token, job id or prompt ever appears in the metrics.
@@ -90,7 +97,7 @@ def test_metrics_move_with_their_events(gateway_factory, token, mock):
         assert needle not in text
     labels = set(re.findall(r'(\w+)="', text))
     assert labels <= {"route", "status", "le", "outcome", "state", "provider", "result",
-                      "reason", "source"}, labels
+                      "reason", "source", "period", "version", "revision"}, labels
 
     log = gw.log()
     lines = [l for l in log.splitlines() if l.strip()]
@@ -203,3 +210,207 @@ def scrape_at(http):
         name, value = line.rsplit(" ", 1)
         values[name] = float(value)
     return values, r.body.decode()
+
+
+# ---- issue 24 item 10: metrics a platform team can use ------------------------------------
+
+from test_archive import images_entry  # noqa: E402  (a priced provider that archives)
+from test_async import SECRETS  # noqa: E402
+
+MONITORING = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "kubernetes",
+                          "monitoring")
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
+                "unless", "bool", "offset", "inf", "nan"}
+
+
+def check_exposition(text):
+    """Every family once, whole: its # HELP, then its # TYPE, then all of its samples, none of
+    them after another family began (a family split in two is read by a standard parser as a
+    second, untyped family). Returns {family: type}."""
+    types, current, helped = {}, None, None
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helped = line.split(" ", 3)[2]
+            assert helped not in types, f"second # HELP for {helped}"
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name not in types, f"second # TYPE for {name}"
+            assert helped == name, f"# TYPE {name} without its # HELP just before"
+            types[name], current = kind, name
+        elif line.strip():
+            name = re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line).group(0)
+            fam = name
+            for suffix in ("_bucket", "_sum", "_count"):
+                base = name[:-len(suffix)]
+                if name.endswith(suffix) and types.get(base) == "histogram":
+                    fam = base
+            assert fam == current, f"{line!r} outside the block of its family ({current})"
+    return types
+
+
+def metric_names(expr):
+    """The metric names a PromQL expression reads: what is left once strings, label matchers,
+    ranges, grouping clauses, numbers, function calls and keywords are taken out."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    e = re.sub(r"\{[^}]*\}", " ", e)
+    e = re.sub(r"\[[^\]]*\]", " ", e)
+    e = re.sub(r"\boffset\s+-?(\d+[smhdwy]+)+", " ", e)
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
+    e = re.sub(r"(?<![\w:])\d+(\.\d+)?([eE][+-]?\d+)?", " ", e)
+    names = set()
+    for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e):
+        if e[m.end():].lstrip().startswith("(") or m.group(0).lower() in PROMQL_WORDS:
+            continue
+        names.add(m.group(0))
+    return names
+
+
+def shipped_expressions():
+    """{where: expr} for every alert of the PrometheusRule and every target of the dashboard."""
+    import yaml
+    out = {}
+    with open(os.path.join(MONITORING, "prometheusrule.yaml")) as f:
+        rule = yaml.safe_load(f)
+    for g in rule["spec"]["groups"]:
+        for r in g["rules"]:
+            out[f"rule {r.get('alert') or r.get('record')}"] = r["expr"]
+            for text in r.get("annotations", {}).values():  # queries inside templates
+                for q in re.findall(r'query "((?:[^"\\]|\\.)*)"', text):
+                    out[f"rule {r['alert']} annotation"] = q
+    with open(os.path.join(MONITORING, "idemgate-dashboard.json")) as f:
+        dash = json.load(f)
+    for p in dash["panels"]:
+        for t in p.get("targets", []):
+            out[f"panel {p['title']} {t['refId']}"] = t["expr"]
+    for v in dash["templating"]["list"]:
+        q = v.get("query")
+        if isinstance(q, dict):
+            out[f"variable {v['name']}"] = re.sub(r"label_values\((\w+),.*\)", r"\1", q["query"])
+    return out
+
+
+def test_metric_names_are_read_from_promql():
+    """The extractor the names test relies on: names only, not functions, labels or keywords."""
+    assert metric_names('sum by (le, provider) (rate(a_bucket{job=~"$job",x="y(z)"}'
+                        '[$__rate_interval])) / 1e6 > 0.9 and on() b_total offset 5m') == \
+        {"a_bucket", "b_total"}
+    assert metric_names("time() - process_start_time_seconds") == {"process_start_time_seconds"}
+    assert metric_names("max(idemgate_x) > 0 unless up == 0") == {"idemgate_x", "up"}
+
+
+def priced_archiving_gateway(gateway_factory, mock, **settings):
+    e, route = images_entry(mock)
+    gw = gateway_factory(providers=[e], env=dict(SECRETS), **settings)
+    return gw, e["name"], route
+
+
+def test_promtool_checks_the_real_metrics(gateway_factory, token, mock):
+    """`promtool check metrics` (Prometheus's own parser and linter) accepts what a running
+    gateway serves, after real traffic: provider histograms, spend, the archive, the database
+    gauges. Every family once and whole (idemgate_operations was split around
+    idemgate_review_backlog; the spend families were interleaved)."""
+    gw, name, route = priced_archiving_gateway(gateway_factory, mock)
+    r = gw.submit(token, "pt-" + uuid.uuid4().hex, {"prompt": "x", "n": 1}, route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    gw.wait_state(token, r.json()["id"], {"completed"})
+    _, text = scrape(gw)
+    types = check_exposition(text)
+    for fam, kind in (("idemgate_operations", "gauge"), ("idemgate_attempts_total", "counter"),
+                      ("idemgate_upstream_duration_seconds", "histogram"),
+                      ("idemgate_job_duration_seconds", "histogram"),
+                      ("idemgate_build_info", "gauge"), ("process_cpu_seconds_total", "counter"),
+                      ("process_resident_memory_bytes", "gauge"), ("process_open_fds", "gauge"),
+                      ("process_start_time_seconds", "gauge"), ("process_max_fds", "gauge"),
+                      ("idemgate_budget_used_ratio", "gauge"),
+                      ("idemgate_archive_pending_copies", "gauge"),
+                      ("idemgate_archive_oldest_pending_seconds", "gauge")):
+        assert types.get(fam) == kind, (fam, types.get(fam))
+    out = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), \
+        (out.stdout, out.stderr)
+    # The build says what it is; the process figures are this process's.
+    m = re.search(r'^idemgate_build_info\{version="([^"]+)",revision="([^"]+)"\} 1$', text, re.M)
+    assert m, text[:2000]
+    # Built from this checkout (the Makefile passes the commit): a commit of this repository.
+    inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], capture_output=True,
+                            text=True, cwd=os.path.dirname(__file__))
+    if inside.returncode == 0:
+        assert re.fullmatch(r"[0-9a-f]{12}", m.group(2)), m.group(2)
+        assert subprocess.run(["git", "cat-file", "-e", m.group(2) + "^{commit}"],
+                              cwd=os.path.dirname(__file__)).returncode == 0, m.group(2)
+    values, _ = scrape(gw)
+    with open(f"/proc/{gw.proc.pid}/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        btime = int(next(l for l in f if l.startswith("btime ")).split()[1])
+    start = btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    assert abs(values["process_start_time_seconds"] - start) < 0.02
+    assert 3 <= values["process_open_fds"] <= values["process_max_fds"]
+    assert values["process_resident_memory_bytes"] > 1 << 20
+
+
+def test_provider_series_exist_before_any_job(gateway_factory, mock):
+    """A priced provider's spend is a 0 from the start, not a missing series (increase() and
+    the dashboard's spend panels need the 0); attempts and both histograms are there at 0 per
+    configured provider, and its tripped gauge is 0."""
+    gw, name, _ = priced_archiving_gateway(gateway_factory, mock)
+    values, _ = scrape(gw)
+    for series in (f'idemgate_spend_micros_total{{provider="{name}",currency="USD"}}',
+                   f'idemgate_settled_operations_total{{provider="{name}",currency="USD"}}',
+                   f'idemgate_unpriced_operations_total{{provider="{name}",currency="USD"}}',
+                   f'idemgate_attempts_total{{provider="{name}",outcome="success"}}',
+                   f'idemgate_upstream_duration_seconds_count{{provider="{name}"}}',
+                   f'idemgate_job_duration_seconds_count{{provider="{name}"}}',
+                   f'idemgate_provider_tripped{{provider="{name}"}}'):
+        assert values.get(series) == 0, series
+
+
+def test_budget_and_archive_backlog_gauges(gateway_factory, token, mock, psql):
+    """idemgate_budget_used_ratio: the most used share of any tenant's amount limit today and
+    this month; idemgate_archive_pending_copies and _oldest_pending_seconds: the copies still to
+    be made (no archive worker runs here), read with the minute's terminal counts."""
+    gw, name, route = priced_archiving_gateway(gateway_factory, mock, archive_workers=0)
+    r = gw.submit(token, "bg-" + uuid.uuid4().hex, {"prompt": "x", "n": 1}, route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job = gw.wait_state(token, r.json()["id"], {"completed"})
+    assert job["state"] == "completed", job
+    [[tenant]] = psql("SELECT tenant_id FROM operations WHERE id = '%s'" % job["id"])
+    psql("INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, month_limit_micros, "
+         "day, day_micros, month, month_micros) VALUES (%s, 'USD', 1000000, 100000000000, "
+         "(now() AT TIME ZONE 'UTC')::date, 999000, "
+         "date_trunc('month', now() AT TIME ZONE 'UTC')::date, 999000)" % tenant)
+    values, _ = scrape(gw)  # the gateway's first scrape: the minute's figures are read now
+    assert values['idemgate_budget_used_ratio{period="day"}'] >= 0.999
+    assert 0 <= values['idemgate_budget_used_ratio{period="month"}'] <= 1
+    assert values["idemgate_archive_pending_copies"] >= 1
+    assert values["idemgate_archive_oldest_pending_seconds"] > 0
+    psql("DELETE FROM tenant_budgets WHERE tenant_id = %s" % tenant)
+
+
+def test_rules_and_dashboard_use_only_exported_names(gateway_factory, mock, token):
+    """Every metric name an alert or a dashboard panel reads is one the gateway exports (a
+    renamed metric would silently blank a panel or mute an alert); the rules pass
+    `promtool check rules` and their unit tests (scripts/check-monitoring.sh)."""
+    gw, _, _ = priced_archiving_gateway(gateway_factory, mock)
+    _, text = scrape(gw)
+    exported = {re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", l).group(0)
+                for l in text.splitlines() if l.strip() and not l.startswith("#")}
+    used = {}
+    for where, expr in shipped_expressions().items():
+        for n in metric_names(expr):
+            used.setdefault(n, []).append(where)
+    assert len(used) >= 25, sorted(used)
+    missing = {n: w for n, w in used.items() if n not in exported}
+    assert not missing, missing
+    for name in ("idemgate_review_backlog", "idemgate_archive_oldest_pending_seconds",
+                 "idemgate_provider_tripped", "idemgate_unpriced_operations_total",
+                 "idemgate_budget_used_ratio"):
+        assert any(w.startswith("rule ") for w in used.get(name, [])), name
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    out = subprocess.run([os.path.join(root, "scripts", "check-monitoring.sh")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
