@@ -88,10 +88,13 @@ export function outputsStep(job: Job, p: OutputsProgress): OutputsStep {
            message: `job ${job.id}: ${what} after ${p.timeoutSeconds}s; call outputs() again later` };
 }
 
-/** Whether the job's archive can no longer change: then it need not be read again first. */
+/** Whether what outputs() decides for the job as read can no longer change (then it need not be
+ *  read again first): a job that ended other than completed, or a completed job whose every
+ *  archive record is final (`archived`, `failed` or `expired`). */
 export function archiveSettled(job: Job): boolean {
+  if (job.state !== "completed") return terminal(job);
   const a = job.archive;
-  return job.state === "completed" && Array.isArray(a) && a.length > 0 &&
+  return Array.isArray(a) && a.length > 0 &&
     a.every((o) => o.state === "archived" || o.state === "failed" || o.state === "expired");
 }
 
