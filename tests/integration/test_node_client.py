@@ -206,7 +206,8 @@ def archived_objects(tmp_path):
 
 
 # Phase "save": submit, wait, note the job's archive as wait() left it, then saveOutputs() at
-# once. Phase "again": outputs() in memory for the same job. Prints one JSON line.
+# once. Phase "again": outputs() in memory for the same job. Phase "refused": saveOutputs() of a
+# job whose outputs the gateway will not archive, and the error. Prints one JSON line.
 OUTPUTS_SCRIPT = """
 import { Client, deriveKey } from %(dist)s;
 const env = process.env;
@@ -219,6 +220,13 @@ if (env.PHASE === "save") {
   const saved = await c.saveOutputs(job, env.OUT);
   console.log(JSON.stringify({ id: job.id, state: job.state, urls: job.job.result.body.data.map((d) => d.url),
                                atWait, saved }));
+} else if (env.PHASE === "refused") {
+  const key = deriveKey({ test: "outputs-refused", run: env.RUN }, { prefix: "node-" });
+  const job = await c.wait(await c.submit(env.ROUTE, { prompt: "not kept", n: 1 }, key),
+                           { timeoutSeconds: 30 });
+  const e = await c.saveOutputs(job, env.OUT, { timeoutSeconds: 60 }).then(() => null, (e) => e);
+  console.log(JSON.stringify({ id: job.id, state: job.state, name: e?.name, message: e?.message,
+                               jobId: e?.jobId, pending: e?.pending, archive: e?.archive }));
 } else {
   const outs = await c.outputs(env.JOB_ID, { timeoutSeconds: 0 });
   console.log(JSON.stringify(outs.map((o) => ({ ...o, data: Buffer.from(o.data).toString("base64") }))));
@@ -280,3 +288,22 @@ def test_outputs_right_after_wait_are_the_archived_bytes(built, gateway_factory,
         data = base64.b64decode(o["data"])
         assert stored[rec["sha256"]] == data and o["sha256"] == rec["sha256"]
         assert o["fileName"] == f"{job_id}-{o['index']}.png"
+
+
+def test_outputs_the_gateway_will_not_archive_reject_not_pending(built, gateway_factory, mock,
+                                                                 token, tmp_path):
+    """The default archive profile refuses the mock's http://127.0.0.1 URLs: the output ends
+    `failed`, and saveOutputs() rejects with OutputsUnavailable — pending false (never), with the
+    job id and its archive record — instead of handing out the provider's URL; nothing is
+    saved."""
+    gw = gateway_factory()
+    env = {"IDEMGATE_URL": f"http://127.0.0.1:{gw.port}", "IDEMGATE_TOKEN": token,
+           "ROUTE": "mock-images/images/generations", "RUN": uuid.uuid4().hex,
+           "OUT": str(tmp_path / "out")}
+    r = run_outputs_script(tmp_path, env, PHASE="refused")
+    assert r["state"] == "completed"
+    assert r["name"] == "OutputsUnavailable", r
+    assert r["pending"] is False and r["jobId"] == r["id"], r
+    assert "output 0 is failed" in r["message"], r["message"]
+    assert [(o["index"], o["state"]) for o in r["archive"]] == [(0, "failed")], r["archive"]
+    assert not os.path.exists(tmp_path / "out") or os.listdir(tmp_path / "out") == []

@@ -110,7 +110,8 @@ const PROBLEM = (status, name, extra = {}) => ({
 });
 const OK = (job = JOB(), status = 202, headers = {}) => ({ status, headers, body: job });
 
-/** A server answering each request with the next scripted answer ("reset" destroys the socket). */
+/** A server answering each request with the next scripted answer ("reset" destroys the socket;
+ *  an answer with `truncate` ends the connection after half its body). */
 async function scripted(t, answers) {
   const seen = [];
   const server = createServer((req, res) => {
@@ -121,6 +122,11 @@ async function scripted(t, answers) {
       const a = answers[seen.length - 1] ?? PROBLEM(500, "internal");
       if (a === "reset") {
         req.socket.destroy();
+        return;
+      }
+      if (a.truncate) { // the full Content-Length, half the body, then the connection ends
+        res.writeHead(a.status, { ...a.headers, "content-length": String(a.body.length) });
+        res.write(a.body.subarray(0, a.body.length >> 1), () => req.socket.destroy());
         return;
       }
       res.writeHead(a.status, { "content-type": "application/json", ...a.headers });
@@ -482,4 +488,15 @@ test("saveOutputs(): bytes that are not the archived ones are an IntegrityError 
     assert.ok(err.message.includes(name), err.message);
     assert.deepEqual(await readdir(dir), []);
   }
+});
+
+test("outputs(): a body cut short is downloaded again, never returned half", async (t) => {
+  const s = await scripted(t, [OK(DONE([ARCHIVED()]), 200), { ...BYTES(PNG), truncate: true }, BYTES(PNG)]);
+  const { c, retries } = client(s.url);
+  const outs = await c.outputs("job_abc");
+  assert.deepEqual(Buffer.from(outs[0].data), PNG);
+  assert.equal(s.seen.length, 3);
+  assert.equal(retries.length, 1);
+  assert.equal(retries[0].path, "/v1/jobs/job_abc/outputs/0");
+  assert.ok(retries[0].error, "a transport error, not a status");
 });
