@@ -444,6 +444,9 @@ export class Client {
 
   /** The job's archive records once every output is archived (outputsStep decides each step). */
   async #archived(job: JobHandle | string, timeoutSeconds: number): Promise<{ id: string; records: ArchivedOutput[] }> {
+    if (typeof timeoutSeconds !== "number" || Number.isNaN(timeoutSeconds)) {
+      throw new TypeError("timeoutSeconds must be a number of seconds");
+    }
     const timeout = Math.max(0, timeoutSeconds);
     const deadline = performance.now() + timeout * 1000;
     let h = job instanceof JobHandle && archiveSettled(job.job) ? job : await this.get(job);

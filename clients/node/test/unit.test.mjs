@@ -436,6 +436,7 @@ test("outputs(): the wait is bounded; then OutputsUnavailable, pending, with the
   const e0 = await client(now.url).c.outputs("job_abc", { timeoutSeconds: 0 }).then(() => null, (e) => e);
   assert.ok(e0 instanceof OutputsUnavailable && e0.pending, String(e0));
   assert.equal(now.seen.length, 1, "timeoutSeconds 0: one read, no wait");
+  await assert.rejects(client(now.url).c.outputs("job_abc", { timeoutSeconds: "60" }), TypeError);
 });
 
 test("outputs(): an output the gateway will not archive is OutputsUnavailable at once, not pending", async (t) => {
