@@ -1,16 +1,26 @@
-// The idemgate client: submit, wait, get, cancel, outputs. Node 20's built-in fetch, nothing else.
+// The idemgate client: submit, wait, get, cancel, outputs, saveOutputs. Node 20's built-in fetch
+// and node: modules, nothing else.
 //
 // Retries follow policy.ts: the same request with the same key, bounded, after
 // max(Retry-After, full jitter); a 4xx other than 408/429 throws at once (errors.ts says which).
 
+import { createHash, randomUUID } from "node:crypto";
+import { mkdir, open, rename, rm } from "node:fs/promises";
+import { join } from "node:path";
+
 import {
-  IdemgateError, OutputsUnavailable, Unavailable, Unknown, errorFor,
+  OUTPUTS_TIMEOUT_SECONDS, archiveSettled, digestMismatch, outputFileName, outputsStep,
+} from "./archive.js";
+import {
+  IdemgateError, IntegrityError, OutputsUnavailable, Unavailable, Unknown, errorFor,
 } from "./errors.js";
 import {
-  RetryPolicy, classify, describeTransportError, isTransportError, parseRetryAfter, pollDelay,
+  RETRY_STATUSES, RetryPolicy, classify, describeTransportError, isTransportError, parseRetryAfter, pollDelay,
   type RetryOptions,
 } from "./policy.js";
-import { REQUEST_HEADERS, RESPONSE_HEADERS, TERMINAL_STATES, type Job, type JobState } from "./spec.js";
+import {
+  REQUEST_HEADERS, RESPONSE_HEADERS, TERMINAL_STATES, type ArchivedOutput, type Job, type JobState,
+} from "./spec.js";
 
 export interface RetryEvent {
   method: string;
@@ -96,16 +106,95 @@ export class JobHandle {
   get remoteId(): string | null { return this.job.remote_id; }
 }
 
-/** One output of a completed job, as the gateway reports it. */
+/** One archived output of a completed job, its bytes in memory (outputs()). */
 export interface Output {
   index: number;
-  /** Where it can be fetched (a provider URL: it may expire, see expiresAt). */
-  url?: string;
-  /** When the URL expires (Unix seconds), when the provider said. */
-  expiresAt?: number;
-  /** A base64 result: the data when the provider's body holds it, its size when reported. */
-  b64?: string;
-  bytes?: number;
+  /** The gateway's archived bytes, their SHA-256 checked against the ETag and the job's record. */
+  data: Uint8Array;
+  /** SHA-256 of data, hex. */
+  sha256: string;
+  /** The size of data. */
+  bytes: number;
+  /** The archived content type (null when the gateway gave none). */
+  contentType: string | null;
+  /** `{jobId}-{index}{ext}`, the name saveOutputs() gives it (outputFileName, extensionFor). */
+  fileName: string;
+}
+
+/** One archived output of a completed job, saved to a file (saveOutputs()). */
+export interface SavedOutput {
+  index: number;
+  /** `dir/{jobId}-{index}{ext}`, the extension from the archived content type. */
+  path: string;
+  sha256: string;
+  bytes: number;
+  contentType: string | null;
+}
+
+export interface OutputsOptions {
+  /** Seconds to wait for the gateway to archive the outputs (default OUTPUTS_TIMEOUT_SECONDS,
+   *  120; 0: do not wait). */
+  timeoutSeconds?: number;
+}
+
+/** Where one download attempt puts the bytes: kept once they are checked, discarded otherwise. */
+interface Sink<T> {
+  write(chunk: Uint8Array): Promise<void>;
+  keep(o: { sha256: string; bytes: number; contentType: string | null }): Promise<T>;
+  discard(): Promise<void>;
+}
+
+/** The outcome of one download attempt: the value, or why to try again. */
+type Attempt<T> =
+  | { done: true; value: T }
+  | { done: false; why: string; status?: number | undefined; hint?: number | undefined; error?: unknown };
+
+function memorySink(jobId: string, index: number): Sink<Output> {
+  const chunks: Uint8Array[] = [];
+  return {
+    async write(chunk) { chunks.push(chunk); },
+    async keep(o) {
+      return { index, data: new Uint8Array(Buffer.concat(chunks)), sha256: o.sha256, bytes: o.bytes,
+               contentType: o.contentType, fileName: outputFileName(jobId, index, o.contentType) };
+    },
+    async discard() { chunks.length = 0; },
+  };
+}
+
+/** A temporary file in dir, fsynced and renamed to `{jobId}-{index}{ext}` when kept, removed when
+ *  discarded: a file under the final name is always whole and checked. */
+async function fileSink(dir: string, jobId: string, index: number): Promise<Sink<SavedOutput>> {
+  const tmp = join(dir, `.part-${randomUUID()}`);
+  const fh = await open(tmp, "wx");
+  let isOpen = true;
+  let kept = false;
+  const close = async () => {
+    if (isOpen) {
+      isOpen = false;
+      await fh.close();
+    }
+  };
+  return {
+    async write(chunk) {
+      for (let off = 0; off < chunk.length; ) {
+        const { bytesWritten } = await fh.write(chunk, off, chunk.length - off);
+        off += bytesWritten;
+      }
+    },
+    async keep(o) {
+      await fh.sync();
+      await close();
+      const path = join(dir, outputFileName(jobId, index, o.contentType));
+      await rename(tmp, path);
+      kept = true;
+      return { index, path, sha256: o.sha256, bytes: o.bytes, contentType: o.contentType };
+    },
+    async discard() {
+      if (kept) return;
+      await close().catch(() => undefined);
+      await rm(tmp, { force: true });
+    },
+  };
 }
 
 interface Answer {
@@ -317,40 +406,181 @@ export class Client {
     return h;
   }
 
-  /** The outputs of a completed job, as the gateway reports them: an async task's
-   *  `result.outputs`, else the items of the provider's body's `data` (OpenAI-style `url` or
-   *  `b64_json`). Throws OutputsUnavailable for a job that is not completed or names none. */
-  async outputs(job: JobHandle | string): Promise<Output[]> {
-    const h = job instanceof JobHandle ? job : await this.get(job);
-    if (!h.ok) {
-      throw new OutputsUnavailable(`job ${h.id} is ${h.state}: only a completed job has outputs`, { key: h.key });
-    }
-    return outputsOf(h.job);
-  }
-}
+  // -- outputs ------------------------------------------------------------------------------
 
-/** outputs() on a job already read. */
-export function outputsOf(job: Job): Output[] {
-  const r = job.result;
-  if (r && Array.isArray(r.outputs)) {
-    return r.outputs.map((o, index) => {
-      const out: Output = { index };
-      if (typeof o.url === "string") out.url = o.url;
-      if (typeof o.expires_at === "number") out.expiresAt = o.expires_at;
-      if (typeof o.bytes === "number") out.bytes = o.bytes;
-      return out;
-    });
+  /** The archived bytes of every output of a completed job, in index order: the gateway's own
+   *  copies (GET /v1/jobs/{id}/outputs/{n}), never the provider's expiring URLs, each checked
+   *  against its SHA-256 (the ETag and the job's archive record). [] only for a completed job the
+   *  gateway planned without outputs.
+   *
+   *  The gateway archives a job's outputs after the job completed: right after wait() they are
+   *  usually not planned yet (`archive: []`) or `pending`. outputs() waits for them, reading the
+   *  job with growing delays, for at most `timeoutSeconds` (default OUTPUTS_TIMEOUT_SECONDS, 120;
+   *  0: do not wait). Rejects with OutputsUnavailable (`jobId`, `archive`, and `pending`: whether
+   *  calling again later can succeed) when the time runs out (pending true), when an output
+   *  ended `failed` or `expired`, the job did not complete or the gateway archives nothing
+   *  (pending false); IntegrityError when bytes differ from their SHA-256. Each download is
+   *  retried like a read (5xx, 429, transport errors, a body cut short). */
+  async outputs(job: JobHandle | string, options: OutputsOptions = {}): Promise<Output[]> {
+    const { id, records } = await this.#archived(job, options.timeoutSeconds ?? OUTPUTS_TIMEOUT_SECONDS);
+    const out: Output[] = [];
+    for (const r of records) out.push(await this.#download(id, r, async () => memorySink(id, r.index)));
+    return out;
   }
-  const data = (r?.body as { data?: unknown } | null | undefined)?.data;
-  if (Array.isArray(data)) {
-    return data.map((d: unknown, index) => {
-      const out: Output = { index };
-      const item = (d ?? {}) as { url?: unknown; b64_json?: unknown };
-      if (typeof item.url === "string") out.url = item.url;
-      if (typeof item.b64_json === "string") out.b64 = item.b64_json;
-      return out;
-    });
+
+  /** outputs(), saved into dir (made when missing) as `{jobId}-{n}{ext}`, the extension from the
+   *  archived content type (`.png`, `.jpg`, `.mp4`…; `.bin` when the type says nothing:
+   *  extensionFor). Each output is streamed to a temporary file beside its name, checked against
+   *  its SHA-256, fsynced and renamed into place only then; a failed download leaves nothing. The
+   *  same waiting and errors as outputs(). */
+  async saveOutputs(job: JobHandle | string, dir: string, options: OutputsOptions = {}): Promise<SavedOutput[]> {
+    if (typeof dir !== "string" || dir === "") throw new TypeError("a directory is required");
+    const { id, records } = await this.#archived(job, options.timeoutSeconds ?? OUTPUTS_TIMEOUT_SECONDS);
+    await mkdir(dir, { recursive: true });
+    const out: SavedOutput[] = [];
+    for (const r of records) out.push(await this.#download(id, r, () => fileSink(dir, id, r.index)));
+    return out;
   }
-  throw new OutputsUnavailable(`job ${job.id}: its result names no outputs (neither result.outputs nor a body with data)`,
-                               { key: job.idempotency_key });
+
+  /** The job's archive records once every output is archived (outputsStep decides each step). */
+  async #archived(job: JobHandle | string, timeoutSeconds: number): Promise<{ id: string; records: ArchivedOutput[] }> {
+    if (typeof timeoutSeconds !== "number" || Number.isNaN(timeoutSeconds)) {
+      throw new TypeError("timeoutSeconds must be a number of seconds");
+    }
+    const timeout = Math.max(0, timeoutSeconds);
+    const deadline = performance.now() + timeout * 1000;
+    let h = job instanceof JobHandle && archiveSettled(job.job) ? job : await this.get(job);
+    let probed: string | undefined;
+    for (let polls = 0; ;) {
+      const step = outputsStep(h.job, { polls, leftSeconds: (deadline - performance.now()) / 1000,
+                                        timeoutSeconds: timeout, probed });
+      if (step.do === "download") return { id: h.id, records: step.records };
+      if (step.do === "throw") {
+        throw new OutputsUnavailable(step.message, { jobId: h.id, pending: step.pending,
+                                                     archive: h.job.archive ?? [], key: h.key });
+      }
+      if (step.do === "probe") { // decided again with the answer: a probed read is never probed twice
+        probed = await this.#probe(h.id);
+        continue;
+      }
+      await this.#sleep(step.afterSeconds);
+      polls++;
+      h = await this.get(h.id);
+      probed = undefined;
+    }
+  }
+
+  /** The short problem type of output 0 of a job whose `archive` is [] (`output-not-found`: the
+   *  job was planned without outputs; `output-not-archived`: not planned yet), without its bytes
+   *  (If-None-Match: * answers 304 for an archived output); "" for any other answer. */
+  async #probe(jobId: string): Promise<string> {
+    let a: Answer;
+    try {
+      a = await this.#once("GET", `/v1/jobs/${encodeURIComponent(jobId)}/outputs/0`, undefined,
+                           { "If-None-Match": "*" }, this.timeoutSeconds);
+    } catch (e) {
+      if (isTransportError(e)) return "";
+      throw e;
+    }
+    if (a.status === 404) return errorFor(404, parseJson(a.body)).type;
+    if (a.status === 401 || a.status === 403) throw errorFor(a.status, parseJson(a.body));
+    return "";
+  }
+
+  /** One archived output into the sink open() gives for each attempt, retried with the retry
+   *  policy on 408/429/5xx, transport errors and a body cut short. */
+  async #download<T>(jobId: string, record: ArchivedOutput, openSink: () => Promise<Sink<T>>): Promise<T> {
+    const path = `/v1/jobs/${encodeURIComponent(jobId)}/outputs/${record.index}`;
+    const start = performance.now();
+    for (let attempt = 1; ; attempt++) {
+      const r = await this.#downloadOnce(jobId, path, record, openSink);
+      if (r.done) return r.value;
+      const d = this.retry.nextDelay(attempt, (performance.now() - start) / 1000, r.hint, this.#random());
+      if (d === undefined) {
+        throw new Unavailable(`output ${record.index} of job ${jobId}: ${r.why} on each of ${attempt} attempts ` +
+                              "(downloading it again later is safe)", { status: r.status, cause: r.error });
+      }
+      this.#onRetry?.({ method: "GET", path, attempt, delaySeconds: d, key: undefined, status: r.status,
+                        retryAfter: r.hint, error: r.error });
+      await this.#sleep(d);
+    }
+  }
+
+  async #downloadOnce<T>(jobId: string, path: string, record: ArchivedOutput,
+                         openSink: () => Promise<Sink<T>>): Promise<Attempt<T>> {
+    // Cut after timeoutSeconds without a byte, not after timeoutSeconds in all: a long video
+    // keeps arriving, a stalled answer does not.
+    const ac = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => ac.abort(new DOMException(`no data for ${this.timeoutSeconds}s`, "TimeoutError")),
+                         this.timeoutSeconds * 1000);
+    };
+    let sink: Sink<T> | undefined;
+    const retry = (e: unknown): Attempt<T> => ({ done: false, why: describeTransportError(e), error: e });
+    try {
+      arm();
+      let res: Response;
+      try {
+        res = await fetch(this.#base + path, {
+          headers: { Authorization: `Bearer ${this.#token}`, Accept: "*/*", "User-Agent": "idemgate-node/0.1.0" },
+          redirect: "manual",
+          signal: ac.signal,
+        });
+      } catch (e) {
+        if (!isTransportError(e)) throw e;
+        return retry(e);
+      }
+      if (res.status !== 200) {
+        let body: Uint8Array;
+        try {
+          body = new Uint8Array(await res.arrayBuffer());
+        } catch (e) {
+          if (!isTransportError(e)) throw e;
+          return retry(e);
+        }
+        const hint = parseRetryAfter(res.headers.get(RESPONSE_HEADERS.retryAfter), Date.now());
+        if (RETRY_STATUSES.has(res.status)) return { done: false, why: `HTTP ${res.status}`, status: res.status, hint };
+        const err = errorFor(res.status, parseJson(body));
+        if (res.status === 404 && (err.type === "output-not-archived" || err.type === "output-not-found")) {
+          throw new OutputsUnavailable(`output ${record.index} of job ${jobId}: ${err.message}`,
+                                       { status: 404, problem: err.problem, jobId,
+                                         pending: err.type === "output-not-archived" });
+        }
+        throw err;
+      }
+      const contentType = res.headers.get("content-type");
+      const hash = createHash("sha256");
+      let size = 0;
+      sink = await openSink();
+      try {
+        for await (const chunk of (res.body ?? []) as AsyncIterable<Uint8Array>) {
+          arm();
+          hash.update(chunk);
+          await sink.write(chunk);
+          size += chunk.length;
+        }
+      } catch (e) {
+        if (!isTransportError(e)) throw e;
+        return retry(e);
+      }
+      const length = res.headers.get("content-length");
+      if (length !== null && /^\d+$/.test(length) && Number(length) !== size) {
+        return { done: false, why: `${size} of ${length} bytes` };
+      }
+      const digest = hash.digest("hex");
+      const differs = digestMismatch(digest, res.headers.get(RESPONSE_HEADERS.etag), record.sha256);
+      if (differs !== undefined) {
+        throw new IntegrityError(`output ${record.index} of job ${jobId}: SHA-256 ${digest} differs from ${differs}; ` +
+                                 "the download was discarded");
+      }
+      const value = await sink.keep({ sha256: digest, bytes: size, contentType });
+      sink = undefined;
+      return { done: true, value };
+    } finally {
+      clearTimeout(timer);
+      if (sink !== undefined) await sink.discard();
+    }
+  }
 }

@@ -4,7 +4,7 @@
 // retried with the same key (429, 408, 500, 502, 503, 504, timeouts, refused or reset
 // connections) throw only when the bounded retries are spent, and then say so.
 
-import { BUDGET_EXCEEDED, PROBLEM, type Job, type JobState } from "./spec.js";
+import { BUDGET_EXCEEDED, PROBLEM, type ArchivedOutput, type Job, type JobState } from "./spec.js";
 
 export interface ErrorDetails {
   /** The HTTP status when there was an answer. */
@@ -83,8 +83,27 @@ export class Unknown extends IdemgateError {
   }
 }
 
-/** The job has no outputs to give: it is not completed, or holds none the gateway can name. */
-export class OutputsUnavailable extends IdemgateError {}
+/** The job's archived outputs cannot be downloaded. `pending` true: not yet — the job is not
+ *  finished, or its outputs were still being archived when outputs() had waited its timeout:
+ *  calling again later can succeed. `pending` false: never — the job did not complete, an output
+ *  ended `failed` or `expired` (its state and last error in the message), or the gateway archives
+ *  nothing. `jobId` names the job; `archive` is its archive records as last read. */
+export class OutputsUnavailable extends IdemgateError {
+  readonly jobId: string | undefined;
+  readonly pending: boolean;
+  readonly archive: ArchivedOutput[];
+  constructor(message: string, details: ErrorDetails & { jobId?: string | undefined; pending?: boolean;
+              archive?: ArchivedOutput[] | undefined } = {}) {
+    super(message, details);
+    this.jobId = details.jobId;
+    this.pending = details.pending ?? false;
+    this.archive = details.archive ?? [];
+  }
+}
+
+/** Downloaded bytes whose SHA-256 differs from the ETag or the job's archive record: discarded
+ *  (nothing was returned or left on disk). */
+export class IntegrityError extends IdemgateError {}
 
 /** The error for a final answer that is not a job (never retried, or the last of a retried one). */
 export function errorFor(status: number, problem: unknown, opts: { key?: string | undefined; retryAfter?: number | undefined; suffix?: string } = {}): IdemgateError {

@@ -4,11 +4,17 @@
 //   const c = new Client({ baseUrl: "http://127.0.0.1:8080", token });
 //   const key = deriveKey({ product: "sku-123", template: 3, variant: 1 }, { prefix: "poster-" });
 //   const job = await c.wait(await c.submit("mock-images/images/generations", { prompt: "…", n: 1 }, key, { wait: 10 }));
+//   const files = await c.saveOutputs(job, "out");   // the gateway's archived bytes: out/{job id}-0.png
 
-export { Client, JobHandle, ProviderResponse, outputsOf } from "./client.js";
-export type { ClientOptions, Output, RetryEvent } from "./client.js";
+export { Client, JobHandle, ProviderResponse } from "./client.js";
+export type { ClientOptions, Output, OutputsOptions, RetryEvent, SavedOutput } from "./client.js";
 export {
-  BudgetExceeded, IdemgateError, InvalidRequest, KeyReused, NotFound, OutputsUnavailable,
+  OUTPUTS_TIMEOUT_SECONDS, archiveSettled, digestMismatch, etagDigest, extensionFor, maxOutputsPolls,
+  outputFileName, outputsStep,
+} from "./archive.js";
+export type { OutputsProgress, OutputsStep } from "./archive.js";
+export {
+  BudgetExceeded, IdemgateError, IntegrityError, InvalidRequest, KeyReused, NotFound, OutputsUnavailable,
   RateLimited, Rejected, Unauthorized, Unavailable, Unknown, errorFor,
 } from "./errors.js";
 export type { ErrorDetails } from "./errors.js";
@@ -19,4 +25,4 @@ export {
 } from "./policy.js";
 export type { AnswerKind, RetryOptions } from "./policy.js";
 export { JOB_STATES, PATHS, PROBLEM, TERMINAL_STATES } from "./spec.js";
-export type { Job, JobState, Problem, ProblemType, ProviderAnswer } from "./spec.js";
+export type { ArchivedOutput, Job, JobState, Problem, ProblemType, ProviderAnswer } from "./spec.js";

@@ -10,12 +10,15 @@ export type Job = components["schemas"]["Job"];
 export type JobState = components["schemas"]["JobState"];
 export type Problem = components["schemas"]["Problem"];
 export type ProviderAnswer = components["schemas"]["ProviderAnswer"];
+/** One record of a completed job's `archive`: an output and the state of its copy. */
+export type ArchivedOutput = components["schemas"]["ArchivedOutput"];
 
 /** The paths this client calls, as the spec spells them. */
 export const PATHS = {
   submit: "/v1/providers/{provider}/{route}",
   job: "/v1/jobs/{id}",
   cancel: "/v1/jobs/{id}/cancel",
+  output: "/v1/jobs/{id}/outputs/{n}",
 } as const satisfies Record<string, keyof paths>;
 
 /** Request headers of `submit` this client sends. */
@@ -30,6 +33,7 @@ export const RESPONSE_HEADERS = {
   retryAfter: "Retry-After",
   jobId: "X-Idemgate-Job-Id",
   state: "X-Idemgate-State",
+  etag: "ETag",
 } as const satisfies Record<string, keyof components["headers"]>;
 
 type ProblemTypeOf<R> = R extends { content: { "application/problem+json": infer P } }
@@ -39,8 +43,9 @@ type ProblemTypesOf<Op extends keyof operations> = {
   [S in keyof operations[Op]["responses"]]: ProblemTypeOf<operations[Op]["responses"][S]>;
 }[keyof operations[Op]["responses"]];
 
-/** Every problem type the spec says submit, getJob or cancelJob can answer. */
-export type ProblemType = ProblemTypesOf<"submit"> | ProblemTypesOf<"getJob"> | ProblemTypesOf<"cancelJob">;
+/** Every problem type the spec says submit, getJob, cancelJob or getJobOutput can answer. */
+export type ProblemType = ProblemTypesOf<"submit"> | ProblemTypesOf<"getJob"> | ProblemTypesOf<"cancelJob"> |
+  ProblemTypesOf<"getJobOutput">;
 
 /** The problem types this client tells apart, each one documented by the spec for the
  *  operations it calls (checked by `satisfies`). */
@@ -52,6 +57,8 @@ export const PROBLEM = {
   unknownRoute: "urn:idemgate:problem:unknown-route",
   storeBusy: "urn:idemgate:problem:store-busy",
   storeUnavailable: "urn:idemgate:problem:store-unavailable",
+  outputNotArchived: "urn:idemgate:problem:output-not-archived",
+  outputNotFound: "urn:idemgate:problem:output-not-found",
 } as const satisfies Record<string, ProblemType>;
 
 /** Budgets (a 402 `budget-exceeded`) are not in this version of the spec; the Python client

@@ -8,7 +8,7 @@
 // Without IDEMGATE_URL every test here is skipped (the wrapper fails on a skip).
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -36,7 +36,7 @@ async function creates(jobId) {
   return (await r.json()).creates.filter((c) => c.client_ref === jobId && !c.replay);
 }
 
-test("submit with wait returns the provider's own body; outputs names its images", { skip }, async () => {
+test("submit with wait returns the provider's own body; outputs are the archive's copies of its images", { skip }, async () => {
   const c = client();
   const key = deriveKey(identity("body"), { prefix: "node-" });
   const h = await c.submit(SYNC, { prompt: "a lighthouse at dawn", n: 2 }, key, { wait: 20 });
@@ -48,9 +48,17 @@ test("submit with wait returns the provider's own body; outputs names its images
   const body = h.answer.json();
   assert.equal(body.data.length, 2);
   assert.deepEqual(h.job.result.body, body); // the stored body is the one we were given
-  const outs = await c.outputs(h);
-  assert.deepEqual(outs.map((o) => o.url), body.data.map((d) => d.url));
-  assert.ok(outs.every((o) => typeof o.url === "string" && o.url.length > 0));
+  const outs = await c.outputs(h, { timeoutSeconds: 60 });
+  const archive = (await c.get(h)).job.archive;
+  assert.deepEqual(outs.map((o) => o.index), [0, 1]);
+  for (const o of outs) {
+    assert.ok(!("url" in o), "no provider URL: the archived bytes");
+    assert.equal(o.sha256, createHash("sha256").update(o.data).digest("hex"));
+    assert.equal(o.sha256, archive[o.index].sha256);
+    assert.equal(o.bytes, archive[o.index].bytes);
+    assert.equal(o.contentType, "image/png");
+    assert.equal(o.fileName, `${h.id}-${o.index}.png`);
+  }
 });
 
 test("the same key twice is one job and one create at the provider", { skip }, async () => {
@@ -183,16 +191,18 @@ test("an unknown token is Unauthorized, at once", { skip }, async () => {
   assert.ok(!err.message.includes(env.IDEMGATE_TOKEN));
 });
 
-test("an async job: wait follows it to completed and outputs lists the task's outputs", { skip }, async () => {
+test("an async job: wait follows it to completed and outputs are its task's outputs, archived", { skip }, async () => {
   const c = client();
   const key = deriveKey(identity("async"), { prefix: "node-" });
   const h = await c.wait(await c.submit(ASYNC, { prompt: "a fox", _mock: { polls: 2, outputs: 2 } }, key),
                          { timeoutSeconds: 60 });
   assert.equal(h.state, "completed", JSON.stringify(h.job));
   assert.ok(h.job.remote_id);
-  const outs = await c.outputs(h.id);
+  const outs = await c.outputs(h.id, { timeoutSeconds: 60 });
+  const archive = (await c.get(h)).job.archive;
   assert.equal(outs.length, 2);
-  assert.ok(outs.every((o) => typeof o.url === "string"), JSON.stringify(outs));
+  assert.deepEqual(outs.map((o) => o.sha256), archive.map((r) => r.sha256));
+  assert.ok(outs.every((o) => o.data.length > 0 && !("url" in o)));
   assert.equal((await creates(h.id)).length, 1);
 });
 

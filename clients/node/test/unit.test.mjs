@@ -1,5 +1,5 @@
-// The client's rules without a gateway: keys, the retry policy, and what the client does with
-// each kind of answer, against a local HTTP server that plays scripted answers and records
+// The client's rules without a gateway: keys, the retry policy, outputs()'s decisions, and what
+// the client does with each kind of answer, against a local HTTP server that plays scripted answers and records
 // every request it received (so "the same key" and "not retried" are counted, not assumed).
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -7,10 +7,16 @@ import { createServer } from "node:http";
 import { once } from "node:events";
 import { test } from "node:test";
 
+import { createHash } from "node:crypto";
+import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
 import {
-  BudgetExceeded, Client, InvalidRequest, JOB_STATES, JobHandle, KeyReused, NotFound,
-  OutputsUnavailable, RateLimited, RetryPolicy, TERMINAL_STATES, Unauthorized, Unavailable,
-  canonicalJson, classify, deriveKey, parseRetryAfter, pollDelay,
+  BudgetExceeded, Client, IntegrityError, InvalidRequest, JOB_STATES, JobHandle, KeyReused, NotFound,
+  OUTPUTS_TIMEOUT_SECONDS, OutputsUnavailable, RateLimited, RetryPolicy, TERMINAL_STATES, Unauthorized,
+  Unavailable, archiveSettled, canonicalJson, classify, deriveKey, digestMismatch, etagDigest,
+  extensionFor, maxOutputsPolls, outputFileName, outputsStep, parseRetryAfter, pollDelay,
 } from "../dist/index.js";
 
 const DIST = new URL("../dist/index.js", import.meta.url).href;
@@ -104,7 +110,8 @@ const PROBLEM = (status, name, extra = {}) => ({
 });
 const OK = (job = JOB(), status = 202, headers = {}) => ({ status, headers, body: job });
 
-/** A server answering each request with the next scripted answer ("reset" destroys the socket). */
+/** A server answering each request with the next scripted answer ("reset" destroys the socket;
+ *  an answer with `truncate` ends the connection after half its body). */
 async function scripted(t, answers) {
   const seen = [];
   const server = createServer((req, res) => {
@@ -117,8 +124,13 @@ async function scripted(t, answers) {
         req.socket.destroy();
         return;
       }
+      if (a.truncate) { // the full Content-Length, half the body, then the connection ends
+        res.writeHead(a.status, { ...a.headers, "content-length": String(a.body.length) });
+        res.write(a.body.subarray(0, a.body.length >> 1), () => req.socket.destroy());
+        return;
+      }
       res.writeHead(a.status, { "content-type": "application/json", ...a.headers });
-      res.end(typeof a.body === "string" ? a.body : JSON.stringify(a.body));
+      res.end(typeof a.body === "string" || Buffer.isBuffer(a.body) ? a.body : JSON.stringify(a.body));
     });
   });
   server.listen(0, "127.0.0.1");
@@ -258,4 +270,234 @@ test("without wait the gateway is asked not to hold the request", async (t) => {
   await c.submit(ROUTE, '{"prompt":"as is"}', "key-6");
   assert.equal(s.seen[0].headers.prefer, "respond-async");
   assert.equal(s.seen[0].body, '{"prompt":"as is"}');
+});
+
+// --- outputs: the gateway's archived bytes ---------------------------------------------------
+
+const REC = (index, state, over = {}) => ({
+  index, state, kind: "url", attempts: state === "pending" ? 0 : 1, last_error: null, sha256: null, bytes: null,
+  content_type: null, source_expires_at: null, archived_at: null, href: null, ...over,
+});
+const DONE = (archive, over = {}) => JOB({
+  state: "completed", terminal: true,
+  // The provider's expiring URLs: outputs() never hands them out nor fetches them.
+  result: { status: 200, body: { data: [{ url: "http://provider.invalid/expiring/0.png" }] } },
+  ...(archive === undefined ? {} : { archive }), ...over,
+});
+const T = { polls: 0, leftSeconds: 60, timeoutSeconds: 60 };
+
+test("outputs: a job that did not complete has none; one not finished yet may (pending)", () => {
+  for (const state of ["failed", "canceled"]) {
+    const s = outputsStep(JOB({ state, terminal: true }), T);
+    assert.deepEqual(s, { do: "throw", pending: false, message: `job job_abc is ${state}: only a completed job has outputs` });
+  }
+  for (const state of ["prepared", "sending", "accepted", "unknown", "review"]) {
+    const s = outputsStep(JOB({ state }), T);
+    assert.equal(s.do, "throw", state);
+    assert.equal(s.pending, true, state);
+    assert.match(s.message, /wait\(\) for it first/);
+  }
+  const none = outputsStep(DONE(undefined), T);
+  assert.equal(none.do, "throw");
+  assert.equal(none.pending, false);
+  assert.match(none.message, /no output archival on this gateway/);
+});
+
+test("outputs: an output the gateway will not archive (failed, expired) is never, whatever the time left", () => {
+  for (const state of ["failed", "expired"]) {
+    const job = DONE([REC(0, "archived", { sha256: "a".repeat(64) }), REC(1, state, { last_error: "host not allowed" })]);
+    for (const leftSeconds of [60, 0]) {
+      assert.deepEqual(outputsStep(job, { ...T, leftSeconds }), {
+        do: "throw", pending: false,
+        message: `job job_abc: output 1 is ${state}: host not allowed (the gateway will not archive it)`,
+      });
+    }
+  }
+});
+
+test("outputs: every output archived is downloaded, in index order", () => {
+  const recs = [REC(1, "archived"), REC(0, "archived"), REC(2, "archived")];
+  const s = outputsStep(DONE(recs), { ...T, leftSeconds: 0 });
+  assert.equal(s.do, "download");
+  assert.deepEqual(s.records.map((r) => r.index), [0, 1, 2]);
+});
+
+test("outputs: pending copies are read again with growing delays while there is time, then pending", () => {
+  const job = DONE([REC(0, "archived"), REC(1, "pending", { last_error: "HTTP 503" })]);
+  assert.deepEqual(outputsStep(job, T), { do: "read", afterSeconds: pollDelay(0, "completed") });
+  assert.deepEqual(outputsStep(job, { ...T, polls: 3 }), { do: "read", afterSeconds: pollDelay(3, "completed") });
+  assert.deepEqual(outputsStep(job, { ...T, polls: 20 }), { do: "read", afterSeconds: 5 });
+  assert.deepEqual(outputsStep(job, { ...T, polls: 20, leftSeconds: 0.1 }), { do: "read", afterSeconds: 0.1 });
+  for (const p of [{ ...T, leftSeconds: 0 }, { ...T, leftSeconds: -1 }, { ...T, polls: maxOutputsPolls(60) }]) {
+    assert.deepEqual(outputsStep(job, p), {
+      do: "throw", pending: true,
+      message: "job job_abc: output 1 is still pending (last error: HTTP 503) after 60s; call outputs() again later",
+    });
+  }
+  assert.equal(maxOutputsPolls(60), 242);
+  assert.equal(maxOutputsPolls(0), 2);
+});
+
+test("outputs: an empty archive is asked about: planned without outputs is [], not planned yet is waited for", () => {
+  const job = DONE([]);
+  assert.deepEqual(outputsStep(job, T), { do: "probe" });
+  assert.deepEqual(outputsStep(job, { ...T, leftSeconds: 0 }), { do: "probe" });
+  assert.deepEqual(outputsStep(job, { ...T, probed: "output-not-found" }), { do: "download", records: [] });
+  for (const probed of ["output-not-archived", ""]) {
+    assert.deepEqual(outputsStep(job, { ...T, probed }), { do: "read", afterSeconds: 0.25 });
+    assert.deepEqual(outputsStep(job, { ...T, probed, leftSeconds: 0 }), {
+      do: "throw", pending: true,
+      message: "job job_abc: its outputs are not planned for archiving yet after 60s; call outputs() again later",
+    });
+  }
+});
+
+test("outputs: a settled archive is not read again; an unsettled one is", () => {
+  assert.equal(archiveSettled(DONE([REC(0, "archived"), REC(1, "failed")])), true);
+  assert.equal(archiveSettled(DONE([REC(0, "archived"), REC(1, "pending")])), false);
+  assert.equal(archiveSettled(DONE([])), false);
+  assert.equal(archiveSettled(DONE(undefined)), false);
+  assert.equal(archiveSettled(JOB({ state: "failed", terminal: true })), true);
+  assert.equal(archiveSettled(JOB({ state: "accepted" })), false);
+  assert.equal(OUTPUTS_TIMEOUT_SECONDS, 120);
+});
+
+test("outputs: a saved output's extension is its archived type's; names stay in their folder", () => {
+  for (const [ct, ext] of [["image/png", ".png"], ["image/jpeg", ".jpg"], ["IMAGE/WEBP; q=1", ".webp"],
+                           ["video/mp4", ".mp4"], ["audio/mpeg", ".mp3"], ["application/octet-stream", ".bin"],
+                           ["application/x-unheard-of", ".bin"], ["", ".bin"], [null, ".bin"], [undefined, ".bin"]]) {
+    assert.equal(extensionFor(ct), ext, String(ct));
+  }
+  assert.equal(outputFileName("job_abc", 1, "video/mp4"), "job_abc-1.mp4");
+  assert.equal(outputFileName("../x/y", 0, null), ".._x_y-0.bin");
+});
+
+test("outputs: bytes are the archive's only when their SHA-256 is the ETag's and the record's", () => {
+  const d = "ab".repeat(32);
+  assert.equal(etagDigest(`"${d}"`), d);
+  assert.equal(etagDigest(`W/"${d.toUpperCase()}"`), d);
+  assert.equal(etagDigest(null), "");
+  assert.equal(digestMismatch(d, `"${d}"`, d), undefined);
+  assert.equal(digestMismatch(d, null, null), undefined);
+  assert.equal(digestMismatch(d, `"${"0".repeat(64)}"`, d), "the ETag");
+  assert.equal(digestMismatch(d, `"${d}"`, "0".repeat(64)), "the job's record");
+});
+
+const PNG = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.from("archived bytes")]);
+const PNG_SHA = createHash("sha256").update(PNG).digest("hex");
+const BYTES = (data, over = {}) => ({
+  status: 200, body: data,
+  headers: { "content-type": "image/png", etag: `"${createHash("sha256").update(data).digest("hex")}"`, ...over },
+});
+const ARCHIVED = (over = {}) => REC(0, "archived", { sha256: PNG_SHA, bytes: PNG.length, content_type: "image/png",
+                                                  href: "/v1/jobs/job_abc/outputs/0", ...over });
+
+test("outputs() right after wait: waits for the archive, then the archived bytes, never the provider's URL", async (t) => {
+  const s = await scripted(t, [
+    OK(DONE([]), 200),                                      // the job as wait() left it: not planned yet
+    PROBLEM(404, "output-not-archived"),                    // the probe of output 0
+    OK(DONE([REC(0, "pending")]), 200),
+    OK(DONE([ARCHIVED()]), 200),
+    BYTES(PNG),
+  ]);
+  const { c, slept } = client(s.url);
+  const outs = await c.outputs(new JobHandle(DONE([])));
+  assert.equal(outs.length, 1);
+  assert.deepEqual(Buffer.from(outs[0].data), PNG);
+  assert.deepEqual({ ...outs[0], data: undefined },
+                   { index: 0, data: undefined, sha256: PNG_SHA, bytes: PNG.length, contentType: "image/png",
+                     fileName: "job_abc-0.png" });
+  assert.ok(!("url" in outs[0]));
+  assert.deepEqual(s.seen.map((r) => `${r.method} ${r.url}`), [
+    "GET /v1/jobs/job_abc", "GET /v1/jobs/job_abc/outputs/0", "GET /v1/jobs/job_abc", "GET /v1/jobs/job_abc",
+    "GET /v1/jobs/job_abc/outputs/0",
+  ]);
+  assert.equal(s.seen[1].headers["if-none-match"], "*"); // the probe asks without the bytes
+  assert.equal(s.seen[4].headers["if-none-match"], undefined);
+  assert.deepEqual(slept, [pollDelay(0, "completed"), pollDelay(1, "completed")]);
+});
+
+test("outputs(): the wait is bounded; then OutputsUnavailable, pending, with the job id and its archive", async (t) => {
+  const pending = DONE([ARCHIVED(), REC(1, "pending", { last_error: "HTTP 503 from the provider" })]);
+  const s = await scripted(t, Array.from({ length: 40 }, () => OK(pending, 200)));
+  const { c, slept } = client(s.url);
+  // The sleep is replaced (next to no time passes): the bound on reads still ends the wait.
+  const err = await c.outputs("job_abc", { timeoutSeconds: 5 }).then(() => null, (e) => e);
+  assert.ok(err instanceof OutputsUnavailable, String(err));
+  assert.equal(err.pending, true);
+  assert.equal(err.jobId, "job_abc");
+  assert.deepEqual(err.archive, pending.archive);
+  assert.match(err.message, /output 1 is still pending \(last error: HTTP 503 from the provider\) after 5s/);
+  assert.ok(s.seen.length >= 2 && s.seen.length <= maxOutputsPolls(5) + 1, String(s.seen.length));
+  assert.ok(s.seen.every((r) => r.url === "/v1/jobs/job_abc"), "nothing downloaded while one is pending");
+  assert.equal(slept.length, s.seen.length - 1);
+
+  const now = await scripted(t, [OK(pending, 200)]);
+  const e0 = await client(now.url).c.outputs("job_abc", { timeoutSeconds: 0 }).then(() => null, (e) => e);
+  assert.ok(e0 instanceof OutputsUnavailable && e0.pending, String(e0));
+  assert.equal(now.seen.length, 1, "timeoutSeconds 0: one read, no wait");
+  await assert.rejects(client(now.url).c.outputs("job_abc", { timeoutSeconds: "60" }), TypeError);
+});
+
+test("outputs(): an output the gateway will not archive is OutputsUnavailable at once, not pending", async (t) => {
+  const lost = DONE([ARCHIVED(), REC(1, "failed", { last_error: "refused: private address" })]);
+  const s = await scripted(t, [OK(lost, 200)]);
+  const { c, slept } = client(s.url);
+  const err = await c.outputs(new JobHandle(lost)).then(() => null, (e) => e);
+  assert.ok(err instanceof OutputsUnavailable, String(err));
+  assert.equal(err.pending, false);
+  assert.equal(err.jobId, "job_abc");
+  assert.match(err.message, /output 1 is failed: refused: private address/);
+  assert.equal(s.seen.length, 0, "a settled archive is decided without a read or a download");
+  assert.deepEqual(slept, []);
+});
+
+test("outputs(): a job planned without outputs is [] (the probe says output-not-found)", async (t) => {
+  const s = await scripted(t, [OK(DONE([]), 200), PROBLEM(404, "output-not-found")]);
+  const { c } = client(s.url);
+  assert.deepEqual(await c.outputs("job_abc"), []);
+  assert.equal(s.seen.length, 2);
+});
+
+test("saveOutputs(): files named {job}-{n}{ext} from the archived type, a 503 retried, bytes checked", async (t) => {
+  const other = Buffer.from("a second output, untyped");
+  const recs = [ARCHIVED(), REC(1, "archived", { sha256: createHash("sha256").update(other).digest("hex"),
+                                                 bytes: other.length, content_type: null })];
+  const s = await scripted(t, [OK(DONE(recs), 200), PROBLEM(503, "store-busy", { "retry-after": "1" }), BYTES(PNG),
+                               BYTES(other, { "content-type": "application/octet-stream" })]);
+  const dir = await mkdtemp(join(tmpdir(), "idemgate-out-"));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const { c, slept } = client(s.url);
+  const saved = await c.saveOutputs("job_abc", join(dir, "out"));
+  assert.deepEqual(saved.map((o) => o.path), [join(dir, "out", "job_abc-0.png"), join(dir, "out", "job_abc-1.bin")]);
+  assert.deepEqual(await readFile(saved[0].path), PNG);
+  assert.deepEqual(await readFile(saved[1].path), other);
+  assert.equal(saved[0].sha256, PNG_SHA);
+  assert.deepEqual((await readdir(join(dir, "out"))).sort(), ["job_abc-0.png", "job_abc-1.bin"]);
+  assert.deepEqual(slept, [1]);
+});
+
+test("saveOutputs(): bytes that are not the archived ones are an IntegrityError and leave no file", async (t) => {
+  const forged = Buffer.from("not the archived bytes");
+  for (const [name, answer] of [["the ETag", { ...BYTES(forged), headers: { "content-type": "image/png", etag: `"${PNG_SHA}"` } }],
+                                ["the job's record", BYTES(forged)]]) {
+    const s = await scripted(t, [OK(DONE([ARCHIVED()]), 200), answer]);
+    const dir = await mkdtemp(join(tmpdir(), "idemgate-out-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    const err = await client(s.url).c.saveOutputs("job_abc", dir).then(() => null, (e) => e);
+    assert.ok(err instanceof IntegrityError, String(err));
+    assert.ok(err.message.includes(name), err.message);
+    assert.deepEqual(await readdir(dir), []);
+  }
+});
+
+test("outputs(): a body cut short is downloaded again, never returned half", async (t) => {
+  const s = await scripted(t, [OK(DONE([ARCHIVED()]), 200), { ...BYTES(PNG), truncate: true }, BYTES(PNG)]);
+  const { c, retries } = client(s.url);
+  const outs = await c.outputs("job_abc");
+  assert.deepEqual(Buffer.from(outs[0].data), PNG);
+  assert.equal(s.seen.length, 3);
+  assert.equal(retries.length, 1);
+  assert.equal(retries[0].path, "/v1/jobs/job_abc/outputs/0");
+  assert.ok(retries[0].error, "a transport error, not a status");
 });
