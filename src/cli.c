@@ -1,6 +1,7 @@
 #include "idemgate/cli.h"
 
 #include "idemgate/archive.h"
+#include "idemgate/cliargs.h"
 #include "idemgate/crypto.h"
 #include "idemgate/lease.h"
 #include "idemgate/jobview.h"
@@ -90,6 +91,18 @@ static int tenant_limits(struct db *db, int argc, char **argv)
 
 static const char *opt(int argc, char **argv, const char *name);
 
+/* The options of argv[first..) are exactly these (cliargs.h), or the command is refused — with
+ * its usage line — before it does anything: 2. */
+static int options_ok(int argc, char **argv, int first, const char *const *valued,
+                      const char *const *flags, const char *usage)
+{
+    const char *bad, *why;
+    if (cliargs_check(argc, argv, first, valued, flags, &bad, &why) == 0)
+        return 1;
+    fprintf(stderr, "idemgate: %s: %s\nusage: %s\n", bad, why, usage);
+    return 0;
+}
+
 /* A limit option: absent or "none" → -1 (no limit); else an amount (micro-units) or a count. */
 static int limit_opt(int argc, char **argv, const char *name, int amount, long long *out)
 {
@@ -113,6 +126,12 @@ static int tenant_budget(struct db *db, int argc, char **argv)
 {
     const char *name = argv[1];
     long long day, month, inflight;
+    static const char *const valued[] = {"--currency", "--day", "--month", "--in-flight", NULL};
+    static const char *const flags[] = {"--clear", NULL};
+    if (!options_ok(argc, argv, 2, valued, argc == 3 ? flags : NULL,
+                    "idemgate tenant budget NAME [--currency USD] [--day AMOUNT|none] "
+                    "[--month AMOUNT|none] [--in-flight N|none] | --clear"))
+        return 2;
     const char *currency = opt(argc, argv, "--currency");
     if (argc == 3 && strcmp(argv[2], "--clear") == 0) {
         int e = store_budget_clear(db, name);
@@ -161,6 +180,11 @@ int cli_usage(const struct cfg *cfg, int argc, char **argv)
                "  month), and the budgets\n");
         return 0;
     }
+    static const char *const valued[] = {"--tenant", "--from", "--to", "--group-by", NULL};
+    if (!options_ok(argc, argv, 0, valued, NULL,
+                    "idemgate usage [--tenant NAME] [--from DATE] [--to DATE] "
+                    "[--group-by provider|route|day]"))
+        return 2;
     if (usage_query_parse(opt(argc, argv, "--from"), opt(argc, argv, "--to"),
                           opt(argc, argv, "--group-by"), &q, err, sizeof(err)) < 0) {
         fprintf(stderr, "idemgate: %s\n", err);
@@ -324,6 +348,25 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         return jobs_usage(argc < 1 ? 2 : 0);
     if (argc > 1 && strcmp(argv[1], "--help") == 0)
         return jobs_usage(0);
+    static const char *const list_opts[] = {"--state", "--limit", NULL};
+    static const char *const resolve_opts[] = {"--remote-id", "--operator", NULL};
+    if ((strcmp(argv[0], "list") == 0 &&
+         !options_ok(argc, argv, 1, list_opts, NULL, "idemgate jobs list [--state STATE] "
+                                                     "[--limit N]")) ||
+        (strcmp(argv[0], "show") == 0 &&
+         !options_ok(argc, argv, 2, NULL, NULL, "idemgate jobs show ID")) ||
+        (strcmp(argv[0], "resolve") == 0 &&
+         !options_ok(argc, argv, 3, resolve_opts, NULL,
+                     "idemgate jobs resolve ID found --remote-id RID | absent | abandon "
+                     "[--operator NAME]")))
+        return 2;
+    const char *lim0 = strcmp(argv[0], "list") == 0 ? opt(argc, argv, "--limit") : NULL;
+    char *lim_end = NULL;
+    long lim_n = lim0 ? strtol(lim0, &lim_end, 10) : 100;
+    if (lim0 && (!*lim0 || *lim_end || lim_n < 1 || lim_n > 100000)) {
+        fprintf(stderr, "idemgate: --limit wants 1..100000\n");
+        return 2;
+    }
     const char *state = opt(argc, argv, "--state");
     if (state && st_parse(state) < 0) {
         fprintf(stderr, "idemgate: unknown state %s\n", state);
@@ -334,8 +377,7 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
     if (!db)
         return 1;
     if (strcmp(argv[0], "list") == 0) {
-        const char *lim = opt(argc, argv, "--limit");
-        rc = store_admin_jobs_list(db, state, NULL, lim ? atoi(lim) : 100, print_job_line, NULL) == 0
+        rc = store_admin_jobs_list(db, state, NULL, (int)lim_n, print_job_line, NULL) == 0
                  ? 0
                  : 1;
     } else if (strcmp(argv[0], "show") == 0 && argc == 2) {

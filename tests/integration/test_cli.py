@@ -25,6 +25,29 @@ def test_tenant_lifecycle(database_url):
                          if name in l][0]
 
 
+def test_a_misspelt_option_is_refused_before_anything_is_done(database_url, psql):
+    """`tenant budget acme --daily 10` (for --day) used to run as if no option were given: exit 0
+    and the day's budget cleared. Every option of budget, usage and jobs is checked first."""
+    name = "cli-" + uuid.uuid4().hex[:8]
+    assert cli(database_url, "tenant", "add", name).returncode == 0
+    set_ = cli(database_url, "tenant", "budget", name, "--currency", "USD", "--day", "10")
+    assert set_.returncode == 0, set_.stderr
+    row = f"SELECT day_limit_micros FROM tenant_budgets b JOIN tenants t ON t.id = b.tenant_id " \
+          f"WHERE t.name = '{name}'"
+    assert psql(row) == [["10000000"]]
+    for args, bad in ((("tenant", "budget", name, "--daily", "20"), "--daily"),
+                      (("tenant", "budget", name, "--day", "20", "--day", "30"), "--day"),
+                      (("tenant", "budget", name, "--day"), "--day"),
+                      (("usage", "--bogus", "x"), "--bogus"),
+                      (("jobs", "list", "--sate", "review"), "--sate"),
+                      (("jobs", "list", "--limit", "ten"), "--limit"),
+                      (("jobs", "show", "job_x", "extra"), "extra")):
+        r = cli(database_url, *args)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        assert bad in r.stderr, (args, r.stderr)
+    assert psql(row) == [["10000000"]], "the budget was not touched"
+
+
 def test_jobs_list_show_resolve(gateway_factory, token, mock, database_url):
     gw = gateway_factory(providers=[provider(
         "c", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
