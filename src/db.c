@@ -75,6 +75,20 @@ static int conn_distributed(PGconn *c)
     PQclear(r);
     return yes;
 }
+/* A connection to url. Unless the URL says otherwise, a connection attempt gives up after
+ * DB_CONNECT_TIMEOUT_S and an established connection is probed by TCP keepalives: without them
+ * libpq waits as long as the kernel for an unanswered SYN or a silent peer (minutes), and a
+ * thread opening its connection then holds a drain (SIGTERM) that long. The URL's own values
+ * win (they come after these). */
+#define DB_CONNECT_TIMEOUT_S "10"
+static PGconn *db_connect(const char *url)
+{
+    static const char *const keys[] = {"connect_timeout", "keepalives", "keepalives_idle",
+                                       "keepalives_interval", "keepalives_count", "dbname", NULL};
+    const char *vals[] = {DB_CONNECT_TIMEOUT_S, "1", "30", "10", "3", url, NULL};
+    return PQconnectdbParams(keys, vals, 1);
+}
+
 
 static int connect_db(struct db *db)
 {
@@ -92,7 +106,7 @@ static int connect_db(struct db *db)
     if (db->conn)
         PQfinish(db->conn);
     db->n_prepared = 0;
-    db->conn = PQconnectdb(db->url);
+    db->conn = db_connect(db->url);
     const char *error = PQstatus(db->conn) != CONNECTION_OK ? PQerrorMessage(db->conn)
                         : conn_read_only(db->conn)
                             ? "server accepts no writes (a standby or a fenced primary)"
