@@ -825,7 +825,10 @@ export interface components {
         AdminJob: {
             /** @constant */
             object: "admin_job";
-            job: components["schemas"]["Job"];
+            job: components["schemas"]["Job"] & {
+                /** @description The name of the job's tenant. */
+                tenant: string;
+            };
             /** @description Oldest first. */
             attempts: components["schemas"]["Attempt"][];
         };
@@ -1240,7 +1243,7 @@ export interface components {
         "X-Idemgate-Job-Id": string;
         "X-Idemgate-State": components["schemas"]["JobState"];
         /** @description Nothing but this origin; no inline script or style; no frame, form target or base. */
-        "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+        "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; media-src blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
         "X-Content-Type-Options": "nosniff";
         "Referrer-Policy": "no-referrer";
         /** @description The connection is closed after an ambiguously framed request. */
