@@ -130,7 +130,7 @@ function confirmAction(text) {
 
 // ---- views ----------------------------------------------------------------------------------
 
-let current = "review";
+let current = "overview";
 
 function show(view) {
   current = view;
@@ -140,8 +140,8 @@ function show(view) {
   for (const b of document.querySelectorAll("#nav button[data-view]"))
     b.classList.toggle("active", b.dataset.view === view);
   status("");
-  const load = { review: loadReview, providers: loadProviders, spend: loadSpend,
-                 safety: loadSafety }[view];
+  const load = { overview: loadOverview, review: loadReview, jobs: () => searchJobs(null),
+                 providers: loadProviders, spend: loadSpend, safety: loadSafety }[view];
   if (load) load().catch((e) => status(e.message, true));
   if (view === "safety")
     sampler = setInterval(() => loadSafety().catch((e) => status(e.message, true)), SAMPLE_MS);
@@ -155,7 +155,9 @@ function jobLink(j) {
 }
 
 async function loadReview() {
-  const list = await api("GET", "/v1/admin/jobs?state=review&limit=1000");
+  const [list, unknown] = await Promise.all([
+    api("GET", "/v1/admin/jobs?state=review&limit=1000"),
+    api("GET", "/v1/admin/jobs?state=unknown&limit=100")]);
   const body = $("review-table").querySelector("tbody");
   body.replaceChildren();
   for (const j of list.data) {
@@ -167,18 +169,216 @@ async function loadReview() {
     body.appendChild(tr);
   }
   $("review-empty").hidden = list.data.length > 0;
+  // Jobs in unknown wait for reconciliation, not for an operator; but they are in doubt too.
+  const n = unknown.data.length, more = unknown.has_more ? "+" : "";
+  const oldest = unknown.data.length ? unknown.data[unknown.data.length - 1] : null;
+  $("review-unknown").hidden = n === 0;
+  $("review-unknown").textContent = n === 0 ? "" :
+    `${n}${more} job(s) are unknown: sent without a definite answer, reconciliation is still ` +
+    `looking for them (the oldest sent ${since(oldest.first_sent_at || oldest.created_at)} ago). ` +
+    "One that reconciliation cannot settle comes here.";
 }
 
-async function searchJobs() {
-  const q = new URLSearchParams({ limit: "200" });
+// ---- overview -------------------------------------------------------------------------------
+
+const STATES = ["prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
+                "canceled"];
+const HOUR_S = 3600;
+let overview = null;
+
+// "1h 02m", "4m 10s", "12.3 s": a duration in seconds.
+function duration(s) {
+  if (s === null || s === undefined) return null;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const t = Math.round(s);
+  const d = Math.floor(t / 86400), h = Math.floor((t % 86400) / 3600);
+  const m = Math.floor((t % 3600) / 60);
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${String(m).padStart(2, "0")}m`;
+  return `${m}m ${String(t % 60).padStart(2, "0")}s`;
+}
+
+// A job's time to its result, or so far while it is live.
+function jobDuration(j) {
+  const from = Date.parse(j.created_at);
+  if (j.finished_at) return duration((Date.parse(j.finished_at) - from) / 1000);
+  return `${duration(Math.max(0, (Date.now() - from) / 1000))} so far`;
+}
+
+function lineChart(id, opts, data) {
+  if (charts[id]) charts[id].destroy();
+  const box = $(id);
+  charts[id] = new uPlot({ width: Math.max(320, box.clientWidth - 8), height: 220, ...opts },
+                         data, box);
+  return charts[id];
+}
+
+function drawDoubt(state, d) {
+  const card = $(`doubt-${state}`);
+  const field = (f) => card.querySelector(`[data-field="${f}"]`);
+  field("count").textContent = d.count;
+  field("age").textContent = d.oldest_age_seconds === null ? "—"
+                                                             : duration(d.oldest_age_seconds);
+  field("job").replaceChildren(d.oldest_job ? jobLink({ id: d.oldest_job }) : "");
+  card.classList.toggle("attention", d.count > 0);
+  card.dataset.count = d.count;
+}
+
+function drawHours(jobs) {
+  const last = Math.floor(Date.now() / 1000 / HOUR_S) * HOUR_S;
+  const xs = [];
+  for (let t = last - 23 * HOUR_S; t <= last; t += HOUR_S) xs.push(t);
+  const shown = STATES.filter((s) => jobs.by_state[s] > 0);
+  const ys = shown.map(() => xs.map(() => 0));
+  for (const h of jobs.by_hour) {
+    const i = xs.indexOf(Date.parse(h.hour) / 1000), k = shown.indexOf(h.state);
+    if (i >= 0 && k >= 0) ys[k][i] += h.count;
+  }
+  lineChart("chart-hours", {
+    scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    series: [{}, ...shown.map((label) => ({ label, stroke: COLORS[STATES.indexOf(label) %
+                                                                   COLORS.length], width: 2 }))],
+    axes: [{}, { size: 50 }],
+  }, [xs, ...ys]);
+  $("chart-hours").dataset.states = shown.join(" ");
+  const total = STATES.reduce((a, s) => a + jobs.by_state[s], 0);
+  $("states-total").textContent = `(${total} in all)`;
+  const body = $("states-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const s of STATES) {
+    const tr = row([stateBadge(s), jobs.by_state[s]]);
+    tr.dataset.state = s;
+    tr.cells[1].className = "num";
+    body.appendChild(tr);
+  }
+}
+
+// The tenant and currency choices of the 30-day spend, kept across reloads when still offered.
+function fillSelect(sel, values, keepFirst) {
+  const was = sel.value;
+  const first = keepFirst ? [sel.options[0]] : [];
+  sel.replaceChildren(...first, ...values.map((v) => { const o = el("option", v); o.value = v;
+                                                       return o; }));
+  if ([...sel.options].some((o) => o.value === was)) sel.value = was;
+}
+
+function drawSpend30() {
+  const spend = overview.spend_30d;
+  const tenant = $("spend30-tenant").value, currency = $("spend30-currency").value;
+  const rows = spend.data.filter((r) => (!tenant || r.tenant === tenant) &&
+                                        r.currency === currency);
+  const today = dayStart(new Date().toISOString().slice(0, 10));
+  const xs = [];
+  for (let t = today - 29 * DAY_S; t <= today; t += DAY_S) xs.push(t);
+  const label = (r) => `${r.provider} / ${r.model ?? "(no model)"}`;
+  const names = [...new Set(rows.map(label))].sort();
+  const micros = names.map(() => xs.map(() => 0));
+  const totals = new Map();
+  for (const r of rows) {
+    const i = xs.indexOf(dayStart(r.day)), k = names.indexOf(label(r));
+    if (i >= 0) micros[k][i] += r.cost_micros;
+    const t = totals.get(label(r)) || { r, jobs: 0, micros: 0 };
+    t.jobs += r.jobs;
+    t.micros += r.cost_micros;
+    totals.set(label(r), t);
+  }
+  const budget = tenant ? spend.budgets.find((b) => b.tenant === tenant &&
+                                                   b.currency === currency) : null;
+  const series = names.map((n, k) => ({ label: n, stroke: COLORS[k % COLORS.length], width: 2,
+    value: (u, v) => (v === null || v === undefined ? "—" : money(Math.round(v * 1e6))) }));
+  const data = [xs, ...micros.map((m) => m.map((v) => v / 1e6))];
+  if (budget && budget.day_limit_micros !== null) {
+    series.push({ label: "daily budget", stroke: "#b3261e", width: 2, dash: [6, 4],
+                  points: { show: false } });
+    data.push(xs.map(() => budget.day_limit_micros / 1e6));
+  }
+  lineChart("chart-spend30", {
+    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
+    scales: { x: { time: true, range: () => [xs[0] - DAY_S / 2, xs[xs.length - 1] + DAY_S / 2] },
+              y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+    series: [{ label: "UTC day", value: (u, ts) => (ts === null ? "—" : isoDay(ts)) },
+             ...series],
+    axes: [{}, { size: 70 }],
+  }, data);
+  const box = $("chart-spend30");
+  box.dataset.series = names.join("|");
+  box.dataset.budget = budget && budget.day_limit !== null ? budget.day_limit : "";
+  const sum = [...totals.values()].reduce((a, t) => a + t.micros, 0);
+  $("spend30-totals").textContent = names.length ? `(${money(sum)} ${currency} in 30 days` +
+    (budget ? `; ${tenant} this month: ${usedOf(budget.month_used, budget.month_limit)}, ` +
+              `today: ${usedOf(budget.day_used, budget.day_limit)}` : "") + ")" : "";
+  const body = $("spend30-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const [name, t] of [...totals.entries()].sort()) {
+    const tr = row([t.r.provider, t.r.model, currency, t.jobs, money(t.micros)]);
+    tr.dataset.series = name;
+    tr.cells[3].className = tr.cells[4].className = "num";
+    body.appendChild(tr);
+  }
+  $("spend30-empty").hidden = totals.size > 0;
+}
+
+function drawLatency(times) {
+  const body = $("latency-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const t of times) {
+    const tr = row([t.provider, t.jobs, duration(t.p50_seconds), duration(t.p95_seconds)]);
+    tr.dataset.provider = t.provider;
+    for (const c of [1, 2, 3]) tr.cells[c].className = "num";
+    body.appendChild(tr);
+  }
+  if (!times.length) {
+    const tr = row(["No job completed in the last 24 hours."]);
+    tr.cells[0].colSpan = 4;
+    body.appendChild(tr);
+  }
+}
+
+async function loadOverview() {
+  overview = await api("GET", "/v1/admin/overview");
+  drawDoubt("unknown", overview.in_doubt.unknown);
+  drawDoubt("review", overview.in_doubt.review);
+  drawHours(overview.jobs_24h);
+  const spend = overview.spend_30d;
+  fillSelect($("spend30-tenant"), [...new Set([...spend.data.map((r) => r.tenant),
+                                              ...spend.budgets.map((b) => b.tenant)])].sort(),
+             true);
+  fillSelect($("spend30-currency"), [...new Set(spend.data.map((r) => r.currency))].sort(),
+             false);
+  drawSpend30();
+  drawLatency(overview.time_to_complete_24h);
+}
+
+// ---- jobs -----------------------------------------------------------------------------------
+
+let jobsNext = null, jobsPage = 1;
+
+// A page of every tenant's jobs, newest first: the first (after null) or the one after a cursor.
+async function searchJobs(after) {
+  const q = new URLSearchParams({ limit: $("jobs-limit").value });
+  const val = (id) => $(id).value.trim();
+  if (val("search-key")) q.set("idempotency_key", val("search-key"));
+  if (val("search-tenant")) q.set("tenant", val("search-tenant"));
   if ($("search-state").value) q.set("state", $("search-state").value);
-  if ($("search-provider").value.trim()) q.set("provider", $("search-provider").value.trim());
+  if (val("search-provider")) q.set("provider", val("search-provider"));
+  if (after) q.set("starting_after", after);
   const list = await api("GET", `/v1/admin/jobs?${q}`);
+  jobsPage = after ? jobsPage + 1 : 1;
+  jobsNext = list.has_more ? list.next_cursor : null;
   const body = $("jobs-table").querySelector("tbody");
   body.replaceChildren();
-  for (const j of list.data)
-    body.appendChild(row([jobLink(j), stateBadge(j.state), `${j.provider} / ${j.route}`,
-                          j.remote_id, jobCost(j.cost), j.created_at, j.last_error]));
+  for (const j of list.data) {
+    const tr = row([jobLink(j), stateBadge(j.state), j.tenant, el("span", j.idempotency_key,
+                                                                   "mono"),
+                    `${j.provider} / ${j.route}`, jobCost(j.cost), jobDuration(j),
+                    j.created_at]);
+    tr.dataset.job = j.id;
+    body.appendChild(tr);
+  }
+  $("jobs-empty").hidden = list.data.length > 0;
+  $("jobs-next").disabled = !jobsNext;
+  $("jobs-page-size").textContent = $("jobs-limit").value;
+  $("jobs-page").textContent = `Page ${jobsPage}${list.has_more ? "" : " (the last)"}.`;
   status(`${list.data.length} job(s)`);
 }
 
@@ -192,6 +392,7 @@ async function openJob(id) {
   $("job-id").textContent = j.id;
   $("job-state").replaceChildren(stateBadge(j.state));
   const facts = [
+    ["tenant", j.tenant],
     ["provider / route", `${j.provider} / ${j.route}`],
     ["idempotency key", j.idempotency_key],
     ["remote id", j.remote_id],
@@ -219,9 +420,68 @@ async function openJob(id) {
     body.appendChild(row([i + 1, a.kind, a.outcome, a.http_status, a.bytes_sent, a.decision,
                           a.started_at, a.finished_at, a.error])));
   if (!d.attempts.length) body.appendChild(row(["", "no attempt recorded"]));
-  $("job-result").textContent = j.result ? JSON.stringify(j.result, null, 2)
-                                         : "(no answer stored)";
+  // A provider may echo the prompt (OpenAI's revised_prompt): never shown.
+  $("job-result").textContent = j.result
+    ? JSON.stringify(j.result, (k, v) => (/prompt/i.test(k) ? "(not shown)" : v), 2)
+    : "(no answer stored)";
   $("resolve").hidden = j.state !== "review";
+  await showOutputs(j);
+}
+
+// Output previews: the archived bytes, read with the admin token, shown from a blob: URL (the
+// CSP allows blob: for images and media only); any other type is a download link of the same
+// bytes. The provider's expiring URLs are never fetched from the page.
+let previewUrls = [];
+
+async function showOutputs(j) {
+  for (const u of previewUrls) URL.revokeObjectURL(u);
+  previewUrls = [];
+  const box = $("outputs");
+  box.replaceChildren();
+  const outs = (j.archive || []).filter((o) => o.state === "archived");
+  $("outputs-none").hidden = outs.length > 0;
+  $("outputs-none").textContent = j.archive && j.archive.length
+    ? `No output archived yet (${j.archive.map((o) => o.state).join(", ")}).`
+    : "No archived output.";
+  for (const o of outs) {
+    const fig = el("figure");
+    fig.dataset.index = o.index;
+    box.appendChild(fig);
+    const r = await fetch(`/v1/admin/jobs/${encodeURIComponent(j.id)}/outputs/${o.index}`, {
+      headers: { Authorization: `Bearer ${token()}` }, credentials: "omit", cache: "no-store",
+      referrerPolicy: "no-referrer" });
+    if (!r.ok) {
+      fig.appendChild(el("figcaption", `output ${o.index}: HTTP ${r.status}`, "error"));
+      continue;
+    }
+    const blob = await r.blob();
+    const url = URL.createObjectURL(blob);
+    previewUrls.push(url);
+    fig.dataset.bytes = blob.size;
+    const type = (o.content_type || "").split(";")[0].trim().toLowerCase();
+    let media = null;
+    if (type.startsWith("image/") && type !== "image/svg+xml") media = el("img");
+    else if (type.startsWith("video/")) { media = el("video"); media.controls = true; }
+    else if (type.startsWith("audio/")) { media = el("audio"); media.controls = true; }
+    const caption = el("figcaption",
+                       `output ${o.index}: ${o.content_type || "unknown type"}, ${blob.size} bytes`);
+    if (media) {
+      media.src = url;
+      media.alt = `output ${o.index}`;
+      media.addEventListener("error", () => {
+        fig.dataset.rendered = "no";
+        caption.textContent += " (the browser cannot render these bytes)";
+      });
+      if (media.tagName === "IMG")
+        media.addEventListener("load", () => { fig.dataset.rendered = "yes"; });
+      fig.appendChild(media);
+    }
+    const a = el("a", "Download");
+    a.href = url;
+    a.download = `${j.id}-${o.index}`;
+    fig.appendChild(caption);
+    fig.appendChild(a);
+  }
 }
 
 async function resolveJob(outcome) {
@@ -508,7 +768,12 @@ document.addEventListener("DOMContentLoaded", () => {
   $("spend-form").addEventListener("submit", guard(loadSpend));
   $("job-refresh").addEventListener("click", guard(() => openJob(openId)));
   $("job-id-form").addEventListener("submit", guard(() => openJob($("search-id").value.trim())));
-  $("job-search-form").addEventListener("submit", guard(searchJobs));
+  $("job-search-form").addEventListener("submit", guard(() => searchJobs(null)));
+  $("jobs-first").addEventListener("click", guard(() => searchJobs(null)));
+  $("jobs-next").addEventListener("click", guard(() => searchJobs(jobsNext)));
+  $("overview-refresh").addEventListener("click", guard(loadOverview));
+  $("spend30-tenant").addEventListener("change", guard(drawSpend30));
+  $("spend30-currency").addEventListener("change", guard(drawSpend30));
   $("resolve-found").addEventListener("click", guard(() => resolveJob("found")));
   $("resolve-absent").addEventListener("click", guard(() => resolveJob("absent")));
   $("resolve-abandon").addEventListener("click", guard(() => resolveJob("abandon")));

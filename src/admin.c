@@ -2,10 +2,13 @@
 
 #include "idemgate/api.h"
 #include "idemgate/archready.h"
+#include "idemgate/archive.h"
 #include "idemgate/crypto.h"
+#include "idemgate/jobpage.h"
 #include "idemgate/jobview.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/outputs.h"
 #include "idemgate/migrate.h"
 #include "idemgate/reply.h"
 #include "idemgate/stmthealth.h"
@@ -89,44 +92,250 @@ void admin_reset(struct hs_req *r, const struct api_args *a)
     hs_respond(r, 200, "application/json", body, (size_t)n, NULL);
 }
 
+/* A page being built: the jobs up to the limit, whether one more came, and the cursor after the
+ * last one kept. */
+struct admin_page {
+    cJSON *arr;
+    int limit, n, has_more;
+    char cursor[JOBPAGE_CURSOR_LEN];
+};
+
 static void add_job(const struct store_job *j, void *arg)
 {
+    struct admin_page *p = arg;
+    if (p->n++ == p->limit) { /* the row past the page: another page follows */
+        p->has_more = 1;
+        return;
+    }
     char *json = jobview_json(j);
     if (json) {
-        cJSON_AddItemToArray(arg, cJSON_CreateRaw(json));
+        cJSON_AddItemToArray(p->arr, cJSON_CreateRaw(json));
         free(json);
     }
+    if (jobpage_cursor(j->created_at, j->id, p->cursor) < 0)
+        p->cursor[0] = '\0';
 }
 
-/* GET /v1/admin/jobs?state=S&provider=P&limit=N: every tenant's jobs, oldest first. */
+static const char *const admin_jobs_params[] = {
+    "state", "provider", "tenant", "idempotency_key", "limit", "starting_after", NULL};
+
+/* 1 when v is absent or 1..max characters. */
+static int len_ok(const char *v, size_t max)
+{
+    return !v || (*v && strlen(v) <= max);
+}
+
+/* GET /v1/admin/jobs?state=&provider=&tenant=&idempotency_key=&limit=&starting_after=: every
+ * tenant's jobs, newest first, a page at a time (jobpage.h's cursor), each with its tenant's
+ * name. An unknown or repeated parameter is a 400 that names it. */
 void admin_jobs_list(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
     if (!admin_ok(r))
         return;
-    const char *state = hs_req_query(r, "state");
-    const char *provider = hs_req_query(r, "provider");
-    const char *lim = hs_req_query(r, "limit");
+    int repeated;
+    const char *bad = hs_req_query_check(r, admin_jobs_params, &repeated);
+    char detail[256];
+    if (bad) {
+        snprintf(detail, sizeof(detail),
+                 repeated ? "query parameter \"%.64s\" is given twice"
+                          : "unknown query parameter \"%.64s\": GET /v1/admin/jobs takes state, "
+                            "provider, tenant, idempotency_key, limit and starting_after",
+                 bad);
+        reply_problem(r, 400, "invalid-query", "Invalid query", detail, 0);
+        return;
+    }
+    struct store_admin_jobs_query q = {
+        .state = hs_req_query(r, "state"),
+        .provider = hs_req_query(r, "provider"),
+        .tenant = hs_req_query(r, "tenant"),
+        .key = hs_req_query(r, "idempotency_key"),
+    };
+    const char *lim = hs_req_query(r, "limit"), *after = hs_req_query(r, "starting_after");
     char *end = NULL;
     long limit = lim ? strtol(lim, &end, 10) : 100;
-    if ((state && st_parse(state) < 0) || (provider && (!*provider || strlen(provider) > 64)) ||
-        (lim && (end == lim || *end)) || limit < 1 || limit > 1000) {
+    char stamp[28], id[65];
+    if ((q.state && st_parse(q.state) < 0) || !len_ok(q.provider, 64) || !len_ok(q.tenant, 64) ||
+        !len_ok(q.key, 255) || (lim && (end == lim || *end || *lim < '0' || *lim > '9')) ||
+        limit < 1 || limit > 1000 || (after && jobpage_cursor_parse(after, stamp, id) < 0)) {
         reply_problem(r, 400, "invalid-query", "Invalid query",
-                      "state must be a job state, provider 1..64 characters and limit within "
-                      "1..1000",
+                      "state must be a job state, provider and tenant 1..64 characters, "
+                      "idempotency_key 1..255, limit within 1..1000 and starting_after the "
+                      "next_cursor of an earlier page",
                       0);
         return;
     }
+    if (after) {
+        q.before_at = stamp;
+        q.before_id = id;
+    }
+    q.limit = (int)limit + 1; /* one row more than the page: whether another follows */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data");
-    int e = store_admin_jobs_list(api_db(r), state, provider, (int)limit, add_job, data);
+    struct admin_page page = {.arr = cJSON_AddArrayToObject(o, "data"), .limit = (int)limit};
+    int e = store_admin_jobs_page(api_db(r), &q, add_job, &page);
+    if (e < 0) {
+        cJSON_Delete(o);
+        reply_store_error(r, e);
+        return;
+    }
+    cJSON_AddBoolToObject(o, "has_more", page.has_more);
+    if (page.has_more && page.cursor[0])
+        cJSON_AddStringToObject(o, "next_cursor", page.cursor);
+    else
+        cJSON_AddNullToObject(o, "next_cursor");
+    reply_json(r, 200, o);
+}
+
+/* A decimal text of the overview (NULL: null) as a JSON number. */
+static void add_num(cJSON *o, const char *k, const char *v)
+{
+    if (v)
+        cJSON_AddNumberToObject(o, k, strtod(v, NULL));
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+/* Micro-units as text (null stays null): exact where a double would round. */
+static void add_micros(cJSON *o, const char *k, const char *v)
+{
+    if (!v) {
+        cJSON_AddNullToObject(o, k);
+        return;
+    }
+    long long m = strtoll(v, NULL, 10);
+    char buf[40];
+    snprintf(buf, sizeof(buf), "%s%lld.%06lld", m < 0 ? "-" : "", (m < 0 ? -m : m) / 1000000,
+             (m < 0 ? -m : m) % 1000000);
+    cJSON_AddItemToObject(o, k, cJSON_CreateRaw(v)); /* an integer: printed as the database did */
+    char name[48];
+    snprintf(name, sizeof(name), "%.*s", (int)(strlen(k) - 7), k); /* "cost_micros" → "cost" */
+    cJSON_AddStringToObject(o, name, buf);
+}
+
+/* Unix seconds (decimal text) as an RFC 3339 UTC stamp; null when absent. */
+static void add_stamp(cJSON *o, const char *k, const char *epoch)
+{
+    char out[STORE_STAMP_LEN];
+    if (epoch && store_stamp_epoch(epoch, out) == 0)
+        cJSON_AddStringToObject(o, k, out);
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+struct overview {
+    cJSON *doubt, *by_state, *by_hour, *spend, *budgets, *times;
+};
+
+static void add_overview_row(const struct store_overview_row *w, void *arg)
+{
+    struct overview *v = arg;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    if (!strcmp(w->kind, "doubt")) {
+        cJSON_AddNumberToObject(o, "count", (double)w->n);
+        if (w->sub)
+            cJSON_AddStringToObject(o, "oldest_job", w->sub);
+        else
+            cJSON_AddNullToObject(o, "oldest_job");
+        add_stamp(o, "oldest_since", w->b);
+        if (w->a)
+            cJSON_AddNumberToObject(o, "oldest_age_seconds", (double)(long long)strtod(w->a, NULL));
+        else
+            cJSON_AddNullToObject(o, "oldest_age_seconds");
+        cJSON_AddItemToObject(v->doubt, w->name ? w->name : "", o);
+    } else if (!strcmp(w->kind, "hour")) {
+        add_stamp(o, "hour", w->a);
+        cJSON_AddStringToObject(o, "state", w->name ? w->name : "");
+        cJSON_AddNumberToObject(o, "count", (double)w->n);
+        cJSON_AddItemToArray(v->by_hour, o);
+        cJSON *total = cJSON_GetObjectItemCaseSensitive(v->by_state, w->name ? w->name : "");
+        if (total)
+            cJSON_SetNumberValue(total, total->valuedouble + (double)w->n);
+    } else if (!strcmp(w->kind, "spend")) {
+        char day[STORE_STAMP_LEN];
+        cJSON_AddStringToObject(o, "tenant", w->tenant ? w->tenant : "");
+        if (w->b && store_stamp_epoch(w->b, day) == 0) {
+            day[10] = '\0';
+            cJSON_AddStringToObject(o, "day", day);
+        }
+        cJSON_AddStringToObject(o, "provider", w->name ? w->name : "");
+        /* The model as the request wrote it: a JSON string token, read back by cJSON. */
+        cJSON *model = w->sub ? cJSON_Parse(w->sub) : NULL;
+        if (cJSON_IsString(model))
+            cJSON_AddStringToObject(o, "model", model->valuestring);
+        else
+            cJSON_AddNullToObject(o, "model");
+        cJSON_Delete(model);
+        cJSON_AddStringToObject(o, "currency", w->currency ? w->currency : "");
+        cJSON_AddNumberToObject(o, "jobs", (double)w->n);
+        add_micros(o, "cost_micros", w->a);
+        cJSON_AddItemToArray(v->spend, o);
+    } else if (!strcmp(w->kind, "time")) {
+        cJSON_AddStringToObject(o, "provider", w->name ? w->name : "");
+        cJSON_AddNumberToObject(o, "jobs", (double)w->n);
+        add_num(o, "p50_seconds", w->a);
+        add_num(o, "p95_seconds", w->b);
+        cJSON_AddItemToArray(v->times, o);
+    } else if (!strcmp(w->kind, "budget")) {
+        cJSON_AddStringToObject(o, "tenant", w->tenant ? w->tenant : "");
+        cJSON_AddStringToObject(o, "currency", w->currency ? w->currency : "");
+        add_micros(o, "day_limit_micros", w->a);
+        add_micros(o, "month_limit_micros", w->b);
+        add_micros(o, "day_used_micros", w->c);
+        add_micros(o, "month_used_micros", w->d);
+        cJSON_AddItemToArray(v->budgets, o);
+    } else {
+        cJSON_Delete(o);
+    }
+}
+
+/* GET /v1/admin/overview: what an operator watches, read from the database in one statement
+ * (store_admin_overview: each part bounded by a backlog or a window): the jobs in doubt
+ * (unknown, review: count and the oldest), the jobs created in the last 24 h by state (and by
+ * hour), the spend of the last 30 UTC days by tenant, day, provider and model with the budgets,
+ * and the time to complete per provider over 24 h (p50, p95). */
+void admin_overview(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    if (!admin_ok(r))
+        return;
+    int repeated;
+    static const char *const none[] = {NULL};
+    if (hs_req_query_check(r, none, &repeated)) {
+        reply_problem(r, 400, "invalid-query", "Invalid query",
+                      "GET /v1/admin/overview takes no query parameter", 0);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "overview");
+    struct overview v;
+    v.doubt = cJSON_AddObjectToObject(o, "in_doubt");
+    cJSON *jobs = cJSON_AddObjectToObject(o, "jobs_24h");
+    v.by_state = cJSON_AddObjectToObject(jobs, "by_state");
+    for (int s = 0; s < ST__COUNT; s++)
+        cJSON_AddNumberToObject(v.by_state, st_name((enum op_state)s), 0);
+    v.by_hour = cJSON_AddArrayToObject(jobs, "by_hour");
+    cJSON *spend = cJSON_AddObjectToObject(o, "spend_30d");
+    v.spend = cJSON_AddArrayToObject(spend, "data");
+    v.budgets = cJSON_AddArrayToObject(spend, "budgets");
+    v.times = cJSON_AddArrayToObject(o, "time_to_complete_24h");
+    int e = store_admin_overview(api_db(r), add_overview_row, &v);
     if (e < 0) {
         cJSON_Delete(o);
         reply_store_error(r, e);
         return;
     }
     reply_json(r, 200, o);
+}
+
+/* GET /v1/admin/jobs/{id}/outputs/{n}: any tenant's archived output, as its tenant reads it. */
+void admin_job_output(struct hs_req *r, const struct api_args *a)
+{
+    if (!admin_ok(r))
+        return;
+    outputs_get_any(r, a);
 }
 
 static void add_attempt(const struct store_attempt *at, void *arg)
@@ -174,6 +383,9 @@ void admin_job_get(struct hs_req *r, const struct api_args *a)
         reply_store_error(r, e);
         return;
     }
+    if (j.state == ST_COMPLETED &&
+        archive_job_outputs(api_db(r), j.tenant_id, j.id, &j.archive, &j.archive_settled) < 0)
+        j.archive = NULL; /* the job is still answered, without its archive */
     char *json = jobview_json(&j);
     if (!json) {
         store_job_fini(&j);

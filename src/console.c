@@ -5,10 +5,13 @@
 #include <string.h>
 
 /* Nothing but this origin: no inline script or style, no frame, no form target, no base
- * change. Every request the page makes goes to the gateway that served it. */
+ * change. Every request the page makes goes to the gateway that served it. Output previews are
+ * fetched with the admin token (a header an <img> cannot send) and shown from blob: URLs the
+ * page makes of those bytes, for images and media only. */
 #define CONSOLE_CSP                                                                                \
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                    \
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; "              \
+    "media-src blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; "                   \
+    "frame-ancestors 'none'"
 
 const struct console_asset *console_find(const char *name, size_t len)
 {

@@ -175,18 +175,14 @@ static void send_object(struct hs_req *r, const char *ct, const char *etag, int 
     }
 }
 
-void outputs_get(struct hs_req *r, const struct api_args *a)
+/* Output n of the job (tenant_id, id): its bytes, a 304, or the problem that says why not. */
+static void serve(struct hs_req *r, long long tenant_id, const char *id, long long n)
 {
-    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX], etag[72];
-    long long n = -1, size = 0;
+    char etag[72];
+    long long size = 0;
     int fd = -1;
-    if (output_ref(r, a, id, sizeof(id), &n) < 0)
-        return;
-    struct tenant t;
-    if (reply_caller_tenant(r, token, &t) < 0)
-        return;
     struct archive_output o;
-    int e = archive_output_get(api_db(r), t.id, id, (int)n, &o);
+    int e = archive_output_get(api_db(r), tenant_id, id, (int)n, &o);
     if (e < 0) {
         reply_job_error(r, e);
         return;
@@ -203,4 +199,31 @@ void outputs_get(struct hs_req *r, const struct api_args *a)
         send_object(r, ct, etag, fd, size);
     }
     archive_output_fini(&o);
+}
+
+void outputs_get(struct hs_req *r, const struct api_args *a)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8], token[CRYPTO_SHA256_HEX];
+    long long n = -1;
+    if (output_ref(r, a, id, sizeof(id), &n) < 0)
+        return;
+    struct tenant t;
+    if (reply_caller_tenant(r, token, &t) < 0)
+        return;
+    serve(r, t.id, id, n);
+}
+
+void outputs_get_any(struct hs_req *r, const struct api_args *a)
+{
+    char id[CRYPTO_JOB_ID_LEN + 8], name[80];
+    long long n = -1, tenant_id = 0;
+    if (output_ref(r, a, id, sizeof(id), &n) < 0)
+        return;
+    int e = store_admin_tenant_of(api_db(r), id, &tenant_id, name, sizeof(name), NULL);
+    if (e == STORE_ENOTFOUND)
+        reply_problem(r, 404, "job-not-found", "Job not found", "no job with this id", 0);
+    else if (e < 0)
+        reply_store_error(r, e);
+    else
+        serve(r, tenant_id, id, n);
 }

@@ -30,6 +30,8 @@ static const struct route table[] = {
     {"GET", "/v1/usage", MR_USAGE, usage_get, 1},
     {"GET", "/v1/admin/jobs", MR_ADMIN, admin_jobs_list, 1},
     {"GET", "/v1/admin/jobs/{id}", MR_ADMIN, admin_job_get, 1},
+    {"GET", "/v1/admin/jobs/{id}/outputs/{n}", MR_ADMIN, admin_job_output, 1},
+    {"GET", "/v1/admin/overview", MR_ADMIN, admin_overview, 1},
     {"GET", "/v1/admin/providers", MR_ADMIN, admin_providers, 1},
     {"POST", "/v1/admin/providers/{name}/reset", MR_ADMIN, admin_reset, 1},
     {"POST", "/v1/admin/jobs/{id}/resume", MR_ADMIN, admin_resume, 1},

@@ -11,9 +11,14 @@ void admin_reset(struct hs_req *r, const struct api_args *a);
 /* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
  * again, for one more deadline of its provider (admin token). */
 void admin_resume(struct hs_req *r, const struct api_args *a);
-/* GET /v1/admin/jobs?state=S&provider=P&limit=N: every tenant's jobs, oldest first (admin
- * token). */
+/* GET /v1/admin/jobs?state=&provider=&tenant=&idempotency_key=&limit=&starting_after=: every
+ * tenant's jobs, newest first, a page at a time, each with its tenant's name (admin token). */
 void admin_jobs_list(struct hs_req *r, const struct api_args *a);
+/* GET /v1/admin/overview: jobs in doubt, jobs of the last 24 h by state, spend over 30 days by
+ * provider and model with the budgets, time to complete per provider (admin token). */
+void admin_overview(struct hs_req *r, const struct api_args *a);
+/* GET /v1/admin/jobs/{id}/outputs/{n}: any tenant's archived output (admin token). */
+void admin_job_output(struct hs_req *r, const struct api_args *a);
 /* GET /v1/admin/jobs/{id}: any tenant's job and its attempt timeline (admin token). */
 void admin_job_get(struct hs_req *r, const struct api_args *a);
 /* GET /v1/admin/providers: every configured provider and its credential breaker (admin token). */

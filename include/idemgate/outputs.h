@@ -10,6 +10,9 @@
  * outside out_inline_type's allow-list Content-Disposition: attachment. Runs on a database
  * worker (routes.c offloads it). */
 void outputs_get(struct hs_req *r, const struct api_args *a);
+/* The same output of any tenant's job, answered the same way, for the operator (the caller has
+ * proven the admin token: admin.c's GET /v1/admin/jobs/{id}/outputs/{n}). */
+void outputs_get_any(struct hs_req *r, const struct api_args *a);
 
 /* A Range request header (RFC 9110 §14) against a representation of size bytes. */
 enum {

@@ -54,6 +54,7 @@ struct store_job {
     const char *currency;      /* of the provider's price table; NULL: not priced */
     long long reserved_micros; /* the estimate reserved at intake */
     long long cost_micros;     /* settled when the job ended; -1 until then */
+    const char *tenant;        /* its tenant's name: the operator's reads only (NULL otherwise) */
     /* The archive of its outputs as a JSON array (archive_job_outputs), owned; NULL when not
      * read. */
     char *archive;
@@ -267,11 +268,46 @@ __attribute__((warn_unused_result)) int store_gauges(
     struct db *db, void (*cb)(const char *kind, const char *name, double value, void *arg),
     void *arg);
 
-/* Operator reads across tenants (the CLI and the admin API): jobs oldest first, optionally in
- * one state and of one provider (NULL: any). */
+/* Operator reads across tenants (the CLI and the admin API). A page of every tenant's jobs,
+ * newest first (created_at, then id), those created before (before_at, before_id) — a cursor's,
+ * jobpage.h — or from the newest (NULL, NULL); filtered by tenant name, state, provider and
+ * idempotency key (NULL: any); at most limit. Each job carries its tenant's name. The rows read
+ * grow with the tenants and the page, never with the history (each tenant's own index is read
+ * for at most a page, and the pages merged). */
+struct store_admin_jobs_query {
+    const char *tenant, *state, *provider, *key;
+    const char *before_at, *before_id;
+    int limit;
+};
+__attribute__((warn_unused_result)) int store_admin_jobs_page(
+    struct db *db, const struct store_admin_jobs_query *q,
+    void (*cb)(const struct store_job *j, void *arg), void *arg);
+/* The first page of store_admin_jobs_page in one state and of one provider (NULL: any). */
 __attribute__((warn_unused_result)) int store_admin_jobs_list(
     struct db *db, const char *state, const char *provider, int limit,
     void (*cb)(const struct store_job *j, void *arg), void *arg);
+
+/* One row of the operator's overview (GET /v1/admin/overview), by kind; strings are NULL when
+ * absent and live only during the callback; numbers are decimal text.
+ *   "doubt"  name: unknown or review; n: jobs in it; sub: the oldest one's id; a: seconds since
+ *            its first send (its creation when never sent); b: that time, Unix seconds.
+ *   "hour"   name: a state; n: jobs created in the UTC hour starting at a (Unix seconds) within
+ *            the last 24 h that are in that state now.
+ *   "spend"  tenant; name: provider; sub: the request's top-level "model" as a JSON string token
+ *            (NULL: none, or a body over 64 KiB, which is not read); currency; n: jobs settled
+ *            (completed or canceled) in the UTC day starting at b (Unix seconds), one of the
+ *            last 30 (today's included); a: their cost in micro-units.
+ *   "time"   name: provider; n: jobs completed in the last 24 h; a, b: the 50th and 95th
+ *            percentiles of their creation → finish, seconds.
+ *   "budget" tenant, currency; a, b: its day and month limits (NULL: none); c, d: what counts
+ *            against them this UTC day and month. */
+struct store_overview_row {
+    const char *kind, *tenant, *name, *sub, *currency;
+    long long n; /* -1: NULL */
+    const char *a, *b, *c, *d;
+};
+__attribute__((warn_unused_result)) int store_admin_overview(
+    struct db *db, void (*cb)(const struct store_overview_row *row, void *arg), void *arg);
 __attribute__((warn_unused_result)) int store_admin_job_get(struct db *db, const char *job_id,
                                                             struct store_job *out);
 /* One row of a job's attempt history (the attempts table): a send, a status read or a

@@ -1,5 +1,6 @@
-// Drives Debian's Chromium through the operator console, as an operator would: sign in, find
-// the job in review, look at its attempts, resolve it (cancelling the confirmation once, then
+// Drives Debian's Chromium through the operator console, as an operator would: sign in on the
+// overview (jobs in doubt, jobs of 24 h by state, 30-day spend with the budget line, time to
+// complete), find the job in review, look at its attempts, resolve it (cancelling the confirmation once, then
 // confirming), see its state change, see a tripped provider and reset it, read the safety
 // counters and their charts, read a priced tenant's spend and budget, search jobs, sign out.
 // Every wait is bounded; any failed step, any error in the page's console (a CSP violation
@@ -15,6 +16,8 @@
 // SPEND: what the Spend view must show for a tenant whose priced jobs completed today (UTC) on
 // `provider`, the exact strings the gateway writes. CANCELED: a job the provider ended on our
 // cancel, {"id", "provider", "route", "remote_id", "cost"} (cost as the Jobs view writes it).
+// WATCH: {"unknown": a job in unknown, "pages": {"tenant", "ids", "keys", "route"} (a tenant's
+// completed jobs, newest first), "archived": {"id", "bytes": [size of each output]}}.
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
 
@@ -27,6 +30,7 @@ const gateway = env("GATEWAY"), token = env("ADMIN_TOKEN"), job = env("JOB");
 const tripped = env("TRIPPED"), reviewProvider = env("PROVIDER"), shots = env("SHOTS");
 const spend = JSON.parse(env("SPEND"));
 const canceled = JSON.parse(env("CANCELED"));
+const watch = JSON.parse(env("WATCH"));
 mkdirSync(shots, { recursive: true });
 
 const problems = [];
@@ -79,9 +83,56 @@ try {
   await page.click("#signin-button");
   await page.locator("#nav").waitFor({ state: "visible" });
 
-  // The review queue lists the job; it opens with its attempt timeline.
+  const cellsOf = (locator) => locator.locator("td").allTextContents();
+  const same = (what, got, want) => {
+    if (JSON.stringify(got) !== JSON.stringify(want))
+      throw new Error(`${what}: ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`);
+  };
+
+  // The landing page is the overview: the unknown job and the review job are counted (issue 24:
+  // it used to say "Nothing waits for a decision" while jobs sat in unknown).
+  await page.locator("#view-overview").waitFor({ state: "visible" });
+  await page.waitForFunction(() => ["unknown", "review"].every((s) =>
+    Number(document.getElementById(`doubt-${s}`).dataset.count) >= 1));
+  for (const s of ["unknown", "review"]) {
+    const card = page.locator(`#doubt-${s}`);
+    if (!(await card.evaluate((e) => e.classList.contains("attention"))))
+      throw new Error(`the ${s} card does not ask for attention`);
+    if (!(await card.locator('[data-field="job"] a').count())) throw new Error(`no oldest ${s}`);
+  }
+  // Jobs of the last 24 h by state: a chart with a series per state present, and a table.
+  await page.locator("#chart-hours .uplot canvas").waitFor({ state: "visible" });
+  for (const s of ["unknown", "review", "completed"])
+    await expectText(page.locator("#chart-hours .u-legend"), s);
+  const unknownRow = await cellsOf(page.locator('#states-table tr[data-state="unknown"]'));
+  if (!(Number(unknownRow[1]) >= 1)) throw new Error(`unknown in 24 h: ${unknownRow}`);
+  // Spend over 30 days: the priced tenant in USD, its provider/model series and its budget line.
+  await page.selectOption("#spend30-tenant", spend.tenant);
+  await page.selectOption("#spend30-currency", "USD");
+  const series = `${spend.provider} / ${spend.model}`;
+  await expectText(page.locator("#chart-spend30 .u-legend"), series);
+  await expectText(page.locator("#chart-spend30 .u-legend"), "daily budget");
+  same("budget line", await page.getAttribute("#chart-spend30", "data-budget"), spend.day_limit);
+  same("30-day series", await page.getAttribute("#chart-spend30", "data-series"), series);
+  same("30-day row", await cellsOf(page.locator("#spend30-table tbody tr")),
+       [spend.provider, spend.model, "USD", String(spend.jobs), spend.cost]);
+  await expectText(page.locator("#spend30-totals"), `${spend.day_used} / ${spend.day_limit}`);
+  // Time to complete: the priced provider's two jobs.
+  const latency = await cellsOf(page.locator(`#latency-table tr[data-provider="${spend.provider}"]`));
+  if (latency[1] !== "2" || !latency[2].endsWith("s") || !latency[3].endsWith("s"))
+    throw new Error(`time to complete: ${latency.join(" | ")}`);
+  await shot("overview");
+  // Every tenant again: the budget line goes (budgets are per tenant).
+  await page.selectOption("#spend30-tenant", "");
+  same("no budget line for every tenant", await page.getAttribute("#chart-spend30", "data-budget"),
+       "");
+
+  // The review queue lists the job, and says that a job is unknown; the job opens with its
+  // attempt timeline.
+  await page.click("#nav-review");
   const queued = page.locator(`#review-table tr[data-job="${job}"]`);
   await queued.waitFor({ state: "visible" });
+  await expectText(page.locator("#review-unknown"), "unknown");
   await shot("review-queue");
   await queued.click();
   await expectText(page.locator("#job-id"), job);
@@ -112,6 +163,7 @@ try {
   await page.reload();
   await page.locator("#nav").waitFor({ state: "visible" });
   if (page.url() !== `${gateway}/console`) throw new Error(`URL after reload: ${page.url()}`);
+  await page.click("#nav-review");
   await page.locator("#review-table").waitFor({ state: "visible" });
   await page.click("#review-refresh");
   if (await page.locator(`#review-table tr[data-job="${job}"]`).count())
@@ -147,11 +199,6 @@ try {
   // Spend: this UTC month so far by default, every tenant. The priced tenant's row holds its
   // provider, currency, jobs and the exact cost string; its budget row what today counts.
   await page.click("#nav-spend");
-  const cellsOf = (locator) => locator.locator("td").allTextContents();
-  const same = (what, got, want) => {
-    if (JSON.stringify(got) !== JSON.stringify(want))
-      throw new Error(`${what}: ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`);
-  };
   const today = new Date().toISOString().slice(0, 10);
   same("default dates", [await page.inputValue("#spend-from"), await page.inputValue("#spend-to")],
        [`${today.slice(0, 8)}01`, today]);
@@ -222,9 +269,9 @@ try {
   await page.click("#job-search-form button[type=submit]");
   const canceledRow = page.locator("#jobs-table tbody tr").filter({ hasText: canceled.id });
   await canceledRow.waitFor({ state: "visible" });
-  same("canceled row", (await cellsOf(canceledRow)).slice(0, 5),
-       [canceled.id, "canceled", `${canceled.provider} / ${canceled.route}`, canceled.remote_id,
-        canceled.cost]);
+  const canceledCells = await cellsOf(canceledRow);
+  same("canceled row", [0, 1, 4, 5].map((i) => canceledCells[i]),
+       [canceled.id, "canceled", `${canceled.provider} / ${canceled.route}`, canceled.cost]);
   same("rows of the canceled search", await page.locator("#jobs-table tbody tr").count(), 1);
   const colours = await page.evaluate(() => {
     const colour = (cls) => {
@@ -256,6 +303,60 @@ try {
   if ((await fact("cancel requested")) === "—") throw new Error("no cancel time shown");
   if (await page.locator("#resolve").isVisible()) throw new Error("a decision offered for a canceled job");
   await shot("job-canceled");
+
+  // Jobs, newest first, a page at a time: the paged tenant's twelve, ten and then two.
+  await page.click("#nav-jobs");
+  await page.selectOption("#search-state", "");
+  await page.fill("#search-provider", "");
+  await page.fill("#search-tenant", watch.pages.tenant);
+  await page.selectOption("#jobs-limit", "10");
+  await page.click("#job-search-form button[type=submit]");
+  const ids = () => page.locator("#jobs-table tbody tr").evaluateAll((rows) =>
+    rows.map((r) => r.dataset.job));
+  await page.waitForFunction((first) =>
+    document.querySelector("#jobs-table tbody tr")?.dataset.job === first, watch.pages.ids[0]);
+  same("page 1", await ids(), watch.pages.ids.slice(0, 10));
+  const jobCells = await cellsOf(page.locator(`#jobs-table tr[data-job="${watch.pages.ids[0]}"]`));
+  same("job row", jobCells.slice(0, 6), [watch.pages.ids[0], "completed", watch.pages.tenant,
+                                      watch.pages.keys[0], watch.pages.route, "—"]);
+  if (!/s$/.test(jobCells[6])) throw new Error(`duration: ${jobCells[6]}`);
+  await expectText(page.locator("#jobs-page"), "Page 1");
+  await shot("jobs-page-1");
+  await page.click("#jobs-next");
+  await expectText(page.locator("#jobs-page"), "Page 2 (the last)");
+  same("page 2", await ids(), watch.pages.ids.slice(10));
+  if (!(await page.locator("#jobs-next").isDisabled())) throw new Error("an older page offered");
+  await shot("jobs-page-2");
+  await page.click("#jobs-first");
+  await expectText(page.locator("#jobs-page"), "Page 1");
+  // By idempotency key, whatever the tenant: the one job.
+  await page.fill("#search-tenant", "");
+  await page.fill("#search-key", watch.pages.keys[5]);
+  await page.click("#job-search-form button[type=submit]");
+  await page.waitForFunction((id) => {
+    const rows = document.querySelectorAll("#jobs-table tbody tr");
+    return rows.length === 1 && rows[0].dataset.job === id;
+  }, watch.pages.ids[5]);
+  same("by key", (await cellsOf(page.locator("#jobs-table tbody tr"))).slice(0, 4),
+       [watch.pages.ids[5], "completed", watch.pages.tenant, watch.pages.keys[5]]);
+  await shot("jobs-by-key");
+
+  // Output previews: the archived bytes of each output, read with the admin token.
+  await page.fill("#search-id", watch.archived.id);
+  await page.click("#job-id-form button[type=submit]");
+  await expectText(page.locator("#job-id"), watch.archived.id);
+  for (const [n, bytes] of watch.archived.bytes.entries()) {
+    const fig = page.locator(`#outputs figure[data-index="${n}"]`);
+    await fig.waitFor({ state: "visible" });
+    await page.waitForFunction((sel) => document.querySelector(sel)?.dataset.bytes,
+                               `#outputs figure[data-index="${n}"]`);
+    same(`output ${n} bytes`, await fig.getAttribute("data-bytes"), String(bytes));
+    const src = await fig.locator("img").getAttribute("src");
+    if (!src || !src.startsWith("blob:")) throw new Error(`output ${n} preview src: ${src}`);
+    await expectText(fig.locator("figcaption"), `${bytes} bytes`);
+  }
+  if (await page.locator("#outputs-none").isVisible()) throw new Error("'no output' shown");
+  await shot("job-outputs");
 
   // Sign out: the token is gone from the tab.
   await page.click("#sign-out");

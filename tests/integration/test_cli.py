@@ -89,12 +89,12 @@ def test_help_and_check_config(tmp_path):
     assert r.returncode == 1 and "lease_seconds" in r.stderr and str(bad) in r.stderr
 
 
-def test_readme_settings_table_is_the_config_reference():
-    """The README's configuration table is `idemgate config-reference`, row for row: a setting
-    added to src/config.c (or changed there) without the README, or the other way round, fails."""
+def test_docs_settings_table_is_the_config_reference():
+    """docs/configuration.md's table is `idemgate config-reference`, row for row: a setting
+    added to src/config.c (or changed there) without the docs, or the other way round, fails."""
     out = subprocess.check_output([GATEWAY_BIN, "config-reference"], text=True)
     reference = [line for line in out.splitlines() if line.startswith("| `")]
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
         readme = f.read()
     start = readme.index("| setting | environment | default | meaning |")
     table = []

@@ -155,10 +155,10 @@ def test_node_client_cancel_before_sending(built, gateway_factory, mock, token, 
 
 
 def readme_block(name):
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "clients.md")) as f:
         text = f.read()
     m = re.search(r"<!-- tested: " + re.escape(name) + r" -->\n```js\n(.*?)```", text, re.S)
-    assert m, f"README.md has no '<!-- tested: {name} -->' js block"
+    assert m, f"docs/clients.md has no '<!-- tested: {name} -->' js block"
     return m.group(1)
 
 

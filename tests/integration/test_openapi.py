@@ -1044,6 +1044,23 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  "unauthorized")
         t.expect("admin job, no job", "GET", "/v1/admin/jobs/job_none",
                  call(gw, "GET", "/v1/admin/jobs/job_none", None, A), 404, "job-not-found")
+        r = t.expect("admin jobs, page", "GET", "/v1/admin/jobs",
+                     call(gw, "GET", "/v1/admin/jobs?limit=1", None, A), 200)
+        assert r.json()["has_more"] is True and r.json()["data"][0]["tenant"], r
+        t.expect("overview", "GET", "/v1/admin/overview",
+                 call(gw, "GET", "/v1/admin/overview", None, A), 200)
+        t.expect("overview, a parameter", "GET", "/v1/admin/overview",
+                 call(gw, "GET", "/v1/admin/overview?days=7", None, A), 400, "invalid-query")
+        t.expect("overview, tenant token", "GET", "/v1/admin/overview",
+                 call(gw, "GET", "/v1/admin/overview", None, H), 401, "unauthorized")
+        aout = f"/v1/admin/jobs/{completed_id}/outputs/0"
+        t.expect("admin output", "GET", aout, call(gw, "GET", aout, None, A), 200)
+        t.expect("admin output, tenant token", "GET", aout, call(gw, "GET", aout, None, H), 401,
+                 "unauthorized")
+        for p404, kind in ((f"/v1/admin/jobs/{completed_id}/outputs/99", "output-not-found"),
+                           (f"/v1/admin/jobs/{nowhere_job()}/outputs/0", "output-not-archived"),
+                           ("/v1/admin/jobs/job_none/outputs/0", "job-not-found")):
+            t.expect("admin output, 404", "GET", p404, call(gw, "GET", p404, None, A), 404, kind)
         r = t.expect("providers", "GET", "/v1/admin/providers",
                      call(gw, "GET", "/v1/admin/providers", None, A), 200)
         assert [p["name"] for p in r.json()["data"]] == [p["name"] for p in providers]
@@ -1120,6 +1137,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                    "cancelJob": f"/v1/jobs/{completed_id}/cancel",
                    "resetProvider": "/v1/admin/providers/mock-images/reset",
                    "listAdminJobs": "/v1/admin/jobs", "getAdminJob": f"/v1/admin/jobs/{completed_id}",
+                   "getAdminOverview": "/v1/admin/overview",
+                   "getAdminJobOutput": f"/v1/admin/jobs/{completed_id}/outputs/0",
                    "listProviders": "/v1/admin/providers", "consolePage": "/console",
                    "consoleAsset": "/console/app.js",
                    "resumePolling": f"/v1/admin/jobs/{completed_id}/resume",
@@ -1181,6 +1200,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 ("POST", "/v1/admin/jobs/job_x/resume", "", A),
                 ("GET", "/v1/usage", None, H),
                 ("GET", "/v1/admin/jobs", None, A), ("GET", "/v1/admin/jobs/job_x", None, A),
+                ("GET", "/v1/admin/overview", None, A),
+                ("GET", "/v1/admin/jobs/job_x/outputs/0", None, A),
                 ("GET", "/v1/admin/providers", None, A),
                 ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]:
             t.expect("database down", method, p, call(down, method, p, body, h), 503,
@@ -1206,6 +1227,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 ("GET", "/v1/usage", None, H),
                 ("GET", "/v1/admin/jobs", None, A), ("GET", f"/v1/admin/jobs/{completed_id}",
                                                      None, A),
+                ("GET", "/v1/admin/overview", None, A),
+                ("GET", f"/v1/admin/jobs/{completed_id}/outputs/0", None, A),
                 ("GET", "/v1/admin/providers", None, A),
                 ("POST", "/v1/webhooks/hooked", delivery, signed(delivery))]
 

@@ -557,10 +557,10 @@ def test_batch_a_changed_body_under_the_same_identity_is_that_rows_422(batch_bin
 # --- the README's examples, as written ---------------------------------------------------------
 
 def readme_block(name, lang):
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "clients.md")) as f:
         text = f.read()
     m = re.search(rf"<!-- tested: {name} -->\n```{lang}\n(.*?)\n```\n", text, re.S)
-    assert m, f"README.md has no '<!-- tested: {name} -->' {lang} block"
+    assert m, f"docs/clients.md has no '<!-- tested: {name} -->' {lang} block"
     return m.group(1)
 
 

@@ -202,8 +202,59 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every tenant's jobs, oldest first (the operator console's review queue and search) */
+        /**
+         * Every tenant's jobs, newest first, a page at a time (the console's Jobs view)
+         * @description Newest first (by creation, then id), each job with its tenant's name. Follow `next_cursor` with `starting_after` until `has_more` is false. Filters combine. A parameter not listed here, or one given twice, is a 400 that names it. Each tenant's own index is read for at most a page and the pages merged: the cost grows with the tenants and the page, not with the history.
+         */
         get: operations["listAdminJobs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/overview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What an operator watches (the console's Overview)
+         * @description Read from the database in one statement, every tenant, each part bounded by a backlog or
+         *     a window (never by the history): the jobs in doubt (`unknown`, `review`: how many, the
+         *     oldest and since when it was first sent); the jobs created in the last 24 hours by the
+         *     state they are in now (in all and by UTC hour); the spend of the last 30 UTC days
+         *     (today's included) by tenant, day, provider and model, with the tenants' budgets; the
+         *     time to complete (creation → finish, 50th and 95th percentiles) per provider of the jobs
+         *     completed in the last 24 hours. The spend reads every settled job of the window once
+         *     (the model from the stored request's top-level `model`; a body over 64 KiB is not read
+         *     and counts under a null model). No prompt is in the answer.
+         */
+        get: operations["getAdminOverview"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/jobs/{id}/outputs/{n}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Any tenant's archived output (the console's previews)
+         * @description As `GET /v1/jobs/{id}/outputs/{n}` answers the job's tenant, for any tenant's job, with the admin token: the same bytes, headers, ranges and problems.
+         */
+        get: operations["getAdminJobOutput"];
         put?: never;
         post?: never;
         delete?: never;
@@ -686,6 +737,84 @@ export interface components {
             /** @description The `starting_after` of the next page; null on the last. */
             next_cursor: string | null;
         };
+        AdminJobPage: {
+            /** @constant */
+            object: "list";
+            data: (components["schemas"]["Job"] & {
+                /** @description The name of the job's tenant. */
+                tenant: string;
+            })[];
+            /** @description Another page follows. */
+            has_more: boolean;
+            /** @description The `starting_after` of the next page; null on the last. */
+            next_cursor: string | null;
+        };
+        InDoubt: {
+            count: number;
+            /** @description The one first sent longest ago. */
+            oldest_job: string | null;
+            /**
+             * Format: date-time
+             * @description Its first send (its creation if never sent).
+             */
+            oldest_since: string | null;
+            oldest_age_seconds: number | null;
+        };
+        AdminOverview: {
+            /** @constant */
+            object: "overview";
+            in_doubt: {
+                unknown: components["schemas"]["InDoubt"];
+                review: components["schemas"]["InDoubt"];
+            };
+            jobs_24h: {
+                /** @description Jobs created in the last 24 h, by the state they are in now (every state, 0 included). */
+                by_state: {
+                    [key: string]: number;
+                };
+                /** @description The same, by UTC hour of creation (hours and states without a job are absent). */
+                by_hour: {
+                    /** Format: date-time */
+                    hour: string;
+                    state: components["schemas"]["JobState"];
+                    count: number;
+                }[];
+            };
+            spend_30d: {
+                /** @description Settled (completed and canceled) priced jobs of the last 30 UTC days. */
+                data: {
+                    tenant: string;
+                    /** Format: date */
+                    day: string;
+                    provider: string;
+                    /** @description The request's top-level `model` (null: none, or a body over 64 KiB). */
+                    model: string | null;
+                    currency: string;
+                    jobs: number;
+                    cost_micros: number;
+                    cost: string;
+                }[];
+                /** @description Every tenant with a budget. */
+                budgets: {
+                    tenant: string;
+                    currency: string;
+                    day_limit_micros: number | null;
+                    day_limit?: string;
+                    month_limit_micros: number | null;
+                    month_limit?: string;
+                    day_used_micros: number;
+                    day_used?: string;
+                    month_used_micros: number;
+                    month_used?: string;
+                }[];
+            };
+            time_to_complete_24h: {
+                provider: string;
+                jobs: number;
+                p50_seconds: number;
+                p95_seconds: number;
+            }[];
+        };
         Resolution: {
             /** @enum {string} */
             outcome: "found" | "absent" | "abandon";
@@ -696,7 +825,10 @@ export interface components {
         AdminJob: {
             /** @constant */
             object: "admin_job";
-            job: components["schemas"]["Job"];
+            job: components["schemas"]["Job"] & {
+                /** @description The name of the job's tenant. */
+                tenant: string;
+            };
             /** @description Oldest first. */
             attempts: components["schemas"]["Attempt"][];
         };
@@ -1111,7 +1243,7 @@ export interface components {
         "X-Idemgate-Job-Id": string;
         "X-Idemgate-State": components["schemas"]["JobState"];
         /** @description Nothing but this origin; no inline script or style; no frame, form target or base. */
-        "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+        "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; media-src blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
         "X-Content-Type-Options": "nosniff";
         "Referrer-Policy": "no-referrer";
         /** @description The connection is closed after an ambiguously framed request. */
@@ -1706,7 +1838,13 @@ export interface operations {
                 state?: components["schemas"]["JobState"];
                 /** @description Only the jobs of this provider (1–64 characters). */
                 provider?: string;
+                /** @description Only the jobs of the tenant of this name. */
+                tenant?: string;
+                /** @description The jobs of this key, whichever tenant (at most one per tenant). */
+                idempotency_key?: string;
                 limit?: number;
+                /** @description The `next_cursor` of the previous page (opaque). */
+                starting_after?: string;
             };
             header?: {
                 /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
@@ -1717,17 +1855,17 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The jobs, of any tenant. */
+            /** @description One page of the jobs, of any tenant. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["JobList"];
+                    "application/json": components["schemas"]["AdminJobPage"];
                 };
             };
-            /** @description `state` is not a job state, `provider` is empty or too long, or `limit` is outside 1..1000. */
+            /** @description An unknown or repeated parameter, `state` not a job state, `provider` or `tenant` empty or too long, `idempotency_key` empty or longer than 255, `limit` outside 1..1000, or `starting_after` not a cursor this API made. */
             400: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1741,6 +1879,92 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    getAdminOverview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The overview. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminOverview"];
+                };
+            };
+            /** @description A query parameter (it takes none). */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:invalid-query" | "urn:idemgate:problem:bad-request-framing";
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["StoreUnavailable"];
+        };
+    };
+    getAdminJobOutput: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Echoed in the response and the logs when it is 1–64 characters of `[A-Za-z0-9._-]`; otherwise the gateway makes one. */
+                "X-Request-Id"?: components["parameters"]["RequestId"];
+            };
+            path: {
+                id: components["parameters"]["JobId"];
+                n: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole output, with the content type it was fetched with. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    ETag: components["headers"]["ETag"];
+                    "Accept-Ranges": components["headers"]["Accept-Ranges"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+            400: components["responses"]["BadFraming"];
+            401: components["responses"]["Unauthorized"];
+            /** @description No such job (`job-not-found`), no such output (`output-not-found`), or an output not archived (`output-not-archived`). */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:job-not-found" | "urn:idemgate:problem:output-not-found" | "urn:idemgate:problem:output-not-archived";
+                    };
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["StoreUnavailable"];
         };
