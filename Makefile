@@ -197,6 +197,17 @@ chaos: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-test CRASHPOINTS=1 all
 	CHAOS_FULL=1 $(PYTHON) -m pytest -q -s tests/integration/test_chaos*.py \
 		tests/integration/test_failover.py $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-image
+
+# The container image built from docker/Dockerfile and run with podman (read-only root, non-root,
+# healthcheck, two replicas on one PostgreSQL, SIGTERM): minutes, so not part of `make test`.
+# scripts/image-deps.sh installs podman, runc and debootstrap; the Debian base is debootstrapped
+# once and cached (.cache/image/ and podman's storage). Needs root.
+.PHONY: test-image
+test-image: deps
+	@scripts/image-deps.sh
+	IDEMGATE_TEST_IMAGE=1 $(PYTHON) -m pytest -q -p no:cacheprovider --durations=0 \
+		tests/integration/test_image.py $(PYTEST_ARGS)
 
 # The integration tests that use the suite's shared database, against a Citus coordinator
 # (CITUS_DATABASE_URL: a superuser URL of a coordinator with its workers added; the suite makes

@@ -551,6 +551,47 @@ def test_compose_keeps_secrets_out_of_the_file(compose):
             assert os.path.isfile(os.path.join(ROOT, "docker", f + ".example")), f
 
 
+COMPOSE_LINT = os.path.join(ROOT, "tests", "compose")
+
+
+def compose_lint(path):
+    """dclint (npm, pinned by tests/compose/package-lock.json) on a Compose file: the YAML merge
+    keys resolved, then the Compose Specification's JSON schema (the schema Docker Compose v2's
+    parser validates with, top-level `name:` included), then its correctness rules
+    (tests/compose/dclint.json turns off the ordering and quoting style rules, and
+    no-build-and-image: Compose tags what it builds with `image:`). Any warning fails."""
+    subprocess.run([os.path.join(ROOT, "scripts", "npm-tools.sh"), COMPOSE_LINT], check=True,
+                   timeout=900)
+    return subprocess.run([os.path.join(COMPOSE_LINT, "node_modules", ".bin", "dclint"),
+                           "-c", os.path.join(COMPOSE_LINT, "dclint.json"), "--max-warnings", "0",
+                           "--color=false", path], capture_output=True, text=True, timeout=120)
+
+
+def test_compose_file_passes_the_compose_specification():
+    r = compose_lint(COMPOSE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # The project name stays: the specification has it (only the v1 tool refused it).
+    assert yaml.safe_load(read(COMPOSE))["name"] == "idemgate"
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t.replace("  restart: unless-stopped\n  stop_grace_period",
+                         "  restart: unless-stopped\n  bogus_key: 1\n  stop_grace_period"),
+     "must NOT have additional properties"),
+    (lambda t: t.replace("condition: service_completed_successfully",
+                         "condition: service_finished"), "must be equal to one of"),
+    (lambda t: t.replace("name: idemgate\n", "name: [idemgate]\n"), "must be string"),
+])
+def test_compose_check_catches_what_the_specification_forbids(tmp_path, edit, expected):
+    text = read(COMPOSE)
+    bad = edit(text)
+    assert bad != text
+    path = tmp_path / "compose.yaml"
+    path.write_text(bad)
+    r = compose_lint(str(path))
+    assert r.returncode != 0 and "invalid-schema" in r.stdout, r.stdout + r.stderr
+
+
 def test_compose_images_are_pinned(compose):
     for name, s in compose["services"].items():
         if "build" in s:
