@@ -242,7 +242,7 @@ README_BASE = "http://127.0.0.1:8080"
 
 def readme_dropin_lines():
     text = open(os.path.join(ROOT, "README.md")).read()
-    section = text.split("### Drop-in for an OpenAI-style SDK", 1)[1]
+    section = text.split("## Drop-in for an OpenAI-style SDK", 1)[1]
     return re.search(r"```js\n(.*?)```", section, re.S).group(1)
 
 
