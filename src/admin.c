@@ -622,7 +622,7 @@ static void render_gauges(FILE *f, const struct cfg *cfg, const struct gauge_rea
                 "# HELP idemgate_archive_oldest_pending_seconds Age of the oldest output whose "
                 "archive copy is still to be made, 0 with none (read at most once a minute).\n"
                 "# TYPE idemgate_archive_oldest_pending_seconds gauge\n"
-                "idemgate_archive_oldest_pending_seconds %.0f\n",
+                "idemgate_archive_oldest_pending_seconds %.3f\n",
                 g->archive_pending, g->archive_oldest_s);
     enum archready_state arch = archready_check(cfg, NULL, 0);
     if (arch != ARCHREADY_NOT_USED)

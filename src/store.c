@@ -1361,8 +1361,12 @@ static const struct db_stmt gauges = {
 static const struct db_stmt gauges_terminal = {
     .rerun_safe = 1,
     .name = "gauges_terminal",
-    .sql = "SELECT s, (SELECT count(*) FROM operations WHERE state = s)::float8 "
-    "FROM unnest(ARRAY['completed','failed','canceled']) s "
+    /* One count per state, not a sub-select per row of unnest(): a distributed database
+     * refuses a correlated sub-select beside a set-returning function (Citus, 0A000), and a
+     * refused statement makes /readyz unready (stmthealth.h) — at every scrape. */
+    .sql = "SELECT 'completed', count(*)::float8 FROM operations WHERE state = 'completed' "
+    "UNION ALL SELECT 'failed', count(*)::float8 FROM operations WHERE state = 'failed' "
+    "UNION ALL SELECT 'canceled', count(*)::float8 FROM operations WHERE state = 'canceled' "
     "UNION ALL " BUDGET_USED("budget_day", "day_limit_micros", "day_micros",
                              "day = (now() AT TIME ZONE 'UTC')::date")
     "UNION ALL " BUDGET_USED("budget_month", "month_limit_micros", "month_micros",
@@ -1465,6 +1469,13 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, d
 #define ADMIN_IN_STATE(st)                                                                         \
     "(SELECT o.tenant_id, o.id, o.created_at FROM operations o WHERE " ADMIN_PAGE_WHERE            \
     "AND o.state = " st " ORDER BY o.created_at DESC, o.id DESC LIMIT $5)"
+/* On a distributed database (Citus refuses a LIMIT in a lateral subquery over a reference table,
+ * and the join of the page back to its rows): one statement that each shard runs with its own
+ * ORDER BY … LIMIT, merged by the coordinator. */
+#define ADMIN_PAGE_DISTRIBUTED(also)                                                               \
+    "SELECT 0, " JOB_COLS("o") ", t.name FROM operations o JOIN tenants t ON t.id = o.tenant_id "  \
+    "WHERE " ADMIN_PAGE_WHERE "AND ($1::text IS NULL OR t.name = $1) " also                       \
+    "ORDER BY o.created_at DESC, o.id DESC LIMIT $5"
 #define ADMIN_PAGE(per_tenant)                                                                     \
     "SELECT 0, " JOB_COLS("o") ", p.name FROM (SELECT k.tenant_id, k.id, k.created_at, t.name "    \
     "FROM tenants t CROSS JOIN LATERAL (" per_tenant ") k "                                        \
@@ -1481,6 +1492,7 @@ static const struct db_stmt admin_jobs_list = {
                       " UNION ALL " ADMIN_IN_STATE("'failed'") " UNION ALL "
                       ADMIN_IN_STATE("'canceled'") ") u ORDER BY u.created_at DESC, u.id DESC "
                       "LIMIT $5"),
+    .sql_distributed = ADMIN_PAGE_DISTRIBUTED(""),
     .params = DB_PARAMS("tenant", "provider", "before_at", "before_id", "limit"),
 };
 static const struct db_stmt admin_jobs_in_state = {
@@ -1489,6 +1501,7 @@ static const struct db_stmt admin_jobs_in_state = {
     .sql = ADMIN_PAGE("SELECT o.tenant_id, o.id, o.created_at FROM operations o WHERE "
                       ADMIN_PAGE_WHERE "AND o.state = $6 ORDER BY o.created_at DESC, o.id DESC "
                       "LIMIT $5"),
+    .sql_distributed = ADMIN_PAGE_DISTRIBUTED("AND o.state = $6 "),
     .params = DB_PARAMS("tenant", "provider", "before_at", "before_id", "limit", "state"),
 };
 /* By idempotency key: one probe of each tenant's (tenant_id, idempotency_key) key. */
@@ -1530,6 +1543,52 @@ static const struct db_stmt admin_jobs_by_key = {
     "ELSE (SELECT CASE WHEN json_typeof(x.b -> 'model') = 'string' THEN (x.b -> 'model')::text "   \
     "END FROM (SELECT convert_from(o.req_body, 'UTF8')::json AS b) x) END"
 #define DAYS_AGO_29 "((" TODAY " - 29)::timestamp AT TIME ZONE 'UTC')"
+/* The same rows on a distributed database (Citus refuses a LIMIT in a lateral subquery over the
+ * tenants, a reference table, and a sub-select in a target list beside aggregates): each part a
+ * CTE that every shard answers (counts and sums aggregated on the shards; the completion times
+ * of the last 24 h brought to the coordinator for their percentiles), put together there. Each
+ * shard reads its rows of the window without the tenant's index: an operator's page, not the
+ * request path. */
+#define OVERVIEW_MODEL_FLAT                                                                        \
+    "CASE WHEN octet_length(o.req_body) NOT BETWEEN 2 AND 65536 THEN NULL "                        \
+    "WHEN get_byte(o.req_body, 0) <> 123 THEN NULL "                                               \
+    "WHEN json_typeof(convert_from(o.req_body, 'UTF8')::json -> 'model') = 'string' "             \
+    "THEN (convert_from(o.req_body, 'UTF8')::json -> 'model')::text END"
+#define OVERVIEW_DOUBT_CTES(n, st)                                                                 \
+    "d" n " AS (SELECT count(*) AS n, min(coalesce(o.first_sent_at, o.created_at)) AS m "          \
+    "  FROM operations o WHERE o.state = " st "), "                                                \
+    "f" n " AS (SELECT o.id FROM operations o WHERE o.state = " st " "                             \
+    "  ORDER BY coalesce(o.first_sent_at, o.created_at), o.id LIMIT 1), "
+#define OVERVIEW_DOUBT_ROW(n, st)                                                                  \
+    "SELECT 'doubt', NULL::text, " st ", (SELECT id FROM f" n "), NULL::text, d" n ".n, "          \
+    "  extract(epoch FROM now() - d" n ".m)::numeric, extract(epoch FROM d" n ".m)::numeric, "     \
+    "  NULL::numeric, NULL::numeric FROM d" n " "
+#define OVERVIEW_DISTRIBUTED                                                                       \
+    "WITH " OVERVIEW_DOUBT_CTES("u", "'unknown'") OVERVIEW_DOUBT_CTES("r", "'review'")            \
+    "hr AS (SELECT o.state AS st, (floor(extract(epoch FROM o.created_at) / 3600) * 3600)::numeric " \
+    "  AS h, count(*) AS n FROM operations o WHERE o.created_at >= now() - interval '24 hours' "    \
+    "  GROUP BY 1, 2), "                                                                           \
+    "sp AS (SELECT o.tenant_id, o.provider, " OVERVIEW_MODEL_FLAT " AS model, o.currency, "         \
+    "  extract(epoch FROM date_trunc('day', o.finished_at AT TIME ZONE 'UTC'))::numeric AS d, "    \
+    "  count(*) AS n, sum(o.cost_micros)::numeric AS c FROM operations o "                         \
+    "  WHERE o.state IN ('completed', 'canceled') AND o.finished_at >= " DAYS_AGO_29               \
+    "  AND o.currency IS NOT NULL GROUP BY 1, 2, 3, 4, 5), "                                       \
+    "tm AS (SELECT o.provider, extract(epoch FROM o.finished_at - o.created_at) AS s "             \
+    "  FROM operations o WHERE o.state = 'completed' "                                             \
+    "  AND o.finished_at >= now() - interval '24 hours') "                                         \
+    OVERVIEW_DOUBT_ROW("u", "'unknown'") "UNION ALL " OVERVIEW_DOUBT_ROW("r", "'review'")          \
+    "UNION ALL SELECT 'hour', NULL, hr.st, NULL, NULL, hr.n, hr.h, NULL, NULL, NULL FROM hr "      \
+    "UNION ALL SELECT 'spend', t.name, sp.provider, sp.model, sp.currency, sp.n, sp.c, sp.d, "      \
+    "  NULL, NULL FROM sp JOIN tenants t ON t.id = sp.tenant_id "                                  \
+    "UNION ALL SELECT 'time', NULL, tm.provider, NULL, NULL, count(*), "                           \
+    "  percentile_cont(0.5) WITHIN GROUP (ORDER BY tm.s)::numeric, "                               \
+    "  percentile_cont(0.95) WITHIN GROUP (ORDER BY tm.s)::numeric, NULL, NULL FROM tm GROUP BY 3 " \
+    "UNION ALL SELECT 'budget', t.name, NULL, NULL, b.currency, NULL, "                            \
+    "  b.day_limit_micros::numeric, b.month_limit_micros::numeric, "                               \
+    "  (CASE WHEN b.day = " TODAY " THEN b.day_micros ELSE 0 END)::numeric, "                      \
+    "  (CASE WHEN b.month = " THIS_MONTH " THEN b.month_micros ELSE 0 END)::numeric "              \
+    "FROM tenant_budgets b JOIN tenants t ON t.id = b.tenant_id "                                  \
+    "ORDER BY 1, 2, 3, 8, 4, 7"
 static const struct db_stmt admin_overview = {
     .rerun_safe = 1,
     .name = "admin_overview",
@@ -1562,6 +1621,7 @@ static const struct db_stmt admin_overview = {
     "  (CASE WHEN b.month = " THIS_MONTH " THEN b.month_micros ELSE 0 END)::numeric "
     "FROM tenant_budgets b JOIN tenants t ON t.id = b.tenant_id "
     "ORDER BY 1, 2, 3, 8, 4, 7",
+    .sql_distributed = OVERVIEW_DISTRIBUTED,
 };
 static const struct db_stmt admin_job_get = {
     .rerun_safe = 1,

@@ -386,6 +386,7 @@ def test_budget_and_archive_backlog_gauges(gateway_factory, token, mock, psql):
     assert values['idemgate_budget_used_ratio{period="day"}'] >= 0.999
     assert 0 <= values['idemgate_budget_used_ratio{period="month"}'] <= 1
     assert values["idemgate_archive_pending_copies"] >= 1
+    # Milliseconds, not whole seconds: the copy was planned a moment before this scrape.
     assert values["idemgate_archive_oldest_pending_seconds"] > 0
     psql("DELETE FROM tenant_budgets WHERE tenant_id = %s" % tenant)
 
