@@ -1573,7 +1573,7 @@ static const struct db_stmt admin_jobs_by_key = {
     "  count(*) AS n, sum(o.cost_micros)::numeric AS c FROM operations o "                         \
     "  WHERE o.state IN ('completed', 'canceled') AND o.finished_at >= " DAYS_AGO_29               \
     "  AND o.currency IS NOT NULL GROUP BY 1, 2, 3, 4, 5), "                                       \
-    "tm AS (SELECT o.provider, extract(epoch FROM o.finished_at - o.created_at) AS s "             \
+    "tm AS (SELECT o.provider, greatest(extract(epoch FROM o.finished_at - o.created_at), 0) AS s "             \
     "  FROM operations o WHERE o.state = 'completed' "                                             \
     "  AND o.finished_at >= now() - interval '24 hours') "                                         \
     OVERVIEW_DOUBT_ROW("u", "'unknown'") "UNION ALL " OVERVIEW_DOUBT_ROW("r", "'review'")          \
@@ -1612,7 +1612,7 @@ static const struct db_stmt admin_overview = {
     "  percentile_cont(0.5) WITHIN GROUP (ORDER BY k.s)::numeric, "
     "  percentile_cont(0.95) WITHIN GROUP (ORDER BY k.s)::numeric, NULL, NULL "
     "FROM tenants t CROSS JOIN LATERAL (SELECT o.provider, "
-    "  extract(epoch FROM o.finished_at - o.created_at) AS s FROM operations o "
+    "  greatest(extract(epoch FROM o.finished_at - o.created_at), 0) AS s FROM operations o "
     "  WHERE o.tenant_id = t.id AND o.state = 'completed' "
     "  AND o.finished_at >= now() - interval '24 hours' OFFSET 0) k GROUP BY 3 "
     "UNION ALL SELECT 'budget', t.name, NULL, NULL, b.currency, NULL, "
