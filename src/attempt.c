@@ -8,6 +8,7 @@
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
 #include "idemgate/inject.h"
+#include "idemgate/multipart.h"
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
@@ -168,7 +169,11 @@ static int build_outbound(const struct cfg *cfg, const struct cfg_provider *p,
         o->hdrs[h++] = p->client_ref_header;
         o->hdrs[h++] = c->id;
     }
-    if (p->client_ref_body_field && place(o, c, p->client_ref_body_field, c->id) < 0) {
+    /* A multipart upload is sent as the client sent it: nothing is placed in it (the intake
+     * refuses one where reconciliation needs the reference there). */
+    char mpt[MP_CTYPE_MAX];
+    int json = !mp_content_type_of((const char *)c->body, c->body_len, mpt, sizeof(mpt));
+    if (json && p->client_ref_body_field && place(o, c, p->client_ref_body_field, c->id) < 0) {
         if (attempt_strategy_needs_client_ref(c->strategy)) {
             *why = "the client reference cannot be placed in the body; reconciliation depends on "
                    "it, so the create is not sent";
@@ -181,7 +186,8 @@ static int build_outbound(const struct cfg *cfg, const struct cfg_provider *p,
     char *webhook_url = NULL;
     if (hook && asprintf(&webhook_url, "%s/v1/webhooks/%s", cfg->public_url, p->name) < 0)
         webhook_url = NULL;
-    if (webhook_url && p->webhook_body_field && place(o, c, p->webhook_body_field, webhook_url) < 0)
+    if (json && webhook_url && p->webhook_body_field &&
+        place(o, c, p->webhook_body_field, webhook_url) < 0)
         LOG(LOG_WARN, "webhook_not_registered", LS("job_id", c->id),
             LS("field", p->webhook_body_field));
     char *esc = webhook_url && p->webhook_url_query ? prov_query_escape(webhook_url) : NULL;

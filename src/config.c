@@ -108,6 +108,10 @@ static const struct cfg_setting settings[] = {
      "database connection (a provider's own max_inflight_calls may lower it for that provider)"},
     {"max_json_depth", "IDEMGATE_MAX_JSON_DEPTH", T_INT, OFF(max_json_depth), "64", 1, 1024,
      "deepest nesting of arrays and objects accepted in a body"},
+    {"max_upload_bytes", "IDEMGATE_MAX_UPLOAD_BYTES", T_LONG, OFF(max_upload_bytes), "26214400",
+     2, 512L * 1024 * 1024,
+     "largest multipart/form-data body (a file upload, on a route that takes one) accepted (413 "
+     "above); it is kept in memory while it arrives and stored with its job for a resend"},
     {"max_wait_seconds", "IDEMGATE_MAX_WAIT_SECONDS", T_INT, OFF(max_wait_seconds), "60", 0, 3600,
      "cap on Prefer: wait=N"},
     {"metrics_listen", "IDEMGATE_METRICS_LISTEN", T_STR, OFF(metrics_listen_host), "", 0, 0,

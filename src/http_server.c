@@ -59,6 +59,7 @@ struct hs_req {
     char *path; /* as sent: not percent-decoded, without the query */
     char *body;
     size_t body_len, body_cap;
+    long body_max; /* max_body_bytes, or max_upload_bytes for a multipart/form-data body */
     int too_large;
     int responded;
     int close_after;                      /* the answer closes the connection (health reserve) */
@@ -583,6 +584,7 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
         return MHD_NO;
     *con_cls = r;
     r->begun = 1;
+    r->body_max = s->o.max_body_bytes;
     atomic_fetch_add(&s->in_progress, 1);
     r->method = method;
     (void)url; /* percent-decoded by libmicrohttpd: the raw path from on_uri is used instead */
@@ -628,18 +630,22 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
         reject(s, r, HS_REJECT_HEADER_BYTES);
         return r->responded ? MHD_YES : MHD_NO;
     }
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+    r->body_max = ct && s->o.max_upload_bytes && strncasecmp(ct, "multipart/form-data", 19) == 0
+                      ? s->o.max_upload_bytes
+                      : s->o.max_body_bytes;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->o.max_body_bytes)
+    if (cl && strtoull(cl, NULL, 10) > (unsigned long long)r->body_max)
         r->too_large = 1;
     return MHD_YES;
 }
 
 /* A piece of the body: kept while the total stays under the cap. */
-static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const char *data, size_t n)
+static enum MHD_Result add_body(struct hs_req *r, const char *data, size_t n)
 {
     if (r->responded || r->too_large)
         return MHD_YES;
-    if (r->body_len + n > (size_t)s->o.max_body_bytes) {
+    if (r->body_len + n > (size_t)r->body_max) {
         /* A chunked body that grew past the cap: stop keeping it. */
         r->too_large = 1;
         free(r->body);
@@ -675,7 +681,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        return add_body(s, r, upload_data, n);
+        return add_body(r, upload_data, n);
     }
     pthread_mutex_lock(&s->mu);
     struct MHD_Response *resp = r->pending;

@@ -15,6 +15,7 @@
 #include "idemgate/limits.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/multipart.h"
 #include "idemgate/provider.h"
 #include "idemgate/recorder.h"
 #include "idemgate/reply.h"
@@ -51,6 +52,13 @@ struct intake {
     char key[HDR_KEY_MAX + 1];
     int wait_s;
     struct reqbody body; /* canonical (fingerprinted) and sent (stored) forms, requested count */
+    /* A multipart/form-data body: its canonical form (fingerprinted instead of body.canon) and
+     * the client's bytes (stored and sent instead of body.sent, which holds its text fields as
+     * JSON for the gate's prices). mp_canon NULL for a JSON body. */
+    char *mp_canon;
+    size_t mp_canon_len;
+    const char *mp_raw;
+    size_t mp_raw_len;
     char fp[CRYPTO_SHA256_HEX];
     struct gate_pass pass; /* the tenant gate's estimate for the record (gate.h) */
     char job_id[CRYPTO_JOB_ID_LEN];
@@ -146,7 +154,10 @@ static enum step_result step_validate(struct intake *in)
 {
     char detail[96];
     if (hs_req_body_too_large(in->r)) {
-        snprintf(detail, sizeof(detail), "the body exceeds %ld bytes", in->cfg->max_body_bytes);
+        const char *ct = hs_req_header(in->r, "Content-Type");
+        int upload = ct && strncasecmp(ct, "multipart/form-data", 19) == 0;
+        snprintf(detail, sizeof(detail), "the body exceeds %ld bytes",
+                 upload ? in->cfg->max_upload_bytes : in->cfg->max_body_bytes);
         return raise_problem(in, 413, "payload-too-large", "Payload too large", detail);
     }
     const char *slash = strchr(in->target, '/');
@@ -193,6 +204,58 @@ static enum step_result step_limit(struct intake *in)
                          "later, or without `Prefer: wait` and poll the job");
 }
 
+/* A multipart/form-data body, on a route that takes one: read strictly (multipart.h), its
+ * canonical form kept for the fingerprint and its bytes for the record, exactly as they came.
+ * Its text fields, as JSON, are left in in->body.sent for the profile's paths to read. */
+static enum step_result read_multipart(struct intake *in, const char *ctype, const char *raw,
+                                       size_t len, int ref_needed)
+{
+    char detail[sizeof(in->problem.detail)], why[128], boundary[MP_BOUNDARY_MAX + 1];
+    if (!in->rt->multipart) {
+        snprintf(detail, sizeof(detail),
+                 "route %s/%s takes JSON bodies; multipart/form-data is taken on routes whose "
+                 "profile says \"multipart\": true",
+                 in->p->name, in->rt->route);
+        return raise_problem(in, 415, "unsupported-media-type", "Unsupported media type", detail);
+    }
+    if (strncasecmp(ctype, "multipart/form-data", 19) != 0)
+        return raise_problem(in, 415, "unsupported-media-type", "Unsupported media type",
+                             "of multipart bodies, only multipart/form-data is taken");
+    if (ref_needed) {
+        snprintf(detail, sizeof(detail),
+                 "this provider's reconciliation needs the gateway's reference at \"%s\" in a "
+                 "JSON body; a multipart body cannot carry it",
+                 in->p->client_ref_body_field);
+        return raise_problem(in, 422, "client-ref-unplaceable",
+                             "Client reference cannot be placed", detail);
+    }
+    if (mp_boundary(ctype, boundary) < 0)
+        return raise_problem(in, 400, "invalid-multipart", "Invalid multipart body",
+                             "the Content-Type has no valid boundary parameter (1 to 70 "
+                             "characters, RFC 2046)");
+    struct mp_part *parts = malloc(MP_MAX_PARTS * sizeof(*parts));
+    size_t n = 0;
+    if (!parts)
+        return raise_problem(in, 500, "internal", "Internal error", "out of memory");
+    if (mp_parse(raw, len, boundary, parts, MP_MAX_PARTS, &n, why, sizeof(why)) < 0) {
+        free(parts);
+        return raise_problem(in, 400, "invalid-multipart", "Invalid multipart body", why);
+    }
+    size_t flen = 0;
+    in->mp_canon = mp_canonical(parts, n, &in->mp_canon_len);
+    char *fields = mp_fields_json(parts, n, &flen);
+    free(parts);
+    if (!in->mp_canon || !fields) {
+        free(fields);
+        return raise_problem(in, 500, "internal", "Internal error", "out of memory");
+    }
+    in->mp_raw = raw;
+    in->mp_raw_len = len;
+    in->body.sent = fields; /* taken back by step_canonicalise */
+    in->body.sent_len = flen;
+    return STEP_NEXT;
+}
+
 /* canonicalise: one strict parse of the client's bytes (the body is refused here when it is not
  * unambiguous JSON) gives the RFC 8785 form, and what the record needs from the client's own
  * bytes: those bytes compacted (the canonical form would round numbers beyond 2^53 on their way
@@ -204,13 +267,6 @@ static enum step_result step_canonicalise(struct intake *in)
     char detail[160];
     size_t len = 0;
     const char *raw = hs_req_body(in->r, &len);
-    /* A multipart upload (an image edit, a video from a reference) is not forwarded yet: said
-     * plainly, instead of a JSON parse error at its first byte. */
-    const char *ctype = hs_req_header(in->r, "Content-Type");
-    if (ctype && strncasecmp(ctype, "multipart/", 10) == 0)
-        return raise_problem(in, 415, "unsupported-media-type", "Unsupported media type",
-                             "multipart bodies (file uploads) are not supported yet: idemgate "
-                             "forwards JSON request bodies only");
     /* A create whose reconciliation finds the task by our client reference never leaves
      * without it: when the body leaves no place for it, the client learns it now. */
     int ref_needed =
@@ -220,9 +276,25 @@ static enum step_result step_canonicalise(struct intake *in)
                                   .outputs_path = p->outputs_requested,
                                   .outputs_default = p->outputs_default,
                                   .outputs_counted = p->outputs_received != NULL};
+    const char *ctype = hs_req_header(in->r, "Content-Type");
+    if (ctype && strncasecmp(ctype, "multipart/", 10) == 0) {
+        enum step_result m = read_multipart(in, ctype, raw, len, ref_needed);
+        if (m != STEP_NEXT)
+            return m;
+        /* The profile's paths (outputs asked for, price keys) read the text fields. */
+        needs.client_ref_field = NULL;
+        raw = in->body.sent;
+        len = in->body.sent_len;
+        in->body.sent = NULL;
+    }
+    char *fields = (char *)(in->mp_canon ? raw : NULL);
     int je = reqbody_init(&in->body, raw, len, &needs, &jerr);
+    free(fields);
     if (je == JCS_ENOMEM)
         return raise_problem(in, 500, "internal", "Internal error", "out of memory");
+    if (je < 0 && in->mp_canon)
+        return raise_problem(in, 400, "invalid-multipart", "Invalid multipart body",
+                             "a text field holds a number no JSON reader takes");
     if (je < 0) {
         snprintf(detail, sizeof(detail), "%s at byte %zu", jerr.what, jerr.offset);
         return raise_problem(in, 400, "invalid-json", "Invalid JSON body", detail);
@@ -242,7 +314,8 @@ static enum step_result step_canonicalise(struct intake *in)
 static enum step_result step_fingerprint(struct intake *in)
 {
     fp_compute(in->p->name, strlen(in->p->name), in->rt->route, strlen(in->rt->route),
-               in->body.canon, in->body.canon_len, in->fp);
+               in->mp_canon ? in->mp_canon : in->body.canon,
+               in->mp_canon ? in->mp_canon_len : in->body.canon_len, in->fp);
     if (crypto_job_id(in->job_id) < 0 || !in->fp[0])
         return raise_problem(in, 500, "internal", "Internal error", "no randomness");
     return STEP_NEXT;
@@ -327,8 +400,9 @@ static enum step_result step_record(struct intake *in)
                                              .method = in->rt->method,
                                              .url = in->url,
                                              .credential = p->secret_env ? p->secret_env : "",
-                                             .body = in->body.sent,
-                                             .body_len = in->body.sent_len,
+                                             .body = in->mp_raw ? in->mp_raw : in->body.sent,
+                                             .body_len =
+                                                 in->mp_raw ? in->mp_raw_len : in->body.sent_len,
                                              .ttl_hours = in->cfg->job_ttl_hours,
                                              .idem_header = p->idem_header,
                                              .reconcile_strategy =
@@ -456,6 +530,7 @@ static void intake_free(void *arg)
     if (in->wait_counted)
         limits_wait_end(in->token);
     reqbody_fini(&in->body);
+    free(in->mp_canon);
     free(in->url);
     if (in->have_job)
         store_job_fini(&in->job);

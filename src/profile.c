@@ -27,7 +27,8 @@ static const struct memb timeouts_m[] = {{"connect_ms", MEMB_VALUE, NULL},
 static const struct memb_table timeouts_t = MEMB_TABLE(timeouts_m, NULL);
 static const struct memb route_m[] = {
     {"default_wait_seconds", MEMB_VALUE, NULL}, {"method", MEMB_VALUE, NULL},
-    {"path", MEMB_VALUE, NULL},                 {"route", MEMB_VALUE, NULL},
+    {"multipart", MEMB_VALUE, NULL},            {"path", MEMB_VALUE, NULL},
+    {"route", MEMB_VALUE, NULL},
 };
 static const struct memb_table route_t = MEMB_TABLE(route_m, NULL);
 static const struct memb idem_m[] = {{"header", MEMB_VALUE, NULL}};
@@ -184,7 +185,14 @@ static int load_routes(struct cfg_provider *p, const cJSON *arr, const char *fil
         rt->method = dup_str(r, "method", "POST");
         rt->path = dup_str(r, "path", NULL);
         rt->default_wait_s = get_int(r, "default_wait_seconds", 0);
+        const cJSON *mp = cJSON_GetObjectItemCaseSensitive(r, "multipart");
+        rt->multipart = cJSON_IsTrue(mp);
         p->n_routes++;
+        if (mp && !cJSON_IsBool(mp)) {
+            errf(err, errlen, "%s: providers.%s.routes[%zu].multipart must be true or false",
+                 file, p->name, p->n_routes - 1);
+            return -1;
+        }
         if (!rt->route || !rt->path || !*rt->route || rt->route[0] == '/' || rt->path[0] != '/') {
             errf(err, errlen,
                  "%s: providers.%s.routes[%zu]: \"route\" (no leading /) and \"path\" (leading /) "

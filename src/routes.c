@@ -226,6 +226,7 @@ struct hs_server *routes_listen(struct api *a)
                                               : cfg->max_connections / 4),
                            .request_deadline_s = cfg->request_deadline_seconds,
                            .max_body_bytes = cfg->max_body_bytes,
+                           .max_upload_bytes = cfg->max_upload_bytes,
                            .app = a,
                            .handle = on_handle,
                            .reject = on_reject,

@@ -1,5 +1,7 @@
 #include "idemgate/upstream.h"
 
+#include "idemgate/multipart.h"
+
 #include "idemgate/crash.h"
 
 #include <cjson/cJSON.h>
@@ -175,7 +177,15 @@ __attribute__((warn_unused_result)) static int build_headers(const struct up_req
 {
     struct curl_slist *l = NULL;
     *out = NULL;
-    if (req->body && add_line(&l, "Content-Type: application/json") < 0)
+    /* A stored body is JSON, or a multipart upload recorded as the client sent it, whose own
+     * first line names its boundary (multipart.h): the type goes with the bytes. */
+    char ctype[MP_CTYPE_MAX + sizeof("Content-Type: ")];
+    memcpy(ctype, "Content-Type: ", sizeof("Content-Type: "));
+    if (req->body &&
+        !mp_content_type_of(req->body, req->body_len, ctype + sizeof("Content-Type: ") - 1,
+                            MP_CTYPE_MAX))
+        memcpy(ctype, "Content-Type: application/json", sizeof("Content-Type: application/json"));
+    if (req->body && add_line(&l, ctype) < 0)
         goto failed;
     if (add_line(&l, "Accept: application/json") < 0 ||
         add_line(&l, "Expect:") < 0) /* no 100-continue round trip */

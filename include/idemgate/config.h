@@ -28,6 +28,7 @@ struct cfg {
     int tenant_requests_per_second, tenant_burst, tenant_wait_connections;
     int intake_batch_max;
     long max_body_bytes;
+    long max_upload_bytes;
     int max_json_depth;
     int lease_seconds;
     int reaper_interval_ms;

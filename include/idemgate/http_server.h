@@ -45,6 +45,7 @@ struct hs_options {
      * accepted or its previous request ended; otherwise the connection is closed. */
     int request_deadline_s;
     long max_body_bytes; /* a longer body is dropped and hs_req_body_too_large() says so */
+    long max_upload_bytes; /* the same for a multipart/form-data body (0: max_body_bytes) */
     void *app;           /* passed to every callback */
     /* Called on a server thread once the body is complete, and once more after each
      * resumption of a suspended request. It must answer (hs_respond) or suspend (hs_suspend). */

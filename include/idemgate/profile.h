@@ -54,6 +54,8 @@ struct cfg_route {
     char *path;   /* outbound path appended to base_url, e.g. "/v1/images/generations" */
     int default_wait_s; /* the wait of a request without a Prefer header (an unmodified SDK's):
                            its provider's body when the job ends in time; 0: answer 202 at once */
+    int multipart; /* it also takes multipart/form-data bodies (file uploads), forwarded as
+                      they came (multipart.h) */
 };
 
 struct cfg_provider {

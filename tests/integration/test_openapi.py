@@ -627,6 +627,9 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         provider("reffed", mock.url, client_ref={"body_field": "metadata.client_ref"},
                  reconcile={"strategy": "get_by_client_id",
                             "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}),
+        provider("uploads", mock.url, path="/v1/images/edits", route="images/edits",
+                 routes=[{"route": "images/edits", "method": "POST", "path": "/v1/images/edits",
+                          "multipart": True}]),
         provider("unpriced", mock.url, pricing={
             "currency": "USD", "variants": {"keys": ["$.model"],
                                             "tables": {"listed": {"per_output": 1000}}}}),
@@ -726,6 +729,13 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                       auth(token, **{"Idempotency-Key": "oa-mp",
                                      "Content-Type": "multipart/form-data; boundary=b"})),
                  415, "unsupported-media-type")
+        uploads = "/v1/providers/uploads/images/edits"
+        t.expect("multipart without its closing delimiter", "POST", uploads,
+                 call(gw, "POST", uploads, "--b\r\nContent-Disposition: form-data; name=\"p\""
+                      "\r\n\r\nx\r\n",
+                      auth(token, **{"Idempotency-Key": "oa-mp2",
+                                     "Content-Type": "multipart/form-data; boundary=b"})),
+                 400, "invalid-multipart")
         t.expect("key reused", "POST", INTAKE, submit(gw, k, {"prompt": "other"}), 422,
                  "idempotency-key-reused")
         reffed = "/v1/providers/reffed/images/generations"

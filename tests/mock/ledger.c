@@ -76,6 +76,7 @@ static void free_entry(struct ledger_entry *e)
     free((char *)e->rec.route);
     free((char *)e->rec.idempotency_key);
     free((char *)e->rec.client_ref);
+    free((char *)e->rec.content_type);
     free(e->result);
     free(e->task_id);
 }
@@ -119,6 +120,7 @@ bool ledger_append(const struct ledger_record *rec, struct ledger_slot *slot)
     e.rec.route = dup_or_null(rec->route, &ok);
     e.rec.idempotency_key = dup_or_null(rec->idempotency_key, &ok);
     e.rec.client_ref = dup_or_null(rec->client_ref, &ok);
+    e.rec.content_type = dup_or_null(rec->content_type, &ok);
     if (!ok) {
         free_entry(&e);
         return false;
@@ -321,6 +323,7 @@ static cJSON *entry_to_json(const struct ledger_entry *e)
     add_string_or_null(obj, "client_ref", e->rec.client_ref);
     add_string_or_null(obj, "client_ref_source", e->rec.client_ref_source);
     cJSON_AddStringToObject(obj, "body_sha256", e->rec.body_sha256);
+    add_string_or_null(obj, "content_type", e->rec.content_type);
     cJSON_AddNumberToObject(obj, "remote_port", e->rec.remote_port);
     add_string_or_null(obj, "fault", e->rec.fault);
     if (e->rec.status == LEDGER_NO_STATUS)

@@ -33,6 +33,7 @@ struct ledger_record {
     const char *client_ref;        /* the client reference or NULL; copied */
     const char *client_ref_source; /* static name of where client_ref came from, or NULL */
     char body_sha256[65];          /* lower-case hex of the raw body */
+    const char *content_type;      /* the Content-Type header or NULL; copied */
     unsigned int remote_port;      /* the client's TCP source port, 0 when unknown */
     const char *fault;             /* static fault name or NULL */
     int status;                    /* decided HTTP status or LEDGER_NO_STATUS */

@@ -19,6 +19,7 @@
 #include "async.h"
 #include "chaos.h"
 #include "faults.h"
+#include "form.h"
 #include "idemkeys.h"
 #include "ledger.h"
 #include "reply.h"
@@ -87,6 +88,7 @@ static const struct mock_personality personality_table[] = {
     {
         .name = "openai-images",
         .routes = {{ROUTE_CREATE, "POST", "/v1/images/generations"},
+                   {ROUTE_CREATE, "POST", "/v1/images/edits"},
                    {ROUTE_LOOKUP, "GET", "/v1/images/by-ref/{ref*}"},
                    {ROUTE_LIST, "GET", "/v1/images/tasks"},
                    {ROUTE_TASK, "GET", "/v1/images/tasks/{id}"}},
@@ -556,6 +558,7 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
     read_client_ref(req->conn, doc, &rec);
     sha256_hex(req->body, req->body_len, rec.body_sha256);
+    rec.content_type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
     /* Only a digest of the credential is kept, so a test can tell keys apart without it. */
     auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (auth) {
@@ -672,7 +675,11 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
 static enum MHD_Result route_create(struct mock_request *req, const struct mock_personality *p,
                                     const struct route_match *m)
 {
-    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    const char *ctype = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
+    bool form = ctype != NULL && strncasecmp(ctype, "multipart/form-data", 19) == 0;
+    /* An upload's text fields stand for the JSON body the rest of the pipeline reads. */
+    cJSON *doc = form ? form_fields(ctype, req->body, req->body_len)
+                      : cJSON_ParseWithLength(req->body, req->body_len);
     enum MHD_Result ret;
 
     /* The document lives until the pipeline is done, since the ledger record points into it. */

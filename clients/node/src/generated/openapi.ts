@@ -1283,7 +1283,11 @@ export interface operations {
         /**
          * @description Any strict JSON value, at most `max_body_bytes` (1 MiB by default) and
          *     `max_json_depth` (64) deep: no duplicate member names, no trailing bytes, no
-         *     non-finite numbers, valid UTF-8.
+         *     non-finite numbers, valid UTF-8. On a route whose profile says `"multipart": true`,
+         *     also a `multipart/form-data` upload of at most `max_upload_bytes` (25 MiB by
+         *     default), forwarded byte for byte with its own boundary and fingerprinted by each
+         *     part's name, filename, content type and SHA-256 (not by the boundary nor by the order
+         *     of differently named parts).
          */
         requestBody: {
             content: {
@@ -1294,6 +1298,9 @@ export interface operations {
                  *     }
                  */
                 "application/json": unknown;
+                "multipart/form-data": {
+                    [key: string]: unknown;
+                };
             };
         };
         responses: {
@@ -1336,7 +1343,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
-                        type?: "urn:idemgate:problem:missing-idempotency-key" | "urn:idemgate:problem:invalid-idempotency-key" | "urn:idemgate:problem:invalid-json" | "urn:idemgate:problem:bad-request-framing";
+                        type?: "urn:idemgate:problem:missing-idempotency-key" | "urn:idemgate:problem:invalid-idempotency-key" | "urn:idemgate:problem:invalid-json" | "urn:idemgate:problem:invalid-multipart" | "urn:idemgate:problem:bad-request-framing";
                     };
                 };
             };
@@ -1355,7 +1362,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The body exceeds `max_body_bytes`. */
+            /** @description The body exceeds `max_body_bytes` (a `multipart/form-data` body: `max_upload_bytes`). */
             413: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1368,7 +1375,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A `multipart/*` body (a file upload): not forwarded yet. Nothing was recorded and the provider was not called. */
+            /** @description A `multipart/*` body on a route that takes JSON only (its profile does not say `"multipart": true`), or a multipart type other than `form-data`. Nothing was recorded and the provider was not called. */
             415: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];

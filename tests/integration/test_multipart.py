@@ -1,0 +1,153 @@
+"""Multipart uploads (issue 25 §4): an image edit's multipart/form-data body is accepted on a
+route whose profile says so, fingerprinted by what it means (names, filenames, content types, a
+SHA-256 of each part: not the boundary, not the order of differently named fields), recorded as
+the client sent it and forwarded byte for byte with its own boundary, on the first send and on a
+resend. The mock's ledger keeps the SHA-256 and the Content-Type of every create it received."""
+
+import hashlib
+import os
+import uuid
+
+from conftest import ROOT
+
+PROFILES = os.path.join(ROOT, "deploy", "providers")
+ENV = {"OPENAI_API_KEY": "sk-test-edits"}
+PNG = b"\x89PNG\r\n\x1a\n\x00\x01\x02 not a delimiter: \r\n--b0 --b1" + bytes(range(256)) * 4
+
+
+def edits_entry(mock):
+    """The shipped OpenAI images profile at the mock, under a name of this test's own."""
+    name = "oaiedits" + uuid.uuid4().hex[:6]
+    return {"name": name, "profile": os.path.join(PROFILES, "openai-images.json"),
+            "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 5000},
+            "retry": {"max_attempts": 3, "deadline_seconds": 60, "base_ms": 50, "cap_ms": 200},
+            "archive": {"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True}}, name
+
+
+def form(boundary, order="pmi", prompt="a cat in a hat", image=PNG, closing=True):
+    """A multipart/form-data body: p(rompt), m(odel), n, i(mage) in the order given."""
+    out = b""
+    for w in order:
+        out += b"--" + boundary.encode() + b"\r\n"
+        if w == "p":
+            out += b'Content-Disposition: form-data; name="prompt"\r\n\r\n' + prompt.encode()
+        elif w == "m":
+            out += b'Content-Disposition: form-data; name="model"\r\n\r\ngpt-image-1'
+        elif w == "n":
+            out += b'Content-Disposition: form-data; name="n"\r\n\r\n2'
+        else:
+            out += (b'Content-Disposition: form-data; name="image"; filename="cat.png"\r\n'
+                    b"Content-Type: image/png\r\n\r\n" + image)
+        out += b"\r\n"
+    if closing:
+        out += b"--" + boundary.encode() + b"--\r\n"
+    return out
+
+
+def post(gw, token, route, key, body, ctype, wait=20):
+    h = {"Authorization": f"Bearer {token}", "Content-Type": ctype, "Prefer": f"wait={wait}"}
+    if key:
+        h["Idempotency-Key"] = key
+    return gw.http.request("POST", f"/v1/providers/{route}", body, h, timeout=wait + 10)
+
+
+def edits_creates(mock):
+    return [c for c in mock.ledger() if c["route"] == "/v1/images/edits"]
+
+
+def test_an_upload_is_forwarded_as_sent_and_replayed_by_what_it_means(gateway_factory, mock,
+                                                                      token):
+    e, name = edits_entry(mock)
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = name + "/images/edits"
+    first = form("b1", "pmi")
+    r = post(gw, token, route, "edit-1", first, "multipart/form-data; boundary=b1")
+    assert r.status == 200, r
+    assert len(r.json()["data"]) == 1
+    job_id = r.headers["x-idemgate-job-id"]
+    creates = edits_creates(mock)
+    assert len(creates) == 1, creates
+    assert creates[0]["body_sha256"] == hashlib.sha256(first).hexdigest()
+    assert creates[0]["content_type"] == "multipart/form-data; boundary=b1"
+
+    # The same fields under another boundary, in another order, quoted: the same request.
+    again = form("----Other Boundary:7MA4", "imp")
+    r2 = post(gw, token, route, "edit-1", again,
+              'multipart/form-data; boundary="----Other Boundary:7MA4"')
+    assert r2.status == 200, r2
+    assert r2.headers.get("idempotent-replayed") == "true"
+    assert r2.body == r.body
+    assert r2.headers["x-idemgate-job-id"] == job_id
+    assert len(edits_creates(mock)) == 1
+
+    # Another image under the key: a different request, refused, nothing sent.
+    other = form("b1", "pmi", image=PNG + b"!")
+    r3 = post(gw, token, route, "edit-1", other, "multipart/form-data; boundary=b1")
+    assert r3.status == 422, r3
+    assert "body" in r3.json()["detail"]
+    # Another filename, same bytes: also different.
+    renamed = first.replace(b'filename="cat.png"', b'filename="dog.png"')
+    r4 = post(gw, token, route, "edit-1", renamed, "multipart/form-data; boundary=b1")
+    assert r4.status == 422, r4
+    assert len(edits_creates(mock)) == 1
+
+    # A JSON body on the same route still goes as JSON.
+    r5 = gw.submit(token, "edit-json", {"prompt": "x", "model": "gpt-image-1"}, route=route,
+                   headers={"Prefer": "wait=20"})
+    assert r5.status == 200, r5
+    assert edits_creates(mock)[-1]["content_type"] == "application/json"
+
+
+def test_a_resent_upload_is_the_same_bytes(gateway_factory, mock, token):
+    e, name = edits_entry(mock)
+    gw = gateway_factory(providers=[e], env=ENV)
+    mock.script([{"status": 429}])  # refused before any work: sent again, after a backoff
+    body = form("resend-boundary", "nmpi")
+    r = post(gw, token, name + "/images/edits", "edit-resend", body,
+             "multipart/form-data; boundary=resend-boundary")
+    assert r.status == 200, r
+    assert len(r.json()["data"]) == 2  # n=2 read from the text field
+    creates = edits_creates(mock)
+    assert [c["status"] for c in creates] == [429, 200], creates
+    digest = hashlib.sha256(body).hexdigest()
+    assert {c["body_sha256"] for c in creates} == {digest}
+    assert {c["content_type"] for c in creates} == {"multipart/form-data; boundary=resend-boundary"}
+
+
+def test_uploads_refused_plainly(gateway_factory, mock, token):
+    e, name = edits_entry(mock)
+    gw = gateway_factory(providers=[e], env=ENV, max_body_bytes=2048, max_upload_bytes=8192)
+    edits, gens = name + "/images/edits", name + "/images/generations"
+    ct = "multipart/form-data; boundary=b1"
+
+    r = post(gw, token, gens, "u-1", form("b1"), ct, wait=0)
+    assert r.status == 415, r
+    assert "images/generations takes JSON bodies" in r.json()["detail"]
+
+    r = post(gw, token, edits, "u-2", form("b1"), "multipart/mixed; boundary=b1", wait=0)
+    assert r.status == 415, r
+
+    for body, ctype, why in [
+        (form("b1", closing=False), ct, "does not end with a delimiter"),
+        (b"preamble\r\n" + form("b1"), ct, "does not begin with its boundary"),
+        (form("b1"), "multipart/form-data", "no valid boundary"),
+        (form("b1"), "multipart/form-data; boundary=b1; boundary=b2", "no valid boundary"),
+        (form("b1").replace(b"Content-Type: image/png", b"Content-Transfer-Encoding: binary"),
+         ct, "a header other than"),
+    ]:
+        r = post(gw, token, edits, "u-" + uuid.uuid4().hex, body, ctype, wait=0)
+        assert r.status == 400, (why, r)
+        assert why in r.json()["detail"], (why, r)
+
+    # The caps: an upload under max_upload_bytes but over max_body_bytes goes through; over
+    # max_upload_bytes it is refused; a JSON body keeps max_body_bytes.
+    big = form("b1", image=b"x" * 5000)
+    r = post(gw, token, edits, "u-big", big, ct, wait=20)
+    assert r.status == 200, r
+    r = post(gw, token, edits, "u-huge", form("b1", image=b"x" * 9000), ct, wait=0)
+    assert r.status == 413, r
+    assert "8192" in r.json()["detail"]
+    r = gw.submit(token, "u-json", {"prompt": "y" * 3000}, route=edits)
+    assert r.status == 413, r
+    assert "2048" in r.json()["detail"]
+    assert len(edits_creates(mock)) == 1  # only the one upload that was accepted
