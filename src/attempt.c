@@ -9,6 +9,7 @@
 #include "idemgate/engine.h"
 #include "idemgate/inject.h"
 #include "idemgate/multipart.h"
+#include "idemgate/sse.h"
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* Margin kept between the last moment a worker may start sending and its lease's end, for
@@ -82,11 +84,33 @@ long long attempt_server_hint_ms(const struct cfg_provider *p, const struct up_r
     return hint;
 }
 
+int attempt_is_stream(const struct cfg_provider *p, const struct up_response *res)
+{
+    if (!p->stream_format || !res->headers_json)
+        return 0;
+    cJSON *h = cJSON_Parse(res->headers_json);
+    const cJSON *ct = h ? cJSON_GetObjectItemCaseSensitive(h, "content-type") : NULL;
+    int yes = cJSON_IsString(ct) && strncasecmp(ct->valuestring, "text/event-stream", 17) == 0;
+    cJSON_Delete(h);
+    return yes;
+}
+
 void attempt_count_results(const struct cfg_provider *p, const struct up_response *res,
                            struct attempt_results *out)
 {
     out->received = -1;
     out->usage = NULL;
+    out->stream_cut = 0;
+    if (attempt_is_stream(p, res)) {
+        struct sse_verdict v;
+        if (sse_read((enum sse_format)p->stream_format, res->body, res->body_len, &v) < 0) {
+            out->stream_cut = 1; /* unread: never taken for complete */
+            return;
+        }
+        out->stream_cut = !v.terminal || v.error || res->body_truncated;
+        out->usage = v.usage;
+        return;
+    }
     if (!res->body || res->body_truncated || (!p->outputs_received && !p->usage))
         return;
     const char *end = NULL;
@@ -257,6 +281,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
                               .bytes_sent = res->bytes_sent,
                               .header_bytes = res->header_bytes,
                               .http_status = res->http_status,
+                              .stream_cut = rs->stream_cut,
                               .outputs_short = requested > 0 && rs->received >= 0 &&
                                                rs->received < requested,
                               .idempotent = c->idem_header != NULL,

@@ -93,6 +93,10 @@ int cls_may_have_created(const struct cls_evidence *e, enum cls_outcome o)
 
 enum cls_outcome cls_classify(const struct cls_evidence *e)
 {
+    /* A stream cut before its terminal event was paid for what it generated: nobody knows
+     * what a resend would cost, nor whether the first is still being billed. */
+    if (e->stream_cut && e->http_status >= 200 && e->http_status < 300)
+        return CLS_AMBIGUOUS;
     if (e->curl_code == 0)
         return e->http_status ? by_status(e, e->http_status, e->outputs_short) : CLS_AMBIGUOUS;
     if (e->bytes_sent <= 0)

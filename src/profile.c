@@ -1,4 +1,5 @@
 #include "idemgate/profile.h"
+#include "idemgate/sse.h"
 
 #include "idemgate/members.h"
 #include "idemgate/tmpl.h"
@@ -134,6 +135,7 @@ static const struct memb provider_m[] = {
     {"retry", MEMB_OBJECT, &retry_t},
     {"routes", MEMB_ARRAY, &route_t},
     {"status", MEMB_OBJECT, &status_t},
+    {"stream", MEMB_VALUE, NULL},
     {"timeouts", MEMB_OBJECT, &timeouts_t},
     {"webhook", MEMB_OBJECT, &webhook_t},
 };
@@ -514,6 +516,16 @@ static int load_semantics(struct cfg_provider *p, const cJSON *o, const char *fi
     char field[160];
     const cJSON *idem = cJSON_GetObjectItemCaseSensitive(o, "idempotency");
     p->idem_header = idem ? dup_str(idem, "header", NULL) : NULL;
+    const cJSON *stream = cJSON_GetObjectItemCaseSensitive(o, "stream");
+    int sf = stream ? sse_format_parse(cJSON_GetStringValue(stream)) : SSE_NONE;
+    if (sf < 0) {
+        errf(err, errlen,
+             "%s: providers.%s.stream must be \"openai-chat\", \"anthropic\" or "
+             "\"openai-responses\"",
+             file, p->name);
+        return -1;
+    }
+    p->stream_format = sf;
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(o, "client_ref");
     p->client_ref_header = ref ? dup_str(ref, "header", NULL) : NULL;
     p->client_ref_body_field = ref ? dup_str(ref, "body_field", NULL) : NULL;

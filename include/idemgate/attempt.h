@@ -85,10 +85,19 @@ long long attempt_server_hint_ms(const struct cfg_provider *p, const struct up_r
 struct attempt_results {
     int received; /* -1: not counted */
     char *usage;  /* JSON text or NULL; owned by the caller */
+    /* An event stream (the profile's stream format, a text/event-stream answer) that lacks its
+     * terminal event or carried an error event: generated and paid for, not complete. */
+    int stream_cut;
 };
 
+/* 1 when res is an event stream of p's stream format: p has one and the answer's Content-Type
+ * is text/event-stream. */
+int attempt_is_stream(const struct cfg_provider *p, const struct up_response *res);
+
 /* Reads outputs received (the profile's outputs_received path) and usage from res's body into
- * *out; a truncated or non-JSON body counts nothing. The caller frees out->usage. */
+ * *out; a truncated or non-JSON body counts nothing. An event stream (attempt_is_stream) is read
+ * by sse.h: its usage as the provider reports it, and whether it was cut. The caller frees
+ * out->usage. */
 void attempt_count_results(const struct cfg_provider *p, const struct up_response *res,
                            struct attempt_results *out);
 

@@ -46,6 +46,8 @@ struct cls_evidence {
     size_t body_len;
     const char *const *markers;
     int n_markers;
+    int stream_cut; /* a 2xx event stream without its terminal event, or with an error event:
+                     * the provider accepted and generated, the answer is not whole */
 };
 
 enum cls_outcome cls_classify(const struct cls_evidence *e);

@@ -73,6 +73,9 @@ struct cfg_provider {
     struct cfg_route *routes;
     size_t n_routes;
 
+    /* The event stream format of its answers to a create whose body asks `"stream": true`
+     * (enum sse_format; 0: none). A streamed answer is complete only with its terminal event. */
+    int stream_format;
     /* Idempotency: the header the provider dedupes on, or NULL. */
     char *idem_header;
     /* Where the client reference (derived from the operation, never the client's key) goes:

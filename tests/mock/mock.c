@@ -41,6 +41,7 @@
 #include "reply.h"
 #include "route.h"
 #include "sign.h"
+#include "stream.h"
 #include "tasks.h"
 #include "webhooks.h"
 
@@ -438,6 +439,8 @@ static const struct admin_route admin_routes[] = {
     {"GET", "/_webhooks", false, webhooks_handle_log},  /* webhook deliveries made */
     {"POST", "/_webhooks/send", false, async_handle_send},  /* a webhook delivered on demand */
     {"GET", "/_webhook_keys", false, webhooks_handle_keys}, /* fal's Ed25519 public key */
+    {"POST", "/v1/chat/completions", false, stream_handle_chat}, /* LLM text, maybe streamed */
+    {"POST", "/v1/messages", false, stream_handle_messages},     /* Anthropic's, the same */
 };
 
 /*

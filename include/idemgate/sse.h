@@ -1,0 +1,48 @@
+#ifndef IDEMGATE_SSE_H
+#define IDEMGATE_SSE_H
+
+#include <stddef.h>
+
+/* Server-sent event streams of the LLM APIs (PROVIDERS.md "LLM text and uploads"): whether a
+ * recorded stream reached its terminal event, whether it carried an error event, and the usage
+ * it reported, read the same way for a stream that is whole and one that was cut. A pure module:
+ * no I/O.
+ *
+ * A stream is complete only when its terminal event arrived: `data: [DONE]` (OpenAI Chat
+ * Completions), `event: message_stop` (Anthropic Messages), `response.completed` (OpenAI
+ * Responses; `response.failed` and `response.incomplete` end it too, as the provider's own
+ * verdict). A stream cut before it was paid for whatever it generated and is ambiguous. */
+
+enum sse_format {
+    SSE_NONE = 0,
+    SSE_OPENAI_CHAT,      /* "openai-chat" */
+    SSE_ANTHROPIC,        /* "anthropic" */
+    SSE_OPENAI_RESPONSES, /* "openai-responses" */
+};
+
+/* The format named by a profile's "stream" member; -1 when the name is unknown. */
+int sse_format_parse(const char *name);
+const char *sse_format_name(enum sse_format f);
+
+struct sse_verdict {
+    int events;   /* complete events read (a last one without its blank line is not counted) */
+    int terminal; /* the terminal event arrived */
+    int error;    /* an error event arrived (Anthropic `event: error`, an OpenAI `error` member,
+                     `response.failed`) */
+    /* The usage as the provider reports it in a whole (non-streamed) answer, merged from the
+     * events that carry it: OpenAI Chat's last chunk's `usage`, Anthropic's
+     * message_start.message.usage overlaid with message_delta.usage, the Responses API's
+     * response.usage. A malloc'ed JSON object text, or NULL when no event carried one. */
+    char *usage;
+};
+
+/* Reads body[0..len) (may be NULL when len is 0) as a stream of format f into *v. Returns 0,
+ * or -1 when out of memory (*v then holds no usage). */
+int sse_read(enum sse_format f, const char *body, size_t len, struct sse_verdict *v);
+void sse_verdict_fini(struct sse_verdict *v);
+
+/* 1 when the request body (JSON text) asks the provider for a stream: its top-level "stream"
+ * member is true. A body that is not a JSON object asks for none. */
+int sse_requested(const char *body, size_t len);
+
+#endif

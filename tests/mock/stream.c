@@ -1,0 +1,299 @@
+/*
+ * idemgate-mock: LLM text, whole or streamed as server-sent events (stream.h).
+ */
+#include "stream.h"
+
+#include "ledger.h"
+#include "reply.h"
+
+#include <cjson/cJSON.h>
+#include <openssl/evp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum api { API_CHAT, API_MESSAGES };
+
+/* One stream being written: what was asked, and how far it got. */
+struct sse_state {
+    enum api api;
+    unsigned long seq;
+    int events;         /* text deltas */
+    int delay_ms;
+    int cut_after;      /* -1: never */
+    int error_after;    /* -1: never */
+    bool include_usage; /* OpenAI: stream_options.include_usage */
+    int prompt_tokens;
+    int step;           /* events written so far */
+    int total;          /* events of the whole stream */
+    char pending[1024]; /* the event being written */
+    size_t pending_len, pending_off;
+    bool done;
+};
+
+static int int_control(const cJSON *ctl, const char *name, int def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(ctl, name);
+    return cJSON_IsNumber(v) ? v->valueint : def;
+}
+
+static void sha256_hex(const char *data, size_t len, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+
+    if (EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL) != 1)
+        md_len = 0;
+    for (unsigned int i = 0; i < md_len && i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    hex[md_len ? 64 : 0] = '\0';
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    if (ms > 0)
+        nanosleep(&ts, NULL);
+}
+
+/* Writes event number st->step (0-based) of the whole stream into st->pending. */
+static void make_event(struct sse_state *st)
+{
+    int n = st->step, deltas = st->events;
+    char *o = st->pending;
+    size_t cap = sizeof(st->pending);
+    int w = 0;
+
+    if (st->error_after >= 0 && n == st->error_after) {
+        if (st->api == API_MESSAGES)
+            w = snprintf(o, cap, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
+                                 "\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+        else
+            w = snprintf(o, cap, "data: {\"error\":{\"message\":\"The server had an error while "
+                                 "processing your request.\",\"type\":\"server_error\"}}\n\n");
+        st->done = true;
+    } else if (st->api == API_CHAT) {
+        /* role, deltas, finish, [usage], [DONE] */
+        if (n == 0)
+            w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
+                                 "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
+                                 "\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+                         st->seq);
+        else if (n <= deltas)
+            w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
+                                 "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+                                 "\"tok%d \"},\"finish_reason\":null}]}\n\n",
+                         st->seq, n - 1);
+        else if (n == deltas + 1)
+            w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
+                                 "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{},"
+                                 "\"finish_reason\":\"stop\"}]}\n\n",
+                         st->seq);
+        else if (n == deltas + 2 && st->include_usage)
+            w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
+                                 "\"model\":\"mock-llm\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,"
+                                 "\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n",
+                         st->seq, st->prompt_tokens, deltas, st->prompt_tokens + deltas);
+        else {
+            w = snprintf(o, cap, "data: [DONE]\n\n");
+            st->done = true;
+        }
+    } else {
+        /* message_start, content_block_start, ping, deltas, content_block_stop, message_delta,
+         * message_stop */
+        if (n == 0)
+            w = snprintf(o, cap, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
+                                 "{\"id\":\"msg_%lu\",\"type\":\"message\",\"role\":\"assistant\","
+                                 "\"content\":[],\"model\":\"mock-llm\",\"stop_reason\":null,\"usage\":"
+                                 "{\"input_tokens\":%d,\"output_tokens\":1}}}\n\n",
+                         st->seq, st->prompt_tokens);
+        else if (n == 1)
+            w = snprintf(o, cap, "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+                                 "\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+        else if (n == 2)
+            w = snprintf(o, cap, "event: ping\ndata: {\"type\": \"ping\"}\n\n");
+        else if (n < 3 + deltas)
+            w = snprintf(o, cap, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                                 "\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"tok%d \"}}\n\n",
+                         n - 3);
+        else if (n == 3 + deltas)
+            w = snprintf(o, cap, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+                                 "\"index\":0}\n\n");
+        else if (n == 4 + deltas)
+            w = snprintf(o, cap, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+                                 "{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":"
+                                 "{\"output_tokens\":%d}}\n\n",
+                         deltas);
+        else {
+            w = snprintf(o, cap, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+            st->done = true;
+        }
+    }
+    st->pending_len = w > 0 && (size_t)w < cap ? (size_t)w : 0;
+    st->pending_off = 0;
+    st->step++;
+}
+
+static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct sse_state *st = cls;
+
+    (void)pos;
+    if (st->pending_off == st->pending_len) {
+        if (st->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (st->cut_after >= 0 && st->step >= st->cut_after)
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* closed with no terminal event */
+        sleep_ms(st->delay_ms);
+        if (mock_shutting_down())
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        make_event(st);
+    }
+    size_t n = st->pending_len - st->pending_off;
+    if (n > max)
+        n = max;
+    memcpy(buf, st->pending + st->pending_off, n);
+    st->pending_off += n;
+    return (ssize_t)n;
+}
+
+static enum MHD_Result whole_answer(struct mock_request *req, enum api api, unsigned long seq,
+                                    int deltas, int prompt_tokens)
+{
+    char text[512] = "";
+    size_t o = 0;
+    cJSON *doc = cJSON_CreateObject(), *usage = cJSON_CreateObject();
+
+    for (int i = 0; i < deltas && o + 16 < sizeof(text); i++)
+        o += (size_t)snprintf(text + o, sizeof(text) - o, "tok%d ", i);
+    if (doc == NULL || usage == NULL) {
+        cJSON_Delete(doc);
+        cJSON_Delete(usage);
+        return reply_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory", "mock_error",
+                           "oom");
+    }
+    char id[48];
+    if (api == API_CHAT) {
+        snprintf(id, sizeof(id), "chatcmpl-%lu", seq);
+        cJSON_AddStringToObject(doc, "id", id);
+        cJSON_AddStringToObject(doc, "object", "chat.completion");
+        cJSON_AddStringToObject(doc, "model", "mock-llm");
+        cJSON *choices = cJSON_AddArrayToObject(doc, "choices");
+        cJSON *c = cJSON_CreateObject(), *m = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", text);
+        cJSON_AddItemToObject(c, "message", m);
+        cJSON_AddStringToObject(c, "finish_reason", "stop");
+        cJSON_AddItemToArray(choices, c);
+        cJSON_AddNumberToObject(usage, "prompt_tokens", prompt_tokens);
+        cJSON_AddNumberToObject(usage, "completion_tokens", deltas);
+        cJSON_AddNumberToObject(usage, "total_tokens", prompt_tokens + deltas);
+    } else {
+        snprintf(id, sizeof(id), "msg_%lu", seq);
+        cJSON_AddStringToObject(doc, "id", id);
+        cJSON_AddStringToObject(doc, "type", "message");
+        cJSON_AddStringToObject(doc, "role", "assistant");
+        cJSON_AddStringToObject(doc, "model", "mock-llm");
+        cJSON *content = cJSON_AddArrayToObject(doc, "content");
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "type", "text");
+        cJSON_AddStringToObject(b, "text", text);
+        cJSON_AddItemToArray(content, b);
+        cJSON_AddStringToObject(doc, "stop_reason", "end_turn");
+        cJSON_AddNumberToObject(usage, "input_tokens", prompt_tokens);
+        cJSON_AddNumberToObject(usage, "output_tokens", deltas);
+    }
+    cJSON_AddItemToObject(doc, "usage", usage);
+    return reply_json(req, MHD_HTTP_OK, doc);
+}
+
+static enum MHD_Result handle(struct mock_request *req, enum api api)
+{
+    struct ledger_record rec = {0};
+    struct ledger_slot slot = {0};
+    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    const cJSON *ctl = cJSON_GetObjectItemCaseSensitive(doc, "_mock");
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(doc, "stream_options");
+    bool stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "stream"));
+    int status = int_control(ctl, "status", 200);
+    enum MHD_Result ret;
+
+    rec.route = req->url;
+    rec.provider = api == API_CHAT ? "openai-chat" : "anthropic";
+    rec.idempotency_key =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    rec.content_type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
+    sha256_hex(req->body, req->body_len, rec.body_sha256);
+    if (!cJSON_IsObject(doc))
+        status = MHD_HTTP_BAD_REQUEST;
+    if (api == API_MESSAGES &&
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "anthropic-version") == NULL)
+        status = MHD_HTTP_BAD_REQUEST;
+    rec.status = status;
+    rec.replay = status < 200 || status >= 300; /* an error answer starts no generation */
+    if (!ledger_append(&rec, &slot)) {
+        cJSON_Delete(doc);
+        return reply_error(req, MHD_HTTP_INSUFFICIENT_STORAGE, "mock ledger is full",
+                           "mock_error", "ledger_full");
+    }
+    int deltas = int_control(ctl, "events", 3);
+    int prompt_tokens = (int)(req->body_len / 4) + 1;
+    if (status != 200) {
+        cJSON_Delete(doc);
+        if (status == 429 || status == 529) {
+            struct mock_reply r;
+            reply_init(&r);
+            if (!reply_set_error(&r, (unsigned)status, "Overloaded, try again", "overloaded_error",
+                                 "overloaded"))
+                return MHD_NO;
+            snprintf(r.retry_after, sizeof(r.retry_after), "0");
+            ret = reply_send(req, &r);
+            reply_free(&r);
+            return ret;
+        }
+        return reply_error(req, (unsigned)status, "invalid request", "invalid_request_error",
+                           "invalid_request");
+    }
+    if (!stream) {
+        ret = whole_answer(req, api, slot.seq, deltas, prompt_tokens);
+        cJSON_Delete(doc);
+        return ret;
+    }
+    struct sse_state *st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        cJSON_Delete(doc);
+        return MHD_NO;
+    }
+    st->api = api;
+    st->seq = slot.seq;
+    st->events = deltas;
+    st->delay_ms = int_control(ctl, "event_delay_ms", 0);
+    st->cut_after = int_control(ctl, "cut_after", -1);
+    st->error_after = int_control(ctl, "error_after", -1);
+    st->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+    st->prompt_tokens = prompt_tokens;
+    cJSON_Delete(doc);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, read_events, st, free);
+    if (resp == NULL) {
+        free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    return reply_queue(req, MHD_HTTP_OK, resp);
+}
+
+enum MHD_Result stream_handle_chat(struct mock_request *req)
+{
+    return handle(req, API_CHAT);
+}
+
+enum MHD_Result stream_handle_messages(struct mock_request *req)
+{
+    return handle(req, API_MESSAGES);
+}

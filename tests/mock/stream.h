@@ -1,0 +1,27 @@
+#ifndef IDEMGATE_MOCK_STREAM_H
+#define IDEMGATE_MOCK_STREAM_H
+
+#include "mock.h"
+
+#include <microhttpd.h>
+
+/*
+ * idemgate-mock: the LLM text APIs, streamed as server-sent events when the body asks
+ * "stream": true, else answered whole.  Every create lands in the ledger like any other.
+ *
+ *   POST /v1/chat/completions  OpenAI Chat Completions: `data: {chunk}` events, then (with
+ *                              stream_options.include_usage) a chunk holding the usage, then
+ *                              `data: [DONE]`
+ *   POST /v1/messages          Anthropic Messages (needs anthropic-version): message_start,
+ *                              content_block_*, ping, message_delta (usage), message_stop
+ *
+ * Controls in the body's "_mock" object: "events" (text deltas, default 3), "event_delay_ms"
+ * (before each event), "cut_after" (the connection is closed after that many events, with no
+ * terminal event), "error_after" (an error event after that many events, then the end:
+ * Anthropic's overloaded_error, OpenAI's error chunk), "status" (an error answer of that status
+ * instead of any stream, with Retry-After: 0 for 429/529).
+ */
+enum MHD_Result stream_handle_chat(struct mock_request *req);
+enum MHD_Result stream_handle_messages(struct mock_request *req);
+
+#endif

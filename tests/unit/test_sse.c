@@ -1,0 +1,159 @@
+/* Event streams of the LLM APIs (sse.h): the terminal event, the error event and the usage of
+ * each format, on whole streams and on streams cut anywhere. Table-driven. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "idemgate/sse.h"
+
+#define CHAT_CHUNK(c)                                                                              \
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"         \
+    "\"delta\":{\"content\":\"" c "\"},\"finish_reason\":null}]}\n\n"
+
+static const char chat_whole[] =
+    CHAT_CHUNK("Hel") CHAT_CHUNK("lo")
+    "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,"
+    "\"total_tokens\":11}}\n\n"
+    "data: [DONE]\n\n";
+
+static const char anthropic_whole[] =
+    "event: message_start\r\n"
+    "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":"
+    "25,\"output_tokens\":1}}}\r\n\r\n"
+    "event: ping\r\ndata: {\"type\": \"ping\"}\r\n\r\n"
+    ": a comment\r\n"
+    "event: content_block_delta\r\n"
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\","
+    "\"text\":\"Hi\"}}\r\n\r\n"
+    "event: message_delta\r\n"
+    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":"
+    "{\"output_tokens\":15}}\r\n\r\n"
+    "event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\n";
+
+static const char anthropic_error[] =
+    "event: message_start\n"
+    "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\n"
+    "event: error\n"
+    "data: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"x\"}}\n\n";
+
+static const char responses_whole[] =
+    "event: response.created\n"
+    "data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\","
+    "\"status\":\"in_progress\",\"usage\":null}}\n\n"
+    "event: response.output_text.delta\n"
+    "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"Hi\"}\n\n"
+    "event: response.completed\n"
+    "data: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"id\":\"resp_1\","
+    "\"status\":\"completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":7}}}\n\n";
+
+static const char responses_failed[] =
+    "event: response.failed\n"
+    "data: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\"}}\n\n";
+
+static void test_whole_streams(void **state)
+{
+    (void)state;
+    static const struct {
+        enum sse_format f;
+        const char *body;
+        int events, terminal, error;
+        const char *usage;
+    } cases[] = {
+        {SSE_OPENAI_CHAT, chat_whole, 4, 1, 0,
+         "{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}"},
+        {SSE_ANTHROPIC, anthropic_whole, 5, 1, 0, "{\"input_tokens\":25,\"output_tokens\":15}"},
+        {SSE_ANTHROPIC, anthropic_error, 2, 0, 1, "{\"input_tokens\":3}"},
+        {SSE_OPENAI_RESPONSES, responses_whole, 3, 1, 0,
+         "{\"input_tokens\":5,\"output_tokens\":7}"},
+        {SSE_OPENAI_RESPONSES, responses_failed, 1, 1, 1, NULL},
+        /* A format reads only its own terminal event. */
+        {SSE_ANTHROPIC, chat_whole, 4, 0, 0, NULL},
+        {SSE_OPENAI_CHAT, anthropic_whole, 5, 0, 0, "{\"output_tokens\":15}"},
+        {SSE_OPENAI_CHAT, "data: {\"error\":{\"message\":\"boom\"}}\n\n", 1, 0, 1, NULL},
+        {SSE_OPENAI_CHAT, "", 0, 0, 0, NULL},
+        {SSE_OPENAI_CHAT, "data: [DONE]\r\r", 1, 1, 0, NULL}, /* CR alone ends lines too */
+        {SSE_OPENAI_CHAT, "data: [DONE]\n", 0, 0, 0, NULL},   /* never dispatched */
+        {SSE_OPENAI_CHAT, "data:[DONE]\n\n", 1, 1, 0, NULL},  /* no space after the colon */
+        {SSE_OPENAI_CHAT, "data: [DONE] \n\n", 1, 0, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sse_verdict v;
+        print_message("case %zu\n", i);
+        assert_int_equal(sse_read(cases[i].f, cases[i].body, strlen(cases[i].body), &v), 0);
+        assert_int_equal(v.events, cases[i].events);
+        assert_int_equal(v.terminal, cases[i].terminal);
+        assert_int_equal(v.error, cases[i].error);
+        if (cases[i].usage) {
+            assert_non_null(v.usage);
+            assert_string_equal(v.usage, cases[i].usage);
+        } else {
+            assert_null(v.usage);
+        }
+        sse_verdict_fini(&v);
+    }
+}
+
+/* Every strict prefix of a whole stream lacks its terminal event: a cut stream is never taken
+ * for a complete one, wherever it was cut. */
+static void test_every_cut_is_incomplete(void **state)
+{
+    (void)state;
+    static const struct {
+        enum sse_format f;
+        const char *body;
+    } whole[] = {{SSE_OPENAI_CHAT, chat_whole},
+                 {SSE_ANTHROPIC, anthropic_whole},
+                 {SSE_OPENAI_RESPONSES, responses_whole}};
+    for (size_t k = 0; k < sizeof(whole) / sizeof(whole[0]); k++) {
+        size_t n = strlen(whole[k].body);
+        /* The last event's closing blank line (2 or 4 bytes) is what dispatches it. */
+        size_t blank = whole[k].body[n - 2] == '\r' ? 4 : 2;
+        for (size_t cut = 0; cut + blank <= n - 1; cut++) {
+            struct sse_verdict v;
+            assert_int_equal(sse_read(whole[k].f, whole[k].body, cut, &v), 0);
+            if (v.terminal)
+                print_message("format %zu cut at %zu of %zu\n", k, cut, n);
+            assert_int_equal(v.terminal, 0);
+            sse_verdict_fini(&v);
+        }
+    }
+}
+
+static void test_requested_and_names(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        int yes;
+    } cases[] = {
+        {"{\"model\":\"m\",\"stream\":true}", 1},
+        {"{\"stream\":false}", 0},
+        {"{\"stream\":\"true\"}", 0},
+        {"{\"options\":{\"stream\":true}}", 0},
+        {"[true]", 0},
+        {"", 0},
+        {"{\"stream\":true", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_int_equal(sse_requested(cases[i].body, strlen(cases[i].body)), cases[i].yes);
+    for (int f = SSE_OPENAI_CHAT; f <= SSE_OPENAI_RESPONSES; f++)
+        assert_int_equal(sse_format_parse(sse_format_name((enum sse_format)f)), f);
+    assert_int_equal(sse_format_parse("openai"), -1);
+    assert_int_equal(sse_format_parse(NULL), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_whole_streams),
+        cmocka_unit_test(test_every_cut_is_incomplete),
+        cmocka_unit_test(test_requested_and_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
