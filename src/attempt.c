@@ -8,6 +8,7 @@
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
 #include "idemgate/inject.h"
+#include "idemgate/livestream.h"
 #include "idemgate/multipart.h"
 #include "idemgate/sse.h"
 #include "idemgate/lease.h"
@@ -352,6 +353,7 @@ static const char *last_error(const struct pol_decision *d, const struct up_resp
  * (fenced, and harmless, when the move never committed: the row is then still a reservation). */
 static void born_lost(struct db *db, const struct store_claim *c)
 {
+    ls_close(c->id); /* nothing will stream here: its clients wait for the job */
     release_unsent(db, c, ST_PREPARED, "the statement starting the send lost its connection");
 }
 
@@ -359,6 +361,7 @@ static void born_lost(struct db *db, const struct store_claim *c)
  * sendable (STORE_ENOTFOUND): given back, or left to end with its lease. */
 static void born_refused(struct db *db, const struct store_claim *c, int e)
 {
+    ls_close(c->id);
     if (e != STORE_ENOTFOUND) {
         /* Refused: still `prepared` — nothing was sent, and no operator is ever needed. The
          * reservation ends with its lease; any replica then sends it. */
@@ -427,10 +430,16 @@ struct attempt {
     int probed;           /* and its class is known */
     enum cls_probe probe; /* what it answered */
     char msg[400];
+    struct ls *ls; /* the live stream its waiting clients read (livestream.h), or NULL */
 };
 
 static void attempt_free(struct attempt *a)
 {
+    /* Recorded (or abandoned): the job's clients read the record from now on. */
+    if (a->ls) {
+        ls_close(a->c.id);
+        ls_release(a->ls);
+    }
     outbound_fini(&a->o);
     store_claim_fini(&a->c);
     up_response_fini(&a->res);
@@ -453,6 +462,8 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
         LOG(LOG_DEBUG, "create_no_answer", LS("job_id", c->id), LS("error", res->error));
     CRASH_POINT("after_response");
     attempt_count_results(p, res, &a->rs);
+    if (a->ls)
+        ls_attempt_end(a->ls, a->rs.stream_cut || res->curl_code != 0);
     int may_have_created = 0;
     a->outcome = classify(p, c, res, &a->rs, &may_have_created);
     int whole = (a->outcome == CLS_SUCCESS || a->outcome == CLS_PARTIAL) && !res->body_truncated;
@@ -631,6 +642,13 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
                              .body_len = a->o.body ? a->o.body_len : a->c.body_len,
                              .before_send = lease_guard,
                              .before_send_arg = &a->deadline};
+    /* Clients of this replica waiting for this stream read it as it arrives. */
+    if (a->p->stream_format && !a->ls && sse_requested(call.body, call.body_len))
+        a->ls = ls_find(a->c.id);
+    if (a->ls) {
+        call.on_stream = ls_feed;
+        call.on_stream_arg = a->ls;
+    }
     a->t0 = clock_wall();
     return prov_xfer_new(a->p, &call, x, res);
 }

@@ -412,6 +412,58 @@ int hs_respond_fd(struct hs_req *r, int status, const char *content_type, int fd
     return respond_with(r, status, content_type, resp, headers);
 }
 
+/* A streamed body: the application's reader, behind libmicrohttpd's content reader. */
+struct stream_body {
+    struct hs_req *r;
+    hs_stream_read_fn read;
+    void *arg;
+    void (*free_arg)(void *arg);
+};
+
+static ssize_t stream_body_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct stream_body *b = cls;
+    long n = b->read(b->arg, b->r, pos, buf, max);
+    if (n > 0)
+        return (ssize_t)n;
+    if (n == 0)
+        return 0; /* the reader suspended the request; resumed, it is called again */
+    return n == -1 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void stream_body_free(void *cls)
+{
+    struct stream_body *b = cls;
+    if (b->free_arg)
+        b->free_arg(b->arg);
+    free(b);
+}
+
+int hs_respond_stream(struct hs_req *r, int status, const char *content_type,
+                      const char *const *headers, hs_stream_read_fn read, void *arg,
+                      void (*free_arg)(void *arg))
+{
+    struct stream_body *b = calloc(1, sizeof(*b));
+    if (!b || tls_handling != r) {
+        free(b);
+        return -1;
+    }
+    *b = (struct stream_body){.r = r, .read = read, .arg = arg, .free_arg = free_arg};
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_body_read, b,
+                                          stream_body_free);
+    if (!resp) {
+        free(b);
+        return -1;
+    }
+    return respond_with(r, status, content_type, resp, headers);
+}
+
+int hs_req_draining(const struct hs_req *r)
+{
+    return atomic_load(&r->srv->draining);
+}
+
 static int respond_with(struct hs_req *r, int status, const char *content_type,
                         struct MHD_Response *resp, const char *const *headers)
 {

@@ -13,6 +13,7 @@
 #include "idemgate/jcs.h"
 #include "idemgate/jobcache.h"
 #include "idemgate/limits.h"
+#include "idemgate/livestream.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/multipart.h"
@@ -20,8 +21,10 @@
 #include "idemgate/recorder.h"
 #include "idemgate/reply.h"
 #include "idemgate/reqbody.h"
+#include "idemgate/sse.h"
 #include "idemgate/store.h"
 #include "idemgate/tenants.h"
+#include "idemgate/waiters.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -70,6 +73,10 @@ struct intake {
     int have_job, created;
     int wait_counted; /* a `Prefer: wait` connection counted against the tenant's limit */
     struct intake_problem problem;
+    /* A streamed request that waits: the job's live stream on this replica (livestream.h),
+     * or NULL; and when the wait ends (waiters_now() seconds). */
+    struct ls *ls;
+    double wait_deadline;
 };
 
 /* NEXT: go on; ANSWERED or PROBLEM: stop (the gate answers a problem); SUSPENDED: the request
@@ -418,6 +425,12 @@ static enum step_result step_record(struct intake *in)
     store_stamp(sec, usec, in->rec.in.q.at);
     store_stamp(sec + (long long)in->cfg->job_ttl_hours * 3600, usec, in->rec.in.q.expires_at);
     in->rec.done = intake_recorded;
+    /* A stream its client waits for: opened before the intent is recorded, so that the call
+     * (which may start as soon as the commit returns) finds it and feeds it from its first
+     * event. */
+    if (p->stream_format && in->wait_s > 0 && !in->mp_canon &&
+        sse_requested(in->body.sent, in->body.sent_len))
+        in->ls = ls_open(in->job_id, p->max_response_bytes);
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
     hs_suspend(in->r);
@@ -453,9 +466,12 @@ static enum step_result step_recorded(struct intake *in)
     return STEP_NEXT;
 }
 
-/* Answers a job: at once, or, with `Prefer: wait`, once it is terminal or the wait is over. */
+static void intake_stream_resume(struct hs_req *r);
+
+/* Answers a job: at once, or, with `Prefer: wait`, once it is terminal or the wait is over; a
+ * streamed job with a live stream here (ls), as its events arrive. */
 static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, int wait_s,
-                           const char *token, int local)
+                           const char *token, int local, struct ls *ls)
 {
     if (wait_s > 0 && st_is_terminal(j->state)) {
         reply_provider_result(r, j, replayed, wait_s);
@@ -464,6 +480,15 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     if (wait_s <= 0) {
         reply_job(r, 202, j, replayed, 1);
         return;
+    }
+    if (ls) {
+        /* Until the stream begins (or the attempt ends without it): parked on the stream. */
+        api_set_continuation(r, intake_stream_resume);
+        int parked = ls_park(ls, r, 0);
+        if (parked == 0)
+            intake_stream_resume(r);
+        if (parked >= 0)
+            return;
     }
     struct api_wait *w = api_wait(r);
     snprintf(w->job_id, sizeof(w->job_id), "%s", j->id);
@@ -497,8 +522,19 @@ static enum step_result step_answer(struct intake *in)
         LS("request_id", hs_req_id(in->r)));
     reply_cache_terminal(in->token, j);
     /* A row born reserved was handed to this replica's own dispatcher. */
-    answer_or_wait(in->r, j, !in->created, in->wait_s, in->token,
-                   in->created && j->state == ST_PREPARED && j->lease_version == 1);
+    int local = in->created && j->state == ST_PREPARED && j->lease_version == 1;
+    if (in->ls && !local) {
+        /* Not ours to send: the stream opened for a new job has nothing to follow. */
+        ls_close(in->job_id);
+        ls_release(in->ls);
+        in->ls = NULL;
+    }
+    /* The same streamed request again while its stream is live here: it joins it. */
+    if (!in->created && in->p->stream_format && in->wait_s > 0 && !st_is_terminal(j->state) &&
+        !in->mp_canon && sse_requested(in->body.sent, in->body.sent_len))
+        in->ls = ls_find(j->id);
+    in->wait_deadline = waiters_now() + in->wait_s;
+    answer_or_wait(in->r, j, !in->created, in->wait_s, in->token, local, in->ls);
     return STEP_ANSWERED;
 }
 
@@ -527,6 +563,10 @@ const char *intake_step_name(size_t i)
 static void intake_free(void *arg)
 {
     struct intake *in = arg;
+    if (in->ls) {
+        ls_unpark(in->ls, in->r);
+        ls_release(in->ls);
+    }
     if (in->wait_counted)
         limits_wait_end(in->token);
     reqbody_fini(&in->body);
@@ -611,4 +651,68 @@ void intake_resume(struct hs_req *r)
     }
     if (api_offload(r, answer_waited, NULL) < 0)
         reply_shutting_down(r); /* the database workers have stopped */
+}
+
+/* The live stream's reader, behind the streamed response: what arrived, then parked until more
+ * does; its end whole, or a cut (the connection closes without the body's end, so the client
+ * knows; a retry with the same key replays the record). */
+static long read_live(void *arg, struct hs_req *r, unsigned long long pos, char *buf, size_t max)
+{
+    struct ls *ls = arg;
+    for (;;) {
+        size_t n = 0;
+        switch (ls_read(ls, (size_t)pos, buf, max, &n)) {
+        case LS_BYTES:
+            return (long)n;
+        case LS_END:
+            return -1;
+        case LS_CUT:
+        case LS_NONE:
+            return -2;
+        case LS_WAIT:
+            break;
+        }
+        if (hs_req_draining(r))
+            return -2; /* stopping: the recording goes on, the client retries by key */
+        int parked = ls_park(ls, r, (size_t)pos);
+        if (parked != 0)
+            return parked > 0 ? 0 : -2;
+    }
+}
+
+static void release_live(void *arg)
+{
+    ls_release(arg);
+}
+
+/* A streamed job's waiting client, resumed by its live stream: the provider's events from the
+ * first, as they arrive; or, when no stream began (the attempt was refused and will be tried
+ * again, here or elsewhere), the job awaited as any other, for what is left of the wait. */
+static void intake_stream_resume(struct hs_req *r)
+{
+    struct intake *in = api_ctx(r);
+    if (ls_began(in->ls)) {
+        char loc[64];
+        snprintf(loc, sizeof(loc), "/v1/jobs/%s", in->job.id);
+        const char *hdrs[] = {"Location",
+                              loc,
+                              "X-Idemgate-Job-Id",
+                              in->job.id,
+                              in->created ? NULL : "Idempotent-Replayed",
+                              "true",
+                              NULL};
+        ls_hold(in->ls);
+        if (hs_respond_stream(r, 200, "text/event-stream", hdrs, read_live, in->ls,
+                              release_live) < 0) {
+            ls_release(in->ls);
+            reply_store_error(r, STORE_EINTERNAL);
+        }
+        return;
+    }
+    struct ls *ls = in->ls;
+    in->ls = NULL;
+    ls_unpark(ls, r);
+    ls_release(ls);
+    double left = in->wait_deadline - waiters_now();
+    answer_or_wait(r, &in->job, !in->created, left >= 1 ? (int)left : 1, in->token, 0, NULL);
 }

@@ -54,7 +54,9 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
                              .max_response_bytes = p->max_response_bytes,
                              .proxy = p->proxy,
                              .before_send = c->before_send,
-                             .before_send_arg = c->before_send_arg};
+                             .before_send_arg = c->before_send_arg,
+                             .on_stream = c->on_stream,
+                             .on_stream_arg = c->on_stream_arg};
     /* The header lines, the credential's among them, are copied into the transfer (and zeroed
      * when it is freed); our buffer is zeroed now. */
     rc = up_xfer_new(&req, out, res);

@@ -28,6 +28,9 @@ struct up_xfer {
     cJSON *headers;
     int (*before_send)(void *arg);
     void *before_send_arg;
+    void (*on_stream)(void *arg, const char *p, size_t n);
+    void *on_stream_arg;
+    int stream_judged, streaming; /* the answer was looked at; it is a 2xx event stream */
 };
 
 int up_global_init(void)
@@ -46,6 +49,19 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     size_t len = size * n;
     struct up_response *r = &c->res;
     size_t take = len;
+    if (c->on_stream && !c->stream_judged) {
+        /* The status line and the headers are in by the first piece of the body. */
+        long code = 0;
+        const cJSON *ct = c->headers ? cJSON_GetObjectItemCaseSensitive(c->headers,
+                                                                        "content-type")
+                                     : NULL;
+        curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &code);
+        c->streaming = code >= 200 && code < 300 && cJSON_IsString(ct) &&
+                       strncasecmp(ct->valuestring, "text/event-stream", 17) == 0;
+        c->stream_judged = 1;
+    }
+    if (c->streaming)
+        c->on_stream(c->on_stream_arg, p, len);
     if (r->body_len + take > c->max) {
         take = c->max - r->body_len;
         r->body_truncated = 1;
@@ -224,6 +240,8 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     x->max = req->max_response_bytes;
     x->before_send = req->before_send;
     x->before_send_arg = req->before_send_arg;
+    x->on_stream = req->on_stream;
+    x->on_stream_arg = req->on_stream_arg;
     CURL *h = x->h;
     curl_easy_setopt(h, CURLOPT_URL, req->url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);

@@ -116,6 +116,21 @@ void hs_resume(void *r);
  * server is quiesced. Returns 0 or -1. A suspended request may be answered from any thread (one
  * thread at a time): the response is kept and queued when it is resumed, instead of calling
  * options.handle again — the answering thread then calls hs_resume. */
+/* A streamed body's reader: copies up to max bytes from offset pos into buf and returns how
+ * many (> 0); or, when none is there yet, suspends r itself (hs_suspend, with a way out, as
+ * always) and returns 0 — it is called again once r is resumed; or returns -1 at the end of the
+ * body, -2 to close the connection without ending it (the client sees a cut body). Called on a
+ * server thread. */
+typedef long (*hs_stream_read_fn)(void *arg, struct hs_req *r, unsigned long long pos, char *buf,
+                                  size_t max);
+/* Queues a response whose body (chunked) comes from read(arg, …) as it becomes available;
+ * free_arg(arg) when it is done with (free_arg may be NULL). Only on the server thread handling
+ * r. Returns 0 or -1 (then arg is not taken). */
+int hs_respond_stream(struct hs_req *r, int status, const char *content_type,
+                      const char *const *headers, hs_stream_read_fn read, void *arg,
+                      void (*free_arg)(void *arg));
+/* 1 once the server is quiesced (hs_quiesce): a stream in progress should end. */
+int hs_req_draining(const struct hs_req *r);
 /* Whether the client closed (or reset) its side of r's connection: a suspended request nobody
  * waits for any more. From any thread, while r lives. */
 int hs_req_peer_closed(const struct hs_req *r);

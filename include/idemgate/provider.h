@@ -26,6 +26,8 @@ struct prov_call {
     size_t body_len;
     int (*before_send)(void *arg); /* see up_request */
     void *before_send_arg;
+    void (*on_stream)(void *arg, const char *p, size_t n); /* see up_request */
+    void *on_stream_arg;
 };
 
 /* Performs the call. Fills *res as up_call does (free with up_response_fini). Returns 0 when a

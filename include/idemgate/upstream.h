@@ -27,6 +27,11 @@ struct up_request {
      * nonzero return aborts the transfer with nothing sent (a lease that ran out, say). */
     int (*before_send)(void *arg);
     void *before_send_arg;
+    /* Each piece of a 2xx text/event-stream answer as it arrives, besides being collected into
+     * the response's body (on the thread performing the transfer: it must not block), or NULL.
+     * An answer of another status or type is never passed on. */
+    void (*on_stream)(void *arg, const char *p, size_t n);
+    void *on_stream_arg;
 };
 
 struct up_response {

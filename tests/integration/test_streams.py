@@ -4,6 +4,7 @@ and body gets the identical event sequence with `Idempotent-Replayed: true`, wit
 create; its usage settles the cost by the token prices. A stream that ends without its terminal
 event (cut, or an error event) was generated and paid for: the job is `unknown`, never resent."""
 
+import json
 import os
 import time
 import uuid
@@ -146,3 +147,106 @@ def test_a_refusal_before_the_first_event_backs_off_and_streams_after(gateway_fa
     j = wait_state(gw, token, r.json()["id"], ("failed", "completed", "unknown", "review"))
     assert j["state"] == "failed", j
     assert all(c["replay"] for c in mock.ledger() if c["route"] == "/v1/messages")
+
+
+class Live:
+    """A streamed request read as it arrives (http.client decodes the chunks)."""
+
+    def __init__(self, gw, token, route, key, body, wait=30):
+        import http.client
+        self.conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        self.conn.request("POST", f"/v1/providers/{route}", json.dumps(body),
+                          {"Authorization": f"Bearer {token}", "Idempotency-Key": key,
+                           "Content-Type": "application/json", "Prefer": f"wait={wait}"})
+        self.resp = self.conn.getresponse()
+        self.data = b""
+
+    def until(self, marker):
+        """Reads until marker is in what arrived (or the body ended); returns it all."""
+        while marker not in self.data:
+            piece = self.resp.read1(65536)
+            if not piece:
+                break
+            self.data += piece
+        return self.data
+
+    def rest(self):
+        self.data += self.resp.read()
+        return self.data
+
+    def close(self):
+        self.conn.close()
+
+
+def test_the_first_client_gets_each_event_as_it_arrives(gateway_factory, mock, token):
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    body = chat_body(events=4, event_delay_ms=700)
+    live = Live(gw, token, chat, "live-1", body)
+    assert live.resp.status == 200
+    assert live.resp.getheader("Content-Type").startswith("text/event-stream")
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    first = live.until(b"\n\n")
+    assert first.startswith(b"data: {") and b'"role":"assistant"' in first, first
+    # The first event is here while the provider is still generating: the job is not done.
+    assert gw.job(token, job_id).json()["state"] == "sending"
+    whole = live.rest()
+    live.close()
+    assert whole.endswith(b"data: [DONE]\n\n"), whole[-100:]
+    assert wait_state(gw, token, job_id, ("completed",))["state"] == "completed"
+    replay = gw.submit(token, "live-1", body, route=chat, headers={"Prefer": "wait=5"})
+    assert replay.body == whole and replay.headers.get("idempotent-replayed") == "true"
+    assert len(creates(mock, "/v1/chat/completions")) == 1
+
+
+def test_a_second_request_joins_the_live_stream(gateway_factory, mock, token):
+    providers, _, claude = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    body = claude_body(events=4, event_delay_ms=500)
+    first = Live(gw, token, claude, "join-1", body)
+    first.until(b"content_block_delta")  # live, mid-stream
+    second = Live(gw, token, claude, "join-1", body)
+    assert second.resp.status == 200
+    assert second.resp.getheader("Idempotent-Replayed") == "true"
+    assert second.resp.getheader("X-Idemgate-Job-Id") == first.resp.getheader("X-Idemgate-Job-Id")
+    a, b = first.rest(), second.rest()
+    first.close()
+    second.close()
+    assert a == b, (a[-80:], b[-80:])  # every event so far, then the rest live: the same bytes
+    assert a.endswith(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+    assert len(creates(mock, "/v1/messages")) == 1
+
+
+def test_a_client_that_leaves_mid_stream_does_not_stop_the_recording(gateway_factory, mock,
+                                                                      token):
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    body = chat_body(events=5, event_delay_ms=300)
+    live = Live(gw, token, chat, "leave-1", body)
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    live.until(b"tok0")
+    live.close()  # the client goes; the provider goes on generating, and we go on paying
+    j = wait_state(gw, token, job_id, ("completed", "unknown", "failed"))
+    assert j["state"] == "completed", j
+    replay = gw.submit(token, "leave-1", body, route=chat, headers={"Prefer": "wait=5"})
+    assert replay.status == 200 and replay.body.endswith(b"data: [DONE]\n\n"), replay
+    assert replay.body.count(b'"content":"tok') == 5
+    assert len(creates(mock, "/v1/chat/completions")) == 1
+
+
+def test_a_cut_stream_cuts_the_live_client_too(gateway_factory, mock, token):
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    import http.client
+    live = Live(gw, token, chat, "cut-live", chat_body(events=6, event_delay_ms=100, cut_after=3))
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    try:
+        live.rest()
+        cut = False
+    except http.client.IncompleteRead as e:
+        live.data += e.partial
+        cut = True  # the body never ended: the client knows the stream was cut
+    live.close()
+    assert cut
+    assert live.data.count(b"\n\n") == 3 and b"[DONE]" not in live.data, live.data
+    assert wait_state(gw, token, job_id, ("unknown", "review"))["state"] in ("unknown", "review")

@@ -1,0 +1,68 @@
+#ifndef IDEMGATE_LIVESTREAM_H
+#define IDEMGATE_LIVESTREAM_H
+
+#include <stddef.h>
+
+struct hs_req;
+
+/* The live copy of a create's event stream, for the clients of this replica that wait for it:
+ * the first client of a streamed request (`"stream": true`, `Prefer: wait`) and any client that
+ * joins it with the same key and body. The provider's events reach them as they arrive; what
+ * the job records is the whole stream, written when the call ends (attempt.c), from which every
+ * later replay is served.
+ *
+ * A live stream exists from the intake of a job born reserved on this replica until its first
+ * attempt's result is recorded (or the reservation is given back): a retry after a refusal, or
+ * an attempt on another replica, is not followed live (its clients wait for the job as any
+ * other). Its bytes are kept in memory, at most the provider's max_response_bytes.
+ *
+ * Readers park (suspended, no thread blocked) until there is something for them: more bytes,
+ * the stream's end, or the end of an attempt that never began streaming. Every wake-up happens
+ * under the stream's lock, so a parked request is resumed exactly once and never after it was
+ * unparked. */
+
+struct ls;
+
+/* Registers a live stream for job_id (replacing none: a second open of a live id returns the
+ * same stream), at most max_bytes long. Returns a reference (ls_release), or NULL when out of
+ * memory. */
+struct ls *ls_open(const char *job_id, size_t max_bytes);
+/* The live stream of job_id, referenced, or NULL. */
+struct ls *ls_find(const char *job_id);
+/* Unregisters job_id's stream (if any): nothing more will be fed; its readers are woken and
+ * read to its end. */
+void ls_close(const char *job_id);
+void ls_release(struct ls *s);
+/* One more reference to s. */
+void ls_hold(struct ls *s);
+
+/* The transfer's side (upstream.h's on_stream): a piece of the 2xx event stream. The first one
+ * begins the stream. s is a struct ls. */
+void ls_feed(void *s, const char *p, size_t n);
+/* The transfer ended: a stream that began has ended (cut when it lacked its terminal event:
+ * cut 1); one that never began lets its parked readers know the attempt is over. */
+void ls_attempt_end(struct ls *s, int cut);
+
+/* What a reader finds at pos. */
+enum ls_at {
+    LS_BYTES = 0, /* bytes were copied */
+    LS_WAIT,      /* nothing yet: park */
+    LS_END,       /* the stream ended whole at pos */
+    LS_CUT,       /* the stream ended without its terminal event (or past max_bytes) */
+    LS_NONE,      /* it never began, and the attempt is over or the stream closed */
+};
+/* Copies up to max bytes from pos into buf (*n of them, when LS_BYTES). */
+enum ls_at ls_read(struct ls *s, size_t pos, char *buf, size_t max, size_t *n);
+/* 1 when the stream began (its first 2xx event-stream bytes arrived). */
+int ls_began(struct ls *s);
+/* Parks request r until something is there at pos (ls_read would not answer LS_WAIT): under the
+ * stream's lock, r is suspended (hs_suspend) and registered, and returns 1; or, when something
+ * is there already, returns 0 and r is not suspended; -1 when out of memory (not suspended). */
+int ls_park(struct ls *s, struct hs_req *r, size_t pos);
+/* Takes r off s's parked readers (the request is over). */
+void ls_unpark(struct ls *s, struct hs_req *r);
+
+/* Live streams registered now (for the metrics and the tests). */
+size_t ls_count(void);
+
+#endif

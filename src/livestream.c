@@ -1,0 +1,271 @@
+/* The live copy of a create's event stream for the clients waiting on this replica
+ * (livestream.h). */
+#include "idemgate/livestream.h"
+
+#include "idemgate/http_server.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct parked {
+    struct hs_req *r;
+    size_t pos;
+    struct parked *next;
+};
+
+struct ls {
+    char job_id[64];
+    atomic_int refs;
+    pthread_mutex_t mu;
+    char *buf;
+    size_t len, cap, max;
+    int began, ended, cut, closed, attempt_over;
+    struct parked *parked;
+    struct ls *next; /* in its registry bucket */
+    int registered;
+};
+
+#define BUCKETS 256
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ls *reg[BUCKETS];
+static size_t reg_count;
+
+static unsigned bucket(const char *id)
+{
+    unsigned h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % BUCKETS;
+}
+
+/* Whether a reader at pos has something (the caller holds s->mu). */
+static int ready_locked(const struct ls *s, size_t pos)
+{
+    return s->len > pos || s->ended || s->closed || (s->attempt_over && !s->began);
+}
+
+/* Resumes every parked reader that has something now (the caller holds s->mu). */
+static void wake_locked(struct ls *s)
+{
+    struct parked **pp = &s->parked;
+    while (*pp) {
+        struct parked *p = *pp;
+        if (ready_locked(s, p->pos)) {
+            *pp = p->next;
+            hs_resume(p->r);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+struct ls *ls_open(const char *job_id, size_t max_bytes)
+{
+    unsigned b = bucket(job_id);
+    pthread_mutex_lock(&reg_mu);
+    for (struct ls *s = reg[b]; s; s = s->next)
+        if (strcmp(s->job_id, job_id) == 0) {
+            atomic_fetch_add(&s->refs, 1);
+            pthread_mutex_unlock(&reg_mu);
+            return s;
+        }
+    struct ls *s = calloc(1, sizeof(*s));
+    if (!s) {
+        pthread_mutex_unlock(&reg_mu);
+        return NULL;
+    }
+    snprintf(s->job_id, sizeof(s->job_id), "%s", job_id);
+    atomic_init(&s->refs, 2); /* the registry's and the caller's */
+    pthread_mutex_init(&s->mu, NULL);
+    s->max = max_bytes;
+    s->next = reg[b];
+    s->registered = 1;
+    reg[b] = s;
+    reg_count++;
+    pthread_mutex_unlock(&reg_mu);
+    return s;
+}
+
+struct ls *ls_find(const char *job_id)
+{
+    unsigned b = bucket(job_id);
+    pthread_mutex_lock(&reg_mu);
+    struct ls *s = reg[b];
+    while (s && strcmp(s->job_id, job_id) != 0)
+        s = s->next;
+    if (s)
+        atomic_fetch_add(&s->refs, 1);
+    pthread_mutex_unlock(&reg_mu);
+    return s;
+}
+
+void ls_close(const char *job_id)
+{
+    unsigned b = bucket(job_id);
+    pthread_mutex_lock(&reg_mu);
+    struct ls **pp = &reg[b];
+    while (*pp && strcmp((*pp)->job_id, job_id) != 0)
+        pp = &(*pp)->next;
+    struct ls *s = *pp;
+    if (s) {
+        *pp = s->next;
+        s->registered = 0;
+        reg_count--;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->closed = 1;
+    if (s->began && !s->ended) /* fed no more: whatever was not ended is cut */
+        s->ended = s->cut = 1;
+    wake_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    ls_release(s); /* the registry's reference */
+}
+
+void ls_release(struct ls *s)
+{
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    while (s->parked) { /* nobody can be parked on a stream nobody references; defensive */
+        struct parked *p = s->parked;
+        s->parked = p->next;
+        free(p);
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s->buf);
+    free(s);
+}
+
+void ls_hold(struct ls *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+}
+
+void ls_feed(void *arg, const char *p, size_t n)
+{
+    struct ls *s = arg;
+    pthread_mutex_lock(&s->mu);
+    if (s->ended || s->closed) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->began = 1;
+    size_t take = n;
+    if (s->len + take > s->max) {
+        take = s->max - s->len;
+        s->cut = 1; /* past the cap: readers get what fits, then a cut */
+    }
+    if (take && s->len + take > s->cap) {
+        size_t cap = s->cap ? s->cap : 4096;
+        while (cap < s->len + take)
+            cap *= 2;
+        char *nb = realloc(s->buf, cap);
+        if (!nb) {
+            s->ended = s->cut = 1; /* the recording goes on in the transfer; live stops */
+            wake_locked(s);
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        s->buf = nb;
+        s->cap = cap;
+    }
+    if (take) {
+        memcpy(s->buf + s->len, p, take);
+        s->len += take;
+    }
+    wake_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ls_attempt_end(struct ls *s, int cut)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->began) {
+        s->ended = 1;
+        s->cut |= cut;
+    }
+    s->attempt_over = 1;
+    wake_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+enum ls_at ls_read(struct ls *s, size_t pos, char *buf, size_t max, size_t *n)
+{
+    *n = 0;
+    pthread_mutex_lock(&s->mu);
+    enum ls_at at;
+    if (pos < s->len) {
+        size_t k = s->len - pos < max ? s->len - pos : max;
+        memcpy(buf, s->buf + pos, k);
+        *n = k;
+        at = LS_BYTES;
+    } else if (!s->began) {
+        at = s->attempt_over || s->closed ? LS_NONE : LS_WAIT;
+    } else if (s->ended) {
+        at = s->cut ? LS_CUT : LS_END;
+    } else {
+        at = LS_WAIT;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return at;
+}
+
+int ls_began(struct ls *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int b = s->began;
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+int ls_park(struct ls *s, struct hs_req *r, size_t pos)
+{
+    struct parked *p = malloc(sizeof(*p));
+    if (!p)
+        return -1;
+    pthread_mutex_lock(&s->mu);
+    if (ready_locked(s, pos)) {
+        pthread_mutex_unlock(&s->mu);
+        free(p);
+        return 0;
+    }
+    p->r = r;
+    p->pos = pos;
+    p->next = s->parked;
+    s->parked = p;
+    hs_suspend(r); /* under the lock: no wake-up can come before the suspension */
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
+void ls_unpark(struct ls *s, struct hs_req *r)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    struct parked **pp = &s->parked;
+    while (*pp) {
+        if ((*pp)->r == r) {
+            struct parked *p = *pp;
+            *pp = p->next;
+            free(p);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+size_t ls_count(void)
+{
+    pthread_mutex_lock(&reg_mu);
+    size_t n = reg_count;
+    pthread_mutex_unlock(&reg_mu);
+    return n;
+}
