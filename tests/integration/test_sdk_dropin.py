@@ -306,3 +306,35 @@ def test_shipped_openai_profiles_answer_an_sdk_with_the_providers_body():
         with open(path) as f:
             for route in json.load(f)["routes"]:
                 assert route.get("default_wait_seconds", 0) > 0, (path, route)
+
+
+def test_unmodified_openai_sdk_streams_and_replays_the_same_tokens(gateway_factory, mock, token):
+    """Issue 25 §6: `stream: true` through the SDK: the first call streams from the provider,
+    the same key again replays the same chunks from the record; the mock saw one create."""
+    profile = os.path.join(ROOT, "deploy", "providers", "openai-chat.json")
+    name = "chatsdk" + uuid.uuid4().hex[:6]
+    gw = gateway_factory(providers=[{"name": name, "profile": profile, "base_url": mock.url,
+                                     "timeouts": {"connect_ms": 1000, "total_ms": 8000}}],
+                         env={"OPENAI_API_KEY": "sk-test"})
+    subprocess.run([os.path.join(ROOT, "scripts", "npm-tools.sh"), SDK_DIR], check=True,
+                   timeout=600)
+    base = f"http://127.0.0.1:{gw.port}/v1/providers/{name}"
+    key = "sdk-stream-" + uuid.uuid4().hex
+
+    def stream():
+        r = subprocess.run(["node", os.path.join(SDK_DIR, "stream.mjs"), base, token, key,
+                            json.dumps({"_mock": {"events": 4, "event_delay_ms": 50}})],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, OPENAI_LOG="off"))
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout)
+
+    first = stream()
+    assert first["text"] == "tok0 tok1 tok2 tok3 ", first
+    assert first["usage"]["completion_tokens"] == 4, first
+    again = stream()
+    assert (again["chunks"], again["text"], again["usage"]) == \
+        (first["chunks"], first["text"], first["usage"])
+    creates = [e for e in mock.ledger()
+               if e["route"] == "/v1/chat/completions" and not e["replay"]]
+    assert len(creates) == 1, creates

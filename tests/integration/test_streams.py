@@ -250,3 +250,42 @@ def test_a_cut_stream_cuts_the_live_client_too(gateway_factory, mock, token):
     assert cut
     assert live.data.count(b"\n\n") == 3 and b"[DONE]" not in live.data, live.data
     assert wait_state(gw, token, job_id, ("unknown", "review"))["state"] in ("unknown", "review")
+
+
+def test_kill_9_mid_stream_leaves_the_job_in_doubt_never_resent(gateway_factory, mock, token):
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    body = chat_body(events=6, event_delay_ms=400)
+    live = Live(gw, token, chat, "kill-1", body)
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    live.until(b"tok0")
+    gw.proc.kill()  # mid-stream: the provider generates on, the answer is lost
+    gw.proc.wait()
+    live.close()
+    other = gateway_factory(providers=providers, env=ENV)
+    # The lease runs out (10 s in these tests): sent, no answer recorded, a provider that cannot
+    # be asked: in doubt, for an operator; never sent again.
+    j = wait_state(other, token, job_id, ("unknown", "review", "completed", "failed"), timeout=40)
+    assert j["state"] in ("unknown", "review"), j
+    again = other.submit(token, "kill-1", body, route=chat, headers={"Prefer": "respond-async"})
+    assert again.status == 202 and again.json()["id"] == job_id, again
+    assert len(creates(mock, "/v1/chat/completions")) == 1
+
+
+def test_a_stream_in_progress_at_sigterm_is_recorded_before_exit(gateway_factory, mock, token):
+    import signal
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    body = chat_body(events=5, event_delay_ms=300)
+    live = Live(gw, token, chat, "term-1", body)
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    live.until(b"tok0")
+    gw.proc.send_signal(signal.SIGTERM)
+    assert gw.proc.wait(timeout=30) == 0, gw.log()[-2000:]
+    live.close()
+    other = gateway_factory(providers=providers, env=ENV)
+    j = other.job(token, job_id).json()
+    assert j["state"] == "completed", j  # the call was let end and recorded
+    replay = other.submit(token, "term-1", body, route=chat, headers={"Prefer": "wait=5"})
+    assert replay.body.endswith(b"data: [DONE]\n\n") and replay.body.count(b'"content":"tok') == 5
+    assert len(creates(mock, "/v1/chat/completions")) == 1
