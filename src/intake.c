@@ -77,7 +77,15 @@ struct intake {
      * or NULL; and when the wait ends (waiters_now() seconds). */
     struct ls *ls;
     double wait_deadline;
+    struct reply_delivery dv; /* how a streamed provider's answer is served to this client */
 };
+
+/* The delivery the client of r asked for (its intake's), or NULL. */
+static const struct reply_delivery *delivery_of(struct hs_req *r)
+{
+    struct intake *in = api_ctx(r);
+    return in ? &in->dv : NULL;
+}
 
 /* NEXT: go on; ANSWERED or PROBLEM: stop (the gate answers a problem); SUSPENDED: the request
  * waits for the recorder, and goes on at next_step once resumed. */
@@ -282,7 +290,8 @@ static enum step_result step_canonicalise(struct intake *in)
                                   .client_ref_field = ref_needed ? p->client_ref_body_field : NULL,
                                   .outputs_path = p->outputs_requested,
                                   .outputs_default = p->outputs_default,
-                                  .outputs_counted = p->outputs_received != NULL};
+                                  .outputs_counted = p->outputs_received != NULL,
+                                  .fp_skip = p->stream_format ? sse_delivery_members : NULL};
     const char *ctype = hs_req_header(in->r, "Content-Type");
     if (ctype && strncasecmp(ctype, "multipart/", 10) == 0) {
         enum step_result m = read_multipart(in, ctype, raw, len, ref_needed);
@@ -306,6 +315,9 @@ static enum step_result step_canonicalise(struct intake *in)
         snprintf(detail, sizeof(detail), "%s at byte %zu", jerr.what, jerr.offset);
         return raise_problem(in, 400, "invalid-json", "Invalid JSON body", detail);
     }
+    if (p->stream_format && !in->mp_canon)
+        in->dv = (struct reply_delivery){.format = p->stream_format,
+                                         .stream = sse_requested(in->body.sent, in->body.sent_len)};
     if (in->body.placeable != INJECT_OK) {
         snprintf(detail, sizeof(detail),
                  "this provider needs the gateway's reference at \"%s\" in a JSON object body; "
@@ -354,7 +366,7 @@ static enum step_result step_cache(struct intake *in)
         return STEP_NEXT;
     int same = strcmp(hit.fingerprint, in->fp) == 0;
     if (same && in->wait_s > 0)
-        reply_result(in->r, &hit, 1, in->wait_s);
+        reply_result(in->r, &hit, 1, in->wait_s, &in->dv);
     else if (same)
         reply_entry(in->r, 202, &hit, 1, 1);
     enum step_result res = same ? STEP_ANSWERED : raise_key_reused(in, hit.job_id, hit.provider,
@@ -474,7 +486,7 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
                            const char *token, int local, struct ls *ls)
 {
     if (wait_s > 0 && st_is_terminal(j->state)) {
-        reply_provider_result(r, j, replayed, wait_s);
+        reply_provider_result(r, j, replayed, wait_s, delivery_of(r));
         return;
     }
     if (wait_s <= 0) {
@@ -621,7 +633,7 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
     metrics_wait_answer(0);
     if (e == STORE_OK) {
         if (st_is_terminal(j.state))
-            reply_provider_result(r, &j, w->replayed, w->wait_seconds);
+            reply_provider_result(r, &j, w->replayed, w->wait_seconds, delivery_of(r));
         else
             reply_job(r, 202, &j, w->replayed, 1);
         store_job_fini(&j);
@@ -645,7 +657,7 @@ void intake_resume(struct hs_req *r)
     struct jobcache_entry e;
     if (answers_get(w->job_id, &e)) {
         metrics_wait_answer(1);
-        reply_result(r, &e, w->replayed, w->wait_seconds);
+        reply_result(r, &e, w->replayed, w->wait_seconds, delivery_of(r));
         jobcache_entry_fini(&e);
         return;
     }

@@ -1177,11 +1177,12 @@ static uint32_t enter_child(const struct jcs_doc *d, const struct jcs_node *nd, 
     return k + 1;
 }
 
-static int write_document(const struct jcs_doc *d, struct obuf *o)
+/* Writes node start and everything under it in canonical form. */
+static int write_node(const struct jcs_doc *d, uint32_t start, struct obuf *o)
 {
     struct wframe *st = NULL;
     size_t sp = 0;
-    uint32_t cur = 0;
+    uint32_t cur = start;
 
     if (d->max_frames && !(st = malloc(d->max_frames * sizeof *st)))
         return -1;
@@ -1289,6 +1290,60 @@ void jcs_doc_free(struct jcs_doc *doc)
     free(doc->kids);
     free(doc->compact);
     free(doc);
+}
+
+static int write_document(const struct jcs_doc *d, struct obuf *o)
+{
+    return write_node(d, 0, o);
+}
+
+/* 1 when the member name node k decodes to one of skip's names. */
+static int skipped(const struct jcs_doc *d, uint32_t k, const char *const *skip)
+{
+    const struct jcs_node *name = &d->nodes[k];
+    for (; skip && *skip; skip++)
+        if (strlen(*skip) == name->u.span.len &&
+            memcmp(*skip, d->pool + name->u.span.off, name->u.span.len) == 0)
+            return 1;
+    return 0;
+}
+
+int jcs_doc_canonical_except(const struct jcs_doc *doc, const char *const *skip, char **out,
+                             size_t *out_len)
+{
+    const struct jcs_node *root = &doc->nodes[0];
+    if (root->type != N_OBJ || !root->u.span.len || !skip || !*skip)
+        return jcs_doc_canonical(doc, out, out_len);
+    struct obuf o = {.cap = doc->in_len + 16};
+    *out = NULL;
+    *out_len = 0;
+    o.p = malloc(o.cap);
+    if (!o.p)
+        return JCS_ENOMEM;
+    putc_(&o, '{');
+    int first = 1;
+    for (uint32_t i = 0; i < root->u.span.len && !o.failed; i++) {
+        uint32_t k = doc->kids[root->u.span.off + i];
+        if (skipped(doc, k, skip))
+            continue;
+        if (!first)
+            putc_(&o, ',');
+        first = 0;
+        const struct jcs_node *name = &doc->nodes[k];
+        write_string(&o, doc->pool + name->u.span.off, name->u.span.len);
+        putc_(&o, ':');
+        if (write_node(doc, k + 1, &o))
+            o.failed = 1;
+    }
+    putc_(&o, '}');
+    if (o.failed) {
+        free(o.p);
+        return JCS_ENOMEM;
+    }
+    o.p[o.len] = '\0';
+    *out = o.p;
+    *out_len = o.len;
+    return JCS_OK;
 }
 
 int jcs_doc_canonical(const struct jcs_doc *doc, char **out, size_t *out_len)

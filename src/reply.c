@@ -1,5 +1,7 @@
 #include "idemgate/reply.h"
 
+#include "idemgate/sse.h"
+
 #include "idemgate/pricing.h"
 
 #include "idemgate/api.h"
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Seconds a client should wait before retrying when the database is unreachable. */
 #define UNAVAILABLE_RETRY_AFTER 2
@@ -233,10 +236,42 @@ void reply_job(struct hs_req *r, int status, const struct store_job *j, int repl
 
 /* `Prefer: wait` on a terminal job: the provider's own status and body, with the job's
  * headers, as if the client had called the provider itself. */
-void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed, int wait_s)
+/* The record converted for a client that asked for the other delivery (reply_result): into
+ * *out (a shallow copy of e with its own body, to free), 1; or 0 when e is served as stored. */
+static int converted(const struct jobcache_entry *e, const struct reply_delivery *dv,
+                     struct jobcache_entry *out)
+{
+    if (!dv || !dv->format || e->resp_status < 200 || e->resp_status >= 300)
+        return 0;
+    int recorded_stream = strncasecmp(e->content_type, "text/event-stream", 17) == 0;
+    if (recorded_stream == dv->stream)
+        return 0;
+    size_t n = 0;
+    char *body = recorded_stream
+                     ? sse_assemble((enum sse_format)dv->format, e->resp_body, e->resp_body_len, &n)
+                     : sse_synthesize((enum sse_format)dv->format, e->resp_body, e->resp_body_len,
+                                      &n);
+    if (!body)
+        return 0;
+    *out = *e;
+    out->resp_body = body;
+    out->resp_body_len = n;
+    snprintf(out->content_type, sizeof(out->content_type), "%s",
+             recorded_stream ? "application/json" : "text/event-stream");
+    return 1;
+}
+
+void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed, int wait_s,
+                  const struct reply_delivery *dv)
 {
     if (!e->resp_status || !e->resp_body) {
         reply_entry(r, 200, e, replayed, 1);
+        return;
+    }
+    struct jobcache_entry other;
+    if (converted(e, dv, &other)) {
+        reply_result(r, &other, replayed, wait_s, NULL);
+        free(other.resp_body);
         return;
     }
     char loc[64], pref[32];
@@ -256,14 +291,15 @@ void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed
     hs_respond(r, e->resp_status, e->content_type, e->resp_body, e->resp_body_len, hdrs);
 }
 
-void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed, int wait_s)
+void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed, int wait_s,
+                           const struct reply_delivery *dv)
 {
     struct jobcache_entry e;
     if (entry_of(j, &e) < 0) {
         reply_problem(r, 500, "internal", "Internal error", "out of memory", 0);
         return;
     }
-    reply_result(r, &e, replayed, wait_s);
+    reply_result(r, &e, replayed, wait_s, dv);
     entry_release(&e);
 }
 

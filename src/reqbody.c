@@ -92,7 +92,8 @@ int reqbody_init(struct reqbody *b, const char *in, size_t len, const struct req
     int rc = jcs_parse(in, len, needs->max_depth, &doc, err);
     if (rc)
         return rc;
-    rc = jcs_doc_canonical(doc, &b->canon, &b->canon_len);
+    rc = needs->fp_skip ? jcs_doc_canonical_except(doc, needs->fp_skip, &b->canon, &b->canon_len)
+                        : jcs_doc_canonical(doc, &b->canon, &b->canon_len);
     if (rc) {
         *err = (struct jcs_error){.code = JCS_ENOMEM, .offset = len, .what = "out of memory"};
         jcs_doc_free(doc);

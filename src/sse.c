@@ -2,8 +2,11 @@
 #include "idemgate/sse.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+const char *const sse_delivery_members[] = {"stream", "stream_options", NULL};
 
 static const char *const names[] = {"", "openai-chat", "anthropic", "openai-responses"};
 
@@ -64,23 +67,17 @@ static void take_usage(struct reading *rd, const cJSON *u, int merge)
     }
 }
 
-/* One whole event: its type (the `event:` field, or "" when none) and its data. */
-static void on_event(struct reading *rd, const char *type, const char *data, size_t dlen)
+/* One whole event: its type (the `event:` field, else the data's "type"), its data parsed (NULL
+ * when not JSON) and raw. */
+static void on_event(void *arg, const char *kind, const cJSON *d, const char *data, size_t dlen)
 {
+    struct reading *rd = arg;
     struct sse_verdict *v = rd->v;
     v->events++;
     if (rd->f == SSE_OPENAI_CHAT && dlen == 6 && memcmp(data, "[DONE]", 6) == 0) {
         v->terminal = 1;
         return;
     }
-    const char *end = NULL;
-    cJSON *d = dlen ? cJSON_ParseWithLengthOpts(data, dlen, &end, 0) : NULL;
-    if (d && end != data + dlen) {
-        cJSON_Delete(d);
-        d = NULL;
-    }
-    const cJSON *t = member(d, "type");
-    const char *kind = *type ? type : cJSON_IsString(t) ? t->valuestring : "";
     switch (rd->f) {
     case SSE_OPENAI_CHAT:
         if (member(d, "error"))
@@ -111,72 +108,19 @@ static void on_event(struct reading *rd, const char *type, const char *data, siz
     default:
         break;
     }
-    cJSON_Delete(d);
 }
+
+static int each_event(const char *body, size_t len,
+                      void (*fn)(void *arg, const char *type, const cJSON *d, const char *raw,
+                                 size_t rawlen),
+                      void *arg);
 
 int sse_read(enum sse_format f, const char *body, size_t len, struct sse_verdict *v)
 {
     memset(v, 0, sizeof(*v));
     struct reading rd = {.f = f, .v = v};
-    char type[64] = "";
-    char *data = NULL;
-    size_t dlen = 0, dcap = 0;
-    int have_data = 0;
-    size_t i = 0;
-    while (i < len && !rd.oom) {
-        /* One line: up to CR, LF or CRLF (WHATWG's event stream); a last line without its end
-         * is an event cut off, never dispatched. */
-        size_t s = i;
-        while (i < len && body[i] != '\r' && body[i] != '\n')
-            i++;
-        if (i == len)
-            break;
-        size_t e = i;
-        i += (body[i] == '\r' && i + 1 < len && body[i + 1] == '\n') ? 2 : 1;
-        if (e == s) { /* a blank line dispatches */
-            if (have_data || *type)
-                on_event(&rd, type, data ? data : "", dlen);
-            type[0] = '\0';
-            dlen = 0;
-            have_data = 0;
-            continue;
-        }
-        if (body[s] == ':')
-            continue; /* a comment (a keep-alive) */
-        size_t c = s;
-        while (c < e && body[c] != ':')
-            c++;
-        size_t vs = c < e ? c + 1 : e;
-        if (vs < e && body[vs] == ' ')
-            vs++;
-        size_t fl = c - s, vl = e - vs;
-        if (fl == 5 && memcmp(body + s, "event", 5) == 0) {
-            size_t n = vl < sizeof(type) - 1 ? vl : sizeof(type) - 1;
-            memcpy(type, body + vs, n);
-            type[n] = '\0';
-        } else if (fl == 4 && memcmp(body + s, "data", 4) == 0) {
-            size_t need = dlen + (have_data ? 1 : 0) + vl + 1;
-            if (need > dcap) {
-                size_t cap = dcap ? dcap * 2 : 256;
-                while (cap < need)
-                    cap *= 2;
-                char *nd = realloc(data, cap);
-                if (!nd) {
-                    rd.oom = 1;
-                    break;
-                }
-                data = nd;
-                dcap = cap;
-            }
-            if (have_data)
-                data[dlen++] = '\n';
-            memcpy(data + dlen, body + vs, vl);
-            dlen += vl;
-            data[dlen] = '\0';
-            have_data = 1;
-        }
-    }
-    free(data);
+    if (each_event(body, len, on_event, &rd) < 0)
+        rd.oom = 1;
     if (rd.usage && !rd.oom) {
         v->usage = cJSON_PrintUnformatted(rd.usage);
         if (!v->usage)
@@ -204,4 +148,501 @@ int sse_requested(const char *body, size_t len)
     int yes = d && cJSON_IsTrue(member(d, "stream"));
     cJSON_Delete(d);
     return yes;
+}
+
+/* ---- whole answers from streams, and streams from whole answers ---------------------- */
+
+/* Calls fn(arg, type, data parsed, data raw) for each whole event of body, read as WHATWG's
+ * event stream: lines end in CR, LF or CRLF; a blank line dispatches; `:` starts a comment; a
+ * last line without its end is an event cut off, never dispatched. The data is NULL when not
+ * JSON; the type "" when the event named none and the data has no "type". Returns -1 when out
+ * of memory. */
+static int each_event(const char *body, size_t len,
+                      void (*fn)(void *arg, const char *type, const cJSON *d, const char *raw,
+                                 size_t rawlen),
+                      void *arg)
+{
+    char type[64] = "";
+    char *data = NULL;
+    size_t dlen = 0, dcap = 0, i = 0;
+    int have = 0;
+    while (i < len) {
+        size_t s = i;
+        while (i < len && body[i] != '\r' && body[i] != '\n')
+            i++;
+        if (i == len)
+            break;
+        size_t e = i;
+        i += (body[i] == '\r' && i + 1 < len && body[i + 1] == '\n') ? 2 : 1;
+        if (e == s) {
+            if (have || *type) {
+                const char *end = NULL;
+                cJSON *d = dlen ? cJSON_ParseWithLengthOpts(data, dlen, &end, 0) : NULL;
+                if (d && end != data + dlen) {
+                    cJSON_Delete(d);
+                    d = NULL;
+                }
+                const cJSON *t = member(d, "type");
+                fn(arg, *type ? type : cJSON_IsString(t) ? t->valuestring : "", d,
+                   data ? data : "", dlen);
+                cJSON_Delete(d);
+            }
+            type[0] = '\0';
+            dlen = 0;
+            have = 0;
+            continue;
+        }
+        if (body[s] == ':')
+            continue;
+        size_t c = s;
+        while (c < e && body[c] != ':')
+            c++;
+        size_t vs = c < e ? c + 1 : e;
+        if (vs < e && body[vs] == ' ')
+            vs++;
+        size_t fl = c - s, vl = e - vs;
+        if (fl == 5 && memcmp(body + s, "event", 5) == 0) {
+            size_t n = vl < sizeof(type) - 1 ? vl : sizeof(type) - 1;
+            memcpy(type, body + vs, n);
+            type[n] = '\0';
+        } else if (fl == 4 && memcmp(body + s, "data", 4) == 0) {
+            size_t need = dlen + (have ? 1 : 0) + vl + 1;
+            if (need > dcap) {
+                size_t cap = dcap ? dcap * 2 : 256;
+                while (cap < need)
+                    cap *= 2;
+                char *nd = realloc(data, cap);
+                if (!nd) {
+                    free(data);
+                    return -1;
+                }
+                data = nd;
+                dcap = cap;
+            }
+            if (have)
+                data[dlen++] = '\n';
+            memcpy(data + dlen, body + vs, vl);
+            dlen += vl;
+            data[dlen] = '\0';
+            have = 1;
+        }
+    }
+    free(data);
+    return 0;
+}
+
+#define MAX_CHOICES 16
+
+struct assembly {
+    enum sse_format f;
+    cJSON *out;              /* the answer being built */
+    cJSON *choice[MAX_CHOICES]; /* OpenAI Chat: the message of each choice */
+    cJSON *content;          /* Anthropic: the content array */
+    int oom;
+};
+
+/* Appends text to the string member name of o (created when missing). */
+static void append_text(struct assembly *a, cJSON *o, const char *name, const char *text)
+{
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(o, name);
+    const char *was = cJSON_IsString(cur) ? cur->valuestring : "";
+    size_t n = strlen(was) + strlen(text) + 1;
+    char *joined = malloc(n);
+    if (!joined) {
+        a->oom = 1;
+        return;
+    }
+    snprintf(joined, n, "%s%s", was, text);
+    cJSON *v = cJSON_CreateString(joined);
+    free(joined);
+    if (!v) {
+        a->oom = 1;
+        return;
+    }
+    if (cur)
+        cJSON_ReplaceItemInObjectCaseSensitive(o, name, v);
+    else
+        cJSON_AddItemToObject(o, name, v);
+}
+
+static void set_member(struct assembly *a, cJSON *o, const char *name, const cJSON *v)
+{
+    cJSON *c = cJSON_Duplicate(v, 1);
+    if (!c) {
+        a->oom = 1;
+        return;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(o, name))
+        cJSON_ReplaceItemInObjectCaseSensitive(o, name, c);
+    else
+        cJSON_AddItemToObject(o, name, c);
+}
+
+static void assemble_chat(struct assembly *a, const cJSON *d)
+{
+    if (!cJSON_IsObject(d))
+        return;
+    if (!a->out) {
+        a->out = cJSON_CreateObject();
+        if (!a->out) {
+            a->oom = 1;
+            return;
+        }
+        static const char *const copied[] = {"id", "created", "model", "system_fingerprint",
+                                             "service_tier"};
+        for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
+            if (member(d, copied[i]))
+                set_member(a, a->out, copied[i], member(d, copied[i]));
+        cJSON_AddStringToObject(a->out, "object", "chat.completion");
+        cJSON_AddArrayToObject(a->out, "choices");
+    }
+    const cJSON *c;
+    cJSON_ArrayForEach(c, member(d, "choices"))
+    {
+        const cJSON *ix = member(c, "index");
+        int i = cJSON_IsNumber(ix) ? ix->valueint : 0;
+        if (i < 0 || i >= MAX_CHOICES)
+            continue;
+        if (!a->choice[i]) {
+            cJSON *choice = cJSON_CreateObject();
+            cJSON *msg = cJSON_CreateObject();
+            if (!choice || !msg) {
+                cJSON_Delete(choice);
+                cJSON_Delete(msg);
+                a->oom = 1;
+                return;
+            }
+            cJSON_AddNumberToObject(choice, "index", i);
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddItemToObject(choice, "message", msg);
+            cJSON_AddNullToObject(choice, "finish_reason");
+            cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(a->out, "choices"), choice);
+            a->choice[i] = choice;
+        }
+        cJSON *msg = cJSON_GetObjectItemCaseSensitive(a->choice[i], "message");
+        const cJSON *delta = member(c, "delta");
+        if (cJSON_IsString(member(delta, "role")))
+            set_member(a, msg, "role", member(delta, "role"));
+        if (cJSON_IsString(member(delta, "content")))
+            append_text(a, msg, "content", member(delta, "content")->valuestring);
+        if (cJSON_IsString(member(delta, "refusal")))
+            append_text(a, msg, "refusal", member(delta, "refusal")->valuestring);
+        if (cJSON_IsString(member(c, "finish_reason")))
+            set_member(a, a->choice[i], "finish_reason", member(c, "finish_reason"));
+    }
+    if (cJSON_IsObject(member(d, "usage")))
+        set_member(a, a->out, "usage", member(d, "usage"));
+}
+
+static void assemble_anthropic(struct assembly *a, const char *type, const cJSON *d)
+{
+    if (strcmp(type, "message_start") == 0 && cJSON_IsObject(member(d, "message"))) {
+        cJSON_Delete(a->out);
+        a->out = cJSON_Duplicate(member(d, "message"), 1);
+        if (!a->out) {
+            a->oom = 1;
+            return;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(a->out, "content");
+        a->content = cJSON_AddArrayToObject(a->out, "content");
+        if (!a->content)
+            a->oom = 1;
+        return;
+    }
+    if (!a->out || !a->content)
+        return;
+    const cJSON *ix = member(d, "index");
+    int i = cJSON_IsNumber(ix) ? ix->valueint : -1;
+    if (strcmp(type, "content_block_start") == 0 && cJSON_IsObject(member(d, "content_block"))) {
+        if (i == cJSON_GetArraySize(a->content)) {
+            cJSON *b = cJSON_Duplicate(member(d, "content_block"), 1);
+            if (!b)
+                a->oom = 1;
+            else
+                cJSON_AddItemToArray(a->content, b);
+        }
+    } else if (strcmp(type, "content_block_delta") == 0 && i >= 0 &&
+               i < cJSON_GetArraySize(a->content)) {
+        cJSON *b = cJSON_GetArrayItem(a->content, i);
+        const cJSON *delta = member(d, "delta");
+        const cJSON *dt = member(delta, "type");
+        if (cJSON_IsString(dt) && strcmp(dt->valuestring, "text_delta") == 0 &&
+            cJSON_IsString(member(delta, "text")))
+            append_text(a, b, "text", member(delta, "text")->valuestring);
+        else if (cJSON_IsString(dt) && strcmp(dt->valuestring, "thinking_delta") == 0 &&
+                 cJSON_IsString(member(delta, "thinking")))
+            append_text(a, b, "thinking", member(delta, "thinking")->valuestring);
+    } else if (strcmp(type, "message_delta") == 0) {
+        const cJSON *delta = member(d, "delta"), *m;
+        cJSON_ArrayForEach(m, delta)
+        {
+            if (m->string)
+                set_member(a, a->out, m->string, m);
+        }
+        const cJSON *u = member(d, "usage");
+        cJSON *mine = cJSON_GetObjectItemCaseSensitive(a->out, "usage");
+        if (cJSON_IsObject(u) && cJSON_IsObject(mine))
+            cJSON_ArrayForEach(m, u)
+            {
+                if (m->string)
+                    set_member(a, mine, m->string, m);
+            }
+        else if (cJSON_IsObject(u))
+            set_member(a, a->out, "usage", u);
+    }
+}
+
+static void on_assembly_event(void *arg, const char *type, const cJSON *d, const char *raw,
+                              size_t rawlen)
+{
+    struct assembly *a = arg;
+    (void)raw;
+    (void)rawlen;
+    switch (a->f) {
+    case SSE_OPENAI_CHAT:
+        assemble_chat(a, d);
+        break;
+    case SSE_ANTHROPIC:
+        assemble_anthropic(a, type, d);
+        break;
+    case SSE_OPENAI_RESPONSES:
+        if (strcmp(type, "response.completed") == 0 && cJSON_IsObject(member(d, "response"))) {
+            cJSON_Delete(a->out);
+            a->out = cJSON_Duplicate(member(d, "response"), 1);
+            if (!a->out)
+                a->oom = 1;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_len)
+{
+    struct sse_verdict v;
+    *out_len = 0;
+    if (sse_read(f, body, len, &v) < 0)
+        return NULL;
+    int whole = v.terminal && !v.error;
+    sse_verdict_fini(&v);
+    if (!whole)
+        return NULL;
+    struct assembly a = {.f = f};
+    if (each_event(body, len, on_assembly_event, &a) < 0)
+        a.oom = 1;
+    char *out = a.out && !a.oom ? cJSON_PrintUnformatted(a.out) : NULL;
+    cJSON_Delete(a.out);
+    if (out)
+        *out_len = strlen(out);
+    return out;
+}
+
+/* A growing event stream. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+/* Appends one event: "event: type\n" (when type) and "data: <doc printed, or raw>\n\n". */
+static void put_event(struct sbuf *b, const char *type, const cJSON *doc, const char *raw)
+{
+    char *data = doc ? cJSON_PrintUnformatted(doc) : NULL;
+    const char *d = doc ? data : raw;
+    if (!d) {
+        b->oom = 1;
+        return;
+    }
+    size_t need = b->len + (type ? strlen(type) + 8 : 0) + strlen(d) + 9;
+    if (need > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        while (cap < need)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            free(data);
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    if (type)
+        b->len += (size_t)sprintf(b->p + b->len, "event: %s\n", type);
+    b->len += (size_t)sprintf(b->p + b->len, "data: %s\n\n", d);
+    free(data);
+}
+
+/* An object {"type": type} with members added by the caller. */
+static cJSON *typed(const char *type)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o)
+        cJSON_AddStringToObject(o, "type", type);
+    return o;
+}
+
+static void synth_chat(struct sbuf *b, const cJSON *whole)
+{
+    const cJSON *c;
+    static const char *const copied[] = {"id", "created", "model", "system_fingerprint"};
+    cJSON_ArrayForEach(c, member(whole, "choices"))
+    {
+        for (int step = 0; step < 2; step++) {
+            cJSON *chunk = cJSON_CreateObject();
+            if (!chunk) {
+                b->oom = 1;
+                return;
+            }
+            for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
+                if (member(whole, copied[i]))
+                    cJSON_AddItemToObject(chunk, copied[i],
+                                          cJSON_Duplicate(member(whole, copied[i]), 1));
+            cJSON_AddStringToObject(chunk, "object", "chat.completion.chunk");
+            cJSON *choices = cJSON_AddArrayToObject(chunk, "choices");
+            cJSON *one = cJSON_CreateObject(), *delta = cJSON_CreateObject();
+            cJSON_AddItemToObject(one, "index", cJSON_Duplicate(member(c, "index"), 1));
+            const cJSON *msg = member(c, "message");
+            if (step == 0) {
+                cJSON_AddStringToObject(delta, "role", "assistant");
+                if (cJSON_IsString(member(msg, "content")))
+                    cJSON_AddItemToObject(delta, "content",
+                                          cJSON_Duplicate(member(msg, "content"), 1));
+                cJSON_AddItemToObject(one, "delta", delta);
+                cJSON_AddNullToObject(one, "finish_reason");
+            } else {
+                cJSON_AddItemToObject(one, "delta", delta);
+                const cJSON *fr = member(c, "finish_reason");
+                cJSON_AddItemToObject(one, "finish_reason",
+                                      fr ? cJSON_Duplicate(fr, 1) : cJSON_CreateNull());
+            }
+            cJSON_AddItemToArray(choices, one);
+            put_event(b, NULL, chunk, NULL);
+            cJSON_Delete(chunk);
+        }
+    }
+    if (cJSON_IsObject(member(whole, "usage"))) {
+        cJSON *chunk = cJSON_CreateObject();
+        if (!chunk) {
+            b->oom = 1;
+            return;
+        }
+        for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
+            if (member(whole, copied[i]))
+                cJSON_AddItemToObject(chunk, copied[i],
+                                      cJSON_Duplicate(member(whole, copied[i]), 1));
+        cJSON_AddStringToObject(chunk, "object", "chat.completion.chunk");
+        cJSON_AddArrayToObject(chunk, "choices");
+        cJSON_AddItemToObject(chunk, "usage", cJSON_Duplicate(member(whole, "usage"), 1));
+        put_event(b, NULL, chunk, NULL);
+        cJSON_Delete(chunk);
+    }
+    put_event(b, NULL, NULL, "[DONE]");
+}
+
+static void synth_anthropic(struct sbuf *b, const cJSON *whole)
+{
+    cJSON *start = typed("message_start"), *msg = cJSON_Duplicate(whole, 1);
+    if (!start || !msg) {
+        cJSON_Delete(start);
+        cJSON_Delete(msg);
+        b->oom = 1;
+        return;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(msg, "content");
+    cJSON_AddArrayToObject(msg, "content");
+    /* The stop reason comes with message_delta, as the provider streams it. */
+    if (member(msg, "stop_reason"))
+        cJSON_ReplaceItemInObjectCaseSensitive(msg, "stop_reason", cJSON_CreateNull());
+    if (member(msg, "stop_sequence"))
+        cJSON_ReplaceItemInObjectCaseSensitive(msg, "stop_sequence", cJSON_CreateNull());
+    cJSON_AddItemToObject(start, "message", msg);
+    put_event(b, "message_start", start, NULL);
+    cJSON_Delete(start);
+    int i = 0;
+    const cJSON *block;
+    cJSON_ArrayForEach(block, member(whole, "content"))
+    {
+        cJSON *bs = typed("content_block_start"), *empty = cJSON_Duplicate(block, 1);
+        cJSON_AddNumberToObject(bs, "index", i);
+        const char *field = NULL;
+        const cJSON *bt = member(block, "type");
+        if (cJSON_IsString(bt) && strcmp(bt->valuestring, "text") == 0)
+            field = "text";
+        else if (cJSON_IsString(bt) && strcmp(bt->valuestring, "thinking") == 0)
+            field = "thinking";
+        if (field) {
+            cJSON_DeleteItemFromObjectCaseSensitive(empty, field);
+            cJSON_AddStringToObject(empty, field, "");
+        }
+        cJSON_AddItemToObject(bs, "content_block", empty);
+        put_event(b, "content_block_start", bs, NULL);
+        cJSON_Delete(bs);
+        if (field && cJSON_IsString(member(block, field))) {
+            cJSON *bd = typed("content_block_delta"), *delta = cJSON_CreateObject();
+            cJSON_AddNumberToObject(bd, "index", i);
+            cJSON_AddStringToObject(delta, "type",
+                                    strcmp(field, "text") == 0 ? "text_delta" : "thinking_delta");
+            cJSON_AddItemToObject(delta, field, cJSON_Duplicate(member(block, field), 1));
+            cJSON_AddItemToObject(bd, "delta", delta);
+            put_event(b, "content_block_delta", bd, NULL);
+            cJSON_Delete(bd);
+        }
+        cJSON *stop = typed("content_block_stop");
+        cJSON_AddNumberToObject(stop, "index", i);
+        put_event(b, "content_block_stop", stop, NULL);
+        cJSON_Delete(stop);
+        i++;
+    }
+    cJSON *md = typed("message_delta"), *delta = cJSON_CreateObject(), *u = cJSON_CreateObject();
+    const cJSON *sr = member(whole, "stop_reason"), *ss = member(whole, "stop_sequence");
+    if (sr)
+        cJSON_AddItemToObject(delta, "stop_reason", cJSON_Duplicate(sr, 1));
+    if (ss)
+        cJSON_AddItemToObject(delta, "stop_sequence", cJSON_Duplicate(ss, 1));
+    cJSON_AddItemToObject(md, "delta", delta);
+    const cJSON *ot = member(member(whole, "usage"), "output_tokens");
+    if (ot)
+        cJSON_AddItemToObject(u, "output_tokens", cJSON_Duplicate(ot, 1));
+    cJSON_AddItemToObject(md, "usage", u);
+    put_event(b, "message_delta", md, NULL);
+    cJSON_Delete(md);
+    cJSON *stop = typed("message_stop");
+    put_event(b, "message_stop", stop, NULL);
+    cJSON_Delete(stop);
+}
+
+char *sse_synthesize(enum sse_format f, const char *json, size_t len, size_t *out_len)
+{
+    *out_len = 0;
+    const char *end = NULL;
+    cJSON *whole = json && len ? cJSON_ParseWithLengthOpts(json, len, &end, 0) : NULL;
+    if (!cJSON_IsObject(whole) || end != json + len) {
+        cJSON_Delete(whole);
+        return NULL;
+    }
+    struct sbuf b = {0};
+    if (f == SSE_OPENAI_CHAT && cJSON_IsArray(member(whole, "choices"))) {
+        synth_chat(&b, whole);
+    } else if (f == SSE_ANTHROPIC && cJSON_IsArray(member(whole, "content"))) {
+        synth_anthropic(&b, whole);
+    } else if (f == SSE_OPENAI_RESPONSES && cJSON_IsString(member(whole, "id"))) {
+        cJSON *done = typed("response.completed");
+        if (done) {
+            cJSON_AddNumberToObject(done, "sequence_number", 0);
+            cJSON_AddItemToObject(done, "response", cJSON_Duplicate(whole, 1));
+        }
+        put_event(&b, "response.completed", done, NULL);
+        cJSON_Delete(done);
+    } else {
+        b.oom = 1; /* not an answer of this format */
+    }
+    cJSON_Delete(whole);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    *out_len = b.len;
+    return b.p;
 }

@@ -91,6 +91,13 @@ __attribute__((warn_unused_result)) int jcs_doc_canonical(const struct jcs_doc *
  * it, later calls return NULL with *len 0. Navigation and jcs_doc_canonical do not need it. */
 char *jcs_doc_take_compact(struct jcs_doc *doc, size_t *len);
 
+/* jcs_doc_canonical without the top-level object's members named in skip (NULL-terminated,
+ * compared with their decoded names): a delivery option that does not change what is asked
+ * (an LLM's "stream"). A document whose top level is not an object, or an empty skip, is
+ * written whole. */
+int jcs_doc_canonical_except(const struct jcs_doc *doc, const char *const *skip, char **out,
+                             size_t *out_len);
+
 /* The top-level value; never NULL for a document from jcs_parse. */
 const struct jcs_node *jcs_doc_root(const struct jcs_doc *doc);
 

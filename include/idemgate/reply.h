@@ -56,10 +56,21 @@ void reply_entry(struct hs_req *r, int status, const struct jobcache_entry *e, i
                  int with_location);
 void reply_job(struct hs_req *r, int status, const struct store_job *j, int replayed,
                int with_location);
+/* How the client of a streamed provider asked for its answer: the provider's event format
+ * (sse.h; 0 for any other provider) and whether this request said "stream": true. */
+struct reply_delivery {
+    int format;
+    int stream;
+};
 /* `Prefer: wait` on a terminal job: the provider's own status, body and content type, with the
- * job's headers, as if the client had called the provider itself (the job when none is stored). */
-void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed, int wait_s);
-void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed, int wait_s);
+ * job's headers, as if the client had called the provider itself (the job when none is stored).
+ * For a streamed provider's 2xx (dv not NULL), the record is served the way this client asked:
+ * a recorded stream as the whole answer it stands for (sse_assemble), a recorded whole answer
+ * as its events (sse_synthesize); as stored when it cannot be. */
+void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed, int wait_s,
+                  const struct reply_delivery *dv);
+void reply_provider_result(struct hs_req *r, const struct store_job *j, int replayed, int wait_s,
+                           const struct reply_delivery *dv);
 /* Remembers a terminal job for later replays (by key) and reads (by id) of this tenant. */
 void reply_cache_terminal(const char *token, const struct store_job *j);
 

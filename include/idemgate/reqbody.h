@@ -19,6 +19,9 @@ struct reqbody_needs {
     const struct jpath *outputs_path; /* where the count asked for is; NULL: always the default */
     int outputs_default;              /* the count when the path selects no number in 1..1000 */
     int outputs_counted;              /* 0: the provider's outputs are not counted */
+    /* Top-level members left out of the canonical (fingerprinted) form: how the answer is
+     * delivered, not what is asked (an LLM's "stream"); NULL-terminated, or NULL. */
+    const char *const *fp_skip;
 };
 
 /* One body as the intake needs it. The caller owns the buffers (see reqbody_fini). */

@@ -41,6 +41,22 @@ struct sse_verdict {
 int sse_read(enum sse_format f, const char *body, size_t len, struct sse_verdict *v);
 void sse_verdict_fini(struct sse_verdict *v);
 
+/* The top-level request members that choose how the answer is delivered, not what is
+ * generated ("stream", "stream_options"): left out of the fingerprint, so that the same request
+ * asked streamed and whole is one job (its record is served either way: sse_assemble,
+ * sse_synthesize). NULL-terminated. */
+extern const char *const sse_delivery_members[];
+
+/* The whole answer a complete recorded stream stands for, as the provider answers the same
+ * request without "stream" (text content, stop reason, usage; OpenAI Chat: a
+ * chat.completion; Anthropic: a message; Responses: the completed response): malloc'ed JSON
+ * (*out_len bytes), or NULL when the stream is not complete or memory ran out. */
+char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_len);
+/* The event stream a whole answer stands for, in format f (the text in one delta per block,
+ * then the stop reason, the usage and the terminal event): malloc'ed (*out_len bytes), or NULL
+ * when json is not such an answer or memory ran out. */
+char *sse_synthesize(enum sse_format f, const char *json, size_t len, size_t *out_len);
+
 /* 1 when the request body (JSON text) asks the provider for a stream: its top-level "stream"
  * member is true. A body that is not a JSON object asks for none. */
 int sse_requested(const char *body, size_t len);

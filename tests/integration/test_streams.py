@@ -289,3 +289,39 @@ def test_a_stream_in_progress_at_sigterm_is_recorded_before_exit(gateway_factory
     replay = other.submit(token, "term-1", body, route=chat, headers={"Prefer": "wait=5"})
     assert replay.body.endswith(b"data: [DONE]\n\n") and replay.body.count(b'"content":"tok') == 5
     assert len(creates(mock, "/v1/chat/completions")) == 1
+
+
+def test_one_job_served_streamed_or_whole_as_each_client_asks(gateway_factory, mock, token):
+    """"stream" chooses the delivery, not the generation: the same key asked streamed and whole is
+    one job, one create; each client gets the record the way it asked (a recorded stream
+    assembled into the provider's whole answer, a whole answer as its events)."""
+    providers, chat, claude = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    streamed = gw.submit(token, "both-1", chat_body(events=3), route=chat,
+                         headers={"Prefer": "wait=20"})
+    assert streamed.headers["content-type"].startswith("text/event-stream"), streamed
+    whole = gw.submit(token, "both-1", chat_body(stream=False, events=3), route=chat,
+                      headers={"Prefer": "wait=20"})
+    assert whole.status == 200 and whole.headers["content-type"].startswith("application/json")
+    assert whole.headers.get("idempotent-replayed") == "true"
+    w = whole.json()
+    assert w["object"] == "chat.completion", w
+    assert w["choices"][0]["message"] == {"role": "assistant", "content": "tok0 tok1 tok2 "}, w
+    assert w["choices"][0]["finish_reason"] == "stop" and w["usage"]["completion_tokens"] == 3
+    assert len(creates(mock, "/v1/chat/completions")) == 1
+
+    # The other way round, at Anthropic: asked whole first, then streamed.
+    first = gw.submit(token, "both-2", claude_body(stream=False, events=2), route=claude,
+                      headers={"Prefer": "wait=20"})
+    assert first.json()["content"] == [{"type": "text", "text": "tok0 tok1 "}], first
+    events = gw.submit(token, "both-2", claude_body(events=2), route=claude,
+                       headers={"Prefer": "wait=20"})
+    assert events.headers["content-type"].startswith("text/event-stream"), events
+    text = events.body.decode()
+    assert text.startswith("event: message_start\n") and text.endswith(
+        'event: message_stop\ndata: {"type":"message_stop"}\n\n'), text
+    assert '"text":"tok0 tok1 "' in text and '"stop_reason":"end_turn"' in text, text
+    assert len(creates(mock, "/v1/messages")) == 1
+    # Anything else that differs is another request.
+    other = gw.submit(token, "both-2", dict(claude_body(events=2), max_tokens=65), route=claude)
+    assert other.status == 422, other

@@ -128,7 +128,7 @@ static void test_table(void **state)
     for (size_t i = 0; i < sizeof body_cases / sizeof body_cases[0]; i++) {
         const struct body_case *c = &body_cases[i];
         struct jpath *path = compile(c->path);
-        struct reqbody_needs needs = {DEPTH, c->field, path, DEFAULT, c->counted};
+        struct reqbody_needs needs = {DEPTH, c->field, path, DEFAULT, c->counted, NULL};
         struct reqbody b;
         size_t len = strlen(c->in);
         char *in = heap_copy(c->in, len);
@@ -169,7 +169,7 @@ static void test_refused(void **state)
         {"{\"n\":1e999}", JCS_ENUMBER, 5},
         {"\"\xff\"", JCS_EUTF8, 1},
     };
-    struct reqbody_needs needs = {2, "ref", NULL, DEFAULT, 1};
+    struct reqbody_needs needs = {2, "ref", NULL, DEFAULT, 1, NULL};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct reqbody b;
         struct jcs_error err;
@@ -196,7 +196,7 @@ static void test_order_not_document(void **state)
     const char *in = "{\"items\":{\"b\":{\"n\":5},\"a\":{\"n\":7}}}";
     const char *swapped = "{\"items\":{\"a\":{\"n\":7},\"b\":{\"n\":5}}}";
     struct jpath *path = compile("$.items.*.n");
-    struct reqbody_needs needs = {DEPTH, NULL, path, DEFAULT, 1};
+    struct reqbody_needs needs = {DEPTH, NULL, path, DEFAULT, 1, NULL};
     struct reqbody b, s;
     assert_int_equal(reqbody_init(&b, in, strlen(in), &needs, NULL), 0);
     assert_int_equal(reqbody_init(&s, swapped, strlen(swapped), &needs, NULL), 0);
@@ -246,7 +246,7 @@ struct diff {
 static void diff_requested(const struct mutation *m, const struct reqbody *b, struct diff *d,
                            size_t k)
 {
-    struct reqbody_needs needs = {DEPTH, NULL, d->paths[k], DEFAULT, 1};
+    struct reqbody_needs needs = {DEPTH, NULL, d->paths[k], DEFAULT, 1, NULL};
     struct reqbody c;
     assert_int_equal(reqbody_init(&c, m->in, m->len, &needs, NULL), 0);
     int in_canon = old_requested(d->paths[k], DEFAULT, b->canon, b->canon_len);
@@ -268,7 +268,7 @@ static void diff_requested(const struct mutation *m, const struct reqbody *b, st
 static void differential(const struct mutation *m, void *arg)
 {
     struct diff *d = arg;
-    struct reqbody_needs needs = {DEPTH, m->field, NULL, DEFAULT, 0};
+    struct reqbody_needs needs = {DEPTH, m->field, NULL, DEFAULT, 0, NULL};
     struct reqbody b;
     struct jcs_error got, want;
     char *canon = NULL, *compact = NULL;
@@ -327,9 +327,43 @@ static void test_differential(void **state)
         jpath_free(d.paths[k]);
 }
 
+/* Delivery members are left out of the canonical form at the top level only: the same request
+ * asked streamed and whole is one fingerprint; anything else still counts. */
+static void test_fp_skip(void **state)
+{
+    (void)state;
+    static const char *const skip[] = {"stream", "stream_options", NULL};
+    struct reqbody_needs needs = {DEPTH, NULL, NULL, DEFAULT, 0, skip};
+    static const struct {
+        const char *a, *b;
+        int same;
+    } cases[] = {
+        {"{\"model\":\"m\",\"stream\":true}", "{\"model\":\"m\"}", 1},
+        {"{\"stream\":true,\"stream_options\":{\"include_usage\":true},\"model\":\"m\"}",
+         "{\"model\":\"m\",\"stream\":false}", 1},
+        {"{\"stream\":true}", "{}", 1},
+        {"{\"model\":\"m\",\"stream\":true}", "{\"model\":\"n\",\"stream\":true}", 0},
+        {"{\"x\":{\"stream\":true}}", "{\"x\":{}}", 0}, /* nested: part of the request */
+        {"{\"str\\u0065am\":true,\"a\":1}", "{\"a\":1}", 1}, /* names compared decoded */
+        {"[\"stream\"]", "[]", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct reqbody a, b;
+        print_message("case %zu\n", i);
+        assert_int_equal(reqbody_init(&a, cases[i].a, strlen(cases[i].a), &needs, NULL), 0);
+        assert_int_equal(reqbody_init(&b, cases[i].b, strlen(cases[i].b), &needs, NULL), 0);
+        assert_int_equal(strcmp(a.canon, b.canon) == 0, cases[i].same);
+        /* What is sent is the client's own body, whole. */
+        assert_int_equal(a.sent_len, strlen(cases[i].a));
+        reqbody_fini(&a);
+        reqbody_fini(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp_skip),
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_order_not_document),

@@ -12,6 +12,8 @@
 
 #include "idemgate/sse.h"
 
+#include <cjson/cJSON.h>
+
 #define CHAT_CHUNK(c)                                                                              \
     "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"         \
     "\"delta\":{\"content\":\"" c "\"},\"finish_reason\":null}]}\n\n"
@@ -148,12 +150,86 @@ static void test_requested_and_names(void **state)
     assert_int_equal(sse_format_parse(NULL), -1);
 }
 
+/* A whole answer from a whole stream; a stream from a whole answer; and the two agree: the
+ * answer assembled from a synthesized stream is the answer it was made from. */
+static void test_assemble_and_synthesize(void **state)
+{
+    (void)state;
+    static const struct {
+        enum sse_format f;
+        const char *body, *whole;
+    } cases[] = {
+        {SSE_OPENAI_CHAT, chat_whole,
+         "{\"id\":\"c1\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,\"message\":"
+         "{\"role\":\"assistant\",\"content\":\"Hello\"},\"finish_reason\":null}],\"usage\":"
+         "{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}"},
+        {SSE_ANTHROPIC, anthropic_whole,
+         "{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":25,\"output_tokens\":15},\"content\":"
+         "[],\"stop_reason\":\"end_turn\"}"},
+        {SSE_OPENAI_RESPONSES, responses_whole,
+         "{\"id\":\"resp_1\",\"status\":\"completed\",\"usage\":{\"input_tokens\":5,"
+         "\"output_tokens\":7}}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = 0, m = 0, k = 0;
+        print_message("case %zu\n", i);
+        char *whole = sse_assemble(cases[i].f, cases[i].body, strlen(cases[i].body), &n);
+        assert_non_null(whole);
+        assert_string_equal(whole, cases[i].whole);
+        assert_int_equal(n, strlen(whole));
+        char *events = sse_synthesize(cases[i].f, whole, n, &m);
+        assert_non_null(events);
+        struct sse_verdict v;
+        assert_int_equal(sse_read(cases[i].f, events, m, &v), 0);
+        assert_int_equal(v.terminal, 1);
+        assert_int_equal(v.error, 0);
+        sse_verdict_fini(&v);
+        char *again = sse_assemble(cases[i].f, events, m, &k);
+        assert_non_null(again);
+        /* The same answer (members may come in another order). */
+        cJSON *a = cJSON_Parse(again), *b = cJSON_Parse(whole);
+        if (!cJSON_Compare(a, b, 1))
+            fail_msg("%s != %s", again, whole);
+        cJSON_Delete(a);
+        cJSON_Delete(b);
+        free(whole);
+        free(events);
+        free(again);
+    }
+    /* Anthropic's text blocks are assembled from their deltas. */
+    static const char blocks[] =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"content\":[],\"usage\":{\"input_tokens\":1}}}\n\n"
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+        "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+        "\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n"
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+        "\"delta\":{\"type\":\"text_delta\",\"text\":\"lo\"}}\n\n"
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+        "\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    size_t n = 0;
+    char *whole = sse_assemble(SSE_ANTHROPIC, blocks, sizeof(blocks) - 1, &n);
+    assert_non_null(whole);
+    assert_string_equal(whole, "{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":2},"
+                               "\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}],"
+                               "\"stop_reason\":\"end_turn\"}");
+    free(whole);
+    /* Nothing whole is made of a stream that is not. */
+    assert_null(sse_assemble(SSE_ANTHROPIC, anthropic_error, strlen(anthropic_error), &n));
+    assert_null(sse_assemble(SSE_OPENAI_CHAT, chat_whole, strlen(chat_whole) - 3, &n));
+    assert_null(sse_synthesize(SSE_OPENAI_CHAT, "{\"content\":[]}", 14, &n));
+    assert_null(sse_synthesize(SSE_ANTHROPIC, "[1]", 3, &n));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_streams),
         cmocka_unit_test(test_every_cut_is_incomplete),
         cmocka_unit_test(test_requested_and_names),
+        cmocka_unit_test(test_assemble_and_synthesize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
