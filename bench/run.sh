@@ -58,7 +58,9 @@ SLOW_CONNS=${BENCH_SLOW_CONNECTIONS:-1000}
 SLOW_SECS=${BENCH_SLOW_SECONDS:-20}
 INFL_N=${BENCH_INFLIGHT_CALLS:-10000}
 INFL_DELAY=${BENCH_INFLIGHT_DELAY_MS:-20000}
-ONLY=${BENCH_ONLY:-mock nginx e2e replay get soak idle intake_disp slow inflight intake pgbench callgrind history}
+ONLY=${BENCH_ONLY:-mock nginx e2e replay get soak idle intake_disp slow inflight stream intake pgbench callgrind history}
+STREAM_EVENTS=${BENCH_STREAM_EVENTS:-200}
+STREAM_FB=${BENCH_STREAM_FIRST_BYTE:-25}
 OUT=${BENCH_OUT:-bench/results/latest.json}
 TOTAL_TIMEOUT=${BENCH_TIMEOUT:-1800}
 PY=/usr/bin/python3
@@ -441,6 +443,39 @@ if want inflight; then
     stop_pid "$SLOW_MOCK_PID"
 fi
 
+# --- streams: STREAM_EVENTS-event chat completions (OpenAI's format) ------------------------
+# nginx -> mock (proxy_buffering off) and the gateway live (new keys: each stream recorded as it
+# is relayed), then the replay of one recorded stream; wrk counts whole streams. The first
+# byte: STREAM_FB sequential requests of each, curl's time to the first byte, the median.
+stream_first_byte() { # URL KEY_PREFIX: the median time to the first byte, ms
+    local url=$1 prefix=$2 i
+    for i in $(seq "$STREAM_FB"); do
+        curl -s -o /dev/null --max-time 30 -w '%{time_starttransfer}\n' "$url" \
+            -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+            -H "Idempotency-Key: $prefix-$i" -H 'Prefer: wait=30' --data-binary "$STREAM_BODY"
+    done | sort -n | awk '{ v[NR] = $1 } END { printf "%.3f", 1000 * v[int((NR + 1) / 2)] }'
+}
+if want stream; then
+    STREAM_BODY="{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"_mock\":{\"events\":$STREAM_EVENTS}}"
+    export BENCH_BODY=$STREAM_BODY
+    wrk_run stream_nginx unique.lua "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ""
+    start_gateway stream "$DISPATCH"
+    wrk_run stream_live unique.lua "$GW/v1/providers/mock-chat/chat/completions" "wait=30"
+    sample_rss stream_live
+    curl -s -o /dev/null --max-time 30 "$GW/v1/providers/mock-chat/chat/completions" \
+        -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+        -H "Idempotency-Key: bench-$NONCE-stream-replay" -H 'Prefer: wait=30' \
+        --data-binary "$STREAM_BODY"
+    wrk_run stream_replay reuse.lua "$GW/v1/providers/mock-chat/chat/completions" "wait=30" \
+        "bench-$NONCE-stream-replay"
+    fb_nginx=$(stream_first_byte "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" "bench-$NONCE-fbn")
+    fb_gw=$(stream_first_byte "$GW/v1/providers/mock-chat/chat/completions" "bench-$NONCE-fbg")
+    # role chunk, the deltas, the finish chunk, [DONE]
+    note stream "{\"events_per_stream\":$((STREAM_EVENTS + 3)),\"first_byte_ms\":{\"nginx\":${fb_nginx:-null},\"gateway\":${fb_gw:-null}},\"first_byte_samples\":$STREAM_FB,\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
+    unset BENCH_BODY
+    stop_pid "$GW_PID"
+fi
+
 # --- 3. intake alone, and the PostgreSQL ceiling ---------------------------------------------
 # The intake path by itself: a replica with no dispatcher (dispatch_workers 0), so the wrk run
 # and pgbench compete for the same two cores in the same way.
@@ -600,7 +635,7 @@ fi
 # --- report ----------------------------------------------------------------------------------
 mkdir -p "$(dirname "$OUT")"
 "$PY" bench/tools/report.py "$T" "$OUT" \
-    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N,\"slow_delay_ms\":$SLOW_DELAY,\"slow_connections\":$SLOW_CONNS,\"slow_seconds\":$SLOW_SECS}"
+    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N,\"slow_delay_ms\":$SLOW_DELAY,\"slow_connections\":$SLOW_CONNS,\"slow_seconds\":$SLOW_SECS,\"stream_events\":$STREAM_EVENTS}"
 for part in intake replay get; do
     [ -s "$T/callgrind/profile-$part.txt" ] && cp "$T/callgrind/profile-$part.txt" "$(dirname "$OUT")/"
 done

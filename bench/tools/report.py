@@ -21,6 +21,9 @@ ROWS = [  # key, label, what it is compared with
     ("get", "gateway GET /v1/jobs/{id} (completed)", ""),
     ("slow_nginx", "nginx -> slow mock (%(slow_delay_ms)d ms), %(slow_connections)d conns", "baseline"),
     ("slow_e2e", "gateway -> slow mock, defaults, wait=60, %(slow_connections)d conns", "slow_nginx"),
+    ("stream_nginx", "nginx -> mock, %(stream_events)d-event streams (streams/s)", "baseline"),
+    ("stream_live", "gateway, %(stream_events)d-event streams live, new keys", "stream_nginx"),
+    ("stream_replay", "gateway, one recorded stream replayed", "stream_nginx"),
     ("intake", "gateway intake 202 (new keys, no dispatcher)", "pgbench"),
     ("intake_disp", "gateway intake 202 (new keys, dispatchers on)", "pgbench"),
     ("intake_seq", "gateway intake 202, one sequential client", ""),
@@ -37,6 +40,9 @@ TARGETS = {  # ratio key: (numerator, denominator, target, text)
     "e2e_vs_nginx": ("e2e", "nginx", 0.5, "end to end / nginx"),
     "replay_vs_nginx": ("replay", "nginx", 1.0, "replay / nginx"),
     "slow_vs_nginx": ("slow_e2e", "slow_nginx", 0.9, "slow provider: end to end / nginx"),
+    "stream_live_vs_nginx": ("stream_live", "stream_nginx", 0.5, "live streams / nginx (events/s)"),
+    "stream_replay_vs_nginx": ("stream_replay", "stream_nginx", 1.0,
+                               "replayed stream / nginx (events/s)"),
     "intake_hist_vs_intake": ("intake_hist", "intake", 0.0,
                               "intake with history / intake on an empty table"),
 }
@@ -185,7 +191,8 @@ def main():
            "notes": {k: v for k, v in facts.items() if k in ("replay_job", "pgbench_script",
                                                                 "gateway_main", "gateway_intake_memory",
                                                                 "pgbench_batch", "pg_test_fsync",
-                                                                "slow", "inflight", "e2e_cost")}}
+                                                                "slow", "inflight", "e2e_cost",
+                                                                "stream")}}
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -253,6 +260,14 @@ def main():
         print("slow provider, mid-run: %s calls in flight, %s threads, %s PostgreSQL connections, "
               "RSS %.1f MiB" % (g.get("calls_in_flight"), g.get("threads"), g.get("pg_connections"),
                                 (g.get("rss_kib") or 0) / 1024))
+    stream = facts.get("stream") if isinstance(facts.get("stream"), dict) else {}
+    if stream.get("first_byte_ms"):
+        fb = stream["first_byte_ms"]
+        print()
+        print("streams: %s events each; first byte (median of %s sequential): nginx %s ms, "
+              "gateway %s ms (a new job: recorded, sent, relayed)"
+              % (stream.get("events_per_stream"), stream.get("first_byte_samples"),
+                 fb.get("nginx"), fb.get("gateway")))
     cost = facts.get("e2e_cost")
     if isinstance(cost, dict) and cost.get("jobs"):
         jobs = cost["jobs"]
