@@ -913,7 +913,13 @@ export interface components {
          *     Recognised by `X-Idemgate-Job-Id` (and `X-Idemgate-State` says which end it was). Its
          *     status can be any the provider answered (200 for most completed jobs; the provider's 4xx
          *     or 5xx for a failed one; for a canceled one, the provider's last answer about the task),
-         *     so it is described here rather than under a status code.
+         *     so it is described here rather than under a status code. A streamed LLM create
+         *     (`"stream": true` at a provider whose profile has a `stream` format) is answered
+         *     `text/event-stream`: to the first client as the provider's events arrive (chunked; a
+         *     stream cut before its terminal event cuts this body too), to a request joining it the
+         *     events so far and then the rest, and afterwards the recorded events again. A client that
+         *     asked without `stream` for a streamed job gets the whole answer the events stand for,
+         *     and the other way round.
          */
         ProviderResult: {
             headers: {
@@ -927,6 +933,7 @@ export interface components {
             };
             content: {
                 "*/*": unknown;
+                "text/event-stream": string;
             };
         };
         /** @description Ambiguous request framing; the connection is closed. */
