@@ -34,6 +34,7 @@ static const struct memb table_m[] = {
     {"input_tokens", MEMB_VALUE, NULL},
     {"megapixel", MEMB_VALUE, NULL},
     {"output_tokens", MEMB_VALUE, NULL},
+    {"output_tokens_requested", MEMB_VALUE, NULL},
     {"per_megapixel", MEMB_VALUE, NULL},
     {"per_million_input_tokens", MEMB_VALUE, NULL},
     {"per_million_output_tokens", MEMB_VALUE, NULL},
@@ -267,6 +268,7 @@ static int load_table(const cJSON *j, struct price_table *t, int nested, char *e
         get_path(j, "height", &t->height, err, errlen) < 0 ||
         get_path(j, "input_tokens", &t->tokens_in, err, errlen) < 0 ||
         get_path(j, "output_tokens", &t->tokens_out, err, errlen) < 0 ||
+        get_path(j, "output_tokens_requested", &t->tokens_out_asked, err, errlen) < 0 ||
         (by && load_by(by, "per_output_by", &t->output_by, err, errlen) < 0) ||
         (sby && load_by(sby, "per_second_by", &t->second_by, err, errlen) < 0) ||
         (var && load_variants(var, t, err, errlen) < 0)) {
@@ -352,6 +354,7 @@ void price_table_fini(struct price_table *t)
     jpath_free(t->seconds);
     jpath_free(t->tokens_in);
     jpath_free(t->tokens_out);
+    jpath_free(t->tokens_out_asked);
     keys_fini(&t->variant_keys);
     for (size_t i = 0; i < t->n_variants; i++) {
         free(t->variants[i].key);
@@ -484,8 +487,10 @@ long long price_estimate(const struct price_table *top, const cJSON *body, int o
     const struct price_table *t = pick(top, body);
     long long c = sat_add(t->per_request,
                           outputs_price(t, body, outputs_requested < 1 ? 1 : outputs_requested));
+    /* The most output the request allows (an LLM's max_tokens), when the table reads it. */
+    double out = number_at(t->tokens_out_asked, body);
     return sat_add(c, tokens_price(t, (double)t->estimate_tokens_in,
-                                   (double)t->estimate_tokens_out));
+                                   out >= 0 ? out : (double)t->estimate_tokens_out));
 }
 
 long long price_actual(const struct price_table *top, const cJSON *body, int outputs_requested,
@@ -505,8 +510,9 @@ long long price_actual(const struct price_table *top, const cJSON *body, int out
     if (!(t->usage_settles && reported))
         c = sat_add(c, outputs_price(t, body, n));
     if (!reported) {
+        double asked = number_at(t->tokens_out_asked, body);
         in = t->usage_settles ? 0 : (double)t->estimate_tokens_in;
-        out = t->usage_settles ? 0 : (double)t->estimate_tokens_out;
+        out = t->usage_settles ? 0 : asked >= 0 ? asked : (double)t->estimate_tokens_out;
     }
     return sat_add(c, tokens_price(t, in < 0 ? 0 : in, out < 0 ? 0 : out));
 }

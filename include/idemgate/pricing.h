@@ -93,6 +93,9 @@ struct price_table {
     long long per_mtok_in, per_mtok_out;
     struct jpath *tokens_in, *tokens_out;
     long long estimate_tokens_in, estimate_tokens_out;
+    /* Where the request says the most output tokens it allows ("$.max_tokens"): the estimate's
+     * output tokens when it holds a number >= 0 (else estimate_tokens_out); or NULL. */
+    struct jpath *tokens_out_asked;
     int usage_settles; /* the cost at completion is the usage's tokens alone when it has them */
     struct price_keys variant_keys;  /* a whole table per request value (the model) */
     struct price_variant *variants;

@@ -93,6 +93,11 @@ def test_an_anthropic_stream_is_recorded_and_replayed(gateway_factory, mock, tok
     assert create["status"] == 200, create  # the mock refuses a create without anthropic-version
     j = gw.job(token, r.headers["x-idemgate-job-id"]).json()
     assert j["usage"]["output_tokens"] == 4 and j["usage"]["input_tokens"] > 0, j["usage"]
+    # Reserved: the profile's 1 000 input tokens and the request's max_tokens (64) of output at
+    # $3/M and $15/M; settled by the usage the events reported.
+    assert j["cost"]["estimate_micros"] == 1000 * 3 + 64 * 15, j["cost"]
+    want = j["usage"]["input_tokens"] * 3 + j["usage"]["output_tokens"] * 15
+    assert abs(j["cost"]["micros"] - want) <= 1, (j["cost"], j["usage"])
     # A request without "stream" is another request: the provider's whole answer, its own job.
     whole = gw.submit(token, "claude-2", claude_body(stream=False), route=claude,
                       headers={"Prefer": "wait=20"})

@@ -32,6 +32,12 @@ static const char *const TOKENS =
     "\"per_million_output_tokens\":40000000,\"input_tokens\":\"$.input_tokens\","
     "\"output_tokens\":\"$.output_tokens\",\"estimate_input_tokens\":100,"
     "\"estimate_output_tokens\":1000}";
+/* The same, reserving the request's max_tokens of output (an LLM). */
+static const char *const LLM =
+    "{\"currency\":\"USD\",\"per_request\":1000,\"per_million_input_tokens\":5000000,"
+    "\"per_million_output_tokens\":40000000,\"input_tokens\":\"$.input_tokens\","
+    "\"output_tokens\":\"$.output_tokens\",\"estimate_input_tokens\":100,"
+    "\"estimate_output_tokens\":1000,\"output_tokens_requested\":\"$.max_tokens\"}";
 /* Per second by model and size (a video API); the fallback for a pair the table lacks. */
 static const char *const VIDEO_BY =
     "{\"currency\":\"USD\",\"per_second\":100000,\"seconds\":\"$.seconds\","
@@ -128,6 +134,14 @@ static const struct price_case price_cases[] = {
     {TOKENS, "{}", 1, 1, "{\"input_tokens\":1000000,\"output_tokens\":0}", 41500, 5001000},
     {TOKENS, "{}", 1, 1, NULL, 41500, 41500},
     {TOKENS, "{}", 1, 1, "{\"total_tokens\":5}", 41500, 41500},
+    /* An LLM's max_tokens is the most output it may be billed: what its estimate reserves.
+     * 100 input tokens at $5/M + 64 output at $40/M + 1000 per request = 4060. */
+    {LLM, "{\"max_tokens\":64}", -1, -1, NULL, 4060, 4060}, /* no usage: the bound */
+    {LLM, "{\"max_tokens\":64}", -1, -1, "{\"input_tokens\":10,\"output_tokens\":5}", 4060,
+     1250},
+    {LLM, "{}", -1, -1, NULL, 41500, 41500},
+    {LLM, "{\"max_tokens\":\"64\"}", -1, -1, NULL, 4060, 4060},
+    {LLM, "{\"max_tokens\":-1}", -1, -1, NULL, 41500, 41500},
     /* Per request only, whatever the outputs. */
     {FLAT, "{\"n\":5}", 5, 2, NULL, 250000, 250000},
     /* Saturation instead of overflow. */
