@@ -584,3 +584,33 @@ def test_readme_examples_run_as_written(batch_bin, gateway, token, mock, tmp_pat
     assert sh.stdout.count("completed") == 2, "two runs, each with its summary"
     assert len([e for e in mock.ledger() if not e.get("replay")]) == 3, \
         "one create for the client example, one per manifest row, none for the second run"
+
+
+def test_the_client_streams_and_a_new_process_resumes_by_key(gateway_factory, mock, token):
+    """Issue 25 §6: Client.stream yields the provider's events as they arrive; a consumer that
+    stops half-way (a crash) and one that starts again with the same key get, together, the
+    whole stream once, from one create (the second reads the record)."""
+    from idemgate import Event  # noqa: F401 — the public name
+    profile = os.path.join(ROOT, "deploy", "providers", "openai-chat.json")
+    name = "pychat" + uuid.uuid4().hex[:6]
+    gw = gateway_factory(providers=[{"name": name, "profile": profile, "base_url": mock.url,
+                                     "timeouts": {"connect_ms": 1000, "total_ms": 8000}}],
+                         env={"OPENAI_API_KEY": "sk-test"})
+    c = Client(f"http://127.0.0.1:{gw.port}", token)
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+            "_mock": {"events": 5, "event_delay_ms": 100}}
+    key = "py-stream-" + uuid.uuid4().hex
+    first = []
+    for ev in c.stream(f"{name}/chat/completions", body, key, wait=30):
+        first.append(ev)
+        if len(first) == 2:
+            break  # the consumer goes away; the generation goes on and is recorded
+    again = list(c.stream(f"{name}/chat/completions", body, key, wait=30))
+    assert again[:2] == first
+    assert again[-1].data == "[DONE]"
+    text = "".join(json.loads(e.data)["choices"][0]["delta"].get("content", "")
+                   for e in again if e.data != "[DONE]" and json.loads(e.data)["choices"])
+    assert text == "tok0 tok1 tok2 tok3 tok4 "
+    creates = [e for e in mock.ledger()
+               if e["route"] == "/v1/chat/completions" and not e["replay"]]
+    assert len(creates) == 1, creates

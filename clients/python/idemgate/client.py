@@ -14,6 +14,7 @@ import time
 import urllib.parse
 
 from . import policy
+from .stream import _lines, stream_events
 from .errors import (IdemgateError, IntegrityError, OutputsUnavailable, RateLimited, Unavailable,
                      Unknown, error_for)
 
@@ -229,6 +230,37 @@ class Client:
             job.answer = (a.status, a.headers, a.body)
             return job
         return Job(a.json(), replayed=replayed, submission=submission)
+
+    def stream(self, provider_route, body, key, wait=None):
+        """A streamed LLM call (`"stream": true` is set in a dict body): yields stream.Event
+        objects as the provider sends them. A dropped connection is resumed with the same key:
+        the gateway replays its record (or joins the live stream), and the events already
+        yielded are skipped, so each is seen once. Raises stream.StreamCut when no whole stream
+        exists (cut at the provider: the job is in doubt), and the errors of submit()."""
+        if not key or not isinstance(key, str):
+            raise ValueError("an Idempotency-Key is required: derive it with derive_key()")
+        if isinstance(body, dict):
+            body = dict(body, stream=True)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        return stream_events(self, provider_route.strip("/"), body, key,
+                             max(1, min(int(wait or self.max_wait), self.max_wait)))
+
+    def _open_stream(self, route, body, key, wait):
+        """POSTs a streamed create and returns (status, headers, lines, close)."""
+        h = {"Authorization": f"Bearer {self._token}", "Accept": "text/event-stream",
+             "User-Agent": "idemgate-python/0.1", "Content-Type": "application/json",
+             "Idempotency-Key": key, "Prefer": f"wait={wait}"}
+        conn = self._connect(self.timeout + wait)
+        try:
+            conn.request("POST", f"{self._prefix}/v1/providers/{route}", body=body, headers=h)
+            r = conn.getresponse()
+        except Exception:
+            conn.close()
+            raise
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, _lines(r), conn.close
 
     def get(self, job_or_id):
         """GET /v1/jobs/{id} (retried on 5xx/transport errors; a GET is always safe)."""

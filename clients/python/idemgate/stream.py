@@ -1,0 +1,127 @@
+"""Streamed LLM calls through the gateway: server-sent events as they arrive, resumed by key.
+
+A dropped connection is not a lost generation: the gateway records the stream, so the same key
+and body sent again replays it from the record (or joins it while it is still live on that
+replica). The replay is byte for byte the same events, so the ones already handed to the caller
+are skipped and each event is seen once. A stream cut at the provider (no terminal event) was
+paid for and is in doubt: the job is `unknown`; StreamCut says so, with the job's id."""
+
+import http.client
+import json
+
+from . import policy
+from .errors import IdemgateError, Unavailable, error_for
+
+
+class Event:
+    """One server-sent event: `event` (its type, or None) and `data` (its data lines, joined)."""
+
+    __slots__ = ("event", "data")
+
+    def __init__(self, event, data):
+        self.event, self.data = event, data
+
+    def __eq__(self, other):
+        return isinstance(other, Event) and (self.event, self.data) == (other.event, other.data)
+
+    def __repr__(self):
+        return f"Event({self.event!r}, {self.data[:60]!r})"
+
+
+class StreamCut(IdemgateError):
+    """The stream ended without being whole and the record holds no whole stream either: the
+    provider generated (and billed) part of it. `job_id` names the job, now in doubt."""
+
+    def __init__(self, message, job_id=None, **kw):
+        super().__init__(message, **kw)
+        self.job_id = job_id
+
+
+def parse_events(lines):
+    """Events from an iterable of lines (bytes, as read: each with its line end, the last one
+    maybe without), WHATWG's event stream: a blank line dispatches, `:` is a comment, an event
+    cut off before its blank line is never yielded."""
+    event, data, have = None, [], False
+    for raw in lines:
+        if not raw.endswith((b"\n", b"\r")):
+            return  # cut inside a line: that event is not whole
+        line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
+        if line == "":
+            if have or event is not None:
+                yield Event(event, "\n".join(data))
+            event, data, have = None, [], False
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+            have = True
+
+
+class _Cut(Exception):
+    """The connection ended before the body did."""
+
+
+def _lines(resp):
+    """The response's lines as they arrive; raises _Cut when the body never ended."""
+    while True:
+        try:
+            line = resp.readline()
+        except (http.client.IncompleteRead, OSError, http.client.HTTPException) as e:
+            raise _Cut(repr(e)) from e
+        if not line:
+            return
+        yield line
+
+
+def stream_events(client, route, body, key, wait, open_stream=None):
+    """The generator behind Client.stream (see there). open_stream(route, body, key, wait) →
+    (status, headers, lines, close) may be replaced (tests)."""
+    opener = open_stream or client._open_stream
+    seen, attempt, job_id = 0, 0, None
+    while True:
+        attempt += 1
+        try:
+            status, headers, lines, close = opener(route, body, key, wait)
+        except Exception as e:  # noqa: BLE001 — a transport error: the same key again
+            if not policy.is_transport_error(e) or attempt > client.retry.max_attempts:
+                raise
+            client._sleep(min(1.0, 0.05 * attempt))
+            continue
+        try:
+            job_id = headers.get("x-idemgate-job-id", job_id)
+            ctype = headers.get("content-type", "")
+            if not ctype.startswith("text/event-stream"):
+                data = b"".join(lines)
+                if status == 202 or (200 <= status < 300 and job_id):
+                    # A job, not its events: not terminal within the wait (a stream in doubt is
+                    # `unknown`), or answered whole.
+                    raise StreamCut(f"job {job_id}: no whole stream to give (HTTP {status})",
+                                    job_id=job_id, status=status, key=key)
+                try:
+                    problem = json.loads(data or b"{}")
+                except ValueError:
+                    problem = {}
+                raise error_for(status, problem, key=key)
+            n = 0
+            try:
+                for ev in parse_events(lines):
+                    n += 1
+                    if n > seen:
+                        seen = n
+                        yield ev
+                return  # the body ended: the stream is whole
+            except _Cut:
+                pass
+        finally:
+            close()
+        if attempt > client.retry.max_attempts:
+            raise Unavailable(f"stream {key}: cut on each of {attempt} attempts", key=key)
+        if client._log:
+            client._log(f"stream {key}: cut after {seen} events; again with the same key")
+

@@ -1,0 +1,82 @@
+"""Client.stream's reading and resuming (idemgate.stream), against scripted answers: each event
+is handed over once, in order, across a cut connection and the replay that follows; a stream
+that exists whole nowhere is a StreamCut naming the job."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from idemgate import Client, KeyReused, StreamCut  # noqa: E402
+from idemgate.stream import Event, _Cut, parse_events, stream_events  # noqa: E402
+
+WHOLE = [b"data: {\"n\":1}\n", b"\n", b": keep-alive\n", b"event: x\n", b"data: a\n",
+         b"data: b\n", b"\n", b"data: [DONE]\r\n", b"\r\n"]
+EVENTS = [Event(None, '{"n":1}'), Event("x", "a\nb"), Event(None, "[DONE]")]
+
+
+def test_parse_events():
+    assert list(parse_events(WHOLE)) == EVENTS
+    assert list(parse_events(WHOLE[:-1])) == EVENTS[:2]  # the last event never dispatched
+    assert list(parse_events([b"data: [DO"])) == []        # cut inside a line
+
+
+def cut_after(lines, n):
+    """The lines, then the connection drops."""
+    def gen():
+        yield from lines[:n]
+        raise _Cut("reset")
+    return gen()
+
+
+class Script:
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def __call__(self, route, body, key, wait):
+        self.calls.append((route, body, key, wait))
+        status, headers, lines = self.answers.pop(0)
+        return status, headers, lines, lambda: None
+
+
+SSE = {"content-type": "text/event-stream", "x-idemgate-job-id": "job_1"}
+
+
+def client():
+    return Client("http://127.0.0.1:1", "t", sleep=lambda s: None)
+
+
+def test_a_cut_connection_is_resumed_by_key_and_each_event_seen_once():
+    script = Script((200, SSE, cut_after(WHOLE, 5)), (200, SSE, iter(WHOLE)))
+    got = list(_run(script))
+    assert got == EVENTS
+    assert [c[2] for c in script.calls] == ["k1", "k1"]  # the same key both times
+    assert script.calls[0][1] == script.calls[1][1] == b'{"model":"m","stream":true}'
+
+
+def _run(script):
+    c = client()
+    return stream_events(c, "p/chat/completions", b'{"model":"m","stream":true}', "k1", 5,
+                         open_stream=script)
+
+
+def test_a_stream_whole_nowhere_is_a_stream_cut_naming_the_job():
+    script = Script((200, SSE, cut_after(WHOLE, 2)),
+                    (202, {"content-type": "application/json", "x-idemgate-job-id": "job_1"},
+                     iter([b'{"id":"job_1","state":"unknown"}'])))
+    got = []
+    with pytest.raises(StreamCut) as e:
+        for ev in _run(script):
+            got.append(ev)
+    assert got == EVENTS[:1] and e.value.job_id == "job_1"
+
+
+def test_a_refusal_is_the_usual_error():
+    script = Script((422, {"content-type": "application/problem+json"},
+                     iter([b'{"type":"urn:idemgate:problem:idempotency-key-reused",'
+                           b'"detail":"other body"}'])))
+    with pytest.raises(KeyReused):
+        list(_run(script))
