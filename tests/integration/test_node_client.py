@@ -120,19 +120,26 @@ def start_gateway(gateway_factory, mock, database_url, **settings):
     an archive profile refuses unless it allows it), as `make run`'s configuration does; the
     async provider under a name of its own, so no other test's gateway archives its outputs."""
     e, async_route = arch_entry("replicate", mock)
+    chat = {"name": CHAT, "profile": os.path.join(ROOT, "deploy", "providers", "openai-chat.json"),
+            "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
     gw = gateway_factory(
         providers=[provider("mock-images", mock.url, client_ref={"header": "X-Client-Ref"},
-                            archive=dict(MOCK_ARCHIVE)), e],
-        env=dict(SECRETS, DATABASE_URL=database_url + "&options=-c%20lock_timeout%3D200"),
+                            archive=dict(MOCK_ARCHIVE)), e, chat],
+        env=dict(SECRETS, OPENAI_API_KEY="sk-test",
+                 DATABASE_URL=database_url + "&options=-c%20lock_timeout%3D200"),
         **settings)
     return gw, async_route
+
+
+CHAT = "nodechat" + uuid.uuid4().hex[:6]
 
 
 def client_env(gw, mock, token, database_url, async_route, **extra):
     return dict({"IDEMGATE_URL": f"http://127.0.0.1:{gw.port}", "IDEMGATE_TOKEN": token,
                  "IDEMGATE_MOCK_URL": mock.url, "DATABASE_URL": database_url,
                  "IDEMGATE_SYNC_ROUTE": "mock-images/images/generations",
-                 "IDEMGATE_ASYNC_ROUTE": async_route}, **extra)
+                 "IDEMGATE_ASYNC_ROUTE": async_route,
+                 "IDEMGATE_CHAT_ROUTE": CHAT + "/chat/completions"}, **extra)
 
 
 def test_node_client_against_the_gateway(built, gateway_factory, mock, token, database_url):

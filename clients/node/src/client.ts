@@ -21,6 +21,7 @@ import {
 import {
   REQUEST_HEADERS, RESPONSE_HEADERS, TERMINAL_STATES, type ArchivedOutput, type Job, type JobState,
 } from "./spec.js";
+import { streamEvents, type OpenedStream, type StreamEvent } from "./stream.js";
 
 export interface RetryEvent {
   method: string;
@@ -336,6 +337,52 @@ export class Client {
     else if (typeof body === "string") bytes = new TextEncoder().encode(body);
     else bytes = new TextEncoder().encode(JSON.stringify(body));
     return this.#submit({ route: segments.map(encodeURIComponent).join("/"), body: bytes, key }, options.wait);
+  }
+
+  /** A streamed LLM call (`"stream": true` is set in an object body): the provider's events, as
+   *  they arrive. A connection that drops is opened again with the same key — the gateway replays
+   *  its record or joins the live stream — and the events already given are skipped, so each is
+   *  seen once. Throws StreamCut (with `jobId`) when no whole stream exists: it was cut at the
+   *  provider, paid for, and the job is in doubt; and the errors of submit(). */
+  stream(route: string, body: unknown, key: string, options: { wait?: number } = {}): AsyncGenerator<StreamEvent> {
+    if (typeof key !== "string" || key === "") {
+      throw new TypeError("an Idempotency-Key is required: derive it with deriveKey()");
+    }
+    const segments = route.split("/").filter((s) => s !== "");
+    if (segments.length < 2) throw new TypeError('route must be "provider/route…"');
+    const payload = body !== null && typeof body === "object" && !Array.isArray(body) && !(body instanceof Uint8Array)
+      ? { ...(body as Record<string, unknown>), stream: true } : body;
+    const bytes = payload instanceof Uint8Array ? payload
+      : new TextEncoder().encode(typeof payload === "string" ? payload : JSON.stringify(payload));
+    const wait = Math.max(1, Math.min(Math.floor(options.wait ?? this.maxWaitSeconds), this.maxWaitSeconds));
+    const path = `/v1/providers/${segments.map(encodeURIComponent).join("/")}`;
+    const open = async (): Promise<OpenedStream> => {
+      const ac = new AbortController();
+      const timer = setTimeout(() => ac.abort(), (this.timeoutSeconds + wait) * 1000);
+      try {
+        const res = await fetch(this.#base + path, {
+          method: "POST",
+          headers: {
+            Authorization: `Bearer ${this.#token}`, Accept: "text/event-stream",
+            "User-Agent": "idemgate-node/0.1.0", "Content-Type": "application/json",
+            [REQUEST_HEADERS.key]: key, [REQUEST_HEADERS.prefer]: `wait=${wait}`,
+          },
+          body: bytes,
+          redirect: "manual",
+          signal: ac.signal,
+        });
+        const reader = res.body;
+        return {
+          status: res.status, headers: res.headers,
+          body: reader ?? (async function* () { /* no body */ })(),
+          close: () => { clearTimeout(timer); ac.abort(); },
+        };
+      } catch (e) {
+        clearTimeout(timer);
+        throw e;
+      }
+    };
+    return streamEvents(open, key, this.retry.maxAttempts, this.#sleep);
   }
 
   async #submit(s: Submission, wait: number | undefined): Promise<JobHandle> {

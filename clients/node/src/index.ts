@@ -19,6 +19,8 @@ export {
 } from "./errors.js";
 export type { ErrorDetails } from "./errors.js";
 export { canonicalJson, deriveKey } from "./keys.js";
+export { EventParser, StreamCut, streamEvents } from "./stream.js";
+export type { OpenedStream, StreamEvent } from "./stream.js";
 export type { DeriveKeyOptions, Identity, IdentityValue } from "./keys.js";
 export {
   RETRY_STATUSES, RetryPolicy, classify, isTransportError, parseRetryAfter, pollDelay,

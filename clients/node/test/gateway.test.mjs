@@ -231,3 +231,29 @@ test("cancel of an accepted async job: the provider's cancel once, then canceled
   assert.equal(task.cancels ?? 1, 1);
   assert.equal((await creates(h.id)).length, 1);
 });
+
+test("stream() gives the events as they arrive; a new consumer with the same key resumes from the record", { skip }, async () => {
+  const c = client();
+  const route = env.IDEMGATE_CHAT_ROUTE;
+  const key = deriveKey(identity("stream"));
+  const body = { model: "gpt-4o-mini", messages: [{ role: "user", content: "hi" }],
+                 _mock: { events: 5, event_delay_ms: 100 } };
+  const chatCreates = async () => {
+    const r = await fetch(`${env.IDEMGATE_MOCK_URL}/_ledger`);
+    return (await r.json()).creates.filter((e) => e.route === "/v1/chat/completions" && !e.replay).length;
+  };
+  const before = await chatCreates();
+  const first = [];
+  for await (const ev of c.stream(route, body, key, { wait: 30 })) {
+    first.push(ev);
+    if (first.length === 2) break; // the consumer goes away; the generation goes on, recorded
+  }
+  const again = [];
+  for await (const ev of c.stream(route, body, key, { wait: 30 })) again.push(ev);
+  assert.deepEqual(again.slice(0, 2), first);
+  assert.equal(again.at(-1).data, "[DONE]");
+  const text = again.filter((e) => e.data !== "[DONE]").map((e) => JSON.parse(e.data))
+    .flatMap((c) => c.choices ?? []).map((ch) => ch.delta?.content ?? "").join("");
+  assert.equal(text, "tok0 tok1 tok2 tok3 tok4 ");
+  assert.equal(await chatCreates(), before + 1); // one create: the second consumer read the record
+});

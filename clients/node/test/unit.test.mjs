@@ -501,3 +501,58 @@ test("outputs(): a body cut short is downloaded again, never returned half", asy
   assert.equal(retries[0].path, "/v1/jobs/job_abc/outputs/0");
   assert.ok(retries[0].error, "a transport error, not a status");
 });
+
+// --- streams --------------------------------------------------------------------------------
+
+import { EventParser, StreamCut, streamEvents } from "../dist/index.js";
+
+const WHOLE = 'data: {"n":1}\n\n: keep-alive\nevent: x\ndata: a\ndata: b\n\ndata: [DONE]\r\n\r\n';
+const EVENTS = [{ event: undefined, data: '{"n":1}' }, { event: "x", data: "a\nb" }, { event: undefined, data: "[DONE]" }];
+const enc = (s) => new TextEncoder().encode(s);
+
+test("events are read from pieces cut anywhere, CRLF split across two included", () => {
+  for (let cut = 0; cut <= WHOLE.length; cut++) {
+    const p = new EventParser();
+    const got = [...p.push(enc(WHOLE.slice(0, cut))), ...p.push(enc(WHOLE.slice(cut)))];
+    assert.deepEqual(got, EVENTS, `cut at ${cut}`);
+  }
+  const p = new EventParser();
+  assert.deepEqual(p.push(enc(WHOLE.slice(0, -2))), EVENTS.slice(0, 2)); // the last never dispatched
+});
+
+function opened(status, headers, pieces, breakAfter) {
+  return {
+    status, headers: new Headers(headers),
+    body: (async function* () {
+      for (let i = 0; i < pieces.length; i++) {
+        if (breakAfter !== undefined && i === breakAfter) throw new TypeError("terminated");
+        yield enc(pieces[i]);
+      }
+    })(),
+    close: () => {},
+  };
+}
+
+const SSE = { "content-type": "text/event-stream", "x-idemgate-job-id": "job_1" };
+const PIECES = [WHOLE.slice(0, 10), WHOLE.slice(10, 40), WHOLE.slice(40)];
+
+test("a cut connection is opened again with the same key and each event is given once", async () => {
+  const answers = [opened(200, SSE, PIECES, 2), opened(200, SSE, PIECES)];
+  let opens = 0;
+  const got = [];
+  for await (const ev of streamEvents(async () => answers[opens++], "k1", 6, async () => {})) got.push(ev);
+  assert.equal(opens, 2);
+  assert.deepEqual(got, EVENTS);
+});
+
+test("no whole stream anywhere is a StreamCut naming the job", async () => {
+  const answers = [opened(200, SSE, PIECES, 2),
+                   opened(202, { "content-type": "application/json", "x-idemgate-job-id": "job_1" },
+                          ['{"id":"job_1","state":"unknown"}'])];
+  let opens = 0;
+  const got = [];
+  await assert.rejects(async () => {
+    for await (const ev of streamEvents(async () => answers[opens++], "k1", 6, async () => {})) got.push(ev);
+  }, (e) => e instanceof StreamCut && e.jobId === "job_1");
+  assert.deepEqual(got, EVENTS.slice(0, 1));
+});

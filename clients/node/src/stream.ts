@@ -1,0 +1,130 @@
+// Streamed LLM calls through the gateway: server-sent events as they arrive, resumed by key.
+//
+// A dropped connection is not a lost generation: the gateway records the stream, so the same
+// key and body sent again replays it from the record (or joins it while it is still live on
+// that replica). The replay is the same events byte for byte, so those already handed to the
+// caller are skipped and each event is seen once. A stream cut at the provider (no terminal
+// event) was paid for and is in doubt: the job is `unknown`; StreamCut says so, with its id.
+
+import { IdemgateError, Unavailable, errorFor } from "./errors.js";
+import { isTransportError } from "./policy.js";
+
+/** One server-sent event: its type (`event:`, or undefined) and its data lines, joined. */
+export interface StreamEvent {
+  event: string | undefined;
+  data: string;
+}
+
+/** No whole stream exists (cut at the provider, paid for): `jobId` names the job in doubt. */
+export class StreamCut extends IdemgateError {
+  readonly jobId: string | undefined;
+  constructor(message: string, jobId: string | undefined, status: number | undefined, key: string) {
+    super(message, { status, key });
+    this.name = "StreamCut";
+    this.jobId = jobId;
+  }
+}
+
+/** Reads WHATWG's event stream from pieces of bytes as they come: a blank line dispatches, `:`
+ *  starts a comment, an event cut off before its blank line is never given. */
+export class EventParser {
+  #buf = "";
+  #decoder = new TextDecoder();
+  #event: string | undefined;
+  #data: string[] = [];
+  #have = false;
+
+  /** The events completed by this piece. */
+  push(piece: Uint8Array): StreamEvent[] {
+    this.#buf += this.#decoder.decode(piece, { stream: true });
+    const out: StreamEvent[] = [];
+    for (;;) {
+      const m = /\r\n|\r|\n/.exec(this.#buf);
+      // A lone CR at the end may be the first half of a CRLF: wait for the next piece.
+      if (!m || (m[0] === "\r" && m.index === this.#buf.length - 1)) break;
+      const line = this.#buf.slice(0, m.index);
+      this.#buf = this.#buf.slice(m.index + m[0].length);
+      if (line === "") {
+        if (this.#have || this.#event !== undefined) out.push({ event: this.#event, data: this.#data.join("\n") });
+        this.#event = undefined;
+        this.#data = [];
+        this.#have = false;
+        continue;
+      }
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const name = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (name === "event") this.#event = value;
+      else if (name === "data") {
+        this.#data.push(value);
+        this.#have = true;
+      }
+    }
+    return out;
+  }
+}
+
+/** What opening a streamed create gives: the status, the headers, the body's pieces as they
+ *  arrive (an iterable that throws when the connection breaks before the body ended), and how
+ *  to let go of it. */
+export interface OpenedStream {
+  status: number;
+  headers: Headers;
+  body: AsyncIterable<Uint8Array>;
+  close: () => void;
+}
+
+/** The generator behind Client.stream. `open` sends the request (the same key every time). */
+export async function* streamEvents(open: () => Promise<OpenedStream>, key: string,
+                                    maxAttempts: number,
+                                    sleep: (s: number) => Promise<void>): AsyncGenerator<StreamEvent> {
+  let seen = 0;
+  let jobId: string | undefined;
+  for (let attempt = 1; ; attempt++) {
+    let o: OpenedStream;
+    try {
+      o = await open();
+    } catch (e) {
+      if (!isTransportError(e) || attempt >= maxAttempts) throw e;
+      await sleep(Math.min(1, 0.05 * attempt));
+      continue;
+    }
+    let whole = false;
+    try {
+      jobId = o.headers.get("x-idemgate-job-id") ?? jobId;
+      if (!(o.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+        const chunks: Uint8Array[] = [];
+        for await (const c of o.body) chunks.push(c);
+        const text = new TextDecoder().decode(Buffer.concat(chunks));
+        if (o.status === 202 || (o.status >= 200 && o.status < 300 && jobId !== undefined)) {
+          throw new StreamCut(`job ${jobId}: no whole stream to give (HTTP ${o.status})`, jobId, o.status, key);
+        }
+        let problem: unknown = {};
+        try { problem = JSON.parse(text || "{}"); } catch { problem = {}; }
+        throw errorFor(o.status, problem as Record<string, unknown>, { key });
+      }
+      const parser = new EventParser();
+      let n = 0;
+      try {
+        for await (const piece of o.body) {
+          for (const ev of parser.push(piece)) {
+            n++;
+            if (n > seen) {
+              seen = n;
+              yield ev;
+            }
+          }
+        }
+        whole = true; // the body ended: the stream is whole
+      } catch (e) {
+        if (e instanceof IdemgateError || !isTransportError(e)) throw e;
+      }
+    } finally {
+      o.close();
+    }
+    if (whole) return;
+    if (attempt >= maxAttempts) throw new Unavailable(`stream ${key}: cut on each of ${attempt} attempts`, { key });
+  }
+}
