@@ -5,6 +5,7 @@ the client sent it and forwarded byte for byte with its own boundary, on the fir
 resend. The mock's ledger keeps the SHA-256 and the Content-Type of every create it received."""
 
 import hashlib
+import json
 import os
 import uuid
 
@@ -151,3 +152,30 @@ def test_uploads_refused_plainly(gateway_factory, mock, token):
     assert r.status == 413, r
     assert "2048" in r.json()["detail"]
     assert len(edits_creates(mock)) == 1  # only the one upload that was accepted
+
+
+def test_a_video_from_an_uploaded_reference(gateway_factory, mock, token):
+    """OpenAI's videos take their input reference as an upload: the shipped profile's create
+    route takes multipart, and the async job goes on as any (accepted, polled, completed)."""
+    name = "oaivideos" + uuid.uuid4().hex[:6]
+    profile = os.path.join(PROFILES, "openai-videos.json")
+    with open(profile) as f:
+        poll = dict(json.load(f)["poll"], interval_ms=100, max_interval_ms=200)
+    gw = gateway_factory(providers=[{
+        "name": name, "profile": profile, "base_url": mock.url,
+        "timeouts": {"connect_ms": 1000, "total_ms": 5000}, "poll": poll}], env=ENV)
+    b = b"----vid"
+    body = (b"--" + b + b"\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nsora-2\r\n"
+            b"--" + b + b"\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\na wave\r\n"
+            b"--" + b + b"\r\nContent-Disposition: form-data; name=\"input_reference\"; "
+            b"filename=\"ref.png\"\r\nContent-Type: image/png\r\n\r\n" + PNG + b"\r\n"
+            b"--" + b + b"--\r\n")
+    r = post(gw, token, name + "/videos", "video-ref-1", body,
+             "multipart/form-data; boundary=----vid", wait=0)
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    j = gw.wait_state(token, job_id, ("completed", "failed", "review"), timeout=30)
+    assert j["state"] == "completed", j
+    [create] = [c for c in mock.ledger() if c["route"] == "/v1/videos"]
+    assert create["body_sha256"] == hashlib.sha256(body).hexdigest()
+    assert create["content_type"] == "multipart/form-data; boundary=----vid"
