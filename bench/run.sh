@@ -61,6 +61,8 @@ INFL_DELAY=${BENCH_INFLIGHT_DELAY_MS:-20000}
 ONLY=${BENCH_ONLY:-mock nginx e2e replay get soak idle intake_disp slow inflight stream intake pgbench callgrind history}
 STREAM_EVENTS=${BENCH_STREAM_EVENTS:-200}
 STREAM_FB=${BENCH_STREAM_FIRST_BYTE:-25}
+STREAM_MANY=${BENCH_STREAM_MANY:-1000}
+STREAM_MANY_SECS=${BENCH_STREAM_MANY_SECONDS:-10}
 OUT=${BENCH_OUT:-bench/results/latest.json}
 TOTAL_TIMEOUT=${BENCH_TIMEOUT:-1800}
 PY=/usr/bin/python3
@@ -470,6 +472,22 @@ if want stream; then
         "bench-$NONCE-stream-replay"
     fb_nginx=$(stream_first_byte "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" "bench-$NONCE-fbn")
     fb_gw=$(stream_first_byte "$GW/v1/providers/mock-chat/chat/completions" "bench-$NONCE-fbg")
+    # STREAM_MANY streams live at once, each STREAM_MANY_SECS long (events 250 ms apart): the
+    # gateway's resident memory before, while they are all live, and after.
+    many_events=$((STREAM_MANY_SECS * 4))
+    export BENCH_BODY="{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"_mock\":{\"events\":$many_events,\"event_delay_ms\":250}}"
+    rss_before=$(proc_kib "$GW_PID" VmRSS)
+    ( sleep $((STREAM_MANY_SECS - 2))
+      echo "{\"rss_kib\":$(proc_kib "$GW_PID" VmRSS),\"threads\":$(gw_threads "$GW_PID")}" >"$T/results/stream_many_mid.json"
+    ) &
+    sampler=$!
+    saved_secs=$SECS saved_warm=$WARM
+    SECS=$((STREAM_MANY_SECS + 4)) WARM=0
+    wrk_run stream_many unique.lua "$GW/v1/providers/mock-chat/chat/completions" "wait=60" "" "$STREAM_MANY"
+    SECS=$saved_secs WARM=$saved_warm
+    wait "$sampler" 2>/dev/null || true
+    sleep 2
+    note stream_many "{\"connections\":$STREAM_MANY,\"events_per_stream\":$((many_events + 3)),\"seconds_per_stream\":$STREAM_MANY_SECS,\"rss_before_kib\":$rss_before,\"mid_run\":$(cat "$T/results/stream_many_mid.json" 2>/dev/null || echo null),\"rss_after_kib\":$(proc_kib "$GW_PID" VmRSS),\"vmhwm_kib\":$(proc_kib "$GW_PID" VmHWM)}"
     # role chunk, the deltas, the finish chunk, [DONE]
     note stream "{\"events_per_stream\":$((STREAM_EVENTS + 3)),\"first_byte_ms\":{\"nginx\":${fb_nginx:-null},\"gateway\":${fb_gw:-null}},\"first_byte_samples\":$STREAM_FB,\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
     unset BENCH_BODY

@@ -76,6 +76,7 @@ struct intake {
     /* A streamed request that waits: the job's live stream on this replica (livestream.h),
      * or NULL; and when the wait ends (waiters_now() seconds). */
     struct ls *ls;
+    int ls_new; /* ls was opened for job_id and not yet handed over or closed */
     double wait_deadline;
     struct reply_delivery dv; /* how a streamed provider's answer is served to this client */
 };
@@ -442,7 +443,7 @@ static enum step_result step_record(struct intake *in)
      * event. */
     if (p->stream_format && in->wait_s > 0 && !in->mp_canon &&
         sse_requested(in->body.sent, in->body.sent_len))
-        in->ls = ls_open(in->job_id, p->max_response_bytes);
+        in->ls_new = (in->ls = ls_open(in->job_id, p->max_response_bytes)) != NULL;
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
     hs_suspend(in->r);
@@ -541,6 +542,7 @@ static enum step_result step_answer(struct intake *in)
         ls_release(in->ls);
         in->ls = NULL;
     }
+    in->ls_new = 0; /* handed to this replica's dispatcher (its attempt closes it), or closed */
     /* The same streamed request again while its stream is live here: it joins it. */
     if (!in->created && in->p->stream_format && in->wait_s > 0 && !st_is_terminal(j->state) &&
         !in->mp_canon && sse_requested(in->body.sent, in->body.sent_len))
@@ -575,6 +577,8 @@ const char *intake_step_name(size_t i)
 static void intake_free(void *arg)
 {
     struct intake *in = arg;
+    if (in->ls_new) /* opened, and no job of ours came of it (refused, not recorded) */
+        ls_close(in->job_id);
     if (in->ls) {
         ls_unpark(in->ls, in->r);
         ls_release(in->ls);

@@ -192,7 +192,7 @@ def main():
                                                                 "gateway_main", "gateway_intake_memory",
                                                                 "pgbench_batch", "pg_test_fsync",
                                                                 "slow", "inflight", "e2e_cost",
-                                                                "stream")}}
+                                                                "stream", "stream_many")}}
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -268,6 +268,14 @@ def main():
               "gateway %s ms (a new job: recorded, sent, relayed)"
               % (stream.get("events_per_stream"), stream.get("first_byte_samples"),
                  fb.get("nginx"), fb.get("gateway")))
+    many = facts.get("stream_many") if isinstance(facts.get("stream_many"), dict) else {}
+    if many.get("rss_before_kib"):
+        mid = many.get("mid_run") or {}
+        print("%s streams live at once (%s s each): gateway RSS %.1f MiB before, %.1f MiB with "
+              "them live (%s threads), %.1f MiB after"
+              % (many["connections"], many.get("seconds_per_stream"), many["rss_before_kib"] / 1024,
+                 (mid.get("rss_kib") or 0) / 1024, mid.get("threads"),
+                 (many.get("rss_after_kib") or 0) / 1024))
     cost = facts.get("e2e_cost")
     if isinstance(cost, dict) and cost.get("jobs"):
         jobs = cost["jobs"]
