@@ -483,24 +483,34 @@ static cJSON *typed(const char *type)
     return o;
 }
 
+/* A chat.completion.chunk carrying the whole answer's id, created, model and fingerprint, with
+ * an empty choices array (returned in *choices); NULL when out of memory. */
+static cJSON *chunk_of(const cJSON *whole, cJSON **choices)
+{
+    static const char *const copied[] = {"id", "created", "model", "system_fingerprint"};
+    cJSON *chunk = cJSON_CreateObject();
+    if (!chunk)
+        return NULL;
+    for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
+        if (member(whole, copied[i]))
+            cJSON_AddItemToObject(chunk, copied[i], cJSON_Duplicate(member(whole, copied[i]), 1));
+    cJSON_AddStringToObject(chunk, "object", "chat.completion.chunk");
+    *choices = cJSON_AddArrayToObject(chunk, "choices");
+    return chunk;
+}
+
 static void synth_chat(struct sbuf *b, const cJSON *whole)
 {
     const cJSON *c;
-    static const char *const copied[] = {"id", "created", "model", "system_fingerprint"};
+    cJSON *choices;
     cJSON_ArrayForEach(c, member(whole, "choices"))
     {
         for (int step = 0; step < 2; step++) {
-            cJSON *chunk = cJSON_CreateObject();
+            cJSON *chunk = chunk_of(whole, &choices);
             if (!chunk) {
                 b->oom = 1;
                 return;
             }
-            for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
-                if (member(whole, copied[i]))
-                    cJSON_AddItemToObject(chunk, copied[i],
-                                          cJSON_Duplicate(member(whole, copied[i]), 1));
-            cJSON_AddStringToObject(chunk, "object", "chat.completion.chunk");
-            cJSON *choices = cJSON_AddArrayToObject(chunk, "choices");
             cJSON *one = cJSON_CreateObject(), *delta = cJSON_CreateObject();
             cJSON_AddItemToObject(one, "index", cJSON_Duplicate(member(c, "index"), 1));
             const cJSON *msg = member(c, "message");
@@ -523,17 +533,11 @@ static void synth_chat(struct sbuf *b, const cJSON *whole)
         }
     }
     if (cJSON_IsObject(member(whole, "usage"))) {
-        cJSON *chunk = cJSON_CreateObject();
+        cJSON *chunk = chunk_of(whole, &choices);
         if (!chunk) {
             b->oom = 1;
             return;
         }
-        for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
-            if (member(whole, copied[i]))
-                cJSON_AddItemToObject(chunk, copied[i],
-                                      cJSON_Duplicate(member(whole, copied[i]), 1));
-        cJSON_AddStringToObject(chunk, "object", "chat.completion.chunk");
-        cJSON_AddArrayToObject(chunk, "choices");
         cJSON_AddItemToObject(chunk, "usage", cJSON_Duplicate(member(whole, "usage"), 1));
         put_event(b, NULL, chunk, NULL);
         cJSON_Delete(chunk);

@@ -105,12 +105,7 @@ def test_an_anthropic_stream_is_recorded_and_replayed(gateway_factory, mock, tok
 
 
 def wait_state(gw, token, job_id, states, timeout=20):
-    deadline = time.monotonic() + timeout
-    while True:
-        j = gw.job(token, job_id).json()
-        if j["state"] in states or time.monotonic() > deadline:
-            return j
-        time.sleep(0.1)
+    return gw.wait_state(token, job_id, states, timeout=timeout)
 
 
 def test_a_stream_without_its_terminal_event_is_unknown_and_never_resent(gateway_factory, mock,

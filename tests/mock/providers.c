@@ -188,7 +188,7 @@ static const struct ref_source ref_sources[] = {
 };
 
 /* Writes the lower-case hex SHA-256 of data into hex (65 bytes). */
-static void sha256_hex(const char *data, size_t len, char hex[65])
+void mock_sha256_hex(const char *data, size_t len, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int md_len = 0;
@@ -557,13 +557,13 @@ static enum MHD_Result create(struct mock_request *req, const struct mock_person
     rec.idempotency_key =
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
     read_client_ref(req->conn, doc, &rec);
-    sha256_hex(req->body, req->body_len, rec.body_sha256);
+    mock_sha256_hex(req->body, req->body_len, rec.body_sha256);
     rec.content_type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
     /* Only a digest of the credential is kept, so a test can tell keys apart without it. */
     auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (auth) {
         rec.has_auth = true;
-        sha256_hex(auth, strlen(auth), rec.auth_sha256);
+        mock_sha256_hex(auth, strlen(auth), rec.auth_sha256);
     }
     rec.remote_port = remote_port(req->conn);
 

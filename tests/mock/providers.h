@@ -84,4 +84,7 @@ bool providers_route(struct mock_request *req, enum MHD_Result *ret);
 /* Returns the personality called name, or NULL when there is none. */
 const struct mock_personality *providers_find(const char *name);
 
+/* Lower-case hex SHA-256 of data[0..len) into hex (65 bytes); "" when the digest fails. */
+void mock_sha256_hex(const char *data, size_t len, char hex[65]);
+
 #endif

@@ -4,10 +4,10 @@
 #include "stream.h"
 
 #include "ledger.h"
+#include "providers.h"
 #include "reply.h"
 
 #include <cjson/cJSON.h>
-#include <openssl/evp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,18 +37,6 @@ static int int_control(const cJSON *ctl, const char *name, int def)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(ctl, name);
     return cJSON_IsNumber(v) ? v->valueint : def;
-}
-
-static void sha256_hex(const char *data, size_t len, char hex[65])
-{
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
-
-    if (EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL) != 1)
-        md_len = 0;
-    for (unsigned int i = 0; i < md_len && i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    hex[md_len ? 64 : 0] = '\0';
 }
 
 static void sleep_ms(int ms)
@@ -227,7 +215,7 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     rec.idempotency_key =
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
     rec.content_type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
-    sha256_hex(req->body, req->body_len, rec.body_sha256);
+    mock_sha256_hex(req->body, req->body_len, rec.body_sha256);
     if (!cJSON_IsObject(doc))
         status = MHD_HTTP_BAD_REQUEST;
     if (api == API_MESSAGES &&
