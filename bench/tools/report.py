@@ -270,12 +270,13 @@ def main():
                  fb.get("nginx"), fb.get("gateway")))
     many = facts.get("stream_many") if isinstance(facts.get("stream_many"), dict) else {}
     if many.get("rss_before_kib"):
-        mid = many.get("mid_run") or {}
-        print("%s streams live at once (%s s each): gateway RSS %.1f MiB before, %.1f MiB with "
-              "them live (%s threads), %.1f MiB after"
-              % (many["connections"], many.get("seconds_per_stream"), many["rss_before_kib"] / 1024,
-                 (mid.get("rss_kib") or 0) / 1024, mid.get("threads"),
-                 (many.get("rss_after_kib") or 0) / 1024))
+        print("%s streams live at once (%s s each), gateway RSS: %.1f MiB before" % (
+            many["connections"], many.get("seconds_per_stream"), many["rss_before_kib"] / 1024))
+        for i, rd in enumerate(many.get("rounds") or []):
+            mid = rd.get("mid_run") or {}
+            print("  round %d: %.1f MiB with them live (%s threads), %.1f MiB after"
+                  % (i + 1, (mid.get("rss_kib") or 0) / 1024, mid.get("threads"),
+                     (rd.get("rss_after_kib") or 0) / 1024))
     cost = facts.get("e2e_cost")
     if isinstance(cost, dict) and cost.get("jobs"):
         jobs = cost["jobs"]
