@@ -1,5 +1,7 @@
 #include "idemgate/metrics.h"
 
+#include "idemgate/livestream.h"
+
 #include "idemgate/classify.h"
 
 #include <dirent.h>
@@ -444,11 +446,15 @@ static void render_intake(struct buf *b)
         "the job.\n"
         "# TYPE idemgate_wait_answers_total counter\n"
         "idemgate_wait_answers_total{source=\"memory\"} %lu\n"
-        "idemgate_wait_answers_total{source=\"read\"} %lu\n",
+        "idemgate_wait_answers_total{source=\"read\"} %lu\n"
+        "# HELP idemgate_live_streams Streamed creates whose events this replica relays to "
+        "waiting clients as they arrive (from their intake to their first attempt's record).\n"
+        "# TYPE idemgate_live_streams gauge\n"
+        "idemgate_live_streams %zu\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed),
         atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak),
-        atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]));
+        atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count());
 }
 
 /* Settled cost by (provider, currency), with the "other" overflow pair when it was used: three

@@ -6,6 +6,7 @@ event (cut, or an error event) was generated and paid for: the job is `unknown`,
 
 import json
 import os
+import re
 import time
 import uuid
 
@@ -178,6 +179,11 @@ class Live:
         self.conn.close()
 
 
+def live_streams(gw):
+    m = re.search(rb"^idemgate_live_streams (\d+)$", gw.http.request("GET", "/metrics").body, re.M)
+    return int(m.group(1))
+
+
 def test_the_first_client_gets_each_event_as_it_arrives(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
@@ -190,10 +196,12 @@ def test_the_first_client_gets_each_event_as_it_arrives(gateway_factory, mock, t
     assert first.startswith(b"data: {") and b'"role":"assistant"' in first, first
     # The first event is here while the provider is still generating: the job is not done.
     assert gw.job(token, job_id).json()["state"] == "sending"
+    assert live_streams(gw) == 1
     whole = live.rest()
     live.close()
     assert whole.endswith(b"data: [DONE]\n\n"), whole[-100:]
     assert wait_state(gw, token, job_id, ("completed",))["state"] == "completed"
+    assert live_streams(gw) == 0  # closed once its record was written: nothing left behind
     replay = gw.submit(token, "live-1", body, route=chat, headers={"Prefer": "wait=5"})
     assert replay.body == whole and replay.headers.get("idempotent-replayed") == "true"
     assert len(creates(mock, "/v1/chat/completions")) == 1
