@@ -497,7 +497,7 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     if (ls) {
         /* Until the stream begins (or the attempt ends without it): parked on the stream. */
         api_set_continuation(r, intake_stream_resume);
-        int parked = ls_park(ls, r, 0);
+        int parked = ls_park(ls, r, 0, waiters_now() + wait_s);
         if (parked == 0)
             intake_stream_resume(r);
         if (parked >= 0)
@@ -690,7 +690,7 @@ static long read_live(void *arg, struct hs_req *r, unsigned long long pos, char 
         }
         if (hs_req_draining(r))
             return -2; /* stopping: the recording goes on, the client retries by key */
-        int parked = ls_park(ls, r, (size_t)pos);
+        int parked = ls_park(ls, r, (size_t)pos, 0);
         if (parked != 0)
             return parked > 0 ? 0 : -2;
     }

@@ -9,10 +9,12 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct parked {
     struct hs_req *r;
     size_t pos;
+    double deadline; /* CLOCK_MONOTONIC seconds after which it is woken anyway; 0: none */
     struct parked *next;
 };
 
@@ -63,8 +65,61 @@ static void wake_locked(struct ls *s)
     }
 }
 
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Wakes the parked readers whose deadline passed, in every registered stream, every 100 ms:
+ * a client waiting for a stream to begin is answered when its wait is over, however long the
+ * provider (or the queue before the call) takes. One thread, started with the first stream. */
+static void *sweep(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+        double now = mono_now();
+        pthread_mutex_lock(&reg_mu);
+        for (size_t b = 0; b < BUCKETS; b++)
+            for (struct ls *s = reg[b]; s; s = s->next) {
+                pthread_mutex_lock(&s->mu);
+                struct parked **pp = &s->parked;
+                while (*pp) {
+                    struct parked *p = *pp;
+                    if (p->deadline > 0 && now >= p->deadline) {
+                        *pp = p->next;
+                        hs_resume(p->r);
+                        free(p);
+                    } else {
+                        pp = &p->next;
+                    }
+                }
+                pthread_mutex_unlock(&s->mu);
+            }
+        pthread_mutex_unlock(&reg_mu);
+    }
+    return NULL;
+}
+
+static pthread_once_t sweeper_once = PTHREAD_ONCE_INIT;
+
+static void start_sweeper(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, sweep, NULL) != 0) /* deadlines then end with the call */
+        fprintf(stderr, "idemgate: the live streams' deadline thread did not start\n");
+    pthread_attr_destroy(&a);
+}
+
 struct ls *ls_open(const char *job_id, size_t max_bytes)
 {
+    pthread_once(&sweeper_once, start_sweeper);
     unsigned b = bucket(job_id);
     pthread_mutex_lock(&reg_mu);
     for (struct ls *s = reg[b]; s; s = s->next)
@@ -224,7 +279,7 @@ int ls_began(struct ls *s)
     return b;
 }
 
-int ls_park(struct ls *s, struct hs_req *r, size_t pos)
+int ls_park(struct ls *s, struct hs_req *r, size_t pos, double deadline)
 {
     struct parked *p = malloc(sizeof(*p));
     if (!p)
@@ -237,6 +292,7 @@ int ls_park(struct ls *s, struct hs_req *r, size_t pos)
     }
     p->r = r;
     p->pos = pos;
+    p->deadline = deadline;
     p->next = s->parked;
     s->parked = p;
     hs_suspend(r); /* under the lock: no wake-up can come before the suspension */

@@ -55,10 +55,11 @@ enum ls_at {
 enum ls_at ls_read(struct ls *s, size_t pos, char *buf, size_t max, size_t *n);
 /* 1 when the stream began (its first 2xx event-stream bytes arrived). */
 int ls_began(struct ls *s);
-/* Parks request r until something is there at pos (ls_read would not answer LS_WAIT): under the
+/* Parks request r until something is there at pos (ls_read would not answer LS_WAIT), or until
+ * deadline (CLOCK_MONOTONIC seconds; 0: none) while the stream is registered: under the
  * stream's lock, r is suspended (hs_suspend) and registered, and returns 1; or, when something
  * is there already, returns 0 and r is not suspended; -1 when out of memory (not suspended). */
-int ls_park(struct ls *s, struct hs_req *r, size_t pos);
+int ls_park(struct ls *s, struct hs_req *r, size_t pos, double deadline);
 /* Takes r off s's parked readers (the request is over). */
 void ls_unpark(struct ls *s, struct hs_req *r);
 

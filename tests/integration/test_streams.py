@@ -333,3 +333,20 @@ def test_one_job_served_streamed_or_whole_as_each_client_asks(gateway_factory, m
     # Anything else that differs is another request.
     other = gw.submit(token, "both-2", dict(claude_body(events=2), max_tokens=65), route=claude)
     assert other.status == 422, other
+
+
+def test_a_stream_that_does_not_begin_within_the_wait_is_answered_with_the_job(gateway_factory,
+                                                                              mock, token):
+    """Prefer: wait holds for a stream too: a provider that sends its first event after the
+    wait leaves the client the job (202), which it polls or asks again for the record."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    # The first event 1.5 s after the answer began, the whole stream in 6 s (the profile's
+    # timeout is 8 s here).
+    body = chat_body(events=1, event_delay_ms=1500)
+    r = gw.submit(token, "late-1", body, route=chat, headers={"Prefer": "wait=1"})
+    assert r.status == 202, r
+    assert r.json()["state"] in ("prepared", "sending"), r
+    again = gw.submit(token, "late-1", body, route=chat, headers={"Prefer": "wait=30"})
+    assert again.status == 200 and again.body.endswith(b"data: [DONE]\n\n"), again
+    assert len(creates(mock, "/v1/chat/completions")) == 1
