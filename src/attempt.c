@@ -46,6 +46,7 @@ static int lease_guard(void *arg)
 static void release_unsent(struct db *db, const struct store_claim *c, enum op_state next,
                            const char *why)
 {
+    ls_close(c->id); /* not sent here: a client of its live stream waits for the job instead */
     struct store_finish f;
     store_finish_init(&f, c, "create", ST_SENDING);
     f.state = next;
@@ -435,11 +436,11 @@ struct attempt {
 
 static void attempt_free(struct attempt *a)
 {
-    /* Recorded (or abandoned): the job's clients read the record from now on. */
-    if (a->ls) {
-        ls_close(a->c.id);
+    /* Recorded (or abandoned, perhaps before its transfer was made): the job's clients read
+     * the record from now on. */
+    ls_close(a->c.id);
+    if (a->ls)
         ls_release(a->ls);
-    }
     outbound_fini(&a->o);
     store_claim_fini(&a->c);
     up_response_fini(&a->res);

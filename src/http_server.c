@@ -446,6 +446,8 @@ int hs_respond_stream(struct hs_req *r, int status, const char *content_type,
     struct stream_body *b = calloc(1, sizeof(*b));
     if (!b || tls_handling != r) {
         free(b);
+        if (free_arg)
+            free_arg(arg);
         return -1;
     }
     *b = (struct stream_body){.r = r, .read = read, .arg = arg, .free_arg = free_arg};
@@ -453,10 +455,10 @@ int hs_respond_stream(struct hs_req *r, int status, const char *content_type,
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_body_read, b,
                                           stream_body_free);
     if (!resp) {
-        free(b);
+        stream_body_free(b);
         return -1;
     }
-    return respond_with(r, status, content_type, resp, headers);
+    return respond_with(r, status, content_type, resp, headers); /* b is the response's now */
 }
 
 int hs_req_draining(const struct hs_req *r)
@@ -683,7 +685,8 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
         return r->responded ? MHD_YES : MHD_NO;
     }
     const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
-    r->body_max = ct && s->o.max_upload_bytes && strncasecmp(ct, "multipart/form-data", 19) == 0
+    r->body_max = ct && s->o.max_upload_bytes && strncasecmp(ct, "multipart/form-data", 19) == 0 &&
+                          (!s->o.upload_allowed || s->o.upload_allowed(r->path, s->o.app))
                       ? s->o.max_upload_bytes
                       : s->o.max_body_bytes;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");

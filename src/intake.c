@@ -171,7 +171,11 @@ static enum step_result step_validate(struct intake *in)
     char detail[96];
     if (hs_req_body_too_large(in->r)) {
         const char *ct = hs_req_header(in->r, "Content-Type");
-        int upload = ct && strncasecmp(ct, "multipart/form-data", 19) == 0;
+        const char *slash = strchr(in->target, '/');
+        const struct cfg_provider *p =
+            slash ? cfg_find_provider(in->cfg, in->target, (size_t)(slash - in->target)) : NULL;
+        const struct cfg_route *rt = p ? cfg_find_route(p, slash + 1, strlen(slash + 1)) : NULL;
+        int upload = ct && strncasecmp(ct, "multipart/form-data", 19) == 0 && rt && rt->multipart;
         snprintf(detail, sizeof(detail), "the body exceeds %ld bytes",
                  upload ? in->cfg->max_upload_bytes : in->cfg->max_body_bytes);
         return raise_problem(in, 413, "payload-too-large", "Payload too large", detail);
@@ -494,7 +498,7 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
         reply_job(r, 202, j, replayed, 1);
         return;
     }
-    if (ls) {
+    if (ls && !hs_req_draining(r)) {
         /* Until the stream begins (or the attempt ends without it): parked on the stream. */
         api_set_continuation(r, intake_stream_resume);
         int parked = ls_park(ls, r, 0, waiters_now() + wait_s);
@@ -717,12 +721,10 @@ static void intake_stream_resume(struct hs_req *r)
                               in->created ? NULL : "Idempotent-Replayed",
                               "true",
                               NULL};
-        ls_hold(in->ls);
+        ls_hold(in->ls); /* the response's own reference */
         if (hs_respond_stream(r, 200, "text/event-stream", hdrs, read_live, in->ls,
-                              release_live) < 0) {
-            ls_release(in->ls);
+                              release_live) < 0)
             reply_store_error(r, STORE_EINTERNAL);
-        }
         return;
     }
     struct ls *ls = in->ls;

@@ -214,7 +214,7 @@ void ls_feed(void *arg, const char *p, size_t n)
     size_t take = n;
     if (s->len + take > s->max) {
         take = s->max - s->len;
-        s->cut = 1; /* past the cap: readers get what fits, then a cut */
+        s->ended = s->cut = 1; /* past the cap: readers get what fits, then a cut */
     }
     if (take && s->len + take > s->cap) {
         size_t cap = s->cap ? s->cap : 4096;
@@ -316,6 +316,23 @@ void ls_unpark(struct ls *s, struct hs_req *r)
         }
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+void ls_wake_all(void)
+{
+    pthread_mutex_lock(&reg_mu);
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (struct ls *s = reg[b]; s; s = s->next) {
+            pthread_mutex_lock(&s->mu);
+            while (s->parked) {
+                struct parked *p = s->parked;
+                s->parked = p->next;
+                hs_resume(p->r);
+                free(p);
+            }
+            pthread_mutex_unlock(&s->mu);
+        }
+    pthread_mutex_unlock(&reg_mu);
 }
 
 size_t ls_count(void)

@@ -10,6 +10,7 @@
 #include "idemgate/http_server.h"
 #include "idemgate/jobcache.h"
 #include "idemgate/limits.h"
+#include "idemgate/livestream.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/metrics_listener.h"
@@ -243,6 +244,7 @@ static int serve(const struct cfg *cfg)
     hs_quiesce(s.http);                 /* new connections are refused */
     hs_quiesce(s.metrics);
     waiters_close(s.waiters);           /* waiting clients get the current state; no new waits */
+    ls_wake_all();                      /* live streams' readers end their bodies, cut */
     recorder_close(s.recorder);         /* queued intents are recorded and answered; the rest of
                                            the drain records on the database workers */
     hs_drain(s.http, DRAIN_TIMEOUT_MS); /* requests in progress are answered */

@@ -213,6 +213,22 @@ static void on_done(struct hs_req *r, int status, double secs, int completed, vo
         LI("status", status), LI("us", (long long)(secs * 1e6)), LI("completed", completed));
 }
 
+/* hs_options.upload_allowed: the path names a provider route that takes multipart uploads (as
+ * sent: a path the router would refuse, or would decode first, gets the plain body cap). */
+static int upload_allowed(const char *path, void *app)
+{
+    static const char prefix[] = "/v1/providers/";
+    if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
+        return 0;
+    const char *target = path + sizeof(prefix) - 1, *slash = strchr(target, '/');
+    const struct cfg *cfg = api_config(app);
+    const struct cfg_provider *p =
+        slash ? cfg_find_provider(cfg, target, (size_t)(slash - target)) : NULL;
+    size_t len = slash ? strcspn(slash + 1, "?") : 0;
+    const struct cfg_route *rt = p ? cfg_find_route(p, slash + 1, len) : NULL;
+    return rt && rt->multipart;
+}
+
 struct hs_server *routes_listen(struct api *a)
 {
     const struct cfg *cfg = api_config(a);
@@ -227,6 +243,7 @@ struct hs_server *routes_listen(struct api *a)
                            .request_deadline_s = cfg->request_deadline_seconds,
                            .max_body_bytes = cfg->max_body_bytes,
                            .max_upload_bytes = cfg->max_upload_bytes,
+                           .upload_allowed = upload_allowed,
                            .app = a,
                            .handle = on_handle,
                            .reject = on_reject,

@@ -233,36 +233,87 @@ static int each_event(const char *body, size_t len,
 
 #define MAX_CHOICES 16
 
+/* Text appended to a member of an object of the answer being built, kept in a growing buffer
+ * and set once at the end: a stream of many small deltas is assembled in linear time. */
+struct pending {
+    cJSON *obj;
+    const char *name; /* a static string */
+    char *buf;
+    size_t len, cap;
+};
+
 struct assembly {
     enum sse_format f;
     cJSON *out;              /* the answer being built */
     cJSON *choice[MAX_CHOICES]; /* OpenAI Chat: the message of each choice */
     cJSON *content;          /* Anthropic: the content array */
+    struct pending *texts;
+    size_t n_texts, cap_texts;
     int oom;
 };
 
-/* Appends text to the string member name of o (created when missing). */
+/* Appends text to the string member name of o (its current value first, the first time). */
 static void append_text(struct assembly *a, cJSON *o, const char *name, const char *text)
 {
-    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(o, name);
-    const char *was = cJSON_IsString(cur) ? cur->valuestring : "";
-    size_t n = strlen(was) + strlen(text) + 1;
-    char *joined = malloc(n);
-    if (!joined) {
-        a->oom = 1;
-        return;
+    struct pending *p = NULL;
+    for (size_t i = a->n_texts; i-- > 0;)
+        if (a->texts[i].obj == o && strcmp(a->texts[i].name, name) == 0) {
+            p = &a->texts[i];
+            break;
+        }
+    if (!p) {
+        if (a->n_texts == a->cap_texts) {
+            size_t cap = a->cap_texts ? 2 * a->cap_texts : 8;
+            struct pending *nt = realloc(a->texts, cap * sizeof(*nt));
+            if (!nt) {
+                a->oom = 1;
+                return;
+            }
+            a->texts = nt;
+            a->cap_texts = cap;
+        }
+        p = &a->texts[a->n_texts++];
+        *p = (struct pending){.obj = o, .name = name};
+        const cJSON *cur = cJSON_GetObjectItemCaseSensitive(o, name);
+        if (cJSON_IsString(cur) && *cur->valuestring)
+            append_text(a, o, name, cur->valuestring);
+        if (a->oom)
+            return;
     }
-    snprintf(joined, n, "%s%s", was, text);
-    cJSON *v = cJSON_CreateString(joined);
-    free(joined);
-    if (!v) {
-        a->oom = 1;
-        return;
+    size_t n = strlen(text);
+    if (p->len + n + 1 > p->cap) {
+        size_t cap = p->cap ? p->cap : 64;
+        while (cap < p->len + n + 1)
+            cap *= 2;
+        char *nb = realloc(p->buf, cap);
+        if (!nb) {
+            a->oom = 1;
+            return;
+        }
+        p->buf = nb;
+        p->cap = cap;
     }
-    if (cur)
-        cJSON_ReplaceItemInObjectCaseSensitive(o, name, v);
-    else
-        cJSON_AddItemToObject(o, name, v);
+    memcpy(p->buf + p->len, text, n + 1);
+    p->len += n;
+}
+
+/* Sets every member text was appended to, and frees the buffers. */
+static void settle_texts(struct assembly *a)
+{
+    for (size_t i = 0; i < a->n_texts; i++) {
+        struct pending *p = &a->texts[i];
+        cJSON *v = !a->oom ? cJSON_CreateString(p->buf ? p->buf : "") : NULL;
+        if (!v)
+            a->oom = 1;
+        else if (cJSON_GetObjectItemCaseSensitive(p->obj, p->name))
+            cJSON_ReplaceItemInObjectCaseSensitive(p->obj, p->name, v);
+        else
+            cJSON_AddItemToObject(p->obj, p->name, v);
+        free(p->buf);
+    }
+    free(a->texts);
+    a->texts = NULL;
+    a->n_texts = a->cap_texts = 0;
 }
 
 static void set_member(struct assembly *a, cJSON *o, const char *name, const cJSON *v)
@@ -337,6 +388,9 @@ static void assemble_chat(struct assembly *a, const cJSON *d)
 static void assemble_anthropic(struct assembly *a, const char *type, const cJSON *d)
 {
     if (strcmp(type, "message_start") == 0 && cJSON_IsObject(member(d, "message"))) {
+        for (size_t i = 0; i < a->n_texts; i++) /* a second start: what came before is gone */
+            free(a->texts[i].buf);
+        a->n_texts = 0;
         cJSON_Delete(a->out);
         a->out = cJSON_Duplicate(member(d, "message"), 1);
         if (!a->out) {
@@ -431,6 +485,7 @@ char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_
     struct assembly a = {.f = f};
     if (each_event(body, len, on_assembly_event, &a) < 0)
         a.oom = 1;
+    settle_texts(&a);
     char *out = a.out && !a.oom ? cJSON_PrintUnformatted(a.out) : NULL;
     cJSON_Delete(a.out);
     if (out)

@@ -46,6 +46,9 @@ struct hs_options {
     int request_deadline_s;
     long max_body_bytes; /* a longer body is dropped and hs_req_body_too_large() says so */
     long max_upload_bytes; /* the same for a multipart/form-data body (0: max_body_bytes) */
+    /* Whether the request path (as sent) may carry an upload: only then does a multipart body
+     * get max_upload_bytes, before anything else of the request is read. NULL: every path. */
+    int (*upload_allowed)(const char *path, void *app);
     void *app;           /* passed to every callback */
     /* Called on a server thread once the body is complete, and once more after each
      * resumption of a suspended request. It must answer (hs_respond) or suspend (hs_suspend). */
@@ -125,7 +128,7 @@ typedef long (*hs_stream_read_fn)(void *arg, struct hs_req *r, unsigned long lon
                                   size_t max);
 /* Queues a response whose body (chunked) comes from read(arg, …) as it becomes available;
  * free_arg(arg) when it is done with (free_arg may be NULL). Only on the server thread handling
- * r. Returns 0 or -1 (then arg is not taken). */
+ * r. Returns 0 or -1; arg is taken either way (free_arg has run, or will). */
 int hs_respond_stream(struct hs_req *r, int status, const char *content_type,
                       const char *const *headers, hs_stream_read_fn read, void *arg,
                       void (*free_arg)(void *arg));

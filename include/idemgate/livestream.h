@@ -63,6 +63,10 @@ int ls_park(struct ls *s, struct hs_req *r, size_t pos, double deadline);
 /* Takes r off s's parked readers (the request is over). */
 void ls_unpark(struct ls *s, struct hs_req *r);
 
+/* Resumes every parked reader now (shutting down: the server is quiesced, so a stream's reader
+ * ends its body and a client waiting for one to begin is answered with the job). */
+void ls_wake_all(void);
+
 /* Live streams registered now (for the metrics and the tests). */
 size_t ls_count(void);
 

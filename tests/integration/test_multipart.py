@@ -151,6 +151,11 @@ def test_uploads_refused_plainly(gateway_factory, mock, token):
     r = gw.submit(token, "u-json", {"prompt": "y" * 3000}, route=edits)
     assert r.status == 413, r
     assert "2048" in r.json()["detail"]
+    # The upload cap is the route's: an upload to a route that takes none keeps the body cap,
+    # so nobody makes a connection hold max_upload_bytes by naming the type alone.
+    r = post(gw, token, gens, "u-gens-big", big, ct, wait=0)
+    assert r.status == 413, r
+    assert "2048" in r.json()["detail"]
     assert len(edits_creates(mock)) == 1  # only the one upload that was accepted
 
 

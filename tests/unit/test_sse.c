@@ -216,6 +216,30 @@ static void test_assemble_and_synthesize(void **state)
                                "\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}],"
                                "\"stop_reason\":\"end_turn\"}");
     free(whole);
+    /* Many small deltas (a long answer): every one of them, in order. */
+    size_t cap = 64 + 20000 * 120, o = 0;
+    char *many = malloc(cap);
+    assert_non_null(many);
+    for (int i = 0; i < 20000; i++)
+        o += (size_t)snprintf(many + o, cap - o,
+                              "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":"
+                              "{\"content\":\"%c\"}}]}\n\n",
+                              'a' + i % 26);
+    o += (size_t)snprintf(many + o, cap - o, "data: [DONE]\n\n");
+    char *big = sse_assemble(SSE_OPENAI_CHAT, many, o, &n);
+    assert_non_null(big);
+    cJSON *doc = cJSON_Parse(big);
+    const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "choices"), 0), "message"),
+        "content"));
+    assert_non_null(text);
+    assert_int_equal(strlen(text), 20000);
+    assert_int_equal(text[0], 'a');
+    assert_int_equal(text[19999], 'a' + 19999 % 26);
+    cJSON_Delete(doc);
+    free(big);
+    free(many);
     /* Nothing whole is made of a stream that is not. */
     assert_null(sse_assemble(SSE_ANTHROPIC, anthropic_error, strlen(anthropic_error), &n));
     assert_null(sse_assemble(SSE_OPENAI_CHAT, chat_whole, strlen(chat_whole) - 3, &n));
