@@ -141,13 +141,18 @@ void sse_verdict_fini(struct sse_verdict *v)
     v->usage = NULL;
 }
 
-int sse_requested(const char *body, size_t len)
+int sse_body_flag(const char *body, size_t len, const char *name)
 {
     const char *end = NULL;
     cJSON *d = body && len ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
-    int yes = d && cJSON_IsTrue(member(d, "stream"));
+    int yes = d && cJSON_IsTrue(member(d, name));
     cJSON_Delete(d);
     return yes;
+}
+
+int sse_requested(const char *body, size_t len)
+{
+    return sse_body_flag(body, len, "stream");
 }
 
 /* ---- whole answers from streams, and streams from whole answers ---------------------- */

@@ -57,6 +57,9 @@ char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_
  * when json is not such an answer or memory ran out. */
 char *sse_synthesize(enum sse_format f, const char *json, size_t len, size_t *out_len);
 
+/* 1 when the request body (JSON text) is an object whose top-level member name is true. */
+int sse_body_flag(const char *body, size_t len, const char *name);
+
 /* 1 when the request body (JSON text) asks the provider for a stream: its top-level "stream"
  * member is true. A body that is not a JSON object asks for none. */
 int sse_requested(const char *body, size_t len);

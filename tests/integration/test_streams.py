@@ -350,3 +350,43 @@ def test_a_stream_that_does_not_begin_within_the_wait_is_answered_with_the_job(g
     again = gw.submit(token, "late-1", body, route=chat, headers={"Prefer": "wait=30"})
     assert again.status == 200 and again.body.endswith(b"data: [DONE]\n\n"), again
     assert len(creates(mock, "/v1/chat/completions")) == 1
+
+
+def test_an_openai_responses_stream_is_recorded_replayed_and_assembled(gateway_factory, mock,
+                                                                       token):
+    """The Responses API's events (response.created … response.completed): whole only with
+    response.completed; the same request whole gets the completed response the stream ended
+    with; its usage settles the cost."""
+    sfx = uuid.uuid4().hex[:6]
+    e = {"name": "resp" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    body = {"model": "gpt-4o-mini", "input": "Say hello", "stream": True, "max_output_tokens": 50,
+            "_mock": {"events": 3}}
+    r = gw.submit(token, "resp-1", body, route=route, headers={"Prefer": "wait=20"})
+    assert r.status == 200 and r.headers["content-type"].startswith("text/event-stream"), r
+    text = r.body.decode()
+    assert text.startswith("event: response.created\n") and "event: response.completed\n" in text
+    again = gw.submit(token, "resp-1", body, route=route, headers={"Prefer": "wait=20"})
+    assert again.body == r.body and again.headers.get("idempotent-replayed") == "true"
+    whole = gw.submit(token, "resp-1", dict(body, stream=False), route=route,
+                      headers={"Prefer": "wait=20"})
+    w = whole.json()
+    assert w["object"] == "response" and w["status"] == "completed", w
+    assert w["output"][0]["content"][0]["text"] == "tok0 tok1 tok2 ", w
+    j = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert j["cost"]["estimate_micros"] == round(1000 * 0.15 + 50 * 0.6), j["cost"]
+    want = j["usage"]["input_tokens"] * 0.15 + j["usage"]["output_tokens"] * 0.6
+    assert abs(j["cost"]["micros"] - want) <= 1, (j["cost"], j["usage"])
+    assert len(creates(mock, "/v1/responses")) == 1
+    # Cut before response.completed: in doubt, never resent.
+    cut = gw.submit(token, "resp-cut", dict(body, _mock={"events": 4, "cut_after": 3}), route=route,
+                    headers={"Prefer": "respond-async"})
+    j = wait_state(gw, token, cut.json()["id"], ("unknown", "review", "completed", "failed"))
+    assert j["state"] in ("unknown", "review"), j
+    assert len(creates(mock, "/v1/responses")) == 2
+    # A background response is a flow the gateway does not follow yet: refused, nothing sent.
+    bg = gw.submit(token, "resp-bg", dict(body, background=True), route=route)
+    assert bg.status == 422 and "background" in bg.json()["detail"], bg
+    assert len(creates(mock, "/v1/responses")) == 2

@@ -441,6 +441,7 @@ static const struct admin_route admin_routes[] = {
     {"GET", "/_webhook_keys", false, webhooks_handle_keys}, /* fal's Ed25519 public key */
     {"POST", "/v1/chat/completions", false, stream_handle_chat}, /* LLM text, maybe streamed */
     {"POST", "/v1/messages", false, stream_handle_messages},     /* Anthropic's, the same */
+    {"POST", "/v1/responses", false, stream_handle_responses},   /* OpenAI Responses, the same */
 };
 
 /*

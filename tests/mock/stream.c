@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-enum api { API_CHAT, API_MESSAGES };
+enum api { API_CHAT, API_MESSAGES, API_RESPONSES };
 
 /* One stream being written: what was asked, and how far it got. */
 struct sse_state {
@@ -27,7 +27,6 @@ struct sse_state {
     bool include_usage; /* OpenAI: stream_options.include_usage */
     int prompt_tokens;
     int step;           /* events written so far */
-    int total;          /* events of the whole stream */
     char pending[1024]; /* the event being written */
     size_t pending_len, pending_off;
     bool done;
@@ -59,10 +58,50 @@ static void make_event(struct sse_state *st)
         if (st->api == API_MESSAGES)
             w = snprintf(o, cap, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
                                  "\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+        else if (st->api == API_RESPONSES)
+            w = snprintf(o, cap, "event: error\ndata: {\"type\":\"error\",\"code\":"
+                                 "\"server_error\",\"message\":\"The server had an error\"}\n\n");
         else
             w = snprintf(o, cap, "data: {\"error\":{\"message\":\"The server had an error while "
                                  "processing your request.\",\"type\":\"server_error\"}}\n\n");
         st->done = true;
+    } else if (st->api == API_RESPONSES) {
+        /* created, in_progress, deltas, output_text.done, completed (with the whole response) */
+        if (n == 0 || n == 1)
+            w = snprintf(o, cap, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%d,"
+                                 "\"response\":{\"id\":\"resp_%lu\",\"object\":\"response\","
+                                 "\"status\":\"in_progress\",\"model\":\"mock-llm\",\"output\":[],"
+                                 "\"usage\":null}}\n\n",
+                         n ? "response.in_progress" : "response.created",
+                         n ? "response.in_progress" : "response.created", n, st->seq);
+        else if (n < 2 + deltas)
+            w = snprintf(o, cap, "event: response.output_text.delta\ndata: {\"type\":"
+                                 "\"response.output_text.delta\",\"sequence_number\":%d,"
+                                 "\"item_id\":\"msg_%lu\",\"output_index\":0,\"content_index\":0,"
+                                 "\"delta\":\"tok%d \"}\n\n",
+                         n, st->seq, n - 2);
+        else if (n == 2 + deltas)
+            w = snprintf(o, cap, "event: response.output_text.done\ndata: {\"type\":"
+                                 "\"response.output_text.done\",\"sequence_number\":%d,"
+                                 "\"item_id\":\"msg_%lu\",\"output_index\":0,\"content_index\":0}\n\n",
+                         n, st->seq);
+        else {
+            char text[512] = "";
+            size_t t = 0;
+            for (int i = 0; i < deltas && t + 16 < sizeof(text); i++)
+                t += (size_t)snprintf(text + t, sizeof(text) - t, "tok%d ", i);
+            w = snprintf(o, cap, "event: response.completed\ndata: {\"type\":\"response.completed\","
+                                 "\"sequence_number\":%d,\"response\":{\"id\":\"resp_%lu\",\"object\":"
+                                 "\"response\",\"status\":\"completed\",\"model\":\"mock-llm\","
+                                 "\"output\":[{\"type\":\"message\",\"id\":\"msg_%lu\",\"status\":"
+                                 "\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":"
+                                 "\"output_text\",\"text\":\"%s\",\"annotations\":[]}]}],"
+                                 "\"usage\":{\"input_tokens\":%d,\"output_tokens\":%d,"
+                                 "\"total_tokens\":%d}}}\n\n",
+                         n, st->seq, st->seq, text, st->prompt_tokens, deltas,
+                         st->prompt_tokens + deltas);
+            st->done = true;
+        }
     } else if (st->api == API_CHAT) {
         /* role, deltas, finish, [usage], [DONE] */
         if (n == 0)
@@ -180,6 +219,24 @@ static enum MHD_Result whole_answer(struct mock_request *req, enum api api, unsi
         cJSON_AddNumberToObject(usage, "prompt_tokens", prompt_tokens);
         cJSON_AddNumberToObject(usage, "completion_tokens", deltas);
         cJSON_AddNumberToObject(usage, "total_tokens", prompt_tokens + deltas);
+    } else if (api == API_RESPONSES) {
+        snprintf(id, sizeof(id), "resp_%lu", seq);
+        cJSON_AddStringToObject(doc, "id", id);
+        cJSON_AddStringToObject(doc, "object", "response");
+        cJSON_AddStringToObject(doc, "status", "completed");
+        cJSON_AddStringToObject(doc, "model", "mock-llm");
+        cJSON *output = cJSON_AddArrayToObject(doc, "output");
+        cJSON *msg = cJSON_CreateObject(), *content = cJSON_CreateArray(), *part = cJSON_CreateObject();
+        cJSON_AddStringToObject(msg, "type", "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(part, "type", "output_text");
+        cJSON_AddStringToObject(part, "text", text);
+        cJSON_AddItemToArray(content, part);
+        cJSON_AddItemToObject(msg, "content", content);
+        cJSON_AddItemToArray(output, msg);
+        cJSON_AddNumberToObject(usage, "input_tokens", prompt_tokens);
+        cJSON_AddNumberToObject(usage, "output_tokens", deltas);
+        cJSON_AddNumberToObject(usage, "total_tokens", prompt_tokens + deltas);
     } else {
         snprintf(id, sizeof(id), "msg_%lu", seq);
         cJSON_AddStringToObject(doc, "id", id);
@@ -211,7 +268,8 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     enum MHD_Result ret;
 
     rec.route = req->url;
-    rec.provider = api == API_CHAT ? "openai-chat" : "anthropic";
+    rec.provider = api == API_CHAT ? "openai-chat" : api == API_MESSAGES ? "anthropic"
+                                                                        : "openai-responses";
     rec.idempotency_key =
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Idempotency-Key");
     rec.content_type = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Type");
@@ -284,4 +342,9 @@ enum MHD_Result stream_handle_chat(struct mock_request *req)
 enum MHD_Result stream_handle_messages(struct mock_request *req)
 {
     return handle(req, API_MESSAGES);
+}
+
+enum MHD_Result stream_handle_responses(struct mock_request *req)
+{
+    return handle(req, API_RESPONSES);
 }

@@ -14,6 +14,9 @@
  *                              `data: [DONE]`
  *   POST /v1/messages          Anthropic Messages (needs anthropic-version): message_start,
  *                              content_block_*, ping, message_delta (usage), message_stop
+ *   POST /v1/responses         OpenAI Responses: response.created, response.in_progress,
+ *                              response.output_text.delta…, response.output_text.done,
+ *                              response.completed (the whole response, usage included)
  *
  * Controls in the body's "_mock" object: "events" (text deltas, default 3), "event_delay_ms"
  * (before each event), "cut_after" (the connection is closed after that many events, with no
@@ -23,5 +26,6 @@
  */
 enum MHD_Result stream_handle_chat(struct mock_request *req);
 enum MHD_Result stream_handle_messages(struct mock_request *req);
+enum MHD_Result stream_handle_responses(struct mock_request *req);
 
 #endif

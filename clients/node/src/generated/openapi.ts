@@ -1401,8 +1401,9 @@ export interface operations {
              *     The detail names the job that holds the key and which of the three differed.
              *     `client-ref-unplaceable`: this provider finds tasks by the gateway's client
              *     reference in the body, and this body leaves no place for it (the member exists, its
-             *     parent is not an object, or the body is not an object). Nothing was recorded and
-             *     the provider was not called.
+             *     parent is not an object, or the body is not an object). `background-unsupported`:
+             *     an OpenAI Responses request with `"background": true` (answered `queued`, to be read
+             *     back by id: not followed yet). Nothing was recorded and the provider was not called.
              */
             422: {
                 headers: {
@@ -1412,7 +1413,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
-                        type?: "urn:idemgate:problem:idempotency-key-reused" | "urn:idemgate:problem:client-ref-unplaceable";
+                        type?: "urn:idemgate:problem:idempotency-key-reused" | "urn:idemgate:problem:client-ref-unplaceable" | "urn:idemgate:problem:background-unsupported";
                     };
                 };
             };
