@@ -103,6 +103,8 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
     out->received = -1;
     out->usage = NULL;
     out->stream_cut = 0;
+    out->stream_error_status = 0;
+    out->stream_error_type[0] = '\0';
     if (attempt_is_stream(p, res)) {
         struct sse_verdict v;
         if (sse_read((enum sse_format)p->stream_format, res->body, res->body_len, &v) < 0) {
@@ -110,6 +112,8 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
             return;
         }
         out->stream_cut = !v.terminal || v.error || res->body_truncated;
+        out->stream_error_status = v.error && !v.output ? v.error_status : 0;
+        memcpy(out->stream_error_type, v.error_type, sizeof(out->stream_error_type));
         out->usage = v.usage;
         return;
     }
@@ -284,6 +288,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
                               .header_bytes = res->header_bytes,
                               .http_status = res->http_status,
                               .stream_cut = rs->stream_cut,
+                              .stream_error_status = rs->stream_error_status,
                               .outputs_short = requested > 0 && rs->received >= 0 &&
                                                rs->received < requested,
                               .idempotent = c->idem_header != NULL,
@@ -331,13 +336,22 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
 /* The operation's last_error for decision d: after a whole answer the policy's reason is the
  * whole message; otherwise the evidence (libcurl's error or the status) is added to it. */
 static const char *last_error(const struct pol_decision *d, const struct up_response *res,
-                              int whole, char *buf, size_t len)
+                              const struct attempt_results *rs, int whole, char *buf, size_t len)
 {
     if (res->aborted_before_send)
         return "lease expired before sending";
     if (whole)
         return d->reason;
-    if (res->curl_code)
+    if (rs->stream_cut && !res->curl_code && rs->stream_error_status)
+        snprintf(buf, len, "%s: HTTP %d, then an error event %s before any output (as HTTP %d)",
+                 d->reason, res->http_status, rs->stream_error_type, rs->stream_error_status);
+    else if (rs->stream_cut && !res->curl_code && rs->stream_error_type[0])
+        snprintf(buf, len, "%s: HTTP %d, then an error event %s", d->reason,
+                 res->http_status, rs->stream_error_type);
+    else if (rs->stream_cut && !res->curl_code)
+        snprintf(buf, len, "%s: HTTP %d, the stream ended without its terminal event",
+                 d->reason, res->http_status);
+    else if (res->curl_code)
         snprintf(buf, len, "%s: %s", d->reason, res->error);
     else
         snprintf(buf, len, "%s: HTTP %d", d->reason, res->http_status);
@@ -476,7 +490,7 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     store_finish_evidence(f, res, 1);
     f->state = a->d.next;
     f->outcome = cls_name(a->outcome);
-    f->error = last_error(&a->d, res, whole, a->msg, sizeof(a->msg));
+    f->error = last_error(&a->d, res, &a->rs, whole, a->msg, sizeof(a->msg));
     f->retry_delay_ms = (long)a->d.delay_ms;
     f->outputs_received = a->rs.received;
     f->usage = a->rs.usage;

@@ -83,16 +83,26 @@ static enum cls_outcome by_status(const struct cls_evidence *e, int status, int 
     return CLS_AMBIGUOUS;
 }
 
+/* A 2xx stream whose error event came before any output stands for the error's status. */
+static int stream_refused(const struct cls_evidence *e)
+{
+    return e->stream_cut && e->stream_error_status >= 400 && e->curl_code == 0 &&
+           e->http_status >= 200 && e->http_status < 300;
+}
+
 int cls_may_have_created(const struct cls_evidence *e, enum cls_outcome o)
 {
     if (o == CLS_AMBIGUOUS)
         return 1;
-    return o == CLS_BACKOFF && e->http_status > 0 &&
-           !listed(e->not_created, e->n_not_created, e->http_status);
+    int status = stream_refused(e) ? e->stream_error_status : e->http_status;
+    return o == CLS_BACKOFF && status > 0 && !listed(e->not_created, e->n_not_created, status);
 }
 
 enum cls_outcome cls_classify(const struct cls_evidence *e)
 {
+    /* An error event before any output is the refusal it names, as its status would be. */
+    if (stream_refused(e))
+        return by_status(e, e->stream_error_status, 0);
     /* A stream cut before its terminal event was paid for what it generated: nobody knows
      * what a resend would cost, nor whether the first is still being billed. */
     if (e->stream_cut && e->http_status >= 200 && e->http_status < 300)

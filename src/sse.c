@@ -23,6 +23,26 @@ const char *sse_format_name(enum sse_format f)
     return (size_t)f < sizeof(names) / sizeof(names[0]) ? names[f] : "";
 }
 
+static const struct {
+    const char *type;
+    int status;
+} error_types[] = {
+    {"invalid_request_error", 400}, {"invalid_prompt", 400},       {"authentication_error", 401},
+    {"invalid_api_key", 401},       {"billing_error", 402},        {"permission_error", 403},
+    {"not_found_error", 404},       {"request_too_large", 413},    {"rate_limit_error", 429},
+    {"rate_limit_exceeded", 429},   {"insufficient_quota", 429},   {"api_error", 500},
+    {"server_error", 500},          {"server_is_overloaded", 503}, {"slow_down", 503},
+    {"timeout_error", 504},         {"overloaded_error", 529},
+};
+
+int sse_error_status(const char *type)
+{
+    for (size_t i = 0; type && i < sizeof(error_types) / sizeof(error_types[0]); i++)
+        if (strcmp(type, error_types[i].type) == 0)
+            return error_types[i].status;
+    return 0;
+}
+
 /* What one reading collects while it goes. */
 struct reading {
     enum sse_format f;
@@ -67,6 +87,40 @@ static void take_usage(struct reading *rd, const cJSON *u, int merge)
     }
 }
 
+static const char *string_of(const cJSON *o, const char *name)
+{
+    return cJSON_GetStringValue(member(o, name));
+}
+
+/* The first error event: its type (the error object's code, else its type) and status. */
+static void take_error(struct sse_verdict *v, const cJSON *err)
+{
+    if (v->error)
+        return;
+    v->error = 1;
+    const char *t = string_of(err, "code");
+    if (!t || !*t)
+        t = string_of(err, "type");
+    snprintf(v->error_type, sizeof(v->error_type), "%s", t ? t : "");
+    v->error_status = sse_error_status(t);
+}
+
+/* Whether an OpenAI chat chunk carries output: a choice whose delta holds text, a refusal, a
+ * tool or function call (the first chunk's role and empty content are not output). */
+static int chat_output(const cJSON *d)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, member(d, "choices"))
+    {
+        const cJSON *delta = member(c, "delta");
+        const char *text = string_of(delta, "content"), *refusal = string_of(delta, "refusal");
+        if ((text && *text) || (refusal && *refusal) || member(delta, "tool_calls") ||
+            member(delta, "function_call") || string_of(c, "finish_reason"))
+            return 1;
+    }
+    return 0;
+}
+
 /* One whole event: its type (the `event:` field, else the data's "type"), its data parsed (NULL
  * when not JSON) and raw. */
 static void on_event(void *arg, const char *kind, const cJSON *d, const char *data, size_t dlen)
@@ -81,7 +135,9 @@ static void on_event(void *arg, const char *kind, const cJSON *d, const char *da
     switch (rd->f) {
     case SSE_OPENAI_CHAT:
         if (member(d, "error"))
-            v->error = 1;
+            take_error(v, member(d, "error"));
+        else if (!v->error && chat_output(d))
+            v->output = 1;
         if (cJSON_IsObject(member(d, "usage")))
             take_usage(rd, member(d, "usage"), 0);
         break;
@@ -89,19 +145,27 @@ static void on_event(void *arg, const char *kind, const cJSON *d, const char *da
         if (strcmp(kind, "message_stop") == 0)
             v->terminal = 1;
         else if (strcmp(kind, "error") == 0)
-            v->error = 1;
-        else if (strcmp(kind, "message_start") == 0)
+            take_error(v, member(d, "error"));
+        else if (!v->error && strcmp(kind, "ping") != 0 && strcmp(kind, "message_start") != 0)
+            v->output = 1; /* a content block, a delta, the message's end */
+        if (strcmp(kind, "message_start") == 0)
             take_usage(rd, member(member(d, "message"), "usage"), 0);
         else if (strcmp(kind, "message_delta") == 0)
             take_usage(rd, member(d, "usage"), 1);
         break;
     case SSE_OPENAI_RESPONSES:
+        if (strcmp(kind, "response.failed") == 0) {
+            v->terminal = 1;
+            take_error(v, member(member(d, "response"), "error"));
+        } else if (strcmp(kind, "error") == 0) {
+            take_error(v, d);
+        } else if (!v->error && strcmp(kind, "response.created") != 0 &&
+                   strcmp(kind, "response.queued") != 0 &&
+                   strcmp(kind, "response.in_progress") != 0) {
+            v->output = 1; /* an output item or delta, or the response's end */
+        }
         if (strcmp(kind, "response.completed") == 0 || strcmp(kind, "response.incomplete") == 0)
             v->terminal = 1;
-        else if (strcmp(kind, "response.failed") == 0)
-            v->terminal = v->error = 1;
-        else if (strcmp(kind, "error") == 0)
-            v->error = 1;
         if (cJSON_IsObject(member(member(d, "response"), "usage")))
             take_usage(rd, member(member(d, "response"), "usage"), 0);
         break;

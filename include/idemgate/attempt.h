@@ -88,6 +88,10 @@ struct attempt_results {
     /* An event stream (the profile's stream format, a text/event-stream answer) that lacks its
      * terminal event or carried an error event: generated and paid for, not complete. */
     int stream_cut;
+    /* The status the stream's first error event stands for when no output came before it
+     * (cls_evidence.stream_error_status), and its type ("" when none). */
+    int stream_error_status;
+    char stream_error_type[48];
 };
 
 /* 1 when res is an event stream of p's stream format: p has one and the answer's Content-Type

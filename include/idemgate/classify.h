@@ -48,6 +48,11 @@ struct cls_evidence {
     int n_markers;
     int stream_cut; /* a 2xx event stream without its terminal event, or with an error event:
                      * the provider accepted and generated, the answer is not whole */
+    /* The status the stream's first error event stands for (sse_error_status), when it came
+     * before any generated output; 0 otherwise. Such an event is classified as that status
+     * would be before the stream began (an `overloaded_error` as a 529): nothing was generated.
+     * An error after output, or of an unknown type, leaves the stream cut: ambiguous. */
+    int stream_error_status;
 };
 
 enum cls_outcome cls_classify(const struct cls_evidence *e);

@@ -34,7 +34,20 @@ struct sse_verdict {
      * message_start.message.usage overlaid with message_delta.usage, the Responses API's
      * response.usage. A malloc'ed JSON object text, or NULL when no event carried one. */
     char *usage;
+    /* An event carrying generated output (a delta with text or a tool call, a content block,
+     * an output item) arrived before the first error event, or at all when there was none. */
+    int output;
+    /* The first error event's type (Anthropic error.type; OpenAI error.code, else error.type;
+     * a failed response's error.code), "" when none or unnamed; and the HTTP status it stands
+     * for (sse_error_status), 0 when the type is not one we know. */
+    char error_type[48];
+    int error_status;
 };
+
+/* The HTTP status an error event's type stands for, as the provider answers the same refusal
+ * before a stream begins ("overloaded_error" 529, "rate_limit_error" 429, "invalid_request_error"
+ * 400, "api_error" 500…); 0 for a type not known here, or NULL. */
+int sse_error_status(const char *type);
 
 /* Reads body[0..len) (may be NULL when len is 0) as a stream of format f into *v. Returns 0,
  * or -1 when out of memory (*v then holds no usage). */

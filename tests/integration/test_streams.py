@@ -150,6 +150,45 @@ def test_a_refusal_before_the_first_event_backs_off_and_streams_after(gateway_fa
     assert all(c["replay"] for c in mock.ledger() if c["route"] == "/v1/messages")
 
 
+def test_an_error_event_before_any_output_is_judged_as_its_status(gateway_factory, mock, token):
+    """Issue 25 §3: an error event mid-stream is classified like a status. Before any output
+    (right after message_start, or OpenAI's role chunk) nothing was generated: Anthropic's
+    overloaded_error is a 529, which the profile lists as not created, so the job backs off and
+    the next create streams whole; OpenAI's server_error is a 500, which may have made
+    something: the job is in doubt and never resent. After output, any error leaves the stream
+    cut (test above)."""
+    providers, chat, claude = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    nonce = uuid.uuid4().hex
+    body = claude_body(events=3, error_first=1)
+    body["messages"][0]["content"] = "overloaded once " + nonce
+    r = gw.submit(token, "err-claude-" + nonce, body, route=claude,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    j = wait_state(gw, token, r.json()["id"], ("completed", "failed", "unknown", "review"))
+    assert j["state"] == "completed", j
+    made = [c for c in creates(mock, "/v1/messages")
+            if c["body_sha256"] == creates(mock, "/v1/messages")[-1]["body_sha256"]]
+    assert len(made) == 2, made  # the refused create and the whole one
+    replay = gw.submit(token, "err-claude-" + nonce, body, route=claude,
+                       headers={"Prefer": "wait=10"})
+    text = replay.body.decode()
+    assert replay.status == 200 and text.endswith(
+        'event: message_stop\ndata: {"type":"message_stop"}\n\n'), text[-200:]
+    assert "overloaded_error" not in text  # the record is the whole stream, not the refusal
+
+    body = chat_body(events=3, error_first=1)
+    body["messages"][0]["content"] = "server error once " + nonce
+    before = len(creates(mock, "/v1/chat/completions"))
+    r = gw.submit(token, "err-chat-" + nonce, body, route=chat,
+                  headers={"Prefer": "respond-async"})
+    j = wait_state(gw, token, r.json()["id"], ("completed", "failed", "unknown", "review"))
+    assert j["state"] in ("unknown", "review"), j
+    assert "error event server_error before any output (as HTTP 500)" in j["last_error"], j
+    time.sleep(0.5)
+    assert len(creates(mock, "/v1/chat/completions")) == before + 1
+
+
 class Live:
     """A streamed request read as it arrives (http.client decodes the chunks)."""
 

@@ -8,6 +8,7 @@
 #include "reply.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,34 @@ struct sse_state {
     size_t pending_len, pending_off;
     bool done;
 };
+
+/* Creates seen per body (its SHA-256), for "error_first": a small table, oldest entry reused. */
+#define SEEN_MAX 1024
+static struct {
+    char sha[65];
+    int n;
+} seen[SEEN_MAX];
+static size_t seen_next;
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* How many creates with this body came before this one. */
+static int creates_before(const char *sha)
+{
+    int n = 0;
+    pthread_mutex_lock(&seen_lock);
+    size_t i = 0;
+    while (i < SEEN_MAX && strcmp(seen[i].sha, sha) != 0)
+        i++;
+    if (i == SEEN_MAX) {
+        i = seen_next;
+        seen_next = (seen_next + 1) % SEEN_MAX;
+        snprintf(seen[i].sha, sizeof(seen[i].sha), "%s", sha);
+        seen[i].n = 0;
+    }
+    n = seen[i].n++;
+    pthread_mutex_unlock(&seen_lock);
+    return n;
+}
 
 static int int_control(const cJSON *ctl, const char *name, int def)
 {
@@ -320,6 +349,12 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     st->delay_ms = int_control(ctl, "event_delay_ms", 0);
     st->cut_after = int_control(ctl, "cut_after", -1);
     st->error_after = int_control(ctl, "error_after", -1);
+    /* The first N creates of this body: an error event right after the stream's preamble
+     * (message_start; the role chunk; response.created and response.in_progress), before any
+     * output. */
+    int error_first = int_control(ctl, "error_first", 0);
+    if (error_first > 0 && creates_before(rec.body_sha256) < error_first)
+        st->error_after = api == API_RESPONSES ? 2 : 1;
     st->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
     st->prompt_tokens = prompt_tokens;
     cJSON_Delete(doc);

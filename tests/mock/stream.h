@@ -21,7 +21,9 @@
  * Controls in the body's "_mock" object: "events" (text deltas, default 3), "event_delay_ms"
  * (before each event), "cut_after" (the connection is closed after that many events, with no
  * terminal event), "error_after" (an error event after that many events, then the end:
- * Anthropic's overloaded_error, OpenAI's error chunk), "status" (an error answer of that status
+ * Anthropic's overloaded_error, OpenAI's error chunk), "error_first" (the first N creates of
+ * the same body get that error event right after the preamble, before any output; the next are
+ * whole streams), "status" (an error answer of that status
  * instead of any stream, with Retry-After: 0 for 429/529).
  */
 enum MHD_Result stream_handle_chat(struct mock_request *req);

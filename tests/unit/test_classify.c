@@ -34,62 +34,62 @@ struct row {
 
 static const struct row rows[] = {
     /* Nothing left this host. */
-    {{COULDNT_RESOLVE_HOST, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_NOT_SENT},
-    {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_NOT_SENT},
-    {{OPERATION_TIMEDOUT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_NOT_SENT}, /* connect timeout */
-    {{SSL_CONNECT_ERROR, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_NOT_SENT},
-    {{ABORTED_BY_CALLBACK, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_NOT_SENT}, /* PREREQFUNCTION refused */
+    {{COULDNT_RESOLVE_HOST, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_NOT_SENT},
+    {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_NOT_SENT},
+    {{OPERATION_TIMEDOUT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_NOT_SENT}, /* connect timeout */
+    {{SSL_CONNECT_ERROR, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_NOT_SENT},
+    {{ABORTED_BY_CALLBACK, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_NOT_SENT}, /* PREREQFUNCTION refused */
     /* Sent, no answer: hang past the timeout, close, reset. */
-    {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{GOT_NOTHING, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{RECV_ERROR, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{SEND_ERROR, 120, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
+    {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{GOT_NOTHING, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{RECV_ERROR, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{SEND_ERROR, 120, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
     /* A response started, then broke: the status line decides when it refuses. */
-    {{PARTIAL_FILE, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OPERATION_TIMEDOUT, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{PARTIAL_FILE, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_REQUEST},
-    {{RECV_ERROR, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_ACCOUNT},
-    {{PARTIAL_FILE, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{PARTIAL_FILE, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
+    {{PARTIAL_FILE, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OPERATION_TIMEDOUT, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{PARTIAL_FILE, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{RECV_ERROR, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{PARTIAL_FILE, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{PARTIAL_FILE, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
     /* Complete answers. */
-    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_SUCCESS},
-    {{OK, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_SUCCESS},
-    {{OK, 300, 150, 200, 1, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_PARTIAL},
-    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 404, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 409, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 422, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 200, 1, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_PARTIAL},
+    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 404, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 409, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 422, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
     /* 402/403 without a declared marker are about the request as far as anyone knows. */
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 408, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 425, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_UNMARKED},
+    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_UNMARKED},
+    {{OK, 300, 150, 408, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 425, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
     /* A 5xx may come from a CDN after the origin accepted the work: without a native key
      * nobody knows (unless the profile declares the status "not created", below). */
-    {{OK, 300, 150, 500, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 502, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 504, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 520, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 524, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 503, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 502, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 500, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 502, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 504, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 520, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 524, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 503, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 502, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
     /* Under a native key every status is a safe resend under the same key. */
-    {{OK, 300, 150, 500, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 503, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 500, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 503, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
     /* Which statuses trip the credential is the profile's to say. */
-    {{OK, 300, 150, 403, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 401, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 403, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 401, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
     /* Under a provider idempotency key, 409 says the first request is still in flight. */
-    {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 200, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 200, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_SUCCESS},
     /* A redirect to a create is not followed; nobody can say a task exists or not. */
-    {{OK, 300, 150, 302, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 302, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, CLS_AMBIGUOUS},
 };
 
 /* Issue 21 §5: one tenant's refused request must not stop a provider for every tenant. A trip
@@ -97,39 +97,39 @@ static const struct row rows[] = {
 static const char *const MARKERS[] = {"insufficient_quota", "account_deactivated"};
 #define BODY(s) (s), sizeof(s) - 1
 static const struct row marker_rows[] = {
-    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0}, CLS_REJECTED_ACCOUNT},
-    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, BODY("{\"error\":\"bad key\"}"), MARKERS, 2, 0},
+    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, BODY("{\"error\":\"bad key\"}"), MARKERS, 2, 0, 0},
      CLS_REJECTED_ACCOUNT},
     {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"model_not_allowed\"}"),
-      MARKERS, 2, 0},
+      MARKERS, 2, 0, 0},
      CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"content_policy\"}"), NULL, 0, 0},
+    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"content_policy\"}"), NULL, 0, 0, 0},
      CLS_REJECTED_UNMARKED},
     {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"account_deactivated\"}"),
-      MARKERS, 2, 0},
+      MARKERS, 2, 0, 0},
      CLS_REJECTED_ACCOUNT},
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0},
      CLS_REJECTED_ACCOUNT},
     /* Byte-exact: another case, or a marker cut by the body's end, is no marker. */
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("INSUFFICIENT_QUOTA"), MARKERS, 2, 0},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("INSUFFICIENT_QUOTA"), MARKERS, 2, 0, 0},
      CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quot"), MARKERS, 2, 0},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quot"), MARKERS, 2, 0, 0},
      CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0}, CLS_REJECTED_UNMARKED},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0, 0}, CLS_REJECTED_UNMARKED},
     /* A broken answer: its status line and the bytes that came decide. */
     {{PARTIAL_FILE, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"e\":\"insufficient_quota"),
-      MARKERS, 2, 0},
+      MARKERS, 2, 0, 0},
      CLS_REJECTED_ACCOUNT},
-    {{PARTIAL_FILE, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"e\":"), MARKERS, 2, 0},
+    {{PARTIAL_FILE, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"e\":"), MARKERS, 2, 0, 0},
      CLS_REJECTED_UNMARKED},
     /* A status the profile does not list never trips, marker or not. */
     {{OK, 300, 150, 403, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, BODY("insufficient_quota"),
-      MARKERS, 2, 0},
+      MARKERS, 2, 0, 0},
      CLS_REJECTED_REQUEST},
     /* A marker in a 2xx or a 400 means nothing. */
-    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0},
+    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0},
      CLS_SUCCESS},
-    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0},
+    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0},
      CLS_REJECTED_REQUEST},
 };
 
@@ -221,6 +221,47 @@ static void test_a_cut_stream_is_ambiguous(void **state)
     }
 }
 
+/* A 2xx stream whose error event came before any output is judged as the status it names would
+ * be before the stream began (the profile's not-created list and trip statuses apply); an
+ * error of no known status, or any transfer error, leaves it cut: ambiguous. */
+static void test_an_error_event_before_output_is_its_status(void **state)
+{
+    (void)state;
+    static const int not_created_anthropic[] = {408, 425, 429, 529};
+    static const struct {
+        int curl_code, error_status, idempotent;
+        enum cls_outcome want;
+        int may_have_created;
+    } cases[] = {
+        {OK, 529, 0, CLS_BACKOFF, 0},           /* overloaded: listed as not created */
+        {OK, 429, 0, CLS_BACKOFF, 0},           /* rate limited */
+        {OK, 400, 0, CLS_REJECTED_REQUEST, 0},  /* the request itself: fails, never resent */
+        {OK, 500, 0, CLS_AMBIGUOUS, 1},         /* a 5xx: nobody knows */
+        {OK, 500, 1, CLS_BACKOFF, 1},           /* ... unless under a native key */
+        {OK, 401, 0, CLS_REJECTED_ACCOUNT, 0},  /* the credential, as a 401 */
+        {OK, 403, 0, CLS_REJECTED_UNMARKED, 0}, /* one request's refusal */
+        {OK, 0, 0, CLS_AMBIGUOUS, 1},           /* an error type not known here */
+        {RECV_ERROR, 529, 0, CLS_AMBIGUOUS, 1}, /* the transfer broke too: proves nothing */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct cls_evidence ev = {.curl_code = cases[i].curl_code,
+                                  .bytes_sent = 300,
+                                  .header_bytes = 150,
+                                  .http_status = 200,
+                                  .idempotent = cases[i].idempotent,
+                                  .not_created = not_created_anthropic,
+                                  .n_not_created = 4,
+                                  .trip = TRIP_DEFAULT,
+                                  .n_trip = 3,
+                                  .stream_cut = 1,
+                                  .stream_error_status = cases[i].error_status};
+        enum cls_outcome o = cls_classify(&ev);
+        if (o != cases[i].want)
+            fail_msg("case %zu: %s", i, cls_name(o));
+        assert_int_equal(cls_may_have_created(&ev, o), cases[i].may_have_created);
+    }
+}
+
 /* Which evidence leaves open that the attempt made a task. */
 static void test_may_have_created(void **state)
 {
@@ -229,14 +270,14 @@ static void test_may_have_created(void **state)
         struct cls_evidence ev;
         int want;
     } cases[] = {
-        {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, 1}, /* ambiguous */
-        {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, 0},      /* not sent */
-        {{OK, 300, 150, 429, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, 0},             /* declared not created */
-        {{OK, 300, 150, 503, 0, 1, NOT_CREATED_503, 4, NULL, 0, NULL, 0, NULL, 0, 0}, 0},
-        {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, 1},             /* 5xx under a key */
-        {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, 1},             /* in flight: it exists */
-        {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, 0},
-        {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}, 0},
+        {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 1}, /* ambiguous */
+        {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 0},      /* not sent */
+        {{OK, 300, 150, 429, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 0},             /* declared not created */
+        {{OK, 300, 150, 503, 0, 1, NOT_CREATED_503, 4, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 0},
+        {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 1},             /* 5xx under a key */
+        {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 1},             /* in flight: it exists */
+        {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 0},
+        {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0}, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct cls_evidence ev = cases[i].ev;
@@ -265,6 +306,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_a_cut_stream_is_ambiguous),
+        cmocka_unit_test(test_an_error_event_before_output_is_its_status),
         cmocka_unit_test(test_403_without_marker_fails_only_that_job),
         cmocka_unit_test(test_trip_is_confirmed_by_the_probe),
         cmocka_unit_test(test_may_have_created),

@@ -103,6 +103,75 @@ static void test_whole_streams(void **state)
 
 /* Every strict prefix of a whole stream lacks its terminal event: a cut stream is never taken
  * for a complete one, wherever it was cut. */
+/* An error event: its type, the status it stands for, and whether output came before it (a
+ * chunk with text, a content block, an output item): only an error before any output is the
+ * refusal it names. */
+static void test_error_events(void **state)
+{
+    (void)state;
+#define ANT_EV(t, d) "event: " t "\ndata: " d "\n\n"
+#define ANT_START ANT_EV("message_start", "{\"type\":\"message_start\",\"message\":{}}")
+#define ANT_ERR(t) ANT_EV("error", "{\"type\":\"error\",\"error\":{\"type\":\"" t "\"}}")
+    static const struct {
+        enum sse_format f;
+        const char *body;
+        int error, output, status;
+        const char *type;
+    } cases[] = {
+        {SSE_ANTHROPIC, anthropic_error, 1, 0, 529, "overloaded_error"},
+        {SSE_ANTHROPIC, ANT_START ANT_EV("ping", "{}") ANT_ERR("rate_limit_error"), 1, 0, 429,
+         "rate_limit_error"},
+        {SSE_ANTHROPIC, ANT_ERR("invalid_request_error"), 1, 0, 400, "invalid_request_error"},
+        {SSE_ANTHROPIC, ANT_ERR("api_error"), 1, 0, 500, "api_error"},
+        {SSE_ANTHROPIC, ANT_ERR("a_new_error"), 1, 0, 0, "a_new_error"},
+        /* a content block began: output, whatever error follows */
+        {SSE_ANTHROPIC,
+         ANT_START ANT_EV("content_block_start", "{\"index\":0}") ANT_ERR("overloaded_error"), 1,
+         1, 529, "overloaded_error"},
+        {SSE_ANTHROPIC, anthropic_whole, 0, 1, 0, ""},
+        /* OpenAI chat: the first chunk's role and empty content are not output */
+        {SSE_OPENAI_CHAT,
+         "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+         "data: {\"error\":{\"type\":\"server_error\",\"code\":null}}\n\n",
+         1, 0, 500, "server_error"},
+        {SSE_OPENAI_CHAT,
+         "data: {\"error\":{\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}\n\n", 1,
+         0, 429, "rate_limit_exceeded"},
+        {SSE_OPENAI_CHAT, CHAT_CHUNK("Hel") "data: {\"error\":{\"type\":\"server_error\"}}\n\n",
+         1, 1, 500, "server_error"},
+        {SSE_OPENAI_CHAT, "data: {\"error\":{\"message\":\"boom\"}}\n\n", 1, 0, 0, ""},
+        {SSE_OPENAI_CHAT,
+         "data: {\"choices\":[{\"delta\":{\"tool_calls\":[]}}]}\n\ndata: {\"error\":{}}\n\n", 1, 1,
+         0, ""},
+        /* Responses: created / in progress are not output; a failed response's error code */
+        {SSE_OPENAI_RESPONSES,
+         "event: response.created\ndata: {\"response\":{\"id\":\"r\"}}\n\n"
+         "event: response.failed\ndata: {\"response\":{\"error\":{\"code\":\"server_error\"}}}\n\n",
+         1, 0, 500, "server_error"},
+        {SSE_OPENAI_RESPONSES,
+         "event: response.in_progress\ndata: {}\n\n"
+         "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\"}\n\n",
+         1, 0, 429, "rate_limit_exceeded"},
+        {SSE_OPENAI_RESPONSES,
+         "event: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\n"
+         "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n",
+         1, 1, 500, "server_error"},
+        {SSE_OPENAI_RESPONSES, responses_whole, 0, 1, 0, ""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sse_verdict v;
+        print_message("case %zu\n", i);
+        assert_int_equal(sse_read(cases[i].f, cases[i].body, strlen(cases[i].body), &v), 0);
+        assert_int_equal(v.error, cases[i].error);
+        assert_int_equal(v.output, cases[i].output);
+        assert_int_equal(v.error_status, cases[i].status);
+        assert_string_equal(v.error_type, cases[i].type);
+        sse_verdict_fini(&v);
+    }
+    assert_int_equal(sse_error_status(NULL), 0);
+    assert_int_equal(sse_error_status("overloaded_error"), 529);
+}
+
 static void test_every_cut_is_incomplete(void **state)
 {
     (void)state;
@@ -251,6 +320,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_streams),
+        cmocka_unit_test(test_error_events),
         cmocka_unit_test(test_every_cut_is_incomplete),
         cmocka_unit_test(test_requested_and_names),
         cmocka_unit_test(test_assemble_and_synthesize),
