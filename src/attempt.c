@@ -105,6 +105,7 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
     out->stream_cut = 0;
     out->stream_error_status = 0;
     out->stream_error_type[0] = '\0';
+    out->stream_id[0] = '\0';
     if (attempt_is_stream(p, res)) {
         struct sse_verdict v;
         if (sse_read((enum sse_format)p->stream_format, res->body, res->body_len, &v) < 0) {
@@ -114,6 +115,7 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
         out->stream_cut = !v.terminal || v.error || res->body_truncated;
         out->stream_error_status = v.error && !v.output ? v.error_status : 0;
         memcpy(out->stream_error_type, v.error_type, sizeof(out->stream_error_type));
+        memcpy(out->stream_id, v.id, sizeof(out->stream_id));
         out->usage = v.usage;
         return;
     }
@@ -309,7 +311,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
 static struct pol_decision decide(const struct cfg_provider *p, const struct store_claim *c,
                                   const struct up_response *res, enum cls_outcome outcome,
                                   int may_have_created, const struct attempt_task *t,
-                                  double seconds)
+                                  int read_back, double seconds)
 {
     struct pol_input in = {.outcome = outcome,
                            .attempts_made = c->transport_attempts,
@@ -323,7 +325,7 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .ambiguous_before = c->ambiguous_before || c->from_unknown,
                            .may_have_created = may_have_created,
                            .truncated = res->body_truncated,
-                           .cannot_look = p->reconcile == RECON_NONE,
+                           .cannot_look = p->reconcile == RECON_NONE && !read_back,
                            .reconcile_interval_ms = p->reconcile_interval_ms,
                            .recovery_window_ms = p->recovery_window_ms,
                            .async = p->mode == CFG_MODE_ASYNC_POLL,
@@ -484,7 +486,13 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     int whole = (a->outcome == CLS_SUCCESS || a->outcome == CLS_PARTIAL) && !res->body_truncated;
     if (whole && p->mode == CFG_MODE_ASYNC_POLL)
         attempt_read_task(p, res, &a->t);
-    a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, a->t1 - a->t0);
+    /* A stream that named its generation, where the provider keeps it and the profile says how
+     * to read it (reconcile.task.path): if the stream is left in doubt, the reconciler reads it
+     * back by that id at once — a found task is the truth — rather than wait for the window. */
+    int read_back = p->mode != CFG_MODE_ASYNC_POLL && p->task_path && a->rs.stream_id[0];
+    a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, read_back, a->t1 - a->t0);
+    if (a->d.next == ST_UNKNOWN && read_back && !a->t.remote_id)
+        a->t.remote_id = strdup(a->rs.stream_id);
     struct store_finish *f = &a->f;
     store_finish_init(f, c, "create", ST_SENDING);
     store_finish_evidence(f, res, 1);

@@ -58,8 +58,15 @@ static const struct memb list_m[] = {
     {"path", MEMB_VALUE, NULL},
 };
 static const struct memb_table list_t = MEMB_TABLE(list_m, NULL);
+/* found_status.map is the provider's own words: any member names. */
+static const struct memb found_status_m[] = {
+    {"map", MEMB_VALUE, NULL},
+    {"path", MEMB_VALUE, NULL},
+};
+static const struct memb_table found_status_t = MEMB_TABLE(found_status_m, NULL);
 static const struct memb reconcile_m[] = {
     {"absent_grace_ms", MEMB_VALUE, NULL}, {"found_result", MEMB_VALUE, NULL},
+    {"found_status", MEMB_OBJECT, &found_status_t},
     {"interval_ms", MEMB_VALUE, NULL},     {"list", MEMB_OBJECT, &list_t},
     {"lookup", MEMB_OBJECT, &lookup_t},    {"strategy", MEMB_VALUE, NULL},
     {"task", MEMB_OBJECT, &task_t},        {"window_seconds", MEMB_VALUE, NULL},
@@ -450,6 +457,9 @@ static int load_reconcile(struct cfg_provider *p, const cJSON *o, const char *fi
     return 0;
 }
 
+static int load_status_map(struct cfg_provider *p, const cJSON *map, const char *file, char *err,
+                           size_t errlen);
+
 /* reconcile.task, .lookup and .list: how a task is read and found. */
 static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const char *file,
                                 char *err, size_t errlen)
@@ -459,17 +469,37 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
     const cJSON *task = cJSON_GetObjectItemCaseSensitive(rec, "task");
     static const char *const task_vars[] = {"id", NULL};
     snprintf(field, sizeof(field), "providers.%s.reconcile.task", p->name);
-    /* An async provider's task is read by its poll path unless the profile says otherwise. */
+    /* An async provider's task is read by its poll path unless the profile says otherwise.
+     * Its client_ref (where a task read shows our reference) is required where webhooks may
+     * name a task, whose hint must be proven ours; without webhooks a task is read only by an
+     * id our own create gave (a cut stream's) or an operator named. */
     int own_path = task && (p->mode != CFG_MODE_ASYNC_POLL ||
                             cJSON_GetObjectItemCaseSensitive(task, "path"));
     if (task && ((own_path && load_template(task, "path", &p->task_path, task_vars, file, field,
                                             err, errlen) < 0) ||
-                 load_path(task, "client_ref", &p->task_client_ref, 1, file, field, err,
-                           errlen) < 0))
+                 load_path(task, "client_ref", &p->task_client_ref,
+                           cJSON_GetObjectItemCaseSensitive(o, "webhook") != NULL, file, field,
+                           err, errlen) < 0))
         return -1;
     snprintf(field, sizeof(field), "providers.%s.reconcile", p->name);
     if (load_path(rec, "found_result", &p->found_result, 0, file, field, err, errlen) < 0)
         return -1;
+    /* A synchronous provider whose found task says how far it got (a response read back by
+     * the id its stream gave: queued, in progress, completed…): its status, mapped as an
+     * async profile's status is. An async profile reads its tasks' status by "status". */
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(rec, "found_status");
+    if (fs) {
+        snprintf(field, sizeof(field), "providers.%s.reconcile.found_status", p->name);
+        if (p->mode == CFG_MODE_ASYNC_POLL || !p->task_path) {
+            errf(err, errlen, "%s: %s: only for a sync provider with reconcile.task.path", file,
+                 field);
+            return -1;
+        }
+        if (load_path(fs, "path", &p->status_path, 1, file, field, err, errlen) < 0 ||
+            load_status_map(p, cJSON_GetObjectItemCaseSensitive(fs, "map"), file, err, errlen) <
+                0)
+            return -1;
+    }
     static const char *const lookup_vars[] = {"client_ref", NULL};
     static const char *const list_vars[] = {"since", "until", NULL};
     if (p->reconcile == RECON_GET_BY_CLIENT_ID) {

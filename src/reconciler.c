@@ -6,6 +6,7 @@
 #include "idemgate/engine.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/poller.h"
 #include "idemgate/provider.h"
 #include "idemgate/lease.h"
 #include "idemgate/resultq.h"
@@ -212,6 +213,33 @@ static int found_result(const struct cfg_provider *p, const struct up_response *
 static void found_sync(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                        const struct up_response *res, const char *remote_id, double t0)
 {
+    /* A task that says how far it got (reconcile.found_status): one still going is read again
+     * later; one the provider failed or cancelled is failed, with its answer; a status not in
+     * the map is for an operator. */
+    if (p->status_path) {
+        cJSON *doc = res->body && !res->body_truncated
+                         ? cJSON_ParseWithLength(res->body, res->body_len)
+                         : NULL;
+        int ts = doc ? poller_status_of(p, res->http_status, doc) : -1;
+        cJSON_Delete(doc);
+        if (ts == TS_QUEUED || ts == TS_RUNNING) {
+            write_simple(db, c, ST_UNKNOWN, p->reconcile_interval_ms, "found_running", NULL, t0);
+            return;
+        }
+        if (ts == TS_FAILED || ts == TS_CANCELED || ts < 0) {
+            struct verdict_write w = {ts < 0 ? ST_REVIEW : ST_FAILED, 0, "found_failed",
+                                      "found at the provider, which failed or cancelled it",
+                                      res, remote_id, -1, NULL, -1, 0, NULL};
+            if (ts < 0) {
+                w.outcome = "found_unreadable";
+                w.error = "a task was found but its status is not one the profile maps "
+                          "(reconcile.found_status): an operator must resolve it";
+                w.res = NULL;
+            }
+            write_verdict(db, c, &w, t0);
+            return;
+        }
+    }
     struct up_response fres;
     int owned = 0;
     struct attempt_results rs = {.received = -1};
@@ -477,14 +505,21 @@ static void write_adopt(struct db *db, struct recon_job *j)
 {
     const struct cfg_provider *p = j->p;
     const struct store_claim *c = &j->c;
+    /* No hint: the id is the one our own create's stream gave (reconcile_one), ours. */
+    const char *id = c->webhook_hint ? c->webhook_hint : c->remote_id;
     int ok = j->url && prov_task_answered(&j->res);
-    if (ok && p->task_client_ref && !c->operator_found)
+    if (ok && p->task_client_ref && !c->operator_found && c->webhook_hint)
         ok = prov_task_is(p, &j->res, c->id);
     if (ok)
-        found(p, db, c, &j->res, c->webhook_hint, j->t0);
+        found(p, db, c, &j->res, id, j->t0);
     else if (c->operator_found) /* the operator decides again, with what the provider said */
         write_simple(db, c, ST_REVIEW, 0, "found_unreadable",
                      "the task an operator named could not be read at the provider", j->t0);
+    else if (!c->webhook_hint)
+        write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
+                     "stream_id_unread",
+                     "the generation the cut stream named could not be read at the provider",
+                     j->t0);
     else
         write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
                      "hint_unproven", "a webhook named a task that could not be read as ours",
@@ -581,6 +616,11 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
                      p ? "out of memory" : "provider is not configured on this replica", t0);
         return;
     }
+    /* The task to read by its id: a verified webhook's (or an operator's) hint, else the id a
+     * synchronous provider's stream gave before it was cut, where the profile can read it. */
+    const char *by_id = c->webhook_hint;
+    if (!by_id && p->mode != CFG_MODE_ASYNC_POLL && p->task_path && c->remote_id)
+        by_id = c->remote_id;
     struct recon_facts f = {
         .strategy = c->strategy,
         .can_look = (c->strategy == RECON_GET_BY_CLIENT_ID && p->lookup_path &&
@@ -590,7 +630,7 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
         .cancel_requested = c->cancel_requested,
         .window_closed = c->since_first_ms >= p->recovery_window_ms,
         .budget_left = c->transport_attempts < p->max_attempts && c->since_first_ms < p->deadline_ms,
-        .webhook_hint = c->webhook_hint != NULL,
+        .webhook_hint = by_id != NULL,
     };
     enum recon_plan plan = recon_plan(&f);
     if (plan == RP_WAIT || plan == RP_REVIEW) {
@@ -622,7 +662,7 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     switch (plan) {
     case RP_ADOPT:
         j->step = RS_ADOPT;
-        j->url = prov_task_url(p, j->c.webhook_hint, j->c.id);
+        j->url = prov_task_url(p, by_id, j->c.id); /* by_id: owned by j->c now */
         get(j, 1);
         return;
     case RP_LOOK:

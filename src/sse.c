@@ -128,6 +128,13 @@ static void on_event(void *arg, const char *kind, const cJSON *d, const char *da
     struct reading *rd = arg;
     struct sse_verdict *v = rd->v;
     v->events++;
+    if (!v->id[0]) {
+        const char *id = rd->f == SSE_OPENAI_RESPONSES ? string_of(member(d, "response"), "id")
+                         : rd->f == SSE_ANTHROPIC      ? string_of(member(d, "message"), "id")
+                                                       : string_of(d, "id");
+        if (id && strlen(id) < sizeof(v->id))
+            memcpy(v->id, id, strlen(id) + 1);
+    }
     if (rd->f == SSE_OPENAI_CHAT && dlen == 6 && memcmp(data, "[DONE]", 6) == 0) {
         v->terminal = 1;
         return;

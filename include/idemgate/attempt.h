@@ -92,6 +92,7 @@ struct attempt_results {
      * (cls_evidence.stream_error_status), and its type ("" when none). */
     int stream_error_status;
     char stream_error_type[48];
+    char stream_id[128]; /* the generation's id the stream gave (sse_verdict.id), or "" */
 };
 
 /* 1 when res is an event stream of p's stream format: p has one and the answer's Content-Type

@@ -42,6 +42,11 @@ struct sse_verdict {
      * for (sse_error_status), 0 when the type is not one we know. */
     char error_type[48];
     int error_status;
+    /* The provider's id for this generation, from the first event naming one (a Responses
+     * event's response.id, Anthropic's message_start.message.id, an OpenAI chunk's id); ""
+     * when none did, or it is longer than fits. Where the provider keeps the generation
+     * (Responses, stored by default), a cut stream is read back by it. */
+    char id[128];
 };
 
 /* The HTTP status an error event's type stands for, as the provider answers the same refusal

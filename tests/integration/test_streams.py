@@ -419,13 +419,53 @@ def test_an_openai_responses_stream_is_recorded_replayed_and_assembled(gateway_f
     want = j["usage"]["input_tokens"] * 0.15 + j["usage"]["output_tokens"] * 0.6
     assert abs(j["cost"]["micros"] - want) <= 1, (j["cost"], j["usage"])
     assert len(creates(mock, "/v1/responses")) == 1
-    # Cut before response.completed: in doubt, never resent.
-    cut = gw.submit(token, "resp-cut", dict(body, _mock={"events": 4, "cut_after": 3}), route=route,
-                    headers={"Prefer": "respond-async"})
+    # Cut before response.completed, and not stored ("store": false): it cannot be read back,
+    # so it stays in doubt, never resent.
+    cut = gw.submit(token, "resp-cut", dict(body, store=False, _mock={"events": 4, "cut_after": 3}),
+                    route=route, headers={"Prefer": "respond-async"})
     j = wait_state(gw, token, cut.json()["id"], ("unknown", "review", "completed", "failed"))
+    assert j["state"] in ("unknown", "review"), j
+    time.sleep(3)  # past a reconcile: its read of the generation finds nothing
+    j = gw.job(token, cut.json()["id"]).json()
     assert j["state"] in ("unknown", "review"), j
     assert len(creates(mock, "/v1/responses")) == 2
     # A background response is a flow the gateway does not follow yet: refused, nothing sent.
     bg = gw.submit(token, "resp-bg", dict(body, background=True), route=route)
     assert bg.status == 422 and "background" in bg.json()["detail"], bg
     assert len(creates(mock, "/v1/responses")) == 2
+
+
+def test_a_cut_responses_stream_is_read_back_by_its_id(gateway_factory, mock, token):
+    """Issue 25 §3: where the provider lets us read by id, reconciliation completes the record.
+    A Responses stream (stored: the provider's default) cut after response.created named its
+    response; the job is in doubt, never resent, and the reconciler reads GET
+    /v1/responses/{id}: in progress (read again later), then completed — a found task is the
+    truth: the job is completed with the response, its usage settles the cost, and the same
+    request streamed again gets the events that response stands for."""
+    sfx = uuid.uuid4().hex[:6]
+    e = {"name": "rback" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    body = {"model": "gpt-4o-mini", "input": "read back " + sfx, "stream": True,
+            "_mock": {"events": 4, "cut_after": 3, "reads_in_progress": 1}}
+    before = len(creates(mock, "/v1/responses"))
+    r = gw.submit(token, "rback-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    j = wait_state(gw, token, job_id, ("completed", "failed", "review"), timeout=30)
+    assert j["state"] == "completed", json.dumps(j)
+    assert j["remote_id"].startswith("resp_"), j
+    assert len(creates(mock, "/v1/responses")) == before + 1  # read back, never resent
+    assert j["usage"]["output_tokens"] == 4, j
+    want = j["usage"]["input_tokens"] * 0.15 + j["usage"]["output_tokens"] * 0.6
+    assert abs(j["cost"]["micros"] - want) <= 1, (j["cost"], j["usage"])
+    whole = gw.submit(token, "rback-" + sfx, dict(body, stream=False), route=route,
+                      headers={"Prefer": "wait=5"})
+    w = whole.json()
+    assert whole.status == 200 and w["status"] == "completed", w
+    assert w["output"][0]["content"][0]["text"] == "tok0 tok1 tok2 tok3 ", w
+    again = gw.submit(token, "rback-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
+    text = again.body.decode()
+    assert again.status == 200 and again.headers.get("idempotent-replayed") == "true", again
+    assert "tok0 tok1 tok2 tok3 " in text and "event: response.completed\n" in text, text

@@ -195,6 +195,7 @@ static enum MHD_Result handle_reset(struct mock_request *req)
     tasks_reset();
     chaos_reset();
     mock_files_reset();
+    stream_reset();
     cJSON_AddBoolToObject(doc, "ok", 1);
     return reply_json(req, MHD_HTTP_OK, doc);
 }
@@ -442,6 +443,7 @@ static const struct admin_route admin_routes[] = {
     {"POST", "/v1/chat/completions", false, stream_handle_chat}, /* LLM text, maybe streamed */
     {"POST", "/v1/messages", false, stream_handle_messages},     /* Anthropic's, the same */
     {"POST", "/v1/responses", false, stream_handle_responses},   /* OpenAI Responses, the same */
+    {"GET", "/v1/responses/", true, stream_handle_response_get}, /* a stored response read back */
 };
 
 /*

@@ -61,6 +61,25 @@ static int creates_before(const char *sha)
     return n;
 }
 
+/* Responses the provider keeps (store, its default) for GET /v1/responses/{id}: what each
+ * create asked, and how many reads still find it in progress ("reads_in_progress"). */
+#define KEPT_MAX 4096
+static struct {
+    unsigned long seq; /* 0: free */
+    int events, prompt_tokens, in_progress_reads;
+} kept[KEPT_MAX];
+
+static void keep_response(unsigned long seq, int events, int prompt_tokens, int in_progress)
+{
+    pthread_mutex_lock(&seen_lock);
+    size_t i = seq % KEPT_MAX;
+    kept[i].seq = seq;
+    kept[i].events = events;
+    kept[i].prompt_tokens = prompt_tokens;
+    kept[i].in_progress_reads = in_progress;
+    pthread_mutex_unlock(&seen_lock);
+}
+
 static int int_control(const cJSON *ctl, const char *name, int def)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(ctl, name);
@@ -317,6 +336,9 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     }
     int deltas = int_control(ctl, "events", 3);
     int prompt_tokens = (int)(req->body_len / 4) + 1;
+    if (api == API_RESPONSES && status == 200 &&
+        !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(doc, "store")))
+        keep_response(slot.seq, deltas, prompt_tokens, int_control(ctl, "reads_in_progress", 0));
     if (status != 200) {
         cJSON_Delete(doc);
         if (status == 429 || status == 529) {
@@ -382,4 +404,51 @@ enum MHD_Result stream_handle_messages(struct mock_request *req)
 enum MHD_Result stream_handle_responses(struct mock_request *req)
 {
     return handle(req, API_RESPONSES);
+}
+
+void stream_reset(void)
+{
+    pthread_mutex_lock(&seen_lock);
+    memset(kept, 0, sizeof(kept));
+    memset(seen, 0, sizeof(seen));
+    seen_next = 0;
+    pthread_mutex_unlock(&seen_lock);
+}
+
+/* GET /v1/responses/{id}: a kept response, whole once its reads in progress are spent (the
+ * provider went on generating after the stream was cut); 404 for one never kept. */
+enum MHD_Result stream_handle_response_get(struct mock_request *req)
+{
+    const char *id = req->url + strlen("/v1/responses/");
+    char *end = NULL;
+    unsigned long seq = strncmp(id, "resp_", 5) == 0 ? strtoul(id + 5, &end, 10) : 0;
+    int found = 0, events = 0, prompt_tokens = 0, running = 0;
+
+    if (seq && end && *end == '\0') {
+        pthread_mutex_lock(&seen_lock);
+        size_t i = seq % KEPT_MAX;
+        if (kept[i].seq == seq) {
+            found = 1;
+            events = kept[i].events;
+            prompt_tokens = kept[i].prompt_tokens;
+            running = kept[i].in_progress_reads > 0;
+            if (running)
+                kept[i].in_progress_reads--;
+        }
+        pthread_mutex_unlock(&seen_lock);
+    }
+    if (!found)
+        return reply_error(req, MHD_HTTP_NOT_FOUND, "Response not found",
+                           "invalid_request_error", "not_found");
+    if (!running)
+        return whole_answer(req, API_RESPONSES, seq, events, prompt_tokens);
+    cJSON *doc = cJSON_CreateObject();
+    char rid[48];
+    snprintf(rid, sizeof(rid), "resp_%lu", seq);
+    cJSON_AddStringToObject(doc, "id", rid);
+    cJSON_AddStringToObject(doc, "object", "response");
+    cJSON_AddStringToObject(doc, "status", "in_progress");
+    cJSON_AddArrayToObject(doc, "output");
+    cJSON_AddNullToObject(doc, "usage");
+    return reply_json(req, MHD_HTTP_OK, doc);
 }

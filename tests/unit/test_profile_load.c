@@ -138,12 +138,61 @@ static void test_trip_markers(void **state)
     }
 }
 
+/* reconcile.found_status (issue 25): a synchronous provider's found task says how far it got;
+ * only with a task path to read it by, never on an async profile (its "status" says that), and
+ * its map's targets are the task statuses. A task's client_ref is required only where webhooks
+ * may name a task. */
+static void test_found_status(void **state)
+{
+    (void)state;
+#define FS "\"found_status\":{\"path\":\"$.status\",\"map\":{\"done\":\"succeeded\"}}"
+#define TASK "\"task\":{\"path\":\"/t/{id}\"}"
+    static const struct {
+        const char *extra; /* members after the routes */
+        int ok;
+        const char *want_err;
+    } rows[] = {
+        {"\"reconcile\":{" TASK "," FS "}", 1, NULL},
+        {"\"reconcile\":{" TASK "}", 1, NULL},
+        {"\"reconcile\":{" FS "}", 0, "reconcile.found_status"},
+        {"\"reconcile\":{" TASK ",\"found_status\":{\"path\":\"$.status\",\"map\":{\"done\":"
+         "\"finished\"}}}",
+         0, "status.map"},
+        {"\"reconcile\":{" TASK ",\"found_status\":{\"map\":{\"done\":\"succeeded\"}}}", 0,
+         "found_status.path is required"},
+        {"\"reconcile\":{" TASK "},\"webhook\":{\"verify\":\"standard_webhooks\",\"secret_env\":"
+         "\"W\",\"event_id\":\"header:webhook-id\",\"task_id\":\"$.id\"}",
+         0, "reconcile.task.client_ref is required"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char text[1024];
+        snprintf(text, sizeof(text),
+                 "[{\"name\":\"p\",\"base_url\":\"https://example.test\",\"routes\":[{\"route\":"
+                 "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],%s}]",
+                 rows[i].extra);
+        cJSON *arr = cJSON_Parse(text);
+        assert_non_null(arr);
+        struct cfg_provider *ps = NULL;
+        size_t n = 0;
+        char err[512] = "";
+        int rc = prof_load_all(arr, "t.json", ".", &ps, &n, err, sizeof(err));
+        if ((rc == 0) != rows[i].ok || (rc != 0 && !strstr(err, rows[i].want_err)))
+            fail_msg("row %zu: rc %d, err %s", i, rc, err);
+        if (rc == 0 && i == 0 && (!ps[0].status_path || prof_map_status(&ps[0], "done") != TS_SUCCEEDED))
+            fail_msg("row %zu: the map was not loaded", i);
+        if (ps)
+            prof_free_all(ps, n);
+        cJSON_Delete(arr);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_retry_numbers),
         cmocka_unit_test(test_base_url),
         cmocka_unit_test(test_trip_markers),
+        cmocka_unit_test(test_found_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

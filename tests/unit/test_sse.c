@@ -168,6 +168,22 @@ static void test_error_events(void **state)
         assert_string_equal(v.error_type, cases[i].type);
         sse_verdict_fini(&v);
     }
+    /* The generation's id: the first event naming one, per format. */
+    static const struct {
+        enum sse_format f;
+        const char *body, *id;
+    } ids[] = {
+        {SSE_OPENAI_RESPONSES, responses_whole, "resp_1"},
+        {SSE_ANTHROPIC, anthropic_whole, "msg_1"},
+        {SSE_OPENAI_CHAT, chat_whole, "c1"},
+        {SSE_ANTHROPIC, anthropic_error, ""}, /* its message_start names none */
+    };
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        struct sse_verdict v;
+        assert_int_equal(sse_read(ids[i].f, ids[i].body, strlen(ids[i].body), &v), 0);
+        assert_string_equal(v.id, ids[i].id);
+        sse_verdict_fini(&v);
+    }
     assert_int_equal(sse_error_status(NULL), 0);
     assert_int_equal(sse_error_status("overloaded_error"), 529);
 }
