@@ -14,6 +14,7 @@
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/poller.h"
 #include "idemgate/policy.h"
 #include "idemgate/provider.h"
 #include "idemgate/store.h"
@@ -255,6 +256,26 @@ void attempt_read_task(const struct cfg_provider *p, const struct up_response *r
     cJSON_Delete(doc);
 }
 
+int attempt_read_deferred(const struct cfg_provider *p, const struct up_response *res,
+                          struct attempt_task *t)
+{
+    if (p->mode == CFG_MODE_ASYNC_POLL || !p->status_path || !p->task_path || !res->body ||
+        res->body_truncated || attempt_is_stream(p, res))
+        return -1;
+    cJSON *doc = prov_id_doc(res->body, res->body_len);
+    int ts = doc ? poller_status_of(p, res->http_status, doc) : -1;
+    if (ts != TS_QUEUED && ts != TS_RUNNING) {
+        cJSON_Delete(doc);
+        return -1;
+    }
+    const char *id = prov_read_id(p->task_id, doc);
+    t->status_listed = 1;
+    if (id)
+        t->remote_id = strdup(id);
+    cJSON_Delete(doc);
+    return ts;
+}
+
 /* Logs and counts what the write of an outcome did. */
 static void report(const struct store_claim *c, int e, int applied, enum cls_outcome outcome,
                    const struct pol_decision *d, const struct up_response *res, double ms)
@@ -311,7 +332,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
 static struct pol_decision decide(const struct cfg_provider *p, const struct store_claim *c,
                                   const struct up_response *res, enum cls_outcome outcome,
                                   int may_have_created, const struct attempt_task *t,
-                                  int read_back, double seconds)
+                                  int read_back, int deferred, double seconds)
 {
     struct pol_input in = {.outcome = outcome,
                            .attempts_made = c->transport_attempts,
@@ -328,7 +349,7 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .cannot_look = p->reconcile == RECON_NONE && !read_back,
                            .reconcile_interval_ms = p->reconcile_interval_ms,
                            .recovery_window_ms = p->recovery_window_ms,
-                           .async = p->mode == CFG_MODE_ASYNC_POLL,
+                           .async = p->mode == CFG_MODE_ASYNC_POLL || deferred,
                            .task_id_read = t->remote_id != NULL,
                            .status_listed = t->status_listed,
                            .poll_interval_ms = p->poll_interval_ms};
@@ -486,11 +507,15 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     int whole = (a->outcome == CLS_SUCCESS || a->outcome == CLS_PARTIAL) && !res->body_truncated;
     if (whole && p->mode == CFG_MODE_ASYNC_POLL)
         attempt_read_task(p, res, &a->t);
+    /* A synchronous create answered with its task still in progress (a background response):
+     * followed as an async task is, by its id (attempt_read_deferred). */
+    int deferred = whole ? attempt_read_deferred(p, res, &a->t) : -1;
     /* A stream that named its generation, where the provider keeps it and the profile says how
      * to read it (reconcile.task.path): if the stream is left in doubt, the reconciler reads it
      * back by that id at once — a found task is the truth — rather than wait for the window. */
     int read_back = p->mode != CFG_MODE_ASYNC_POLL && p->task_path && a->rs.stream_id[0];
-    a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, read_back, a->t1 - a->t0);
+    a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, read_back, deferred >= 0,
+                  a->t1 - a->t0);
     if (a->d.next == ST_UNKNOWN && read_back && !a->t.remote_id)
         a->t.remote_id = strdup(a->rs.stream_id);
     struct store_finish *f = &a->f;
@@ -505,7 +530,9 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     f->remote_id = a->t.remote_id;
     f->poll_url = a->t.poll_url;
     f->poll_deadline_ms = a->d.next == ST_ACCEPTED ? p->poll_deadline_ms : 0;
-    f->provider_status = a->d.next == ST_ACCEPTED ? "queued" : NULL;
+    f->provider_status = a->d.next != ST_ACCEPTED ? NULL
+                         : deferred >= 0         ? prof_status_name((enum task_status)deferred)
+                                                 : "queued";
     f->ambiguous = a->d.ambiguous;
     f->started_at = a->t0;
     f->finished_at = a->t1;

@@ -323,14 +323,6 @@ static enum step_result step_canonicalise(struct intake *in)
     if (p->stream_format && !in->mp_canon)
         in->dv = (struct reply_delivery){.format = p->stream_format,
                                          .stream = sse_requested(in->body.sent, in->body.sent_len)};
-    /* A background response answers `queued` at once and is read back by id later: a job this
-     * gateway cannot follow yet, so it is not sent rather than recorded as a result. */
-    if (p->stream_format == SSE_OPENAI_RESPONSES &&
-        sse_body_flag(in->body.sent, in->body.sent_len, "background"))
-        return raise_problem(in, 422, "background-unsupported", "Background responses unsupported",
-                             "\"background\": true is not supported through idemgate yet (its "
-                             "answer is a queued response to read back by id): send the request "
-                             "without it, streamed or whole");
     if (in->body.placeable != INJECT_OK) {
         snprintf(detail, sizeof(detail),
                  "this provider needs the gateway's reference at \"%s\" in a JSON object body; "

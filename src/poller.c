@@ -1,4 +1,6 @@
 #include "idemgate/poller.h"
+
+#include "idemgate/attempt.h"
 #include "idemgate/archive.h"
 #include "idemgate/archplan.h"
 #include "idemgate/clock.h"
@@ -202,6 +204,48 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
             LS("state", st_name(next)), LS("status", status), LI("polls", c->polls));
 }
 
+/* A synchronous create's task read finished (conclude): completed with the answer as its
+ * result, priced by the outputs and usage it reports. */
+static void write_poll_whole(struct db *db, const struct store_claim *c,
+                             const struct up_response *res, const struct attempt_results *rs,
+                             double t0, const struct cfg_provider *p)
+{
+    struct store_finish f;
+    store_finish_init(&f, c, "poll", ST_ACCEPTED);
+    store_finish_evidence(&f, res, 1);
+    f.state = ST_COMPLETED;
+    f.outcome = "succeeded";
+    f.provider_status = "succeeded";
+    f.error = c->cancel_requested ? "the cancel came too late: the task finished at the "
+                                    "provider (paid); its result is kept"
+                                  : NULL;
+    f.outputs_received = rs->received;
+    f.usage = rs->usage;
+    f.started_at = t0;
+    int unpriced = 0;
+    if (p->pricing.present)
+        f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
+                                         c->outputs_requested, rs->received, rs->usage,
+                                         &unpriced);
+    char *plan = archive_plan_json(p, &f, c->remote_id, c->credential);
+    f.archive_plan = plan;
+    int applied = 0;
+    int e = store_finish(db, &f, &applied);
+    free(plan);
+    if (e == STORE_OK && applied && f.cost_micros >= 0)
+        metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);
+    if (e == STORE_OK && applied)
+        metrics_job_seconds(c->provider, (double)c->since_first_ms / 1000 + (clock_wall() - t0));
+    if (e == STORE_OK && !applied)
+        metrics_safety(MS_FENCED_WRITE);
+    if (e < 0 || !applied)
+        LOG(LOG_WARN, "poll_write_dropped", LS("job_id", c->id), LS("status", "succeeded"));
+    else
+        LOG(LOG_INFO, "polled_final", LS("job_id", c->id), LS("provider", c->provider),
+            LS("state", st_name(ST_COMPLETED)), LS("status", "succeeded"),
+            LI("polls", c->polls));
+}
+
 /* The delay before the next status read: the profile's interval growing with the polls made,
  * capped, never under the provider's hint header. */
 static long next_delay(const struct cfg_provider *p, const struct store_claim *c,
@@ -269,7 +313,14 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
                      int st, const struct up_response *final, const cJSON *fdoc,
                      const struct up_response *res, double t0)
 {
-    if (st == TS_SUCCEEDED) {
+    if (st == TS_SUCCEEDED && p->mode != CFG_MODE_ASYNC_POLL) {
+        /* A synchronous create followed to its end: the answer read is its result, as its
+         * create's whole answer would have been — outputs, usage and cost read from it. */
+        struct attempt_results rs;
+        attempt_count_results(p, final, &rs);
+        write_poll_whole(db, c, final, &rs, t0, p);
+        free(rs.usage);
+    } else if (st == TS_SUCCEEDED) {
         cJSON *outs = cJSON_CreateArray();
         int n = poller_outputs(p, fdoc, c->remote_id, outs);
         char *oj = cJSON_PrintUnformatted(outs);
@@ -325,6 +376,12 @@ struct poller {
     struct rq *results;
     atomic_int starved; /* the last claim found the engine full */
 };
+
+/* The status read's method: the poll's, or GET for a task read by reconcile.task.path. */
+static const char *poll_method(const struct cfg_provider *p)
+{
+    return p->mode == CFG_MODE_ASYNC_POLL ? p->poll_method : "GET";
+}
 
 static void job_free(struct poll_job *j)
 {
@@ -389,7 +446,7 @@ static void on_end(void *arg, struct up_response *res)
         LOG(LOG_INFO, "cancel_sent", LS("job_id", j->c.id), LS("provider", p->name),
             LI("http_status", res->http_status));
         up_response_fini(res);
-        start(j, STEP_STATUS, p->poll_method, j->url, j->body, 0);
+        start(j, STEP_STATUS, poll_method(j->p), j->url, j->body, 0);
         return;
     }
     if (j->step == STEP_STATUS)
@@ -458,7 +515,10 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     struct poll_job *j = NULL;
-    if (!p || p->mode != CFG_MODE_ASYNC_POLL || !c->remote_id) {
+    /* An async provider's task, or a synchronous create answered still in progress (a
+     * background response: attempt_read_deferred), read by reconcile.task.path. */
+    int deferred = p && p->mode != CFG_MODE_ASYNC_POLL && p->task_path && p->status_path;
+    if (!p || (p->mode != CFG_MODE_ASYNC_POLL && !deferred) || !c->remote_id) {
         eng_release(pl->eng, -1);
         write_poll(db, c, ST_ACCEPTED, 60000, "not_configured",
                    "the provider is not configured for polling on this replica", NULL, -1, NULL,
@@ -479,7 +539,8 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     j->t0 = t0;
     j->node.write = write_job;
     /* The poll URL the provider gave is used as stored; otherwise the profile's template. */
-    j->url = j->c.poll_url ? strdup(j->c.poll_url) : provider_url(p, p->poll_path, &j->v);
+    j->url = j->c.poll_url ? strdup(j->c.poll_url)
+                           : provider_url(p, deferred ? p->task_path : p->poll_path, &j->v);
     j->body = p->poll_body ? poll_body(p, &j->v) : NULL;
     if (j->c.cancel_due && !p->cancel_path)
         LOG(LOG_INFO, "cancel_unsupported", LS("job_id", j->c.id), LS("provider", p->name));
@@ -487,7 +548,7 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
         j->cancel_url = provider_url(p, p->cancel_path, &j->v);
         start(j, STEP_CANCEL, p->cancel_method, j->cancel_url, NULL, 1);
     } else {
-        start(j, STEP_STATUS, p->poll_method, j->url, j->body, 1);
+        start(j, STEP_STATUS, poll_method(p), j->url, j->body, 1);
     }
 }
 

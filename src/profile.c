@@ -60,8 +60,9 @@ static const struct memb list_m[] = {
 static const struct memb_table list_t = MEMB_TABLE(list_m, NULL);
 /* found_status.map is the provider's own words: any member names. */
 static const struct memb found_status_m[] = {
-    {"map", MEMB_VALUE, NULL},
-    {"path", MEMB_VALUE, NULL},
+    {"deadline_seconds", MEMB_VALUE, NULL}, {"id", MEMB_VALUE, NULL},
+    {"interval_ms", MEMB_VALUE, NULL},      {"map", MEMB_VALUE, NULL},
+    {"max_interval_ms", MEMB_VALUE, NULL},  {"path", MEMB_VALUE, NULL},
 };
 static const struct memb_table found_status_t = MEMB_TABLE(found_status_m, NULL);
 static const struct memb reconcile_m[] = {
@@ -459,6 +460,8 @@ static int load_reconcile(struct cfg_provider *p, const cJSON *o, const char *fi
 
 static int load_status_map(struct cfg_provider *p, const cJSON *map, const char *file, char *err,
                            size_t errlen);
+static int load_cancel(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                       size_t errlen);
 
 /* reconcile.task, .lookup and .list: how a task is read and found. */
 static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const char *file,
@@ -497,7 +500,26 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
         }
         if (load_path(fs, "path", &p->status_path, 1, file, field, err, errlen) < 0 ||
             load_status_map(p, cJSON_GetObjectItemCaseSensitive(fs, "map"), file, err, errlen) <
-                0)
+                0 ||
+            load_path(fs, "id", &p->task_id, 0, file, field, err, errlen) < 0)
+            return -1;
+        /* A create answered still in progress (a background response) is followed by reads of
+         * reconcile.task.path, as an async task is polled: its id where "id" says, its reads
+         * spaced from interval_ms growing to max_interval_ms, for at most deadline_seconds. */
+        const char *why = NULL;
+        if (!p->task_id && jpath_compile("$.id", &p->task_id, &why) < 0)
+            return -1;
+        p->poll_interval_ms = get_long(fs, "interval_ms", 2000);
+        p->poll_max_interval_ms = get_long(fs, "max_interval_ms", 30000);
+        p->poll_deadline_ms = get_long(fs, "deadline_seconds", 3600) * 1000;
+        if (p->poll_interval_ms < 10 || p->poll_max_interval_ms < p->poll_interval_ms ||
+            p->poll_deadline_ms < 1000) {
+            errf(err, errlen,
+                 "%s: %s: need 10 <= interval_ms <= max_interval_ms, deadline_seconds >= 1", file,
+                 field);
+            return -1;
+        }
+        if (load_cancel(p, o, file, err, errlen) < 0)
             return -1;
     }
     static const char *const lookup_vars[] = {"client_ref", NULL};
@@ -649,6 +671,21 @@ int prof_map_status(const struct cfg_provider *p, const char *word)
     return -1;
 }
 
+/* "cancel": how a task followed by reads (an async task, or a synchronous create answered in
+ * progress) is cancelled at the provider. */
+static int load_cancel(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
+                       size_t errlen)
+{
+    char field[160];
+    static const char *const vars[] = {"id", "client_ref", NULL};
+    const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(o, "cancel");
+    if (!cancel)
+        return 0;
+    snprintf(field, sizeof(field), "providers.%s.cancel", p->name);
+    p->cancel_method = dup_str(cancel, "method", "POST");
+    return load_template(cancel, "path", &p->cancel_path, vars, file, field, err, errlen);
+}
+
 /* create, poll, status, result and cancel of an async_poll provider. */
 static int load_async(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
                       size_t errlen)
@@ -746,14 +783,7 @@ static int load_async(struct cfg_provider *p, const cJSON *o, const char *file, 
     p->result_url_ttl_s = get_long(result, "url_ttl_seconds", 3600);
     p->result_fetch_strip = dup_str(result, "fetch_from_poll_url_strip", NULL);
 
-    const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(o, "cancel");
-    if (cancel) {
-        snprintf(field, sizeof(field), "providers.%s.cancel", p->name);
-        p->cancel_method = dup_str(cancel, "method", "POST");
-        if (load_template(cancel, "path", &p->cancel_path, vars, file, field, err, errlen) < 0)
-            return -1;
-    }
-    return 0;
+    return load_cancel(p, o, file, err, errlen);
 }
 
 static int load_webhook(struct cfg_provider *p, const cJSON *o, const char *file, char *err,

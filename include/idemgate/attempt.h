@@ -120,4 +120,11 @@ struct attempt_task {
 void attempt_read_task(const struct cfg_provider *p, const struct up_response *res,
                        struct attempt_task *t);
 
+/* A synchronous provider's whole 2xx answer whose status (reconcile.found_status) says its task
+ * is still in progress — OpenAI Responses with "background": true answers `queued` — is followed
+ * as an async task is: *t gets its id (reconcile.found_status.id) when it has one, and its
+ * status is returned (TS_QUEUED or TS_RUNNING); -1 for any other answer, or profile. */
+int attempt_read_deferred(const struct cfg_provider *p, const struct up_response *res,
+                          struct attempt_task *t);
+
 #endif

@@ -627,9 +627,6 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         provider("reffed", mock.url, client_ref={"body_field": "metadata.client_ref"},
                  reconcile={"strategy": "get_by_client_id",
                             "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}),
-        {"name": "responses", "base_url": mock.url,
-         "profile": os.path.join(ROOT, "deploy", "providers", "openai-responses.json"),
-         "timeouts": {"connect_ms": 1000, "total_ms": 5000}},
         provider("uploads", mock.url, path="/v1/images/edits", route="images/edits",
                  routes=[{"route": "images/edits", "method": "POST", "path": "/v1/images/edits",
                           "multipart": True}]),
@@ -741,11 +738,6 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  400, "invalid-multipart")
         t.expect("key reused", "POST", INTAKE, submit(gw, k, {"prompt": "other"}), 422,
                  "idempotency-key-reused")
-        background = "/v1/providers/responses/responses"
-        t.expect("background response", "POST", background,
-                 submit(gw, "oa-" + uuid.uuid4().hex, {"model": "gpt-4o-mini", "input": "x",
-                                                       "background": True}, route=background),
-                 422, "background-unsupported")
         reffed = "/v1/providers/reffed/images/generations"
         t.expect("client reference unplaceable", "POST", reffed,
                  submit(gw, "oa-" + uuid.uuid4().hex, {"prompt": "p", "metadata": None},

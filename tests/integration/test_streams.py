@@ -429,10 +429,7 @@ def test_an_openai_responses_stream_is_recorded_replayed_and_assembled(gateway_f
     j = gw.job(token, cut.json()["id"]).json()
     assert j["state"] in ("unknown", "review"), j
     assert len(creates(mock, "/v1/responses")) == 2
-    # A background response is a flow the gateway does not follow yet: refused, nothing sent.
-    bg = gw.submit(token, "resp-bg", dict(body, background=True), route=route)
-    assert bg.status == 422 and "background" in bg.json()["detail"], bg
-    assert len(creates(mock, "/v1/responses")) == 2
+
 
 
 def test_a_cut_responses_stream_is_read_back_by_its_id(gateway_factory, mock, token):
@@ -454,7 +451,7 @@ def test_a_cut_responses_stream_is_read_back_by_its_id(gateway_factory, mock, to
     assert r.status == 202, r
     job_id = r.json()["id"]
     j = wait_state(gw, token, job_id, ("completed", "failed", "review"), timeout=30)
-    assert j["state"] == "completed", json.dumps(j)
+    assert j["state"] == "completed", j
     assert j["remote_id"].startswith("resp_"), j
     assert len(creates(mock, "/v1/responses")) == before + 1  # read back, never resent
     assert j["usage"]["output_tokens"] == 4, j
@@ -469,3 +466,65 @@ def test_a_cut_responses_stream_is_read_back_by_its_id(gateway_factory, mock, to
     text = again.body.decode()
     assert again.status == 200 and again.headers.get("idempotent-replayed") == "true", again
     assert "tok0 tok1 tok2 tok3 " in text and "event: response.completed\n" in text, text
+
+
+def test_a_background_response_is_followed_to_its_end(gateway_factory, mock, token):
+    """Issue 25 §1: OpenAI Responses with "background": true answers at once with the response
+    queued; the job is accepted with its id and followed by GET /v1/responses/{id} (in progress,
+    then completed) as an async task is polled; the completed response is the job's result, its
+    usage settles the cost, one create. The same key replays it; "store": false with background
+    is the provider's 400 (failed, nothing generated)."""
+    sfx = uuid.uuid4().hex[:6]
+    e = {"name": "bg" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000},
+         "reconcile": {"strategy": "none", "window_seconds": 60,
+                       "task": {"path": "/v1/responses/{id}"},
+                       "found_status": {"path": "$.status", "interval_ms": 200,
+                                        "map": {"queued": "queued", "in_progress": "running",
+                                                "completed": "succeeded",
+                                                "incomplete": "succeeded", "failed": "failed",
+                                                "cancelled": "canceled"}}}}
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    body = {"model": "gpt-4o-mini", "input": "background " + sfx, "background": True,
+            "_mock": {"events": 5, "reads_in_progress": 2}}
+    before = len(creates(mock, "/v1/responses"))
+    r = gw.submit(token, "bg-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    j = gw.job(token, job_id).json()
+    assert j["state"] in ("prepared", "sending", "accepted", "completed"), j
+    j = wait_state(gw, token, job_id, ("completed", "failed", "unknown", "review"), timeout=30)
+    assert j["state"] == "completed", j
+    assert j["remote_id"].startswith("resp_") and j["polls"] >= 3, j
+    assert len(creates(mock, "/v1/responses")) == before + 1
+    assert j["usage"]["output_tokens"] == 5, j
+    want = j["usage"]["input_tokens"] * 0.15 + j["usage"]["output_tokens"] * 0.6
+    assert abs(j["cost"]["micros"] - want) <= 1, (j["cost"], j["usage"])
+    again = gw.submit(token, "bg-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
+    w = again.json()
+    assert again.status == 200 and again.headers.get("idempotent-replayed") == "true", again
+    assert w["status"] == "completed" and w["id"] == j["remote_id"], w
+    assert w["output"][0]["content"][0]["text"] == "tok0 tok1 tok2 tok3 tok4 ", w
+    # A client that waits gets the finished response in one call.
+    waited = gw.submit(token, "bg2-" + sfx, dict(body, input="waited " + sfx), route=route,
+                       headers={"Prefer": "wait=20"})
+    assert waited.status == 200 and waited.json()["status"] == "completed", waited
+    # A cancel while it is in progress: the provider's cancel is sent once, the job ends
+    # canceled when the provider says cancelled.
+    long = gw.submit(token, "bg4-" + sfx, dict(body, input="long " + sfx,
+                                               _mock={"events": 5, "reads_in_progress": 100000}),
+                     route=route, headers={"Prefer": "respond-async"})
+    long_id = long.json()["id"]
+    j = wait_state(gw, token, long_id, ("accepted",), timeout=20)
+    assert j["state"] == "accepted" and j["provider_status"] in ("queued", "running"), j
+    h = {"Authorization": f"Bearer {token}"}
+    c = gw.http.request("POST", f"/v1/jobs/{long_id}/cancel", "", h)
+    assert c.status == 202, c
+    j = wait_state(gw, token, long_id, ("canceled", "completed", "failed", "review"), timeout=20)
+    assert j["state"] == "canceled", j
+    # background needs store: the provider refuses it, nothing generated.
+    bad = gw.submit(token, "bg3-" + sfx, dict(body, store=False), route=route,
+                    headers={"Prefer": "wait=10"})
+    j = gw.job(token, bad.headers["x-idemgate-job-id"]).json()
+    assert j["state"] == "failed", j

@@ -444,6 +444,7 @@ static const struct admin_route admin_routes[] = {
     {"POST", "/v1/messages", false, stream_handle_messages},     /* Anthropic's, the same */
     {"POST", "/v1/responses", false, stream_handle_responses},   /* OpenAI Responses, the same */
     {"GET", "/v1/responses/", true, stream_handle_response_get}, /* a stored response read back */
+    {"POST", "/v1/responses/", true, stream_handle_response_get}, /* …/cancel: cancelled */
 };
 
 /*

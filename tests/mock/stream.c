@@ -67,6 +67,7 @@ static int creates_before(const char *sha)
 static struct {
     unsigned long seq; /* 0: free */
     int events, prompt_tokens, in_progress_reads;
+    bool cancelled;
 } kept[KEPT_MAX];
 
 static void keep_response(unsigned long seq, int events, int prompt_tokens, int in_progress)
@@ -77,6 +78,7 @@ static void keep_response(unsigned long seq, int events, int prompt_tokens, int 
     kept[i].events = events;
     kept[i].prompt_tokens = prompt_tokens;
     kept[i].in_progress_reads = in_progress;
+    kept[i].cancelled = false;
     pthread_mutex_unlock(&seen_lock);
 }
 
@@ -304,6 +306,22 @@ static enum MHD_Result whole_answer(struct mock_request *req, enum api api, unsi
     return reply_json(req, MHD_HTTP_OK, doc);
 }
 
+/* A Responses object still going: status "queued" or "in_progress", no output yet. */
+static enum MHD_Result response_in_progress(struct mock_request *req, unsigned long seq,
+                                            const char *status)
+{
+    cJSON *doc = cJSON_CreateObject();
+    char rid[48];
+    snprintf(rid, sizeof(rid), "resp_%lu", seq);
+    cJSON_AddStringToObject(doc, "id", rid);
+    cJSON_AddStringToObject(doc, "object", "response");
+    cJSON_AddStringToObject(doc, "status", status);
+    cJSON_AddBoolToObject(doc, "background", 1);
+    cJSON_AddArrayToObject(doc, "output");
+    cJSON_AddNullToObject(doc, "usage");
+    return reply_json(req, MHD_HTTP_OK, doc);
+}
+
 static enum MHD_Result handle(struct mock_request *req, enum api api)
 {
     struct ledger_record rec = {0};
@@ -327,6 +345,9 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     if (api == API_MESSAGES &&
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "anthropic-version") == NULL)
         status = MHD_HTTP_BAD_REQUEST;
+    if (api == API_RESPONSES && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "background")) &&
+        cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(doc, "store")))
+        status = MHD_HTTP_BAD_REQUEST; /* background needs store */
     rec.status = status;
     rec.replay = status < 200 || status >= 300; /* an error answer starts no generation */
     if (!ledger_append(&rec, &slot)) {
@@ -354,6 +375,12 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
         }
         return reply_error(req, (unsigned)status, "invalid request", "invalid_request_error",
                            "invalid_request");
+    }
+    if (!stream && api == API_RESPONSES &&
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "background"))) {
+        /* Answered at once, queued; read back by GET /v1/responses/{id} (kept above). */
+        cJSON_Delete(doc);
+        return response_in_progress(req, slot.seq, "queued");
     }
     if (!stream) {
         ret = whole_answer(req, api, slot.seq, deltas, prompt_tokens);
@@ -422,9 +449,10 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
     const char *id = req->url + strlen("/v1/responses/");
     char *end = NULL;
     unsigned long seq = strncmp(id, "resp_", 5) == 0 ? strtoul(id + 5, &end, 10) : 0;
-    int found = 0, events = 0, prompt_tokens = 0, running = 0;
+    int found = 0, events = 0, prompt_tokens = 0, running = 0, cancelled = 0;
+    bool cancel = strcmp(req->method, "POST") == 0;
 
-    if (seq && end && *end == '\0') {
+    if (seq && end && (cancel ? strcmp(end, "/cancel") == 0 : *end == '\0')) {
         pthread_mutex_lock(&seen_lock);
         size_t i = seq % KEPT_MAX;
         if (kept[i].seq == seq) {
@@ -432,7 +460,10 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
             events = kept[i].events;
             prompt_tokens = kept[i].prompt_tokens;
             running = kept[i].in_progress_reads > 0;
-            if (running)
+            if (cancel && running) /* only a response still going is cancelled */
+                kept[i].cancelled = true;
+            cancelled = kept[i].cancelled;
+            if (running && !cancel)
                 kept[i].in_progress_reads--;
         }
         pthread_mutex_unlock(&seen_lock);
@@ -440,15 +471,9 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
     if (!found)
         return reply_error(req, MHD_HTTP_NOT_FOUND, "Response not found",
                            "invalid_request_error", "not_found");
+    if (cancelled)
+        return response_in_progress(req, seq, "cancelled");
     if (!running)
         return whole_answer(req, API_RESPONSES, seq, events, prompt_tokens);
-    cJSON *doc = cJSON_CreateObject();
-    char rid[48];
-    snprintf(rid, sizeof(rid), "resp_%lu", seq);
-    cJSON_AddStringToObject(doc, "id", rid);
-    cJSON_AddStringToObject(doc, "object", "response");
-    cJSON_AddStringToObject(doc, "status", "in_progress");
-    cJSON_AddArrayToObject(doc, "output");
-    cJSON_AddNullToObject(doc, "usage");
-    return reply_json(req, MHD_HTTP_OK, doc);
+    return response_in_progress(req, seq, "in_progress");
 }
