@@ -33,18 +33,20 @@ import random
 import threading
 import time
 import urllib.request
+import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import checker, providers
-from .client import Client, Intent, RetryPolicy, definite_failure, sha256_hex
+from .client import Client, Intent, Outcome, RetryPolicy, definite_failure, post, sha256_hex
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROFILES = os.path.join(ROOT, "deploy", "providers")
 
 WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SECRETS = {"KEYED_API_KEY": "k-camp", "KEYED_WEBHOOK_SECRET": "mock-hmac-secret",
-           "REPLICATE_API_TOKEN": "r8-camp", "REPLICATE_WEBHOOK_SECRET": WHSEC}
+           "REPLICATE_API_TOKEN": "r8-camp", "REPLICATE_WEBHOOK_SECRET": WHSEC,
+           "OPENAI_API_KEY": "sk-camp"}
 
 # The personalities a campaign drives, and how often each is drawn.
 #   plain     sync, no keys, reconcile none: ambiguity → review, never resent
@@ -53,9 +55,30 @@ SECRETS = {"KEYED_API_KEY": "k-camp", "KEYED_WEBHOOK_SECRET": "mock-hmac-secret"
 #   keyed     sync, native Idempotency-Key (/v2/generations), idempotent_resubmit
 #   kasync    async keyed-async: native key, HMAC webhooks, polled
 #   replicate async Replicate: no key, reconcile none, Standard Webhooks, provider cancel
-KINDS = ("plain", "lookup", "listed", "keyed", "kasync", "replicate")
-KIND_WEIGHTS = (14, 20, 20, 18, 16, 12)
+#   chat      LLM text through the shipped openai-chat profile (no keys, reconcile none): streamed
+#             (`stream: true`, server-sent events, several clients per key joining) or whole;
+#             the mock's stream route draws nothing in random mode: each intent carries its
+#             behaviour (`_mock`: tokens, slow tokens, cut_after, error_after, 429)
+#   upload    a multipart/form-data image edit through the shipped openai-images profile
+#             (`images/edits`, `"multipart": true`, reconcile none), the `_mock` controls a
+#             text field of the form (429 / ok / slow), else random mode's draw
+KINDS = ("plain", "lookup", "listed", "keyed", "kasync", "replicate", "chat", "upload")
+KIND_WEIGHTS = (14, 20, 20, 18, 16, 12, 16, 10)
 ASYNC_KINDS = ("kasync", "replicate")
+
+# Streamed chats: what the mock does with one (every send of the intent alike), and how often.
+# The gateway wants its lease 2 s above a provider's total timeout and does not renew it during a
+# call, so at the campaign's 3 s lease a chat has the same 1 s as every create: "tokens" and
+# "slow_tokens" end within it, "timeout" does not (the gateway cuts it: in doubt, like "cut").
+CHAT_BEHAVIOURS = (("tokens", 42), ("slow_tokens", 20), ("cut", 14), ("error", 6),
+                   ("timeout", 6), ("status_429", 12))
+P_CHAT_STREAM = 0.7            # else the whole answer (no `stream`)
+P_CHAT_JOIN = 0.4              # more clients on the same key, at once or a little later
+P_CHAT_OTHER_REPLICA = 0.35    # a joining client on the other replica (waits for the record)
+P_CHAT_LEAVE = 0.2             # a joining client that reads a little and goes away
+# Uploads: the `_mock` form field; "random": none (random mode draws; controls mode: the
+# intent's drawn controls).
+UPLOAD_BEHAVIOURS = (("ok", 30), ("slow", 20), ("status_429", 15), ("random", 35))
 
 # Random mode: the behaviours every create draws from (contract item 9).
 WEIGHTS = {"ok": 40, "hang": 5, "close": 4, "reset": 4, "task_made_5xx": 5, "status_5xx": 5,
@@ -214,6 +237,22 @@ def entries(mock_url, tag, sizes):
     if sizes.total_ms != providers.T1["total_ms"]:
         for e in out.values():
             e["timeouts"] = dict(providers.T1, total_ms=sizes.total_ms)
+    # Streamed LLM text and multipart uploads, through the shipped profiles.
+    with open(os.path.join(PROFILES, "openai-chat.json")) as f:
+        chat = json.load(f)
+    out["chat"] = {"name": "chat" + tag, "profile": os.path.join(PROFILES, "openai-chat.json"),
+                   "base_url": mock_url, "retry": dict(RETRY),
+                   "timeouts": dict(providers.T1, total_ms=sizes.total_ms),
+                   "reconcile": dict(chat["reconcile"], window_seconds=sizes.window_s,
+                                     interval_ms=250, absent_grace_ms=sizes.grace_ms),
+                   "_route": "chat/completions"}
+    out["upload"] = {"name": "upload" + tag,
+                     "profile": os.path.join(PROFILES, "openai-images.json"),
+                     "base_url": mock_url, "retry": dict(RETRY),
+                     "timeouts": dict(providers.T1, total_ms=sizes.total_ms),
+                     "reconcile": _recon(sizes, strategy="none", task=task_v1,
+                                         found_result=FOUND),
+                     "_route": "images/edits"}
     return out
 
 
@@ -272,6 +311,8 @@ class IntentPlan:
     actions: list
     resolve_seed: int
     special: dict = None
+    chat: dict = None      # chat: behaviour, stream, clients [(delay s, other replica, leave)]
+    form: dict = None      # upload: behaviour, boundaries, fields, image seed and size
 
 
 @dataclass
@@ -292,6 +333,12 @@ def make_plan(seed, sizes, tenants=2):
         kind = rng.choices(KINDS, weights=KIND_WEIGHTS)[0]
         tenant = rng.randrange(tenants)
         start = rng.uniform(0, sizes.load_s)
+        if kind == "chat":
+            out.append(_plan_chat(rng, seed, ix, tenant, start))
+            continue
+        if kind == "upload":
+            out.append(_plan_upload(rng, seed, ix, tenant, start))
+            continue
         body = {"prompt": f"campaign {seed}-{ix} {rng.getrandbits(32):08x}",
                 "n": rng.randint(1, 3)}
         if kind == "lookup" and rng.random() < 0.05:
@@ -358,6 +405,108 @@ def make_plan(seed, sizes, tenants=2):
     # Each seed leans its own way: every behaviour's weight scaled by 0.3..3.
     weights = {k: max(1, round(w * rng.uniform(0.3, 3.0))) for k, w in WEIGHTS.items()}
     return Plan(seed, sizes, out, faults, rng.getrandbits(31), seeds, weights)
+
+
+def _pick(rng, table):
+    return rng.choices([n for n, _ in table], weights=[w for _, w in table])[0]
+
+
+def _plan_chat(rng, seed, ix, tenant, start):
+    """A chat intent: its behaviour at the mock, whether it streams, its clients; actions:
+    resubmit (the record again) and the key with another body (422). No cancel, regenerate or
+    operator: a stream's generation leaves no task to find or cancel."""
+    behaviour = _pick(rng, CHAT_BEHAVIOURS)
+    ctl = {"events": rng.randint(3, 8), "event_delay_ms": rng.randint(0, 40)}
+    if behaviour == "slow_tokens":
+        ctl = {"events": rng.randint(3, 4), "event_delay_ms": rng.randint(50, 100)}
+    elif behaviour == "timeout":
+        ctl = {"events": 6, "event_delay_ms": rng.randint(200, 300)}
+    elif behaviour == "cut":
+        ctl = {"events": 6, "event_delay_ms": rng.randint(20, 150), "cut_after": rng.randint(1, 6)}
+    elif behaviour == "error":
+        ctl = {"events": 6, "event_delay_ms": rng.randint(20, 150),
+               "error_after": rng.randint(1, 5)}
+    elif behaviour == "status_429":
+        ctl = {"status": 429}
+    stream = rng.random() < P_CHAT_STREAM
+    body = {"model": "gpt-4o-mini",
+            "messages": [{"role": "user",
+                          "content": f"campaign {seed}-{ix} {rng.getrandbits(32):08x}"}],
+            "_mock": ctl}
+    if stream:
+        body["stream"] = True
+        if rng.random() < 0.5:
+            body["stream_options"] = {"include_usage": True}
+    clients = [(0.0, False, None)]
+    if rng.random() < P_CHAT_JOIN:
+        for _ in range(rng.randint(1, 2)):
+            clients.append((round(rng.uniform(0, 0.8), 3), rng.random() < P_CHAT_OTHER_REPLICA,
+                            rng.choice((40, 200, 400)) if rng.random() < P_CHAT_LEAVE else None))
+    actions = []
+    if rng.random() < P_RESUBMIT:
+        actions.append((rng.uniform(0, 4), "resubmit"))
+    if rng.random() < P_REUSE * 2:
+        actions.append((rng.uniform(0, 2), "reuse"))
+    actions.sort()
+    return IntentPlan(ix, "chat", tenant, start, body, {}, 0, actions, rng.getrandbits(32),
+                      None, chat={"behaviour": behaviour, "stream": stream, "clients": clients})
+
+
+def _plan_upload(rng, seed, ix, tenant, start):
+    """An upload intent: an image edit as multipart/form-data (the bytes, boundary and field
+    order drawn), its behaviour at the mock, and the actions of the sync kinds."""
+    behaviour = _pick(rng, UPLOAD_BEHAVIOURS)
+    mock = {"ok": {"delay_ms": 0}, "slow": {"delay_ms": rng.randint(200, 1500)},
+            "status_429": {"status": 429, "retry_after": "1"}}.get(behaviour)
+    controls = _draw_controls(rng, "upload")
+    fields = {"prompt": f"campaign edit {seed}-{ix} {rng.getrandbits(32):08x}",
+              "model": "gpt-image-1", "n": rng.randint(1, 2)}
+    order = ["prompt", "model", "n", "_mock", "image"]
+    rng.shuffle(order)
+    form = {"behaviour": behaviour, "mock": mock, "fields": fields, "order": order,
+            "boundary": f"----campaign{seed}x{ix}x{rng.getrandbits(40):010x}",
+            "alt_boundary": f"alt-{rng.getrandbits(48):012x}",
+            "image_seed": rng.getrandbits(32), "image_bytes": rng.randint(200, 6000)}
+    actions = []
+    if rng.random() < P_CANCEL:
+        at = rng.uniform(0, 0.3) if rng.random() < 0.4 else rng.uniform(0.8, 3.0)
+        actions.append((at, "cancel"))
+    if rng.random() < P_RESUBMIT:
+        actions.append((rng.uniform(0, 4), "resubmit"))
+    if rng.random() < P_REUSE * 2:
+        actions.append((rng.uniform(0, 2), "reuse"))
+    if rng.random() < P_REGEN:
+        actions.append((rng.uniform(1, 6), "regenerate"))
+    actions.sort()
+    wait = rng.randint(1, 4) if rng.random() < P_WAIT else 0
+    return IntentPlan(ix, "upload", tenant, start, dict(fields), controls, wait, actions,
+                      rng.getrandbits(32), None, form=form)
+
+
+def form_body(form, controls=None, boundary=None, order=None, prompt=None):
+    """The multipart/form-data bytes of an upload plan and their Content-Type. `controls`: the
+    `_mock` field (None: no such field); the other arguments make another encoding (the same
+    meaning under another boundary and order) or another request (another prompt)."""
+    b = (boundary or form["boundary"]).encode()
+    img = random.Random(form["image_seed"]).randbytes(form["image_bytes"])
+    out = b""
+    for name in order or form["order"]:
+        if name == "_mock":
+            if controls is None:
+                continue
+            value = json.dumps(controls, sort_keys=True).encode()
+        elif name == "image":
+            out += (b"--" + b + b'\r\nContent-Disposition: form-data; name="image"; '
+                    b'filename="edit.png"\r\nContent-Type: image/png\r\n\r\n'
+                    b"\x89PNG\r\n\x1a\n" + img + b"\r\n")
+            continue
+        else:
+            v = form["fields"][name] if not (name == "prompt" and prompt) else prompt
+            value = str(v).encode()
+        out += (b"--" + b + b'\r\nContent-Disposition: form-data; name="' + name.encode() +
+                b'"\r\n\r\n' + value + b"\r\n")
+    out += b"--" + b + b"--\r\n"
+    return out, f"multipart/form-data; boundary={(boundary or form['boundary'])}"
 
 
 # --- the run ------------------------------------------------------------------------------------------
@@ -427,6 +576,9 @@ class Campaign:
         self.t0 = None
         self.counters = collections.Counter()
         self.trips = set()                # (provider, http_status) of every breaker seen tripped
+        self.chat_clients = {}            # slot -> [Outcome] of every client of a chat intent
+        self.drive_s = {}                 # slot -> seconds its driver took (actions included)
+        self.received = collections.defaultdict(list)  # key -> every captured chat answer
 
     # -- mock setup
 
@@ -510,6 +662,20 @@ class Campaign:
 
     def intent_of(self, p):
         ent = self.ents[p.kind]
+        key = f"{self.pfx}-{p.ix}"
+        if p.kind == "chat":
+            # Prefer: wait on every client: a stream is followed live (a joiner on the same
+            # replica gets it live too), a whole answer waited for; 202 when it takes longer.
+            return Intent(self.tokens[p.tenant], key, dict(p.body), route_of(ent), kind=p.kind,
+                          headers={"Prefer": "wait=8"}, capture=True)
+        if p.kind == "upload":
+            f = p.form
+            ctl = f["mock"] if f["mock"] is not None else (
+                dict(p.controls) if self.mock_mode == "controls" else None)
+            raw, ctype = form_body(f, ctl)
+            headers = {"Prefer": f"wait={p.wait}"} if p.wait else {}
+            return Intent(self.tokens[p.tenant], key, dict(p.body, _mock=ctl), route_of(ent),
+                          kind=p.kind, headers=headers, raw=raw, content_type=ctype)
         body = dict(p.body)
         ctl = dict(p.controls) if self.mock_mode == "controls" else {}
         ctl.update(p.special or {})
@@ -520,17 +686,98 @@ class Campaign:
         return Intent(self.tokens[p.tenant], key, body, route_of(ent), kind=p.kind,
                       headers=headers)
 
+    def note_answer(self, intent, a):
+        """Client.on_attempt for chat intents: every answer's bytes, kept by key."""
+        with self.lock:
+            self.received[intent.key].append(a)
+
+    def chat_policy(self, seconds=45):
+        return RetryPolicy(max_attempts=60, max_seconds=seconds, timeout=15,
+                           job_failed_final=True)
+
+    def drive_chat(self, slot, p, intent):
+        """Every client of a chat intent at its moment (joiners on the same replica follow the
+        live stream, on the other one wait for the record; some leave early); a client whose
+        answer was cut asks once more with the same key (never a second generation)."""
+        clients = p.chat["clients"]
+        outs = [None] * len(clients)
+        first = zlib.crc32(intent.key.encode())
+
+        def one(i):
+            at, other, leave = clients[i]
+            if at and self.abort.wait(at):
+                return
+            it = replace(intent, leave_after=leave)
+            c = Client(self.live_ports, self.chat_policy(), on_attempt=self.note_answer)
+            out = c.perform(it, first=first + (1 if other else 0))
+            if out.attempts and out.attempts[-1].error in ("cut", "left"):
+                again = Client(self.live_ports, self.chat_policy(30),
+                               on_attempt=self.note_answer).perform(intent, first=first + 1)
+                out = Outcome(intent, out.attempts + again.attempts, again.result)
+            outs[i] = out
+
+        threads = [threading.Thread(target=one, args=(i,), daemon=True)
+                   for i in range(1, len(clients))]
+        for t in threads:
+            t.start()
+        one(0)
+        for t in threads:
+            t.join(timeout=120)
+        with self.lock:
+            self.chat_clients[slot] = [o for o in outs if o is not None]
+        self.counters["chat_clients"] += len(clients)
+        return outs[0]
+
     def drive(self, slot, p):
         delay = self.t0 + p.start - time.time()
         if delay > 0 and self.stop_load.wait(delay):
             return
+        t = time.time()
+        try:
+            self._drive(slot, p)
+        finally:
+            with self.lock:
+                self.drive_s[slot] = round(time.time() - t, 1)
+
+    def _drive(self, slot, p):
         intent = self.intent_of(p)
+        if p.kind == "chat":
+            self.intents[slot] = intent
+            self.plan_of[slot] = p
+            out = self.drive_chat(slot, p, intent)
+            self.outcomes[slot] = out
+            # A job named by any client's answer (a failed job's replayed 429 names it too).
+            jids = {a.job_id or a.doc_job_id for o in self.chat_clients.get(slot, [])
+                    for a in o.attempts if a.job_id or a.doc_job_id}
+            for jid in jids:
+                self.register(jid, intent.token, intent.key, p.kind, slot)
+                with self.lock:
+                    self.job_by_hash[intent.body_sha256] = jid
+            for o in self.chat_clients.get(slot, []):
+                for a in o.attempts:
+                    if a.job_id and a.state:
+                        self.observe(a.job_id, a.t0, a.t1, a.state, "submit")
+            if out is None or not jids:
+                return
+            jid = out.any_job_id or next(iter(jids))
+            acked_at = out.attempts[-1].t1
+            for at, action in p.actions:
+                if self.abort.wait(max(0.0, acked_at + at - time.time())):
+                    return
+                getattr(self, "act_" + action)(slot, p, intent, jid)
+            return
         self.intents[slot] = intent
         self.plan_of[slot] = p
         client = Client(self.live_ports, RetryPolicy(max_attempts=80, max_seconds=60,
-                                                     timeout=15))
+                                                     timeout=15,
+                                                     job_failed_final=p.kind == "upload"))
         out = client.perform(intent)
         self.outcomes[slot] = out
+        if p.kind == "upload" and not out.acknowledged and out.any_job_id:
+            # A job that failed (its 429s ran out) answered with its replayed refusal.
+            self.register(out.any_job_id, intent.token, intent.key, p.kind, slot)
+            with self.lock:
+                self.job_by_hash[intent.body_sha256] = out.any_job_id
         if not out.acknowledged:
             return
         jid = out.job_id or next(iter(out.job_ids))
@@ -561,8 +808,18 @@ class Campaign:
             self.counters["cancels_acked"] += 1
 
     def act_resubmit(self, slot, p, intent, jid):
-        client = Client(self.live_ports, RetryPolicy(max_attempts=60, max_seconds=40,
-                                                     timeout=15))
+        if p.kind == "chat":
+            client = Client(self.live_ports, self.chat_policy(40), on_attempt=self.note_answer)
+        else:
+            client = Client(self.live_ports, RetryPolicy(max_attempts=60, max_seconds=40,
+                                                         timeout=15,
+                                                         job_failed_final=p.kind == "upload"))
+        if p.kind == "upload" and p.resolve_seed % 2:
+            # The same upload under another boundary and field order: the same request.
+            order = list(reversed(p.form["order"]))
+            raw, ctype = form_body(p.form, intent.body.get("_mock"),
+                                   boundary=p.form["alt_boundary"], order=order)
+            intent = replace(intent, raw=raw, content_type=ctype)
         out = client.perform(intent)
         j = self.job(jid)
         for a in out.attempts:
@@ -582,11 +839,22 @@ class Campaign:
 
     def act_reuse(self, slot, p, intent, jid):
         """The same key with another body: 422, and nothing sent."""
-        if "seed" in intent.body:
-            body = dict(intent.body, seed=intent.body["seed"] - 1)
+        if p.kind == "upload":
+            prompt = intent.body["prompt"] + " (other)"
+            raw, ctype = form_body(p.form, intent.body.get("_mock"), prompt=prompt)
+            alt = replace(intent, body=dict(intent.body, prompt=prompt), raw=raw,
+                          content_type=ctype, headers={})
+        elif p.kind == "chat":
+            msgs = [dict(intent.body["messages"][0],
+                         content=intent.body["messages"][0]["content"] + " (other)")]
+            alt = replace(intent, body=dict(intent.body, messages=msgs), capture=False,
+                          headers={})
         else:
-            body = dict(intent.body, prompt=intent.body["prompt"] + " (other)")
-        alt = Intent(intent.token, intent.key, body, intent.route, kind=intent.kind)
+            if "seed" in intent.body:
+                body = dict(intent.body, seed=intent.body["seed"] - 1)
+            else:
+                body = dict(intent.body, prompt=intent.body["prompt"] + " (other)")
+            alt = Intent(intent.token, intent.key, body, intent.route, kind=intent.kind)
         out = Client(self.live_ports, RetryPolicy(max_attempts=40, max_seconds=30)).perform(alt)
         last = out.attempts[-1] if out.attempts else None
         with self.lock:
@@ -672,7 +940,9 @@ class Campaign:
             todo = []
             for tok, jid in pending:
                 j = self.job(jid)
-                if j is not None and len(j.resolutions) < 3:
+                # A chat job in review is left there: its generation (if any) has no task to
+                # find; the checker wants cut streams in doubt.
+                if j is not None and len(j.resolutions) < 3 and j.kind != "chat":
                     todo.append(j)
             if not todo:
                 continue
@@ -901,7 +1171,47 @@ class Campaign:
 
     # -- what the checker needs
 
+    def chat_replays(self):
+        """After the drain, before the ledger is read: every chat job asked again with its key
+        and body — a completed one twice (`Prefer: wait`: the record, byte for byte, twice), one
+        in doubt or failed once (`respond-async`: its state, and nothing sent)."""
+        slots = [ix for ix, p in enumerate(self.plan_of)
+                 if p is not None and p.kind == "chat" and self.intents[ix] is not None]
+        if not slots:
+            return {}
+        keys = ",".join(f"'{self.intents[ix].key}'" for ix in slots)
+        state = {k: (jid, st) for jid, k, st in self.sqlf(
+            f"SELECT id, idempotency_key, state FROM operations WHERE idempotency_key IN ({keys})")}
+        out = {}
+
+        def ask(ix):
+            it = self.intents[ix]
+            if it.key not in state:
+                return None
+            jid, st = state[it.key]
+            got = []
+            for n in range(2 if st == "completed" else 1):
+                h = {"Prefer": "wait=10"} if st == "completed" else {"Prefer": "respond-async"}
+                a = None
+                for i in range(10):   # a replica may be restarting: the same request again
+                    a = post(self.port(n + i), replace(it, headers=h, leave_after=None), 20)
+                    if a.status is not None and a.status < 500 and not a.error:
+                        break
+                    time.sleep(0.3)
+                got.append({"status": a.status, "body": a.body, "error": a.error,
+                            "replayed": a.replayed, "job_id": a.job_id,
+                            "content_type": a.content_type})
+            return jid, {"state": st, "key": it.key, "answers": got}
+
+        with ThreadPoolExecutor(max_workers=4) as ex:
+            for r in ex.map(ask, slots):
+                if r:
+                    out[r[0]] = r[1]
+        return out
+
     def collect(self):
+        replays = self.chat_replays()
+        time.sleep(0.5)  # a create a replay caused would be in the ledger now
         st, doc = mock_json(self.mock_url, "/_ledger")
         ledger = doc["creates"]
         st, chaos = mock_json(self.mock_url, "/_chaos")
@@ -958,7 +1268,8 @@ class Campaign:
             f"WHERE o.idempotency_key LIKE '{self.pfx}-%' GROUP BY 1, 2 ORDER BY 1, 2")}
         return {"ledger": ledger, "tasks": tasks, "rows": rows, "views": views,
                 "chaos": chaos if isinstance(chaos, dict) else None, "sends": dict(sends),
-                "attempt_outcomes": outcomes, "trips": sorted(self.trips)}
+                "attempt_outcomes": outcomes, "trips": sorted(self.trips),
+                "chat_replays": replays}
 
     def coverage(self):
         """What the run exercised, from the driver's side."""
@@ -969,7 +1280,16 @@ class Campaign:
             for st in {s.state for s in j.samples}:
                 seen[st] += 1
         acks = collections.Counter(j.cancel_ack.get("state") for j in jobs if j.cancel_ack)
-        return {"jobs_seen_in": dict(seen), "cancel_acked_in": dict(acks)}
+        with self.lock:
+            slow = sorted(self.drive_s.items(), key=lambda x: -x[1])[:5]
+        return {"jobs_seen_in": dict(seen), "cancel_acked_in": dict(acks),
+                "slowest_drivers": [(s, self.plan_of[s].kind if self.plan_of[s] else None, d,
+                                     [a for _, a in self.plan_of[s].actions]
+                                     if self.plan_of[s] else None,
+                                     [[(a.status, a.error, round(a.t1 - a.t0, 1))
+                                       for a in o.attempts][-4:]
+                                      for o in self.chat_clients.get(s, [])])
+                                    for s, d in slow]}
 
     def attempts_of(self, jid):
         """The gateway's own attempt log for one job (evidence)."""

@@ -338,7 +338,7 @@ def check_campaign(scenario, camp, data, timing):
                     f"creates at {[round(e['time'], 3) for e in after]} "
                     f"(paid: {[bool(e.get('task_id')) and not e.get('replay') for e in after]})")
         view = views.get(jid)
-        if state == "completed":
+        if state == "completed" and kind != "chat":   # a chat's record: see check_streams()
             res = view.get("result") if isinstance(view, dict) else None
             if kind in ("kasync", "replicate"):
                 t = tasks.get(r["remote_id"])
@@ -376,12 +376,12 @@ def check_campaign(scenario, camp, data, timing):
                         f"{got if got >= 0 else 'not recorded'}")
         res = view.get("result") if isinstance(view, dict) else None
         body = res.get("body") if isinstance(res, dict) else None
-        if state == "completed" and kind not in ("kasync", "replicate") and \
+        if state == "completed" and kind not in ("kasync", "replicate", "chat") and \
                 isinstance(body, dict) and body.get("id") and body["id"] not in task_ids(jid):
             v["wrong_task"].append(jid)
             why[("wrong_task", jid)] = (f"the stored result is task {body['id']}'s, not a task "
                                         f"made for this job ({sorted(task_ids(jid))})")
-        if r["remote_id"] and state in ("completed", "accepted") and \
+        if r["remote_id"] and state in ("completed", "accepted") and kind != "chat" and \
                 r["remote_id"] not in task_ids(jid):
             v["wrong_task"].append(jid)
             why[("wrong_task", jid)] = (f"remote id {r['remote_id']} is not a task made for this "
@@ -451,6 +451,8 @@ def check_campaign(scenario, camp, data, timing):
             v["lost"].append(jid)
             why[("lost", jid)] = f"regeneration {jid} is {rows.get(jid, {}).get('state')}"
 
+    stream_counts = check_streams(camp, data, rows, entries_of, kind_of, v, why)
+
     # The intents' own counts come from check(); the job ids of its lists are added here.
     key_to_job = {r["key"]: jid for jid, r in rows.items()}
     for name in ("lost", "duplicates", "id_mismatch", "stuck", "failed_but_created"):
@@ -478,6 +480,7 @@ def check_campaign(scenario, camp, data, timing):
             1 for e in ledger_all if e.get("replay")),
         "client": base["client"], "hash_mismatch": exact_mismatch,
     })
+    summary.update(stream_counts)
     summary.update(timing)
     if unknown:
         summary["unknown_keys"] = [rows[j]["key"] for j in unknown][:20]
@@ -499,7 +502,175 @@ CAMPAIGN_VIOLATIONS = ("lost", "duplicates", "unexpected", "id_mismatch", "stuck
                        "canceled_without_task", "tripped_by_request", "wrong_task",
                        "failed_with_task",
                        "state_backwards", "replay_mismatch", "key_reuse_accepted",
-                       "foreign_adoption")
+                       "foreign_adoption",
+                       # streamed LLM text and multipart uploads (check_streams)
+                       "replay_not_identical", "whole_without_record", "stream_not_whole",
+                       "cut_not_in_doubt", "upload_bytes_mismatch")
+
+
+# --- streamed LLM text and multipart uploads ---------------------------------------------------------
+
+# The openai-chat stream's terminal event: a stream that ends without it was cut.
+CHAT_TERMINAL = b"data: [DONE]\n\n"
+
+
+def _is_stream(ctype):
+    return bool(ctype) and ctype.startswith("text/event-stream")
+
+
+def _whole(a):
+    """An answer a client received whole: a 200 whose body ended normally."""
+    return a.status == 200 and a.error is None and a.body is not None
+
+
+def _complete(body, ctype):
+    """A whole answer's body is what it claims: a stream ending with its terminal event, or a
+    chat.completion document."""
+    if _is_stream(ctype):
+        return body.endswith(CHAT_TERMINAL)
+    try:
+        doc = json.loads(body)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("choices"), list)
+
+
+def check_streams(camp, data, rows, entries_of, kind_of, v, why):
+    """The promise for chats (streamed or whole, clients joining one key) and uploads; adds
+    violations to v (with a sentence in why) and returns the summary's counts.
+
+    chat:
+    - duplicates: more than one generation at the provider for one key (ledger entries that
+      started one: `replay` false; a 429 refusal before the first event starts none);
+    - id_mismatch: clients of one key answered with different jobs;
+    - stream_not_whole: a 200 whose body ended normally but is not whole (a stream without its
+      terminal event, a whole answer that is not a chat.completion): the gateway must cut a
+      live client's body when the provider's stream was cut, so that the client knows;
+    - replay_not_identical: a completed job whose record, asked twice with the same key and
+      body, is not answered 200 twice byte for byte (ending with its terminal event), or a
+      whole answer some client received differs from that record;
+    - whole_without_record: a client received a whole answer of a job that did not complete
+      (nothing can replay it);
+    - cut_not_in_doubt: a job whose provider generated (a ledger entry with `replay` false)
+      that ended `failed`, or whose stream was planned to be cut (`cut_after`, `error_after`,
+      events past the provider timeout) and ended anything but `unknown` / `review`.
+    upload:
+    - upload_bytes_mismatch: a create whose SHA-256 or Content-Type is not the client's
+      upload's (the first send and every resend, after a 429 too);
+    - duplicates: more than one accepted create (2xx, `replay` false) for one key.
+    """
+    stats = collections.Counter()
+    slot_of = {}
+    for ix, it in enumerate(camp.intents):
+        if it is not None:
+            slot_of[it.key] = ix
+    for jid, r in rows.items():
+        kind = kind_of.get(jid)
+        if kind not in ("chat", "upload"):
+            continue
+        ix = slot_of.get(r["key"])
+        j = camp.job(jid)
+        if ix is None and j is not None:
+            ix = j.ix
+        if ix is None:
+            continue
+        it, p = camp.intents[ix], camp.plan_of[ix]
+        ents = entries_of.get(jid, [])
+        state = r["state"]
+        if kind == "upload":
+            stats["uploads"] += 1
+            bad = [e for e in ents if e.get("body_sha256") != it.body_sha256 or
+                   e.get("content_type") != it.content_type]
+            if bad:
+                v["upload_bytes_mismatch"].append(jid)
+                why[("upload_bytes_mismatch", jid)] = (
+                    f"sent {len(bad)} of {len(ents)} times with other bytes or type: "
+                    f"{[(e.get('seq'), e.get('body_sha256', '')[:12], e.get('content_type')) for e in bad[:4]]}"
+                    f"; the upload is {it.body_sha256[:12]} {it.content_type!r}")
+            accepted = [e for e in ents if not e.get("replay") and
+                        200 <= (e.get("status") or 0) < 300]
+            if len(accepted) > 1:
+                v["duplicates"].append(jid)
+                why[("duplicates", jid)] = f"{len(accepted)} accepted creates for one upload"
+            stats["upload_resends"] += len(ents) > 1
+            stats["upload_429s"] += sum(1 for e in ents if e.get("status") == 429)
+            continue
+        # chat
+        stream = bool(it.body.get("stream"))
+        stats["chats"] += 1
+        stats["streams"] += stream
+        gens = [e for e in ents if not e.get("replay")]
+        if len(gens) > 1:
+            v["duplicates"].append(jid)
+            why[("duplicates", jid)] = (f"{len(gens)} generations at the provider for one "
+                                        f"{'streamed ' if stream else ''}chat key")
+        clients = camp.chat_clients.get(ix, [])
+        stats["joins"] += len(clients) > 1
+        named = {a.job_id or a.doc_job_id for o in clients for a in o.attempts
+                 if a.job_id or a.doc_job_id}
+        if len(named) > 1 or (named and jid not in named):
+            v["id_mismatch"].append(jid)
+            why[("id_mismatch", jid)] = f"clients of one key were answered with jobs {named}"
+        answers = list(camp.received.get(r["key"], []))
+        whole = [a for a in answers if _whole(a)]
+        stats["whole_answers"] += len(whole)
+        stats["cut_answers"] += sum(1 for a in answers if a.error == "cut")
+        # Not a breach of the promise, counted: a failed job that never had a provider answer is
+        # answered 200 with its job document (no X-Idemgate-Job-Id), not the provider's status.
+        stats["failed_job_as_200"] += sum(1 for a in answers if a.doc_job_id)
+        for a in whole:
+            if not _complete(a.body, a.content_type):
+                v["stream_not_whole"].append(jid)
+                why[("stream_not_whole", jid)] = (
+                    f"a 200 ({a.content_type}) ended normally without being whole: "
+                    f"…{a.body[-80:]!r}")
+                break
+        planned_cut = stream and p.chat["behaviour"] in ("cut", "error", "timeout")
+        if state == "completed":
+            rep = (data.get("chat_replays") or {}).get(jid, {}).get("answers", [])
+            ok = len(rep) == 2 and all(x["status"] == 200 and not x["error"] and x["body"]
+                                       for x in rep)
+            if ok and rep[0]["body"] != rep[1]["body"]:
+                ok, what = False, "the two replays differ"
+            elif not ok:
+                what = f"the replays were answered {[(x['status'], x['error']) for x in rep]}"
+            elif _is_stream(rep[0]["content_type"]) != stream or \
+                    not _complete(rep[0]["body"], rep[0]["content_type"]):
+                ok, what = False, (f"the replay ({rep[0]['content_type']}) is not whole: "
+                                   f"…{rep[0]['body'][-80:]!r}")
+            else:
+                diff = [a for a in whole if a.body != rep[0]["body"]]
+                if diff:
+                    ok = False
+                    what = (f"{len(diff)} of {len(whole)} whole answers received differ from "
+                            f"the record ({len(diff[0].body)} vs {len(rep[0]['body'])} bytes, "
+                            f"replayed {diff[0].replayed})")
+            if ok:
+                stats["replays_identical"] += 1
+            else:
+                v["replay_not_identical"].append(jid)
+                why[("replay_not_identical", jid)] = what
+        elif whole:
+            v["whole_without_record"].append(jid)
+            why[("whole_without_record", jid)] = (
+                f"{len(whole)} client(s) received a whole answer; the job is {state}")
+        if gens and state == "failed":
+            v["cut_not_in_doubt"].append(jid)
+            why[("cut_not_in_doubt", jid)] = (f"the provider generated (ledger "
+                                              f"{[e.get('seq') for e in gens]}); the job failed")
+        elif planned_cut and gens and state not in ("unknown", "review"):
+            v["cut_not_in_doubt"].append(jid)
+            why[("cut_not_in_doubt", jid)] = (f"a stream cut before its terminal event "
+                                              f"({p.body['_mock']}) "
+                                              f"ended {state}")
+        if gens and state in ("unknown", "review"):
+            stats["cut_in_doubt"] += 1
+        if not gens and state == "failed":
+            stats["chat_refused"] += 1
+    return {k: stats.get(k, 0) for k in (
+        "chats", "streams", "joins", "whole_answers", "cut_answers", "failed_job_as_200",
+        "replays_identical",
+        "cut_in_doubt", "chat_refused", "uploads", "upload_resends", "upload_429s")}
 
 
 def campaign_violations(summary):
@@ -507,8 +678,8 @@ def campaign_violations(summary):
 
 
 def _entry(e):
-    keep = ("seq", "time", "provider", "status", "fault", "behavior", "replay", "task_id",
-            "idempotency_key", "client_ref", "client_ref_source")
+    keep = ("seq", "time", "route", "provider", "status", "fault", "behavior", "replay", "task_id",
+            "idempotency_key", "client_ref", "client_ref_source", "body_sha256", "content_type")
     return {k: e.get(k) for k in keep if k in e}
 
 
@@ -530,6 +701,17 @@ def job_evidence(camp, data, violation, jid, why, entries, kind):
                   resolutions=j.resolutions, resubmits=j.resubmits, states=seq[:60])
     if row is not None:
         ev["attempts"] = camp.attempts_of(jid)
+    if kind == "chat" and row is not None:
+        ev["answers"] = [{"status": a.status, "error": a.error, "port": a.port,
+                          "t": round(a.t0 - t0, 3), "replayed": a.replayed,
+                          "content_type": a.content_type,
+                          "bytes": len(a.body) if a.body is not None else None,
+                          "tail": a.body[-60:].decode("utf-8", "replace") if a.body else None}
+                         for a in camp.received.get(row["key"], [])][:20]
+        rep = (data.get("chat_replays") or {}).get(jid)
+        if rep:
+            ev["replays"] = [dict(x, body=(x["body"] or b"")[-60:].decode("utf-8", "replace"),
+                                  bytes=len(x["body"] or b"")) for x in rep["answers"]]
     view = data["views"].get(jid)
     if isinstance(view, dict):
         ev["view"] = {k: view.get(k) for k in ("state", "remote_id", "last_error", "attempts",

@@ -44,14 +44,26 @@ class Intent:
     route: str
     kind: str = ""
     headers: dict = field(default_factory=dict)
+    # A body sent as these bytes instead of jcs(body) (a multipart upload), with its type.
+    raw: bytes = None
+    content_type: str = None
+    # Keep every answer's bytes (Attempt.body), and on a body cut after its headers record the
+    # answer (status, job id) with what arrived (error "cut"): streamed LLM answers.
+    capture: bool = False
+    leave_after: int = None   # with capture: read this many bytes, then go away ("left")
 
     @property
     def token_sha256(self):
         return sha256_hex(self.token.encode())
 
     @property
+    def wire(self):
+        """The bytes a POST of this intent sends."""
+        return self.raw if self.raw is not None else jcs(self.body)
+
+    @property
     def body_sha256(self):
-        return sha256_hex(jcs(self.body))
+        return sha256_hex(self.wire)
 
 
 @dataclass
@@ -67,6 +79,8 @@ class Attempt:
     problem_type: str = None
     content_type: str = None
     state: str = None         # the job's state in the answer, when there is one
+    body: bytes = None        # the answer's bytes (Intent.capture only)
+    doc_job_id: str = None    # a 200 carrying a job document instead of the provider's answer
 
 
 @dataclass
@@ -88,6 +102,12 @@ class Outcome:
         ids = self.job_ids
         return next(iter(ids)) if len(ids) == 1 else None
 
+    @property
+    def any_job_id(self):
+        """A job id any answer named (a failed job's replayed refusal names one too)."""
+        return self.job_id or next((a.job_id or a.doc_job_id for a in self.attempts
+                                    if a.job_id or a.doc_job_id), None)
+
 
 @dataclass
 class RetryPolicy:
@@ -97,13 +117,34 @@ class RetryPolicy:
     base_backoff: float = 0.05
     cap_backoff: float = 1.0
     retry_after_cap: float = 2.0   # a server's Retry-After is honoured up to this
+    # An answer about a job that failed (its replayed refusal, X-Idemgate-State: failed) is
+    # definite: the job will not change, asking again gets the same answer.
+    job_failed_final: bool = False
+
+
+def _read_captured(r, leave_after):
+    """The body of r as far as it arrives: (bytes, None), or (what arrived, "cut" | "left")."""
+    data = b""
+    try:
+        while True:
+            if leave_after is not None and len(data) >= leave_after:
+                return data, "left"
+            piece = r.read1(65536) if leave_after is None else \
+                r.read1(max(1, leave_after - len(data)))
+            if not piece:
+                return data, None
+            data += piece
+    except http.client.IncompleteRead as e:
+        return data + (e.partial or b""), "cut"
+    except (OSError, http.client.HTTPException):
+        return data, "cut"
 
 
 def post(port, intent, timeout, extra_headers=None):
     """One HTTP attempt on a fresh connection. Never raises for network trouble."""
-    body = jcs(intent.body)
+    body = intent.wire
     h = {"Authorization": f"Bearer {intent.token}", "Idempotency-Key": intent.key,
-         "Content-Type": "application/json", "Connection": "close"}
+         "Content-Type": intent.content_type or "application/json", "Connection": "close"}
     h.update(intent.headers or {})
     h.update(extra_headers or {})
     a = Attempt(t0=time.time(), t1=0.0, port=port)
@@ -111,9 +152,23 @@ def post(port, intent, timeout, extra_headers=None):
     try:
         conn.request("POST", f"/v1/providers/{intent.route}", body=body, headers=h)
         r = conn.getresponse()
-        data = r.read()
+        cut = None
+        if intent.capture:
+            data, cut = _read_captured(r, intent.leave_after)
+            a.body = data
+        else:
+            data = r.read()
         a.status = r.status
         hdrs = {k.lower(): v for k, v in r.getheaders()}
+        if cut:
+            # The answer began (its status and job id are known) and its body ended early: a
+            # stream cut by the gateway (no terminal event) or a client that went away.
+            a.error = cut
+            a.job_id = hdrs.get("x-idemgate-job-id")
+            a.state = hdrs.get("x-idemgate-state")
+            a.content_type = hdrs.get("content-type")
+            a.replayed = hdrs.get("idempotent-replayed") == "true"
+            return a
         a.retry_after = hdrs.get("retry-after")
         a.content_type = hdrs.get("content-type")
         a.replayed = hdrs.get("idempotent-replayed") == "true"
@@ -138,6 +193,11 @@ def post(port, intent, timeout, extra_headers=None):
         if r.status == 200 and not a.job_id:
             # `Prefer: wait` returns the provider's status; without a job id it is no answer.
             a.error = "200 without X-Idemgate-Job-Id"
+            if isinstance(doc, dict) and doc.get("object") == "job":
+                # The job's document instead: the gateway's answer to `Prefer: wait` on a job
+                # that ended without any provider answer (failed before one was read).
+                a.state = doc.get("state")
+                a.doc_job_id = doc.get("id")
     except (socket.timeout, TimeoutError):
         a.error = "timeout"
     except (ConnectionError, http.client.HTTPException, OSError) as e:
@@ -177,7 +237,8 @@ class Client:
             if a.status in (200, 202) and a.job_id:
                 out.result = "ok"
                 return out
-            if definite_failure(a.status):
+            if definite_failure(a.status) or (p.job_failed_final and a.state == "failed" and
+                                              (a.job_id or a.doc_job_id)):
                 out.result = "failed"
                 return out
             i += 1

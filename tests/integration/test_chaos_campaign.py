@@ -143,7 +143,7 @@ def run_campaign(seed, size, gateway_factory, mock, cluster):
                        "cancels_acked",
                        "resubmits",
                        "reuses", "regenerations", "decoys", "resolve_found", "resolve_absent",
-                       "resolve_abandon", "breaker_resets")},
+                       "resolve_abandon", "breaker_resets", "chat_clients")},
                    trips=[f"{p}:{st}" for p, st in data.get("trips", [])],
                    crashes=sum(r.crashes for r in reps.replicas.values()),
                    admin_resolve=camp.admin_resolve, caps=camp.caps)
@@ -316,3 +316,115 @@ def test_campaign_checker_sees_each_planted_violation():
     assert not {"job_clean", "job_cancel3", "job_cancel4", "job_cancel5"} & blamed and {
         f"job_{n}" for n in ("dup", "cancel", "cancel2", "cancel6", "noout", "failtask", "back", "lost", "unk", "wrong", "replay",
         "reuse", "otherbody", "fewer", "cancelfail", "cancelnotask")} <= blamed, blamed
+
+
+def test_campaign_checker_sees_stream_and_upload_violations():
+    """No processes: chat and upload jobs of a hand-made run, each breaking one of the stream
+    and upload invariants (and some breaking none); the checker must count exactly those."""
+    from chaos.client import Attempt, Intent, Outcome
+
+    tok = "tok-planted"
+    tsha = hashlib.sha256(tok.encode()).hexdigest()
+    pfx = "camp-streams"
+    size = campaign.Sizes(intents=0, concurrency=1, load_s=1, kills=0, pg_restarts=0, outages=0,
+                          drain_s=1)
+    camp = campaign.Campaign(campaign.make_plan(1, size, tenants=1), "http://127.0.0.1:9", [tok],
+                             None, None, None, None, pfx, "-t", [1])
+    camp.t0 = 1000.0
+    sse = "text/event-stream"
+    rec = b'data: {"x":1}\n\ndata: [DONE]\n\n'
+    other = b'data: {"x":2}\n\ndata: [DONE]\n\n'
+    cut = b'data: {"x":1}\n\n'
+    # name: (kind, behaviour, final state, generations (chat) or ledger [(status, replay,
+    # task, same bytes)] (upload), answers received [(status, error, body)], replays [bodies])
+    jobs = {
+        "chat_ok": ("chat", "tokens", "completed", 1, [(200, None, rec), (200, None, rec)],
+                    [rec, rec]),
+        "chat_cut_ok": ("chat", "cut", "review", 1, [(200, "cut", cut), (202, None, None)], []),
+        "chat_429": ("chat", "status_429", "failed", 0, [(429, None, b"{}")], []),
+        "chat_dup": ("chat", "tokens", "completed", 2, [(200, None, rec)], [rec, rec]),
+        "chat_replay": ("chat", "tokens", "completed", 1, [], [rec, other]),
+        "chat_recv": ("chat", "slow_tokens", "completed", 1, [(200, None, other)], [rec, rec]),
+        "chat_whole": ("chat", "tokens", "review", 1, [(200, None, rec)], []),
+        "chat_notwhole": ("chat", "cut", "review", 1, [(200, None, cut)], []),
+        "chat_cutfail": ("chat", "cut", "failed", 1, [(200, "cut", cut)], []),
+        "chat_cutdone": ("chat", "error", "completed", 1, [], [rec, rec]),
+        "up_ok": ("upload", "random", "review", [(429, False, None, True),
+                                                  (200, False, "task_1", True)], [], []),
+        "up_bad": ("upload", "status_429", "failed", [(429, False, None, True),
+                                                       (429, False, None, False)], [], []),
+        "up_dup": ("upload", "ok", "review", [(200, False, "task_2", True),
+                                               (200, False, "task_3", True)], [], []),
+    }
+    rows, views, ledger, db_rows = {}, {}, [], []
+    seq = 0
+    for ix, (name, (kind, beh, state, gens, got, reps)) in enumerate(jobs.items()):
+        jid, key = f"job_{name}", f"{pfx}-{ix}"
+        if kind == "chat":
+            body = {"model": "m", "messages": [{"role": "user", "content": name}],
+                    "stream": True, "_mock": {}}
+            it = Intent(tok, key, body, "chat-t/chat/completions", kind=kind, capture=True)
+            plan = campaign.IntentPlan(ix, kind, 0, 0.0, body, {}, 0, [], 7, None,
+                                       chat={"behaviour": beh, "stream": True,
+                                             "clients": [(0.0, False, None)]})
+        else:
+            form = {"behaviour": beh, "mock": None, "fields": {"prompt": name, "model": "m",
+                                                                "n": 1},
+                    "order": ["prompt", "model", "n", "image"], "boundary": "b" + name,
+                    "alt_boundary": "a", "image_seed": ix, "image_bytes": 10}
+            raw, ctype = campaign.form_body(form)
+            it = Intent(tok, key, {"prompt": name}, "upload-t/images/edits", kind=kind, raw=raw,
+                        content_type=ctype)
+            plan = campaign.IntentPlan(ix, kind, 0, 0.0, {"prompt": name}, {}, 0, [], 7, None,
+                                       form=form)
+        atts = [Attempt(t0=1000.0 + ix, t1=1000.5 + ix, port=1, status=st, error=err,
+                        job_id=jid, state="sending", body=b, content_type=sse)
+                for st, err, b in got] or [Attempt(t0=1000.0 + ix, t1=1000.5 + ix, port=1,
+                                                   status=202, job_id=jid, state="prepared")]
+        out = Outcome(it, atts, "ok")
+        camp.intents.append(it)
+        camp.outcomes.append(out)
+        camp.plan_of.append(plan)
+        j = camp.register(jid, tok, key, kind, ix)
+        j.samples.append(campaign.Sample(1000.0 + ix, 1000.5 + ix, "prepared", "submit"))
+        if kind == "chat":
+            camp.chat_clients[ix] = [out]
+            camp.received[key] = [a for a in atts if a.body is not None]
+        rows[jid] = {"id": jid, "key": key, "state": state, "remote_id": "", "last_error": "",
+                     "cancel_requested": False, "provider": f"{kind}-t", "token_sha256": tsha,
+                     "resolution": "", "outputs_received": -1}
+        views[jid] = {"state": state, "result": None}
+        db_rows.append([tsha, key, jid, state, "", it.body_sha256])
+        creates = [(200, False, None, True)] * gens if kind == "chat" else gens
+        for st, replay, task, same in creates:
+            seq += 1
+            ledger.append({"seq": seq, "time": 1001.0 + ix, "replay": replay, "task_id": task,
+                           "status": st, "provider": "x",
+                           "client_ref": jid if kind == "upload" else None,
+                           "body_sha256": it.body_sha256 if same else "ef" * 32,
+                           "content_type": it.content_type if kind == "upload" else
+                           "application/json"})
+        if kind == "chat":
+            seq += 1   # a 429 refusal before the first event: no generation
+            ledger.append({"seq": seq, "time": 1000.8 + ix, "replay": True, "task_id": None,
+                           "status": 429, "provider": "x", "client_ref": None,
+                           "body_sha256": it.body_sha256, "content_type": "application/json"})
+    replays = {f"job_{n}": {"state": jobs[n][2], "key": "", "answers": [
+        {"status": 200, "body": b, "error": None, "replayed": True, "job_id": f"job_{n}",
+         "content_type": sse} for b in jobs[n][5]]} for n in jobs if jobs[n][0] == "chat"}
+    camp.sqlf = lambda q: db_rows if "encode(sha256" in q else []
+    data = {"ledger": ledger, "tasks": {}, "rows": rows, "views": views, "chaos": None,
+            "sends": {}, "trips": [], "chat_replays": replays}
+    summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
+    want = {"duplicates": 2, "replay_not_identical": 2, "whole_without_record": 2,
+            "stream_not_whole": 1, "cut_not_in_doubt": 2, "upload_bytes_mismatch": 1}
+    assert checker.campaign_violations(summary) == want, (summary, evidence)
+    blamed = {ev.get("job") for ev in evidence}
+    assert not {"job_chat_ok", "job_chat_cut_ok", "job_chat_429", "job_up_ok"} & blamed, blamed
+    assert {f"job_{n}" for n in ("chat_dup", "chat_replay", "chat_recv", "chat_whole",
+                                 "chat_notwhole", "chat_cutfail", "chat_cutdone", "up_bad",
+                                 "up_dup")} <= blamed, blamed
+    assert (summary["chats"], summary["streams"], summary["replays_identical"],
+            summary["cut_in_doubt"], summary["chat_refused"], summary["uploads"],
+            summary["upload_resends"], summary["upload_429s"]) == (10, 10, 3, 3, 1, 3, 3, 3), \
+        summary
