@@ -43,9 +43,9 @@ static int send_problem(struct hs_req *r, int status, const char *type, const ch
                                .detail = detail,
                                .request_id = hs_req_id(r)};
     size_t n = problem_render(&pb, body, sizeof(body));
-    const char *hdrs[15] = {NULL};
+    const char *hdrs[19] = {NULL};
     int h = 0;
-    for (int i = 0; extra && extra[0] && i < 4; i++, extra += 2) {
+    for (int i = 0; extra && extra[0] && i < 5; i++, extra += 2) {
         hdrs[h++] = extra[0];
         hdrs[h++] = extra[1];
     }
@@ -261,13 +261,31 @@ static int converted(const struct jobcache_entry *e, const struct reply_delivery
     return 1;
 }
 
+/* A terminal job without the provider's answer to serve (never answered, cancelled before it
+ * was sent, or completed from reads of a task): completed, the job itself; failed, a 502 and
+ * canceled, a 409 problem — never a 200 a client would take for the provider's success —, each
+ * with the job's headers. */
+static void reply_unanswered(struct hs_req *r, const struct jobcache_entry *e,
+                             const char *const *hdrs)
+{
+    if (strcmp(e->state, "completed") == 0) {
+        hs_respond(r, 200, "application/json", e->job_json, strlen(e->job_json), hdrs);
+        return;
+    }
+    int canceled = strcmp(e->state, "canceled") == 0;
+    cJSON *doc = cJSON_Parse(e->job_json);
+    const char *why = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "last_error"));
+    char detail[512];
+    snprintf(detail, sizeof(detail), "job %s is %s without an answer from the provider%s%s",
+             e->job_id, e->state, why ? ": " : "", why ? why : "");
+    reply_problem_with(r, canceled ? 409 : 502, canceled ? "job-canceled" : "job-failed",
+                       canceled ? "Job canceled" : "Job failed", detail, hdrs);
+    cJSON_Delete(doc);
+}
+
 void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed, int wait_s,
                   const struct reply_delivery *dv)
 {
-    if (!e->resp_status || !e->resp_body) {
-        reply_entry(r, 200, e, replayed, 1);
-        return;
-    }
     struct jobcache_entry other;
     if (converted(e, dv, &other)) {
         reply_result(r, &other, replayed, wait_s, NULL);
@@ -288,6 +306,10 @@ void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed
                           replayed ? "Idempotent-Replayed" : NULL,
                           "true",
                           NULL};
+    if (!e->resp_status || !e->resp_body) {
+        reply_unanswered(r, e, hdrs);
+        return;
+    }
     hs_respond(r, e->resp_status, e->content_type, e->resp_body, e->resp_body_len, hdrs);
 }
 

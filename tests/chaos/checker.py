@@ -505,7 +505,7 @@ CAMPAIGN_VIOLATIONS = ("lost", "duplicates", "unexpected", "id_mismatch", "stuck
                        "foreign_adoption",
                        # streamed LLM text and multipart uploads (check_streams)
                        "replay_not_identical", "whole_without_record", "stream_not_whole",
-                       "cut_not_in_doubt", "upload_bytes_mismatch")
+                       "cut_not_in_doubt", "upload_bytes_mismatch", "job_document_as_200")
 
 
 # --- streamed LLM text and multipart uploads ---------------------------------------------------------
@@ -553,7 +553,10 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
       (nothing can replay it);
     - cut_not_in_doubt: a job whose provider generated (a ledger entry with `replay` false)
       that ended `failed`, or whose stream was planned to be cut (`cut_after`, `error_after`,
-      events past the provider timeout) and ended anything but `unknown` / `review`.
+      events past the provider timeout) and ended anything but `unknown` / `review`;
+    - job_document_as_200: `Prefer: wait` answered 200 with the job's document for a job that is
+      not `completed` (one that failed without a provider answer is a 502 `job-failed` with the
+      job's headers: an SDK must never read it as the provider's success).
     upload:
     - upload_bytes_mismatch: a create whose SHA-256 or Content-Type is not the client's
       upload's (the first send and every resend, after a 429 too);
@@ -615,9 +618,14 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
         whole = [a for a in answers if _whole(a)]
         stats["whole_answers"] += len(whole)
         stats["cut_answers"] += sum(1 for a in answers if a.error == "cut")
-        # Not a breach of the promise, counted: a failed job that never had a provider answer is
-        # answered 200 with its job document (no X-Idemgate-Job-Id), not the provider's status.
-        stats["failed_job_as_200"] += sum(1 for a in answers if a.doc_job_id)
+        # A job that never had a provider answer is answered with the job's headers (a 502
+        # job-failed when it failed); a 200 job document is only for a completed one.
+        doc200 = [a for a in answers if a.doc_job_id and a.state != "completed"]
+        stats["failed_job_as_200"] += len(doc200)
+        if doc200:
+            v["job_document_as_200"].append(jid)
+            why[("job_document_as_200", jid)] = (
+                f"Prefer: wait answered 200 with the job document of a {doc200[0].state} job")
         for a in whole:
             if not _complete(a.body, a.content_type):
                 v["stream_not_whole"].append(jid)

@@ -349,6 +349,9 @@ def test_campaign_checker_sees_stream_and_upload_violations():
         "chat_notwhole": ("chat", "cut", "review", 1, [(200, None, cut)], []),
         "chat_cutfail": ("chat", "cut", "failed", 1, [(200, "cut", cut)], []),
         "chat_cutdone": ("chat", "error", "completed", 1, [], [rec, rec]),
+        # refused (429) to the end, and answered 200 with its job document: not the contract
+        "chat_doc200": ("chat", "status_429", "failed", 0,
+                        [(200, "200 without X-Idemgate-Job-Id", b'{"object":"job"}')], []),
         "up_ok": ("upload", "random", "review", [(429, False, None, True),
                                                   (200, False, "task_1", True)], [], []),
         "up_bad": ("upload", "status_429", "failed", [(429, False, None, True),
@@ -387,6 +390,8 @@ def test_campaign_checker_sees_stream_and_upload_violations():
         camp.plan_of.append(plan)
         j = camp.register(jid, tok, key, kind, ix)
         j.samples.append(campaign.Sample(1000.0 + ix, 1000.5 + ix, "prepared", "submit"))
+        if name == "chat_doc200":
+            atts[0].job_id, atts[0].doc_job_id, atts[0].state = None, jid, "failed"
         if kind == "chat":
             camp.chat_clients[ix] = [out]
             camp.received[key] = [a for a in atts if a.body is not None]
@@ -417,14 +422,15 @@ def test_campaign_checker_sees_stream_and_upload_violations():
             "sends": {}, "trips": [], "chat_replays": replays}
     summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
     want = {"duplicates": 2, "replay_not_identical": 2, "whole_without_record": 2,
-            "stream_not_whole": 1, "cut_not_in_doubt": 2, "upload_bytes_mismatch": 1}
+            "stream_not_whole": 1, "cut_not_in_doubt": 2, "upload_bytes_mismatch": 1,
+            "job_document_as_200": 1}
     assert checker.campaign_violations(summary) == want, (summary, evidence)
     blamed = {ev.get("job") for ev in evidence}
     assert not {"job_chat_ok", "job_chat_cut_ok", "job_chat_429", "job_up_ok"} & blamed, blamed
     assert {f"job_{n}" for n in ("chat_dup", "chat_replay", "chat_recv", "chat_whole",
-                                 "chat_notwhole", "chat_cutfail", "chat_cutdone", "up_bad",
-                                 "up_dup")} <= blamed, blamed
+                                 "chat_notwhole", "chat_cutfail", "chat_cutdone", "chat_doc200",
+                                 "up_bad", "up_dup")} <= blamed, blamed
     assert (summary["chats"], summary["streams"], summary["replays_identical"],
             summary["cut_in_doubt"], summary["chat_refused"], summary["uploads"],
-            summary["upload_resends"], summary["upload_429s"]) == (10, 10, 3, 3, 1, 3, 3, 3), \
+            summary["upload_resends"], summary["upload_429s"]) == (11, 11, 3, 3, 2, 3, 3, 3), \
         summary

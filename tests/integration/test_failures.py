@@ -55,6 +55,47 @@ def test_connect_refused_is_resent_and_created_once(gateway_factory, token, tmp_
         proc.wait(timeout=5)
 
 
+def test_a_job_the_provider_never_answered_is_not_a_200(gateway_factory, token):
+    """`Prefer: wait` on a terminal job without the provider's answer: `failed` is a 502
+    `job-failed` (never a 200 an SDK would read as the provider's success), with the job's
+    headers; the job document says the rest. (`canceled` is 409 `job-canceled`: a job is
+    canceled only by the provider, whose answer is then stored.)"""
+    port = free_port()  # nothing listens: every attempt refused at the connection
+    gw = gateway_factory(providers=[
+        provider("nowhere", f"http://127.0.0.1:{port}",
+                 retry={"max_attempts": 2, "deadline_seconds": 60, "base_ms": 10, "cap_ms": 20}),
+        provider("slowly", f"http://127.0.0.1:{port}",
+                 retry={"max_attempts": 50, "deadline_seconds": 600, "base_ms": 20000,
+                        "cap_ms": 30000})])
+    k = key("never")
+    r = gw.submit(token, k, {"prompt": "x"}, route="nowhere/images/generations",
+                  headers={"Prefer": "wait=10"})
+    assert r.status == 502, r
+    p = r.json()
+    assert p["type"] == "urn:idemgate:problem:job-failed" and "failed" in p["detail"], p
+    assert r.headers["x-idemgate-state"] == "failed" and r.headers["x-idemgate-job-id"], r
+    again = gw.submit(token, k, {"prompt": "x"}, route="nowhere/images/generations",
+                      headers={"Prefer": "wait=10"})
+    assert again.status == 502 and again.headers.get("idempotent-replayed") == "true", again
+    # Cancelled while backing off after a refused connection: never sent again.
+    k = key("cancelled")
+    r = gw.submit(token, k, {"prompt": "x"}, route="slowly/images/generations")
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 20
+    while gw.job(token, job_id).json()["attempts"]["transport"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    h = {"Authorization": f"Bearer {token}"}
+    c = gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h)
+    assert c.status in (200, 202), c
+    j = gw.wait_state(token, job_id, ("canceled", "failed"))
+    assert j["state"] == "failed", j  # proven never created: failed, "canceled; not sent again"
+    waited = gw.submit(token, k, {"prompt": "x"}, route="slowly/images/generations",
+                       headers={"Prefer": "wait=5"})
+    assert waited.status == 502 and "canceled" in waited.json()["detail"], waited
+    assert waited.headers["x-idemgate-job-id"] == job_id, waited
+
+
 def test_hang_without_keys_or_lookup_is_unknown_then_review_never_resent(gateway_factory, token,
                                                                         mock):
     gw = gateway_factory(providers=[provider(
