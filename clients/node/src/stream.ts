@@ -3,8 +3,10 @@
 // A dropped connection is not a lost generation: the gateway records the stream, so the same
 // key and body sent again replays it from the record (or joins it while it is still live on
 // that replica). The replay is the same events byte for byte, so those already handed to the
-// caller are skipped and each event is seen once. A stream cut at the provider (no terminal
-// event) was paid for and is in doubt: the job is `unknown`; StreamCut says so, with its id.
+// caller are skipped and each event is seen once — each is checked to be the one given, and a
+// record that differs raises StreamDiverged rather than skip on a guess. A stream cut at the
+// provider (no terminal event) was paid for and is in doubt: the job is `unknown`; StreamCut
+// says so, with its id.
 
 import { IdemgateError, Unavailable, errorFor } from "./errors.js";
 import { isTransportError } from "./policy.js";
@@ -24,6 +26,22 @@ export class StreamCut extends IdemgateError {
     this.jobId = jobId;
   }
 }
+
+/** The record replayed after a cut is not the stream already given: its first events differ
+ *  from those yielded (the provider refused the first attempt with an error event before any
+ *  output and a later attempt generated, or the cut stream was read back whole from the
+ *  provider). Nothing is skipped on a guess: call stream() again with the same key to read the
+ *  record from its start. */
+export class StreamDiverged extends IdemgateError {
+  readonly jobId: string | undefined;
+  constructor(message: string, jobId: string | undefined, key: string) {
+    super(message, { key });
+    this.name = "StreamDiverged";
+    this.jobId = jobId;
+  }
+}
+
+const same = (a: StreamEvent, b: StreamEvent) => a.event === b.event && a.data === b.data;
 
 /** Reads WHATWG's event stream from pieces of bytes as they come: a blank line dispatches, `:`
  *  starts a comment, an event cut off before its blank line is never given. */
@@ -80,7 +98,7 @@ export interface OpenedStream {
 export async function* streamEvents(open: () => Promise<OpenedStream>, key: string,
                                     maxAttempts: number,
                                     sleep: (s: number) => Promise<void>): AsyncGenerator<StreamEvent> {
-  let seen = 0;
+  const given: StreamEvent[] = []; // what the caller already has, to check each replay against
   let jobId: string | undefined;
   for (let attempt = 1; ; attempt++) {
     let o: OpenedStream;
@@ -111,9 +129,12 @@ export async function* streamEvents(open: () => Promise<OpenedStream>, key: stri
         for await (const piece of o.body) {
           for (const ev of parser.push(piece)) {
             n++;
-            if (n > seen) {
-              seen = n;
+            if (n > given.length) {
+              given.push(ev);
               yield ev;
+            } else if (!same(given[n - 1]!, ev)) {
+              throw new StreamDiverged(`stream ${key}: the record differs from the ${given.length} ` +
+                `events already given (event ${n}); read it again from the start`, jobId, key);
             }
           }
         }

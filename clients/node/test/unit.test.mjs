@@ -504,7 +504,7 @@ test("outputs(): a body cut short is downloaded again, never returned half", asy
 
 // --- streams --------------------------------------------------------------------------------
 
-import { EventParser, StreamCut, streamEvents } from "../dist/index.js";
+import { EventParser, StreamCut, StreamDiverged, streamEvents } from "../dist/index.js";
 
 const WHOLE = 'data: {"n":1}\n\n: keep-alive\nevent: x\ndata: a\ndata: b\n\ndata: [DONE]\r\n\r\n';
 const EVENTS = [{ event: undefined, data: '{"n":1}' }, { event: "x", data: "a\nb" }, { event: undefined, data: "[DONE]" }];
@@ -543,6 +543,24 @@ test("a cut connection is opened again with the same key and each event is given
   for await (const ev of streamEvents(async () => answers[opens++], "k1", 6, async () => {})) got.push(ev);
   assert.equal(opens, 2);
   assert.deepEqual(got, EVENTS);
+});
+
+test("a record that is not the stream given raises StreamDiverged, never skipped into", async () => {
+  // An error event before any output, then a later attempt that generated: the replay's first
+  // events are not those given. Reading again from the start gives the record whole.
+  const refused = 'event: message_start\ndata: {"id":"msg_1"}\n\nevent: error\ndata: {"type":"overloaded_error"}\n\n';
+  const other = 'event: message_start\ndata: {"id":"msg_2"}\n\n' + WHOLE;
+  const answers = [opened(200, SSE, [refused, "x"], 1), opened(200, SSE, [other])];
+  let opens = 0;
+  const got = [];
+  await assert.rejects(async () => {
+    for await (const ev of streamEvents(async () => answers[opens++], "k1", 6, async () => {})) got.push(ev);
+  }, (e) => e instanceof StreamDiverged && e.jobId === "job_1");
+  assert.deepEqual(got.map((e) => e.event), ["message_start", "error"]);
+  const again = [];
+  for await (const ev of streamEvents(async () => opened(200, SSE, [other]), "k1", 6, async () => {})) again.push(ev);
+  assert.deepEqual(again[0], { event: "message_start", data: '{"id":"msg_2"}' });
+  assert.equal(again.length, 1 + EVENTS.length);
 });
 
 test("no whole stream anywhere is a StreamCut naming the job", async () => {

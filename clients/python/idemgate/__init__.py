@@ -13,10 +13,10 @@ from .errors import (BudgetExceeded, IdemgateError, IntegrityError, InvalidReque
                      Unavailable, Unknown)
 from .keys import canonical_json, derive_key
 from .policy import RetryPolicy
-from .stream import Event, StreamCut
+from .stream import Event, StreamCut, StreamDiverged
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Job", "Output", "RetryPolicy", "derive_key", "canonical_json",
            "IdemgateError", "Rejected", "InvalidRequest", "Unauthorized", "BudgetExceeded",
            "NotFound", "KeyReused", "RateLimited", "Unavailable", "Unknown",
-           "OutputsUnavailable", "IntegrityError", "Event", "StreamCut"]
+           "OutputsUnavailable", "IntegrityError", "Event", "StreamCut", "StreamDiverged"]

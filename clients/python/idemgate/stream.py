@@ -3,8 +3,10 @@
 A dropped connection is not a lost generation: the gateway records the stream, so the same key
 and body sent again replays it from the record (or joins it while it is still live on that
 replica). The replay is byte for byte the same events, so the ones already handed to the caller
-are skipped and each event is seen once. A stream cut at the provider (no terminal event) was
-paid for and is in doubt: the job is `unknown`; StreamCut says so, with the job's id."""
+are skipped and each event is seen once — each is checked to be the one given, and a record that
+differs raises StreamDiverged rather than skip on a guess. A stream cut at the provider (no
+terminal event) was paid for and is in doubt: the job is `unknown`; StreamCut says so, with the
+job's id."""
 
 import http.client
 import json
@@ -31,6 +33,18 @@ class Event:
 class StreamCut(IdemgateError):
     """The stream ended without being whole and the record holds no whole stream either: the
     provider generated (and billed) part of it. `job_id` names the job, now in doubt."""
+
+    def __init__(self, message, job_id=None, **kw):
+        super().__init__(message, **kw)
+        self.job_id = job_id
+
+
+class StreamDiverged(IdemgateError):
+    """The record replayed after a cut is not the stream already given: its first events differ
+    from those yielded (the provider refused the first attempt with an error event before any
+    output and a later attempt generated, or the cut stream was read back whole from the
+    provider). Nothing is skipped on a guess: call stream() again with the same key to read the
+    record from its start. `job_id` names the job."""
 
     def __init__(self, message, job_id=None, **kw):
         super().__init__(message, **kw)
@@ -83,7 +97,7 @@ def stream_events(client, route, body, key, wait, open_stream=None):
     """The generator behind Client.stream (see there). open_stream(route, body, key, wait) →
     (status, headers, lines, close) may be replaced (tests)."""
     opener = open_stream or client._open_stream
-    seen, attempt, job_id = 0, 0, None
+    given, attempt, job_id = [], 0, None  # the events the caller has, to check replays against
     while True:
         attempt += 1
         try:
@@ -112,9 +126,14 @@ def stream_events(client, route, body, key, wait, open_stream=None):
             try:
                 for ev in parse_events(lines):
                     n += 1
-                    if n > seen:
-                        seen = n
+                    if n > len(given):
+                        given.append(ev)
                         yield ev
+                    elif given[n - 1] != ev:
+                        raise StreamDiverged(
+                            f"stream {key}: the record differs from the {len(given)} events "
+                            f"already given (event {n}); read it again from the start",
+                            job_id=job_id, key=key)
                 return  # the body ended: the stream is whole
             except _Cut:
                 pass
@@ -123,5 +142,5 @@ def stream_events(client, route, body, key, wait, open_stream=None):
         if attempt > client.retry.max_attempts:
             raise Unavailable(f"stream {key}: cut on each of {attempt} attempts", key=key)
         if client._log:
-            client._log(f"stream {key}: cut after {seen} events; again with the same key")
+            client._log(f"stream {key}: cut after {len(given)} events; again with the same key")
 

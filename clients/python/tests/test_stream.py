@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from idemgate import Client, KeyReused, StreamCut  # noqa: E402
+from idemgate import Client, KeyReused, StreamCut, StreamDiverged  # noqa: E402
 from idemgate.stream import Event, _Cut, parse_events, stream_events  # noqa: E402
 
 WHOLE = [b"data: {\"n\":1}\n", b"\n", b": keep-alive\n", b"event: x\n", b"data: a\n",
@@ -80,3 +80,22 @@ def test_a_refusal_is_the_usual_error():
                            b'"detail":"other body"}'])))
     with pytest.raises(KeyReused):
         list(_run(script))
+
+
+def test_a_record_that_is_not_the_stream_given_is_never_skipped_into():
+    """After a cut, the replay's first events are checked against those given: a record that
+    differs (an error event before output, then a later attempt that generated; a stream read
+    back whole) raises StreamDiverged — nothing is skipped on a guess —, and reading again from
+    the start with the same key gives the record whole."""
+    refused = [b"event: message_start\n", b"data: {\"id\":\"msg_1\"}\n", b"\n",
+               b"event: error\n", b"data: {\"type\":\"overloaded_error\"}\n", b"\n"]
+    other = [b"event: message_start\n", b"data: {\"id\":\"msg_2\"}\n", b"\n"] + WHOLE
+    script = Script((200, SSE, cut_after(refused, 6)), (200, SSE, iter(other)))
+    got = []
+    with pytest.raises(StreamDiverged) as e:
+        for ev in _run(script):
+            got.append(ev)
+    assert [ev.event for ev in got] == ["message_start", "error"]
+    assert e.value.job_id == "job_1"
+    again = Script((200, SSE, iter(other)))
+    assert list(_run(again))[0] == Event("message_start", '{"id":"msg_2"}')
