@@ -1312,14 +1312,18 @@ export interface operations {
         };
         responses: {
             /**
-             * @description `Prefer: wait` on a terminal job that holds no provider body: the job itself. (With
-             *     a stored provider answer, the response is the `x-passthrough` one instead.)
+             * @description `Prefer: wait` on a job `completed` that holds no provider body (its result read from
+             *     a task): the job itself. (With a stored provider answer, the response is the
+             *     `x-passthrough` one instead.)
              */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     Location: components["headers"]["Location"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    "X-Idemgate-Job-Id": components["headers"]["X-Idemgate-Job-Id"];
+                    "X-Idemgate-State": components["headers"]["X-Idemgate-State"];
+                    "Preference-Applied": components["headers"]["Preference-Applied"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1369,6 +1373,25 @@ export interface operations {
                     };
                 };
             };
+            /**
+             * @description `Prefer: wait` on a job `canceled` before the provider answered (`job-canceled`),
+             *     with the job's headers; the job says the rest.
+             */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    Location: components["headers"]["Location"];
+                    "X-Idemgate-Job-Id": components["headers"]["X-Idemgate-Job-Id"];
+                    "X-Idemgate-State": components["headers"]["X-Idemgate-State"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @constant */
+                        type?: "urn:idemgate:problem:job-canceled";
+                    };
+                };
+            };
             /** @description The body exceeds `max_body_bytes` (a `multipart/form-data` body: `max_upload_bytes`). */
             413: {
                 headers: {
@@ -1401,9 +1424,8 @@ export interface operations {
              *     The detail names the job that holds the key and which of the three differed.
              *     `client-ref-unplaceable`: this provider finds tasks by the gateway's client
              *     reference in the body, and this body leaves no place for it (the member exists, its
-             *     parent is not an object, or the body is not an object). `background-unsupported`:
-             *     an OpenAI Responses request with `"background": true` (answered `queued`, to be read
-             *     back by id: not followed yet). Nothing was recorded and the provider was not called.
+             *     parent is not an object, or the body is not an object). Nothing was recorded and
+             *     the provider was not called.
              */
             422: {
                 headers: {
@@ -1413,7 +1435,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
-                        type?: "urn:idemgate:problem:idempotency-key-reused" | "urn:idemgate:problem:client-ref-unplaceable" | "urn:idemgate:problem:background-unsupported";
+                        type?: "urn:idemgate:problem:idempotency-key-reused" | "urn:idemgate:problem:client-ref-unplaceable";
                     };
                 };
             };
@@ -1438,6 +1460,27 @@ export interface operations {
                 };
             };
             500: components["responses"]["Internal"];
+            /**
+             * @description `Prefer: wait` on a job `failed` without an answer from the provider (every attempt
+             *     refused at the connection, say): `job-failed`, the detail carrying the job's
+             *     `last_error`, with the job's headers — never a `200` that an SDK would take for the
+             *     provider's success.
+             */
+            502: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    Location: components["headers"]["Location"];
+                    "X-Idemgate-Job-Id": components["headers"]["X-Idemgate-Job-Id"];
+                    "X-Idemgate-State": components["headers"]["X-Idemgate-State"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @constant */
+                        type?: "urn:idemgate:problem:job-failed";
+                    };
+                };
+            };
             503: components["responses"]["StoreUnavailable"];
         };
     };
