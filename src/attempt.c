@@ -17,6 +17,7 @@
 #include "idemgate/poller.h"
 #include "idemgate/policy.h"
 #include "idemgate/provider.h"
+#include "idemgate/resultq.h"
 #include "idemgate/store.h"
 
 #include <cjson/cJSON.h>
@@ -469,7 +470,75 @@ struct attempt {
     enum cls_probe probe; /* what it answered */
     char msg[400];
     struct ls *ls; /* the live stream its waiting clients read (livestream.h), or NULL */
+    /* The id its stream names, kept on the row while the call goes on (attempt_note_ids): the
+     * queue a writer takes the note from, the stream's first bytes read for it, and whether it
+     * is still looked for. */
+    struct rq *notes;
+    char *head;
+    size_t head_len;
+    int id_looked_for;
 };
+
+/* What is read of a stream's beginning for the id it names: its first events. */
+#define STREAM_HEAD_MAX 16384
+
+struct id_note {
+    struct rq_item node;
+    long long tenant_id, lease_version;
+    char job_id[64];
+    char remote_id[128];
+};
+
+static void write_note(struct rq_item *it, struct db *db)
+{
+    struct id_note *n = (struct id_note *)it;
+    if (store_note_remote(db, n->tenant_id, n->job_id, n->lease_version, n->remote_id) < 0)
+        LOG(LOG_WARN, "stream_id_not_kept", LS("job_id", n->job_id),
+            LS("note", "kept with the result instead; lost only if this replica dies first"));
+    free(n);
+}
+
+/* The stream's bytes as they arrive, on an engine thread: to its live clients, and read for the
+ * id it names until one is found (then queued for a writer, once). */
+static void on_stream(void *arg, const char *p, size_t n)
+{
+    struct attempt *a = arg;
+    if (a->ls)
+        ls_feed(a->ls, p, n);
+    if (!a->id_looked_for)
+        return;
+    size_t take = n < STREAM_HEAD_MAX - a->head_len ? n : STREAM_HEAD_MAX - a->head_len;
+    if (!a->head && !(a->head = malloc(STREAM_HEAD_MAX))) {
+        a->id_looked_for = 0;
+        return;
+    }
+    memcpy(a->head + a->head_len, p, take);
+    a->head_len += take;
+    struct sse_verdict v;
+    if (sse_read((enum sse_format)a->p->stream_format, a->head, a->head_len, &v) < 0)
+        return;
+    sse_verdict_fini(&v);
+    if (v.id[0]) {
+        struct id_note *note = calloc(1, sizeof(*note));
+        if (note && strlen(a->c.id) < sizeof(note->job_id)) {
+            note->node.write = write_note;
+            note->tenant_id = a->c.tenant_id;
+            note->lease_version = a->c.lease_version;
+            memcpy(note->job_id, a->c.id, strlen(a->c.id) + 1);
+            memcpy(note->remote_id, v.id, sizeof(note->remote_id));
+            rq_push(a->notes, &note->node);
+        } else {
+            free(note);
+        }
+    }
+    if (v.id[0] || a->head_len == STREAM_HEAD_MAX || v.events >= 4)
+        a->id_looked_for = 0; /* found, or not in the first events: not looked for further */
+}
+
+void attempt_note_ids(struct attempt *a, struct rq *notes)
+{
+    a->notes = notes;
+}
 
 static void attempt_free(struct attempt *a)
 {
@@ -485,6 +554,7 @@ static void attempt_free(struct attempt *a)
     free(a->t.remote_id);
     free(a->t.poll_url);
     free(a->plan);
+    free(a->head);
     free(a);
 }
 
@@ -692,12 +762,18 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
                              .body_len = a->o.body ? a->o.body_len : a->c.body_len,
                              .before_send = lease_guard,
                              .before_send_arg = &a->deadline};
-    /* Clients of this replica waiting for this stream read it as it arrives. */
-    if (a->p->stream_format && !a->ls && sse_requested(call.body, call.body_len))
+    /* Clients of this replica waiting for this stream read it as it arrives; and where the
+     * provider keeps the generation (reconcile.task.path), the id its stream names is kept on
+     * the row while the call goes on. */
+    int streamed = a->p->stream_format && sse_requested(call.body, call.body_len);
+    if (streamed && !a->ls)
         a->ls = ls_find(a->c.id);
-    if (a->ls) {
-        call.on_stream = ls_feed;
-        call.on_stream_arg = a->ls;
+    a->id_looked_for = streamed && a->notes && a->p->task_path &&
+                       a->p->mode != CFG_MODE_ASYNC_POLL;
+    a->head_len = 0;
+    if (a->ls || a->id_looked_for) {
+        call.on_stream = on_stream;
+        call.on_stream_arg = a;
     }
     a->t0 = clock_wall();
     return prov_xfer_new(a->p, &call, x, res);

@@ -92,8 +92,12 @@ static int write_results(struct dispatcher *d, struct db *db)
     int applied[BATCH], errors[BATCH], n = 0, k = 0;
     struct rq_item *next;
     for (struct rq_item *it = rq_take(d->results, BATCH, &n); it; it = next) {
-        struct flight *f = (struct flight *)it;
         next = it->next; /* a probe submitted below may queue it again at once */
+        if (it->write) { /* a note of a call in flight (attempt_note_ids), not its end */
+            it->write(it, db);
+            continue;
+        }
+        struct flight *f = (struct flight *)it;
         const struct store_finish *fin =
             attempt_ready(f->a, db, d->eng, &f->res, f->t1, on_probe_end, f);
         if (fin) {
@@ -229,6 +233,7 @@ static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_clai
         attempt_abandon(a, db, "out of memory");
         return;
     }
+    attempt_note_ids(a, d->results);
     if (attempt_xfer(a, &x, &res) < 0) {
         free(f);
         eng_release(d->eng, slot);

@@ -839,10 +839,33 @@ int store_reap(struct db *db, int limit, int *count)
     return e == STORE_ENOTFOUND ? STORE_OK : e;
 }
 
+/* The id a stream named while its create is still in flight, kept on the row at once (fenced:
+ * our lease, still `sending`, none kept yet): if this replica dies before the result is written,
+ * the operation becomes unknown with it, and the reconciler reads the generation back by it. */
+static const struct db_stmt note_remote = {
+    .name = "note_remote",
+    .sql = "UPDATE operations SET remote_id = $4 "
+           "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
+           " = 'sending' AND remote_id IS NULL",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "remote_id"),
+    .moves = DB_MOVES({ST_SENDING, ST_SENDING}),
+};
+
+int store_note_remote(struct db *db, long long tenant_id, const char *id, long long lease_version,
+                      const char *remote_id)
+{
+    long long n = 0;
+    return db_run_number(db, &note_remote,
+                         DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", id),
+                                 p_int("lease_version", lease_version),
+                                 p_text("remote_id", remote_id)),
+                         DB_ROWS, &n);
+}
+
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
-    &begin_send, &release_reservation,
+    &begin_send, &release_reservation, &note_remote,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

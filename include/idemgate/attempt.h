@@ -124,6 +124,13 @@ void attempt_read_task(const struct cfg_provider *p, const struct up_response *r
  * is still in progress — OpenAI Responses with "background": true answers `queued` — is followed
  * as an async task is: *t gets its id (reconcile.found_status.id) when it has one, and its
  * status is returned (TS_QUEUED or TS_RUNNING); -1 for any other answer, or profile. */
+struct rq;
+/* Where the notes of a streamed create go (the owner's queue, written by a thread with a
+ * connection): the id the stream names, kept on the row while the call goes on, for a provider
+ * that keeps its generations (reconcile.task.path). Call before attempt_xfer; without it, the id
+ * is kept only with the result. */
+void attempt_note_ids(struct attempt *a, struct rq *notes);
+
 int attempt_read_deferred(const struct cfg_provider *p, const struct up_response *res,
                           struct attempt_task *t);
 

@@ -174,6 +174,11 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs, size_
 __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct store_finish *f,
                                                      int *applied);
 
+/* Keeps on a `sending` row, under its lease, the id its provider's stream named while the call
+ * is still in flight (none kept yet). Returns the store error, or STORE_OK (written or not). */
+int store_note_remote(struct db *db, long long tenant_id, const char *id, long long lease_version,
+                      const char *remote_id);
+
 /* Turns up to `limit` operations whose sending lease expired into unknown; *count of them. */
 __attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int *count);
 

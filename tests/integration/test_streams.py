@@ -528,3 +528,34 @@ def test_a_background_response_is_followed_to_its_end(gateway_factory, mock, tok
                     headers={"Prefer": "wait=10"})
     j = gw.job(token, bad.headers["x-idemgate-job-id"]).json()
     assert j["state"] == "failed", j
+
+
+def test_kill_9_mid_responses_stream_is_read_back_by_the_id_kept_while_it_ran(
+        gateway_factory, mock, token):
+    """A replica killed mid-stream loses the stream, not the generation: the id its first event
+    named (response.created) is kept on the row while the call goes on, so when the lease runs
+    out another replica's reconciler reads the response back by it — completed, one create."""
+    sfx = uuid.uuid4().hex[:6]
+    e = {"name": "rkill" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    body = {"model": "gpt-4o-mini", "input": "killed " + sfx, "stream": True,
+            "_mock": {"events": 8, "event_delay_ms": 400}}
+    r = gw.submit(token, "rkill-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 20
+    while True:  # no client waits on it: the id is kept all the same
+        j = gw.job(token, job_id).json()
+        if j["remote_id"]:
+            break
+        assert time.monotonic() < deadline, j
+        time.sleep(0.05)
+    assert j["state"] == "sending" and j["remote_id"].startswith("resp_"), j
+    gw.proc.kill()  # mid-stream
+    gw.proc.wait()
+    other = gateway_factory(providers=[e], env=ENV)
+    j = wait_state(other, token, job_id, ("completed", "failed", "review"), timeout=40)
+    assert j["state"] == "completed", j
+    assert j["usage"]["output_tokens"] == 8, j
+    assert len(creates(mock, "/v1/responses")) == 1
