@@ -14,7 +14,6 @@
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
-#include "idemgate/poller.h"
 #include "idemgate/policy.h"
 #include "idemgate/provider.h"
 #include "idemgate/resultq.h"
@@ -264,8 +263,8 @@ int attempt_read_deferred(const struct cfg_provider *p, const struct up_response
         res->body_truncated || attempt_is_stream(p, res))
         return -1;
     cJSON *doc = prov_id_doc(res->body, res->body_len);
-    int ts = doc ? poller_status_of(p, res->http_status, doc) : -1;
-    if (ts != TS_QUEUED && ts != TS_RUNNING) {
+    int ts = doc ? prof_task_status(p, res->http_status, doc) : -1;
+    if (ts != TS_QUEUED && ts != TS_RUNNING && ts != TS_FAILED && ts != TS_CANCELED) {
         cJSON_Delete(doc);
         return -1;
     }
@@ -477,6 +476,7 @@ struct attempt {
     char *head;
     size_t head_len;
     int id_looked_for;
+    int stream_sent; /* the request asked the provider for a stream */
 };
 
 /* What is read of a stream's beginning for the id it names: its first events. */
@@ -494,7 +494,8 @@ static void write_note(struct rq_item *it, struct db *db)
     struct id_note *n = (struct id_note *)it;
     if (store_note_remote(db, n->tenant_id, n->job_id, n->lease_version, n->remote_id) < 0)
         LOG(LOG_WARN, "stream_id_not_kept", LS("job_id", n->job_id),
-            LS("note", "kept with the result instead; lost only if this replica dies first"));
+            LS("note", "kept only with the result: if this replica dies first, the job cannot "
+                       "be read back and goes to review"));
     free(n);
 }
 
@@ -572,22 +573,35 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     attempt_count_results(p, res, &a->rs);
     if (a->ls)
         ls_attempt_end(a->ls, a->rs.stream_cut || res->curl_code != 0);
+    /* A stream that named its generation, where the provider keeps it and the profile says how
+     * to read it (reconcile.task.path): if the stream is left in doubt, the reconciler reads it
+     * back by that id at once — a found task is the truth — rather than wait for the window.
+     * An error event there is not judged by its type either: the generation it named may go on
+     * at the provider, so it is read back, never sent again on the event's word. */
+    int by_id = p->mode != CFG_MODE_ASYNC_POLL && p->task_path;
+    int read_back = by_id && a->rs.stream_id[0];
+    if (read_back)
+        a->rs.stream_error_status = 0;
     int may_have_created = 0;
     a->outcome = classify(p, c, res, &a->rs, &may_have_created);
     int whole = (a->outcome == CLS_SUCCESS || a->outcome == CLS_PARTIAL) && !res->body_truncated;
     if (whole && p->mode == CFG_MODE_ASYNC_POLL)
         attempt_read_task(p, res, &a->t);
     /* A synchronous create answered with its task still in progress (a background response):
-     * followed as an async task is, by its id (attempt_read_deferred). */
+     * followed as an async task is, by its id; one answered failed or cancelled is failed
+     * (attempt_read_deferred). */
     int deferred = whole ? attempt_read_deferred(p, res, &a->t) : -1;
-    /* A stream that named its generation, where the provider keeps it and the profile says how
-     * to read it (reconcile.task.path): if the stream is left in doubt, the reconciler reads it
-     * back by that id at once — a found task is the truth — rather than wait for the window. */
-    int read_back = p->mode != CFG_MODE_ASYNC_POLL && p->task_path && a->rs.stream_id[0];
-    a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, read_back, deferred >= 0,
+    int in_progress = deferred == TS_QUEUED || deferred == TS_RUNNING;
+    a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, read_back, in_progress,
                   a->t1 - a->t0);
-    if (a->d.next == ST_UNKNOWN && read_back && !a->t.remote_id)
-        a->t.remote_id = strdup(a->rs.stream_id);
+    if ((deferred == TS_FAILED || deferred == TS_CANCELED) && a->d.next == ST_COMPLETED) {
+        a->d.next = ST_FAILED;
+        a->d.reason = "the provider answered with the task failed or cancelled";
+    }
+    /* The row keeps the id this attempt's stream named, or none: an earlier attempt's id (its
+     * stream refused before any output, then backed off) must never be read back for this one. */
+    if (by_id && a->stream_sent && !a->t.remote_id)
+        a->t.remote_id = strdup(a->rs.stream_id); /* "" clears the row's */
     struct store_finish *f = &a->f;
     store_finish_init(f, c, "create", ST_SENDING);
     store_finish_evidence(f, res, 1);
@@ -766,6 +780,7 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
      * provider keeps the generation (reconcile.task.path), the id its stream names is kept on
      * the row while the call goes on. */
     int streamed = a->p->stream_format && sse_requested(call.body, call.body_len);
+    a->stream_sent = streamed;
     if (streamed && !a->ls)
         a->ls = ls_find(a->c.id);
     a->id_looked_for = streamed && a->notes && a->p->task_path &&

@@ -100,9 +100,13 @@ int cls_may_have_created(const struct cls_evidence *e, enum cls_outcome o)
 
 enum cls_outcome cls_classify(const struct cls_evidence *e)
 {
-    /* An error event before any output is the refusal it names, as its status would be. */
-    if (stream_refused(e))
-        return by_status(e, e->stream_error_status, 0);
+    /* An error event before any output is the refusal it names, as its status would be — but
+     * never a verdict on the credential: words inside a stream (which can echo a tenant's own
+     * text) must not stop a provider for every tenant; it refuses this request only. */
+    if (stream_refused(e)) {
+        enum cls_outcome o = by_status(e, e->stream_error_status, 0);
+        return o == CLS_REJECTED_ACCOUNT ? CLS_REJECTED_UNMARKED : o;
+    }
     /* A stream cut before its terminal event was paid for what it generated: nobody knows
      * what a resend would cost, nor whether the first is still being billed. */
     if (e->stream_cut && e->http_status >= 200 && e->http_status < 300)

@@ -840,13 +840,14 @@ int store_reap(struct db *db, int limit, int *count)
 }
 
 /* The id a stream named while its create is still in flight, kept on the row at once (fenced:
- * our lease, still `sending`, none kept yet): if this replica dies before the result is written,
- * the operation becomes unknown with it, and the reconciler reads the generation back by it. */
+ * our lease, still `sending` — an earlier attempt's id, if any, is this attempt's no more): if
+ * this replica dies before the result is written, the operation becomes unknown with it, and
+ * the reconciler reads the generation back by it. */
 static const struct db_stmt note_remote = {
     .name = "note_remote",
     .sql = "UPDATE operations SET remote_id = $4 "
            "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
-           " = 'sending' AND remote_id IS NULL",
+           " = 'sending'",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "remote_id"),
     .moves = DB_MOVES({ST_SENDING, ST_SENDING}),
 };

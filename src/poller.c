@@ -25,34 +25,6 @@
 /* Results one thread writes before it looks at anything else. */
 #define RESULTS_PER_TURN 64
 
-int poller_status_of(const struct cfg_provider *p, int http_status, const cJSON *doc)
-{
-    if (p->status_by_http) {
-        if (http_status == 200)
-            return TS_SUCCEEDED;
-        if (http_status == 202)
-            return TS_RUNNING;
-        /* Only a refusal about the task itself ends it; credentials, throttling and a task
-         * not visible yet are read again later. */
-        return http_status >= 400 && http_status < 500 && http_status != 401 &&
-                       http_status != 403 && http_status != 404 && http_status != 408 &&
-                       http_status != 429
-                   ? TS_FAILED
-                   : -1;
-    }
-    if (!doc)
-        return -1;
-    if (p->status_path) {
-        const char *word = jpath_string(p->status_path, doc);
-        return word ? prof_map_status(p, word) : -1;
-    }
-    const cJSON *done = jpath_first(p->done_path, doc);
-    if (!cJSON_IsTrue(done))
-        return TS_RUNNING; /* absent or false: not done yet */
-    const cJSON *err = p->error_present_path ? jpath_first(p->error_present_path, doc) : NULL;
-    return err && !cJSON_IsNull(err) ? TS_FAILED : TS_SUCCEEDED;
-}
-
 struct vars {
     const char *id, *client_ref;
 };
@@ -463,7 +435,7 @@ static int read_status(struct poll_job *j, const cJSON *doc)
     const struct cfg_provider *p = j->p;
     int ok = answered(&j->res);
     /* An answer over the profile's cap is not read as a status: never completed on part of it. */
-    int st = ok && !j->res.body_truncated ? poller_status_of(p, j->res.http_status, doc) : -1;
+    int st = ok && !j->res.body_truncated ? prof_task_status(p, j->res.http_status, doc) : -1;
     if (ok && !p->status_by_http && j->res.http_status >= 300)
         st = -1;
     if (st == TS_SUCCEEDED &&

@@ -507,8 +507,10 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
          * reconcile.task.path, as an async task is polled: its id where "id" says, its reads
          * spaced from interval_ms growing to max_interval_ms, for at most deadline_seconds. */
         const char *why = NULL;
-        if (!p->task_id && jpath_compile("$.id", &p->task_id, &why) < 0)
+        if (!p->task_id && jpath_compile("$.id", &p->task_id, &why) < 0) {
+            errf(err, errlen, "%s: %s.id: %s", file, field, why ? why : "out of memory");
             return -1;
+        }
         p->poll_interval_ms = get_long(fs, "interval_ms", 2000);
         p->poll_max_interval_ms = get_long(fs, "max_interval_ms", 30000);
         p->poll_deadline_ms = get_long(fs, "deadline_seconds", 3600) * 1000;
@@ -669,6 +671,34 @@ int prof_map_status(const struct cfg_provider *p, const char *word)
         if (strcmp(p->status_map[i].from, word) == 0)
             return (int)p->status_map[i].to;
     return -1;
+}
+
+int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc)
+{
+    if (p->status_by_http) {
+        if (http_status == 200)
+            return TS_SUCCEEDED;
+        if (http_status == 202)
+            return TS_RUNNING;
+        /* Only a refusal about the task itself ends it; credentials, throttling and a task
+         * not visible yet are read again later. */
+        return http_status >= 400 && http_status < 500 && http_status != 401 &&
+                       http_status != 403 && http_status != 404 && http_status != 408 &&
+                       http_status != 429
+                   ? TS_FAILED
+                   : -1;
+    }
+    if (!doc)
+        return -1;
+    if (p->status_path) {
+        const char *word = jpath_string(p->status_path, doc);
+        return word ? prof_map_status(p, word) : -1;
+    }
+    const cJSON *done = jpath_first(p->done_path, doc);
+    if (!cJSON_IsTrue(done))
+        return TS_RUNNING; /* absent or false: not done yet */
+    const cJSON *err = p->error_present_path ? jpath_first(p->error_present_path, doc) : NULL;
+    return err && !cJSON_IsNull(err) ? TS_FAILED : TS_SUCCEEDED;
 }
 
 /* "cancel": how a task followed by reads (an async task, or a synchronous create answered in

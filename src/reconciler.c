@@ -6,7 +6,6 @@
 #include "idemgate/engine.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
-#include "idemgate/poller.h"
 #include "idemgate/provider.h"
 #include "idemgate/lease.h"
 #include "idemgate/resultq.h"
@@ -220,13 +219,22 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
         cJSON *doc = res->body && !res->body_truncated
                          ? cJSON_ParseWithLength(res->body, res->body_len)
                          : NULL;
-        int ts = doc ? poller_status_of(p, res->http_status, doc) : -1;
+        int ts = doc ? prof_task_status(p, res->http_status, doc) : -1;
         cJSON_Delete(doc);
         if (ts == TS_QUEUED || ts == TS_RUNNING) {
-            write_simple(db, c, ST_UNKNOWN, p->reconcile_interval_ms, "found_running", NULL, t0);
+            /* Still going: followed by the poller from now on (and cancelled there when the
+             * client cancelled), as a create answered in progress is. */
+            struct verdict_write w = {ST_ACCEPTED, p->poll_interval_ms, "found_running",
+                                      c->cancel_requested
+                                          ? "canceled while unknown: the generation was found "
+                                            "running; it is cancelled there and followed to its end"
+                                          : NULL,
+                                      NULL, remote_id, -1, NULL, -1, 0, NULL};
+            write_verdict(db, c, &w, t0);
             return;
         }
         if (ts == TS_FAILED || ts == TS_CANCELED || ts < 0) {
+            /* (Cancelled by the provider: our own cancel is sent only once it is accepted.) */
             struct verdict_write w = {ts < 0 ? ST_REVIEW : ST_FAILED, 0, "found_failed",
                                       "found at the provider, which failed or cancelled it",
                                       res, remote_id, -1, NULL, -1, 0, NULL};
@@ -619,7 +627,8 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     /* The task to read by its id: a verified webhook's (or an operator's) hint, else the id a
      * synchronous provider's stream gave before it was cut, where the profile can read it. */
     const char *by_id = c->webhook_hint;
-    if (!by_id && p->mode != CFG_MODE_ASYNC_POLL && p->task_path && c->remote_id)
+    if (!by_id && p->mode != CFG_MODE_ASYNC_POLL && p->task_path && c->remote_id &&
+        *c->remote_id) /* "": the last attempt's stream named none */
         by_id = c->remote_id;
     struct recon_facts f = {
         .strategy = c->strategy,

@@ -241,7 +241,8 @@ void reply_job(struct hs_req *r, int status, const struct store_job *j, int repl
 static int converted(const struct jobcache_entry *e, const struct reply_delivery *dv,
                      struct jobcache_entry *out)
 {
-    if (!dv || !dv->format || e->resp_status < 200 || e->resp_status >= 300)
+    if (!dv || !dv->format || e->resp_status < 200 || e->resp_status >= 300 ||
+        strcmp(e->state, "completed") != 0)
         return 0;
     int recorded_stream = strncasecmp(e->content_type, "text/event-stream", 17) == 0;
     if (recorded_stream == dv->stream)
@@ -262,14 +263,14 @@ static int converted(const struct jobcache_entry *e, const struct reply_delivery
 }
 
 /* A terminal job without the provider's answer to serve (never answered, cancelled before it
- * was sent, or completed from reads of a task): completed, the job itself; failed, a 502 and
- * canceled, a 409 problem — never a 200 a client would take for the provider's success —, each
- * with the job's headers. */
-static void reply_unanswered(struct hs_req *r, const struct jobcache_entry *e,
+ * was sent, or ended by a task read): completed, the job itself (200); failed, a 502 and
+ * canceled, a 409 problem with the job's headers — never a 200 a client would take for the
+ * provider's success. */
+static void reply_unanswered(struct hs_req *r, const struct jobcache_entry *e, int replayed,
                              const char *const *hdrs)
 {
     if (strcmp(e->state, "completed") == 0) {
-        hs_respond(r, 200, "application/json", e->job_json, strlen(e->job_json), hdrs);
+        reply_entry(r, 200, e, replayed, 1);
         return;
     }
     int canceled = strcmp(e->state, "canceled") == 0;
@@ -306,8 +307,12 @@ void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed
                           replayed ? "Idempotent-Replayed" : NULL,
                           "true",
                           NULL};
-    if (!e->resp_status || !e->resp_body) {
-        reply_unanswered(r, e, hdrs);
+    /* Failed or canceled with a 2xx kept (a task read whose status said so): never served as a
+     * success either. */
+    int ended_badly = strcmp(e->state, "failed") == 0 || strcmp(e->state, "canceled") == 0;
+    if (!e->resp_status || !e->resp_body ||
+        (ended_badly && e->resp_status >= 200 && e->resp_status < 300)) {
+        reply_unanswered(r, e, replayed, hdrs);
         return;
     }
     hs_respond(r, e->resp_status, e->content_type, e->resp_body, e->resp_body_len, hdrs);

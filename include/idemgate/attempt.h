@@ -120,10 +120,6 @@ struct attempt_task {
 void attempt_read_task(const struct cfg_provider *p, const struct up_response *res,
                        struct attempt_task *t);
 
-/* A synchronous provider's whole 2xx answer whose status (reconcile.found_status) says its task
- * is still in progress — OpenAI Responses with "background": true answers `queued` — is followed
- * as an async task is: *t gets its id (reconcile.found_status.id) when it has one, and its
- * status is returned (TS_QUEUED or TS_RUNNING); -1 for any other answer, or profile. */
 struct rq;
 /* Where the notes of a streamed create go (the owner's queue, written by a thread with a
  * connection): the id the stream names, kept on the row while the call goes on, for a provider
@@ -131,6 +127,11 @@ struct rq;
  * is kept only with the result. */
 void attempt_note_ids(struct attempt *a, struct rq *notes);
 
+/* A synchronous provider's whole 2xx answer whose status (reconcile.found_status) says its task
+ * is still in progress — OpenAI Responses with "background": true answers `queued` — is followed
+ * as an async task is; one that says failed or cancelled is failed. *t gets its id
+ * (reconcile.found_status.id) when it has one, and the status is returned (TS_QUEUED,
+ * TS_RUNNING, TS_FAILED or TS_CANCELED); -1 for any other answer, or profile. */
 int attempt_read_deferred(const struct cfg_provider *p, const struct up_response *res,
                           struct attempt_task *t);
 

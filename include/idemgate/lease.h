@@ -175,7 +175,7 @@ __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct
                                                      int *applied);
 
 /* Keeps on a `sending` row, under its lease, the id its provider's stream named while the call
- * is still in flight (none kept yet). Returns the store error, or STORE_OK (written or not). */
+ * is still in flight. Returns the store error, or STORE_OK (written or not). */
 int store_note_remote(struct db *db, long long tenant_id, const char *id, long long lease_version,
                       const char *remote_id);
 

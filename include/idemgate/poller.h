@@ -22,10 +22,6 @@ struct poller *poller_start(const struct cfg *cfg, struct eng *eng);
 void poller_quiesce(struct poller *pl);
 void poller_stop(struct poller *pl);
 
-/* The canonical task status an answer shows, by the profile's rules: its status path and map,
- * its done flag and error, or its HTTP status. -1 when it cannot tell. Pure. */
-int poller_status_of(const struct cfg_provider *p, int http_status, const cJSON *doc);
-
 /* Collects the outputs of a finished task from its status (or fetched result) answer doc into the
  * array out, as [{"url":…,"expires_at":…}] (or {"kind":"b64","bytes":…}), by the profile's
  * result paths; a binary_endpoint profile gives the one content URL of remote_id. Returns how

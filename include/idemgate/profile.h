@@ -206,5 +206,9 @@ int prof_status_in(const int *list, int n, int status);
 
 /* Maps the provider's status word; -1 when the map does not know it. */
 int prof_map_status(const struct cfg_provider *p, const char *word);
+/* The canonical task status (enum task_status) an answer shows, by the profile's rules: its
+ * status path and map, its done flag and error, or its HTTP status. -1 when it cannot tell.
+ * Pure. */
+int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc);
 
 #endif

@@ -152,7 +152,10 @@ class Spec:
             return self._check_response("x-unmatched-method", "x-unmatched-method",
                                         self.doc["x-unmatched-method"], resp)
         op_id = op.get("operationId", f"{method} {template}")
-        if "x-idemgate-job-id" in resp.headers and "x-passthrough" in op:
+        # The job's headers on a provider's answer (a passthrough); on the gateway's own problem
+        # (a job that ended without one: job-failed, job-canceled) they name the job only.
+        own = resp.headers.get("content-type", "").startswith("application/problem+json")
+        if "x-idemgate-job-id" in resp.headers and "x-passthrough" in op and not own:
             return self._check_response(op_id, "x-passthrough", op["x-passthrough"], resp)
         responses = op.get("responses", {})
         code = str(resp.status)
@@ -672,12 +675,22 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  json.dumps(body) if not isinstance(body, str) else body, h)
         return r
 
+    nowhere_keys = {}
+
     def nowhere_job():
+        k = "nw-" + uuid.uuid4().hex
         r = call(gw, "POST", "/v1/providers/nowhere/images/generations", '{"prompt":"x"}',
-                 auth(token, **{"Idempotency-Key": "nw-" + uuid.uuid4().hex}))
+                 auth(token, **{"Idempotency-Key": k}))
         assert r.status == 202, r
         created.append(r.json()["id"])
+        nowhere_keys[r.json()["id"]] = k
         return r.json()["id"]
+
+    def wait_again(job_id):
+        """The job's own request again, with Prefer: wait."""
+        return call(gw, "POST", "/v1/providers/nowhere/images/generations", '{"prompt":"x"}',
+                    auth(token, **{"Idempotency-Key": nowhere_keys[job_id],
+                                   "Prefer": "wait=1"}))
 
     def set_state(job_id, state, extra=""):
         psql(f"UPDATE operations SET state = '{state}', lease_owner = NULL, "
@@ -1016,6 +1029,17 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         r = t.expect("cancel, canceled", "POST", f"/v1/jobs/{ended}/cancel",
                      call(gw, "POST", f"/v1/jobs/{ended}/cancel", "", H), 200)
         assert r.json()["state"] == "canceled", r.json()
+        # Prefer: wait on a job that ended without a provider answer: never a 200.
+        r = t.expect("wait, canceled without an answer", "POST",
+                     "/v1/providers/nowhere/images/generations", wait_again(ended), 409,
+                     "job-canceled")
+        assert r.headers["x-idemgate-job-id"] == ended, r.headers
+        failed = nowhere_job()
+        set_state(failed, "failed", ", finished_at = now(), last_error = 'refused every time'")
+        r = t.expect("wait, failed without an answer", "POST",
+                     "/v1/providers/nowhere/images/generations", wait_again(failed), 502,
+                     "job-failed")
+        assert "refused every time" in r.json()["detail"], r.json()
 
         # ---- operator ---------------------------------------------------------------------
         path = "/v1/admin/providers/mock-images/reset"

@@ -188,6 +188,25 @@ def test_an_error_event_before_any_output_is_judged_as_its_status(gateway_factor
     time.sleep(0.5)
     assert len(creates(mock, "/v1/chat/completions")) == before + 1
 
+    # A Responses stream named its response before the error event: the generation may go on
+    # at the provider, so the event's type decides nothing — it is read back (here: failed),
+    # never sent again.
+    resp = {"name": "rerr" + nonce[:6], "profile": os.path.join(PROFILES, "openai-responses.json"),
+            "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    gw2 = gateway_factory(providers=[resp], env=ENV)
+    body = {"model": "gpt-4o-mini", "input": "error once " + nonce, "stream": True,
+            "_mock": {"events": 3, "error_first": 1}}
+    r = gw2.submit(token, "err-resp-" + nonce, body, route=resp["name"] + "/responses",
+                   headers={"Prefer": "respond-async"})
+    j = wait_state(gw2, token, r.json()["id"], ("completed", "failed", "review"), timeout=30)
+    assert j["state"] == "failed" and j["remote_id"].startswith("resp_"), j
+    assert len(creates(mock, "/v1/responses")) == 1
+    # Prefer: wait on it: the job failed — a 502 with the job's headers, never the read
+    # response's 200.
+    again = gw2.submit(token, "err-resp-" + nonce, body, route=resp["name"] + "/responses",
+                       headers={"Prefer": "wait=5"})
+    assert again.status == 502 and again.headers["x-idemgate-state"] == "failed", again
+
 
 class Live:
     """A streamed request read as it arrives (http.client decodes the chunks)."""
@@ -523,6 +542,12 @@ def test_a_background_response_is_followed_to_its_end(gateway_factory, mock, tok
     assert c.status == 202, c
     j = wait_state(gw, token, long_id, ("canceled", "completed", "failed", "review"), timeout=20)
     assert j["state"] == "canceled", j
+    # A response that fails at the provider: failed, and never served as a 200.
+    failing = gw.submit(token, "bg5-" + sfx, dict(body, input="fails " + sfx,
+                                                  _mock={"events": 2, "fail": True}),
+                        route=route, headers={"Prefer": "wait=20"})
+    assert failing.status == 502, failing
+    assert failing.headers["x-idemgate-state"] == "failed", failing
     # background needs store: the provider refuses it, nothing generated.
     bad = gw.submit(token, "bg3-" + sfx, dict(body, store=False), route=route,
                     headers={"Prefer": "wait=10"})

@@ -80,5 +80,7 @@ def test_a_lost_signal_costs_at_most_wait_poll_ms(gateway_factory, token, psql):
     t.join(timeout=30)
     assert len(out) == 1
     r = out[0]
-    assert r.status == 200, r
-    assert r.json()["state"] == "failed" and r.json()["id"] == job_id, r
+    # Failed without a provider answer: a 502 naming the job (never a 200 an SDK would take
+    # for a success).
+    assert r.status == 502, r
+    assert r.headers["x-idemgate-job-id"] == job_id and "failed elsewhere" in r.json()["detail"], r

@@ -67,8 +67,17 @@ static int creates_before(const char *sha)
 static struct {
     unsigned long seq; /* 0: free */
     int events, prompt_tokens, in_progress_reads;
-    bool cancelled;
+    bool cancelled, failed;
 } kept[KEPT_MAX];
+
+/* A kept response whose stream ended with an error event: read back, it is failed. */
+static void kept_failed(unsigned long seq)
+{
+    pthread_mutex_lock(&seen_lock);
+    if (kept[seq % KEPT_MAX].seq == seq)
+        kept[seq % KEPT_MAX].failed = true;
+    pthread_mutex_unlock(&seen_lock);
+}
 
 static void keep_response(unsigned long seq, int events, int prompt_tokens, int in_progress)
 {
@@ -79,6 +88,7 @@ static void keep_response(unsigned long seq, int events, int prompt_tokens, int 
     kept[i].prompt_tokens = prompt_tokens;
     kept[i].in_progress_reads = in_progress;
     kept[i].cancelled = false;
+    kept[i].failed = false;
     pthread_mutex_unlock(&seen_lock);
 }
 
@@ -108,9 +118,11 @@ static void make_event(struct sse_state *st)
         if (st->api == API_MESSAGES)
             w = snprintf(o, cap, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
                                  "\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
-        else if (st->api == API_RESPONSES)
+        else if (st->api == API_RESPONSES) {
             w = snprintf(o, cap, "event: error\ndata: {\"type\":\"error\",\"code\":"
                                  "\"server_error\",\"message\":\"The server had an error\"}\n\n");
+            kept_failed(st->seq);
+        }
         else
             w = snprintf(o, cap, "data: {\"error\":{\"message\":\"The server had an error while "
                                  "processing your request.\",\"type\":\"server_error\"}}\n\n");
@@ -359,7 +371,11 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     int prompt_tokens = (int)(req->body_len / 4) + 1;
     if (api == API_RESPONSES && status == 200 &&
         !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(doc, "store")))
+    {
         keep_response(slot.seq, deltas, prompt_tokens, int_control(ctl, "reads_in_progress", 0));
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctl, "fail")))
+            kept_failed(slot.seq);
+    }
     if (status != 200) {
         cJSON_Delete(doc);
         if (status == 429 || status == 529) {
@@ -449,7 +465,7 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
     const char *id = req->url + strlen("/v1/responses/");
     char *end = NULL;
     unsigned long seq = strncmp(id, "resp_", 5) == 0 ? strtoul(id + 5, &end, 10) : 0;
-    int found = 0, events = 0, prompt_tokens = 0, running = 0, cancelled = 0;
+    int found = 0, events = 0, prompt_tokens = 0, running = 0, cancelled = 0, failed = 0;
     bool cancel = strcmp(req->method, "POST") == 0;
 
     if (seq && end && (cancel ? strcmp(end, "/cancel") == 0 : *end == '\0')) {
@@ -463,6 +479,7 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
             if (cancel && running) /* only a response still going is cancelled */
                 kept[i].cancelled = true;
             cancelled = kept[i].cancelled;
+            failed = kept[i].failed;
             if (running && !cancel)
                 kept[i].in_progress_reads--;
         }
@@ -473,6 +490,8 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
                            "invalid_request_error", "not_found");
     if (cancelled)
         return response_in_progress(req, seq, "cancelled");
+    if (failed && !running)
+        return response_in_progress(req, seq, "failed");
     if (!running)
         return whole_answer(req, API_RESPONSES, seq, events, prompt_tokens);
     return response_in_progress(req, seq, "in_progress");

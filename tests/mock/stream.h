@@ -32,6 +32,8 @@ enum MHD_Result stream_handle_responses(struct mock_request *req);
 /* GET /v1/responses/{id}: a response created with "store" not false (the provider's default),
  * read back: "in_progress" for the first "reads_in_progress" reads its create's "_mock" asked
  * for, then completed whole (the same text and usage as its stream); 404 for any other id.
+ * A response whose stream ended with an error event, or created with "_mock": {"fail": true},
+ * reads back "failed" (once its reads in progress are spent).
  * POST /v1/responses/{id}/cancel: a response still in progress is "cancelled" from then on (one
  * that completed stays completed). A create with "background": true (non-streamed) is answered
  * at once "queued"; with "store": false it is refused 400, as OpenAI does. */

@@ -238,7 +238,8 @@ static void test_an_error_event_before_output_is_its_status(void **state)
         {OK, 400, 0, CLS_REJECTED_REQUEST, 0},  /* the request itself: fails, never resent */
         {OK, 500, 0, CLS_AMBIGUOUS, 1},         /* a 5xx: nobody knows */
         {OK, 500, 1, CLS_BACKOFF, 1},           /* ... unless under a native key */
-        {OK, 401, 0, CLS_REJECTED_ACCOUNT, 0},  /* the credential, as a 401 */
+        {OK, 401, 0, CLS_REJECTED_UNMARKED, 0}, /* never a trip from inside a stream */
+        {OK, 402, 0, CLS_REJECTED_UNMARKED, 0},
         {OK, 403, 0, CLS_REJECTED_UNMARKED, 0}, /* one request's refusal */
         {OK, 0, 0, CLS_AMBIGUOUS, 1},           /* an error type not known here */
         {RECV_ERROR, 529, 0, CLS_AMBIGUOUS, 1}, /* the transfer broke too: proves nothing */

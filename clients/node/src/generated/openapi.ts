@@ -1321,9 +1321,6 @@ export interface operations {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     Location: components["headers"]["Location"];
                     "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
-                    "X-Idemgate-Job-Id": components["headers"]["X-Idemgate-Job-Id"];
-                    "X-Idemgate-State": components["headers"]["X-Idemgate-State"];
-                    "Preference-Applied": components["headers"]["Preference-Applied"];
                     [name: string]: unknown;
                 };
                 content: {
