@@ -50,7 +50,8 @@ static void add_identity(cJSON *o, const struct store_job *j)
     add_str(o, "idempotency_key", j->idempotency_key);
     if (j->tenant) /* the operator's reads: whose job it is */
         add_str(o, "tenant", j->tenant);
-    add_str(o, "remote_id", j->remote_id);
+    /* "": the last attempt's stream named none (an earlier attempt's id was cleared) */
+    add_str(o, "remote_id", j->remote_id && *j->remote_id ? j->remote_id : NULL);
     add_str(o, "parent_id", j->parent_id);
     cJSON *att = cJSON_AddObjectToObject(o, "attempts");
     cJSON_AddNumberToObject(att, "transport", j->transport_attempts);
