@@ -696,6 +696,8 @@ const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
 void attempt_recorded(struct attempt *a, int e, int applied)
 {
     CRASH_POINT("after_result_commit");
+    if (a->ls) /* its live readers get the held terminal event only once it is the record */
+        ls_settle(a->ls, e == STORE_OK && applied);
     if (e == STORE_OK && applied && a->f.cost_micros >= 0)
         metrics_spend(a->p->name, a->p->pricing.currency, a->f.cost_micros, a->unpriced);
     if (a->t0 > 0 && a->t1 >= a->t0)

@@ -25,6 +25,12 @@ struct ls {
     char *buf;
     size_t len, cap, max;
     int began, ended, cut, closed, attempt_over;
+    /* The terminal event is held back until the result is recorded (ls_settle): `held` is
+     * where it begins (HELD_NONE: none seen yet), `scan` where the next unexamined event
+     * begins; `settled` says the record is written (the rest is released) or failed (the
+     * readers end cut at held: what they got was never the recorded answer). */
+    size_t held, scan;
+    int settled, recorded;
     struct parked *parked;
     struct ls *next; /* in its registry bucket */
     int registered;
@@ -43,10 +49,79 @@ static unsigned bucket(const char *id)
     return h % BUCKETS;
 }
 
+#define HELD_NONE ((size_t)-1)
+
+/* How far readers may read: whole events only (never the first bytes of an event that may be
+ * the terminal one), up to the held terminal event until the record is written; all of it once
+ * recorded, or once the transfer ended without a terminal event (a cut: its tail too). */
+static size_t visible_locked(const struct ls *s)
+{
+    if (s->held != HELD_NONE)
+        return s->recorded ? s->len : s->held;
+    return s->ended || s->closed ? s->len : s->scan;
+}
+
+/* Whether the stream's end can be told: it ended and nothing is held, or the record's fate is
+ * known, or the stream was closed. */
+static int end_known_locked(const struct ls *s)
+{
+    return (s->ended && (s->held == HELD_NONE || s->settled)) || s->closed;
+}
+
 /* Whether a reader at pos has something (the caller holds s->mu). */
 static int ready_locked(const struct ls *s, size_t pos)
 {
-    return s->len > pos || s->ended || s->closed || (s->attempt_over && !s->began);
+    return visible_locked(s) > pos || end_known_locked(s) || (s->attempt_over && !s->began);
+}
+
+/* Whether the event text ev[0..n) is a terminal event of one of the formats: a line that begins
+ * `data: [DONE]` (OpenAI Chat), `event: message_stop` (Anthropic), `event: response.completed`,
+ * `.incomplete` or `.failed` (Responses). Only at a line's start: a delta's JSON string cannot
+ * begin a line. */
+static int terminal_event(const char *ev, size_t n)
+{
+    static const char *const marks[] = {"data: [DONE]", "data:[DONE]", "event: message_stop",
+                                        "event: response.completed", "event: response.incomplete",
+                                        "event: response.failed"};
+    for (size_t at = 0; at < n;) {
+        for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
+            size_t ml = strlen(marks[m]);
+            if (n - at >= ml && memcmp(ev + at, marks[m], ml) == 0 &&
+                (n - at == ml || ev[at + ml] == '\n' || ev[at + ml] == '\r'))
+                return 1;
+        }
+        const char *nl = memchr(ev + at, '\n', n - at);
+        if (!nl)
+            break;
+        at = (size_t)(nl - ev) + 1;
+    }
+    return 0;
+}
+
+/* Examines the events completed since the last call for a terminal one (the caller holds
+ * s->mu): its start becomes `held`. */
+static void scan_locked(struct ls *s)
+{
+    while (s->held == HELD_NONE && s->scan < s->len) {
+        const char *b = s->buf + s->scan;
+        size_t left = s->len - s->scan, end = 0, sep = 0;
+        for (size_t i = 0; i + 1 < left; i++) {
+            if (b[i] == '\n' && b[i + 1] == '\n') {
+                end = i + 1, sep = 1;
+                break;
+            }
+            if (i + 2 < left && b[i] == '\n' && b[i + 1] == '\r' && b[i + 2] == '\n') {
+                end = i + 1, sep = 2;
+                break;
+            }
+        }
+        if (!sep)
+            return; /* the event is not whole yet */
+        if (terminal_event(b, end))
+            s->held = s->scan;
+        else
+            s->scan += end + sep;
+    }
 }
 
 /* Resumes every parked reader that has something now (the caller holds s->mu). */
@@ -137,6 +212,7 @@ struct ls *ls_open(const char *job_id, size_t max_bytes)
     atomic_init(&s->refs, 2); /* the registry's and the caller's */
     pthread_mutex_init(&s->mu, NULL);
     s->max = max_bytes;
+    s->held = HELD_NONE;
     s->next = reg[b];
     s->registered = 1;
     reg[b] = s;
@@ -233,6 +309,20 @@ void ls_feed(void *arg, const char *p, size_t n)
     if (take) {
         memcpy(s->buf + s->len, p, take);
         s->len += take;
+        scan_locked(s);
+    }
+    wake_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ls_settle(struct ls *s, int recorded)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->settled) {
+        s->settled = 1;
+        s->recorded = recorded;
+        if (!recorded && s->held != HELD_NONE)
+            s->cut = 1; /* the terminal event was never recorded: it is never given */
     }
     wake_locked(s);
     pthread_mutex_unlock(&s->mu);
@@ -255,15 +345,17 @@ enum ls_at ls_read(struct ls *s, size_t pos, char *buf, size_t max, size_t *n)
     *n = 0;
     pthread_mutex_lock(&s->mu);
     enum ls_at at;
-    if (pos < s->len) {
-        size_t k = s->len - pos < max ? s->len - pos : max;
+    size_t vis = visible_locked(s);
+    if (pos < vis) {
+        size_t k = vis - pos < max ? vis - pos : max;
         memcpy(buf, s->buf + pos, k);
         *n = k;
         at = LS_BYTES;
     } else if (!s->began) {
         at = s->attempt_over || s->closed ? LS_NONE : LS_WAIT;
-    } else if (s->ended) {
-        at = s->cut ? LS_CUT : LS_END;
+    } else if (end_known_locked(s)) {
+        /* Closed with the terminal event held and never recorded: the readers end cut. */
+        at = s->cut || (s->held != HELD_NONE && !s->recorded) ? LS_CUT : LS_END;
     } else {
         at = LS_WAIT;
     }

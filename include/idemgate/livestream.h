@@ -43,6 +43,13 @@ void ls_feed(void *s, const char *p, size_t n);
  * cut 1); one that never began lets its parked readers know the attempt is over. */
 void ls_attempt_end(struct ls *s, int cut);
 
+/* The result of the attempt that fed s was written (recorded 1) or not (0). Until then the
+ * stream's terminal event (`data: [DONE]`, `message_stop`, `response.completed`…) is held back
+ * from its readers: a client is never given a whole answer that is not the job's record (a
+ * result the database could not take — its lease then ran out — ends the readers cut, and
+ * their retry finds the job as it is). */
+void ls_settle(struct ls *s, int recorded);
+
 /* What a reader finds at pos. */
 enum ls_at {
     LS_BYTES = 0, /* bytes were copied */

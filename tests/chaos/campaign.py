@@ -334,7 +334,7 @@ def make_plan(seed, sizes, tenants=2):
         tenant = rng.randrange(tenants)
         start = rng.uniform(0, sizes.load_s)
         if kind == "chat":
-            out.append(_plan_chat(rng, seed, ix, tenant, start))
+            out.append(_plan_chat(rng, seed, ix, tenant, start, sizes.total_ms))
             continue
         if kind == "upload":
             out.append(_plan_upload(rng, seed, ix, tenant, start))
@@ -411,7 +411,7 @@ def _pick(rng, table):
     return rng.choices([n for n, _ in table], weights=[w for _, w in table])[0]
 
 
-def _plan_chat(rng, seed, ix, tenant, start):
+def _plan_chat(rng, seed, ix, tenant, start, total_ms=1000):
     """A chat intent: its behaviour at the mock, whether it streams, its clients; actions:
     resubmit (the record again) and the key with another body (422). No cancel, regenerate or
     operator: a stream's generation leaves no task to find or cancel."""
@@ -420,7 +420,9 @@ def _plan_chat(rng, seed, ix, tenant, start):
     if behaviour == "slow_tokens":
         ctl = {"events": rng.randint(3, 4), "event_delay_ms": rng.randint(50, 100)}
     elif behaviour == "timeout":
-        ctl = {"events": 6, "event_delay_ms": rng.randint(200, 300)}
+        # Six events spaced past the providers' total timeout (1.2–1.8× of it): the transfer is
+        # cut by its timeout before the terminal event, whatever the sizes' timeout.
+        ctl = {"events": 6, "event_delay_ms": rng.randint(200, 300) * total_ms // 1000}
     elif behaviour == "cut":
         ctl = {"events": 6, "event_delay_ms": rng.randint(20, 150), "cut_after": rng.randint(1, 6)}
     elif behaviour == "error":

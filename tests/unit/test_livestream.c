@@ -1,0 +1,109 @@
+/* The live copy of a stream (livestream.h): what its readers may read, and the terminal event
+ * held back until the attempt's result is recorded — a client is never given a whole answer
+ * that is not the job's record. No parking here (that needs the HTTP server): reads only. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "idemgate/livestream.h"
+
+/* Reads everything visible from pos; returns what the last read said. */
+static enum ls_at read_all(struct ls *s, size_t *pos, char *out, size_t cap)
+{
+    for (;;) {
+        size_t n = 0;
+        enum ls_at at = ls_read(s, *pos, out + *pos, cap - *pos, &n);
+        if (at != LS_BYTES)
+            return at;
+        *pos += n;
+    }
+}
+
+static const struct {
+    const char *name, *first, *terminal;
+} formats[] = {
+    {"openai-chat", "data: {\"choices\":[{\"delta\":{\"content\":\"data: [DONE]\"}}]}\n\n",
+     "data: [DONE]\n\n"},
+    {"anthropic", "event: content_block_delta\r\ndata: {\"x\":1}\r\n\r\n",
+     "event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\n"},
+    {"openai-responses", "event: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\n",
+     "event: response.completed\ndata: {\"response\":{}}\n\n"},
+};
+
+static void test_the_terminal_event_waits_for_the_record(void **state)
+{
+    (void)state;
+    for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]); f++)
+        for (int recorded = 0; recorded <= 1; recorded++) {
+            char id[32], out[512];
+            snprintf(id, sizeof(id), "job_t%zu_%d", f, recorded);
+            struct ls *s = ls_open(id, 4096);
+            assert_non_null(s);
+            size_t pos = 0, first = strlen(formats[f].first);
+            /* fed in two pieces, the terminal event split across them */
+            char whole[512];
+            snprintf(whole, sizeof(whole), "%s%s", formats[f].first, formats[f].terminal);
+            size_t cut = first + 5;
+            ls_feed(s, whole, cut);
+            assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+            assert_int_equal(pos, first);
+            ls_feed(s, whole + cut, strlen(whole) - cut);
+            ls_attempt_end(s, 0);
+            /* the text inside the first event's delta is no terminal event; the real one is
+             * held until the record's fate is known */
+            assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+            assert_int_equal(pos, first);
+            ls_settle(s, recorded);
+            enum ls_at at = read_all(s, &pos, out, sizeof(out));
+            if (recorded) {
+                assert_int_equal(at, LS_END);
+                assert_int_equal(pos, strlen(whole));
+                assert_memory_equal(out, whole, pos);
+            } else {
+                assert_int_equal(at, LS_CUT); /* never the whole answer: it is not the record */
+                assert_int_equal(pos, first);
+            }
+            ls_close(id);
+            ls_release(s);
+        }
+}
+
+/* A cut stream (no terminal event) ends cut as soon as the transfer ends; a stream closed
+ * before its record was settled ends cut at the held event. */
+static void test_cut_and_closed_streams(void **state)
+{
+    (void)state;
+    char out[256];
+    size_t pos = 0;
+    struct ls *s = ls_open("job_cut", 4096);
+    ls_feed(s, formats[0].first, strlen(formats[0].first));
+    ls_attempt_end(s, 1);
+    assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_CUT);
+    assert_int_equal(pos, strlen(formats[0].first));
+    ls_close("job_cut");
+    ls_release(s);
+
+    pos = 0;
+    s = ls_open("job_closed", 4096);
+    ls_feed(s, formats[0].terminal, strlen(formats[0].terminal));
+    ls_attempt_end(s, 0);
+    assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+    ls_close("job_closed"); /* abandoned: never recorded */
+    assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_CUT);
+    assert_int_equal(pos, 0);
+    ls_release(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_terminal_event_waits_for_the_record),
+        cmocka_unit_test(test_cut_and_closed_streams),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
