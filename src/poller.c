@@ -134,10 +134,11 @@ int poller_outputs(const struct cfg_provider *p, const cJSON *doc, const char *r
 }
 
 /* Writes a poll's conclusion under the poller's lease (state accepted → next). */
-static void write_poll(struct db *db, const struct store_claim *c, enum op_state next,
-                       long delay_ms, const char *status, const char *error,
-                       const struct up_response *res, int outputs, const char *outputs_json,
-                       double t0, const struct cfg_provider *p)
+static void write_poll_usage(struct db *db, const struct store_claim *c, enum op_state next,
+                             long delay_ms, const char *status, const char *error,
+                             const struct up_response *res, int outputs,
+                             const char *outputs_json, const char *usage, double t0,
+                             const struct cfg_provider *p)
 {
     int final = next != ST_ACCEPTED;
     struct store_finish f;
@@ -150,12 +151,14 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
     f.outputs_received = outputs;
     f.provider_status = status;
     f.outputs_json = outputs_json;
+    f.usage = usage;
     f.started_at = t0;
-    /* Completed: what the provider charges for the outputs it delivered. */
+    /* Completed: what the provider charges for the outputs it delivered (and the usage it
+     * reported, for a synchronous create followed to its end). */
     int unpriced = 0;
     if (next == ST_COMPLETED && p && p->pricing.present)
         f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
-                                         c->outputs_requested, outputs, NULL, &unpriced);
+                                         c->outputs_requested, outputs, usage, &unpriced);
     /* A completed result is written with its outputs' archive plan (no second write). */
     char *plan = archive_plan_json(p, &f, c->remote_id, c->credential);
     f.archive_plan = plan;
@@ -176,46 +179,13 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
             LS("state", st_name(next)), LS("status", status), LI("polls", c->polls));
 }
 
-/* A synchronous create's task read finished (conclude): completed with the answer as its
- * result, priced by the outputs and usage it reports. */
-static void write_poll_whole(struct db *db, const struct store_claim *c,
-                             const struct up_response *res, const struct attempt_results *rs,
-                             double t0, const struct cfg_provider *p)
+static void write_poll(struct db *db, const struct store_claim *c, enum op_state next,
+                       long delay_ms, const char *status, const char *error,
+                       const struct up_response *res, int outputs, const char *outputs_json,
+                       double t0, const struct cfg_provider *p)
 {
-    struct store_finish f;
-    store_finish_init(&f, c, "poll", ST_ACCEPTED);
-    store_finish_evidence(&f, res, 1);
-    f.state = ST_COMPLETED;
-    f.outcome = "succeeded";
-    f.provider_status = "succeeded";
-    f.error = c->cancel_requested ? "the cancel came too late: the task finished at the "
-                                    "provider (paid); its result is kept"
-                                  : NULL;
-    f.outputs_received = rs->received;
-    f.usage = rs->usage;
-    f.started_at = t0;
-    int unpriced = 0;
-    if (p->pricing.present)
-        f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
-                                         c->outputs_requested, rs->received, rs->usage,
-                                         &unpriced);
-    char *plan = archive_plan_json(p, &f, c->remote_id, c->credential);
-    f.archive_plan = plan;
-    int applied = 0;
-    int e = store_finish(db, &f, &applied);
-    free(plan);
-    if (e == STORE_OK && applied && f.cost_micros >= 0)
-        metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);
-    if (e == STORE_OK && applied)
-        metrics_job_seconds(c->provider, (double)c->since_first_ms / 1000 + (clock_wall() - t0));
-    if (e == STORE_OK && !applied)
-        metrics_safety(MS_FENCED_WRITE);
-    if (e < 0 || !applied)
-        LOG(LOG_WARN, "poll_write_dropped", LS("job_id", c->id), LS("status", "succeeded"));
-    else
-        LOG(LOG_INFO, "polled_final", LS("job_id", c->id), LS("provider", c->provider),
-            LS("state", st_name(ST_COMPLETED)), LS("status", "succeeded"),
-            LI("polls", c->polls));
+    write_poll_usage(db, c, next, delay_ms, status, error, res, outputs, outputs_json, NULL, t0,
+                     p);
 }
 
 /* The delay before the next status read: the profile's interval growing with the polls made,
@@ -290,7 +260,11 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
          * create's whole answer would have been — outputs, usage and cost read from it. */
         struct attempt_results rs;
         attempt_count_results(p, final, &rs);
-        write_poll_whole(db, c, final, &rs, t0, p);
+        write_poll_usage(db, c, ST_COMPLETED, 0, "succeeded",
+                         c->cancel_requested ? "the cancel came too late: the task finished at "
+                                               "the provider (paid); its result is kept"
+                                             : NULL,
+                         final, rs.received, NULL, rs.usage, t0, p);
         free(rs.usage);
     } else if (st == TS_SUCCEEDED) {
         cJSON *outs = cJSON_CreateArray();
