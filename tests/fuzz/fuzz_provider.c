@@ -1,7 +1,7 @@
 /* libFuzzer harness: every reader of a provider's answer, under every profile in
  * deploy/providers/ (loaded once at start): the delay hints of a create's answer
  * (attempt_server_hint_ms), outputs and usage (attempt_count_results), an async create's task id
- * and poll URL (attempt_read_task), the task status (poller_status_of), the outputs of a finished
+ * and poll URL (attempt_read_task), the task status (prof_task_status), the outputs of a finished
  * task (poller_outputs) and its error, a task read back for adoption (prov_task_is), exact ids
  * (prov_id_doc, prov_read_id) in lookups, list pages and webhook deliveries.
  *
@@ -145,7 +145,7 @@ static void check_ids(const struct cfg_provider *p, const char *body, size_t len
 static void check_status_and_outputs(const struct cfg_provider *p, const struct up_response *res)
 {
     cJSON *doc = cJSON_ParseWithLength(res->body, res->body_len);
-    int st = poller_status_of(p, res->http_status, doc);
+    int st = prof_task_status(p, res->http_status, doc);
     FZ_CHECK(st == -1 || (st >= 0 && st < TS__COUNT), "a status is canonical or unknown");
     if (p->mode == CFG_MODE_ASYNC_POLL && p->result_kind) {
         cJSON *outs = cJSON_CreateArray();
