@@ -277,7 +277,7 @@ static void reply_unanswered(struct hs_req *r, const struct jobcache_entry *e, i
     cJSON *doc = cJSON_Parse(e->job_json);
     const char *why = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "last_error"));
     char detail[512];
-    snprintf(detail, sizeof(detail), "job %s is %s without an answer from the provider%s%s",
+    snprintf(detail, sizeof(detail), "job %s ended %s%s%s (see the job for what is known)",
              e->job_id, e->state, why ? ": " : "", why ? why : "");
     reply_problem_with(r, canceled ? 409 : 502, canceled ? "job-canceled" : "job-failed",
                        canceled ? "Job canceled" : "Job failed", detail, hdrs);
