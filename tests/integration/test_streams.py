@@ -553,6 +553,9 @@ def test_a_background_response_is_followed_to_its_end(gateway_factory, mock, tok
                     headers={"Prefer": "wait=10"})
     j = gw.job(token, bad.headers["x-idemgate-job-id"]).json()
     assert j["state"] == "failed", j
+    # One create for each of the four keys the provider accepted (the cancelled one included,
+    # the provider's 400 not a create): nothing sent twice by polling, replays or the cancel.
+    assert len(creates(mock, "/v1/responses")) == before + 4
 
 
 def test_kill_9_mid_responses_stream_is_read_back_by_the_id_kept_while_it_ran(
