@@ -81,9 +81,15 @@ class Response:
 CITUS_URL = os.environ.get("CITUS_DATABASE_URL")
 
 
-def _sql(url, sql):
+def _sql(url, sql, options=None):
+    env = dict(os.environ, PGOPTIONS=options) if options else None
     return subprocess.run(["psql", url, "-qtAX", "-v", "ON_ERROR_STOP=1", "-c", sql],
-                          check=True, capture_output=True, text=True).stdout.strip()
+                          check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+# CREATE and DROP DATABASE reach the workers only with this setting (off by default in Citus
+# 12.1+): without it the workers have no such database and the extension cannot be made there.
+CITUS_DDL = "-c citus.enable_create_database_propagation=on"
 
 
 def _with_db(url, host=None, port=None, dbname=None):
@@ -104,7 +110,7 @@ def citus_database():
                                           "pg_dist_node WHERE groupid <> 0 AND isactive "
                                           "AND noderole = 'primary' ORDER BY nodeid").split()]
     coord = urlsplit(CITUS_URL)
-    _sql(CITUS_URL, "CREATE DATABASE " + name)
+    _sql(CITUS_URL, "CREATE DATABASE " + name, CITUS_DDL)
     url = _with_db(CITUS_URL, dbname=name)
     try:
         for host, port in workers:
@@ -119,7 +125,7 @@ def citus_database():
         yield url
     finally:
         _sql(CITUS_URL, "ALTER DATABASE %s WITH ALLOW_CONNECTIONS false" % name)
-        _sql(CITUS_URL, "DROP DATABASE %s WITH (FORCE)" % name)
+        _sql(CITUS_URL, "DROP DATABASE %s WITH (FORCE)" % name, CITUS_DDL)
 
 
 @pytest.fixture(scope="session")
