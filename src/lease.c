@@ -863,10 +863,42 @@ int store_note_remote(struct db *db, long long tenant_id, const char *id, long l
                          DB_ROWS, &n);
 }
 
+/* What a cut stream left on its row (the record of the events that arrived), read under the
+ * reconciler's lease to resume the stream after its last whole event (resume.h). Reads only. */
+static const struct db_stmt partial_record = {
+    .rerun_safe = 1,
+    .name = "partial_record",
+    .sql = "SELECT resp_body FROM operations "
+           "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND resp_body IS NOT NULL",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version"),
+};
+
+int store_partial_record(struct db *db, const struct store_claim *c, char **body, size_t *len)
+{
+    PGresult *r;
+    *body = NULL;
+    *len = 0;
+    int e = db_run(db, &partial_record,
+                   DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
+                           p_int("lease_version", c->lease_version)),
+                   &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    unsigned char *b = NULL;
+    e = db_bytea_decode(db_val(r, 0, 0), &b, len) < 0 ? STORE_ERETRY : STORE_OK;
+    *body = (char *)b;
+    PQclear(r);
+    return e;
+}
+
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
-    &begin_send, &release_reservation, &note_remote,
+    &begin_send, &release_reservation, &note_remote, &partial_record,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

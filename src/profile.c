@@ -46,8 +46,13 @@ static const struct memb retry_m[] = {
     {"max_attempts", MEMB_VALUE, NULL},     {"not_created_statuses", MEMB_VALUE, NULL},
 };
 static const struct memb_table retry_t = MEMB_TABLE(retry_m, NULL);
+static const struct memb resume_m[] = {{"query", MEMB_VALUE, NULL},
+                                       {"sequence", MEMB_VALUE, NULL},
+                                       {"when", MEMB_VALUE, NULL}};
+static const struct memb_table resume_t = MEMB_TABLE(resume_m, NULL);
 static const struct memb task_m[] = {{"client_ref", MEMB_VALUE, NULL},
-                                     {"path", MEMB_VALUE, NULL}};
+                                     {"path", MEMB_VALUE, NULL},
+                                     {"resume", MEMB_OBJECT, &resume_t}};
 static const struct memb_table task_t = MEMB_TABLE(task_m, NULL);
 static const struct memb lookup_m[] = {{"id", MEMB_VALUE, NULL}, {"path", MEMB_VALUE, NULL}};
 static const struct memb_table lookup_t = MEMB_TABLE(lookup_m, NULL);
@@ -463,6 +468,41 @@ static int load_status_map(struct cfg_provider *p, const cJSON *map, const char 
 static int load_cancel(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
                        size_t errlen);
 
+/* reconcile.task.resume: how a cut stream the provider keeps generating is resumed (a query
+ * added to the task's path, with {after}); only for a synchronous streaming profile whose task
+ * is read by its own path. */
+static int load_resume(struct cfg_provider *p, const cJSON *task, const char *file, char *err,
+                       size_t errlen)
+{
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(task, "resume");
+    if (!rs)
+        return 0;
+    char field[160], why[160];
+    snprintf(field, sizeof(field), "providers.%s.reconcile.task.resume", p->name);
+    if (p->mode == CFG_MODE_ASYNC_POLL || !p->task_path || !p->stream_format) {
+        errf(err, errlen, "%s: %s: only for a sync provider with \"stream\" and "
+             "reconcile.task.path", file, field);
+        return -1;
+    }
+    static const char *const vars[] = {"after", NULL};
+    p->resume_query = dup_str(rs, "query", NULL);
+    if (!p->resume_query || !*p->resume_query || strchr("?&/", p->resume_query[0]) ||
+        tmpl_validate(p->resume_query, vars, why, sizeof(why)) < 0 ||
+        !strstr(p->resume_query, "{after}")) {
+        errf(err, errlen, "%s: %s.query: %s", file, field,
+             !p->resume_query || !*p->resume_query ? "is required"
+             : strchr("?&/", p->resume_query[0]) ? "is the query alone, without '?', '&' or a path"
+             : !strstr(p->resume_query, "{after}") ? "must hold {after}"
+                                                  : why);
+        return -1;
+    }
+    return load_path(rs, "when", &p->resume_when, 1, file, field, err, errlen) < 0 ||
+                   load_path(rs, "sequence", &p->resume_sequence, 1, file, field, err, errlen) <
+                       0
+               ? -1
+               : 0;
+}
+
 /* reconcile.task, .lookup and .list: how a task is read and found. */
 static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const char *file,
                                 char *err, size_t errlen)
@@ -483,6 +523,8 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
                  load_path(task, "client_ref", &p->task_client_ref,
                            cJSON_GetObjectItemCaseSensitive(o, "webhook") != NULL, file, field,
                            err, errlen) < 0))
+        return -1;
+    if (load_resume(p, task, file, err, errlen) < 0)
         return -1;
     snprintf(field, sizeof(field), "providers.%s.reconcile", p->name);
     if (load_path(rec, "found_result", &p->found_result, 0, file, field, err, errlen) < 0)
@@ -1091,7 +1133,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->webhook_secret_env, p->webhook_signature_header,
                         p->webhook_event_id_header, p->webhook_url_query,
                         p->result_fetch_strip, p->proxy, p->list_cursor_param,
-                        p->task_path};
+                        p->task_path, p->resume_query};
         for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
             free(strs[k]);
         for (int k = 0; k < p->n_trip_markers; k++)
@@ -1103,7 +1145,8 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                                  p->result_output_url, p->result_expires_at, p->result_error,
                                  p->webhook_event_id, p->webhook_task_id,
                                  p->list_next_cursor, p->task_client_ref,
-                                 p->webhook_client_ref, p->found_result};
+                                 p->webhook_client_ref, p->found_result, p->resume_when,
+                                 p->resume_sequence};
         for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++)
             jpath_free(paths[k]);
         price_table_fini(&p->pricing);

@@ -50,7 +50,10 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
                              .body = c->body,
                              .body_len = c->body ? c->body_len : 0,
                              .connect_timeout_ms = p->connect_timeout_ms,
-                             .total_timeout_ms = p->total_timeout_ms,
+                             .total_timeout_ms = c->total_timeout_ms > 0 &&
+                                                         c->total_timeout_ms < p->total_timeout_ms
+                                                     ? c->total_timeout_ms
+                                                     : p->total_timeout_ms,
                              .max_response_bytes = p->max_response_bytes,
                              .proxy = p->proxy,
                              .before_send = c->before_send,
@@ -141,6 +144,25 @@ char *prov_task_url(const struct cfg_provider *p, const char *remote_id, const c
                                                         : NULL;
     struct task_vars v = {remote_id, client_ref};
     return tmpl ? prov_url(p, tmpl, task_var, &v, "task") : NULL;
+}
+
+static const char *after_var(const char *name, size_t len, void *arg)
+{
+    return len == 5 && memcmp(name, "after", 5) == 0 ? arg : NULL;
+}
+
+char *prov_resume_url(const struct cfg_provider *p, const char *remote_id, long long after)
+{
+    char num[24], err[160], *query = NULL, *url = NULL;
+    snprintf(num, sizeof(num), "%lld", after);
+    char *task = p->resume_query ? prov_task_url(p, remote_id, NULL) : NULL;
+    if (task && tmpl_expand(p->resume_query, TMPL_URL_SEGMENT, after_var, num, &query, err,
+                            sizeof(err)) == 0 &&
+        asprintf(&url, "%s%c%s", task, strchr(task, '?') ? '&' : '?', query) < 0)
+        url = NULL;
+    free(query);
+    free(task);
+    return url;
 }
 
 int prov_task_answered(const struct up_response *res)

@@ -9,6 +9,7 @@
 #include "idemgate/provider.h"
 #include "idemgate/lease.h"
 #include "idemgate/resultq.h"
+#include "idemgate/resume.h"
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
@@ -130,6 +131,8 @@ struct verdict_write {
     long long cost_micros; /* -1: none computed */
     int unpriced;
     const struct cfg_provider *p; /* for the spend metric; NULL without a cost */
+    int keep_record; /* res is kept as the operation's record whatever the state (a resumed
+                        stream cut again: the longer record, resumed from its end next time) */
 };
 
 /* Writes the verdict under the reconciler's lease (state unknown → next). */
@@ -138,8 +141,8 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
 {
     const struct up_response *res = w->res;
     /* The found task is the result of a synchronous create. */
-    int keep = res && (w->next == ST_COMPLETED || w->next == ST_FAILED) && res->body &&
-               !res->body_truncated;
+    int keep = res && (w->next == ST_COMPLETED || w->next == ST_FAILED || w->keep_record) &&
+               res->body && !res->body_truncated;
     struct store_finish f;
     store_finish_init(&f, c, "reconcile", ST_UNKNOWN);
     store_finish_evidence(&f, res, keep);
@@ -177,7 +180,7 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
 static void write_simple(struct db *db, const struct store_claim *c, enum op_state next,
                          long delay_ms, const char *outcome, const char *error, double t0)
 {
-    struct verdict_write w = {next, delay_ms, outcome, error, NULL, NULL, -1, NULL, -1, 0, NULL};
+    struct verdict_write w = {next, delay_ms, outcome, error, NULL, NULL, -1, NULL, -1, 0, NULL, 0};
     write_verdict(db, c, &w, t0);
 }
 
@@ -229,7 +232,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
                                           ? "canceled while unknown: the generation was found "
                                             "running; it is cancelled there and followed to its end"
                                           : NULL,
-                                      NULL, remote_id, -1, NULL, -1, 0, NULL};
+                                      NULL, remote_id, -1, NULL, -1, 0, NULL, 0};
             write_verdict(db, c, &w, t0);
             return;
         }
@@ -237,7 +240,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
             /* (Cancelled by the provider: our own cancel is sent only once it is accepted.) */
             struct verdict_write w = {ts < 0 ? ST_REVIEW : ST_FAILED, 0, "found_failed",
                                       "found at the provider, which failed or cancelled it",
-                                      res, remote_id, -1, NULL, -1, 0, NULL};
+                                      res, remote_id, -1, NULL, -1, 0, NULL, 0};
             if (ts < 0) {
                 w.outcome = "found_unreadable";
                 w.error = "a task was found but its status is not one the profile maps "
@@ -259,7 +262,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
     if (read && c->outputs_requested > 0 && rs.received == 0)
         read = 0;
     struct verdict_write w = {recon_found_state(0, remote_id != NULL, read), 0, "found", NULL,
-                              NULL, remote_id, -1, NULL, -1, 0, NULL};
+                              NULL, remote_id, -1, NULL, -1, 0, NULL, 0};
     if (w.next == ST_COMPLETED) {
         w.res = &fres;
         w.outputs_received = rs.received;
@@ -298,7 +301,7 @@ static void found(const struct cfg_provider *p, struct db *db, const struct stor
         return;
     }
     enum op_state next = recon_found_state(1, remote_id != NULL, 1);
-    struct verdict_write w = {next, 0, "found", NULL, NULL, remote_id, -1, NULL, -1, 0, NULL};
+    struct verdict_write w = {next, 0, "found", NULL, NULL, remote_id, -1, NULL, -1, 0, NULL, 0};
     if (next == ST_REVIEW) {
         w.outcome = "found_without_id";
         w.error = "a task was found but its id cannot be read: an operator must resolve it";
@@ -367,7 +370,7 @@ static char *page_url(const struct cfg_provider *p, struct lookup_vars *v, const
 /* One reconcile on the call engine. Its calls (a task read, a lookup, the pages of a list one
  * after the other, or a resend) are made by the engine's threads; what they prove is written by a
  * reconciler thread, with its connection. */
-enum recon_step { RS_ADOPT, RS_LOOKUP, RS_LIST, RS_RESEND };
+enum recon_step { RS_ADOPT, RS_LOOKUP, RS_LIST, RS_RESEND, RS_RESUME };
 
 struct recon_job {
     struct rq_item node;
@@ -390,6 +393,9 @@ struct recon_job {
     struct attempt *a;
     int slot;
     double t1;
+    /* a resume: the record the cut stream left, and where its whole events end */
+    char *rec;
+    struct resume_point pt;
 };
 
 struct reconciler {
@@ -409,6 +415,7 @@ static void job_free(struct recon_job *j)
     free(j->url);
     free(j->cursor);
     free(j->remote);
+    free(j->rec);
     store_claim_fini(&j->c);
     free(j);
 }
@@ -534,6 +541,95 @@ static void write_adopt(struct db *db, struct recon_job *j)
                      j->t0);
 }
 
+/* A resumed stream's answer (RS_RESUME): the record joined with the events after its last whole
+ * one. Whole: completed with it, its usage settling the cost, as if the stream had never been
+ * cut — the record is the one event sequence every live client was given the start of. Cut
+ * again after more events: still unknown, the longer record kept (the next claim resumes from
+ * its end: a generation longer than a lease is read over several). Returns 0, writing nothing,
+ * for anything else (a refusal, no stream, no new event, an error event): the response is then
+ * read back whole, whose status decides. */
+static int write_resumed(struct db *db, struct recon_job *j)
+{
+    const struct cfg_provider *p = j->p;
+    const struct store_claim *c = &j->c;
+    const struct up_response *res = &j->res;
+    if (res->http_status < 200 || res->http_status >= 300 || !res->body_len ||
+        res->body_truncated || !attempt_is_stream(p, res))
+        return 0;
+    struct up_response whole = *res;
+    size_t n = 0;
+    whole.body = resume_join(j->rec, &j->pt, res->body, res->body_len, &n);
+    if (!whole.body)
+        return 0;
+    whole.body_len = n;
+    struct attempt_results rs = {.received = -1};
+    attempt_count_results(p, &whole, &rs);
+    struct resume_point more;
+    int progressed = rs.stream_cut && !rs.stream_error_type[0] &&
+                     resume_point(p, (const char *)c->body, c->body_len, whole.body, n, &more) ==
+                         1 &&
+                     more.after > j->pt.after;
+    int written = 1;
+    if (!rs.stream_cut) {
+        struct verdict_write w = {ST_COMPLETED, 0, "resumed", NULL, &whole, c->remote_id, -1,
+                                  rs.usage, -1, 0, NULL, 0};
+        if (p->pricing.present) {
+            w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
+                                             c->outputs_requested, rs.received, rs.usage,
+                                             &w.unpriced);
+            w.p = p;
+        }
+        write_verdict(db, c, &w, j->t0);
+    } else if (progressed) {
+        struct verdict_write w = {j->window_closed ? ST_REVIEW : ST_UNKNOWN,
+                                  p->reconcile_interval_ms, "resumed_partial",
+                                  "the resumed stream was cut again before its terminal event; "
+                                  "it is resumed from its last event",
+                                  &whole, c->remote_id, -1, NULL, -1, 0, NULL, 1};
+        write_verdict(db, c, &w, j->t0);
+    } else {
+        written = 0;
+    }
+    free(rs.usage);
+    free(whole.body);
+    return written;
+}
+
+/* Whether claim j's cut stream can be resumed (resume.h): its record is read under the lease
+ * and, when its last whole event has a number, the resume's URL is set (step RS_RESUME). Not
+ * after a cancel (the read back whole follows the response to its cancel) nor for a webhook's
+ * or an operator's task. */
+static int start_resume(struct db *db, struct recon_job *j, const char *id)
+{
+    const struct cfg_provider *p = j->p;
+    if (!p->resume_query || j->c.webhook_hint || j->c.cancel_requested)
+        return 0;
+    char *rec = NULL;
+    size_t n = 0;
+    if (store_partial_record(db, &j->c, &rec, &n) != STORE_OK)
+        return 0;
+    if (resume_point(p, (const char *)j->c.body, j->c.body_len, rec, n, &j->pt) != 1 ||
+        !(j->url = prov_resume_url(p, id, j->pt.after))) {
+        free(rec);
+        return 0;
+    }
+    j->rec = rec;
+    j->step = RS_RESUME;
+    return 1;
+}
+
+/* The resume's GET: its events are read until the stream ends or the lease would (a cut at the
+ * limit keeps what arrived: the next claim goes on from there). */
+static void get_resume(struct recon_job *j)
+{
+    double left_ms = (j->lease_end - clock_mono()) * 1000.0;
+    struct prov_call call = {.method = "GET",
+                             .url = j->url,
+                             .credential = j->c.credential,
+                             .total_timeout_ms = left_ms > 1000 ? (long)left_ms : 1000};
+    prov_submit(j->r->eng, -1, j->p, &call, on_end, j);
+}
+
 /* The credential probe a resend's refusal asked for ended (on an engine thread). */
 static void on_probe_end(void *arg, struct up_response *res)
 {
@@ -569,8 +665,22 @@ static void write_job(struct rq_item *it, struct db *db)
         int e = store_finish(db, f, &applied);
         attempt_recorded(j->a, e, applied);
         eng_release(j->r->eng, j->slot); /* the outcome (and any trip) is written: room again */
+    } else if (j->step == RS_RESUME && !write_resumed(db, j)) {
+        /* Not resumed: the response is read back whole. */
+        up_response_fini(&j->res);
+        memset(&j->res, 0, sizeof(j->res));
+        free(j->url);
+        j->url = prov_task_url(j->p, j->c.remote_id, j->c.id);
+        j->step = RS_ADOPT;
+        if (j->url) {
+            get(j, 0);
+            return;
+        }
+        write_adopt(db, j);
     } else if (j->step == RS_ADOPT) {
         write_adopt(db, j);
+    } else if (j->step == RS_RESUME) {
+        /* written by write_resumed */
     } else {
         write_look(db, j);
     }
@@ -670,8 +780,14 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     j->node.write = write_job;
     switch (plan) {
     case RP_ADOPT:
+        /* A cut stream the provider goes on generating is resumed after its last whole event;
+         * any other task is read whole. */
+        if (start_resume(db, j, by_id)) { /* by_id: owned by j->c now */
+            get_resume(j);
+            return;
+        }
         j->step = RS_ADOPT;
-        j->url = prov_task_url(p, by_id, j->c.id); /* by_id: owned by j->c now */
+        j->url = prov_task_url(p, by_id, j->c.id);
         get(j, 1);
         return;
     case RP_LOOK:

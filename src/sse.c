@@ -184,13 +184,13 @@ static void on_event(void *arg, const char *kind, const cJSON *d, const char *da
 static int each_event(const char *body, size_t len,
                       void (*fn)(void *arg, const char *type, const cJSON *d, const char *raw,
                                  size_t rawlen),
-                      void *arg);
+                      void *arg, size_t *end);
 
 int sse_read(enum sse_format f, const char *body, size_t len, struct sse_verdict *v)
 {
     memset(v, 0, sizeof(*v));
     struct reading rd = {.f = f, .v = v};
-    if (each_event(body, len, on_event, &rd) < 0)
+    if (each_event(body, len, on_event, &rd, NULL) < 0)
         rd.oom = 1;
     if (rd.usage && !rd.oom) {
         v->usage = cJSON_PrintUnformatted(rd.usage);
@@ -226,17 +226,66 @@ int sse_requested(const char *body, size_t len)
     return sse_body_flag(body, len, "stream");
 }
 
+/* sse_last_event's reading: the last whole event so far, its data copied (each_event reuses
+ * its buffer) and where it ended. */
+struct last_event {
+    const size_t *at;
+    size_t end;
+    char *data;
+    size_t dlen;
+    int found, oom;
+};
+
+static void on_last(void *arg, const char *type, const cJSON *d, const char *raw, size_t rawlen)
+{
+    (void)type;
+    (void)d;
+    struct last_event *l = arg;
+    char *n = malloc(rawlen + 1);
+    if (!n) {
+        l->oom = 1;
+        return;
+    }
+    memcpy(n, raw, rawlen);
+    n[rawlen] = '\0';
+    free(l->data);
+    l->data = n;
+    l->dlen = rawlen;
+    l->end = *l->at;
+    l->found = 1;
+}
+
+int sse_last_event(const char *body, size_t len, size_t *end, char **data, size_t *dlen)
+{
+    size_t at = 0;
+    struct last_event l = {.at = &at};
+    *end = 0;
+    *data = NULL;
+    *dlen = 0;
+    if (each_event(body, len, on_last, &l, &at) < 0 || l.oom) {
+        free(l.data);
+        return -1;
+    }
+    if (!l.found)
+        return 0;
+    *end = l.end;
+    *data = l.data;
+    *dlen = l.dlen;
+    return 1;
+}
+
 /* ---- whole answers from streams, and streams from whole answers ---------------------- */
 
 /* Calls fn(arg, type, data parsed, data raw) for each whole event of body, read as WHATWG's
  * event stream: lines end in CR, LF or CRLF; a blank line dispatches; `:` starts a comment; a
  * last line without its end is an event cut off, never dispatched. The data is NULL when not
- * JSON; the type "" when the event named none and the data has no "type". Returns -1 when out
- * of memory. */
+ * JSON; the type "" when the event named none and the data has no "type". *at (when not NULL)
+ * is, during each call, the offset just past the blank line that dispatched it. Returns -1 when
+ * out of memory. */
 static int each_event(const char *body, size_t len,
                       void (*fn)(void *arg, const char *type, const cJSON *d, const char *raw,
                                  size_t rawlen),
-                      void *arg)
+                      void *arg, size_t *at)
 {
     char type[64] = "";
     char *data = NULL;
@@ -259,6 +308,8 @@ static int each_event(const char *body, size_t len,
                     d = NULL;
                 }
                 const cJSON *t = member(d, "type");
+                if (at)
+                    *at = i;
                 fn(arg, *type ? type : cJSON_IsString(t) ? t->valuestring : "", d,
                    data ? data : "", dlen);
                 cJSON_Delete(d);
@@ -559,7 +610,7 @@ char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_
     if (!whole)
         return NULL;
     struct assembly a = {.f = f};
-    if (each_event(body, len, on_assembly_event, &a) < 0)
+    if (each_event(body, len, on_assembly_event, &a, NULL) < 0)
         a.oom = 1;
     settle_texts(&a);
     char *out = a.out && !a.oom ? cJSON_PrintUnformatted(a.out) : NULL;

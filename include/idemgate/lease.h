@@ -176,6 +176,10 @@ __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct
 
 /* Keeps on a `sending` row, under its lease, the id its provider's stream named while the call
  * is still in flight. Returns the store error, or STORE_OK (written or not). */
+/* The stored answer of claim c's operation (a cut stream's record), under c's fencing token:
+ * STORE_OK with *body (malloc'ed, *len bytes), STORE_ENOTFOUND when there is none or the claim
+ * was lost, or the store error. */
+int store_partial_record(struct db *db, const struct store_claim *c, char **body, size_t *len);
 int store_note_remote(struct db *db, long long tenant_id, const char *id, long long lease_version,
                       const char *remote_id);
 

@@ -115,6 +115,12 @@ struct cfg_provider {
     int list_max_pages;        /* more pages than this prove nothing */
     char *task_path;           /* GET template with {id}: one task (async: the poll path) */
     struct jpath *task_client_ref; /* the client reference in that task, or NULL */
+    /* reconcile.task.resume: a cut stream the provider went on generating (OpenAI Responses with
+     * "background": true) is resumed by a GET of the task path with this query, {after} being
+     * the sequence number (at resume_sequence in each event's data) of the last whole event
+     * recorded, when the request's resume_when is true. NULL: a cut stream is read back whole. */
+    char *resume_query;
+    struct jpath *resume_when, *resume_sequence;
     /* Where a found task's result (shaped as the create's answer) is inside a lookup's answer, a
      * list's item or a task read: reconcile.found_result; NULL: the whole answer. */
     struct jpath *found_result;

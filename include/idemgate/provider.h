@@ -28,6 +28,7 @@ struct prov_call {
     void *before_send_arg;
     void (*on_stream)(void *arg, const char *p, size_t n); /* see up_request */
     void *on_stream_arg;
+    long total_timeout_ms; /* > 0: a shorter limit than the profile's for this call */
 };
 
 /* Performs the call. Fills *res as up_call does (free with up_response_fini). Returns 0 when a
@@ -65,6 +66,10 @@ int prov_read_task(const struct cfg_provider *p, const char *credential, const c
 /* The URL prov_read_task reads (a new string), or NULL when the profile has no way to read a
  * task. */
 char *prov_task_url(const struct cfg_provider *p, const char *remote_id, const char *client_ref);
+/* The URL resuming task remote_id's event stream after its event number `after`: the task's
+ * URL with reconcile.task.resume.query added. NULL when the profile has none (or out of
+ * memory). */
+char *prov_resume_url(const struct cfg_provider *p, const char *remote_id, long long after);
 /* 1 when res is a whole 2xx answer (what prov_read_task returns 0 for). */
 int prov_task_answered(const struct up_response *res);
 

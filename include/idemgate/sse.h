@@ -82,4 +82,10 @@ int sse_body_flag(const char *body, size_t len, const char *name);
  * member is true. A body that is not a JSON object asks for none. */
 int sse_requested(const char *body, size_t len);
 
+/* The last whole event of body[0..len): returns 1 with *end the offset just past the blank line
+ * that ends it (body[0..*end) is every whole event, nothing of one cut off) and its data in
+ * *data (malloc'ed, NUL-terminated, *dlen bytes; "" when it had none); 0 when body holds no
+ * whole event; -1 when out of memory. */
+int sse_last_event(const char *body, size_t len, size_t *end, char **data, size_t *dlen);
+
 #endif

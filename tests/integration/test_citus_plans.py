@@ -45,6 +45,7 @@ STEPS = {
     "poll_claim": ["me", 30, T],
     "unparked_poll": [T, "job_x"],
     "note_remote": [T, "job_x", 1, "resp_x"],
+    "partial_record": [T, "job_x", 1],
     "archive_plan_write": [T, "job_x", "[]"],
     "archive_claim": ["me", 30, "{mock}", T],
     "archive_finish": [T, "job_x", 0, 1, "archived", None, 0, None, None, None, None, None],

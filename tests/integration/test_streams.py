@@ -587,3 +587,67 @@ def test_kill_9_mid_responses_stream_is_read_back_by_the_id_kept_while_it_ran(
     assert j["state"] == "completed", j
     assert j["usage"]["output_tokens"] == 8, j
     assert len(creates(mock, "/v1/responses")) == 1
+
+
+def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory, mock, token,
+                                                                  psql):
+    """Issue 25 §1, §3: a Responses stream created with "background": true goes on generating
+    when its connection is cut, and the provider resumes it (GET
+    /v1/responses/{id}?stream=true&starting_after=<sequence_number>). The reconciler resumes it
+    after the last whole event recorded and appends what follows: the job is completed with one
+    event sequence whose start is byte for byte what the live client was given before the cut —
+    a retry replays it, the Python client goes on from where it was instead of raising
+    StreamDiverged — never a second create. A resume cut again keeps what it added, and the next
+    one goes on from there."""
+    import http.client
+    import sys
+    sys_path = os.path.join(ROOT, "clients", "python")
+    if sys_path not in sys.path:
+        sys.path.insert(0, sys_path)
+    sfx = uuid.uuid4().hex[:6]
+    e = {"name": "resume" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    before = len(creates(mock, "/v1/responses"))
+    # Cut after 4 events (created, in_progress, tok0, tok1); the first resume is cut again
+    # before event 6 (after tok2, tok3); the second goes to the end.
+    body = {"model": "gpt-4o-mini", "input": "resume " + sfx, "stream": True, "background": True,
+            "_mock": {"events": 6, "cut_after": 4, "resume_cut_after": 6}}
+    live = Live(gw, token, route, "resume-" + sfx, body)
+    assert live.resp.status == 200, live.resp.status
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    try:
+        live.rest()
+        cut = False
+    except http.client.IncompleteRead as exc:
+        live.data += exc.partial
+        cut = True
+    live.close()
+    assert cut and live.data.count(b"\n\n") == 4, live.data
+    j = wait_state(gw, token, job_id, ("completed", "failed", "review"), timeout=40)
+    assert j["state"] == "completed", j
+    assert len(creates(mock, "/v1/responses")) == before + 1  # resumed, never resent
+    assert j["usage"]["output_tokens"] == 6, j
+    want = j["usage"]["input_tokens"] * 0.15 + j["usage"]["output_tokens"] * 0.6
+    assert abs(j["cost"]["micros"] - want) <= 1, (j["cost"], j["usage"])
+    outcomes = [r[0] for r in psql(f"SELECT outcome FROM attempts WHERE operation_id = "
+                                   f"'{job_id}' ORDER BY seq")]
+    assert outcomes[-2:] == ["resumed_partial", "resumed"], outcomes
+    again = gw.submit(token, "resume-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
+    assert again.status == 200 and again.headers.get("idempotent-replayed") == "true", again
+    text = again.body
+    assert text.startswith(live.data), (live.data, text)  # the same sequence, completed
+    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    assert seqs == list(range(len(seqs))) and text.count(b"event: response.completed\n") == 1, text
+    assert b"tok0 tok1 tok2 tok3 tok4 tok5 " in text, text
+    # The Python client, cut after the first four events, asks again with the same key and
+    # goes on from there: the record's start is what it was given.
+    from idemgate import Client
+    client = Client(f"http://127.0.0.1:{gw.port}", token)
+    body2 = dict(body, input="resume client " + sfx, _mock={"events": 6, "cut_after": 4})
+    events = list(client.stream(route, body2, "resume-client-" + sfx, wait=40))
+    types = [ev.event for ev in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed", types
+    assert len(types) == 10 and types.count("response.output_text.delta") == 6, types
+    assert len(creates(mock, "/v1/responses")) == before + 2

@@ -68,6 +68,11 @@ static struct {
     unsigned long seq; /* 0: free */
     int events, prompt_tokens, in_progress_reads;
     bool cancelled, failed;
+    /* Created with "background": its stream may be resumed (GET ?stream=true&starting_after=n),
+     * its events spaced by delay_ms; the first resume is cut again before event resume_cut
+     * ("_mock.resume_cut_after"; -1: never). */
+    bool background;
+    int delay_ms, resume_cut;
 } kept[KEPT_MAX];
 
 /* A kept response whose stream ended with an error event: read back, it is failed. */
@@ -79,7 +84,8 @@ static void kept_failed(unsigned long seq)
     pthread_mutex_unlock(&seen_lock);
 }
 
-static void keep_response(unsigned long seq, int events, int prompt_tokens, int in_progress)
+static void keep_response(unsigned long seq, int events, int prompt_tokens, int in_progress,
+                          bool background, int delay_ms, int resume_cut)
 {
     pthread_mutex_lock(&seen_lock);
     size_t i = seq % KEPT_MAX;
@@ -89,6 +95,9 @@ static void keep_response(unsigned long seq, int events, int prompt_tokens, int 
     kept[i].in_progress_reads = in_progress;
     kept[i].cancelled = false;
     kept[i].failed = false;
+    kept[i].background = background;
+    kept[i].delay_ms = delay_ms;
+    kept[i].resume_cut = resume_cut;
     pthread_mutex_unlock(&seen_lock);
 }
 
@@ -334,6 +343,20 @@ static enum MHD_Result response_in_progress(struct mock_request *req, unsigned l
     return reply_json(req, MHD_HTTP_OK, doc);
 }
 
+/* Answers with the events of st (freed with the response). */
+static enum MHD_Result send_events(struct mock_request *req, struct sse_state *st)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, read_events, st, free);
+    if (resp == NULL) {
+        free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    return reply_queue(req, MHD_HTTP_OK, resp);
+}
+
 static enum MHD_Result handle(struct mock_request *req, enum api api)
 {
     struct ledger_record rec = {0};
@@ -372,7 +395,10 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     if (api == API_RESPONSES && status == 200 &&
         !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(doc, "store")))
     {
-        keep_response(slot.seq, deltas, prompt_tokens, int_control(ctl, "reads_in_progress", 0));
+        keep_response(slot.seq, deltas, prompt_tokens, int_control(ctl, "reads_in_progress", 0),
+                      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "background")),
+                      int_control(ctl, "event_delay_ms", 0),
+                      int_control(ctl, "resume_cut_after", -1));
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctl, "fail")))
             kept_failed(slot.seq);
     }
@@ -423,15 +449,7 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     st->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
     st->prompt_tokens = prompt_tokens;
     cJSON_Delete(doc);
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, read_events, st, free);
-    if (resp == NULL) {
-        free(st);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    return reply_queue(req, MHD_HTTP_OK, resp);
+    return send_events(req, st);
 }
 
 enum MHD_Result stream_handle_chat(struct mock_request *req)
@@ -466,7 +484,12 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
     char *end = NULL;
     unsigned long seq = strncmp(id, "resp_", 5) == 0 ? strtoul(id + 5, &end, 10) : 0;
     int found = 0, events = 0, prompt_tokens = 0, running = 0, cancelled = 0, failed = 0;
+    int background = 0, delay_ms = 0, resume_cut = -1;
     bool cancel = strcmp(req->method, "POST") == 0;
+    const char *sv = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "stream");
+    const char *after = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND,
+                                                    "starting_after");
+    bool resume = !cancel && sv && strcmp(sv, "true") == 0;
 
     if (seq && end && (cancel ? strcmp(end, "/cancel") == 0 : *end == '\0')) {
         pthread_mutex_lock(&seen_lock);
@@ -480,14 +503,39 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
                 kept[i].cancelled = true;
             cancelled = kept[i].cancelled;
             failed = kept[i].failed;
-            if (running && !cancel)
+            if (running && !cancel && !resume)
                 kept[i].in_progress_reads--;
+            background = kept[i].background;
+            delay_ms = kept[i].delay_ms;
+            resume_cut = kept[i].resume_cut;
+            if (resume)
+                kept[i].resume_cut = -1; /* the next resume goes to the end */
         }
         pthread_mutex_unlock(&seen_lock);
     }
     if (!found)
         return reply_error(req, MHD_HTTP_NOT_FOUND, "Response not found",
                            "invalid_request_error", "not_found");
+    if (resume) {
+        /* The events after number starting_after (from the start without it), as the stream
+         * of the create went on: only a background response can be streamed again. */
+        if (!background)
+            return reply_error(req, MHD_HTTP_BAD_REQUEST,
+                               "Only responses created with background can be streamed again",
+                               "invalid_request_error", "invalid_request");
+        struct sse_state *st = calloc(1, sizeof(*st));
+        if (st == NULL)
+            return MHD_NO;
+        st->api = API_RESPONSES;
+        st->seq = seq;
+        st->events = events;
+        st->prompt_tokens = prompt_tokens;
+        st->delay_ms = delay_ms;
+        st->cut_after = resume_cut;
+        st->step = after ? atoi(after) + 1 : 0;
+        st->error_after = failed ? st->step : -1; /* a failed response: its error event next */
+        return send_events(req, st);
+    }
     if (cancelled)
         return response_in_progress(req, seq, "cancelled");
     if (failed && !running)

@@ -82,15 +82,31 @@ class _Cut(Exception):
 
 
 def _lines(resp):
-    """The response's lines as they arrive; raises _Cut when the body never ended."""
+    """The response's lines as they arrive; raises _Cut when the body never ended: a chunked
+    body without its last chunk, or one shorter than its Content-Length. Read with read1, which
+    raises on a cut chunked body: readline() returns b"" there, as at the body's end (its peek
+    swallows the IncompleteRead and closes the connection), and a cut stream looked whole."""
+    buf = b""
     while True:
         try:
-            line = resp.readline()
+            piece = resp.read1(65536)
         except (http.client.IncompleteRead, OSError, http.client.HTTPException) as e:
             raise _Cut(repr(e)) from e
-        if not line:
+        if not piece:
+            if getattr(resp, "length", None):  # bytes of its Content-Length never came
+                raise _Cut("the body ended before its Content-Length")
+            if buf:
+                yield buf  # a last line without its end (an event cut off: never given)
             return
-        yield line
+        buf += piece
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            yield buf[start:nl + 1]
+            start = nl + 1
+        buf = buf[start:]
 
 
 def stream_events(client, route, body, key, wait, open_stream=None):

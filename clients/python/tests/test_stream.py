@@ -99,3 +99,48 @@ def test_a_record_that_is_not_the_stream_given_is_never_skipped_into():
     assert e.value.job_id == "job_1"
     again = Script((200, SSE, iter(other)))
     assert list(_run(again))[0] == Event("message_start", '{"id":"msg_2"}')
+
+
+def _served(raw):
+    """An HTTP response read from a socket that sends raw and closes."""
+    import http.client
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        c, _ = srv.accept()
+        c.recv(65536)
+        c.sendall(raw)
+        c.close()
+        srv.close()
+    threading.Thread(target=serve, daemon=True).start()
+    conn = http.client.HTTPConnection("127.0.0.1", srv.getsockname()[1], timeout=5)
+    conn.request("GET", "/")
+    return conn.getresponse()
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+@pytest.mark.parametrize("raw, cut", [
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n8\r\ndata:1\n\n\r\n8\r\ndata:2\n\n\r\n0\r\n\r\n",
+     False),
+    # The last chunk never came: readline() would have returned b"" as at the end.
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n8\r\ndata:1\n\n\r\n8\r\ndata:2\n\n\r\n", True),
+    (HEAD + b"Content-Length: 16\r\n\r\ndata:1\n\ndata:2\n\n", False),
+    (HEAD + b"Content-Length: 30\r\n\r\ndata:1\n\ndata:2\n\n", True),
+])
+def test_a_body_cut_before_its_end_is_a_cut_not_a_whole_stream(raw, cut):
+    from idemgate.stream import _lines
+    got = []
+    try:
+        for line in _lines(_served(raw)):
+            got.append(line)
+        ended = True
+    except _Cut:
+        ended = False
+    assert got == [b"data:1\n", b"\n", b"data:2\n", b"\n"], got
+    assert ended is not cut

@@ -1,0 +1,32 @@
+#ifndef IDEMGATE_RESUME_H
+#define IDEMGATE_RESUME_H
+
+#include "idemgate/profile.h"
+
+#include <stddef.h>
+
+/* Resuming a cut stream the provider went on generating (issue 25 §3; PROVIDERS.md: an OpenAI
+ * Responses stream created with "background": true resumes with GET
+ * /v1/responses/{id}?stream=true&starting_after=<sequence_number>). The record a cut stream left
+ * is kept up to its last whole event, and the resumed events are appended: the record stays the
+ * one event sequence its live clients were given, completed. A pure module: no I/O. */
+
+struct resume_point {
+    long long after;   /* the sequence number of the last whole event recorded */
+    size_t prefix_len; /* the record's bytes through that event (its blank line included) */
+};
+
+/* Whether the cut stream of request req (its body) recorded as rec[0..rec_len) can be resumed
+ * with profile p's reconcile.task.resume: the profile says how, the request's resume_when member
+ * is true, and the record's last whole event carries an integer sequence number at
+ * resume_sequence. Returns 1 with *out filled, 0 when it cannot (it is then read back whole),
+ * -1 when out of memory. */
+int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, const char *rec,
+                 size_t rec_len, struct resume_point *out);
+
+/* The record after a resume: rec[0..pt->prefix_len) then the resumed answer's events. Returns a
+ * malloc'ed buffer of *out_len bytes, or NULL when out of memory. */
+char *resume_join(const char *rec, const struct resume_point *pt, const char *more,
+                  size_t more_len, size_t *out_len);
+
+#endif

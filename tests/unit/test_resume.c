@@ -1,0 +1,164 @@
+/* Resuming a cut stream (resume.h, issue 25 §3): where a Responses stream created with
+ * "background" is resumed from (the last whole event's sequence number, the record's bytes
+ * through it), when it is not resumed at all, the record joined with what followed, the resume's
+ * URL, and the profile member that says how (reconcile.task.resume). Table-driven. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "idemgate/profile.h"
+#include "idemgate/provider.h"
+#include "idemgate/resume.h"
+#include "idemgate/sse.h"
+
+#define RESUME                                                                                     \
+    "\"resume\":{\"query\":\"stream=true&starting_after={after}\",\"when\":\"$.background\","    \
+    "\"sequence\":\"$.sequence_number\"}"
+
+/* Loads one provider with extra members after its routes: prof_load_all's answer, the provider
+ * in *ps (free with prof_free_all), the error in err. */
+static int load(const char *extra, struct cfg_provider **ps, size_t *n, char *err, size_t errlen)
+{
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "[{\"name\":\"p\",\"base_url\":\"https://example.test\",\"routes\":[{\"route\":"
+             "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],%s}]",
+             extra);
+    cJSON *arr = cJSON_Parse(text);
+    assert_non_null(arr);
+    *ps = NULL;
+    *n = 0;
+    int rc = prof_load_all(arr, "t.json", ".", ps, n, err, errlen);
+    cJSON_Delete(arr);
+    return rc;
+}
+
+static void test_profile_member(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *extra;
+        int ok;
+        const char *want_err;
+    } rows[] = {
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\"," RESUME
+         "}}",
+         1, NULL},
+        /* not a stream, or no task path of its own, or an async profile: nothing to resume */
+        {"\"reconcile\":{\"task\":{\"path\":\"/t/{id}\"," RESUME "}}", 0,
+         "reconcile.task.resume: only for"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{" RESUME "}}", 0,
+         "reconcile.task.path is required"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
+         "\"resume\":{\"query\":\"stream=true\",\"when\":\"$.b\",\"sequence\":\"$.n\"}}}",
+         0, "must hold {after}"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
+         "\"resume\":{\"query\":\"?after={after}\",\"when\":\"$.b\",\"sequence\":\"$.n\"}}}",
+         0, "the query alone"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
+         "\"resume\":{\"query\":\"after={id}\",\"when\":\"$.b\",\"sequence\":\"$.n\"}}}",
+         0, "resume.query"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
+         "\"resume\":{\"query\":\"after={after}\",\"sequence\":\"$.n\"}}}",
+         0, "resume.when is required"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
+         "\"resume\":{\"query\":\"after={after}\",\"when\":\"$.b\"}}}",
+         0, "resume.sequence is required"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct cfg_provider *ps;
+        size_t n;
+        char err[512] = "";
+        int rc = load(rows[i].extra, &ps, &n, err, sizeof(err));
+        if ((rc == 0) != rows[i].ok || (rc != 0 && !strstr(err, rows[i].want_err)))
+            fail_msg("row %zu: rc %d, err %s", i, rc, err);
+        if (rc == 0) {
+            char *url = prov_resume_url(&ps[0], "resp_1", 41);
+            assert_string_equal(url, "https://example.test/t/resp_1?stream=true&starting_after=41");
+            free(url);
+        }
+        if (ps)
+            prof_free_all(ps, n);
+    }
+}
+
+#define EV(type, n) "event: " type "\ndata: {\"type\":\"" type "\",\"sequence_number\":" #n "}\n\n"
+
+static void test_resume_point(void **state)
+{
+    (void)state;
+    struct cfg_provider *ps;
+    size_t np;
+    char err[512] = "";
+    assert_int_equal(load("\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":"
+                          "\"/t/{id}\"," RESUME "}}",
+                          &ps, &np, err, sizeof(err)),
+                     0);
+    static const char bg[] = "{\"model\":\"m\",\"stream\":true,\"background\":true}";
+#define TWO EV("response.created", 0) EV("response.in_progress", 1)
+    static const struct {
+        const char *req, *rec;
+        int want;
+        long long after;
+        size_t prefix; /* 0: the whole record */
+    } rows[] = {
+        {bg, TWO, 1, 1, 0},
+        /* an event cut off mid-way is never resumed from: the whole ones before it are */
+        {bg, TWO "event: response.output_text.delta\ndata: {\"sequence_number\":2", 1, 1,
+         sizeof(TWO) - 1},
+        {bg, TWO "event: response.output_text.delta\n", 1, 1, sizeof(TWO) - 1},
+        /* CRLF lines: the prefix ends after the blank line */
+        {bg, "event: a\r\ndata: {\"sequence_number\":7}\r\n\r\n", 1, 7, 0},
+        /* not a background response: the provider does not keep generating it */
+        {"{\"stream\":true}", TWO, 0, 0, 0},
+        {"{\"stream\":true,\"background\":false}", TWO, 0, 0, 0},
+        {"not json", TWO, 0, 0, 0},
+        /* no whole event, or a last one without a usable number: read back whole */
+        {bg, "", 0, 0, 0},
+        {bg, "event: response.created\ndata: {\"sequence_number\":0}", 0, 0, 0},
+        {bg, EV("a", 0) "data: {\"sequence_number\":\"1\"}\n\n", 0, 0, 0},
+        {bg, EV("a", 0) "data: {\"sequence_number\":1.5}\n\n", 0, 0, 0},
+        {bg, EV("a", 0) "data: {\"sequence_number\":-1}\n\n", 0, 0, 0},
+        {bg, EV("a", 0) "data: [DONE]\n\n", 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct resume_point pt;
+        int r = resume_point(&ps[0], rows[i].req, strlen(rows[i].req), rows[i].rec,
+                             strlen(rows[i].rec), &pt);
+        size_t prefix = rows[i].prefix ? rows[i].prefix : strlen(rows[i].rec);
+        if (r != rows[i].want || (r == 1 && (pt.after != rows[i].after || pt.prefix_len != prefix)))
+            fail_msg("row %zu: %d after %lld prefix %zu", i, r, pt.after, pt.prefix_len);
+    }
+    /* The join: the record through its last whole event, then what the resume gave. */
+    static const char cut[] = EV("response.created", 0) "event: response.in_pro";
+    static const char more[] = EV("response.in_progress", 1) EV("response.completed", 2);
+    struct resume_point pt;
+    assert_int_equal(resume_point(&ps[0], bg, strlen(bg), cut, strlen(cut), &pt), 1);
+    size_t n = 0;
+    char *joined = resume_join(cut, &pt, more, strlen(more), &n);
+    static const char want[] =
+        EV("response.created", 0) EV("response.in_progress", 1) EV("response.completed", 2);
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(joined, want, n);
+    struct sse_verdict v;
+    assert_int_equal(sse_read(SSE_OPENAI_RESPONSES, joined, n, &v), 0);
+    assert_int_equal(v.terminal, 1);
+    sse_verdict_fini(&v);
+    free(joined);
+    prof_free_all(ps, np);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile_member),
+        cmocka_unit_test(test_resume_point),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
