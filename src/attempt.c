@@ -17,6 +17,7 @@
 #include "idemgate/policy.h"
 #include "idemgate/provider.h"
 #include "idemgate/resultq.h"
+#include "idemgate/resume.h"
 #include "idemgate/store.h"
 
 #include <cjson/cJSON.h>
@@ -477,6 +478,12 @@ struct attempt {
     size_t head_len;
     int id_looked_for;
     int stream_sent; /* the request asked the provider for a stream */
+    /* The record kept on the row in batches while the stream runs (note_partial): the bytes
+     * since the last batch, how many were queued before them, and when. */
+    int partial_on;
+    char *pend;
+    size_t pend_len, pend_cap, noted;
+    double noted_at;
 };
 
 /* What is read of a stream's beginning for the id it names: its first events. */
@@ -499,13 +506,91 @@ static void write_note(struct rq_item *it, struct db *db)
     free(n);
 }
 
-/* The stream's bytes as they arrive, on an engine thread: to its live clients, and read for the
- * id it names until one is found (then queued for a writer, once). */
+/* Bytes of a stream still arriving, queued for a writer to keep on the row (note_partial). */
+struct partial_note {
+    struct rq_item node;
+    long long tenant_id, lease_version, offset;
+    char job_id[64];
+    char *bytes;
+    size_t len;
+};
+
+static void write_partial(struct rq_item *it, struct db *db)
+{
+    struct partial_note *n = (struct partial_note *)it;
+    int kept = 0;
+    if (store_note_partial(db, n->tenant_id, n->job_id, n->lease_version, n->bytes, n->len,
+                           n->offset, &kept) < 0 ||
+        !kept)
+        LOG(LOG_DEBUG, "stream_batch_not_kept", LS("job_id", n->job_id), LI("offset", n->offset),
+            LS("note", "the call has ended, or an earlier batch was not kept: the record is "
+                       "written whole with the result"));
+    free(n->bytes);
+    free(n);
+}
+
+/* A stream longer than this since its last batch is no longer kept in batches (memory). */
+#define PARTIAL_PENDING_MAX (8u << 20)
+
+/* The record so far, kept on the row in batches as it arrives (resume_note_due): if this
+ * replica dies mid-stream, what arrived is not lost with it — the reconciler resumes a
+ * background Responses stream after its last whole event, and an operator sees what was
+ * generated. The bytes of each batch go to a writer thread; the transfer keeps the whole. */
+static void keep_partial(struct attempt *a, const char *p, size_t n)
+{
+    if (a->pend_len + n > PARTIAL_PENDING_MAX) {
+        a->partial_on = 0;
+        free(a->pend);
+        a->pend = NULL;
+        return;
+    }
+    if (a->pend_len + n > a->pend_cap) {
+        size_t cap = a->pend_cap ? a->pend_cap : 4096;
+        while (cap < a->pend_len + n)
+            cap *= 2;
+        char *b = realloc(a->pend, cap);
+        if (!b) {
+            a->partial_on = 0;
+            return;
+        }
+        a->pend = b;
+        a->pend_cap = cap;
+    }
+    memcpy(a->pend + a->pend_len, p, n);
+    a->pend_len += n;
+    double now = clock_mono();
+    if (!resume_note_due(a->noted, a->pend_len, now - a->noted_at))
+        return;
+    struct partial_note *note = calloc(1, sizeof(*note));
+    if (!note || strlen(a->c.id) >= sizeof(note->job_id)) {
+        free(note);
+        a->partial_on = 0;
+        return;
+    }
+    note->node.write = write_partial;
+    note->tenant_id = a->c.tenant_id;
+    note->lease_version = a->c.lease_version;
+    note->offset = (long long)a->noted;
+    memcpy(note->job_id, a->c.id, strlen(a->c.id) + 1);
+    note->bytes = a->pend;
+    note->len = a->pend_len;
+    a->noted += a->pend_len;
+    a->pend = NULL;
+    a->pend_len = a->pend_cap = 0;
+    a->noted_at = now;
+    rq_push(a->notes, &note->node);
+}
+
+/* The stream's bytes as they arrive, on an engine thread: to its live clients, kept on the row
+ * in batches, and read for the id it names until one is found (then queued for a writer,
+ * once). */
 static void on_stream(void *arg, const char *p, size_t n)
 {
     struct attempt *a = arg;
     if (a->ls)
         ls_feed(a->ls, p, n);
+    if (a->partial_on && a->notes)
+        keep_partial(a, p, n);
     if (!a->id_looked_for)
         return;
     size_t take = n < STREAM_HEAD_MAX - a->head_len ? n : STREAM_HEAD_MAX - a->head_len;
@@ -556,6 +641,7 @@ static void attempt_free(struct attempt *a)
     free(a->t.poll_url);
     free(a->plan);
     free(a->head);
+    free(a->pend);
     free(a);
 }
 
@@ -788,7 +874,13 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
     a->id_looked_for = streamed && a->notes && a->p->task_path &&
                        a->p->mode != CFG_MODE_ASYNC_POLL;
     a->head_len = 0;
-    if (a->ls || a->id_looked_for) {
+    /* Every stream's record is kept in batches as it arrives (keep_partial). */
+    a->partial_on = streamed && a->notes;
+    free(a->pend);
+    a->pend = NULL;
+    a->pend_len = a->pend_cap = a->noted = 0;
+    a->noted_at = clock_mono();
+    if (a->ls || a->id_looked_for || a->partial_on) {
         call.on_stream = on_stream;
         call.on_stream_arg = a;
     }

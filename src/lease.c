@@ -863,6 +863,37 @@ int store_note_remote(struct db *db, long long tenant_id, const char *id, long l
                          DB_ROWS, &n);
 }
 
+/* The record of a stream so far, kept on its row in batches while the call goes on (fenced like
+ * note_remote): the first batch of an attempt ($5 = 0) replaces what an earlier attempt left and
+ * clears its status and headers (no answer is complete yet); each next one is appended only where
+ * the row holds exactly the bytes before it ($5), so a lost batch stops the rest rather than
+ * leave a gap. */
+static const struct db_stmt note_partial = {
+    .name = "note_partial",
+    .sql = "UPDATE operations SET "
+           " resp_body = CASE WHEN $5::bigint = 0 THEN $4::bytea ELSE resp_body || $4::bytea END, "
+           " resp_status = CASE WHEN $5::bigint = 0 THEN NULL ELSE resp_status END, "
+           " resp_headers = CASE WHEN $5::bigint = 0 THEN NULL ELSE resp_headers END "
+           "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
+           " = 'sending' AND ($5::bigint = 0 OR length(resp_body) = $5::bigint)",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "bytes", "offset"),
+    .moves = DB_MOVES({ST_SENDING, ST_SENDING}),
+};
+
+int store_note_partial(struct db *db, long long tenant_id, const char *id,
+                       long long lease_version, const char *bytes, size_t len, long long offset,
+                       int *kept)
+{
+    long long n = 0;
+    int e = db_run_number(db, &note_partial,
+                          DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", id),
+                                  p_int("lease_version", lease_version),
+                                  p_bytes("bytes", bytes, len), p_int("offset", offset)),
+                          DB_ROWS, &n);
+    *kept = e == STORE_OK && n == 1;
+    return e;
+}
+
 /* What a cut stream left on its row (the record of the events that arrived), read under the
  * reconciler's lease to resume the stream after its last whole event (resume.h). Reads only. */
 static const struct db_stmt partial_record = {
@@ -898,7 +929,7 @@ int store_partial_record(struct db *db, const struct store_claim *c, char **body
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
-    &begin_send, &release_reservation, &note_remote, &partial_record,
+    &begin_send, &release_reservation, &note_remote, &note_partial, &partial_record,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

@@ -176,6 +176,12 @@ __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct
 
 /* Keeps on a `sending` row, under its lease, the id its provider's stream named while the call
  * is still in flight. Returns the store error, or STORE_OK (written or not). */
+/* Keeps len bytes of a stream that is still arriving on a `sending` row under its lease: at
+ * offset 0 they replace the row's answer, after that they are appended where the row holds exactly
+ * `offset` bytes. *kept says whether they were. Returns the store error, or STORE_OK. */
+int store_note_partial(struct db *db, long long tenant_id, const char *id,
+                       long long lease_version, const char *bytes, size_t len, long long offset,
+                       int *kept);
 /* The stored answer of claim c's operation (a cut stream's record), under c's fencing token:
  * STORE_OK with *body (malloc'ed, *len bytes), STORE_ENOTFOUND when there is none or the claim
  * was lost, or the store error. */

@@ -29,4 +29,11 @@ int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, 
 char *resume_join(const char *rec, const struct resume_point *pt, const char *more,
                   size_t more_len, size_t *out_len);
 
+/* Whether the bytes of a stream that arrived since the last batch kept on its row (`pending`, of
+ * `noted` kept before) are to be kept now, `seconds` after that batch (or the call's start):
+ * at most once a second, and only once they are at least 512 bytes and a quarter of what is
+ * kept. Each append rewrites the row's whole value, and what is kept grows by a quarter at
+ * least each time: all the writes of a stream together are under 5 times its size. */
+int resume_note_due(size_t noted, size_t pending, double seconds);
+
 #endif

@@ -46,6 +46,7 @@ STEPS = {
     "unparked_poll": [T, "job_x"],
     "note_remote": [T, "job_x", 1, "resp_x"],
     "partial_record": [T, "job_x", 1],
+    "note_partial": [T, "job_x", 1, "\\x00", 0],
     "archive_plan_write": [T, "job_x", "[]"],
     "archive_claim": ["me", 30, "{mock}", T],
     "archive_finish": [T, "job_x", 0, 1, "archived", None, 0, None, None, None, None, None],

@@ -651,3 +651,48 @@ def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory
     assert types[0] == "response.created" and types[-1] == "response.completed", types
     assert len(types) == 10 and types.count("response.output_text.delta") == 6, types
     assert len(creates(mock, "/v1/responses")) == before + 2
+
+
+def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_factory, mock,
+                                                                     token, psql):
+    """Issue 25 §2: a stream's record is kept on its row in batches as it arrives, not only with
+    the result. A replica killed mid-stream leaves what it had kept: another replica's
+    reconciler resumes the background response after the last whole event kept, and the record
+    is the one event sequence, complete — one create."""
+    sfx = uuid.uuid4().hex[:6]
+    e = {"name": "rbatch" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
+         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    body = {"model": "gpt-4o-mini", "input": "batches " + sfx, "stream": True,
+            "background": True, "_mock": {"events": 12, "event_delay_ms": 300}}
+    before = len(creates(mock, "/v1/responses"))
+    r = gw.submit(token, "rbatch-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 20
+    while True:  # the first batch is kept a second or so into the stream
+        kept = psql(f"SELECT coalesce(length(resp_body), 0), state FROM operations "
+                    f"WHERE id = '{job_id}'")[0]
+        if int(kept[0]) > 0:
+            break
+        assert time.monotonic() < deadline, kept
+        time.sleep(0.05)
+    assert kept[1] == "sending", kept
+    gw.proc.kill()  # mid-stream: what was kept stays
+    gw.proc.wait()
+    partial = bytes.fromhex(psql(f"SELECT encode(resp_body, 'hex') FROM operations "
+                                 f"WHERE id = '{job_id}'")[0][0])
+    assert partial.startswith(b"event: response.created\n"), partial
+    other = gateway_factory(providers=[e], env=ENV)
+    j = wait_state(other, token, job_id, ("completed", "failed", "review"), timeout=40)
+    assert j["state"] == "completed", j
+    assert j["usage"]["output_tokens"] == 12, j
+    outcomes = [row[0] for row in psql(f"SELECT outcome FROM attempts WHERE operation_id = "
+                                       f"'{job_id}' ORDER BY seq")]
+    assert outcomes[-1] == "resumed", outcomes
+    again = other.submit(token, "rbatch-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
+    text = again.body
+    assert again.status == 200 and text.startswith(partial[:partial.rfind(b"\n\n") + 2]), text
+    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    assert seqs == list(range(len(seqs))) and b"event: response.completed\n" in text, text
+    assert len(creates(mock, "/v1/responses")) == before + 1

@@ -154,11 +154,45 @@ static void test_resume_point(void **state)
     prof_free_all(ps, np);
 }
 
+/* When the bytes of a stream since its last batch are kept on the row. */
+static void test_note_due(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t noted, pending;
+        double seconds;
+        int due;
+    } rows[] = {
+        {0, 600, 1.0, 1},      {0, 600, 0.99, 0},       /* at most once a second */
+        {0, 511, 5.0, 0},      {0, 512, 5.0, 1},        /* not for a few bytes */
+        {4000, 999, 2.0, 0},   {4000, 1000, 2.0, 1},    /* a quarter of what is kept */
+        {1 << 20, 262143, 9.0, 0}, {1 << 20, 262144, 9.0, 1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (resume_note_due(rows[i].noted, rows[i].pending, rows[i].seconds) != rows[i].due)
+            fail_msg("row %zu", i);
+    /* All the writes of a stream of 16 MiB arriving in 1 KiB pieces, a second apart: each
+     * append rewrites what is kept. */
+    size_t noted = 0, pending = 0, written = 0, writes = 0;
+    for (size_t got = 0; got < (16u << 20); got += 1024) {
+        pending += 1024;
+        if (resume_note_due(noted, pending, 1.0)) {
+            noted += pending;
+            written += noted;
+            writes++;
+            pending = 0;
+        }
+    }
+    assert_true(written < 5 * (size_t)(16u << 20));
+    assert_true(writes < 60);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile_member),
         cmocka_unit_test(test_resume_point),
+        cmocka_unit_test(test_note_due),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
