@@ -51,6 +51,13 @@ def creates(mock, path):
     return [c for c in mock.ledger() if c["route"] == path and not c["replay"]]
 
 
+def responses_entry(mock, name, **extra):
+    """A provider entry of the shipped OpenAI Responses profile, at the mock."""
+    return dict({"name": name, "profile": os.path.join(PROFILES, "openai-responses.json"),
+                 "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}},
+                **extra)
+
+
 def test_a_streamed_chat_is_recorded_and_replayed_identically(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
@@ -191,8 +198,7 @@ def test_an_error_event_before_any_output_is_judged_as_its_status(gateway_factor
     # A Responses stream named its response before the error event: the generation may go on
     # at the provider, so the event's type decides nothing — it is read back (here: failed),
     # never sent again.
-    resp = {"name": "rerr" + nonce[:6], "profile": os.path.join(PROFILES, "openai-responses.json"),
-            "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    resp = responses_entry(mock, "rerr" + nonce[:6])
     gw2 = gateway_factory(providers=[resp], env=ENV)
     body = {"model": "gpt-4o-mini", "input": "error once " + nonce, "stream": True,
             "_mock": {"events": 3, "error_first": 1}}
@@ -416,8 +422,7 @@ def test_an_openai_responses_stream_is_recorded_replayed_and_assembled(gateway_f
     response.completed; the same request whole gets the completed response the stream ended
     with; its usage settles the cost."""
     sfx = uuid.uuid4().hex[:6]
-    e = {"name": "resp" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
-         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    e = responses_entry(mock, "resp" + sfx)
     gw = gateway_factory(providers=[e], env=ENV)
     route = e["name"] + "/responses"
     body = {"model": "gpt-4o-mini", "input": "Say hello", "stream": True, "max_output_tokens": 50,
@@ -459,8 +464,7 @@ def test_a_cut_responses_stream_is_read_back_by_its_id(gateway_factory, mock, to
     truth: the job is completed with the response, its usage settles the cost, and the same
     request streamed again gets the events that response stands for."""
     sfx = uuid.uuid4().hex[:6]
-    e = {"name": "rback" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
-         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    e = responses_entry(mock, "rback" + sfx)
     gw = gateway_factory(providers=[e], env=ENV)
     route = e["name"] + "/responses"
     body = {"model": "gpt-4o-mini", "input": "read back " + sfx, "stream": True,
@@ -494,15 +498,14 @@ def test_a_background_response_is_followed_to_its_end(gateway_factory, mock, tok
     usage settles the cost, one create. The same key replays it; "store": false with background
     is the provider's 400 (failed, nothing generated)."""
     sfx = uuid.uuid4().hex[:6]
-    e = {"name": "bg" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
-         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000},
-         "reconcile": {"strategy": "none", "window_seconds": 60,
-                       "task": {"path": "/v1/responses/{id}"},
-                       "found_status": {"path": "$.status", "interval_ms": 200,
-                                        "map": {"queued": "queued", "in_progress": "running",
-                                                "completed": "succeeded",
-                                                "incomplete": "succeeded", "failed": "failed",
-                                                "cancelled": "canceled"}}}}
+    e = responses_entry(
+        mock, "bg" + sfx,
+        reconcile={"strategy": "none", "window_seconds": 60,
+                   "task": {"path": "/v1/responses/{id}"},
+                   "found_status": {"path": "$.status", "interval_ms": 200,
+                                    "map": {"queued": "queued", "in_progress": "running",
+                                            "completed": "succeeded", "incomplete": "succeeded",
+                                            "failed": "failed", "cancelled": "canceled"}}})
     gw = gateway_factory(providers=[e], env=ENV)
     route = e["name"] + "/responses"
     body = {"model": "gpt-4o-mini", "input": "background " + sfx, "background": True,
@@ -564,8 +567,7 @@ def test_kill_9_mid_responses_stream_is_read_back_by_the_id_kept_while_it_ran(
     named (response.created) is kept on the row while the call goes on, so when the lease runs
     out another replica's reconciler reads the response back by it — completed, one create."""
     sfx = uuid.uuid4().hex[:6]
-    e = {"name": "rkill" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
-         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    e = responses_entry(mock, "rkill" + sfx)
     gw = gateway_factory(providers=[e], env=ENV)
     route = e["name"] + "/responses"
     body = {"model": "gpt-4o-mini", "input": "killed " + sfx, "stream": True,
@@ -605,8 +607,7 @@ def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory
     if sys_path not in sys.path:
         sys.path.insert(0, sys_path)
     sfx = uuid.uuid4().hex[:6]
-    e = {"name": "resume" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
-         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    e = responses_entry(mock, "resume" + sfx)
     gw = gateway_factory(providers=[e], env=ENV)
     route = e["name"] + "/responses"
     before = len(creates(mock, "/v1/responses"))
@@ -660,8 +661,7 @@ def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_fact
     reconciler resumes the background response after the last whole event kept, and the record
     is the one event sequence, complete — one create."""
     sfx = uuid.uuid4().hex[:6]
-    e = {"name": "rbatch" + sfx, "profile": os.path.join(PROFILES, "openai-responses.json"),
-         "base_url": mock.url, "timeouts": {"connect_ms": 1000, "total_ms": 8000}}
+    e = responses_entry(mock, "rbatch" + sfx)
     gw = gateway_factory(providers=[e], env=ENV)
     route = e["name"] + "/responses"
     body = {"model": "gpt-4o-mini", "input": "batches " + sfx, "stream": True,
