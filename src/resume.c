@@ -54,5 +54,5 @@ char *resume_join(const char *rec, const struct resume_point *pt, const char *mo
 
 int resume_note_due(size_t noted, size_t pending, double seconds)
 {
-    return seconds >= 1.0 && pending >= 512 && pending >= noted / 4;
+    return seconds >= 1.0 && pending >= 512 && pending >= noted / 2;
 }
