@@ -48,6 +48,7 @@ static const struct memb retry_m[] = {
 static const struct memb_table retry_t = MEMB_TABLE(retry_m, NULL);
 static const struct memb resume_m[] = {{"query", MEMB_VALUE, NULL},
                                        {"sequence", MEMB_VALUE, NULL},
+                                       {"start_query", MEMB_VALUE, NULL},
                                        {"when", MEMB_VALUE, NULL}};
 static const struct memb_table resume_t = MEMB_TABLE(resume_m, NULL);
 static const struct memb task_m[] = {{"client_ref", MEMB_VALUE, NULL},
@@ -494,6 +495,17 @@ static int load_resume(struct cfg_provider *p, const cJSON *task, const char *fi
              : strchr("?&/", p->resume_query[0]) ? "is the query alone, without '?', '&' or a path"
              : !strstr(p->resume_query, "{after}") ? "must hold {after}"
                                                   : why);
+        return -1;
+    }
+    /* From the first event: no placeholder. */
+    p->resume_start_query = dup_str(rs, "start_query", NULL);
+    if (p->resume_start_query &&
+        (!*p->resume_start_query || strchr("?&/", p->resume_start_query[0]) ||
+         tmpl_validate(p->resume_start_query, NULL, why, sizeof(why)) < 0)) {
+        errf(err, errlen, "%s: %s.start_query: %s", file, field,
+             !*p->resume_start_query || strchr("?&/", p->resume_start_query[0])
+                 ? "is the query alone, without '?', '&' or a path"
+                 : why);
         return -1;
     }
     return load_path(rs, "when", &p->resume_when, 1, file, field, err, errlen) < 0 ||
@@ -1133,7 +1145,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->webhook_secret_env, p->webhook_signature_header,
                         p->webhook_event_id_header, p->webhook_url_query,
                         p->result_fetch_strip, p->proxy, p->list_cursor_param,
-                        p->task_path, p->resume_query};
+                        p->task_path, p->resume_query, p->resume_start_query};
         for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
             free(strs[k]);
         for (int k = 0; k < p->n_trip_markers; k++)

@@ -155,9 +155,9 @@ char *prov_resume_url(const struct cfg_provider *p, const char *remote_id, long 
 {
     char num[24], err[160], *query = NULL, *url = NULL;
     snprintf(num, sizeof(num), "%lld", after);
-    char *task = p->resume_query ? prov_task_url(p, remote_id, NULL) : NULL;
-    if (task && tmpl_expand(p->resume_query, TMPL_URL_SEGMENT, after_var, num, &query, err,
-                            sizeof(err)) == 0 &&
+    const char *tmpl = after < 0 ? p->resume_start_query : p->resume_query;
+    char *task = tmpl ? prov_task_url(p, remote_id, NULL) : NULL;
+    if (task && tmpl_expand(tmpl, TMPL_URL_SEGMENT, after_var, num, &query, err, sizeof(err)) == 0 &&
         asprintf(&url, "%s%c%s", task, strchr(task, '?') ? '&' : '?', query) < 0)
         url = NULL;
     free(query);

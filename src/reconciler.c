@@ -566,8 +566,8 @@ static int write_resumed(struct db *db, struct recon_job *j)
     attempt_count_results(p, &whole, &rs);
     struct resume_point more;
     int progressed = rs.stream_cut && !rs.stream_error_type[0] &&
-                     resume_point(p, (const char *)c->body, c->body_len, whole.body, n, &more) ==
-                         1 &&
+                     resume_point(p, (const char *)c->body, c->body_len, whole.body, n,
+                                  c->remote_id, &more) == 1 &&
                      more.after > j->pt.after;
     int written = 1;
     if (!rs.stream_cut) {
@@ -606,9 +606,10 @@ static int start_resume(struct db *db, struct recon_job *j, const char *id)
         return 0;
     char *rec = NULL;
     size_t n = 0;
-    if (store_partial_record(db, &j->c, &rec, &n) != STORE_OK)
+    int e = store_partial_record(db, &j->c, &rec, &n);
+    if (e != STORE_OK && e != STORE_ENOTFOUND) /* (nothing kept: resumed from the start) */
         return 0;
-    if (resume_point(p, (const char *)j->c.body, j->c.body_len, rec, n, &j->pt) != 1 ||
+    if (resume_point(p, (const char *)j->c.body, j->c.body_len, rec, n, id, &j->pt) != 1 ||
         !(j->url = prov_resume_url(p, id, j->pt.after))) {
         free(rec);
         return 0;

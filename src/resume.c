@@ -8,11 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether rec's stream names generation id (its first event naming one: a Responses stream's
+ * response.created). A record left by an earlier attempt's generation is not this one's start. */
+static int names(const struct cfg_provider *p, const char *rec, size_t rec_len, const char *id)
+{
+    struct sse_verdict v;
+    if (sse_read((enum sse_format)p->stream_format, rec, rec_len, &v) < 0)
+        return -1;
+    int same = id && strcmp(v.id, id) == 0;
+    sse_verdict_fini(&v);
+    return same;
+}
+
 int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, const char *rec,
-                 size_t rec_len, struct resume_point *out)
+                 size_t rec_len, const char *id, struct resume_point *out)
 {
     memset(out, 0, sizeof(*out));
-    if (!p->resume_query || !p->resume_when || !p->resume_sequence || !req || !rec || !rec_len)
+    out->after = -1;
+    if (!p->resume_query || !p->resume_when || !p->resume_sequence || !req)
         return 0;
     const char *end = NULL;
     cJSON *body = cJSON_ParseWithLengthOpts(req, req_len, &end, 0);
@@ -20,11 +33,19 @@ int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, 
     cJSON_Delete(body);
     if (!when)
         return 0;
+    /* From the start, where the profile can: nothing kept, nothing whole, or not this
+     * generation's (an earlier attempt's answer left on the row). */
+    int from_start = p->resume_start_query ? 1 : 0;
+    int same = rec && rec_len ? names(p, rec, rec_len, id) : 0;
+    if (same < 0)
+        return -1;
+    if (!same)
+        return from_start;
     size_t at = 0, dlen = 0;
     char *data = NULL;
     int r = sse_last_event(rec, rec_len, &at, &data, &dlen);
     if (r <= 0)
-        return r;
+        return r < 0 ? -1 : from_start;
     cJSON *d = cJSON_ParseWithLengthOpts(data, dlen, &end, 0);
     const cJSON *n = d ? jpath_first(p->resume_sequence, d) : NULL;
     int ok = cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble < 9e15 &&
@@ -35,7 +56,7 @@ int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, 
     }
     cJSON_Delete(d);
     free(data);
-    return ok;
+    return ok ? 1 : from_start;
 }
 
 char *resume_join(const char *rec, const struct resume_point *pt, const char *more,
@@ -45,7 +66,8 @@ char *resume_join(const char *rec, const struct resume_point *pt, const char *mo
     char *out = malloc(n ? n : 1);
     if (!out)
         return NULL;
-    memcpy(out, rec, pt->prefix_len);
+    if (pt->prefix_len)
+        memcpy(out, rec, pt->prefix_len);
     if (more_len)
         memcpy(out + pt->prefix_len, more, more_len);
     *out_len = n;

@@ -120,6 +120,7 @@ struct cfg_provider {
      * the sequence number (at resume_sequence in each event's data) of the last whole event
      * recorded, when the request's resume_when is true. NULL: a cut stream is read back whole. */
     char *resume_query;
+    char *resume_start_query; /* the same from the first event (resume.start_query), or NULL */
     struct jpath *resume_when, *resume_sequence;
     /* Where a found task's result (shaped as the create's answer) is inside a lookup's answer, a
      * list's item or a task read: reconcile.found_result; NULL: the whole answer. */

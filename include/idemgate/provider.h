@@ -67,8 +67,8 @@ int prov_read_task(const struct cfg_provider *p, const char *credential, const c
  * task. */
 char *prov_task_url(const struct cfg_provider *p, const char *remote_id, const char *client_ref);
 /* The URL resuming task remote_id's event stream after its event number `after`: the task's
- * URL with reconcile.task.resume.query added. NULL when the profile has none (or out of
- * memory). */
+ * URL with reconcile.task.resume.query added (after < 0: resume.start_query, from the first
+ * event). NULL when the profile has none (or out of memory). */
 char *prov_resume_url(const struct cfg_provider *p, const char *remote_id, long long after);
 /* 1 when res is a whole 2xx answer (what prov_read_task returns 0 for). */
 int prov_task_answered(const struct up_response *res);

@@ -12,17 +12,21 @@
  * one event sequence its live clients were given, completed. A pure module: no I/O. */
 
 struct resume_point {
-    long long after;   /* the sequence number of the last whole event recorded */
+    long long after;   /* the sequence number of the last whole event recorded; -1: from the
+                          start (nothing of this generation's stream is kept) */
     size_t prefix_len; /* the record's bytes through that event (its blank line included) */
 };
 
-/* Whether the cut stream of request req (its body) recorded as rec[0..rec_len) can be resumed
- * with profile p's reconcile.task.resume: the profile says how, the request's resume_when member
- * is true, and the record's last whole event carries an integer sequence number at
- * resume_sequence. Returns 1 with *out filled, 0 when it cannot (it is then read back whole),
- * -1 when out of memory. */
+/* Whether the cut stream of generation id (the job's remote id), asked by request req (its
+ * body) and recorded as rec[0..rec_len) (may be empty), can be resumed with profile p's
+ * reconcile.task.resume: the profile says how and the request's resume_when member is true.
+ * Then, when the record is this generation's stream (it names id) and its last whole event
+ * carries an integer sequence number at resume_sequence, it resumes after that event; else —
+ * nothing kept (a replica killed before its first batch), nothing whole, or an earlier attempt's
+ * answer — from the start, when the profile has resume.start_query. Returns 1 with *out filled,
+ * 0 when it cannot be resumed (it is then read back whole), -1 when out of memory. */
 int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, const char *rec,
-                 size_t rec_len, struct resume_point *out);
+                 size_t rec_len, const char *id, struct resume_point *out);
 
 /* The record after a resume: rec[0..pt->prefix_len) then the resumed answer's events. Returns a
  * malloc'ed buffer of *out_len bytes, or NULL when out of memory. */

@@ -696,3 +696,51 @@ def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_fact
     seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
     assert seqs == list(range(len(seqs))) and b"event: response.completed\n" in text, text
     assert len(creates(mock, "/v1/responses")) == before + 1
+
+
+def test_kill_9_before_any_batch_resumes_the_background_stream_from_its_start(
+        gateway_factory, mock, token, psql):
+    """A replica killed right after the stream named its response, before any batch of the
+    record was kept (found by the campaign's `respond` kind): the row holds the id and no
+    stream. The reconciler resumes it from the first event (GET ?stream=true, the profile's
+    resume.start_query) rather than read the response back whole, so the record is the event
+    sequence the live client was given the start of — not a JSON response."""
+    import http.client
+    sfx = uuid.uuid4().hex[:6]
+    e = responses_entry(mock, "rstart" + sfx)
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    body = {"model": "gpt-4o-mini", "input": "from the start " + sfx, "stream": True,
+            "background": True, "_mock": {"events": 6, "event_delay_ms": 150}}
+    before = len(creates(mock, "/v1/responses"))
+    live = Live(gw, token, route, "rstart-" + sfx, body)
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    live.until(b"event: response.in_progress")
+    deadline = time.monotonic() + 10
+    while True:  # the id is kept at once; the first batch only a second in
+        row = psql(f"SELECT coalesce(remote_id, ''), resp_body IS NULL FROM operations "
+                   f"WHERE id = '{job_id}'")[0]
+        if row[0]:
+            break
+        assert time.monotonic() < deadline, row
+        time.sleep(0.02)
+    gw.proc.kill()
+    gw.proc.wait()
+    try:
+        live.rest()
+    except http.client.IncompleteRead as exc:
+        live.data += exc.partial
+    live.close()
+    assert row[1] == "t", row  # nothing of the stream was kept
+    other = gateway_factory(providers=[e], env=ENV)
+    j = wait_state(other, token, job_id, ("completed", "failed", "review"), timeout=40)
+    assert j["state"] == "completed", j
+    outcomes = [r[0] for r in psql(f"SELECT outcome FROM attempts WHERE operation_id = "
+                                   f"'{job_id}' ORDER BY seq")]
+    assert outcomes[-1] == "resumed", outcomes
+    again = other.submit(token, "rstart-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
+    text = again.body
+    assert again.status == 200 and text.startswith(live.data), (live.data, text)
+    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    assert seqs == list(range(len(seqs))) and b"event: response.completed\n" in text, text
+    assert len(creates(mock, "/v1/responses")) == before + 1

@@ -17,9 +17,12 @@
 #include "idemgate/resume.h"
 #include "idemgate/sse.h"
 
-#define RESUME                                                                                     \
+#define RESUME_NO_START                                                                            \
     "\"resume\":{\"query\":\"stream=true&starting_after={after}\",\"when\":\"$.background\","    \
     "\"sequence\":\"$.sequence_number\"}"
+#define RESUME                                                                                     \
+    "\"resume\":{\"query\":\"stream=true&starting_after={after}\",\"when\":\"$.background\","    \
+    "\"sequence\":\"$.sequence_number\",\"start_query\":\"stream=true\"}"
 
 /* Loads one provider with extra members after its routes: prof_load_all's answer, the provider
  * in *ps (free with prof_free_all), the error in err. */
@@ -68,6 +71,14 @@ static void test_profile_member(void **state)
          "\"resume\":{\"query\":\"after={after}\",\"sequence\":\"$.n\"}}}",
          0, "resume.when is required"},
         {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
+         "\"resume\":{\"query\":\"a={after}\",\"start_query\":\"?stream=true\",\"when\":"
+         "\"$.b\",\"sequence\":\"$.n\"}}}",
+         0, "start_query: is the query alone"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
+         "\"resume\":{\"query\":\"a={after}\",\"start_query\":\"a={after}\",\"when\":"
+         "\"$.b\",\"sequence\":\"$.n\"}}}",
+         0, "resume.start_query"},
+        {"\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":\"/t/{id}\","
          "\"resume\":{\"query\":\"after={after}\",\"when\":\"$.b\"}}}",
          0, "resume.sequence is required"},
     };
@@ -90,60 +101,84 @@ static void test_profile_member(void **state)
 
 #define EV(type, n) "event: " type "\ndata: {\"type\":\"" type "\",\"sequence_number\":" #n "}\n\n"
 
+/* The first event of generation resp_1 (it names it), and of another one. */
+#define CREATED(id)                                                                                \
+    "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,"         \
+    "\"response\":{\"id\":\"" id "\",\"object\":\"response\"}}\n\n"
+#define TWO CREATED("resp_1") EV("response.in_progress", 1)
+
 static void test_resume_point(void **state)
 {
     (void)state;
-    struct cfg_provider *ps;
-    size_t np;
+    struct cfg_provider *ps, *nostart;
+    size_t np, nn;
     char err[512] = "";
     assert_int_equal(load("\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":"
                           "\"/t/{id}\"," RESUME "}}",
                           &ps, &np, err, sizeof(err)),
                      0);
+    assert_int_equal(load("\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":"
+                          "\"/t/{id}\"," RESUME_NO_START "}}",
+                          &nostart, &nn, err, sizeof(err)),
+                     0);
     static const char bg[] = "{\"model\":\"m\",\"stream\":true,\"background\":true}";
-#define TWO EV("response.created", 0) EV("response.in_progress", 1)
     static const struct {
         const char *req, *rec;
-        int want;
-        long long after;
-        size_t prefix; /* 0: the whole record */
+        int want;           /* with resume.start_query */
+        int want_no_start;  /* without it */
+        long long after;    /* -1: from the start */
+        size_t prefix;      /* (size_t)-1: the whole record */
     } rows[] = {
-        {bg, TWO, 1, 1, 0},
+        {bg, TWO, 1, 1, 1, (size_t)-1},
         /* an event cut off mid-way is never resumed from: the whole ones before it are */
-        {bg, TWO "event: response.output_text.delta\ndata: {\"sequence_number\":2", 1, 1,
+        {bg, TWO "event: response.output_text.delta\ndata: {\"sequence_number\":2", 1, 1, 1,
          sizeof(TWO) - 1},
-        {bg, TWO "event: response.output_text.delta\n", 1, 1, sizeof(TWO) - 1},
+        {bg, TWO "event: response.output_text.delta\n", 1, 1, 1, sizeof(TWO) - 1},
         /* CRLF lines: the prefix ends after the blank line */
-        {bg, "event: a\r\ndata: {\"sequence_number\":7}\r\n\r\n", 1, 7, 0},
+        {bg, "event: a\r\ndata: {\"sequence_number\":7,\"response\":{\"id\":\"resp_1\"}}\r\n\r\n",
+         1, 1, 7, (size_t)-1},
         /* not a background response: the provider does not keep generating it */
-        {"{\"stream\":true}", TWO, 0, 0, 0},
-        {"{\"stream\":true,\"background\":false}", TWO, 0, 0, 0},
-        {"not json", TWO, 0, 0, 0},
-        /* no whole event, or a last one without a usable number: read back whole */
-        {bg, "", 0, 0, 0},
-        {bg, "event: response.created\ndata: {\"sequence_number\":0}", 0, 0, 0},
-        {bg, EV("a", 0) "data: {\"sequence_number\":\"1\"}\n\n", 0, 0, 0},
-        {bg, EV("a", 0) "data: {\"sequence_number\":1.5}\n\n", 0, 0, 0},
-        {bg, EV("a", 0) "data: {\"sequence_number\":-1}\n\n", 0, 0, 0},
-        {bg, EV("a", 0) "data: [DONE]\n\n", 0, 0, 0},
+        {"{\"stream\":true}", TWO, 0, 0, 0, 0},
+        {"{\"stream\":true,\"background\":false}", TWO, 0, 0, 0, 0},
+        {"not json", TWO, 0, 0, 0, 0},
+        /* nothing of this generation kept (killed before the first batch; an earlier attempt's
+         * answer; nothing whole; a last event without a usable number): from the start */
+        {bg, "", 1, 0, -1, 0},
+        {bg, CREATED("resp_0") EV("response.in_progress", 1), 1, 0, -1, 0},
+        {bg, "{\"error\":{\"type\":\"rate_limit_exceeded\"}}", 1, 0, -1, 0},
+        {bg, "event: response.created\ndata: {\"sequence_number\":0", 1, 0, -1, 0},
+        {bg, CREATED("resp_1") "data: {\"sequence_number\":\"1\"}\n\n", 1, 0, -1, 0},
+        {bg, CREATED("resp_1") "data: {\"sequence_number\":1.5}\n\n", 1, 0, -1, 0},
+        {bg, CREATED("resp_1") "data: {\"sequence_number\":-1}\n\n", 1, 0, -1, 0},
+        {bg, CREATED("resp_1") "data: [DONE]\n\n", 1, 0, -1, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct resume_point pt;
-        int r = resume_point(&ps[0], rows[i].req, strlen(rows[i].req), rows[i].rec,
-                             strlen(rows[i].rec), &pt);
-        size_t prefix = rows[i].prefix ? rows[i].prefix : strlen(rows[i].rec);
+        size_t len = strlen(rows[i].rec);
+        int r = resume_point(&ps[0], rows[i].req, strlen(rows[i].req), rows[i].rec, len,
+                             "resp_1", &pt);
+        size_t prefix = rows[i].prefix == (size_t)-1 ? len : rows[i].prefix;
         if (r != rows[i].want || (r == 1 && (pt.after != rows[i].after || pt.prefix_len != prefix)))
             fail_msg("row %zu: %d after %lld prefix %zu", i, r, pt.after, pt.prefix_len);
+        r = resume_point(&nostart[0], rows[i].req, strlen(rows[i].req), rows[i].rec, len,
+                         "resp_1", &pt);
+        if (r != rows[i].want_no_start)
+            fail_msg("row %zu without start_query: %d", i, r);
     }
-    /* The join: the record through its last whole event, then what the resume gave. */
-    static const char cut[] = EV("response.created", 0) "event: response.in_pro";
+    char *url = prov_resume_url(&ps[0], "resp_1", -1);
+    assert_string_equal(url, "https://example.test/t/resp_1?stream=true");
+    free(url);
+    assert_null(prov_resume_url(&nostart[0], "resp_1", -1));
+    /* The join: the record through its last whole event, then what the resume gave; from the
+     * start, what the resume gave alone. */
+    static const char cut[] = CREATED("resp_1") "event: response.in_pro";
     static const char more[] = EV("response.in_progress", 1) EV("response.completed", 2);
     struct resume_point pt;
-    assert_int_equal(resume_point(&ps[0], bg, strlen(bg), cut, strlen(cut), &pt), 1);
+    assert_int_equal(resume_point(&ps[0], bg, strlen(bg), cut, strlen(cut), "resp_1", &pt), 1);
     size_t n = 0;
     char *joined = resume_join(cut, &pt, more, strlen(more), &n);
     static const char want[] =
-        EV("response.created", 0) EV("response.in_progress", 1) EV("response.completed", 2);
+        CREATED("resp_1") EV("response.in_progress", 1) EV("response.completed", 2);
     assert_int_equal(n, strlen(want));
     assert_memory_equal(joined, want, n);
     struct sse_verdict v;
@@ -151,7 +186,13 @@ static void test_resume_point(void **state)
     assert_int_equal(v.terminal, 1);
     sse_verdict_fini(&v);
     free(joined);
+    assert_int_equal(resume_point(&ps[0], bg, strlen(bg), NULL, 0, "resp_1", &pt), 1);
+    joined = resume_join(NULL, &pt, want, strlen(want), &n);
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(joined, want, n);
+    free(joined);
     prof_free_all(ps, np);
+    prof_free_all(nostart, nn);
 }
 
 /* When the bytes of a stream since its last batch are kept on the row. */
