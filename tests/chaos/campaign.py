@@ -62,9 +62,15 @@ SECRETS = {"KEYED_API_KEY": "k-camp", "KEYED_WEBHOOK_SECRET": "mock-hmac-secret"
 #   upload    a multipart/form-data image edit through the shipped openai-images profile
 #             (`images/edits`, `"multipart": true`, reconcile none), the `_mock` controls a
 #             text field of the form (429 / ok / slow), else random mode's draw
-KINDS = ("plain", "lookup", "listed", "keyed", "kasync", "replicate", "chat", "upload")
-KIND_WEIGHTS = (14, 20, 20, 18, 16, 12, 16, 10)
+#   respond   a background Responses stream through the shipped openai-responses profile
+#             (`"stream": true, "background": true`): a cut one is resumed by the reconciler
+#             after its last whole event, so its record is the one event sequence its clients
+#             were given the start of; several clients per key as for chat; behaviour in `_mock`
+KINDS = ("plain", "lookup", "listed", "keyed", "kasync", "replicate", "chat", "upload", "respond")
+KIND_WEIGHTS = (14, 20, 20, 18, 16, 12, 16, 10, 8)
 ASYNC_KINDS = ("kasync", "replicate")
+# LLM text: its clients capture every answer's bytes, join one key, and ask again on a cut.
+STREAM_KINDS = ("chat", "respond")
 
 # Streamed chats: what the mock does with one (every send of the intent alike), and how often.
 # The gateway wants its lease 2 s above a provider's total timeout and does not renew it during a
@@ -76,6 +82,15 @@ P_CHAT_STREAM = 0.7            # else the whole answer (no `stream`)
 P_CHAT_JOIN = 0.4              # more clients on the same key, at once or a little later
 P_CHAT_OTHER_REPLICA = 0.35    # a joining client on the other replica (waits for the record)
 P_CHAT_LEAVE = 0.2             # a joining client that reads a little and goes away
+# Background Responses streams: what the mock does with the create (and with the resume), and how
+# often. Ten events for six deltas (created, in_progress, deltas, text done, completed): "cut"
+# closes the create after 1..9 of them (at least the first, which names the response: the
+# reconciler resumes it by that id); "resume_cut" also cuts the first resume again, after at least
+# one more event (none: nothing resumed, the response is read back whole — not what is tested);
+# "long" spaces them past the providers' total timeout (the gateway cuts the create, and a resume
+# may be cut by its lease too: read over several); "status_429" is refused before any event.
+RESPOND_BEHAVIOURS = (("tokens", 36), ("slow_tokens", 14), ("cut", 22), ("resume_cut", 14),
+                      ("long", 6), ("status_429", 8))
 # Uploads: the `_mock` form field; "random": none (random mode draws; controls mode: the
 # intent's drawn controls).
 UPLOAD_BEHAVIOURS = (("ok", 30), ("slow", 20), ("status_429", 15), ("random", 35))
@@ -246,6 +261,17 @@ def entries(mock_url, tag, sizes):
                    "reconcile": dict(chat["reconcile"], window_seconds=sizes.window_s,
                                      interval_ms=250, absent_grace_ms=sizes.grace_ms),
                    "_route": "chat/completions"}
+    # Its reconcile as shipped (the task read by id, the resume after a sequence number), at the
+    # campaign's window: a cut stream it cannot resume within it goes to review.
+    with open(os.path.join(PROFILES, "openai-responses.json")) as f:
+        responses = json.load(f)
+    out["respond"] = {"name": "respond" + tag,
+                      "profile": os.path.join(PROFILES, "openai-responses.json"),
+                      "base_url": mock_url, "retry": dict(RETRY),
+                      "timeouts": dict(providers.T1, total_ms=sizes.total_ms),
+                      "reconcile": dict(responses["reconcile"], window_seconds=sizes.window_s,
+                                        interval_ms=250, absent_grace_ms=sizes.grace_ms),
+                      "_route": "responses"}
     out["upload"] = {"name": "upload" + tag,
                      "profile": os.path.join(PROFILES, "openai-images.json"),
                      "base_url": mock_url, "retry": dict(RETRY),
@@ -338,6 +364,9 @@ def make_plan(seed, sizes, tenants=2):
             continue
         if kind == "upload":
             out.append(_plan_upload(rng, seed, ix, tenant, start))
+            continue
+        if kind == "respond":
+            out.append(_plan_respond(rng, seed, ix, tenant, start, sizes.total_ms))
             continue
         body = {"prompt": f"campaign {seed}-{ix} {rng.getrandbits(32):08x}",
                 "n": rng.randint(1, 3)}
@@ -439,11 +468,7 @@ def _plan_chat(rng, seed, ix, tenant, start, total_ms=1000):
         body["stream"] = True
         if rng.random() < 0.5:
             body["stream_options"] = {"include_usage": True}
-    clients = [(0.0, False, None)]
-    if rng.random() < P_CHAT_JOIN:
-        for _ in range(rng.randint(1, 2)):
-            clients.append((round(rng.uniform(0, 0.8), 3), rng.random() < P_CHAT_OTHER_REPLICA,
-                            rng.choice((40, 200, 400)) if rng.random() < P_CHAT_LEAVE else None))
+    clients = _chat_clients(rng)
     actions = []
     if rng.random() < P_RESUBMIT:
         actions.append((rng.uniform(0, 4), "resubmit"))
@@ -452,6 +477,52 @@ def _plan_chat(rng, seed, ix, tenant, start, total_ms=1000):
     actions.sort()
     return IntentPlan(ix, "chat", tenant, start, body, {}, 0, actions, rng.getrandbits(32),
                       None, chat={"behaviour": behaviour, "stream": stream, "clients": clients})
+
+
+def _chat_clients(rng):
+    """The clients of one LLM text key: the first at once; 40 % of keys get one or two more
+    0–0.8 s later, on the same replica (they join the live stream) or the other (they wait for
+    the record), some of which read a little and leave."""
+    clients = [(0.0, False, None)]
+    if rng.random() < P_CHAT_JOIN:
+        for _ in range(rng.randint(1, 2)):
+            clients.append((round(rng.uniform(0, 0.8), 3), rng.random() < P_CHAT_OTHER_REPLICA,
+                            rng.choice((40, 200, 400)) if rng.random() < P_CHAT_LEAVE else None))
+    return clients
+
+
+def _plan_respond(rng, seed, ix, tenant, start, total_ms=1000):
+    """A background Responses stream: its behaviour at the mock (RESPOND_BEHAVIOURS), its
+    clients as for chat; actions: resubmit (the record again) and the key with another input
+    (422). No cancel (a cancelled response is read back, not resumed), regenerate or operator (a
+    job in review is left there: the checker wants to see it)."""
+    behaviour = _pick(rng, RESPOND_BEHAVIOURS)
+    ctl = {"events": rng.randint(3, 8), "event_delay_ms": rng.randint(0, 40)}
+    if behaviour == "slow_tokens":
+        # Up to 8 events 90 ms apart: within the 1 s timeout, or just past it (then resumed).
+        ctl = {"events": rng.randint(3, 4), "event_delay_ms": rng.randint(50, 90)}
+    elif behaviour in ("cut", "resume_cut"):
+        cut = rng.randint(1, 9 if behaviour == "cut" else 8)
+        ctl = {"events": 6, "event_delay_ms": rng.randint(20, 80), "cut_after": cut}
+        if behaviour == "resume_cut":
+            ctl["resume_cut_after"] = rng.randint(cut + 1, 9)
+    elif behaviour == "long":
+        # Ten events 200–300 ms apart (scaled to the timeout): the create is cut by the
+        # providers' total timeout after about four, the resume runs under the lease's time left.
+        ctl = {"events": 6, "event_delay_ms": rng.randint(200, 300) * total_ms // 1000}
+    elif behaviour == "status_429":
+        ctl = {"status": 429}
+    body = {"model": "gpt-4o-mini", "input": f"campaign {seed}-{ix} {rng.getrandbits(32):08x}",
+            "stream": True, "background": True, "_mock": ctl}
+    clients = _chat_clients(rng)
+    actions = []
+    if rng.random() < P_RESUBMIT:
+        actions.append((rng.uniform(0, 4), "resubmit"))
+    if rng.random() < P_REUSE * 2:
+        actions.append((rng.uniform(0, 2), "reuse"))
+    actions.sort()
+    return IntentPlan(ix, "respond", tenant, start, body, {}, 0, actions, rng.getrandbits(32),
+                      None, chat={"behaviour": behaviour, "stream": True, "clients": clients})
 
 
 def _plan_upload(rng, seed, ix, tenant, start):
@@ -665,7 +736,7 @@ class Campaign:
     def intent_of(self, p):
         ent = self.ents[p.kind]
         key = f"{self.pfx}-{p.ix}"
-        if p.kind == "chat":
+        if p.kind in STREAM_KINDS:
             # Prefer: wait on every client: a stream is followed live (a joiner on the same
             # replica gets it live too), a whole answer waited for; 202 when it takes longer.
             return Intent(self.tokens[p.tenant], key, dict(p.body), route_of(ent), kind=p.kind,
@@ -743,7 +814,7 @@ class Campaign:
 
     def _drive(self, slot, p):
         intent = self.intent_of(p)
-        if p.kind == "chat":
+        if p.kind in STREAM_KINDS:
             self.intents[slot] = intent
             self.plan_of[slot] = p
             out = self.drive_chat(slot, p, intent)
@@ -813,7 +884,7 @@ class Campaign:
             self.counters["cancels_acked"] += 1
 
     def act_resubmit(self, slot, p, intent, jid):
-        if p.kind == "chat":
+        if p.kind in STREAM_KINDS:
             client = Client(self.live_ports, self.chat_policy(40), on_attempt=self.note_answer)
         else:
             client = Client(self.live_ports, RetryPolicy(max_attempts=60, max_seconds=40,
@@ -854,6 +925,9 @@ class Campaign:
                          content=intent.body["messages"][0]["content"] + " (other)")]
             alt = replace(intent, body=dict(intent.body, messages=msgs), capture=False,
                           headers={})
+        elif p.kind == "respond":
+            alt = replace(intent, body=dict(intent.body, input=intent.body["input"] + " (other)"),
+                          capture=False, headers={})
         else:
             if "seed" in intent.body:
                 body = dict(intent.body, seed=intent.body["seed"] - 1)
@@ -946,8 +1020,9 @@ class Campaign:
             for tok, jid in pending:
                 j = self.job(jid)
                 # A chat job in review is left there: its generation (if any) has no task to
-                # find; the checker wants cut streams in doubt.
-                if j is not None and len(j.resolutions) < 3 and j.kind != "chat":
+                # find; the checker wants cut streams in doubt. A background response in review
+                # was not resumed within the window: left there too, for the checker to see.
+                if j is not None and len(j.resolutions) < 3 and j.kind not in STREAM_KINDS:
                     todo.append(j)
             if not todo:
                 continue
@@ -1177,11 +1252,12 @@ class Campaign:
     # -- what the checker needs
 
     def chat_replays(self):
-        """After the drain, before the ledger is read: every chat job asked again with its key
-        and body — a completed one twice (`Prefer: wait`: the record, byte for byte, twice), one
-        in doubt or failed once (`respond-async`: its state, and nothing sent)."""
+        """After the drain, before the ledger is read: every chat job (and background response)
+        asked again with its key and body — a completed one twice (`Prefer: wait`: the record,
+        byte for byte, twice), one in doubt or failed once (`respond-async`: its state, and
+        nothing sent)."""
         slots = [ix for ix, p in enumerate(self.plan_of)
-                 if p is not None and p.kind == "chat" and self.intents[ix] is not None]
+                 if p is not None and p.kind in STREAM_KINDS and self.intents[ix] is not None]
         if not slots:
             return {}
         keys = ",".join(f"'{self.intents[ix].key}'" for ix in slots)
@@ -1271,10 +1347,29 @@ class Campaign:
             "SELECT a.kind, a.outcome, count(*) FROM attempts a JOIN operations o "
             "ON o.tenant_id = a.tenant_id AND o.id = a.operation_id "
             f"WHERE o.idempotency_key LIKE '{self.pfx}-%' GROUP BY 1, 2 ORDER BY 1, 2")}
+        records, steps = self.stream_records()
         return {"ledger": ledger, "tasks": tasks, "rows": rows, "views": views,
                 "chaos": chaos if isinstance(chaos, dict) else None, "sends": dict(sends),
                 "attempt_outcomes": outcomes, "trips": sorted(self.trips),
-                "chat_replays": replays}
+                "chat_replays": replays, "records": records, "resume_steps": steps}
+
+    def stream_records(self):
+        """The background responses' records as the database holds them (the bytes the
+        checker compares every client's with: a replay could be synthesised), and each job's
+        attempts in order (kind:outcome — `resumed_partial`, `resumed` are the resumes)."""
+        name = self.ents["respond"]["name"]
+        records, steps = {}, collections.defaultdict(list)
+        for jid, hexed in self.sqlf(
+                "SELECT id, coalesce(encode(resp_body, 'hex'), '-') FROM operations "
+                f"WHERE provider = '{name}' AND idempotency_key LIKE '{self.pfx}-%'"):
+            records[jid] = None if hexed == "-" else bytes.fromhex(hexed)
+        for jid, kind, outcome in self.sqlf(
+                "SELECT a.operation_id, a.kind, a.outcome FROM attempts a JOIN operations o "
+                "ON o.tenant_id = a.tenant_id AND o.id = a.operation_id "
+                f"WHERE o.provider = '{name}' AND o.idempotency_key LIKE '{self.pfx}-%' "
+                "ORDER BY a.operation_id, a.seq"):
+            steps[jid].append(f"{kind}:{outcome}")
+        return records, dict(steps)
 
     def coverage(self):
         """What the run exercised, from the driver's side."""

@@ -171,6 +171,8 @@ STATES_C = os.path.join(os.path.dirname(__file__), "..", "..", "src", "states.c"
 STATE_NAMES = ("prepared", "sending", "accepted", "unknown", "review", "completed", "failed",
                "canceled")
 SYNC_EXACT_BODY = ("plain", "listed", "keyed")  # kinds whose creates carry the client's bytes
+# LLM text (chat, background Responses): a record of events, no task; see check_streams().
+STREAM_KINDS = ("chat", "respond")
 
 
 def transitions(path=STATES_C):
@@ -338,7 +340,7 @@ def check_campaign(scenario, camp, data, timing):
                     f"creates at {[round(e['time'], 3) for e in after]} "
                     f"(paid: {[bool(e.get('task_id')) and not e.get('replay') for e in after]})")
         view = views.get(jid)
-        if state == "completed" and kind != "chat":   # a chat's record: see check_streams()
+        if state == "completed" and kind not in STREAM_KINDS:   # see check_streams()
             res = view.get("result") if isinstance(view, dict) else None
             if kind in ("kasync", "replicate"):
                 t = tasks.get(r["remote_id"])
@@ -376,12 +378,12 @@ def check_campaign(scenario, camp, data, timing):
                         f"{got if got >= 0 else 'not recorded'}")
         res = view.get("result") if isinstance(view, dict) else None
         body = res.get("body") if isinstance(res, dict) else None
-        if state == "completed" and kind not in ("kasync", "replicate", "chat") and \
+        if state == "completed" and kind not in ("kasync", "replicate") + STREAM_KINDS and \
                 isinstance(body, dict) and body.get("id") and body["id"] not in task_ids(jid):
             v["wrong_task"].append(jid)
             why[("wrong_task", jid)] = (f"the stored result is task {body['id']}'s, not a task "
                                         f"made for this job ({sorted(task_ids(jid))})")
-        if r["remote_id"] and state in ("completed", "accepted") and kind != "chat" and \
+        if r["remote_id"] and state in ("completed", "accepted") and kind not in STREAM_KINDS and \
                 r["remote_id"] not in task_ids(jid):
             v["wrong_task"].append(jid)
             why[("wrong_task", jid)] = (f"remote id {r['remote_id']} is not a task made for this "
@@ -505,13 +507,17 @@ CAMPAIGN_VIOLATIONS = ("lost", "duplicates", "unexpected", "id_mismatch", "stuck
                        "foreign_adoption",
                        # streamed LLM text and multipart uploads (check_streams)
                        "replay_not_identical", "whole_without_record", "stream_not_whole",
-                       "cut_not_in_doubt", "upload_bytes_mismatch", "job_document_as_200")
+                       "cut_not_in_doubt", "upload_bytes_mismatch", "job_document_as_200",
+                       # background Responses streams, resumed (check_streams)
+                       "resumed_not_prefix", "record_not_whole")
 
 
 # --- streamed LLM text and multipart uploads ---------------------------------------------------------
 
-# The openai-chat stream's terminal event: a stream that ends without it was cut.
+# The openai-chat stream's terminal event, and the Responses stream's (its last event's type): a
+# stream that ends without it was cut.
 CHAT_TERMINAL = b"data: [DONE]\n\n"
+RESPONSES_TERMINAL = "response.completed"
 
 
 def _is_stream(ctype):
@@ -523,15 +529,21 @@ def _whole(a):
     return a.status == 200 and a.error is None and a.body is not None
 
 
-def _complete(body, ctype):
+def _complete(body, ctype, kind="chat"):
     """A whole answer's body is what it claims: a stream ending with its terminal event, or a
-    chat.completion document."""
+    chat.completion document (a Responses `response`, ended)."""
     if _is_stream(ctype):
+        if kind == "respond":
+            evs = sse_events(body)
+            return body.endswith(b"\n\n") and bool(evs) and evs[-1][0] == RESPONSES_TERMINAL
         return body.endswith(CHAT_TERMINAL)
     try:
         doc = json.loads(body)
     except (TypeError, ValueError):
         return False
+    if kind == "respond":
+        return isinstance(doc, dict) and doc.get("object") == "response" and \
+            doc.get("status") in ("completed", "incomplete")
     return isinstance(doc, dict) and isinstance(doc.get("choices"), list)
 
 
@@ -557,6 +569,20 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
     - job_document_as_200: `Prefer: wait` answered 200 with the job's document for a job that is
       not `completed` (one that failed without a provider answer is a 502 `job-failed` with the
       job's headers: an SDK must never read it as the provider's success).
+    respond (a background Responses stream: `"stream": true, "background": true`): as chat for
+    duplicates, id_mismatch, stream_not_whole (whole: its last event `response.completed`),
+    whole_without_record and job_document_as_200, and
+    - record_not_whole: a completed job whose record (as the database holds it) is not one
+      whole event sequence — `sequence_number` 0, 1, … n in order, one `response.completed`,
+      last (a response read back whole, a JSON document, is not: the events its clients were
+      given are lost from it);
+    - replay_not_identical: as chat, and the replay is the record's bytes;
+    - resumed_not_prefix: a stream a client was given (whole, cut, or left early) that is not
+      the start of the completed job's record, byte for byte; while the job is in doubt, one
+      of it and the record kept so far is not the start of the other;
+    - cut_not_in_doubt: the provider generated (a ledger entry with `replay` false) and the
+      job ended `failed`: a cut background response is resumed (completed) or, when the
+      campaign ended first, still unknown / in review — never failed.
     upload:
     - upload_bytes_mismatch: a create whose SHA-256 or Content-Type is not the client's
       upload's (the first send and every resend, after a 429 too);
@@ -569,7 +595,7 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
             slot_of[it.key] = ix
     for jid, r in rows.items():
         kind = kind_of.get(jid)
-        if kind not in ("chat", "upload"):
+        if kind not in ("chat", "upload", "respond"):
             continue
         ix = slot_of.get(r["key"])
         j = camp.job(jid)
@@ -577,9 +603,8 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
             ix = j.ix
         if ix is None:
             continue
-        it, p = camp.intents[ix], camp.plan_of[ix]
+        it = camp.intents[ix]
         ents = entries_of.get(jid, [])
-        state = r["state"]
         if kind == "upload":
             stats["uploads"] += 1
             bad = [e for e in ents if e.get("body_sha256") != it.body_sha256 or
@@ -598,87 +623,240 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
             stats["upload_resends"] += len(ents) > 1
             stats["upload_429s"] += sum(1 for e in ents if e.get("status") == 429)
             continue
-        # chat
-        stream = bool(it.body.get("stream"))
-        stats["chats"] += 1
-        stats["streams"] += stream
         gens = [e for e in ents if not e.get("replay")]
-        if len(gens) > 1:
-            v["duplicates"].append(jid)
-            why[("duplicates", jid)] = (f"{len(gens)} generations at the provider for one "
-                                        f"{'streamed ' if stream else ''}chat key")
-        clients = camp.chat_clients.get(ix, [])
-        stats["joins"] += len(clients) > 1
-        named = {a.job_id or a.doc_job_id for o in clients for a in o.attempts
-                 if a.job_id or a.doc_job_id}
-        if len(named) > 1 or (named and jid not in named):
-            v["id_mismatch"].append(jid)
-            why[("id_mismatch", jid)] = f"clients of one key were answered with jobs {named}"
-        answers = list(camp.received.get(r["key"], []))
-        whole = [a for a in answers if _whole(a)]
-        stats["whole_answers"] += len(whole)
-        stats["cut_answers"] += sum(1 for a in answers if a.error == "cut")
-        # A job that never had a provider answer is answered with the job's headers (a 502
-        # job-failed when it failed); a 200 job document is only for a completed one.
-        doc200 = [a for a in answers if a.doc_job_id and a.state != "completed"]
-        stats["failed_job_as_200"] += len(doc200)
-        if doc200:
-            v["job_document_as_200"].append(jid)
-            why[("job_document_as_200", jid)] = (
-                f"Prefer: wait answered 200 with the job document of a {doc200[0].state} job")
-        for a in whole:
-            if not _complete(a.body, a.content_type):
-                v["stream_not_whole"].append(jid)
-                why[("stream_not_whole", jid)] = (
-                    f"a 200 ({a.content_type}) ended normally without being whole: "
-                    f"…{a.body[-80:]!r}")
-                break
-        planned_cut = stream and p.chat["behaviour"] in ("cut", "error", "timeout")
-        if state == "completed":
-            rep = (data.get("chat_replays") or {}).get(jid, {}).get("answers", [])
-            ok = len(rep) == 2 and all(x["status"] == 200 and not x["error"] and x["body"]
-                                       for x in rep)
-            if ok and rep[0]["body"] != rep[1]["body"]:
-                ok, what = False, "the two replays differ"
-            elif not ok:
-                what = f"the replays were answered {[(x['status'], x['error']) for x in rep]}"
-            elif _is_stream(rep[0]["content_type"]) != stream or \
-                    not _complete(rep[0]["body"], rep[0]["content_type"]):
-                ok, what = False, (f"the replay ({rep[0]['content_type']}) is not whole: "
-                                   f"…{rep[0]['body'][-80:]!r}")
-            else:
-                diff = [a for a in whole if a.body != rep[0]["body"]]
-                if diff:
-                    ok = False
-                    what = (f"{len(diff)} of {len(whole)} whole answers received differ from "
-                            f"the record ({len(diff[0].body)} vs {len(rep[0]['body'])} bytes, "
-                            f"replayed {diff[0].replayed})")
-            if ok:
-                stats["replays_identical"] += 1
-            else:
-                v["replay_not_identical"].append(jid)
-                why[("replay_not_identical", jid)] = what
-        elif whole:
-            v["whole_without_record"].append(jid)
-            why[("whole_without_record", jid)] = (
-                f"{len(whole)} client(s) received a whole answer; the job is {state}")
-        if gens and state == "failed":
-            v["cut_not_in_doubt"].append(jid)
-            why[("cut_not_in_doubt", jid)] = (f"the provider generated (ledger "
-                                              f"{[e.get('seq') for e in gens]}); the job failed")
-        elif planned_cut and gens and state not in ("unknown", "review"):
-            v["cut_not_in_doubt"].append(jid)
-            why[("cut_not_in_doubt", jid)] = (f"a stream cut before its terminal event "
-                                              f"({p.body['_mock']}) "
-                                              f"ended {state}")
-        if gens and state in ("unknown", "review"):
-            stats["cut_in_doubt"] += 1
-        if not gens and state == "failed":
-            stats["chat_refused"] += 1
+        if kind == "respond":
+            _check_respond(camp, data, jid, r, ix, gens, v, why, stats)
+        else:
+            _check_chat(camp, data, jid, r, ix, gens, v, why, stats)
     return {k: stats.get(k, 0) for k in (
         "chats", "streams", "joins", "whole_answers", "cut_answers", "failed_job_as_200",
         "replays_identical",
-        "cut_in_doubt", "chat_refused", "uploads", "upload_resends", "upload_429s")}
+        "cut_in_doubt", "chat_refused", "uploads", "upload_resends", "upload_429s",
+        "responses", "respond_joins", "respond_whole_answers", "respond_cut_answers",
+        "resumed", "resume_cuts", "resume_in_doubt", "respond_refused", "prefixes_checked",
+        "read_back_whole", "respond_replays_identical")}
+
+
+def _llm_answers(camp, jid, r, ix, gens, v, why, stream):
+    """What every LLM text key promises, chat or background response: one generation at the
+    provider, every client named the one job, a `Prefer: wait` answered with the job document
+    only for a completed job, and a 200 that ended normally is whole. Returns (every answer
+    the key's clients received, the whole ones, the joined-key flag, the job documents)."""
+    kind = camp.plan_of[ix].kind
+    if len(gens) > 1:
+        v["duplicates"].append(jid)
+        why[("duplicates", jid)] = (f"{len(gens)} generations at the provider for one "
+                                    f"{'streamed ' if stream else ''}{kind} key")
+    clients = camp.chat_clients.get(ix, [])
+    named = {a.job_id or a.doc_job_id for o in clients for a in o.attempts
+             if a.job_id or a.doc_job_id}
+    if len(named) > 1 or (named and jid not in named):
+        v["id_mismatch"].append(jid)
+        why[("id_mismatch", jid)] = f"clients of one key were answered with jobs {named}"
+    answers = list(camp.received.get(r["key"], []))
+    whole = [a for a in answers if _whole(a)]
+    # A job that never had a provider answer is answered with the job's headers (a 502
+    # job-failed when it failed); a 200 job document is only for a completed one.
+    doc200 = [a for a in answers if a.doc_job_id and a.state != "completed"]
+    if doc200:
+        v["job_document_as_200"].append(jid)
+        why[("job_document_as_200", jid)] = (
+            f"Prefer: wait answered 200 with the job document of a {doc200[0].state} job")
+    for a in whole:
+        if not _complete(a.body, a.content_type, kind):
+            v["stream_not_whole"].append(jid)
+            why[("stream_not_whole", jid)] = (
+                f"a 200 ({a.content_type}) ended normally without being whole: "
+                f"…{a.body[-80:]!r}")
+            break
+    return answers, whole, len(clients) > 1, len(doc200)
+
+
+def _replays_verdict(rep, stream, whole, kind):
+    """Whether a completed job's two replays after the drain are 200, byte-identical, whole and
+    what every client received whole: (True, None) or (False, what is wrong)."""
+    ok = len(rep) == 2 and all(x["status"] == 200 and not x["error"] and x["body"] for x in rep)
+    if ok and rep[0]["body"] != rep[1]["body"]:
+        return False, "the two replays differ"
+    if not ok:
+        return False, f"the replays were answered {[(x['status'], x['error']) for x in rep]}"
+    if _is_stream(rep[0]["content_type"]) != stream or \
+            not _complete(rep[0]["body"], rep[0]["content_type"], kind):
+        return False, (f"the replay ({rep[0]['content_type']}) is not whole: "
+                       f"…{rep[0]['body'][-80:]!r}")
+    diff = [a for a in whole if a.body != rep[0]["body"]]
+    if diff:
+        return False, (f"{len(diff)} of {len(whole)} whole answers received differ from the "
+                       f"record ({len(diff[0].body)} vs {len(rep[0]['body'])} bytes, replayed "
+                       f"{diff[0].replayed})")
+    return True, None
+
+
+def _check_chat(camp, data, jid, r, ix, gens, v, why, stats):
+    """A chat key (see check_streams): its record replayed identically, or it is in doubt."""
+    it, p = camp.intents[ix], camp.plan_of[ix]
+    state = r["state"]
+    stream = bool(it.body.get("stream"))
+    stats["chats"] += 1
+    stats["streams"] += stream
+    answers, whole, joined, doc200 = _llm_answers(camp, jid, r, ix, gens, v, why, stream)
+    stats["joins"] += joined
+    stats["whole_answers"] += len(whole)
+    stats["cut_answers"] += sum(1 for a in answers if a.error == "cut")
+    stats["failed_job_as_200"] += doc200
+    planned_cut = stream and p.chat["behaviour"] in ("cut", "error", "timeout")
+    if state == "completed":
+        rep = (data.get("chat_replays") or {}).get(jid, {}).get("answers", [])
+        ok, what = _replays_verdict(rep, stream, whole, "chat")
+        if ok:
+            stats["replays_identical"] += 1
+        else:
+            v["replay_not_identical"].append(jid)
+            why[("replay_not_identical", jid)] = what
+    elif whole:
+        v["whole_without_record"].append(jid)
+        why[("whole_without_record", jid)] = (
+            f"{len(whole)} client(s) received a whole answer; the job is {state}")
+    if gens and state == "failed":
+        v["cut_not_in_doubt"].append(jid)
+        why[("cut_not_in_doubt", jid)] = (f"the provider generated (ledger "
+                                          f"{[e.get('seq') for e in gens]}); the job failed")
+    elif planned_cut and gens and state not in ("unknown", "review"):
+        v["cut_not_in_doubt"].append(jid)
+        why[("cut_not_in_doubt", jid)] = (f"a stream cut before its terminal event "
+                                          f"({p.body['_mock']}) ended {state}")
+    if gens and state in ("unknown", "review"):
+        stats["cut_in_doubt"] += 1
+    if not gens and state == "failed":
+        stats["chat_refused"] += 1
+
+
+def _check_respond(camp, data, jid, r, ix, gens, v, why, stats):
+    """A background Responses key (see check_streams): a cut stream is resumed after its last
+    whole event, so the record is one event sequence and whatever any client was given — whole,
+    cut, or left early — is its start."""
+    p = camp.plan_of[ix]
+    state = r["state"]
+    rec = (data.get("records") or {}).get(jid)
+    steps = (data.get("resume_steps") or {}).get(jid, [])
+    stats["responses"] += 1
+    answers, whole, joined, doc200 = _llm_answers(camp, jid, r, ix, gens, v, why, True)
+    stats["respond_joins"] += joined
+    stats["respond_whole_answers"] += len(whole)
+    stats["respond_cut_answers"] += sum(1 for a in answers if a.error == "cut")
+    stats["failed_job_as_200"] += doc200
+    stats["resumed"] += any(x.endswith(":resumed") for x in steps)
+    stats["resume_cuts"] += any(x.endswith(":resumed_partial") for x in steps)
+    is_events = bool(rec) and not rec.lstrip().startswith(b"{")
+    if state == "completed":
+        fault = sequence_fault(rec)
+        if fault:
+            v["record_not_whole"].append(jid)
+            why[("record_not_whole", jid)] = (f"completed ({p.chat['behaviour']}, "
+                                              f"{p.body['_mock']}, attempts {steps}); its "
+                                              f"record {fault}")
+        stats["read_back_whole"] += bool(rec) and not is_events
+        rep = (data.get("chat_replays") or {}).get(jid, {}).get("answers", [])
+        ok, what = _replays_verdict(rep, True, whole, "respond")
+        if ok and is_events and rep[0]["body"] != rec:
+            # The replay of a stream recorded as such is the record's bytes, not a synthesis.
+            ok, what = False, (f"the replay ({len(rep[0]['body'])} bytes) is not the record the "
+                               f"database holds ({len(rec)} bytes)")
+        if ok:
+            stats["respond_replays_identical"] += 1
+        else:
+            v["replay_not_identical"].append(jid)
+            why[("replay_not_identical", jid)] = what
+    elif whole:
+        v["whole_without_record"].append(jid)
+        why[("whole_without_record", jid)] = (
+            f"{len(whole)} client(s) received a whole answer; the job is {state}")
+    # Every stream a client was given is the start of the record: of the final one when the
+    # job completed; while it is in doubt, it and the record kept so far are both the start of
+    # the one sequence (whichever is longer).
+    given = [a for a in answers if a.status == 200 and _is_stream(a.content_type) and a.body]
+    stats["prefixes_checked"] += len(given) if state == "completed" or is_events else 0
+    if state == "completed":
+        bad = [a for a in given if not (is_events and rec.startswith(a.body))]
+    elif is_events:
+        bad = [a for a in given if not (rec.startswith(a.body) or a.body.startswith(rec))]
+    else:
+        bad = []
+    if bad:
+        a = bad[0]
+        at = _diverges_at(a.body, rec or b"")
+        v["resumed_not_prefix"].append(jid)
+        why[("resumed_not_prefix", jid)] = (
+            f"{len(bad)} of {len(given)} streams given ({a.error or 'whole'}, {len(a.body)} "
+            f"bytes, port {a.port}) are not the start of the {state} job's record "
+            f"({len(rec or b'')} bytes{'' if is_events else ', not events'}); they differ at "
+            f"byte {at}: given {a.body[at:at + 60]!r}, record {(rec or b'')[at:at + 60]!r}")
+    # The provider generated: a background response goes on at the provider and is resumed or
+    # read back, never failed (only its own failure fails it, and none is drawn).
+    if gens and state == "failed":
+        v["cut_not_in_doubt"].append(jid)
+        why[("cut_not_in_doubt", jid)] = (f"the provider generated (ledger "
+                                          f"{[e.get('seq') for e in gens]}); the background "
+                                          f"response failed (attempts {steps})")
+    if gens and state in ("unknown", "review"):
+        stats["resume_in_doubt"] += 1
+    if not gens and state == "failed":
+        stats["respond_refused"] += 1
+
+
+def _diverges_at(a, b):
+    """The first byte where a and b differ (the shorter one's length when one starts the
+    other)."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def sse_events(body):
+    """The whole events of a server-sent-events body, in order: [(event type or None, data
+    bytes)]; a last event cut before its blank line is left out."""
+    out = []
+    for block in body.split(b"\n\n")[:-1]:
+        ev, data = None, []
+        for line in block.split(b"\n"):
+            if line.startswith(b"event:"):
+                ev = line[6:].strip().decode("utf-8", "replace")
+            elif line.startswith(b"data:"):
+                data.append(line[5:].lstrip())
+        out.append((ev, b"\n".join(data)))
+    return out
+
+
+def sequence_fault(rec):
+    """None when rec is one whole Responses event sequence — every event's data a JSON object
+    whose `sequence_number` is its place (0, 1, … n: nothing repeated, nothing missing), one
+    `response.completed`, last; else what is wrong with it (for the evidence)."""
+    if not rec:
+        return "is empty"
+    if rec.lstrip().startswith(b"{"):
+        return "is a JSON document (the response read back whole), not the events"
+    if not rec.endswith(b"\n\n"):
+        return f"ends inside an event: …{rec[-60:]!r}"
+    evs = sse_events(rec)
+    for i, (ev, raw) in enumerate(evs):
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return f"has event {i} ({ev}) without JSON data: {raw[:80]!r}"
+        n = doc.get("sequence_number") if isinstance(doc, dict) else None
+        if not isinstance(n, int) or isinstance(n, bool) or n != i:
+            return (f"has event {i} ({ev}) numbered {n!r}: the numbers are "
+                    f"{[_seq_of(x) for _, x in evs][:40]}")
+    types = [ev for ev, _ in evs]
+    if types.count(RESPONSES_TERMINAL) != 1 or types[-1] != RESPONSES_TERMINAL:
+        return f"does not end with its one {RESPONSES_TERMINAL} event: {types[-4:]}"
+    return None
+
+
+def _seq_of(raw):
+    try:
+        return json.loads(raw).get("sequence_number")
+    except (ValueError, AttributeError):
+        return None
 
 
 def campaign_violations(summary):
@@ -709,7 +887,7 @@ def job_evidence(camp, data, violation, jid, why, entries, kind):
                   resolutions=j.resolutions, resubmits=j.resubmits, states=seq[:60])
     if row is not None:
         ev["attempts"] = camp.attempts_of(jid)
-    if kind == "chat" and row is not None:
+    if kind in STREAM_KINDS and row is not None:
         ev["answers"] = [{"status": a.status, "error": a.error, "port": a.port,
                           "t": round(a.t0 - t0, 3), "replayed": a.replayed,
                           "content_type": a.content_type,
@@ -720,6 +898,17 @@ def job_evidence(camp, data, violation, jid, why, entries, kind):
         if rep:
             ev["replays"] = [dict(x, body=(x["body"] or b"")[-60:].decode("utf-8", "replace"),
                                   bytes=len(x["body"] or b"")) for x in rep["answers"]]
+    if kind == "respond" and row is not None:
+        rec = (data.get("records") or {}).get(jid)
+        p = camp.plan_of[j.ix] if j is not None else None
+        ev["respond"] = {
+            "behaviour": p.chat["behaviour"] if p else None,
+            "mock": p.body.get("_mock") if p else None,
+            "record_bytes": len(rec) if rec is not None else None,
+            "record_head": rec[:120].decode("utf-8", "replace") if rec else None,
+            "record_tail": rec[-120:].decode("utf-8", "replace") if rec else None,
+            "record_events": [ev_type for ev_type, _ in sse_events(rec or b"")][:40],
+            "steps": (data.get("resume_steps") or {}).get(jid)}
     view = data["views"].get(jid)
     if isinstance(view, dict):
         ev["view"] = {k: view.get(k) for k in ("state", "remote_id", "last_error", "attempts",

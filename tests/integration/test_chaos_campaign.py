@@ -434,3 +434,134 @@ def test_campaign_checker_sees_stream_and_upload_violations():
             summary["cut_in_doubt"], summary["chat_refused"], summary["uploads"],
             summary["upload_resends"], summary["upload_429s"]) == (11, 11, 3, 3, 2, 3, 3, 3), \
         summary
+
+
+def responses_events(rid, deltas=3, numbers=None):
+    """A whole Responses event sequence as the mock streams it (created, in_progress, deltas,
+    text done, completed); `numbers` overrides the events' sequence numbers (a broken record)."""
+    types = (["response.created", "response.in_progress"] +
+             ["response.output_text.delta"] * deltas +
+             ["response.output_text.done", "response.completed"])
+    numbers = numbers if numbers is not None else list(range(len(types)))
+    out = b""
+    for t, n in zip(types, numbers):
+        data = {"type": t, "sequence_number": n, "response": {"id": rid}}
+        out += f"event: {t}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    return out
+
+
+def test_campaign_checker_sees_resume_violations():
+    """No processes: background Responses jobs of a hand-made run (`respond`), each breaking one
+    of the resume invariants (and some breaking none: a stream cut and resumed, a client that
+    left early, a job still in doubt whose record kept so far is shorter than what its client
+    was given, a 429); the checker must count exactly those."""
+    from chaos.client import Attempt, Intent, Outcome
+
+    tok = "tok-planted"
+    tsha = hashlib.sha256(tok.encode()).hexdigest()
+    pfx = "camp-resume"
+    size = campaign.Sizes(intents=0, concurrency=1, load_s=1, kills=0, pg_restarts=0, outages=0,
+                          drain_s=1)
+    camp = campaign.Campaign(campaign.make_plan(1, size, tenants=1), "http://127.0.0.1:9", [tok],
+                             None, None, None, None, pfx, "-t", [1])
+    camp.t0 = 1000.0
+    sse = "text/event-stream"
+    full = responses_events("resp_1")
+    part = full[:full.index(b"event: response.output_text.delta")]     # created, in_progress
+    other = responses_events("resp_2")                                   # another response
+    synth = responses_events("resp_1", deltas=1)                         # a synthesised replay
+    readback = b'{"id":"resp_1","object":"response","status":"completed","output":[]}'
+    gap = responses_events("resp_1", numbers=[0, 1, 2, 4, 5, 6, 7])     # an event skipped
+    twice = responses_events("resp_1", numbers=[0, 1, 2, 2, 3, 4, 5])    # an event repeated
+    # name: (behaviour, final state, generations, answers received [(status, error, body)],
+    # replays [bodies], the record the database holds, its attempts)
+    jobs = {
+        "resp_ok": ("tokens", "completed", 1, [(200, None, full)], [full, full], full,
+                    ["create:ok"]),
+        "resp_resumed": ("cut", "completed", 1, [(200, "cut", full[:len(part) + 30]),
+                                                 (200, None, full)], [full, full], full,
+                         ["create:ambiguous", "reconcile:resumed_partial",
+                          "reconcile:resumed"]),
+        "resp_left": ("tokens", "completed", 1, [(200, "left", full[:40])], [full, full], full,
+                      ["create:ok"]),
+        # In doubt: its client was given more than the record kept so far (or as much).
+        "resp_doubt": ("cut", "review", 1, [(200, "cut", full[:len(part) + 30])], [], part,
+                       ["create:ambiguous"]),
+        "resp_429": ("status_429", "failed", 0, [(429, None, b"{}")], [], b'{"error":{}}',
+                     ["create:backoff"] * 8),
+        # Given the start of another sequence than the one recorded.
+        "resp_diverged": ("cut", "completed", 1, [(200, "cut", other[:len(part)])],
+                          [full, full], full, ["create:ambiguous", "reconcile:resumed"]),
+        "resp_doubt_diverged": ("cut", "review", 1, [(200, "cut", other[:len(part) + 30])], [],
+                                part, ["create:ambiguous"]),
+        # Completed with a record that is not one whole event sequence.
+        "resp_readback": ("cut", "completed", 1, [], [synth, synth], readback,
+                          ["create:ambiguous", "reconcile:found"]),
+        "resp_gap": ("resume_cut", "completed", 1, [], [gap, gap], gap,
+                     ["create:ambiguous", "reconcile:resumed"]),
+        "resp_twice": ("resume_cut", "completed", 1, [], [twice, twice], twice,
+                       ["create:ambiguous", "reconcile:resumed"]),
+        # Replayed as another stream than the record it holds.
+        "resp_replaydiff": ("tokens", "completed", 1, [], [synth, synth], full, ["create:ok"]),
+        # Generated, then failed.
+        "resp_failed": ("cut", "failed", 1, [(200, "cut", part)], [], part,
+                        ["create:ambiguous", "reconcile:failed"]),
+        # A 200 that ended normally without response.completed (and no record to replay).
+        "resp_notwhole": ("cut", "review", 1, [(200, None, part)], [], part,
+                          ["create:ambiguous"]),
+        "resp_dup": ("tokens", "completed", 2, [(200, None, full)], [full, full], full,
+                     ["create:ok"]),
+    }
+    rows, views, ledger, db_rows = {}, {}, [], []
+    records, steps = {}, {}
+    seq = 0
+    for ix, (name, (beh, state, gens, got, reps, rec, st)) in enumerate(jobs.items()):
+        jid, key = f"job_{name}", f"{pfx}-{ix}"
+        body = {"model": "m", "input": name, "stream": True, "background": True, "_mock": {}}
+        it = Intent(tok, key, body, "respond-t/responses", kind="respond", capture=True)
+        plan = campaign.IntentPlan(ix, "respond", 0, 0.0, body, {}, 0, [], 7, None,
+                                   chat={"behaviour": beh, "stream": True,
+                                         "clients": [(0.0, False, None)]})
+        atts = [Attempt(t0=1000.0 + ix, t1=1000.5 + ix, port=1, status=code, error=err,
+                        job_id=jid, state="sending", body=b, content_type=sse)
+                for code, err, b in got] or [Attempt(t0=1000.0 + ix, t1=1000.5 + ix, port=1,
+                                                     status=202, job_id=jid, state="prepared")]
+        out = Outcome(it, atts, "ok")
+        camp.intents.append(it)
+        camp.outcomes.append(out)
+        camp.plan_of.append(plan)
+        j = camp.register(jid, tok, key, "respond", ix)
+        j.samples.append(campaign.Sample(1000.0 + ix, 1000.5 + ix, "prepared", "submit"))
+        camp.chat_clients[ix] = [out]
+        camp.received[key] = [a for a in atts if a.body is not None]
+        rows[jid] = {"id": jid, "key": key, "state": state, "remote_id": "resp_1",
+                     "last_error": "", "cancel_requested": False, "provider": "respond-t",
+                     "token_sha256": tsha, "resolution": "", "outputs_received": -1}
+        views[jid] = {"state": state, "result": None}
+        db_rows.append([tsha, key, jid, state, "resp_1", it.body_sha256])
+        records[jid], steps[jid] = rec, st
+        for _ in range(gens):
+            seq += 1
+            ledger.append({"seq": seq, "time": 1001.0 + ix, "replay": False, "task_id": None,
+                           "status": 200, "provider": "openai-responses", "client_ref": None,
+                           "body_sha256": it.body_sha256, "content_type": "application/json"})
+    replays = {f"job_{n}": {"state": jobs[n][1], "key": "", "answers": [
+        {"status": 200, "body": b, "error": None, "replayed": True, "job_id": f"job_{n}",
+         "content_type": sse} for b in jobs[n][4]]} for n in jobs}
+    camp.sqlf = lambda q: db_rows if "encode(sha256" in q else []
+    data = {"ledger": ledger, "tasks": {}, "rows": rows, "views": views, "chaos": None,
+            "sends": {}, "trips": [], "chat_replays": replays, "records": records,
+            "resume_steps": steps}
+    summary, evidence = checker.check_campaign("planted", camp, data, {"drain_s": 0.0})
+    want = {"duplicates": 1, "resumed_not_prefix": 2, "record_not_whole": 3,
+            "replay_not_identical": 1, "cut_not_in_doubt": 1, "stream_not_whole": 1,
+            "whole_without_record": 1}
+    assert checker.campaign_violations(summary) == want, (summary, evidence)
+    blamed = {ev.get("job") for ev in evidence}
+    clean = {"job_resp_ok", "job_resp_resumed", "job_resp_left", "job_resp_doubt",
+             "job_resp_429"}
+    assert not clean & blamed, blamed
+    assert {f"job_{n}" for n in jobs} - clean <= blamed, blamed
+    assert (summary["responses"], summary["resumed"], summary["resume_cuts"],
+            summary["resume_in_doubt"], summary["respond_refused"], summary["read_back_whole"],
+            summary["respond_cut_answers"]) == (14, 4, 1, 3, 1, 1, 5), summary
