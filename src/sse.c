@@ -181,16 +181,53 @@ static void on_event(void *arg, const char *kind, const cJSON *d, const char *da
     }
 }
 
+typedef int (*parse_need)(void *arg, const char *type, const char *data, size_t dlen);
 static int each_event(const char *body, size_t len,
                       void (*fn)(void *arg, const char *type, const cJSON *d, const char *raw,
                                  size_t rawlen),
-                      void *arg, size_t *end);
+                      parse_need need, void *arg, size_t *end);
+
+/* Whether an event's data must be parsed for sse_read: a stream is mostly deltas that only say
+ * "output" (on_event needs no member of them once the id is known and output seen), and a
+ * delta's parse is most of the reading's cost. Conservative: an event whose type is not named
+ * by its `event:` line, or whose raw data could hold a member on_event reads ("usage", "error",
+ * or any \u escape, which could spell one), is parsed. */
+static int read_needs(void *arg, const char *type, const char *data, size_t dlen)
+{
+    const struct reading *rd = arg;
+    const struct sse_verdict *v = rd->v;
+    if (!v->id[0] || (!v->output && !v->error) || memmem(data, dlen, "\\u", 2))
+        return 1;
+    switch (rd->f) {
+    case SSE_OPENAI_CHAT:
+        return memmem(data, dlen, "\"usage\"", 7) || memmem(data, dlen, "\"error\"", 7) ||
+               (dlen == 6 && memcmp(data, "[DONE]", 6) == 0);
+    case SSE_ANTHROPIC:
+        return strcmp(type, "content_block_delta") != 0 && strcmp(type, "ping") != 0;
+    case SSE_OPENAI_RESPONSES: {
+        size_t t = strlen(type);
+        return !(t > 6 && strcmp(type + t - 6, ".delta") == 0);
+    }
+    default:
+        return 1;
+    }
+}
+
+/* sse_last_event reads no member. */
+static int never_parse(void *arg, const char *type, const char *data, size_t dlen)
+{
+    (void)arg;
+    (void)type;
+    (void)data;
+    (void)dlen;
+    return 0;
+}
 
 int sse_read(enum sse_format f, const char *body, size_t len, struct sse_verdict *v)
 {
     memset(v, 0, sizeof(*v));
     struct reading rd = {.f = f, .v = v};
-    if (each_event(body, len, on_event, &rd, NULL) < 0)
+    if (each_event(body, len, on_event, read_needs, &rd, NULL) < 0)
         rd.oom = 1;
     if (rd.usage && !rd.oom) {
         v->usage = cJSON_PrintUnformatted(rd.usage);
@@ -262,7 +299,7 @@ int sse_last_event(const char *body, size_t len, size_t *end, char **data, size_
     *end = 0;
     *data = NULL;
     *dlen = 0;
-    if (each_event(body, len, on_last, &l, &at) < 0 || l.oom) {
+    if (each_event(body, len, on_last, never_parse, &l, &at) < 0 || l.oom) {
         free(l.data);
         return -1;
     }
@@ -285,7 +322,7 @@ int sse_last_event(const char *body, size_t len, size_t *end, char **data, size_
 static int each_event(const char *body, size_t len,
                       void (*fn)(void *arg, const char *type, const cJSON *d, const char *raw,
                                  size_t rawlen),
-                      void *arg, size_t *at)
+                      parse_need need, void *arg, size_t *at)
 {
     char type[64] = "";
     char *data = NULL;
@@ -302,7 +339,9 @@ static int each_event(const char *body, size_t len,
         if (e == s) {
             if (have || *type) {
                 const char *end = NULL;
-                cJSON *d = dlen ? cJSON_ParseWithLengthOpts(data, dlen, &end, 0) : NULL;
+                cJSON *d = dlen && (!need || need(arg, type, data, dlen))
+                               ? cJSON_ParseWithLengthOpts(data, dlen, &end, 0)
+                               : NULL;
                 if (d && end != data + dlen) {
                     cJSON_Delete(d);
                     d = NULL;
@@ -333,10 +372,10 @@ static int each_event(const char *body, size_t len,
             memcpy(type, body + vs, n);
             type[n] = '\0';
         } else if (fl == 4 && memcmp(body + s, "data", 4) == 0) {
-            size_t need = dlen + (have ? 1 : 0) + vl + 1;
-            if (need > dcap) {
+            size_t want = dlen + (have ? 1 : 0) + vl + 1;
+            if (want > dcap) {
                 size_t cap = dcap ? dcap * 2 : 256;
-                while (cap < need)
+                while (cap < want)
                     cap *= 2;
                 char *nd = realloc(data, cap);
                 if (!nd) {
@@ -610,7 +649,7 @@ char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_
     if (!whole)
         return NULL;
     struct assembly a = {.f = f};
-    if (each_event(body, len, on_assembly_event, &a, NULL) < 0)
+    if (each_event(body, len, on_assembly_event, NULL, &a, NULL) < 0)
         a.oom = 1;
     settle_texts(&a);
     char *out = a.out && !a.oom ? cJSON_PrintUnformatted(a.out) : NULL;

@@ -25,6 +25,7 @@ struct up_xfer {
     struct curl_slist *hdrs;
     struct up_response res;
     size_t max;
+    size_t cap; /* bytes allocated at res.body */
     cJSON *headers;
     int (*before_send)(void *arg);
     void *before_send_arg;
@@ -67,11 +68,19 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         r->body_truncated = 1;
     }
     if (take) {
-        char *nb = realloc(r->body, r->body_len + take + 1);
-        if (!nb)
-            return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
-        memcpy(nb + r->body_len, p, take);
-        r->body = nb;
+        /* Grown by doubling: a long answer arrives in UP_RECV_BUFFER pieces, and growing by
+         * each piece would copy it over and over (quadratic in its length). */
+        if (r->body_len + take + 1 > c->cap) {
+            size_t cap = c->cap ? c->cap : UP_RECV_BUFFER;
+            while (cap < r->body_len + take + 1)
+                cap *= 2;
+            char *nb = realloc(r->body, cap);
+            if (!nb)
+                return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
+            r->body = nb;
+            c->cap = cap;
+        }
+        memcpy(r->body + r->body_len, p, take);
         r->body_len += take;
         r->body[r->body_len] = '\0';
     }

@@ -188,6 +188,66 @@ static void test_error_events(void **state)
     assert_int_equal(sse_error_status("overloaded_error"), 529);
 }
 
+/* The reading skips parsing the deltas that can only say "output" (most of a stream), never an
+ * event that carries what it reads: usage and errors after the output began, a member spelled
+ * with escapes, an event whose type only its data names. */
+static void test_skipped_deltas_hide_nothing(void **state)
+{
+    (void)state;
+#define CHAT_ID "data: {\"id\":\"c9\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+#define RESP_ID "event: response.created\ndata: {\"response\":{\"id\":\"r9\"}}\n\n"
+#define RESP_DELTA "event: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\n"
+    static const struct {
+        enum sse_format f;
+        const char *body;
+        int error, status, terminal;
+        const char *usage;
+    } cases[] = {
+        {SSE_OPENAI_CHAT,
+         CHAT_ID CHAT_CHUNK("a") CHAT_CHUNK("b")
+         "data: {\"choices\":[],\"\\u0075sage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n",
+         0, 0, 1, "{\"prompt_tokens\":1}"},
+        {SSE_OPENAI_CHAT,
+         CHAT_ID CHAT_CHUNK("a") "data: {\"\\u0065rror\":{\"type\":\"server_error\"}}\n\n", 1,
+         500, 0, NULL},
+        {SSE_OPENAI_CHAT, CHAT_ID CHAT_CHUNK("a") CHAT_CHUNK("b") "data: [DONE]\n\n", 0, 0, 1, NULL},
+        {SSE_ANTHROPIC,
+         "event: message_start\ndata: {\"message\":{\"id\":\"m9\",\"usage\":{\"input_tokens\":"
+         "4}}}\n\n"
+         "event: content_block_delta\ndata: {\"delta\":{\"text\":\"a\"}}\n\n"
+         "event: content_block_delta\ndata: {\"delta\":{\"text\":\"b\"}}\n\n"
+         "event: message_delta\ndata: {\"usage\":{\"output_tokens\":2}}\n\n"
+         "event: message_stop\ndata: {}\n\n",
+         0, 0, 1, "{\"input_tokens\":4,\"output_tokens\":2}"},
+        {SSE_OPENAI_RESPONSES,
+         RESP_ID RESP_DELTA RESP_DELTA
+         "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n",
+         1, 500, 0, NULL},
+        {SSE_OPENAI_RESPONSES,
+         RESP_ID RESP_DELTA "data: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\"}\n\n", 1,
+         429, 0, NULL},
+        {SSE_OPENAI_RESPONSES,
+         RESP_ID RESP_DELTA
+         "event: response.completed\ndata: {\"response\":{\"id\":\"r9\",\"usage\":{\"input_"
+         "tokens\":3}}}\n\n",
+         0, 0, 1, "{\"input_tokens\":3}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sse_verdict v;
+        print_message("case %zu\n", i);
+        assert_int_equal(sse_read(cases[i].f, cases[i].body, strlen(cases[i].body), &v), 0);
+        assert_int_equal(v.output, 1);
+        assert_int_equal(v.error, cases[i].error);
+        assert_int_equal(v.error_status, cases[i].status);
+        assert_int_equal(v.terminal, cases[i].terminal);
+        if (cases[i].usage)
+            assert_string_equal(v.usage, cases[i].usage);
+        else
+            assert_null(v.usage);
+        sse_verdict_fini(&v);
+    }
+}
+
 static void test_every_cut_is_incomplete(void **state)
 {
     (void)state;
@@ -337,6 +397,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_streams),
         cmocka_unit_test(test_error_events),
+        cmocka_unit_test(test_skipped_deltas_hide_nothing),
         cmocka_unit_test(test_every_cut_is_incomplete),
         cmocka_unit_test(test_requested_and_names),
         cmocka_unit_test(test_assemble_and_synthesize),
