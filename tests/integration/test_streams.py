@@ -86,6 +86,26 @@ def test_a_streamed_chat_is_recorded_and_replayed_identically(gateway_factory, m
     assert abs(j["cost"]["micros"] - want) <= 1, (j["cost"], usage)
 
 
+def test_a_long_record_is_stored_compressed_with_lz4(gateway_factory, mock, token, psql):
+    """A stream's record is stored out of line compressed with lz4 (migration 0024), not pglz,
+    and replayed byte for byte from it."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    key = "lz4-" + uuid.uuid4().hex[:8]
+    r = gw.submit(token, key, chat_body(events=300), route=chat, headers={"Prefer": "wait=20"})
+    assert r.status == 200, r
+    assert len(r.body) > 8000, len(r.body)  # long enough to be stored out of line
+    job_id = r.headers["x-idemgate-job-id"]
+    assert psql(f"SELECT pg_column_compression(resp_body) FROM operations "
+                f"WHERE id = '{job_id}'") == [["lz4"]]
+    # Another replica has nothing of it in memory: the replay is read from the stored record.
+    other = gateway_factory(providers=providers, env=ENV)
+    again = other.submit(token, key, chat_body(events=300), route=chat,
+                         headers={"Prefer": "wait=20"})
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.body == r.body
+
+
 def test_an_anthropic_stream_is_recorded_and_replayed(gateway_factory, mock, token):
     providers, _, claude = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
