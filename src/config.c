@@ -78,6 +78,10 @@ static const struct cfg_setting settings[] = {
      "60000", 0, 86400000,
      "how often expired jobs (after job_ttl_hours; their keys become free), their attempts, "
      "webhook records and parked hints are deleted (0: never, in this replica)"},
+    {"job_cache_bytes", "IDEMGATE_JOB_CACHE_BYTES", T_LONG, OFF(job_cache_bytes), "67108864", 0,
+     64L * 1024 * 1024 * 1024,
+     "most bytes the job cache holds (its jobs' documents and answers; 0: no byte bound): an "
+     "answer larger than a sixteenth of it is not cached, its replays read the database"},
     {"job_cache_entries", "IDEMGATE_JOB_CACHE_ENTRIES", T_INT, OFF(job_cache_entries), "8192", 0,
      10000000, "terminal jobs kept in memory for replays and reads (0: no cache)"},
     {"job_cache_ttl_ms", "IDEMGATE_JOB_CACHE_TTL_MS", T_INT, OFF(job_cache_ttl_ms), "5000", 1,

@@ -3,6 +3,7 @@
 #include "idemgate/crypto.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,11 @@ struct slot {
 static struct slot *slots;
 static size_t n_slots;
 static int ttl;
+static size_t max_bytes;     /* 0: no byte bound */
+static atomic_size_t used;   /* bytes of the entries held */
+static atomic_llong swept_ms; /* when expired entries were last freed for room */
+/* Room is looked for by freeing expired entries at most this often. */
+#define SWEEP_EVERY_MS 100
 
 static long long now_ms(void)
 {
@@ -26,8 +32,10 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int jobcache_init(size_t n, int ttl_ms)
+int jobcache_init(size_t n, int ttl_ms, size_t bytes)
 {
+    max_bytes = bytes;
+    atomic_store(&used, 0);
     if (n == 0)
         return 0;
     slots = calloc(n, sizeof(*slots));
@@ -47,10 +55,57 @@ void jobcache_entry_fini(struct jobcache_entry *e)
     memset(e, 0, sizeof(*e));
 }
 
+/* The bytes an entry holds. */
+static size_t entry_bytes(const struct jobcache_entry *e)
+{
+    return (e->job_json ? strlen(e->job_json) + 1 : 0) + (e->resp_body ? e->resp_body_len + 1 : 0);
+}
+
+/* Empties a slot (its lock held). */
+static void drop_locked(struct slot *s)
+{
+    if (s->expires_ms)
+        atomic_fetch_sub(&used, entry_bytes(&s->e));
+    jobcache_entry_fini(&s->e);
+    s->expires_ms = 0;
+}
+
+size_t jobcache_bytes(void)
+{
+    return atomic_load(&used);
+}
+
+/* Frees every expired entry, at most every SWEEP_EVERY_MS (no slot lock held by the caller). */
+static void sweep_expired(long long now)
+{
+    long long last = atomic_load(&swept_ms);
+    if (now - last < SWEEP_EVERY_MS || !atomic_compare_exchange_strong(&swept_ms, &last, now))
+        return;
+    for (size_t i = 0; i < n_slots; i++) {
+        pthread_mutex_lock(&slots[i].mu);
+        if (slots[i].expires_ms && slots[i].expires_ms <= now)
+            drop_locked(&slots[i]);
+        pthread_mutex_unlock(&slots[i].mu);
+    }
+}
+
+/* Counts b bytes as held when they fit the bound. 1: held; 0: they do not fit. */
+static int reserve(size_t b)
+{
+    if (!max_bytes) {
+        atomic_fetch_add(&used, b);
+        return 1;
+    }
+    if (atomic_fetch_add(&used, b) + b <= max_bytes)
+        return 1;
+    atomic_fetch_sub(&used, b);
+    return 0;
+}
+
 void jobcache_fini(void)
 {
     for (size_t i = 0; i < n_slots; i++) {
-        jobcache_entry_fini(&slots[i].e);
+        drop_locked(&slots[i]);
         pthread_mutex_destroy(&slots[i].mu);
     }
     free(slots);
@@ -101,8 +156,11 @@ int jobcache_get(char kind, const char *token_hash, const char *name, struct job
     int hit = 0;
     if (!s)
         return 0;
+    long long now = now_ms();
     pthread_mutex_lock(&s->mu);
-    if (s->expires_ms > now_ms() && memcmp(s->key, key, sizeof(key)) == 0)
+    if (s->expires_ms && s->expires_ms <= now)
+        drop_locked(s); /* its memory back at once */
+    else if (s->expires_ms && memcmp(s->key, key, sizeof(key)) == 0)
         hit = copy_entry(out, &s->e) == 0;
     pthread_mutex_unlock(&s->mu);
     return hit;
@@ -113,13 +171,37 @@ void jobcache_put(char kind, const char *token_hash, const char *name,
 {
     uint8_t key[CRYPTO_SHA256_LEN];
     struct slot *s = slot_for(kind, token_hash, name, key);
-    struct jobcache_entry copy;
-    if (!s || copy_entry(&copy, e) < 0)
+    if (!s)
         return;
+    long long now = now_ms();
+    if (max_bytes && entry_bytes(e) > max_bytes / JOBCACHE_ENTRY_SHARE) {
+        /* Never held; an earlier view of the same name is no longer answered either. */
+        pthread_mutex_lock(&s->mu);
+        if (s->expires_ms && memcmp(s->key, key, sizeof(key)) == 0)
+            drop_locked(s);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    struct jobcache_entry copy;
+    if (copy_entry(&copy, e) < 0)
+        return;
+    size_t b = entry_bytes(&copy);
     pthread_mutex_lock(&s->mu);
-    jobcache_entry_fini(&s->e);
+    drop_locked(s); /* replaced (or evicted: one entry per slot) */
+    int fits = reserve(b);
+    pthread_mutex_unlock(&s->mu);
+    if (!fits) {
+        sweep_expired(now);
+        fits = reserve(b);
+    }
+    if (!fits) {
+        jobcache_entry_fini(&copy);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    drop_locked(s); /* whatever another thread put here meanwhile */
     s->e = copy;
     memcpy(s->key, key, sizeof(key));
-    s->expires_ms = now_ms() + (max_ms > 0 && max_ms < ttl ? max_ms : ttl);
+    s->expires_ms = now + (max_ms > 0 && max_ms < ttl ? max_ms : ttl);
     pthread_mutex_unlock(&s->mu);
 }

@@ -136,7 +136,8 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     (void)tenants_refresh_due();
     tenants_refresh(db);
     store_db_close(db);
-    if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms) < 0)
+    if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms,
+                      (size_t)cfg->job_cache_bytes) < 0)
         return "job cache";
     s->cache = 1;
     /* Before anything that commits a state: the wake-ups of every write reach the others. */

@@ -1,5 +1,6 @@
 #include "idemgate/metrics.h"
 
+#include "idemgate/jobcache.h"
 #include "idemgate/livestream.h"
 
 #include "idemgate/classify.h"
@@ -450,11 +451,16 @@ static void render_intake(struct buf *b)
         "# HELP idemgate_live_streams Streamed creates whose events this replica relays to "
         "waiting clients as they arrive (from their intake to their first attempt's record).\n"
         "# TYPE idemgate_live_streams gauge\n"
-        "idemgate_live_streams %zu\n",
+        "idemgate_live_streams %zu\n"
+        "# HELP idemgate_job_cache_bytes Bytes the terminal-job cache holds (its jobs' "
+        "documents and answers; bounded by job_cache_bytes).\n"
+        "# TYPE idemgate_job_cache_bytes gauge\n"
+        "idemgate_job_cache_bytes %zu\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed),
         atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak),
-        atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count());
+        atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count(),
+        jobcache_bytes());
 }
 
 /* Settled cost by (provider, currency), with the "other" overflow pair when it was used: three

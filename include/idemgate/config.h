@@ -44,6 +44,7 @@ struct cfg {
     int poll_workers;
     int job_cache_entries;
     int job_cache_ttl_ms;
+    long job_cache_bytes;
     char *public_url;
     char *admin_token_sha256;
     int max_connections;

@@ -22,8 +22,14 @@ struct jobcache_entry {
     size_t resp_body_len;
 };
 
-/* slots == 0 disables the cache. */
-int jobcache_init(size_t slots, int ttl_ms);
+/* slots == 0 disables the cache. max_bytes bounds the bytes of the entries held (their job
+ * documents and answers; 0: no bound): an entry larger than a sixteenth of it is never held, and
+ * one that would pass the bound is held only once expired entries are freed to make room (else
+ * it is not held: its reads go to the database). */
+#define JOBCACHE_ENTRY_SHARE 16
+int jobcache_init(size_t slots, int ttl_ms, size_t max_bytes);
+/* Bytes of the entries held. */
+size_t jobcache_bytes(void);
 void jobcache_fini(void);
 
 /* kind distinguishes lookups by idempotency key ('k') from lookups by job id ('j'). On a hit,

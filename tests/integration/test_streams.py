@@ -106,6 +106,35 @@ def test_a_long_record_is_stored_compressed_with_lz4(gateway_factory, mock, toke
     assert again.body == r.body
 
 
+def cache_bytes(gw):
+    m = re.search(rb"^idemgate_job_cache_bytes (\d+)$", gw.http.request("GET", "/metrics").body,
+                  re.M)
+    return int(m.group(1))
+
+
+def test_the_job_cache_holds_no_record_larger_than_its_share(gateway_factory, mock, token):
+    """job_cache_bytes bounds what the terminal-job cache holds: a stream's record larger than a
+    sixteenth of it is not held (its replays read the database, byte for byte the same); a short
+    one is held."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV, job_cache_bytes=65536)
+    assert cache_bytes(gw) == 0
+    key = "big-" + uuid.uuid4().hex[:8]
+    r = gw.submit(token, key, chat_body(events=300), route=chat, headers={"Prefer": "wait=20"})
+    assert r.status == 200 and len(r.body) > 65536 // 16, (r.status, len(r.body))
+    again = gw.submit(token, key, chat_body(events=300), route=chat, headers={"Prefer": "wait=20"})
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.body == r.body
+    assert cache_bytes(gw) < 65536 // 16  # the long record is not in it
+    small = "small-" + uuid.uuid4().hex[:8]
+    r = gw.submit(token, small, chat_body(events=3), route=chat, headers={"Prefer": "wait=20"})
+    assert r.status == 200 and len(r.body) < 65536 // 16, (r.status, len(r.body))
+    again = gw.submit(token, small, chat_body(events=3), route=chat, headers={"Prefer": "wait=20"})
+    assert again.body == r.body
+    assert len(r.body) < cache_bytes(gw) <= 65536  # the short one is (with its job's document)
+    assert len(creates(mock, "/v1/chat/completions")) == 2
+
+
 def test_an_anthropic_stream_is_recorded_and_replayed(gateway_factory, mock, token):
     providers, _, claude = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
