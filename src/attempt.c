@@ -484,6 +484,7 @@ struct attempt {
     char *pend;
     size_t pend_len, pend_cap, noted;
     double noted_at;
+    int kept; /* the live stream keeps the stream's bytes: the record is read from it */
 };
 
 /* What is read of a stream's beginning for the id it names: its first events. */
@@ -511,7 +512,8 @@ struct partial_note {
     struct rq_item node;
     long long tenant_id, lease_version, offset;
     char job_id[64];
-    char *bytes;
+    char *bytes;   /* the batch, or NULL: it is read from the live stream */
+    struct ls *ls; /* (referenced) */
     size_t len;
 };
 
@@ -519,7 +521,14 @@ static void write_partial(struct rq_item *it, struct db *db)
 {
     struct partial_note *n = (struct partial_note *)it;
     int kept = 0;
-    if (store_note_partial(db, n->tenant_id, n->job_id, n->lease_version, n->bytes, n->len,
+    if (!n->bytes && n->ls && (n->bytes = malloc(n->len ? n->len : 1)) &&
+        ls_copy(n->ls, (size_t)n->offset, n->len, n->bytes) < 0) {
+        free(n->bytes);
+        n->bytes = NULL;
+    }
+    ls_release(n->ls);
+    if (!n->bytes ||
+        store_note_partial(db, n->tenant_id, n->job_id, n->lease_version, n->bytes, n->len,
                            n->offset, &kept) < 0 ||
         !kept)
         LOG(LOG_DEBUG, "stream_batch_not_kept", LS("job_id", n->job_id), LI("offset", n->offset),
@@ -535,7 +544,9 @@ static void write_partial(struct rq_item *it, struct db *db)
 /* The record so far, kept on the row in batches as it arrives (resume_note_due): if this
  * replica dies mid-stream, what arrived is not lost with it — the reconciler resumes a
  * background Responses stream after its last whole event, and an operator sees what was
- * generated. The bytes of each batch go to a writer thread; the transfer keeps the whole. */
+ * generated. The bytes of each batch go to a writer thread: read there from the live stream
+ * when it keeps them (a->kept: nothing is copied here), else copied here; the transfer or the
+ * live stream keeps the whole. */
 static void keep_partial(struct attempt *a, const char *p, size_t n)
 {
     if (a->pend_len + n > PARTIAL_PENDING_MAX) {
@@ -544,7 +555,9 @@ static void keep_partial(struct attempt *a, const char *p, size_t n)
         a->pend = NULL;
         return;
     }
-    if (a->pend_len + n > a->pend_cap) {
+    if (a->kept) {
+        a->pend_len += n;
+    } else if (a->pend_len + n > a->pend_cap) {
         size_t cap = a->pend_cap ? a->pend_cap : 4096;
         while (cap < a->pend_len + n)
             cap *= 2;
@@ -556,8 +569,10 @@ static void keep_partial(struct attempt *a, const char *p, size_t n)
         a->pend = b;
         a->pend_cap = cap;
     }
-    memcpy(a->pend + a->pend_len, p, n);
-    a->pend_len += n;
+    if (!a->kept) {
+        memcpy(a->pend + a->pend_len, p, n);
+        a->pend_len += n;
+    }
     double now = clock_mono();
     if (!resume_note_due(a->noted, a->pend_len, now - a->noted_at))
         return;
@@ -573,6 +588,10 @@ static void keep_partial(struct attempt *a, const char *p, size_t n)
     note->offset = (long long)a->noted;
     memcpy(note->job_id, a->c.id, strlen(a->c.id) + 1);
     note->bytes = a->pend;
+    if (a->kept) {
+        ls_hold(a->ls);
+        note->ls = a->ls;
+    }
     note->len = a->pend_len;
     a->noted += a->pend_len;
     a->pend = NULL;
@@ -645,6 +664,24 @@ static void attempt_free(struct attempt *a)
     free(a);
 }
 
+/* The stream the live copy kept becomes the answer's body: all of it, or, when some bytes were
+ * not kept (past max_response_bytes, out of memory or spool) or it cannot be read back,
+ * whatever was, marked truncated — never taken for a complete answer. */
+static void record_from_live(struct attempt *a, struct up_response *res)
+{
+    char *b = NULL;
+    size_t n = 0;
+    int whole = 0;
+    if (ls_record(a->ls, &b, &n, &whole) < 0) {
+        res->body_truncated = 1;
+        return;
+    }
+    res->body = b;
+    res->body_len = n;
+    if (!whole)
+        res->body_truncated = 1;
+}
+
 int attempt_classify(struct attempt *a, struct up_response *res, double t1)
 {
     const struct cfg_provider *p = a->p;
@@ -656,6 +693,8 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     if (res->curl_code || !res->http_status)
         LOG(LOG_DEBUG, "create_no_answer", LS("job_id", c->id), LS("error", res->error));
     CRASH_POINT("after_response");
+    if (a->kept && ls_began(a->ls) && !res->body)
+        record_from_live(a, res);
     attempt_count_results(p, res, &a->rs);
     if (a->ls)
         ls_attempt_end(a->ls, a->rs.stream_cut || res->curl_code != 0);
@@ -884,6 +923,9 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
         call.on_stream = on_stream;
         call.on_stream_arg = a;
     }
+    /* Clients wait for it here: the live stream is the record, in bounded memory (it spools a
+     * long one), and the transfer does not collect it a second time. */
+    a->kept = call.stream_kept = a->ls != NULL;
     a->t0 = clock_wall();
     return prov_xfer_new(a->p, &call, x, res);
 }

@@ -147,6 +147,16 @@ static const struct cfg_setting settings[] = {
      "a request's headers and body must have arrived this long after its connection was opened "
      "(or its previous answer sent), however steadily they trickle; otherwise the connection is "
      "closed"},
+    {"stream_memory_bytes", "IDEMGATE_STREAM_MEMORY_BYTES", T_LONG, OFF(stream_memory_bytes),
+     "262144", 0, 1024L * 1024 * 1024,
+     "bytes of a live stream (an LLM's events, relayed to its clients and recorded) kept in "
+     "memory; a longer one is moved to an unlinked file in stream_spool_dir, memory keeping only "
+     "the event being received (0: all in memory)"},
+    {"stream_spool_dir", "IDEMGATE_STREAM_SPOOL_DIR", T_STR, OFF(stream_spool_dir), "", 0, 0,
+     "the folder long live streams are spooled to (\"\": archive_dir's tmp folder, the spool "
+     "every deployment already gives the archive; created if missing): files nobody else sees, "
+     "gone with the stream or the process; a folder that cannot take them keeps streams in "
+     "memory, said once in the log"},
     {"tenant_burst", "IDEMGATE_TENANT_BURST", T_INT, OFF(tenant_burst), "0", 0, 1000000,
      "default requests a tenant may send at once above its rate (0: one second's worth)"},
     {"tenant_requests_per_second", "IDEMGATE_TENANT_REQUESTS_PER_SECOND", T_INT,

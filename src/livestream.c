@@ -3,13 +3,18 @@
 #include "idemgate/livestream.h"
 
 #include "idemgate/http_server.h"
+#include "idemgate/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct parked {
     struct hs_req *r;
@@ -22,8 +27,12 @@ struct ls {
     char job_id[64];
     atomic_int refs;
     pthread_mutex_t mu;
+    /* The bytes: all in buf (fd < 0), or, once longer than the memory share (ls_configure), all
+     * in an unlinked file fd, buf keeping only [base, len) — the event being scanned. fed: bytes
+     * offered by the transfer (len < fed: some were not kept). */
     char *buf;
-    size_t len, cap, max;
+    size_t len, cap, max, base, fed;
+    int fd;
     int began, ended, cut, closed, attempt_over;
     /* The terminal event is held back until the result is recorded (ls_settle): `held` is
      * where it begins (HELD_NONE: none seen yet), `scan` where the next unexamined event
@@ -35,6 +44,19 @@ struct ls {
     struct ls *next; /* in its registry bucket */
     int registered;
 };
+
+/* Where a long stream's bytes go (ls_configure): its memory share and the spool folder. */
+static size_t mem_share;
+static char spool_dir[1024] = "/var/tmp";
+static atomic_int spool_warned;
+static atomic_long spooled_now; /* streams whose bytes are in a spool file now */
+
+void ls_configure(size_t memory_bytes, const char *dir)
+{
+    mem_share = memory_bytes;
+    if (dir && *dir)
+        snprintf(spool_dir, sizeof(spool_dir), "%s", dir);
+}
 
 #define BUCKETS 256
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -103,7 +125,7 @@ static int terminal_event(const char *ev, size_t n)
 static void scan_locked(struct ls *s)
 {
     while (s->held == HELD_NONE && s->scan < s->len) {
-        const char *b = s->buf + s->scan;
+        const char *b = s->buf + (s->scan - s->base);
         size_t left = s->len - s->scan, end = 0, sep = 0;
         for (size_t i = 0; i + 1 < left; i++) {
             if (b[i] == '\n' && b[i + 1] == '\n') {
@@ -212,6 +234,7 @@ struct ls *ls_open(const char *job_id, size_t max_bytes)
     atomic_init(&s->refs, 2); /* the registry's and the caller's */
     pthread_mutex_init(&s->mu, NULL);
     s->max = max_bytes;
+    s->fd = -1;
     s->held = HELD_NONE;
     s->next = reg[b];
     s->registered = 1;
@@ -269,6 +292,10 @@ void ls_release(struct ls *s)
         free(p);
     }
     pthread_mutex_destroy(&s->mu);
+    if (s->fd >= 0) {
+        close(s->fd);
+        atomic_fetch_sub(&spooled_now, 1);
+    }
     free(s->buf);
     free(s);
 }
@@ -278,10 +305,129 @@ void ls_hold(struct ls *s)
     atomic_fetch_add(&s->refs, 1);
 }
 
+/* Writes (reads) exactly n bytes at off of fd. 0, or -1 (errno). */
+static int put_all(int fd, const char *p, size_t n, size_t off)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w, n -= (size_t)w, off += (size_t)w;
+    }
+    return 0;
+}
+
+static int get_all(int fd, char *p, size_t n, size_t off)
+{
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            errno = r == 0 ? EIO : errno;
+            return -1;
+        }
+        p += r, n -= (size_t)r, off += (size_t)r;
+    }
+    return 0;
+}
+
+/* s's bytes [off, off + n) into out (the caller holds s->mu; off + n <= len). 0, or -1. */
+static int copy_locked(const struct ls *s, size_t off, size_t n, char *out)
+{
+    if (s->fd >= 0)
+        return get_all(s->fd, out, n, off);
+    memcpy(out, s->buf + off, n);
+    return 0;
+}
+
+/* An unlinked file in the spool folder (never seen by anyone else; gone with its last
+ * descriptor, a crash included), or -1. */
+static int spool_open(void)
+{
+    int fd = open(spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ENOENT) { /* made on first use, and its parent (archive_dir) */
+        char parent[sizeof(spool_dir)];
+        snprintf(parent, sizeof(parent), "%s", spool_dir);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) {
+            *slash = '\0';
+            (void)mkdir(parent, 0700);
+        }
+        if (mkdir(spool_dir, 0700) == 0 || errno == EEXIST)
+            fd = open(spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        char path[sizeof(spool_dir) + 32];
+        snprintf(path, sizeof(path), "%s/idemgate-stream-XXXXXX", spool_dir);
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd >= 0)
+            unlink(path);
+    }
+    return fd;
+}
+
+/* A spooled stream keeps in memory only what is past its last scanned event: [scan, len). */
+static void trim_locked(struct ls *s)
+{
+    if (s->fd < 0 || s->scan <= s->base)
+        return;
+    memmove(s->buf, s->buf + (s->scan - s->base), s->len - s->scan);
+    s->base = s->scan;
+    size_t keep = s->len - s->base;
+    if (s->cap > 65536 && keep < s->cap / 4) {
+        size_t cap = keep * 2 > 4096 ? keep * 2 : 4096;
+        char *nb = realloc(s->buf, cap);
+        if (nb)
+            s->buf = nb, s->cap = cap;
+    }
+}
+
+/* Moves a stream longer than its memory share to a spool file (the caller holds s->mu). A
+ * folder that cannot take it leaves the stream in memory, as it was (said once in the log). */
+static void spill_locked(struct ls *s)
+{
+    int fd = spool_open();
+    if (fd < 0 || put_all(fd, s->buf, s->len, 0) < 0) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        if (!atomic_exchange(&spool_warned, 1))
+            LOG(LOG_WARN, "stream_spool_unavailable", LS("dir", spool_dir),
+                LS("error", strerror(err)),
+                LS("note", "long streams are kept in memory (stream_spool_dir)"));
+        return;
+    }
+    s->fd = fd;
+    atomic_fetch_add(&spooled_now, 1);
+    trim_locked(s);
+}
+
+/* Brings a spooled stream back into memory (its file took no more). 0, or -1. */
+static int unspill_locked(struct ls *s)
+{
+    char *nb = malloc(s->len + 1);
+    if (!nb || get_all(s->fd, nb, s->len, 0) < 0) {
+        free(nb);
+        return -1;
+    }
+    free(s->buf);
+    s->buf = nb;
+    s->cap = s->len + 1;
+    s->base = 0;
+    close(s->fd);
+    s->fd = -1;
+    atomic_fetch_sub(&spooled_now, 1);
+    return 0;
+}
+
 void ls_feed(void *arg, const char *p, size_t n)
 {
     struct ls *s = arg;
     pthread_mutex_lock(&s->mu);
+    s->fed += n;
     if (s->ended || s->closed) {
         pthread_mutex_unlock(&s->mu);
         return;
@@ -292,27 +438,64 @@ void ls_feed(void *arg, const char *p, size_t n)
         take = s->max - s->len;
         s->ended = s->cut = 1; /* past the cap: readers get what fits, then a cut */
     }
-    if (take && s->len + take > s->cap) {
+    if (take && s->fd < 0 && mem_share && s->len + take > mem_share)
+        spill_locked(s);
+    if (take && s->fd >= 0 && put_all(s->fd, p, take, s->len) < 0 && unspill_locked(s) < 0)
+        goto lost;
+    size_t kept = s->len - s->base; /* in buf */
+    if (take && kept + take > s->cap) {
         size_t cap = s->cap ? s->cap : 4096;
-        while (cap < s->len + take)
+        while (cap < kept + take)
             cap *= 2;
         char *nb = realloc(s->buf, cap);
-        if (!nb) {
-            s->ended = s->cut = 1; /* the recording goes on in the transfer; live stops */
-            wake_locked(s);
-            pthread_mutex_unlock(&s->mu);
-            return;
-        }
+        if (!nb)
+            goto lost;
         s->buf = nb;
         s->cap = cap;
     }
     if (take) {
-        memcpy(s->buf + s->len, p, take);
+        memcpy(s->buf + kept, p, take);
         s->len += take;
         scan_locked(s);
+        trim_locked(s);
     }
     wake_locked(s);
     pthread_mutex_unlock(&s->mu);
+    return;
+lost: /* out of memory or spool: live stops, and the record is short (ls_record says so) */
+    s->ended = s->cut = 1;
+    wake_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ls_record(struct ls *s, char **out, size_t *len, int *whole)
+{
+    pthread_mutex_lock(&s->mu);
+    char *b = malloc(s->len + 1);
+    int e = b ? copy_locked(s, 0, s->len, b) : -1;
+    if (e == 0) {
+        b[s->len] = '\0';
+        *out = b;
+        *len = s->len;
+        *whole = s->fed == s->len;
+    } else {
+        free(b);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
+int ls_copy(struct ls *s, size_t off, size_t n, char *out)
+{
+    pthread_mutex_lock(&s->mu);
+    int e = off + n <= s->len ? copy_locked(s, off, n, out) : -1;
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
+long ls_spooled(void)
+{
+    return atomic_load(&spooled_now);
 }
 
 void ls_settle(struct ls *s, int recorded)
@@ -348,9 +531,12 @@ enum ls_at ls_read(struct ls *s, size_t pos, char *buf, size_t max, size_t *n)
     size_t vis = visible_locked(s);
     if (pos < vis) {
         size_t k = vis - pos < max ? vis - pos : max;
-        memcpy(buf, s->buf + pos, k);
-        *n = k;
-        at = LS_BYTES;
+        if (copy_locked(s, pos, k, buf) == 0) {
+            *n = k;
+            at = LS_BYTES;
+        } else {
+            at = LS_CUT; /* the spool file could not be read: this reader ends cut */
+        }
     } else if (!s->began) {
         at = s->attempt_over || s->closed ? LS_NONE : LS_WAIT;
     } else if (end_known_locked(s)) {

@@ -139,6 +139,11 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (jobcache_init((size_t)cfg->job_cache_entries, cfg->job_cache_ttl_ms,
                       (size_t)cfg->job_cache_bytes) < 0)
         return "job cache";
+    char spool[1024];
+    snprintf(spool, sizeof(spool), "%s", cfg->stream_spool_dir);
+    if (!*spool)
+        snprintf(spool, sizeof(spool), "%s/tmp", cfg->archive_dir);
+    ls_configure((size_t)cfg->stream_memory_bytes, spool);
     s->cache = 1;
     /* Before anything that commits a state: the wake-ups of every write reach the others. */
     if (wake_start(cfg) < 0)

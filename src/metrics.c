@@ -452,6 +452,10 @@ static void render_intake(struct buf *b)
         "waiting clients as they arrive (from their intake to their first attempt's record).\n"
         "# TYPE idemgate_live_streams gauge\n"
         "idemgate_live_streams %zu\n"
+        "# HELP idemgate_live_streams_spooled Live streams longer than stream_memory_bytes, "
+        "their bytes in a spool file (stream_spool_dir) rather than memory.\n"
+        "# TYPE idemgate_live_streams_spooled gauge\n"
+        "idemgate_live_streams_spooled %ld\n"
         "# HELP idemgate_job_cache_bytes Bytes the terminal-job cache holds (its jobs' "
         "documents and answers; bounded by job_cache_bytes).\n"
         "# TYPE idemgate_job_cache_bytes gauge\n"
@@ -459,7 +463,7 @@ static void render_intake(struct buf *b)
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed),
         atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak),
-        atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count(),
+        atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count(), ls_spooled(),
         jobcache_bytes());
 }
 

@@ -59,7 +59,8 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
                              .before_send = c->before_send,
                              .before_send_arg = c->before_send_arg,
                              .on_stream = c->on_stream,
-                             .on_stream_arg = c->on_stream_arg};
+                             .on_stream_arg = c->on_stream_arg,
+                             .stream_kept = c->stream_kept};
     /* The header lines, the credential's among them, are copied into the transfer (and zeroed
      * when it is freed); our buffer is zeroed now. */
     rc = up_xfer_new(&req, out, res);

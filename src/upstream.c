@@ -32,6 +32,7 @@ struct up_xfer {
     void (*on_stream)(void *arg, const char *p, size_t n);
     void *on_stream_arg;
     int stream_judged, streaming; /* the answer was looked at; it is a 2xx event stream */
+    int stream_kept;              /* on_stream keeps the stream's bytes (up_request) */
 };
 
 int up_global_init(void)
@@ -61,8 +62,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
                        strncasecmp(ct->valuestring, "text/event-stream", 17) == 0;
         c->stream_judged = 1;
     }
-    if (c->streaming)
+    if (c->streaming) {
         c->on_stream(c->on_stream_arg, p, len);
+        if (c->stream_kept)
+            return len;
+    }
     if (r->body_len + take > c->max) {
         take = c->max - r->body_len;
         r->body_truncated = 1;
@@ -251,6 +255,7 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     x->before_send_arg = req->before_send_arg;
     x->on_stream = req->on_stream;
     x->on_stream_arg = req->on_stream_arg;
+    x->stream_kept = req->on_stream && req->stream_kept;
     CURL *h = x->h;
     curl_easy_setopt(h, CURLOPT_URL, req->url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);

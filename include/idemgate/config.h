@@ -45,6 +45,8 @@ struct cfg {
     int job_cache_entries;
     int job_cache_ttl_ms;
     long job_cache_bytes;
+    long stream_memory_bytes;
+    char *stream_spool_dir;
     char *public_url;
     char *admin_token_sha256;
     int max_connections;

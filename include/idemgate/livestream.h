@@ -14,7 +14,11 @@ struct hs_req;
  * A live stream exists from the intake of a job born reserved on this replica until its first
  * attempt's result is recorded (or the reservation is given back): a retry after a refusal, or
  * an attempt on another replica, is not followed live (its clients wait for the job as any
- * other). Its bytes are kept in memory, at most the provider's max_response_bytes.
+ * other). Its bytes are kept in memory up to a share (ls_configure); a longer stream's bytes are
+ * all moved to an unlinked file in the spool folder and read from there, memory keeping only
+ * the event being received: what a live stream holds in memory does not grow with its length.
+ * At most the provider's max_response_bytes are kept. The stream is the attempt's record too:
+ * the transfer does not collect it a second time (attempt.c reads it with ls_record).
  *
  * Readers park (suspended, no thread blocked) until there is something for them: more bytes,
  * the stream's end, or the end of an attempt that never began streaming. Every wake-up happens
@@ -22,6 +26,10 @@ struct hs_req;
  * unparked. */
 
 struct ls;
+
+/* Streams longer than memory_bytes (0: none) are spooled to unlinked files in dir (made, with
+ * its parent, when missing; "" keeps /var/tmp). Before the first stream. */
+void ls_configure(size_t memory_bytes, const char *dir);
 
 /* Registers a live stream for job_id (replacing none: a second open of a live id returns the
  * same stream), at most max_bytes long. Returns a reference (ls_release), or NULL when out of
@@ -60,6 +68,14 @@ enum ls_at {
 };
 /* Copies up to max bytes from pos into buf (*n of them, when LS_BYTES). */
 enum ls_at ls_read(struct ls *s, size_t pos, char *buf, size_t max, size_t *n);
+/* The whole stream so far (malloc'ed, NUL-terminated, *len bytes); *whole is 0 when some bytes
+ * the transfer offered were not kept (past max_bytes, out of memory or spool space): the record
+ * is short. 0, or -1 when it cannot be read (out of memory, the spool file unreadable). */
+int ls_record(struct ls *s, char **out, size_t *len, int *whole);
+/* Bytes [off, off + n) of the stream into out. 0, or -1. */
+int ls_copy(struct ls *s, size_t off, size_t n, char *out);
+/* Streams whose bytes are in a spool file now (for the metrics and the tests). */
+long ls_spooled(void);
 /* 1 when the stream began (its first 2xx event-stream bytes arrived). */
 int ls_began(struct ls *s);
 /* Parks request r until something is there at pos (ls_read would not answer LS_WAIT), or until

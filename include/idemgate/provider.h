@@ -29,6 +29,7 @@ struct prov_call {
     void (*on_stream)(void *arg, const char *p, size_t n); /* see up_request */
     void *on_stream_arg;
     long total_timeout_ms; /* > 0: a shorter limit than the profile's for this call */
+    int stream_kept;       /* see up_request */
 };
 
 /* Performs the call. Fills *res as up_call does (free with up_response_fini). Returns 0 when a

@@ -32,6 +32,9 @@ struct up_request {
      * An answer of another status or type is never passed on. */
     void (*on_stream)(void *arg, const char *p, size_t n);
     void *on_stream_arg;
+    /* 1: on_stream keeps a 2xx event stream's bytes (the live stream, livestream.h), so the
+     * response's body does not collect them a second time (it stays empty). */
+    int stream_kept;
 };
 
 struct up_response {

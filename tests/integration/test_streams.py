@@ -10,6 +10,8 @@ import re
 import time
 import uuid
 
+import pytest
+
 from conftest import ROOT
 
 PROFILES = os.path.join(ROOT, "deploy", "providers")
@@ -336,6 +338,46 @@ def test_a_second_request_joins_the_live_stream(gateway_factory, mock, token):
     assert a == b, (a[-80:], b[-80:])  # every event so far, then the rest live: the same bytes
     assert a.endswith(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
     assert len(creates(mock, "/v1/messages")) == 1
+
+
+def spooled(gw):
+    m = re.search(rb"^idemgate_live_streams_spooled (\d+)$",
+                  gw.http.request("GET", "/metrics").body, re.M)
+    return int(m.group(1))
+
+
+def test_a_long_live_stream_is_spooled_not_held_in_memory(gateway_factory, mock, token, tmp_path):
+    """A live stream longer than stream_memory_bytes moves to an unlinked file in
+    stream_spool_dir (memory keeps only the event being received): its first client and a client
+    joining it get every byte, the record is whole, and the file is gone with the stream. The
+    folder by default: archive_dir's tmp, made on first use."""
+    spool = tmp_path / "archive" / "tmp"  # gateway_factory's archive_dir
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV, stream_memory_bytes=2048)
+    body = chat_body(events=40, event_delay_ms=100)
+    first = Live(gw, token, chat, "spool-1", body)
+    first.until(b'"tok25 "')  # ~4 KB in: past the memory share
+    assert spooled(gw) == 1
+    fds = [os.readlink(f"/proc/{gw.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{gw.proc.pid}/fd")]
+    assert any(t.startswith(str(spool)) and t.endswith("(deleted)") for t in fds), fds
+    assert os.listdir(spool) == []  # nobody else sees it
+    second = Live(gw, token, chat, "spool-1", body)  # joins: every event so far read back
+    assert second.resp.status == 200
+    assert second.resp.getheader("Idempotent-Replayed") == "true"
+    a, b = first.rest(), second.rest()
+    first.close()
+    second.close()
+    assert a == b, (len(a), len(b))
+    assert a.endswith(b"data: [DONE]\n\n") and a.count(b'"content":"tok') == 40
+    assert spooled(gw) == 0
+    fds = [os.readlink(f"/proc/{gw.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{gw.proc.pid}/fd")]
+    assert not any(t.startswith(str(spool)) for t in fds), fds
+    # The record is the stream: another replica replays it from the database, byte for byte.
+    other = gateway_factory(providers=providers, env=ENV)
+    again = other.submit(token, "spool-1", body, route=chat, headers={"Prefer": "wait=20"})
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.body == a
+    assert len(creates(mock, "/v1/chat/completions")) == 1
 
 
 def test_a_client_that_leaves_mid_stream_does_not_stop_the_recording(gateway_factory, mock,
@@ -703,21 +745,31 @@ def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory
     assert len(creates(mock, "/v1/responses")) == before + 2
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["async", "live-spooled"])
 def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_factory, mock,
-                                                                     token, psql):
+                                                                     token, psql, tmp_path, live):
     """Issue 25 §2: a stream's record is kept on its row in batches as it arrives, not only with
     the result. A replica killed mid-stream leaves what it had kept: another replica's
     reconciler resumes the background response after the last whole event kept, and the record
-    is the one event sequence, complete — one create."""
+    is the one event sequence, complete — one create. live-spooled: a client waits on it and the
+    live stream, spooled to a file past 256 bytes, is where each batch is read from."""
     sfx = uuid.uuid4().hex[:6]
     e = responses_entry(mock, "rbatch" + sfx)
-    gw = gateway_factory(providers=[e], env=ENV)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    gw = gateway_factory(providers=[e], env=ENV, stream_memory_bytes=256,
+                         stream_spool_dir=str(spool))
     route = e["name"] + "/responses"
     body = {"model": "gpt-4o-mini", "input": "batches " + sfx, "stream": True,
             "background": True, "_mock": {"events": 12, "event_delay_ms": 300}}
     before = len(creates(mock, "/v1/responses"))
-    r = gw.submit(token, "rbatch-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
-    job_id = r.json()["id"]
+    if live:
+        client = Live(gw, token, route, "rbatch-" + sfx, body)
+        job_id = client.resp.getheader("X-Idemgate-Job-Id")
+    else:
+        r = gw.submit(token, "rbatch-" + sfx, body, route=route,
+                      headers={"Prefer": "respond-async"})
+        job_id = r.json()["id"]
     deadline = time.monotonic() + 20
     while True:  # the first batch is kept a second or so into the stream
         kept = psql(f"SELECT coalesce(length(resp_body), 0), state FROM operations "
@@ -727,8 +779,12 @@ def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_fact
         assert time.monotonic() < deadline, kept
         time.sleep(0.05)
     assert kept[1] == "sending", kept
+    if live:
+        assert spooled(gw) == 1
     gw.proc.kill()  # mid-stream: what was kept stays
     gw.proc.wait()
+    if live:
+        client.close()
     partial = bytes.fromhex(psql(f"SELECT encode(resp_body, 'hex') FROM operations "
                                  f"WHERE id = '{job_id}'")[0][0])
     assert partial.startswith(b"event: response.created\n"), partial

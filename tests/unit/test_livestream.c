@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -99,11 +101,89 @@ static void test_cut_and_closed_streams(void **state)
     ls_release(s);
 }
 
+/* A stream longer than its memory share is spooled to an unlinked file: its readers, its record
+ * and its batches read the same bytes as from memory, the terminal event is still held until
+ * the record, and the file goes with the stream. Each format, fed in pieces of every size from
+ * 1 to 7 bytes (events and CRLFs split everywhere). */
+static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/idemgate-ls-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    ls_configure(64, dir);
+    for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]); f++)
+        for (size_t piece = 1; piece <= 7; piece++) {
+            char whole[8192], out[8192], id[32];
+            size_t w = 0;
+            for (int i = 0; i < 40; i++)
+                w += (size_t)snprintf(whole + w, sizeof(whole) - w, "%s", formats[f].first);
+            size_t body = w; /* where the terminal event begins */
+            w += (size_t)snprintf(whole + w, sizeof(whole) - w, "%s", formats[f].terminal);
+            snprintf(id, sizeof(id), "job_s%zu_%zu", f, piece);
+            struct ls *s = ls_open(id, sizeof(whole));
+            size_t pos = 0;
+            for (size_t at = 0; at < w; at += piece)
+                ls_feed(s, whole + at, w - at < piece ? w - at : piece);
+            assert_int_equal(ls_spooled(), 1);
+            ls_attempt_end(s, 0);
+            assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+            assert_int_equal(pos, body); /* held: the terminal event waits for the record */
+            assert_memory_equal(out, whole, body);
+            char *rec = NULL;
+            size_t len = 0;
+            int ok = 0;
+            assert_int_equal(ls_record(s, &rec, &len, &ok), 0);
+            assert_int_equal(len, w);
+            assert_int_equal(ok, 1);
+            assert_memory_equal(rec, whole, w);
+            free(rec);
+            char part[64];
+            assert_int_equal(ls_copy(s, 100, sizeof(part), part), 0);
+            assert_memory_equal(part, whole + 100, sizeof(part));
+            assert_int_equal(ls_copy(s, w - 10, 11, part), -1); /* past the end */
+            ls_settle(s, 1);
+            assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_END);
+            assert_int_equal(pos, w);
+            assert_memory_equal(out, whole, w);
+            ls_close(id);
+            ls_release(s);
+            assert_int_equal(ls_spooled(), 0);
+        }
+    /* Past max_bytes: what fits is kept, and the record says it is not whole. */
+    struct ls *s = ls_open("job_max", 100);
+    char many[300];
+    memset(many, 'x', sizeof(many));
+    ls_feed(s, many, sizeof(many));
+    char *rec = NULL;
+    size_t len = 0;
+    int ok = 1;
+    assert_int_equal(ls_record(s, &rec, &len, &ok), 0);
+    assert_int_equal(len, 100);
+    assert_int_equal(ok, 0);
+    free(rec);
+    ls_close("job_max");
+    ls_release(s);
+    /* A folder that cannot take the file: the stream stays in memory, whole. */
+    ls_configure(64, "/dev/null/spool"); /* under a file: no folder can be made there */
+    s = ls_open("job_nospool", 4096);
+    ls_feed(s, many, sizeof(many));
+    assert_int_equal(ls_spooled(), 0);
+    assert_int_equal(ls_record(s, &rec, &len, &ok), 0);
+    assert_int_equal(len, sizeof(many));
+    assert_int_equal(ok, 1);
+    free(rec);
+    ls_close("job_nospool");
+    ls_release(s);
+    ls_configure(0, "");
+    assert_int_equal(rmdir(dir), 0); /* nothing was left in it */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_terminal_event_waits_for_the_record),
         cmocka_unit_test(test_cut_and_closed_streams),
+        cmocka_unit_test(test_a_spooled_stream_reads_as_one_in_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
