@@ -118,14 +118,23 @@ def test_a_large_part_is_kept_in_the_store_and_sent_byte_exact(gateway_factory, 
     assert n3 == len(small) and head3 == small[:18]
 
 
-def test_without_the_store_an_upload_stays_whole_in_the_row(gateway_factory, mock, token, psql):
+def test_without_the_store_an_upload_stays_whole_in_the_row(gateway_factory, mock, token, psql,
+                                                             tmp_path):
+    """upload_part_inline_bytes 0: every upload whole in the row, as before. And a store that
+    cannot take the parts (its folder cannot be made) costs no request: the row keeps the whole
+    upload, and the log says why."""
     e, name = edits_entry(mock)
-    gw = gateway_factory(providers=[e], env=ENV, upload_part_inline_bytes=0)
-    body = form("w-1", "pmi", image=big_image(200000))
-    r = post(gw, token, name + "/images/edits", "whole-1", body, ctype("w-1"))
-    assert r.status == 200, r
-    assert row(psql, r.headers["x-idemgate-job-id"]) == (len(body), body[:18])
-    assert edits_creates(mock)[0]["body_sha256"] == hashlib.sha256(body).hexdigest()
+    off = gateway_factory(providers=[e], env=ENV, upload_part_inline_bytes=0)
+    (tmp_path / "not-a-folder").write_text("")
+    broken = gateway_factory(providers=[e], env=ENV,
+                             archive_dir=str(tmp_path / "not-a-folder" / "archive"))
+    for gw, key in ((off, "whole-1"), (broken, "whole-2")):
+        body = form(key, "pmi", image=big_image(200000))
+        r = post(gw, token, name + "/images/edits", key, body, ctype(key))
+        assert r.status == 200, r
+        assert row(psql, r.headers["x-idemgate-job-id"]) == (len(body), body[:18])
+        assert edits_creates(mock)[-1]["body_sha256"] == hashlib.sha256(body).hexdigest()
+    assert "upload_kept_in_row" in broken.log() and "upload_kept_in_row" not in off.log()
 
 
 def test_resends_rebuild_the_same_bytes(gateway_factory, mock, token, psql):
