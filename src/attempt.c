@@ -19,6 +19,8 @@
 #include "idemgate/resultq.h"
 #include "idemgate/resume.h"
 #include "idemgate/store.h"
+#include "idemgate/upload.h"
+#include "idemgate/uplstore.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -61,6 +63,42 @@ static void release_unsent(struct db *db, const struct store_claim *c, enum op_s
     if (store_finish(db, &f, &applied) < 0)
         LOG(LOG_WARN, "dispatch_result_lost", LS("job_id", c->id),
             LS("note", "the reaper will mark it unknown"));
+}
+
+/* A stored body whose upload parts are in the archive store (upload.h) is rebuilt from the row
+ * and the objects, byte for byte, before anything reads it: on every send and resend. Returns 0
+ * (c->body is the client's body), or -1 when nothing may be sent: the row was written back —
+ * `prepared` to wait for the store, or what upl_unread_next says of an object gone for good;
+ * a malformed table can never be sent as recorded (pol_unsendable). */
+static int load_upload(const struct cfg *cfg, const struct cfg_provider *p, struct db *db,
+                       struct store_claim *c)
+{
+    char why[300] = "", msg[420];
+    char *body = NULL;
+    size_t len = 0;
+    int rc = ups_expand(cfg, (const char *)c->body, c->body_len, &body, &len, why, sizeof(why));
+    if (rc == 1)
+        return 0;
+    if (rc == 0) {
+        free(c->body);
+        c->body = (unsigned char *)body;
+        c->body_len = len;
+        return 0;
+    }
+    int ambiguous = c->ambiguous_before || c->from_unknown;
+    enum op_state next = rc < 0 ? pol_unsendable(ambiguous)
+                                : upl_unread_next((enum upl_unread)rc, ambiguous,
+                                                  c->since_first_ms, p->deadline_ms);
+    const char *reason = rc == UPL_UNAVAILABLE ? "store_unavailable"
+                         : rc == UPL_MISSING   ? "object_missing"
+                                               : "malformed";
+    LOG(LOG_ERROR, "upload_unreadable", LS("job_id", c->id), LS("provider", c->provider),
+        LS("reason", reason), LS("error", why), LS("state", st_name(next)));
+    snprintf(msg, sizeof(msg),
+             "the upload could not be rebuilt from the archive store (%s: %s); nothing was sent%s",
+             reason, why, next == ST_PREPARED ? ", tried again later" : "");
+    release_unsent(db, c, next, msg);
+    return -1;
 }
 
 long long attempt_server_hint_ms(const struct cfg_provider *p, const struct up_response *res)
@@ -854,6 +892,8 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
         release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
         return -1;
     }
+    if (load_upload(cfg, p, db, c) < 0)
+        return -1;
     struct attempt *a = calloc(1, sizeof(*a));
     if (!a) {
         release_unsent(db, c, ST_PREPARED, "out of memory");

@@ -26,8 +26,12 @@ struct blob_store {
     char *dir;
     char *endpoint, *bucket, *sigv4, *key_env, *secret_env;
     char host[128];
-    atomic_ulong seq;
 };
+
+/* The sequence number of temporary files, process-wide: several stores are open at once (the
+ * archive's, a readiness probe's, each upload's), and two copies of one process must never be
+ * given the same temporary name (O_EXCL would refuse the second). */
+static atomic_ulong g_seq;
 
 static char *dup0(const char *s)
 {
@@ -119,7 +123,7 @@ int blob_tmp_open(struct blob_store *b, struct blob_tmp *t, char *why, size_t wh
     }
     /* host.pid.seq names the copy's owner, so a sweep knows which ones are dead. */
     snprintf(t->path, sizeof(t->path), "%s/%s.%ld.%lu", dir, b->host, (long)getpid(),
-             atomic_fetch_add(&b->seq, 1));
+             atomic_fetch_add(&g_seq, 1));
     t->fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
     t->md = EVP_MD_CTX_new();
     if (t->fd < 0 || !t->md || EVP_DigestInit_ex(t->md, EVP_sha256(), NULL) != 1) {

@@ -115,7 +115,8 @@ static const struct cfg_setting settings[] = {
     {"max_upload_bytes", "IDEMGATE_MAX_UPLOAD_BYTES", T_LONG, OFF(max_upload_bytes), "26214400",
      2, 512L * 1024 * 1024,
      "largest multipart/form-data body (a file upload, on a route that takes one) accepted (413 "
-     "above); it is kept in memory while it arrives and stored with its job for a resend"},
+     "above); it is kept in memory while it arrives and stored for a resend (its large parts "
+     "in the archive store: upload_part_inline_bytes)"},
     {"max_wait_seconds", "IDEMGATE_MAX_WAIT_SECONDS", T_INT, OFF(max_wait_seconds), "60", 0, 3600,
      "cap on Prefer: wait=N"},
     {"metrics_listen", "IDEMGATE_METRICS_LISTEN", T_STR, OFF(metrics_listen_host), "", 0, 0,
@@ -166,6 +167,11 @@ static const struct cfg_setting settings[] = {
     {"tenant_wait_connections", "IDEMGATE_TENANT_WAIT_CONNECTIONS", T_INT,
      OFF(tenant_wait_connections), "0", 0, 1000000,
      "default `Prefer: wait` connections a tenant may hold per replica (0: no limit)"},
+    {"upload_part_inline_bytes", "IDEMGATE_UPLOAD_PART_INLINE_BYTES", T_LONG,
+     OFF(upload_part_inline_bytes), "65536", 0, 512L * 1024 * 1024,
+     "an uploaded part (multipart/form-data) whose content is longer is kept in the archive "
+     "store (archive_backend), by its SHA-256, and only referred to from its job's row; shorter "
+     "parts stay in the row (0: every upload whole in the row)"},
     {"wait_poll_ms", "IDEMGATE_WAIT_POLL_MS", T_INT, OFF(wait_poll_ms), "1000", 10, 600000,
      "how often the jobs of Prefer: wait clients are read again (bounds the delay a lost wake-up "
      "signal from another replica can cause)"},

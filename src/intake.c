@@ -24,6 +24,8 @@
 #include "idemgate/sse.h"
 #include "idemgate/store.h"
 #include "idemgate/tenants.h"
+#include "idemgate/upload.h"
+#include "idemgate/uplstore.h"
 #include "idemgate/waiters.h"
 
 #include <stdatomic.h>
@@ -62,6 +64,12 @@ struct intake {
     size_t mp_canon_len;
     const char *mp_raw;
     size_t mp_raw_len;
+    /* Its parts (pointing into mp_raw), and the form the row keeps when its large parts went to
+     * the archive store (step_stage; upload.h), or NULL when the row keeps mp_raw. */
+    struct mp_part *mp_parts;
+    size_t mp_n;
+    char *mp_stored;
+    size_t mp_stored_len;
     char fp[CRYPTO_SHA256_HEX];
     struct gate_pass pass; /* the tenant gate's estimate for the record (gate.h) */
     char job_id[CRYPTO_JOB_ID_LEN];
@@ -264,7 +272,8 @@ static enum step_result read_multipart(struct intake *in, const char *ctype, con
     size_t flen = 0;
     in->mp_canon = mp_canonical(parts, n, &in->mp_canon_len);
     char *fields = mp_fields_json(parts, n, &flen);
-    free(parts);
+    in->mp_parts = parts; /* for step_stage */
+    in->mp_n = n;
     if (!in->mp_canon || !fields) {
         free(fields);
         return raise_problem(in, 500, "internal", "Internal error", "out of memory");
@@ -382,6 +391,48 @@ static enum step_result step_cache(struct intake *in)
     return STEP_ANSWERED;
 }
 
+/* On a database worker (the store blocks: disk or bucket): the upload's large parts published,
+ * then the request goes on to be recorded. A store that does not take them costs no request:
+ * the row keeps the upload whole, as it would without a store, and the event says why. */
+static void stage_upload(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    struct intake *in = api_ctx(r);
+    char why[256] = "";
+    int published = 0;
+    double t0 = clock_mono();
+    int rc = ups_stage(in->cfg, in->mp_raw, in->mp_raw_len, in->mp_parts, in->mp_n,
+                       &in->mp_stored, &in->mp_stored_len, &published, why, sizeof(why));
+    if (rc < 0)
+        LOG(LOG_WARN, "upload_kept_in_row", LS("provider", in->p->name), LS("error", why),
+            LI("bytes", (long long)in->mp_raw_len),
+            LS("note", "the archive store did not take the upload's large parts: the row keeps "
+                       "the whole upload"));
+    else
+        LOG(LOG_DEBUG, "upload_parts_stored", LS("provider", in->p->name),
+            LI("published", published), LI("bytes", (long long)in->mp_raw_len),
+            LI("row_bytes", (long long)in->mp_stored_len),
+            LI("ms", (long long)((clock_mono() - t0) * 1000)));
+    api_set_continuation(r, intake_continue);
+}
+
+/* stage: an upload with parts longer than upload_part_inline_bytes has them published to the
+ * archive store, by their SHA-256, before the intent that names them is committed (the row
+ * never refers to an object that is not durable). A replay publishes the same objects again: a
+ * no-op. The fingerprint is not touched: it was made from each part's SHA-256 already. */
+static enum step_result step_stage(struct intake *in)
+{
+    unsigned char sel[MP_MAX_PARTS];
+    if (!in->mp_parts || in->mp_n > MP_MAX_PARTS ||
+        !upl_select(in->mp_parts, in->mp_n, in->cfg->upload_part_inline_bytes, sel))
+        return STEP_NEXT;
+    if (api_offload(in->r, stage_upload, NULL) < 0) {
+        reply_shutting_down(in->r); /* the database workers have stopped */
+        return STEP_ANSWERED;
+    }
+    return STEP_SUSPENDED;
+}
+
 /* The recorder's callback, on a writer thread: the commit holding the intent returned. */
 static void intake_recorded(struct rec_item *it)
 {
@@ -424,9 +475,12 @@ static enum step_result step_record(struct intake *in)
                                              .method = in->rt->method,
                                              .url = in->url,
                                              .credential = p->secret_env ? p->secret_env : "",
-                                             .body = in->mp_raw ? in->mp_raw : in->body.sent,
-                                             .body_len =
-                                                 in->mp_raw ? in->mp_raw_len : in->body.sent_len,
+                                             .body = in->mp_stored ? in->mp_stored
+                                                     : in->mp_raw  ? in->mp_raw
+                                                                   : in->body.sent,
+                                             .body_len = in->mp_stored ? in->mp_stored_len
+                                                         : in->mp_raw  ? in->mp_raw_len
+                                                                       : in->body.sent_len,
                                              .ttl_hours = in->cfg->job_ttl_hours,
                                              .idem_header = p->idem_header,
                                              .reconcile_strategy =
@@ -565,6 +619,7 @@ static const struct intake_step {
     {"fingerprint", step_fingerprint},
     {"gate", step_gate},
     {"cache", step_cache},
+    {"stage", step_stage},
     {"record", step_record},
     {"recorded", step_recorded},
     {"answer", step_answer},
@@ -589,6 +644,8 @@ static void intake_free(void *arg)
         limits_wait_end(in->token);
     reqbody_fini(&in->body);
     free(in->mp_canon);
+    free(in->mp_parts);
+    free(in->mp_stored);
     free(in->url);
     if (in->have_job)
         store_job_fini(&in->job);

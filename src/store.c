@@ -935,17 +935,29 @@ int store_janitor(struct db *db, int limit, long long deleted[3])
 }
 
 /* The hook for the archive: of the sha256s given (the archive's objects), those that no
- * remaining operation's outputs name (an output {"sha256": …}). */
+ * remaining operation names — neither its outputs ({"sha256": …}) nor its stored upload (the
+ * table of a body whose large parts are in the store, upload.h: "idemgate-upload/1\n" then
+ * "<offset> <size> <sha256>\n" lines, at most MP_MAX_PARTS of them, so within its first 16 KiB).
+ * A job that may still be sent or resent keeps its row, hence its objects. */
 static const struct db_stmt unreferenced_sha256 = {
     .rerun_safe = 1,
     .name = "unreferenced_sha256",
-    /* One read of the outputs that name any of the digests, then the digests none names (no
-     * subquery correlated with unnest(), which a distributed database refuses). */
+    /* One read of the outputs and one of the upload tables that name any of the digests, then
+     * the digests none names (no subquery correlated with unnest(), which a distributed database
+     * refuses). The table is read as escaped text (encode … 'escape' leaves ASCII as it is), so
+     * no byte of an uploaded part is ever taken for a digest. */
     .sql = "WITH used AS MATERIALIZED (SELECT e->>'sha256' AS s FROM operations o, "
     "  jsonb_array_elements(o.outputs) e "
-    " WHERE o.outputs IS NOT NULL AND e->>'sha256' = ANY ($1::text[])) "
+    " WHERE o.outputs IS NOT NULL AND e->>'sha256' = ANY ($1::text[])), "
+    "uploaded AS MATERIALIZED (SELECT m[1] AS s FROM operations o, "
+    "  regexp_matches(substring(encode(substring(o.req_body FROM 1 FOR 16384), 'escape') FROM "
+    "  '^idemgate-upload/1\n((?:[0-9]+ [0-9]+ [0-9a-f]{64}\n)+)\n'), "
+    "  '[0-9]+ [0-9]+ ([0-9a-f]{64})\n', 'g') m "
+    " WHERE substring(o.req_body FROM 1 FOR 18) = '\\x6964656d676174652d75706c6f61642f310a'::bytea "
+    "  AND m[1] = ANY ($1::text[])) "
     "SELECT s FROM unnest($1::text[]) s "
-    "WHERE s NOT IN (SELECT u.s FROM used u WHERE u.s IS NOT NULL)",
+    "WHERE s NOT IN (SELECT u.s FROM used u WHERE u.s IS NOT NULL) "
+    "  AND s NOT IN (SELECT p.s FROM uploaded p)",
     .params = DB_PARAMS("sha256s"),
 };
 

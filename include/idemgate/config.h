@@ -60,6 +60,8 @@ struct cfg {
     int archive_workers;
     struct cfg_provider *providers;
     size_t n_providers;
+    /* Upload parts longer than this go to the archive store (uplstore.h); 0: none. */
+    long upload_part_inline_bytes;
 };
 
 /* Loads path (NULL: defaults and environment only) and the environment into a new struct. On

@@ -94,6 +94,12 @@ RESPOND_BEHAVIOURS = (("tokens", 36), ("slow_tokens", 14), ("cut", 22), ("resume
 # Uploads: the `_mock` form field; "random": none (random mode draws; controls mode: the
 # intent's drawn controls).
 UPLOAD_BEHAVIOURS = (("ok", 30), ("slow", 20), ("status_429", 15), ("random", 35))
+# The replicas' upload_part_inline_bytes: an image is drawn 200..6000 bytes, so about two uploads
+# in three have it kept in the archive store (one folder, shared by the replicas) and referred to
+# from the row, and the others are stored whole; every send and resend of both must be the
+# client's bytes (upload_bytes_mismatch), and the summary counts the first kind
+# (uploads_in_store).
+UPLOAD_PART_INLINE_BYTES = 2048
 
 # Random mode: the behaviours every create draws from (contract item 9).
 WEIGHTS = {"ok": 40, "hang": 5, "close": 4, "reset": 4, "task_made_5xx": 5, "status_5xx": 5,
@@ -1305,7 +1311,10 @@ class Campaign:
                 tasks[tid] = t
         q = ("SELECT o.id, o.idempotency_key, o.state, coalesce(o.remote_id, ''), "
              "coalesce(o.last_error, ''), (o.cancel_requested_at IS NOT NULL), o.provider, "
-             "t.token_sha256, coalesce(o.resolution, ''), coalesce(o.outputs_received, -1) "
+             "t.token_sha256, coalesce(o.resolution, ''), coalesce(o.outputs_received, -1), "
+             # a body stored with its upload's parts in the archive store (upload.h's magic)
+             "substring(o.req_body FROM 1 FOR 18) = "
+             "'\\x6964656d676174652d75706c6f61642f310a'::bytea "
              "FROM operations o "
              "JOIN tenants t ON t.id = o.tenant_id "
              f"WHERE o.idempotency_key LIKE '{self.pfx}-%'")
@@ -1314,7 +1323,7 @@ class Campaign:
             rows[r[0]] = {"id": r[0], "key": r[1], "state": r[2], "remote_id": r[3],
                           "last_error": r[4], "cancel_requested": r[5] == "t", "provider": r[6],
                           "token_sha256": r[7], "resolution": r[8],
-                          "outputs_received": int(r[9])}
+                          "outputs_received": int(r[9]), "upload_in_store": r[10] == "t"}
         by_sha = {sha256_hex(t.encode()): t for t in self.tokens}
         views = {}
 

@@ -607,6 +607,7 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
         ents = entries_of.get(jid, [])
         if kind == "upload":
             stats["uploads"] += 1
+            stats["uploads_in_store"] += bool(r.get("upload_in_store"))
             bad = [e for e in ents if e.get("body_sha256") != it.body_sha256 or
                    e.get("content_type") != it.content_type]
             if bad:
@@ -631,8 +632,8 @@ def check_streams(camp, data, rows, entries_of, kind_of, v, why):
     return {k: stats.get(k, 0) for k in (
         "chats", "streams", "joins", "whole_answers", "cut_answers", "failed_job_as_200",
         "replays_identical",
-        "cut_in_doubt", "chat_refused", "uploads", "upload_resends", "upload_429s",
-        "responses", "respond_joins", "respond_whole_answers", "respond_cut_answers",
+        "cut_in_doubt", "chat_refused", "uploads", "uploads_in_store", "upload_resends",
+        "upload_429s", "responses", "respond_joins", "respond_whole_answers", "respond_cut_answers",
         "resumed", "resume_cuts", "resume_in_doubt", "respond_refused", "prefixes_checked",
         "read_back_whole", "respond_replays_identical")}
 

@@ -115,6 +115,7 @@ def run_campaign(seed, size, gateway_factory, mock, cluster):
         reps.start(name, env=dict(campaign.SECRETS, DATABASE_URL=url), providers=ents,
                    lease_seconds=size.lease_s, http_threads=8, reaper_interval_ms=200,
                    reconcile_workers=3, poll_workers=2,
+                   upload_part_inline_bytes=campaign.UPLOAD_PART_INLINE_BYTES,
                    public_url=f"http://127.0.0.1:{port}",
                    admin_token_sha256=hashlib.sha256(admin.encode()).hexdigest())
     reps.supervise(restart_delay=0.3)

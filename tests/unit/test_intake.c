@@ -16,9 +16,9 @@
 static void test_step_order(void **state)
 {
     (void)state;
-    static const char *const want[] = {"authenticate", "validate", "limit",  "canonicalise",
-                                       "fingerprint",  "gate",     "cache",  "record",
-                                       "recorded",     "answer"};
+    static const char *const want[] = {"authenticate", "validate", "limit",    "canonicalise",
+                                       "fingerprint",  "gate",     "cache",    "stage",
+                                       "record",       "recorded", "answer"};
     size_t n = sizeof(want) / sizeof(want[0]);
     for (size_t i = 0; i < n; i++)
         assert_string_equal(intake_step_name(i), want[i]);
