@@ -60,6 +60,9 @@ FUZZ_TOOLS := $(FUZZ_TOOL_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 PYTHON    ?= /usr/bin/python3
 # Parallel compile jobs for the builds `make test` and `make chaos` start.
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
+# Processes the integration tests run on (pytest-xdist, a test file per process at a time: each
+# has its own PostgreSQL cluster and mock; 0: one process, as before).
+TEST_WORKERS ?= 2
 
 .PHONY: all asan deps deps-run run test unit pyunit integration chaos test-citus bench bench-citus clean format fuzz fuzz-build \
 	fuzz-bins fuzz-regress fuzz-diff
@@ -163,7 +166,8 @@ pyunit:
 # Integration tests build a crash-point-enabled gateway of their own (build-test/).
 integration: all
 	@$(MAKE) --no-print-directory -j$(JOBS) BUILD=build-test CRASHPOINTS=1 all
-	$(PYTHON) -m pytest -q --durations=20 tests/integration $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile tests/integration \
+		$(PYTEST_ARGS)
 
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all

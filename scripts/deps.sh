@@ -9,7 +9,8 @@
 # libpq, OpenSSL), PostgreSQL 15 (server and psql), curl (make run's readiness check),
 # ca-certificates (libcurl's https to real providers) and nodejs (the build embeds the console's
 # charting library from npm: scripts/npm-tools.sh adds Debian's npm when no npm is found).
-# Test: cmocka, pytest and the Python packaging tools, clang with libFuzzer (make fuzz-regress),
+# Test: cmocka, pytest (with pytest-xdist: make integration runs its files on TEST_WORKERS
+# processes) and the Python packaging tools, clang with libFuzzer (make fuzz-regress),
 # strace, faketime, pgbouncer (tests/integration/test_pgbouncer.py only, its own instance on a
 # Unix socket; Debian enables its service, which listens on localhost:6432 where systemd runs),
 # locales, prometheus (for its promtool: make test checks the metrics and the alert rules; the
@@ -19,8 +20,8 @@ set -eu
 
 RUN_PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
 libpq-dev libssl-dev postgresql-15 postgresql-client-15 curl ca-certificates nodejs util-linux"
-TEST_PKGS="libcmocka-dev python3 python3-pytest procps locales python3-yaml strace faketime
-pgbouncer python3-pip python3-venv python3-setuptools python3-wheel clang libclang-rt-14-dev
+TEST_PKGS="libcmocka-dev python3 python3-pytest python3-pytest-xdist procps locales python3-yaml
+strace faketime pgbouncer python3-pip python3-venv python3-setuptools python3-wheel clang libclang-rt-14-dev
 prometheus"
 
 set_=${1:-test}
