@@ -125,6 +125,8 @@ ACROSS = {
     "admin_jobs_list": [None, None, "infinity", "", 10],
     "admin_jobs_in_state": [None, None, "infinity", "", 10, "review"],
     "admin_jobs_by_key": [None, None, "infinity", "", 10, "k", None],
+    # `idemgate unreferenced`: the archive's deletion hook (outputs and stored upload parts)
+    "unreferenced_sha256": ["{" + "0" * 64 + "}"],
 }
 
 
