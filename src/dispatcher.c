@@ -83,13 +83,34 @@ static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_clai
 static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *c,
                       double claimed_mono, void *arg);
 
-/* Writes the results of up to BATCH ended calls in one commit (store_finish_many); 1 when there
- * were any. */
+/* Answers held for one commit at most (beyond one answer): a batch of long streams' records is
+ * written in several commits rather than held in memory all at once. */
+#define BATCH_BYTES (8u << 20)
+
+/* Writes k results in one commit (store_finish_many) and lets their attempts go. */
+static void write_batch(struct dispatcher *d, struct db *db, struct flight **v,
+                        const struct store_finish **fs, int k)
+{
+    int applied[BATCH], errors[BATCH];
+    if (k == 1)
+        errors[0] = store_finish(db, fs[0], &applied[0]);
+    else if (k > 1)
+        (void)store_finish_many(db, fs, (size_t)k, applied, errors);
+    for (int i = 0; i < k; i++) {
+        attempt_recorded(v[i]->a, errors[i], applied[i]);
+        eng_release(d->eng, v[i]->slot); /* the outcome (and any trip) is written: room again */
+        free(v[i]);
+    }
+}
+
+/* Writes the results of up to BATCH ended calls, in one commit while their answers stay under
+ * BATCH_BYTES; 1 when there were any. */
 static int write_results(struct dispatcher *d, struct db *db)
 {
     struct flight *v[BATCH];
     const struct store_finish *fs[BATCH];
-    int applied[BATCH], errors[BATCH], n = 0, k = 0;
+    int n = 0, k = 0;
+    size_t bytes = 0;
     struct rq_item *next;
     for (struct rq_item *it = rq_take(d->results, BATCH, &n); it; it = next) {
         next = it->next; /* a probe submitted below may queue it again at once */
@@ -100,20 +121,18 @@ static int write_results(struct dispatcher *d, struct db *db)
         struct flight *f = (struct flight *)it;
         const struct store_finish *fin =
             attempt_ready(f->a, db, d->eng, &f->res, f->t1, on_probe_end, f);
-        if (fin) {
-            fs[k] = fin;
-            v[k++] = f;
+        if (!fin)
+            continue;
+        fs[k] = fin;
+        v[k++] = f;
+        bytes += fin->resp_body_len;
+        if (bytes >= BATCH_BYTES) {
+            write_batch(d, db, v, fs, k);
+            k = 0;
+            bytes = 0;
         }
     }
-    if (k == 1)
-        errors[0] = store_finish(db, fs[0], &applied[0]);
-    else if (k > 1)
-        (void)store_finish_many(db, fs, (size_t)k, applied, errors);
-    for (int i = 0; i < k; i++) {
-        attempt_recorded(v[i]->a, errors[i], applied[i]);
-        eng_release(d->eng, v[i]->slot); /* the outcome (and any trip) is written: room again */
-        free(v[i]);
-    }
+    write_batch(d, db, v, fs, k);
     return n > 0;
 }
 

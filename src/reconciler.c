@@ -10,6 +10,7 @@
 #include "idemgate/lease.h"
 #include "idemgate/resultq.h"
 #include "idemgate/resume.h"
+#include "idemgate/sse.h"
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
@@ -639,6 +640,20 @@ static void on_probe_end(void *arg, struct up_response *res)
     rq_push(j->r->results, &j->node);
 }
 
+/* Whether a resume's answer is a 2xx event stream without an error event (a failed response
+ * says so in its stream: it is read back whole, never resumed again). */
+static int resumed_without_error(const struct cfg_provider *p, const struct up_response *res)
+{
+    if (!attempt_is_stream(p, res))
+        return 0;
+    struct sse_verdict v;
+    if (sse_read((enum sse_format)p->stream_format, res->body, res->body_len, &v) < 0)
+        return 1; /* unread (out of memory): later */
+    int error = v.error;
+    sse_verdict_fini(&v);
+    return !error;
+}
+
 /* A reconciler thread reads what the job's call showed: the next list page is asked for, the
  * credential probe a resend's refusal asks for is made, or what was proved is written and the job
  * freed. */
@@ -666,22 +681,35 @@ static void write_job(struct rq_item *it, struct db *db)
         int e = store_finish(db, f, &applied);
         attempt_recorded(j->a, e, applied);
         eng_release(j->r->eng, j->slot); /* the outcome (and any trip) is written: room again */
-    } else if (j->step == RS_RESUME && !write_resumed(db, j)) {
-        /* Not resumed: the response is read back whole. */
-        up_response_fini(&j->res);
-        memset(&j->res, 0, sizeof(j->res));
-        free(j->url);
-        j->url = prov_task_url(j->p, j->c.remote_id, j->c.id);
-        j->step = RS_ADOPT;
-        if (j->url) {
-            get(j, 0);
-            return;
+    } else if (j->step == RS_RESUME) {
+        if (write_resumed(db, j)) {
+            /* resumed: written */
+        } else if (resume_again_later(j->res.curl_code, j->res.http_status,
+                                      resumed_without_error(j->p, &j->res))) {
+            /* No new event, for now: in doubt still, its record kept (the finish leaves it),
+             * resumed from its last event at the next turn — never read back whole while it can
+             * be resumed, which would replace the events its clients were given. */
+            struct verdict_write w = {j->window_closed ? ST_REVIEW : ST_UNKNOWN,
+                                      j->p->reconcile_interval_ms, "resume_failed",
+                                      "the stream's resume gave no new event (cut, refused for now "
+                                      "or unreachable): it is resumed from its last event later",
+                                      &j->res, j->c.remote_id, -1, NULL, -1, 0, NULL, 0};
+            write_verdict(db, &j->c, &w, j->t0);
+        } else {
+            /* Refused: the response is read back whole. */
+            up_response_fini(&j->res);
+            memset(&j->res, 0, sizeof(j->res));
+            free(j->url);
+            j->url = prov_task_url(j->p, j->c.remote_id, j->c.id);
+            j->step = RS_ADOPT;
+            if (j->url) {
+                get(j, 0);
+                return;
+            }
+            write_adopt(db, j);
         }
-        write_adopt(db, j);
     } else if (j->step == RS_ADOPT) {
         write_adopt(db, j);
-    } else if (j->step == RS_RESUME) {
-        /* written by write_resumed */
     } else {
         write_look(db, j);
     }

@@ -78,3 +78,12 @@ int resume_note_due(size_t noted, size_t pending, double seconds)
 {
     return seconds >= 1.0 && pending >= 512 && pending >= noted / 2;
 }
+
+int resume_again_later(int curl_code, int http_status, int stream_2xx)
+{
+    if (curl_code)
+        return 1;
+    if (http_status >= 200 && http_status < 300)
+        return stream_2xx;
+    return http_status == 408 || http_status == 425 || http_status == 429 || http_status >= 500;
+}

@@ -682,6 +682,42 @@ def test_kill_9_mid_responses_stream_is_read_back_by_the_id_kept_while_it_ran(
     assert len(creates(mock, "/v1/responses")) == 1
 
 
+def test_a_resume_with_no_new_event_keeps_the_record_and_resumes_later(gateway_factory, mock,
+                                                                        token, psql):
+    """A background stream cut after 4 events whose first resume is cut again before any new
+    event: the job stays in doubt with its record (`resume_failed`), and the next resume
+    completes it — never read back whole, which would replace the events its client was given
+    (the randomised campaign's seed 3303 at full size found this: the record became the
+    response's JSON)."""
+    import http.client
+    sfx = uuid.uuid4().hex[:6]
+    e = responses_entry(mock, "again" + sfx)
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    before = len(creates(mock, "/v1/responses"))
+    body = {"model": "gpt-4o-mini", "input": "again " + sfx, "stream": True, "background": True,
+            "_mock": {"events": 6, "cut_after": 4, "resume_cut_after": 0}}
+    live = Live(gw, token, route, "again-" + sfx, body)
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    try:
+        live.rest()
+    except http.client.IncompleteRead as exc:
+        live.data += exc.partial
+    live.close()
+    assert live.data.count(b"\n\n") == 4, live.data
+    j = wait_state(gw, token, job_id, ("completed", "failed", "review"), timeout=40)
+    assert j["state"] == "completed", j
+    outcomes = [r[0] for r in psql(f"SELECT outcome FROM attempts WHERE operation_id = "
+                                   f"'{job_id}' ORDER BY seq")]
+    assert "resume_failed" in outcomes and outcomes[-1] == "resumed", outcomes
+    again = gw.submit(token, "again-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
+    text = again.body
+    assert text.startswith(live.data), (live.data, text)
+    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    assert seqs == list(range(len(seqs))) and text.count(b"event: response.completed\n") == 1
+    assert len(creates(mock, "/v1/responses")) == before + 1
+
+
 def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory, mock, token,
                                                                   psql):
     """Issue 25 §1, §3: a Responses stream created with "background": true goes on generating

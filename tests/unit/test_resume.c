@@ -228,12 +228,36 @@ static void test_note_due(void **state)
     assert_true(writes < 40);
 }
 
+/* A resume that gave no new event: tried again later (the record kept) unless the provider
+ * refused it, never read back whole on a transient failure. */
+static void test_a_resume_without_new_events(void **state)
+{
+    (void)state;
+    static const struct {
+        int curl, status, stream, later;
+    } rows[] = {
+        {28, 0, 0, 1},   /* timed out */
+        {56, 200, 1, 1}, /* cut while receiving */
+        {0, 200, 1, 1},  /* a stream cut before its first new event */
+        {0, 200, 0, 0},  /* a 2xx that is no stream (or one with an error event) */
+        {0, 408, 0, 1},  {0, 425, 0, 1}, {0, 429, 0, 1}, {0, 500, 0, 1}, {0, 503, 0, 1},
+        {0, 400, 0, 0},  /* refused: read back whole */
+        {0, 404, 0, 0},  {0, 410, 0, 0}, {0, 401, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        print_message("row %zu\n", i);
+        assert_int_equal(resume_again_later(rows[i].curl, rows[i].status, rows[i].stream),
+                         rows[i].later);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile_member),
         cmocka_unit_test(test_resume_point),
         cmocka_unit_test(test_note_due),
+        cmocka_unit_test(test_a_resume_without_new_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
