@@ -46,12 +46,12 @@ def ctype(boundary):
     return "multipart/form-data; boundary=" + boundary
 
 
-def crash_then_send(gateway_factory, mock, token, psql, e, point, key, boundary):
+def crash_then_send(gateway_factory, mock, token, psql, e, point, key, boundary, **dying_settings):
     """An upload to a gateway that kills itself at crash point `point` (build-test has them),
     then another gateway that takes the job over; returns (the client's body, the job when it
     ended, the creates the mock received for it). The row must name the store's object."""
     route = e["name"] + "/images/edits"
-    dying = gateway_factory(providers=[e], env=dict(ENV, IDEMGATE_CRASH=point))
+    dying = gateway_factory(providers=[e], env=dict(ENV, IDEMGATE_CRASH=point), **dying_settings)
     body = form(boundary, "pmi", image=big_image())
     try:
         post(dying, token, route, key, body, ctype(boundary), wait=0)
@@ -152,8 +152,10 @@ def test_resends_rebuild_the_same_bytes(gateway_factory, mock, token, psql):
     assert {c["body_sha256"] for c in creates} == {hashlib.sha256(body).hexdigest()}
 
     # Killed right after the commit: nothing sent yet; the next process sends it.
+    # (No dispatcher in the dying one: its own would race the crash point and may send first.)
     body2, j, mine = crash_then_send(gateway_factory, mock, token, psql, e,
-                                     "after_intent_commit:1", "resend-2", "rs-2")
+                                     "after_intent_commit:1", "resend-2", "rs-2",
+                                     dispatch_workers=0)
     assert j["state"] == "completed", j
     assert [c["body_sha256"] for c in mine] == [hashlib.sha256(body2).hexdigest()]
 
