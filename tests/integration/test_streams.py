@@ -49,6 +49,11 @@ def claude_body(stream=True, **mock):
     return b
 
 
+def sequence_numbers(text):
+    """The sequence_number of every Responses event in text, in order."""
+    return [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+
+
 def creates(mock, path):
     return [c for c in mock.ledger() if c["route"] == path and not c["replay"]]
 
@@ -106,6 +111,26 @@ def test_a_long_record_is_stored_compressed_with_lz4(gateway_factory, mock, toke
                          headers={"Prefer": "wait=20"})
     assert again.headers.get("idempotent-replayed") == "true"
     assert again.body == r.body
+
+
+def test_a_record_over_the_result_batch_bound_is_committed_whole(gateway_factory, mock, token):
+    """A stream of ~9 MB: spooled while it runs, past the 8 MiB a batch of results holds (its
+    result commits on its own, src/dispatcher.c), past the batches kept while it runs — recorded
+    whole, replayed byte for byte by another replica, one create."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    key = "huge-" + uuid.uuid4().hex[:8]
+    body = chat_body(events=60000)
+    r = gw.submit(token, key, body, route=chat, headers={"Prefer": "wait=60"}, timeout=60)
+    assert r.status == 200 and len(r.body) > 8 * 1024 * 1024, (r.status, len(r.body))
+    assert r.body.endswith(b"data: [DONE]\n\n")
+    j = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert j["state"] == "completed" and j["usage"]["completion_tokens"] == 60000, j
+    other = gateway_factory(providers=providers, env=ENV)
+    again = other.submit(token, key, body, route=chat, headers={"Prefer": "wait=60"}, timeout=60)
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.body == r.body
+    assert len(creates(mock, "/v1/chat/completions")) == 1
 
 
 def cache_bytes(gw):
@@ -290,6 +315,18 @@ class Live:
         self.data += self.resp.read()
         return self.data
 
+    def rest_or_cut(self):
+        """Reads to the end and closes; True when the body never ended (the stream was cut)."""
+        import http.client
+        try:
+            self.rest()
+            cut = False
+        except http.client.IncompleteRead as e:
+            self.data += e.partial
+            cut = True
+        self.close()
+        return cut
+
     def close(self):
         self.conn.close()
 
@@ -400,17 +437,9 @@ def test_a_client_that_leaves_mid_stream_does_not_stop_the_recording(gateway_fac
 def test_a_cut_stream_cuts_the_live_client_too(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
-    import http.client
     live = Live(gw, token, chat, "cut-live", chat_body(events=6, event_delay_ms=100, cut_after=3))
     job_id = live.resp.getheader("X-Idemgate-Job-Id")
-    try:
-        live.rest()
-        cut = False
-    except http.client.IncompleteRead as e:
-        live.data += e.partial
-        cut = True  # the body never ended: the client knows the stream was cut
-    live.close()
-    assert cut
+    assert live.rest_or_cut()  # the body never ended: the client knows the stream was cut
     assert live.data.count(b"\n\n") == 3 and b"[DONE]" not in live.data, live.data
     assert wait_state(gw, token, job_id, ("unknown", "review"))["state"] in ("unknown", "review")
 
@@ -689,7 +718,6 @@ def test_a_resume_with_no_new_event_keeps_the_record_and_resumes_later(gateway_f
     completes it — never read back whole, which would replace the events its client was given
     (the randomised campaign's seed 3303 at full size found this: the record became the
     response's JSON)."""
-    import http.client
     sfx = uuid.uuid4().hex[:6]
     e = responses_entry(mock, "again" + sfx)
     gw = gateway_factory(providers=[e], env=ENV)
@@ -699,11 +727,7 @@ def test_a_resume_with_no_new_event_keeps_the_record_and_resumes_later(gateway_f
             "_mock": {"events": 6, "cut_after": 4, "resume_cut_after": 0}}
     live = Live(gw, token, route, "again-" + sfx, body)
     job_id = live.resp.getheader("X-Idemgate-Job-Id")
-    try:
-        live.rest()
-    except http.client.IncompleteRead as exc:
-        live.data += exc.partial
-    live.close()
+    live.rest_or_cut()
     assert live.data.count(b"\n\n") == 4, live.data
     j = wait_state(gw, token, job_id, ("completed", "failed", "review"), timeout=40)
     assert j["state"] == "completed", j
@@ -713,7 +737,7 @@ def test_a_resume_with_no_new_event_keeps_the_record_and_resumes_later(gateway_f
     again = gw.submit(token, "again-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
     text = again.body
     assert text.startswith(live.data), (live.data, text)
-    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    seqs = sequence_numbers(text)
     assert seqs == list(range(len(seqs))) and text.count(b"event: response.completed\n") == 1
     assert len(creates(mock, "/v1/responses")) == before + 1
 
@@ -728,7 +752,6 @@ def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory
     a retry replays it, the Python client goes on from where it was instead of raising
     StreamDiverged — never a second create. A resume cut again keeps what it added, and the next
     one goes on from there."""
-    import http.client
     import sys
     sys_path = os.path.join(ROOT, "clients", "python")
     if sys_path not in sys.path:
@@ -745,13 +768,7 @@ def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory
     live = Live(gw, token, route, "resume-" + sfx, body)
     assert live.resp.status == 200, live.resp.status
     job_id = live.resp.getheader("X-Idemgate-Job-Id")
-    try:
-        live.rest()
-        cut = False
-    except http.client.IncompleteRead as exc:
-        live.data += exc.partial
-        cut = True
-    live.close()
+    cut = live.rest_or_cut()
     assert cut and live.data.count(b"\n\n") == 4, live.data
     j = wait_state(gw, token, job_id, ("completed", "failed", "review"), timeout=40)
     assert j["state"] == "completed", j
@@ -766,7 +783,7 @@ def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory
     assert again.status == 200 and again.headers.get("idempotent-replayed") == "true", again
     text = again.body
     assert text.startswith(live.data), (live.data, text)  # the same sequence, completed
-    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    seqs = sequence_numbers(text)
     assert seqs == list(range(len(seqs))) and text.count(b"event: response.completed\n") == 1, text
     assert b"tok0 tok1 tok2 tok3 tok4 tok5 " in text, text
     # The Python client, cut after the first four events, asks again with the same key and
@@ -834,7 +851,7 @@ def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_fact
     again = other.submit(token, "rbatch-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
     text = again.body
     assert again.status == 200 and text.startswith(partial[:partial.rfind(b"\n\n") + 2]), text
-    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    seqs = sequence_numbers(text)
     assert seqs == list(range(len(seqs))) and b"event: response.completed\n" in text, text
     assert len(creates(mock, "/v1/responses")) == before + 1
 
@@ -846,7 +863,6 @@ def test_kill_9_before_any_batch_resumes_the_background_stream_from_its_start(
     stream. The reconciler resumes it from the first event (GET ?stream=true, the profile's
     resume.start_query) rather than read the response back whole, so the record is the event
     sequence the live client was given the start of — not a JSON response."""
-    import http.client
     sfx = uuid.uuid4().hex[:6]
     e = responses_entry(mock, "rstart" + sfx)
     gw = gateway_factory(providers=[e], env=ENV)
@@ -867,11 +883,7 @@ def test_kill_9_before_any_batch_resumes_the_background_stream_from_its_start(
         time.sleep(0.02)
     gw.proc.kill()
     gw.proc.wait()
-    try:
-        live.rest()
-    except http.client.IncompleteRead as exc:
-        live.data += exc.partial
-    live.close()
+    live.rest_or_cut()
     assert row[1] == "t", row  # nothing of the stream was kept
     other = gateway_factory(providers=[e], env=ENV)
     j = wait_state(other, token, job_id, ("completed", "failed", "review"), timeout=40)
@@ -882,6 +894,6 @@ def test_kill_9_before_any_batch_resumes_the_background_stream_from_its_start(
     again = other.submit(token, "rstart-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
     text = again.body
     assert again.status == 200 and text.startswith(live.data), (live.data, text)
-    seqs = [int(m) for m in re.findall(rb'"sequence_number":(\d+)', text)]
+    seqs = sequence_numbers(text)
     assert seqs == list(range(len(seqs))) and b"event: response.completed\n" in text, text
     assert len(creates(mock, "/v1/responses")) == before + 1
