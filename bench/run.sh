@@ -325,7 +325,7 @@ if want e2e || want replay || want get || want idle || want intake_disp; then
 
     # Intake while the dispatchers work through what it accepts: last, so that its backlog
     # disturbs no other run.
-    want intake_disp && { wrk_run intake_disp unique.lua "$GW$INTAKE_PATH" ""; sample_rss intake_disp; }
+    want intake_disp && { wrk_run intake_disp unique.lua "$GW$INTAKE_PATH" "wait=0"; sample_rss intake_disp; }
     # Memory over many requests: replays and reads until the gateway has served SOAK_N in all
     # (at most 20 more runs), RSS sampled after each.
     if want soak && [ -n "${JOB_ID:-}" ]; then
@@ -505,9 +505,9 @@ fi
 # and pgbench compete for the same two cores in the same way.
 if want intake; then
     start_gateway intake 0
-    wrk_run intake unique.lua "$GW$INTAKE_PATH" ""
+    wrk_run intake unique.lua "$GW$INTAKE_PATH" "wait=0"
     # One sequential client: the latency of one intent, against one fdatasync (pg_test_fsync).
-    wrk_run intake_seq unique.lua "$GW$INTAKE_PATH" "" "" 1
+    wrk_run intake_seq unique.lua "$GW$INTAKE_PATH" "wait=0" "" 1
     note gateway_intake_memory "{\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
     stop_pid "$GW_PID"
 fi
@@ -601,7 +601,7 @@ if want callgrind && [ "$CG_N" -gt 0 ]; then
         log "callgrind $name: $line"
         note "callgrind_$name" "{\"requests\":$CG_N,\"client\":\"$line\",\"seconds\":$secs,\"ir\":$(cg_total "$name"),\"idle_ir\":$(cg_total "$name-idle")}"
     }
-    cg_path intake unique "" "bench-$NONCE-cg"
+    cg_path intake unique "wait=0" "bench-$NONCE-cg"
     # The replayed key and the job read are only complete when section 2 made them (it ran).
     if [ -n "${JOB_ID:-}" ]; then
         cg_path replay reuse "wait=30" "$REPLAY_KEY"
@@ -652,7 +652,7 @@ if want history && [ "$HIST_N" -gt 0 ]; then
     note history "{\"rows_seeded\":$HIST_N,\"operations\":$stored,\"bytes\":$size,\"seconds\":$(( $(date +%s) - t0 ))}"
     log "history: $stored operations ($((size / 1048576)) MiB with indexes) in $(( $(date +%s) - t0 )) s"
     start_gateway history 0
-    wrk_run intake_hist unique.lua "$GW$INTAKE_PATH" ""
+    wrk_run intake_hist unique.lua "$GW$INTAKE_PATH" "wait=0"
     stop_pid "$GW_PID"
 fi
 
