@@ -98,7 +98,7 @@ int dist_run(struct db *db)
                         "the workers, first)"));
         return STORE_EINTERNAL;
     }
-    /* The triggers the schema still has are on distributed tables (deploy/SCALING.md). */
+    /* No trigger is left since 0025: the setting is for one an operator adds. */
     if (exec_step(c, "SET citus.enable_unsafe_triggers = on", "settings") < 0)
         return STORE_EINTERNAL;
     size_t n;

@@ -546,3 +546,16 @@ def test_unreferenced_archive_objects_are_listed_for_the_archive(gateway_factory
                       == [["0"]], 30)
     assert sorted(cli(database_url, "unreferenced", kept, other).stdout.split()) == \
         sorted([kept, other])
+
+
+def test_no_trigger_nor_value_check_is_rebuilt_on_each_write(psql):
+    # A trigger's WHEN clause and a CHECK constraint are parsed and compiled again by every
+    # statement that writes the table (migration 0025). The statements that end an operation
+    # settle its cost themselves (the budget tests above prove the amounts); the one check left
+    # guards the state machine.
+    assert psql("SELECT tgrelid::regclass::text, tgname FROM pg_trigger "
+                "WHERE NOT tgisinternal") == []
+    checks = psql("SELECT conrelid::regclass::text, conname FROM pg_constraint WHERE contype = 'c' "
+                  "AND conrelid IN ('operations'::regclass, 'archive_outputs'::regclass, "
+                  "'attempts'::regclass) ORDER BY 1, 2")
+    assert checks == [["operations", "operations_state_check"]]
