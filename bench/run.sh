@@ -458,7 +458,7 @@ stream_first_byte() { # URL KEY_PREFIX: the median time to the first byte, ms
     done | sort -n | awk '{ v[NR] = $1 } END { printf "%.3f", 1000 * v[int((NR + 1) / 2)] }'
 }
 if want stream; then
-    STREAM_BODY="{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"_mock\":{\"events\":$STREAM_EVENTS}}"
+    STREAM_BODY="{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"stream_options\":{\"include_usage\":true},\"_mock\":{\"events\":$STREAM_EVENTS}}"
     export BENCH_BODY=$STREAM_BODY
     wrk_run stream_nginx unique.lua "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ""
     start_gateway stream "$DISPATCH"
@@ -475,7 +475,7 @@ if want stream; then
     # STREAM_MANY streams live at once, each STREAM_MANY_SECS long (events 250 ms apart): the
     # gateway's resident memory before, while they are all live, and after.
     many_events=$((STREAM_MANY_SECS * 4))
-    export BENCH_BODY="{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"_mock\":{\"events\":$many_events,\"event_delay_ms\":250}}"
+    export BENCH_BODY="{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"stream_options\":{\"include_usage\":true},\"_mock\":{\"events\":$many_events,\"event_delay_ms\":250}}"
     rss_before=$(proc_kib "$GW_PID" VmRSS)
     rounds=""
     saved_secs=$SECS saved_warm=$WARM

@@ -187,11 +187,34 @@ static int each_event(const char *body, size_t len,
                                  size_t rawlen),
                       parse_need need, void *arg, size_t *end);
 
+/* 1 when data holds the member qname (quoted) with a value other than null, or where it cannot
+ * tell: OpenAI's chunks carry "usage": null on every event when include_usage is asked, and only
+ * the last one's needs a parse. */
+static int member_not_null(const char *data, size_t dlen, const char *qname)
+{
+    size_t n = strlen(qname);
+    const char *p = data, *end = data + dlen;
+    while ((p = memmem(p, (size_t)(end - p), qname, n)) != NULL) {
+        const char *q = p + n;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
+            q++;
+        if (q == end || *q != ':')
+            return 1; /* not a member name as far as this scan can tell */
+        q++;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
+            q++;
+        if (end - q < 4 || memcmp(q, "null", 4) != 0)
+            return 1;
+        p = q + 4;
+    }
+    return 0;
+}
+
 /* Whether an event's data must be parsed for sse_read: a stream is mostly deltas that only say
  * "output" (on_event needs no member of them once the id is known and output seen), and a
  * delta's parse is most of the reading's cost. Conservative: an event whose type is not named
- * by its `event:` line, or whose raw data could hold a member on_event reads ("usage", "error",
- * or any \u escape, which could spell one), is parsed. */
+ * by its `event:` line, or whose raw data could hold a member on_event reads ("usage" other than
+ * null, "error", or any \u escape, which could spell one), is parsed. */
 static int read_needs(void *arg, const char *type, const char *data, size_t dlen)
 {
     const struct reading *rd = arg;
@@ -200,7 +223,7 @@ static int read_needs(void *arg, const char *type, const char *data, size_t dlen
         return 1;
     switch (rd->f) {
     case SSE_OPENAI_CHAT:
-        return memmem(data, dlen, "\"usage\"", 7) || memmem(data, dlen, "\"error\"", 7) ||
+        return member_not_null(data, dlen, "\"usage\"") || memmem(data, dlen, "\"error\"", 7) ||
                (dlen == 6 && memcmp(data, "[DONE]", 6) == 0);
     case SSE_ANTHROPIC:
         return strcmp(type, "content_block_delta") != 0 && strcmp(type, "ping") != 0;

@@ -174,22 +174,24 @@ static void make_event(struct sse_state *st)
             st->done = true;
         }
     } else if (st->api == API_CHAT) {
-        /* role, deltas, finish, [usage], [DONE] */
+        /* role, deltas, finish, [usage], [DONE]; with include_usage every chunk before the
+         * usage one says "usage": null, as OpenAI's do */
+        const char *usage_null = st->include_usage ? ",\"usage\":null" : "";
         if (n == 0)
             w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
                                  "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
-                                 "\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
-                         st->seq);
+                                 "\"assistant\",\"content\":\"\"},\"finish_reason\":null}]%s}\n\n",
+                         st->seq, usage_null);
         else if (n <= deltas)
             w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
                                  "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
-                                 "\"tok%d \"},\"finish_reason\":null}]}\n\n",
-                         st->seq, n - 1);
+                                 "\"tok%d \"},\"finish_reason\":null}]%s}\n\n",
+                         st->seq, n - 1, usage_null);
         else if (n == deltas + 1)
             w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
                                  "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{},"
-                                 "\"finish_reason\":\"stop\"}]}\n\n",
-                         st->seq);
+                                 "\"finish_reason\":\"stop\"}]%s}\n\n",
+                         st->seq, usage_null);
         else if (n == deltas + 2 && st->include_usage)
             w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
                                  "\"model\":\"mock-llm\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,"

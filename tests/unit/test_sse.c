@@ -211,6 +211,19 @@ static void test_skipped_deltas_hide_nothing(void **state)
          CHAT_ID CHAT_CHUNK("a") "data: {\"\\u0065rror\":{\"type\":\"server_error\"}}\n\n", 1,
          500, 0, NULL},
         {SSE_OPENAI_CHAT, CHAT_ID CHAT_CHUNK("a") CHAT_CHUNK("b") "data: [DONE]\n\n", 0, 0, 1, NULL},
+        /* include_usage: "usage": null on every chunk, the last one's the object */
+        {SSE_OPENAI_CHAT,
+         CHAT_ID "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n"
+                 "data: {\"choices\":[],\"usage\" : null, \"x\":{\"usage\":\n{\"prompt_tokens\":7}}}\n\n"
+                 "data: {\"x\":{\"usage\":null},\"usage\":{\"prompt_tokens\":5}}\n\n"
+                 "data: [DONE]\n\n",
+         0, 0, 1, "{\"prompt_tokens\":5}"},
+        {SSE_OPENAI_CHAT,
+         CHAT_ID "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n"
+                 "data: {\"choices\":[],\"usage\":\t{\"prompt_tokens\":2}}\n\n"
+                 "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}],\"usage\":null}\n\n"
+                 "data: [DONE]\n\n",
+         0, 0, 1, "{\"prompt_tokens\":2}"},
         {SSE_ANTHROPIC,
          "event: message_start\ndata: {\"message\":{\"id\":\"m9\",\"usage\":{\"input_tokens\":"
          "4}}}\n\n"
