@@ -278,3 +278,72 @@ def test_item4_waiting_job_is_not_sent_after_its_credential_tripped(
         psql("DELETE FROM provider_breakers WHERE provider = 'mock-images'")
     assert gw.wait_state(tok, b, ("completed",), 30)["state"] == "completed"
     assert len(mock.creates_for(b)) == 1
+
+
+def statement_sql(name):
+    import json
+    import subprocess
+    from conftest import GATEWAY_BIN
+    out = subprocess.check_output([GATEWAY_BIN, "statements"], text=True)
+    for line in out.splitlines():
+        s = json.loads(line)
+        if s["name"] == name:
+            return s["sql"]
+    raise AssertionError(f"no statement {name}")
+
+
+def test_the_plain_intake_writes_what_the_function_writes_or_nothing(database_url, psql):
+    """The group commit's intake (intake_plain, one INSERT) stands for idemgate_intake in its
+    common case only: the same row, column for column, with and without a claim owner; and no
+    row — the function then decides — for a tenant with a budget, a tripped breaker or a key
+    taken."""
+    tenant_name = "eq-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, tenant_name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
+    prov = "eq-prov-" + uuid.uuid4().hex[:6]
+    plain, function = statement_sql("intake_plain"), statement_sql("intake")
+
+    def args(key, owner):
+        return (f"({tid}, '{key}', 'job_{key}', '{'ab' * 32}', 1, '{prov}', 'images/generations', "
+                f"'POST', 'http://127.0.0.1:1/v1/x', 'ENV_NAME', '\\x7b7d'::bytea, 24, NULL, 'none', 2, "
+                f"'openai-images', {owner}, 60, 7, 'USD', false, now())")
+
+    def run(sql, key, owner="NULL"):
+        name = "p" + uuid.uuid4().hex[:8]
+        return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args(key, owner)}")
+
+    compared = ("tenant_id, fingerprint, fingerprint_version, provider, route, req_method, req_url, "
+                "req_credential, req_body, state, req_idem_header, reconcile_strategy, "
+                "outputs_requested, profile_id, lease_owner, lease_version, reserved_micros, "
+                "currency, budgeted, unpriced, transport_attempts, generation_attempts, cost_micros, "
+                "expires_at - created_at, lease_expires_at IS NULL, "
+                "next_attempt_at > created_at + interval '30 seconds'")
+
+    def row(key):
+        return psql(f"SELECT {compared} FROM operations WHERE tenant_id = {tid} "
+                    f"AND idempotency_key = '{key}'")
+
+    for owner, answer in (("NULL", "1"), ("'replica-a'", "2")):
+        k1, k2 = uuid.uuid4().hex, uuid.uuid4().hex
+        assert run(plain, k1, owner) == [[answer]]
+        assert run(function, k2, owner) == [[answer]]
+        assert row(k1) == row(k2) and len(row(k1)) == 1
+    # A key taken: no row from the plain insert (the function answers '0').
+    k = uuid.uuid4().hex
+    assert run(plain, k) == [["1"]]
+    assert run(plain, k) == []
+    assert run(function, k) == [["0"]]
+    # A tripped breaker: the function's answer names it; the plain insert writes nothing.
+    psql(f"INSERT INTO provider_breakers (provider, reason) VALUES ('{prov}', 'test trip')")
+    k = uuid.uuid4().hex
+    assert run(plain, k) == [] and row(k) == []
+    assert run(function, k) == [["1:test trip"]]
+    psql(f"DELETE FROM provider_breakers WHERE provider = '{prov}'")
+    # A tenant with a budget: only the function reserves against it.
+    psql(f"INSERT INTO tenant_budgets (tenant_id, currency, day, month) "
+         f"VALUES ({tid}, 'USD', current_date, date_trunc('month', current_date))")
+    k = uuid.uuid4().hex
+    assert run(plain, k) == [] and row(k) == []
+    assert run(function, k) == [["1"]]
+    assert psql(f"SELECT inflight, day_micros FROM tenant_budgets WHERE tenant_id = {tid}") == \
+        [["1", "7"]]
