@@ -134,8 +134,9 @@ static void test_every_edge_is_performed(void **state)
 
 /* Wake-ups are told by the functions that run these statements, after their commit (wake.h):
  * intake's caller (intake.c; the group commit's intake_plain as well), store_regenerate,
- * store_cancel, store_resolve and store_finish. A new statement that can leave an operation prepared, completed or failed must join them, or
- * dispatchers and waiting clients learn of it only by their polls. */
+ * store_cancel, store_resolve and store_finish. A new statement that can leave an operation
+ * prepared, completed or failed must join them, or dispatchers and waiting clients learn of it
+ * only by their polls. */
 static void test_waited_states_are_signalled(void **state)
 {
     (void)state;
