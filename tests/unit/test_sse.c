@@ -214,7 +214,8 @@ static void test_skipped_deltas_hide_nothing(void **state)
         /* include_usage: "usage": null on every chunk, the last one's the object */
         {SSE_OPENAI_CHAT,
          CHAT_ID "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n"
-                 "data: {\"choices\":[],\"usage\" : null, \"x\":{\"usage\":\n{\"prompt_tokens\":7}}}\n\n"
+                 "data: {\"choices\":[],\"usage\" : null, "
+                 "\"x\":{\"usage\": {\"prompt_tokens\":7}}}\n\n"
                  "data: {\"x\":{\"usage\":null},\"usage\":{\"prompt_tokens\":5}}\n\n"
                  "data: [DONE]\n\n",
          0, 0, 1, "{\"prompt_tokens\":5}"},
