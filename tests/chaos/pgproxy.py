@@ -2,7 +2,8 @@
 
 The gateway's DATABASE_URL points at the proxy's socket directory; the proxy forwards every byte
 to the real cluster's socket and reads the message framing on the way. When a Bind names a chosen
-prepared statement (`intake`, `claim`, `finish`, …) it may:
+prepared statement (`intake`, `claim`, `finish`, …; `intake_plain`, the group commit's, is an
+`intake`) it may:
 
 - `before`: close both sides before the Bind reaches the server: the statement never ran;
 - `after` : forward the statement, hold back everything the server answers, and close both sides
@@ -24,6 +25,8 @@ import threading
 import time
 
 SSL_REQUEST = 80877103
+# Statements that are one kind for the scenarios: the group commit's plain intake is an intake.
+ALIASES = {"intake_plain": "intake"}
 GSS_REQUEST = 80877104
 
 
@@ -172,6 +175,7 @@ class PgProxy:
                         payload = msg[5:]
                         p_end = payload.index(b"\0")
                         stmt = payload[p_end + 1:payload.index(b"\0", p_end + 1)].decode()
+                        stmt = ALIASES.get(stmt, stmt)
                         mode = self._decide(stmt)
                         if mode == "before":
                             self._record(stmt, "before", False)
