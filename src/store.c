@@ -204,10 +204,6 @@ static int read_by(struct db *db, const struct db_stmt *s, long long tenant_id,
     return one_job(db, s, DB_ARGS(p_int("tenant_id", tenant_id), which), out, NULL);
 }
 
-/* Intake: one call of the per-tenant function idemgate_intake (migrations/0014), which says
- * only what the gateway cannot know — inserted, reserved for the claim owner ($17), the key taken,
- * or refused by the tenant's budget — so the new job is made here from the request itself and a
- * row is read only when the key was taken. */
 #define INTAKE_FUNCTION_SQL                                                                     \
     "SELECT idemgate_intake($1::bigint, $2::text, $3::text, $4::text, $5::smallint, "          \
     "$6::text, $7::text, $8::text, $9::text, $10::text, $11::bytea, $12::integer, $13::text, " \
@@ -219,6 +215,10 @@ static int read_by(struct db *db, const struct db_stmt *s, long long tenant_id,
               "reconcile_strategy", "outputs_requested", "profile_id", "claim_owner",          \
               "lease_seconds", "reserve_micros", "currency", "unpriced", "at")
 
+/* Intake: one call of the per-tenant function idemgate_intake (migrations/0014), which says
+ * only what the gateway cannot know — inserted, reserved for the claim owner ($17), the key taken,
+ * or refused by the tenant's budget — so the new job is made here from the request itself and a
+ * row is read only when the key was taken. */
 static const struct db_stmt intake = {
     .name = "intake",
     .sql = INTAKE_FUNCTION_SQL,
@@ -231,8 +231,8 @@ static const struct db_stmt intake = {
  * does ('2' reserved for the claim owner, '1' not). Any other case inserts nothing and answers
  * no row, and the function decides that request alone (batch_row). A PL/pgSQL call costs ~30 µs
  * of executor time more than the statement it runs (measured: 75 -> 46 µs a job's intake), and
- * the tenant's budget row is never locked where there is none. On a distributed database, where
- * an INSERT with sub-selects is not planned on one shard, the function itself. */
+ * the tenant's budget row is never locked where there is none. On a distributed database its
+ * text is the function call, one command on the tenant's worker. */
 static const struct db_stmt intake_plain = {
     .name = "intake_plain",
     .sql = "INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "

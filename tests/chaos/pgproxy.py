@@ -25,9 +25,9 @@ import threading
 import time
 
 SSL_REQUEST = 80877103
+GSS_REQUEST = 80877104
 # Statements that are one kind for the scenarios: the group commit's plain intake is an intake.
 ALIASES = {"intake_plain": "intake"}
-GSS_REQUEST = 80877104
 
 
 class PgProxy:
