@@ -9,6 +9,8 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from conftest import ROOT, free_port, tenant_token
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -280,7 +282,7 @@ def test_item4_waiting_job_is_not_sent_after_its_credential_tripped(
     assert len(mock.creates_for(b)) == 1
 
 
-def statement_sql(name):
+def statement_sql(name, text="sql"):
     import json
     import subprocess
     from conftest import GATEWAY_BIN
@@ -288,7 +290,7 @@ def statement_sql(name):
     for line in out.splitlines():
         s = json.loads(line)
         if s["name"] == name:
-            return s["sql"]
+            return s[text]
     raise AssertionError(f"no statement {name}")
 
 
@@ -347,3 +349,136 @@ def test_the_plain_intake_writes_what_the_function_writes_or_nothing(database_ur
     assert run(function, k) == [["1"]]
     assert psql(f"SELECT inflight, day_micros FROM tenant_budgets WHERE tenant_id = {tid}") == \
         [["1", "7"]]
+
+
+def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
+    """On PostgreSQL a result is written by one statement (finish's CTEs); on Citus by
+    idemgate_finish. Two rows alike, one written by each with the same values: the same row
+    after, column for column, the same attempt row, archive rows and budget settle, the same
+    answer — for every kind of finish (a create's result, with and without a budget; a cancel
+    met on the way back to prepared, with and without a possible task; a fenced write; a poll
+    that keeps a webhook's earlier hint; a reconcile that clears it; an ambiguous create)."""
+    if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
+        pytest.skip("on Citus both texts are the function")
+    tenant_name = "fin-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, tenant_name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
+    plain, function = statement_sql("finish"), statement_sql("finish", "sql_distributed")
+    assert plain != function and "idemgate_finish" in function
+    psql(f"INSERT INTO tenant_budgets (tenant_id, currency, day, month, day_micros, month_micros, "
+         f"inflight) VALUES ({tid}, 'USD', (now() AT TIME ZONE 'UTC')::date, "
+         f"date_trunc('month', now() AT TIME ZONE 'UTC')::date, 1000, 1000, 50)")
+
+    def make(tag, state, extra=""):
+        """Two operations alike (p_tag and f_tag), leased under version 3."""
+        cols = ("tenant_id, id, idempotency_key, fingerprint, fingerprint_version, provider, "
+                "route, req_method, req_url, req_credential, req_body, state, expires_at, "
+                "lease_owner, lease_version, lease_expires_at, next_attempt_at, updated_at, "
+                "currency, reserved_micros, budgeted, cancel_requested_at, ambiguous_at, "
+                "webhook_hint")
+        base = {"currency": "'USD'", "reserved_micros": "7", "budgeted": "false",
+                "cancel_requested_at": "NULL", "ambiguous_at": "NULL", "webhook_hint": "NULL",
+                "next_attempt_at": "now()", "updated_at": "now()"}
+        for kv in filter(None, extra.split(";")):
+            k, v = kv.split("=", 1)
+            base[k.strip()] = v.strip()
+        rows = []
+        for side in ("p", "f"):
+            rows.append(f"({tid}, '{side}_{tag}', '{side}_{tag}', '\\x00', 1, 'fin-prov', 'r', "
+                        f"'POST', 'http://x', '', '\\x00', '{state}', now() + interval '1 day', "
+                        f"'replica-a', 3, now() + interval '1 minute', {base['next_attempt_at']}, "
+                        f"{base['updated_at']}, {base['currency']}, {base['reserved_micros']}, "
+                        f"{base['budgeted']}, {base['cancel_requested_at']}, "
+                        f"{base['ambiguous_at']}, {base['webhook_hint']})")
+        psql(f"INSERT INTO operations ({cols}) VALUES " + ", ".join(rows))
+
+    def args(op_id, a):
+        v = dict(lease="3", state="'completed'", status="200",
+                 headers="'{\"content-type\": \"application/json\"}'", body="'\\x7b7d'::bytea",
+                 error="NULL", remote="NULL", retry_ms="0", frm="'sending'", kind="'create'",
+                 received="1", requested="1", usage="NULL", poll_url="NULL", deadline="NULL",
+                 pstatus="NULL", outputs="NULL", ambiguous="false", cost="NULL", plan="NULL")
+        v.update(a)
+        return (f"({tid}, '{op_id}', {v['lease']}, {v['state']}, {v['status']}, {v['headers']}, "
+                f"{v['body']}, {v['error']}, {v['remote']}, 1700000000.5, 1700000001.25, 'ok', 0, "
+                f"42, {v['retry_ms']}, {v['frm']}, {v['kind']}, {v['received']}, "
+                f"{v['requested']}, {v['usage']}, {v['poll_url']}, {v['deadline']}, "
+                f"{v['pstatus']}, {v['outputs']}, {v['ambiguous']}, {v['cost']}, {v['plan']})")
+
+    def run(sql, op_id, a):
+        name = "p" + uuid.uuid4().hex[:8]
+        return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args(op_id, a)}")
+
+    def rel(col):
+        return (f"{col} IS NULL, round(extract(epoch FROM {col} - updated_at) / 10)")
+    compared = ", ".join([
+        "state, resp_status, resp_headers, encode(resp_body, 'hex'), last_error, remote_id, "
+        "lease_owner, lease_expires_at IS NULL, outputs_received, outputs_requested, usage, "
+        "poll_url, provider_status, outputs, webhook_hint, cost_micros, reserved_micros, "
+        "lease_version, updated_at > now() - interval '1 minute'",
+        rel("next_attempt_at"), rel("poll_deadline_at"), rel("ambiguous_at"),
+        rel("finished_at"), rel("archive_planned_at")])
+
+    def row(op_id):
+        return psql(f"SELECT {compared} FROM operations WHERE tenant_id = {tid} AND id = '{op_id}'")
+
+    def attempts(op_id):
+        return psql("SELECT lease_version, kind, started_at, finished_at, outcome, http_status, "
+                    "curl_code, bytes_sent, decision, error FROM attempts "
+                    f"WHERE tenant_id = {tid} AND operation_id = '{op_id}' ORDER BY seq")
+
+    def archive(op_id):
+        return psql("SELECT n, provider, kind, source_url, credential, expires_at, state "
+                    f"FROM archive_outputs WHERE tenant_id = {tid} AND op_id = '{op_id}' ORDER BY n")
+
+    def budget():
+        return [int(x) for x in psql("SELECT inflight, day_micros, month_micros FROM "
+                                     f"tenant_budgets WHERE tenant_id = {tid}")[0]]
+
+    plan = ("'[{\"n\": 0, \"kind\": \"url\", \"url\": \"https://cdn.example/a.png\", "
+            "\"credential\": null, \"expires\": 1900000000}, {\"n\": 1, \"kind\": \"b64\", "
+            "\"url\": null, \"credential\": null, \"expires\": 0}]'")
+    cases = [
+        # tag, state, row setup, finish's values
+        ("done", "sending", "", {"outputs": "'[{\"url\": \"https://cdn.example/a.png\"}]'",
+                                 "plan": plan, "cost": "12"}),
+        ("budget_done", "sending", "budgeted=true", {"cost": "5"}),
+        ("budget_reserved", "sending", "budgeted=true", {}),
+        ("budget_failed", "sending", "budgeted=true",
+         {"state": "'failed'", "status": "400", "error": "'bad request'"}),
+        ("canceled", "sending", "cancel_requested_at=now()",
+         {"state": "'prepared'", "status": "503", "retry_ms": "2000"}),
+        ("canceled_maybe", "sending", "cancel_requested_at=now()",
+         {"state": "'prepared'", "status": "NULL", "ambiguous": "true", "retry_ms": "2000"}),
+        ("fenced", "sending", "", {"lease": "2"}),
+        ("poll_hint", "accepted", "next_attempt_at=now() + interval '100 seconds';"
+                                  "updated_at=now() - interval '1 hour';webhook_hint='done'",
+         {"state": "'accepted'", "frm": "'accepted'", "kind": "'poll'", "retry_ms": "600000",
+          "pstatus": "'running'", "remote": "'task-1'"}),
+        ("reconcile", "unknown", "webhook_hint='done';ambiguous_at=now()",
+         {"state": "'unknown'", "frm": "'unknown'", "kind": "'reconcile'", "retry_ms": "30000",
+          "status": "NULL"}),
+        ("ambiguous", "sending", "", {"state": "'unknown'", "status": "NULL", "retry_ms": "5000",
+                                      "deadline": "3600000", "error": "'timeout'"}),
+    ]
+    for tag, state, setup, a in cases:
+        make(tag, state, setup)
+        b0 = budget()
+        answer_plain = run(plain, f"p_{tag}", a)
+        b1 = budget()
+        answer_function = run(function, f"f_{tag}", a)
+        b2 = budget()
+        assert answer_plain == answer_function and len(answer_plain) == 1, tag
+        assert row(f"p_{tag}") == row(f"f_{tag}") and len(row(f"p_{tag}")) == 1, tag
+        assert attempts(f"p_{tag}") == attempts(f"f_{tag}") and attempts(f"p_{tag}"), tag
+        assert archive(f"p_{tag}") == archive(f"f_{tag}"), tag
+        assert [x - y for x, y in zip(b1, b0)] == [x - y for x, y in zip(b2, b1)], tag
+    # The cases wrote what each is for (a comparison of two writes that did nothing proves
+    # nothing).
+    assert row("p_fenced")[0][0] == "sending" and attempts("p_fenced")[0][8] == "fenced"
+    assert len(archive("p_done")) == 2 and row("p_done")[0][15] == "12"
+    assert row("p_canceled")[0][0] == "failed" and row("p_canceled_maybe")[0][0] == "unknown"
+    assert row("p_poll_hint")[0][14] == "done" and row("p_reconcile")[0][14] == ""
+    # Each side settled three budgeted rows: written cost 5 of 7 reserved (-2), the reservation
+    # (0), failed (-7); one in flight fewer each.
+    assert budget() == [50 - 2 * 3, 1000 - 2 * 9, 1000 - 2 * 9]
