@@ -241,22 +241,22 @@ wrk_run() { # NAME SCRIPT URL PREFER [KEY [CONNECTIONS]]: a warm-up, then the me
             wrk -t"$threads" -c"$conns" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
             >"$T/logs/wrk-$name-warm.out" 2>&1 || true
     fi
-    [ "$name" = e2e ] && cost_begin
+    case $name in e2e|stream_live) cost_begin ;; esac
     log "$name: wrk -t$threads -c$conns -d${SECS}s $url"
     env "${envs[@]}" BENCH_NONCE="$NONCE-$name" timeout $((SECS + 60)) \
         wrk -t"$threads" -c"$conns" -d"${SECS}s" --timeout 35s -s "bench/wrk/$script" "$url" \
         >"$T/logs/wrk-$name.out" 2>&1 || log "$name: wrk failed (see $T/logs/wrk-$name.out)"
     grep '^@@BENCH ' "$T/logs/wrk-$name.out" | sed 's/^@@BENCH //' >"$T/results/$name.json" || true
-    [ "$name" = e2e ] && cost_end
+    case $name in e2e|stream_live) cost_end "$name" ;; esac
     for f in "$T/logs/wrk-$name-warm.out" "$T/logs/wrk-$name.out"; do
         [ -f "$f" ] || continue
         n=$(sed -n 's/^@@BENCH {"requests":\([0-9]*\).*/\1/p' "$f")
         requests_served=$((requests_served + ${n:-0}))
     done
 }
-# The cost of one end-to-end job, over the measured e2e run: PostgreSQL executor time per
-# statement (pg_stat_statements, reset when the run starts) and the gateway's CPU (utime + stime
-# from /proc), each divided by the jobs the run completed.
+# The cost of one job, over the measured e2e and stream_live runs: PostgreSQL executor time per
+# statement (pg_stat_statements, reset when the run starts), PostgreSQL's CPU and the gateway's
+# CPU (utime + stime from /proc), each divided by the jobs the run completed.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # PostgreSQL's CPU: the postmaster and every process it started (backends, walwriter, …), and
 # what its children that ended used. CPU, not wall time: it does not count waiting for a core.
@@ -274,18 +274,34 @@ cost_begin() {
     COST_PG0=$(pg_cpu_ticks)
     "${PSQL[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1 || true
 }
-cost_end() {
+# The work a run left behind (outputs still to archive, jobs not ended) is the run's own cost,
+# and would otherwise load the next run: the run's cost is counted once it is done, and the next
+# run starts after it (at most BENCH_DRAIN_SECONDS; what was still left is said).
+drain() { # RUN
+    local left t0=$SECONDS
+    while :; do
+        left=$("${PSQL[@]}" -c "SELECT /* bench drain */ (SELECT count(*) FROM archive_outputs WHERE state = 'pending')
+            + (SELECT count(*) FROM operations WHERE state IN ('prepared', 'sending'))" 2>/dev/null || echo 0)
+        [ "${left:-0}" -eq 0 ] && break
+        [ $((SECONDS - t0)) -ge "${BENCH_DRAIN_SECONDS:-120}" ] && break
+        sleep 0.5
+    done
+    note "$1_drain" "{\"seconds\":$((SECONDS - t0)),\"left\":${left:-0}}"
+    [ "${left:-0}" -eq 0 ] || log "$1: $left outputs or jobs still left after ${BENCH_DRAIN_SECONDS:-120} s"
+}
+cost_end() { # RUN: e2e_cost or stream_live_cost, from results/RUN.json, once the run's work is done
     local ticks jobs hz stmts pg
+    drain "$1"
     ticks=$(( $(cpu_ticks "$GW_PID") - COST_TICKS0 ))
     pg=$(( $(pg_cpu_ticks) - COST_PG0 ))
     hz=$(getconf CLK_TCK)
-    jobs=$(sed -n 's/^{"requests":\([0-9]*\).*/\1/p' "$T/results/e2e.json")
+    jobs=$(sed -n 's/^{"requests":\([0-9]*\).*/\1/p' "$T/results/$1.json")
     stmts=$("${PSQL[@]}" -c "SELECT coalesce(json_agg(s ORDER BY s.ms DESC), '[]') FROM (
         SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70) AS query, calls,
                round(total_exec_time::numeric, 3) AS ms
         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'idemgate')
-          AND query NOT LIKE '%pg_stat_statements%') s" 2>/dev/null | tr -d '\n' || echo null)
-    note e2e_cost "{\"jobs\":${jobs:-0},\"gateway_cpu_ticks\":$ticks,\"postgresql_cpu_ticks\":$pg,\"clk_tck\":$hz,\"statements\":${stmts:-null}}"
+          AND query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%bench drain%') s" 2>/dev/null | tr -d '\n' || echo null)
+    note "$1_cost" "{\"jobs\":${jobs:-0},\"gateway_cpu_ticks\":$ticks,\"postgresql_cpu_ticks\":$pg,\"clk_tck\":$hz,\"statements\":${stmts:-null}}"
 }
 sample_rss() { # LABEL: the gateway's resident memory now, with the requests served so far
     rss_samples+=("{\"after\":\"$1\",\"requests\":$requests_served,\"rss_kib\":$(proc_kib "$GW_PID" VmRSS)}")
