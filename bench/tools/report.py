@@ -278,7 +278,7 @@ def main():
             print("  round %d: %.1f MiB with them live (%s threads), %.1f MiB after"
                   % (i + 1, (mid.get("rss_kib") or 0) / 1024, mid.get("threads"),
                      (rd.get("rss_after_kib") or 0) / 1024))
-    for key, what in (("e2e_cost", "end-to-end job"), ("stream_live_cost", "e2e_drain", "stream_live_drain", "live stream job")):
+    for key, what in (("e2e_cost", "end-to-end job"), ("stream_live_cost", "live stream job")):
         cost = facts.get(key)
         if not (isinstance(cost, dict) and cost.get("jobs")):
             continue
