@@ -236,6 +236,7 @@ wrk_run() { # NAME SCRIPT URL PREFER [KEY [CONNECTIONS]]: a warm-up, then the me
     local name=$1 script=$2 url=$3 prefer=$4 key=${5:-} conns=${6:-$CONNS} threads=2
     [ "$conns" -lt 2 ] && threads=1
     local -a envs=(BENCH_WRK_DIR="$REPO/bench/wrk" BENCH_TOKEN="$TOKEN" BENCH_PREFER="$prefer" BENCH_KEY="$key")
+    case $name in e2e|stream_live) drain "${name}_start" ;; esac # earlier steps' work done
     if [ "$WARM" -gt 0 ]; then
         env "${envs[@]}" BENCH_NONCE="$NONCE-$name-warm" timeout $((WARM + 60)) \
             wrk -t"$threads" -c"$conns" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
@@ -275,8 +276,9 @@ cost_begin() {
     "${PSQL[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1 || true
 }
 # The work a run left behind (outputs still to archive, jobs not ended) is the run's own cost,
-# and would otherwise load the next run: the run's cost is counted once it is done, and the next
-# run starts after it (at most BENCH_DRAIN_SECONDS; what was still left is said).
+# and would otherwise load the next run: a measured run starts once earlier steps' work is done,
+# and its cost is counted once its own is (each wait at most BENCH_DRAIN_SECONDS; what was still
+# left is said).
 drain() { # RUN
     local left t0=$SECONDS
     while :; do
