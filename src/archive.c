@@ -26,6 +26,8 @@
 
 #define IDLE_MS 250
 #define PLAN_BATCH 8
+/* The most outputs one claim takes (fewer when the engine or archive_max_inflight has less room). */
+#define CLAIM_BATCH 8
 #define NOT_HERE_DELAY_MS 60000
 #define MAX_REDIRECTS 3
 /* Results one thread reads before it looks at anything else. */
@@ -69,34 +71,20 @@ static const struct db_stmt plan_write = {
     .params = DB_PARAMS("tenant_id", "id", "plan"),
 };
 
-/* The archive claim: one tenant's ($4) most overdue pending output of this replica's providers,
- * under a new lease and fencing token; the attempt is counted by the claim itself. The tenants
- * are served in turn (turns.h). */
+/* The archive claim: up to $5 of one tenant's ($4) most overdue pending outputs of this
+ * replica's providers, each under a new lease and fencing token; the attempt is counted by the
+ * claim itself (migration 0026: a function, so that each row is updated by its key whatever
+ * the table's size when the plan was made). The tenants are served in turn (turns.h), a batch a
+ * turn: one ring read and one claim for up to CLAIM_BATCH outputs, where one output a claim cost
+ * a ring read and a claim each. */
 #define ARCHIVE_DUE(providers)                                                                     \
     "state = 'pending' AND next_attempt_at <= now() "                                             \
     "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "                                  \
     "AND provider = ANY(" providers "::text[]) "
 static const struct db_stmt claim = {
     .name = "archive_claim",
-    .sql =
-        /* The pick runs once (MATERIALIZED): see lease.c, CLAIM_PICK. */
-        "WITH c AS MATERIALIZED (SELECT now() AS at, now() + make_interval(secs => $2) AS until, "
-        "      tenant_id, op_id, n FROM archive_outputs "
-        "      WHERE tenant_id = $4 AND " ARCHIVE_DUE("$3")
-        "      ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
-        "UPDATE archive_outputs a SET lease_owner = $1, lease_version = a.lease_version + 1, "
-        " lease_expires_at = c.until, attempts = a.attempts + 1 "
-        /* The tenant as a constant only, the key also as the pick's values (lease.c,
-         * CLAIM_ON_PICKED). */
-        "FROM c WHERE a.tenant_id = $4 AND a.op_id = (SELECT k.op_id FROM c k) "
-        " AND a.n = (SELECT k.n FROM c k) AND a.op_id = c.op_id AND a.n = c.n "
-        "RETURNING a.tenant_id, a.op_id, a.n, a.lease_version, a.provider, a.kind, a.source_url, "
-        " a.credential, coalesce(" DB_EPOCH("a.expires_at") ", 0), " DB_EPOCH("c.at") ", "
-        " a.attempts, "
-        " (SELECT o.resp_body FROM operations o WHERE a.kind = 'b64' "
-        "  AND o.tenant_id = $4 AND o.id = a.op_id), "
-        " (SELECT o.remote_id FROM operations o WHERE o.tenant_id = $4 AND o.id = a.op_id)",
-    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
+    .sql = "SELECT * FROM idemgate_archive_claim($4, $1, $2, $3::text[], $5)",
+    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id", "limit"),
 };
 /* The tenants with due copies. */
 static const struct db_stmt claim_due = {
@@ -275,6 +263,7 @@ static struct turns claim_turns = TURNS_INIT;
 struct claim_args {
     const char *owner;
     int lease_seconds;
+    int limit;
     struct store_claim *out;
 };
 
@@ -291,7 +280,8 @@ static int claim_tenant(struct db *db, long long tenant, void *arg)
     PGresult *r;
     int e = db_run(db, &claim,
                    DB_ARGS(p_text("owner", a->owner), p_int("lease_seconds", a->lease_seconds),
-                           p_text("providers", g_providers), p_int("tenant_id", tenant)),
+                           p_text("providers", g_providers), p_int("tenant_id", tenant),
+                           p_int("limit", a->limit)),
                    &r);
     if (e < 0)
         return e;
@@ -299,7 +289,7 @@ static int claim_tenant(struct db *db, long long tenant, void *arg)
         PQclear(r);
         return STORE_ENOTFOUND;
     }
-    /* The row stays in res: archive_one reads its own columns (AC_). */
+    /* The rows stay in res: archive_one takes them one by one (AC_ columns). */
     out->res = r;
     out->tenant_id = atoll(PQgetvalue(r, 0, AC_TENANT));
     out->id = db_val(r, 0, AC_OP);
@@ -308,10 +298,10 @@ static int claim_tenant(struct db *db, long long tenant, void *arg)
     return STORE_OK;
 }
 
-static int archive_claim(struct db *db, const char *owner, int lease_seconds,
+static int archive_claim(struct db *db, const char *owner, int lease_seconds, int limit,
                          struct store_claim *out)
 {
-    struct claim_args a = {owner, lease_seconds, out};
+    struct claim_args a = {owner, lease_seconds, limit, out};
     memset(out, 0, sizeof(*out));
     plan_due(db);
     return turns_claim(&claim_turns, db, claim_due_read, claim_tenant, &a);
@@ -727,13 +717,12 @@ static void not_copied(struct archiver *A, struct db *db, const struct store_cla
     write_finish(db, c, n, state, why, delay_ms, NULL, -1, NULL);
 }
 
-/* Starts the copy of a claimed output (its engine slot taken): refused and expired outputs are
- * concluded here, base64 ones decoded here; a URL or content endpoint is read by the engine. */
-static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                        double claimed_mono, void *arg)
+/* Starts the copy of a claimed output (c->res holds its row alone; its engine slot taken):
+ * refused and expired outputs are concluded here, base64 ones decoded here; a URL or content
+ * endpoint is read by the engine. */
+static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                        struct archiver *A)
 {
-    struct archiver *A = arg;
-    (void)claimed_mono;
     const PGresult *r = c->res;
     int n = atoi(PQgetvalue(r, 0, AC_N));
     int attempts = atoi(PQgetvalue(r, 0, AC_ATTEMPTS));
@@ -807,20 +796,52 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         conclude(db, j, -1);
 }
 
-/* Claims one pending output when the engine has room for its copy, and the spool for its file. */
+/* Starts the copies of one claim's outputs (a slot taken for each), one row at a time: each
+ * becomes a claim of its own, owned by its copy until the copy's end is written. */
+static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim *c,
+                        double claimed_mono, void *arg)
+{
+    struct archiver *A = arg;
+    (void)claimed_mono;
+    int rows = PQntuples(c->res);
+    if (rows == 1) {
+        archive_row(cfg, db, c, A);
+        return;
+    }
+    for (int i = 0; i < rows; i++) {
+        struct store_claim one = {.res = db_result_row(c->res, i)};
+        if (!one.res) {
+            /* Out of memory: its lease ends and the output is claimed again then. */
+            eng_release(A->eng, -1);
+            continue;
+        }
+        one.tenant_id = atoll(PQgetvalue(one.res, 0, AC_TENANT));
+        one.id = db_val(one.res, 0, AC_OP);
+        one.lease_version = atoll(PQgetvalue(one.res, 0, AC_LEASE_VERSION));
+        one.provider = db_val(one.res, 0, AC_PROVIDER);
+        archive_row(cfg, db, &one, A);
+        store_claim_fini(&one); /* nothing left when a copy took it */
+    }
+}
+
+/* Claims pending outputs, as many as the engine has room for (and archive_max_inflight, and
+ * CLAIM_BATCH), and the spool for their files. */
 static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct archiver *A = arg;
-    if (atomic_load(&A->copying) >= A->cfg->archive_max_inflight || eng_room(A->eng) <= 0) {
+    int room = A->cfg->archive_max_inflight - atomic_load(&A->copying), eng = eng_room(A->eng);
+    room = ap_claim_room(room, eng, CLAIM_BATCH);
+    if (room <= 0) {
         atomic_store(&A->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }
     atomic_store(&A->starved, 0);
-    /* The slot is taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
-    int e = archive_claim(db, owner, lease_seconds, out);
+    /* The slots are taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
+    int e = archive_claim(db, owner, lease_seconds, room, out);
     if (e == STORE_OK)
-        eng_acquire_more(A->eng);
+        for (int i = PQntuples(out->res); i > 0; i--)
+            eng_acquire_more(A->eng);
     return e;
 }
 

@@ -143,6 +143,13 @@ int ap_plan_outputs(const struct cfg_provider *p, const char *body, size_t len,
     return w.oom ? -1 : 0;
 }
 
+int ap_claim_room(int inflight_left, int engine_room, int batch)
+{
+    int n = inflight_left < engine_room ? inflight_left : engine_room;
+    n = n < batch ? n : batch;
+    return n > 0 ? n : 0;
+}
+
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
                                  double rand01, long long *delay_ms)
 {

@@ -525,6 +525,22 @@ const char *db_val(const struct pg_result *r, int row, int col)
     return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
 }
 
+PGresult *db_result_row(const PGresult *r, int row)
+{
+    PGresult *one = PQcopyResult(r, PG_COPYRES_ATTRS);
+    if (!one)
+        return NULL;
+    for (int c = 0; c < PQnfields(r); c++) {
+        int null = PQgetisnull(r, row, c);
+        if (!PQsetvalue(one, 0, c, null ? NULL : PQgetvalue(r, row, c),
+                        null ? -1 : PQgetlength(r, row, c))) {
+            PQclear(one);
+            return NULL;
+        }
+    }
+    return one;
+}
+
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9')

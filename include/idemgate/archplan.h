@@ -51,4 +51,8 @@ enum ap_verdict { AP_RETRY = 0, AP_FAILED, AP_EXPIRED };
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
                                  double rand01, long long *delay_ms);
 
+/* How many outputs one claim may take: the least of the copies archive_max_inflight still
+ * allows, the engine's free slots and the batch; 0 when any is spent (nothing is claimed). */
+int ap_claim_room(int inflight_left, int engine_room, int batch);
+
 #endif

@@ -172,6 +172,9 @@ __attribute__((warn_unused_result)) int db_run_number(struct db *db, const struc
 
 /* The text of a result cell, NULL for SQL NULL. */
 const char *db_val(const struct pg_result *r, int row, int col);
+/* Row `row` of r as a result of its own (the same columns, that row only): the rows of a batch
+ * are then worked on, and freed, one by one. NULL when out of memory. */
+struct pg_result *db_result_row(const struct pg_result *r, int row);
 /* Decodes a bytea in PostgreSQL's hex output format ("\x…") into a new NUL-terminated buffer;
  * NULL in, NULL out. 0 or -1. */
 int db_bytea_decode(const char *s, unsigned char **out, size_t *len);

@@ -140,6 +140,36 @@ def test_a_read_never_shows_a_stale_archive(gateway_factory, token, mock, tmp_pa
     assert again["archive"] == j["archive"]
 
 
+@pytest.mark.parametrize("inflight", [3, 16])
+def test_a_claim_takes_a_batch_within_the_room(gateway_factory, token, mock, tmp_path, psql,
+                                               inflight):
+    """One claim takes up to a batch of a tenant's outputs (8), never more than
+    archive_max_inflight leaves room for: ten slow outputs (the mock's most) are each copied once, and no more
+    than `inflight` are ever leased at the same time."""
+    e, route = arch_entry("replicate", mock)
+    # Slow enough (1.5 s a copy) that the polls below see every wave of copies.
+    mock.http.request("POST", "/_files", json.dumps({"delay_ms": 1500}))
+    archive_dir = str(tmp_path / "archive")
+    gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=inflight)
+    r = gw.submit(token, "batch-" + uuid.uuid4().hex, body(polls=0, outputs=10), route=route)
+    job_id = r.json()["id"]
+    most, deadline, seen, t0 = 0, time.monotonic() + 60, [], time.monotonic()
+    while time.monotonic() < deadline:
+        leased, left, rows = psql(
+            "SELECT count(*) FILTER (WHERE lease_expires_at > now()), "
+            "count(*) FILTER (WHERE state = 'pending'), count(*) "
+            f"FROM archive_outputs WHERE op_id = '{job_id}'")[0]
+        most = max(most, int(leased))
+        seen.append((round(time.monotonic() - t0, 2), leased, left, rows))
+        if int(left) == 0 and int(rows) == 10:
+            break
+        time.sleep(0.02)
+    # The room is used, and never passed: copies at once = the room (or every output).
+    assert most == min(inflight, 10), (most, seen)
+    j = check_archive(gw, token, job_id, archive_dir, 10)
+    assert [o["attempts"] for o in j["archive"]] == [1] * 10, j["archive"]
+
+
 @pytest.mark.parametrize("fmt", ["url", "b64_json"])
 def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tmp_path, fmt):
     e, route = images_entry(mock)

@@ -182,6 +182,28 @@ static void test_after_failure(void **state)
     }
 }
 
+static void test_claim_room(void **state)
+{
+    (void)state;
+    const struct {
+        int inflight_left, engine_room, batch, want;
+    } rows[] = {
+        {16, 100, 8, 8}, /* the batch bounds a claim */
+        {3, 100, 8, 3},  /* archive_max_inflight nearly reached */
+        {16, 2, 8, 2},   /* the engine nearly full (creates and polls share it) */
+        {0, 100, 8, 0},  /* max_inflight reached: nothing is claimed */
+        {16, 0, 8, 0},   /* the engine full */
+        {-2, 100, 8, 0}, /* past it (threads raced): nothing, never a negative LIMIT */
+        {16, -1, 8, 0},
+        {1, 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int got = ap_claim_room(rows[i].inflight_left, rows[i].engine_room, rows[i].batch);
+        if (got != rows[i].want)
+            fail_msg("row %zu: %d, want %d", i, got, rows[i].want);
+    }
+}
+
 /* Loads one provider from a shipped profile file (with members overridden by extra, JSON). */
 static struct cfg_provider *load(const char *profile, const char *extra, size_t *n)
 {
@@ -389,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_url_allowed),
         cmocka_unit_test(test_redirect),
         cmocka_unit_test(test_after_failure),
+        cmocka_unit_test(test_claim_room),
         cmocka_unit_test(test_plan_shipped_profiles),
         cmocka_unit_test(test_profile_archive_member),
         cmocka_unit_test(test_range),
