@@ -560,36 +560,145 @@ done:
     return rc;
 }
 
+/* The copies' ends a thread has written but not yet sent: each thread sends them together, in
+ * one transaction and one round trip (fin_flush) — after the outputs of a claim were started,
+ * after a turn of ended GETs — where each was a statement and a commit of its own (in `make
+ * bench`'s end-to-end run, where every output is refused by policy, one commit per job). A copy
+ * ends once, under its own lease: two threads' batches never write the same row. */
+#define FIN_MAX 64
+struct fin_row {
+    long long tenant_id, lease_version, delay_ms, bytes;
+    int n;
+    char state[16];
+    char *op_id, *error, *sha, *ct; /* owned */
+};
+static _Thread_local struct fin_row fin[FIN_MAX];
+static _Thread_local size_t fin_n;
+
+static void fin_params(const struct fin_row *f, char nbuf[16], struct param ps[12])
+{
+    snprintf(nbuf, 16, "%d", f->n);
+    const struct param p[12] = {
+        p_int("tenant_id", f->tenant_id),
+        p_text("op_id", f->op_id),
+        p_text("n", nbuf),
+        p_int("lease_version", f->lease_version),
+        p_text("state", f->state),
+        p_text("error", f->error),
+        p_int("delay_ms", f->delay_ms),
+        p_text("sha256", f->sha),
+        f->bytes >= 0 ? p_int("bytes", f->bytes) : p_null("bytes"),
+        p_text("content_type", f->ct),
+        p_text("backend", f->sha ? blob_backend(g_blob) : NULL),
+        p_text("stored_by", f->sha ? g_cfg->instance_id : NULL)};
+    memcpy(ps, p, sizeof(p));
+}
+
+/* Says what became of one written end (applied: the row was still under its claim). */
+static void fin_said(const struct fin_row *f, int applied)
+{
+    if (!applied) {
+        LOG(LOG_WARN, "archive_write_dropped", LS("job_id", f->op_id), LI("output", f->n),
+            LS("state", f->state));
+        return;
+    }
+    if (!strcmp(f->state, "archived"))
+        metrics_archive(0);
+    else if (!strcmp(f->state, "expired"))
+        metrics_archive(2);
+    else if (strcmp(f->state, "pending") != 0)
+        metrics_archive(1);
+}
+
+static void fin_one(struct db *db, const struct fin_row *f)
+{
+    char nbuf[16];
+    struct param ps[12];
+    fin_params(f, nbuf, ps);
+    PGresult *r;
+    int e = db_run(db, &finish, ps, 12, &r);
+    int applied = e == STORE_OK && atoi(PQcmdTuples(r)) == 1;
+    if (e == STORE_OK)
+        PQclear(r);
+    fin_said(f, applied);
+}
+
+static int fin_cmp(const void *a, const void *b)
+{
+    const struct fin_row *x = a, *y = b;
+    if (x->tenant_id != y->tenant_id)
+        return x->tenant_id < y->tenant_id ? -1 : 1;
+    int c = strcmp(x->op_id, y->op_id);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+static void fin_free(struct fin_row *f)
+{
+    free(f->op_id);
+    free(f->error);
+    free(f->sha);
+    free(f->ct);
+    memset(f, 0, sizeof(*f));
+}
+
+/* Sends this thread's written ends: one alone as it is; more in one transaction (in key order),
+ * and one by one when that fails (a lost connection may have committed them: a fenced write
+ * that finds its row ended already changes nothing, and the lease keeps an unwritten one for a
+ * later claim). */
+static void fin_flush(struct db *db)
+{
+    size_t n = fin_n;
+    if (n == 0)
+        return;
+    int done = 0;
+    if (n > 1) {
+        qsort(fin, n, sizeof(fin[0]), fin_cmp);
+        char nbufs[FIN_MAX][16];
+        struct param ps[FIN_MAX][12];
+        const struct param *rows[FIN_MAX];
+        PGresult *outs[FIN_MAX];
+        for (size_t i = 0; i < n; i++) {
+            fin_params(&fin[i], nbufs[i], ps[i]);
+            rows[i] = ps[i];
+        }
+        if (db_run_batch(db, &finish, n, rows, 12, outs) == STORE_OK) {
+            for (size_t i = 0; i < n; i++) {
+                fin_said(&fin[i], atoi(PQcmdTuples(outs[i])) == 1);
+                PQclear(outs[i]);
+            }
+            done = 1;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!done)
+            fin_one(db, &fin[i]);
+        fin_free(&fin[i]);
+    }
+    fin_n = 0;
+}
+
+/* A copy's end, written under the claim that made it (fencing); sent with the thread's batch. */
 static void write_finish(struct db *db, const struct store_claim *c, int n, const char *state,
                          const char *error, long long delay_ms, const char *sha, long long bytes,
                          const char *ct)
 {
-    char nbuf[16];
-    snprintf(nbuf, sizeof(nbuf), "%d", n);
-    PGresult *r;
-    int e = db_run(
-        db, &finish,
-        DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("op_id", c->id), p_text("n", nbuf),
-                p_int("lease_version", c->lease_version), p_text("state", state),
-                p_text("error", error), p_int("delay_ms", delay_ms), p_text("sha256", sha),
-                bytes >= 0 ? p_int("bytes", bytes) : p_null("bytes"), p_text("content_type", ct),
-                p_text("backend", sha ? blob_backend(g_blob) : NULL),
-                p_text("stored_by", sha ? g_cfg->instance_id : NULL)),
-        &r);
-    int applied = e == STORE_OK && atoi(PQcmdTuples(r)) == 1;
-    if (e == STORE_OK)
-        PQclear(r);
-    if (!applied) {
+    if (fin_n == FIN_MAX)
+        fin_flush(db);
+    struct fin_row *f = &fin[fin_n];
+    *f = (struct fin_row){.tenant_id = c->tenant_id, .lease_version = c->lease_version,
+                          .delay_ms = delay_ms, .bytes = bytes, .n = n};
+    snprintf(f->state, sizeof(f->state), "%s", state);
+    f->op_id = strdup(c->id);
+    f->error = error ? strdup(error) : NULL;
+    f->sha = sha ? strdup(sha) : NULL;
+    f->ct = ct ? strdup(ct) : NULL;
+    if (!f->op_id || (error && !f->error) || (sha && !f->sha) || (ct && !f->ct)) {
+        fin_free(f); /* out of memory: its lease ends and the output is claimed again */
         LOG(LOG_WARN, "archive_write_dropped", LS("job_id", c->id), LI("output", n),
             LS("state", state));
         return;
     }
-    if (!strcmp(state, "archived"))
-        metrics_archive(0);
-    else if (!strcmp(state, "expired"))
-        metrics_archive(2);
-    else if (strcmp(state, "pending") != 0)
-        metrics_archive(1);
+    fin_n++;
 }
 
 static void job_free(struct arch_job *j)
@@ -806,6 +915,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     int rows = PQntuples(c->res);
     if (rows == 1) {
         archive_row(cfg, db, c, A);
+        fin_flush(db);
         return;
     }
     for (int i = 0; i < rows; i++) {
@@ -822,6 +932,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         archive_row(cfg, db, &one, A);
         store_claim_fini(&one); /* nothing left when a copy took it */
     }
+    fin_flush(db);
 }
 
 /* Claims pending outputs, as many as the engine has room for (and archive_max_inflight, and
@@ -861,7 +972,9 @@ static void arch_room(void *arg)
 static int write_results(struct db *db, void *arg)
 {
     struct archiver *A = arg;
-    return rq_run(A->results, db, RESULTS_PER_TURN);
+    int n = rq_run(A->results, db, RESULTS_PER_TURN);
+    fin_flush(db);
+    return n;
 }
 
 struct archiver *archive_start(const struct cfg *cfg, struct eng *eng)

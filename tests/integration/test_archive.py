@@ -343,6 +343,26 @@ def test_private_address_is_refused_unless_allowed(gateway_factory, token, mock,
     assert objects(str(tmp_path / "archive")) == {}
 
 
+def test_a_batch_of_ends_is_written_and_counted_row_by_row(gateway_factory, token, mock,
+                                                            tmp_path):
+    """The ends of one claim's outputs are written together (one transaction): each row under
+    its own claim, each counted once. Ten http URLs refused by policy end at their claim; ten
+    more of another job, allowed, are copied."""
+    refused, route = arch_entry("replicate", mock, archive={"allow_http": False})
+    allowed, route2 = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [refused, allowed])
+    r = gw.submit(token, "refused-" + uuid.uuid4().hex, body(polls=0, outputs=10), route=route)
+    j = archived(gw, token, r.json()["id"], timeout=30, states=("expired", "failed", "archived"))
+    assert [(o["state"], o["attempts"]) for o in j["archive"]] == [("failed", 1)] * 10, j
+    assert all("http" in o["last_error"] for o in j["archive"]), j["archive"]
+    assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == 10
+    r2 = gw.submit(token, "allowed-" + uuid.uuid4().hex, body(polls=0, outputs=10), route=route2)
+    check_archive(gw, token, r2.json()["id"], str(tmp_path / "archive"), 10)
+    assert metric(gw, 'idemgate_archive_outputs_total{outcome="archived"}') == 10
+    assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == 10
+    assert '"event":"archive_write_dropped"' not in gw.log()
+
+
 # ---- the S3-compatible backend ----------------------------------------------------------
 
 S3RVER_SH = os.path.join(ROOT, "scripts", "s3rver.sh")
