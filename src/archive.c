@@ -409,7 +409,11 @@ struct archiver {
     struct rq *results;
     atomic_int starved;  /* the last claim found the engine full, or archive_max_inflight */
     atomic_int copying;  /* copies claimed and not yet written */
+    atomic_int claiming; /* room held by claims being made and their rows not yet started */
 };
+
+/* The room this thread's claim holds (claim_with_room), given back once its rows are started. */
+static _Thread_local int held_room;
 
 /* Frees the credential line (zeroed) and the header lines of j's transfer. */
 static void headers_free(struct arch_job *j)
@@ -915,6 +919,8 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     int rows = PQntuples(c->res);
     if (rows == 1) {
         archive_row(cfg, db, c, A);
+        atomic_fetch_sub(&A->claiming, held_room);
+        held_room = 0;
         fin_flush(db);
         return;
     }
@@ -932,6 +938,8 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         archive_row(cfg, db, &one, A);
         store_claim_fini(&one); /* nothing left when a copy took it */
     }
+    atomic_fetch_sub(&A->claiming, held_room);
+    held_room = 0;
     fin_flush(db);
 }
 
@@ -941,18 +949,28 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct archiver *A = arg;
-    int room = A->cfg->archive_max_inflight - atomic_load(&A->copying), eng = eng_room(A->eng);
-    room = ap_claim_room(room, eng, CLAIM_BATCH);
-    if (room <= 0) {
-        atomic_store(&A->starved, 1);
-        return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
-    }
+    /* The room is held before the claim is made: archive threads claiming at once never take
+     * more than archive_max_inflight between them (a row started counts in `copying` too until
+     * its claim's room is given back: the bound errs low, never high). */
+    int held = atomic_load(&A->claiming), room;
+    do {
+        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) - held;
+        room = ap_claim_room(room, eng_room(A->eng), CLAIM_BATCH);
+        if (room <= 0) {
+            atomic_store(&A->starved, 1);
+            return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
+        }
+    } while (!atomic_compare_exchange_weak(&A->claiming, &held, held + room));
     atomic_store(&A->starved, 0);
     /* The slots are taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
     int e = archive_claim(db, owner, lease_seconds, room, out);
-    if (e == STORE_OK)
-        for (int i = PQntuples(out->res); i > 0; i--)
-            eng_acquire_more(A->eng);
+    if (e != STORE_OK) {
+        atomic_fetch_sub(&A->claiming, room);
+        return e;
+    }
+    held_room = room; /* given back by archive_one, which the pool calls next on this thread */
+    for (int i = PQntuples(out->res); i > 0; i--)
+        eng_acquire_more(A->eng);
     return e;
 }
 

@@ -140,17 +140,19 @@ def test_a_read_never_shows_a_stale_archive(gateway_factory, token, mock, tmp_pa
     assert again["archive"] == j["archive"]
 
 
-@pytest.mark.parametrize("inflight", [3, 16])
+@pytest.mark.parametrize("inflight,workers", [(3, 1), (16, 1), (3, 3)])
 def test_a_claim_takes_a_batch_within_the_room(gateway_factory, token, mock, tmp_path, psql,
-                                               inflight):
+                                               inflight, workers):
     """One claim takes up to a batch of a tenant's outputs (8), never more than
-    archive_max_inflight leaves room for: ten slow outputs (the mock's most) are each copied once, and no more
-    than `inflight` are ever leased at the same time."""
+    archive_max_inflight leaves room for, however many archive threads claim at once: ten slow
+    outputs (the mock's most) are each copied once, and no more than `inflight` are ever leased
+    at the same time."""
     e, route = arch_entry("replicate", mock)
     # Slow enough (1.5 s a copy) that the polls below see every wave of copies.
     mock.http.request("POST", "/_files", json.dumps({"delay_ms": 1500}))
     archive_dir = str(tmp_path / "archive")
-    gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=inflight)
+    gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=inflight,
+               archive_workers=workers)
     r = gw.submit(token, "batch-" + uuid.uuid4().hex, body(polls=0, outputs=10), route=route)
     job_id = r.json()["id"]
     most, deadline, seen, t0 = 0, time.monotonic() + 60, [], time.monotonic()
