@@ -917,14 +917,9 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     struct archiver *A = arg;
     (void)claimed_mono;
     int rows = PQntuples(c->res);
-    if (rows == 1) {
+    if (rows == 1) /* a row alone is worked on as claimed: no copy */
         archive_row(cfg, db, c, A);
-        atomic_fetch_sub(&A->claiming, held_room);
-        held_room = 0;
-        fin_flush(db);
-        return;
-    }
-    for (int i = 0; i < rows; i++) {
+    for (int i = 0; rows > 1 && i < rows; i++) {
         struct store_claim one = {.res = db_result_row(c->res, i)};
         if (!one.res) {
             /* Out of memory: its lease ends and the output is claimed again then. */
