@@ -365,6 +365,43 @@ def test_a_batch_of_ends_is_written_and_counted_row_by_row(gateway_factory, toke
     assert '"event":"archive_write_dropped"' not in gw.log()
 
 
+def test_a_refused_end_never_fails_its_neighbours(gateway_factory, token, mock, tmp_path,
+                                                  psql):
+    """A batch of ends the database refuses (here: a trigger made to fail one row's end) is
+    written again one row at a time: the nine others end and are counted once; the refused one
+    stays under its claim, and once the database takes it, a later claim ends it."""
+    e, route = arch_entry("replicate", mock, archive={"allow_http": False})
+    fn = "arch_poison_" + uuid.uuid4().hex[:8]
+    psql(f"CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+         f"IF NEW.n = 3 AND NEW.state = 'failed' AND EXISTS (SELECT 1 FROM operations o "
+         f"WHERE o.tenant_id = NEW.tenant_id AND o.id = NEW.op_id AND o.provider = '{e['name']}') "
+         "THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$")
+    psql(f"CREATE TRIGGER {fn} BEFORE UPDATE ON archive_outputs FOR EACH ROW "
+         f"EXECUTE FUNCTION {fn}()")
+    try:
+        gw = start(gateway_factory, tmp_path, [e], lease_seconds=8)
+        r = gw.submit(token, "poison-" + uuid.uuid4().hex, body(polls=0, outputs=10),
+                      route=route)
+        job_id = r.json()["id"]
+        deadline = time.monotonic() + 30
+        while metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') < 9:
+            assert time.monotonic() < deadline, gw.job(token, job_id).json()
+            time.sleep(0.1)
+        j = gw.job(token, job_id).json()
+        states = {o["index"]: (o["state"], o["attempts"]) for o in j["archive"]}
+        assert all(states[n] == ("failed", 1) for n in range(10) if n != 3), states
+        assert states[3][0] != "failed", states
+        assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == 9
+    finally:
+        psql(f"DROP TRIGGER {fn} ON archive_outputs")
+        psql(f"DROP FUNCTION {fn}()")
+    j = archived(gw, token, job_id, timeout=30, states=("expired", "failed", "archived"))
+    states = {o["index"]: (o["state"], o["attempts"]) for o in j["archive"]}
+    assert states[3] == ("failed", 2), states  # claimed again once its lease ran out
+    assert all(states[n] == ("failed", 1) for n in range(10) if n != 3), states
+    assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == 10
+
+
 # ---- the S3-compatible backend ----------------------------------------------------------
 
 S3RVER_SH = os.path.join(ROOT, "scripts", "s3rver.sh")
