@@ -393,6 +393,7 @@ struct arch_job {
     struct copy x;
     int n, attempts, kind;
     double expires, now;
+    double lease_end; /* CLOCK_MONOTONIC seconds at which the claim's lease runs out */
     long timeout_ms;
     char *cur; /* the URL being read */
     int hop;
@@ -411,6 +412,9 @@ struct archiver {
     atomic_int copying;  /* copies claimed and not yet written */
     atomic_int claiming; /* room held by claims being made and their rows not yet started */
 };
+
+/* What a copy leaves of its claim's lease: the end is written within it. */
+#define COPY_MARGIN_S 1.0
 
 /* The room this thread's claim holds (claim_with_room), given back once its rows are started. */
 static _Thread_local int held_room;
@@ -572,12 +576,21 @@ done:
 #define FIN_MAX 64
 struct fin_row {
     long long tenant_id, lease_version, delay_ms, bytes;
+    double lease_end; /* when the row's claim runs out (CLOCK_MONOTONIC seconds) */
     int n;
     char state[16];
     char *op_id, *error, *sha, *ct; /* owned */
 };
 static _Thread_local struct fin_row fin[FIN_MAX];
 static _Thread_local size_t fin_n;
+static _Thread_local double fin_since; /* when the oldest buffered end was buffered */
+
+/* A buffered end waits at most FIN_WAIT_S, and never until its lease is within FIN_MARGIN_S of
+ * its end: the copies concluded after it (an fsync, an upload each) must not keep it until
+ * another worker may claim its row — a fenced write then finds the row taken, and a copy that
+ * was stored would be made again, or, its URL expired by then, written failed. */
+#define FIN_WAIT_S 1.0
+#define FIN_MARGIN_S 2.0
 
 static void fin_params(const struct fin_row *f, char nbuf[16], struct param ps[12])
 {
@@ -681,16 +694,28 @@ static void fin_flush(struct db *db)
     fin_n = 0;
 }
 
+/* Sends the buffered ends now when one has waited FIN_WAIT_S or its lease is near its end. */
+static void fin_flush_due(struct db *db)
+{
+    if (fin_n == 0)
+        return;
+    double first_end = fin[0].lease_end;
+    for (size_t i = 1; i < fin_n; i++)
+        first_end = fin[i].lease_end < first_end ? fin[i].lease_end : first_end;
+    if (ap_ends_due(clock_mono(), fin_since, first_end, FIN_WAIT_S, FIN_MARGIN_S))
+        fin_flush(db);
+}
+
 /* A copy's end, written under the claim that made it (fencing); sent with the thread's batch. */
-static void write_finish(struct db *db, const struct store_claim *c, int n, const char *state,
-                         const char *error, long long delay_ms, const char *sha, long long bytes,
-                         const char *ct)
+static void write_finish(struct db *db, const struct store_claim *c, double lease_end, int n,
+                         const char *state, const char *error, long long delay_ms,
+                         const char *sha, long long bytes, const char *ct)
 {
     if (fin_n == FIN_MAX)
         fin_flush(db);
     struct fin_row *f = &fin[fin_n];
     *f = (struct fin_row){.tenant_id = c->tenant_id, .lease_version = c->lease_version,
-                          .delay_ms = delay_ms, .bytes = bytes, .n = n};
+                          .delay_ms = delay_ms, .bytes = bytes, .n = n, .lease_end = lease_end};
     snprintf(f->state, sizeof(f->state), "%s", state);
     f->op_id = strdup(c->id);
     f->error = error ? strdup(error) : NULL;
@@ -702,7 +727,9 @@ static void write_finish(struct db *db, const struct store_claim *c, int n, cons
             LS("state", state));
         return;
     }
-    fin_n++;
+    if (fin_n++ == 0)
+        fin_since = clock_mono();
+    fin_flush_due(db);
 }
 
 static void job_free(struct arch_job *j)
@@ -725,6 +752,7 @@ static void conclude(struct db *db, struct arch_job *j, int rc)
     const struct store_claim *c = &j->c;
     char sha[65] = "";
     int existed = 0;
+    fin_flush_due(db); /* before an fsync or an upload: the ends buffered do not wait for it */
     if (rc == 0) {
         if (!*x->content_type)
             snprintf(x->content_type, sizeof(x->content_type), "%s", sniff(x->head, x->head_len));
@@ -737,7 +765,8 @@ static void conclude(struct db *db, struct arch_job *j, int rc)
         LOG(LOG_INFO, "archived", LS("job_id", c->id), LS("provider", c->provider),
             LI("output", j->n), LI("bytes", x->tmp.bytes), LS("sha256", sha),
             LI("already_stored", existed));
-        write_finish(db, c, j->n, "archived", NULL, 0, sha, x->tmp.bytes, x->content_type);
+        write_finish(db, c, j->lease_end, j->n, "archived", NULL, 0, sha, x->tmp.bytes,
+                     x->content_type);
         job_free(j);
         return;
     }
@@ -748,7 +777,7 @@ static void conclude(struct db *db, struct arch_job *j, int rc)
     LOG(v == AP_RETRY ? LOG_INFO : LOG_WARN, "archive_copy_failed", LS("job_id", c->id),
         LS("provider", c->provider), LI("output", j->n), LI("attempts", j->attempts),
         LS("state", st), LS("error", x->why));
-    write_finish(db, c, j->n, st, x->why, d, NULL, -1, NULL);
+    write_finish(db, c, j->lease_end, j->n, st, x->why, d, NULL, -1, NULL);
     job_free(j);
 }
 
@@ -799,6 +828,10 @@ static void write_job(struct rq_item *it, struct db *db)
             snprintf(x->why, sizeof(x->why), "redirect to another host refused");
         } else if (j->hop + 1 >= MAX_REDIRECTS) {
             snprintf(x->why, sizeof(x->why), "more than %d redirects", MAX_REDIRECTS);
+        } else if ((j->timeout_ms = ap_copy_timeout_ms(j->p->archive->timeout_ms, clock_mono(),
+                                                       j->lease_end, COPY_MARGIN_S)) == 0) {
+            /* Each hop within what the claim's lease has left, as the first was. */
+            snprintf(x->why, sizeof(x->why), "the claim's lease ran out during its redirects");
         } else {
             blob_tmp_abort(&x->tmp);
             x->head_len = 0;
@@ -823,18 +856,19 @@ static void write_job(struct rq_item *it, struct db *db)
 }
 
 /* Concludes a claimed output that cannot be copied now (its engine slot given back). */
-static void not_copied(struct archiver *A, struct db *db, const struct store_claim *c, int n,
-                       const char *state, const char *why, long long delay_ms)
+static void not_copied(struct archiver *A, struct db *db, const struct store_claim *c,
+                       double lease_end, int n, const char *state, const char *why,
+                       long long delay_ms)
 {
     eng_release(A->eng, -1);
-    write_finish(db, c, n, state, why, delay_ms, NULL, -1, NULL);
+    write_finish(db, c, lease_end, n, state, why, delay_ms, NULL, -1, NULL);
 }
 
 /* Starts the copy of a claimed output (c->res holds its row alone; its engine slot taken):
  * refused and expired outputs are concluded here, base64 ones decoded here; a URL or content
  * endpoint is read by the engine. */
 static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim *c,
-                        struct archiver *A)
+                        double lease_end, struct archiver *A)
 {
     const PGresult *r = c->res;
     int n = atoi(PQgetvalue(r, 0, AC_N));
@@ -843,7 +877,7 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
     double expires = atof(PQgetvalue(r, 0, AC_EXPIRES)), now = atof(PQgetvalue(r, 0, AC_NOW));
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p || !p->archive) {
-        not_copied(A, db, c, n, "pending", "the provider is not configured on this replica",
+        not_copied(A, db, c, lease_end, n, "pending", "the provider is not configured on this replica",
                    NOT_HERE_DELAY_MS);
         return;
     }
@@ -851,7 +885,7 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
         /* Counted and said, never dropped in silence. */
         LOG(LOG_WARN, "archive_expired", LS("job_id", c->id), LS("provider", c->provider),
             LI("output", n), LI("attempts", attempts));
-        not_copied(A, db, c, n, "expired", "the provider's URL expired before it was copied", 0);
+        not_copied(A, db, c, lease_end, n, "expired", "the provider's URL expired before it was copied", 0);
         return;
     }
     char why[512];
@@ -862,16 +896,16 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
         /* Refused before anything is opened or fetched: never worth another try. */
         LOG(LOG_WARN, "archive_refused", LS("job_id", c->id), LS("provider", c->provider),
             LI("output", n), LS("error", why));
-        not_copied(A, db, c, n, "failed", why, 0);
+        not_copied(A, db, c, lease_end, n, "failed", why, 0);
         return;
     }
     struct arch_job *j = calloc(1, sizeof(*j));
     if (!j) {
-        not_copied(A, db, c, n, "pending", "out of memory", 1000);
+        not_copied(A, db, c, lease_end, n, "pending", "out of memory", 1000);
         return;
     }
     *j = (struct arch_job){.A = A, .c = *c, .p = p, .n = n, .attempts = attempts, .kind = kind,
-                           .expires = expires, .now = now};
+                           .expires = expires, .now = now, .lease_end = lease_end};
     atomic_fetch_add(&A->copying, 1);
     memset(c, 0, sizeof(*c)); /* the job owns the claim now */
     j->node.write = write_job;
@@ -880,7 +914,7 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
     if (blob_tmp_open(g_blob, &j->x.tmp, j->x.why, sizeof(j->x.why)) < 0) {
         long long d;
         enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, clock_rand01(), &d);
-        not_copied(A, db, &j->c, n,
+        not_copied(A, db, &j->c, lease_end, n,
                    v == AP_RETRY     ? "pending"
                    : v == AP_EXPIRED ? "expired"
                                      : "failed",
@@ -895,10 +929,17 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
                                 : -1);
         return;
     }
-    /* A copy never outlives the claim's lease: another worker may take the row after it. */
-    j->timeout_ms = p->archive->timeout_ms;
-    if (j->timeout_ms > (long)cfg->lease_seconds * 1000 - 1000)
-        j->timeout_ms = (long)cfg->lease_seconds * 1000 - 1000;
+    /* A copy never outlives the claim's lease, which its batch's rows share (another worker may
+     * take the row after it): a row started too late waits for a later claim. */
+    j->timeout_ms = ap_copy_timeout_ms(p->archive->timeout_ms, clock_mono(), lease_end,
+                                       COPY_MARGIN_S);
+    if (j->timeout_ms == 0) {
+        blob_tmp_abort(&j->x.tmp);
+        not_copied(A, db, &j->c, lease_end, n, "pending",
+                   "the claim's lease ran out before the copy began", 0);
+        job_free(j);
+        return;
+    }
     if (!(j->cur = strdup(db_val(j->c.res, 0, AC_URL)))) {
         eng_release(A->eng, -1);
         snprintf(j->x.why, sizeof(j->x.why), "out of memory");
@@ -915,10 +956,10 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
                         double claimed_mono, void *arg)
 {
     struct archiver *A = arg;
-    (void)claimed_mono;
     int rows = PQntuples(c->res);
+    double lease_end = claimed_mono + cfg->lease_seconds; /* every row's: one lease a claim */
     if (rows == 1) /* a row alone is worked on as claimed: no copy */
-        archive_row(cfg, db, c, A);
+        archive_row(cfg, db, c, lease_end, A);
     for (int i = 0; rows > 1 && i < rows; i++) {
         struct store_claim one = {.res = db_result_row(c->res, i)};
         if (!one.res) {
@@ -930,7 +971,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         one.id = db_val(one.res, 0, AC_OP);
         one.lease_version = atoll(PQgetvalue(one.res, 0, AC_LEASE_VERSION));
         one.provider = db_val(one.res, 0, AC_PROVIDER);
-        archive_row(cfg, db, &one, A);
+        archive_row(cfg, db, &one, lease_end, A);
         store_claim_fini(&one); /* nothing left when a copy took it */
     }
     atomic_fetch_sub(&A->claiming, held_room);
@@ -950,7 +991,10 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     int held = atomic_load(&A->claiming), room;
     do {
         room = A->cfg->archive_max_inflight - atomic_load(&A->copying) - held;
-        room = ap_claim_room(room, eng_room(A->eng), CLAIM_BATCH);
+        /* Nor the engine's free slots, less those the other threads' claims hold (their rows'
+         * slots are taken once claimed): archive threads claiming at once do not each count
+         * the same free slots (ENG_ROOM_THEN_TAKE). */
+        room = ap_claim_room(room, eng_room(A->eng) - held, CLAIM_BATCH);
         if (room <= 0) {
             atomic_store(&A->starved, 1);
             return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */

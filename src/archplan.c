@@ -150,6 +150,19 @@ int ap_claim_room(int inflight_left, int engine_room, int batch)
     return n > 0 ? n : 0;
 }
 
+long ap_copy_timeout_ms(long configured_ms, double now, double lease_end, double margin_s)
+{
+    double left_ms = (lease_end - margin_s - now) * 1000.0;
+    if (left_ms < AP_COPY_MIN_MS)
+        return 0;
+    return left_ms < (double)configured_ms ? (long)left_ms : configured_ms;
+}
+
+int ap_ends_due(double now, double since, double first_end, double max_wait_s, double margin_s)
+{
+    return now - since >= max_wait_s || first_end - now <= margin_s;
+}
+
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
                                  double rand01, long long *delay_ms)
 {

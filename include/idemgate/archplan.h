@@ -55,4 +55,16 @@ enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, in
  * allows, the engine's free slots and the batch; 0 when any is spent (nothing is claimed). */
 int ap_claim_room(int inflight_left, int engine_room, int batch);
 
+/* A claim's rows share its lease, which runs out at lease_end (seconds, the clock of now).
+ * ap_copy_timeout_ms: a row's copy (or a redirect's hop) may take configured_ms, never past
+ * margin_s before lease_end; 0 when less than AP_COPY_MIN_MS is left (the row waits for a
+ * later claim, under a lease of its own). */
+#define AP_COPY_MIN_MS 500
+long ap_copy_timeout_ms(long configured_ms, double now, double lease_end, double margin_s);
+
+/* Whether a thread's buffered copy ends must be written now: the oldest was buffered at since
+ * and has waited max_wait_s, or the first of their leases to run out (first_end) is within
+ * margin_s of now. */
+int ap_ends_due(double now, double since, double first_end, double max_wait_s, double margin_s);
+
 #endif

@@ -16,7 +16,8 @@
  * ENG_ROOM_THEN_TAKE: the pools whose calls are not creates (the poller, the reconciler, the
  * archive) look at eng_room before they claim and take the slot only once they claimed something
  * (eng_acquire_more): their idle claims, many a second, never hold a slot that a create's claim
- * then finds taken. They may pass max_inflight by one call per claiming thread.
+ * then finds taken. They may pass max_inflight by what one claim takes per claiming thread: one
+ * call (the poller, the reconciler), one batch of outputs (the archive, at most 8).
  *
  * Completion: done(arg, res) runs on the engine thread exactly once per submitted transfer, with
  * the call's evidence (res is the callee's to keep or release with up_response_fini). It must not

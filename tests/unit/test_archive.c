@@ -204,6 +204,52 @@ static void test_claim_room(void **state)
     }
 }
 
+/* A row's copy never outlives its claim's lease (one lease for the whole batch). */
+static void test_copy_timeout(void **state)
+{
+    (void)state;
+    const struct {
+        long configured;
+        double now, lease_end, margin;
+        long want;
+    } rows[] = {
+        {60000, 100.0, 280.0, 1.0, 60000}, /* a fresh claim: the profile's own timeout */
+        {60000, 100.0, 130.0, 1.0, 29000}, /* started late in the batch: what the lease leaves */
+        {60000, 100.0, 101.4, 1.0, 0},     /* 400 ms left: not started (AP_COPY_MIN_MS) */
+        {60000, 100.0, 101.5, 1.0, 500},   /* exactly the least worth starting */
+        {60000, 100.0, 99.0, 1.0, 0},      /* the lease ran out already */
+        {1000, 100.0, 280.0, 1.0, 1000},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        long got = ap_copy_timeout_ms(rows[i].configured, rows[i].now, rows[i].lease_end,
+                                      rows[i].margin);
+        if (got != rows[i].want)
+            fail_msg("row %zu: %ld, want %ld", i, got, rows[i].want);
+    }
+}
+
+/* Buffered ends are written once the oldest waited its while, or a lease is near its end. */
+static void test_ends_due(void **state)
+{
+    (void)state;
+    const struct {
+        double now, since, first_end, max_wait, margin;
+        int want;
+    } rows[] = {
+        {10.0, 9.8, 190.0, 1.0, 2.0, 0},  /* young, leases far off: wait for more */
+        {10.0, 9.0, 190.0, 1.0, 2.0, 1},  /* the oldest waited a second */
+        {10.0, 9.9, 12.0, 1.0, 2.0, 1},   /* a lease within the margin */
+        {10.0, 9.9, 12.01, 1.0, 2.0, 0},  /* just outside it */
+        {10.0, 9.9, 5.0, 1.0, 2.0, 1},    /* a lease past its end: written at once (fenced) */
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int got = ap_ends_due(rows[i].now, rows[i].since, rows[i].first_end, rows[i].max_wait,
+                              rows[i].margin);
+        if (got != rows[i].want)
+            fail_msg("row %zu: %d, want %d", i, got, rows[i].want);
+    }
+}
+
 /* Loads one provider from a shipped profile file (with members overridden by extra, JSON). */
 static struct cfg_provider *load(const char *profile, const char *extra, size_t *n)
 {
@@ -412,6 +458,8 @@ int main(void)
         cmocka_unit_test(test_redirect),
         cmocka_unit_test(test_after_failure),
         cmocka_unit_test(test_claim_room),
+        cmocka_unit_test(test_copy_timeout),
+        cmocka_unit_test(test_ends_due),
         cmocka_unit_test(test_plan_shipped_profiles),
         cmocka_unit_test(test_profile_archive_member),
         cmocka_unit_test(test_range),
