@@ -172,6 +172,39 @@ def test_a_claim_takes_a_batch_within_the_room(gateway_factory, token, mock, tmp
     assert [o["attempts"] for o in j["archive"]] == [1] * 10, j["archive"]
 
 
+def test_a_claim_takes_one_stored_result(token, psql):
+    """A base64 output's claim carries its job's whole stored answer: one claim takes at most one
+    of them (a job of eight large images would otherwise be read eight times into one result),
+    and the URL outputs beside it as a batch. The rest wait, due and unleased, for the next."""
+    tenant = psql("SELECT id FROM tenants ORDER BY id LIMIT 1")[0][0]
+    prov = "b64claim" + uuid.uuid4().hex[:8]
+    job = "job_" + prov
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         f"state, expires_at, resp_body) VALUES ({tenant}, '{job}', 'k{prov}', '\\x00', 1, "
+         f"'{prov}', 'r', 'POST', 'http://x', '', '\\x00', 'completed', "
+         "now() + interval '1 day', '\\x7b7d')")
+    kinds = ["b64", "url", "b64", "url", "b64", "url"]
+    psql("INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
+         "next_attempt_at) VALUES " + ", ".join(
+             f"({tenant}, '{job}', {n}, '{prov}', '{k}', "
+             f"{'NULL' if k == 'b64' else repr('https://x/' + str(n))}, "
+             f"now() - interval '{10 - n} seconds')" for n, k in enumerate(kinds)))
+
+    def claim():
+        rows = psql(f"SELECT n, kind, resp_body IS NOT NULL FROM idemgate_archive_claim("
+                    f"{tenant}, 'me', 30, ARRAY['{prov}'], 8) ORDER BY n")
+        return [(int(n), k, b) for n, k, b in rows]
+
+    assert claim() == [(0, "b64", "t"), (1, "url", "f"), (3, "url", "f"), (5, "url", "f")]
+    left = psql(f"SELECT n FROM archive_outputs WHERE op_id = '{job}' AND lease_owner IS NULL "
+                "AND state = 'pending' ORDER BY n")
+    assert [int(r[0]) for r in left] == [2, 4]
+    assert claim() == [(2, "b64", "t")]
+    assert claim() == [(4, "b64", "t")]
+    assert claim() == []
+
+
 @pytest.mark.parametrize("fmt", ["url", "b64_json"])
 def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tmp_path, fmt):
     e, route = images_entry(mock)
