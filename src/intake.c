@@ -439,6 +439,11 @@ static void intake_recorded(struct rec_item *it)
     struct intake *in = (struct intake *)((char *)it - offsetof(struct intake, rec));
     struct hs_req *r = in->r;
     CRASH_POINT("after_intent_commit");
+    /* Handed to the dispatcher: the attempt closes the live stream it feeds, whatever becomes
+     * of this request (a connection reset while the commit ran ends it before step_recorded,
+     * and its live stream must go on recording). */
+    if (it->handed_over)
+        in->ls_new = 0;
     atomic_store_explicit(&in->recorded, 1, memory_order_release);
     hs_resume(r);
 }

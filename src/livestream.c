@@ -5,6 +5,8 @@
 #include "idemgate/http_server.h"
 #include "idemgate/log.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -96,26 +98,103 @@ static int ready_locked(const struct ls *s, size_t pos)
     return visible_locked(s) > pos || end_known_locked(s) || (s->attempt_over && !s->began);
 }
 
-/* Whether the event text ev[0..n) is a terminal event of one of the formats: a line that begins
- * `data: [DONE]` (OpenAI Chat), `event: message_stop` (Anthropic), `event: response.completed`,
- * `.incomplete` or `.failed` (Responses). Only at a line's start: a delta's JSON string cannot
- * begin a line. */
+/* Whether a type names a terminal event: Anthropic's `message_stop`, the Responses API's
+ * `response.completed`, `.incomplete` or `.failed`. */
+static int terminal_type(const char *t, size_t n)
+{
+    static const char *const types[] = {"message_stop", "response.completed",
+                                        "response.incomplete", "response.failed"};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (n == strlen(types[i]) && memcmp(t, types[i], n) == 0)
+            return 1;
+    return 0;
+}
+
+/* Whether JSON data names a terminal type in its top-level "type" (an event without an `event:`
+ * line, as sse.c reads it). Parsed only when the text holds one of the names. */
+static int terminal_data_type(const char *d, size_t n)
+{
+    if (!memmem(d, n, "message_stop", 12) && !memmem(d, n, "response.", 9))
+        return 0;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(d, n, &end, 0);
+    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "type") : NULL;
+    int yes = cJSON_IsString(t) && terminal_type(t->valuestring, strlen(t->valuestring));
+    cJSON_Delete(j);
+    return yes;
+}
+
+/* Whether the whole event ev[0..n) is a terminal event, read as sse.c reads events (WHATWG):
+ * lines end in CRLF, LF or CR; a field's value follows its colon and one optional space; the
+ * type is the `event` field's, else the data's "type"; OpenAI Chat's end is the data `[DONE]`.
+ * Only whole fields count: a delta's text is inside a JSON string, never a field of its own. */
 static int terminal_event(const char *ev, size_t n)
 {
-    static const char *const marks[] = {"data: [DONE]", "data:[DONE]", "event: message_stop",
-                                        "event: response.completed", "event: response.incomplete",
-                                        "event: response.failed"};
-    for (size_t at = 0; at < n;) {
-        for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
-            size_t ml = strlen(marks[m]);
-            if (n - at >= ml && memcmp(ev + at, marks[m], ml) == 0 &&
-                (n - at == ml || ev[at + ml] == '\n' || ev[at + ml] == '\r'))
-                return 1;
+    const char *type = NULL, *data = NULL;
+    size_t type_n = 0, data_n = 0;
+    int data_lines = 0;
+    char *joined = NULL; /* several data lines, joined by newlines as sse.c joins them */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t jn = 0;
+        for (size_t at = 0; at < n;) {
+            size_t e = at;
+            while (e < n && ev[e] != '\r' && ev[e] != '\n')
+                e++;
+            const char *line = ev + at;
+            size_t len = e - at, c = 0;
+            while (c < len && line[c] != ':')
+                c++;
+            size_t vs = c < len ? c + 1 : len;
+            if (vs < len && line[vs] == ' ')
+                vs++;
+            if (pass == 0 && c == 5 && memcmp(line, "event", 5) == 0) {
+                type = line + vs, type_n = len - vs;
+            } else if (c == 4 && memcmp(line, "data", 4) == 0) {
+                if (pass == 0 && data_lines++ == 0)
+                    data = line + vs, data_n = len - vs;
+                if (pass == 1) {
+                    if (jn)
+                        joined[jn++] = '\n';
+                    memcpy(joined + jn, line + vs, len - vs);
+                    jn += len - vs;
+                }
+            }
+            at = e + (e + 1 < n && ev[e] == '\r' && ev[e + 1] == '\n' ? 2 : 1);
         }
-        const char *nl = memchr(ev + at, '\n', n - at);
-        if (!nl)
+        if (pass == 1) {
+            data = joined, data_n = jn;
             break;
-        at = (size_t)(nl - ev) + 1;
+        }
+        if (type_n || data_lines < 2 || !(joined = malloc(n + 1)))
+            break; /* out of memory: the first line alone is read */
+    }
+    int yes = type_n ? terminal_type(type, type_n)
+              : data_lines == 1 && data_n == 6 && memcmp(data, "[DONE]", 6) == 0
+                  ? 1
+                  : data_lines > 0 && terminal_data_type(data, data_n);
+    free(joined);
+    return yes;
+}
+
+/* Where the event that begins at b ends (just past the blank line that ends it), or 0 when it
+ * is not whole yet. A line ends in CRLF, LF or CR; a blank line is a line end at a line's start.
+ * A CR last in b, at a line's start, ends the event (an LF after it is then a blank line of its
+ * own: an empty event, never dispatched). */
+static size_t event_end(const char *b, size_t n)
+{
+    int line_start = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (b[i] != '\r' && b[i] != '\n') {
+            line_start = 0;
+            continue;
+        }
+        size_t t = b[i] == '\r' && i + 1 < n && b[i + 1] == '\n' ? 2 : 1;
+        if (b[i] == '\r' && i + 1 == n && !line_start)
+            return 0; /* the line's end may be a CRLF whose LF is still to come */
+        if (line_start)
+            return i + t;
+        line_start = 1;
+        i += t - 1;
     }
     return 0;
 }
@@ -126,23 +205,13 @@ static void scan_locked(struct ls *s)
 {
     while (s->held == HELD_NONE && s->scan < s->len) {
         const char *b = s->buf + (s->scan - s->base);
-        size_t left = s->len - s->scan, end = 0, sep = 0;
-        for (size_t i = 0; i + 1 < left; i++) {
-            if (b[i] == '\n' && b[i + 1] == '\n') {
-                end = i + 1, sep = 1;
-                break;
-            }
-            if (i + 2 < left && b[i] == '\n' && b[i + 1] == '\r' && b[i + 2] == '\n') {
-                end = i + 1, sep = 2;
-                break;
-            }
-        }
-        if (!sep)
+        size_t end = event_end(b, s->len - s->scan);
+        if (!end)
             return; /* the event is not whole yet */
         if (terminal_event(b, end))
             s->held = s->scan;
         else
-            s->scan += end + sep;
+            s->scan += end;
     }
 }
 
@@ -517,6 +586,12 @@ void ls_attempt_end(struct ls *s, int cut)
     if (s->began) {
         s->ended = 1;
         s->cut |= cut;
+        /* Judged whole by its reader (sse.c) with no terminal event seen here: its end is held
+         * too — what was not yet scanned, and the clean end itself — until the record's fate
+         * is known. The two readings never disagree on the formats we know; if they do, a
+         * client still never gets a whole answer that is not the record. */
+        if (!s->cut && s->held == HELD_NONE)
+            s->held = s->scan;
     }
     s->attempt_over = 1;
     wake_locked(s);

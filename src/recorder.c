@@ -64,6 +64,7 @@ static int offer_claims(struct recorder *rec, struct rec_item **v, size_t n)
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         int born = disp_reserve(rec->disp, v[i]->in.q.provider);
+        v[i]->handed_over = 0;
         v[i]->in.q.claim_owner = born ? rec->cfg->instance_id : NULL;
         v[i]->in.q.lease_seconds = rec->cfg->lease_seconds;
         k += born;
@@ -98,6 +99,7 @@ static int hand_over(struct recorder *rec, struct rec_item **v, size_t n, double
             disp_unreserve(rec->disp, it->q.provider);
             continue;
         }
+        v[i]->handed_over = 1;
         used++;
     }
     if (prepared)

@@ -17,6 +17,9 @@ struct rec_item {
     struct store_intake_item in; /* the intake; its answer once done() is called */
     /* Called exactly once, on a writer thread, when in.err/in.job/in.created are final. */
     void (*done)(struct rec_item *it);
+    /* Set before done() when the row was born claimed and handed to this replica's dispatcher:
+     * its call, and the live stream the call feeds, are the attempt's from then on. */
+    int handed_over;
     struct rec_item *next; /* the recorder's */
 };
 

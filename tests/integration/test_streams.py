@@ -434,6 +434,45 @@ def test_a_client_that_leaves_mid_stream_does_not_stop_the_recording(gateway_fac
     assert len(creates(mock, "/v1/chat/completions")) == 1
 
 
+def test_a_client_reset_during_the_intent_commit_does_not_stop_the_recording(
+        gateway_factory, mock, token, psql):
+    """The client's connection is reset while its intent is being committed (slowed here by a
+    trigger): the job was born claimed and its call goes on, so its stream is recorded whole —
+    the request's end must not end the recording its call feeds. The retry replays it."""
+    import socket
+    import struct
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    key = "reset-" + uuid.uuid4().hex[:8]
+    fn = "slow_commit_" + uuid.uuid4().hex[:8]
+    psql(f"CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+         f"IF NEW.idempotency_key = '{key}' THEN PERFORM pg_sleep(1.5); END IF; "
+         "RETURN NEW; END $$")
+    psql(f"CREATE TRIGGER {fn} BEFORE INSERT ON operations FOR EACH ROW EXECUTE FUNCTION {fn}()")
+    body = json.dumps(chat_body(events=5, event_delay_ms=100)).encode()
+    try:
+        s = socket.create_connection(("127.0.0.1", gw.port))
+        s.sendall(f"POST /v1/providers/{chat} HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {token}\r\nIdempotency-Key: {key}\r\n"
+                  f"Content-Type: application/json\r\nPrefer: wait=20\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(0.5)  # the intent is in its commit now
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()  # a reset, not an orderly close
+        time.sleep(2.5)  # the commit returns; the call streams to nobody
+    finally:
+        psql(f"DROP TRIGGER {fn} ON operations")
+        psql(f"DROP FUNCTION {fn}()")
+    r = gw.submit(token, key, chat_body(events=5, event_delay_ms=100), route=chat,
+                  headers={"Prefer": "wait=20"})
+    assert r.status == 200 and r.body.endswith(b"data: [DONE]\n\n"), (r.status, r.body[-300:])
+    assert r.body.count(b'"content":"tok') == 5
+    assert r.headers.get("idempotent-replayed") == "true"
+    j = gw.job(token, r.headers["x-idemgate-job-id"]).json()
+    assert j["state"] == "completed", j
+    assert len(creates(mock, "/v1/chat/completions")) == 1
+
+
 def test_a_cut_stream_cuts_the_live_client_too(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)

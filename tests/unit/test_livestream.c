@@ -75,6 +75,67 @@ static void test_the_terminal_event_waits_for_the_record(void **state)
         }
 }
 
+/* The terminal event in every form sse.c reads as one (WHATWG fields): no space after the
+ * colon, the type only inside the data, lines ended by CR alone, a JSON document over several
+ * data lines. Each is held until the record: a failed record ends the readers cut before it. */
+static void test_every_form_of_the_terminal_event_is_held(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *first, *terminal;
+    } forms[] = {
+        {"event:content_block_delta\ndata:{\"x\":1}\n\n", "event:message_stop\ndata:{}\n\n"},
+        {"data: {\"type\":\"response.output_text.delta\"}\n\n",
+         "data: {\"type\":\"response.completed\",\"response\":{}}\n\n"},
+        {"event: content_block_delta\rdata: {}\r\r", "event: message_stop\rdata: {}\r\r"},
+        {"data: {\"type\":\"response.output_text.delta\"}\n\n",
+         "data: {\"response\": {},\ndata: \"type\": \"response.incomplete\"}\n\n"},
+        {"data:{\"choices\":[]}\r\n\r\n", "data:[DONE]\r\n\r\n"},
+    };
+    for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
+        char id[32], out[512], whole[512];
+        snprintf(id, sizeof(id), "job_form%zu", f);
+        snprintf(whole, sizeof(whole), "%s%s", forms[f].first, forms[f].terminal);
+        struct ls *s = ls_open(id, 4096);
+        assert_non_null(s);
+        size_t pos = 0, first = strlen(forms[f].first);
+        for (size_t i = 0; i < strlen(whole); i++) /* a byte at a time: every split */
+            ls_feed(s, whole + i, 1);
+        if (read_all(s, &pos, out, sizeof(out)) != LS_WAIT || pos != first)
+            fail_msg("form %zu: %zu bytes visible before the end, want %zu", f, pos, first);
+        ls_attempt_end(s, 0);
+        assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+        ls_settle(s, 0);
+        if (read_all(s, &pos, out, sizeof(out)) != LS_CUT || pos != first)
+            fail_msg("form %zu: not cut before its terminal event (%zu)", f, pos);
+        ls_close(id);
+        ls_release(s);
+    }
+}
+
+/* A stream its reader judged whole whose end the live copy did not recognise (here: a type no
+ * format names) still ends only with its record: never a clean end the record did not get. */
+static void test_an_end_not_recognised_here_still_waits_for_the_record(void **state)
+{
+    (void)state;
+    const char *body = "event: custom.delta\ndata: {}\n\nevent: custom.done\ndata: {}\n\n";
+    for (int recorded = 0; recorded <= 1; recorded++) {
+        char id[32], out[256];
+        snprintf(id, sizeof(id), "job_unrec%d", recorded);
+        struct ls *s = ls_open(id, 4096);
+        size_t pos = 0;
+        ls_feed(s, body, strlen(body));
+        assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+        assert_int_equal(pos, strlen(body)); /* every whole event was relayed live */
+        ls_attempt_end(s, 0);
+        assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT); /* no clean end yet */
+        ls_settle(s, recorded);
+        assert_int_equal(read_all(s, &pos, out, sizeof(out)), recorded ? LS_END : LS_CUT);
+        ls_close(id);
+        ls_release(s);
+    }
+}
+
 /* A cut stream (no terminal event) ends cut as soon as the transfer ends; a stream closed
  * before its record was settled ends cut at the held event. */
 static void test_cut_and_closed_streams(void **state)
@@ -182,6 +243,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_terminal_event_waits_for_the_record),
+        cmocka_unit_test(test_every_form_of_the_terminal_event_is_held),
+        cmocka_unit_test(test_an_end_not_recognised_here_still_waits_for_the_record),
         cmocka_unit_test(test_cut_and_closed_streams),
         cmocka_unit_test(test_a_spooled_stream_reads_as_one_in_memory),
     };
