@@ -73,6 +73,7 @@ struct hs_req {
     struct timespec started;
     void *state;
     void (*state_free)(void *state);
+    atomic_int gone; /* found with its client gone while suspended (hs_req_set_gone) */
 };
 
 static atomic_ulong request_counter;
@@ -378,6 +379,16 @@ int hs_req_peer_closed(const struct hs_req *r)
         return 0;
     struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+void hs_req_set_gone(struct hs_req *r)
+{
+    atomic_store(&r->gone, 1);
+}
+
+int hs_req_gone(const struct hs_req *r)
+{
+    return atomic_load(&((struct hs_req *)r)->gone);
 }
 
 int hs_req_answered(const struct hs_req *r)

@@ -752,8 +752,9 @@ static long read_live(void *arg, struct hs_req *r, unsigned long long pos, char 
         case LS_WAIT:
             break;
         }
-        if (hs_req_draining(r))
-            return -2; /* stopping: the recording goes on, the client retries by key */
+        if (hs_req_draining(r) || hs_req_gone(r))
+            return -2; /* stopping, or its client left: the recording goes on (a retry by key
+                        * replays it) */
         int parked = ls_park(ls, r, (size_t)pos, 0);
         if (parked != 0)
             return parked > 0 ? 0 : -2;

@@ -240,14 +240,20 @@ static double mono_now(void)
 
 /* Wakes the parked readers whose deadline passed, in every registered stream, every 100 ms:
  * a client waiting for a stream to begin is answered when its wait is over, however long the
- * provider (or the queue before the call) takes. One thread, started with the first stream. */
+ * provider (or the queue before the call) takes. Every second it also wakes the readers whose
+ * client is gone (marked: their handler ends them), so that a client that left while the
+ * provider paused — a reasoning model may think for minutes before its first token — does not
+ * hold its connection and its tenant's wait slot until the next event. One thread, started with
+ * the first stream. */
+#define GONE_CHECK_TICKS 10
 static void *sweep(void *arg)
 {
     (void)arg;
-    for (;;) {
+    for (unsigned tick_n = 1;; tick_n++) {
         struct timespec tick = {0, 100 * 1000 * 1000};
         nanosleep(&tick, NULL);
         double now = mono_now();
+        int check_gone = tick_n % GONE_CHECK_TICKS == 0;
         pthread_mutex_lock(&reg_mu);
         for (size_t b = 0; b < BUCKETS; b++)
             for (struct ls *s = reg[b]; s; s = s->next) {
@@ -255,7 +261,10 @@ static void *sweep(void *arg)
                 struct parked **pp = &s->parked;
                 while (*pp) {
                     struct parked *p = *pp;
-                    if (p->deadline > 0 && now >= p->deadline) {
+                    int gone = check_gone && hs_req_peer_closed(p->r);
+                    if (gone)
+                        hs_req_set_gone(p->r);
+                    if (gone || (p->deadline > 0 && now >= p->deadline)) {
                         *pp = p->next;
                         hs_resume(p->r);
                         free(p);

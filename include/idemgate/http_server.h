@@ -137,6 +137,10 @@ int hs_req_draining(const struct hs_req *r);
 /* Whether the client closed (or reset) its side of r's connection: a suspended request nobody
  * waits for any more. From any thread, while r lives. */
 int hs_req_peer_closed(const struct hs_req *r);
+/* Marks r as found with its client gone (by whoever checked hs_req_peer_closed while it was
+ * suspended), so that its handler ends it when resumed; hs_req_gone reads the mark. */
+void hs_req_set_gone(struct hs_req *r);
+int hs_req_gone(const struct hs_req *r);
 /* Whether r has an answer, queued or waiting for its resumption. */
 int hs_req_answered(const struct hs_req *r);
 int hs_respond(struct hs_req *r, int status, const char *content_type, const char *body, size_t len,

@@ -473,6 +473,33 @@ def test_a_client_reset_during_the_intent_commit_does_not_stop_the_recording(
     assert len(creates(mock, "/v1/chat/completions")) == 1
 
 
+def test_a_client_gone_while_the_provider_pauses_frees_its_wait_slot(gateway_factory, mock,
+                                                                      token):
+    """A live reader whose client left while the provider pauses between events (a reasoning
+    model may think for minutes) is ended within about a second, not at the next event: its
+    tenant's wait slot (here the only one) is free for another request long before the stream
+    moves again. The recording goes on, and the retry replays it."""
+    providers, chat, _ = entries(mock)
+    providers[0]["timeouts"]["total_ms"] = 30000
+    gw = gateway_factory(providers=providers, env=ENV, tenant_wait_connections=1,
+                         lease_seconds=40)
+    body = chat_body(events=2, event_delay_ms=4000)
+    live = Live(gw, token, chat, "gone-1", body)
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    live.until(b"tok0")  # the first token; the next event is 4 s away
+    live.conn.sock.shutdown(2)
+    live.close()
+    time.sleep(2.0)  # past the sweep's check (each second), before the next event
+    other = gw.submit(token, "gone-other-" + uuid.uuid4().hex[:6], chat_body(stream=False),
+                      route=chat, headers={"Prefer": "wait=1"})
+    assert other.status != 429, (other.status, other.body[:300])
+    j = wait_state(gw, token, job_id, ("completed", "unknown", "failed"), timeout=30)
+    assert j["state"] == "completed", j
+    replay = gw.submit(token, "gone-1", body, route=chat, headers={"Prefer": "wait=5"})
+    assert replay.status == 200 and replay.body.endswith(b"data: [DONE]\n\n"), replay
+    assert len(creates(mock, "/v1/chat/completions")) == 2
+
+
 def test_a_cut_stream_cuts_the_live_client_too(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
