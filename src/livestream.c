@@ -41,6 +41,11 @@ struct ls {
      * begins; `settled` says the record is written (the rest is released) or failed (the
      * readers end cut at held: what they got was never the recorded answer). */
     size_t held, scan;
+    /* How far into the event at `scan` the search for its end got (ev_at bytes, at a line's
+     * start or not): each feed goes on from there, never from the event's start again (a
+     * single event of megabytes, fed in 16 KiB pieces, would be read over and over). */
+    size_t ev_at;
+    int ev_mid_line;
     int settled, recorded;
     struct parked *parked;
     struct ls *next; /* in its registry bucket */
@@ -179,23 +184,28 @@ static int terminal_event(const char *ev, size_t n)
 /* Where the event that begins at b ends (just past the blank line that ends it), or 0 when it
  * is not whole yet. A line ends in CRLF, LF or CR; a blank line is a line end at a line's start.
  * A CR last in b, at a line's start, ends the event (an LF after it is then a blank line of its
- * own: an empty event, never dispatched). */
-static size_t event_end(const char *b, size_t n)
+ * own: an empty event, never dispatched). The search starts at *at (mid-line or not, as the
+ * last call left it) and leaves there what the next call needs. */
+static size_t event_end(const char *b, size_t n, size_t *at, int *mid_line)
 {
-    int line_start = 1;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = *at;
+    int line_start = !*mid_line;
+    for (; i < n; i++) {
         if (b[i] != '\r' && b[i] != '\n') {
             line_start = 0;
             continue;
         }
-        size_t t = b[i] == '\r' && i + 1 < n && b[i + 1] == '\n' ? 2 : 1;
         if (b[i] == '\r' && i + 1 == n && !line_start)
-            return 0; /* the line's end may be a CRLF whose LF is still to come */
-        if (line_start)
+            break; /* the line's end may be a CRLF whose LF is still to come: read it again */
+        size_t t = b[i] == '\r' && i + 1 < n && b[i + 1] == '\n' ? 2 : 1;
+        if (line_start) {
+            *at = 0, *mid_line = 0; /* for the next event */
             return i + t;
+        }
         line_start = 1;
         i += t - 1;
     }
+    *at = i, *mid_line = !line_start;
     return 0;
 }
 
@@ -205,7 +215,7 @@ static void scan_locked(struct ls *s)
 {
     while (s->held == HELD_NONE && s->scan < s->len) {
         const char *b = s->buf + (s->scan - s->base);
-        size_t end = event_end(b, s->len - s->scan);
+        size_t end = event_end(b, s->len - s->scan, &s->ev_at, &s->ev_mid_line);
         if (!end)
             return; /* the event is not whole yet */
         if (terminal_event(b, end))
