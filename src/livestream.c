@@ -57,6 +57,7 @@ static size_t mem_share;
 static char spool_dir[1024] = "/var/tmp";
 static atomic_int spool_warned;
 static atomic_long spooled_now; /* streams whose bytes are in a spool file now */
+static atomic_int stopping;     /* ls_wake_all ran: nobody parks from then on */
 
 void ls_configure(size_t memory_bytes, const char *dir)
 {
@@ -657,7 +658,10 @@ int ls_park(struct ls *s, struct hs_req *r, size_t pos, double deadline)
     if (!p)
         return -1;
     pthread_mutex_lock(&s->mu);
-    if (ready_locked(s, pos)) {
+    /* Stopping: a reader that checked hs_req_draining just before ls_wake_all would otherwise
+     * park after it and wait for the drain's end (read under s->mu, which ls_wake_all takes
+     * after setting it: either this sees it, or ls_wake_all sees the parked reader). */
+    if (ready_locked(s, pos) || atomic_load(&stopping)) {
         pthread_mutex_unlock(&s->mu);
         free(p);
         return 0;
@@ -692,6 +696,7 @@ void ls_unpark(struct ls *s, struct hs_req *r)
 
 void ls_wake_all(void)
 {
+    atomic_store(&stopping, 1);
     pthread_mutex_lock(&reg_mu);
     for (size_t b = 0; b < BUCKETS; b++)
         for (struct ls *s = reg[b]; s; s = s->next) {
