@@ -74,6 +74,7 @@ struct hs_req {
     void *state;
     void (*state_free)(void *state);
     atomic_int gone; /* found with its client gone while suspended (hs_req_set_gone) */
+    int http10;      /* an HTTP/1.0 request: no chunked body, its end is the connection's */
 };
 
 static atomic_ulong request_counter;
@@ -381,6 +382,11 @@ int hs_req_peer_closed(const struct hs_req *r)
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+int hs_req_http10(const struct hs_req *r)
+{
+    return r->http10;
+}
+
 void hs_req_set_gone(struct hs_req *r)
 {
     atomic_store(&r->gone, 1);
@@ -642,13 +648,15 @@ static void reject(struct hs_server *s, struct hs_req *r, enum hs_reject why)
 
 /* The first call of a request: its id, the target and framing checks and the body cap. */
 static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection *conn,
-                                     const char *url, const char *method, void **con_cls)
+                                     const char *url, const char *method, const char *version,
+                                     void **con_cls)
 {
     struct hs_req *r = *con_cls;
     if (!r && !(r = req_new(s, conn)))
         return MHD_NO;
     *con_cls = r;
     r->begun = 1;
+    r->http10 = version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
     r->body_max = s->o.max_body_bytes;
     atomic_fetch_add(&s->in_progress, 1);
     r->method = method;
@@ -739,11 +747,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     struct hs_server *s = cls;
     struct hs_req *r = *con_cls;
     if (!r || !r->begun)
-        return begin_request(s, conn, url, method, con_cls);
+        return begin_request(s, conn, url, method, version, con_cls);
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;

@@ -504,7 +504,7 @@ static enum step_result step_record(struct intake *in)
     /* A stream its client waits for: opened before the intent is recorded, so that the call
      * (which may start as soon as the commit returns) finds it and feeds it from its first
      * event. */
-    if (in->dv.stream && in->wait_s > 0) /* a streamed request (set by step_canonicalise) */
+    if (in->dv.stream && in->wait_s > 0 && !hs_req_http10(in->r)) /* streamed, and chunked */
         in->ls_new = (in->ls = ls_open(in->job_id, p->max_response_bytes)) != NULL;
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
@@ -606,7 +606,8 @@ static enum step_result step_answer(struct intake *in)
     }
     in->ls_new = 0; /* handed to this replica's dispatcher (its attempt closes it), or closed */
     /* The same streamed request again while its stream is live here: it joins it. */
-    if (!in->created && in->dv.stream && in->wait_s > 0 && !st_is_terminal(j->state))
+    if (!in->created && in->dv.stream && in->wait_s > 0 && !st_is_terminal(j->state) &&
+        !hs_req_http10(in->r))
         in->ls = ls_find(j->id);
     in->wait_deadline = waiters_now() + in->wait_s;
     answer_or_wait(in->r, j, !in->created, in->wait_s, in->token, local, in->ls);

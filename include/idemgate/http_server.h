@@ -140,6 +140,9 @@ int hs_req_peer_closed(const struct hs_req *r);
 /* Marks r as found with its client gone (by whoever checked hs_req_peer_closed while it was
  * suspended), so that its handler ends it when resumed; hs_req_gone reads the mark. */
 void hs_req_set_gone(struct hs_req *r);
+/* Whether r came as HTTP/1.0: a body of unknown length then ends with the connection, so a cut
+ * cannot be told from an end (a live stream is not relayed to it: it gets the record). */
+int hs_req_http10(const struct hs_req *r);
 int hs_req_gone(const struct hs_req *r);
 /* Whether r has an answer, queued or waiting for its resumption. */
 int hs_req_answered(const struct hs_req *r);

@@ -510,6 +510,45 @@ def test_a_cut_stream_cuts_the_live_client_too(gateway_factory, mock, token):
     assert wait_state(gw, token, job_id, ("unknown", "review"))["state"] in ("unknown", "review")
 
 
+def http10_post(gw, token, route, key, body, wait=20):
+    """An HTTP/1.0 request read to the connection's end: (status line, headers, body)."""
+    import socket
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+    s.sendall(f"POST /v1/providers/{route} HTTP/1.0\r\nAuthorization: Bearer {token}\r\n"
+              f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\n"
+              f"Prefer: wait={wait}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+    got = b""
+    while True:
+        piece = s.recv(65536)
+        if not piece:
+            break
+        got += piece
+    s.close()
+    head, _, rest = got.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    return lines[0], {k.lower(): v for k, v in (ln.split(": ", 1) for ln in lines[1:])}, rest
+
+
+def test_an_http10_client_gets_the_record_never_a_live_stream(gateway_factory, mock, token):
+    """HTTP/1.0 has no chunked body: a body of unknown length ends with the connection, so a cut
+    would look like an end. Such a client is not relayed the live stream: it gets the record
+    (a whole stream, its length known) or, for a cut one, the job in doubt."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    status, headers, body = http10_post(gw, token, chat, "h10-cut",
+                                        chat_body(events=6, event_delay_ms=50, cut_after=3),
+                                        wait=3)
+    assert " 200 " not in status + " " and "text/event-stream" not in headers.get(
+        "content-type", ""), (status, headers, body[:300])
+    assert json.loads(body)["state"] in ("unknown", "review", "sending"), body[:300]
+    status, headers, body = http10_post(gw, token, chat, "h10-whole", chat_body(events=4))
+    assert " 200" in status and headers["content-type"].startswith("text/event-stream"), status
+    assert int(headers["content-length"]) == len(body) and body.endswith(b"data: [DONE]\n\n")
+    assert body.count(b'"content":"tok') == 4
+    assert len(creates(mock, "/v1/chat/completions")) == 2
+
+
 def test_kill_9_mid_stream_leaves_the_job_in_doubt_never_resent(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
