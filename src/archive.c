@@ -416,6 +416,8 @@ struct archiver {
 /* What a copy leaves of its claim's lease: the end is written within it. */
 #define COPY_MARGIN_S 1.0
 
+static void arch_room(void *arg);
+
 /* The room this thread's claim holds (claim_with_room), given back once its rows are started. */
 static _Thread_local int held_room;
 
@@ -976,6 +978,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     }
     atomic_fetch_sub(&A->claiming, held_room);
     held_room = 0;
+    arch_room(A); /* a thread that found no room while this one held it claims again now */
     fin_flush(db);
 }
 
@@ -1005,6 +1008,7 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     int e = archive_claim(db, owner, lease_seconds, room, out);
     if (e != STORE_OK) {
         atomic_fetch_sub(&A->claiming, room);
+        arch_room(A);
         return e;
     }
     held_room = room; /* given back by archive_one, which the pool calls next on this thread */
