@@ -35,6 +35,7 @@ struct ls {
     char *buf;
     size_t len, cap, max, base, fed;
     int fd;
+    int spill_failed; /* the spool took no more of it once: it stays in memory from then on */
     int began, ended, cut, closed, attempt_over;
     /* The terminal event is held back until the result is recorded (ls_settle): `held` is
      * where it begins (HELD_NONE: none seen yet), `scan` where the next unexamined event
@@ -487,6 +488,7 @@ static void spill_locked(struct ls *s)
             LOG(LOG_WARN, "stream_spool_unavailable", LS("dir", spool_dir),
                 LS("error", strerror(err)),
                 LS("note", "long streams are kept in memory (stream_spool_dir)"));
+        s->spill_failed = 1;
         return;
     }
     s->fd = fd;
@@ -527,9 +529,10 @@ void ls_feed(void *arg, const char *p, size_t n)
         take = s->max - s->len;
         s->ended = s->cut = 1; /* past the cap: readers get what fits, then a cut */
     }
-    if (take && s->fd < 0 && mem_share && s->len + take > mem_share)
-        spill_locked(s);
-    if (take && s->fd >= 0 && put_all(s->fd, p, take, s->len) < 0 && unspill_locked(s) < 0)
+    if (take && s->fd < 0 && mem_share && s->len + take > mem_share && !s->spill_failed)
+        spill_locked(s); /* once: a spool that failed is not tried again at every piece */
+    if (take && s->fd >= 0 && put_all(s->fd, p, take, s->len) < 0 &&
+        (s->spill_failed = 1, unspill_locked(s) < 0))
         goto lost;
     size_t kept = s->len - s->base; /* in buf */
     if (take && kept + take > s->cap) {
