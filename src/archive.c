@@ -410,7 +410,8 @@ struct archiver {
     struct rq *results;
     atomic_int starved;  /* the last claim found the engine full, or archive_max_inflight */
     atomic_int copying;  /* copies claimed and not yet written */
-    atomic_int claiming; /* room held by claims being made and their rows not yet started */
+    atomic_int claiming; /* room held by claims being made (engine slots not yet taken) */
+    atomic_int to_start; /* rows claimed, their slots taken, not yet started */
 };
 
 /* What a copy leaves of its claim's lease: the end is written within it. */
@@ -418,7 +419,7 @@ struct archiver {
 
 static void arch_room(void *arg);
 
-/* The room this thread's claim holds (claim_with_room), given back once its rows are started. */
+/* The rows this thread's claim took (claim_with_room), given back once they are started. */
 static _Thread_local int held_room;
 
 /* Frees the credential line (zeroed) and the header lines of j's transfer. */
@@ -962,7 +963,12 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     double lease_end = claimed_mono + cfg->lease_seconds; /* every row's: one lease a claim */
     if (rows == 1) /* a row alone is worked on as claimed: no copy */
         archive_row(cfg, db, c, lease_end, A);
-    for (int i = 0; rows > 1 && i < rows; i++) {
+    /* The fetches first (each started, not waited for), the base64 output (decoded and stored
+     * here, at most one a claim) last: its work does not eat into the others' lease. */
+    for (int k = 0; rows > 1 && k < 2 * rows; k++) {
+        int i = k % rows;
+        if ((k < rows) == (ap_kind_parse(db_val(c->res, i, AC_KIND)) == AP_B64))
+            continue;
         struct store_claim one = {.res = db_result_row(c->res, i)};
         if (!one.res) {
             /* Out of memory: its lease ends and the output is claimed again then. */
@@ -976,7 +982,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         archive_row(cfg, db, &one, lease_end, A);
         store_claim_fini(&one); /* nothing left when a copy took it */
     }
-    atomic_fetch_sub(&A->claiming, held_room);
+    atomic_fetch_sub(&A->to_start, held_room);
     held_room = 0;
     arch_room(A); /* a thread that found no room while this one held it claims again now */
     fin_flush(db);
@@ -993,10 +999,11 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
      * its claim's room is given back: the bound errs low, never high). */
     int held = atomic_load(&A->claiming), room;
     do {
-        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) - held;
-        /* Nor the engine's free slots, less those the other threads' claims hold (their rows'
-         * slots are taken once claimed): archive threads claiming at once do not each count
-         * the same free slots (ENG_ROOM_THEN_TAKE). */
+        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) -
+               atomic_load(&A->to_start) - held;
+        /* Nor the engine's free slots, less those the other threads' claims being made hold
+         * (their rows' slots are taken once claimed): archive threads claiming at once do not
+         * each count the same free slots (ENG_ROOM_THEN_TAKE). */
         room = ap_claim_room(room, eng_room(A->eng) - held, CLAIM_BATCH);
         if (room <= 0) {
             atomic_store(&A->starved, 1);
@@ -1011,9 +1018,14 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
         arch_room(A);
         return e;
     }
-    held_room = room; /* given back by archive_one, which the pool calls next on this thread */
-    for (int i = PQntuples(out->res); i > 0; i--)
+    /* The rows' engine slots taken, the claim's hold becomes its rows' until they are started
+     * (in that order: the bounds err low in between, never high). */
+    int rows = PQntuples(out->res);
+    for (int i = rows; i > 0; i--)
         eng_acquire_more(A->eng);
+    atomic_fetch_add(&A->to_start, rows);
+    atomic_fetch_sub(&A->claiming, room);
+    held_room = rows; /* given back by archive_one, which the pool calls next on this thread */
     return e;
 }
 

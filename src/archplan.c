@@ -153,7 +153,8 @@ int ap_claim_room(int inflight_left, int engine_room, int batch)
 long ap_copy_timeout_ms(long configured_ms, double now, double lease_end, double margin_s)
 {
     double left_ms = (lease_end - margin_s - now) * 1000.0;
-    if (left_ms < AP_COPY_MIN_MS)
+    long least = configured_ms < AP_COPY_MIN_MS ? configured_ms : AP_COPY_MIN_MS;
+    if (left_ms < (double)least || left_ms < 1.0)
         return 0;
     return left_ms < (double)configured_ms ? (long)left_ms : configured_ms;
 }

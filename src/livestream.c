@@ -125,7 +125,7 @@ static int terminal_data_type(const char *d, size_t n)
         return 0;
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(d, n, &end, 0);
-    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "type") : NULL;
+    const cJSON *t = j && end == d + n ? cJSON_GetObjectItemCaseSensitive(j, "type") : NULL;
     int yes = cJSON_IsString(t) && terminal_type(t->valuestring, strlen(t->valuestring));
     cJSON_Delete(j);
     return yes;
@@ -143,6 +143,7 @@ static int terminal_event(const char *ev, size_t n)
     char *joined = NULL; /* several data lines, joined by newlines as sse.c joins them */
     for (int pass = 0; pass < 2; pass++) {
         size_t jn = 0;
+        int have = 0; /* a data line was joined already (an empty one too) */
         for (size_t at = 0; at < n;) {
             size_t e = at;
             while (e < n && ev[e] != '\r' && ev[e] != '\n')
@@ -160,7 +161,7 @@ static int terminal_event(const char *ev, size_t n)
                 if (pass == 0 && data_lines++ == 0)
                     data = line + vs, data_n = len - vs;
                 if (pass == 1) {
-                    if (jn)
+                    if (have++)
                         joined[jn++] = '\n';
                     memcpy(joined + jn, line + vs, len - vs);
                     jn += len - vs;
@@ -261,32 +262,49 @@ static double mono_now(void)
 static void *sweep(void *arg)
 {
     (void)arg;
+    struct ls **v = NULL;
+    size_t cap = 0;
     for (unsigned tick_n = 1;; tick_n++) {
         struct timespec tick = {0, 100 * 1000 * 1000};
         nanosleep(&tick, NULL);
-        double now = mono_now();
         int check_gone = tick_n % GONE_CHECK_TICKS == 0;
+        /* The streams are taken (a reference each) under reg_mu, and looked at after it is
+         * released: a check of thousands of connections never holds up ls_open and ls_close. */
+        size_t n = 0;
         pthread_mutex_lock(&reg_mu);
+        if (reg_count > cap) {
+            size_t want = reg_count * 2;
+            struct ls **nv = realloc(v, want * sizeof(*nv));
+            if (nv)
+                v = nv, cap = want;
+        }
         for (size_t b = 0; b < BUCKETS; b++)
-            for (struct ls *s = reg[b]; s; s = s->next) {
-                pthread_mutex_lock(&s->mu);
-                struct parked **pp = &s->parked;
-                while (*pp) {
-                    struct parked *p = *pp;
-                    int gone = check_gone && hs_req_peer_closed(p->r);
-                    if (gone)
-                        hs_req_set_gone(p->r);
-                    if (gone || (p->deadline > 0 && now >= p->deadline)) {
-                        *pp = p->next;
-                        hs_resume(p->r);
-                        free(p);
-                    } else {
-                        pp = &p->next;
-                    }
-                }
-                pthread_mutex_unlock(&s->mu);
+            for (struct ls *s = reg[b]; s && n < cap; s = s->next) {
+                atomic_fetch_add(&s->refs, 1);
+                v[n++] = s;
             }
         pthread_mutex_unlock(&reg_mu);
+        double now = mono_now();
+        for (size_t i = 0; i < n; i++) {
+            struct ls *s = v[i];
+            pthread_mutex_lock(&s->mu);
+            struct parked **pp = &s->parked;
+            while (*pp) {
+                struct parked *p = *pp;
+                int gone = check_gone && hs_req_peer_closed(p->r);
+                if (gone)
+                    hs_req_set_gone(p->r);
+                if (gone || (p->deadline > 0 && now >= p->deadline)) {
+                    *pp = p->next;
+                    hs_resume(p->r);
+                    free(p);
+                } else {
+                    pp = &p->next;
+                }
+            }
+            pthread_mutex_unlock(&s->mu);
+            ls_release(s);
+        }
     }
     return NULL;
 }

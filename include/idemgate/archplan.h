@@ -57,8 +57,8 @@ int ap_claim_room(int inflight_left, int engine_room, int batch);
 
 /* A claim's rows share its lease, which runs out at lease_end (seconds, the clock of now).
  * ap_copy_timeout_ms: a row's copy (or a redirect's hop) may take configured_ms, never past
- * margin_s before lease_end; 0 when less than AP_COPY_MIN_MS is left (the row waits for a
- * later claim, under a lease of its own). */
+ * margin_s before lease_end; 0 when less than AP_COPY_MIN_MS (or configured_ms, if smaller) is
+ * left (the row waits for a later claim, under a lease of its own). */
 #define AP_COPY_MIN_MS 500
 long ap_copy_timeout_ms(long configured_ms, double now, double lease_end, double margin_s);
 

@@ -219,6 +219,8 @@ static void test_copy_timeout(void **state)
         {60000, 100.0, 101.5, 1.0, 500},   /* exactly the least worth starting */
         {60000, 100.0, 99.0, 1.0, 0},      /* the lease ran out already */
         {1000, 100.0, 280.0, 1.0, 1000},
+        {200, 100.0, 101.3, 1.0, 200},     /* a short configured timeout fits in what is left */
+        {200, 100.0, 101.1, 1.0, 0},       /* 100 ms left: less than it asks */
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         long got = ap_copy_timeout_ms(rows[i].configured, rows[i].now, rows[i].lease_end,
