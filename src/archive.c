@@ -420,7 +420,7 @@ struct archiver {
 static void arch_room(void *arg);
 
 /* The rows this thread's claim took (claim_with_room), given back once they are started. */
-static _Thread_local int held_room;
+static _Thread_local int claimed_rows;
 
 /* Frees the credential line (zeroed) and the header lines of j's transfer. */
 static void headers_free(struct arch_job *j)
@@ -982,8 +982,8 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
         archive_row(cfg, db, &one, lease_end, A);
         store_claim_fini(&one); /* nothing left when a copy took it */
     }
-    atomic_fetch_sub(&A->to_start, held_room);
-    held_room = 0;
+    atomic_fetch_sub(&A->to_start, claimed_rows);
+    claimed_rows = 0;
     arch_room(A); /* a thread that found no room while this one held it claims again now */
     fin_flush(db);
 }
@@ -1025,7 +1025,7 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
         eng_acquire_more(A->eng);
     atomic_fetch_add(&A->to_start, rows);
     atomic_fetch_sub(&A->claiming, room);
-    held_room = rows; /* given back by archive_one, which the pool calls next on this thread */
+    claimed_rows = rows; /* given back by archive_one, which the pool calls next on this thread */
     return e;
 }
 
