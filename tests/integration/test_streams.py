@@ -511,23 +511,13 @@ def test_a_cut_stream_cuts_the_live_client_too(gateway_factory, mock, token):
 
 
 def http10_post(gw, token, route, key, body, wait=20):
-    """An HTTP/1.0 request read to the connection's end: (status line, headers, body)."""
-    import socket
+    """An HTTP/1.0 request: (status line, headers, the body its Content-Length gives)."""
+    from test_request_limits import raw
     data = json.dumps(body).encode()
-    s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
-    s.sendall(f"POST /v1/providers/{route} HTTP/1.0\r\nAuthorization: Bearer {token}\r\n"
-              f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\n"
-              f"Prefer: wait={wait}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
-    got = b""
-    while True:
-        piece = s.recv(65536)
-        if not piece:
-            break
-        got += piece
-    s.close()
-    head, _, rest = got.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    return lines[0], {k.lower(): v for k, v in (ln.split(": ", 1) for ln in lines[1:])}, rest
+    head = (f"POST /v1/providers/{route} HTTP/1.0\r\nAuthorization: Bearer {token}\r\n"
+            f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\n"
+            f"Prefer: wait={wait}\r\nContent-Length: {len(data)}\r\n\r\n")
+    return raw(gw.port, head.encode() + data)
 
 
 def test_an_http10_client_gets_the_record_never_a_live_stream(gateway_factory, mock, token):
@@ -546,13 +536,22 @@ def test_an_http10_client_gets_the_record_never_a_live_stream(gateway_factory, m
     assert " 200" in status and headers["content-type"].startswith("text/event-stream"), status
     assert int(headers["content-length"]) == len(body) and body.endswith(b"data: [DONE]\n\n")
     assert body.count(b'"content":"tok') == 4
-    assert len(creates(mock, "/v1/chat/completions")) == 2
+    # The same key while it streams to an HTTP/1.1 client: the HTTP/1.0 one does not join the
+    # live body; it waits for the record.
+    live = Live(gw, token, chat, "h10-join", chat_body(events=6, event_delay_ms=250))
+    live.until(b"tok0")
+    status, headers, body = http10_post(gw, token, chat, "h10-join",
+                                        chat_body(events=6, event_delay_ms=250))
+    assert " 200" in status and headers.get("idempotent-replayed") == "true", (status, headers)
+    assert int(headers["content-length"]) == len(body) and body.endswith(b"data: [DONE]\n\n")
+    assert live.rest() == body
+    assert len(creates(mock, "/v1/chat/completions")) == 3
 
 
 def test_kill_9_mid_stream_leaves_the_job_in_doubt_never_resent(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
-    body = chat_body(events=6, event_delay_ms=400)
+    body = chat_body(events=6, event_delay_ms=250)
     live = Live(gw, token, chat, "kill-1", body)
     job_id = live.resp.getheader("X-Idemgate-Job-Id")
     live.until(b"tok0")
