@@ -347,6 +347,17 @@ static size_t on_body(char *ptr, size_t size, size_t n, void *arg)
     return put(arg, ptr, size * n) == 0 ? size * n : 0;
 }
 
+/* Records that ip is refused for x (its class names it in the copy's error); 1 when it is. */
+static int addr_refused(struct copy *x, const char *ip)
+{
+    if (fp_addr_allowed(ip, x->p->archive->allow_private))
+        return 0;
+    x->refused_addr = 1;
+    x->refused_class = fp_addr_class(ip);
+    snprintf(x->refused_ip, sizeof(x->refused_ip), "%s", ip);
+    return 1;
+}
+
 /* Every address libcurl is about to connect to is checked, so a host name that resolves (or
  * re-resolves) to a private address is refused like a literal one. */
 static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
@@ -358,13 +369,22 @@ static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_s
         inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)&a->addr)->sin_addr, ip, sizeof(ip));
     else if (a->family == AF_INET6)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr, ip, sizeof(ip));
-    if (!fp_addr_allowed(ip, x->p->archive->allow_private)) {
-        x->refused_addr = 1;
-        x->refused_class = fp_addr_class(ip);
-        snprintf(x->refused_ip, sizeof(x->refused_ip), "%s", ip);
+    if (addr_refused(x, ip))
         return CURL_SOCKET_BAD;
-    }
     return socket(a->family, a->socktype, a->protocol);
+}
+
+/* The copy's request is about to leave on a connection libcurl may have reused: one a
+ * provider's call kept alive (upstream.h) never passed open_checked, so the address it goes to
+ * is checked again here, at every sending. */
+static int send_checked(void *arg, char *primary_ip, char *local_ip, int primary_port,
+                        int local_port)
+{
+    (void)local_ip;
+    (void)primary_port;
+    (void)local_port;
+    return addr_refused(arg, primary_ip ? primary_ip : "") ? CURL_PREREQFUNC_ABORT
+                                                            : CURL_PREREQFUNC_OK;
 }
 
 /* Sniffs a type for bytes that came without one (base64 in a result). */
@@ -455,6 +475,8 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->cap);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_checked);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, send_checked);
+    curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     if (credential) {

@@ -351,6 +351,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
                               .http_status = res->http_status,
                               .stream_cut = rs->stream_cut,
                               .stream_error_status = rs->stream_error_status,
+                              .resend_refused = res->resend_refused,
                               .outputs_short = requested > 0 && rs->received >= 0 &&
                                                rs->received < requested,
                               .idempotent = c->idem_header != NULL,

@@ -24,7 +24,8 @@ static const struct memb auth_m[] = {
 };
 static const struct memb_table auth_t = MEMB_TABLE(auth_m, NULL);
 static const struct memb timeouts_m[] = {{"connect_ms", MEMB_VALUE, NULL},
-                                         {"total_ms", MEMB_VALUE, NULL}};
+                                         {"total_ms", MEMB_VALUE, NULL},
+                                         {"keepalive_seconds", MEMB_VALUE, NULL}};
 static const struct memb_table timeouts_t = MEMB_TABLE(timeouts_m, NULL);
 static const struct memb route_m[] = {
     {"default_wait_seconds", MEMB_VALUE, NULL}, {"method", MEMB_VALUE, NULL},
@@ -1028,6 +1029,14 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
     if (p->connect_timeout_ms < 1 || p->total_timeout_ms < p->connect_timeout_ms) {
         errf(err, errlen, "%s: providers.%s.timeouts: need 1 <= connect_ms <= total_ms", file,
              p->name);
+        return -1;
+    }
+    /* Below the provider's own idle timeout (nginx 75 s, most load balancers 60 s, Node.js 5 s,
+     * gunicorn 2 s): a connection the provider closes just as a call reuses it costs that call
+     * an ambiguous outcome (upstream.h). */
+    p->keepalive_seconds = get_long(t, "keepalive_seconds", 2);
+    if (p->keepalive_seconds < 0 || p->keepalive_seconds > 3600) {
+        errf(err, errlen, "%s: providers.%s.timeouts.keepalive_seconds: 0..3600", file, p->name);
         return -1;
     }
     double cap = get_long(o, "max_response_bytes", 256L * 1024 * 1024);

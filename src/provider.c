@@ -54,6 +54,7 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
                                                          c->total_timeout_ms < p->total_timeout_ms
                                                      ? c->total_timeout_ms
                                                      : p->total_timeout_ms,
+                             .keepalive_seconds = p->keepalive_seconds,
                              .max_response_bytes = p->max_response_bytes,
                              .proxy = p->proxy,
                              .before_send = c->before_send,

@@ -33,6 +33,7 @@ struct up_xfer {
     void *on_stream_arg;
     int stream_judged, streaming; /* the answer was looked at; it is a 2xx event stream */
     int stream_kept;              /* on_stream keeps the stream's bytes (up_request) */
+    int sendings;                 /* times libcurl was about to send the request */
 };
 
 int up_global_init(void)
@@ -125,7 +126,14 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 }
 
 /* CURLOPT_PREREQFUNCTION: the connection exists, no request byte has left yet. The last chance
- * to refuse to send, and the exact "before send" crash point of the fault harness. */
+ * to refuse to send, and the exact "before send" crash point of the fault harness.
+ *
+ * libcurl calls it once for every sending of the request. Nothing here follows redirects,
+ * negotiates authentication or expects 100-continue, and HTTP/1.1 is the only protocol, so a
+ * second call within one transfer is libcurl's own re-send after a reused connection died
+ * before any answer (STYLE.md): the first sending may have reached the provider and made a
+ * paid task. It is refused; the evidence (CURLINFO_REQUEST_SIZE, which counts the dead
+ * connection's bytes) then says whether anything had left. */
 static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
                      int conn_local_port)
 {
@@ -134,6 +142,10 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
     (void)conn_primary_port;
     (void)conn_local_port;
     struct up_xfer *c = arg;
+    if (++c->sendings > 1) {
+        c->res.resend_refused = 1;
+        return CURL_PREREQFUNC_ABORT;
+    }
     CRASH_POINT("before_send");
     if (c->before_send && c->before_send(c->before_send_arg) != 0) {
         c->res.aborted_before_send = 1;
@@ -147,8 +159,10 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
  * provider has not acknowledged in this host's send queue, and the kernel goes on retransmitting
  * it after the close, for minutes: a provider that was not reading (a full accept queue, a lost
  * segment) could receive the request after the reconciler had proved its task absent and resent
- * it. A reset drops it, so an attempt's bytes travel only while the attempt runs. Each
- * connection carries one exchange (FORBID_REUSE), which has ended when it is closed. */
+ * it. A reset drops it, so an attempt's bytes travel only while the attempt runs. libcurl closes
+ * the connection of a transfer that did not end whole (an error, a timeout, a transfer removed
+ * early) instead of keeping it; one kept alive carried an exchange that ended, its request read
+ * and answered. */
 static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
     (void)arg;
@@ -272,8 +286,17 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     curl_easy_setopt(h, CURLOPT_PROXY, req->proxy ? req->proxy : "");
     curl_easy_setopt(h, CURLOPT_NOPROXY, req->proxy ? "" : "*");
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
-    curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+    /* HTTP/1.1 only: one exchange on a connection at a time, so a call that is abandoned closes
+     * its connection and whatever it had not sent goes with it (on_socket); HTTP/2 would keep
+     * the connection, and an abandoned request's queued bytes, for the next call. */
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    if (req->keepalive_seconds > 0) {
+        /* libcurl keeps a connection whose whole seconds idle do not exceed MAXAGE_CONN. */
+        curl_easy_setopt(h, CURLOPT_MAXAGE_CONN, req->keepalive_seconds - 1);
+    } else {
+        curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+    }
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);

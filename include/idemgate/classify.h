@@ -53,6 +53,11 @@ struct cls_evidence {
      * would be before the stream began (an `overloaded_error` as a 529): nothing was generated.
      * An error after output, or of an unknown type, leaves the stream cut: ambiguous. */
     int stream_error_status;
+    /* libcurl was about to send the request again on a new connection, the reused one having
+     * died before any answer, and was refused (upstream.h). bytes_sent counts the dead
+     * connection's bytes: none left (not sent), or some did and the provider may have read
+     * them (ambiguous) — never a status's class, never a resend of our own. */
+    int resend_refused;
 };
 
 enum cls_outcome cls_classify(const struct cls_evidence *e);

@@ -67,6 +67,7 @@ struct cfg_provider {
     char *secret_env;  /* the environment variable holding the secret; the secret is never stored */
     long connect_timeout_ms;
     long total_timeout_ms;
+    long keepalive_seconds; /* timeouts.keepalive_seconds: idle connections kept; 0: none */
     int max_inflight_calls; /* this provider's calls in flight per replica; 0: no own limit */
     size_t max_response_bytes; /* a longer answer is never a completed result */
     char *proxy;               /* the only proxy used (NULL: none, whatever the environment) */

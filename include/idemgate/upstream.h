@@ -3,9 +3,14 @@
 
 #include <stddef.h>
 
-/* One outbound HTTP call with libcurl, and the evidence of what happened on the wire. A create
- * never reuses a connection: libcurl 7.88 silently re-sends a POST on a new connection when a
- * reused one dies before the response (STYLE.md), which would pay twice. */
+/* One outbound HTTP call with libcurl, and the evidence of what happened on the wire.
+ *
+ * Connections are kept alive between calls (HTTP/1.1, one exchange at a time, for at most
+ * keepalive_seconds idle). libcurl 7.88 silently re-sends a request on a new connection when a
+ * reused one dies before any answer (STYLE.md) — a POST that reached the provider would be paid
+ * twice. Every request passes libcurl's pre-request callback once per sending, so a second
+ * sending within one call is that re-send: it is refused (up_response.resend_refused), and the
+ * call's evidence says whether the first one left any byte (classify.h). */
 
 struct up_request {
     const char *method;
@@ -17,6 +22,9 @@ struct up_request {
     size_t body_len;
     long connect_timeout_ms;
     long total_timeout_ms;
+    /* A connection idle for less than this many seconds carries the next call; 0: every call
+     * has a connection of its own, closed when it ends. */
+    long keepalive_seconds;
     size_t max_response_bytes;
     /* The proxy to use ("http://host:port", "socks5h://…"), or NULL for a direct connection.
      * The environment (http_proxy, HTTPS_PROXY, ALL_PROXY, NO_PROXY) is never consulted: a
@@ -43,6 +51,7 @@ struct up_response {
     long header_bytes; /* CURLINFO_HEADER_SIZE */
     int http_status;
     int aborted_before_send; /* before_send refused */
+    int resend_refused;      /* libcurl was about to send the request a second time: refused */
     char *headers_json;      /* allow-listed response headers as a JSON object (owned) */
     char *body;              /* owned, NUL-terminated, body_len bytes */
     size_t body_len;

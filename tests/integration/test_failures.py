@@ -127,6 +127,44 @@ def test_close_after_request_is_unknown_with_no_hidden_resend(gateway_factory, t
     assert len(mock.creates_for(job_id)) == 1
 
 
+def kept_alive_pair(gw, token, mock, route, second):
+    """A finished create, then `second` on the same route: the two jobs' ledger entries."""
+    r = gw.submit(token, key(), {"prompt": "warm"}, route=route)
+    first = gw.wait_state(token, r.json()["id"], {"completed"}, timeout=15)
+    assert first["state"] == "completed", first
+    r = gw.submit(token, key(), second, route=route)
+    return first, r.json()["id"]
+
+
+def test_a_kept_alive_connection_that_dies_is_never_sent_again_by_libcurl(gateway_factory, token,
+                                                                          mock):
+    # One call thread: the second create goes over the connection the first one left alive.
+    # The provider reads it and closes without an answer. libcurl would send it again on a new
+    # connection by itself (STYLE.md), and the provider would get it twice; the gateway refuses
+    # that re-send: one create, and the job is unknown, as after any close.
+    gw = gateway_factory(call_threads=1, providers=[provider(
+        "kept", mock.url, reconcile={"strategy": "none", "window_seconds": 600})])
+    first, job_id = kept_alive_pair(gw, token, mock, "kept/images/generations",
+                                    {"prompt": "x", "_mock": {"fault": "close"}})
+    job = gw.wait_state(token, job_id, {"unknown"}, timeout=15)
+    assert job["state"] == "unknown", job
+    time.sleep(1.0)
+    entries = mock.creates_for(job_id)
+    assert len(entries) == 1, entries
+    assert entries[0]["remote_port"] == mock.creates_for(first["id"])[0]["remote_port"]
+
+
+def test_keepalive_zero_gives_every_call_a_connection_of_its_own(gateway_factory, token, mock):
+    gw = gateway_factory(call_threads=1, providers=[provider(
+        "fresh", mock.url, timeouts={"connect_ms": 1000, "total_ms": 5000,
+                                     "keepalive_seconds": 0})])
+    first, job_id = kept_alive_pair(gw, token, mock, "fresh/images/generations", {"prompt": "y"})
+    job = gw.wait_state(token, job_id, {"completed"}, timeout=15)
+    assert job["state"] == "completed", job
+    ports = [mock.creates_for(j)[0]["remote_port"] for j in (first["id"], job_id)]
+    assert ports[0] != ports[1], ports
+
+
 @pytest.mark.parametrize("status,retry_after", [(503, "2"), (503, "date"), (429, "2"),
                                                 (429, "date")])
 def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mock, status,
