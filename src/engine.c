@@ -319,15 +319,20 @@ static void submit(struct eng *e, struct call *c)
         free(c);
         return;
     }
+    /* Only the first submission into an empty queue kicks: take_submissions reads the kick
+     * before it takes the queue, so the queue is never left non-empty without one. */
+    int kick = L->head == NULL;
     if (L->tail)
         L->tail->next = c;
     else
         L->head = c;
     L->tail = c;
     pthread_mutex_unlock(&L->mu);
-    uint64_t one = 1;
-    ssize_t w = write(L->kick_fd, &one, sizeof(one));
-    (void)w;
+    if (kick) {
+        uint64_t one = 1;
+        ssize_t w = write(L->kick_fd, &one, sizeof(one));
+        (void)w;
+    }
 }
 
 static void submit_xfer(struct eng *e, int prov, int hold, struct up_xfer *x, eng_done_fn done,

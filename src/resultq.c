@@ -1,6 +1,7 @@
 #include "idemgate/resultq.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -10,6 +11,11 @@ struct rq {
     pthread_mutex_t mu;
     struct rq_item *head, *tail;
     int fd;
+    /* 1 from the write that made fd readable until rq_drain_fd: a signal while it is 1 would add
+     * nothing the consumer does not already see, and costs a system call (a dispatcher's queue is
+     * pushed once per ended call). The consumer clears it before reading fd, so a signal after
+     * that read always writes again. */
+    atomic_int armed;
 };
 
 struct rq *rq_new(void)
@@ -42,6 +48,8 @@ int rq_fd(const struct rq *q)
 
 static void signal_fd(struct rq *q)
 {
+    if (atomic_exchange(&q->armed, 1))
+        return;
     uint64_t one = 1;
     ssize_t w = write(q->fd, &one, sizeof(one));
     (void)w;
@@ -88,6 +96,7 @@ struct rq_item *rq_take(struct rq *q, int max, int *n_out)
 
 void rq_drain_fd(struct rq *q)
 {
+    atomic_store(&q->armed, 0);
     uint64_t v;
     ssize_t r = read(q->fd, &v, sizeof(v));
     (void)r;

@@ -27,7 +27,8 @@ int rq_fd(const struct rq *q);
 void rq_push(struct rq *q, struct rq_item *it);
 /* Makes rq_fd readable (another queue's items wait, read by the same thread). */
 void rq_kick(struct rq *q);
-/* Reads rq_fd (before taking items, so that a push after it is never missed). */
+/* Reads rq_fd (before taking items, so that a push after it is never missed). The only reader
+ * of rq_fd: a push or kick writes it only when no write is pending since the last drain. */
 void rq_drain_fd(struct rq *q);
 /* Takes up to max waiting items, oldest first, as a chain (NULL: none); *n gets how many. When
  * more wait after them, rq_fd stays readable. */
