@@ -11,6 +11,7 @@
 #include "idemgate/metrics.h"
 #include "idemgate/resultq.h"
 #include "idemgate/turns.h"
+#include "idemgate/upstream.h"
 #include "idemgate/wpool.h"
 
 #include <arpa/inet.h>
@@ -477,6 +478,8 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
     curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, send_checked);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
+    /* A provider's create may reuse this connection: it ends with a reset like theirs. */
+    up_reset_on_close(h);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     if (credential) {

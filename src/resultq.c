@@ -13,8 +13,7 @@ struct rq {
     int fd;
     /* 1 from the write that made fd readable until rq_drain_fd: a signal while it is 1 would add
      * nothing the consumer does not already see, and costs a system call (a dispatcher's queue is
-     * pushed once per ended call). The consumer clears it before reading fd, so a signal after
-     * that read always writes again. */
+     * pushed once per ended call). The consumer clears it after reading fd and before taking. */
     atomic_int armed;
 };
 
@@ -96,10 +95,13 @@ struct rq_item *rq_take(struct rq *q, int max, int *n_out)
 
 void rq_drain_fd(struct rq *q)
 {
-    atomic_store(&q->armed, 0);
     uint64_t v;
     ssize_t r = read(q->fd, &v, sizeof(v));
     (void)r;
+    /* After the read: a signal between the two skipped its write, and the take that follows
+     * sees its item; a signal after this writes again. Cleared first, a signal in between would
+     * be read here and leave the flag set over an empty fd, every later wake-up skipped. */
+    atomic_store(&q->armed, 0);
 }
 
 int rq_run(struct rq *q, struct db *db, int max)

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ struct up_xfer {
     int stream_judged, streaming; /* the answer was looked at; it is a 2xx event stream */
     int stream_kept;              /* on_stream keeps the stream's bytes (up_request) */
     int sendings;                 /* times libcurl was about to send the request */
+    curl_off_t uploaded;          /* the most the upload counter showed (on_progress) */
 };
 
 int up_global_init(void)
@@ -171,6 +173,28 @@ static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
         (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
     }
     return CURL_SOCKOPT_OK;
+}
+
+/* CURLOPT_XFERINFOFUNCTION: what the upload counter shows, kept. CURLINFO_REQUEST_SIZE counts
+ * only what the request's first write took: when that write takes nothing (TLS without partial
+ * writes, a request larger than the socket's free buffer), the whole request leaves later
+ * through the upload path, counted there — and that counter is reset when libcurl goes to send
+ * the request again, before on_prereq refuses it. The most it showed stays here. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    struct up_xfer *c = arg;
+    if (ulnow > c->uploaded)
+        c->uploaded = ulnow;
+    return 0;
+}
+
+void up_reset_on_close(void *h)
+{
+    curl_easy_setopt((CURL *)h, CURLOPT_SOCKOPTFUNCTION, on_socket);
 }
 
 /* Appends one header line to *list. The line is built exactly as long as it needs to be: a 2 KB
@@ -311,6 +335,9 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "idemgate/0.1");
     curl_easy_setopt(h, CURLOPT_PRIVATE, x);
     *out = x;
@@ -326,9 +353,17 @@ int up_xfer_finish(struct up_xfer *x, int curl_code, struct up_response *res)
 {
     CURL *h = x->h;
     long status = 0, reqsize = 0, hdrsize = 0;
+    curl_off_t uploaded = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &reqsize);
     curl_easy_getinfo(h, CURLINFO_HEADER_SIZE, &hdrsize);
+    /* The upload counter as it ended (a write that failed after others in the same turn was
+     * never shown to on_progress), or the most on_progress saw (a retry resets it). */
+    curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &uploaded);
+    if (x->uploaded > uploaded)
+        uploaded = x->uploaded;
+    if (uploaded > reqsize)
+        reqsize = uploaded > LONG_MAX ? LONG_MAX : (long)uploaded;
     *res = x->res;
     res->curl_code = curl_code;
     res->http_status = (int)status;

@@ -47,7 +47,8 @@ struct up_request {
 
 struct up_response {
     int curl_code;
-    long bytes_sent;   /* CURLINFO_REQUEST_SIZE */
+    long bytes_sent;   /* bytes of the request that left: CURLINFO_REQUEST_SIZE, or what the
+                        * upload counted if more (up_xfer_finish) */
     long header_bytes; /* CURLINFO_HEADER_SIZE */
     int http_status;
     int aborted_before_send; /* before_send refused */
@@ -85,6 +86,10 @@ __attribute__((warn_unused_result)) int up_xfer_new(const struct up_request *req
                                                     struct up_response *res);
 /* The transfer's CURL easy handle. */
 void *up_xfer_easy(struct up_xfer *x);
+/* Makes every connection the easy handle h opens end with a reset, as the provider calls' do:
+ * for other transfers on the call engine (archive copies), whose connections a provider's call
+ * may reuse. */
+void up_reset_on_close(void *h);
 /* Reads the evidence of a transfer libcurl ended with curl_code into *res and frees the
  * transfer (the easy handle must no longer be in a multi handle). Returns what up_call
  * returns. */

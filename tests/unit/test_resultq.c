@@ -8,6 +8,10 @@
 #include <cmocka.h>
 
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "idemgate/resultq.h"
@@ -96,12 +100,74 @@ static void test_items_left_by_a_take_keep_the_fd_readable(void **state)
     rq_free(q);
 }
 
+/* Producers push while consumers wait on the fd, drain and take, as the pool threads do. A lost
+ * wake-up leaves a consumer asleep with items waiting: it then sees its wait run out (5 s, far
+ * beyond any scheduling delay) and the test fails. */
+#define STRESS_ITEMS 200000
+#define STRESS_CONSUMERS 2
+
+struct stress {
+    struct rq *q;
+    struct rq_item *items;
+    atomic_int taken, pushed, stalls;
+};
+
+static void *stress_produce(void *arg)
+{
+    struct stress *st = arg;
+    for (int i = 0; i < STRESS_ITEMS; i++) {
+        rq_push(st->q, &st->items[i]);
+        atomic_fetch_add(&st->pushed, 1);
+        if (i % 64 == 0)
+            sched_yield();
+    }
+    return NULL;
+}
+
+static void *stress_consume(void *arg)
+{
+    struct stress *st = arg;
+    while (atomic_load(&st->taken) < STRESS_ITEMS) {
+        struct pollfd p = {.fd = rq_fd(st->q), .events = POLLIN};
+        if (poll(&p, 1, 5000) == 0 && atomic_load(&st->taken) < atomic_load(&st->pushed)) {
+            atomic_fetch_add(&st->stalls, 1);
+            break;
+        }
+        rq_drain_fd(st->q);
+        int n = 0;
+        while (rq_take(st->q, 7, &n))
+            atomic_fetch_add(&st->taken, n);
+    }
+    rq_kick(st->q); /* the other consumer may be waiting for the end */
+    return NULL;
+}
+
+static void test_no_wakeup_is_lost_between_threads(void **state)
+{
+    (void)state;
+    struct stress st = {.q = rq_new(), .items = calloc(STRESS_ITEMS, sizeof(struct rq_item))};
+    assert_non_null(st.q);
+    assert_non_null(st.items);
+    pthread_t prod, cons[STRESS_CONSUMERS];
+    for (int i = 0; i < STRESS_CONSUMERS; i++)
+        assert_int_equal(pthread_create(&cons[i], NULL, stress_consume, &st), 0);
+    assert_int_equal(pthread_create(&prod, NULL, stress_produce, &st), 0);
+    pthread_join(prod, NULL);
+    for (int i = 0; i < STRESS_CONSUMERS; i++)
+        pthread_join(cons[i], NULL);
+    assert_int_equal(atomic_load(&st.stalls), 0);
+    assert_int_equal(atomic_load(&st.taken), STRESS_ITEMS);
+    rq_free(st.q);
+    free(st.items);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pushes_while_a_wakeup_is_pending_write_once),
         cmocka_unit_test(test_a_push_after_the_drain_always_wakes),
         cmocka_unit_test(test_items_left_by_a_take_keep_the_fd_readable),
+        cmocka_unit_test(test_no_wakeup_is_lost_between_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
