@@ -134,8 +134,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
  * negotiates authentication or expects 100-continue, and HTTP/1.1 is the only protocol, so a
  * second call within one transfer is libcurl's own re-send after a reused connection died
  * before any answer (STYLE.md): the first sending may have reached the provider and made a
- * paid task. It is refused; the evidence (CURLINFO_REQUEST_SIZE, which counts the dead
- * connection's bytes) then says whether anything had left. */
+ * paid task. It is refused; the evidence (the bytes that left, up_xfer_finish: the dead
+ * connection's) then says whether anything had. */
 static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
                      int conn_local_port)
 {
