@@ -17,6 +17,7 @@ const SAFETY = [
   ["idemgate_fenced_writes_dropped_total", "stale workers' writes dropped by fencing"],
   ["idemgate_webhook_duplicates_total", "webhook deliveries seen before"],
   ["idemgate_webhook_refused_total", "webhook deliveries whose signature failed"],
+  ["idemgate_stale_connections_refused_total", "kept-alive connections with bytes waiting, not sent on"],
   ["idemgate_database_up", "the database answered the scrape"],
 ];
 

@@ -3,6 +3,7 @@
 #include "idemgate/archplan.h"
 #include "idemgate/blobstore.h"
 #include "idemgate/clock.h"
+#include "idemgate/connguard.h"
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
 #include "idemgate/fetchpol.h"
@@ -323,6 +324,7 @@ struct copy {
     char why[512];
     int permanent;
     char content_type[128];
+    CURL *easy; /* the transfer in flight */
 };
 
 static int put(struct copy *x, const void *ptr, size_t len)
@@ -372,20 +374,24 @@ static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_s
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr, ip, sizeof(ip));
     if (addr_refused(x, ip))
         return CURL_SOCKET_BAD;
-    return socket(a->family, a->socktype, a->protocol);
+    curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
+    cg_register(fd);
+    return fd;
 }
 
 /* The copy's request is about to leave on a connection libcurl may have reused: one a
  * provider's call kept alive (upstream.h) never passed open_checked, so the address it goes to
- * is checked again here, at every sending. */
+ * is checked again here, at every sending; and one with bytes waiting would hand them over as
+ * the copy's bytes (connguard.h): the engine starts the copy again on a new connection. */
 static int send_checked(void *arg, char *primary_ip, char *local_ip, int primary_port,
                         int local_port)
 {
+    struct copy *x = arg;
     (void)local_ip;
-    (void)primary_port;
-    (void)local_port;
-    return addr_refused(arg, primary_ip ? primary_ip : "") ? CURL_PREREQFUNC_ABORT
-                                                            : CURL_PREREQFUNC_OK;
+    if (addr_refused(x, primary_ip ? primary_ip : ""))
+        return CURL_PREREQFUNC_ABORT;
+    return cg_stale(x->easy, primary_ip, primary_port, local_port) ? CURL_PREREQFUNC_ABORT
+                                                                   : CURL_PREREQFUNC_OK;
 }
 
 /* Sniffs a type for bytes that came without one (base64 in a result). */
@@ -476,6 +482,8 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->cap);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_checked);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
+    cg_install(h, 1);
+    x->easy = h;
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, send_checked);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
     /* A provider's create may reuse this connection: it ends with a reset like theirs. */

@@ -1,5 +1,6 @@
 #include "idemgate/engine.h"
 
+#include "idemgate/connguard.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 
@@ -256,6 +257,16 @@ static void read_done(struct loop *L)
         struct call *c = NULL;
         curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&c); /* set by eng_submit */
         curl_multi_remove_handle(L->multi, easy);
+        /* Refused before its first byte because its kept-alive connection had bytes waiting
+         * (connguard.h): started again, once, on a new connection. */
+        if (code == CURLE_ABORTED_BY_CALLBACK && cg_take_refused(easy)) {
+            if (c->x)
+                up_xfer_restart(c->x);
+            else
+                curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
+            if (curl_multi_add_handle(L->multi, easy) == CURLM_OK)
+                continue;
+        }
         L->owned--;
         complete(L, c, code);
     }

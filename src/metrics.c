@@ -41,6 +41,9 @@ static const char *const safety_names[MS__COUNT][2] = {
     {"idemgate_trips_refuted_total",
      "credential refusals the provider's probe then refuted: only their job failed, nothing "
      "tripped"},
+    {"idemgate_stale_connections_refused_total",
+     "kept-alive provider connections that had bytes waiting, a close or an error when a request "
+     "was about to leave on them: nothing sent on them, the request went on a new connection"},
 };
 
 /* Status classes keep the label set small and fixed. */

@@ -1,5 +1,6 @@
 #include "idemgate/upstream.h"
 
+#include "idemgate/connguard.h"
 #include "idemgate/multipart.h"
 
 #include "idemgate/crash.h"
@@ -139,13 +140,18 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
                      int conn_local_port)
 {
-    (void)conn_primary_ip;
     (void)conn_local_ip;
-    (void)conn_primary_port;
-    (void)conn_local_port;
     struct up_xfer *c = arg;
     if (++c->sendings > 1) {
         c->res.resend_refused = 1;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    /* A kept-alive connection with bytes waiting would read them as this request's answer
+     * (connguard.h): this sending does not happen, and the engine starts the call again on a
+     * new connection. */
+    if (cg_stale(c->h, conn_primary_ip, conn_primary_port, conn_local_port)) {
+        c->sendings--;
+        c->res.stale_connection = 1;
         return CURL_PREREQFUNC_ABORT;
     }
     CRASH_POINT("before_send");
@@ -333,6 +339,7 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
+    cg_install(h, 0);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
@@ -347,6 +354,14 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
 void *up_xfer_easy(struct up_xfer *x)
 {
     return x->h;
+}
+
+void up_xfer_restart(struct up_xfer *x)
+{
+    /* Refused before its first byte: nothing was received either. */
+    x->res.stale_connection = 0;
+    x->uploaded = 0;
+    curl_easy_setopt(x->h, CURLOPT_FRESH_CONNECT, 1L);
 }
 
 int up_xfer_finish(struct up_xfer *x, int curl_code, struct up_response *res)
@@ -383,6 +398,10 @@ int up_xfer_finish(struct up_xfer *x, int curl_code, struct up_response *res)
 int up_xfer_perform(struct up_xfer *x, struct up_response *res)
 {
     CURLcode cc = curl_easy_perform(x->h);
+    if (cc == CURLE_ABORTED_BY_CALLBACK && cg_take_refused(x->h)) {
+        up_xfer_restart(x);
+        cc = curl_easy_perform(x->h);
+    }
     return up_xfer_finish(x, (int)cc, res);
 }
 

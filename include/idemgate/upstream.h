@@ -10,7 +10,9 @@
  * reused one dies before any answer (STYLE.md) — a POST that reached the provider would be paid
  * twice. Every request passes libcurl's pre-request callback once per sending, so a second
  * sending within one call is that re-send: it is refused (up_response.resend_refused), and the
- * call's evidence says whether the first one left any byte (classify.h). */
+ * call's evidence says whether the first one left any byte (classify.h). A kept-alive
+ * connection with bytes waiting never carries a request (connguard.h): the call starts again
+ * on a new connection (up_xfer_restart). */
 
 struct up_request {
     const char *method;
@@ -53,6 +55,8 @@ struct up_response {
     int http_status;
     int aborted_before_send; /* before_send refused */
     int resend_refused;      /* libcurl was about to send the request a second time: refused */
+    int stale_connection;    /* the kept-alive connection had bytes waiting (connguard.h): not
+                              * sent on it, and the engine did not start it again */
     char *headers_json;      /* allow-listed response headers as a JSON object (owned) */
     char *body;              /* owned, NUL-terminated, body_len bytes */
     size_t body_len;
@@ -86,6 +90,9 @@ __attribute__((warn_unused_result)) int up_xfer_new(const struct up_request *req
                                                     struct up_response *res);
 /* The transfer's CURL easy handle. */
 void *up_xfer_easy(struct up_xfer *x);
+/* After x's transfer ended because its connection was refused (cg_take_refused): readies it to
+ * be started again, on a new connection, as if never started. */
+void up_xfer_restart(struct up_xfer *x);
 /* Makes every connection the easy handle h opens end with a reset, as the provider calls' do:
  * for other transfers on the call engine (archive copies), whose connections a provider's call
  * may reuse. */

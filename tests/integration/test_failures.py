@@ -165,6 +165,35 @@ def test_keepalive_zero_gives_every_call_a_connection_of_its_own(gateway_factory
     assert ports[0] != ports[1], ports
 
 
+def test_an_answer_waiting_on_a_kept_alive_connection_is_never_read_as_the_next_one(
+        gateway_factory, token, mock):
+    # One call thread: the second create would go over the connection the first one left alive.
+    # After answering the first, the provider writes a second answer nobody asked for (a 429)
+    # onto that idle connection. libcurl 7.88 reuses it and reads the 429 as the second create's
+    # answer: "not made", sent again, while the provider did get it — two creates; and every
+    # later call on that connection reads the answer of the one before. The gateway sees the
+    # bytes waiting before anything leaves and sends the create on a new connection instead.
+    gw = gateway_factory(call_threads=1, providers=[provider(
+        "kept", mock.url, retry=FAST_RETRY)])
+    before = metric(gw, "idemgate_stale_connections_refused_total")
+    r = gw.submit(token, key(), {"prompt": "warm", "_mock": {"fault": "stray"}},
+                  route="kept/images/generations")
+    first = gw.wait_state(token, r.json()["id"], {"completed"}, timeout=15)
+    assert first["state"] == "completed", first
+    time.sleep(0.5)  # the stray answer (100 ms after the first) is waiting on the connection
+    r = gw.submit(token, key(), {"prompt": "second"}, route="kept/images/generations")
+    job = gw.wait_state(token, r.json()["id"], {"completed"}, timeout=15)
+    assert job["state"] == "completed", job
+    time.sleep(0.5)
+    entries = mock.creates_for(job["id"])
+    assert len(entries) == 1, entries
+    assert entries[0]["remote_port"] != mock.creates_for(first["id"])[0]["remote_port"]
+    assert metric(gw, "idemgate_stale_connections_refused_total") == before + 1
+    # One transport attempt, answered by its own 200 (the refused connection sent nothing).
+    assert job["attempts"]["transport"] == 1, job
+    assert entries[0]["status"] == 200, entries
+
+
 @pytest.mark.parametrize("status,retry_after", [(503, "2"), (503, "date"), (429, "2"),
                                                 (429, "date")])
 def test_503_with_retry_after_waits_at_least_the_hint(gateway_factory, token, mock, status,

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* How long "hang" holds a connection before closing it, in milliseconds. */
 #define HANG_MS (600u * 1000u)
@@ -155,6 +156,43 @@ static enum MHD_Result deliver_truncate(struct mock_request *req, const struct m
     return reply_queue(req, r->status, resp);
 }
 
+/* How long after its answer "stray" writes its extra bytes, in milliseconds. */
+#define STRAY_AFTER_MS 100u
+
+/* What "stray" writes onto the idle connection: a whole answer nobody asked for. A client
+ * that sends its next request on this connection and reads this as its answer takes a
+ * refusal ("not made") for a request the provider did receive. */
+static const char stray_bytes[] = "HTTP/1.1 429 Too Many Requests\r\n"
+                                  "Content-Length: 0\r\n"
+                                  "Retry-After: 0\r\n\r\n";
+
+static void *stray_later(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = STRAY_AFTER_MS * 1000000L};
+    nanosleep(&ts, NULL);
+    if (send(fd, stray_bytes, sizeof(stray_bytes) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        fprintf(stderr, "idemgate-mock: stray: %s\n", strerror(errno));
+    return NULL;
+}
+
+/*
+ * Answers normally, then, STRAY_AFTER_MS later, writes a second answer onto the connection
+ * it left idle and alive (written past libmicrohttpd, which waits for the next request). The
+ * connection must stay open that long: a test sends nothing else on it meanwhile.
+ */
+static enum MHD_Result deliver_stray(struct mock_request *req, const struct mock_reply *r)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    enum MHD_Result ret = reply_send(req, r);
+    pthread_t t;
+    if (ret == MHD_YES && info != NULL &&
+        pthread_create(&t, NULL, stray_later, (void *)(intptr_t)info->connect_fd) == 0)
+        pthread_detach(t);
+    return ret;
+}
+
 /* Every fault the mock knows; a new fault is one more row. */
 static const struct mock_fault fault_table[] = {
     {"hang", 0, false, deliver_hang},             /* the client gives up, the task lives */
@@ -162,6 +200,7 @@ static const struct mock_fault fault_table[] = {
     {"reset", 0, false, deliver_reset},           /* a connection reset (RST) */
     {"slow_headers", 2000, true, deliver_normal}, /* nothing at all until the delay ends */
     {"truncate", 0, true, deliver_truncate},      /* a body shorter than its length */
+    {"stray", 0, true, deliver_stray},            /* an answer, then a second one unasked */
 };
 
 /* Returns the fault called name, or NULL when there is none. */

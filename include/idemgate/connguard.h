@@ -1,0 +1,60 @@
+#ifndef IDEMGATE_CONNGUARD_H
+#define IDEMGATE_CONNGUARD_H
+
+/* A kept-alive connection carries a request only while nothing is waiting on it.
+ *
+ * libcurl 7.88 reuses an idle HTTP/1.1 connection that has bytes waiting to be read (it drops
+ * one only when its peer closed): bytes a provider or a proxy sent after an exchange ended — a
+ * late 408, a second copy of an answer, the excess of a body longer than its length — are then
+ * read as the answer to the next request sent on it. A create would take a stale status for its
+ * own (a 429 that was never its answer: "not made", sent again, while the provider makes the
+ * task the request did reach), and every later exchange on that connection would read the
+ * answer of the one before: another job's result, perhaps another tenant's.
+ *
+ * Every socket libcurl opens for the gateway passes through here (cg_opensocket or
+ * cg_register, and cg_closesocket). Just before a request leaves, its pre-request callback asks
+ * cg_stale: on a connection that carried an exchange before, a byte waiting, its peer's close
+ * or an error refuses the sending (nothing has left), and the engine starts the transfer again
+ * on a new connection (cg_take_refused). */
+
+#include <curl/curl.h>
+#include <sys/types.h>
+
+/* What a connection about to carry a request shows. */
+enum cg_verdict {
+    CG_NEW = 0,    /* its first exchange: nothing to judge (a TLS handshake may leave records) */
+    CG_CLEAN,      /* used before, nothing waiting */
+    CG_INPUT,      /* used before, bytes waiting that no request of ours asked for */
+    CG_PEER_CLOSED, /* used before, its peer closed it */
+    CG_BROKEN,     /* used before, the socket reports an error */
+};
+
+/* The verdict for a connection that carried uses_before exchanges, given what a non-blocking
+ * peek of one byte returned (peeked) and its errno (err, when peeked < 0). Pure. */
+enum cg_verdict cg_judge(int uses_before, ssize_t peeked, int err);
+
+/* 1 when v refuses the sending. */
+int cg_refuses(enum cg_verdict v);
+
+/* CURLOPT_OPENSOCKETFUNCTION: opens the socket libcurl asked for and registers it. */
+curl_socket_t cg_opensocket(void *arg, curlsocktype purpose, struct curl_sockaddr *a);
+/* Registers a socket opened by another CURLOPT_OPENSOCKETFUNCTION. */
+void cg_register(int fd);
+/* CURLOPT_CLOSESOCKETFUNCTION: forgets the socket and closes it. */
+int cg_closesocket(void *arg, curl_socket_t fd);
+/* Sets CURLOPT_CLOSESOCKETFUNCTION (and, unless the caller opens its own sockets,
+ * CURLOPT_OPENSOCKETFUNCTION) on h. */
+void cg_install(CURL *h, int own_opener);
+
+/* From h's pre-request callback (its arguments): 1 when the connection must not carry h's
+ * request; h is then remembered as refused (cg_take_refused) and counted. A connection is
+ * found by its local and peer addresses; one never registered is judged CG_NEW. */
+int cg_stale(CURL *h, const char *peer_ip, int peer_port, int local_port);
+
+/* 1 (and h forgotten) when h's transfer ended because cg_stale refused its connection. */
+int cg_take_refused(CURL *h);
+
+/* Registered sockets (for tests). */
+int cg_registered(void);
+
+#endif
