@@ -374,9 +374,7 @@ static curl_socket_t open_checked(void *arg, curlsocktype purpose, struct curl_s
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)&a->addr)->sin6_addr, ip, sizeof(ip));
     if (addr_refused(x, ip))
         return CURL_SOCKET_BAD;
-    curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
-    cg_register(fd);
-    return fd;
+    return socket(a->family, a->socktype, a->protocol);
 }
 
 /* The copy's request is about to leave on a connection libcurl may have reused: one a
@@ -482,8 +480,12 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->cap);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_checked);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
-    cg_install(h, 1);
+    cg_install(h);
     x->easy = h;
+    /* One exchange on a connection at a time, as the provider's calls: a connection shared by
+     * several streams (HTTP/2) always has bytes waiting for one of them (connguard.h), and is
+     * kept when a transfer on it is abandoned. */
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, send_checked);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
     /* A provider's create may reuse this connection: it ends with a reset like theirs. */

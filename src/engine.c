@@ -256,10 +256,14 @@ static void read_done(struct loop *L)
         int code = (int)m->data.result;
         struct call *c = NULL;
         curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&c); /* set by eng_submit */
-        curl_multi_remove_handle(L->multi, easy);
         /* Refused before its first byte because its kept-alive connection had bytes waiting
-         * (connguard.h): started again, once, on a new connection. */
-        if (code == CURLE_ABORTED_BY_CALLBACK && cg_take_refused(easy)) {
+         * (connguard.h): started again, once, on a new connection. Else the connection it
+         * leaves alive, if any, has carried one more exchange. */
+        int refused = code == CURLE_ABORTED_BY_CALLBACK && cg_take_refused(easy);
+        if (!refused)
+            cg_done(easy);
+        curl_multi_remove_handle(L->multi, easy);
+        if (refused) {
             if (c->x)
                 up_xfer_restart(c->x);
             else

@@ -339,7 +339,7 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
-    cg_install(h, 0);
+    cg_install(h);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
@@ -402,6 +402,7 @@ int up_xfer_perform(struct up_xfer *x, struct up_response *res)
         up_xfer_restart(x);
         cc = curl_easy_perform(x->h);
     }
+    cg_done(x->h);
     return up_xfer_finish(x, (int)cc, res);
 }
 

@@ -11,22 +11,24 @@
  * task the request did reach), and every later exchange on that connection would read the
  * answer of the one before: another job's result, perhaps another tenant's.
  *
- * Every socket libcurl opens for the gateway passes through here (cg_opensocket or
- * cg_register, and cg_closesocket). Just before a request leaves, its pre-request callback asks
- * cg_stale: on a connection that carried an exchange before, a byte waiting, its peer's close
- * or an error refuses the sending (nothing has left), and the engine starts the transfer again
- * on a new connection (cg_take_refused). */
+ * Every transfer that ends on a connection libcurl keeps is noted here (cg_done: the socket, its
+ * addresses as libcurl reports them). Just before a request leaves, its pre-request callback asks
+ * cg_stale: on a connection noted before, a byte waiting, its peer's close or an error refuses the
+ * sending (nothing has left), and the engine starts the transfer again on a new connection
+ * (cg_take_refused). A connection never noted carries its first exchange: not judged (a TLS
+ * handshake may leave records behind it). Bytes OpenSSL has already read into its own buffer are
+ * beyond a peek of the socket: that gap remains over TLS. */
 
 #include <curl/curl.h>
 #include <sys/types.h>
 
 /* What a connection about to carry a request shows. */
 enum cg_verdict {
-    CG_NEW = 0,    /* its first exchange: nothing to judge (a TLS handshake may leave records) */
-    CG_CLEAN,      /* used before, nothing waiting */
-    CG_INPUT,      /* used before, bytes waiting that no request of ours asked for */
-    CG_PEER_CLOSED, /* used before, its peer closed it */
-    CG_BROKEN,     /* used before, the socket reports an error */
+    CG_NEW = 0,     /* never noted: its first exchange (nothing to judge) */
+    CG_CLEAN,       /* noted, nothing waiting */
+    CG_INPUT,       /* noted, bytes waiting that no request of ours asked for */
+    CG_PEER_CLOSED, /* noted, its peer closed it */
+    CG_BROKEN,      /* noted, the socket reports an error */
 };
 
 /* The verdict for a connection that carried uses_before exchanges, given what a non-blocking
@@ -36,25 +38,25 @@ enum cg_verdict cg_judge(int uses_before, ssize_t peeked, int err);
 /* 1 when v refuses the sending. */
 int cg_refuses(enum cg_verdict v);
 
-/* CURLOPT_OPENSOCKETFUNCTION: opens the socket libcurl asked for and registers it. */
-curl_socket_t cg_opensocket(void *arg, curlsocktype purpose, struct curl_sockaddr *a);
-/* Registers a socket opened by another CURLOPT_OPENSOCKETFUNCTION. */
-void cg_register(int fd);
+/* After h's transfer ended (before it leaves its multi handle): the connection libcurl keeps
+ * for the next one, if any, is noted with one more exchange carried. */
+void cg_done(CURL *h);
+/* The same, given the socket and its addresses (cg_done reads them from libcurl). */
+void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port);
+
 /* CURLOPT_CLOSESOCKETFUNCTION: forgets the socket and closes it. */
 int cg_closesocket(void *arg, curl_socket_t fd);
-/* Sets CURLOPT_CLOSESOCKETFUNCTION (and, unless the caller opens its own sockets,
- * CURLOPT_OPENSOCKETFUNCTION) on h. */
-void cg_install(CURL *h, int own_opener);
+/* Sets CURLOPT_CLOSESOCKETFUNCTION on h. */
+void cg_install(CURL *h);
 
 /* From h's pre-request callback (its arguments): 1 when the connection must not carry h's
- * request; h is then remembered as refused (cg_take_refused) and counted. A connection is
- * found by its local and peer addresses; one never registered is judged CG_NEW. */
+ * request; h is then remembered as refused (cg_take_refused) and counted. */
 int cg_stale(CURL *h, const char *peer_ip, int peer_port, int local_port);
 
 /* 1 (and h forgotten) when h's transfer ended because cg_stale refused its connection. */
 int cg_take_refused(CURL *h);
 
-/* Registered sockets (for tests). */
-int cg_registered(void);
+/* Connections noted and not closed (for tests). */
+int cg_noted(void);
 
 #endif
