@@ -30,6 +30,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -433,6 +434,43 @@ static enum step_result step_stage(struct intake *in)
     return STEP_SUSPENDED;
 }
 
+static void wait_suspended(struct hs_req *r, const struct store_job *j, int replayed, int wait_s,
+                           const char *token, int local);
+
+/* The intake's log line for the job it answers (a prefix of the key's hash names the key). */
+static void log_answer(const struct intake *in, const struct store_job *j, const char *event)
+{
+    char key_hash[CRYPTO_SHA256_HEX];
+    crypto_sha256_hex(in->key, strlen(in->key), key_hash);
+    key_hash[16] = '\0'; /* a prefix identifies the key in logs without revealing it */
+    LOG(LOG_INFO, event, LS("job_id", j->id), LS("key_hash", key_hash),
+        LS("provider", in->p->name), LS("state", st_name(j->state)),
+        LS("request_id", hs_req_id(in->r)));
+}
+
+/* The common case of a wait, decided where the commit returned: a new job, born reserved for
+ * this replica's dispatcher, whose client waits for it without a stream. Its request stays
+ * suspended and waits from here (what step_recorded and step_answer would do once a server
+ * thread was woken for it, only to suspend it again at once): one resumption per request, by
+ * the job's end. Anything else (a refusal, an error, a key taken, a stream, a drain) returns 0
+ * and the steps go on, on a server thread. */
+static int wait_from_commit(struct intake *in)
+{
+    struct store_intake_item *si = &in->rec.in;
+    if (si->err != STORE_OK || !si->created || in->wait_s <= 0 || in->ls ||
+        si->job.state != ST_PREPARED || si->job.lease_version != 1 || hs_req_draining(in->r))
+        return 0;
+    in->job = si->job;
+    memset(&si->job, 0, sizeof(si->job));
+    in->created = 1;
+    in->have_job = 1;
+    in->next_step = SIZE_MAX; /* no step left: its waiter resumes it into intake_resume */
+    log_answer(in, &in->job, "intake_new");
+    in->wait_deadline = waiters_now() + in->wait_s;
+    wait_suspended(in->r, &in->job, 0, in->wait_s, in->token, 1);
+    return 1;
+}
+
 /* The recorder's callback, on a writer thread: the commit holding the intent returned. */
 static void intake_recorded(struct rec_item *it)
 {
@@ -445,7 +483,8 @@ static void intake_recorded(struct rec_item *it)
     if (it->handed_over)
         in->ls_new = 0;
     atomic_store_explicit(&in->recorded, 1, memory_order_release);
-    hs_resume(r);
+    if (!wait_from_commit(in))
+        hs_resume(r);
 }
 
 /* The recorder is closed (shutting down): the intent is recorded alone, on a database worker. */
@@ -543,6 +582,24 @@ static enum step_result step_recorded(struct intake *in)
 
 static void intake_stream_resume(struct hs_req *r);
 
+/* The suspended request r waits for job j: resumed by its end, or when the wait is over, and
+ * then answered by intake_resume. */
+static void wait_suspended(struct hs_req *r, const struct store_job *j, int replayed, int wait_s,
+                           const char *token, int local)
+{
+    struct api_wait *w = api_wait(r);
+    snprintf(w->job_id, sizeof(w->job_id), "%s", j->id);
+    snprintf(w->token_hash, sizeof(w->token_hash), "%s", token);
+    w->tenant_id = j->tenant_id;
+    w->replayed = replayed;
+    w->wait_seconds = wait_s;
+    api_set_continuation(r, intake_resume);
+    double deadline = waiters_now() + wait_s;
+    struct waiters *ws = api_waiters(r);
+    if ((local ? waiters_add_local : waiters_add)(ws, j->id, deadline, hs_resume, r) < 0)
+        hs_resume(r); /* cannot wait: answer on resumption with the current state */
+}
+
 /* Answers a job: at once, or, with `Prefer: wait`, once it is terminal or the wait is over; a
  * streamed job with a live stream here (ls), as its events arrive. */
 static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, int wait_s,
@@ -565,36 +622,20 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
         if (parked >= 0)
             return;
     }
-    struct api_wait *w = api_wait(r);
-    snprintf(w->job_id, sizeof(w->job_id), "%s", j->id);
-    snprintf(w->token_hash, sizeof(w->token_hash), "%s", token);
-    w->tenant_id = j->tenant_id;
-    w->replayed = replayed;
-    w->wait_seconds = wait_s;
-    api_set_continuation(r, intake_resume);
     /* Suspend before registering, so that a wake-up can never precede the suspension. */
     hs_suspend(r);
-    double deadline = waiters_now() + wait_s;
-    struct waiters *ws = api_waiters(r);
-    if ((local ? waiters_add_local : waiters_add)(ws, j->id, deadline, hs_resume, r) < 0)
-        hs_resume(r); /* cannot wait: answer on resumption with the current state */
+    wait_suspended(r, j, replayed, wait_s, token, local);
 }
 
 /* answer: 422 when the key holds another operation; else the job, new or replayed. */
 static enum step_result step_answer(struct intake *in)
 {
-    char key_hash[CRYPTO_SHA256_HEX];
     struct store_job *j = &in->job;
-    crypto_sha256_hex(in->key, strlen(in->key), key_hash);
-    key_hash[16] = '\0'; /* a prefix identifies the key in logs without revealing it */
     if (!in->created && strcmp(j->fingerprint_hex, in->fp) != 0) {
-        LOG(LOG_INFO, "intake_mismatch", LS("job_id", j->id), LS("key_hash", key_hash),
-            LS("provider", in->p->name), LS("request_id", hs_req_id(in->r)));
+        log_answer(in, j, "intake_mismatch");
         return raise_key_reused(in, j->id, j->provider, j->route);
     }
-    LOG(LOG_INFO, in->created ? "intake_new" : "intake_replay", LS("job_id", j->id),
-        LS("key_hash", key_hash), LS("provider", in->p->name), LS("state", st_name(j->state)),
-        LS("request_id", hs_req_id(in->r)));
+    log_answer(in, j, in->created ? "intake_new" : "intake_replay");
     reply_cache_terminal(in->token, j);
     /* A row born reserved was handed to this replica's own dispatcher. */
     int local = in->created && j->state == ST_PREPARED && j->lease_version == 1;
