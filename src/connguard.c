@@ -70,10 +70,29 @@ static void forget(int fd)
     noted--;
 }
 
+/* 1 when fd's note is of the connection with these addresses (under mu). */
+static int noted_as(int fd, const char *peer_ip, int peer_port, int local_port)
+{
+    const struct sock *k = fd < n_socks ? &socks[fd] : NULL;
+    return k && k->noted && k->local_port == local_port && k->peer_port == peer_port &&
+           strcmp(k->peer_ip, peer_ip) == 0;
+}
+
 void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port)
 {
+    if (fd < 0 || !peer_ip || local_port <= 0 || local_port > 65535)
+        return;
+    /* A connection noted before: one more exchange (cg_stale checks its inode before it is
+     * judged). Else its inode is read once, here. */
+    pthread_mutex_lock(&mu);
+    if (noted_as(fd, peer_ip, peer_port, local_port)) {
+        socks[fd].uses++;
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    pthread_mutex_unlock(&mu);
     struct stat st;
-    if (fd < 0 || !peer_ip || local_port <= 0 || local_port > 65535 || fstat(fd, &st) != 0)
+    if (fstat(fd, &st) != 0)
         return;
     pthread_mutex_lock(&mu);
     if (fd >= n_socks) {
@@ -91,9 +110,9 @@ void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port)
         n_socks = n;
     }
     struct sock *k = &socks[fd];
-    if (k->noted && k->dev == st.st_dev && k->ino == st.st_ino && k->local_port == local_port &&
-        k->peer_port == peer_port && strcmp(k->peer_ip, peer_ip) == 0) {
-        k->uses++;
+    if (noted_as(fd, peer_ip, peer_port, local_port) && k->dev == st.st_dev &&
+        k->ino == st.st_ino) {
+        k->uses++; /* noted meanwhile by another thread */
     } else {
         forget(fd); /* a socket closed without our callback, its number given out again */
         k->noted = 1;
