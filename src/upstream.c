@@ -150,8 +150,7 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
      * (connguard.h): this sending does not happen, and the engine starts the call again on a
      * new connection. */
     if (cg_stale(c->h, conn_primary_ip, conn_primary_port, conn_local_port)) {
-        c->sendings--;
-        c->res.stale_connection = 1;
+        c->sendings--; /* this sending never happened: the one on a new connection is the first */
         return CURL_PREREQFUNC_ABORT;
     }
     CRASH_POINT("before_send");
@@ -358,8 +357,8 @@ void *up_xfer_easy(struct up_xfer *x)
 
 void up_xfer_restart(struct up_xfer *x)
 {
-    /* Refused before its first byte: nothing was received either. */
-    x->res.stale_connection = 0;
+    /* Refused before its first byte: nothing was sent or received, and libcurl resets its
+     * counters when the transfer starts again. */
     x->uploaded = 0;
     curl_easy_setopt(x->h, CURLOPT_FRESH_CONNECT, 1L);
 }

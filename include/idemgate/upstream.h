@@ -55,8 +55,6 @@ struct up_response {
     int http_status;
     int aborted_before_send; /* before_send refused */
     int resend_refused;      /* libcurl was about to send the request a second time: refused */
-    int stale_connection;    /* the kept-alive connection had bytes waiting (connguard.h): not
-                              * sent on it, and the engine did not start it again */
     char *headers_json;      /* allow-listed response headers as a JSON object (owned) */
     char *body;              /* owned, NUL-terminated, body_len bytes */
     size_t body_len;
