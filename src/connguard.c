@@ -22,7 +22,6 @@ struct sock {
     char peer_ip[INET6_ADDRSTRLEN];
     dev_t dev;
     ino_t ino;
-    int uses;      /* exchanges it carried to their end */
     int next_same; /* fd + 1 of the next noted socket with this local port, 0: none */
 };
 
@@ -32,14 +31,14 @@ struct sock {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sock *socks; /* by fd */
 static int n_socks;        /* entries allocated */
-static int noted;
+static int n_noted;
 static int by_port[65536]; /* fd + 1 of the first noted socket with that local port */
 static CURL *refused[REFUSED_MAX];
 static int n_refused;
 
-enum cg_verdict cg_judge(int uses_before, ssize_t peeked, int err)
+enum cg_verdict cg_judge(int noted, ssize_t peeked, int err)
 {
-    if (uses_before <= 0)
+    if (!noted)
         return CG_NEW;
     if (peeked > 0)
         return CG_INPUT;
@@ -67,7 +66,7 @@ static void forget(int fd)
         }
     }
     memset(&socks[fd], 0, sizeof(socks[fd]));
-    noted--;
+    n_noted--;
 }
 
 /* 1 when fd's note is of the connection with these addresses (under mu). */
@@ -82,15 +81,13 @@ void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port)
 {
     if (fd < 0 || !peer_ip || local_port <= 0 || local_port > 65535)
         return;
-    /* A connection noted before: one more exchange (cg_stale checks its inode before it is
-     * judged). Else its inode is read once, here. */
+    /* A connection noted before stays noted (cg_stale checks its inode before it is judged).
+     * Else its inode is read once, here. */
     pthread_mutex_lock(&mu);
-    if (noted_as(fd, peer_ip, peer_port, local_port)) {
-        socks[fd].uses++;
-        pthread_mutex_unlock(&mu);
-        return;
-    }
+    int known = noted_as(fd, peer_ip, peer_port, local_port);
     pthread_mutex_unlock(&mu);
+    if (known)
+        return;
     struct stat st;
     if (fstat(fd, &st) != 0)
         return;
@@ -110,10 +107,8 @@ void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port)
         n_socks = n;
     }
     struct sock *k = &socks[fd];
-    if (noted_as(fd, peer_ip, peer_port, local_port) && k->dev == st.st_dev &&
-        k->ino == st.st_ino) {
-        k->uses++; /* noted meanwhile by another thread */
-    } else {
+    if (!noted_as(fd, peer_ip, peer_port, local_port) || k->dev != st.st_dev ||
+        k->ino != st.st_ino) {
         forget(fd); /* a socket closed without our callback, its number given out again */
         k->noted = 1;
         k->local_port = local_port;
@@ -121,10 +116,9 @@ void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port)
         snprintf(k->peer_ip, sizeof(k->peer_ip), "%s", peer_ip);
         k->dev = st.st_dev;
         k->ino = st.st_ino;
-        k->uses = 1;
         k->next_same = by_port[local_port];
         by_port[local_port] = fd + 1;
-        noted++;
+        n_noted++;
     }
     pthread_mutex_unlock(&mu);
 }
@@ -160,7 +154,7 @@ void cg_install(CURL *h)
 int cg_stale(CURL *h, const char *peer_ip, int peer_port, int local_port)
 {
     peer_ip = peer_ip ? peer_ip : "";
-    int fd = -1, uses = 0;
+    int fd = -1;
     dev_t dev = 0;
     ino_t ino = 0;
     pthread_mutex_lock(&mu);
@@ -169,7 +163,6 @@ int cg_stale(CURL *h, const char *peer_ip, int peer_port, int local_port)
             const struct sock *k = &socks[f - 1];
             if (k->peer_port == peer_port && strcmp(k->peer_ip, peer_ip) == 0) {
                 fd = f - 1;
-                uses = k->uses;
                 dev = k->dev;
                 ino = k->ino;
                 break;
@@ -177,22 +170,21 @@ int cg_stale(CURL *h, const char *peer_ip, int peer_port, int local_port)
         }
     }
     pthread_mutex_unlock(&mu);
-    if (fd < 0)
-        return 0; /* never noted: its first exchange */
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_dev != dev || st.st_ino != ino) {
+    int noted_here = fd >= 0;
+    if (noted_here && (fstat(fd, &st) != 0 || st.st_dev != dev || st.st_ino != ino)) {
         /* Not the socket that was noted (closed without our callback): this connection was
          * never noted itself. */
         pthread_mutex_lock(&mu);
         if (fd < n_socks && socks[fd].noted && socks[fd].ino == ino && socks[fd].dev == dev)
             forget(fd);
         pthread_mutex_unlock(&mu);
-        return 0;
+        noted_here = 0;
     }
     /* The socket is idle and ours (one exchange at a time): nothing else reads it meanwhile. */
     char b;
-    ssize_t peeked = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    enum cg_verdict v = cg_judge(uses, peeked, peeked < 0 ? errno : 0);
+    ssize_t peeked = noted_here ? recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) : -1;
+    enum cg_verdict v = cg_judge(noted_here, peeked, peeked < 0 ? errno : 0);
     if (!cg_refuses(v))
         return 0;
     pthread_mutex_lock(&mu);
@@ -225,7 +217,7 @@ int cg_take_refused(CURL *h)
 int cg_noted(void)
 {
     pthread_mutex_lock(&mu);
-    int n = noted;
+    int n = n_noted;
     pthread_mutex_unlock(&mu);
     return n;
 }

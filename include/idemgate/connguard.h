@@ -31,9 +31,9 @@ enum cg_verdict {
     CG_BROKEN,      /* noted, the socket reports an error */
 };
 
-/* The verdict for a connection that carried uses_before exchanges, given what a non-blocking
- * peek of one byte returned (peeked) and its errno (err, when peeked < 0). Pure. */
-enum cg_verdict cg_judge(int uses_before, ssize_t peeked, int err);
+/* The verdict for a connection, noted before or not, given what a non-blocking peek of one
+ * byte returned (peeked) and its errno (err, when peeked < 0). Pure. */
+enum cg_verdict cg_judge(int noted, ssize_t peeked, int err);
 
 /* 1 when v refuses the sending. */
 int cg_refuses(enum cg_verdict v);
