@@ -374,15 +374,16 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                                   int may_have_created, const struct attempt_task *t,
                                   int read_back, int deferred, double seconds)
 {
+    int waits = pol_needs_wait_inputs(outcome);
     struct pol_input in = {.outcome = outcome,
                            .attempts_made = c->transport_attempts,
                            .max_attempts = p->max_attempts,
                            .elapsed_ms = c->since_first_ms + (long long)(seconds * 1000),
                            .deadline_ms = p->deadline_ms,
-                           .hint_ms = attempt_server_hint_ms(p, res),
+                           .hint_ms = waits ? attempt_server_hint_ms(p, res) : -1,
                            .base_ms = p->backoff_base_ms,
                            .cap_ms = p->backoff_cap_ms,
-                           .rand01 = clock_rand01(),
+                           .rand01 = waits ? clock_rand01() : 0.5,
                            .ambiguous_before = c->ambiguous_before || c->from_unknown,
                            .may_have_created = may_have_created,
                            .truncated = res->body_truncated,

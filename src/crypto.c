@@ -3,14 +3,35 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <pthread.h>
 #include <string.h>
+
+/* SHA-256 fetched from OpenSSL's default provider once per process. EVP_sha256() is a legacy
+ * handle that every EVP_DigestInit resolves again (a provider lookup under a lock shared by all
+ * threads): 0.33 µs a token's hash against 0.11 µs with the fetched method, one thread on this
+ * machine (2026-12-05), and ~4 % of the gateway's CPU in the end-to-end bench, where a request
+ * hashes its token, its cache key and its body. Falls back to the legacy handle if the fetch
+ * fails. */
+static EVP_MD *g_sha256;
+static pthread_once_t g_sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    g_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+static const EVP_MD *sha256_md(void)
+{
+    pthread_once(&g_sha256_once, sha256_fetch);
+    return g_sha256 ? g_sha256 : EVP_sha256();
+}
 
 int crypto_sha256_begin(struct crypto_sha256 *h)
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx)
         return -1;
-    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    if (EVP_DigestInit_ex2(ctx, sha256_md(), NULL) != 1) {
         EVP_MD_CTX_free(ctx);
         return -1;
     }
@@ -34,7 +55,7 @@ void crypto_sha256_end(struct crypto_sha256 *h, uint8_t out[CRYPTO_SHA256_LEN])
 void crypto_sha256(const void *p, size_t len, uint8_t out[CRYPTO_SHA256_LEN])
 {
     unsigned int n = 0;
-    EVP_Digest(p, len, out, &n, EVP_sha256(), NULL);
+    EVP_Digest(p, len, out, &n, sha256_md(), NULL);
 }
 
 void crypto_hex(const uint8_t *p, size_t len, char *out)

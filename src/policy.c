@@ -99,6 +99,11 @@ struct pol_decision pol_decide(const struct pol_input *in)
     return d;
 }
 
+int pol_needs_wait_inputs(enum cls_outcome outcome)
+{
+    return outcome == CLS_NOT_SENT || outcome == CLS_BACKOFF;
+}
+
 enum op_state pol_unsendable(int ambiguous_before)
 {
     return ambiguous_before ? ST_UNKNOWN : ST_FAILED;

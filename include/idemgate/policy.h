@@ -46,6 +46,12 @@ struct pol_decision {
 
 struct pol_decision pol_decide(const struct pol_input *in);
 
+/* Whether pol_decide reads the server's hint and the random draw for this outcome: only a
+ * resend's delay does (not sent, back off). Every other outcome decides the same whatever they
+ * hold, so the caller gathers them — a parse of the answer's headers, a regex over its body, a
+ * draw from the CSPRNG — only when this says so. */
+int pol_needs_wait_inputs(enum cls_outcome outcome);
+
 /* The state of a claimed create that can never be sent as recorded (e.g. its client reference
  * cannot be placed): failed, unless an earlier attempt was ambiguous (its task may exist), then
  * unknown. */

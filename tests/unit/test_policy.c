@@ -93,6 +93,42 @@ static void test_rows(void **state)
     }
 }
 
+/* The server's hint and the random draw are gathered only for the outcomes that read them
+ * (attempt.c skips the headers' parse, the body's regex and the CSPRNG otherwise): for every
+ * other row of the table, any hint and any draw decide exactly the same; for the ones that read
+ * them, some hint or draw changes the delay. */
+static void test_wait_inputs_read_only_where_needed(void **state)
+{
+    (void)state;
+    static const long long hints[] = {-1, 0, 2000, 86400000};
+    static const double draws[] = {0.0, 0.5, 0.999};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct pol_input in = rows[i].in;
+        struct pol_decision first = pol_decide(&in);
+        int differs = 0;
+        for (size_t h = 0; h < sizeof(hints) / sizeof(hints[0]); h++)
+            for (size_t r = 0; r < sizeof(draws) / sizeof(draws[0]); r++) {
+                in.hint_ms = hints[h];
+                in.rand01 = draws[r];
+                struct pol_decision d = pol_decide(&in);
+                differs |= d.next != first.next || d.delay_ms != first.delay_ms ||
+                           d.trip_credential != first.trip_credential ||
+                           d.ambiguous != first.ambiguous || d.reason != first.reason;
+            }
+        if (differs && !pol_needs_wait_inputs(in.outcome))
+            fail_msg("row %zu: the hint or the draw changed a decision said not to read them", i);
+    }
+    /* And the outcomes that read them do: a back-off waits at least the hint. */
+    struct pol_input b = rows[0].in;
+    b.outcome = CLS_BACKOFF;
+    b.hint_ms = -1;
+    b.rand01 = 0.0;
+    long long plain = pol_decide(&b).delay_ms;
+    b.hint_ms = 3000;
+    assert_true(pol_needs_wait_inputs(CLS_BACKOFF) && pol_needs_wait_inputs(CLS_NOT_SENT));
+    assert_true(pol_decide(&b).delay_ms != plain);
+}
+
 /* A create that can never be sent as recorded ends failed, unless its task may already exist. */
 static void test_unsendable(void **state)
 {
@@ -104,6 +140,7 @@ static void test_unsendable(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows),
+                                       cmocka_unit_test(test_wait_inputs_read_only_where_needed),
                                        cmocka_unit_test(test_unsendable)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
