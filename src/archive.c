@@ -170,9 +170,21 @@ static const struct db_stmt output_get = {
 
 /* ---- planning ------------------------------------------------------------------------- */
 
+static int born_take(int want);
+
+/* The plan as the finish statement reads it (jsonb_to_recordset): with born, the first fetched
+ * outputs the archive has room for carry this replica as their lease owner and the lease's
+ * length (lease.c's FINISH_PLAIN_SQL inserts them claimed); born->taken says how many. */
 static char *plan_json(const struct cfg_provider *p, const char *credential,
-                       const struct ap_plan *pl)
+                       const struct ap_plan *pl, struct archive_born *born)
 {
+    int fetched = 0, marked = 0;
+    for (size_t i = 0; born && i < pl->n; i++)
+        fetched += pl->out[i].kind == AP_URL || pl->out[i].kind == AP_ENDPOINT;
+    if (born && fetched) {
+        born->mono = clock_mono(); /* before the write: the leases it begins are no older */
+        born->taken = born_take(fetched);
+    }
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = 0; arr && i < pl->n; i++) {
         const struct ap_output *o = &pl->out[i];
@@ -185,6 +197,11 @@ static char *plan_json(const struct cfg_provider *p, const char *credential,
         if (o->kind == AP_ENDPOINT && credential && *credential && p->auth_header)
             cJSON_AddStringToObject(x, "credential", credential);
         cJSON_AddNumberToObject(x, "expires", o->kind == AP_B64 ? 0 : o->expires_at);
+        if (born && marked < born->taken && (o->kind == AP_URL || o->kind == AP_ENDPOINT)) {
+            cJSON_AddStringToObject(x, "owner", g_cfg->instance_id);
+            cJSON_AddNumberToObject(x, "lease", (double)g_cfg->lease_seconds);
+            marked++;
+        }
         cJSON_AddItemToArray(arr, x);
     }
     char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
@@ -193,7 +210,7 @@ static char *plan_json(const struct cfg_provider *p, const char *credential,
 }
 
 char *archive_plan_json(const struct cfg_provider *p, const struct store_finish *f,
-                        const char *remote_id, const char *credential)
+                        const char *remote_id, const char *credential, struct archive_born *born)
 {
     if (!p || f->state != ST_COMPLETED || !f->resp_body)
         return NULL;
@@ -201,8 +218,10 @@ char *archive_plan_json(const struct cfg_provider *p, const struct store_finish 
     char *js = NULL;
     if (ap_plan_outputs(p, f->resp_body, f->resp_body_len, NULL,
                         f->remote_id ? f->remote_id : remote_id, f->finished_at, &pl) == 0)
-        js = plan_json(p, credential, &pl);
+        js = plan_json(p, credential, &pl, p->archive ? born : NULL);
     ap_plan_fini(&pl);
+    if (!js && born) /* out of memory: nothing is inserted born */
+        archive_born_settle(born, 0, 0, NULL, NULL, NULL, NULL);
     return js;
 }
 
@@ -224,7 +243,7 @@ static int plan_some(struct db *db)
         struct ap_plan pl;
         if (ap_plan_outputs(p, (const char *)body, len, NULL, db_val(r, i, 4),
                             atof(db_val(r, i, 6)), &pl) == 0) {
-            char *js = plan_json(p, db_val(r, i, 5), &pl);
+            char *js = plan_json(p, db_val(r, i, 5), &pl, NULL);
             PGresult *w;
             if (js && db_run(db, &plan_write,
                              DB_ARGS(p_text("tenant_id", db_val(r, i, 0)),
@@ -436,8 +455,16 @@ struct archiver {
     atomic_int starved;  /* the last claim found the engine full, or archive_max_inflight */
     atomic_int copying;  /* copies claimed and not yet written */
     atomic_int claiming; /* room held by claims being made (engine slots not yet taken) */
-    atomic_int to_start; /* rows claimed, their slots taken, not yet started */
+    atomic_int to_start; /* rows claimed (or born: archive_born_settle), their slots taken, not
+                          * yet started */
+    atomic_int quiesced; /* no room is taken for born claims any more; those handed over are
+                          * given back */
 };
+
+/* The archiver results written here hand their born claims to (NULL: none runs). Set once its
+ * threads run, cleared before it is freed: every writer of results (the dispatcher, the
+ * reconciler) has stopped by then (main.c's stop_all). */
+static _Atomic(struct archiver *) g_arch;
 
 /* What a copy leaves of its claim's lease: the end is written within it. */
 #define COPY_MARGIN_S 1.0
@@ -1056,12 +1083,198 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     /* The rows' engine slots taken, the claim's hold becomes its rows' until they are started
      * (in that order: the bounds err low in between, never high). */
     int rows = PQntuples(out->res);
-    for (int i = rows; i > 0; i--)
+    for (int i = rows; i > 0; i--) {
         eng_acquire_more(A->eng);
+        metrics_archive_claimed(0);
+    }
     atomic_fetch_add(&A->to_start, rows);
     atomic_fetch_sub(&A->claiming, room);
     claimed_rows = rows; /* given back by archive_one, which the pool calls next on this thread */
     return e;
+}
+
+/* ---- born claims (archive.h) --------------------------------------------------------- */
+
+/* Room for up to want born outputs, taken as a claim takes it (archive_max_inflight, the
+ * engine's room, less what claims being made hold), slots and all: how many. */
+static int born_take(int want)
+{
+    struct archiver *A = atomic_load(&g_arch);
+    if (!A || want <= 0 || atomic_load(&A->quiesced))
+        return 0;
+    int ts = atomic_load(&A->to_start), room;
+    do {
+        int held = atomic_load(&A->claiming);
+        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) - ts - held;
+        room = ap_claim_room(room, eng_room(A->eng) - held, want);
+        if (room <= 0)
+            return 0;
+    } while (!atomic_compare_exchange_weak(&A->to_start, &ts, ts + room));
+    for (int i = 0; i < room; i++)
+        eng_acquire_more(A->eng);
+    return room;
+}
+
+static void born_give(struct archiver *A, int k)
+{
+    if (!A || k <= 0)
+        return;
+    for (int i = 0; i < k; i++)
+        eng_release(A->eng, -1);
+    atomic_fetch_sub(&A->to_start, k);
+    arch_room(A);
+}
+
+/* A write's born outputs on their way to an archive thread. */
+struct born_rows {
+    struct rq_item node;
+    struct archiver *A;
+    long long tenant_id;
+    char *job_id, *provider, *remote_id, *plan, *inserted;
+    int n;          /* how many outputs inserted names: their slots are held */
+    double lease_end; /* CLOCK_MONOTONIC */
+};
+
+static void born_rows_free(struct born_rows *b)
+{
+    free(b->job_id);
+    free(b->provider);
+    free(b->remote_id);
+    free(b->plan);
+    free(b->inserted);
+    free(b);
+}
+
+/* Output n of the plan as a claim's row (the AC_ columns): fencing token 1, one attempt. */
+static PGresult *born_row(const struct born_rows *b, const cJSON *x, double now)
+{
+    static const char *const names[] = {"tenant_id", "op_id", "n", "lease_version", "provider",
+                                        "kind", "source_url", "credential", "expires",
+                                        "claimed_at", "attempts", "resp_body", "remote_id"};
+    PGresAttDesc attrs[sizeof(names) / sizeof(names[0])];
+    memset(attrs, 0, sizeof(attrs));
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        attrs[i].name = (char *)names[i];
+        attrs[i].typid = 25; /* text: every value is read as text */
+        attrs[i].typlen = -1;
+        attrs[i].atttypmod = -1;
+    }
+    char tenant[24], n[16], expires[32], at[32];
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(x, "expires");
+    snprintf(tenant, sizeof(tenant), "%lld", b->tenant_id);
+    snprintf(n, sizeof(n), "%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "n")));
+    snprintf(expires, sizeof(expires), "%.6f", cJSON_IsNumber(e) ? e->valuedouble : 0.0);
+    snprintf(at, sizeof(at), "%.6f", now);
+    const char *v[] = {tenant,
+                       b->job_id,
+                       n,
+                       "1",
+                       b->provider,
+                       cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "kind")),
+                       cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "url")),
+                       cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(x, "credential")),
+                       expires,
+                       at,
+                       "1",
+                       NULL,
+                       b->remote_id};
+    PGresult *r = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
+    if (!r || !PQsetResultAttrs(r, (int)(sizeof(attrs) / sizeof(attrs[0])), attrs))
+        goto failed;
+    for (int c = 0; c < (int)(sizeof(v) / sizeof(v[0])); c++)
+        if (!PQsetvalue(r, 0, c, (char *)v[c], v[c] ? (int)strlen(v[c]) : -1))
+            goto failed;
+    return r;
+failed:
+    PQclear(r);
+    return NULL;
+}
+
+/* Starts the copies of a write's born outputs on an archive thread, as archive_one starts a
+ * claim's rows (each slot was taken by born_take). Once the archive is stopping, each is given
+ * back pending and due at once (its end is written under the born lease): any replica takes it. */
+static void start_born(struct rq_item *it, struct db *db)
+{
+    struct born_rows *b = (struct born_rows *)it;
+    struct archiver *A = b->A;
+    cJSON *plan = cJSON_Parse(b->plan);
+    double now = clock_wall();
+    int started = 0;
+    for (const char *s = b->inserted; s && *s && started < b->n;) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        s = *end == ',' ? end + 1 : end + (*end != 0);
+        const cJSON *x = NULL;
+        cJSON_ArrayForEach(x, plan)
+        {
+            if ((long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "n")) == n)
+                break;
+        }
+        struct store_claim one = {.res = x ? born_row(b, x, now) : NULL};
+        started++;
+        if (!one.res) {
+            /* Not in the plan, or out of memory: its lease runs out and a claim takes it. */
+            LOG(LOG_WARN, "archive_born_dropped", LS("job_id", b->job_id), LI("output", n));
+            eng_release(A->eng, -1);
+            atomic_fetch_sub(&A->to_start, 1);
+            continue;
+        }
+        one.tenant_id = b->tenant_id;
+        one.id = db_val(one.res, 0, AC_OP);
+        one.lease_version = 1;
+        one.provider = db_val(one.res, 0, AC_PROVIDER);
+        metrics_archive_claimed(1);
+        if (atomic_load(&A->quiesced))
+            not_copied(A, db, &one, b->lease_end, (int)n, "pending",
+                       "the replica stopped before the copy began", 0);
+        else
+            archive_row(A->cfg, db, &one, b->lease_end, A);
+        store_claim_fini(&one); /* nothing left when a copy took it */
+        atomic_fetch_sub(&A->to_start, 1);
+    }
+    born_give(A, b->n - started); /* named but not found in the answer: given back */
+    arch_room(A);
+    cJSON_Delete(plan);
+    born_rows_free(b);
+}
+
+void archive_born_settle(struct archive_born *b, int written, long long tenant_id,
+                         const char *job_id, const char *provider, const char *remote_id,
+                         const char *plan)
+{
+    struct archiver *A = atomic_load(&g_arch);
+    int handed = 0;
+    if (b->taken > 0 && written && b->inserted && *b->inserted && A) {
+        for (const char *s = b->inserted; *s; s++)
+            handed += *s == ',';
+        handed++;
+        handed = handed < b->taken ? handed : b->taken;
+        struct born_rows *r = calloc(1, sizeof(*r));
+        if (r) {
+            *r = (struct born_rows){.A = A,
+                                   .tenant_id = tenant_id,
+                                   .job_id = strdup(job_id),
+                                   .provider = strdup(provider),
+                                   .remote_id = remote_id ? strdup(remote_id) : NULL,
+                                   .plan = strdup(plan),
+                                   .inserted = b->inserted,
+                                   .n = handed,
+                                   .lease_end = b->mono + A->cfg->lease_seconds};
+            b->inserted = NULL;
+        }
+        if (!r || !r->job_id || !r->provider || !r->plan || (remote_id && !r->remote_id)) {
+            /* Out of memory: their leases run out and a claim takes them. */
+            if (r)
+                born_rows_free(r);
+            handed = 0;
+        } else {
+            r->node.write = start_born;
+            rq_push(A->results, &r->node);
+        }
+    }
+    born_give(A, b->taken - handed);
+    free(b->inserted);
+    *b = (struct archive_born){0};
 }
 
 static int arch_starved(void *arg)
@@ -1119,20 +1332,26 @@ struct archiver *archive_start(const struct cfg *cfg, struct eng *eng)
         free(A);
         return NULL;
     }
+    if (cfg->archive_workers > 0)
+        atomic_store(&g_arch, A);
     return A;
 }
 
 void archive_quiesce(struct archiver *A)
 {
-    if (A)
-        wpool_quiesce(A->pool);
+    if (!A)
+        return;
+    atomic_store(&A->quiesced, 1);
+    wpool_quiesce(A->pool);
 }
 
 void archive_stop(struct archiver *A)
 {
     if (!A)
         return;
+    /* Its threads write what is queued (born outputs given back: quiesced) before they stop. */
     wpool_stop(A->pool);
+    atomic_store(&g_arch, NULL);
     eng_room_off(A->eng, A);
     rq_free(A->results);
     free(A);

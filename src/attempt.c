@@ -503,6 +503,7 @@ struct attempt {
     enum cls_outcome outcome;
     struct store_finish f;
     char *plan; /* f's archive plan */
+    struct archive_born born; /* its outputs the write claims for this replica's archive */
     int unpriced;
     int classified;       /* attempt_ready classified the answer */
     int probe_due;        /* the outcome asks the provider's probe about the credential */
@@ -698,6 +699,8 @@ static void attempt_free(struct attempt *a)
     free(a->rs.usage);
     free(a->t.remote_id);
     free(a->t.poll_url);
+    /* Never written (or its outputs already handed over): the archive's room is given back. */
+    archive_born_settle(&a->born, 0, 0, NULL, NULL, NULL, NULL);
     free(a->plan);
     free(a->head);
     free(a->pend);
@@ -790,8 +793,12 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
         f->cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                           c->outputs_requested, a->rs.received, a->rs.usage,
                                           &a->unpriced);
-    /* A completed result is written with its outputs' archive plan (no second write). */
-    f->archive_plan = a->plan = archive_plan_json(p, f, c->remote_id, c->credential);
+    /* A completed result is written with its outputs' archive plan (no second write), the
+     * fetched outputs this replica's archive has room for claimed by the write itself. */
+    archive_born_settle(&a->born, 0, 0, NULL, NULL, NULL, NULL); /* a plan made before */
+    free(a->plan);
+    f->archive_plan = a->plan = archive_plan_json(p, f, c->remote_id, c->credential, &a->born);
+    f->born = &a->born;
     a->probe_due = a->d.trip_credential;
     return a->probe_due;
 }
@@ -861,6 +868,10 @@ const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
 void attempt_recorded(struct attempt *a, int e, int applied)
 {
     CRASH_POINT("after_result_commit");
+    /* Its outputs claimed by the write go to the archive threads (the rest of the room back). */
+    archive_born_settle(&a->born, e == STORE_OK && applied && a->f.state == ST_COMPLETED,
+                        a->c.tenant_id, a->c.id, a->p->name,
+                        a->f.remote_id ? a->f.remote_id : a->c.remote_id, a->plan);
     if (a->ls) /* its live readers get the held terminal event only once it is the record */
         ls_settle(a->ls, e == STORE_OK && applied);
     if (e == STORE_OK && applied && a->f.cost_micros >= 0)

@@ -1,6 +1,7 @@
 #include "idemgate/lease.h"
 
 #include "idemgate/answers.h"
+#include "idemgate/archive.h"
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
 #include "idemgate/store.h"
@@ -238,18 +239,23 @@ static const struct db_stmt reconcile_send = {
     " FROM u WHERE b.tenant_id = $1::bigint AND u.budgeted "                                    \
     "  AND u.state IN ('completed', 'failed', 'canceled')), "                                   \
     "p AS (INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "     \
-    "  credential, expires_at) "                                                                \
+    "  credential, expires_at, lease_owner, lease_version, lease_expires_at, attempts) "        \
     " SELECT $1::bigint, $2::text, x.n, u.provider, x.kind, x.url, x.credential, "              \
-    "  CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END "                               \
+    "  CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END, x.owner, "                     \
+    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END, now() + make_interval(secs => x.lease), "   \
+    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END "                                            \
     " FROM u, jsonb_to_recordset($27::jsonb) "                                                  \
-    "  AS x(n integer, kind text, url text, credential text, expires float8) "                  \
-    " WHERE u.state = 'completed' ON CONFLICT DO NOTHING), "                                    \
+    "  AS x(n integer, kind text, url text, credential text, expires float8, owner text, "      \
+    "   lease float8) "                                                                         \
+    " WHERE u.state = 'completed' ON CONFLICT DO NOTHING "                                      \
+    " RETURNING n, lease_owner IS NOT NULL AS born), "                                          \
     "a AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "   \
     "  finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "             \
     " SELECT $1::bigint, $2::text, $3::bigint, $17::text, to_timestamp($10::float8), "          \
     "  to_timestamp($11::float8), $12::text, $5::integer, $13::integer, $14::bigint, "          \
     "  coalesce((SELECT $4::text FROM u), 'fenced'), $8::text RETURNING 1) "                    \
-    "SELECT coalesce((SELECT $4::text || ' ' || u.state FROM u), 'fenced ') FROM a"
+    "SELECT coalesce((SELECT $4::text || ' ' || u.state FROM u), 'fenced '), "                 \
+    " (SELECT string_agg(p.n::text, ',') FROM p WHERE p.born) FROM a"
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = FINISH_PLAIN_SQL,
@@ -802,11 +808,16 @@ static void unpark_hint(struct db *db, const struct store_finish *f)
 static void finish_applied(struct db *db, const struct store_finish *f, struct pg_result *r,
                            int lost, int *applied)
 {
-    /* "<decision> <state written>", or "fenced " */
+    /* "<decision> <state written>", or "fenced "; on PostgreSQL then the outputs inserted born
+     * (archive.h) */
     const char *v = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "fenced ";
     const char *sp = strchr(v, ' ');
     *applied = strncmp(v, "fenced ", 7) != 0;
     int written = *applied && sp && sp[1] ? st_parse(sp + 1) : -1;
+    if (f->born && *applied && PQntuples(r) == 1 && PQnfields(r) > 1 && !PQgetisnull(r, 0, 1)) {
+        free(f->born->inserted);
+        f->born->inserted = strdup(PQgetvalue(r, 0, 1));
+    }
     PQclear(r);
     if (!*applied && lost) {
         written = finish_committed(db, f);

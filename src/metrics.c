@@ -85,6 +85,7 @@ static atomic_ulong intake_born_claimed;
 static atomic_long calls_in_flight, calls_in_flight_peak;
 static atomic_ulong wait_answers[2]; /* [0] by a read of the job, [1] from memory */
 static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
+static atomic_ulong archive_claimed[2]; /* by a claim, by the write of the result */
 static atomic_ulong archive_reads_unserved[MAR__COUNT];
 static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
                                                            "unavailable"};
@@ -230,6 +231,11 @@ void metrics_archive(int outcome)
 {
     if (outcome >= 0 && outcome < 3)
         atomic_fetch_add(&archive_outcomes[outcome], 1);
+}
+
+void metrics_archive_claimed(int born)
+{
+    atomic_fetch_add(&archive_claimed[born ? 1 : 0], 1);
 }
 
 void metrics_archive_read_unserved(enum metric_archive_read why)
@@ -514,6 +520,14 @@ static void render_archive(struct buf *b)
         "idemgate_archive_outputs_total{outcome=\"expired\"} %lu\n",
         atomic_load(&archive_outcomes[0]), atomic_load(&archive_outcomes[1]),
         atomic_load(&archive_outcomes[2]));
+    put(b,
+        "# HELP idemgate_archive_claims_total Archive copies this replica claimed: by the write "
+        "of their result (by=\"write\": no claim statement) or by a claim (by=\"claim\": the "
+        "outputs the write could not take, and those of other replicas or earlier attempts).\n"
+        "# TYPE idemgate_archive_claims_total counter\n"
+        "idemgate_archive_claims_total{by=\"write\"} %lu\n"
+        "idemgate_archive_claims_total{by=\"claim\"} %lu\n",
+        atomic_load(&archive_claimed[1]), atomic_load(&archive_claimed[0]));
     put(b, "# HELP idemgate_archive_reads_unserved_total Archived outputs this replica could not "
            "serve: stored in another replica's local archive folder (other_replica), in a store "
            "of another kind (other_store), or the store did not answer (unavailable).\n"

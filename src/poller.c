@@ -160,7 +160,7 @@ static void write_poll_usage(struct db *db, const struct store_claim *c, enum op
         f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                          c->outputs_requested, outputs, usage, &unpriced);
     /* A completed result is written with its outputs' archive plan (no second write). */
-    char *plan = archive_plan_json(p, &f, c->remote_id, c->credential);
+    char *plan = archive_plan_json(p, &f, c->remote_id, c->credential, NULL);
     f.archive_plan = plan;
     int applied = 0;
     int e = store_finish(db, &f, &applied);

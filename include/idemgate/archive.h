@@ -25,14 +25,38 @@ void archive_quiesce(struct archiver *A);
 /* Writes what is left, stops the threads and frees A (A may be NULL). */
 void archive_stop(struct archiver *A);
 
+/* Born claims (issue 23: a claim statement per output was ~15 % of a job's executor time). The
+ * write of a result this replica's archive has room for claims its fetched outputs itself: they
+ * are inserted under this replica's lease (fencing token 1, one attempt counted), and once the
+ * write has committed they go straight to the archive threads, as a claim's rows would. The room
+ * is taken before the write (engine slots and archive_max_inflight, as a claim takes them) and
+ * given back for every output the write did not insert under that lease: fenced, an output
+ * already there, a write lost with its connection (its rows, if any, wait for their lease to
+ * run out, then any replica's claim takes them), a distributed database (its finish function
+ * inserts every output unclaimed). A process that dies in between leaves them the same way. */
+struct archive_born {
+    int taken;      /* outputs the archive holds room for */
+    double mono;    /* CLOCK_MONOTONIC before the write: the born leases are no older */
+    char *inserted; /* the write's answer: the outputs it inserted born ("0,2"), or NULL */
+};
+/* Once the write of the result is known: written (committed, completed, applied) hands the
+ * outputs b->inserted names to the archive threads; the rest of b's room is given back. The
+ * job's identity and the plan (archive_plan_json's, whose rows the write inserted) say what each
+ * output is. Leaves b empty; safe on an empty b. */
+void archive_born_settle(struct archive_born *b, int written, long long tenant_id,
+                         const char *job_id, const char *provider, const char *remote_id,
+                         const char *plan);
+
 /* The archive plan of a result f being written completed by provider p (its outputs, as the
  * archive planner would read them from the stored row: f's body, f's remote id or else the
  * row's remote_id, the claim's credential name), for store_finish's archive_plan: the write then
- * marks the operation planned and inserts its outputs' rows. NULL when f is not a completed
- * result with its body, or out of memory: the planner plans it later. Free the string. */
+ * marks the operation planned and inserts its outputs' rows. With born (not NULL), the fetched
+ * outputs this replica's archive has room for are marked to be inserted claimed by it (above).
+ * NULL when f is not a completed result with its body, or out of memory: the planner plans it
+ * later. Free the string. */
 struct store_finish;
 char *archive_plan_json(const struct cfg_provider *p, const struct store_finish *f,
-                        const char *remote_id, const char *credential);
+                        const char *remote_id, const char *credential, struct archive_born *born);
 
 /* The archive of one job's outputs as a JSON array (new string in *json; "[]" until they are
  * planned); *settled: planned, and no output is still pending (the view no longer changes).

@@ -147,6 +147,9 @@ struct store_finish {
     double started_at, finished_at; /* Unix seconds, from this host's clock */
     const char *archive_plan; /* completed with resp_body: its outputs' archive plan (archive.h's
                                * archive_plan_json), or NULL: the archive planner plans it */
+    /* The plan's born claims (archive.h), or NULL: the write sets born->inserted to the outputs
+     * it inserted under this replica's lease, when it says (one statement on PostgreSQL). */
+    struct archive_born *born;
 };
 
 /* Fills f for a result of claim c: its identity and fencing token, `kind` and the state the

@@ -46,6 +46,8 @@ void metrics_job_seconds(const char *provider, double seconds);
 void metrics_safety(enum metric_safety what);
 /* An output's archival ended: 0 archived, 1 failed, 2 expired before it was copied. */
 void metrics_archive(int outcome);
+/* An archive copy claimed: by the write of its result (born 1, archive.h) or by a claim (0). */
+void metrics_archive_claimed(int born);
 /* Why an archived output could not be served by this replica (outputs.c). */
 enum metric_archive_read {
     MAR_OTHER_REPLICA = 0, /* in another replica's local archive folder */

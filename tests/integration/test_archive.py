@@ -326,6 +326,60 @@ def metric(gw, name):
     return 0.0
 
 
+BY_WRITE = 'idemgate_archive_claims_total{by="write"}'
+BY_CLAIM = 'idemgate_archive_claims_total{by="claim"}'
+
+
+@pytest.mark.parametrize("room", [8, 1])
+def test_the_write_of_a_result_claims_its_outputs_copies(gateway_factory, token, mock, tmp_path,
+                                                         room):
+    """Born claims (issue 23): a create's result written completed claims the copies of its
+    fetched outputs in the same statement, as far as the archive has room (archive_max_inflight):
+    those are copied at once with no claim statement, one attempt each; the rest are left to a
+    claim. Three URL outputs: with room for 8, all three by the write; with room for 1, one by
+    the write and two by claims."""
+    e, route = images_entry(mock)
+    archive_dir = str(tmp_path / "archive")
+    gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=room,
+               env={"OPENAI_API_KEY": "sk-x"})
+    r = gw.submit(token, "born-" + uuid.uuid4().hex,
+                  {"prompt": "a cat", "n": 3, "response_format": "url"}, route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    j = check_archive(gw, token, job_id, archive_dir, 3)
+    assert [o["attempts"] for o in j["archive"]] == [1, 1, 1], j["archive"]
+    by_write, by_claim = metric(gw, BY_WRITE), metric(gw, BY_CLAIM)
+    assert (by_write, by_claim) == ((3.0, 0.0) if room == 8 else (1.0, 2.0)), (by_write, by_claim)
+
+
+def test_outputs_claimed_by_a_write_whose_replica_died_are_copied_by_another(
+        gateway_factory, token, mock, tmp_path, psql):
+    """A replica killed right after its result's commit, before its archive threads got the
+    outputs its write claimed: the rows stay leased to the dead replica until the lease runs
+    out, then another replica's claim copies them (a second attempt each): late, never lost."""
+    e, route = images_entry(mock)
+    archive_dir = str(tmp_path / "archive")
+    gw = start(gateway_factory, tmp_path, [e], lease_seconds=8,
+               env={"OPENAI_API_KEY": "sk-x", "IDEMGATE_CRASH": "after_result_commit"})
+    key = "born-dies-" + uuid.uuid4().hex
+    r = gw.submit(token, key, {"prompt": "a cat", "n": 2, "response_format": "url"}, route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    gw.proc.wait(timeout=30)
+    assert gw.proc.returncode == -signal.SIGKILL, gw.log()[-2000:]
+    # Written completed, its two outputs inserted under the dead replica's lease.
+    rows = psql("SELECT n, state, lease_owner IS NOT NULL, lease_version, attempts FROM "
+                f"archive_outputs WHERE op_id = '{job_id}' ORDER BY n")
+    assert rows == [["0", "pending", "t", "1", "1"], ["1", "pending", "t", "1", "1"]], rows
+    gw2 = start(gateway_factory, tmp_path, [e], lease_seconds=8,
+                env={"OPENAI_API_KEY": "sk-x"})
+    j = check_archive(gw2, token, job_id, archive_dir, 2)
+    assert [o["attempts"] for o in j["archive"]] == [2, 2], j["archive"]
+    assert metric(gw2, BY_CLAIM) == 2.0 and metric(gw2, BY_WRITE) == 0.0
+
+
 def test_expired_url_is_counted_and_logged(gateway_factory, token, mock, tmp_path):
     mock.http.request("POST", "/_files", json.dumps({"fault": "status_404"}))
     e, route = arch_entry("replicate", mock)

@@ -468,7 +468,10 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         b1 = budget()
         answer_function = run(function, f"f_{tag}", a)
         b2 = budget()
-        assert answer_plain == answer_function and len(answer_plain) == 1, tag
+        # The plain statement answers one more column: the outputs it inserted claimed by the
+        # writing replica (born claims, archive.h) — none here, the plans name no owner.
+        assert [r[:1] for r in answer_plain] == answer_function and len(answer_plain) == 1, tag
+        assert answer_plain[0][1:] == [""], tag
         assert row(f"p_{tag}") == row(f"f_{tag}") and len(row(f"p_{tag}")) == 1, tag
         assert attempts(f"p_{tag}") == attempts(f"f_{tag}") and attempts(f"p_{tag}"), tag
         assert archive(f"p_{tag}") == archive(f"f_{tag}"), tag
@@ -478,6 +481,32 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     assert row("p_fenced")[0][0] == "sending" and attempts("p_fenced")[0][8] == "fenced"
     assert len(archive("p_done")) == 2 and row("p_done")[0][15] == "12"
     assert row("p_canceled")[0][0] == "failed" and row("p_canceled_maybe")[0][0] == "unknown"
+
+    # Born claims (plain statement only): the URL output whose plan entry names an owner is
+    # inserted under that owner's lease (fencing token 1, one attempt counted, the lease's length
+    # from the plan) and named in the answer; the base64 one is left to a claim. The function
+    # (Citus) inserts both unclaimed and names none: any replica's claim takes them. A fenced
+    # write inserts nothing and names nothing.
+    born_plan = ("'[{\"n\": 0, \"kind\": \"url\", \"url\": \"https://cdn.example/a.png\", "
+                 "\"credential\": null, \"expires\": 1900000000, \"owner\": \"replica-b\", "
+                 "\"lease\": 60}, {\"n\": 1, \"kind\": \"b64\", \"url\": null, "
+                 "\"credential\": null, \"expires\": 0}]'")
+
+    def leases(op_id):
+        return psql("SELECT n, lease_owner, lease_version, attempts, "
+                    "lease_expires_at BETWEEN now() + interval '50 seconds' "
+                    "AND now() + interval '70 seconds', state "
+                    f"FROM archive_outputs WHERE tenant_id = {tid} AND op_id = '{op_id}' ORDER BY n")
+    make("born", "sending")
+    assert run(plain, "p_born", {"plan": born_plan}) == [["completed completed", "0"]]
+    assert leases("p_born") == [["0", "replica-b", "1", "1", "t", "pending"],
+                                ["1", "", "0", "0", "", "pending"]]
+    assert run(function, "f_born", {"plan": born_plan}) == [["completed completed"]]
+    assert leases("f_born") == [["0", "", "0", "0", "", "pending"],
+                                ["1", "", "0", "0", "", "pending"]]
+    make("born_fenced", "sending")
+    assert run(plain, "p_born_fenced", {"plan": born_plan, "lease": "2"}) == [["fenced ", ""]]
+    assert leases("p_born_fenced") == []
     assert row("p_poll_hint")[0][14] == "done" and row("p_reconcile")[0][14] == ""
     # Each side settled three budgeted rows: written cost 5 of 7 reserved (-2), the reservation
     # (0), failed (-7); one in flight fewer each.
