@@ -284,9 +284,13 @@ static struct turns claim_turns = TURNS_INIT;
 struct claim_args {
     const char *owner;
     int lease_seconds;
-    int limit;
     struct store_claim *out;
+    struct archiver *A;
+    int room; /* held for the claim (claim_tenant), given back or turned into its rows' */
+    int full; /* no room: the claim was not made */
 };
+
+static int hold_room(struct archiver *A);
 
 static int claim_due_read(struct db *db, void *arg, long long **ids, size_t *n)
 {
@@ -294,15 +298,22 @@ static int claim_due_read(struct db *db, void *arg, long long **ids, size_t *n)
     return turns_read(db, &claim_due, g_providers, ids, n);
 }
 
+/* The room is held only once a tenant with due outputs was found, for the claim statement
+ * itself: an idle thread's look for due work holds none, so a result's write finds the room
+ * for its born claims (archive.h) while the archive threads poll. */
 static int claim_tenant(struct db *db, long long tenant, void *arg)
 {
-    const struct claim_args *a = arg;
+    struct claim_args *a = arg;
     struct store_claim *out = a->out;
     PGresult *r;
+    if (!a->room && !(a->room = hold_room(a->A))) {
+        a->full = 1;
+        return STORE_ERETRY; /* stops the turn; the tenant keeps its place in the ring */
+    }
     int e = db_run(db, &claim,
                    DB_ARGS(p_text("owner", a->owner), p_int("lease_seconds", a->lease_seconds),
                            p_text("providers", g_providers), p_int("tenant_id", tenant),
-                           p_int("limit", a->limit)),
+                           p_int("limit", a->room)),
                    &r);
     if (e < 0)
         return e;
@@ -319,14 +330,6 @@ static int claim_tenant(struct db *db, long long tenant, void *arg)
     return STORE_OK;
 }
 
-static int archive_claim(struct db *db, const char *owner, int lease_seconds, int limit,
-                         struct store_claim *out)
-{
-    struct claim_args a = {owner, lease_seconds, limit, out};
-    memset(out, 0, sizeof(*out));
-    plan_due(db);
-    return turns_claim(&claim_turns, db, claim_due_read, claim_tenant, &a);
-}
 
 /* ---- copying -------------------------------------------------------------------------- */
 
@@ -1050,15 +1053,11 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     fin_flush(db);
 }
 
-/* Claims pending outputs, as many as the engine has room for (and archive_max_inflight, and
- * CLAIM_BATCH), and the spool for their files. */
-static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
-                           struct store_claim *out, void *arg)
+/* Holds room for a claim (0: none): archive threads claiming at once never take more than
+ * archive_max_inflight between them (a row started counts in `copying` too until its claim's
+ * room is given back: the bound errs low, never high). */
+static int hold_room(struct archiver *A)
 {
-    struct archiver *A = arg;
-    /* The room is held before the claim is made: archive threads claiming at once never take
-     * more than archive_max_inflight between them (a row started counts in `copying` too until
-     * its claim's room is given back: the bound errs low, never high). */
     int held = atomic_load(&A->claiming), room;
     do {
         room = A->cfg->archive_max_inflight - atomic_load(&A->copying) -
@@ -1069,15 +1068,39 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
         room = ap_claim_room(room, eng_room(A->eng) - held, CLAIM_BATCH);
         if (room <= 0) {
             atomic_store(&A->starved, 1);
-            return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
+            return 0;
         }
     } while (!atomic_compare_exchange_weak(&A->claiming, &held, held + room));
     atomic_store(&A->starved, 0);
-    /* The slots are taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
-    int e = archive_claim(db, owner, lease_seconds, room, out);
+    return room;
+}
+
+/* Claims pending outputs, as many as the engine has room for (and archive_max_inflight, and
+ * CLAIM_BATCH), and the spool for their files. */
+static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
+                           struct store_claim *out, void *arg)
+{
+    struct archiver *A = arg;
+    struct claim_args a = {.owner = owner, .lease_seconds = lease_seconds, .out = out, .A = A};
+    memset(out, 0, sizeof(*out));
+    /* Full already: not even a look for due work (the hold itself is taken by claim_tenant). */
+    int held = atomic_load(&A->claiming);
+    if (ap_claim_room(A->cfg->archive_max_inflight - atomic_load(&A->copying) -
+                          atomic_load(&A->to_start) - held,
+                      eng_room(A->eng) - held, CLAIM_BATCH) <= 0) {
+        atomic_store(&A->starved, 1);
+        return STORE_ENOTFOUND; /* a call's end wakes a thread to claim again */
+    }
+    plan_due(db);
+    int e = turns_claim(&claim_turns, db, claim_due_read, claim_tenant, &a);
+    int room = a.room;
+    if (a.full && e == STORE_ERETRY)
+        e = STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     if (e != STORE_OK) {
-        atomic_fetch_sub(&A->claiming, room);
-        arch_room(A);
+        if (room) {
+            atomic_fetch_sub(&A->claiming, room);
+            arch_room(A);
+        }
         return e;
     }
     /* The rows' engine slots taken, the claim's hold becomes its rows' until they are started

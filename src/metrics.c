@@ -522,11 +522,12 @@ static void render_archive(struct buf *b)
         atomic_load(&archive_outcomes[2]));
     put(b,
         "# HELP idemgate_archive_claims_total Archive copies this replica claimed: by the write "
-        "of their result (by=\"write\": no claim statement) or by a claim (by=\"claim\": the "
-        "outputs the write could not take, and those of other replicas or earlier attempts).\n"
+        "of their result (source=\"write\": no claim statement) or by a claim "
+        "(source=\"claim\": the outputs the write could not take, and those of other replicas "
+        "or earlier attempts).\n"
         "# TYPE idemgate_archive_claims_total counter\n"
-        "idemgate_archive_claims_total{by=\"write\"} %lu\n"
-        "idemgate_archive_claims_total{by=\"claim\"} %lu\n",
+        "idemgate_archive_claims_total{source=\"write\"} %lu\n"
+        "idemgate_archive_claims_total{source=\"claim\"} %lu\n",
         atomic_load(&archive_claimed[1]), atomic_load(&archive_claimed[0]));
     put(b, "# HELP idemgate_archive_reads_unserved_total Archived outputs this replica could not "
            "serve: stored in another replica's local archive folder (other_replica), in a store "

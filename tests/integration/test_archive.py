@@ -326,8 +326,8 @@ def metric(gw, name):
     return 0.0
 
 
-BY_WRITE = 'idemgate_archive_claims_total{by="write"}'
-BY_CLAIM = 'idemgate_archive_claims_total{by="claim"}'
+BY_WRITE = 'idemgate_archive_claims_total{source="write"}'
+BY_CLAIM = 'idemgate_archive_claims_total{source="claim"}'
 
 
 @pytest.mark.parametrize("room", [8, 1])
