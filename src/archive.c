@@ -1185,7 +1185,8 @@ static PGresult *born_row(const struct born_rows *b, const cJSON *x, double now)
     char tenant[24], n[16], expires[32], at[32];
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(x, "expires");
     snprintf(tenant, sizeof(tenant), "%lld", b->tenant_id);
-    snprintf(n, sizeof(n), "%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "n")));
+    const cJSON *num = cJSON_GetObjectItemCaseSensitive(x, "n");
+    snprintf(n, sizeof(n), "%d", cJSON_IsNumber(num) ? num->valueint : -1);
     snprintf(expires, sizeof(expires), "%.6f", cJSON_IsNumber(e) ? e->valuedouble : 0.0);
     snprintf(at, sizeof(at), "%.6f", now);
     const char *v[] = {tenant,
@@ -1230,7 +1231,8 @@ static void start_born(struct rq_item *it, struct db *db)
         const cJSON *x = NULL;
         cJSON_ArrayForEach(x, plan)
         {
-            if ((long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "n")) == n)
+            const cJSON *num = cJSON_GetObjectItemCaseSensitive(x, "n");
+            if (cJSON_IsNumber(num) && num->valueint == n)
                 break;
         }
         struct store_claim one = {.res = x ? born_row(b, x, now) : NULL};

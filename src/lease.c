@@ -1,7 +1,6 @@
 #include "idemgate/lease.h"
 
 #include "idemgate/answers.h"
-#include "idemgate/archive.h"
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
 #include "idemgate/store.h"

@@ -3,6 +3,7 @@
 
 #include "idemgate/config.h"
 #include "idemgate/db.h"
+#include "idemgate/lease.h"
 
 /* Output archival (issue 13 §1): archive workers (a wpool, cfg->archive_workers threads) plan
  * the outputs of completed operations into archive_outputs rows (one statement marks the
@@ -33,12 +34,8 @@ void archive_stop(struct archiver *A);
  * given back for every output the write did not insert under that lease: fenced, an output
  * already there, a write lost with its connection (its rows, if any, wait for their lease to
  * run out, then any replica's claim takes them), a distributed database (its finish function
- * inserts every output unclaimed). A process that dies in between leaves them the same way. */
-struct archive_born {
-    int taken;      /* outputs the archive holds room for */
-    double mono;    /* CLOCK_MONOTONIC before the write: the born leases are no older */
-    char *inserted; /* the write's answer: the outputs it inserted born ("0,2"), or NULL */
-};
+ * inserts every output unclaimed). A process that dies in between leaves them the same way.
+ * (struct archive_born is lease.h's: the write fills it in.) */
 /* Once the write of the result is known: written (committed, completed, applied) hands the
  * outputs b->inserted names to the archive threads; the rest of b's room is given back. The
  * job's identity and the plan (archive_plan_json's, whose rows the write inserted) say what each

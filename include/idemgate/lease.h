@@ -116,6 +116,14 @@ __attribute__((warn_unused_result)) int lease_release_reservation(struct db *db,
                                                                   int *tripped);
 
 /* The result of one outbound call, written only if the claim still holds. */
+/* A result's born archive claims (archive.h): room its replica's archive holds for the outputs
+ * the write inserts claimed, and what the write answered. */
+struct archive_born {
+    int taken;      /* outputs the archive holds room for */
+    double mono;    /* CLOCK_MONOTONIC before the write: the born leases are no older */
+    char *inserted; /* the write's answer: the outputs it inserted born ("0,2"), or NULL */
+};
+
 struct store_finish {
     long long tenant_id;
     const char *id;

@@ -429,7 +429,8 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
 
     def archive(op_id):
         return psql("SELECT n, provider, kind, source_url, credential, expires_at, state "
-                    f"FROM archive_outputs WHERE tenant_id = {tid} AND op_id = '{op_id}' ORDER BY n")
+                    f"FROM archive_outputs WHERE tenant_id = {tid} AND op_id = '{op_id}' "
+                    "ORDER BY n")
 
     def budget():
         return [int(x) for x in psql("SELECT inflight, day_micros, month_micros FROM "
@@ -496,7 +497,8 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         return psql("SELECT n, lease_owner, lease_version, attempts, "
                     "lease_expires_at BETWEEN now() + interval '50 seconds' "
                     "AND now() + interval '70 seconds', state "
-                    f"FROM archive_outputs WHERE tenant_id = {tid} AND op_id = '{op_id}' ORDER BY n")
+                    f"FROM archive_outputs WHERE tenant_id = {tid} AND op_id = '{op_id}' "
+                    "ORDER BY n")
     make("born", "sending")
     assert run(plain, "p_born", {"plan": born_plan}) == [["completed completed", "0"]]
     assert leases("p_born") == [["0", "replica-b", "1", "1", "t", "pending"],
