@@ -1091,6 +1091,9 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
         atomic_store(&A->starved, 1);
         return STORE_ENOTFOUND; /* a call's end wakes a thread to claim again */
     }
+    /* Room again: the next slot given back need not wake a claim (hold_room sets it again when
+     * a claim of due outputs finds none; born claims wait while it is set). */
+    atomic_store(&A->starved, 0);
     plan_due(db);
     int e = turns_claim(&claim_turns, db, claim_due_read, claim_tenant, &a);
     int room = a.room;
@@ -1118,23 +1121,29 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
 
 /* ---- born claims (archive.h) --------------------------------------------------------- */
 
-/* Room for up to want born outputs, taken as a claim takes it (archive_max_inflight, the
- * engine's room, less what claims being made hold), slots and all: how many. */
+/* Room for up to want born outputs, taken as a claim takes it — held first among the claims
+ * being made (so that neither passes archive_max_inflight nor counts the engine's free slots
+ * twice), the slots taken, then counted as rows to start: how many. None while a claim found the
+ * archive full (starved): outputs already due — retries, a dead replica's, those no write could
+ * take — have the room first, in the tenants' turns; the new ones are then inserted unclaimed
+ * and wait their turn. */
 static int born_take(int want)
 {
     struct archiver *A = atomic_load(&g_arch);
-    if (!A || want <= 0 || atomic_load(&A->quiesced))
+    if (!A || want <= 0 || atomic_load(&A->quiesced) || atomic_load(&A->starved))
         return 0;
-    int ts = atomic_load(&A->to_start), room;
+    int held = atomic_load(&A->claiming), room;
     do {
-        int held = atomic_load(&A->claiming);
-        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) - ts - held;
+        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) -
+               atomic_load(&A->to_start) - held;
         room = ap_claim_room(room, eng_room(A->eng) - held, want);
         if (room <= 0)
             return 0;
-    } while (!atomic_compare_exchange_weak(&A->to_start, &ts, ts + room));
+    } while (!atomic_compare_exchange_weak(&A->claiming, &held, held + room));
     for (int i = 0; i < room; i++)
         eng_acquire_more(A->eng);
+    atomic_fetch_add(&A->to_start, room);
+    atomic_fetch_sub(&A->claiming, room);
     return room;
 }
 
@@ -1248,12 +1257,13 @@ static void start_born(struct rq_item *it, struct db *db)
         one.id = db_val(one.res, 0, AC_OP);
         one.lease_version = 1;
         one.provider = db_val(one.res, 0, AC_PROVIDER);
-        metrics_archive_claimed(1);
-        if (atomic_load(&A->quiesced))
+        if (atomic_load(&A->quiesced)) {
             not_copied(A, db, &one, b->lease_end, (int)n, "pending",
                        "the replica stopped before the copy began", 0);
-        else
+        } else {
+            metrics_archive_claimed(1);
             archive_row(A->cfg, db, &one, b->lease_end, A);
+        }
         store_claim_fini(&one); /* nothing left when a copy took it */
         atomic_fetch_sub(&A->to_start, 1);
     }
