@@ -26,7 +26,7 @@ void archive_quiesce(struct archiver *A);
 /* Writes what is left, stops the threads and frees A (A may be NULL). */
 void archive_stop(struct archiver *A);
 
-/* Born claims (issue 23: a claim statement per output was ~15 % of a job's executor time). The
+/* Born claims (issue 23: a claim statement per output was ~13 % of a job's executor time). The
  * write of a result this replica's archive has room for claims its fetched outputs itself: they
  * are inserted under this replica's lease (fencing token 1, one attempt counted), and once the
  * write has committed they go straight to the archive threads, as a claim's rows would. The room
@@ -36,6 +36,7 @@ void archive_stop(struct archiver *A);
  * run out, then any replica's claim takes them), a distributed database (its finish function
  * inserts every output unclaimed). A process that dies in between leaves them the same way.
  * (struct archive_born is lease.h's: the write fills it in.) */
+
 /* Once the write of the result is known: written (committed, completed, applied) hands the
  * outputs b->inserted names to the archive threads; the rest of b's room is given back. The
  * job's identity and the plan (archive_plan_json's, whose rows the write inserted) say what each

@@ -115,7 +115,6 @@ __attribute__((warn_unused_result)) int lease_release_reservation(struct db *db,
                                                                   long delay_ms, int *released,
                                                                   int *tripped);
 
-/* The result of one outbound call, written only if the claim still holds. */
 /* A result's born archive claims (archive.h): room its replica's archive holds for the outputs
  * the write inserts claimed, and what the write answered. */
 struct archive_born {
@@ -124,6 +123,7 @@ struct archive_born {
     char *inserted; /* the write's answer: the outputs it inserted born ("0,2"), or NULL */
 };
 
+/* The result of one outbound call, written only if the claim still holds. */
 struct store_finish {
     long long tenant_id;
     const char *id;
