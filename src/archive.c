@@ -1053,25 +1053,35 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
     fin_flush(db);
 }
 
-/* Holds room for a claim (0: none): archive threads claiming at once never take more than
- * archive_max_inflight between them (a row started counts in `copying` too until its claim's
- * room is given back: the bound errs low, never high). */
-static int hold_room(struct archiver *A)
+/* The room left for up to most copies, less held (what the claims being made hold): a row
+ * started counts in `copying` too until its claim's room is given back (the bound errs low,
+ * never high). Nor more than the engine's free slots less those same holds (their rows' slots
+ * are taken once claimed): threads claiming at once do not each count the same free slots
+ * (ENG_ROOM_THEN_TAKE). */
+static int room_left(struct archiver *A, int held, int most)
+{
+    int room = A->cfg->archive_max_inflight - atomic_load(&A->copying) -
+               atomic_load(&A->to_start) - held;
+    return ap_claim_room(room, eng_room(A->eng) - held, most);
+}
+
+/* Holds up to most of the room among the claims being made (0: none): whoever holds it — a
+ * claim, a result's born claims — never takes more than archive_max_inflight with the others. */
+static int hold(struct archiver *A, int most)
 {
     int held = atomic_load(&A->claiming), room;
     do {
-        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) -
-               atomic_load(&A->to_start) - held;
-        /* Nor the engine's free slots, less those the other threads' claims being made hold
-         * (their rows' slots are taken once claimed): archive threads claiming at once do not
-         * each count the same free slots (ENG_ROOM_THEN_TAKE). */
-        room = ap_claim_room(room, eng_room(A->eng) - held, CLAIM_BATCH);
-        if (room <= 0) {
-            atomic_store(&A->starved, 1);
+        if ((room = room_left(A, held, most)) <= 0)
             return 0;
-        }
     } while (!atomic_compare_exchange_weak(&A->claiming, &held, held + room));
-    atomic_store(&A->starved, 0);
+    return room;
+}
+
+/* Holds room for a claim (0: none, and the archive is starved until a claim finds room). */
+static int hold_room(struct archiver *A)
+{
+    int room = hold(A, CLAIM_BATCH);
+    atomic_store(&A->starved, room == 0);
     return room;
 }
 
@@ -1084,10 +1094,7 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     struct claim_args a = {.owner = owner, .lease_seconds = lease_seconds, .out = out, .A = A};
     memset(out, 0, sizeof(*out));
     /* Full already: not even a look for due work (the hold itself is taken by claim_tenant). */
-    int held = atomic_load(&A->claiming);
-    if (ap_claim_room(A->cfg->archive_max_inflight - atomic_load(&A->copying) -
-                          atomic_load(&A->to_start) - held,
-                      eng_room(A->eng) - held, CLAIM_BATCH) <= 0) {
+    if (room_left(A, atomic_load(&A->claiming), CLAIM_BATCH) <= 0) {
         atomic_store(&A->starved, 1);
         return STORE_ENOTFOUND; /* a call's end wakes a thread to claim again */
     }
@@ -1130,16 +1137,10 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
 static int born_take(int want)
 {
     struct archiver *A = atomic_load(&g_arch);
-    if (!A || want <= 0 || atomic_load(&A->quiesced) || atomic_load(&A->starved))
+    int room;
+    if (!A || want <= 0 || atomic_load(&A->quiesced) || atomic_load(&A->starved) ||
+        !(room = hold(A, want)))
         return 0;
-    int held = atomic_load(&A->claiming), room;
-    do {
-        room = A->cfg->archive_max_inflight - atomic_load(&A->copying) -
-               atomic_load(&A->to_start) - held;
-        room = ap_claim_room(room, eng_room(A->eng) - held, want);
-        if (room <= 0)
-            return 0;
-    } while (!atomic_compare_exchange_weak(&A->claiming, &held, held + room));
     for (int i = 0; i < room; i++)
         eng_acquire_more(A->eng);
     atomic_fetch_add(&A->to_start, room);
