@@ -274,6 +274,7 @@ def gateway_factory(database_url, mock, tmp_path):
         log_path = tmp_path / f"gateway{n}.log"
         env = dict(os.environ, DATABASE_URL=database_url, MOCK_IMAGES_API_KEY="sk-mock-secret")
         env.pop("IDEMGATE_CRASH", None)
+        env.pop("IDEMGATE_PAUSE", None)
         env.update(env_extra)
         proc = subprocess.Popen([GATEWAY_BIN, "--config", str(cfg_path), "serve"],
                                 stdout=subprocess.PIPE, stderr=open(log_path, "w"), env=env)

@@ -380,6 +380,86 @@ def test_outputs_claimed_by_a_write_whose_replica_died_are_copied_by_another(
     assert metric(gw2, BY_CLAIM) == 2.0 and metric(gw2, BY_WRITE) == 0.0
 
 
+def test_outputs_a_write_claimed_as_its_replica_stops_are_given_back_at_once(
+        gateway_factory, token, mock, tmp_path, psql):
+    """A result written (its two outputs inserted under this replica's lease) while the replica
+    is being stopped: SIGTERM arrives while the dispatcher thread is held between the commit and
+    the hand-over to the archive threads (pause point `after_result_commit`). The archive has
+    stopped taking work by then: each output is given back pending, unowned and due at once —
+    not left leased for the 60 s lease — and another replica copies both (a second attempt)."""
+    e, route = images_entry(mock)
+    archive_dir = str(tmp_path / "archive")
+    gw = start(gateway_factory, tmp_path, [e], lease_seconds=60,
+               env={"OPENAI_API_KEY": "sk-x", "IDEMGATE_PAUSE": "after_result_commit:3000"})
+    r = gw.submit(token, "born-stop-" + uuid.uuid4().hex,
+                  {"prompt": "a cat", "n": 2, "response_format": "url"}, route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    leased = f"SELECT count(*) FROM archive_outputs WHERE op_id = '{job_id}' AND lease_owner " \
+             "IS NOT NULL"
+    deadline = time.monotonic() + 20
+    while psql(leased) != [["2"]] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert psql(leased) == [["2"]], gw.log()[-2000:]
+    assert '"event":"pause_point"' in gw.log()
+    gw.proc.send_signal(signal.SIGTERM)
+    assert gw.proc.wait(timeout=30) == 0, gw.log()[-2000:]
+    rows = psql("SELECT n, state, lease_owner IS NULL, next_attempt_at <= now(), attempts, "
+                f"last_error FROM archive_outputs WHERE op_id = '{job_id}' ORDER BY n")
+    stopped = "the replica stopped before the copy began"
+    assert rows == [["0", "pending", "t", "t", "1", stopped],
+                    ["1", "pending", "t", "t", "1", stopped]], rows
+    gw2 = start(gateway_factory, tmp_path, [e], lease_seconds=60, env={"OPENAI_API_KEY": "sk-x"})
+    j = check_archive(gw2, token, job_id, archive_dir, 2)  # within 30 s: long before the lease
+    assert [o["attempts"] for o in j["archive"]] == [2, 2], j["archive"]
+
+
+def test_a_write_that_claimed_outputs_and_lost_its_answer_keeps_no_room(
+        gateway_factory, token, mock, tmp_path, database_url):
+    """The result's write commits with its output claimed for this replica, but the connection
+    is closed before its answer arrives (a protocol proxy holds the answer and closes both sides
+    at ReadyForQuery). The gateway's re-read finds the result written, not which outputs the
+    write claimed: it hands none to the archive threads and gives their room back. The output
+    waits out its lease (8 s) and a claim copies it (a second attempt). With room for one copy
+    only, a later job's output is still claimed by its own write: the lost write kept no room."""
+    from urllib.parse import parse_qs, urlsplit
+    import sys
+    import tempfile
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from chaos.pgproxy import PgProxy
+    q = parse_qs(urlsplit(database_url).query)
+    if not q.get("host", [""])[0].startswith("/"):
+        pytest.skip("the protocol proxy speaks Unix sockets; this database is reached over TCP")
+    sock_dir, port = q["host"][0], q["port"][0]
+    d = tempfile.mkdtemp(prefix="idemgate-pgproxy-")
+    os.chmod(d, 0o755)
+    px = PgProxy(sock_dir, d, port).start()
+    try:
+        e, route = images_entry(mock)
+        archive_dir = str(tmp_path / "archive")
+        gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=1, lease_seconds=8,
+                   env={"OPENAI_API_KEY": "sk-x",
+                        "DATABASE_URL": database_url.replace(sock_dir, d)})
+        px.fail_next("finish", "after")
+        r = gw.submit(token, "born-lost-" + uuid.uuid4().hex,
+                      {"prompt": "a cat", "n": 1, "response_format": "url"}, route=route,
+                      headers={"Prefer": "respond-async"})
+        assert r.status == 202, r
+        j = check_archive(gw, token, r.json()["id"], archive_dir, 1)
+        assert px.count("finish", "after") == 1
+        assert [o["attempts"] for o in j["archive"]] == [2], j["archive"]
+        assert (metric(gw, BY_WRITE), metric(gw, BY_CLAIM)) == (0.0, 1.0)
+        r = gw.submit(token, "born-after-" + uuid.uuid4().hex,
+                      {"prompt": "a dog", "n": 1, "response_format": "url"}, route=route,
+                      headers={"Prefer": "respond-async"})
+        j = check_archive(gw, token, r.json()["id"], archive_dir, 1)
+        assert [o["attempts"] for o in j["archive"]] == [1], j["archive"]
+        assert (metric(gw, BY_WRITE), metric(gw, BY_CLAIM)) == (1.0, 1.0)
+    finally:
+        px.close()
+
+
 def test_expired_url_is_counted_and_logged(gateway_factory, token, mock, tmp_path):
     mock.http.request("POST", "/_files", json.dumps({"fault": "status_404"}))
     e, route = arch_entry("replicate", mock)
