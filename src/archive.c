@@ -308,7 +308,7 @@ static int claim_tenant(struct db *db, long long tenant, void *arg)
     PGresult *r;
     if (!a->room && !(a->room = hold_room(a->A))) {
         a->full = 1;
-        return STORE_ERETRY; /* stops the turn; the tenant keeps its place in the ring */
+        return TURN_KEPT; /* no room on this replica: the tenant is served first next time */
     }
     int e = db_run(db, &claim,
                    DB_ARGS(p_text("owner", a->owner), p_int("lease_seconds", a->lease_seconds),

@@ -61,6 +61,12 @@ void turn_ring_drop(struct turn_ring *r, long long tenant)
         }
 }
 
+void turn_ring_keep(struct turn_ring *r, long long tenant, long long before)
+{
+    if (r->last == tenant)
+        r->last = before;
+}
+
 void turn_ring_fini(struct turn_ring *r)
 {
     free(r->ids);
@@ -105,11 +111,18 @@ int turns_claim(struct turns *t, struct db *db, turns_read_fn read, turns_claim_
     for (size_t i = 0; i < tries; i++) {
         long long tenant;
         pthread_mutex_lock(&t->mu);
+        long long before = t->ring.last;
         int some = turn_ring_next(&t->ring, &tenant);
         pthread_mutex_unlock(&t->mu);
         if (!some)
             break;
         e = claim(db, tenant, arg);
+        if (e == TURN_KEPT) {
+            pthread_mutex_lock(&t->mu);
+            turn_ring_keep(&t->ring, tenant, before);
+            pthread_mutex_unlock(&t->mu);
+            return STORE_ERETRY;
+        }
         if (e != STORE_ENOTFOUND)
             return e;
         pthread_mutex_lock(&t->mu);

@@ -55,6 +55,9 @@ int turn_ring_wraps(const struct turn_ring *r);
 int turn_ring_next(struct turn_ring *r, long long *tenant);
 /* Removes a tenant (its claim found nothing). */
 void turn_ring_drop(struct turn_ring *r, long long tenant);
+/* Gives back a turn taken by turn_ring_next (the tenant served, the one served last before
+ * it): the tenant is next again — unless another turn was taken since. */
+void turn_ring_keep(struct turn_ring *r, long long tenant, long long before);
 void turn_ring_fini(struct turn_ring *r);
 
 /* One kind of work's ring, shared by the threads that claim it. Initialise with TURNS_INIT. */
@@ -71,11 +74,14 @@ struct turns {
 
 /* The tenants with due work (a store read): STORE_OK with *ids (malloc'd) and *n, or an error. */
 typedef int (*turns_read_fn)(struct db *db, void *arg, long long **ids, size_t *n);
-/* One tenant's claim: STORE_OK (claimed), STORE_ENOTFOUND, or an error. */
+/* One tenant's claim: STORE_OK (claimed), STORE_ENOTFOUND, an error, or TURN_KEPT: the claim
+ * was not made, for a reason that is not the tenant's (no room left on this replica), and the
+ * tenant keeps its turn — it is served first at the next claim. */
+enum { TURN_KEPT = 1 };
 typedef int (*turns_claim_fn)(struct db *db, long long tenant, void *arg);
 
 /* Claims from the tenants in turn until one claim succeeds: STORE_OK, STORE_ENOTFOUND when no
- * tenant had anything, or the first error. */
+ * tenant had anything, or the first error (STORE_ERETRY for a turn kept). */
 int turns_claim(struct turns *t, struct db *db, turns_read_fn read, turns_claim_fn claim,
                 void *arg);
 

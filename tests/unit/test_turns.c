@@ -71,6 +71,27 @@ static void ring_drop(void **state)
     turn_ring_fini(&r);
 }
 
+/* A turn given back (its claim not made for want of room) is served again next, unless another
+ * turn was taken since (another thread's claim). */
+static void ring_keep(void **state)
+{
+    (void)state;
+    struct turn_ring r = {0};
+    long long ids[] = {4, 8, 15}, t;
+    assert_int_equal(turn_ring_set(&r, ids, 3), 0);
+    assert_true(turn_ring_next(&r, &t) && t == 4);
+    long long before = r.last;
+    assert_true(turn_ring_next(&r, &t) && t == 8);
+    turn_ring_keep(&r, 8, before);
+    assert_true(turn_ring_next(&r, &t) && t == 8); /* its turn again, not 15's */
+    before = r.last;
+    assert_true(turn_ring_next(&r, &t) && t == 15);
+    assert_true(turn_ring_next(&r, &t) && t == 4); /* another turn taken meanwhile */
+    turn_ring_keep(&r, 15, before);                /* too late: nothing */
+    assert_true(turn_ring_next(&r, &t) && t == 8);
+    turn_ring_fini(&r);
+}
+
 /* A world of tenants with queues of due jobs. */
 #define TENANTS 4
 struct world {
@@ -225,6 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ring_turns),
         cmocka_unit_test(ring_drop),
+        cmocka_unit_test(ring_keep),
         cmocka_unit_test(quiet_tenant_behind_a_flood),
         cmocka_unit_test(tenants_alternate_and_empty_ones_leave),
         cmocka_unit_test(a_stale_tenant_is_skipped_in_the_same_call),
