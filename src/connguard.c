@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -36,11 +37,11 @@ static int by_port[65536]; /* fd + 1 of the first noted socket with that local p
 static CURL *refused[REFUSED_MAX];
 static int n_refused;
 
-enum cg_verdict cg_judge(int noted, ssize_t peeked, int err)
+enum cg_verdict cg_judge(int noted, ssize_t peeked, int err, int tls_pending)
 {
     if (!noted)
         return CG_NEW;
-    if (peeked > 0)
+    if (peeked > 0 || tls_pending)
         return CG_INPUT;
     if (peeked == 0)
         return CG_PEER_CLOSED;
@@ -151,6 +152,19 @@ void cg_install(CURL *h)
     curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, cg_closesocket);
 }
 
+/* Whether the TLS session of h's connection holds bytes it read from the socket and nobody has
+ * read from it yet: a record read whole while libcurl took only the answer's length from it (the
+ * rest of a body longer than its length, an answer nobody asked for behind it). No peek of the
+ * socket sees them. 0 for a connection without TLS, or with another TLS library. */
+static int tls_pending(CURL *h)
+{
+    struct curl_tlssessioninfo *ti = NULL;
+    if (curl_easy_getinfo(h, CURLINFO_TLS_SSL_PTR, &ti) != CURLE_OK || !ti || !ti->internals ||
+        ti->backend != CURLSSLBACKEND_OPENSSL)
+        return 0;
+    return SSL_has_pending((SSL *)ti->internals);
+}
+
 int cg_stale(CURL *h, const char *peer_ip, int peer_port, int local_port)
 {
     peer_ip = peer_ip ? peer_ip : "";
@@ -184,7 +198,8 @@ int cg_stale(CURL *h, const char *peer_ip, int peer_port, int local_port)
     /* The socket is idle and ours (one exchange at a time): nothing else reads it meanwhile. */
     char b;
     ssize_t peeked = noted_here ? recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) : -1;
-    enum cg_verdict v = cg_judge(noted_here, peeked, peeked < 0 ? errno : 0);
+    int err = peeked < 0 ? errno : 0;
+    enum cg_verdict v = cg_judge(noted_here, peeked, err, noted_here && tls_pending(h));
     if (!cg_refuses(v))
         return 0;
     pthread_mutex_lock(&mu);

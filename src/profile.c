@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const status_names[TS__COUNT] = {"queued", "running", "succeeded", "failed",
                                                      "canceled"};
@@ -27,6 +28,8 @@ static const struct memb timeouts_m[] = {{"connect_ms", MEMB_VALUE, NULL},
                                          {"total_ms", MEMB_VALUE, NULL},
                                          {"keepalive_seconds", MEMB_VALUE, NULL}};
 static const struct memb_table timeouts_t = MEMB_TABLE(timeouts_m, NULL);
+static const struct memb tls_m[] = {{"ca_file", MEMB_VALUE, NULL}};
+static const struct memb_table tls_t = MEMB_TABLE(tls_m, NULL);
 static const struct memb route_m[] = {
     {"default_wait_seconds", MEMB_VALUE, NULL}, {"method", MEMB_VALUE, NULL},
     {"multipart", MEMB_VALUE, NULL},            {"path", MEMB_VALUE, NULL},
@@ -152,6 +155,7 @@ static const struct memb provider_m[] = {
     {"status", MEMB_OBJECT, &status_t},
     {"stream", MEMB_VALUE, NULL},
     {"timeouts", MEMB_OBJECT, &timeouts_t},
+    {"tls", MEMB_OBJECT, &tls_t},
     {"webhook", MEMB_OBJECT, &webhook_t},
 };
 /* A profile file holds the provider members; an entry names the provider and may name a profile
@@ -1059,6 +1063,14 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
              p->name);
         return -1;
     }
+    /* The certificates that authenticate the provider's own origin (a private CA), instead of
+     * the system's bundle; read by libcurl at each new connection, so it must stay readable. */
+    p->ca_file = dup_str(cJSON_GetObjectItemCaseSensitive(o, "tls"), "ca_file", NULL);
+    if (p->ca_file && (p->ca_file[0] != '/' || access(p->ca_file, R_OK) != 0)) {
+        errf(err, errlen, "%s: providers.%s.tls.ca_file must be an absolute path to a readable "
+             "PEM file", file, p->name);
+        return -1;
+    }
     if (load_routes(p, cJSON_GetObjectItemCaseSensitive(o, "routes"), file, err, errlen) < 0)
         return -1;
     if (load_semantics(p, o, file, err, errlen) < 0 || load_extra_headers(p, o, file, err, errlen) < 0)
@@ -1153,7 +1165,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->cancel_method, p->cancel_path, p->webhook_body_field,
                         p->webhook_secret_env, p->webhook_signature_header,
                         p->webhook_event_id_header, p->webhook_url_query,
-                        p->result_fetch_strip, p->proxy, p->list_cursor_param,
+                        p->result_fetch_strip, p->proxy, p->ca_file, p->list_cursor_param,
                         p->task_path, p->resume_query, p->resume_start_query};
         for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
             free(strs[k]);

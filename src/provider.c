@@ -57,6 +57,7 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
                              .keepalive_seconds = p->keepalive_seconds,
                              .max_response_bytes = p->max_response_bytes,
                              .proxy = p->proxy,
+                             .ca_file = p->ca_file,
                              .before_send = c->before_send,
                              .before_send_arg = c->before_send_arg,
                              .on_stream = c->on_stream,

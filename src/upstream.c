@@ -314,6 +314,8 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
      * configured proxy carries every call: NOPROXY "" overrides the environment's NO_PROXY. */
     curl_easy_setopt(h, CURLOPT_PROXY, req->proxy ? req->proxy : "");
     curl_easy_setopt(h, CURLOPT_NOPROXY, req->proxy ? "" : "*");
+    if (req->ca_file)
+        curl_easy_setopt(h, CURLOPT_CAINFO, req->ca_file);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     /* HTTP/1.1 only: one exchange on a connection at a time, so a call that is abandoned closes
      * its connection and whatever it had not sent goes with it (on_socket); HTTP/2 would keep

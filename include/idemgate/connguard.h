@@ -16,8 +16,9 @@
  * cg_stale: on a connection noted before, a byte waiting, its peer's close or an error refuses the
  * sending (nothing has left), and the engine starts the transfer again on a new connection
  * (cg_take_refused). A connection never noted carries its first exchange: not judged (a TLS
- * handshake may leave records behind it). Bytes OpenSSL has already read into its own buffer are
- * beyond a peek of the socket: that gap remains over TLS. */
+ * handshake may leave records behind it). Over TLS, bytes OpenSSL has already read from the socket
+ * into its own buffer (a record read whole while libcurl took only the answer's length from it)
+ * are beyond a peek of the socket: the TLS session is asked too (SSL_has_pending). */
 
 #include <curl/curl.h>
 #include <sys/types.h>
@@ -32,8 +33,9 @@ enum cg_verdict {
 };
 
 /* The verdict for a connection, noted before or not, given what a non-blocking peek of one
- * byte returned (peeked) and its errno (err, when peeked < 0). Pure. */
-enum cg_verdict cg_judge(int noted, ssize_t peeked, int err);
+ * byte returned (peeked), its errno (err, when peeked < 0) and whether its TLS session holds
+ * bytes read from the socket and not yet taken (tls_pending). Pure. */
+enum cg_verdict cg_judge(int noted, ssize_t peeked, int err, int tls_pending);
 
 /* 1 when v refuses the sending. */
 int cg_refuses(enum cg_verdict v);

@@ -71,6 +71,7 @@ struct cfg_provider {
     int max_inflight_calls; /* this provider's calls in flight per replica; 0: no own limit */
     size_t max_response_bytes; /* a longer answer is never a completed result */
     char *proxy;               /* the only proxy used (NULL: none, whatever the environment) */
+    char *ca_file; /* tls.ca_file: the CA bundle for the provider's origin (NULL: the system's) */
     struct cfg_route *routes;
     size_t n_routes;
 

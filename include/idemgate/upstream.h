@@ -33,6 +33,8 @@ struct up_request {
      * proxy nobody configured could turn a timeout into a definite 502/504 and would see the
      * credential. */
     const char *proxy;
+    /* The CA bundle that authenticates the provider's origin (PEM), or NULL: the system's. */
+    const char *ca_file;
     /* Called by libcurl after the connection is made and just before the request is sent. A
      * nonzero return aborts the transfer with nothing sent (a lease that ran out, say). */
     int (*before_send)(void *arg);

@@ -24,23 +24,29 @@ static void test_verdicts(void **state)
         int noted;
         ssize_t peeked;
         int err;
+        int tls_pending;
         enum cg_verdict v;
         int refuses;
     } rows[] = {
         /* A first exchange is never judged, whatever the socket shows (TLS records). */
-        {0, -1, EAGAIN, CG_NEW, 0},
-        {0, 1, 0, CG_NEW, 0},
-        {0, 0, 0, CG_NEW, 0},
-        {1, -1, EAGAIN, CG_CLEAN, 0},
-        {1, -1, EWOULDBLOCK, CG_CLEAN, 0},
-        {1, -1, EINTR, CG_CLEAN, 0},
-        {1, 1, 0, CG_INPUT, 1},
-        {1, 0, 0, CG_PEER_CLOSED, 1},
-        {1, -1, ECONNRESET, CG_BROKEN, 1},
-        {1, -1, ENOTCONN, CG_BROKEN, 1},
+        {0, -1, EAGAIN, 0, CG_NEW, 0},
+        {0, 1, 0, 0, CG_NEW, 0},
+        {0, 0, 0, 0, CG_NEW, 0},
+        {0, -1, EAGAIN, 1, CG_NEW, 0},
+        {1, -1, EAGAIN, 0, CG_CLEAN, 0},
+        {1, -1, EWOULDBLOCK, 0, CG_CLEAN, 0},
+        {1, -1, EINTR, 0, CG_CLEAN, 0},
+        {1, 1, 0, 0, CG_INPUT, 1},
+        {1, 0, 0, 0, CG_PEER_CLOSED, 1},
+        {1, -1, ECONNRESET, 0, CG_BROKEN, 1},
+        {1, -1, ENOTCONN, 0, CG_BROKEN, 1},
+        /* Bytes OpenSSL read from the socket and nobody took: the socket itself shows none. */
+        {1, -1, EAGAIN, 1, CG_INPUT, 1},
+        {1, 0, 0, 1, CG_INPUT, 1},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        enum cg_verdict v = cg_judge(rows[i].noted, rows[i].peeked, rows[i].err);
+        enum cg_verdict v =
+            cg_judge(rows[i].noted, rows[i].peeked, rows[i].err, rows[i].tls_pending);
         assert_int_equal(v, rows[i].v);
         assert_int_equal(cg_refuses(v), rows[i].refuses);
     }
