@@ -11,8 +11,9 @@
 # charting library from npm: scripts/npm-tools.sh adds Debian's npm when no npm is found).
 # Test: cmocka, pytest (with pytest-xdist: make integration runs its files on TEST_WORKERS
 # processes) and the Python packaging tools, clang with libFuzzer (make fuzz-regress),
-# strace, faketime, pgbouncer (tests/integration/test_pgbouncer.py only, its own instance on a
-# Unix socket; Debian enables its service, which listens on localhost:6432 where systemd runs),
+# strace, faketime, openssl (its command makes test_tls.py's certificate), pgbouncer
+# (tests/integration/test_pgbouncer.py only, its own instance on a Unix socket; Debian enables
+# its service, which listens on localhost:6432 where systemd runs),
 # locales, prometheus (for its promtool: make test checks the metrics and the alert rules; the
 # server its package starts is stopped and disabled again) and s3rver (npm: the S3-compatible
 # server of the archive tests, scripts/s3rver.sh).
@@ -21,7 +22,7 @@ set -eu
 RUN_PKGS="gcc make pkg-config libc6-dev libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
 libpq-dev libssl-dev postgresql-15 postgresql-client-15 curl ca-certificates nodejs util-linux"
 TEST_PKGS="libcmocka-dev python3 python3-pytest python3-pytest-xdist procps locales python3-yaml
-strace faketime pgbouncer python3-pip python3-venv python3-setuptools python3-wheel clang libclang-rt-14-dev
+strace faketime openssl pgbouncer python3-pip python3-venv python3-setuptools python3-wheel clang libclang-rt-14-dev
 prometheus"
 
 set_=${1:-test}
