@@ -186,6 +186,66 @@ static void test_found_status(void **state)
     }
 }
 
+/* One inline provider with the extra members `extra` (JSON, after a comma): 0 and the loaded
+ * provider's keep-alive and CA file (ca, calen bytes), or -1 with err naming the refusal. */
+static int load_extra(const char *extra, long *keepalive, char *ca, size_t calen, char *err,
+                      size_t errlen)
+{
+    char text[768];
+    snprintf(text, sizeof(text),
+             "[{\"name\":\"p\",\"base_url\":\"https://api.example\",\"routes\":[{\"route\":"
+             "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],%s}]",
+             extra);
+    cJSON *arr = cJSON_Parse(text);
+    assert_non_null(arr);
+    struct cfg_provider *ps = NULL;
+    size_t n = 0;
+    err[0] = '\0';
+    int rc = prof_load_all(arr, "t.json", ".", &ps, &n, err, errlen);
+    if (rc == 0) {
+        *keepalive = ps[0].keepalive_seconds;
+        snprintf(ca, calen, "%s", ps[0].ca_file ? ps[0].ca_file : "");
+    }
+    if (ps)
+        prof_free_all(ps, n);
+    cJSON_Delete(arr);
+    return rc;
+}
+
+/* Through an https:// proxy no connection is kept (the proxy's TLS session may hold bytes no
+ * check can see); an http:// proxy or none keeps them. A CA file must be an absolute path to a
+ * readable file. */
+static void test_keepalive_and_tls(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *extra;
+        int ok;
+        long keepalive;
+        const char *ca, *want_err;
+    } rows[] = {
+        {"\"timeouts\":{\"keepalive_seconds\":30}", 1, 30, "", NULL},
+        {"\"timeouts\":{\"keepalive_seconds\":30},\"proxy\":\"http://px:3128\"", 1, 30, "",
+         NULL},
+        {"\"timeouts\":{\"keepalive_seconds\":30},\"proxy\":\"https://px:3129\"", 1, 0, "",
+         NULL},
+        {"\"proxy\":\"https://px:3129\"", 1, 0, "", NULL},
+        {"\"tls\":{\"ca_file\":\"/dev/null\"}", 1, 2, "/dev/null", NULL},
+        {"\"tls\":{\"ca_file\":\"ca.pem\"}", 0, 0, "", "tls.ca_file"},
+        {"\"tls\":{\"ca_file\":\"/nonexistent/ca.pem\"}", 0, 0, "", "tls.ca_file"},
+        {"\"tls\":{\"ca\":\"/dev/null\"}", 0, 0, "", "ca"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        long keepalive = -1;
+        char ca[64] = "", err[512];
+        int rc = load_extra(rows[i].extra, &keepalive, ca, sizeof(ca), err, sizeof(err));
+        if ((rc == 0) != rows[i].ok || (rc != 0 && !strstr(err, rows[i].want_err)))
+            fail_msg("row %zu: rc %d, err %s", i, rc, err);
+        if (rc == 0 && (keepalive != rows[i].keepalive || strcmp(ca, rows[i].ca) != 0))
+            fail_msg("row %zu: keepalive %ld, ca '%s'", i, keepalive, ca);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_base_url),
         cmocka_unit_test(test_trip_markers),
         cmocka_unit_test(test_found_status),
+        cmocka_unit_test(test_keepalive_and_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
