@@ -505,8 +505,10 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROXY, "");
-    if (endpoint && x->p->ca_file) /* the provider's origin; a CDN's URL keeps the system's CAs */
-        curl_easy_setopt(h, CURLOPT_CAINFO, x->p->ca_file);
+    /* On the provider's own origin (a content endpoint, or an output URL there), its CA file in
+     * place of the system's certificates; a CDN's URL keeps the system's. */
+    if (x->p->ca_file && (endpoint || fp_same_origin(url, x->p->base_url)))
+        up_trust_only(h, x->p->ca_file);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, j->timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, x->p->connect_timeout_ms);
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->cap);

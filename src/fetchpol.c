@@ -189,6 +189,21 @@ int fp_url_allowed(const struct fp_policy *pol, const char *url, const char *sam
     return rc;
 }
 
+int fp_same_origin(const char *a, const char *b)
+{
+    struct url_parts u, o;
+    if (!a || !b || parts_of(a, &u) < 0)
+        return 0;
+    int same = 0;
+    if (parts_of(b, &o) == 0) {
+        same = !strcasecmp(u.scheme, o.scheme) && !strcasecmp(u.host, o.host) &&
+               !strcmp(u.port, o.port);
+        parts_fini(&o);
+    }
+    parts_fini(&u);
+    return same;
+}
+
 int fp_redirect_same_origin(const char *from, const char *location, char **next)
 {
     *next = NULL;

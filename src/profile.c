@@ -1072,8 +1072,10 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
         p->keepalive_seconds = 0;
     /* The certificates that authenticate the provider's own origin (a private CA), instead of
      * the system's bundle; read by libcurl at each new connection, so it must stay readable. */
-    p->ca_file = dup_str(cJSON_GetObjectItemCaseSensitive(o, "tls"), "ca_file", NULL);
-    if (p->ca_file && (p->ca_file[0] != '/' || access(p->ca_file, R_OK) != 0)) {
+    const cJSON *ca = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "tls"),
+                                                       "ca_file");
+    p->ca_file = cJSON_IsString(ca) ? strdup(ca->valuestring) : NULL;
+    if (ca && (!p->ca_file || p->ca_file[0] != '/' || access(p->ca_file, R_OK) != 0)) {
         errf(err, errlen, "%s: providers.%s.tls.ca_file must be an absolute path to a readable "
              "PEM file", file, p->name);
         return -1;

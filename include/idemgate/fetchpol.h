@@ -43,6 +43,10 @@ struct fp_policy {
 int fp_url_allowed(const struct fp_policy *pol, const char *url, const char *same_origin, char *why,
                    size_t whylen);
 
+/* 1 when both absolute URLs have the same scheme, host and port (default ports made explicit);
+ * 0 otherwise, or when either does not parse. */
+int fp_same_origin(const char *a, const char *b);
+
 /* 1 when location (absolute, or relative to from) stays on from's scheme, host and port; then
  * *next is the absolute URL to follow (free it). 0 otherwise. */
 int fp_redirect_same_origin(const char *from, const char *location, char **next);

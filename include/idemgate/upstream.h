@@ -97,6 +97,9 @@ void up_xfer_restart(struct up_xfer *x);
  * for other transfers on the call engine (archive copies), whose connections a provider's call
  * may reuse. */
 void up_reset_on_close(void *h);
+/* Makes the easy handle h trust only the certificates of ca_file (PEM) — a provider's private CA
+ * (tls.ca_file) — neither the system's bundle nor its directory. */
+void up_trust_only(void *h, const char *ca_file);
 /* Reads the evidence of a transfer libcurl ended with curl_code into *res and frees the
  * transfer (the easy handle must no longer be in a multi handle). Returns what up_call
  * returns. */

@@ -267,6 +267,7 @@ def gateway_factory(database_url, mock, tmp_path):
             ],
         }
         env_extra = settings.pop("env", {})
+        wrap = settings.pop("wrap", [])  # a command the gateway runs under (it must exec it)
         cfg.update(settings)
         n = len(started)
         cfg_path = tmp_path / f"gateway{n}.json"
@@ -276,7 +277,7 @@ def gateway_factory(database_url, mock, tmp_path):
         env.pop("IDEMGATE_CRASH", None)
         env.pop("IDEMGATE_PAUSE", None)
         env.update(env_extra)
-        proc = subprocess.Popen([GATEWAY_BIN, "--config", str(cfg_path), "serve"],
+        proc = subprocess.Popen(wrap + [GATEWAY_BIN, "--config", str(cfg_path), "serve"],
                                 stdout=subprocess.PIPE, stderr=open(log_path, "w"), env=env)
         try:
             wait_for_line(proc, "listening")

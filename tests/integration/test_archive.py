@@ -390,7 +390,7 @@ def test_outputs_a_write_claimed_as_its_replica_stops_are_given_back_at_once(
     e, route = images_entry(mock)
     archive_dir = str(tmp_path / "archive")
     gw = start(gateway_factory, tmp_path, [e], lease_seconds=60,
-               env={"OPENAI_API_KEY": "sk-x", "IDEMGATE_PAUSE": "after_result_commit:3000"})
+               env={"OPENAI_API_KEY": "sk-x", "IDEMGATE_PAUSE": "after_result_commit:10000"})
     r = gw.submit(token, "born-stop-" + uuid.uuid4().hex,
                   {"prompt": "a cat", "n": 2, "response_format": "url"}, route=route,
                   headers={"Prefer": "respond-async"})
@@ -399,10 +399,10 @@ def test_outputs_a_write_claimed_as_its_replica_stops_are_given_back_at_once(
     leased = f"SELECT count(*) FROM archive_outputs WHERE op_id = '{job_id}' AND lease_owner " \
              "IS NOT NULL"
     deadline = time.monotonic() + 20
-    while psql(leased) != [["2"]] and time.monotonic() < deadline:
+    while (psql(leased) != [["2"]] or '"event":"pause_point"' not in gw.log()) and \
+            time.monotonic() < deadline:
         time.sleep(0.05)
-    assert psql(leased) == [["2"]], gw.log()[-2000:]
-    assert '"event":"pause_point"' in gw.log()
+    assert psql(leased) == [["2"]] and '"event":"pause_point"' in gw.log(), gw.log()[-2000:]
     gw.proc.send_signal(signal.SIGTERM)
     assert gw.proc.wait(timeout=30) == 0, gw.log()[-2000:]
     rows = psql("SELECT n, state, lease_owner IS NULL, next_attempt_at <= now(), attempts, "
@@ -422,7 +422,8 @@ def test_a_write_that_claimed_outputs_and_lost_its_answer_keeps_no_room(
     at ReadyForQuery). The gateway's re-read finds the result written, not which outputs the
     write claimed: it hands none to the archive threads and gives their room back. The output
     waits out its lease (8 s) and a claim copies it (a second attempt). With room for one copy
-    only, a later job's output is still claimed by its own write: the lost write kept no room."""
+    only, a later job's output is still copied at its first attempt: the lost write kept no room
+    (kept, nothing more is ever copied on this replica)."""
     from urllib.parse import parse_qs, urlsplit
     import sys
     import tempfile
@@ -455,7 +456,9 @@ def test_a_write_that_claimed_outputs_and_lost_its_answer_keeps_no_room(
                       headers={"Prefer": "respond-async"})
         j = check_archive(gw, token, r.json()["id"], archive_dir, 1)
         assert [o["attempts"] for o in j["archive"]] == [1], j["archive"]
-        assert (metric(gw, BY_WRITE), metric(gw, BY_CLAIM)) == (1.0, 1.0)
+        # By its write, or by a claim when an archive thread's look found the one slot taken
+        # by the first copy just before the write (born claims then wait for the claims).
+        assert metric(gw, BY_WRITE) + metric(gw, BY_CLAIM) == 2.0
     finally:
         px.close()
 

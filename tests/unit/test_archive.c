@@ -148,6 +148,28 @@ static void test_redirect(void **state)
     }
 }
 
+/* Whether an output URL is on the provider's origin (its tls.ca_file then applies). */
+static void test_same_origin(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *a, *b;
+        int same;
+    } rows[] = {
+        {"https://api.example/v1/files/1", "https://api.example", 1},
+        {"https://API.example:443/x", "https://api.example/v1", 1}, /* default port, case */
+        {"https://api.example:8443/x", "https://api.example", 0},
+        {"http://api.example/x", "https://api.example", 0},
+        {"https://cdn.api.example/x", "https://api.example", 0},
+        {"https://api.example.evil/x", "https://api.example", 0},
+        {"not a url", "https://api.example", 0},
+        {NULL, "https://api.example", 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (fp_same_origin(rows[i].a, rows[i].b) != rows[i].same)
+            fail_msg("row %zu: %s vs %s", i, rows[i].a ? rows[i].a : "(null)", rows[i].b);
+}
+
 static void test_after_failure(void **state)
 {
     (void)state;
@@ -458,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_addr_class),
         cmocka_unit_test(test_url_allowed),
         cmocka_unit_test(test_redirect),
+        cmocka_unit_test(test_same_origin),
         cmocka_unit_test(test_after_failure),
         cmocka_unit_test(test_claim_room),
         cmocka_unit_test(test_copy_timeout),

@@ -233,7 +233,8 @@ static void test_keepalive_and_tls(void **state)
         {"\"tls\":{\"ca_file\":\"/dev/null\"}", 1, 2, "/dev/null", NULL},
         {"\"tls\":{\"ca_file\":\"ca.pem\"}", 0, 0, "", "tls.ca_file"},
         {"\"tls\":{\"ca_file\":\"/nonexistent/ca.pem\"}", 0, 0, "", "tls.ca_file"},
-        {"\"tls\":{\"ca\":\"/dev/null\"}", 0, 0, "", "ca"},
+        {"\"tls\":{\"ca_file\":7}", 0, 0, "", "tls.ca_file"},
+        {"\"tls\":{\"ca\":\"/dev/null\"}", 0, 0, "", "tls.ca"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         long keepalive = -1;
