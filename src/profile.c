@@ -1066,12 +1066,13 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
     /* Through an https:// proxy a kept-alive connection is never reused: its answer's last bytes
      * may leave the proxy's TLS session holding more (an answer nobody asked for, read with
      * them), which neither a peek of the socket nor the provider's own session shows, and which
-     * libcurl 7.88 does not let us ask (connguard.h). Every call then has a connection of its
-     * own. */
+     * libcurl 7.88 shows only for an http:// provider (connguard.h). Every call then has a
+     * connection of its own. */
     if (p->proxy && !strncmp(p->proxy, "https://", 8))
         p->keepalive_seconds = 0;
     /* The certificates that authenticate the provider's own origin (a private CA), instead of
-     * the system's bundle; read by libcurl at each new connection, so it must stay readable. */
+     * the system's (bundle and directory); read by libcurl at each new connection, so it must
+     * stay readable. */
     const cJSON *ca = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "tls"),
                                                        "ca_file");
     p->ca_file = cJSON_IsString(ca) ? strdup(ca->valuestring) : NULL;
