@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conftest import free_port, provider
+from conftest import provider
 
 
 def key():
@@ -50,8 +50,8 @@ class TlsProvider:
         self.cert, self.key = certificate(tmp_path, "ca")
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(self.cert, self.key)
-        self.port = free_port()
-        self.srv = socket.create_server(("127.0.0.1", self.port))
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self.srv.getsockname()[1]
         self.srv.settimeout(0.2)
         self.requests = []  # (connection number, request number)
         self.excess = False
