@@ -1254,8 +1254,7 @@ static void start_born(struct rq_item *it, struct db *db)
         if (!one.res) {
             /* Not in the plan, or out of memory: its lease runs out and a claim takes it. */
             LOG(LOG_WARN, "archive_born_dropped", LS("job_id", b->job_id), LI("output", n));
-            eng_release(A->eng, -1);
-            atomic_fetch_sub(&A->to_start, 1);
+            born_give(A, 1);
             continue;
         }
         one.tenant_id = b->tenant_id;

@@ -140,6 +140,13 @@ static int parts_of(const char *url, struct url_parts *u)
     return rc;
 }
 
+/* 1 when two parsed URLs have the same scheme, host and port. */
+static int same_parts(const struct url_parts *u, const struct url_parts *o)
+{
+    return !strcasecmp(u->scheme, o->scheme) && !strcasecmp(u->host, o->host) &&
+           !strcmp(u->port, o->port);
+}
+
 static int host_listed(const struct fp_policy *pol, const char *host)
 {
     size_t hl = strlen(host);
@@ -174,8 +181,7 @@ int fp_url_allowed(const struct fp_policy *pol, const char *url, const char *sam
         if (parts_of(same_origin, &o) < 0) {
             snprintf(why, whylen, "the provider's base URL does not parse");
         } else {
-            if (strcasecmp(u.scheme, o.scheme) || strcasecmp(u.host, o.host) ||
-                strcmp(u.port, o.port))
+            if (!same_parts(&u, &o))
                 snprintf(why, whylen, "a content endpoint must be on the provider's origin");
             else
                 rc = 0;
@@ -196,8 +202,7 @@ int fp_same_origin(const char *a, const char *b)
         return 0;
     int same = 0;
     if (parts_of(b, &o) == 0) {
-        same = !strcasecmp(u.scheme, o.scheme) && !strcasecmp(u.host, o.host) &&
-               !strcmp(u.port, o.port);
+        same = same_parts(&u, &o);
         parts_fini(&o);
     }
     parts_fini(&u);

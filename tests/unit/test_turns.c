@@ -98,6 +98,7 @@ struct world {
     int queue[TENANTS + 1]; /* due jobs per tenant id 1..TENANTS */
     int reads, claims;
     int fail_read, fail_claim_of;
+    int full; /* no room: every claim is refused, its turn kept */
     long long served[512];
     int n_served;
 };
@@ -124,6 +125,8 @@ static int world_claim(struct db *db, long long tenant, void *arg)
     w->claims++;
     if (tenant == w->fail_claim_of)
         return STORE_ERETRY;
+    if (w->full)
+        return TURN_KEPT;
     if (w->queue[tenant] <= 0)
         return STORE_ENOTFOUND;
     w->queue[tenant]--;
@@ -180,6 +183,29 @@ static void tenants_alternate_and_empty_ones_leave(void **state)
     assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
     assert_true(w.reads > reads);
     assert_int_equal(w.served[7], 4);
+    turn_ring_fini(&t.ring);
+}
+
+/* A claim refused for want of room (TURN_KEPT) is a retry for the caller, and the tenant whose
+ * turn it was is served first once there is room again — not the one after it. */
+static void a_turn_refused_for_room_is_kept(void **state)
+{
+    (void)state;
+    struct turns t = TURNS_INIT;
+    struct world w = {0};
+    w.queue[1] = 2;
+    w.queue[2] = 2;
+    w.queue[3] = 2;
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK); /* 1 */
+    w.full = 1;
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_ERETRY);
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_ERETRY);
+    w.full = 0;
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
+    assert_int_equal(turns_claim(&t, NULL, world_read, world_claim, &w), STORE_OK);
+    assert_int_equal(w.n_served, 3);
+    assert_int_equal(w.served[1], 2); /* its turn, twice refused, kept */
+    assert_int_equal(w.served[2], 3);
     turn_ring_fini(&t.ring);
 }
 
@@ -247,6 +273,7 @@ int main(void)
         cmocka_unit_test(ring_turns),
         cmocka_unit_test(ring_drop),
         cmocka_unit_test(ring_keep),
+        cmocka_unit_test(a_turn_refused_for_room_is_kept),
         cmocka_unit_test(quiet_tenant_behind_a_flood),
         cmocka_unit_test(tenants_alternate_and_empty_ones_leave),
         cmocka_unit_test(a_stale_tenant_is_skipped_in_the_same_call),
