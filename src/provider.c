@@ -263,9 +263,24 @@ static char *quote_integers(const char *s, size_t len)
     return out;
 }
 
+/* Whether cJSON accepts body[0..len) whole (trailing whitespace allowed). */
+static int json_whole(const char *body, size_t len)
+{
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!doc)
+        return 0;
+    while (end && end < body + len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+        end++;
+    cJSON_Delete(doc);
+    return end == body + len;
+}
+
 cJSON *prov_id_doc(const char *body, size_t len)
 {
-    if (!body)
+    /* Quoting integers turns some bodies that are not JSON into JSON (an integer where a key
+     * belongs: {1:2}): the body itself must be JSON first. */
+    if (!body || !json_whole(body, len))
         return NULL;
     char *q = quote_integers(body, len);
     if (!q)

@@ -35,6 +35,10 @@ static void test_id_doc(void **state)
         {"{\"id\":--1}", 0, NULL},
         {"{\"id\":1+2}", 0, NULL},
         {"[1,2] x", 0, NULL},
+        /* fuzz: an integer where a key belongs was quoted into a key, so a body that is not
+         * JSON parsed. */
+        {"{\"error\":{23456:10}}", 0, NULL},
+        {"{1:2}", 0, NULL},
     };
     struct jpath *path = NULL;
     assert_int_equal(jpath_compile("$.id", &path, NULL), 0);
