@@ -461,6 +461,148 @@ int db_run_batch(struct db *db, const struct db_stmt *s, size_t rows, const stru
     return STORE_OK;
 }
 
+/* Big-endian 32-bit, into a growing buffer. */
+static void put32(unsigned char *b, size_t *at, unsigned v)
+{
+    b[(*at)++] = (unsigned char)(v >> 24);
+    b[(*at)++] = (unsigned char)(v >> 16);
+    b[(*at)++] = (unsigned char)(v >> 8);
+    b[(*at)++] = (unsigned char)v;
+}
+
+/* The value of parameter `name` in one row, as bytes (NULL: SQL NULL); *binary its kind. */
+static const struct param *row_param(const struct param *row, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(row[i].name, name) == 0)
+            return &row[i];
+    return NULL;
+}
+
+/* Parameter `name` of every row as a one-dimensional array in PostgreSQL's binary form
+ * (array_recv: dimensions, flags, element type, then each element's length and bytes): text[]
+ * or, when the rows' values are bytes, bytea[]. NULL when a row lacks it, the rows disagree on
+ * its kind, or memory runs out. */
+static unsigned char *array_param(const char *name, size_t rows, const struct param *const *ps,
+                                  size_t n, size_t *len)
+{
+    size_t need = 20;
+    int binary = -1;
+    for (size_t i = 0; i < rows; i++) {
+        const struct param *p = row_param(ps[i], n, name);
+        if (!p || (binary >= 0 && binary != p->binary))
+            return NULL;
+        binary = p->binary;
+        const char *v = p->is_num ? p->num : p->value;
+        need += 4 + (v ? (p->binary ? (size_t)p->len : strlen(v)) : 0);
+    }
+    unsigned char *b = malloc(need);
+    if (!b)
+        return NULL;
+    size_t at = 0;
+    put32(b, &at, 1); /* dimensions */
+    put32(b, &at, 1); /* may hold NULLs */
+    put32(b, &at, binary == 1 ? 17 : 25); /* bytea, text */
+    put32(b, &at, (unsigned)rows);
+    put32(b, &at, 1); /* lower bound */
+    for (size_t i = 0; i < rows; i++) {
+        const struct param *p = row_param(ps[i], n, name);
+        const char *v = p->is_num ? p->num : p->value;
+        if (!v) {
+            put32(b, &at, 0xffffffffu);
+            continue;
+        }
+        size_t l = p->binary ? (size_t)p->len : strlen(v);
+        put32(b, &at, (unsigned)l);
+        memcpy(b + at, v, l);
+        at += l;
+    }
+    *len = at;
+    return b;
+}
+
+/* Row `row` of r without its first column (the ordinal), as a result of its own. */
+static PGresult *answer_row(const PGresult *r, int row)
+{
+    int nf = PQnfields(r) - 1;
+    PGresult *one = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
+    PGresAttDesc *atts = nf > 0 ? calloc((size_t)nf, sizeof(*atts)) : NULL;
+    if (!one || (nf > 0 && !atts)) {
+        free(atts);
+        PQclear(one);
+        return NULL;
+    }
+    for (int c = 0; c < nf; c++)
+        atts[c] = (PGresAttDesc){.name = PQfname(r, c + 1), .typid = PQftype(r, c + 1),
+                                 .typlen = PQfsize(r, c + 1), .atttypmod = PQfmod(r, c + 1)};
+    int ok = PQsetResultAttrs(one, nf, atts);
+    free(atts);
+    for (int c = 0; ok && row >= 0 && c < nf; c++) {
+        int null = PQgetisnull(r, row, c + 1);
+        ok = PQsetvalue(one, 0, c, null ? NULL : PQgetvalue(r, row, c + 1),
+                        null ? -1 : PQgetlength(r, row, c + 1));
+    }
+    if (!ok) {
+        PQclear(one);
+        return NULL;
+    }
+    return one;
+}
+
+int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_stmt *one,
+                size_t rows, const struct param *const *ps, size_t n, struct pg_result **outs)
+{
+    for (size_t i = 0; i < rows; i++)
+        outs[i] = NULL;
+    if (connect_db(db) < 0)
+        return STORE_EUNAVAIL;
+    if (!rows_stmt || db->distributed || rows == 0)
+        return db_run_batch(db, one, rows, ps, n, outs);
+    if (n > DB_MAX_PARAMS)
+        return STORE_EINTERNAL;
+    struct param arrays[DB_MAX_PARAMS];
+    unsigned char *bufs[DB_MAX_PARAMS] = {0};
+    int e = STORE_OK;
+    for (size_t k = 0; k < n && e == STORE_OK; k++) {
+        size_t len = 0;
+        bufs[k] = array_param(ps[0][k].name, rows, ps, n, &len);
+        if (!bufs[k])
+            e = STORE_EINTERNAL;
+        else
+            arrays[k] = p_bytes(ps[0][k].name, bufs[k], len);
+    }
+    PGresult *r = NULL;
+    if (e == STORE_OK)
+        e = db_run(db, rows_stmt, arrays, n, &r);
+    for (size_t k = 0; k < n; k++)
+        free(bufs[k]);
+    if (e < 0)
+        return e;
+    int *at = malloc(rows * sizeof(*at));
+    if (!at) {
+        PQclear(r);
+        return STORE_EINTERNAL;
+    }
+    for (size_t i = 0; i < rows; i++)
+        at[i] = -1;
+    for (int t = 0; t < PQntuples(r); t++) {
+        long long ord = atoll(PQgetvalue(r, t, 0));
+        if (ord >= 1 && (size_t)ord <= rows)
+            at[ord - 1] = t;
+    }
+    for (size_t i = 0; i < rows && e == STORE_OK; i++)
+        if (!(outs[i] = answer_row(r, at[i])))
+            e = STORE_EINTERNAL;
+    free(at);
+    PQclear(r);
+    if (e < 0)
+        for (size_t i = 0; i < rows; i++) {
+            PQclear(outs[i]);
+            outs[i] = NULL;
+        }
+    return e;
+}
+
 int db_run_number(struct db *db, const struct db_stmt *s, const struct param *ps, size_t n,
                   enum db_number what, long long *out)
 {

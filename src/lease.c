@@ -558,6 +558,27 @@ static const struct db_stmt begin_send = {
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
 
+/* begin_send for a batch of reservations, one statement (db_run_rows): each parameter an array
+ * of the rows' values, each row written answering its ordinal first. */
+static const struct db_stmt begin_send_rows = {
+    .name = "begin_send_rows",
+    .sql = "UPDATE operations o SET state = 'sending', "
+    " lease_expires_at = now() + make_interval(secs => j.lease_seconds::integer), "
+    " updated_at = now(), transport_attempts = o.transport_attempts + 1, "
+    " first_sent_at = coalesce(o.first_sent_at, " DB_NOW ") "
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY "
+    " AS j(tenant_id, id, lease_version, lease_seconds, n) "
+    "WHERE " DB_ROWS_FEW("j.n") " AND o.tenant_id = j.tenant_id::bigint AND o.id = j.id "
+    " AND o.lease_version = j.lease_version::bigint "
+    " AND " KEYED_STATE("o.state") " = 'prepared' "
+    " AND o.cancel_requested_at IS NULL "
+    " AND NOT EXISTS (SELECT 1 FROM provider_breakers b WHERE b.provider = o.provider) "
+    "RETURNING j.n, " DB_EPOCH("o.lease_expires_at") ", o.transport_attempts, "
+    DB_EPOCH("o.first_sent_at") ", " DB_EPOCH("o.updated_at"),
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
+    .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
+};
+
 /* A reservation that is not sent (the credential was tripped meanwhile, or nothing may be sent
  * on this replica) is given back: prepared and unowned, due now for any replica's claim (which
  * skips a tripped provider until it is reset). A row cancelled or taken meanwhile is not
@@ -620,7 +641,7 @@ int lease_begin_send_many(struct db *db, struct store_claim *const *cs, size_t n
             memcpy(ps[i], v, sizeof(v));
             rows[i] = ps[i];
         }
-        e = db_run_batch(db, &begin_send, n, rows, 4, outs);
+        e = db_run_rows(db, &begin_send_rows, &begin_send, n, rows, 4, outs);
     }
     for (size_t i = 0; e == STORE_OK && i < n; i++)
         begun[i] = begun_from(cs[i], outs[i]);
@@ -1018,7 +1039,7 @@ int store_partial_record(struct db *db, const struct store_claim *c, char **body
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
-    &begin_send, &release_reservation, &note_remote, &note_partial, &partial_record,
+    &begin_send, &begin_send_rows, &release_reservation, &note_remote, &note_partial, &partial_record,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

@@ -226,6 +226,13 @@ static const struct db_stmt intake = {
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
 };
 
+#define INTAKE_INSERT                                                                          \
+    "INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, fingerprint_version, "  \
+    "provider, route, req_method, req_url, req_credential, req_body, state, created_at, "         \
+    "updated_at, expires_at, req_idem_header, reconcile_strategy, outputs_requested, "            \
+    "profile_id, lease_owner, lease_version, lease_expires_at, next_attempt_at, reserved_micros, " \
+    "currency, budgeted, unpriced) "
+
 /* The group commit's intake: the function's common case as one plain INSERT — a tenant with no
  * budget row, a provider whose breaker is closed, a key not taken — answering as the function
  * does ('2' reserved for the claim owner, '1' not). Any other case inserts nothing and answers
@@ -235,12 +242,7 @@ static const struct db_stmt intake = {
  * text is the function call, one command on the tenant's worker. */
 static const struct db_stmt intake_plain = {
     .name = "intake_plain",
-    .sql = "INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
-    "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, state, "
-    "created_at, updated_at, expires_at, req_idem_header, reconcile_strategy, outputs_requested, "
-    "profile_id, lease_owner, lease_version, lease_expires_at, next_attempt_at, reserved_micros, "
-    "currency, budgeted, unpriced) "
-    "SELECT $1::bigint, $3::text, $2::text, decode($4::text, 'hex'), $5::smallint, $6::text, "
+    .sql = INTAKE_INSERT "SELECT $1::bigint, $3::text, $2::text, decode($4::text, 'hex'), $5::smallint, $6::text, "
     "$7::text, $8::text, $9::text, $10::text, $11::bytea, 'prepared', $22::timestamptz, "
     "$22::timestamptz, $22::timestamptz + make_interval(hours => $12::integer), $13::text, "
     "$14::text, $15::integer, $16::text, $17::text, "
@@ -254,6 +256,39 @@ static const struct db_stmt intake_plain = {
     "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING "
     "RETURNING CASE WHEN lease_version = 1 THEN '2' ELSE '1' END",
     .sql_distributed = INTAKE_FUNCTION_SQL,
+    .params = INTAKE_PARAMS,
+    .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
+};
+
+/* intake_plain for a whole batch, one statement (db_run_rows): each parameter an array of the
+ * rows' values, in the batch's order (its lock order). A row it inserts answers its place in the
+ * batch (the position of the id it proposed) and what intake_plain answers; a row it does not
+ * insert answers nothing and is decided alone, as intake_plain's. */
+static const struct db_stmt intake_rows = {
+    .name = "intake_rows",
+    .sql = INTAKE_INSERT "SELECT j.tenant_id::bigint, j.new_id, j.key, decode(j.fingerprint, 'hex'), "
+    "j.fingerprint_version::smallint, j.provider, j.route, j.method, j.url, j.credential, j.body, "
+    "'prepared', j.at::timestamptz, j.at::timestamptz, "
+    "j.at::timestamptz + make_interval(hours => j.ttl_hours::integer), j.idem_header, "
+    "j.reconcile_strategy, j.outputs_requested::integer, j.profile_id, j.claim_owner, "
+    "CASE WHEN j.claim_owner IS NULL THEN 0 ELSE 1 END, "
+    "CASE WHEN j.claim_owner IS NOT NULL "
+    " THEN c.at + make_interval(secs => j.lease_seconds::integer) END, "
+    "CASE WHEN j.claim_owner IS NULL THEN c.at "
+    " ELSE c.at + make_interval(secs => j.lease_seconds::integer) END, "
+    "j.reserve_micros::bigint, j.currency, false, j.unpriced::boolean "
+    "FROM (SELECT now() AS at) c, unnest($1::text[], $2::text[], $3::text[], $4::text[], "
+    " $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], "
+    " $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], "
+    " $19::text[], $20::text[], $21::text[], $22::text[]) WITH ORDINALITY AS j(tenant_id, key, "
+    " new_id, fingerprint, fingerprint_version, provider, route, method, url, credential, body, "
+    " ttl_hours, idem_header, reconcile_strategy, outputs_requested, profile_id, claim_owner, "
+    " lease_seconds, reserve_micros, currency, unpriced, at, n) "
+    "WHERE " DB_ROWS_FEW("j.n") " "
+    "AND NOT EXISTS (SELECT 1 FROM tenant_budgets b WHERE b.tenant_id = j.tenant_id::bigint) "
+    "AND NOT EXISTS (SELECT 1 FROM provider_breakers k WHERE k.provider = j.provider) "
+    "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING "
+    "RETURNING array_position($3::text[], id), CASE WHEN lease_version = 1 THEN '2' ELSE '1' END",
     .params = INTAKE_PARAMS,
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
 };
@@ -470,7 +505,8 @@ int store_intake_batch(struct db *db, struct store_intake_item *const *items, si
         rows[i] = &ps[i * INTAKE_NPARAMS];
     }
     if (e == STORE_OK)
-        e = db_run_batch(db, &intake_plain, n, rows, INTAKE_NPARAMS, (struct pg_result **)outs);
+        e = db_run_rows(db, &intake_rows, &intake_plain, n, rows, INTAKE_NPARAMS,
+                        (struct pg_result **)outs);
     /* Committed: each row answers for itself. Not (a bad row aborted the batch, the database
      * refused it, or — connection lost — the commit's fate is unknown): each row alone, with the
      * same function, which also tells a committed row by the id it proposed. */
@@ -1857,7 +1893,7 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 }
 
 static const struct db_stmt *const statements[] = {
-    &intake,         &intake_plain, &by_key,       &job_get,        &cancel,        &resolve,
+    &intake,         &intake_plain, &intake_rows, &by_key,       &job_get,        &cancel,        &resolve,
     &regenerate,     &jobs_list,    &jobs_in_state,  &jobs_by_key,  &webhook_find,   &webhook_signed, &webhook_unsigned,
     &resume_polling, &janitor,      &janitor_due,    &janitor_webhooks, &unreferenced_sha256,
     &usage,          &budget_set,   &budget_clear,   &tenant_id_named,

@@ -119,6 +119,12 @@ struct db_stmt {
  * immutable operations (extract on a timestamptz is only stable). */
 #define DB_NOW "(SELECT now())"
 #define DB_EPOCH(x) "extract(epoch FROM (" x ") - 'epoch'::timestamptz)::float8"
+/* A filter true of every row of an unnested batch (ordinal column n) that a planner estimates
+ * as keeping one row: its plan kept for the statement then looks each row up by its key, with the
+ * table's statistics young or old. Without it, a plan made while the table is small (a new
+ * database) joins the batch to a scan of the whole table, and keeps doing so as the table grows
+ * until its statistics are next gathered. */
+#define DB_ROWS_FEW(n) n " BETWEEN 1 AND 1000000000"
 #define DB_MOVES(...) ((const struct db_move[]){__VA_ARGS__, {-1, ST_PREPARED}})
 #define DB_FILTERS(...) ((const enum op_state[]){__VA_ARGS__, ST__COUNT})
 
@@ -159,6 +165,19 @@ __attribute__((warn_unused_result)) int db_run(struct db *db, const struct db_st
 __attribute__((warn_unused_result)) int db_run_batch(struct db *db, const struct db_stmt *s,
                                                      size_t rows, const struct param *const *ps,
                                                      size_t n, struct pg_result **outs);
+/* db_run_batch's rows as ONE statement (`rows_stmt`): each of its parameters is an array of that
+ * parameter's values in every row, in order (`$k::text[]`, or `$k::bytea[]` for a binary one:
+ * ints, floats and booleans travel as their text), and its text unnests them WITH ORDINALITY and
+ * answers, first column, the ordinal (1-based) of each row it wrote. One parse-free execution,
+ * one executor start and one commit for the whole batch, where a batch of statements pays each
+ * per row. outs[i]: row i's answer without the ordinal, with no row when the statement answered
+ * none for it (the caller PQclears each). Its errors are db_run's for rows_stmt, and then outs[]
+ * is all NULL. On a distributed database (or rows_stmt NULL) it is db_run_batch of `one`: a
+ * statement that unnests parameters there is not one shard's. */
+__attribute__((warn_unused_result)) int db_run_rows(struct db *db, const struct db_stmt *rows_stmt,
+                                                    const struct db_stmt *one, size_t rows,
+                                                    const struct param *const *ps, size_t n,
+                                                    struct pg_result **outs);
 /* db_run for a statement whose answer is one number: DB_ROWS, how many rows it returned or
  * changed; DB_VALUE, the integer in the first column of its first row (STORE_ENOTFOUND when it
  * returned no row). */

@@ -2,8 +2,8 @@
 
 The gateway's DATABASE_URL points at the proxy's socket directory; the proxy forwards every byte
 to the real cluster's socket and reads the message framing on the way. When a Bind names a chosen
-prepared statement (`intake`, `claim`, `finish`, …; `intake_plain`, the group commit's, is an
-`intake`) it may:
+prepared statement (`intake`, `claim`, `finish`, …; `intake_plain` and `intake_rows`, the group
+commit's, are an `intake`, `begin_send_rows` a `begin_send`) it may:
 
 - `before`: close both sides before the Bind reaches the server: the statement never ran;
 - `after` : forward the statement, hold back everything the server answers, and close both sides
@@ -26,8 +26,9 @@ import time
 
 SSL_REQUEST = 80877103
 GSS_REQUEST = 80877104
-# Statements that are one kind for the scenarios: the group commit's plain intake is an intake.
-ALIASES = {"intake_plain": "intake"}
+# Statements that are one kind for the scenarios: the group commit's intakes are an intake, a
+# batch's begin_send a begin_send.
+ALIASES = {"intake_plain": "intake", "intake_rows": "intake", "begin_send_rows": "begin_send"}
 
 
 class PgProxy:

@@ -351,6 +351,124 @@ def test_the_plain_intake_writes_what_the_function_writes_or_nothing(database_ur
         [["1", "7"]]
 
 
+def rows_args(rows):
+    """The parameters of a statement over a batch (db_run_rows): rows is a list of tuples of SQL
+    literals, one tuple a row; each parameter becomes the array of that column, text[] — or
+    bytea[] for a bytea literal."""
+    cols = []
+    for values in zip(*rows):
+        kind = "bytea[]" if any("::bytea" in v for v in values) else "text[]"
+        cols.append("ARRAY[" + ", ".join(v if "::bytea" in v or v == "NULL" else f"{v}::text"
+                                          for v in values) + f"]::{kind}")
+    return "(" + ", ".join(cols) + ")"
+
+
+def test_the_rows_intake_writes_what_the_plain_intake_writes(database_url, psql):
+    """A batch of intents is one statement (intake_rows, each parameter an array of the rows'
+    values): each row it writes is intake_plain's row, column for column, and answers its place
+    in the batch with intake_plain's answer; a key taken earlier in the same batch, a tripped
+    breaker, a tenant with a budget: no answer for that row (it is then decided alone), and the
+    rows around it are written all the same."""
+    if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
+        pytest.skip("on Citus a batch is intake_plain's rows (the function), one by one")
+    tenant_name = "rows-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, tenant_name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
+    other = "rows-b-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, other)
+    bid = psql(f"SELECT id FROM tenants WHERE name = '{other}'")[0][0]
+    psql(f"INSERT INTO tenant_budgets (tenant_id, currency, day, month) "
+         f"VALUES ({bid}, 'USD', current_date, date_trunc('month', current_date))")
+    prov, tripped = "rows-prov-" + uuid.uuid4().hex[:6], "rows-trip-" + uuid.uuid4().hex[:6]
+    psql(f"INSERT INTO provider_breakers (provider, reason) VALUES ('{tripped}', 'test trip')")
+    plain, rows_sql = statement_sql("intake_plain"), statement_sql("intake_rows")
+
+    def values(t, key, owner, provider=prov, body="'\\x7b00ff7d'::bytea"):
+        return (f"'{t}'", f"'{key}'", f"'job_{key}'", f"'{'ab' * 32}'", "'1'", f"'{provider}'",
+                "'images/generations'", "'POST'", "'http://127.0.0.1:1/v1/x'", "'ENV_NAME'", body,
+                "'24'", "NULL", "'none'", "'2'", "'openai-images'", owner, "'60'", "'7'", "'USD'",
+                "'f'", "now()")
+
+    def run(sql, args):
+        name = "p" + uuid.uuid4().hex[:8]
+        return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args}")
+
+    compared = ("tenant_id, fingerprint, fingerprint_version, provider, route, req_method, req_url, "
+                "req_credential, req_body, state, req_idem_header, reconcile_strategy, "
+                "outputs_requested, profile_id, lease_owner, lease_version, reserved_micros, "
+                "currency, budgeted, unpriced, transport_attempts, generation_attempts, cost_micros, "
+                "expires_at - created_at, updated_at = created_at, lease_expires_at IS NULL, "
+                "next_attempt_at > created_at + interval '30 seconds'")
+
+    def row(key):
+        return psql(f"SELECT {compared} FROM operations WHERE idempotency_key = '{key}'")
+
+    k = [uuid.uuid4().hex for _ in range(5)]
+    batch = [values(tid, k[0], "NULL"), values(tid, k[1], "'replica-a'"),
+             values(tid, k[0], "'replica-a'"),            # taken by row 1 of this batch
+             values(tid, k[2], "NULL", provider=tripped),  # breaker tripped
+             values(bid, k[3], "NULL"),                    # a tenant with a budget
+             values(tid, k[4], "'replica-b'", body="'\\x'::bytea")]
+    assert sorted(run(rows_sql, rows_args(batch))) == [["1", "1"], ["2", "2"], ["6", "2"]]
+    assert row(k[2]) == [] and row(k[3]) == []
+    for key, args in ((k[0], batch[0]), (k[1], batch[1]), (k[4], batch[5])):
+        twin = uuid.uuid4().hex
+        plain_args = [a.replace(key, twin) for a in args]
+        assert run(plain, "(" + ", ".join(plain_args) + ")") == [["2" if "replica" in args[16]
+                                                                  else "1"]]
+        assert len(row(key)) == 1 and row(key) == row(twin)
+
+
+def test_the_rows_begin_send_writes_what_begin_send_writes(database_url, psql):
+    """The sends of a batch of born reservations are begun by one statement (begin_send_rows):
+    each row it moves is begin_send's row, column for column, and answers its place in the batch
+    with begin_send's answer; a reservation taken by another version, a cancelled one and a
+    tripped credential's are left as they are and answer nothing."""
+    if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
+        pytest.skip("on Citus a batch is begin_send's rows, one by one")
+    tenant_name = "rbs-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, tenant_name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
+    prov, tripped = "rbs-prov-" + uuid.uuid4().hex[:6], "rbs-trip-" + uuid.uuid4().hex[:6]
+    psql(f"INSERT INTO provider_breakers (provider, reason) VALUES ('{tripped}', 'test trip')")
+    one, rows_sql = statement_sql("begin_send"), statement_sql("begin_send_rows")
+    ids = ["rbs_" + uuid.uuid4().hex for _ in range(6)]
+    cols = ("tenant_id, id, idempotency_key, fingerprint, fingerprint_version, provider, route, "
+            "req_method, req_url, req_credential, req_body, state, expires_at, lease_owner, "
+            "lease_version, lease_expires_at, next_attempt_at, cancel_requested_at")
+    psql(f"INSERT INTO operations ({cols}) VALUES " + ", ".join(
+        f"({tid}, '{i}', '{i}', '\\x00', 1, '{tripped if n == 5 else prov}', 'r', 'POST', "
+        f"'http://x', '', '\\x00', 'prepared', now() + interval '1 day', 'replica-a', 1, "
+        f"now() + interval '1 minute', now() + interval '1 minute', "
+        f"{'now()' if n == 4 else 'NULL'})" for n, i in enumerate(ids)))
+
+    def run(sql, args):
+        name = "p" + uuid.uuid4().hex[:8]
+        return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args}")
+
+    compared = ("state, lease_owner, lease_version, transport_attempts, first_sent_at = updated_at, "
+                "lease_expires_at - updated_at, cancel_requested_at IS NULL")
+
+    def row(i):
+        return psql(f"SELECT {compared} FROM operations WHERE tenant_id = {tid} AND id = '{i}'")
+
+    before = {i: row(i) for i in ids}
+    answer = run(one, f"({tid}, '{ids[0]}', 1, 60)")
+    assert len(answer) == 1 and answer[0][1] == "1"
+    batch = [(f"'{tid}'", f"'{ids[1]}'", "'1'", "'60'"),
+             (f"'{tid}'", f"'{ids[2]}'", "'2'", "'60'"),  # another version holds it
+             (f"'{tid}'", f"'{ids[3]}'", "'1'", "'60'"),
+             (f"'{tid}'", f"'{ids[4]}'", "'1'", "'60'"),  # cancelled
+             (f"'{tid}'", f"'{ids[5]}'", "'1'", "'60'")]  # its credential tripped
+    answers = run(rows_sql, rows_args(batch))
+    assert sorted(a[0] for a in answers) == ["1", "3"]
+    assert all(len(a) == 5 and a[2] == "1" for a in answers)
+    assert row(ids[1]) == row(ids[0]) == row(ids[3])
+    assert row(ids[0])[0][0] == "sending"
+    for i in (ids[2], ids[4], ids[5]):
+        assert row(i) == before[i]
+
+
 def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     """On PostgreSQL a result is written by one statement (finish's CTEs); on Citus by
     idemgate_finish. Two rows alike, one written by each with the same values: the same row
