@@ -500,8 +500,8 @@ static unsigned char *array_param(const char *name, size_t rows, const struct pa
     if (!b)
         return NULL;
     size_t at = 0;
-    put32(b, &at, 1); /* dimensions */
-    put32(b, &at, 1); /* may hold NULLs */
+    put32(b, &at, 1);                     /* dimensions */
+    put32(b, &at, 1);                     /* may hold NULLs */
     put32(b, &at, binary == 1 ? 17 : 25); /* bytea, text */
     put32(b, &at, (unsigned)rows);
     put32(b, &at, 1); /* lower bound */
@@ -533,8 +533,10 @@ static PGresult *answer_row(const PGresult *r, int row)
         return NULL;
     }
     for (int c = 0; c < nf; c++)
-        atts[c] = (PGresAttDesc){.name = PQfname(r, c + 1), .typid = PQftype(r, c + 1),
-                                 .typlen = PQfsize(r, c + 1), .atttypmod = PQfmod(r, c + 1)};
+        atts[c] = (PGresAttDesc){.name = PQfname(r, c + 1),
+                                 .typid = PQftype(r, c + 1),
+                                 .typlen = PQfsize(r, c + 1),
+                                 .atttypmod = PQfmod(r, c + 1)};
     int ok = PQsetResultAttrs(one, nf, atts);
     free(atts);
     for (int c = 0; ok && row >= 0 && c < nf; c++) {
@@ -556,7 +558,8 @@ int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_
         outs[i] = NULL;
     if (connect_db(db) < 0)
         return STORE_EUNAVAIL;
-    if (!rows_stmt || db->distributed || rows == 0)
+    /* One row: the single statement (in a batch of one) is the lighter of the two. */
+    if (!rows_stmt || db->distributed || rows < 2)
         return db_run_batch(db, one, rows, ps, n, outs);
     if (n > DB_MAX_PARAMS)
         return STORE_EINTERNAL;
@@ -578,10 +581,12 @@ int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_
         free(bufs[k]);
     if (e < 0)
         return e;
+    /* Committed from here on: answers that cannot be handed over are as a connection lost
+     * after the commit (STORE_EUNAVAIL, the outcome unknown), never as nothing written. */
     int *at = malloc(rows * sizeof(*at));
     if (!at) {
         PQclear(r);
-        return STORE_EINTERNAL;
+        return STORE_EUNAVAIL;
     }
     for (size_t i = 0; i < rows; i++)
         at[i] = -1;
@@ -592,7 +597,7 @@ int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_
     }
     for (size_t i = 0; i < rows && e == STORE_OK; i++)
         if (!(outs[i] = answer_row(r, at[i])))
-            e = STORE_EINTERNAL;
+            e = STORE_EUNAVAIL;
     free(at);
     PQclear(r);
     if (e < 0)

@@ -163,6 +163,62 @@ static const struct db_stmt reconcile_send = {
     .moves = DB_MOVES({ST_UNKNOWN, ST_SENDING}),
 };
 
+/* The SET list of a result's write, once for both texts: P(n, name, type) names parameter n of
+ * the single-row text ($n) or the batch's column of it (j.p_name). */
+#define FP_POS(n, name, type) "$" #n "::" #type
+#define FP_ROW(n, name, type) "j.p_" #name "::" #type
+#define FINISH_SET(P)                                                                              \
+    " state = CASE WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS NOT NULL "   \
+    "  THEN CASE WHEN " P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL "           \
+    "   THEN 'unknown' ELSE 'failed' END "                                                         \
+    "  ELSE " P(4, state, text) " END, "                                                           \
+    " resp_status = coalesce(" P(5, http_status, integer) ", resp_status), "                       \
+    " resp_headers = coalesce(" P(6, resp_headers, jsonb) ", resp_headers), "                      \
+    " resp_body = coalesce(" P(7, resp_body, bytea) ", resp_body), "                               \
+    " last_error = CASE WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS "       \
+    "NOT NULL "                                                                                    \
+    "  THEN CASE WHEN " P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL "           \
+    "   THEN 'canceled; not sent again (an attempt may have made the task: reconciliation "        \
+    "decides)' ELSE 'canceled; not sent again' END "                                               \
+    "  ELSE " P(8, error, text) " END, "                                                           \
+    " remote_id = coalesce(" P(9, remote_id, text) ", remote_id), "                                \
+    " lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), "                           \
+    " next_attempt_at = CASE WHEN " P(17, kind, text) " = 'poll' AND " P(4, state, text) " "       \
+    "= 'accepted' "                                                                                \
+    "   AND next_attempt_at > updated_at "                                                         \
+    "  THEN least(next_attempt_at, now() + make_interval(secs => "                                 \
+    P(15, retry_delay_ms, float8) " / 1000)) "                                                  \
+    "  ELSE now() + make_interval(secs => " P(15, retry_delay_ms, float8) " / 1000) END, "         \
+    " outputs_received = coalesce(" P(18, outputs_received, integer) ", outputs_received), "       \
+    " outputs_requested = coalesce(" P(19, outputs_requested, integer) ", outputs_requested), "    \
+    " usage = coalesce(" P(20, usage, jsonb) ", usage), "                                          \
+    " poll_url = coalesce(" P(21, poll_url, text) ", poll_url), "                                  \
+    " poll_deadline_at = coalesce(now() + make_interval(secs => "                                  \
+    P(22, poll_deadline_ms, bigint) "::float8 / 1000), "                                        \
+    "  poll_deadline_at), "                                                                        \
+    " provider_status = coalesce(" P(23, provider_status, text) ", provider_status), "             \
+    " outputs = coalesce(" P(24, outputs, jsonb) ", outputs), "                                    \
+    " ambiguous_at = CASE WHEN " P(25, may_have_created, boolean) " OR "                           \
+    "(" P(17, kind, text) " = 'create' AND " P(4, state, text) " = 'unknown') "                    \
+    "  THEN now() ELSE ambiguous_at END, "                                                         \
+    " webhook_hint = CASE WHEN " P(17, kind, text) " = 'reconcile' THEN NULL ELSE "                \
+    "webhook_hint END, "                                                                           \
+    " cost_micros = CASE WHEN operations.state IN ('completed', 'failed', 'canceled') "            \
+    "   THEN coalesce(" P(26, cost_micros, bigint) ", cost_micros) "                               \
+    "  WHEN " P(4, state, text) " IN ('completed', 'canceled') "                                   \
+    "   THEN coalesce(" P(26, cost_micros, bigint) ", cost_micros, reserved_micros) "              \
+    "  WHEN " P(4, state, text) " = 'failed' OR (" P(4, state, text) " = 'prepared' AND "          \
+    "cancel_requested_at IS NOT NULL "                                                             \
+    "   AND NOT (" P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL)) THEN 0 "       \
+    "  ELSE coalesce(" P(26, cost_micros, bigint) ", cost_micros) END, "                           \
+    " finished_at = CASE WHEN " P(4, state, text) " IN ('completed', 'failed', 'canceled') "       \
+    "   OR (" P(4, state, text) " = 'prepared' AND cancel_requested_at IS NOT NULL "               \
+    "    AND NOT (" P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL)) THEN "        \
+    "now() END, "                                                                                  \
+    " archive_planned_at = CASE WHEN " P(27, archive_plan, jsonb) " IS NOT NULL AND "              \
+    P(4, state, text) " = 'completed' "                                                         \
+    "  THEN now() ELSE archive_planned_at END "
+
 /* A result is written only under the lease that sent it (fencing); the attempt is recorded
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
  * back to prepared is failed instead, or unknown when an attempt may have made its task (never
@@ -179,47 +235,7 @@ static const struct db_stmt reconcile_send = {
  * inside a CTE is never router-planned there. Both write the same rows, column for column
  * (test_group_commit.py::test_the_plain_finish_writes_what_the_function_writes). */
 #define FINISH_PLAIN_SQL                                                                        \
-    "WITH u AS (UPDATE operations SET "                                                        \
-    " state = CASE WHEN $4::text = 'prepared' AND cancel_requested_at IS NOT NULL "             \
-    "  THEN CASE WHEN $25::boolean OR ambiguous_at IS NOT NULL THEN 'unknown' ELSE 'failed' END " \
-    "  ELSE $4::text END, "                                                                     \
-    " resp_status = coalesce($5::integer, resp_status), "                                       \
-    " resp_headers = coalesce($6::jsonb, resp_headers), "                                       \
-    " resp_body = coalesce($7::bytea, resp_body), "                                             \
-    " last_error = CASE WHEN $4::text = 'prepared' AND cancel_requested_at IS NOT NULL "        \
-    "  THEN CASE WHEN $25::boolean OR ambiguous_at IS NOT NULL "                                \
-    "   THEN 'canceled; not sent again (an attempt may have made the task: reconciliation "     \
-    "decides)' ELSE 'canceled; not sent again' END "                                            \
-    "  ELSE $8::text END, "                                                                     \
-    " remote_id = coalesce($9::text, remote_id), "                                              \
-    " lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), "                        \
-    " next_attempt_at = CASE WHEN $17::text = 'poll' AND $4::text = 'accepted' "                \
-    "   AND next_attempt_at > updated_at "                                                      \
-    "  THEN least(next_attempt_at, now() + make_interval(secs => $15::float8 / 1000)) "         \
-    "  ELSE now() + make_interval(secs => $15::float8 / 1000) END, "                            \
-    " outputs_received = coalesce($18::integer, outputs_received), "                            \
-    " outputs_requested = coalesce($19::integer, outputs_requested), "                          \
-    " usage = coalesce($20::jsonb, usage), "                                                    \
-    " poll_url = coalesce($21::text, poll_url), "                                               \
-    " poll_deadline_at = coalesce(now() + make_interval(secs => $22::bigint::float8 / 1000), "  \
-    "  poll_deadline_at), "                                                                     \
-    " provider_status = coalesce($23::text, provider_status), "                                 \
-    " outputs = coalesce($24::jsonb, outputs), "                                                \
-    " ambiguous_at = CASE WHEN $25::boolean OR ($17::text = 'create' AND $4::text = 'unknown') " \
-    "  THEN now() ELSE ambiguous_at END, "                                                      \
-    " webhook_hint = CASE WHEN $17::text = 'reconcile' THEN NULL ELSE webhook_hint END, "       \
-    " cost_micros = CASE WHEN operations.state IN ('completed', 'failed', 'canceled') "         \
-    "   THEN coalesce($26::bigint, cost_micros) "                                               \
-    "  WHEN $4::text IN ('completed', 'canceled') "                                             \
-    "   THEN coalesce($26::bigint, cost_micros, reserved_micros) "                              \
-    "  WHEN $4::text = 'failed' OR ($4::text = 'prepared' AND cancel_requested_at IS NOT NULL " \
-    "   AND NOT ($25::boolean OR ambiguous_at IS NOT NULL)) THEN 0 "                            \
-    "  ELSE coalesce($26::bigint, cost_micros) END, "                                           \
-    " finished_at = CASE WHEN $4::text IN ('completed', 'failed', 'canceled') "                 \
-    "   OR ($4::text = 'prepared' AND cancel_requested_at IS NOT NULL "                         \
-    "    AND NOT ($25::boolean OR ambiguous_at IS NOT NULL)) THEN now() END, "                  \
-    " archive_planned_at = CASE WHEN $27::jsonb IS NOT NULL AND $4::text = 'completed' "        \
-    "  THEN now() ELSE archive_planned_at END "                                                 \
+    "WITH u AS (UPDATE operations SET " FINISH_SET(FP_POS)                                      \
     " WHERE tenant_id = $1::bigint AND id = $2::text AND lease_version = $3::bigint "           \
     "  AND " KEYED_STATE("operations.state") " = $16::text "                                    \
     " RETURNING operations.state, operations.budgeted, operations.currency, "                  \
@@ -255,6 +271,21 @@ static const struct db_stmt reconcile_send = {
     "  coalesce((SELECT $4::text FROM u), 'fenced'), $8::text RETURNING 1) "                    \
     "SELECT coalesce((SELECT $4::text || ' ' || u.state FROM u), 'fenced '), "                 \
     " (SELECT string_agg(p.n::text, ',') FROM p WHERE p.born) FROM a"
+#define FINISH_PARAMS                                                                          \
+    DB_PARAMS("tenant_id", "id", "lease_version", "state", "http_status", "resp_headers",          \
+              "resp_body", "error", "remote_id", "started_at", "finished_at", "outcome",           \
+              "curl_code", "bytes_sent", "retry_delay_ms", "from", "kind", "outputs_received",     \
+              "outputs_requested", "usage", "poll_url", "poll_deadline_ms", "provider_status",     \
+              "outputs", "may_have_created", "cost_micros", "archive_plan")
+/* A create's outcome (dispatch, or a resend under the reconciler's lease); a reconcile's verdict
+ * (not yet, absent, found, escalated, cancelled); a poll: still running, or the task's end
+ * (canceled: ended by the provider on our cancel). */
+#define FINISH_MOVES                                                                           \
+    DB_MOVES({ST_SENDING, ST_PREPARED}, {ST_SENDING, ST_ACCEPTED}, {ST_SENDING, ST_UNKNOWN},       \
+             {ST_SENDING, ST_COMPLETED}, {ST_SENDING, ST_FAILED}, {ST_UNKNOWN, ST_UNKNOWN},        \
+             {ST_UNKNOWN, ST_PREPARED}, {ST_UNKNOWN, ST_ACCEPTED}, {ST_UNKNOWN, ST_COMPLETED},     \
+             {ST_UNKNOWN, ST_REVIEW}, {ST_UNKNOWN, ST_FAILED}, {ST_ACCEPTED, ST_ACCEPTED},         \
+             {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED})
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = FINISH_PLAIN_SQL,
@@ -263,24 +294,54 @@ static const struct db_stmt finish = {
     "$13::integer, $14::bigint, $15::float8, $16::text, $17::text, $18::integer, $19::integer, "
     "$20::jsonb, $21::text, $22::bigint, $23::text, $24::jsonb, $25::boolean, $26::bigint, "
     "$27::jsonb)",
-    .params = DB_PARAMS("tenant_id", "id", "lease_version", "state", "http_status",
-                        "resp_headers", "resp_body", "error", "remote_id", "started_at",
-                        "finished_at", "outcome", "curl_code", "bytes_sent", "retry_delay_ms",
-                        "from", "kind", "outputs_received", "outputs_requested", "usage",
-                        "poll_url", "poll_deadline_ms", "provider_status", "outputs",
-                        "may_have_created", "cost_micros", "archive_plan"),
-    /* A create's outcome (dispatch, or a resend under the reconciler's lease). */
-    .moves = DB_MOVES({ST_SENDING, ST_PREPARED}, {ST_SENDING, ST_ACCEPTED},
-                      {ST_SENDING, ST_UNKNOWN}, {ST_SENDING, ST_COMPLETED},
-                      {ST_SENDING, ST_FAILED},
-                      /* A reconcile's verdict: not yet, absent, found, escalated, cancelled. */
-                      {ST_UNKNOWN, ST_UNKNOWN}, {ST_UNKNOWN, ST_PREPARED},
-                      {ST_UNKNOWN, ST_ACCEPTED}, {ST_UNKNOWN, ST_COMPLETED},
-                      {ST_UNKNOWN, ST_REVIEW}, {ST_UNKNOWN, ST_FAILED},
-                      /* A poll: still running, or the task's end (canceled: ended by the
-                       * provider on our cancel). */
-                      {ST_ACCEPTED, ST_ACCEPTED}, {ST_ACCEPTED, ST_COMPLETED},
-                      {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED}),
+    .params = FINISH_PARAMS,
+    .moves = FINISH_MOVES,
+};
+
+/* finish for a batch of results, one statement (db_run_rows): the same SET list over the rows'
+ * arrays, their outputs' archive rows and attempt rows. A row whose operation has a budget, or
+ * whose write is fenced, is left alone and answers nothing: it is then written by `finish`, which
+ * settles the budget and records a fenced attempt (a budget settled by many rows at once would
+ * clamp its totals at zero once where the single writes clamp each). */
+static const struct db_stmt finish_rows = {
+    .name = "finish_rows",
+    .sql = "WITH u AS (UPDATE operations SET " FINISH_SET(FP_ROW)
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], "
+    "  $7::bytea[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], "
+    "  $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[], "
+    "  $21::text[], $22::text[], $23::text[], $24::text[], $25::text[], $26::text[], $27::text[]) "
+    " WITH ORDINALITY AS j(p_tenant_id, p_id, p_lease_version, p_state, p_http_status, "
+    "  p_resp_headers, p_resp_body, p_error, p_remote_id, p_started_at, p_finished_at, p_outcome, "
+    "  p_curl_code, p_bytes_sent, p_retry_delay_ms, p_from, p_kind, p_outputs_received, "
+    "  p_outputs_requested, p_usage, p_poll_url, p_poll_deadline_ms, p_provider_status, "
+    "  p_outputs, p_may_have_created, p_cost_micros, p_archive_plan, n) "
+    " WHERE " DB_ROWS_FEW("j.n") " AND operations.tenant_id = j.p_tenant_id::bigint "
+    "  AND operations.id = j.p_id AND operations.lease_version = j.p_lease_version::bigint "
+    "  AND " KEYED_STATE("operations.state") " = j.p_from AND NOT operations.budgeted "
+    " RETURNING j.n, operations.tenant_id, operations.id, operations.state, operations.provider, "
+    "  j.p_lease_version, j.p_state, j.p_kind, j.p_started_at, j.p_finished_at, j.p_outcome, "
+    "  j.p_http_status, j.p_curl_code, j.p_bytes_sent, j.p_error, j.p_archive_plan), "
+    "p AS (INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
+    "  credential, expires_at, lease_owner, lease_version, lease_expires_at, attempts) "
+    " SELECT u.tenant_id, u.id, x.n, u.provider, x.kind, x.url, x.credential, "
+    "  CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END, x.owner, "
+    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END, now() + make_interval(secs => x.lease), "
+    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END "
+    " FROM u, jsonb_to_recordset(u.p_archive_plan::jsonb) "
+    "  AS x(n integer, kind text, url text, credential text, expires float8, owner text, "
+    "   lease float8) "
+    " WHERE u.state = 'completed' ON CONFLICT DO NOTHING "
+    " RETURNING op_id, n, lease_owner IS NOT NULL AS born), "
+    "a AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "
+    "  finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "
+    " SELECT u.tenant_id, u.id, u.p_lease_version::bigint, u.p_kind, "
+    "  to_timestamp(u.p_started_at::float8), to_timestamp(u.p_finished_at::float8), u.p_outcome, "
+    "  u.p_http_status::integer, u.p_curl_code::integer, u.p_bytes_sent::bigint, u.p_state, "
+    "  u.p_error FROM u) "
+    "SELECT u.n, u.p_state || ' ' || u.state, "
+    " (SELECT string_agg(p.n::text, ',') FROM p WHERE p.born AND p.op_id = u.id) FROM u",
+    .params = FINISH_PARAMS,
+    .moves = FINISH_MOVES,
 };
 
 /* After a fenced write was re-run on a new connection: whether the first run had committed (the
@@ -893,11 +954,16 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs, size_
         rows[i] = ps[i];
     }
     if (ok)
-        e = db_run_batch(db, &finish, n, rows, FINISH_NPARAMS, outs);
+        e = db_run_rows(db, &finish_rows, &finish, n, rows, FINISH_NPARAMS, outs);
     if (e == STORE_OK) {
         for (size_t i = 0; i < n; i++) {
-            finish_applied(db, fs[i], outs[i], 0, &applied[i]);
             errors[i] = STORE_OK;
+            if (PQntuples(outs[i]) == 1) {
+                finish_applied(db, fs[i], outs[i], 0, &applied[i]);
+            } else { /* left alone by finish_rows (a budget, or fenced): written by finish */
+                PQclear(outs[i]);
+                errors[i] = finish_one(db, fs[i], 0, &applied[i]);
+            }
         }
     } else {
         /* One by one: a statement failed (the batch rolled back), or the connection was lost
@@ -1039,7 +1105,8 @@ int store_partial_record(struct db *db, const struct store_claim *c, char **body
 static const struct db_stmt *const statements[] = {
     &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
-    &begin_send, &begin_send_rows, &release_reservation, &note_remote, &note_partial, &partial_record,
+    &begin_send, &begin_send_rows, &finish_rows, &release_reservation, &note_remote,
+    &note_partial, &partial_record,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

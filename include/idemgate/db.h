@@ -171,9 +171,11 @@ __attribute__((warn_unused_result)) int db_run_batch(struct db *db, const struct
  * answers, first column, the ordinal (1-based) of each row it wrote. One parse-free execution,
  * one executor start and one commit for the whole batch, where a batch of statements pays each
  * per row. outs[i]: row i's answer without the ordinal, with no row when the statement answered
- * none for it (the caller PQclears each). Its errors are db_run's for rows_stmt, and then outs[]
- * is all NULL. On a distributed database (or rows_stmt NULL) it is db_run_batch of `one`: a
- * statement that unnests parameters there is not one shard's. */
+ * none for it (the caller PQclears each). Its errors are db_run's for rows_stmt — and
+ * STORE_EUNAVAIL when a committed statement's answers cannot be handed over (out of memory): the
+ * outcome is then as unknown as after a lost connection — and outs[] is then all NULL. On a
+ * distributed database (or rows_stmt NULL) it is db_run_batch of `one`: a statement that unnests
+ * parameters there is not one shard's; and for one row, where `one` costs less. */
 __attribute__((warn_unused_result)) int db_run_rows(struct db *db, const struct db_stmt *rows_stmt,
                                                     const struct db_stmt *one, size_t rows,
                                                     const struct param *const *ps, size_t n,

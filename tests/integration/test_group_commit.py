@@ -475,7 +475,10 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     after, column for column, the same attempt row, archive rows and budget settle, the same
     answer — for every kind of finish (a create's result, with and without a budget; a cancel
     met on the way back to prepared, with and without a possible task; a fenced write; a poll
-    that keeps a webhook's earlier hint; a reconcile that clears it; an ambiguous create)."""
+    that keeps a webhook's earlier hint; a reconcile that clears it; an ambiguous create). A
+    batch of results (finish_rows, one statement over arrays) writes each row the same, in one
+    statement for all the cases, and leaves alone — no answer, no attempt row, no settle — the
+    budgeted and the fenced ones, which `finish` then writes."""
     if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
         pytest.skip("on Citus both texts are the function")
     tenant_name = "fin-" + uuid.uuid4().hex[:8]
@@ -501,7 +504,7 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
             k, v = kv.split("=", 1)
             base[k.strip()] = v.strip()
         rows = []
-        for side in ("p", "f"):
+        for side in ("p", "f", "r"):
             rows.append(f"({tid}, '{side}_{tag}', '{side}_{tag}', '\\x00', 1, 'fin-prov', 'r', "
                         f"'POST', 'http://x', '', '\\x00', '{state}', now() + interval '1 day', "
                         f"'replica-a', 3, now() + interval '1 minute', {base['next_attempt_at']}, "
@@ -511,17 +514,20 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         psql(f"INSERT INTO operations ({cols}) VALUES " + ", ".join(rows))
 
     def args(op_id, a):
+        return "(" + ", ".join(values(op_id, a)) + ")"
+
+    def values(op_id, a):
         v = dict(lease="3", state="'completed'", status="200",
                  headers="'{\"content-type\": \"application/json\"}'", body="'\\x7b7d'::bytea",
                  error="NULL", remote="NULL", retry_ms="0", frm="'sending'", kind="'create'",
                  received="1", requested="1", usage="NULL", poll_url="NULL", deadline="NULL",
                  pstatus="NULL", outputs="NULL", ambiguous="false", cost="NULL", plan="NULL")
         v.update(a)
-        return (f"({tid}, '{op_id}', {v['lease']}, {v['state']}, {v['status']}, {v['headers']}, "
-                f"{v['body']}, {v['error']}, {v['remote']}, 1700000000.5, 1700000001.25, 'ok', 0, "
-                f"42, {v['retry_ms']}, {v['frm']}, {v['kind']}, {v['received']}, "
-                f"{v['requested']}, {v['usage']}, {v['poll_url']}, {v['deadline']}, "
-                f"{v['pstatus']}, {v['outputs']}, {v['ambiguous']}, {v['cost']}, {v['plan']})")
+        return [str(tid), f"'{op_id}'", v["lease"], v["state"], v["status"], v["headers"],
+                v["body"], v["error"], v["remote"], "1700000000.5", "1700000001.25", "'ok'", "0",
+                "42", v["retry_ms"], v["frm"], v["kind"], v["received"], v["requested"],
+                v["usage"], v["poll_url"], v["deadline"], v["pstatus"], v["outputs"],
+                v["ambiguous"], v["cost"], v["plan"]]
 
     def run(sql, op_id, a):
         name = "p" + uuid.uuid4().hex[:8]
@@ -580,10 +586,12 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         ("ambiguous", "sending", "", {"state": "'unknown'", "status": "NULL", "retry_ms": "5000",
                                       "deadline": "3600000", "error": "'timeout'"}),
     ]
+    run_answer = {}
     for tag, state, setup, a in cases:
         make(tag, state, setup)
         b0 = budget()
         answer_plain = run(plain, f"p_{tag}", a)
+        run_answer[tag] = answer_plain[0]
         b1 = budget()
         answer_function = run(function, f"f_{tag}", a)
         b2 = budget()
@@ -595,6 +603,25 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         assert attempts(f"p_{tag}") == attempts(f"f_{tag}") and attempts(f"p_{tag}"), tag
         assert archive(f"p_{tag}") == archive(f"f_{tag}"), tag
         assert [x - y for x, y in zip(b1, b0)] == [x - y for x, y in zip(b2, b1)], tag
+    # One batch over the same cases (finish_rows): each row it writes is the plain statement's.
+    before = {tag: row(f"r_{tag}") for tag, _, _, _ in cases}
+    b0 = budget()
+    answers = {a[0]: a[1:] for a in psql(
+        f"PREPARE rows_{tid} AS {statement_sql('finish_rows')}; EXECUTE rows_{tid}"
+        + rows_args([tuple(values(f"r_{tag}", a)) for tag, _, _, a in cases]))}
+    assert budget() == b0
+    left = {"budget_done", "budget_reserved", "budget_failed", "fenced"}
+    for n, (tag, _, _, _) in enumerate(cases, 1):
+        if tag in left:
+            assert str(n) not in answers, tag
+            assert row(f"r_{tag}") == before[tag] and attempts(f"r_{tag}") == [], tag
+            assert archive(f"r_{tag}") == [], tag
+            continue
+        assert answers[str(n)] == run_answer[tag], tag
+        assert row(f"r_{tag}") == row(f"p_{tag}"), tag
+        assert attempts(f"r_{tag}") == attempts(f"p_{tag}"), tag
+        assert archive(f"r_{tag}") == archive(f"p_{tag}"), tag
+    assert len(answers) == len(cases) - len(left)
     # The cases wrote what each is for (a comparison of two writes that did nothing proves
     # nothing).
     assert row("p_fenced")[0][0] == "sending" and attempts("p_fenced")[0][8] == "fenced"
