@@ -12,7 +12,7 @@
 
 /* More than store.c and lease.c have; were it ever reached, the connection's statements are
  * deallocated and prepared again as they are used. */
-#define DB_MAX_PREPARED 64
+#define DB_MAX_PREPARED 96
 #define DB_MAX_PARAMS 32
 
 struct db {
@@ -470,7 +470,7 @@ static void put32(unsigned char *b, size_t *at, unsigned v)
     b[(*at)++] = (unsigned char)v;
 }
 
-/* The value of parameter `name` in one row, as bytes (NULL: SQL NULL); *binary its kind. */
+/* The parameter of one row named `name`, or NULL when it has none. */
 static const struct param *row_param(const struct param *row, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)

@@ -187,14 +187,14 @@ static const struct db_stmt reconcile_send = {
     "= 'accepted' "                                                                                \
     "   AND next_attempt_at > updated_at "                                                         \
     "  THEN least(next_attempt_at, now() + make_interval(secs => "                                 \
-    P(15, retry_delay_ms, float8) " / 1000)) "                                                  \
+    P(15, retry_delay_ms, float8) " / 1000)) "                                                     \
     "  ELSE now() + make_interval(secs => " P(15, retry_delay_ms, float8) " / 1000) END, "         \
     " outputs_received = coalesce(" P(18, outputs_received, integer) ", outputs_received), "       \
     " outputs_requested = coalesce(" P(19, outputs_requested, integer) ", outputs_requested), "    \
     " usage = coalesce(" P(20, usage, jsonb) ", usage), "                                          \
     " poll_url = coalesce(" P(21, poll_url, text) ", poll_url), "                                  \
     " poll_deadline_at = coalesce(now() + make_interval(secs => "                                  \
-    P(22, poll_deadline_ms, bigint) "::float8 / 1000), "                                        \
+    P(22, poll_deadline_ms, bigint) "::float8 / 1000), "                                           \
     "  poll_deadline_at), "                                                                        \
     " provider_status = coalesce(" P(23, provider_status, text) ", provider_status), "             \
     " outputs = coalesce(" P(24, outputs, jsonb) ", outputs), "                                    \
@@ -216,7 +216,7 @@ static const struct db_stmt reconcile_send = {
     "    AND NOT (" P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL)) THEN "        \
     "now() END, "                                                                                  \
     " archive_planned_at = CASE WHEN " P(27, archive_plan, jsonb) " IS NOT NULL AND "              \
-    P(4, state, text) " = 'completed' "                                                         \
+    P(4, state, text) " = 'completed' "                                                            \
     "  THEN now() ELSE archive_planned_at END "
 
 /* A result is written only under the lease that sent it (fencing); the attempt is recorded
