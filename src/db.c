@@ -1,6 +1,7 @@
 #include "idemgate/db.h"
 
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/stmthealth.h"
 
 #include <errno.h>
@@ -579,8 +580,10 @@ int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_
         e = db_run(db, rows_stmt, arrays, n, &r);
     for (size_t k = 0; k < n; k++)
         free(bufs[k]);
-    if (e < 0)
+    if (e < 0) {
+        metrics_db_rows(rows_stmt->name, 0, 0, rows);
         return e;
+    }
     /* Committed from here on: answers that cannot be handed over are as a connection lost
      * after the commit (STORE_EUNAVAIL, the outcome unknown), never as nothing written. */
     int *at = malloc(rows * sizeof(*at));
@@ -595,9 +598,13 @@ int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_
         if (ord >= 1 && (size_t)ord <= rows)
             at[ord - 1] = t;
     }
-    for (size_t i = 0; i < rows && e == STORE_OK; i++)
+    size_t answered = 0;
+    for (size_t i = 0; i < rows && e == STORE_OK; i++) {
+        answered += at[i] >= 0;
         if (!(outs[i] = answer_row(r, at[i])))
             e = STORE_EUNAVAIL;
+    }
+    metrics_db_rows(rows_stmt->name, answered, rows - answered, 0);
     free(at);
     PQclear(r);
     if (e < 0)

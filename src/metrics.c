@@ -80,6 +80,10 @@ static atomic_ulong safety[MS__COUNT];
 static atomic_ulong unknown_bucket[N_BUCKETS + 1];
 static atomic_ulong unknown_sum_ms;
 static atomic_ulong intake_batches[2]; /* [committed as one] */
+/* The batch statements (db_run_rows) and what became of their rows. */
+static const char *const db_rows_stmts[] = {"intake_rows", "begin_send_rows", "finish_rows"};
+#define N_DB_ROWS_STMTS (sizeof(db_rows_stmts) / sizeof(db_rows_stmts[0]))
+static atomic_ulong db_rows[N_DB_ROWS_STMTS][3]; /* answered, unanswered, failed */
 static atomic_ulong intake_batched;
 static atomic_ulong intake_born_claimed;
 static atomic_long calls_in_flight, calls_in_flight_peak;
@@ -264,6 +268,16 @@ void metrics_intake_batch(size_t intents, int committed, int born_claimed)
     atomic_fetch_add(&intake_batches[committed ? 1 : 0], 1);
     atomic_fetch_add(&intake_batched, intents);
     atomic_fetch_add(&intake_born_claimed, (unsigned long)born_claimed);
+}
+
+void metrics_db_rows(const char *stmt, size_t answered, size_t unanswered, size_t failed)
+{
+    for (size_t i = 0; i < N_DB_ROWS_STMTS; i++)
+        if (strcmp(db_rows_stmts[i], stmt) == 0) {
+            atomic_fetch_add(&db_rows[i][0], answered);
+            atomic_fetch_add(&db_rows[i][1], unanswered);
+            atomic_fetch_add(&db_rows[i][2], failed);
+        }
 }
 
 void metrics_wait_answer(int from_memory)
@@ -474,6 +488,15 @@ static void render_intake(struct buf *b)
         atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak),
         atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count(), ls_spooled(),
         jobcache_bytes());
+    put(b, "# HELP idemgate_db_batch_rows_total Rows of batches written as one statement: "
+           "result=answered written by it, unanswered left to the single-row statement (a key "
+           "taken, a budget, a fenced write), failed carried by a statement that failed (then "
+           "decided row by row).\n# TYPE idemgate_db_batch_rows_total counter\n");
+    static const char *const results[] = {"answered", "unanswered", "failed"};
+    for (size_t i = 0; i < N_DB_ROWS_STMTS; i++)
+        for (size_t k = 0; k < 3; k++)
+            put(b, "idemgate_db_batch_rows_total{statement=\"%s\",result=\"%s\"} %lu\n",
+                db_rows_stmts[i], results[k], atomic_load(&db_rows[i][k]));
 }
 
 /* Settled cost by (provider, currency), with the "other" overflow pair when it was used: three

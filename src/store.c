@@ -266,7 +266,8 @@ static const struct db_stmt intake_plain = {
  * insert answers nothing and is decided alone, as intake_plain's. */
 static const struct db_stmt intake_rows = {
     .name = "intake_rows",
-    .sql = INTAKE_INSERT "SELECT j.tenant_id::bigint, j.new_id, j.key, decode(j.fingerprint, 'hex'), "
+    .sql = "WITH i AS (" INTAKE_INSERT "SELECT j.tenant_id::bigint, j.new_id, j.key, "
+    "decode(j.fingerprint, 'hex'), "
     "j.fingerprint_version::smallint, j.provider, j.route, j.method, j.url, j.credential, j.body, "
     "'prepared', j.at::timestamptz, j.at::timestamptz, "
     "j.at::timestamptz + make_interval(hours => j.ttl_hours::integer), j.idem_header, "
@@ -287,8 +288,12 @@ static const struct db_stmt intake_rows = {
     "WHERE " DB_ROWS_FEW("j.n") " "
     "AND NOT EXISTS (SELECT 1 FROM tenant_budgets b WHERE b.tenant_id = j.tenant_id::bigint) "
     "AND NOT EXISTS (SELECT 1 FROM provider_breakers k WHERE k.provider = j.provider) "
-    "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING "
-    "RETURNING array_position($3::text[], id), CASE WHEN lease_version = 1 THEN '2' ELSE '1' END",
+    "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id, lease_version) "
+    /* Its place in the batch: the first position of the id it proposed (a join, not a search
+     * of the array per row: batches may hold thousands). */
+    "SELECT DISTINCT ON (i.id) k.n, CASE WHEN i.lease_version = 1 THEN '2' ELSE '1' END "
+    "FROM i JOIN unnest($3::text[]) WITH ORDINALITY AS k(id, n) ON k.id = i.id "
+    "ORDER BY i.id, k.n",
     .params = INTAKE_PARAMS,
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
 };

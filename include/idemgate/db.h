@@ -168,9 +168,10 @@ __attribute__((warn_unused_result)) int db_run_batch(struct db *db, const struct
 /* db_run_batch's rows as ONE statement (`rows_stmt`): each of its parameters is an array of that
  * parameter's values in every row, in order (`$k::text[]`, or `$k::bytea[]` for a binary one:
  * ints, floats and booleans travel as their text), and its text unnests them WITH ORDINALITY and
- * answers, first column, the ordinal (1-based) of each row it wrote. One parse-free execution,
- * one executor start and one commit for the whole batch, where a batch of statements pays each
- * per row. outs[i]: row i's answer without the ordinal, with no row when the statement answered
+ * answers, first column, the ordinal (1-based) of each row it wrote — once at most, and with at
+ * least one column after it (a row answering nothing else would read as unanswered). One
+ * parse-free execution, one executor start and one commit for the whole batch, where a batch of
+ * statements pays each per row. outs[i]: row i's answer without the ordinal, with no row when the statement answered
  * none for it (the caller PQclears each). Its errors are db_run's for rows_stmt — and
  * STORE_EUNAVAIL when a committed statement's answers cannot be handed over (out of memory): the
  * outcome is then as unknown as after a lost connection — and outs[] is then all NULL. On a

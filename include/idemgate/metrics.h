@@ -65,6 +65,11 @@ void metrics_unknown_seconds(double seconds);
 /* A group commit of intents (recorder.c): committed as one, or split (decided row by row); how
  * many of its new rows were born claimed and handed to a dispatcher. */
 void metrics_intake_batch(size_t intents, int committed, int born_claimed);
+/* A batch written as one statement (db_run_rows): how many of its rows the statement wrote and
+ * answered, how many it left unanswered (their callers write them with the single-row statement)
+ * and, when the statement failed, how many rows it carried (then decided row by row). stmt is
+ * the statement's name; a name not among the batch statements is not counted. */
+void metrics_db_rows(const char *stmt, size_t answered, size_t unanswered, size_t failed);
 /* Provider calls in the call engine (creates, status reads): +1 when one is submitted, -1 when
  * it ended. */
 void metrics_calls_in_flight(int delta);

@@ -3,7 +3,7 @@
 The gateway's DATABASE_URL points at the proxy's socket directory; the proxy forwards every byte
 to the real cluster's socket and reads the message framing on the way. When a Bind names a chosen
 prepared statement (`intake`, `claim`, `finish`, …; `intake_plain` and `intake_rows`, the group
-commit's, are an `intake`, `begin_send_rows` a `begin_send`) it may:
+commit's, are an `intake`, `begin_send_rows` a `begin_send`, `finish_rows` a `finish`) it may:
 
 - `before`: close both sides before the Bind reaches the server: the statement never ran;
 - `after` : forward the statement, hold back everything the server answers, and close both sides
@@ -27,8 +27,9 @@ import time
 SSL_REQUEST = 80877103
 GSS_REQUEST = 80877104
 # Statements that are one kind for the scenarios: the group commit's intakes are an intake, a
-# batch's begin_send a begin_send.
-ALIASES = {"intake_plain": "intake", "intake_rows": "intake", "begin_send_rows": "begin_send"}
+# batch's start of sending a begin_send, a batch's results a finish.
+ALIASES = {"intake_plain": "intake", "intake_rows": "intake", "begin_send_rows": "begin_send",
+           "finish_rows": "finish"}
 
 
 class PgProxy:

@@ -7,7 +7,9 @@ address are each refused or counted, never silently dropped."""
 import hashlib
 import json
 import os
+import re
 import signal
+import sys
 import time
 import uuid
 
@@ -15,6 +17,9 @@ import pytest
 
 from conftest import ROOT
 from test_async import SECRETS, SHIPPED_ASYNC, body, entry
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from chaos.client import fan_out  # noqa: E402
 
 MOCK_ARCHIVE = {"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True}
 PROFILES = os.path.join(ROOT, "deploy", "providers")
@@ -351,6 +356,53 @@ def test_the_write_of_a_result_claims_its_outputs_copies(gateway_factory, token,
     assert [o["attempts"] for o in j["archive"]] == [1, 1, 1], j["archive"]
     by_write, by_claim = metric(gw, BY_WRITE), metric(gw, BY_CLAIM)
     assert (by_write, by_claim) == ((3.0, 0.0) if room == 8 else (1.0, 2.0)), (by_write, by_claim)
+
+
+def db_rows(gw):
+    """idemgate_db_batch_rows_total by (statement, result)."""
+    text = gw.http.request("GET", "/metrics").body.decode()
+    return {(m.group(1), m.group(2)): int(m.group(3)) for m in re.finditer(
+        r'^idemgate_db_batch_rows_total\{statement="(\w+)",result="(\w+)"\} (\d+)$', text, re.M)}
+
+
+def test_bursts_are_written_by_the_batch_statements(gateway_factory, mock, token, tmp_path,
+                                                    psql):
+    """The gateway's own batches (the rows' arrays built in C, the answers mapped back by
+    ordinal) go through the one-statement texts: under bursts of new keys waited for, intakes,
+    starts of sending and results are written by intake_rows, begin_send_rows and finish_rows —
+    rows answered, none failed — and every job is completed by one create with one attempt row,
+    its two outputs claimed by its own write (a batch's born claims named for the right job:
+    copied at their first attempt, none left to a claim). At most three bursts of 32, until each
+    statement has written a batch."""
+    e, route = images_entry(mock)
+    gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=256, dispatch_workers=4,
+               env={"OPENAI_API_KEY": "sk-x"})
+    pfx = "rows-" + uuid.uuid4().hex[:8]
+    stmts = ("intake_rows", "begin_send_rows", "finish_rows")
+    keys = []
+    for burst in range(3):
+        def one(i, burst=burst):
+            r = gw.submit(token, f"{pfx}-{burst}-{i}",
+                          {"prompt": f"batch {burst} {i}", "n": 2, "response_format": "url"},
+                          route=route, headers={"Prefer": "wait=30"})
+            return r.status, r.headers.get("x-idemgate-job-id")
+        answers = fan_out(32, one)
+        assert all(a is not None and a[0] == 200 and a[1] for a in answers), answers
+        keys += [a[1] for a in answers]
+        if all(db_rows(gw).get((s, "answered"), 0) > 0 for s in stmts):
+            break
+    c = db_rows(gw)
+    assert all(c.get((s, "answered"), 0) > 0 for s in stmts), c
+    assert all(c.get((s, "failed"), -1) == 0 for s in stmts), c
+    for job_id in keys:
+        j = check_archive(gw, token, job_id, str(tmp_path / "archive"), 2)
+        assert [o["attempts"] for o in j["archive"]] == [1, 1], (job_id, j["archive"])
+        assert len(mock.creates_for(job_id)) == 1, job_id
+    rows = psql("SELECT o.transport_attempts, count(a.*) FROM operations o JOIN attempts a "
+                "ON a.tenant_id = o.tenant_id AND a.operation_id = o.id WHERE o.id IN ("
+                + ", ".join(f"'{k}'" for k in keys) + ") GROUP BY o.tenant_id, o.id")
+    assert rows == [["1", "1"]] * len(keys), rows
+    assert (metric(gw, BY_WRITE), metric(gw, BY_CLAIM)) == (2.0 * len(keys), 0.0)
 
 
 def test_outputs_claimed_by_a_write_whose_replica_died_are_copied_by_another(
