@@ -112,7 +112,7 @@ def test_metrics_move_with_their_events(gateway_factory, token, mock):
         assert needle not in text
     labels = set(re.findall(r'(\w+)="', text))
     assert labels <= {"route", "status", "le", "outcome", "state", "provider", "result",
-                      "reason", "source", "period", "version", "revision"}, labels
+                      "reason", "source", "period", "version", "revision", "statement"}, labels
 
     log = gw.log()
     lines = [l for l in log.splitlines() if l.strip()]
