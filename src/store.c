@@ -242,7 +242,8 @@ static const struct db_stmt intake = {
  * text is the function call, one command on the tenant's worker. */
 static const struct db_stmt intake_plain = {
     .name = "intake_plain",
-    .sql = INTAKE_INSERT "SELECT $1::bigint, $3::text, $2::text, decode($4::text, 'hex'), $5::smallint, $6::text, "
+    .sql = INTAKE_INSERT "SELECT $1::bigint, $3::text, $2::text, decode($4::text, 'hex'), "
+    "$5::smallint, $6::text, "
     "$7::text, $8::text, $9::text, $10::text, $11::bytea, 'prepared', $22::timestamptz, "
     "$22::timestamptz, $22::timestamptz + make_interval(hours => $12::integer), $13::text, "
     "$14::text, $15::integer, $16::text, $17::text, "
@@ -1898,8 +1899,9 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 }
 
 static const struct db_stmt *const statements[] = {
-    &intake,         &intake_plain, &intake_rows, &by_key,       &job_get,        &cancel,        &resolve,
-    &regenerate,     &jobs_list,    &jobs_in_state,  &jobs_by_key,  &webhook_find,   &webhook_signed, &webhook_unsigned,
+    &intake,         &intake_plain, &intake_rows,    &by_key,       &job_get,        &cancel,
+    &resolve,        &regenerate,   &jobs_list,      &jobs_in_state, &jobs_by_key,    &webhook_find,
+    &webhook_signed, &webhook_unsigned,
     &resume_polling, &janitor,      &janitor_due,    &janitor_webhooks, &unreferenced_sha256,
     &usage,          &budget_set,   &budget_clear,   &tenant_id_named,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,

@@ -294,6 +294,21 @@ def statement_sql(name, text="sql"):
     raise AssertionError(f"no statement {name}")
 
 
+def execute(psql, sql, args):
+    """Runs sql (a statement's text) with args (its parameters as SQL literals, parenthesised)."""
+    name = "p" + uuid.uuid4().hex[:8]
+    return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args}")
+
+
+# An intake's row, column for column, where two runs of it may differ only in their clock.
+INTAKE_COMPARED = ("tenant_id, fingerprint, fingerprint_version, provider, route, req_method, "
+                   "req_url, req_credential, req_body, state, req_idem_header, reconcile_strategy, "
+                   "outputs_requested, profile_id, lease_owner, lease_version, reserved_micros, "
+                   "currency, budgeted, unpriced, transport_attempts, generation_attempts, "
+                   "cost_micros, expires_at - created_at, updated_at = created_at, "
+                   "lease_expires_at IS NULL, next_attempt_at > created_at + interval '30 seconds'")
+
+
 def test_the_plain_intake_writes_what_the_function_writes_or_nothing(database_url, psql):
     """The group commit's intake (intake_plain, one INSERT) stands for idemgate_intake in its
     common case only: the same row, column for column, with and without a claim owner; and no
@@ -311,18 +326,10 @@ def test_the_plain_intake_writes_what_the_function_writes_or_nothing(database_ur
                 f"'openai-images', {owner}, 60, 7, 'USD', false, now())")
 
     def run(sql, key, owner="NULL"):
-        name = "p" + uuid.uuid4().hex[:8]
-        return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args(key, owner)}")
-
-    compared = ("tenant_id, fingerprint, fingerprint_version, provider, route, req_method, req_url, "
-                "req_credential, req_body, state, req_idem_header, reconcile_strategy, "
-                "outputs_requested, profile_id, lease_owner, lease_version, reserved_micros, "
-                "currency, budgeted, unpriced, transport_attempts, generation_attempts, cost_micros, "
-                "expires_at - created_at, lease_expires_at IS NULL, "
-                "next_attempt_at > created_at + interval '30 seconds'")
+        return execute(psql, sql, args(key, owner))
 
     def row(key):
-        return psql(f"SELECT {compared} FROM operations WHERE tenant_id = {tid} "
+        return psql(f"SELECT {INTAKE_COMPARED} FROM operations WHERE tenant_id = {tid} "
                     f"AND idempotency_key = '{key}'")
 
     for owner, answer in (("NULL", "1"), ("'replica-a'", "2")):
@@ -390,18 +397,10 @@ def test_the_rows_intake_writes_what_the_plain_intake_writes(database_url, psql)
                 "'f'", "now()")
 
     def run(sql, args):
-        name = "p" + uuid.uuid4().hex[:8]
-        return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args}")
-
-    compared = ("tenant_id, fingerprint, fingerprint_version, provider, route, req_method, req_url, "
-                "req_credential, req_body, state, req_idem_header, reconcile_strategy, "
-                "outputs_requested, profile_id, lease_owner, lease_version, reserved_micros, "
-                "currency, budgeted, unpriced, transport_attempts, generation_attempts, cost_micros, "
-                "expires_at - created_at, updated_at = created_at, lease_expires_at IS NULL, "
-                "next_attempt_at > created_at + interval '30 seconds'")
+        return execute(psql, sql, args)
 
     def row(key):
-        return psql(f"SELECT {compared} FROM operations WHERE idempotency_key = '{key}'")
+        return psql(f"SELECT {INTAKE_COMPARED} FROM operations WHERE idempotency_key = '{key}'")
 
     k = [uuid.uuid4().hex for _ in range(5)]
     batch = [values(tid, k[0], "NULL"), values(tid, k[1], "'replica-a'"),
@@ -443,8 +442,7 @@ def test_the_rows_begin_send_writes_what_begin_send_writes(database_url, psql):
         f"{'now()' if n == 4 else 'NULL'})" for n, i in enumerate(ids)))
 
     def run(sql, args):
-        name = "p" + uuid.uuid4().hex[:8]
-        return psql(f"PREPARE {name} AS {sql}; EXECUTE {name}{args}")
+        return execute(psql, sql, args)
 
     compared = ("state, lease_owner, lease_version, transport_attempts, first_sent_at = updated_at, "
                 "lease_expires_at - updated_at, cancel_requested_at IS NULL")
