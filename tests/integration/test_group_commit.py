@@ -416,6 +416,7 @@ def test_the_rows_intake_writes_what_the_plain_intake_writes(database_url, psql)
         assert run(plain, "(" + ", ".join(plain_args) + ")") == [["2" if "replica" in args[16]
                                                                   else "1"]]
         assert len(row(key)) == 1 and row(key) == row(twin)
+    psql(f"DELETE FROM provider_breakers WHERE provider = '{tripped}'")
 
 
 def test_the_rows_begin_send_writes_what_begin_send_writes(database_url, psql):
@@ -465,6 +466,7 @@ def test_the_rows_begin_send_writes_what_begin_send_writes(database_url, psql):
     assert row(ids[0])[0][0] == "sending"
     for i in (ids[2], ids[4], ids[5]):
         assert row(i) == before[i]
+    psql(f"DELETE FROM provider_breakers WHERE provider = '{tripped}'")
 
 
 def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
