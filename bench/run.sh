@@ -242,13 +242,13 @@ wrk_run() { # NAME SCRIPT URL PREFER [KEY [CONNECTIONS]]: a warm-up, then the me
             wrk -t"$threads" -c"$conns" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
             >"$T/logs/wrk-$name-warm.out" 2>&1 || true
     fi
-    case $name in e2e|stream_live) cost_begin ;; esac
+    case $name in e2e|stream_live|intake) cost_begin ;; esac
     log "$name: wrk -t$threads -c$conns -d${SECS}s $url"
     env "${envs[@]}" BENCH_NONCE="$NONCE-$name" timeout $((SECS + 60)) \
         wrk -t"$threads" -c"$conns" -d"${SECS}s" --timeout 35s -s "bench/wrk/$script" "$url" \
         >"$T/logs/wrk-$name.out" 2>&1 || log "$name: wrk failed (see $T/logs/wrk-$name.out)"
     grep '^@@BENCH ' "$T/logs/wrk-$name.out" | sed 's/^@@BENCH //' >"$T/results/$name.json" || true
-    case $name in e2e|stream_live) cost_end "$name" ;; esac
+    case $name in e2e|stream_live|intake) cost_end "$name" ;; esac
     for f in "$T/logs/wrk-$name-warm.out" "$T/logs/wrk-$name.out"; do
         [ -f "$f" ] || continue
         n=$(sed -n 's/^@@BENCH {"requests":\([0-9]*\).*/\1/p' "$f")
@@ -291,9 +291,10 @@ drain() { # RUN
     note "$1_drain" "{\"seconds\":$((SECONDS - t0)),\"left\":${left:-0}}"
     [ "${left:-0}" -eq 0 ] || log "$1: $left outputs or jobs still left after ${BENCH_DRAIN_SECONDS:-120} s"
 }
-cost_end() { # RUN: e2e_cost or stream_live_cost, from results/RUN.json, once the run's work is done
+cost_end() { # RUN: e2e_cost, stream_live_cost or intake_cost, from results/RUN.json, once the
+    # run's work is done (the intake replica has no dispatcher: its run's work is the intents)
     local ticks jobs hz stmts pg
-    drain "$1"
+    [ "$1" = intake ] || drain "$1"
     ticks=$(( $(cpu_ticks "$GW_PID") - COST_TICKS0 ))
     pg=$(( $(pg_cpu_ticks) - COST_PG0 ))
     hz=$(getconf CLK_TCK)

@@ -132,7 +132,37 @@ static const struct db_stmt finish = {
         " archived_at = CASE WHEN $5 = 'archived' THEN c.at END, "
         " lease_owner = NULL, lease_expires_at = NULL "
         "FROM c WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
-        " AND " KEYED_STATE("state") " = 'pending'",
+        " AND " KEYED_STATE("state") " = 'pending' "
+        "RETURNING state",
+    .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
+                        "sha256", "bytes", "content_type", "backend", "stored_by"),
+};
+
+/* finish for a batch of ends, one statement (db_run_rows): the same SET list over the rows'
+ * arrays, each row written answering its ordinal first. */
+static const struct db_stmt finish_rows = {
+    .name = "archive_finish_rows",
+    .sql =
+        "WITH c AS MATERIALIZED (SELECT now() AS at) "
+        "UPDATE archive_outputs a SET state = j.state, "
+        " last_error = CASE WHEN j.error IS NULL THEN a.last_error "
+        "  WHEN j.state = 'expired' AND a.last_error IS NOT NULL THEN j.error || '; last error: ' || "
+        "a.last_error "
+        "  ELSE j.error END, "
+        " next_attempt_at = now() + make_interval(secs => j.delay_ms::float8 / 1000), "
+        " sha256 = coalesce(j.sha256, a.sha256), bytes = coalesce(j.bytes::bigint, a.bytes), "
+        " content_type = coalesce(j.content_type, a.content_type), "
+        " backend = coalesce(j.backend, a.backend), stored_by = coalesce(j.stored_by, a.stored_by), "
+        " archived_at = CASE WHEN j.state = 'archived' THEN c.at END, "
+        " lease_owner = NULL, lease_expires_at = NULL "
+        "FROM c, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], "
+        "  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) "
+        " WITH ORDINALITY AS j(tenant_id, op_id, n, lease_version, state, error, delay_ms, sha256, "
+        "  bytes, content_type, backend, stored_by, ord) "
+        "WHERE " DB_ROWS_FEW("j.ord") " AND a.tenant_id = j.tenant_id::bigint AND a.op_id = j.op_id "
+        " AND a.n = j.n::integer AND a.lease_version = j.lease_version::bigint "
+        " AND " KEYED_STATE("a.state") " = 'pending' "
+        "RETURNING j.ord, a.state",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
                         "sha256", "bytes", "content_type", "backend", "stored_by"),
 };
@@ -706,7 +736,7 @@ static void fin_one(struct db *db, const struct fin_row *f)
     fin_params(f, nbuf, ps);
     PGresult *r;
     int e = db_run(db, &finish, ps, 12, &r);
-    int applied = e == STORE_OK && atoi(PQcmdTuples(r)) == 1;
+    int applied = e == STORE_OK && PQntuples(r) == 1;
     if (e == STORE_OK)
         PQclear(r);
     fin_said(f, applied);
@@ -730,8 +760,8 @@ static void fin_free(struct fin_row *f)
     memset(f, 0, sizeof(*f));
 }
 
-/* Sends this thread's written ends: one alone as it is; more in one transaction (in key order),
- * and one by one when that fails (a lost connection may have committed them: a fenced write
+/* Sends this thread's written ends: one alone as it is; more as one statement (db_run_rows, in
+ * key order), and one by one when that fails (a lost connection may have committed them: a fenced write
  * that finds its row ended already changes nothing, and the lease keeps an unwritten one for a
  * later claim). */
 static void fin_flush(struct db *db)
@@ -750,9 +780,9 @@ static void fin_flush(struct db *db)
             fin_params(&fin[i], nbufs[i], ps[i]);
             rows[i] = ps[i];
         }
-        if (db_run_batch(db, &finish, n, rows, 12, outs) == STORE_OK) {
+        if (db_run_rows(db, &finish_rows, &finish, n, rows, 12, outs) == STORE_OK) {
             for (size_t i = 0; i < n; i++) {
-                fin_said(&fin[i], atoi(PQcmdTuples(outs[i])) == 1);
+                fin_said(&fin[i], PQntuples(outs[i]) == 1);
                 PQclear(outs[i]);
             }
             done = 1;
@@ -1452,7 +1482,8 @@ void archive_output_fini(struct archive_output *o)
 }
 
 static const struct db_stmt *const statements[] = {
-    &plan_pick, &plan_write, &claim, &claim_due, &finish, &job_outputs, &output_get,
+    &plan_pick, &plan_write, &claim, &claim_due, &finish, &finish_rows, &job_outputs,
+    &output_get,
 };
 
 const struct db_stmt *const *archive_statements(size_t *n)

@@ -81,7 +81,8 @@ static atomic_ulong unknown_bucket[N_BUCKETS + 1];
 static atomic_ulong unknown_sum_ms;
 static atomic_ulong intake_batches[2]; /* [committed as one] */
 /* The batch statements (db_run_rows) and what became of their rows. */
-static const char *const db_rows_stmts[] = {"intake_rows", "begin_send_rows", "finish_rows"};
+static const char *const db_rows_stmts[] = {"intake_rows", "begin_send_rows", "finish_rows",
+                                            "archive_finish_rows"};
 #define N_DB_ROWS_STMTS (sizeof(db_rows_stmts) / sizeof(db_rows_stmts[0]))
 static atomic_ulong db_rows[N_DB_ROWS_STMTS][3]; /* answered, unanswered, failed */
 static atomic_ulong intake_batched;

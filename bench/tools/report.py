@@ -192,7 +192,8 @@ def main():
                                                                 "gateway_main", "gateway_intake_memory",
                                                                 "pgbench_batch", "pg_test_fsync",
                                                                 "slow", "inflight", "e2e_cost",
-                                                                "stream_live_cost", "e2e_drain", "stream_live_drain",
+                                                                "stream_live_cost", "intake_cost", "e2e_drain",
+                                                                "stream_live_drain",
                                                                 "stream", "stream_many")}}
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
@@ -278,7 +279,8 @@ def main():
             print("  round %d: %.1f MiB with them live (%s threads), %.1f MiB after"
                   % (i + 1, (mid.get("rss_kib") or 0) / 1024, mid.get("threads"),
                      (rd.get("rss_after_kib") or 0) / 1024))
-    for key, what in (("e2e_cost", "end-to-end job"), ("stream_live_cost", "live stream job")):
+    for key, what in (("e2e_cost", "end-to-end job"), ("stream_live_cost", "live stream job"),
+                      ("intake_cost", "intent (202, no dispatcher)")):
         cost = facts.get(key)
         if not (isinstance(cost, dict) and cost.get("jobs")):
             continue
@@ -288,12 +290,13 @@ def main():
         print()
         drain = facts.get(key.replace("_cost", "_drain")) or {}
         print("per %s (%d jobs): PostgreSQL executor %.3f ms (wall), PostgreSQL CPU "
-              "%.3f ms, gateway CPU %.3f ms (its work left after the run included: %s s%s)"
+              "%.3f ms, gateway CPU %.3f ms%s"
               % (what, jobs, total / jobs,
                  1000.0 * cost.get("postgresql_cpu_ticks", 0) / cost["clk_tck"] / jobs,
                  1000.0 * cost["gateway_cpu_ticks"] / cost["clk_tck"] / jobs,
-                 drain.get("seconds", "?"),
-                 ", %s not done" % drain["left"] if drain.get("left") else ""))
+                 " (its work left after the run included: %s s%s)"
+                 % (drain.get("seconds", "?"), ", %s not done" % drain["left"] if drain.get("left") else "")
+                 if drain else ""))
         for s in stmts[:10]:
             print("    %8.4f ms  %6.2f calls  %s" % (float(s["ms"]) / jobs, s["calls"] / jobs, s["query"]))
     infl = facts.get("inflight")

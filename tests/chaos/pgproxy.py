@@ -29,7 +29,7 @@ GSS_REQUEST = 80877104
 # Statements that are one kind for the scenarios: the group commit's intakes are an intake, a
 # batch's start of sending a begin_send, a batch's results a finish.
 ALIASES = {"intake_plain": "intake", "intake_rows": "intake", "begin_send_rows": "begin_send",
-           "finish_rows": "finish"}
+           "finish_rows": "finish", "archive_finish_rows": "archive_finish"}
 
 
 class PgProxy:

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT
 from test_async import SECRETS, SHIPPED_ASYNC, body, entry
+from test_group_commit import execute, rows_args, statement_sql
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from chaos.client import fan_out  # noqa: E402
@@ -210,6 +211,72 @@ def test_a_claim_takes_one_stored_result(token, psql):
     assert claim() == []
 
 
+def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
+    """A thread's batch of copy ends is one statement (archive_finish_rows): each row it writes
+    is archive_finish's row, column for column — archived with its object, expired keeping the
+    error before it, pending again for a retry, no size — and answers its place in the batch; a
+    row held by another claim's version and one ended already answer nothing and stay as
+    they are."""
+    if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
+        pytest.skip("on Citus a batch is archive_finish's rows, one by one")
+    tenant = psql("SELECT id FROM tenants ORDER BY id LIMIT 1")[0][0]
+    prov = "finrows" + uuid.uuid4().hex[:8]
+    job = "job_" + prov
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         f"state, expires_at) VALUES ({tenant}, '{job}', 'k{prov}', '\\x00', 1, '{prov}', 'r', "
+         "'POST', 'http://x', '', '\\x00', 'completed', now() + interval '1 day')")
+    # Outputs 0-5 ended by the batch, 10-13 by archive_finish with the same values.
+    psql("INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
+         "lease_owner, lease_version, lease_expires_at, attempts, last_error, state) VALUES "
+         + ", ".join(f"({tenant}, '{job}', {n}, '{prov}', 'url', 'https://x/{n}', 'me', 1, "
+                     f"now() + interval '1 minute', 1, 'an earlier error', "
+                     f"'{'archived' if n % 10 == 5 else 'pending'}')"
+                     for n in (0, 1, 2, 3, 4, 5, 10, 11, 12, 13)))
+    ends = {0: ("1", "'archived'", "NULL", "0", "'ab" + "0" * 62 + "'", "'42'", "'image/png'",
+                "'fs'", "'replica-a'"),
+            1: ("1", "'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL"),
+            2: ("1", "'pending'", "'status 503'", "5000", "NULL", "NULL", "NULL", "NULL", "NULL"),
+            3: ("1", "'archived'", "NULL", "0", "'cd" + "0" * 62 + "'", "NULL", "'image/png'",
+                "'fs'", "'replica-a'"),
+            4: ("2", "'archived'", "NULL", "0", "NULL", "NULL", "NULL", "NULL", "NULL"),
+            5: ("1", "'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL")}
+
+    def args(n, v):
+        lease, state, error, delay, sha, size, ct, backend, by = v
+        return (f"'{tenant}'", f"'{job}'", f"'{n}'", f"'{lease}'", state, error, f"'{delay}'",
+                sha, size, ct, backend, by)
+
+    compared = ("state, last_error, sha256, bytes, content_type, backend, stored_by, "
+                "archived_at IS NOT NULL, lease_owner, lease_expires_at, attempts, lease_version, "
+                "round(extract(epoch FROM next_attempt_at - now()))")
+
+    def row(n):
+        return psql(f"SELECT {compared} FROM archive_outputs WHERE tenant_id = {tenant} "
+                    f"AND op_id = '{job}' AND n = {n}")
+
+    def raw(n):
+        return psql(f"SELECT a::text FROM archive_outputs a WHERE tenant_id = {tenant} "
+                    f"AND op_id = '{job}' AND n = {n}")
+
+    before = {n: raw(n) for n in (4, 5)}
+    answers = execute(psql, statement_sql("archive_finish_rows"),
+                      rows_args([args(n, ends[n]) for n in sorted(ends)]))
+    assert sorted(answers) == [["1", "archived"], ["2", "expired"], ["3", "pending"],
+                               ["4", "archived"]]
+    one = statement_sql("archive_finish")
+    for n in (0, 1, 2, 3):
+        assert execute(psql, one, "(" + ", ".join(args(n + 10, ends[n])) + ")") == \
+            [[answers[n][1]]]
+        assert row(n) == row(n + 10), n
+    assert row(0)[0][:8] == ["archived", "an earlier error", "ab" + "0" * 62, "42", "image/png",
+                             "fs", "replica-a", "t"]
+    assert row(1)[0][1] == "too old; last error: an earlier error"
+    assert row(2)[0][0] == "pending" and row(2)[0][-1] == "5"
+    assert row(3)[0][3] == ""  # no size: NULL
+    assert raw(4) == before[4] and raw(5) == before[5]
+
+
 @pytest.mark.parametrize("fmt", ["url", "b64_json"])
 def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tmp_path, fmt):
     e, route = images_entry(mock)
@@ -378,7 +445,7 @@ def test_bursts_are_written_by_the_batch_statements(gateway_factory, mock, token
     gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=256, dispatch_workers=4,
                env={"OPENAI_API_KEY": "sk-x"})
     pfx = "rows-" + uuid.uuid4().hex[:8]
-    stmts = ("intake_rows", "begin_send_rows", "finish_rows")
+    stmts = ("intake_rows", "begin_send_rows", "finish_rows", "archive_finish_rows")
     keys = []
     for burst in range(3):
         def one(i, burst=burst):
