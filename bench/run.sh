@@ -270,7 +270,14 @@ pg_cpu_ticks() {
     done
     echo "$t"
 }
+# Updates of operations over the run, and how many were HOT (no index entry written: the
+# statistics' cumulative counters, read before and after; they reach the view within a second).
+upd_counts() {
+    "${PSQL[@]}" -c "SELECT n_tup_upd || ' ' || n_tup_hot_upd FROM pg_stat_user_tables
+        WHERE relname = 'operations'" 2>/dev/null || echo "0 0"
+}
 cost_begin() {
+    COST_UPD0=$(upd_counts)
     COST_TICKS0=$(cpu_ticks "$GW_PID")
     COST_PG0=$(pg_cpu_ticks)
     "${PSQL[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null 2>&1 || true
@@ -304,7 +311,11 @@ cost_end() { # RUN: e2e_cost, stream_live_cost or intake_cost, from results/RUN.
                round(total_exec_time::numeric, 3) AS ms
         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'idemgate')
           AND query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%bench drain%') s" 2>/dev/null | tr -d '\n' || echo null)
-    note "$1_cost" "{\"jobs\":${jobs:-0},\"gateway_cpu_ticks\":$ticks,\"postgresql_cpu_ticks\":$pg,\"clk_tck\":$hz,\"statements\":${stmts:-null}}"
+    sleep 1
+    local upd0 hot0 upd1 hot1
+    read -r upd0 hot0 <<<"${COST_UPD0:-0 0}"
+    read -r upd1 hot1 <<<"$(upd_counts)"
+    note "$1_cost" "{\"jobs\":${jobs:-0},\"gateway_cpu_ticks\":$ticks,\"postgresql_cpu_ticks\":$pg,\"clk_tck\":$hz,\"operations_updates\":$((${upd1:-0} - ${upd0:-0})),\"operations_hot_updates\":$((${hot1:-0} - ${hot0:-0})),\"statements\":${stmts:-null}}"
 }
 sample_rss() { # LABEL: the gateway's resident memory now, with the requests served so far
     rss_samples+=("{\"after\":\"$1\",\"requests\":$requests_served,\"rss_kib\":$(proc_kib "$GW_PID" VmRSS)}")

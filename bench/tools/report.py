@@ -297,6 +297,11 @@ def main():
                  " (its work left after the run included: %s s%s)"
                  % (drain.get("seconds", "?"), ", %s not done" % drain["left"] if drain.get("left") else "")
                  if drain else ""))
+        if cost.get("operations_updates"):
+            print("    updates of operations: %d (%.2f a job), HOT %d (%.0f %%)"
+                  % (cost["operations_updates"], cost["operations_updates"] / jobs,
+                     cost.get("operations_hot_updates", 0),
+                     100.0 * cost.get("operations_hot_updates", 0) / cost["operations_updates"]))
         for s in stmts[:10]:
             print("    %8.4f ms  %6.2f calls  %s" % (float(s["ms"]) / jobs, s["calls"] / jobs, s["query"]))
     infl = facts.get("inflight")

@@ -127,6 +127,14 @@ ACROSS = {
     "admin_jobs_by_key": [None, None, "infinity", "", 10, "k", None],
     # `idemgate unreferenced`: the archive's deletion hook (outputs and stored upload parts)
     "unreferenced_sha256": ["{" + "0" * 64 + "}"],
+    # The rings' reads of which tenants have due work, the reaper's, retention's and the
+    # archive planner's.
+    "claim_due": ["{mock}"],
+    "reconcile_due": ["{mock}"],
+    "poll_due": [],
+    "reap_due": [],
+    "janitor_due": [],
+    "archive_plan_pick": ["{mock}"],
 }
 
 
