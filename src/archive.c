@@ -761,9 +761,9 @@ static void fin_free(struct fin_row *f)
 }
 
 /* Sends this thread's written ends: one alone as it is; more as one statement (db_run_rows, in
- * key order), and one by one when that fails (a lost connection may have committed them: a fenced write
- * that finds its row ended already changes nothing, and the lease keeps an unwritten one for a
- * later claim). */
+ * key order), and one by one when that fails (a lost connection may have committed them: a
+ * fenced write that finds its row ended already changes nothing, and the lease keeps an
+ * unwritten one for a later claim). */
 static void fin_flush(struct db *db)
 {
     size_t n = fin_n;

@@ -27,7 +27,8 @@ import time
 SSL_REQUEST = 80877103
 GSS_REQUEST = 80877104
 # Statements that are one kind for the scenarios: the group commit's intakes are an intake, a
-# batch's start of sending a begin_send, a batch's results a finish.
+# batch's start of sending a begin_send, a batch's results a finish, a batch of the archive's
+# copy ends an archive_finish.
 ALIASES = {"intake_plain": "intake", "intake_rows": "intake", "begin_send_rows": "begin_send",
            "finish_rows": "finish", "archive_finish_rows": "archive_finish"}
 
