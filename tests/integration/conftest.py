@@ -139,8 +139,16 @@ def database_url():
     os.chmod(d, 0o755)
     port = str(free_port())
     url = subprocess.check_output([PG_SH, "start", d, port], text=True).strip()
-    subprocess.check_call([GATEWAY_BIN, "migrate"], env=dict(os.environ, DATABASE_URL=url),
-                          stdout=subprocess.DEVNULL)
+    try:
+        subprocess.check_call([GATEWAY_BIN, "migrate"], env=dict(os.environ, DATABASE_URL=url),
+                              stdout=subprocess.DEVNULL)
+    except BaseException:
+        # A migration that fails fails the session: the cluster started for it is stopped
+        # here, by its folder (it was left running before, as no teardown follows a failed
+        # setup).
+        subprocess.call([PG_SH, "stop", d])
+        shutil.rmtree(d, ignore_errors=True)
+        raise
     yield url
     subprocess.call([PG_SH, "stop", d])
     shutil.rmtree(d, ignore_errors=True)
