@@ -167,6 +167,17 @@ static const struct db_stmt finish_rows = {
                         "sha256", "bytes", "content_type", "backend", "stored_by"),
 };
 
+/* Whether a copy's end is in the database as this claim wrote it: asked only when a write that
+ * lost its connection may have committed (fin_flush), and its fenced rewrite found the row no
+ * longer pending. A terminal end is exact: only this claim's write can have ended the row under
+ * its version, and no claim takes a row that is not pending. */
+static const struct db_stmt end_written = {
+    .name = "archive_end_written",
+    .sql = "SELECT 1 FROM archive_outputs WHERE tenant_id = $1 AND op_id = $2 AND n = $3 "
+           " AND lease_version = $4 AND state = $5 AND lease_owner IS NULL",
+    .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state"),
+};
+
 static const struct db_stmt job_outputs = {
     .name = "archive_job_outputs",
     .sql = "SELECT coalesce((SELECT json_agg(json_build_object('index', a.n, 'state', a.state, "
@@ -729,16 +740,40 @@ static void fin_said(const struct fin_row *f, int applied)
         metrics_archive(1);
 }
 
-static void fin_one(struct db *db, const struct fin_row *f)
+/* Whether the end of f was written by an earlier try whose commit's fate was lost. */
+static int fin_found_written(struct db *db, struct param ps[12])
+{
+    PGresult *r;
+    if (db_run(db, &end_written, ps, 5, &r) != STORE_OK)
+        return 0;
+    int found = PQntuples(r) == 1;
+    PQclear(r);
+    return found;
+}
+
+/* Writes one end. lost: an earlier try (the batch, or this row's first write) lost its
+ * connection and may have committed: a fenced rewrite that finds the row ended then asks
+ * whether that end is this one — written once, counted once, never reported dropped. */
+static void fin_one(struct db *db, const struct fin_row *f, int lost)
 {
     char nbuf[16];
     struct param ps[12];
     fin_params(f, nbuf, ps);
     PGresult *r;
     int e = db_run(db, &finish, ps, 12, &r);
+    if (e == STORE_EUNAVAIL && !lost) { /* the fate of this write is unknown: once more */
+        lost = 1;
+        e = db_run(db, &finish, ps, 12, &r);
+    }
     int applied = e == STORE_OK && PQntuples(r) == 1;
     if (e == STORE_OK)
         PQclear(r);
+    if (!applied && lost && e == STORE_OK && strcmp(f->state, "pending") != 0 &&
+        fin_found_written(db, ps)) {
+        LOG(LOG_INFO, "archive_end_found_written", LS("job_id", f->op_id), LI("output", f->n),
+            LS("state", f->state));
+        applied = 1;
+    }
     fin_said(f, applied);
 }
 
@@ -762,14 +797,14 @@ static void fin_free(struct fin_row *f)
 
 /* Sends this thread's written ends: one alone as it is; more as one statement (db_run_rows, in
  * key order), and one by one when that fails (a lost connection may have committed them: a
- * fenced write that finds its row ended already changes nothing, and the lease keeps an
- * unwritten one for a later claim). */
+ * fenced write that finds its row ended already changes nothing, fin_one then finds the end
+ * written, and the lease keeps an unwritten one for a later claim). */
 static void fin_flush(struct db *db)
 {
     size_t n = fin_n;
     if (n == 0)
         return;
-    int done = 0;
+    int done = 0, lost = 0;
     if (n > 1) {
         qsort(fin, n, sizeof(fin[0]), fin_cmp);
         char nbufs[FIN_MAX][16];
@@ -780,17 +815,19 @@ static void fin_flush(struct db *db)
             fin_params(&fin[i], nbufs[i], ps[i]);
             rows[i] = ps[i];
         }
-        if (db_run_rows(db, &finish_rows, &finish, n, rows, 12, outs) == STORE_OK) {
+        int e = db_run_rows(db, &finish_rows, &finish, n, rows, 12, outs);
+        if (e == STORE_OK) {
             for (size_t i = 0; i < n; i++) {
                 fin_said(&fin[i], PQntuples(outs[i]) == 1);
                 PQclear(outs[i]);
             }
             done = 1;
         }
+        lost = e == STORE_EUNAVAIL;
     }
     for (size_t i = 0; i < n; i++) {
         if (!done)
-            fin_one(db, &fin[i]);
+            fin_one(db, &fin[i], lost);
         fin_free(&fin[i]);
     }
     fin_n = 0;
@@ -1482,8 +1519,8 @@ void archive_output_fini(struct archive_output *o)
 }
 
 static const struct db_stmt *const statements[] = {
-    &plan_pick, &plan_write, &claim, &claim_due, &finish, &finish_rows, &job_outputs,
-    &output_get,
+    &plan_pick, &plan_write, &claim, &claim_due, &finish, &finish_rows, &end_written,
+    &job_outputs, &output_get,
 };
 
 const struct db_stmt *const *archive_statements(size_t *n)

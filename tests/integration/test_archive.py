@@ -4,12 +4,14 @@ GET /v1/jobs/{id}/outputs/{n}; a kill -9 mid-copy leaves no partial object and t
 resumes; an expired URL, a wrong Content-Length, a redirect to another host and a private
 address are each refused or counted, never silently dropped."""
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import signal
 import sys
+import tempfile
 import time
 import uuid
 
@@ -390,6 +392,25 @@ def test_kill9_mid_copy_leaves_no_partial_object_and_resumes(gateway_factory, to
     assert tmp[0] not in os.listdir(os.path.join(archive_dir, "tmp"))
 
 
+@contextlib.contextmanager
+def pg_proxy(database_url):
+    """A protocol proxy (tests/chaos/pgproxy.py) in front of the suite's database, and the
+    database URL through it. Skips on a database reached over TCP."""
+    from urllib.parse import parse_qs, urlsplit
+    from chaos.pgproxy import PgProxy
+    q = parse_qs(urlsplit(database_url).query)
+    if not q.get("host", [""])[0].startswith("/"):
+        pytest.skip("the protocol proxy speaks Unix sockets; this database is reached over TCP")
+    sock_dir, port = q["host"][0], q["port"][0]
+    d = tempfile.mkdtemp(prefix="idemgate-pgproxy-")
+    os.chmod(d, 0o755)
+    px = PgProxy(sock_dir, d, port).start()
+    try:
+        yield px, database_url.replace(sock_dir, d)
+    finally:
+        px.close()
+
+
 def metric(gw, name):
     text = gw.http.request("GET", "/metrics").body.decode()
     for line in text.splitlines():
@@ -543,24 +564,11 @@ def test_a_write_that_claimed_outputs_and_lost_its_answer_keeps_no_room(
     waits out its lease (8 s) and a claim copies it (a second attempt). With room for one copy
     only, a later job's output is still copied at its first attempt: the lost write kept no room
     (kept, nothing more is ever copied on this replica)."""
-    from urllib.parse import parse_qs, urlsplit
-    import sys
-    import tempfile
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from chaos.pgproxy import PgProxy
-    q = parse_qs(urlsplit(database_url).query)
-    if not q.get("host", [""])[0].startswith("/"):
-        pytest.skip("the protocol proxy speaks Unix sockets; this database is reached over TCP")
-    sock_dir, port = q["host"][0], q["port"][0]
-    d = tempfile.mkdtemp(prefix="idemgate-pgproxy-")
-    os.chmod(d, 0o755)
-    px = PgProxy(sock_dir, d, port).start()
-    try:
+    with pg_proxy(database_url) as (px, url):
         e, route = images_entry(mock)
         archive_dir = str(tmp_path / "archive")
         gw = start(gateway_factory, tmp_path, [e], archive_max_inflight=1, lease_seconds=8,
-                   env={"OPENAI_API_KEY": "sk-x",
-                        "DATABASE_URL": database_url.replace(sock_dir, d)})
+                   env={"OPENAI_API_KEY": "sk-x", "DATABASE_URL": url})
         px.fail_next("finish", "after")
         r = gw.submit(token, "born-lost-" + uuid.uuid4().hex,
                       {"prompt": "a cat", "n": 1, "response_format": "url"}, route=route,
@@ -578,8 +586,6 @@ def test_a_write_that_claimed_outputs_and_lost_its_answer_keeps_no_room(
         # By its write, or by a claim when an archive thread's look found the one slot taken
         # by the first copy just before the write (born claims then wait for the claims).
         assert metric(gw, BY_WRITE) + metric(gw, BY_CLAIM) == 2.0
-    finally:
-        px.close()
 
 
 def test_expired_url_is_counted_and_logged(gateway_factory, token, mock, tmp_path):
@@ -652,6 +658,37 @@ def test_a_batch_of_ends_is_written_and_counted_row_by_row(gateway_factory, toke
     assert metric(gw, 'idemgate_archive_outputs_total{outcome="archived"}') == 10
     assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == 10
     assert '"event":"archive_write_dropped"' not in gw.log()
+
+
+@pytest.mark.parametrize("outputs", [10, 1])
+def test_ends_whose_commit_lost_its_answer_are_counted_once(
+        gateway_factory, token, mock, tmp_path, database_url, outputs):
+    """The statement writing the ends commits, but the connection is closed before its answer
+    arrives (the protocol proxy): the batch statement (archive_finish_rows) for ten outputs, the
+    single one (archive_finish) for one. Each end is written again by the single fenced
+    statement, which finds its row ended; the end is then found written as this claim wrote it:
+    each output counted once, none reported dropped, none copied again."""
+    with pg_proxy(database_url) as (px, url):
+        e, route = arch_entry("replicate", mock, archive={"allow_http": False})
+        gw = start(gateway_factory, tmp_path, [e], env={"DATABASE_URL": url})
+        px.fail_next("archive_finish", "after")
+        r = gw.submit(token, "ends-lost-" + uuid.uuid4().hex, body(polls=0, outputs=outputs),
+                      route=route)
+        j = archived(gw, token, r.json()["id"], timeout=30,
+                     states=("expired", "failed", "archived"))
+        assert [(o["state"], o["attempts"]) for o in j["archive"]] == \
+            [("failed", 1)] * outputs, j
+        assert px.count("archive_finish", "after") == 1
+        deadline = time.monotonic() + 10
+        while metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') < outputs and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == outputs
+        log = gw.log()
+        found = log.count('"event":"archive_end_found_written"')
+        # The lost batch held the ends of one claim (or of a write's born outputs): 2 to 10.
+        assert (found == 1) if outputs == 1 else (2 <= found <= 10), log[-3000:]
+        assert '"event":"archive_write_dropped"' not in log, log[-3000:]
 
 
 def test_a_refused_end_never_fails_its_neighbours(gateway_factory, token, mock, tmp_path,
