@@ -65,7 +65,7 @@ static const struct memb list_m[] = {
     {"cursor_param", MEMB_VALUE, NULL}, {"id", MEMB_VALUE, NULL},
     {"items", MEMB_VALUE, NULL},        {"match", MEMB_VALUE, NULL},
     {"max_pages", MEMB_VALUE, NULL},    {"next_cursor", MEMB_VALUE, NULL},
-    {"path", MEMB_VALUE, NULL},
+    {"path", MEMB_VALUE, NULL},         {"single_page", MEMB_VALUE, NULL},
 };
 static const struct memb_table list_t = MEMB_TABLE(list_m, NULL);
 /* found_status.map is the provider's own words: any member names. */
@@ -602,6 +602,29 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
             load_path(ls, "id", &p->list_id, 0, file, field, err, errlen) < 0 ||
             load_path(ls, "next_cursor", &p->list_next_cursor, 0, file, field, err, errlen) < 0)
             return -1;
+        /* The items are an array's elements: a page whose array is missing (an error envelope,
+         * a renamed member) is not read as an empty page, which would prove absence. */
+        const char *items = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ls, "items"));
+        size_t il = strlen(items);
+        char *arr = il > 4 && !strcmp(items + il - 3, "[*]") ? strndup(items, il - 3) : NULL;
+        const char *why = NULL;
+        int ok = arr && jpath_compile(arr, &p->list_array, &why) == 0;
+        free(arr);
+        if (!ok) {
+            errf(err, errlen, "%s: %s.items: the elements of an array, \"$.<path>[*]\"", file,
+                 field);
+            return -1;
+        }
+        /* A list read as one page when it is paginated proves absence from its first page. */
+        const cJSON *single = cJSON_GetObjectItemCaseSensitive(ls, "single_page");
+        p->list_single_page = cJSON_IsTrue(single);
+        if ((single && !cJSON_IsBool(single)) || (!p->list_next_cursor) == !p->list_single_page) {
+            errf(err, errlen,
+                 "%s: %s: either next_cursor (the list is paginated) or \"single_page\": true "
+                 "(it never is)",
+                 file, field);
+            return -1;
+        }
         p->list_cursor_param = dup_str(ls, "cursor_param", "cursor");
         p->list_max_pages = get_int(ls, "max_pages", 50);
         if (p->list_max_pages < 1 || p->list_max_pages > 10000 || !*p->list_cursor_param ||
@@ -1181,7 +1204,8 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
             free(strs[k]);
         for (int k = 0; k < p->n_trip_markers; k++)
             free(p->trip_markers[k]);
-        struct jpath *paths[] = {p->lookup_id, p->list_items, p->list_match, p->list_id,
+        struct jpath *paths[] = {p->lookup_id, p->list_items, p->list_array, p->list_match,
+                                 p->list_id,
                                  p->outputs_requested, p->outputs_received, p->usage, p->task_id,
                                  p->poll_url, p->status_path, p->done_path,
                                  p->error_present_path, p->result_fetch_url, p->result_outputs,

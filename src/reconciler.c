@@ -445,6 +445,13 @@ static int list_page(struct recon_job *j, struct up_response *res)
         return 0;
     }
     cJSON *doc = prov_id_doc(res->body, res->body_len);
+    if (doc && !cJSON_IsArray(jpath_first(p->list_array, doc))) {
+        LOG(LOG_WARN, "list_page_unreadable", LS("job_id", j->c.id), LS("provider", p->name),
+            LI("page", j->page + 1), LS("note", "the page holds no list: nothing is proven"));
+        cJSON_Delete(doc);
+        j->total = -1;
+        return 0;
+    }
     struct match_ctx m = {p, j->c.id, 0, NULL};
     if (doc)
         jpath_each(p->list_items, doc, match_item, &m);

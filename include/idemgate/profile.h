@@ -109,7 +109,9 @@ struct cfg_provider {
     char *lookup_path;         /* GET template with {client_ref}; 404 = proven absent */
     struct jpath *lookup_id;   /* remote id in the lookup's answer */
     char *list_path;           /* GET template with {since} and {until} (Unix seconds) */
-    struct jpath *list_items;  /* each task in the list's answer */
+    struct jpath *list_items;  /* each task in the list's answer: "<array>[*]" */
+    struct jpath *list_array;  /* that array itself: a page without it proves nothing */
+    int list_single_page;      /* the list is never paginated (no next_cursor) */
     struct jpath *list_match;  /* the client reference in one task */
     struct jpath *list_id;     /* the remote id in one task */
     struct jpath *list_next_cursor; /* the next page's cursor in a list answer, or NULL */

@@ -50,7 +50,7 @@ def listed(base_url, name="listed", window_seconds=4, **extra):
                             "interval_ms": 300, "absent_grace_ms": 2000,
                             "list": {"path": "/v1/images/tasks?since={since}&until={until}",
                                      "items": "$.data[*]", "match": "$.client_ref",
-                                     "id": "$.id"}},
+                                     "id": "$.id", "next_cursor": "$.next_cursor"}},
                  **extra)
 
 

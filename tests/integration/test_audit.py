@@ -213,7 +213,8 @@ def refd_provider(mock, name="refd"):
         reconcile={"strategy": "list_match", "window_seconds": 4, "interval_ms": 300,
                    "list": {"path": "/dream-machine/v1/generations?since={since}&until={until}",
                             "items": "$.generations[*]",
-                            "match": "$.request.metadata.client_ref", "id": "$.id"}})
+                            "match": "$.request.metadata.client_ref", "id": "$.id",
+                            "next_cursor": "$.next_cursor"}})
 
 
 UNPLACEABLE = {
@@ -564,7 +565,8 @@ def test_c11_async_found_without_an_id_is_review(gateway_factory, token, mock):
         "openai-videos", mock, "videos", timeouts=HANG, client_ref={"header": "X-Client-Ref"},
         reconcile={"strategy": "list_match", "window_seconds": 30, "interval_ms": 200,
                    "list": {"path": "/v1/videos?since={since}&until={until}",
-                            "items": "$.data[*]", "match": "$.metadata.client_ref"}})
+                            "items": "$.data[*]", "match": "$.metadata.client_ref",
+                            "next_cursor": "$.next_cursor"}})
     gw = gateway_factory(providers=[e], env=SECRETS)
     script(mock, [{"fault": "hang"}])
     job_id = gw.submit(token, key(), {"prompt": "x"}, route=route,

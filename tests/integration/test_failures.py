@@ -521,7 +521,7 @@ def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token
 LIST = {"strategy": "list_match", "found_result": "$.result", "window_seconds": 30,
         "interval_ms": 300, "absent_grace_ms": 4000,
         "list": {"path": "/v1/images/tasks?since={since}&until={until}", "items": "$.data[*]",
-                 "match": "$.client_ref", "id": "$.id"}}
+                 "match": "$.client_ref", "id": "$.id", "next_cursor": "$.next_cursor"}}
 LOOKUP = {"strategy": "get_by_client_id", "found_result": "$.result", "window_seconds": 30,
           "interval_ms": 300, "absent_grace_ms": 1000,
           "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
@@ -561,6 +561,24 @@ def test_list_match_none_found_after_the_window_is_proven_absent_and_resent(
     entries = mock.creates_for(job_id)
     assert len(entries) == 2 and entries[0]["task_id"] is None and entries[1]["task_id"]
     assert entries[1]["time"] - entries[0]["time"] >= 4.0, "resent only after the grace period"
+
+
+def test_list_match_a_page_without_its_list_proves_nothing(gateway_factory, token, mock):
+    """The list answers 200 with an error envelope and no list (mock `list_envelope`): no page
+    was read, so absence is never proven — the job goes to review when its window closes and
+    is never sent again (read as an empty page, it was proven absent and resent)."""
+    r = mock.http.request("POST", "/_config", json.dumps({"list_envelope": True}))
+    assert r.status == 200, r
+    rec = dict(LIST, window_seconds=4, absent_grace_ms=1000)
+    gw = gateway_factory(providers=[provider("listed4", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref=REF, reconcile=rec)])
+    mock.script([{"fault": "hang", "status": 503}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="listed4/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=30)
+    assert job["state"] == "review", job
+    assert len(mock.creates_for(job_id)) == 1, "sent again on a page that held no list"
+    assert '"event":"list_page_unreadable"' in gw.log()
 
 
 def test_list_match_several_tasks_go_to_review(gateway_factory, token, mock, psql):

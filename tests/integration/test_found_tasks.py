@@ -140,7 +140,7 @@ def test_item1_found_running_without_cancel_is_followed_to_its_end(gateway_facto
                 reconcile={"strategy": "list_match", "window_seconds": 30, "interval_ms": 200,
                            "list": {"path": "/v1/videos?since={since}&until={until}",
                                     "items": "$.data[*]", "match": "$.metadata.client_ref",
-                                    "id": "$.id"}})
+                                    "id": "$.id", "next_cursor": "$.next_cursor"}})
     gw, job_id = unknown_then_cancelled(gateway_factory, token, mock, e,
                                         f"{e['name']}/videos",
                                         {"prompt": "x", "_mock": {"polls": 3}})

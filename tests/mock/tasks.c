@@ -35,6 +35,7 @@ enum config_id {
     CFG_LIST_PAGE_MAX,
     CFG_LIST_PAGE_STATUS,
     CFG_LOOKUP_DELAY_MS,
+    CFG_LIST_ENVELOPE,
     CFG_COUNT,
 };
 
@@ -69,6 +70,9 @@ static const struct config_field config_table[CFG_COUNT] = {
     [CFG_LIST_PAGE_STATUS] = {"list_page_status", CFG_STATUS, 0, 0, 0},
     /* Every lookup and list page waits this long before it answers (a slow search). */
     [CFG_LOOKUP_DELAY_MS] = {"lookup_delay_ms", CFG_NUMBER, 0, 0, 600000},
+    /* The lists answer 200 with an error envelope and no list (a proxy's or a changed API's
+     * answer): a page that holds no list, which proves nothing. */
+    [CFG_LIST_ENVELOPE] = {"list_envelope", CFG_SWITCH, 0, 0, 1},
 };
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -568,6 +572,10 @@ bool tasks_list_refused(struct mock_request *req, struct tasks_window *w, enum M
     mock_sleep_ms(req, config_get(CFG_LOOKUP_DELAY_MS) + chaos_lookup_delay_ms(), true);
     if (gate_closed(req, &list_gate, ret))
         return true;
+    if (config_get(CFG_LIST_ENVELOPE)) {
+        *ret = reply_error(req, 200, "mock: the list is unavailable", "mock_error", "mock_envelope");
+        return true;
+    }
     w->cursor = cursor && cursor[0] ? cursor : NULL;
     page_status = config_get(CFG_LIST_PAGE_STATUS);
     if (w->cursor && page_status) {

@@ -186,6 +186,53 @@ static void test_found_status(void **state)
     }
 }
 
+/* reconcile.list: the items are an array's elements (a page without the array proves nothing),
+ * and the list says how it is paged — next_cursor, or single_page — since a paginated list read
+ * as one page would prove absence from its first page. */
+static void test_list_match(void **state)
+{
+    (void)state;
+#define LM(members)                                                                             \
+    "\"client_ref\":{\"header\":\"X-Ref\"},\"reconcile\":{\"strategy\":\"list_match\","          \
+    "\"list\":{\"path\":\"/l?s={since}&u={until}\",\"match\":\"$.ref\"," members "}}"
+    static const struct {
+        const char *extra;
+        int ok, single;
+        const char *want_err;
+    } rows[] = {
+        {LM("\"items\":\"$.data[*]\",\"next_cursor\":\"$.next\""), 1, 0, NULL},
+        {LM("\"items\":\"$.a.b[*]\",\"single_page\":true"), 1, 1, NULL},
+        {LM("\"items\":\"$.data[*]\""), 0, 0, "either next_cursor"},
+        {LM("\"items\":\"$.data[*]\",\"single_page\":false"), 0, 0, "either next_cursor"},
+        {LM("\"items\":\"$.data[*]\",\"next_cursor\":\"$.n\",\"single_page\":true"), 0, 0,
+         "either next_cursor"},
+        {LM("\"items\":\"$.data[*]\",\"single_page\":1"), 0, 0, "either next_cursor"},
+        {LM("\"items\":\"$.data\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
+        {LM("\"items\":\"$[*]\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
+        {LM("\"items\":\"$.data[*].task\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char text[1024];
+        snprintf(text, sizeof(text),
+                 "[{\"name\":\"p\",\"base_url\":\"https://example.test\",\"routes\":[{\"route\":"
+                 "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],%s}]",
+                 rows[i].extra);
+        cJSON *arr = cJSON_Parse(text);
+        assert_non_null(arr);
+        struct cfg_provider *ps = NULL;
+        size_t n = 0;
+        char err[512] = "";
+        int rc = prof_load_all(arr, "t.json", ".", &ps, &n, err, sizeof(err));
+        if ((rc == 0) != rows[i].ok || (rc != 0 && !strstr(err, rows[i].want_err)))
+            fail_msg("row %zu: rc %d, err %s", i, rc, err);
+        if (rc == 0 && (!ps[0].list_array || ps[0].list_single_page != rows[i].single))
+            fail_msg("row %zu: the list was not loaded as written", i);
+        if (ps)
+            prof_free_all(ps, n);
+        cJSON_Delete(arr);
+    }
+}
+
 /* One inline provider with the extra members `extra` (JSON, after a comma): 0 and the loaded
  * provider's keep-alive and CA file (ca, calen bytes), or -1 with err naming the refusal. */
 static int load_extra(const char *extra, long *keepalive, char *ca, size_t calen, char *err,
@@ -254,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_base_url),
         cmocka_unit_test(test_trip_markers),
         cmocka_unit_test(test_found_status),
+        cmocka_unit_test(test_list_match),
         cmocka_unit_test(test_keepalive_and_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
