@@ -51,6 +51,12 @@ static void release_unsent(struct db *db, const struct store_claim *c, enum op_s
                            const char *why)
 {
     ls_close(c->id); /* not sent here: a client of its live stream waits for the job instead */
+    /* The reconciler's resend of an unknown create (reconciler.c, idempotent_resubmit) proved
+     * nothing absent: whatever stops it here, it stays unknown, for the reconciler — inside its
+     * window, under its checks — never `prepared`, which any dispatcher would send later as new,
+     * perhaps after the provider forgot the key. */
+    if (c->from_unknown && next == ST_PREPARED)
+        next = ST_UNKNOWN;
     struct store_finish f;
     store_finish_init(&f, c, "create", ST_SENDING);
     f.state = next;

@@ -517,6 +517,41 @@ def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token
     assert job["attempts"]["transport"] >= 2 and job["attempts"]["generation"] == 1
 
 
+def test_a_resubmit_stopped_before_it_was_sent_stays_unknown(gateway_factory, token, mock,
+                                                             psql):
+    """A replica dies while its create hangs; another replica, whose environment lacks the
+    provider's credential, reaps the row `unknown` and its reconciler's resubmit stops before
+    sending (the credential is not set). Nothing proved the first create absent, so the row goes
+    back to `unknown` — never to `prepared`, which a dispatcher would send later as a new create,
+    perhaps after the provider forgot the key."""
+    secret = "KEYED_SECRET_" + uuid.uuid4().hex[:8].upper()
+    entry = provider("keyed2", mock.url, path="/v2/generations", route="generations",
+                     idempotency={"header": "Idempotency-Key"},
+                     auth={"header": "Authorization", "prefix": "Bearer ", "secret_env": secret},
+                     timeouts={"connect_ms": 1000, "total_ms": 5000},
+                     reconcile={"strategy": "idempotent_resubmit", "interval_ms": 200,
+                                "window_seconds": 120})
+    a = gateway_factory(providers=[entry], lease_seconds=8, env={secret: "sk-test"})
+    mock.script([{"fault": "hang"}])
+    job_id = a.submit(token, key(), {"prompt": "x"}, route="keyed2/generations").json()["id"]
+    deadline = time.monotonic() + 10
+    while not mock.creates_for(job_id):
+        assert time.monotonic() < deadline, "the create never reached the provider"
+        time.sleep(0.02)
+    a.proc.kill()
+    a.proc.wait(timeout=10)
+    b = gateway_factory(providers=[entry], lease_seconds=8)
+    q = ("SELECT count(*) FROM attempts WHERE operation_id = '%s' AND error LIKE "
+         "'%%credential variable is not set%%'" % job_id)
+    deadline = time.monotonic() + 30
+    while psql(q) == [["0"]]:
+        assert time.monotonic() < deadline, b.log()[-3000:]
+        time.sleep(0.05)
+    state = psql(f"SELECT state FROM operations WHERE id = '{job_id}'")
+    assert state == [["unknown"]], (state, b.log()[-3000:])
+    assert len(mock.creates_for(job_id)) == 1
+
+
 # A found task is the mock's task object; the create's answer is its `result` member.
 LIST = {"strategy": "list_match", "found_result": "$.result", "window_seconds": 30,
         "interval_ms": 300, "absent_grace_ms": 4000,
