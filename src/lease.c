@@ -219,7 +219,9 @@ static const struct db_stmt reconcile_send = {
     P(4, state, text) " = 'completed' "                                                            \
     "  THEN now() ELSE archive_planned_at END "
 
-/* A result is written only under the lease that sent it (fencing); the attempt is recorded
+/* A result is written only under the lease that sent it (fencing) — also once the reaper has
+ * made that lease's row `unknown`, as long as nobody claimed it since (the same token, unowned:
+ * the reaper never bumps the token, every claim does); the attempt is recorded
  * whatever happens, as 'fenced' when the write was dropped. A cancelled operation that would go
  * back to prepared is failed instead, or unknown when an attempt may have made its task (never
  * failed on a guess: invariant 8, a failed operation has no task). A terminal state written
@@ -237,7 +239,9 @@ static const struct db_stmt reconcile_send = {
 #define FINISH_PLAIN_SQL                                                                        \
     "WITH u AS (UPDATE operations SET " FINISH_SET(FP_POS)                                      \
     " WHERE tenant_id = $1::bigint AND id = $2::text AND lease_version = $3::bigint "           \
-    "  AND " KEYED_STATE("operations.state") " = $16::text "                                    \
+    "  AND (" KEYED_STATE("operations.state") " = $16::text "                                   \
+    "   OR ($16::text = 'sending' AND " KEYED_STATE("operations.state") " = 'unknown' "         \
+    "    AND operations.lease_owner IS NULL)) "                                                 \
     " RETURNING operations.state, operations.budgeted, operations.currency, "                  \
     "  operations.cost_micros, operations.reserved_micros, operations.created_at, "             \
     "  operations.provider), "                                                                  \
@@ -357,15 +361,19 @@ static const struct db_stmt finish_check = {
 };
 
 /* Nobody can know whether a dead worker's bytes left: expired `sending` leases become unknown,
- * never prepared. */
+ * never prepared. The reconciler first looks REAP_GRACE_S later: a live worker whose result
+ * write waited for the database (finish_run) writes it there first, under the same token (the
+ * finish above) — a result held is never traded for a reconciliation that may only end in
+ * review. Absence is concluded later still (absent_grace_ms, 30 s by default). */
+#define REAP_GRACE_S "10"
 static const struct db_stmt reap = {
     .name = "reap",
     .sql = "WITH c AS MATERIALIZED (SELECT tenant_id, id FROM operations WHERE tenant_id = $2 "
     "       AND state = 'sending' AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
     "       FOR UPDATE SKIP LOCKED), "
     "r AS (UPDATE operations o SET state = 'unknown', lease_owner = NULL, "
-    "  lease_expires_at = NULL, updated_at = now(), next_attempt_at = now(), "
-    "  ambiguous_at = now(), "
+    "  lease_expires_at = NULL, updated_at = now(), "
+    "  next_attempt_at = now() + make_interval(secs => " REAP_GRACE_S "), ambiguous_at = now(), "
     "  last_error = 'lease expired while sending' "
     " FROM c WHERE o.tenant_id = $2 AND o.id = ANY (ARRAY(SELECT k.id FROM c k)) AND o.id = c.id "
     " RETURNING o.tenant_id, o.id, o.lease_version) "

@@ -3,6 +3,7 @@ provider and real gateway processes, all on loopback or Unix sockets in temporar
 
 Everything a test starts is stopped by the fixture that started it, by PID."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -355,3 +356,24 @@ def psql(database_url):
                                       text=True)
         return [line.split("\t") for line in out.splitlines() if line]
     return run
+
+
+@contextlib.contextmanager
+def pg_proxy(database_url):
+    """A protocol proxy (tests/chaos/pgproxy.py) in front of the suite's database, and the
+    database URL through it. Skips on a database reached over TCP."""
+    from urllib.parse import parse_qs, urlsplit
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from chaos.pgproxy import PgProxy
+    q = parse_qs(urlsplit(database_url).query)
+    if not q.get("host", [""])[0].startswith("/"):
+        pytest.skip("the protocol proxy speaks Unix sockets; this database is reached over TCP")
+    sock_dir, port = q["host"][0], q["port"][0]
+    d = tempfile.mkdtemp(prefix="idemgate-pgproxy-")
+    os.chmod(d, 0o755)
+    px = PgProxy(sock_dir, d, port).start()
+    try:
+        yield px, database_url.replace(sock_dir, d)
+    finally:
+        px.close()

@@ -4,20 +4,18 @@ GET /v1/jobs/{id}/outputs/{n}; a kill -9 mid-copy leaves no partial object and t
 resumes; an expired URL, a wrong Content-Length, a redirect to another host and a private
 address are each refused or counted, never silently dropped."""
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import signal
 import sys
-import tempfile
 import time
 import uuid
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, pg_proxy
 from test_async import SECRETS, SHIPPED_ASYNC, body, entry
 from test_group_commit import execute, rows_args, statement_sql
 
@@ -390,25 +388,6 @@ def test_kill9_mid_copy_leaves_no_partial_object_and_resumes(gateway_factory, to
     assert j["archive"][0]["attempts"] >= 2 and j["archive"][0]["bytes"] == size
     # The dead process's temporary file was swept.
     assert tmp[0] not in os.listdir(os.path.join(archive_dir, "tmp"))
-
-
-@contextlib.contextmanager
-def pg_proxy(database_url):
-    """A protocol proxy (tests/chaos/pgproxy.py) in front of the suite's database, and the
-    database URL through it. Skips on a database reached over TCP."""
-    from urllib.parse import parse_qs, urlsplit
-    from chaos.pgproxy import PgProxy
-    q = parse_qs(urlsplit(database_url).query)
-    if not q.get("host", [""])[0].startswith("/"):
-        pytest.skip("the protocol proxy speaks Unix sockets; this database is reached over TCP")
-    sock_dir, port = q["host"][0], q["port"][0]
-    d = tempfile.mkdtemp(prefix="idemgate-pgproxy-")
-    os.chmod(d, 0o755)
-    px = PgProxy(sock_dir, d, port).start()
-    try:
-        yield px, database_url.replace(sock_dir, d)
-    finally:
-        px.close()
 
 
 def metric(gw, name):

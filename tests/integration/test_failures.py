@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import GATEWAY_BIN, MOCK_BIN, free_port, provider, tenant_token, wait_for_line
+from conftest import GATEWAY_BIN, MOCK_BIN, free_port, pg_proxy, provider, tenant_token, wait_for_line
 
 FAST_RETRY = {"max_attempts": 50, "deadline_seconds": 120, "base_ms": 100, "cap_ms": 500}
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
@@ -550,6 +550,34 @@ def test_a_resubmit_stopped_before_it_was_sent_stays_unknown(gateway_factory, to
     state = psql(f"SELECT state FROM operations WHERE id = '{job_id}'")
     assert state == [["unknown"]], (state, b.log()[-3000:])
     assert len(mock.creates_for(job_id)) == 1
+
+
+def test_a_result_written_after_its_lease_was_reaped_is_kept(gateway_factory, token, mock,
+                                                            database_url, psql):
+    """The create is answered at once, but its result's write cannot reach the database for
+    longer than the lease (the protocol proxy closes the connection before each of nine writes):
+    the reaper makes the row `unknown` meanwhile. Nobody claimed it since — the reconciler waits
+    a grace after a reap — so the write that finally gets through is taken there: the job is
+    completed with its result, one create. Fenced by the reap, the result the gateway held was
+    lost, and the job (reconcile `none`) left to review."""
+    with pg_proxy(database_url) as (px, url):
+        gw = gateway_factory(providers=[provider(
+            "late", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+            reconcile={"strategy": "none", "window_seconds": 60})],
+            lease_seconds=4, env={"DATABASE_URL": url})
+        px.fail_next("finish", *["before"] * 9)
+        r = gw.submit(token, key(), {"prompt": "x", "n": 1}, route="late/images/generations",
+                      headers={"Prefer": "respond-async"})
+        assert r.status == 202, r
+        job_id = r.json()["id"]
+        job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=40)
+        assert job["state"] == "completed", (job, gw.log()[-3000:])
+        assert px.count("finish", "before") == 9
+        reaped = psql(f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
+                      "AND outcome = 'lease_expired'")
+        assert reaped == [["1"]], "the lease was not reaped before the write got through"
+        assert len(real_creates(mock.creates_for(job_id))) == 1
+        assert len(job["result"]["body"]["data"]) == 1, job["result"]
 
 
 # A found task is the mock's task object; the create's answer is its `result` member.
