@@ -229,17 +229,6 @@ static char *fetch_url(const struct cfg_provider *p, const struct store_claim *c
                                   : strip_suffix(c->poll_url, p->result_fetch_strip);
 }
 
-/* The status a fetched result shows: TS_SUCCEEDED, TS_FAILED for an error the result carries,
- * or -1 when there is no readable answer. */
-static int fetched_status(const struct up_response *r)
-{
-    if (r->curl_code || r->http_status <= 0 || r->body_truncated)
-        return -1;
-    return r->http_status >= 400 && r->http_status < 500 ? TS_FAILED
-           : r->http_status >= 300                        ? -1
-                                                          : TS_SUCCEEDED;
-}
-
 /* The state a task's end leads to: a task the provider cancelled after our cancel is canceled
  * (it existed, and may be billed); one it cancelled on its own, or that failed, is failed. */
 static enum op_state ended_state(int st, int cancel_requested)
@@ -437,7 +426,7 @@ static void write_job(struct rq_item *it, struct db *db)
             return;
         }
     } else {
-        j->st = fetched_status(&j->fetched);
+        j->st = prov_fetched_status(j->p, &j->fetched);
     }
     int fetched = j->step == STEP_FETCH && j->st >= 0;
     const struct up_response *final = fetched ? &j->fetched : &j->res;

@@ -174,6 +174,24 @@ int prov_task_answered(const struct up_response *res)
            !res->body_truncated;
 }
 
+int prov_fetched_status(const struct cfg_provider *p, const struct up_response *r)
+{
+    if (r->curl_code || r->http_status <= 0 || r->body_truncated)
+        return -1;
+    if (r->http_status >= 200 && r->http_status < 300)
+        return TS_SUCCEEDED;
+    static const int later[] = {401, 403, 404, 408, 409, 425, 429};
+    if (r->http_status < 400 || r->http_status >= 500 || !p->result_error)
+        return -1;
+    for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++)
+        if (r->http_status == later[i])
+            return -1;
+    cJSON *doc = r->body ? cJSON_ParseWithLength(r->body, r->body_len) : NULL;
+    int failed = doc && jpath_first(p->result_error, doc) != NULL;
+    cJSON_Delete(doc);
+    return failed ? TS_FAILED : -1;
+}
+
 int prov_read_task(const struct cfg_provider *p, const char *credential, const char *remote_id,
                    const char *client_ref, struct up_response *res)
 {

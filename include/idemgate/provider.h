@@ -74,6 +74,13 @@ char *prov_resume_url(const struct cfg_provider *p, const char *remote_id, long 
 /* 1 when res is a whole 2xx answer (what prov_read_task returns 0 for). */
 int prov_task_answered(const struct up_response *res);
 
+/* The status a fetched result shows: TS_SUCCEEDED, TS_FAILED for an error the result carries
+ * (a 4xx whose body holds the profile's result.error: fal's 422 with its `detail`), or -1 when
+ * there is no readable answer — read again later. A task whose status said it ended is paid
+ * whatever its fetch answers: a refusal that says nothing of the task (401/403 a rotated key,
+ * 404 not yet visible, 408/409/425/429 later) never makes it failed. */
+int prov_fetched_status(const struct cfg_provider *p, const struct up_response *res);
+
 /* 1 when a task read by prov_read_task carries client_ref where the profile says
  * (reconcile.task.client_ref); 0 when it does not, or the profile does not say where. */
 int prov_task_is(const struct cfg_provider *p, const struct up_response *res,

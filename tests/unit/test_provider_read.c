@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "idemgate/attempt.h"
+#include "idemgate/jpath.h"
 #include "idemgate/provider.h"
 
 static void test_id_doc(void **state)
@@ -90,11 +91,62 @@ static void test_server_hint(void **state)
     }
 }
 
+/* A fetched result (fal's response_url): only a 4xx that carries the profile's result.error
+ * makes the task failed; every refusal that says nothing of the task is read again later. */
+static void test_fetched_status(void **state)
+{
+    (void)state;
+    struct cfg_provider p, bare;
+    memset(&p, 0, sizeof(p));
+    memset(&bare, 0, sizeof(bare)); /* no result.error */
+    const char *why = NULL;
+    assert_int_equal(jpath_compile("$.detail[0].msg", &p.result_error, &why), 0);
+    static const char detail[] = "{\"detail\":[{\"msg\":\"prompt refused\"}]}";
+    static const struct {
+        int status, curl, truncated;
+        const char *body;
+        int want, want_bare;
+    } rows[] = {
+        {200, 0, 0, "{\"images\":[]}", TS_SUCCEEDED, TS_SUCCEEDED},
+        {422, 0, 0, detail, TS_FAILED, -1},
+        {400, 0, 0, detail, TS_FAILED, -1},
+        {422, 0, 0, "{\"error\":\"other\"}", -1, -1},  /* no result.error there */
+        {422, 0, 0, "not json", -1, -1},
+        {401, 0, 0, detail, -1, -1}, /* a rotated key says nothing of the task */
+        {403, 0, 0, detail, -1, -1},
+        {404, 0, 0, detail, -1, -1}, /* not visible yet */
+        {408, 0, 0, detail, -1, -1},
+        {409, 0, 0, detail, -1, -1},
+        {425, 0, 0, detail, -1, -1},
+        {429, 0, 0, detail, -1, -1},
+        {500, 0, 0, detail, -1, -1},
+        {302, 0, 0, "", -1, -1},
+        {422, 0, 1, detail, -1, -1}, /* truncated */
+        {0, 28, 0, NULL, -1, -1},    /* timed out */
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char body[128] = "";
+        if (rows[i].body)
+            snprintf(body, sizeof(body), "%s", rows[i].body);
+        struct up_response r = {.http_status = rows[i].status,
+                                .curl_code = rows[i].curl,
+                                .body_truncated = rows[i].truncated,
+                                .body = rows[i].body ? body : NULL,
+                                .body_len = strlen(body)};
+        int got = prov_fetched_status(&p, &r), got_bare = prov_fetched_status(&bare, &r);
+        if (got != rows[i].want || got_bare != rows[i].want_bare)
+            fail_msg("row %zu (%d): %d / %d, want %d / %d", i, rows[i].status, got, got_bare,
+                     rows[i].want, rows[i].want_bare);
+    }
+    jpath_free(p.result_error);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_id_doc),
         cmocka_unit_test(test_server_hint),
+        cmocka_unit_test(test_fetched_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
