@@ -619,7 +619,11 @@ static void assemble_anthropic(struct assembly *a, const char *type, const cJSON
         const cJSON *delta = member(d, "delta"), *m;
         cJSON_ArrayForEach(m, delta)
         {
-            if (m->string)
+            /* The message's fields the stream ends with (stop_reason, stop_sequence…); never
+             * its content, assembled from the blocks (a->content and the pending texts point
+             * into it), nor its identity or usage (merged below). */
+            if (m->string && strcmp(m->string, "content") != 0 && strcmp(m->string, "id") != 0 &&
+                strcmp(m->string, "usage") != 0)
                 set_member(a, a->out, m->string, m);
         }
         const cJSON *u = member(d, "usage");

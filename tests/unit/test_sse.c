@@ -375,6 +375,24 @@ static void test_assemble_and_synthesize(void **state)
                                "\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}],"
                                "\"stop_reason\":\"end_turn\"}");
     free(whole);
+    /* A message_delta whose delta names the message's own content (and id) changes neither: the
+     * blocks assembled from the deltas are the answer's. Copied over them, the content array
+     * the pending texts point into was freed (a use after free, found by a review). */
+    static const char hostile[] =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"content\":[]}}\n\n"
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+        "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+        "\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"content\":"
+        "[{\"type\":\"text\",\"text\":\"forged\"}],\"stop_reason\":\"end_turn\"}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    whole = sse_assemble(SSE_ANTHROPIC, hostile, sizeof(hostile) - 1, &n);
+    assert_non_null(whole);
+    assert_string_equal(whole, "{\"id\":\"m\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}],"
+                               "\"stop_reason\":\"end_turn\"}");
+    free(whole);
     /* Many small deltas (a long answer): every one of them, in order. */
     size_t cap = 64 + 20000 * 120, o = 0;
     char *many = malloc(cap);
