@@ -747,11 +747,10 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
         else
             reply_job(r, 202, &j, w->replayed, 1);
         store_job_fini(&j);
-    } else if (e == STORE_ENOTFOUND) {
-        /* The job expired while the client waited. */
-        reply_unauthorized(r);
     } else {
-        reply_store_error(r, e);
+        /* STORE_ENOTFOUND: the job expired while the client waited — 404, as a read of it
+         * would answer (a 401 told the client its token was refused). */
+        reply_job_error(r, e);
     }
 }
 

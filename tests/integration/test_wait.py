@@ -34,6 +34,24 @@ def test_prefer_wait_times_out_with_202(gateway, token):
     assert r.json()["state"] in ("prepared", "sending")
 
 
+def test_a_wait_whose_job_is_gone_is_answered_404(gateway, token, psql):
+    """The job is deleted while its client waits (retention, an operator): when the wait ends
+    the client is told the job is gone — 404 — not that its token was refused (401)."""
+    k = "wait-gone-" + uuid.uuid4().hex
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(gateway.submit(
+        token, k, {"prompt": "slow", "_mock": {"delay_ms": 3000}}, headers={"Prefer": "wait=2"})))
+    t.start()
+    deadline = time.monotonic() + 10
+    while psql(f"SELECT count(*) FROM operations WHERE idempotency_key = '{k}'") == [["0"]]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    psql(f"DELETE FROM operations WHERE idempotency_key = '{k}'")
+    t.join(timeout=30)
+    assert answer and answer[0].status == 404, answer
+    assert answer[0].json()["type"].endswith("job-not-found"), answer[0].json()
+
+
 def test_waiting_clients_do_not_block_server_threads(gateway_factory, token):
     # One server thread; ten clients wait on slow jobs while a GET still gets through at once.
     gw = gateway_factory(http_threads=1, dispatch_workers=4)
