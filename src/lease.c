@@ -94,12 +94,13 @@ static const struct db_stmt reconcile_claim = {
     .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
 };
 
-/* The poller's claim: one tenant's accepted operation due for a status read (or with a cancel to
- * send), within its poll deadline, under a new lease and fencing token. */
+/* The poller's claim: one tenant's accepted operation due for a status read, within its poll
+ * deadline, under a new lease and fencing token; with its cancel to send first when one was
+ * requested and not yet answered (a client's cancel makes the row due at once: idemgate_cancel).
+ * The cancel is marked sent only once the provider answered it for good (poll_cancel_sent): a
+ * cancel that failed, or whose replica died, is sent again by the next poll. */
 #define POLL_DUE                                                                                   \
-    "state = 'accepted' "                                                                          \
-    "AND (next_attempt_at <= now() "                                                               \
-    "     OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "                       \
+    "state = 'accepted' AND next_attempt_at <= now() "                                             \
     "AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "                                  \
     "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
 static const struct db_stmt poll_claim = {
@@ -107,10 +108,20 @@ static const struct db_stmt poll_claim = {
     .sql = CLAIM_PICK "tenant_id, id, "
     "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
     "      FROM operations WHERE tenant_id = $3 AND " POLL_DUE
-    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1, "
-    " cancel_sent_at = CASE WHEN o.cancel_requested_at IS NOT NULL THEN "
-    "   coalesce(o.cancel_sent_at, c.at) END " CLAIM_ON_PICKED("$3") ", c.cancel_due",
+    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1 "
+    CLAIM_ON_PICKED("$3") ", c.cancel_due",
     .params = DB_PARAMS("owner", "lease_seconds", "tenant_id"),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
+};
+
+/* The cancel a poll sent was answered for good (policy.h, pol_cancel_answered), or cannot be sent
+ * at all (the profile has no cancel): not sent again. Under the poll's own claim. */
+static const struct db_stmt poll_cancel_sent = {
+    .name = "poll_cancel_sent",
+    .sql = "UPDATE operations SET cancel_sent_at = coalesce(cancel_sent_at, now()) "
+    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
+    " = 'accepted' AND cancel_requested_at IS NOT NULL",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
 
@@ -581,6 +592,18 @@ int store_poll_claim(struct db *db, const char *owner, int lease_seconds, struct
     struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, NULL, out};
     memset(out, 0, sizeof(*out));
     return turns_claim(&poll_turns, db, kind_due, kind_claim, &k);
+}
+
+int store_poll_cancel_sent(struct db *db, const struct store_claim *c)
+{
+    PGresult *r;
+    int e = db_run(db, &poll_cancel_sent,
+                   DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
+                           p_int("lease_version", c->lease_version)),
+                   &r);
+    if (e == STORE_OK)
+        PQclear(r);
+    return e;
 }
 
 int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds)
@@ -1111,7 +1134,8 @@ int store_partial_record(struct db *db, const struct store_claim *c, char **body
 }
 
 static const struct db_stmt *const statements[] = {
-    &claim, &reconcile_claim, &poll_claim, &reconcile_send, &finish, &finish_check, &reap,
+    &claim, &reconcile_claim, &poll_claim, &poll_cancel_sent, &reconcile_send, &finish,
+    &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
     &begin_send, &begin_send_rows, &finish_rows, &release_reservation, &note_remote,
     &note_partial, &partial_record,

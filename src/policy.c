@@ -108,3 +108,20 @@ enum op_state pol_unsendable(int ambiguous_before)
 {
     return ambiguous_before ? ST_UNKNOWN : ST_FAILED;
 }
+
+int pol_cancel_answered(int curl_code, int http_status)
+{
+    if (curl_code || http_status <= 0)
+        return 0;
+    if (http_status >= 200 && http_status < 300)
+        return 1;
+    switch (http_status) {
+    case 408:
+    case 409:
+    case 425:
+    case 429:
+        return 0;
+    default:
+        return http_status >= 400 && http_status < 500;
+    }
+}

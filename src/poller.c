@@ -11,6 +11,7 @@
 #include "idemgate/provider.h"
 #include "idemgate/resultq.h"
 #include "idemgate/lease.h"
+#include "idemgate/policy.h"
 #include "idemgate/tmpl.h"
 #include "idemgate/wpool.h"
 
@@ -300,6 +301,7 @@ struct poll_job {
     char *url, *body, *cancel_url, *furl;
     struct up_response res, fetched; /* the status answer; the fetched result */
     int st;                          /* the status concluded */
+    int cancel_done; /* its cancel was answered for good, or cannot be sent: marked sent */
     double t0;
     double call_t0; /* wall clock when the current call was handed to the engine (0: none) */
 };
@@ -378,8 +380,11 @@ static void on_end(void *arg, struct up_response *res)
     if (j->call_t0 > 0)
         metrics_upstream_seconds(p->name, clock_wall() - j->call_t0);
     if (j->step == STEP_CANCEL) {
-        LOG(LOG_INFO, "cancel_sent", LS("job_id", j->c.id), LS("provider", p->name),
-            LI("http_status", res->http_status));
+        j->cancel_done = pol_cancel_answered(res->curl_code, res->http_status);
+        LOG(j->cancel_done ? LOG_INFO : LOG_WARN, "cancel_sent", LS("job_id", j->c.id),
+            LS("provider", p->name), LI("http_status", res->http_status),
+            LI("curl_code", res->curl_code),
+            LS("note", j->cancel_done ? "answered" : "not answered for good: sent again next"));
         up_response_fini(res);
         start(j, STEP_STATUS, poll_method(j->p), j->url, j->body, 0);
         return;
@@ -428,6 +433,9 @@ static void write_job(struct rq_item *it, struct db *db)
     } else {
         j->st = prov_fetched_status(j->p, &j->fetched);
     }
+    if (j->cancel_done && store_poll_cancel_sent(db, &j->c) != STORE_OK)
+        LOG(LOG_WARN, "cancel_mark_failed", LS("job_id", j->c.id),
+            LS("note", "the cancel will be sent again by the next poll"));
     int fetched = j->step == STEP_FETCH && j->st >= 0;
     const struct up_response *final = fetched ? &j->fetched : &j->res;
     cJSON *fdoc = !fetched ? doc
@@ -477,8 +485,10 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     j->url = j->c.poll_url ? strdup(j->c.poll_url)
                            : provider_url(p, deferred ? p->task_path : p->poll_path, &j->v);
     j->body = p->poll_body ? poll_body(p, &j->v) : NULL;
-    if (j->c.cancel_due && !p->cancel_path)
+    if (j->c.cancel_due && !p->cancel_path) {
         LOG(LOG_INFO, "cancel_unsupported", LS("job_id", j->c.id), LS("provider", p->name));
+        j->cancel_done = 1; /* nothing to send, ever */
+    }
     if (j->c.cancel_due && p->cancel_path) {
         j->cancel_url = provider_url(p, p->cancel_path, &j->v);
         start(j, STEP_CANCEL, p->cancel_method, j->cancel_url, NULL, 1);

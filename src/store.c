@@ -538,7 +538,8 @@ int store_job_get(struct db *db, long long tenant_id, const char *job_id, struct
  * one waiting to be sent again after an attempt that may have made its task (prepared with
  * ambiguous_at: a backoff under a provider key, or a resend after a proof that came later) is
  * unknown — never sent again, and reconciliation finds the task or proves it absent; an accepted
- * one has its provider cancel sent by the poller, once (cancel_sent_at). Other live states keep
+ * one has its provider cancel sent by the poller until the provider answers it for good
+ * (cancel_sent_at, lease.c's poll_cancel_sent). Other live states keep
  * theirs; a terminal job is left as it is. One per-tenant function (a statement of modifying CTEs
  * was six steps on a distributed database); its moves are declared here and the job is read
  * after it (job_get). */

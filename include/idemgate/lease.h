@@ -82,6 +82,11 @@ __attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const ch
                                                          int lease_seconds,
                                                          struct store_claim *out);
 
+/* Marks the cancel of a claimed poll sent (its answer was final, or it cannot be sent): the next
+ * claims do not send it again. Fenced by the claim. */
+__attribute__((warn_unused_result)) int store_poll_cancel_sent(struct db *db,
+                                                               const struct store_claim *c);
+
 /* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
  * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
  * return, before any byte goes to the provider. Only operations of the providers in the

@@ -146,6 +146,25 @@ def test_cancel_is_idempotent_and_reaches_the_provider_once(gateway_factory, tok
     assert task["status"] == "canceled" and task.get("cancels", 1) == 1, task
 
 
+def test_a_cancel_the_provider_failed_is_sent_again(gateway_factory, token, mock):
+    """The provider answers the first two cancels 503 and cancels nothing (mock cancel_fails):
+    the cancel is not marked sent until it is answered for good, so later polls send it again,
+    and the task ends canceled — marked sent at the claim, the one failed cancel was the last,
+    and the task ran on (and was billed)."""
+    e, route = entry("replicate", mock)
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "cancel-again-" + uuid.uuid4().hex, body(polls=100000, cancel_fails=2),
+                  route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"accepted"}, 15)
+    h = {"Authorization": f"Bearer {token}"}
+    assert gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
+    j = gw.wait_state(token, job_id, {"failed", "completed", "canceled"}, 20)
+    assert j["state"] == "canceled" and j["remote_id"], j
+    task = mock.http.request("GET", f"/v1/predictions/{j['remote_id']}").json()
+    assert task["status"] == "canceled" and task["cancels"] == 3, task
+
+
 def test_cancel_before_sending_fails_it_without_a_create(gateway_factory, token, mock):
     e, route = entry("replicate", mock)
     gw = start(gateway_factory, [e], dispatch_workers=0)

@@ -43,6 +43,7 @@ STEPS = {
     "reconcile_claim": ["me", 30, "{mock}", T],
     "reconcile_send": [T, "job_x", 1, 30],
     "poll_claim": ["me", 30, T],
+    "poll_cancel_sent": [T, "job_x", 1],
     "unparked_poll": [T, "job_x"],
     "note_remote": [T, "job_x", 1, "resp_x"],
     "partial_record": [T, "job_x", 1],

@@ -587,6 +587,7 @@ static struct async_task *task_new(const struct async_create_args *a)
                  url_len >= 5 && strcmp(a->req->url + url_len - 5, "video") == 0 ? ".mp4" : ".png");
     t->polls_needed = (c->set & CTRL_POLLS) ? c->polls : DEFAULT_POLLS;
     t->poll_delay_ms = (c->set & CTRL_POLL_DELAY) ? c->poll_delay_ms : 0;
+    t->cancel_fails = (c->set & CTRL_CANCEL_FAILS) ? c->cancel_fails : 0;
     t->fail = (c->set & CTRL_OUTCOME) && c->fail;
     t->error = dup_or_null((c->set & CTRL_ERROR) ? c->error : DEFAULT_ERROR, &ok);
     t->outputs = (c->set & CTRL_OUTPUTS) ? c->outputs : (c->set & CTRL_N_OUT) ? c->n_out : 1;
@@ -802,6 +803,11 @@ static enum MHD_Result task_route(struct mock_request *req, const struct mock_pe
         }
     } else if (t && op == OP_RESULT) {
         k->render_result(t, &r);
+    } else if (t && t->cancel_fails > 0) {
+        t->cancel_fails--; /* counted as a cancel, cancels nothing */
+        t->cancels++;
+        reply_set_error(&r, MHD_HTTP_SERVICE_UNAVAILABLE, "mock: the cancel failed", "mock_error",
+                        "mock_503");
     } else if (t) {
         bool was_final = t->state != AS_PENDING;
 

@@ -79,6 +79,7 @@ struct async_task {
     char ext[8];       /* the extension of output files: ".png" or ".mp4" */
     unsigned int polls_needed, polls, cancels, outputs;
     unsigned int poll_delay_ms; /* a status read's answer waits this long (after the read) */
+    unsigned int cancel_fails;  /* cancels still to answer 503 without cancelling */
     bool fail;
     char *error;
     enum async_state state;

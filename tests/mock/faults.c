@@ -314,6 +314,15 @@ static bool parse_poll_delay(const char *text, struct mock_controls *c, char *er
     return false;
 }
 
+/* Parses cancel_fails: how many of the task's first cancels answer 503 and cancel nothing. */
+static bool parse_cancel_fails(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, 100, &c->cancel_fails))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "cancel_fails must be an integer 0..100");
+    return false;
+}
+
 /* Parses outcome: how an asynchronous task ends, "succeeded" or "failed". */
 static bool parse_outcome(const char *text, struct mock_controls *c, char *err)
 {
@@ -497,6 +506,7 @@ static const struct control_field field_table[] = {
     /* The rest apply to asynchronous providers only. */
     {"polls", "X-Mock-Polls", CTRL_POLLS, parse_polls, NULL},
     {"poll_delay_ms", "X-Mock-Poll-Delay-Ms", CTRL_POLL_DELAY, parse_poll_delay, NULL},
+    {"cancel_fails", "X-Mock-Cancel-Fails", CTRL_CANCEL_FAILS, parse_cancel_fails, NULL},
     {"outcome", "X-Mock-Outcome", CTRL_OUTCOME, parse_outcome, NULL},
     {"error", "X-Mock-Error", CTRL_ERROR, parse_error_text, NULL},
     {"outputs", "X-Mock-Outputs", CTRL_OUTPUTS, parse_outputs, NULL},
@@ -618,6 +628,8 @@ void faults_merge(struct mock_controls *dst, const struct mock_controls *src)
         dst->polls = src->polls;
     if (take & CTRL_POLL_DELAY)
         dst->poll_delay_ms = src->poll_delay_ms;
+    if (take & CTRL_CANCEL_FAILS)
+        dst->cancel_fails = src->cancel_fails;
     if (take & CTRL_OUTCOME)
         dst->fail = src->fail;
     if (take & CTRL_ERROR)

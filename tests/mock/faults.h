@@ -52,12 +52,13 @@ enum {
     CTRL_ID_NUMERIC = 1u << 13,
     CTRL_ID_MISSING = 1u << 14,
     CTRL_POLL_DELAY = 1u << 15,
+    CTRL_CANCEL_FAILS = 1u << 16,
 };
 
 /* The controls that only asynchronous personalities understand. */
 #define CTRL_ASYNC                                                                                 \
     (CTRL_POLLS | CTRL_OUTCOME | CTRL_ERROR | CTRL_OUTPUTS | CTRL_WEBHOOK | CTRL_ID_NUMERIC |      \
-     CTRL_ID_MISSING | CTRL_POLL_DELAY)
+     CTRL_ID_MISSING | CTRL_POLL_DELAY | CTRL_CANCEL_FAILS)
 
 /* Longest failure message a task can carry, including the terminating NUL. */
 #define MOCK_ERROR_MAX 256
@@ -92,6 +93,8 @@ struct mock_controls {
     unsigned int polls;
     /* Each status read's answer waits this long after the task's state was read. */
     unsigned int poll_delay_ms;
+    /* The first cancels of the task answer 503 and cancel nothing. */
+    unsigned int cancel_fails;
     bool fail;
     char error[MOCK_ERROR_MAX];
     unsigned int outputs;

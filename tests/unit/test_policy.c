@@ -137,10 +137,30 @@ static void test_unsendable(void **state)
     assert_int_equal(pol_unsendable(1), ST_UNKNOWN);
 }
 
+/* A cancel is marked sent only when its answer will not change: sent again otherwise. */
+static void test_cancel_answered(void **state)
+{
+    (void)state;
+    static const struct {
+        int curl, status, want;
+    } cases[] = {
+        {0, 200, 1}, {0, 201, 1}, {0, 202, 1}, {0, 204, 1}, /* cancelled, or cancelling */
+        {0, 400, 1}, {0, 404, 1}, {0, 410, 1}, {0, 422, 1}, /* ended, unknown, not cancellable */
+        {0, 401, 1}, {0, 403, 1},                           /* refused: a new claim refuses too */
+        {0, 408, 0}, {0, 409, 0}, {0, 425, 0}, {0, 429, 0}, /* later */
+        {0, 500, 0}, {0, 502, 0}, {0, 503, 0}, {0, 302, 0}, {0, 0, 0},
+        {28, 0, 0},  {7, 0, 0},   {56, 200, 0},             /* transport errors */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (pol_cancel_answered(cases[i].curl, cases[i].status) != cases[i].want)
+            fail_msg("case %zu: curl %d, HTTP %d", i, cases[i].curl, cases[i].status);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows),
                                        cmocka_unit_test(test_wait_inputs_read_only_where_needed),
-                                       cmocka_unit_test(test_unsendable)};
+                                       cmocka_unit_test(test_unsendable),
+                                       cmocka_unit_test(test_cancel_answered)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
