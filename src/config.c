@@ -99,6 +99,12 @@ static const struct cfg_setting settings[] = {
      "debug, info, warn or error"},
     {"max_body_bytes", "IDEMGATE_MAX_BODY_BYTES", T_LONG, OFF(max_body_bytes), "1048576", 2,
      64L * 1024 * 1024, "largest request body accepted (413 above)"},
+    {"max_buffered_body_bytes", "IDEMGATE_MAX_BUFFERED_BODY_BYTES", T_LONG,
+     OFF(max_buffered_body_bytes), "536870912", 1024L * 1024, 64L * 1024 * 1024 * 1024,
+     "request bodies held in memory at once, all connections together (while they arrive and "
+     "until their request ends); a body that would pass it is dropped as it comes and answered "
+     "503 with Retry-After, whatever its token: clients cannot exhaust memory with bodies. At "
+     "least twice max_upload_bytes and max_body_bytes (an allocation doubles as a body grows)"},
     {"max_connections", "IDEMGATE_MAX_CONNECTIONS", T_INT, OFF(max_connections), "4096", 16,
      100000, "concurrent client connections, suspended ones included; 8 more are kept for "
              "`/healthz` alone (each closed after its answer), so health is answered when full"},
@@ -372,6 +378,15 @@ static int finish_settings(struct cfg *c, const char *file, char *err, size_t er
     if (!strcmp(c->archive_backend, "s3") && (!*c->archive_s3_endpoint || !*c->archive_s3_bucket)) {
         errf(err, errlen, "%s: archive_backend s3 needs archive_s3_endpoint and archive_s3_bucket",
              file);
+        return -1;
+    }
+    /* A body's allocation doubles as it grows: one whole body of either cap must fit. */
+    if (c->max_buffered_body_bytes < 2 * c->max_upload_bytes ||
+        c->max_buffered_body_bytes < 2 * c->max_body_bytes) {
+        errf(err, errlen,
+             "%s: max_buffered_body_bytes (%ld) must be at least twice max_upload_bytes (%ld) "
+             "and max_body_bytes (%ld)",
+             file, c->max_buffered_body_bytes, c->max_upload_bytes, c->max_body_bytes);
         return -1;
     }
     for (size_t i = 0; i < c->n_providers; i++) {

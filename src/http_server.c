@@ -60,7 +60,9 @@ struct hs_req {
     char *body;
     size_t body_len, body_cap;
     long body_max; /* max_body_bytes, or max_upload_bytes for a multipart/form-data body */
+    long counted;  /* of body_bytes: this body's allocation */
     int too_large;
+    int over_memory; /* its body would have passed max_buffered_bytes: dropped */
     int responded;
     int close_after;                      /* the answer closes the connection (health reserve) */
     int suspended_once;                   /* the handler suspended it at least once */
@@ -714,26 +716,56 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
     return MHD_YES;
 }
 
-/* A piece of the body: kept while the total stays under the cap. */
-static enum MHD_Result add_body(struct hs_req *r, const char *data, size_t n)
+/* Bytes of request bodies held, every server of the process together (hs_body_bytes; checked
+ * against hs_options.max_buffered_bytes). */
+static atomic_long body_bytes;
+
+long hs_body_bytes(void)
 {
-    if (r->responded || r->too_large)
+    return atomic_load(&body_bytes);
+}
+
+/* Drops what the request keeps of its body, and its share of the count. */
+static void drop_body(struct hs_req *r)
+{
+    free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+    atomic_fetch_sub(&body_bytes, r->counted);
+    r->counted = 0;
+}
+
+/* A piece of the body: kept while the total stays under the cap, and while the bodies of all
+ * requests together stay under max_buffered_bytes. */
+static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const char *data, size_t n)
+{
+    if (r->responded || r->too_large || r->over_memory)
         return MHD_YES;
     if (r->body_len + n > (size_t)r->body_max) {
         /* A chunked body that grew past the cap: stop keeping it. */
         r->too_large = 1;
-        free(r->body);
-        r->body = NULL;
-        r->body_len = 0;
+        drop_body(r);
         return MHD_YES;
     }
     if (r->body_len + n + 1 > r->body_cap) {
         size_t cap = r->body_cap ? r->body_cap : 4096;
         while (cap < r->body_len + n + 1)
             cap *= 2;
+        long more = (long)(cap - r->body_cap), max = s->o.max_buffered_bytes;
+        if (max > 0 && atomic_fetch_add(&body_bytes, more) + more > max) {
+            atomic_fetch_sub(&body_bytes, more);
+            r->over_memory = 1;
+            drop_body(r);
+            return MHD_YES;
+        }
+        if (max <= 0)
+            atomic_fetch_add(&body_bytes, more);
         char *nb = realloc(r->body, cap);
-        if (!nb)
+        if (!nb) {
+            atomic_fetch_sub(&body_bytes, more);
             return MHD_NO;
+        }
+        r->counted += more;
         r->body = nb;
         r->body_cap = cap;
     }
@@ -754,7 +786,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        return add_body(r, upload_data, n);
+        return add_body(s, r, upload_data, n);
     }
     pthread_mutex_lock(&s->mu);
     struct MHD_Response *resp = r->pending;
@@ -767,6 +799,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->responded)
         return MHD_YES;
+    if (r->over_memory) {
+        LOG(LOG_WARN, "http_body_memory_full", LS("request_id", r->request_id),
+            LI("max_buffered_bytes", s->o.max_buffered_bytes));
+        reject(s, r, HS_REJECT_BODY_MEMORY);
+        return MHD_YES;
+    }
     if (!r->suspended_once)
         conn_receiving(s, conn, 0); /* the request is whole: its deadline is met */
     tls_handling = r;
@@ -812,7 +850,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->pending)
         MHD_destroy_response(r->pending);
     free(r->path);
-    free(r->body);
+    drop_body(r);
     if (r->begun)
         atomic_fetch_sub(&s->in_progress, 1);
     free(r);

@@ -1,5 +1,6 @@
 #include "idemgate/metrics.h"
 
+#include "idemgate/http_server.h"
 #include "idemgate/jobcache.h"
 #include "idemgate/livestream.h"
 
@@ -483,12 +484,16 @@ static void render_intake(struct buf *b)
         "# HELP idemgate_job_cache_bytes Bytes the terminal-job cache holds (its jobs' "
         "documents and answers; bounded by job_cache_bytes).\n"
         "# TYPE idemgate_job_cache_bytes gauge\n"
-        "idemgate_job_cache_bytes %zu\n",
+        "idemgate_job_cache_bytes %zu\n"
+        "# HELP idemgate_http_body_bytes Bytes of request bodies held in memory now (while "
+        "they arrive and until their request ends; bounded by max_buffered_body_bytes).\n"
+        "# TYPE idemgate_http_body_bytes gauge\n"
+        "idemgate_http_body_bytes %ld\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed),
         atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak),
         atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count(), ls_spooled(),
-        jobcache_bytes());
+        jobcache_bytes(), hs_body_bytes());
     put(b, "# HELP idemgate_db_batch_rows_total Rows of batches written as one statement: "
            "result=answered written by it, unanswered left to the single-row statement (a key "
            "taken, a budget, a fenced write), failed carried by a statement that failed (then "

@@ -198,6 +198,11 @@ static void on_reject(struct hs_req *r, enum hs_reject why, void *app)
                       "the request target is longer than 8192 bytes or has more than 64 query "
                       "parameters",
                       0);
+    else if (why == HS_REJECT_BODY_MEMORY)
+        reply_problem(r, 503, "bodies-full", "Too many request bodies in memory",
+                      "the request bodies this replica holds at once reached "
+                      "max_buffered_body_bytes; nothing was recorded, retry later",
+                      1);
     else
         reply_problem(r, 500, "internal", "Internal error", "no response was produced", 0);
 }
@@ -243,6 +248,7 @@ struct hs_server *routes_listen(struct api *a)
                            .request_deadline_s = cfg->request_deadline_seconds,
                            .max_body_bytes = cfg->max_body_bytes,
                            .max_upload_bytes = cfg->max_upload_bytes,
+                           .max_buffered_bytes = cfg->max_buffered_body_bytes,
                            .upload_allowed = upload_allowed,
                            .app = a,
                            .handle = on_handle,

@@ -29,6 +29,7 @@ struct cfg {
     int intake_batch_max;
     long max_body_bytes;
     long max_upload_bytes;
+    long max_buffered_body_bytes;
     int max_json_depth;
     int lease_seconds;
     int reaper_interval_ms;

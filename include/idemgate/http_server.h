@@ -28,7 +28,13 @@ enum hs_reject {
     HS_REJECT_FULL,         /* max_connections are open: this connection is in the health
                                reserve, where only /healthz is served: answer 503 (the
                                connection is closed) */
+    HS_REJECT_BODY_MEMORY,  /* the bodies held in memory, all requests together, would pass
+                               max_buffered_bytes with this one's: its bytes were dropped as they
+                               came; answer 503 with Retry-After */
 };
+
+/* Bytes of request bodies held in memory now, by every server of the process. */
+long hs_body_bytes(void);
 
 /* Connections accepted above max_connections, for /healthz alone (each closed after one answer
  * and held HS_RESERVE_DEADLINE_S at most), so that health is answered when the server is full. */
@@ -46,6 +52,11 @@ struct hs_options {
     int request_deadline_s;
     long max_body_bytes; /* a longer body is dropped and hs_req_body_too_large() says so */
     long max_upload_bytes; /* the same for a multipart/form-data body (0: max_body_bytes) */
+    /* The bodies kept in memory while they arrive and until their request ends, all requests
+     * together, at most (0: no limit): a body that would pass it is dropped as it comes and its
+     * request rejected (HS_REJECT_BODY_MEMORY), before anything of it is read by the handler —
+     * clients that send bodies without a valid token cannot exhaust memory. */
+    long max_buffered_bytes;
     /* Whether the request path (as sent) may carry an upload: only then does a multipart body
      * get max_upload_bytes, before anything else of the request is read. NULL: every path. */
     int (*upload_allowed)(const char *path, void *app);

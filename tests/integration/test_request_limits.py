@@ -267,3 +267,52 @@ def test_slow_client_health_when_full(gateway_factory):
     finally:
         for s in held:
             s.close()
+
+
+def body_bytes(gw):
+    text = gw.http.request("GET", "/metrics").body.decode()
+    return int(next(line.split()[1] for line in text.splitlines()
+                    if line.startswith("idemgate_http_body_bytes ")))
+
+
+def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, token):
+    """Sixteen clients without a token each send most of a 60 000-byte body and hold it: the
+    gateway holds 16 × 64 KiB (idemgate_http_body_bytes), its max_buffered_body_bytes (1 MiB). A
+    whole request with a valid token is then answered 503 bodies-full with Retry-After, nothing
+    recorded; once the holders leave, the same request is accepted. Without the bound, bodies
+    sent before any token is checked grow memory without limit (25 MiB each on an upload
+    route)."""
+    gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
+                              "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
+                              "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576"})
+    path = b"/v1/providers/mock-images/images/generations"
+    body = json.dumps({"prompt": "bounded"}).encode()
+    request = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Authorization: Bearer " + token.encode() + b"\r\nIdempotency-Key: bodies-" +
+               uuid.uuid4().hex.encode() + b"\r\nPrefer: respond-async\r\nContent-Length: " +
+               str(len(body)).encode() + b"\r\n\r\n" + body)
+    held = []
+    try:
+        for _ in range(16):
+            s = connect_from("127.0.0.3", gw.port)
+            s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                      b"\r\nContent-Length: 60000\r\n\r\n" + b"{" + b" " * 49999)
+            held.append(s)
+        assert wait_until(lambda: body_bytes(gw) == 16 * 65536, 10), body_bytes(gw)
+        s = connect_from("127.0.0.1", gw.port)
+        s.sendall(request)
+        status, headers, answer = read_answer(s)
+        s.close()
+        assert status.startswith("HTTP/1.1 503"), (status, answer[:300])
+        assert json.loads(answer)["type"].endswith("bodies-full") and headers.get("retry-after")
+        assert '"http_body_memory_full"' in gw.log()
+        assert '"intake_new"' not in gw.log()
+    finally:
+        for h in held:
+            h.close()
+    assert wait_until(lambda: body_bytes(gw) == 0, 10), body_bytes(gw)
+    s = connect_from("127.0.0.1", gw.port)
+    s.sendall(request)
+    status, _, answer = read_answer(s)
+    s.close()
+    assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
