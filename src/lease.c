@@ -118,9 +118,9 @@ static const struct db_stmt poll_claim = {
  * at all (the profile has no cancel): not sent again. Under the poll's own claim. */
 static const struct db_stmt poll_cancel_sent = {
     .name = "poll_cancel_sent",
-    .sql = "UPDATE operations SET cancel_sent_at = coalesce(cancel_sent_at, now()) "
+    .sql = "UPDATE operations SET cancel_sent_at = now() "
     "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
-    " = 'accepted' AND cancel_requested_at IS NOT NULL",
+    " = 'accepted' AND cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL",
     .params = DB_PARAMS("tenant_id", "id", "lease_version"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
