@@ -1,6 +1,8 @@
 #include "idemgate/pricing.h"
 
 #include "idemgate/jpath.h"
+#include "idemgate/multipart.h"
+#include "idemgate/upload.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -528,6 +530,36 @@ long long price_estimate_raw(const struct price_table *t, const char *body, size
     return c;
 }
 
+/* The document a stored body's prices read: the JSON body itself, or for a multipart one (as the
+ * client sent it, or in its stored form with the large parts cut out: upload.h) the JSON of its
+ * text fields, as the intake priced it (mp_fields_json). NULL when it is neither. */
+static cJSON *price_doc(const char *body, size_t len)
+{
+    if (!body || !len)
+        return NULL;
+    struct upl_ref refs[MP_MAX_PARTS];
+    size_t nrefs = 0, at = 0, total = 0;
+    if (upl_is_stored_form(body, len) &&
+        upl_parse(body, len, refs, MP_MAX_PARTS, &nrefs, &at, &total, (size_t)-1) == 0) {
+        body += at; /* the client's body with the cut contents left out: its fields are whole */
+        len -= at;
+    }
+    char ctype[MP_CTYPE_MAX], boundary[MP_BOUNDARY_MAX + 1], why[160];
+    if (!mp_content_type_of(body, len, ctype, sizeof(ctype)))
+        return cJSON_ParseWithLength(body, len);
+    struct mp_part *parts = calloc(MP_MAX_PARTS, sizeof(*parts));
+    size_t n = 0, flen = 0;
+    char *fields = parts && mp_boundary(ctype, boundary) > 0 &&
+                           mp_parse(body, len, boundary, parts, MP_MAX_PARTS, &n, why,
+                                    sizeof(why)) == 0
+                       ? mp_fields_json(parts, n, &flen)
+                       : NULL;
+    cJSON *doc = fields ? cJSON_ParseWithLength(fields, flen) : NULL;
+    free(fields);
+    free(parts);
+    return doc;
+}
+
 long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
                            int outputs_requested, int outputs_received, const char *usage,
                            int *is_unlisted)
@@ -536,7 +568,7 @@ long long price_actual_raw(const struct price_table *t, const char *body, size_t
         *is_unlisted = 0;
     if (!t || !t->present)
         return 0;
-    cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *doc = price_doc(body, len);
     cJSON *u = usage ? cJSON_Parse(usage) : NULL;
     long long c = price_actual(t, doc, outputs_requested, outputs_received, u);
     if (is_unlisted)
@@ -550,7 +582,7 @@ int price_unlisted_raw(const struct price_table *t, const char *body, size_t len
 {
     if (!t || !t->present || !t->n_variants)
         return 0;
-    cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *doc = price_doc(body, len);
     int u = unlisted(t, doc) && !t->has_fallback;
     cJSON_Delete(doc);
     return u;

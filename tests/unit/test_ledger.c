@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idemgate/multipart.h"
 #include "idemgate/pricing.h"
+#include "idemgate/upload.h"
 #include "idemgate/retention.h"
 #include "idemgate/usage.h"
 
@@ -246,6 +248,49 @@ static void test_shipped_price_tables(void **state)
         price_table_fini(&t);
         cJSON_Delete(prof);
     }
+}
+
+/* A multipart body is priced at its end by its text fields, as the intake estimated it — the
+ * body as the client sent it and its stored form, the large part cut out (a review found both
+ * priced at the table's defaults: sora-2-pro 1792x1024 for 8 s settled at sora-2's 4 s). */
+static void test_multipart_bodies_are_priced_by_their_fields(void **state)
+{
+    (void)state;
+    static const char body[] =
+        "--b0undary\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nsora-2-pro\r\n"
+        "--b0undary\r\nContent-Disposition: form-data; name=\"size\"\r\n\r\n1792x1024\r\n"
+        "--b0undary\r\nContent-Disposition: form-data; name=\"seconds\"\r\n\r\n8\r\n"
+        "--b0undary\r\nContent-Disposition: form-data; name=\"input_reference\"; "
+        "filename=\"a.png\"\r\nContent-Type: image/png\r\n\r\n"
+        "0123456789012345678901234567890123456789\r\n--b0undary--\r\n";
+    size_t len = sizeof(body) - 1;
+    cJSON *prof = read_profile("openai-videos");
+    struct price_table t;
+    char err[200] = "";
+    assert_int_equal(price_table_load(cJSON_GetObjectItemCaseSensitive(prof, "pricing"), &t, err,
+                                      sizeof(err)),
+                     0);
+    assert_int_equal(price_actual_raw(&t, body, len, 1, 1, NULL, NULL), 4000000);
+    /* Its stored form: the file's content (over 16 bytes) cut out, to the archive store. */
+    struct mp_part parts[MP_MAX_PARTS];
+    size_t n = 0;
+    char why[160];
+    assert_int_equal(mp_parse(body, len, "b0undary", parts, MP_MAX_PARTS, &n, why, sizeof(why)), 0);
+    unsigned char sel[MP_MAX_PARTS];
+    assert_int_equal(upl_select(parts, n, 16, sel), 1);
+    static const char sha[MP_MAX_PARTS][65] = {[3] = "0000000000000000000000000000000000000000"
+                                                     "000000000000000000000000"};
+    struct upl_ref refs[MP_MAX_PARTS];
+    size_t nrefs = upl_refs_of(body, parts, n, sel, sha, refs);
+    assert_int_equal(nrefs, 1);
+    char *stored = NULL;
+    size_t slen = 0;
+    assert_int_equal(upl_store_form(body, len, refs, nrefs, &stored, &slen), 0);
+    assert_true(upl_is_stored_form(stored, slen));
+    assert_int_equal(price_actual_raw(&t, stored, slen, 1, 1, NULL, NULL), 4000000);
+    free(stored);
+    price_table_fini(&t);
+    cJSON_Delete(prof);
 }
 
 /* A model a table with variants does not list, and no top-level price: unlisted (counted by
@@ -544,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_prices),
         cmocka_unit_test(test_no_table_costs_nothing),
         cmocka_unit_test(test_shipped_price_tables),
+        cmocka_unit_test(test_multipart_bodies_are_priced_by_their_fields),
         cmocka_unit_test(test_unlisted_requests),
         cmocka_unit_test(test_unpriced_model_refused_under_budget),
         cmocka_unit_test(test_bad_tables_name_the_member),
