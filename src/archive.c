@@ -654,12 +654,17 @@ static int copy_b64(struct copy *x, const PGresult *r, int n, const char *remote
     const char *s = pl.out[n].b64;
     size_t left = strlen(s);
     EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new();
+    /* EVP_DecodeUpdate writes what k characters decode to plus what the up to 64 held over
+     * from the call before complete: at most (k + 64) / 4 * 3 bytes (a chunk as large as the
+     * buffer's 4/3, with whitespace held over, overflowed it by up to 45 bytes). */
+    enum { B64_CHUNK = 49152 };
     unsigned char out[49152];
+    _Static_assert((B64_CHUNK + 64) / 4 * 3 <= sizeof(out), "a chunk's decoding fits out");
     int outl = 0, ok = ctx != NULL;
     if (ok)
         EVP_DecodeInit(ctx);
     while (ok && left) {
-        int k = left > 65536 ? 65536 : (int)left;
+        int k = left > B64_CHUNK ? B64_CHUNK : (int)left;
         ok = EVP_DecodeUpdate(ctx, out, &outl, (const unsigned char *)s, k) >= 0 &&
              (outl == 0 || put(x, out, (size_t)outl) == 0);
         s += k;
@@ -955,7 +960,8 @@ static void write_job(struct rq_item *it, struct db *db)
     struct copy *x = &j->x;
     char *redirect = NULL, *next = NULL;
     long st = get_finish(j, &redirect);
-    if (st >= 200 && st < 300) {
+    /* Only a 200 is the whole output: a 204 has none, a 206 is a part of it. */
+    if (st == 200) {
         free(redirect);
         conclude(db, j, 0);
         return;

@@ -140,7 +140,8 @@ class Spec:
             return self._check_response("x-shutting-down", "x-shutting-down",
                                         self.doc["x-shutting-down"], resp)
         # Refusals whatever the path (issue 21 items 8-10): documented at the root.
-        for status, name in ((400, "bad-path"), (400, "bad-header"), (503, "server-full")):
+        for status, name in ((400, "bad-path"), (400, "bad-header"), (503, "server-full"),
+                             (503, "bodies-full")):
             if resp.status == status and f"problem:{name}".encode() in resp.body:
                 return self._check_response(f"x-{name}", f"x-{name}", self.doc[f"x-{name}"],
                                             resp)
@@ -1211,6 +1212,32 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
             req = f"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
             t.expect("every connection taken", "GET", "/v1/jobs",
                      raw_request(full.port, req.encode()), 503, "server-full")
+        finally:
+            for sock in held:
+                sock.close()
+
+        # Bodies held in memory, all connections together, at max_buffered_body_bytes.
+        bodies = gateway_factory(providers=providers, env=dict(
+            env, IDEMGATE_MAX_BODY_BYTES="65536", IDEMGATE_MAX_UPLOAD_BYTES="131072",
+            IDEMGATE_MAX_BUFFERED_BODY_BYTES="1048576"))
+        held = []
+        try:
+            for _ in range(16):
+                sock = socket.socket()
+                sock.settimeout(10)
+                sock.connect(("127.0.0.1", bodies.port))
+                held.append(sock)
+                sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n"
+                             + b" " * 50000)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and "idemgate_http_body_bytes 1048576" not in \
+                    bodies.http.request("GET", "/metrics").body.decode():
+                time.sleep(0.05)
+            req = (f"POST {INTAKE} HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: Bearer {token}\r\nIdempotency-Key: k\r\n"
+                   "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            t.expect("bodies in memory at their bound", "POST", INTAKE,
+                     raw_request(bodies.port, req.encode()), 503, "bodies-full")
         finally:
             for sock in held:
                 sock.close()
