@@ -124,6 +124,23 @@ void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port)
     pthread_mutex_unlock(&mu);
 }
 
+void cg_note_fresh(const int *fds, int n, const char *peer_ip, int peer_port, int local_port)
+{
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_storage a;
+        socklen_t len = sizeof(a);
+        if (fds[i] < 0 || getsockname(fds[i], (struct sockaddr *)&a, &len) != 0)
+            continue;
+        int port = a.ss_family == AF_INET    ? ntohs(((struct sockaddr_in *)&a)->sin_port)
+                   : a.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&a)->sin6_port)
+                                             : -1;
+        if (port == local_port) {
+            cg_note_use(fds[i], peer_ip, peer_port, local_port);
+            return;
+        }
+    }
+}
+
 void cg_done(CURL *h)
 {
     curl_socket_t fd = CURL_SOCKET_BAD;

@@ -36,6 +36,7 @@ struct up_xfer {
     int stream_judged, streaming; /* the answer was looked at; it is a 2xx event stream */
     int stream_kept;              /* on_stream keeps the stream's bytes (up_request) */
     int sendings;                 /* times libcurl was about to send the request */
+    int opened[4], n_opened;      /* sockets opened for this transfer (on_socket), the last 4 */
     curl_off_t uploaded;          /* the most the upload counter showed (on_progress) */
 };
 
@@ -163,6 +164,12 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
         c->sendings--; /* this sending never happened: the one on a new connection is the first */
         return CURL_PREREQFUNC_ABORT;
     }
+    /* A connection this transfer opened carries its first request: noted from now on, so that
+     * the next request it carries is judged even if it comes before this transfer's end is
+     * noted (cg_done). A reused connection opened none. */
+    if (c->n_opened)
+        cg_note_fresh(c->opened, c->n_opened, conn_primary_ip, conn_primary_port,
+                      conn_local_port);
     CRASH_POINT("before_send");
     if (c->before_send && c->before_send(c->before_send_arg) != 0) {
         c->res.aborted_before_send = 1;
@@ -182,10 +189,19 @@ static int on_prereq(void *arg, char *conn_primary_ip, char *conn_local_ip, int 
  * and answered. */
 static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
-    (void)arg;
+    struct up_xfer *x = arg; /* NULL: a handle of up_reset_on_close */
     if (purpose == CURLSOCKTYPE_IPCXN) {
         struct linger abort_on_close = {.l_onoff = 1, .l_linger = 0};
         (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
+        /* A socket opened for this transfer: its connection is noted at its first request
+         * (on_prereq, cg_note_fresh). */
+        if (x) {
+            if (x->n_opened == 4) {
+                memmove(x->opened, x->opened + 1, 3 * sizeof(x->opened[0]));
+                x->n_opened = 3;
+            }
+            x->opened[x->n_opened++] = fd;
+        }
     }
     return CURL_SOCKOPT_OK;
 }
@@ -350,6 +366,7 @@ int up_xfer_new(const struct up_request *req, struct up_xfer **out, struct up_re
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, x);
     cg_install(h);
     curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
     curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
@@ -372,6 +389,7 @@ void up_xfer_restart(struct up_xfer *x)
     /* Refused before its first byte: nothing was sent or received, and libcurl resets its
      * counters when the transfer starts again. */
     x->uploaded = 0;
+    x->n_opened = 0;
     curl_easy_setopt(x->h, CURLOPT_FRESH_CONNECT, 1L);
 }
 

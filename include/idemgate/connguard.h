@@ -11,8 +11,12 @@
  * task the request did reach), and every later exchange on that connection would read the
  * answer of the one before: another job's result, perhaps another tenant's.
  *
- * Every transfer that ends on a connection libcurl keeps is noted here (cg_done: the socket, its
- * addresses as libcurl reports them). Just before a request leaves, its pre-request callback asks
+ * Every connection is noted here from its first request on (cg_note_fresh, from the pre-request
+ * callback of the transfer that opened it), and again when a transfer ends on a connection
+ * libcurl keeps (cg_done: the socket, its addresses as libcurl reports them). Noted only at the
+ * end, a connection could carry another request before the end was noted: libcurl runs a new
+ * transfer due at once inside the same call that ends the last one on the connection, before
+ * the engine reads the end. Just before a request leaves, its pre-request callback asks
  * cg_stale: on a connection noted before, a byte waiting, its peer's close or an error refuses the
  * sending (nothing has left), and the engine starts the transfer again on a new connection
  * (cg_take_refused). A connection never noted carries its first exchange: not judged (a TLS
@@ -45,6 +49,10 @@ int cg_refuses(enum cg_verdict v);
 void cg_done(CURL *h);
 /* The same, given the socket and its addresses (cg_done reads them from libcurl). */
 void cg_note_use(int fd, const char *peer_ip, int peer_port, int local_port);
+/* From the pre-request callback of a transfer that opened sockets (fds[0..n), as its
+ * CURLOPT_SOCKOPTFUNCTION saw them): the one whose local port is local_port is the connection
+ * about to carry its first request, noted now (after cg_stale, which does not judge it). */
+void cg_note_fresh(const int *fds, int n, const char *peer_ip, int peer_port, int local_port);
 
 /* CURLOPT_CLOSESOCKETFUNCTION: forgets the socket and closes it. */
 int cg_closesocket(void *arg, curl_socket_t fd);

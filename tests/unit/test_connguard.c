@@ -162,6 +162,45 @@ static void test_a_connection_is_told_apart_by_its_peer(void **state)
     curl_easy_cleanup(h);
 }
 
+/* A connection noted at its first request (cg_note_fresh, among the sockets its transfer opened)
+ * is judged at its next one, before any transfer's end noted it (cg_done): the engine notes an
+ * end only after libcurl may already have started the next request on that connection. */
+static void test_a_connection_is_noted_from_its_first_request(void **state)
+{
+    (void)state;
+    int l1, s1, l2, s2;
+    int a = connected(&l1, &s1), other = connected(&l2, &s2);
+    CURL *h = curl_easy_init();
+    assert_non_null(h);
+    int la = port_of(a, 0), pa = port_of(a, 1);
+    int before = cg_noted();
+    /* Its first request: not judged (a TLS handshake may leave records behind it). */
+    assert_int_equal(cg_stale(h, "127.0.0.1", pa, la), 0);
+    const int opened[] = {-1, other, a};
+    cg_note_fresh(opened, 3, "127.0.0.1", pa, la);
+    assert_int_equal(cg_noted(), before + 1);
+    /* Its answer read, a byte nobody asked for: the next request refuses it, though no end
+     * was noted. */
+    assert_int_equal(write(s1, "x", 1), 1);
+    struct pollfd p = {.fd = a, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_int_equal(cg_stale(h, "127.0.0.1", pa, la), 1);
+    assert_int_equal(cg_take_refused(h), 1);
+    /* None of the opened sockets has the port: nothing is noted. */
+    int lo = port_of(other, 0), po = port_of(other, 1);
+    const int none[] = {a};
+    cg_note_fresh(none, 1, "127.0.0.1", po, lo);
+    assert_int_equal(cg_noted(), before + 1);
+    cg_closesocket(NULL, a);
+    cg_closesocket(NULL, other);
+    assert_int_equal(cg_noted(), before);
+    close(s1);
+    close(s2);
+    close(l1);
+    close(l2);
+    curl_easy_cleanup(h);
+}
+
 /* A noted socket closed without the close callback (libcurl 7.88 closes some that way), its
  * number then given to another connection: the other one is never judged by the first's note. */
 static void test_a_socket_number_given_out_again_is_not_the_noted_connection(void **state)
@@ -205,6 +244,7 @@ int main(void)
         cmocka_unit_test(test_verdicts),
         cmocka_unit_test(test_bytes_waiting_refuse_a_used_connection),
         cmocka_unit_test(test_a_connection_is_told_apart_by_its_peer),
+        cmocka_unit_test(test_a_connection_is_noted_from_its_first_request),
         cmocka_unit_test(test_a_socket_number_given_out_again_is_not_the_noted_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
