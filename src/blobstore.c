@@ -231,6 +231,21 @@ static size_t to_fd(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* A GET's body into a file, hashed as it comes (blob_open_read checks it against its name). */
+struct hashed_fd {
+    int fd;
+    struct crypto_sha256 sha;
+};
+
+static size_t to_hashed_fd(char *p, size_t size, size_t n, void *arg)
+{
+    struct hashed_fd *hf = arg;
+    size_t done = to_fd(p, size, n, &hf->fd);
+    if (done)
+        crypto_sha256_update(&hf->sha, p, done);
+    return done;
+}
+
 /* A signed request on object key `key`; the caller adds what differs. NULL without credentials. */
 static CURL *s3_handle(struct blob_store *b, const char *key_name, char *why, size_t whylen)
 {
@@ -427,17 +442,36 @@ int blob_open_read(struct blob_store *b, const char *sha, int *fd, long long *si
         return BLOB_EUNAVAIL;
     }
     struct curl_slist *empty = curl_slist_append(NULL, EMPTY_SHA256_HEADER);
+    struct hashed_fd hf = {.fd = f};
+    if (crypto_sha256_begin(&hf.sha) < 0) {
+        snprintf(why, whylen, "out of memory");
+        curl_easy_cleanup(h);
+        curl_slist_free_all(empty);
+        close(f);
+        return BLOB_EUNAVAIL;
+    }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, empty);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_fd);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &f);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_hashed_fd);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &hf);
     long st = s3_perform(h, "GET", why, whylen);
     curl_easy_cleanup(h);
     curl_slist_free_all(empty);
+    uint8_t d[CRYPTO_SHA256_LEN];
+    char got[CRYPTO_SHA256_HEX];
+    crypto_sha256_end(&hf.sha, d);
+    crypto_hex(d, sizeof(d), got);
     if (st != 200) {
         if (st > 0)
             snprintf(why, whylen, "bucket GET answered %ld", st);
         close(f);
         return st == 404 ? BLOB_ENOENT : BLOB_EUNAVAIL;
+    }
+    /* An object is named by its SHA-256: bytes that do not hash to the name (changed in the
+     * bucket, or on the way over an http:// endpoint) are never served as it. */
+    if (strcmp(got, sha) != 0) {
+        snprintf(why, whylen, "the bucket's object does not match its SHA-256 (%.12s…)", got);
+        close(f);
+        return BLOB_EUNAVAIL;
     }
     *size = (long long)lseek(f, 0, SEEK_END);
     *fd = f;

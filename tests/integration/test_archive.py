@@ -786,6 +786,33 @@ def test_every_shipped_profile_archives_to_s3(gateway_factory, token, mock, tmp_
     assert part.status == 206 and len(part.body) == 3
 
 
+def test_an_s3_object_that_does_not_match_its_hash_is_never_served(gateway_factory, token,
+                                                                     mock, tmp_path, s3):
+    """An object changed in the bucket after it was archived (same length, other bytes) is read
+    back hashed: it does not match its name, and the output is answered unavailable (503), never
+    served as the archived one."""
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], **s3_settings(s3))
+    r = gw.submit(token, "s3tamper-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route,
+                  headers={"Prefer": "respond-async"})
+    j = archived(gw, token, r.json()["id"])
+    [o] = j["archive"]
+    assert o["state"] == "archived", o
+    path = os.path.join(s3["dir"], "archive", o["sha256"] + "._S3rver_object")
+    with open(path, "rb") as f:
+        original = f.read()
+    try:
+        with open(path, "wb") as f:
+            f.write(bytes(b ^ 0x55 for b in original))
+        served = get_output(gw, token, j["id"], 0)
+        assert served.status == 503, (served.status, served.body[:200])
+        assert "does not match its SHA-256" in gw.log()
+    finally:
+        with open(path, "wb") as f:
+            f.write(original)
+    assert get_output(gw, token, j["id"], 0).body == original
+
+
 def test_s3_credentials_are_sent(gateway_factory, token, mock, tmp_path, s3):
     """A key the bucket does not know is refused (s3rver checks the access key id of the SigV4
     Authorization header; it does not recompute the signature), the copy is retried, never
