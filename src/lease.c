@@ -99,18 +99,19 @@ static const struct db_stmt reconcile_claim = {
  * requested and not yet answered (a client's cancel makes the row due at once: idemgate_cancel).
  * The cancel is marked sent only once the provider answered it for good (poll_cancel_sent): a
  * cancel that failed, or whose replica died, is sent again by the next poll. */
-#define POLL_DUE                                                                                   \
-    "state = 'accepted' AND next_attempt_at <= now() "                                             \
+/* Only the providers this replica polls ($P, a text[]): another replica's are left to it. */
+#define POLL_DUE(P)                                                                                \
+    "state = 'accepted' AND next_attempt_at <= now() AND provider = ANY (" P "::text[]) "          \
     "AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "                                  \
     "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
 static const struct db_stmt poll_claim = {
     .name = "poll_claim",
     .sql = CLAIM_PICK "tenant_id, id, "
     "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
-    "      FROM operations WHERE tenant_id = $3 AND " POLL_DUE
+    "      FROM operations WHERE tenant_id = $4 AND " POLL_DUE("$3")
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1 "
-    CLAIM_ON_PICKED("$3") ", c.cancel_due",
-    .params = DB_PARAMS("owner", "lease_seconds", "tenant_id"),
+    CLAIM_ON_PICKED("$4") ", c.cancel_due",
+    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
 
@@ -150,8 +151,9 @@ static const struct db_stmt reconcile_due = {
 static const struct db_stmt poll_due = {
     .rerun_safe = 1,
     .name = "poll_due",
-    .sql = TURNS_DUE("operations", POLL_DUE),
-    .sql_distributed = TURNS_DUE_DISTRIBUTED("operations", POLL_DUE),
+    .sql = TURNS_DUE("operations", POLL_DUE("$1")),
+    .sql_distributed = TURNS_DUE_DISTRIBUTED("operations", POLL_DUE("$1")),
+    .params = DB_PARAMS("providers"),
 };
 static const struct db_stmt reap_due = {
     .rerun_safe = 1,
@@ -587,9 +589,10 @@ int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
     return turns_claim(&reconcile_turns, db, kind_due, kind_claim, &k);
 }
 
-int store_poll_claim(struct db *db, const char *owner, int lease_seconds, struct store_claim *out)
+int store_poll_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
+                     struct store_claim *out)
 {
-    struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, NULL, out};
+    struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, providers, out};
     memset(out, 0, sizeof(*out));
     return turns_claim(&poll_turns, db, kind_due, kind_claim, &k);
 }

@@ -497,18 +497,33 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     }
 }
 
+/* Whether provider i is one this replica does not poll (cfg_providers_literal's skip): neither an
+ * async profile nor a synchronous one whose answers in progress are read by reconcile.task.path
+ * (poll_one's test). */
+static int not_polled(int i, void *arg)
+{
+    const struct cfg_provider *p = &((const struct cfg *)arg)->providers[i];
+    return !(p->mode == CFG_MODE_ASYNC_POLL || (p->task_path && p->status_path));
+}
+
 /* Claims one accepted operation due for a read when the engine has room for its call. */
 static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct poller *pl = arg;
+    char providers[8192];
     if (eng_room(pl->eng) <= 0) {
         atomic_store(&pl->starved, 1);
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
     }
     atomic_store(&pl->starved, 0);
+    /* Only the providers this replica polls: another replica's jobs are left to it (claimed
+     * here, they were only written back "not configured" for a minute). */
+    if (!cfg_providers_literal(pl->cfg, not_polled, (void *)pl->cfg, providers,
+                               sizeof(providers)))
+        return STORE_ENOTFOUND;
     /* The slot is taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
-    int e = store_poll_claim(db, owner, lease_seconds, out);
+    int e = store_poll_claim(db, owner, lease_seconds, providers, out);
     if (e == STORE_OK)
         eng_acquire_more(pl->eng);
     return e;

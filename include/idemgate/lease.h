@@ -77,9 +77,10 @@ __attribute__((warn_unused_result)) int store_reconcile_claim(struct db *db, con
 __attribute__((warn_unused_result)) int store_reconcile_send(struct db *db, struct store_claim *c,
                                                              int lease_seconds);
 
-/* Claims an accepted operation due for a status read (or a cancel). STORE_ENOTFOUND when none. */
+/* Claims an accepted operation of one of the PostgreSQL text[] literal's providers due for a
+ * status read (or a cancel). STORE_ENOTFOUND when none. */
 __attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const char *owner,
-                                                         int lease_seconds,
+                                                         int lease_seconds, const char *providers,
                                                          struct store_claim *out);
 
 /* Marks the cancel of a claimed poll sent (its answer was final, or it cannot be sent): the next

@@ -127,6 +127,34 @@ def test_poll_url_and_profile_are_used_as_stored(gateway_factory, token, mock, p
     assert gw2.job(token, job_id).json()["provider_status"] in ("queued", "running")
 
 
+def test_a_replica_never_claims_the_polls_of_a_provider_it_does_not_poll(gateway_factory, token,
+                                                                         mock, psql):
+    """A job accepted by a replica that polls replicate; that replica stops, and another that
+    polls only fal-queue runs on: it never claims the job's polls (it used to, and wrote each
+    back "not configured" for a minute, delaying the replica that can poll it). Once a
+    replicate replica is back, the polls go on."""
+    e, route = entry("replicate", mock)
+    a = start(gateway_factory, [e])
+    r = a.submit(token, "notmine-" + uuid.uuid4().hex, body(polls=100000), route=route)
+    job_id = r.json()["id"]
+    a.wait_state(token, job_id, {"accepted"}, 15)
+    a.proc.terminate()
+    a.proc.wait(timeout=15)
+    q = f"SELECT polls, coalesce(provider_status, '') FROM operations WHERE id = '{job_id}'"
+    [[polls, _]] = psql(q)
+    other, _ = entry("fal-queue", mock)
+    b = start(gateway_factory, [other])
+    time.sleep(2)  # 40 of its poll intervals
+    after = psql(q)
+    assert after[0][0] == polls and after[0][1] != "not_configured", after
+    assert b.proc.poll() is None, b.log()[-2000:]
+    a2 = start(gateway_factory, [e])
+    deadline = time.monotonic() + 15
+    while int(psql(q)[0][0]) <= int(polls):
+        assert time.monotonic() < deadline, a2.log()[-2000:]
+        time.sleep(0.05)
+
+
 def test_cancel_is_idempotent_and_reaches_the_provider_once(gateway_factory, token, mock):
     e, route = entry("replicate", mock)
     gw = start(gateway_factory, [e])

@@ -42,7 +42,7 @@ STEPS = {
                '[{"n": 0, "kind": "url", "url": "https://x/0.png", "expires": 0}]'],
     "reconcile_claim": ["me", 30, "{mock}", T],
     "reconcile_send": [T, "job_x", 1, 30],
-    "poll_claim": ["me", 30, T],
+    "poll_claim": ["me", 30, "{mock}", T],
     "poll_cancel_sent": [T, "job_x", 1],
     "unparked_poll": [T, "job_x"],
     "note_remote": [T, "job_x", 1, "resp_x"],
@@ -132,7 +132,7 @@ ACROSS = {
     # archive planner's.
     "claim_due": ["{mock}"],
     "reconcile_due": ["{mock}"],
-    "poll_due": [],
+    "poll_due": ["{mock}"],
     "reap_due": [],
     "janitor_due": [],
     "archive_plan_pick": ["{mock}"],
