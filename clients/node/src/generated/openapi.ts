@@ -1158,6 +1158,24 @@ export interface components {
             };
         };
         /**
+         * @description The request bodies this replica holds in memory at once, all connections together and
+         *     whether their token was checked yet or not, reached `max_buffered_body_bytes`: this
+         *     request's bytes were dropped as they came. Nothing was recorded; retry later.
+         */
+        BodiesFull: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                "Retry-After": components["headers"]["Retry-After"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    type?: "urn:idemgate:problem:bodies-full";
+                };
+            };
+        };
+        /**
          * @description Every one of `max_connections` is taken; this connection is one of the few kept for
          *     `/healthz` and asked for something else. Nothing was done; the connection is closed.
          */
