@@ -5,7 +5,10 @@
 -- profile cannot reconcile went to review. The reaper never bumps the fencing token and every
 -- claim does, so a row still `unknown`, unowned, under the same token is one nobody has claimed
 -- since: the result is written there, from `unknown` (the reap also leaves the reconciler a grace
--- before its first look: lease.c). The rest of idemgate_finish is as in 0025.
+-- before its first look, and keeps the expired lease's end, which every finish clears: a finish
+-- run again after its own commit is not applied twice; lease.c). A poll's write keeps a
+-- next attempt set at its own update (`>=`): a cancel that came while the poll was in flight is
+-- sent at once, not a poll interval later. The rest of idemgate_finish is as in 0025.
 CREATE OR REPLACE FUNCTION idemgate_finish(
     p_tenant bigint, p_id text, p_lease bigint, p_state text, p_status integer,
     p_headers jsonb, p_body bytea, p_error text, p_remote text, p_started float8,
@@ -49,7 +52,7 @@ BEGIN
         -- attempt to its own instant, after the claim's) is kept: the poll may have read the
         -- task before the change the webhook announced.
         next_attempt_at = CASE WHEN p_kind = 'poll' AND p_state = 'accepted'
-                                    AND next_attempt_at > updated_at
+                                    AND next_attempt_at >= updated_at
                                THEN least(next_attempt_at, v_next) ELSE v_next END,
         outputs_received = coalesce(p_received, outputs_received),
         outputs_requested = coalesce(p_requested, outputs_requested),
@@ -81,7 +84,7 @@ BEGIN
     WHERE tenant_id = p_tenant AND id = p_id AND lease_version = p_lease
       AND (operations.state = p_from
            OR (p_from = 'sending' AND operations.state = 'unknown'
-               AND operations.lease_owner IS NULL))
+               AND operations.lease_owner IS NULL AND operations.lease_expires_at IS NOT NULL))
     RETURNING operations.state, operations.budgeted, operations.currency,
               operations.cost_micros, operations.reserved_micros, operations.created_at,
               operations.provider

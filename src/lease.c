@@ -198,7 +198,7 @@ static const struct db_stmt reconcile_send = {
     " lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), "                           \
     " next_attempt_at = CASE WHEN " P(17, kind, text) " = 'poll' AND " P(4, state, text) " "       \
     "= 'accepted' "                                                                                \
-    "   AND next_attempt_at > updated_at "                                                         \
+    "   AND next_attempt_at >= updated_at "                                                        \
     "  THEN least(next_attempt_at, now() + make_interval(secs => "                                 \
     P(15, retry_delay_ms, float8) " / 1000)) "                                                     \
     "  ELSE now() + make_interval(secs => " P(15, retry_delay_ms, float8) " / 1000) END, "         \
@@ -254,7 +254,7 @@ static const struct db_stmt reconcile_send = {
     " WHERE tenant_id = $1::bigint AND id = $2::text AND lease_version = $3::bigint "           \
     "  AND (" KEYED_STATE("operations.state") " = $16::text "                                   \
     "   OR ($16::text = 'sending' AND " KEYED_STATE("operations.state") " = 'unknown' "         \
-    "    AND operations.lease_owner IS NULL)) "                                                 \
+    "    AND operations.lease_owner IS NULL AND operations.lease_expires_at IS NOT NULL)) "     \
     " RETURNING operations.state, operations.budgeted, operations.currency, "                  \
     "  operations.cost_micros, operations.reserved_micros, operations.created_at, "             \
     "  operations.provider), "                                                                  \
@@ -377,7 +377,9 @@ static const struct db_stmt finish_check = {
  * never prepared. The reconciler first looks REAP_GRACE_S later: a live worker whose result
  * write waited for the database (finish_run) writes it there first, under the same token (the
  * finish above) — a result held is never traded for a reconciliation that may only end in
- * review. Absence is concluded later still (absent_grace_ms, 30 s by default). */
+ * review. Absence is concluded later still (absent_grace_ms, 30 s by default). The expired
+ * lease's end is kept: it marks the row as reaped (every finish clears it), so a finish run
+ * again after its own commit is not applied a second time there. */
 #define REAP_GRACE_S "10"
 static const struct db_stmt reap = {
     .name = "reap",
@@ -385,7 +387,7 @@ static const struct db_stmt reap = {
     "       AND state = 'sending' AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 "
     "       FOR UPDATE SKIP LOCKED), "
     "r AS (UPDATE operations o SET state = 'unknown', lease_owner = NULL, "
-    "  lease_expires_at = NULL, updated_at = now(), "
+    "  updated_at = now(), "
     "  next_attempt_at = now() + make_interval(secs => " REAP_GRACE_S "), ambiguous_at = now(), "
     "  last_error = 'lease expired while sending' "
     " FROM c WHERE o.tenant_id = $2 AND o.id = ANY (ARRAY(SELECT k.id FROM c k)) AND o.id = c.id "

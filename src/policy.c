@@ -116,6 +116,9 @@ int pol_cancel_answered(int curl_code, int http_status)
     if (http_status >= 200 && http_status < 300)
         return 1;
     switch (http_status) {
+    case 401: /* a key being rotated or refused: says nothing of the task */
+    case 403:
+    case 404: /* a task the provider named may not be visible yet */
     case 408:
     case 409:
     case 425:

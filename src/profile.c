@@ -606,7 +606,7 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
          * a renamed member) is not read as an empty page, which would prove absence. */
         const char *items = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ls, "items"));
         size_t il = strlen(items);
-        char *arr = il > 4 && !strcmp(items + il - 3, "[*]") ? strndup(items, il - 3) : NULL;
+        char *arr = il >= 4 && !strcmp(items + il - 3, "[*]") ? strndup(items, il - 3) : NULL;
         const char *why = NULL;
         int ok = arr && jpath_compile(arr, &p->list_array, &why) == 0;
         free(arr);

@@ -730,6 +730,17 @@ static void resend(struct db *db, struct recon_job *j)
     struct reconciler *r = j->r;
     struct up_xfer *x;
     double before = clock_mono();
+    /* What would stop the send on this replica, known before the move that counts a transport
+     * attempt: a resend this replica cannot make must not use up the job's attempts (they
+     * decide when it goes to review). Another replica, or this one once fixed, resends it. */
+    if (*j->c.credential && !getenv(j->c.credential)) {
+        eng_release(r->eng, -1);
+        write_simple(db, &j->c, ST_UNKNOWN, 60000, "not_configured",
+                     "the provider's credential variable is not set on this replica",
+                     clock_wall());
+        job_free(j);
+        return;
+    }
     if (store_reconcile_send(db, &j->c, r->cfg->lease_seconds) != STORE_OK) {
         eng_release(r->eng, -1); /* fenced, cancelled meanwhile, or unreachable: the next claim */
         job_free(j);

@@ -53,9 +53,9 @@ struct pol_decision pol_decide(const struct pol_input *in);
 int pol_needs_wait_inputs(enum cls_outcome outcome);
 
 /* Whether a task's cancel was answered for good: a 2xx (cancelled, or cancelling), or a 4xx
- * that will not change (the task ended, is unknown there, cannot be cancelled) — 1: not sent
- * again. A transport error, a 3xx, a 5xx, 408, 409, 425 and 429: 0, sent again by the next
- * poll. */
+ * that will not change (the task ended, cannot be cancelled) — 1: not sent again. A transport
+ * error, a 3xx, a 5xx, 401 and 403 (a key rotated or refused), 404 (a task not visible yet),
+ * 408, 409, 425 and 429: 0, sent again by the next poll. */
 int pol_cancel_answered(int curl_code, int http_status);
 
 /* The state of a claimed create that can never be sent as recorded (e.g. its client reference

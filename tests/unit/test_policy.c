@@ -145,8 +145,8 @@ static void test_cancel_answered(void **state)
         int curl, status, want;
     } cases[] = {
         {0, 200, 1}, {0, 201, 1}, {0, 202, 1}, {0, 204, 1}, /* cancelled, or cancelling */
-        {0, 400, 1}, {0, 404, 1}, {0, 410, 1}, {0, 422, 1}, /* ended, unknown, not cancellable */
-        {0, 401, 1}, {0, 403, 1},                           /* refused: a new claim refuses too */
+        {0, 400, 1}, {0, 410, 1}, {0, 422, 1},              /* ended, not cancellable */
+        {0, 401, 0}, {0, 403, 0}, {0, 404, 0},              /* a key rotated; not visible yet */
         {0, 408, 0}, {0, 409, 0}, {0, 425, 0}, {0, 429, 0}, /* later */
         {0, 500, 0}, {0, 502, 0}, {0, 503, 0}, {0, 302, 0}, {0, 0, 0},
         {28, 0, 0},  {7, 0, 0},   {56, 200, 0},             /* transport errors */

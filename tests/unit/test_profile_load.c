@@ -208,7 +208,8 @@ static void test_list_match(void **state)
          "either next_cursor"},
         {LM("\"items\":\"$.data[*]\",\"single_page\":1"), 0, 0, "either next_cursor"},
         {LM("\"items\":\"$.data\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
-        {LM("\"items\":\"$[*]\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
+        {LM("\"items\":\"$[*]\",\"next_cursor\":\"$.next\""), 1, 0, NULL}, /* a top-level array */
+        {LM("\"items\":\"[*]\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
         {LM("\"items\":\"$.data[*].task\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
