@@ -142,6 +142,22 @@ static void test_trip_markers(void **state)
  * only with a task path to read it by, never on an async profile (its "status" says that), and
  * its map's targets are the task statuses. A task's client_ref is required only where webhooks
  * may name a task. */
+/* Loads one inline provider with the extra members `extra` (JSON, after a comma): prof_load_all's
+ * answer, its providers in *ps (*n) and its refusal in err; *arr is the parsed document. The
+ * caller frees both. */
+static int load_with(const char *extra, cJSON **arr, struct cfg_provider **ps, size_t *n,
+                     char *err, size_t errlen)
+{
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "[{\"name\":\"p\",\"base_url\":\"https://example.test\",\"routes\":[{\"route\":"
+             "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],%s}]",
+             extra);
+    *arr = cJSON_Parse(text);
+    assert_non_null(*arr);
+    return prof_load_all(*arr, "t.json", ".", ps, n, err, errlen);
+}
+
 static void test_found_status(void **state)
 {
     (void)state;
@@ -165,17 +181,11 @@ static void test_found_status(void **state)
          0, "reconcile.task.client_ref is required"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        char text[1024];
-        snprintf(text, sizeof(text),
-                 "[{\"name\":\"p\",\"base_url\":\"https://example.test\",\"routes\":[{\"route\":"
-                 "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],%s}]",
-                 rows[i].extra);
-        cJSON *arr = cJSON_Parse(text);
-        assert_non_null(arr);
+        cJSON *arr = NULL;
         struct cfg_provider *ps = NULL;
         size_t n = 0;
         char err[512] = "";
-        int rc = prof_load_all(arr, "t.json", ".", &ps, &n, err, sizeof(err));
+        int rc = load_with(rows[i].extra, &arr, &ps, &n, err, sizeof(err));
         if ((rc == 0) != rows[i].ok || (rc != 0 && !strstr(err, rows[i].want_err)))
             fail_msg("row %zu: rc %d, err %s", i, rc, err);
         if (rc == 0 && i == 0 && (!ps[0].status_path || prof_map_status(&ps[0], "done") != TS_SUCCEEDED))
@@ -213,17 +223,11 @@ static void test_list_match(void **state)
         {LM("\"items\":\"$.data[*].task\",\"next_cursor\":\"$.next\""), 0, 0, "list.items"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        char text[1024];
-        snprintf(text, sizeof(text),
-                 "[{\"name\":\"p\",\"base_url\":\"https://example.test\",\"routes\":[{\"route\":"
-                 "\"r\",\"method\":\"POST\",\"path\":\"/r\"}],%s}]",
-                 rows[i].extra);
-        cJSON *arr = cJSON_Parse(text);
-        assert_non_null(arr);
+        cJSON *arr = NULL;
         struct cfg_provider *ps = NULL;
         size_t n = 0;
         char err[512] = "";
-        int rc = prof_load_all(arr, "t.json", ".", &ps, &n, err, sizeof(err));
+        int rc = load_with(rows[i].extra, &arr, &ps, &n, err, sizeof(err));
         if ((rc == 0) != rows[i].ok || (rc != 0 && !strstr(err, rows[i].want_err)))
             fail_msg("row %zu: rc %d, err %s", i, rc, err);
         if (rc == 0 && (!ps[0].list_array || ps[0].list_single_page != rows[i].single))
