@@ -802,7 +802,9 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * of every shard costs ~20 times a read there, measured). An operation linked between the read
  * and the write is parked and unparked like one linked just after the webhook (lease.c, unpark).
  * The clock is read once (c.at); the unsigned arithmetic on a column is done in a pick, never in
- * the UPDATE (a distributed database refuses stable functions on columns there). */
+ * the UPDATE (a distributed database refuses stable functions on columns there). A rescue keeps
+ * the reaper's grace (lease.c, reap): a row reaped and not claimed since keeps its next attempt,
+ * so a late result's write is not fenced by a reconciler the hint brought forward. */
 static const struct db_stmt webhook_find = {
     .rerun_safe = 1,
     .name = "webhook_find",
@@ -820,7 +822,9 @@ static const struct db_stmt webhook_signed = {
     "hint AS (UPDATE operations SET next_attempt_at = c.at FROM c "
     " WHERE tenant_id = ANY ($6::bigint[]) AND provider = $1 AND remote_id = $3 "
     "  AND " KEYED_STATE("state") " = 'accepted' AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
-    "rescue AS (UPDATE operations SET webhook_hint = $3, next_attempt_at = c.at FROM c "
+    "rescue AS (UPDATE operations SET webhook_hint = $3, "
+    " next_attempt_at = CASE WHEN lease_owner IS NULL AND lease_expires_at IS NOT NULL "
+    "  THEN next_attempt_at ELSE c.at END FROM c "
     " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
     "  AND provider = $1 AND " KEYED_STATE("state") " = 'unknown' AND remote_id IS NULL "
     "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "

@@ -552,14 +552,19 @@ def test_a_resubmit_stopped_before_it_was_sent_stays_unknown(gateway_factory, to
     assert len(mock.creates_for(job_id)) == 1
 
 
+@pytest.mark.parametrize("then", [None, "cancel"])
 def test_a_result_written_after_its_lease_was_reaped_is_kept(gateway_factory, token, mock,
-                                                            database_url, psql):
+                                                            database_url, psql, then):
     """The create is answered at once, but its result's write cannot reach the database for
     longer than the lease (the protocol proxy closes the connection before each of nine writes):
     the reaper makes the row `unknown` meanwhile. Nobody claimed it since — the reconciler waits
     a grace after a reap — so the write that finally gets through is taken there: the job is
     completed with its result, one create. Fenced by the reap, the result the gateway held was
-    lost, and the job (reconcile `none`) left to review."""
+    lost, and the job (reconcile `none`) left to review.
+    `cancel`: the client cancels once the row is reaped. The cancel keeps the reaper's grace
+    (migration 0029); it made the row due at once, the reconciler claimed it, and the late
+    result was fenced — the job went to review though its result was in hand. A found result is
+    the truth: the job is completed, the cancel came too late."""
     with pg_proxy(database_url) as (px, url):
         gw = gateway_factory(providers=[provider(
             "late", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
@@ -570,12 +575,22 @@ def test_a_result_written_after_its_lease_was_reaped_is_kept(gateway_factory, to
                       headers={"Prefer": "respond-async"})
         assert r.status == 202, r
         job_id = r.json()["id"]
-        job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=40)
+        reaped_sql = (f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
+                      "AND outcome = 'lease_expired'")
+        if then == "cancel":
+            deadline = time.monotonic() + 30
+            while psql(reaped_sql) != [["1"]] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert psql(reaped_sql) == [["1"]], "never reaped"
+            assert px.count("finish", "before") < 9, "the write got through before the cancel"
+            c = gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "",
+                                {"Authorization": f"Bearer {token}"})
+            assert c.status in (200, 202), c
+        job = gw.wait_state(token, job_id, {"completed", "failed", "review", "canceled"},
+                            timeout=40)
         assert job["state"] == "completed", (job, gw.log()[-3000:])
         assert px.count("finish", "before") == 9
-        reaped = psql(f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
-                      "AND outcome = 'lease_expired'")
-        assert reaped == [["1"]], "the lease was not reaped before the write got through"
+        assert psql(reaped_sql) == [["1"]], "the lease was not reaped before the write got through"
         assert len(real_creates(mock.creates_for(job_id))) == 1
         assert len(job["result"]["body"]["data"]) == 1, job["result"]
 
