@@ -25,14 +25,22 @@
  * as much, on every job read. */
 #define TS(a, c) "to_char(" a "." c " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 #define EPOCH(a, c) "extract(epoch FROM " a "." c ")"
+/* A job lives job_ttl_hours after it was recorded (expires_at, set at intake and at a
+ * regenerate) and as long again after it ended: a job that ends after its ttl — in review for
+ * days, then resolved; a task the provider runs for longer than the ttl — keeps its key that
+ * long, or the janitor deleted it at once and a retry under its key paid again. The ttl is the
+ * row's own (expires_at − created_at), so no setting is read here and no writer moves it. */
+#define JOB_EXPIRY(a)                                                                              \
+    "greatest(" a ".expires_at, " a ".finished_at + (" a ".expires_at - " a ".created_at))"
 #define JOB_COLS(a)                                                                                \
     a ".tenant_id, " a ".id, " a ".idempotency_key, encode(" a ".fingerprint, 'hex'), " a          \
       ".provider, " a ".route, " a ".state, " a ".lease_version, " a ".transport_attempts, " a     \
       ".generation_attempts, " a ".parent_id, " a ".remote_id, " a ".resp_status, " a              \
-      ".resp_headers, " a ".resp_body, " a ".last_error, " EPOCH(a, "created_at") ", " EPOCH(            \
-          a, "updated_at") ", " EPOCH(a, "first_sent_at") ", " EPOCH(a, "finished_at") ", " EPOCH(a,        \
-          "expires_at") ", " a ".outputs_requested, " a ".outputs_received, " a ".usage, " a       \
-      ".resolution, " a ".resolved_by, " EPOCH(a, "resolved_at") ", " a ".reconcile_strategy, "       \
+      ".resp_headers, " a ".resp_body, " a ".last_error, " EPOCH(a, "created_at") ", "            \
+      EPOCH(a, "updated_at") ", " EPOCH(a, "first_sent_at") ", " EPOCH(a, "finished_at") ", "     \
+      "extract(epoch FROM " JOB_EXPIRY(a) "), " a ".outputs_requested, " a ".outputs_received, "  \
+      a ".usage, " a ".resolution, " a ".resolved_by, " EPOCH(a, "resolved_at") ", " a            \
+      ".reconcile_strategy, "                                                                      \
       "(SELECT b.reason FROM provider_breakers b WHERE b.provider = " a ".provider), " a         \
       ".provider_status, " a ".outputs, " EPOCH(a, "cancel_requested_at") ", " a ".profile_id, " a   \
       ".polls, " a ".currency, " a ".reserved_micros, " a ".cost_micros"
@@ -946,7 +954,9 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
  * worker holds. */
 /* Retention (retention.h), one tenant at a time for operations (their attempts go with them by
  * the foreign key), like every claim (turns.h); then the webhook records, by their keys. */
-#define EXPIRED "expires_at < now() AND state IN ('completed', 'failed', 'canceled')"
+#define EXPIRED                                                                                    \
+    "expires_at < now() AND " JOB_EXPIRY("operations") " < now() "                                   \
+    "AND state IN ('completed', 'failed', 'canceled')"
 static const struct db_stmt janitor_due = {
     .rerun_safe = 1,
     .name = "janitor_due",
@@ -1019,20 +1029,20 @@ int store_janitor(struct db *db, int limit, long long deleted[3])
 }
 
 /* The hook for the archive: of the sha256s given (the archive's objects), those that no
- * remaining operation names — neither its outputs ({"sha256": …}) nor its stored upload (the
+ * remaining operation names — neither its archived outputs (archive_outputs, whose rows go with
+ * their operation) nor its stored upload (the
  * table of a body whose large parts are in the store, upload.h: "idemgate-upload/1\n" then
  * "<offset> <size> <sha256>\n" lines, at most MP_MAX_PARTS of them, so within its first 16 KiB).
  * A job that may still be sent or resent keeps its row, hence its objects. */
 static const struct db_stmt unreferenced_sha256 = {
     .rerun_safe = 1,
     .name = "unreferenced_sha256",
-    /* One read of the outputs and one of the upload tables that name any of the digests, then
-     * the digests none names (no subquery correlated with unnest(), which a distributed database
-     * refuses). The table is read as escaped text (encode … 'escape' leaves ASCII as it is), so
+    /* One read of the archived outputs and one of the upload tables that name any of the
+     * digests, then the digests none names (no subquery correlated with unnest(), which a
+     * distributed database refuses). The table is read as escaped text (encode … 'escape' leaves ASCII as it is), so
      * no byte of an uploaded part is ever taken for a digest. */
-    .sql = "WITH used AS MATERIALIZED (SELECT e->>'sha256' AS s FROM operations o, "
-    "  jsonb_array_elements(o.outputs) e "
-    " WHERE o.outputs IS NOT NULL AND e->>'sha256' = ANY ($1::text[])), "
+    .sql = "WITH used AS MATERIALIZED (SELECT a.sha256 AS s FROM archive_outputs a "
+    " WHERE a.sha256 = ANY ($1::text[])), "
     "uploaded AS MATERIALIZED (SELECT m[1] AS s FROM operations o, "
     "  regexp_matches(substring(encode(substring(o.req_body FROM 1 FOR 16384), 'escape') FROM "
     "  '^idemgate-upload/1\n((?:[0-9]+ [0-9]+ [0-9a-f]{64}\n)+)\n'), "

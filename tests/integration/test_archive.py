@@ -352,6 +352,33 @@ def test_range_etag_tenancy_and_same_bytes_once(gateway_factory, token, mock, tm
     assert len(objects(str(tmp_path / "archive"))) == len(before) + 1  # other name, other bytes
 
 
+def test_archived_objects_are_referenced_until_their_job_is_removed(gateway_factory, token, mock,
+                                                                   tmp_path, database_url, psql):
+    """The retention hook the archive uses (`idemgate unreferenced`): of its objects, those no
+    remaining job references. An output archived for real is referenced by its job; once the
+    janitor removed the job it is not. Before, only `{"sha256": …}` inside a job's outputs
+    counted, which no write ever puts there: every archived object was listed for deletion while
+    its job lived, and a job whose provider URL had expired lost its paid result."""
+    from test_cli import cli
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], janitor_interval_ms=100, job_cache_entries=0)
+    r = gw.submit(token, "unref-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    kept = check_archive(gw, token, job_id, str(tmp_path / "archive"), 1)["archive"][0]["sha256"]
+    other = hashlib.sha256(b"other").hexdigest()
+    out = cli(database_url, "unreferenced", kept, other)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [other], "an archived output of a live job was listed"
+    assert cli(database_url, "unreferenced", "not-a-digest").returncode == 1
+    psql(f"UPDATE operations SET expires_at = now() - interval '1 hour' WHERE id = '{job_id}'")
+    deadline = time.monotonic() + 30
+    while psql(f"SELECT count(*) FROM operations WHERE id = '{job_id}'") != [["0"]]:
+        assert time.monotonic() < deadline, "the janitor did not remove the job"
+        time.sleep(0.1)
+    assert sorted(cli(database_url, "unreferenced", kept, other).stdout.split()) == \
+        sorted([kept, other])
+
+
 def test_output_not_archived_is_a_problem(gateway_factory, token, mock, tmp_path):
     mock.http.request("POST", "/_files", json.dumps({"fault": "status_404"}))
     e, route = arch_entry("replicate", mock)

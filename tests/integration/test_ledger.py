@@ -348,12 +348,18 @@ def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, da
     # No job cache: a deleted job is not answered from memory either.
     gw = priced_gateway(gateway_factory, mock, janitor_interval_ms=100, janitor_batch=2,
                         job_cache_entries=0)
-    keys = [key() for _ in range(3)]
+    keys = [key() for _ in range(4)]
     done = []
     for k in keys:
         r = gw.submit(token, k, {"prompt": "p"}, headers={"Prefer": "wait=20"})
         assert r.status == 200
         done.append(r.headers["x-idemgate-job-id"])
+    # A job that ended long after it was recorded (in review for days, then resolved; a task
+    # the provider ran for longer than the ttl) is kept a ttl after its end: deleted at once,
+    # its key was free and a client's retry paid again.
+    late_key, late = keys.pop(), done.pop()
+    psql(f"UPDATE operations SET created_at = now() - interval '10 days', "
+         f"expires_at = now() - interval '3 days', finished_at = now() WHERE id = '{late}'")
     tag = uuid.uuid4().hex[:8]
     ids = ",".join(f"'{i}'" for i in done + [live])
     assert int(psql(f"SELECT count(*) FROM attempts WHERE operation_id IN ({ids})")[0][0]) >= 3
@@ -380,6 +386,14 @@ def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, da
         f"SELECT id, state, expires_at < now() FROM operations WHERE id IN ({ids})")
     # Each kind needed several batches of 2: the sweep went on while batches were full.
     assert psql(f"SELECT count(*) FROM operations WHERE id = '{live}'") == [["1"]]
+    assert psql(f"SELECT count(*) FROM operations WHERE id = '{late}'") == [["1"]], \
+        "a job that ended after its ttl was deleted at once"
+    r = gw.submit(token, late_key, {"prompt": "p"}, headers={"Prefer": "wait=20"})
+    assert r.headers["x-idemgate-job-id"] == late and r.headers.get("idempotent-replayed"), r
+    expires = psql(f"SELECT extract(epoch FROM now() + interval '6 days')")[0][0]
+    shown = gw.job(token, late).json()["expires_at"]
+    assert shown > psql(f"SELECT to_char(to_timestamp({expires}) AT TIME ZONE 'UTC', "
+                        "'YYYY-MM-DD\"T\"HH24:MI:SS')")[0][0], shown
     assert psql(f"SELECT count(*) FROM webhook_events WHERE event_id = '{tag}-fresh'") == [["1"]]
     # The key is free: the same request under it is a new job, sent again.
     r = gw.submit(token, keys[0], {"prompt": "p"}, headers={"Prefer": "wait=20"})
@@ -524,28 +538,6 @@ def test_a_migration_numbered_below_the_newest_applied_is_still_applied(database
                                   if f.endswith(".sql")]) + 1
     finally:
         psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
-def test_unreferenced_archive_objects_are_listed_for_the_archive(gateway_factory, mock,
-                                                                 database_url, psql):
-    """The retention hook the archive uses: of its objects, those no remaining job's outputs
-    reference — and one that a job references becomes unreferenced once the janitor removed it."""
-    gw = priced_gateway(gateway_factory, mock, janitor_interval_ms=100, job_cache_entries=0)
-    _, token = new_tenant(database_url)
-    r = gw.submit(token, key(), {"prompt": "p"}, headers={"Prefer": "wait=20"})
-    job_id = r.headers["x-idemgate-job-id"]
-    kept, other = hashlib.sha256(b"kept").hexdigest(), hashlib.sha256(b"other").hexdigest()
-    psql(f"UPDATE operations SET outputs = '[{{\"url\": \"x\", \"sha256\": \"{kept}\"}}]' "
-         f"WHERE id = '{job_id}'")
-    out = cli(database_url, "unreferenced", kept, other)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [other]
-    assert cli(database_url, "unreferenced", "not-a-digest").returncode == 1
-    psql(f"UPDATE operations SET expires_at = now() - interval '1 hour' WHERE id = '{job_id}'")
-    assert wait_until(lambda: psql(f"SELECT count(*) FROM operations WHERE id = '{job_id}'")
-                      == [["0"]], 30)
-    assert sorted(cli(database_url, "unreferenced", kept, other).stdout.split()) == \
-        sorted([kept, other])
 
 
 def test_no_trigger_nor_value_check_is_rebuilt_on_each_write(psql):
