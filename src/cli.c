@@ -325,11 +325,20 @@ static const char *opt(int argc, char **argv, const char *name)
     return NULL;
 }
 
+/* Whether the flag name is among the options (checked by options_ok first). */
+static int has_flag(int argc, char **argv, const char *name)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], name) == 0)
+            return 1;
+    return 0;
+}
+
 static int jobs_usage(int rc)
 {
     printf("usage: idemgate jobs list [--state STATE] [--limit N]\n"
            "       idemgate jobs show ID\n"
-           "       idemgate jobs resolve ID found --remote-id RID | absent | abandon "
+           "       idemgate jobs resolve ID found --remote-id RID | absent [--force] | abandon "
            "[--operator NAME]\n"
            "  list     jobs of every tenant, oldest first; STATE is one of\n"
            "          ");
@@ -338,7 +347,8 @@ static int jobs_usage(int rc)
         printf("%s %s", s ? "," : "", st_name((enum op_state)s));
     printf("\n"
            "  show     one job as JSON\n"
-           "  resolve  an operator's decision on a job in review (as POST /v1/jobs/ID/resolve)\n");
+           "  resolve  an operator's decision on a job in review (as POST /v1/jobs/ID/resolve);\n"
+           "           absent on a job whose task was seen (a remote id) needs --force\n");
     return rc;
 }
 
@@ -350,15 +360,16 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         return jobs_usage(0);
     static const char *const list_opts[] = {"--state", "--limit", NULL};
     static const char *const resolve_opts[] = {"--remote-id", "--operator", NULL};
+    static const char *const resolve_flags[] = {"--force", NULL};
     if ((strcmp(argv[0], "list") == 0 &&
          !options_ok(argc, argv, 1, list_opts, NULL, "idemgate jobs list [--state STATE] "
                                                      "[--limit N]")) ||
         (strcmp(argv[0], "show") == 0 &&
          !options_ok(argc, argv, 2, NULL, NULL, "idemgate jobs show ID")) ||
         (strcmp(argv[0], "resolve") == 0 &&
-         !options_ok(argc, argv, 3, resolve_opts, NULL,
-                     "idemgate jobs resolve ID found --remote-id RID | absent | abandon "
-                     "[--operator NAME]")))
+         !options_ok(argc, argv, 3, resolve_opts, resolve_flags,
+                     "idemgate jobs resolve ID found --remote-id RID | absent [--force] | "
+                     "abandon [--operator NAME]")))
         return 2;
     const char *lim0 = strcmp(argv[0], "list") == 0 ? opt(argc, argv, "--limit") : NULL;
     char *lim_end = NULL;
@@ -417,7 +428,17 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         enum op_state next = st_resolve_target((enum st_resolution)what,
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
+        int refused = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
+                      st_resend_refused((enum st_resolution)what, next, 1,
+                                        has_flag(argc, argv, "--force"));
         store_job_fini(&j);
+        if (refused) {
+            fprintf(stderr, "idemgate: the provider's task for %s was seen (remote id): absent "
+                            "would send it again and pay a second task; resolve it found with "
+                            "that id, abandon it, or add --force when that id is not this job's\n",
+                    argv[1]);
+            goto resolved;
+        }
         if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next,
                           what == RES_FOUND ? remote : NULL, op ? op : "cli", &j,
                           &applied) == STORE_OK) {

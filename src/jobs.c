@@ -202,14 +202,19 @@ static int adoption_proven(const struct cfg_provider *p, const char *job_id, con
 struct resolution {
     enum st_resolution what;
     const char *outcome, *remote, *op;
+    int force;
 };
 
-/* Reads {"outcome", "remote_id", "operator"}; 0, or -1 when malformed. */
+/* Reads {"outcome", "remote_id", "operator", "force"}; 0, or -1 when malformed. */
 static int parse_resolution(const cJSON *doc, struct resolution *res)
 {
     res->outcome = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "outcome"));
     res->remote = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "remote_id"));
     res->op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(doc, "operator"));
+    const cJSON *force = cJSON_GetObjectItemCaseSensitive(doc, "force");
+    if (force && !cJSON_IsBool(force))
+        return -1;
+    res->force = cJSON_IsTrue(force);
     int what = st_resolution_parse(res->outcome);
     if (what < 0 || (res->op && strlen(res->op) > 64))
         return -1;
@@ -262,7 +267,8 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     if (parse_resolution(doc, &res) < 0) {
         reply_problem(r, 400, "invalid-resolution", "Invalid resolution",
                       "{\"outcome\":\"found\",\"remote_id\":…}, {\"outcome\":\"absent\"} or "
-                      "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters)",
+                      "{\"outcome\":\"abandon\"}; optional \"operator\" (up to 64 characters) "
+                      "and \"force\" (a boolean)",
                       0);
         goto done;
     }
@@ -287,6 +293,18 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
      * the reservation and in-flight slot the operation has held since its intake. */
     struct gate_pass pass;
     int resend = next == ST_PREPARED && j.state == ST_REVIEW && !j.cancel_requested_at;
+    int known = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
+                st_resend_refused(res.what, next, 1, admin && res.force);
+    if (known) {
+        store_job_fini(&j);
+        reply_problem(r, 409, "task-known", "The job's task is known",
+                      "the provider's task for this job was seen (remote_id): `absent` would "
+                      "send it again and pay a second task. Resolve it `found` with that id, "
+                      "`abandon` it, or — with the admin token, when that id is not this job's — "
+                      "send \"force\": true",
+                      0);
+        goto done;
+    }
     int retry_after = resend ? gate_admit(r, &(struct gate_req){.token_hash = token}, &pass) : 0;
     store_job_fini(&j);
     if (retry_after) {

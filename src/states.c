@@ -82,3 +82,8 @@ enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
         return ST_FAILED;
     }
 }
+
+int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, int forced)
+{
+    return r == RES_ABSENT && next == ST_PREPARED && task_known && !forced;
+}

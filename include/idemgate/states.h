@@ -42,5 +42,11 @@ int st_resolution_parse(const char *s);
  * operator's word; a cancelled operation is never sent again (absent → failed). */
 enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
                                 int cancel_requested);
+/* Whether a resolution to next is refused because it would send again a job whose task the
+ * gateway has seen (task_known: the row holds a remote id — a task found whose status or result
+ * could not be read, the id a cut stream named): `absent` then pays a second task, and the one
+ * known is overwritten by the new create's. Only forced — the admin's word that the id is not
+ * this job's, e.g. one an operator named by mistake — does it go through. */
+int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, int forced);
 
 #endif

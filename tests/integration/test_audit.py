@@ -204,6 +204,38 @@ def test_a1_resolve_absent_on_a_cancelled_job_never_sends(gateway_factory, token
     assert gw.job(token, job_id).json()["state"] == "failed"
 
 
+def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory, token, mock,
+                                                                 database_url, psql):
+    """A job goes to review with its task's id known: the reconciler found the task but could
+    not read its status or result (`found_unreadable`), or a cut stream named it. `absent` from
+    the tenant's token (or the console's button) sent it again: a second paid task, and the
+    known one overwritten. Now 409 `task-known`, and the CLI refuses it without --force; only
+    the admin's `force` (the id is not this job's) sends it again."""
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
+        "seen", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route="seen/images/generations").json()["id"]
+    assert wait_job(gw, token, job_id, {"review"}, 15)["state"] == "review"
+    # What the reconciler's found_unreadable write leaves: review, the task's id kept.
+    psql(f"UPDATE operations SET remote_id = 'task_seen' WHERE id = '{job_id}'")
+    r = resolve(gw, token, job_id, {"outcome": "absent"})
+    assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
+    forced = resolve(gw, token, job_id, {"outcome": "absent", "force": True})
+    assert forced.status == 409, "a tenant's force was honoured"
+    env = dict(os.environ, DATABASE_URL=database_url)
+    out = subprocess.run([GATEWAY_BIN, "jobs", "resolve", job_id, "absent"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "--force" in out.stderr, out
+    assert gw.job(token, job_id).json()["state"] == "review"
+    time.sleep(1.5)  # a dispatcher would have claimed a prepared job by now
+    assert len(ledger_all(mock, job_id)) == 1, "sent again with its task known"
+    # The admin's word that the id is not this job's: sent again.
+    r = resolve(gw, ADMIN_TOKEN, job_id, {"outcome": "absent", "force": True, "operator": "ops"})
+    assert r.status == 200 and r.json()["state"] in ("prepared", "sending", "completed"), r
+    assert wait_job(gw, token, job_id, {"completed"}, 15)["state"] == "completed"
+    assert len(ledger_all(mock, job_id)) == 2
+
+
 def refd_provider(mock, name="refd"):
     """A synchronous provider on the mock's luma route, whose 201 body echoes the request it
     received (`request`, duplicates kept), reconciled by list_match on a body reference."""

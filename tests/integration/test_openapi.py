@@ -946,6 +946,11 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
              f"stored_by = nullif('{saved[2]}', '') WHERE {row}")
         assert call(gw, "GET", out0, None, H).status == 200
 
+        seen = nowhere_job()
+        set_state(seen, "review", ", remote_id = 'task_seen'")
+        path = f"/v1/jobs/{seen}/resolve"
+        t.expect("resolve absent, task known", "POST", path,
+                 call(gw, "POST", path, '{"outcome":"absent"}', H), 409, "task-known")
         review = nowhere_job()
         set_state(review, "review")
         path = f"/v1/jobs/{review}/resolve"

@@ -107,6 +107,25 @@ static void test_resolutions(void **state)
     assert_int_equal(st_resolution_parse(NULL), -1);
 }
 
+/* An `absent` that would send again a job whose task was seen is refused unless forced. */
+static void test_a_known_task_is_not_sent_again(void **state)
+{
+    (void)state;
+    static const struct {
+        enum st_resolution r;
+        enum op_state next;
+        int known, forced, want;
+    } rows[] = {
+        {RES_ABSENT, ST_PREPARED, 1, 0, 1}, {RES_ABSENT, ST_PREPARED, 1, 1, 0},
+        {RES_ABSENT, ST_PREPARED, 0, 0, 0}, {RES_ABSENT, ST_FAILED, 1, 0, 0},
+        {RES_FOUND, ST_ACCEPTED, 1, 0, 0},  {RES_ABANDON, ST_FAILED, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (st_resend_refused(rows[i].r, rows[i].next, rows[i].known, rows[i].forced) !=
+            rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -114,6 +133,7 @@ int main(void)
         cmocka_unit_test(test_terminal_states_never_change),
         cmocka_unit_test(test_names_round_trip),
         cmocka_unit_test(test_resolutions),
+        cmocka_unit_test(test_a_known_task_is_not_sent_again),
         cmocka_unit_test(test_initial_states),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
