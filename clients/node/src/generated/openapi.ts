@@ -821,6 +821,11 @@ export interface components {
             /** @description Required with `found`. */
             remote_id?: string;
             operator?: string;
+            /**
+             * @description With `absent` and the admin token only: send again a job whose `remote_id` is
+             *     known, on the operator's word that the id is not this job's task.
+             */
+            force?: boolean;
         };
         AdminJob: {
             /** @constant */
@@ -1744,7 +1749,12 @@ export interface operations {
                 };
             };
             404: components["responses"]["JobNotFound"];
-            /** @description The job is not in review, or was resolved differently. */
+            /**
+             * @description The job is not in review, or was resolved differently (`not-in-review`); or
+             *     `absent` names a job whose task at the provider was seen (`remote_id`): sent again,
+             *     it would pay a second task (`task-known`; the admin token may send `"force": true`
+             *     when that id is not this job's).
+             */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -1752,8 +1762,8 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
-                        /** @constant */
-                        type?: "urn:idemgate:problem:not-in-review";
+                        /** @enum {unknown} */
+                        type?: "urn:idemgate:problem:not-in-review" | "urn:idemgate:problem:task-known";
                     };
                 };
             };
