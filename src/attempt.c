@@ -968,7 +968,7 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
     int streamed = a->p->stream_format && sse_requested(call.body, call.body_len);
     a->stream_sent = streamed;
     if (streamed && !a->ls)
-        a->ls = ls_find(a->c.id);
+        a->ls = ls_attach(a->c.id);
     a->id_looked_for = streamed && a->notes && a->p->task_path &&
                        a->p->mode != CFG_MODE_ASYNC_POLL;
     a->head_len = 0;

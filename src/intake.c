@@ -640,8 +640,9 @@ static enum step_result step_answer(struct intake *in)
     /* A row born reserved was handed to this replica's own dispatcher. */
     int local = in->created && j->state == ST_PREPARED && j->lease_version == 1;
     if (in->ls && !local) {
-        /* Not ours to send: the stream opened for a new job has nothing to follow. */
-        ls_close(in->job_id);
+        /* Not ours to send: the stream opened for a new job has nothing to follow — unless this
+         * replica's dispatcher claimed the row first and feeds it already. */
+        ls_close_unfed(in->job_id);
         ls_release(in->ls);
         in->ls = NULL;
     }

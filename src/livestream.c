@@ -51,6 +51,7 @@ struct ls {
     struct parked *parked;
     struct ls *next; /* in its registry bucket */
     int registered;
+    int attached; /* an attempt feeds it (ls_attach); under reg_mu */
 };
 
 /* Where a long stream's bytes go (ls_configure): its memory share and the spool folder. */
@@ -365,7 +366,22 @@ struct ls *ls_find(const char *job_id)
     return s;
 }
 
-void ls_close(const char *job_id)
+struct ls *ls_attach(const char *job_id)
+{
+    unsigned b = bucket(job_id);
+    pthread_mutex_lock(&reg_mu);
+    struct ls *s = reg[b];
+    while (s && strcmp(s->job_id, job_id) != 0)
+        s = s->next;
+    if (s) {
+        atomic_fetch_add(&s->refs, 1);
+        s->attached = 1;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    return s;
+}
+
+static void close_stream(const char *job_id, int unless_attached)
 {
     unsigned b = bucket(job_id);
     pthread_mutex_lock(&reg_mu);
@@ -373,7 +389,9 @@ void ls_close(const char *job_id)
     while (*pp && strcmp((*pp)->job_id, job_id) != 0)
         pp = &(*pp)->next;
     struct ls *s = *pp;
-    if (s) {
+    if (s && unless_attached && s->attached)
+        s = NULL; /* its attempt ends it (ls_close) */
+    else if (s) {
         *pp = s->next;
         s->registered = 0;
         reg_count--;
@@ -388,6 +406,16 @@ void ls_close(const char *job_id)
     wake_locked(s);
     pthread_mutex_unlock(&s->mu);
     ls_release(s); /* the registry's reference */
+}
+
+void ls_close(const char *job_id)
+{
+    close_stream(job_id, 0);
+}
+
+void ls_close_unfed(const char *job_id)
+{
+    close_stream(job_id, 1);
 }
 
 void ls_release(struct ls *s)

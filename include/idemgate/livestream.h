@@ -37,9 +37,16 @@ void ls_configure(size_t memory_bytes, const char *dir);
 struct ls *ls_open(const char *job_id, size_t max_bytes);
 /* The live stream of job_id, referenced, or NULL. */
 struct ls *ls_find(const char *job_id);
+/* The live stream of job_id, referenced and marked fed by the caller (the attempt that sends the
+ * job here), or NULL. */
+struct ls *ls_attach(const char *job_id);
 /* Unregisters job_id's stream (if any): nothing more will be fed; its readers are woken and
  * read to its end. */
 void ls_close(const char *job_id);
+/* ls_close, unless an attempt attached to the stream: the intake's "nobody here sends it" once
+ * its row was recorded for any replica — this replica's dispatcher may have claimed it first,
+ * and the stream it feeds is then its record (closed under it, the paid text was dropped). */
+void ls_close_unfed(const char *job_id);
 void ls_release(struct ls *s);
 /* One more reference to s. */
 void ls_hold(struct ls *s);

@@ -162,6 +162,46 @@ static void test_cut_and_closed_streams(void **state)
     ls_release(s);
 }
 
+/* The intake's "nobody here sends it" (ls_close_unfed) never closes a stream an attempt already
+ * feeds: this replica's dispatcher may claim a row recorded for any replica before the intake
+ * answers, and the stream is then that attempt's record. Closed under it, every byte fed was
+ * dropped and the paid answer was lost. Before any attempt attached, it closes as ls_close. */
+static void test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake(void **state)
+{
+    (void)state;
+    char out[512], whole[512];
+    size_t pos = 0;
+    snprintf(whole, sizeof(whole), "%s%s", formats[0].first, formats[0].terminal);
+
+    struct ls *s = ls_open("job_unfed", 4096);
+    ls_close_unfed("job_unfed");
+    assert_null(ls_attach("job_unfed")); /* the attempt keeps the answer itself */
+    ls_release(s);
+
+    s = ls_open("job_fed", 4096);
+    struct ls *a = ls_attach("job_fed");
+    assert_ptr_equal(a, s);
+    ls_close_unfed("job_fed");
+    ls_release(s); /* the intake's reference */
+    struct ls *again = ls_find("job_fed");
+    assert_ptr_equal(again, a); /* still registered: joiners follow it */
+    ls_release(again);
+    ls_feed(a, whole, strlen(whole));
+    ls_attempt_end(a, 0);
+    char *rec = NULL;
+    size_t len = 0;
+    int complete = 0;
+    assert_int_equal(ls_record(a, &rec, &len, &complete), 0);
+    assert_true(complete);
+    assert_int_equal(len, strlen(whole)); /* every byte kept: the record */
+    assert_memory_equal(rec, whole, len);
+    free(rec);
+    ls_settle(a, 1);
+    assert_int_equal(read_all(a, &pos, out, sizeof(out)), LS_END);
+    ls_close("job_fed"); /* the attempt's end */
+    ls_release(a);
+}
+
 /* A stream longer than its memory share is spooled to an unlinked file: its readers, its record
  * and its batches read the same bytes as from memory, the terminal event is still held until
  * the record, and the file goes with the stream. Each format, fed in pieces of every size from
@@ -246,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_every_form_of_the_terminal_event_is_held),
         cmocka_unit_test(test_an_end_not_recognised_here_still_waits_for_the_record),
         cmocka_unit_test(test_cut_and_closed_streams),
+        cmocka_unit_test(test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake),
         cmocka_unit_test(test_a_spooled_stream_reads_as_one_in_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
