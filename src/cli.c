@@ -103,11 +103,12 @@ static int options_ok(int argc, char **argv, int first, const char *const *value
     return 0;
 }
 
-/* A limit option: absent or "none" → -1 (no limit); else an amount (micro-units) or a count. */
+/* A limit option: absent → STORE_BUDGET_KEEP (as it is), "none" → -1 (no limit); else an
+ * amount (micro-units) or a count. */
 static int limit_opt(int argc, char **argv, const char *name, int amount, long long *out)
 {
     const char *v = opt(argc, argv, name);
-    *out = -1;
+    *out = v ? -1 : STORE_BUDGET_KEEP;
     if (!v || strcmp(v, "none") == 0)
         return 0;
     if (amount)
@@ -150,7 +151,9 @@ static int tenant_budget(struct db *db, int argc, char **argv)
                         "count or none, --currency an ISO 4217 code (USD)\n");
         return 2;
     }
-    int e = store_budget_set(db, name, currency ? currency : "USD", day, month, (int)inflight);
+    struct store_budget b = {.day_limit = day, .month_limit = month, .max_inflight = inflight};
+    snprintf(b.currency, sizeof(b.currency), "%s", currency ? currency : "");
+    int e = store_budget_set(db, name, &b);
     if (e == STORE_ENOTFOUND) {
         fprintf(stderr, "idemgate: no tenant named %s\n", name);
         return 1;
@@ -160,11 +163,11 @@ static int tenant_budget(struct db *db, int argc, char **argv)
         return 1;
     }
     char d[32], m[32], n[32];
-    snprintf(n, sizeof(n), "%lld", inflight);
-    printf("budget of %s: %s %s a day, %s a month, %s in flight\n", name,
-           currency ? currency : "USD", day >= 0 ? price_format(day, d, sizeof(d)) : "no limit",
-           month >= 0 ? price_format(month, m, sizeof(m)) : "no limit",
-           inflight >= 0 ? n : "any");
+    snprintf(n, sizeof(n), "%lld", b.max_inflight);
+    printf("budget of %s: %s %s a day, %s a month, %s in flight\n", name, b.currency,
+           b.day_limit >= 0 ? price_format(b.day_limit, d, sizeof(d)) : "no limit",
+           b.month_limit >= 0 ? price_format(b.month_limit, m, sizeof(m)) : "no limit",
+           b.max_inflight >= 0 ? n : "any");
     return 0;
 }
 
@@ -245,7 +248,8 @@ int cli_tenant(const struct cfg *cfg, int argc, char **argv)
                "  list    lists tenants\n"
                "  revoke  revokes a tenant's token at once\n"
                "  budget  sets (or clears) a tenant's limits: amounts per UTC day and month in\n"
-               "          currency units (12.50), and the most jobs in flight at once\n"
+               "          currency units (12.50), and the most jobs in flight at once; what is\n"
+               "          left out is kept (the currency: USD on a new budget; a limit: none)\n"
                "  limits  sets a tenant's requests per second, burst and `Prefer: wait` "
                "connections per replica (0: none; left out or \"default\": the configuration's)\n");
         return argc < 1 ? 2 : 0;

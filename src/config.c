@@ -90,7 +90,7 @@ static const struct cfg_setting settings[] = {
               "completed job whose outputs are still being archived answers reads by id from "
               "memory for 250 ms at most, so that its archive state is never older than that"},
     {"job_ttl_hours", "IDEMGATE_JOB_TTL_HOURS", T_INT, OFF(job_ttl_hours), "168", 1, 87600,
-     "how long a job and its key are kept"},
+     "how long a job and its key are kept, from its intake and again from its end"},
     {"lease_seconds", "IDEMGATE_LEASE_SECONDS", T_INT, OFF(lease_seconds), "180", 2, 3600,
      "lease of a dispatch; must exceed every provider's total timeout"},
     {"listen", "IDEMGATE_LISTEN", T_STR, OFF(listen_host), "127.0.0.1:8080", 0, 0,

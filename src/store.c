@@ -1227,21 +1227,31 @@ int store_usage(struct db *db, long long tenant_id, const char *tenant, const ch
 /* A tenant's budget (`idemgate tenant budget`). A new budget starts from what the tenant's
  * operations of this UTC day and month already count in its currency (settled costs, and the
  * reservations of those still running); it counts in flight only the jobs recorded from then on.
- * Changing the limits keeps the counters; changing the currency starts them again. */
+ * Changing the limits keeps the counters; changing the currency starts them again. What is not
+ * given is kept: the currency (USD on a new budget) and each limit ($6–$8) — `--day 50` on a EUR
+ * budget switched it to USD (every EUR job then passed unchecked) and removed the month's and
+ * the in-flight limits. */
 static const struct db_stmt budget_set = {
     .name = "budget_set",
-    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at, " TODAY " AS day, " THIS_MONTH " AS month), "
+    .sql = "WITH c AS MATERIALIZED (SELECT now() AS at, " TODAY " AS day, " THIS_MONTH " AS month, "
+    "  coalesce($2::text, (SELECT b.currency FROM tenant_budgets b WHERE b.tenant_id = $1), "
+    "   'USD') AS cur), "
     "s AS MATERIALIZED (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)) "
     "   FILTER (WHERE o.created_at >= c.day::timestamp AT TIME ZONE 'UTC'), 0) AS day_micros, "
     "  coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) AS month_micros "
-    " FROM c, operations o WHERE o.tenant_id = $1 AND o.currency = $2 "
+    " FROM c, operations o WHERE o.tenant_id = $1 AND o.currency = c.cur "
     "  AND o.created_at >= c.month::timestamp AT TIME ZONE 'UTC') "
     "INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, month_limit_micros, "
     " max_inflight, day, day_micros, month, month_micros, updated_at) "
-    "SELECT $1, $2, $3::bigint, $4::bigint, $5::integer, c.day, s.day_micros, c.month, "
+    "SELECT $1, c.cur, $3::bigint, $4::bigint, $5::integer, c.day, s.day_micros, c.month, "
     " s.month_micros, c.at FROM c, s "
-    "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
-    " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "
+    "ON CONFLICT (tenant_id) DO UPDATE SET "
+    " day_limit_micros = CASE WHEN $6::boolean THEN tenant_budgets.day_limit_micros "
+    "  ELSE EXCLUDED.day_limit_micros END, "
+    " month_limit_micros = CASE WHEN $7::boolean THEN tenant_budgets.month_limit_micros "
+    "  ELSE EXCLUDED.month_limit_micros END, "
+    " max_inflight = CASE WHEN $8::boolean THEN tenant_budgets.max_inflight "
+    "  ELSE EXCLUDED.max_inflight END, "
     " day_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
     "  THEN tenant_budgets.day_micros ELSE EXCLUDED.day_micros END, "
     " day = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
@@ -1250,8 +1260,11 @@ static const struct db_stmt budget_set = {
     "  THEN tenant_budgets.month_micros ELSE EXCLUDED.month_micros END, "
     " month = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
     "  THEN tenant_budgets.month ELSE EXCLUDED.month END, "
-    " currency = EXCLUDED.currency, updated_at = EXCLUDED.updated_at",
-    .params = DB_PARAMS("tenant_id", "currency", "day_limit", "month_limit", "max_inflight"),
+    " currency = EXCLUDED.currency, updated_at = EXCLUDED.updated_at "
+    "RETURNING currency, coalesce(day_limit_micros, -1), coalesce(month_limit_micros, -1), "
+    " coalesce(max_inflight, -1)",
+    .params = DB_PARAMS("tenant_id", "currency", "day_limit", "month_limit", "max_inflight",
+                        "keep_day", "keep_month", "keep_inflight"),
 };
 static const struct db_stmt budget_clear = {
     .name = "budget_clear",
@@ -1274,23 +1287,37 @@ static int tenant_named(struct db *db, const char *name, long long *id)
     return e == STORE_OK && *id <= 0 ? STORE_ENOTFOUND : e;
 }
 
-int store_budget_set(struct db *db, const char *tenant, const char *currency,
-                     long long day_limit, long long month_limit, int max_inflight)
+int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
 {
-    long long id = 0, n = 0;
+    long long id = 0;
     int e = tenant_named(db, tenant, &id);
     if (e < 0)
         return e;
-    e = db_run_number(db, &budget_set,
-                      DB_ARGS(p_int("tenant_id", id), p_text("currency", currency),
-                              day_limit >= 0 ? p_int("day_limit", day_limit)
-                                             : p_null("day_limit"),
-                              month_limit >= 0 ? p_int("month_limit", month_limit)
-                                               : p_null("month_limit"),
-                              max_inflight >= 0 ? p_int("max_inflight", max_inflight)
-                                                : p_null("max_inflight")),
-                      DB_ROWS, &n);
-    return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
+    PGresult *r;
+    e = db_run(db, &budget_set,
+               DB_ARGS(p_int("tenant_id", id),
+                       b->currency[0] ? p_text("currency", b->currency) : p_null("currency"),
+                       b->day_limit >= 0 ? p_int("day_limit", b->day_limit) : p_null("day_limit"),
+                       b->month_limit >= 0 ? p_int("month_limit", b->month_limit)
+                                           : p_null("month_limit"),
+                       b->max_inflight >= 0 ? p_int("max_inflight", b->max_inflight)
+                                            : p_null("max_inflight"),
+                       p_bool("keep_day", b->day_limit == STORE_BUDGET_KEEP),
+                       p_bool("keep_month", b->month_limit == STORE_BUDGET_KEEP),
+                       p_bool("keep_inflight", b->max_inflight == STORE_BUDGET_KEEP)),
+               &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return STORE_ENOTFOUND;
+    }
+    snprintf(b->currency, sizeof(b->currency), "%s", PQgetvalue(r, 0, 0));
+    b->day_limit = atoll(PQgetvalue(r, 0, 1));
+    b->month_limit = atoll(PQgetvalue(r, 0, 2));
+    b->max_inflight = atoll(PQgetvalue(r, 0, 3));
+    PQclear(r);
+    return STORE_OK;
 }
 
 /* Per-tenant limits: -1 leaves a value to the configuration's default (NULL). The tenant's id is

@@ -371,13 +371,18 @@ __attribute__((warn_unused_result)) int store_usage(
     struct db *db, long long tenant_id, const char *tenant, const char *from, const char *to,
     const char *group_by, void (*cb)(const struct store_usage_row *row, void *arg), void *arg);
 
-/* Sets a tenant's budget (limits < 0: none) in currency; STORE_ENOTFOUND without such a tenant.
- * store_budget_clear removes it (STORE_ENOTFOUND when there was none). */
+/* A budget as set or stored: limits of -1 are none; STORE_BUDGET_KEEP (as set) leaves the stored
+ * limit as it is (none on a new budget). */
+#define STORE_BUDGET_KEEP (-2)
+struct store_budget {
+    char currency[8]; /* "" as set: the stored currency (USD on a new budget) */
+    long long day_limit, month_limit, max_inflight;
+};
+/* Sets a tenant's budget (*b: what is given; on return, the budget as stored);
+ * STORE_ENOTFOUND without such a tenant. store_budget_clear removes it (STORE_ENOTFOUND when
+ * there was none). */
 __attribute__((warn_unused_result)) int store_budget_set(struct db *db, const char *tenant,
-                                                         const char *currency,
-                                                         long long day_limit,
-                                                         long long month_limit,
-                                                         int max_inflight);
+                                                         struct store_budget *b);
 __attribute__((warn_unused_result)) int store_budget_clear(struct db *db, const char *tenant);
 
 /* The newest applied migration (0 when none), for readiness. */

@@ -190,12 +190,39 @@ def test_budget_exceeded_at_intake_records_and_sends_nothing(gateway_factory, mo
     r = gw.submit(token, key(), {"prompt": "p", "n": 1, "quality": "low"})
     assert r.status == 202, r.body[:300]
     # The month's limit refuses the same way.
-    assert cli(database_url, "tenant", "budget", name, "--month", "0.05").returncode == 0
+    assert cli(database_url, "tenant", "budget", name, "--day", "none",
+               "--month", "0.05").returncode == 0
     r = gw.submit(token, key(), {"prompt": "p", "n": 1, "quality": "low"})
     assert r.status == 402 and "monthly" in r.json()["detail"]
     # Without a budget the same request is taken.
     assert cli(database_url, "tenant", "budget", name, "--clear").returncode == 0
     assert gw.submit(token, key(), {"prompt": "p", "n": 1}).status == 202
+
+
+def test_a_budget_update_keeps_what_it_leaves_out(database_url, psql):
+    """`tenant budget NAME --day 50` on a EUR budget switched it to USD — every EUR job then
+    passed unchecked (a budget counts only its own currency) — and removed the month's and the
+    in-flight limits. What an update leaves out is now kept; `none` removes a limit."""
+    name, _ = new_tenant(database_url)
+
+    def budget(*args):
+        out = cli(database_url, "tenant", "budget", name, *args)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert budget("--currency", "EUR", "--day", "10", "--month", "100", "--in-flight", "3") == \
+        f"budget of {name}: EUR 10.000000 a day, 100.000000 a month, 3 in flight"
+    assert budget("--day", "50") == \
+        f"budget of {name}: EUR 50.000000 a day, 100.000000 a month, 3 in flight"
+    assert psql("SELECT b.currency, b.day_limit_micros, b.month_limit_micros, b.max_inflight "
+                "FROM tenant_budgets b JOIN tenants t ON t.id = b.tenant_id "
+                f"WHERE t.name = '{name}'") == [["EUR", "50000000", "100000000", "3"]]
+    assert budget("--month", "none") == \
+        f"budget of {name}: EUR 50.000000 a day, no limit a month, 3 in flight"
+    other, _ = new_tenant(database_url)
+    out = cli(database_url, "tenant", "budget", other, "--day", "1")
+    assert out.stdout.strip() == f"budget of {other}: USD 1.000000 a day, no limit a month, " \
+        "any in flight", out
 
 
 def test_in_flight_limit_is_429_and_released_by_cancel(gateway_factory, mock, database_url):
