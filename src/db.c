@@ -79,14 +79,19 @@ static int conn_distributed(PGconn *c)
 /* A connection to url. Unless the URL says otherwise, a connection attempt gives up after
  * DB_CONNECT_TIMEOUT_S and an established connection is probed by TCP keepalives: without them
  * libpq waits as long as the kernel for an unanswered SYN or a silent peer (minutes), and a
- * thread opening its connection then holds a drain (SIGTERM) that long. The URL's own values
- * win (they come after these). */
+ * thread opening its connection then holds a drain (SIGTERM) that long. Keepalives probe only an
+ * idle connection: a statement sent to a peer gone silent waited for the kernel's retransmissions
+ * (~15 minutes), so unacknowledged data also ends the connection after the same minute
+ * (tcp_user_timeout; waiting for a long statement's answer is not unacknowledged data). The
+ * URL's own values win (they come after these). */
 #define DB_CONNECT_TIMEOUT_S "10"
 static PGconn *db_connect(const char *url)
 {
-    static const char *const keys[] = {"connect_timeout", "keepalives", "keepalives_idle",
-                                       "keepalives_interval", "keepalives_count", "dbname", NULL};
-    const char *vals[] = {DB_CONNECT_TIMEOUT_S, "1", "30", "10", "3", url, NULL};
+    static const char *const keys[] = {"connect_timeout",     "keepalives",
+                                       "keepalives_idle",     "keepalives_interval",
+                                       "keepalives_count",    "tcp_user_timeout",
+                                       "dbname",              NULL};
+    const char *vals[] = {DB_CONNECT_TIMEOUT_S, "1", "30", "10", "3", "60000", url, NULL};
     return PQconnectdbParams(keys, vals, 1);
 }
 

@@ -523,13 +523,21 @@ int store_intake_batch(struct db *db, struct store_intake_item *const *items, si
                         (struct pg_result **)outs);
     /* Committed: each row answers for itself. Not (a bad row aborted the batch, the database
      * refused it, or — connection lost — the commit's fate is unknown): each row alone, with the
-     * same function, which also tells a committed row by the id it proposed. */
+     * same function, which also tells a committed row by the id it proposed. Once a row alone
+     * finds the database unreachable, the rest are answered so at once (503: the client's retry
+     * under its key finds a row that did commit): each would try two connections of up to
+     * DB_CONNECT_TIMEOUT_S, and a batch of 64 held its writer — and every intake queued behind
+     * it — for minutes while the database was silent. */
+    int down = 0;
     for (size_t i = 0; i < n; i++) {
         items[i]->created = 0;
         if (e == STORE_OK)
             batch_row(db, items[i], outs[i]);
+        else if (down)
+            items[i]->err = STORE_EUNAVAIL;
         else
-            items[i]->err = store_intake(db, &items[i]->q, &items[i]->job, &items[i]->created);
+            down = (items[i]->err = store_intake(db, &items[i]->q, &items[i]->job,
+                                                 &items[i]->created)) == STORE_EUNAVAIL;
     }
     free(ps);
     free(rows);
