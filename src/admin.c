@@ -97,16 +97,19 @@ void admin_reset(struct hs_req *r, const struct api_args *a)
 struct admin_page {
     cJSON *arr;
     int limit, n, has_more;
+    size_t bytes; /* of the result bodies in the page */
     char cursor[JOBPAGE_CURSOR_LEN];
 };
 
 static void add_job(const struct store_job *j, void *arg)
 {
     struct admin_page *p = arg;
-    if (p->n++ == p->limit) { /* the row past the page: another page follows */
+    if (p->has_more || jobpage_past(p->n, p->limit, p->bytes)) { /* past the page: more */
         p->has_more = 1;
         return;
     }
+    p->n++;
+    p->bytes += j->resp_body_len;
     char *json = jobview_json(j);
     if (json) {
         cJSON_AddItemToArray(p->arr, cJSON_CreateRaw(json));

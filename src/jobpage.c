@@ -29,6 +29,11 @@ static int is_id(const char *s, size_t n)
     return 1;
 }
 
+int jobpage_past(int n, int limit, size_t bytes)
+{
+    return n >= limit || (n > 0 && bytes >= JOBPAGE_BODY_BYTES);
+}
+
 int jobpage_cursor(const char *stamp, const char *id, char out[JOBPAGE_CURSOR_LEN])
 {
     if (!stamp || !id)

@@ -91,6 +91,7 @@ void jobs_get(struct hs_req *r, const struct api_args *a)
 struct list_ctx {
     cJSON *arr;
     int limit, n;
+    size_t bytes; /* of the result bodies in the page */
     char cursor[JOBPAGE_CURSOR_LEN]; /* after the page's last job; "" when none */
     int has_more;
 };
@@ -98,10 +99,12 @@ struct list_ctx {
 static void add_listed(const struct store_job *j, void *arg)
 {
     struct list_ctx *l = arg;
-    if (l->n++ == l->limit) { /* the one row past the page: there is more */
+    if (l->has_more || jobpage_past(l->n, l->limit, l->bytes)) { /* past the page: more */
         l->has_more = 1;
         return;
     }
+    l->n++;
+    l->bytes += j->resp_body_len;
     char *json = jobview_json(j);
     if (json) {
         cJSON_AddItemToArray(l->arr, cJSON_CreateRaw(json));

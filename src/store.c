@@ -1,6 +1,7 @@
 #include "idemgate/store.h"
 
 #include "idemgate/clock.h"
+#include "idemgate/jobpage.h"
 #include "idemgate/log.h"
 #include "idemgate/turns.h"
 #include "idemgate/wake.h"
@@ -744,6 +745,20 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
     return e < 0 ? e : rows;
 }
 
+#define STR_(x) #x
+#define XSTR(x) STR_(x)
+/* A list page's rows up to the first past JOBPAGE_BODY_BYTES of result bodies (jobpage.h), in the
+ * page's order: each row's window sums the bodies before its predecessor, so the row past the
+ * bound is answered (has_more) and those after it are never read out of the database. cols: the
+ * select list, over alias o; from: the page's rows, already limited, as o (a window before the
+ * LIMIT would read the whole history). */
+#define PAGE_ORDER "ORDER BY o.created_at DESC, o.id DESC"
+#define PAGE_CUT(cols, from)                                                                       \
+    "SELECT * FROM (SELECT " cols ", sum(coalesce(octet_length(o.resp_body), 0)) OVER ("           \
+    PAGE_ORDER " ROWS BETWEEN UNBOUNDED PRECEDING AND 2 PRECEDING) AS page_cut, "                  \
+    "row_number() OVER (" PAGE_ORDER ") AS page_pos FROM " from ") z "                             \
+    "WHERE coalesce(z.page_cut, 0) < " XSTR(JOBPAGE_BODY_BYTES) " ORDER BY z.page_pos"
+
 /* The tenant's jobs, newest first: (created_at, id) before the cursor ($3, $4; 'infinity' and
  * '' for the first page), optionally of one provider ($2). In one state ($5) the scan is the
  * index of (tenant, state, created_at) read backwards; in every state it is that index read once
@@ -758,18 +773,22 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
 static const struct db_stmt jobs_list = {
     .rerun_safe = 1,
     .name = "jobs_list",
-    .sql = "SELECT 0, " JOB_COLS("o") " FROM (" JOBS_IN_STATE("prepared") " UNION ALL "
-    JOBS_IN_STATE("sending") " UNION ALL " JOBS_IN_STATE("accepted") " UNION ALL "
-    JOBS_IN_STATE("unknown") " UNION ALL " JOBS_IN_STATE("review") " UNION ALL "
-    JOBS_IN_STATE("completed") " UNION ALL " JOBS_IN_STATE("failed") " UNION ALL "
-    JOBS_IN_STATE("canceled") ") o ORDER BY o.created_at DESC, o.id DESC LIMIT $5",
+    .sql = PAGE_CUT("0, " JOB_COLS("o"),
+                    "(SELECT * FROM (" JOBS_IN_STATE("prepared") " UNION ALL "
+                    JOBS_IN_STATE("sending") " UNION ALL " JOBS_IN_STATE("accepted")
+                    " UNION ALL " JOBS_IN_STATE("unknown") " UNION ALL "
+                    JOBS_IN_STATE("review") " UNION ALL " JOBS_IN_STATE("completed")
+                    " UNION ALL " JOBS_IN_STATE("failed") " UNION ALL "
+                    JOBS_IN_STATE("canceled") ") u ORDER BY u.created_at DESC, u.id DESC "
+                    "LIMIT $5) o"),
     .params = DB_PARAMS("tenant_id", "provider", "before_at", "before_id", "limit"),
 };
 static const struct db_stmt jobs_in_state = {
     .rerun_safe = 1,
     .name = "jobs_in_state",
-    .sql = "SELECT 0, " JOB_COLS("o") " FROM operations o WHERE " JOBS_PAGE_WHERE
-    "AND o.state = $5 ORDER BY o.created_at DESC, o.id DESC LIMIT $6",
+    .sql = PAGE_CUT("0, " JOB_COLS("o"),
+                    "(SELECT * FROM operations o WHERE " JOBS_PAGE_WHERE "AND o.state = $5 "
+                    "ORDER BY o.created_at DESC, o.id DESC LIMIT $6) o"),
     .params = DB_PARAMS("tenant_id", "provider", "before_at", "before_id", "state", "limit"),
 };
 static const struct db_stmt jobs_by_key = {
@@ -1614,15 +1633,17 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, d
  * and the join of the page back to its rows): one statement that each shard runs with its own
  * ORDER BY … LIMIT, merged by the coordinator. */
 #define ADMIN_PAGE_DISTRIBUTED(also)                                                               \
-    "SELECT 0, " JOB_COLS("o") ", t.name FROM operations o JOIN tenants t ON t.id = o.tenant_id "  \
-    "WHERE " ADMIN_PAGE_WHERE "AND ($1::text IS NULL OR t.name = $1) " also                       \
-    "ORDER BY o.created_at DESC, o.id DESC LIMIT $5"
+    PAGE_CUT("0, " JOB_COLS("o") ", o.name",                                                       \
+             "(SELECT o.*, t.name FROM operations o JOIN tenants t ON t.id = o.tenant_id "         \
+             "WHERE " ADMIN_PAGE_WHERE "AND ($1::text IS NULL OR t.name = $1) " also              \
+             "ORDER BY o.created_at DESC, o.id DESC LIMIT $5) o")
 #define ADMIN_PAGE(per_tenant)                                                                     \
-    "SELECT 0, " JOB_COLS("o") ", p.name FROM (SELECT k.tenant_id, k.id, k.created_at, t.name "    \
-    "FROM tenants t CROSS JOIN LATERAL (" per_tenant ") k "                                        \
-    "WHERE ($1::text IS NULL OR t.name = $1) ORDER BY k.created_at DESC, k.id DESC LIMIT $5) p "   \
-    "JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.id "                              \
-    "ORDER BY o.created_at DESC, o.id DESC"
+    PAGE_CUT("0, " JOB_COLS("o") ", o.name",                                                       \
+             "(SELECT o.*, p.name FROM (SELECT k.tenant_id, k.id, k.created_at, t.name "           \
+             "FROM tenants t CROSS JOIN LATERAL (" per_tenant ") k "                               \
+             "WHERE ($1::text IS NULL OR t.name = $1) "                                            \
+             "ORDER BY k.created_at DESC, k.id DESC LIMIT $5) p "                                  \
+             "JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.id) o")
 static const struct db_stmt admin_jobs_list = {
     .rerun_safe = 1,
     .name = "admin_jobs_list",
@@ -1649,11 +1670,14 @@ static const struct db_stmt admin_jobs_in_state = {
 static const struct db_stmt admin_jobs_by_key = {
     .rerun_safe = 1,
     .name = "admin_jobs_by_key",
-    .sql = "SELECT 0, " JOB_COLS("o") ", t.name FROM tenants t JOIN operations o "
-    "ON o.tenant_id = t.id AND o.idempotency_key = $6 WHERE ($1::text IS NULL OR t.name = $1) "
-    "AND ($2::text IS NULL OR o.provider = $2) "
-    "AND (o.created_at, o.id) < ($3::timestamptz, $4::text) "
-    "AND ($7::text IS NULL OR o.state = $7) ORDER BY o.created_at DESC, o.id DESC LIMIT $5",
+    .sql = PAGE_CUT("0, " JOB_COLS("o") ", o.name",
+                    "(SELECT o.*, t.name FROM tenants t JOIN operations o "
+                    "ON o.tenant_id = t.id AND o.idempotency_key = $6 "
+                    "WHERE ($1::text IS NULL OR t.name = $1) "
+                    "AND ($2::text IS NULL OR o.provider = $2) "
+                    "AND (o.created_at, o.id) < ($3::timestamptz, $4::text) "
+                    "AND ($7::text IS NULL OR o.state = $7) "
+                    "ORDER BY o.created_at DESC, o.id DESC LIMIT $5) o"),
     .params = DB_PARAMS("tenant", "provider", "before_at", "before_id", "limit", "key", "state"),
 };
 

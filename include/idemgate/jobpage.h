@@ -12,6 +12,16 @@ extern const char *const jobpage_params[];
 /* The longest cursor: a created_at stamp (27), '~', a job id (at most 64). */
 #define JOBPAGE_CURSOR_LEN 96
 
+/* The result bodies a page holds at most (after its first job): a page of 1 000 jobs whose
+ * bodies are megabytes of base64 images was held whole in memory, several times over, by one
+ * request. A page cut by them says has_more, as one cut by its limit. The statements that read
+ * a page cut it too (store.c, PAGE_CUT): they answer the rows up to the first past this bound. */
+#define JOBPAGE_BODY_BYTES 8388608
+
+/* Whether a job arriving after n jobs whose result bodies hold `bytes` is past the page of
+ * `limit`: then has_more is set and the job is not in the page. Pure. */
+int jobpage_past(int n, int limit, size_t bytes);
+
 /* The cursor after the job created at `stamp` (RFC 3339 UTC with microseconds, store_stamp)
  * with id `id`, into out. -1 when either is not of that shape. */
 int jobpage_cursor(const char *stamp, const char *id, char out[JOBPAGE_CURSOR_LEN]);

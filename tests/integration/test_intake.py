@@ -354,6 +354,46 @@ def test_job_list_pages_newest_first_with_filters_and_refuses_unknown_parameters
         assert names in r.json()["detail"], (q, r.json())
 
 
+def test_a_list_page_is_cut_by_its_result_bodies(gateway_factory, database_url, psql):
+    """A page holds at most 8 MiB of result bodies after its first job (jobpage.h): a page of
+    1 000 jobs whose bodies are megabytes of base64 was held whole in one request's memory,
+    several times over. Four jobs of 5 MB bodies come two to a page at limit 10, has_more set,
+    in order; the operator's list pages the same way."""
+    import hashlib
+    admin = "admin-" + uuid.uuid4().hex
+    gw = gateway_factory(admin_token_sha256=hashlib.sha256(admin.encode()).hexdigest())
+    name = "bodies-" + uuid.uuid4().hex[:8]
+    tok = tenant_token(database_url, name)
+    made = [gw.submit(tok, key(), {"prompt": "p%d" % i}).json()["id"] for i in range(4)]
+    for j in made:
+        gw.wait_state(tok, j, {"completed"}, timeout=30)
+    ids = ",".join(f"'{j}'" for j in made)
+    psql("UPDATE operations SET resp_body = convert_to('\"' || repeat('x', 5000000) || '\"', "
+         f"'UTF8') WHERE id IN ({ids})")
+
+    def pages(path, token):
+        got, cursor = [], None
+        for _ in range(10):
+            r = gw.http.request("GET", path + (f"&starting_after={cursor}" if cursor else ""),
+                                headers={"Authorization": f"Bearer {token}"})
+            assert r.status == 200, r.data[:300]
+            body = r.json()
+            assert all(len(j["result"]["body"]) == 5000000 for j in body["data"])
+            got.append([j["id"] for j in body["data"]])
+            if not body["has_more"]:
+                return got
+            cursor = body["next_cursor"]
+        raise AssertionError("paging did not end")
+
+    newest_first = list(reversed(made))
+    assert pages("/v1/jobs?limit=10", tok) == [newest_first[:2], newest_first[2:]]
+    assert pages("/v1/jobs?limit=10&state=completed", tok) == [newest_first[:2], newest_first[2:]]
+    assert pages(f"/v1/admin/jobs?limit=10&tenant={name}", admin) == \
+        [newest_first[:2], newest_first[2:]]
+    assert pages(f"/v1/admin/jobs?limit=10&tenant={name}&state=completed", admin) == \
+        [newest_first[:2], newest_first[2:]]
+
+
 def test_tokens_are_stored_hashed(token, psql):
     rows = psql("SELECT token_sha256 FROM tenants")
     assert all(token not in r[0] for r in rows)

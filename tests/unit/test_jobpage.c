@@ -69,10 +69,34 @@ static void test_cursor_parse_rejects(void **state)
     assert_int_equal(jobpage_cursor_parse(NULL, stamp, id), -1);
 }
 
+/* A job is past the page at the limit, or once the bodies before it reach JOBPAGE_BODY_BYTES —
+ * never the first, whatever its body. */
+static void test_a_page_is_cut_by_its_limit_or_its_bodies(void **state)
+{
+    (void)state;
+    static const struct {
+        int n, limit;
+        size_t bytes;
+        int want;
+    } rows[] = {
+        {0, 100, 0, 0},
+        {0, 100, JOBPAGE_BODY_BYTES * 4, 0},
+        {1, 100, JOBPAGE_BODY_BYTES - 1, 0},
+        {1, 100, JOBPAGE_BODY_BYTES, 1},
+        {99, 100, 10, 0},
+        {100, 100, 0, 1},
+        {5, 1, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (jobpage_past(rows[i].n, rows[i].limit, rows[i].bytes) != rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cursor_round_trip),
+        cmocka_unit_test(test_a_page_is_cut_by_its_limit_or_its_bodies),
         cmocka_unit_test(test_cursor_parse_rejects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
