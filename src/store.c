@@ -1257,12 +1257,16 @@ int store_usage(struct db *db, long long tenant_id, const char *tenant, const ch
  * Changing the limits keeps the counters; changing the currency starts them again. What is not
  * given is kept: the currency (USD on a new budget) and each limit ($6–$8) — `--day 50` on a EUR
  * budget switched it to USD (every EUR job then passed unchecked) and removed the month's and
- * the in-flight limits. */
+ * the in-flight limits. (The kept values are read before the write: a distributed database
+ * loses parameters named only in ON CONFLICT's SET.) */
+#define BUDGET_NOW(col) "(SELECT b." col " FROM tenant_budgets b WHERE b.tenant_id = $1)"
 static const struct db_stmt budget_set = {
     .name = "budget_set",
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at, " TODAY " AS day, " THIS_MONTH " AS month, "
-    "  coalesce($2::text, (SELECT b.currency FROM tenant_budgets b WHERE b.tenant_id = $1), "
-    "   'USD') AS cur), "
+    "  coalesce($2::text, " BUDGET_NOW("currency") ", 'USD') AS cur, "
+    "  CASE WHEN $6::boolean THEN " BUDGET_NOW("day_limit_micros") " ELSE $3::bigint END AS dl, "
+    "  CASE WHEN $7::boolean THEN " BUDGET_NOW("month_limit_micros") " ELSE $4::bigint END AS ml, "
+    "  CASE WHEN $8::boolean THEN " BUDGET_NOW("max_inflight") " ELSE $5::integer END AS mi), "
     "s AS MATERIALIZED (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)) "
     "   FILTER (WHERE o.created_at >= c.day::timestamp AT TIME ZONE 'UTC'), 0) AS day_micros, "
     "  coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) AS month_micros "
@@ -1270,15 +1274,10 @@ static const struct db_stmt budget_set = {
     "  AND o.created_at >= c.month::timestamp AT TIME ZONE 'UTC') "
     "INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, month_limit_micros, "
     " max_inflight, day, day_micros, month, month_micros, updated_at) "
-    "SELECT $1, c.cur, $3::bigint, $4::bigint, $5::integer, c.day, s.day_micros, c.month, "
+    "SELECT $1, c.cur, c.dl, c.ml, c.mi, c.day, s.day_micros, c.month, "
     " s.month_micros, c.at FROM c, s "
-    "ON CONFLICT (tenant_id) DO UPDATE SET "
-    " day_limit_micros = CASE WHEN $6::boolean THEN tenant_budgets.day_limit_micros "
-    "  ELSE EXCLUDED.day_limit_micros END, "
-    " month_limit_micros = CASE WHEN $7::boolean THEN tenant_budgets.month_limit_micros "
-    "  ELSE EXCLUDED.month_limit_micros END, "
-    " max_inflight = CASE WHEN $8::boolean THEN tenant_budgets.max_inflight "
-    "  ELSE EXCLUDED.max_inflight END, "
+    "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
+    " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "
     " day_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
     "  THEN tenant_budgets.day_micros ELSE EXCLUDED.day_micros END, "
     " day = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
