@@ -431,6 +431,8 @@ struct pending {
     size_t len, cap;
 };
 
+#define MAX_TOOL_CALLS 128
+
 struct assembly {
     enum sse_format f;
     cJSON *out;              /* the answer being built */
@@ -439,6 +441,10 @@ struct assembly {
     struct pending *texts;
     size_t n_texts, cap_texts;
     int oom;
+    /* A delta this assembler does not know how to fold into the answer: no answer is made (a
+     * client then gets the stream as it was recorded), never one that silently lacks a part —
+     * tool calls dropped from a Chat answer read as "finish_reason: tool_calls" with none. */
+    int unknown;
 };
 
 /* Appends text to the string member name of o (its current value first, the first time). */
@@ -518,6 +524,77 @@ static void set_member(struct assembly *a, cJSON *o, const char *name, const cJS
         cJSON_AddItemToObject(o, name, c);
 }
 
+/* One piece of a streamed tool call: {index, id, type, function: {name, arguments}}; the name
+ * and the arguments arrive in pieces, appended in order. */
+static void chat_tool_call(struct assembly *a, cJSON *calls, const cJSON *t)
+{
+    const cJSON *ix = member(t, "index");
+    if (!cJSON_IsNumber(ix) || ix->valueint < 0 || ix->valueint >= MAX_TOOL_CALLS) {
+        a->unknown = 1;
+        return;
+    }
+    while (cJSON_GetArraySize(calls) <= ix->valueint) {
+        cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+        if (!call || !fn || !cJSON_AddStringToObject(fn, "name", "") ||
+            !cJSON_AddStringToObject(fn, "arguments", "")) {
+            cJSON_Delete(call);
+            cJSON_Delete(fn);
+            a->oom = 1;
+            return;
+        }
+        cJSON_AddItemToObject(call, "function", fn);
+        cJSON_AddItemToArray(calls, call);
+    }
+    cJSON *call = cJSON_GetArrayItem(calls, ix->valueint);
+    cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+    const cJSON *m;
+    cJSON_ArrayForEach(m, t)
+    {
+        if (!m->string || !strcmp(m->string, "index") || cJSON_IsNull(m))
+            continue;
+        if ((!strcmp(m->string, "id") || !strcmp(m->string, "type")) && cJSON_IsString(m))
+            set_member(a, call, m->string, m);
+        else if (!strcmp(m->string, "function") && cJSON_IsObject(m)) {
+            const cJSON *f;
+            cJSON_ArrayForEach(f, m)
+            {
+                if (f->string && (!strcmp(f->string, "name") || !strcmp(f->string, "arguments")) &&
+                    cJSON_IsString(f))
+                    append_text(a, fn, !strcmp(f->string, "name") ? "name" : "arguments",
+                                f->valuestring);
+                else if (!cJSON_IsNull(f))
+                    a->unknown = 1;
+            }
+        } else
+            a->unknown = 1;
+    }
+}
+
+/* The message's text members a Chat delta extends (the reasoning of compatible providers among
+ * them), as a static name; NULL for any other. */
+static const char *chat_text(const char *name)
+{
+    static const char *const texts[] = {"content", "refusal", "reasoning_content", "reasoning"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        if (!strcmp(name, texts[i]))
+            return texts[i];
+    return NULL;
+}
+
+static void chat_tool_calls(struct assembly *a, cJSON *msg, const cJSON *list)
+{
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    if (!calls && !(calls = cJSON_AddArrayToObject(msg, "tool_calls"))) {
+        a->oom = 1;
+        return;
+    }
+    const cJSON *t;
+    cJSON_ArrayForEach(t, list)
+    {
+        chat_tool_call(a, calls, t);
+    }
+}
+
 static void assemble_chat(struct assembly *a, const cJSON *d)
 {
     if (!cJSON_IsObject(d))
@@ -560,15 +637,24 @@ static void assemble_chat(struct assembly *a, const cJSON *d)
             a->choice[i] = choice;
         }
         cJSON *msg = cJSON_GetObjectItemCaseSensitive(a->choice[i], "message");
-        const cJSON *delta = member(c, "delta");
-        if (cJSON_IsString(member(delta, "role")))
-            set_member(a, msg, "role", member(delta, "role"));
-        if (cJSON_IsString(member(delta, "content")))
-            append_text(a, msg, "content", member(delta, "content")->valuestring);
-        if (cJSON_IsString(member(delta, "refusal")))
-            append_text(a, msg, "refusal", member(delta, "refusal")->valuestring);
+        const cJSON *delta = member(c, "delta"), *m;
+        cJSON_ArrayForEach(m, delta)
+        {
+            if (!m->string || cJSON_IsNull(m))
+                continue;
+            if (!strcmp(m->string, "role") && cJSON_IsString(m))
+                set_member(a, msg, "role", m);
+            else if (cJSON_IsString(m) && chat_text(m->string))
+                append_text(a, msg, chat_text(m->string), m->valuestring);
+            else if (!strcmp(m->string, "tool_calls") && cJSON_IsArray(m))
+                chat_tool_calls(a, msg, m);
+            else
+                a->unknown = 1;
+        }
         if (cJSON_IsString(member(c, "finish_reason")))
             set_member(a, a->choice[i], "finish_reason", member(c, "finish_reason"));
+        if (member(c, "logprobs") && !cJSON_IsNull(member(c, "logprobs")))
+            a->unknown = 1; /* per-token log probabilities: not assembled here */
     }
     if (cJSON_IsObject(member(d, "usage")))
         set_member(a, a->out, "usage", member(d, "usage"));
@@ -609,12 +695,29 @@ static void assemble_anthropic(struct assembly *a, const char *type, const cJSON
         cJSON *b = cJSON_GetArrayItem(a->content, i);
         const cJSON *delta = member(d, "delta");
         const cJSON *dt = member(delta, "type");
-        if (cJSON_IsString(dt) && strcmp(dt->valuestring, "text_delta") == 0 &&
-            cJSON_IsString(member(delta, "text")))
-            append_text(a, b, "text", member(delta, "text")->valuestring);
-        else if (cJSON_IsString(dt) && strcmp(dt->valuestring, "thinking_delta") == 0 &&
-                 cJSON_IsString(member(delta, "thinking")))
-            append_text(a, b, "thinking", member(delta, "thinking")->valuestring);
+        /* Each kind of delta and the member of its block it extends; input_json_delta's pieces
+         * are the tool's input as JSON text, parsed once whole (tool_inputs). */
+        static const struct {
+            const char *type, *field, *member;
+        } kinds[] = {{"text_delta", "text", "text"},
+                     {"thinking_delta", "thinking", "thinking"},
+                     {"signature_delta", "signature", "signature"},
+                     {"input_json_delta", "partial_json", "input"}};
+        size_t k = 0;
+        while (k < sizeof(kinds) / sizeof(kinds[0]) &&
+               !(cJSON_IsString(dt) && !strcmp(dt->valuestring, kinds[k].type)))
+            k++;
+        if (k == sizeof(kinds) / sizeof(kinds[0]) ||
+            !cJSON_IsString(member(delta, kinds[k].field)))
+            a->unknown = 1;
+        else if (k == 3 && !cJSON_IsString(member(b, "input")) &&
+                 cJSON_GetArraySize(member(b, "input")) > 0)
+            a->unknown = 1; /* a start that gave an input and deltas that give it again */
+        else {
+            if (k == 3 && !cJSON_IsString(member(b, "input")))
+                cJSON_ReplaceItemInObjectCaseSensitive(b, "input", cJSON_CreateString(""));
+            append_text(a, b, kinds[k].member, member(delta, kinds[k].field)->valuestring);
+        }
     } else if (strcmp(type, "message_delta") == 0) {
         const cJSON *delta = member(d, "delta"), *m;
         cJSON_ArrayForEach(m, delta)
@@ -639,6 +742,26 @@ static void assemble_anthropic(struct assembly *a, const char *type, const cJSON
     }
 }
 
+/* The inputs of an Anthropic answer's tool blocks, streamed as JSON text (input_json_delta),
+ * parsed in place; an empty text is the empty input. -1 when one is not a JSON object. */
+static int tool_inputs(cJSON *content)
+{
+    cJSON *b;
+    cJSON_ArrayForEach(b, content)
+    {
+        cJSON *in = cJSON_GetObjectItemCaseSensitive(b, "input");
+        if (!cJSON_IsString(in))
+            continue;
+        cJSON *v = *in->valuestring ? cJSON_Parse(in->valuestring) : cJSON_CreateObject();
+        if (!cJSON_IsObject(v)) {
+            cJSON_Delete(v);
+            return -1;
+        }
+        cJSON_ReplaceItemInObjectCaseSensitive(b, "input", v);
+    }
+    return 0;
+}
+
 static void on_assembly_event(void *arg, const char *type, const cJSON *d, const char *raw,
                               size_t rawlen)
 {
@@ -653,7 +776,8 @@ static void on_assembly_event(void *arg, const char *type, const cJSON *d, const
         assemble_anthropic(a, type, d);
         break;
     case SSE_OPENAI_RESPONSES:
-        if (strcmp(type, "response.completed") == 0 && cJSON_IsObject(member(d, "response"))) {
+        if ((strcmp(type, "response.completed") == 0 || strcmp(type, "response.incomplete") == 0) &&
+            cJSON_IsObject(member(d, "response"))) {
             cJSON_Delete(a->out);
             a->out = cJSON_Duplicate(member(d, "response"), 1);
             if (!a->out)
@@ -679,7 +803,9 @@ char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_
     if (each_event(body, len, on_assembly_event, NULL, &a, NULL) < 0)
         a.oom = 1;
     settle_texts(&a);
-    char *out = a.out && !a.oom ? cJSON_PrintUnformatted(a.out) : NULL;
+    if (a.content && tool_inputs(a.content) < 0)
+        a.unknown = 1;
+    char *out = a.out && !a.oom && !a.unknown ? cJSON_PrintUnformatted(a.out) : NULL;
     cJSON_Delete(a.out);
     if (out)
         *out_len = strlen(out);
@@ -767,6 +893,20 @@ static void synth_chat(struct sbuf *b, const cJSON *whole)
                 if (cJSON_IsString(member(msg, "content")))
                     cJSON_AddItemToObject(delta, "content",
                                           cJSON_Duplicate(member(msg, "content"), 1));
+                if (cJSON_IsString(member(msg, "refusal")))
+                    cJSON_AddItemToObject(delta, "refusal",
+                                          cJSON_Duplicate(member(msg, "refusal"), 1));
+                /* Each tool call whole, with its index (as a provider streams its first piece). */
+                if (cJSON_IsArray(member(msg, "tool_calls"))) {
+                    cJSON *calls = cJSON_Duplicate(member(msg, "tool_calls"), 1);
+                    int k = 0;
+                    cJSON *t;
+                    cJSON_ArrayForEach(t, calls)
+                    {
+                        cJSON_AddNumberToObject(t, "index", k++);
+                    }
+                    cJSON_AddItemToObject(delta, "tool_calls", calls);
+                }
                 cJSON_AddItemToObject(one, "delta", delta);
                 cJSON_AddNullToObject(one, "finish_reason");
             } else {
@@ -824,9 +964,14 @@ static void synth_anthropic(struct sbuf *b, const cJSON *whole)
             field = "text";
         else if (cJSON_IsString(bt) && strcmp(bt->valuestring, "thinking") == 0)
             field = "thinking";
+        /* A tool's input comes as JSON text in one input_json_delta, after a start whose
+         * input is empty, as the provider streams it. */
+        int tool = cJSON_IsObject(member(block, "input"));
         if (field) {
             cJSON_DeleteItemFromObjectCaseSensitive(empty, field);
             cJSON_AddStringToObject(empty, field, "");
+        } else if (tool) {
+            cJSON_ReplaceItemInObjectCaseSensitive(empty, "input", cJSON_CreateObject());
         }
         cJSON_AddItemToObject(bs, "content_block", empty);
         put_event(b, "content_block_start", bs, NULL);
@@ -837,6 +982,23 @@ static void synth_anthropic(struct sbuf *b, const cJSON *whole)
             cJSON_AddStringToObject(delta, "type",
                                     strcmp(field, "text") == 0 ? "text_delta" : "thinking_delta");
             cJSON_AddItemToObject(delta, field, cJSON_Duplicate(member(block, field), 1));
+            cJSON_AddItemToObject(bd, "delta", delta);
+            put_event(b, "content_block_delta", bd, NULL);
+            cJSON_Delete(bd);
+        } else if (tool) {
+            char *json = cJSON_PrintUnformatted(member(block, "input"));
+            cJSON *bd = typed("content_block_delta"), *delta = cJSON_CreateObject();
+            if (!json || !bd || !delta) {
+                free(json);
+                cJSON_Delete(bd);
+                cJSON_Delete(delta);
+                b->oom = 1;
+                return;
+            }
+            cJSON_AddNumberToObject(bd, "index", i);
+            cJSON_AddStringToObject(delta, "type", "input_json_delta");
+            cJSON_AddStringToObject(delta, "partial_json", json);
+            free(json);
             cJSON_AddItemToObject(bd, "delta", delta);
             put_event(b, "content_block_delta", bd, NULL);
             cJSON_Delete(bd);
@@ -857,7 +1019,10 @@ static void synth_anthropic(struct sbuf *b, const cJSON *whole)
     const cJSON *ot = member(member(whole, "usage"), "output_tokens");
     if (ot)
         cJSON_AddItemToObject(u, "output_tokens", cJSON_Duplicate(ot, 1));
-    cJSON_AddItemToObject(md, "usage", u);
+    if (member(whole, "usage"))
+        cJSON_AddItemToObject(md, "usage", u);
+    else
+        cJSON_Delete(u); /* none recorded: none made up */
     put_event(b, "message_delta", md, NULL);
     cJSON_Delete(md);
     cJSON *stop = typed("message_stop");
@@ -880,12 +1045,16 @@ char *sse_synthesize(enum sse_format f, const char *json, size_t len, size_t *ou
     } else if (f == SSE_ANTHROPIC && cJSON_IsArray(member(whole, "content"))) {
         synth_anthropic(&b, whole);
     } else if (f == SSE_OPENAI_RESPONSES && cJSON_IsString(member(whole, "id"))) {
-        cJSON *done = typed("response.completed");
+        /* An answer cut by the provider (max_output_tokens…) ends as it would have streamed. */
+        const char *st = cJSON_GetStringValue(member(whole, "status"));
+        const char *ev = st && !strcmp(st, "incomplete") ? "response.incomplete"
+                                                          : "response.completed";
+        cJSON *done = typed(ev);
         if (done) {
             cJSON_AddNumberToObject(done, "sequence_number", 0);
             cJSON_AddItemToObject(done, "response", cJSON_Duplicate(whole, 1));
         }
-        put_event(&b, "response.completed", done, NULL);
+        put_event(&b, ev, done, NULL);
         cJSON_Delete(done);
     } else {
         b.oom = 1; /* not an answer of this format */

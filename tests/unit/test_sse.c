@@ -424,6 +424,124 @@ static void test_assemble_and_synthesize(void **state)
     assert_null(sse_synthesize(SSE_ANTHROPIC, "[1]", 3, &n));
 }
 
+/* Assembled, then synthesized, then assembled again: the same answer (members in any order). */
+static void round_trip(enum sse_format f, const char *stream, const char *want)
+{
+    size_t n = 0, m = 0, k = 0;
+    char *whole = sse_assemble(f, stream, strlen(stream), &n);
+    assert_non_null(whole);
+    cJSON *got = cJSON_Parse(whole), *exp = cJSON_Parse(want);
+    assert_non_null(exp);
+    if (!cJSON_Compare(got, exp, 1))
+        fail_msg("%s != %s", whole, want);
+    char *events = sse_synthesize(f, whole, n, &m);
+    assert_non_null(events);
+    struct sse_verdict v;
+    assert_int_equal(sse_read(f, events, m, &v), 0);
+    assert_int_equal(v.terminal, 1);
+    sse_verdict_fini(&v);
+    char *again = sse_assemble(f, events, m, &k);
+    assert_non_null(again);
+    cJSON *back = cJSON_Parse(again);
+    if (!cJSON_Compare(back, exp, 1))
+        fail_msg("%s != %s (from %s)", again, want, events);
+    cJSON_Delete(got);
+    cJSON_Delete(exp);
+    cJSON_Delete(back);
+    free(whole);
+    free(events);
+    free(again);
+}
+
+/* A recorded stream served to a client that asked for JSON (and the other way) keeps its tool
+ * calls: Chat's arrive in pieces by index, Anthropic's input as JSON text in pieces, a thinking
+ * block's signature in its own delta. They were dropped: `finish_reason: tool_calls` with no
+ * call, a tool_use with `input: {}`. A delta this assembler does not know makes no answer at
+ * all (the stream is served as recorded), never one missing a part. */
+static void test_tool_calls_are_assembled_and_synthesized(void **state)
+{
+    (void)state;
+    round_trip(SSE_OPENAI_CHAT,
+               "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+               "\"content\":null,\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":"
+               "\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]}}]}\n\n"
+               "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":"
+               "0,\"function\":{\"arguments\":\"{\\\"city\\\":\"}}]}}]}\n\n"
+               "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":"
+               "0,\"function\":{\"arguments\":\"\\\"Oslo\\\"}\"}},{\"index\":1,\"id\":\"call_2\","
+               "\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]}}]}\n\n"
+               "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
+               "\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+               "{\"id\":\"c\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,\"message\":"
+               "{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+               "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}},"
+               "{\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"now\","
+               "\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}");
+    round_trip(SSE_ANTHROPIC,
+               "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+               "\"content\":[]}}\n\n"
+               "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+               "\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n"
+               "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+               "\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hmm\"}}\n\n"
+               "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+               "\"delta\":{\"type\":\"signature_delta\",\"signature\":\"sig1\"}}\n\n"
+               "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+               "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,"
+               "\"content_block\":{\"type\":\"tool_use\",\"id\":\"tu_1\",\"name\":\"get_weather\","
+               "\"input\":{}}}\n\n"
+               "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,"
+               "\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n"
+               "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,"
+               "\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\": \"}}\n\n"
+               "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,"
+               "\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\\\"Oslo\\\"}\"}}\n\n"
+               "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n"
+               "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,"
+               "\"content_block\":{\"type\":\"tool_use\",\"id\":\"tu_2\",\"name\":\"now\","
+               "\"input\":{}}}\n\n"
+               "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":2}\n\n"
+               "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+               "\"tool_use\"}}\n\n"
+               "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+               "{\"id\":\"m\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"hmm\",\"signature\":"
+               "\"sig1\"},{\"type\":\"tool_use\",\"id\":\"tu_1\",\"name\":\"get_weather\",\"input\":"
+               "{\"city\":\"Oslo\"}},{\"type\":\"tool_use\",\"id\":\"tu_2\",\"name\":\"now\","
+               "\"input\":{}}],\"stop_reason\":\"tool_use\"}");
+    /* A Responses answer the provider cut (max_output_tokens) is whole, and says so again. */
+    round_trip(SSE_OPENAI_RESPONSES,
+               "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":"
+               "{\"id\":\"r\",\"status\":\"incomplete\"}}\n\n",
+               "{\"id\":\"r\",\"status\":\"incomplete\"}");
+    size_t n = 0, m = 0;
+    static const char cut[] = "{\"id\":\"r\",\"status\":\"incomplete\"}";
+    char *events = sse_synthesize(SSE_OPENAI_RESPONSES, cut, sizeof(cut) - 1, &m);
+    assert_non_null(events);
+    assert_non_null(strstr(events, "event: response.incomplete\n"));
+    free(events);
+    /* Deltas not assembled here: no answer rather than one that lacks them. */
+    static const char *const unknown[] = {
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"audio\":{\"id\":\"a\"}}}]}\n\n"
+        "data: [DONE]\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"logprobs\":"
+        "{\"content\":[]}}]}\n\ndata: [DONE]\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"function_call\":{\"name\":\"f\"}}}]}\n\n"
+        "data: [DONE]\n\n",
+    };
+    for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
+        if (sse_assemble(SSE_OPENAI_CHAT, unknown[i], strlen(unknown[i]), &n))
+            fail_msg("assembled %zu", i);
+    static const char citations[] =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"content\":[]}}\n\n"
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+        "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+        "\"delta\":{\"type\":\"citations_delta\",\"citation\":{\"cited_text\":\"x\"}}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    assert_null(sse_assemble(SSE_ANTHROPIC, citations, sizeof(citations) - 1, &n));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,6 +551,7 @@ int main(void)
         cmocka_unit_test(test_every_cut_is_incomplete),
         cmocka_unit_test(test_requested_and_names),
         cmocka_unit_test(test_assemble_and_synthesize),
+        cmocka_unit_test(test_tool_calls_are_assembled_and_synthesized),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
