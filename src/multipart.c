@@ -266,6 +266,15 @@ int mp_parse(const char *body, size_t len, const char *boundary, struct mp_part 
             say(why, whylen, "a part does not end with a delimiter");
             return -1;
         }
+        /* The boundary inside a part's content, where a lenient reader takes it for a delimiter
+         * (at the content's start, after the headers' blank line; after a bare LF): other
+         * parts, hidden from the fingerprint and the price, for a provider that reads it so.
+         * A sender picks a boundary its content does not hold (RFC 2046 §5.1.1). */
+        if (((size_t)(next - data) >= (size_t)dl - 2 && !memcmp(data, delim + 2, (size_t)dl - 2)) ||
+            memmem(data, (size_t)(next - data), delim + 1, (size_t)dl - 1)) {
+            say(why, whylen, "a part's content holds its boundary");
+            return -1;
+        }
         pt->data = data;
         pt->data_len = (size_t)(next - data);
         (*n)++;
@@ -415,8 +424,8 @@ static size_t put_json_string(char *buf, const char *s, size_t n)
 char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len)
 {
     size_t cap = 3;
-    for (size_t i = 0; i < n; i++)
-        cap += 2 * (parts[i].name_len + parts[i].data_len) + 6;
+    for (size_t i = 0; i < n; i++) /* files are never fields */
+        cap += 2 * (parts[i].name_len + (parts[i].filename ? 0 : parts[i].data_len)) + 6;
     char *buf = malloc(cap);
     if (!buf)
         return NULL;

@@ -135,6 +135,9 @@ def test_uploads_refused_plainly(gateway_factory, mock, token):
         (form("b1"), "multipart/form-data; boundary=b1; boundary=b2", "no valid boundary"),
         (form("b1").replace(b"Content-Type: image/png", b"Content-Transfer-Encoding: binary"),
          ct, "a header other than"),
+        # The boundary inside a part, where a lenient reader sees a hidden part n=10.
+        (form("b1", prompt="--b1\r\nContent-Disposition: form-data; name=\"n\"\r\n\r\n10"),
+         ct, "holds its boundary"),
     ]:
         r = post(gw, token, edits, "u-" + uuid.uuid4().hex, body, ctype, wait=0)
         assert r.status == 400, (why, r)
@@ -148,6 +151,11 @@ def test_uploads_refused_plainly(gateway_factory, mock, token):
     r = post(gw, token, edits, "u-huge", form("b1", image=b"x" * 9000), ct, wait=0)
     assert r.status == 413, r
     assert "8192" in r.json()["detail"]
+    # Text fields are held to the body cap, the upload's being for files: they are read and
+    # copied as a JSON body is.
+    r = post(gw, token, edits, "u-text", form("b1", prompt="y" * 5000), ct, wait=0)
+    assert r.status == 413, r
+    assert "text fields" in r.json()["detail"] and "2048" in r.json()["detail"], r.json()
     r = gw.submit(token, "u-json", {"prompt": "y" * 3000}, route=edits)
     assert r.status == 413, r
     assert "2048" in r.json()["detail"]

@@ -209,6 +209,12 @@ static void test_refused(void **state)
         "\r\n1\r\n--b--",
         "--b\r\nContent-Disposition: form-data; name=\"x\r\n\r\n1\r\n--b--",
         "--b\r\nBad Header: 1\r\nContent-Disposition: form-data; name=x\r\n\r\n1\r\n--b--",
+        /* The boundary in a part's content, where lenient readers see a delimiter: a hidden
+         * part n=10 (at the content's start; after a bare LF). */
+        "--b\r\nContent-Disposition: form-data; name=a\r\n\r\n--b\r\n"
+        "Content-Disposition: form-data; name=n\r\n\r\n10\r\n--b--",
+        "--b\r\nContent-Disposition: form-data; name=a\r\n\r\nx\n--b\r\n"
+        "Content-Disposition: form-data; name=n\r\n\r\n10\r\n--b--",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct mp_part parts[4];
