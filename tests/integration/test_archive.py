@@ -855,7 +855,7 @@ def test_s3_credentials_are_sent(gateway_factory, token, mock, tmp_path, s3):
             break
         time.sleep(0.1)
     o = arch[0]
-    assert o["state"] == "pending" and "bucket HEAD answered 403" in o["last_error"], o
+    assert o["state"] == "pending" and "bucket PUT answered 403" in o["last_error"], o
     assert objects(str(tmp_path / "archive")) == {}
 
 

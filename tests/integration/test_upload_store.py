@@ -91,13 +91,18 @@ def test_a_large_part_is_kept_in_the_store_and_sent_byte_exact(gateway_factory, 
     assert c["content_type"] == ctype("up-1")
 
     # The same request again (another boundary: the same fingerprint): a replay, no create; the
-    # same object (published again: a no-op).
+    # same object, published again: its time made now (a store's cleaner deletes only objects
+    # older than a few minutes that no job names; one named again now is not old — it kept the
+    # time of its first write).
+    day_ago = time.time() - 86400
+    os.utime(obj_path(archive, sha), (day_ago, day_ago))
     again = form("up-2", "imp", image=image)
     r2 = post(gw, token, route, "up-key-1", again, ctype("up-2"))
     assert r2.status == 200, r2
     assert r2.headers.get("idempotent-replayed") == "true"
     assert r2.headers["x-idemgate-job-id"] == job_id
     assert len(edits_creates(mock)) == 1
+    assert os.stat(obj_path(archive, sha)).st_mtime > day_ago + 3600, "published, left old"
     # Its directory holds it once, and nothing half-written (objects are named by their whole
     # hash; another object there — the job's output, archived — may share the first two digits).
     listing = os.listdir(os.path.join(archive, "objects", sha[:2]))
