@@ -196,16 +196,17 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
 {
     struct dispatcher *d = arg;
     char providers[8192];
-    if (!eng_acquire(d->eng, -1)) {
-        atomic_store(&d->starved, 1);
+    /* starved is set before the engine is asked: a slot given back between a refusal and the
+     * flag (disp_room, on another thread) would see it clear, kick nobody, and the slot stayed
+     * idle until the next poll while work was due. */
+    atomic_store(&d->starved, 1);
+    if (!eng_acquire(d->eng, -1))
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
-    }
-    atomic_store(&d->starved, 0);
     if (!cfg_providers_literal(d->cfg, provider_full, d, providers, sizeof(providers))) {
-        eng_release(d->eng, -1);
-        atomic_store(&d->starved, 1); /* every provider at its own limit: a call's end wakes us */
+        eng_release(d->eng, -1); /* every provider at its own limit: a call's end wakes us */
         return STORE_ENOTFOUND;
     }
+    atomic_store(&d->starved, 0);
     int e = store_claim(db, owner, lease_seconds, providers, out);
     if (e != STORE_OK) {
         eng_release(d->eng, -1);
@@ -281,8 +282,10 @@ static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *
     if (lease_release_reservation(db, c, 0, &released, &tripped) < 0)
         LOG(LOG_WARN, "reservation_kept", LS("job_id", c->id),
             LS("note", "still prepared: due again when its reservation ends"));
-    else if (released)
+    else if (released) {
         LOG(LOG_INFO, "reservation_given_back", LS("job_id", c->id));
+        wake_work(); /* due now for any replica: they are told, not left to their polls */
+    }
 }
 
 static void disp_free(struct dispatcher *d)

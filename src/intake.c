@@ -26,6 +26,7 @@
 #include "idemgate/tenants.h"
 #include "idemgate/upload.h"
 #include "idemgate/uplstore.h"
+#include "idemgate/wake.h"
 #include "idemgate/waiters.h"
 
 #include <stdatomic.h>
@@ -511,6 +512,8 @@ static void record_alone(struct hs_req *r, const struct api_args *a)
     CRASH_POINT("before_intent_commit");
     si->err = store_intake(api_db(r), &si->q, &si->job, &si->created);
     CRASH_POINT("after_intent_commit");
+    if (si->err == STORE_OK && si->created)
+        wake_work(); /* for any replica: this one is stopping */
     atomic_store_explicit(&in->recorded, 1, memory_order_release);
 }
 

@@ -188,10 +188,10 @@ static void check_unchecked(struct waiters *w, struct db *db)
 static void wake_expired(struct waiters *w)
 {
     double now = waiters_now();
+    pthread_mutex_lock(&w->mu); /* w->gone is set under it (waiters_on_gone) */
     int check_gone = w->gone && now >= w->next_gone_check;
     if (check_gone)
         w->next_gone_check = now + GONE_CHECK_MS / 1000.0;
-    pthread_mutex_lock(&w->mu);
     for (size_t i = 0; i < w->n;) {
         if (w->v[i].deadline <= now || (check_gone && w->gone(w->v[i].arg)))
             wake_at(w, i);
