@@ -77,22 +77,49 @@ static void test_threads_never_share(void **state)
     free(ids);
 }
 
-/* Each 5-bit character is used: over many ids every position takes many values (a pool handed
- * out wrongly — the same bytes, or zeroed ones — would not). */
+static unsigned b32_value(char c)
+{
+    return c >= 'a' ? (unsigned)(c - 'a') : 26u + (unsigned)(c - '2');
+}
+
+/* Each random 5-bit character is used: over many ids every position after the instant takes
+ * many values (a pool handed out wrongly — the same bytes, or zeroed ones — would not). */
 static void test_every_position_varies(void **state)
 {
     (void)state;
     char id[CRYPTO_JOB_ID_LEN];
-    unsigned seen[26] = {0}; /* bit c - 'a' or 26 + digit - '2' per position */
+    unsigned seen[26] = {0}; /* bit value per position */
     for (int i = 0; i < 500; i++) {
         assert_int_equal(crypto_job_id(id), 0);
-        for (int k = 0; k < 26; k++) {
-            char c = id[4 + k];
-            seen[k] |= 1u << (c >= 'a' ? c - 'a' : 26 + c - '2');
-        }
+        for (int k = CRYPTO_JOB_ID_TIME_CHARS; k < 26; k++)
+            seen[k] |= 1u << b32_value(id[4 + k]);
     }
-    for (int k = 0; k < 26; k++) /* 130 random bits of the 136 drawn: 5 in each character */
+    for (int k = CRYPTO_JOB_ID_TIME_CHARS; k < 26; k++) /* 80 random bits: 5 in each */
         assert_true(__builtin_popcount(seen[k]) >= 20);
+}
+
+/* The first characters are the instant, most significant first: ids made within one window of
+ * 2^15 ms share their first seven characters (their index entries land together), and the
+ * instant reads back. */
+static void test_the_instant_leads(void **state)
+{
+    (void)state;
+    static const long long at[] = {0, 1, 31, 32, 1796500000000LL, 1796500000999LL,
+                                   (1LL << 50) - 1};
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+        char id[CRYPTO_JOB_ID_LEN];
+        assert_int_equal(crypto_job_id_at(at[i], id), 0);
+        long long back = 0;
+        for (int k = 0; k < CRYPTO_JOB_ID_TIME_CHARS; k++)
+            back = back * 32 + b32_value(id[4 + k]);
+        assert_true(back == at[i]);
+        assert_int_equal(strlen(id), 30);
+    }
+    char a[CRYPTO_JOB_ID_LEN], b[CRYPTO_JOB_ID_LEN];
+    assert_int_equal(crypto_job_id_at(1796500000000LL, a), 0);
+    assert_int_equal(crypto_job_id_at(1796500000999LL, b), 0);
+    assert_memory_equal(a, b, 4 + 7);
+    assert_true(strcmp(a + 4 + CRYPTO_JOB_ID_TIME_CHARS, b + 4 + CRYPTO_JOB_ID_TIME_CHARS) != 0);
 }
 
 int main(void)
@@ -101,6 +128,7 @@ int main(void)
         cmocka_unit_test(test_one_thread_never_repeats),
         cmocka_unit_test(test_threads_never_share),
         cmocka_unit_test(test_every_position_varies),
+        cmocka_unit_test(test_the_instant_leads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
