@@ -187,12 +187,13 @@ static int local_publish(struct blob_store *b, struct blob_tmp *t, const char *s
         return -1;
     }
     struct stat st;
-    if (stat(path, &st) == 0 && st.st_size == t->bytes) {
+    if (stat(path, &st) == 0 && st.st_size == t->bytes &&
+        utimensat(AT_FDCWD, path, NULL, 0) == 0) {
         /* Content-addressed: the same bytes are there already. Its time is made now: whoever
          * cleans the store deletes only objects older than a few minutes that no job names
-         * (`idemgate unreferenced`), and one named again now is not old. */
+         * (`idemgate unreferenced`), and one named again now is not old. (Deleted meanwhile,
+         * it is published again below.) */
         *existed = 1;
-        utimensat(AT_FDCWD, path, NULL, 0);
         unlink(t->path);
         return 0;
     }

@@ -158,6 +158,11 @@ static int tenant_budget(struct db *db, int argc, char **argv)
         fprintf(stderr, "idemgate: no tenant named %s\n", name);
         return 1;
     }
+    if (e == STORE_ECONFLICT) {
+        fprintf(stderr, "idemgate: --currency changes the budget's unit: give --day and --month "
+                        "again (an amount, or none)\n");
+        return 2;
+    }
     if (e < 0) {
         fprintf(stderr, "idemgate: cannot set the budget of %s\n", name);
         return 1;
@@ -329,12 +334,20 @@ static const char *opt(int argc, char **argv, const char *name)
     return NULL;
 }
 
-/* Whether the flag name is among the options (checked by options_ok first). */
-static int has_flag(int argc, char **argv, const char *name)
+/* Whether the flag name is among the options of argv[first..) (checked by options_ok first),
+ * never a valued option's value (`--operator --force` names an operator). */
+static int has_flag(int argc, char **argv, int first, const char *const *valued,
+                    const char *name)
 {
-    for (int i = 0; i < argc; i++)
-        if (strcmp(argv[i], name) == 0)
+    for (int i = first; i < argc; i++) {
+        int takes = 0;
+        for (const char *const *v = valued; v && *v; v++)
+            takes |= strcmp(argv[i], *v) == 0;
+        if (takes)
+            i++;
+        else if (strcmp(argv[i], name) == 0)
             return 1;
+    }
     return 0;
 }
 
@@ -432,10 +445,18 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         enum op_state next = st_resolve_target((enum st_resolution)what,
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
-        int refused = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
-                      st_resend_refused((enum st_resolution)what, next, 1,
-                                        has_flag(argc, argv, "--force"));
+        /* As POST /v1/jobs/ID/resolve: `absent` only on a job read in review, whose remote id
+         * cannot change before the write. */
+        int refused = (what == RES_ABSENT && j.state != ST_REVIEW && !j.resolution) ||
+                      (j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
+                       st_resend_refused((enum st_resolution)what, next, 1,
+                                         has_flag(argc, argv, 3, resolve_opts, "--force")));
+        int reviewed = j.state == ST_REVIEW;
         store_job_fini(&j);
+        if (refused && !reviewed) {
+            fprintf(stderr, "idemgate: %s is not in review\n", argv[1]);
+            goto resolved;
+        }
         if (refused) {
             fprintf(stderr, "idemgate: the provider's task for %s was seen (remote id): absent "
                             "would send it again and pay a second task; resolve it found with "

@@ -679,6 +679,11 @@ struct param p_null(const char *name)
     return p_text(name, NULL);
 }
 
+int db_connected(const struct db *db)
+{
+    return db->conn && PQstatus(db->conn) == CONNECTION_OK;
+}
+
 const char *db_val(const struct pg_result *r, int row, int col)
 {
     return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);

@@ -296,8 +296,19 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
      * the reservation and in-flight slot the operation has held since its intake. */
     struct gate_pass pass;
     int resend = next == ST_PREPARED && j.state == ST_REVIEW && !j.cancel_requested_at;
+    /* Read in review, a job's remote id stays as read until it is resolved (nothing else writes
+     * a job in review); read in another state, it may reach review with one before the write:
+     * an `absent` is taken only for a job read in review (a replay of a decision applied
+     * already is answered by the write, as before). */
+    int early = res.what == RES_ABSENT && j.state != ST_REVIEW && !j.resolution;
     int known = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
                 st_resend_refused(res.what, next, 1, admin && res.force);
+    if (early) {
+        store_job_fini(&j);
+        reply_problem(r, 409, "not-in-review", "Job not in review",
+                      "only a job in state review can be resolved", 0);
+        goto done;
+    }
     if (known) {
         store_job_fini(&j);
         reply_problem(r, 409, "task-known", "The job's task is known",

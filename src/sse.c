@@ -667,6 +667,7 @@ static void assemble_anthropic(struct assembly *a, const char *type, const cJSON
             free(a->texts[i].buf);
         a->n_texts = 0;
         cJSON_Delete(a->out);
+        a->content = NULL; /* it was in the answer just freed */
         a->out = cJSON_Duplicate(member(d, "message"), 1);
         if (!a->out) {
             a->oom = 1;
@@ -715,7 +716,7 @@ static void assemble_anthropic(struct assembly *a, const char *type, const cJSON
             a->unknown = 1; /* a start that gave an input and deltas that give it again */
         else {
             if (k == 3 && !cJSON_IsString(member(b, "input")))
-                cJSON_ReplaceItemInObjectCaseSensitive(b, "input", cJSON_CreateString(""));
+                set_member(a, b, "input", &(cJSON){.type = cJSON_String, .valuestring = ""});
             append_text(a, b, kinds[k].member, member(delta, kinds[k].field)->valuestring);
         }
     } else if (strcmp(type, "message_delta") == 0) {
@@ -752,7 +753,8 @@ static int tool_inputs(cJSON *content)
         cJSON *in = cJSON_GetObjectItemCaseSensitive(b, "input");
         if (!cJSON_IsString(in))
             continue;
-        cJSON *v = *in->valuestring ? cJSON_Parse(in->valuestring) : cJSON_CreateObject();
+        cJSON *v = *in->valuestring ? cJSON_ParseWithOpts(in->valuestring, NULL, 1)
+                                    : cJSON_CreateObject();
         if (!cJSON_IsObject(v)) {
             cJSON_Delete(v);
             return -1;
@@ -803,7 +805,7 @@ char *sse_assemble(enum sse_format f, const char *body, size_t len, size_t *out_
     if (each_event(body, len, on_assembly_event, NULL, &a, NULL) < 0)
         a.oom = 1;
     settle_texts(&a);
-    if (a.content && tool_inputs(a.content) < 0)
+    if (a.out && !a.oom && a.content && tool_inputs(a.content) < 0)
         a.unknown = 1;
     char *out = a.out && !a.oom && !a.unknown ? cJSON_PrintUnformatted(a.out) : NULL;
     cJSON_Delete(a.out);

@@ -525,10 +525,11 @@ int store_intake_batch(struct db *db, struct store_intake_item *const *items, si
     /* Committed: each row answers for itself. Not (a bad row aborted the batch, the database
      * refused it, or — connection lost — the commit's fate is unknown): each row alone, with the
      * same function, which also tells a committed row by the id it proposed. Once a row alone
-     * finds the database unreachable, the rest are answered so at once (503: the client's retry
+     * finds no connection to be had, the rest are answered so at once (503: the client's retry
      * under its key finds a row that did commit): each would try two connections of up to
      * DB_CONNECT_TIMEOUT_S, and a batch of 64 held its writer — and every intake queued behind
-     * it — for minutes while the database was silent. */
+     * it — for minutes while the database was silent. An error the server answered (on Citus, a
+     * worker of another tenant's shard gone) stops nothing: each row is still tried. */
     int down = 0;
     for (size_t i = 0; i < n; i++) {
         items[i]->created = 0;
@@ -538,7 +539,8 @@ int store_intake_batch(struct db *db, struct store_intake_item *const *items, si
             items[i]->err = STORE_EUNAVAIL;
         else
             down = (items[i]->err = store_intake(db, &items[i]->q, &items[i]->job,
-                                                 &items[i]->created)) == STORE_EUNAVAIL;
+                                                 &items[i]->created)) == STORE_EUNAVAIL &&
+                   !db_connected(db);
     }
     free(ps);
     free(rows);
@@ -749,14 +751,18 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
 #define XSTR(x) STR_(x)
 /* A list page's rows up to the first past JOBPAGE_BODY_BYTES of result bodies (jobpage.h), in the
  * page's order: each row's window sums the bodies before its predecessor, so the row past the
- * bound is answered (has_more) and those after it are never read out of the database. cols: the
- * select list, over alias o; from: the page's rows, already limited, as o (a window before the
- * LIMIT would read the whole history). */
-#define PAGE_ORDER "ORDER BY o.created_at DESC, o.id DESC"
-#define PAGE_CUT(cols, from)                                                                       \
-    "SELECT * FROM (SELECT " cols ", sum(coalesce(octet_length(o.resp_body), 0)) OVER ("           \
-    PAGE_ORDER " ROWS BETWEEN UNBOUNDED PRECEDING AND 2 PRECEDING) AS page_cut, "                  \
-    "row_number() OVER (" PAGE_ORDER ") AS page_pos FROM " from ") z "                             \
+ * bound is answered (has_more) and those after it are never read out of the database. page: a
+ * statement whose rows are the page, already limited (a window before the LIMIT would read the
+ * whole history), each a job's columns, its tenant's name (NULL in a tenant's own list: the
+ * column after the job's is read as the operator's tenant) and PAGE_KEYS. */
+#define PAGE_KEYS(a)                                                                               \
+    ", " a ".created_at AS page_at, " a ".id AS page_id, "                                         \
+    "coalesce(octet_length(" a ".resp_body), 0) AS page_len"
+#define PAGE_ORDER "ORDER BY x.page_at DESC, x.page_id DESC"
+#define PAGE_CUT(page)                                                                             \
+    "SELECT * FROM (SELECT x.*, sum(x.page_len) OVER (" PAGE_ORDER                                 \
+    " ROWS BETWEEN UNBOUNDED PRECEDING AND 2 PRECEDING) AS page_cut, "                             \
+    "row_number() OVER (" PAGE_ORDER ") AS page_pos FROM (" page ") x) z "                        \
     "WHERE coalesce(z.page_cut, 0) < " XSTR(JOBPAGE_BODY_BYTES) " ORDER BY z.page_pos"
 
 /* The tenant's jobs, newest first: (created_at, id) before the cursor ($3, $4; 'infinity' and
@@ -773,22 +779,21 @@ static int each_job(struct db *db, const struct db_stmt *s, const struct param *
 static const struct db_stmt jobs_list = {
     .rerun_safe = 1,
     .name = "jobs_list",
-    .sql = PAGE_CUT("0, " JOB_COLS("o"),
-                    "(SELECT * FROM (" JOBS_IN_STATE("prepared") " UNION ALL "
-                    JOBS_IN_STATE("sending") " UNION ALL " JOBS_IN_STATE("accepted")
-                    " UNION ALL " JOBS_IN_STATE("unknown") " UNION ALL "
-                    JOBS_IN_STATE("review") " UNION ALL " JOBS_IN_STATE("completed")
-                    " UNION ALL " JOBS_IN_STATE("failed") " UNION ALL "
-                    JOBS_IN_STATE("canceled") ") u ORDER BY u.created_at DESC, u.id DESC "
-                    "LIMIT $5) o"),
+    .sql = PAGE_CUT("SELECT 0, " JOB_COLS("o") ", NULL::text" PAGE_KEYS("o") " FROM ("
+                    JOBS_IN_STATE("prepared") " UNION ALL " JOBS_IN_STATE("sending")
+                    " UNION ALL " JOBS_IN_STATE("accepted") " UNION ALL "
+                    JOBS_IN_STATE("unknown") " UNION ALL " JOBS_IN_STATE("review")
+                    " UNION ALL " JOBS_IN_STATE("completed") " UNION ALL "
+                    JOBS_IN_STATE("failed") " UNION ALL " JOBS_IN_STATE("canceled")
+                    ") o ORDER BY o.created_at DESC, o.id DESC LIMIT $5"),
     .params = DB_PARAMS("tenant_id", "provider", "before_at", "before_id", "limit"),
 };
 static const struct db_stmt jobs_in_state = {
     .rerun_safe = 1,
     .name = "jobs_in_state",
-    .sql = PAGE_CUT("0, " JOB_COLS("o"),
-                    "(SELECT * FROM operations o WHERE " JOBS_PAGE_WHERE "AND o.state = $5 "
-                    "ORDER BY o.created_at DESC, o.id DESC LIMIT $6) o"),
+    .sql = PAGE_CUT("SELECT 0, " JOB_COLS("o") ", NULL::text" PAGE_KEYS("o")
+                    " FROM operations o WHERE " JOBS_PAGE_WHERE "AND o.state = $5 "
+                    "ORDER BY o.created_at DESC, o.id DESC LIMIT $6"),
     .params = DB_PARAMS("tenant_id", "provider", "before_at", "before_id", "state", "limit"),
 };
 static const struct db_stmt jobs_by_key = {
@@ -1276,6 +1281,9 @@ static const struct db_stmt budget_set = {
     " max_inflight, day, day_micros, month, month_micros, updated_at) "
     "SELECT $1, c.cur, c.dl, c.ml, c.mi, c.day, s.day_micros, c.month, "
     " s.month_micros, c.at FROM c, s "
+    /* A limit kept across a change of currency would be the old amount in the new unit. */
+    "WHERE NOT (c.cur IS DISTINCT FROM " BUDGET_NOW("currency") " AND " BUDGET_NOW("currency")
+    " IS NOT NULL AND ($6::boolean OR $7::boolean)) "
     "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
     " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "
     " day_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
@@ -1334,9 +1342,9 @@ int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
                &r);
     if (e < 0)
         return e;
-    if (PQntuples(r) != 1) {
+    if (PQntuples(r) != 1) { /* the tenant exists (read above): the currency changes alone */
         PQclear(r);
-        return STORE_ENOTFOUND;
+        return STORE_ECONFLICT;
     }
     snprintf(b->currency, sizeof(b->currency), "%s", PQgetvalue(r, 0, 0));
     b->day_limit = atoll(PQgetvalue(r, 0, 1));
@@ -1632,17 +1640,16 @@ int store_gauges(struct db *db, void (*cb)(const char *kind, const char *name, d
  * and the join of the page back to its rows): one statement that each shard runs with its own
  * ORDER BY … LIMIT, merged by the coordinator. */
 #define ADMIN_PAGE_DISTRIBUTED(also)                                                               \
-    PAGE_CUT("0, " JOB_COLS("o") ", o.name",                                                       \
-             "(SELECT o.*, t.name FROM operations o JOIN tenants t ON t.id = o.tenant_id "         \
+    PAGE_CUT("SELECT 0, " JOB_COLS("o") ", t.name" PAGE_KEYS("o") " FROM operations o "            \
+             "JOIN tenants t ON t.id = o.tenant_id "                                               \
              "WHERE " ADMIN_PAGE_WHERE "AND ($1::text IS NULL OR t.name = $1) " also              \
-             "ORDER BY o.created_at DESC, o.id DESC LIMIT $5) o")
+             "ORDER BY o.created_at DESC, o.id DESC LIMIT $5")
 #define ADMIN_PAGE(per_tenant)                                                                     \
-    PAGE_CUT("0, " JOB_COLS("o") ", o.name",                                                       \
-             "(SELECT o.*, p.name FROM (SELECT k.tenant_id, k.id, k.created_at, t.name "           \
-             "FROM tenants t CROSS JOIN LATERAL (" per_tenant ") k "                               \
+    PAGE_CUT("SELECT 0, " JOB_COLS("o") ", p.name" PAGE_KEYS("o") " FROM (SELECT k.tenant_id, "    \
+             "k.id, k.created_at, t.name FROM tenants t CROSS JOIN LATERAL (" per_tenant ") k "    \
              "WHERE ($1::text IS NULL OR t.name = $1) "                                            \
              "ORDER BY k.created_at DESC, k.id DESC LIMIT $5) p "                                  \
-             "JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.id) o")
+             "JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.id")
 static const struct db_stmt admin_jobs_list = {
     .rerun_safe = 1,
     .name = "admin_jobs_list",
@@ -1669,14 +1676,14 @@ static const struct db_stmt admin_jobs_in_state = {
 static const struct db_stmt admin_jobs_by_key = {
     .rerun_safe = 1,
     .name = "admin_jobs_by_key",
-    .sql = PAGE_CUT("0, " JOB_COLS("o") ", o.name",
-                    "(SELECT o.*, t.name FROM tenants t JOIN operations o "
+    .sql = PAGE_CUT("SELECT 0, " JOB_COLS("o") ", t.name" PAGE_KEYS("o")
+                    " FROM tenants t JOIN operations o "
                     "ON o.tenant_id = t.id AND o.idempotency_key = $6 "
                     "WHERE ($1::text IS NULL OR t.name = $1) "
                     "AND ($2::text IS NULL OR o.provider = $2) "
                     "AND (o.created_at, o.id) < ($3::timestamptz, $4::text) "
                     "AND ($7::text IS NULL OR o.state = $7) "
-                    "ORDER BY o.created_at DESC, o.id DESC LIMIT $5) o"),
+                    "ORDER BY o.created_at DESC, o.id DESC LIMIT $5"),
     .params = DB_PARAMS("tenant", "provider", "before_at", "before_id", "limit", "key", "state"),
 };
 
@@ -1830,11 +1837,51 @@ int store_admin_jobs_page(struct db *db, const struct store_admin_jobs_query *q,
     return rows < 0 ? rows : STORE_OK;
 }
 
+/* The CLI's list: pages of the operator's statement, each cut by its limit or by its result
+ * bodies (jobpage.h), followed by their cursor until `limit` jobs were given or none is left. */
+struct list_run {
+    void (*cb)(const struct store_job *, void *);
+    void *arg;
+    int left, n, more;
+    size_t bytes;
+    char at[40], id[72];
+};
+
+static void list_run_row(const struct store_job *j, void *arg)
+{
+    struct list_run *l = arg;
+    if (l->more || jobpage_past(l->n, l->left, l->bytes)) {
+        l->more = 1;
+        return;
+    }
+    l->n++;
+    l->bytes += j->resp_body_len;
+    snprintf(l->at, sizeof(l->at), "%s", j->created_at ? j->created_at : "");
+    snprintf(l->id, sizeof(l->id), "%s", j->id);
+    l->cb(j, l->arg);
+}
+
 int store_admin_jobs_list(struct db *db, const char *state, const char *provider, int limit,
                           void (*cb)(const struct store_job *, void *), void *arg)
 {
-    struct store_admin_jobs_query q = {.state = state, .provider = provider, .limit = limit};
-    return store_admin_jobs_page(db, &q, cb, arg);
+    struct list_run l = {.cb = cb, .arg = arg, .left = limit};
+    while (l.left > 0) {
+        struct store_admin_jobs_query q = {.state = state,
+                                           .provider = provider,
+                                           .limit = l.left + 1,
+                                           .before_at = l.at[0] ? l.at : NULL,
+                                           .before_id = l.id[0] ? l.id : NULL};
+        l.n = 0;
+        l.more = 0;
+        l.bytes = 0;
+        int e = store_admin_jobs_page(db, &q, list_run_row, &l);
+        if (e < 0)
+            return e;
+        l.left -= l.n;
+        if (!l.more || !l.n)
+            break;
+    }
+    return STORE_OK;
 }
 
 int store_admin_overview(struct db *db,

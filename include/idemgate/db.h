@@ -149,6 +149,10 @@ struct param p_null(const char *name);
 
 struct pg_result;
 
+/* Whether db holds a connection that is up (after a statement failed: the database could not be
+ * reached, rather than a server that answered with an error). */
+int db_connected(const struct db *db);
+
 /* Runs s with the parameters given (each of s->params bound exactly once, in any order). On
  * success *out holds the result (the caller PQclears it). */
 __attribute__((warn_unused_result)) int db_run(struct db *db, const struct db_stmt *s,

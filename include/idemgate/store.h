@@ -379,7 +379,8 @@ struct store_budget {
     long long day_limit, month_limit, max_inflight;
 };
 /* Sets a tenant's budget (*b: what is given; on return, the budget as stored);
- * STORE_ENOTFOUND without such a tenant. store_budget_clear removes it (STORE_ENOTFOUND when
+ * STORE_ENOTFOUND without such a tenant; STORE_ECONFLICT when the currency changes and an amount
+ * limit is kept (it would be the old amount in the new unit). store_budget_clear removes it (STORE_ENOTFOUND when
  * there was none). */
 __attribute__((warn_unused_result)) int store_budget_set(struct db *db, const char *tenant,
                                                          struct store_budget *b);

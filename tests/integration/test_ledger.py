@@ -219,6 +219,11 @@ def test_a_budget_update_keeps_what_it_leaves_out(database_url, psql):
                 f"WHERE t.name = '{name}'") == [["EUR", "50000000", "100000000", "3"]]
     assert budget("--month", "none") == \
         f"budget of {name}: EUR 50.000000 a day, no limit a month, 3 in flight"
+    # A change of currency keeps no amount: 50 EUR would become 50 of the new unit.
+    out = cli(database_url, "tenant", "budget", name, "--currency", "JPY", "--day", "5000")
+    assert out.returncode == 2 and "--month" in out.stderr, out
+    assert budget("--currency", "JPY", "--day", "5000", "--month", "none") == \
+        f"budget of {name}: JPY 5000.000000 a day, no limit a month, 3 in flight"
     other, _ = new_tenant(database_url)
     out = cli(database_url, "tenant", "budget", other, "--day", "1")
     assert out.stdout.strip() == f"budget of {other}: USD 1.000000 a day, no limit a month, " \
