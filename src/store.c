@@ -1281,9 +1281,6 @@ static const struct db_stmt budget_set = {
     " max_inflight, day, day_micros, month, month_micros, updated_at) "
     "SELECT $1, c.cur, c.dl, c.ml, c.mi, c.day, s.day_micros, c.month, "
     " s.month_micros, c.at FROM c, s "
-    /* A limit kept across a change of currency would be the old amount in the new unit. */
-    "WHERE NOT (c.cur IS DISTINCT FROM " BUDGET_NOW("currency") " AND " BUDGET_NOW("currency")
-    " IS NOT NULL AND ($6::boolean OR $7::boolean)) "
     "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
     " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "
     " day_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "
@@ -1299,6 +1296,12 @@ static const struct db_stmt budget_set = {
     " coalesce(max_inflight, -1)",
     .params = DB_PARAMS("tenant_id", "currency", "day_limit", "month_limit", "max_inflight",
                         "keep_day", "keep_month", "keep_inflight"),
+};
+static const struct db_stmt budget_currency = {
+    .rerun_safe = 1,
+    .name = "budget_currency",
+    .sql = "SELECT currency FROM tenant_budgets WHERE tenant_id = $1",
+    .params = DB_PARAMS("tenant_id"),
 };
 static const struct db_stmt budget_clear = {
     .name = "budget_clear",
@@ -1328,6 +1331,16 @@ int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
     if (e < 0)
         return e;
     PGresult *r;
+    /* A limit kept across a change of currency would be the old amount in the new unit. */
+    if (b->currency[0] &&
+        (b->day_limit == STORE_BUDGET_KEEP || b->month_limit == STORE_BUDGET_KEEP)) {
+        if ((e = db_run(db, &budget_currency, DB_ARGS(p_int("tenant_id", id)), &r)) < 0)
+            return e;
+        int changes = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), b->currency) != 0;
+        PQclear(r);
+        if (changes)
+            return STORE_ECONFLICT;
+    }
     e = db_run(db, &budget_set,
                DB_ARGS(p_int("tenant_id", id),
                        b->currency[0] ? p_text("currency", b->currency) : p_null("currency"),
@@ -1342,9 +1355,9 @@ int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
                &r);
     if (e < 0)
         return e;
-    if (PQntuples(r) != 1) { /* the tenant exists (read above): the currency changes alone */
+    if (PQntuples(r) != 1) {
         PQclear(r);
-        return STORE_ECONFLICT;
+        return STORE_ENOTFOUND;
     }
     snprintf(b->currency, sizeof(b->currency), "%s", PQgetvalue(r, 0, 0));
     b->day_limit = atoll(PQgetvalue(r, 0, 1));
