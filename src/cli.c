@@ -445,18 +445,20 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         enum op_state next = st_resolve_target((enum st_resolution)what,
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
-        /* As POST /v1/jobs/ID/resolve: `absent` only on a job read in review, whose remote id
-         * cannot change before the write. */
-        int refused = (what == RES_ABSENT && j.state != ST_REVIEW && !j.resolution) ||
-                      (j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
-                       st_resend_refused((enum st_resolution)what, next, 1,
-                                         has_flag(argc, argv, 3, resolve_opts, "--force")));
-        int reviewed = j.state == ST_REVIEW;
-        store_job_fini(&j);
-        if (refused && !reviewed) {
-            fprintf(stderr, "idemgate: %s is not in review\n", argv[1]);
+        /* As POST /v1/jobs/ID/resolve: `absent` written only on a job read in review, whose
+         * remote id cannot change before the write. */
+        if (what == RES_ABSENT && j.state != ST_REVIEW) {
+            int same = j.resolution && !strcmp(j.resolution, outcome);
+            printf("%s %s (%s)\n", j.id, st_name(j.state),
+                   same ? "already resolved so" : "not in review");
+            rc = same ? 0 : 1;
+            store_job_fini(&j);
             goto resolved;
         }
+        int refused = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
+                      st_resend_refused((enum st_resolution)what, next, 1,
+                                        has_flag(argc, argv, 3, resolve_opts, "--force"));
+        store_job_fini(&j);
         if (refused) {
             fprintf(stderr, "idemgate: the provider's task for %s was seen (remote id): absent "
                             "would send it again and pay a second task; resolve it found with "

@@ -298,15 +298,13 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     int resend = next == ST_PREPARED && j.state == ST_REVIEW && !j.cancel_requested_at;
     /* Read in review, a job's remote id stays as read until it is resolved (nothing else writes
      * a job in review); read in another state, it may reach review with one before the write:
-     * an `absent` is taken only for a job read in review (a replay of a decision applied
-     * already is answered by the write, as before). */
-    int early = res.what == RES_ABSENT && j.state != ST_REVIEW && !j.resolution;
+     * an `absent` is written only for a job read in review, and answered from the job as read
+     * otherwise (the same decision applied already: a replay; else 409). */
     int known = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
                 st_resend_refused(res.what, next, 1, admin && res.force);
-    if (early) {
+    if (res.what == RES_ABSENT && j.state != ST_REVIEW) {
+        respond_resolved(r, STORE_OK, 0, &j, &res);
         store_job_fini(&j);
-        reply_problem(r, 409, "not-in-review", "Job not in review",
-                      "only a job in state review can be resolved", 0);
         goto done;
     }
     if (known) {

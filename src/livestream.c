@@ -353,20 +353,8 @@ struct ls *ls_open(const char *job_id, size_t max_bytes)
     return s;
 }
 
-struct ls *ls_find(const char *job_id)
-{
-    unsigned b = bucket(job_id);
-    pthread_mutex_lock(&reg_mu);
-    struct ls *s = reg[b];
-    while (s && strcmp(s->job_id, job_id) != 0)
-        s = s->next;
-    if (s)
-        atomic_fetch_add(&s->refs, 1);
-    pthread_mutex_unlock(&reg_mu);
-    return s;
-}
-
-struct ls *ls_attach(const char *job_id)
+/* The registered stream of job_id, referenced, and marked fed when attach. */
+static struct ls *find(const char *job_id, int attach)
 {
     unsigned b = bucket(job_id);
     pthread_mutex_lock(&reg_mu);
@@ -375,10 +363,20 @@ struct ls *ls_attach(const char *job_id)
         s = s->next;
     if (s) {
         atomic_fetch_add(&s->refs, 1);
-        s->attached = 1;
+        s->attached |= attach;
     }
     pthread_mutex_unlock(&reg_mu);
     return s;
+}
+
+struct ls *ls_find(const char *job_id)
+{
+    return find(job_id, 0);
+}
+
+struct ls *ls_attach(const char *job_id)
+{
+    return find(job_id, 1);
 }
 
 static void close_stream(const char *job_id, int unless_attached)
