@@ -700,8 +700,10 @@ const char *intake_step_name(size_t i)
 static void intake_free(void *arg)
 {
     struct intake *in = arg;
-    if (in->ls_new) /* opened, and no job of ours came of it (refused, not recorded) */
-        ls_close(in->job_id);
+    /* Opened, and not handed over: refused, not recorded, or recorded for any replica (this
+     * one's dispatcher may feed it already: then its attempt ends it). */
+    if (in->ls_new)
+        ls_close_unfed(in->job_id);
     if (in->ls) {
         ls_unpark(in->ls, in->r);
         ls_release(in->ls);
