@@ -240,13 +240,14 @@ static const struct db_stmt reconcile_send = {
  * failed on a guess: invariant 8, a failed operation has no task). A terminal state written
  * settles a budgeted operation's budget row; a completed result written with its outputs' archive
  * plan is marked planned and its archive rows inserted. Returns "<decision> <state written>"
- * ("fenced " when fenced). Its moves are declared here and checked before it runs
- * (finish_move_ok).
+ * ("fenced " when fenced). A fenced write records its attempt only while the operation exists
+ * (no foreign key since migration 0030: a result back after its job was deleted leaves nothing).
+ * Its moves are declared here and checked before it runs (finish_move_ok).
  *
  * Two texts of one write. On PostgreSQL, one statement: the update, the settle, the plan and the
  * attempt row as data-modifying CTEs (issue 23: 18 µs of a job's ~175 µs executor time less than
  * the PL/pgSQL function, one client, measured 2026-12-04). On a distributed database, the
- * per-tenant function (migrations 0019–0025), which Citus runs on the tenant's worker: an INSERT
+ * per-tenant function (migrations 0019–0030), which Citus runs on the tenant's worker: an INSERT
  * inside a CTE is never router-planned there. Both write the same rows, column for column
  * (test_group_commit.py::test_the_plain_finish_writes_what_the_function_writes). */
 #define FINISH_PLAIN_SQL                                                                        \
@@ -285,9 +286,11 @@ static const struct db_stmt reconcile_send = {
     "  finished_at, outcome, http_status, curl_code, bytes_sent, decision, error) "             \
     " SELECT $1::bigint, $2::text, $3::bigint, $17::text, to_timestamp($10::float8), "          \
     "  to_timestamp($11::float8), $12::text, $5::integer, $13::integer, $14::bigint, "          \
-    "  coalesce((SELECT $4::text FROM u), 'fenced'), $8::text RETURNING 1) "                    \
+    "  coalesce((SELECT $4::text FROM u), 'fenced'), $8::text "                                \
+    " WHERE EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM operations "                      \
+    "  WHERE tenant_id = $1::bigint AND id = $2::text)) "                                       \
     "SELECT coalesce((SELECT $4::text || ' ' || u.state FROM u), 'fenced '), "                 \
-    " (SELECT string_agg(p.n::text, ',') FROM p WHERE p.born) FROM a"
+    " (SELECT string_agg(p.n::text, ',') FROM p WHERE p.born)"
 #define FINISH_PARAMS                                                                          \
     DB_PARAMS("tenant_id", "id", "lease_version", "state", "http_status", "resp_headers",          \
               "resp_body", "error", "remote_id", "started_at", "finished_at", "outcome",           \

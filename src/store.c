@@ -980,12 +980,12 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
     return e < 0 ? e : n == 1 ? STORE_OK : STORE_ENOTFOUND;
 }
 
-/* Retention (retention.h): terminal operations past their expiry (attempts go with them, ON
- * DELETE CASCADE), webhook deliveries past their redelivery window, and parked hints that never
- * found their operation; at most $1 rows of each, skipping rows another replica's janitor or a
- * worker holds. */
-/* Retention (retention.h), one tenant at a time for operations (their attempts go with them by
- * the foreign key), like every claim (turns.h); then the webhook records, by their keys. */
+/* Retention (retention.h): terminal operations past their expiry, webhook deliveries past their
+ * redelivery window, and parked hints that never found their operation; at most $1 rows of each,
+ * skipping rows another replica's janitor or a worker holds. Operations one tenant at a time,
+ * like every claim (turns.h), each with its attempt rows and its outputs' archive rows in the
+ * same statement (no foreign key cascades since migration 0030); then the webhook records, by
+ * their keys. */
 #define EXPIRED                                                                                    \
     "expires_at < now() AND " JOB_EXPIRY("operations") " < now() "                                   \
     "AND state IN ('completed', 'failed', 'canceled')"
@@ -997,8 +997,12 @@ static const struct db_stmt janitor_due = {
 };
 static const struct db_stmt janitor = {
     .name = "janitor",
-    .sql = "DELETE FROM operations WHERE tenant_id = $2 AND id IN (SELECT id FROM operations "
-    "  WHERE tenant_id = $2 AND " EXPIRED " ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+    .sql = "WITH d AS (DELETE FROM operations WHERE tenant_id = $2 AND id IN (SELECT id "
+    "  FROM operations WHERE tenant_id = $2 AND " EXPIRED " ORDER BY expires_at LIMIT $1 "
+    "  FOR UPDATE SKIP LOCKED) RETURNING id), "
+    "a AS (DELETE FROM attempts WHERE tenant_id = $2 AND operation_id IN (SELECT id FROM d)), "
+    "o AS (DELETE FROM archive_outputs WHERE tenant_id = $2 AND op_id IN (SELECT id FROM d)) "
+    "SELECT count(*) FROM d",
     .params = DB_PARAMS("limit", "tenant_id"),
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
@@ -1035,7 +1039,7 @@ static int janitor_tenant(struct db *db, long long tenant, void *arg)
     int e = db_run_number(db, &janitor,
                           DB_ARGS(p_int("limit", j->limit - j->deleted),
                                   p_int("tenant_id", tenant)),
-                          DB_ROWS, &n);
+                          DB_VALUE, &n);
     if (e < 0)
         return e;
     j->deleted += n;
@@ -1061,8 +1065,8 @@ int store_janitor(struct db *db, int limit, long long deleted[3])
 }
 
 /* The hook for the archive: of the sha256s given (the archive's objects), those that no
- * remaining operation names — neither its archived outputs (archive_outputs, whose rows go with
- * their operation) nor its stored upload (the
+ * remaining operation names — neither its archived outputs (archive_outputs, whose rows the
+ * janitor deletes with their operation) nor its stored upload (the
  * table of a body whose large parts are in the store, upload.h: "idemgate-upload/1\n" then
  * "<offset> <size> <sha256>\n" lines, at most MP_MAX_PARTS of them, so within its first 16 KiB).
  * A job that may still be sent or resent keeps its row, hence its objects. */

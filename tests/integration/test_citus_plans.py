@@ -53,6 +53,8 @@ STEPS = {
     "archive_finish": [T, "job_x", 0, 1, "archived", None, 0, None, None, None, None, None],
     "archive_job_outputs": [T, "job_x"],
     "archive_output_get": [T, "job_x", 0],
+    # retention: a tenant's expired jobs with their attempt and archive rows (migration 0030)
+    "janitor": [10, T],
 }
 
 

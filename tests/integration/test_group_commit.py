@@ -627,6 +627,11 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     assert row("p_fenced")[0][0] == "sending" and attempts("p_fenced")[0][8] == "fenced"
     assert len(archive("p_done")) == 2 and row("p_done")[0][15] == "12"
     assert row("p_canceled")[0][0] == "failed" and row("p_canceled_maybe")[0][0] == "unknown"
+    # A result that comes back after its job was deleted (retention) is fenced and leaves no
+    # attempt row behind: no foreign key refuses it since migration 0030, so both texts check.
+    for sql, op_id in ((plain, "p_gone"), (function, "f_gone")):
+        assert [r[:1] for r in run(sql, op_id, {})] == [["fenced "]], sql
+        assert attempts(op_id) == [] and archive(op_id) == [], sql
 
     # Born claims (plain statement only): the URL output whose plan entry names an owner is
     # inserted under that owner's lease (fencing token 1, one attempt counted, the lease's length

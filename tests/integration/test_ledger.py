@@ -395,6 +395,9 @@ def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, da
     tag = uuid.uuid4().hex[:8]
     ids = ",".join(f"'{i}'" for i in done + [live])
     assert int(psql(f"SELECT count(*) FROM attempts WHERE operation_id IN ({ids})")[0][0]) >= 3
+    # Their outputs' archive rows go with them too (the janitor's own deletes since migration
+    # 0030 dropped the foreign keys' cascade).
+    assert int(psql(f"SELECT count(*) FROM archive_outputs WHERE op_id IN ({ids})")[0][0]) >= 3
     psql(f"UPDATE operations SET expires_at = now() - interval '1 hour' WHERE id IN ({ids})")
     psql(f"INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
          f"SELECT 'mock-images', '{tag}-' || g, 'r', now() - interval '1 minute' "
@@ -409,10 +412,11 @@ def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, da
         rows = psql(
             f"SELECT (SELECT count(*) FROM operations WHERE id IN ({ids}) AND id <> '{live}'), "
             f"(SELECT count(*) FROM attempts WHERE operation_id IN ({ids})), "
+            f"(SELECT count(*) FROM archive_outputs WHERE op_id IN ({ids})), "
             f"(SELECT count(*) FROM webhook_events WHERE event_id LIKE '{tag}-%' "
             f" AND event_id <> '{tag}-fresh'), "
             f"(SELECT count(*) FROM webhook_parked WHERE remote_id LIKE '{tag}-%')")
-        return rows == [["0", "0", "0", "0"]]
+        return rows == [["0", "0", "0", "0", "0"]]
 
     assert wait_until(gone, 30), psql(
         f"SELECT id, state, expires_at < now() FROM operations WHERE id IN ({ids})")
