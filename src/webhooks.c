@@ -21,30 +21,44 @@ static const char *req_header(const char *name, void *arg)
     return hs_req_header(arg, name);
 }
 
+/* The database's clock, read for a delivery whose signature verified (wh_clock_fn). */
+struct db_clock {
+    struct hs_req *r;
+    int err;
+};
+
+static int db_clock(void *ctx, long long *now)
+{
+    struct db_clock *c = ctx;
+    return (c->err = store_db_now(api_db(c->r), now)) < 0 ? -1 : 0;
+}
+
 /* Whether the delivery's signature verifies under the provider's scheme: 0 or -1. A signed
- * timestamp is judged by the database's clock; when it cannot be read, -1 and *store_err holds
- * the store error (the delivery is neither accepted nor refused). */
+ * timestamp is judged by the database's clock, read only once the signature verified (a
+ * delivery nobody signed costs no round trip to the database); when it cannot be read, -1 and
+ * *store_err holds the store error (the delivery is neither accepted nor refused). */
 static int verify(struct hs_req *r, const struct cfg_provider *p, const char *body, size_t len,
                   int *store_err)
 {
     const char *secret = p->webhook_secret_env ? getenv(p->webhook_secret_env) : NULL;
-    long long now = 0;
-    *store_err = 0;
+    struct db_clock c = {r, 0};
+    int v = -1;
     switch (p->webhook_verify) {
     case WHV_STANDARD_WEBHOOKS:
-        if ((*store_err = store_db_now(api_db(r), &now)) < 0)
-            return -1;
-        return wh_verify_standard(req_header, r, body, len, secret, now);
+        v = wh_verify_standard_at(req_header, r, body, len, secret, db_clock, &c);
+        break;
     case WHV_HMAC_SHA256_HEX:
-        return wh_verify_hmac_hex(req_header, r, p->webhook_signature_header, body, len, secret);
+        v = wh_verify_hmac_hex(req_header, r, p->webhook_signature_header, body, len, secret);
+        break;
     case WHV_ED25519:
-        if ((*store_err = store_db_now(api_db(r), &now)) < 0)
-            return -1;
-        return wh_verify_ed25519(req_header, r, body, len, secret, now);
+        v = wh_verify_ed25519_at(req_header, r, body, len, secret, db_clock, &c);
+        break;
     case WHV_NONE:
-        return 0;
+        v = 0;
+        break;
     }
-    return -1;
+    *store_err = v == WH_ECLOCK ? c.err : 0;
+    return v < 0 ? -1 : 0;
 }
 
 /* What a delivery says, copied out of its body and headers. */

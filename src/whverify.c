@@ -42,15 +42,46 @@ int wh_timestamp_fresh(const char *ts, long long now)
     return t >= now - WH_TOLERANCE_S && t <= now + WH_TOLERANCE_S;
 }
 
+static int fixed_clock(void *ctx, long long *now)
+{
+    *now = *(const long long *)ctx;
+    return 0;
+}
+
+/* A signature that verified: its timestamp judged by the clock, read only now. */
+static int signed_at(const char *ts, wh_clock_fn clock, void *clock_ctx)
+{
+    long long now;
+    if (clock(clock_ctx, &now) < 0)
+        return WH_ECLOCK;
+    return wh_timestamp_fresh(ts, now) ? 0 : -1;
+}
+
+/* A timestamp that cannot be fresh at any time: what wh_timestamp_fresh refuses whatever the
+ * clock (not one decimal number of a long long). */
+static int ts_malformed(const char *ts)
+{
+    char *end;
+    errno = 0;
+    (void)strtoll(ts, &end, 10);
+    return !*ts || *end != '\0' || errno == ERANGE;
+}
+
 int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len,
                        const char *secret, long long now)
+{
+    return wh_verify_standard_at(hdr, arg, body, len, secret, fixed_clock, &now);
+}
+
+int wh_verify_standard_at(wh_header_fn hdr, void *arg, const char *body, size_t len,
+                          const char *secret, wh_clock_fn clock, void *clock_ctx)
 {
     const char *id = hdr("webhook-id", arg);
     const char *ts = hdr("webhook-timestamp", arg);
     const char *sigs = hdr("webhook-signature", arg);
     unsigned char key[256], mac[EVP_MAX_MD_SIZE];
     unsigned int mac_len = 0;
-    if (!id || !ts || !sigs || !secret || !wh_timestamp_fresh(ts, now))
+    if (!id || !ts || !sigs || !secret || ts_malformed(ts))
         return -1;
     if (strncmp(secret, "whsec_", 6) == 0)
         secret += 6;
@@ -87,7 +118,7 @@ int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len
         if (n > 3 && strncmp(p, "v1,", 3) == 0) {
             int glen = b64_decode(p + 3, n - 3, got, sizeof(got));
             if (glen == (int)mac_len && crypto_ct_equal(got, mac, mac_len))
-                return 0;
+                return signed_at(ts, clock, clock_ctx);
         }
         p += n;
     }
@@ -137,12 +168,18 @@ int wh_verify_hmac_hex(wh_header_fn hdr, void *arg, const char *header, const ch
 int wh_verify_ed25519(wh_header_fn hdr, void *arg, const char *body, size_t len,
                       const char *public_key_b64, long long now)
 {
+    return wh_verify_ed25519_at(hdr, arg, body, len, public_key_b64, fixed_clock, &now);
+}
+
+int wh_verify_ed25519_at(wh_header_fn hdr, void *arg, const char *body, size_t len,
+                         const char *public_key_b64, wh_clock_fn clock, void *clock_ctx)
+{
     const char *rid = hdr("X-Fal-Webhook-Request-Id", arg);
     const char *uid = hdr("X-Fal-Webhook-User-Id", arg);
     const char *ts = hdr("X-Fal-Webhook-Timestamp", arg);
     const char *sig = hdr("X-Fal-Webhook-Signature", arg);
     unsigned char pub[48], sigb[64];
-    if (!rid || !uid || !ts || !sig || !public_key_b64 || !wh_timestamp_fresh(ts, now))
+    if (!rid || !uid || !ts || !sig || !public_key_b64 || ts_malformed(ts))
         return -1;
     if (b64_decode(public_key_b64, strlen(public_key_b64), pub, sizeof(pub)) != 32 ||
         hex_decode(sig, strlen(sig), sigb, sizeof(sigb)) != 64)
@@ -161,5 +198,5 @@ int wh_verify_ed25519(wh_header_fn hdr, void *arg, const char *body, size_t len,
     EVP_MD_CTX_free(ctx);
     EVP_PKEY_free(key);
     free(msg);
-    return ok ? 0 : -1;
+    return ok ? signed_at(ts, clock, clock_ctx) : -1;
 }

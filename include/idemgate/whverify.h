@@ -18,11 +18,21 @@ int wh_timestamp_fresh(const char *ts, long long now);
 /* Returns the value of a request header (case-insensitive name), or NULL. */
 typedef const char *(*wh_header_fn)(const char *name, void *arg);
 
+/* The clock a signed timestamp is judged by (the database's): 0 and *now, or -1 when it cannot
+ * be read. The *_at verifiers read it only once the signature verified, so a delivery nobody
+ * signed costs no read of it (a database round trip); they answer 0, -1 (refused) or WH_ECLOCK
+ * (the signature verified, the clock could not be read: neither accepted nor refused). The
+ * verifiers without _at take the clock's value. */
+typedef int (*wh_clock_fn)(void *ctx, long long *now);
+#define WH_ECLOCK (-2)
+
 /* Standard Webhooks: HMAC-SHA256 over "{webhook-id}.{webhook-timestamp}.{body}" with the
  * base64-decoded part of a "whsec_…" secret; `webhook-signature` holds space-separated
  * "v1,<base64>" entries, any of which may match. 0 when valid, -1 otherwise. */
 int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len,
                        const char *secret, long long now);
+int wh_verify_standard_at(wh_header_fn hdr, void *arg, const char *body, size_t len,
+                          const char *secret, wh_clock_fn clock, void *clock_ctx);
 
 /* Hex HMAC-SHA256 of the raw body in `header` (an optional "sha256=" prefix is accepted). */
 int wh_verify_hmac_hex(wh_header_fn hdr, void *arg, const char *header, const char *body,
@@ -33,5 +43,7 @@ int wh_verify_hmac_hex(wh_header_fn hdr, void *arg, const char *header, const ch
  * key in base64. */
 int wh_verify_ed25519(wh_header_fn hdr, void *arg, const char *body, size_t len,
                       const char *public_key_b64, long long now);
+int wh_verify_ed25519_at(wh_header_fn hdr, void *arg, const char *body, size_t len,
+                         const char *public_key_b64, wh_clock_fn clock, void *clock_ctx);
 
 #endif

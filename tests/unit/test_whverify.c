@@ -87,6 +87,19 @@ static void test_hmac_hex(void **state)
                      -1);
 }
 
+struct counting_clock {
+    long long now;
+    int fails, reads;
+};
+
+static int counting_clock(void *ctx, long long *now)
+{
+    struct counting_clock *c = ctx;
+    c->reads++;
+    *now = c->now;
+    return c->fails ? -1 : 0;
+}
+
 static void test_ed25519(void **state)
 {
     (void)state;
@@ -112,6 +125,16 @@ static void test_ed25519(void **state)
     assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), pk, 1700000000), 0);
     assert_int_equal(wh_verify_ed25519(lookup, &h, "{}", 2, pk, 1700000000), -1);
     assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), pk, 1700000000 + 301), -1);
+    /* The clock is read only for a signature that verified (test_the_clock_is_read_only_…). */
+    struct counting_clock c = {1700000000, 1, 0};
+    assert_int_equal(wh_verify_ed25519_at(lookup, &h, "{}", 2, pk, counting_clock, &c), -1);
+    assert_int_equal(c.reads, 0);
+    assert_int_equal(wh_verify_ed25519_at(lookup, &h, BODY, strlen(BODY), pk, counting_clock, &c),
+                     WH_ECLOCK);
+    assert_int_equal(c.reads, 1);
+    c.fails = 0;
+    assert_int_equal(wh_verify_ed25519_at(lookup, &h, BODY, strlen(BODY), pk, counting_clock, &c),
+                     0);
     h.values[0] = "req_2";
     assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), pk, 1700000000), -1);
     EVP_MD_CTX_free(mc);
@@ -163,6 +186,50 @@ static void test_timestamp_tolerance(void **state)
                      -1);
 }
 
+/* The clock (the database's, a round trip) is read only once a signature verified: a delivery
+ * nobody signed, signed wrongly or with a malformed timestamp costs no read. Rows: headers and
+ * body, whether the clock can be read, the answer, how many times the clock was read. */
+struct clock_case {
+    const char *id, *ts, *sig, *body;
+    int clock_fails;
+    int want, reads;
+};
+
+static const struct clock_case clock_cases[] = {
+    {"msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", SIG, BODY, 0, 0, 1},
+    {"msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", SIG, BODY, 1, WH_ECLOCK, 1},
+    {"msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", SIG, "{}", 0, -1, 0},
+    {"msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", SIG, "{}", 1, -1, 0},
+    {"msg_other", "1614265330", SIG, BODY, 1, -1, 0},
+    {"msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", "v1,AAAA", BODY, 1, -1, 0},
+    {"msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330x", SIG, BODY, 1, -1, 0},
+    {"msg_p5jXN8AQM9LWM0D4loKWxJek", "99999999999999999999", SIG, BODY, 1, -1, 0},
+    {NULL, "1614265330", SIG, BODY, 1, -1, 0},
+};
+
+static void test_the_clock_is_read_only_for_a_verified_signature(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(clock_cases) / sizeof(clock_cases[0]); i++) {
+        const struct clock_case *k = &clock_cases[i];
+        struct hdrs h = {{"webhook-id", "webhook-timestamp", "webhook-signature"},
+                         {k->id, k->ts, k->sig}};
+        struct counting_clock c = {TS, k->clock_fails, 0};
+        int got = wh_verify_standard_at(lookup, &h, k->body, strlen(k->body), SECRET,
+                                        counting_clock, &c);
+        if (got != k->want || c.reads != k->reads)
+            fail_msg("case %zu: answered %d with %d reads, want %d with %d", i, got, c.reads,
+                     k->want, k->reads);
+    }
+    /* A verified signature whose timestamp the clock finds stale: refused, the clock read once. */
+    struct hdrs h = {{"webhook-id", "webhook-timestamp", "webhook-signature"},
+                     {"msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", SIG}};
+    struct counting_clock c = {TS + WH_TOLERANCE_S + 1, 0, 0};
+    assert_int_equal(
+        wh_verify_standard_at(lookup, &h, BODY, strlen(BODY), SECRET, counting_clock, &c), -1);
+    assert_int_equal(c.reads, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -170,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_hmac_hex),
         cmocka_unit_test(test_ed25519),
         cmocka_unit_test(test_timestamp_tolerance),
+        cmocka_unit_test(test_the_clock_is_read_only_for_a_verified_signature),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
