@@ -1,5 +1,7 @@
 #include "idemgate/jobview.h"
 
+#include "idemgate/jcs.h"
+
 #include <cjson/cJSON.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -14,17 +16,30 @@ static void add_str(cJSON *o, const char *k, const char *v)
         cJSON_AddNullToObject(o, k);
 }
 
+/* How deep a provider's body may nest to be embedded as is (the configuration's most). */
+#define BODY_MAX_DEPTH 1024
+
+/* Whether bytes are one JSON value by RFC 8259's grammar: what a client's parser takes. cJSON
+ * takes more (`01`, raw control characters in a string): embedded as is, such a body made the
+ * whole job view unreadable to the client's parser, its paid result with it. The strict parse
+ * also refuses a repeated member name, a number past a double's range and invalid UTF-8: such a
+ * body is given in base64 too, never embedded for a client to read one way or another. */
+static int strict_json(const unsigned char *b, size_t n)
+{
+    struct jcs_doc *doc = NULL;
+    if (jcs_parse((const char *)b, n, BODY_MAX_DEPTH, &doc, NULL) != 0)
+        return 0;
+    jcs_doc_free(doc);
+    return 1;
+}
+
 /* The provider's body as JSON when it is JSON (embedded as is, so big numbers and key order
  * survive), otherwise base64. */
 static void add_body(cJSON *result, const struct store_job *j)
 {
     if (!j->resp_body)
         return;
-    const char *end = NULL;
-    cJSON *probe = cJSON_ParseWithLengthOpts((const char *)j->resp_body, j->resp_body_len, &end, 0);
-    int whole = probe && end == (const char *)j->resp_body + j->resp_body_len;
-    cJSON_Delete(probe);
-    if (whole && memchr(j->resp_body, '\0', j->resp_body_len) == NULL) {
+    if (strict_json(j->resp_body, j->resp_body_len)) {
         cJSON_AddItemToObject(result, "body", cJSON_CreateRaw((const char *)j->resp_body));
         return;
     }

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,6 +180,52 @@ static void test_binary_body_blocked_and_unsettled(void **state)
                                         "\"profile\":null,\"polls\":0,\"last_error\":null," LINKS);
 }
 
+/* A provider's body is embedded as is only when it is JSON by RFC 8259's grammar: what cJSON
+ * also takes (a leading zero, a raw control character in a string, a trailing comma) made the
+ * whole view unreadable to a client's parser. Rows: the body, whether it is embedded. */
+struct body_case {
+    const char *body;
+    int embedded;
+};
+
+static const struct body_case body_cases[] = {
+    {"{\"url\":\"https://x/0.png\",\"n\":1}", 1},
+    {"[1, 2.5e3, -0, true, null]", 1},
+    {" {\"a\" : \"\\u00e9\"} ", 1},
+    {"12345678901234567890123", 1}, /* exact: embedded as is, never rounded */
+    {"01", 0},
+    {"{\"a\":\"x\ty\"}", 0}, /* a raw tab in a string */
+    {"{\"a\":1,}", 0},
+    {"[1,]", 0},
+    {"{\"a\":1,\"a\":2}", 0}, /* a repeated name: base64, not one reading of it */
+    {"1e999", 0},
+    {"nul", 0},
+    {"{\"a\":1} x", 0},
+    {"", 0},
+    {"\"\xff\"", 0}, /* invalid UTF-8 */
+};
+
+static void test_a_body_is_embedded_only_when_it_is_strict_json(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(body_cases) / sizeof(body_cases[0]); i++) {
+        struct store_job j = base(ST_COMPLETED);
+        j.resp_status = 200;
+        j.resp_body = (unsigned char *)body_cases[i].body;
+        j.resp_body_len = strlen(body_cases[i].body);
+        char *got = jobview_json(&j);
+        assert_non_null(got);
+        char want[256];
+        snprintf(want, sizeof(want), "\"result\":{\"status\":200,\"body\":%s}",
+                 body_cases[i].body);
+        int embedded = strstr(got, want) != NULL;
+        int b64 = strstr(got, "\"result\":{\"status\":200,\"body_base64\":\"") != NULL;
+        if (embedded != body_cases[i].embedded || b64 == body_cases[i].embedded)
+            fail_msg("case %zu (%s): %s", i, body_cases[i].body, got);
+        free(got);
+    }
+}
+
 /* Every terminal state says so; no other does. */
 static void test_terminal_flag(void **state)
 {
@@ -197,6 +244,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_new_job),
+        cmocka_unit_test(test_a_body_is_embedded_only_when_it_is_strict_json),
         cmocka_unit_test(test_a_completed_job_with_everything),
         cmocka_unit_test(test_a_canceled_job_keeps_its_task_and_cost),
         cmocka_unit_test(test_binary_body_blocked_and_unsettled),
