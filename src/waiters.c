@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-/* The longest the thread sleeps: how late a deadline or a new waiter's first read may be. */
+/* The longest either thread sleeps: how late a deadline or a new waiter's first read may be. */
 #define TICK_MS 50
 /* How often the waiters' clients are checked for having left. */
 #define GONE_CHECK_MS 200
@@ -39,8 +39,8 @@ struct waiters {
     int (*gone)(void *arg); /* whether a waiter's client left (waiters_on_gone) */
     double next_gone_check;
     atomic_int stop; /* closed: no new waiter is taken (set under mu) */
-    pthread_t thread;
-    int running; /* thread is to be joined (touched by the starting/stopping thread only) */
+    pthread_t thread, timer;
+    int running; /* the threads are to be joined (touched by the starting/stopping thread only) */
 };
 
 double waiters_now(void)
@@ -235,9 +235,24 @@ static void *waiters_main(void *arg)
             struct timespec ts = {0, TICK_MS * 1000000L};
             nanosleep(&ts, NULL);
         }
-        wake_expired(w);
     }
     store_db_close(db);
+    return NULL;
+}
+
+/* The deadlines and the clients that left, on a thread of their own: the thread above waits on
+ * the database (its reads, its LISTEN), and a database that stalls (a statement sent to a silent
+ * peer waits up to tcp_user_timeout, a minute) held every wait past its deadline with it. The
+ * database may be unreachable from the start, too: deadlines are kept all the same. */
+static void *timer_main(void *arg)
+{
+    struct waiters *w = arg;
+    (void)pthread_setname_np(pthread_self(), "ig-wait-timer");
+    while (!atomic_load(&w->stop)) {
+        struct timespec ts = {0, TICK_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        wake_expired(w);
+    }
     return NULL;
 }
 
@@ -249,6 +264,13 @@ struct waiters *waiters_start(const struct cfg *cfg)
     w->cfg = cfg;
     pthread_mutex_init(&w->mu, NULL);
     if (pthread_create(&w->thread, NULL, waiters_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return NULL;
+    }
+    if (pthread_create(&w->timer, NULL, timer_main, w) != 0) {
+        atomic_store(&w->stop, 1);
+        pthread_join(w->thread, NULL);
         pthread_mutex_destroy(&w->mu);
         free(w);
         return NULL;
@@ -270,6 +292,7 @@ void waiters_close(struct waiters *w)
     /* Only the shutdown thread closes: nobody else joins. */
     if (w->running) {
         pthread_join(w->thread, NULL);
+        pthread_join(w->timer, NULL);
         w->running = 0;
     }
 }

@@ -44,6 +44,7 @@ class PgProxy:
         self.budget = 0      # faults the random rules may still inject
         self.injected = []   # (time, stmt, mode, committed): mode before | after | delay
         self.statements = {}  # stmt -> Binds seen
+        self.released = []   # stmt of each delayed answer once it reached the gateway
         self.enabled = True
         self.conns = set()
         self._stop = threading.Event()
@@ -220,6 +221,8 @@ class PgProxy:
                                 self._record(st["pending"], "delay", committed)
                                 time.sleep(st["delay"])
                                 client.sendall(b"".join(held))
+                                with self.lock:
+                                    self.released.append(st["pending"])
                                 held, st["pending"], st["delay"] = [], None, None
                                 continue
                             self._record(st["pending"], "after", committed)

@@ -550,3 +550,38 @@ def test_slow_database_stalls_no_server_thread(gateway_factory, mock, own, proxy
     assert cached[0] == 200, cached
     assert answered_before == 0, "a stuck read returned before the answers from memory"
     assert [st for _, st in finished] == [404] * stuck, finished
+
+
+def test_a_wait_ends_at_its_deadline_while_the_waiters_read_stalls(gateway_factory, mock, own,
+                                                                   proxy):
+    """A `Prefer: wait` is answered at its deadline whatever the database does: the waiters'
+    thread reads the jobs of new waiters (terminal_ids) and listens, and while one of its reads
+    waited on a database that held its answer back, no deadline was kept — every wait on the
+    replica was answered only once the read returned (up to tcp_user_timeout, a minute, on a
+    silent peer). The deadlines now run on a thread of their own."""
+    tokens = own.tokens
+    px, via_proxy = proxy
+    # Slow creates, and a timeout above them: neither job ends before its wait does.
+    entry = providers.lookup(mock.url, "lookup" + providers.tag(),
+                             timeouts={"connect_ms": 1000, "total_ms": 8000})
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", env={"DATABASE_URL": via_proxy}, providers=[entry], wait_poll_ms=100)
+    pfx = harness.prefix("waitstall")
+    its = harness.intents(pfx, tokens, [entry], 2, mock={"delay_ms": 6000})
+    px.delay_next("terminal_ids", 15)
+    first = []
+    t = threading.Thread(target=lambda: first.append(post(g.port, its[0], 60,
+                                                          {"Prefer": "wait=30"})))
+    t.start()
+    # The waiters' thread reads the first job's state; the proxy holds the answer back.
+    assert wait_until(lambda: px.count("terminal_ids", "delay") == 1, 20), \
+        "the waiters' read was not delayed"
+    second = post(g.port, its[1], 60, {"Prefer": "wait=1"})
+    released_when_answered = list(px.released)
+    t.join(90)
+    stop_clean(reps)
+    assert second.status == 202 and second.job_id, second
+    assert released_when_answered == [], \
+        "the wait was answered only once the waiters' stalled read returned"
+    # The first wait, registered before the stall, is answered too (its job ends at 6 s).
+    assert first and first[0].status == 200 and first[0].state == "completed", first
