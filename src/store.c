@@ -1262,10 +1262,7 @@ int store_usage(struct db *db, long long tenant_id, const char *tenant, const ch
 
 /* A tenant's budget (`idemgate tenant budget`). A new budget starts from what the tenant's
  * operations of this UTC day and month already count in its currency (settled costs, and the
- * reservations of those still running); in flight, it counts the jobs an earlier budget let in
- * that still run (each one's end takes one off: after `--clear` and a new budget, the new
- * counter started at 0 and their ends took the new jobs' places off it), and every job recorded
- * from then on.
+ * reservations of those still running); it counts in flight only the jobs recorded from then on.
  * Changing the limits keeps the counters; changing the currency starts them again. What is not
  * given is kept: the currency (USD on a new budget) and each limit ($6–$8) — `--day 50` on a EUR
  * budget switched it to USD (every EUR job then passed unchecked) and removed the month's and
@@ -1278,18 +1275,15 @@ static const struct db_stmt budget_set = {
     "  coalesce($2::text, " BUDGET_NOW("currency") ", 'USD') AS cur, "
     "  CASE WHEN $6::boolean THEN " BUDGET_NOW("day_limit_micros") " ELSE $3::bigint END AS dl, "
     "  CASE WHEN $7::boolean THEN " BUDGET_NOW("month_limit_micros") " ELSE $4::bigint END AS ml, "
-    "  CASE WHEN $8::boolean THEN " BUDGET_NOW("max_inflight") " ELSE $5::integer END AS mi, "
-    "  (SELECT count(*) FROM operations o WHERE o.tenant_id = $1 AND o.budgeted "
-    "   AND o.state IN ('prepared', 'sending', 'accepted', 'unknown', 'review'))::integer "
-    "   AS running), "
+    "  CASE WHEN $8::boolean THEN " BUDGET_NOW("max_inflight") " ELSE $5::integer END AS mi), "
     "s AS MATERIALIZED (SELECT coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)) "
     "   FILTER (WHERE o.created_at >= c.day::timestamp AT TIME ZONE 'UTC'), 0) AS day_micros, "
     "  coalesce(sum(coalesce(o.cost_micros, o.reserved_micros)), 0) AS month_micros "
     " FROM c, operations o WHERE o.tenant_id = $1 AND o.currency = c.cur "
     "  AND o.created_at >= c.month::timestamp AT TIME ZONE 'UTC') "
     "INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, month_limit_micros, "
-    " max_inflight, inflight, day, day_micros, month, month_micros, updated_at) "
-    "SELECT $1, c.cur, c.dl, c.ml, c.mi, c.running, c.day, s.day_micros, c.month, "
+    " max_inflight, day, day_micros, month, month_micros, updated_at) "
+    "SELECT $1, c.cur, c.dl, c.ml, c.mi, c.day, s.day_micros, c.month, "
     " s.month_micros, c.at FROM c, s "
     "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
     " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "

@@ -254,13 +254,6 @@ def test_in_flight_limit_is_429_and_released_by_cancel(gateway_factory, mock, da
     assert b["in_flight"] == 0 and b["day_used_micros"] == 0
     second = gw.submit(token, k2, {"prompt": "p"})
     assert second.status == 202
-    # A budget cleared and set again counts the jobs the first one let in that still run: the
-    # new counter started at 0, and their ends took the new jobs' places off it.
-    assert cli(database_url, "tenant", "budget", name, "--clear").returncode == 0
-    assert cli(database_url, "tenant", "budget", name, "--in-flight", "1").returncode == 0
-    assert usage(gw, token).json()["budgets"][0]["in_flight"] == 1
-    r = gw.submit(token, key(), {"prompt": "p"})
-    assert r.status == 429, r.body[:300]
     assert mock.ledger() == []
     # Nothing is left for another test's dispatchers.
     for t, j in ((token, second.json()["id"]), (other, None)):
