@@ -2,16 +2,27 @@
 -- Every result wrote an attempt row and its outputs' archive rows, and each insert ran the
 -- foreign key's check: a query of `operations` under FOR KEY SHARE, per row, in the statement
 -- that had just updated that very row — 0.017 ms of the result's 0.096 ms of executor time a job
--- (docs/measured.md, 2026-12-05 evening). Both children are written only by statements that
--- update or lock their operation in the same transaction; the janitor deletes them with it
--- (store.c, the `janitor` statement: what ON DELETE CASCADE did). The one insert not tied to an
--- update, a fenced result's attempt row, is written only while its operation exists (below, and
--- FINISH_PLAIN_SQL in lease.c): a result that comes back after its job was deleted leaves
--- nothing behind, where the foreign key refused the whole write.
+-- (docs/measured.md, 2026-12-05 evening). What the keys did is now done where it is needed:
+--
+-- * Every statement that inserts a child updates or locks its operation first, in the same
+--   transaction (the finish, the archive's plan, the reaper); the one insert not tied to an
+--   update, a fenced result's attempt row, locks the operation FOR KEY SHARE and is written only
+--   while it exists (below, and FINISH_PLAIN_SQL in lease.c): a result that comes back after its
+--   job was deleted leaves nothing behind, where the key refused the whole write.
+-- * The janitor deletes an operation's children with it (idemgate_janitor, below: what ON
+--   DELETE CASCADE did). It locks the operations first, then deletes their children in
+--   statements of their own: each sees what a writer committed before the lock, and a writer
+--   that comes after waits for the lock, then finds no operation.
+-- * `idemgate unreferenced` counts an archived output only while its job exists.
+--
+-- A replica older than this migration still running after it deletes expired jobs without
+-- their children: the rows left are never read (their job is gone), a pending copy among them
+-- is tried until its URL expires, and their objects are listed by `idemgate unreferenced`. Stop
+-- old replicas before or with the migration (deploy/SCALING.md).
 ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_tenant_id_operation_id_fkey;
 ALTER TABLE archive_outputs DROP CONSTRAINT IF EXISTS archive_outputs_tenant_id_op_id_fkey;
 
--- idemgate_finish as in 0028, but for the guard before the attempt row.
+-- idemgate_finish as in 0028, but for the guard before a fenced attempt row.
 CREATE OR REPLACE FUNCTION idemgate_finish(
     p_tenant bigint, p_id text, p_lease bigint, p_state text, p_status integer,
     p_headers jsonb, p_body bytea, p_error text, p_remote text, p_started float8,
@@ -120,14 +131,41 @@ BEGIN
             ON CONFLICT DO NOTHING;
         END IF;
     END IF;
-    IF v_state IS NULL AND NOT EXISTS (SELECT 1 FROM operations
-                                       WHERE tenant_id = p_tenant AND id = p_id) THEN
-        RETURN v_decision || ' ';
+    IF v_state IS NULL THEN
+        PERFORM 1 FROM operations WHERE tenant_id = p_tenant AND id = p_id FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RETURN v_decision || ' ';
+        END IF;
     END IF;
     INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, finished_at,
                           outcome, http_status, curl_code, bytes_sent, decision, error)
     VALUES (p_tenant, p_id, p_lease, p_kind, to_timestamp(p_started), to_timestamp(p_finished),
             p_outcome, p_status, p_curl, p_bytes, v_decision, p_error);
     RETURN v_decision || ' ' || coalesce(v_state, '');
+END
+$$;
+
+-- Retention's delete of one tenant's expired operations, at most p_limit of them, with their
+-- attempt and archive rows; answers how many operations it deleted. "Expired" is store.c's
+-- EXPIRED (JOB_EXPIRY: a job is kept its ttl after its end too), which janitor_due reads.
+CREATE FUNCTION idemgate_janitor(p_tenant bigint, p_limit integer)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids text[];
+BEGIN
+    SELECT array_agg(x.id) INTO v_ids FROM (
+        SELECT id FROM operations
+        WHERE tenant_id = p_tenant AND state IN ('completed', 'failed', 'canceled')
+          AND expires_at < now()
+          AND greatest(expires_at, finished_at + (expires_at - created_at)) < now()
+        ORDER BY expires_at LIMIT p_limit
+        FOR UPDATE SKIP LOCKED) x;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM attempts WHERE tenant_id = p_tenant AND operation_id = ANY (v_ids);
+    DELETE FROM archive_outputs WHERE tenant_id = p_tenant AND op_id = ANY (v_ids);
+    DELETE FROM operations WHERE tenant_id = p_tenant AND id = ANY (v_ids);
+    RETURN cardinality(v_ids);
 END
 $$;

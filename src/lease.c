@@ -240,8 +240,9 @@ static const struct db_stmt reconcile_send = {
  * failed on a guess: invariant 8, a failed operation has no task). A terminal state written
  * settles a budgeted operation's budget row; a completed result written with its outputs' archive
  * plan is marked planned and its archive rows inserted. Returns "<decision> <state written>"
- * ("fenced " when fenced). A fenced write records its attempt only while the operation exists
- * (no foreign key since migration 0030: a result back after its job was deleted leaves nothing).
+ * ("fenced " when fenced). A fenced write records its attempt only while the operation exists,
+ * under FOR KEY SHARE as the foreign key did before migration 0030 (a janitor deleting it is
+ * waited for): a result back after its job was deleted leaves nothing.
  * Its moves are declared here and checked before it runs (finish_move_ok).
  *
  * Two texts of one write. On PostgreSQL, one statement: the update, the settle, the plan and the
@@ -288,7 +289,7 @@ static const struct db_stmt reconcile_send = {
     "  to_timestamp($11::float8), $12::text, $5::integer, $13::integer, $14::bigint, "          \
     "  coalesce((SELECT $4::text FROM u), 'fenced'), $8::text "                                \
     " WHERE EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM operations "                      \
-    "  WHERE tenant_id = $1::bigint AND id = $2::text)) "                                       \
+    "  WHERE tenant_id = $1::bigint AND id = $2::text FOR KEY SHARE)) "                         \
     "SELECT coalesce((SELECT $4::text || ' ' || u.state FROM u), 'fenced '), "                 \
     " (SELECT string_agg(p.n::text, ',') FROM p WHERE p.born)"
 #define FINISH_PARAMS                                                                          \

@@ -983,9 +983,9 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
 /* Retention (retention.h): terminal operations past their expiry, webhook deliveries past their
  * redelivery window, and parked hints that never found their operation; at most $1 rows of each,
  * skipping rows another replica's janitor or a worker holds. Operations one tenant at a time,
- * like every claim (turns.h), each with its attempt rows and its outputs' archive rows in the
- * same statement (no foreign key cascades since migration 0030); then the webhook records, by
- * their keys. */
+ * like every claim (turns.h), each with its attempt rows and its outputs' archive rows
+ * (idemgate_janitor); then the webhook records, by their keys. */
+/* Restated in SQL by idemgate_janitor (migration 0030): a change here is a change there. */
 #define EXPIRED                                                                                    \
     "expires_at < now() AND " JOB_EXPIRY("operations") " < now() "                                   \
     "AND state IN ('completed', 'failed', 'canceled')"
@@ -995,16 +995,14 @@ static const struct db_stmt janitor_due = {
     .sql = "SELECT tenant_id FROM operations WHERE " EXPIRED " GROUP BY tenant_id",
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
+/* The function (migration 0030) locks the operations, then deletes their attempt and archive
+ * rows and them, each in a statement of its own: one statement's snapshot missed the children
+ * a writer committed between its start and its lock (no foreign key cascades since 0030). Its
+ * test of expiry is EXPIRED's, restated in SQL. */
 static const struct db_stmt janitor = {
     .name = "janitor",
-    .sql = "WITH d AS (DELETE FROM operations WHERE tenant_id = $2 AND id IN (SELECT id "
-    "  FROM operations WHERE tenant_id = $2 AND " EXPIRED " ORDER BY expires_at LIMIT $1 "
-    "  FOR UPDATE SKIP LOCKED) RETURNING id), "
-    "a AS (DELETE FROM attempts WHERE tenant_id = $2 AND operation_id IN (SELECT id FROM d)), "
-    "o AS (DELETE FROM archive_outputs WHERE tenant_id = $2 AND op_id IN (SELECT id FROM d)) "
-    "SELECT count(*) FROM d",
+    .sql = "SELECT idemgate_janitor($2, $1)",
     .params = DB_PARAMS("limit", "tenant_id"),
-    .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 static const struct db_stmt janitor_webhooks = {
     .name = "janitor_webhooks",
@@ -1065,8 +1063,8 @@ int store_janitor(struct db *db, int limit, long long deleted[3])
 }
 
 /* The hook for the archive: of the sha256s given (the archive's objects), those that no
- * remaining operation names — neither its archived outputs (archive_outputs, whose rows the
- * janitor deletes with their operation) nor its stored upload (the
+ * remaining operation names — neither its archived outputs (archive_outputs, counted while
+ * their operation exists: a replica older than migration 0030 deletes jobs without them) nor its stored upload (the
  * table of a body whose large parts are in the store, upload.h: "idemgate-upload/1\n" then
  * "<offset> <size> <sha256>\n" lines, at most MP_MAX_PARTS of them, so within its first 16 KiB).
  * A job that may still be sent or resent keeps its row, hence its objects. */
@@ -1078,7 +1076,8 @@ static const struct db_stmt unreferenced_sha256 = {
      * distributed database refuses). The table is read as escaped text (encode … 'escape' leaves ASCII as it is), so
      * no byte of an uploaded part is ever taken for a digest. */
     .sql = "WITH used AS MATERIALIZED (SELECT a.sha256 AS s FROM archive_outputs a "
-    " WHERE a.sha256 = ANY ($1::text[])), "
+    " WHERE a.sha256 = ANY ($1::text[]) AND EXISTS (SELECT 1 FROM operations o "
+    "  WHERE o.tenant_id = a.tenant_id AND o.id = a.op_id)), "
     "uploaded AS MATERIALIZED (SELECT m[1] AS s FROM operations o, "
     "  regexp_matches(substring(encode(substring(o.req_body FROM 1 FOR 16384), 'escape') FROM "
     "  '^idemgate-upload/1\n((?:[0-9]+ [0-9]+ [0-9a-f]{64}\n)+)\n'), "

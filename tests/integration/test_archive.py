@@ -379,6 +379,24 @@ def test_archived_objects_are_referenced_until_their_job_is_removed(gateway_fact
         sorted([kept, other])
 
 
+def test_an_archive_row_left_without_its_job_references_nothing(gateway_factory, token, mock,
+                                                                 tmp_path, database_url, psql):
+    """Since migration 0030 no foreign key deletes a job's archive rows with it: the janitor
+    does. A replica older than 0030 deletes the job alone; the row it leaves must not keep the
+    object referenced for ever (`idemgate unreferenced` counts a row only while its job
+    exists)."""
+    from test_cli import cli
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], job_cache_entries=0)
+    r = gw.submit(token, "orphan-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    kept = check_archive(gw, token, job_id, str(tmp_path / "archive"), 1)["archive"][0]["sha256"]
+    assert cli(database_url, "unreferenced", kept).stdout.split() == []
+    psql(f"DELETE FROM operations WHERE id = '{job_id}'")  # an old replica's janitor
+    assert psql(f"SELECT count(*) FROM archive_outputs WHERE op_id = '{job_id}'") == [["1"]]
+    assert cli(database_url, "unreferenced", kept).stdout.split() == [kept]
+
+
 def test_output_not_archived_is_a_problem(gateway_factory, token, mock, tmp_path):
     mock.http.request("POST", "/_files", json.dumps({"fault": "status_404"}))
     e, route = arch_entry("replicate", mock)
