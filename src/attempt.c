@@ -391,6 +391,7 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .cap_ms = p->backoff_cap_ms,
                            .rand01 = waits ? clock_rand01() : 0.5,
                            .ambiguous_before = c->ambiguous_before || c->from_unknown,
+                           .from_unknown = c->from_unknown,
                            .may_have_created = may_have_created,
                            .truncated = res->body_truncated,
                            .cannot_look = p->reconcile == RECON_NONE && !read_back,

@@ -80,8 +80,15 @@ static struct pol_decision async_accepted(const struct pol_input *in)
 struct pol_decision pol_decide(const struct pol_input *in)
 {
     struct pol_decision d = by_outcome(in);
+    long long not_before = 0;
     if (d.next == ST_COMPLETED && in->async)
         return async_accepted(in);
+    if (d.next == ST_PREPARED && in->from_unknown) {
+        d.next = ST_UNKNOWN;
+        not_before = d.delay_ms; /* still no earlier than the server asked */
+        d.reason = "asked to retry later on a resend after an ambiguous attempt: the "
+                   "reconciler resends it, inside its window";
+    }
     if (d.next == ST_FAILED && (in->ambiguous_before || in->may_have_created)) {
         /* An earlier send may have created the task: neither a refusal now nor a spent budget
          * proves that it did not, so the operation stays unknown and ends in review. */
@@ -93,7 +100,7 @@ struct pol_decision pol_decide(const struct pol_input *in)
     if (d.next == ST_UNKNOWN) {
         long long wait = in->cannot_look ? in->recovery_window_ms - in->elapsed_ms
                                          : in->reconcile_interval_ms;
-        d.delay_ms = wait > 0 ? wait : 0;
+        d.delay_ms = wait > not_before ? wait : not_before;
     }
     d.ambiguous = d.next == ST_UNKNOWN || in->may_have_created;
     return d;

@@ -33,6 +33,12 @@ struct pol_input {
     int task_id_read;       /* the answer carried a usable task id */
     int status_listed;      /* its status is one the profile lists as accepted */
     long long poll_interval_ms; /* the first status read comes this long after acceptance */
+    /* This attempt is the reconciler's resend of an unknown create under the provider's own
+     * idempotency key (idempotent_resubmit): it proved nothing absent. A "not now" (not sent,
+     * back off) leaves it unknown, for the reconciler to resend inside its window and checks —
+     * never `prepared`, which any dispatcher sends later as new, perhaps once the provider has
+     * forgotten the key and would make a second task. */
+    int from_unknown;
 };
 
 struct pol_decision {

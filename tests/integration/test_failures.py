@@ -517,6 +517,26 @@ def test_keyed_provider_hang_is_resent_under_the_same_key(gateway_factory, token
     assert job["attempts"]["transport"] >= 2 and job["attempts"]["generation"] == 1
 
 
+def test_a_resubmit_asked_to_wait_stays_unknown(gateway_factory, token, mock, psql):
+    """The reconciler's resend of an unknown create under the provider's key is answered 429:
+    nothing proved the first create absent, so the row stays `unknown`, for the reconciler to
+    resend inside its window. As `prepared` (before) any dispatcher sent it later as a new
+    create — perhaps after the provider forgot the key, a second paid task."""
+    gw = gateway_factory(providers=[provider(
+        "keyed3", mock.url, path="/v2/generations", route="generations",
+        idempotency={"header": "Idempotency-Key"},
+        timeouts={"connect_ms": 1000, "total_ms": 1000},
+        retry=FAST_RETRY, reconcile={"strategy": "idempotent_resubmit", "interval_ms": 200})])
+    mock.script([{"fault": "hang"}, {"status": 429, "retry_after": "1"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route="keyed3/generations").json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=30)
+    assert job["state"] == "completed", job
+    told = psql(f"SELECT decision FROM attempts WHERE operation_id = '{job_id}' "
+                "AND http_status = 429")
+    assert told == [["unknown"]], told
+    assert len(real_creates(mock.creates_for(job_id))) == 1
+
+
 def test_a_resubmit_stopped_before_it_was_sent_stays_unknown(gateway_factory, token, mock,
                                                              psql):
     """A replica dies while its create hangs; another replica, whose environment lacks the
