@@ -22,7 +22,8 @@
 ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_tenant_id_operation_id_fkey;
 ALTER TABLE archive_outputs DROP CONSTRAINT IF EXISTS archive_outputs_tenant_id_op_id_fkey;
 
--- idemgate_finish as in 0028, but for the guard before a fenced attempt row.
+-- idemgate_finish as in 0028, but for the guard before a fenced attempt row and a create left
+-- unknown with a webhook's hint due at once.
 CREATE OR REPLACE FUNCTION idemgate_finish(
     p_tenant bigint, p_id text, p_lease bigint, p_state text, p_status integer,
     p_headers jsonb, p_body bytea, p_error text, p_remote text, p_started float8,
@@ -67,7 +68,13 @@ BEGIN
         -- task before the change the webhook announced.
         next_attempt_at = CASE WHEN p_kind = 'poll' AND p_state = 'accepted'
                                     AND next_attempt_at >= updated_at
-                               THEN least(next_attempt_at, v_next) ELSE v_next END,
+                               THEN least(next_attempt_at, v_next)
+                               -- A create left ambiguous whose task a signed webhook named
+                               -- meanwhile (webhook_signed keeps the hint on a row in flight):
+                               -- read by that id at once, not at the end of the window.
+                               WHEN p_kind = 'create' AND p_state = 'unknown'
+                                    AND webhook_hint IS NOT NULL
+                               THEN v_now ELSE v_next END,
         outputs_received = coalesce(p_received, outputs_received),
         outputs_requested = coalesce(p_requested, outputs_requested),
         usage = coalesce(p_usage, usage),

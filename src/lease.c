@@ -20,7 +20,7 @@
 #define FINISH_RETRY_S 120.0
 
 /* What a worker needs to act on an operation it claimed; read by the CC_ names below. Every claim
- * statement returns these, then one flag of its own (CC_CANCEL_DUE). */
+ * statement returns these, then two flags of its own (CC_CANCEL_DUE, CC_POLL_OVERDUE). */
 #define CLAIM_COLS                                                                                 \
     "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
     "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - c.at)::float8, "       \
@@ -35,7 +35,8 @@ enum {
     CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
     CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
     CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
-    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE
+    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE,
+    CC_POLL_OVERDUE
 };
 
 /* Every claim: a new owner ($1), fencing token and lease of $2 seconds of database time, on the
@@ -77,7 +78,7 @@ static const struct db_stmt claim = {
     "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
     CLAIM_PICKED "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
     " transport_attempts = o.transport_attempts + 1, "
-    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED("$4") ", false",
+    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED("$4") ", false, false",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
@@ -89,28 +90,31 @@ static const struct db_stmt reconcile_claim = {
     .sql = CLAIM_PICK "tenant_id, id FROM operations WHERE tenant_id = $4 AND state = 'unknown' "
     "      AND next_attempt_at <= now() AND provider = ANY($3::text[]) "
     "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
-    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE CLAIM_ON_PICKED("$4") ", false",
+    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE CLAIM_ON_PICKED("$4") ", false, false",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
 };
 
-/* The poller's claim: one tenant's accepted operation due for a status read, within its poll
- * deadline, under a new lease and fencing token; with its cancel to send first when one was
+/* The poller's claim: one tenant's accepted operation due for a status read, under a new lease
+ * and fencing token — past its poll deadline too (`overdue`): that read is its last, and a task
+ * not seen to end by then goes to review, where an operator resumes or resolves it (it stayed
+ * accepted, polled no more, for ever: a cancel acknowledged then was never sent, and the job
+ * reached neither an end nor review). With its cancel to send first when one was
  * requested and not yet answered (a client's cancel makes the row due at once: idemgate_cancel).
  * The cancel is marked sent only once the provider answered it for good (poll_cancel_sent): a
  * cancel that failed, or whose replica died, is sent again by the next poll. */
 /* Only the providers this replica polls ($P, a text[]): another replica's are left to it. */
 #define POLL_DUE(P)                                                                                \
     "state = 'accepted' AND next_attempt_at <= now() AND provider = ANY (" P "::text[]) "          \
-    "AND (poll_deadline_at IS NULL OR poll_deadline_at > now()) "                                  \
     "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
 static const struct db_stmt poll_claim = {
     .name = "poll_claim",
     .sql = CLAIM_PICK "tenant_id, id, "
-    "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
+    "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due, "
+    "      (poll_deadline_at IS NOT NULL AND poll_deadline_at <= now()) AS overdue "
     "      FROM operations WHERE tenant_id = $4 AND " POLL_DUE("$3")
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1 "
-    CLAIM_ON_PICKED("$4") ", c.cancel_due",
+    CLAIM_ON_PICKED("$4") ", c.cancel_due, c.overdue",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
@@ -201,6 +205,8 @@ static const struct db_stmt reconcile_send = {
     "   AND next_attempt_at >= updated_at "                                                        \
     "  THEN least(next_attempt_at, now() + make_interval(secs => "                                 \
     P(15, retry_delay_ms, float8) " / 1000)) "                                                     \
+    "  WHEN " P(17, kind, text) " = 'create' AND " P(4, state, text) " = 'unknown' "               \
+    "   AND webhook_hint IS NOT NULL THEN now() "                                                  \
     "  ELSE now() + make_interval(secs => " P(15, retry_delay_ms, float8) " / 1000) END, "         \
     " outputs_received = coalesce(" P(18, outputs_received, integer) ", outputs_received), "       \
     " outputs_requested = coalesce(" P(19, outputs_requested, integer) ", outputs_requested), "    \
@@ -306,7 +312,8 @@ static const struct db_stmt reconcile_send = {
              {ST_SENDING, ST_COMPLETED}, {ST_SENDING, ST_FAILED}, {ST_UNKNOWN, ST_UNKNOWN},        \
              {ST_UNKNOWN, ST_PREPARED}, {ST_UNKNOWN, ST_ACCEPTED}, {ST_UNKNOWN, ST_COMPLETED},     \
              {ST_UNKNOWN, ST_REVIEW}, {ST_UNKNOWN, ST_FAILED}, {ST_ACCEPTED, ST_ACCEPTED},         \
-             {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED})
+             {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED},   \
+             {ST_ACCEPTED, ST_REVIEW})
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = FINISH_PLAIN_SQL,
@@ -447,6 +454,7 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->webhook_hint = db_val(r, 0, CC_WEBHOOK_HINT);
     out->operator_found = flag(r, CC_OPERATOR_FOUND);
     out->cancel_due = flag(r, CC_CANCEL_DUE);
+    out->poll_overdue = flag(r, CC_POLL_OVERDUE);
     if (db_bytea_decode(db_val(r, 0, CC_BODY), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;
@@ -1079,6 +1087,29 @@ int store_note_remote(struct db *db, long long tenant_id, const char *id, long l
                          DB_ROWS, &n);
 }
 
+/* A verified webhook's hint put back after the reconciler's read of its task failed for a
+ * reason that says nothing of the task (no answer, a 5xx, a 404 before it is visible): the
+ * verdict's write (kind reconcile) clears the hint, and the provider never delivers that event
+ * again (deduped). Fenced by the reconciler's token; only on a row still unknown and unhinted. */
+static const struct db_stmt keep_hint = {
+    .name = "keep_hint",
+    .sql = "UPDATE operations SET webhook_hint = $4 "
+           "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
+           " IN ('unknown', 'review') AND webhook_hint IS NULL",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "hint"),
+    .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW}),
+};
+
+int store_keep_hint(struct db *db, const struct store_claim *c, const char *hint)
+{
+    long long n = 0;
+    return db_run_number(db, &keep_hint,
+                         DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
+                                 p_int("lease_version", c->lease_version),
+                                 p_text("hint", hint)),
+                         DB_ROWS, &n);
+}
+
 /* The record of a stream so far, kept on its row in batches while the call goes on (fenced like
  * note_remote): the first batch of an attempt ($5 = 0) replaces what an earlier attempt left and
  * clears its status and headers (no answer is complete yet); each next one is appended only where
@@ -1147,7 +1178,7 @@ static const struct db_stmt *const statements[] = {
     &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
     &begin_send, &begin_send_rows, &finish_rows, &release_reservation, &note_remote,
-    &note_partial, &partial_record,
+    &note_partial, &partial_record, &keep_hint,
 };
 
 const struct db_stmt *const *lease_statements(size_t *n)

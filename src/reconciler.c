@@ -131,7 +131,9 @@ struct verdict_write {
     const char *usage;
     long long cost_micros; /* -1: none computed */
     int unpriced;
-    const struct cfg_provider *p; /* for the spend metric; NULL without a cost */
+    /* For the spend metric (with a cost), and an accepted task's poll deadline: a task adopted
+     * without one was polled for ever (and never sent to review at a deadline). */
+    const struct cfg_provider *p;
     int keep_record; /* res is kept as the operation's record whatever the state (a resumed
                         stream cut again: the longer record, resumed from its end next time) */
 };
@@ -155,6 +157,8 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
     f.outputs_received = w->outputs_received;
     f.usage = w->usage;
     f.cost_micros = w->cost_micros;
+    if (w->next == ST_ACCEPTED && w->p)
+        f.poll_deadline_ms = w->p->poll_deadline_ms;
     f.started_at = t0;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
@@ -225,6 +229,17 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
                          : NULL;
         int ts = doc ? prof_task_status(p, res->http_status, doc) : -1;
         cJSON_Delete(doc);
+        if ((ts == TS_QUEUED || ts == TS_RUNNING) && !remote_id) {
+            /* Still going, but with no id to follow it by (lookup.id / list.id not read): it
+             * was accepted without one and "polled" for ever, its result never read. */
+            struct verdict_write w = {ST_REVIEW, 0, "found_without_id",
+                                      "a task was found still running but its id cannot be read "
+                                      "(reconcile lookup.id / list.id): it cannot be followed; "
+                                      "an operator must resolve it",
+                                      NULL, NULL, -1, NULL, -1, 0, NULL, 0};
+            write_verdict(db, c, &w, t0);
+            return;
+        }
         if (ts == TS_QUEUED || ts == TS_RUNNING) {
             /* Still going: followed by the poller from now on (and cancelled there when the
              * client cancelled), as a create answered in progress is. */
@@ -233,7 +248,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
                                           ? "canceled while unknown: the generation was found "
                                             "running; it is cancelled there and followed to its end"
                                           : NULL,
-                                      NULL, remote_id, -1, NULL, -1, 0, NULL, 0};
+                                      NULL, remote_id, -1, NULL, -1, 0, p, 0};
             write_verdict(db, c, &w, t0);
             return;
         }
@@ -302,7 +317,7 @@ static void found(const struct cfg_provider *p, struct db *db, const struct stor
         return;
     }
     enum op_state next = recon_found_state(1, remote_id != NULL, 1);
-    struct verdict_write w = {next, 0, "found", NULL, NULL, remote_id, -1, NULL, -1, 0, NULL, 0};
+    struct verdict_write w = {next, 0, "found", NULL, NULL, remote_id, -1, NULL, -1, 0, p, 0};
     if (next == ST_REVIEW) {
         w.outcome = "found_without_id";
         w.error = "a task was found but its id cannot be read: an operator must resolve it";
@@ -530,7 +545,8 @@ static void write_adopt(struct db *db, struct recon_job *j)
     const struct store_claim *c = &j->c;
     /* No hint: the id is the one our own create's stream gave (reconcile_one), ours. */
     const char *id = c->webhook_hint ? c->webhook_hint : c->remote_id;
-    int ok = j->url && prov_task_answered(&j->res);
+    int answered = j->url && prov_task_answered(&j->res);
+    int ok = answered;
     if (ok && p->task_client_ref && !c->operator_found && c->webhook_hint)
         ok = prov_task_is(p, &j->res, c->id);
     if (ok)
@@ -543,10 +559,20 @@ static void write_adopt(struct db *db, struct recon_job *j)
                      "stream_id_unread",
                      "the generation the cut stream named could not be read at the provider",
                      j->t0);
-    else
+    else if (answered || !j->url) /* read, not ours; or no way to read it by its id */
         write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
                      "hint_unproven", "a webhook named a task that could not be read as ours",
                      j->t0);
+    else {
+        /* The read failed (no answer, a 5xx, a 404 before the task is visible): the hint is
+         * the only proof of a task the provider will not deliver again (its event is deduped).
+         * It is kept for the next look — or for the operator, once in review. */
+        write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
+                     "hint_unread", "a webhook named a task whose read failed: read again later",
+                     j->t0);
+        if (store_keep_hint(db, c, c->webhook_hint) < 0)
+            LOG(LOG_WARN, "webhook_hint_dropped", LS("job_id", c->id));
+    }
 }
 
 /* A resumed stream's answer (RS_RESUME): the record joined with the events after its last whole

@@ -833,7 +833,9 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
 
 /* A webhook. Signed: dedupe by event id; a hint that makes the operation due for a status read
  * now; parked when the task is not linked yet; and when it names the client reference of an
- * unknown operation, the task id is kept for the reconciler to read and adopt. Unsigned (anyone
+ * unknown operation, the task id is kept for the reconciler to read and adopt — of one still
+ * `sending` too (a create whose answer is then lost: the hint was parked under the task's id,
+ * which the row never got, and the provider never delivers that event again). Unsigned (anyone
  * can send it): no row is written, nothing is parked, and a hint can bring a status read forward
  * to no sooner than 5 s after the row last changed. No state changes.
  * The provider names its task, not our tenant: a read finds the tenants of the operations with
@@ -863,11 +865,12 @@ static const struct db_stmt webhook_signed = {
     " WHERE tenant_id = ANY ($6::bigint[]) AND provider = $1 AND remote_id = $3 "
     "  AND " KEYED_STATE("state") " = 'accepted' AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "rescue AS (UPDATE operations SET webhook_hint = $3, "
-    " next_attempt_at = CASE WHEN lease_owner IS NULL AND lease_expires_at IS NOT NULL "
+    " next_attempt_at = CASE WHEN state = 'sending' "
+    "  OR (lease_owner IS NULL AND lease_expires_at IS NOT NULL) "
     "  THEN next_attempt_at ELSE c.at END FROM c "
     " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
-    "  AND provider = $1 AND " KEYED_STATE("state") " = 'unknown' AND remote_id IS NULL "
-    "  AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+    "  AND provider = $1 AND " KEYED_STATE("state") " IN ('unknown', 'sending') "
+    "  AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) AND NOT $7::boolean "
     " ON CONFLICT DO NOTHING RETURNING 1) "
@@ -875,7 +878,8 @@ static const struct db_stmt webhook_signed = {
     " EXISTS (SELECT 1 FROM park)",
     .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref",
                         "tenant_ids", "linked"),
-    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN},
+                      {ST_SENDING, ST_SENDING}),
 };
 
 static const struct db_stmt webhook_unsigned = {
@@ -961,14 +965,17 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
     return STORE_OK;
 }
 
+/* An accepted job polled again for one more deadline; also one its poll deadline sent to review
+ * (a task followed before, with its id: a poll deadline was set). */
 static const struct db_stmt resume_polling = {
     .name = "resume_polling",
-    .sql = "UPDATE operations SET "
+    .sql = "UPDATE operations SET state = 'accepted', "
     " poll_deadline_at = now() + make_interval(secs => $2::float8 / 1000), "
     " next_attempt_at = now(), updated_at = now() "
-    "WHERE id = $1 AND " KEYED_STATE("state") " = 'accepted' RETURNING id",
+    "WHERE id = $1 AND (" KEYED_STATE("state") " = 'accepted' OR (" KEYED_STATE("state")
+    " = 'review' AND remote_id IS NOT NULL AND poll_deadline_at IS NOT NULL)) RETURNING id",
     .params = DB_PARAMS("job_id", "deadline_ms"),
-    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_REVIEW, ST_ACCEPTED}),
 };
 
 int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)

@@ -43,6 +43,7 @@ struct store_claim {
     const char *poll_url;       /* as the provider gave it, or NULL */
     int polls;                  /* status reads so far, this one included (poll claims) */
     int cancel_due;             /* a cancel was requested and this claim must send it */
+    int poll_overdue;           /* a poll claim past the job's poll deadline: its last read */
     double first_sent_db, now_db; /* Unix seconds by the database's clock, not this host's */
     int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
     int ambiguous_before;       /* some attempt was ambiguous: never `failed` by budget */
@@ -205,6 +206,9 @@ int store_note_partial(struct db *db, long long tenant_id, const char *id,
 int store_partial_record(struct db *db, const struct store_claim *c, char **body, size_t *len);
 int store_note_remote(struct db *db, long long tenant_id, const char *id, long long lease_version,
                       const char *remote_id);
+/* Puts a webhook's hint back on claim c's operation after the verdict's write cleared it (its
+ * task could not be read, for a reason that says nothing of the task), under c's token. */
+int store_keep_hint(struct db *db, const struct store_claim *c, const char *hint);
 
 /* Turns up to `limit` operations whose sending lease expired into unknown; *count of them. */
 __attribute__((warn_unused_result)) int store_reap(struct db *db, int limit, int *count);

@@ -724,6 +724,69 @@ def test_d16_late_webhook_rescues_unknown_job_by_client_ref(gateway_factory, tok
     assert len(real_creates(mock, job_id)) == 1
 
 
+def test_a_webhook_that_comes_while_the_create_is_in_flight_rescues_it(gateway_factory, token,
+                                                                       mock):
+    """As d16, but the signed webhook comes while the create is still in flight (`sending`),
+    and the create's answer is then lost. Before: the hint was parked under the task's id, which
+    the row never got; the provider does not deliver that event again, and the job (reconcile
+    `none`) waited out its window for review. Now the hint is kept on the row and read once it is
+    unknown."""
+    hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
+    e, route = async_entry("keyed-async", mock, "generations",
+                           timeouts={"connect_ms": 1000, "total_ms": 3000}, webhook=hook,
+                           reconcile={"strategy": "none", "window_seconds": 120})
+    port = free_port()
+    gw = gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
+                         public_url=f"http://127.0.0.1:{port}")
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    deadline = time.monotonic() + 10
+    while not real_creates(mock, job_id):
+        assert time.monotonic() < deadline, "the create never reached the provider"
+        time.sleep(0.02)
+    [create] = real_creates(mock, job_id)
+    assert gw.job(token, job_id).json()["state"] == "sending"
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    j = wait_job(gw, token, job_id, SETTLED, 20)
+    assert j["state"] == "completed" and j["remote_id"] == create["task_id"], \
+        f"a verified webhook that came during the create did not rescue the job: {j}"
+    assert len(real_creates(mock, job_id)) == 1
+
+
+def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mock, psql):
+    """The reconciler reads the task a signed webhook named, and the read fails (here it times
+    out: the provider holds its status answers). That says nothing of the task: the hint is
+    kept for the next look. Before, the verdict's write cleared it ("not ours"), and the
+    provider never delivers that event again: a job whose profile cannot reconcile otherwise
+    lost its only proof of a paid task."""
+    hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
+    e, route = async_entry("keyed-async", mock, "generations", timeouts=HANG, webhook=hook,
+                           reconcile={"strategy": "none", "window_seconds": 120,
+                                      "interval_ms": 500})
+    port = free_port()
+    gw = gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
+                         public_url=f"http://127.0.0.1:{port}")
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"poll_delay_ms": 5000}},
+                       route=route).json()["id"]
+    assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
+    [create] = real_creates(mock, job_id)
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    unread = (f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
+              "AND outcome IN ('hint_unread', 'hint_unproven')")
+    deadline = time.monotonic() + 20
+    while psql(unread) == [["0"]]:
+        assert time.monotonic() < deadline, "the hinted task was never read"
+        time.sleep(0.1)
+    row = psql(f"SELECT state, webhook_hint FROM operations WHERE id = '{job_id}'")
+    assert row == [["unknown", create["task_id"]]], row
+    assert len(real_creates(mock, job_id)) == 1
+
+
 def test_d17_long_bearer_credentials_are_sent_whole(gateway_factory, token, mock):
     """Item 17. Before: the Authorization header was built in 1 KB buffers, so a 2 KB provider
     token was cut (401 at a real provider, tripping it for everyone). After: sent whole."""

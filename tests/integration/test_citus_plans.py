@@ -46,6 +46,7 @@ STEPS = {
     "poll_cancel_sent": [T, "job_x", 1],
     "unparked_poll": [T, "job_x"],
     "note_remote": [T, "job_x", 1, "resp_x"],
+    "keep_hint": [T, "job_x", 1, "task_x"],
     "partial_record": [T, "job_x", 1],
     "note_partial": [T, "job_x", 1, "\\x00", 0],
     "archive_plan_write": [T, "job_x", "[]"],

@@ -585,6 +585,9 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
           "status": "NULL"}),
         ("ambiguous", "sending", "", {"state": "'unknown'", "status": "NULL", "retry_ms": "5000",
                                       "deadline": "3600000", "error": "'timeout'"}),
+        # A signed webhook named the task while the create was in flight: due at once.
+        ("hinted", "sending", "webhook_hint='task-9'",
+         {"state": "'unknown'", "status": "NULL", "retry_ms": "60000", "error": "'timeout'"}),
     ]
     run_answer = {}
     for tag, state, setup, a in cases:
@@ -627,6 +630,8 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     assert row("p_fenced")[0][0] == "sending" and attempts("p_fenced")[0][8] == "fenced"
     assert len(archive("p_done")) == 2 and row("p_done")[0][15] == "12"
     assert row("p_canceled")[0][0] == "failed" and row("p_canceled_maybe")[0][0] == "unknown"
+    assert row("p_hinted")[0][14] == "task-9" and row("p_hinted")[0][20] == "0", row("p_hinted")
+    assert row("p_ambiguous")[0][20] != "0", row("p_ambiguous")
     # A result that comes back after its job was deleted (retention) is fenced and leaves no
     # attempt row behind: no foreign key refuses it since migration 0030, so both texts check.
     for sql, op_id in ((plain, "p_gone"), (function, "f_gone")):
