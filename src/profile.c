@@ -762,13 +762,17 @@ int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON 
             return TS_SUCCEEDED;
         if (http_status == 202)
             return TS_RUNNING;
-        /* Only a refusal about the task itself ends it; credentials, throttling and a task
-         * not visible yet are read again later. */
-        return http_status >= 400 && http_status < 500 && http_status != 401 &&
-                       http_status != 403 && http_status != 404 && http_status != 408 &&
-                       http_status != 429
-                   ? TS_FAILED
-                   : -1;
+        /* Only a refusal about the task itself ends it; credentials, throttling, a conflict or
+         * a "too early" and a task not visible yet are read again later (the statuses
+         * prov_fetched_status and pol_cancel_answered read again too): a task that exists is
+         * never written failed on a refusal that says nothing of it. */
+        static const int later[] = {401, 403, 404, 408, 409, 425, 429};
+        if (http_status < 400 || http_status >= 500)
+            return -1;
+        for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++)
+            if (http_status == later[i])
+                return -1;
+        return TS_FAILED;
     }
     if (!doc)
         return -1;

@@ -42,6 +42,26 @@ static int load(const char *base_url, const char *retry_json, const char *want_f
     return rc;
 }
 
+/* A status read by its HTTP status alone (status.by_http_status): 200 done, 202 running, a 4xx
+ * about the task itself failed; a refusal that says nothing of the task is read again later. */
+static void test_status_by_http(void **state)
+{
+    (void)state;
+    static const struct {
+        int http, want;
+    } rows[] = {{200, TS_SUCCEEDED}, {202, TS_RUNNING}, {400, TS_FAILED}, {422, TS_FAILED},
+                {410, TS_FAILED},    {401, -1},         {403, -1},        {404, -1},
+                {408, -1},           {409, -1},         {425, -1},        {429, -1},
+                {500, -1},           {503, -1},         {204, -1},        {302, -1}};
+    struct cfg_provider p;
+    memset(&p, 0, sizeof(p));
+    p.status_by_http = 1;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (prof_task_status(&p, rows[i].http, NULL) != rows[i].want)
+            fail_msg("HTTP %d: %d, want %d", rows[i].http, prof_task_status(&p, rows[i].http, NULL),
+                     rows[i].want);
+}
+
 static void test_retry_numbers(void **state)
 {
     (void)state;
@@ -302,6 +322,7 @@ static void test_keepalive_and_tls(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_by_http),
         cmocka_unit_test(test_retry_numbers),
         cmocka_unit_test(test_base_url),
         cmocka_unit_test(test_trip_markers),
