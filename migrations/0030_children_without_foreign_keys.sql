@@ -22,8 +22,9 @@
 ALTER TABLE attempts DROP CONSTRAINT IF EXISTS attempts_tenant_id_operation_id_fkey;
 ALTER TABLE archive_outputs DROP CONSTRAINT IF EXISTS archive_outputs_tenant_id_op_id_fkey;
 
--- idemgate_finish as in 0028, but for the guard before a fenced attempt row and a create left
--- unknown with a webhook's hint due at once.
+-- idemgate_finish as in 0028, but for the guard before a fenced attempt row, and a create whose
+-- task a signed webhook named while it was in flight (the hint kept on the sending row): never
+-- prepared nor failed on its own answer, unknown and due at once.
 CREATE OR REPLACE FUNCTION idemgate_finish(
     p_tenant bigint, p_id text, p_lease bigint, p_state text, p_status integer,
     p_headers jsonb, p_body bytea, p_error text, p_remote text, p_started float8,
@@ -46,14 +47,22 @@ DECLARE
     v_state text;
 BEGIN
     UPDATE operations SET
-        state = CASE WHEN p_state = 'prepared' AND cancel_requested_at IS NOT NULL
+        -- A create whose task a signed webhook named while it was in flight never ends
+        -- prepared or failed on its own answer: unknown, reconciled by the hint at once.
+        state = CASE WHEN p_kind = 'create' AND p_state IN ('prepared', 'failed')
+                          AND webhook_hint IS NOT NULL THEN 'unknown'
+                     WHEN p_state = 'prepared' AND cancel_requested_at IS NOT NULL
                      THEN CASE WHEN p_may_have_created OR ambiguous_at IS NOT NULL
                                THEN 'unknown' ELSE 'failed' END
                      ELSE p_state END,
         resp_status = coalesce(p_status, resp_status),
         resp_headers = coalesce(p_headers, resp_headers),
         resp_body = coalesce(p_body, resp_body),
-        last_error = CASE WHEN p_state = 'prepared' AND cancel_requested_at IS NOT NULL
+        last_error = CASE WHEN p_kind = 'create' AND p_state IN ('prepared', 'failed')
+                               AND webhook_hint IS NOT NULL
+                          THEN 'a signed webhook named a task of this job while it was sent: '
+                               'reconciled by it, never sent again'
+                          WHEN p_state = 'prepared' AND cancel_requested_at IS NOT NULL
                           THEN CASE WHEN p_may_have_created OR ambiguous_at IS NOT NULL
                                     THEN 'canceled; not sent again (an attempt may have made '
                                          'the task: reconciliation decides)'
@@ -72,7 +81,8 @@ BEGIN
                                -- A create left ambiguous whose task a signed webhook named
                                -- meanwhile (webhook_signed keeps the hint on a row in flight):
                                -- read by that id at once, not at the end of the window.
-                               WHEN p_kind = 'create' AND p_state = 'unknown'
+                               WHEN p_kind = 'create'
+                                    AND p_state IN ('unknown', 'prepared', 'failed')
                                     AND webhook_hint IS NOT NULL
                                THEN v_now ELSE v_next END,
         outputs_received = coalesce(p_received, outputs_received),
@@ -83,12 +93,17 @@ BEGIN
         provider_status = coalesce(p_provider_status, provider_status),
         outputs = coalesce(p_outputs, outputs),
         ambiguous_at = CASE WHEN p_may_have_created OR (p_kind = 'create' AND p_state = 'unknown')
+                                 OR (p_kind = 'create' AND p_state IN ('prepared', 'failed')
+                                     AND webhook_hint IS NOT NULL)
                             THEN v_now ELSE ambiguous_at END,
         webhook_hint = CASE WHEN p_kind = 'reconcile' THEN NULL ELSE webhook_hint END,
         -- The settle (the trigger's before 0025): a row that ends completed or canceled costs
         -- what was recorded, else its reservation; one that ends failed costs nothing.
         cost_micros = CASE WHEN operations.state IN ('completed', 'failed', 'canceled')
                            THEN coalesce(p_cost, cost_micros)
+                           WHEN p_kind = 'create' AND p_state IN ('prepared', 'failed')
+                                AND webhook_hint IS NOT NULL
+                           THEN cost_micros
                            WHEN p_state IN ('completed', 'canceled')
                            THEN coalesce(p_cost, cost_micros, reserved_micros)
                            WHEN p_state = 'failed'
@@ -96,7 +111,9 @@ BEGIN
                                     AND NOT (p_may_have_created OR ambiguous_at IS NOT NULL))
                            THEN 0
                            ELSE coalesce(p_cost, cost_micros) END,
-        finished_at = CASE WHEN p_state IN ('completed', 'failed', 'canceled')
+        finished_at = CASE WHEN p_kind = 'create' AND p_state IN ('prepared', 'failed')
+                                AND webhook_hint IS NOT NULL THEN NULL
+                           WHEN p_state IN ('completed', 'failed', 'canceled')
                                 OR (p_state = 'prepared' AND cancel_requested_at IS NOT NULL
                                     AND NOT (p_may_have_created OR ambiguous_at IS NOT NULL))
                            THEN v_now END,

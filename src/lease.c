@@ -20,7 +20,7 @@
 #define FINISH_RETRY_S 120.0
 
 /* What a worker needs to act on an operation it claimed; read by the CC_ names below. Every claim
- * statement returns these, then two flags of its own (CC_CANCEL_DUE, CC_POLL_OVERDUE). */
+ * statement returns these, then one flag of its own (CC_CANCEL_DUE). */
 #define CLAIM_COLS                                                                                 \
     "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
     "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - c.at)::float8, "       \
@@ -35,8 +35,7 @@ enum {
     CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
     CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
     CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
-    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE,
-    CC_POLL_OVERDUE
+    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE
 };
 
 /* Every claim: a new owner ($1), fencing token and lease of $2 seconds of database time, on the
@@ -78,7 +77,7 @@ static const struct db_stmt claim = {
     "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
     CLAIM_PICKED "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
     " transport_attempts = o.transport_attempts + 1, "
-    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED("$4") ", false, false",
+    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED("$4") ", false",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
@@ -90,31 +89,31 @@ static const struct db_stmt reconcile_claim = {
     .sql = CLAIM_PICK "tenant_id, id FROM operations WHERE tenant_id = $4 AND state = 'unknown' "
     "      AND next_attempt_at <= now() AND provider = ANY($3::text[]) "
     "      AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
-    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE CLAIM_ON_PICKED("$4") ", false, false",
+    CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE CLAIM_ON_PICKED("$4") ", false",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
 };
 
-/* The poller's claim: one tenant's accepted operation due for a status read, under a new lease
- * and fencing token — past its poll deadline too (`overdue`): that read is its last, and a task
- * not seen to end by then goes to review, where an operator resumes or resolves it (it stayed
- * accepted, polled no more, for ever: a cancel acknowledged then was never sent, and the job
- * reached neither an end nor review). With its cancel to send first when one was
+/* The poller's claim: one tenant's accepted operation due for a status read, within its poll
+ * deadline — or past it with a cancel to send (an acknowledged cancel was never sent once the
+ * deadline passed: the task ran on, billed) — under a new lease and fencing token; with its
+ * cancel to send first when one was
  * requested and not yet answered (a client's cancel makes the row due at once: idemgate_cancel).
  * The cancel is marked sent only once the provider answered it for good (poll_cancel_sent): a
  * cancel that failed, or whose replica died, is sent again by the next poll. */
 /* Only the providers this replica polls ($P, a text[]): another replica's are left to it. */
 #define POLL_DUE(P)                                                                                \
     "state = 'accepted' AND next_attempt_at <= now() AND provider = ANY (" P "::text[]) "          \
+    "AND (poll_deadline_at IS NULL OR poll_deadline_at > now() "                                   \
+    " OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "                           \
     "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
 static const struct db_stmt poll_claim = {
     .name = "poll_claim",
     .sql = CLAIM_PICK "tenant_id, id, "
-    "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due, "
-    "      (poll_deadline_at IS NOT NULL AND poll_deadline_at <= now()) AS overdue "
+    "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
     "      FROM operations WHERE tenant_id = $4 AND " POLL_DUE("$3")
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1 "
-    CLAIM_ON_PICKED("$4") ", c.cancel_due, c.overdue",
+    CLAIM_ON_PICKED("$4") ", c.cancel_due",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
@@ -184,15 +183,26 @@ static const struct db_stmt reconcile_send = {
  * the single-row text ($n) or the batch's column of it (j.p_name). */
 #define FP_POS(n, name, type) "$" #n "::" #type
 #define FP_ROW(n, name, type) "j.p_" #name "::" #type
+/* A create whose task a signed webhook named while it was in flight (webhook_signed keeps the
+ * hint on the `sending` row) never ends `prepared` or `failed` on its own answer: the provider
+ * said a task exists (a back-off or a refusal that came after it made the task). It ends
+ * `unknown`, ambiguous, and is reconciled by the hint at once — never sent again, never failed
+ * while its task exists. */
+#define FINISH_HINTED(P)                                                                           \
+    "(" P(17, kind, text) " = 'create' AND " P(4, state, text) " IN ('prepared', 'failed') "      \
+    " AND webhook_hint IS NOT NULL)"
 #define FINISH_SET(P)                                                                              \
-    " state = CASE WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS NOT NULL "   \
+    " state = CASE WHEN " FINISH_HINTED(P) " THEN 'unknown' "                                     \
+    "  WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS NOT NULL "              \
     "  THEN CASE WHEN " P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL "           \
     "   THEN 'unknown' ELSE 'failed' END "                                                         \
     "  ELSE " P(4, state, text) " END, "                                                           \
     " resp_status = coalesce(" P(5, http_status, integer) ", resp_status), "                       \
     " resp_headers = coalesce(" P(6, resp_headers, jsonb) ", resp_headers), "                      \
     " resp_body = coalesce(" P(7, resp_body, bytea) ", resp_body), "                               \
-    " last_error = CASE WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS "       \
+    " last_error = CASE WHEN " FINISH_HINTED(P) " THEN 'a signed webhook named a task of this "   \
+    "job while it was sent: reconciled by it, never sent again' "                                  \
+    "  WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS "                        \
     "NOT NULL "                                                                                    \
     "  THEN CASE WHEN " P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL "           \
     "   THEN 'canceled; not sent again (an attempt may have made the task: reconciliation "        \
@@ -205,7 +215,8 @@ static const struct db_stmt reconcile_send = {
     "   AND next_attempt_at >= updated_at "                                                        \
     "  THEN least(next_attempt_at, now() + make_interval(secs => "                                 \
     P(15, retry_delay_ms, float8) " / 1000)) "                                                     \
-    "  WHEN " P(17, kind, text) " = 'create' AND " P(4, state, text) " = 'unknown' "               \
+    "  WHEN " P(17, kind, text) " = 'create' "                                                    \
+    "   AND " P(4, state, text) " IN ('unknown', 'prepared', 'failed') "                          \
     "   AND webhook_hint IS NOT NULL THEN now() "                                                  \
     "  ELSE now() + make_interval(secs => " P(15, retry_delay_ms, float8) " / 1000) END, "         \
     " outputs_received = coalesce(" P(18, outputs_received, integer) ", outputs_received), "       \
@@ -218,19 +229,22 @@ static const struct db_stmt reconcile_send = {
     " provider_status = coalesce(" P(23, provider_status, text) ", provider_status), "             \
     " outputs = coalesce(" P(24, outputs, jsonb) ", outputs), "                                    \
     " ambiguous_at = CASE WHEN " P(25, may_have_created, boolean) " OR "                           \
-    "(" P(17, kind, text) " = 'create' AND " P(4, state, text) " = 'unknown') "                    \
+    "(" P(17, kind, text) " = 'create' AND " P(4, state, text) " = 'unknown') OR "                 \
+    FINISH_HINTED(P)                                                                               \
     "  THEN now() ELSE ambiguous_at END, "                                                         \
     " webhook_hint = CASE WHEN " P(17, kind, text) " = 'reconcile' THEN NULL ELSE "                \
     "webhook_hint END, "                                                                           \
     " cost_micros = CASE WHEN operations.state IN ('completed', 'failed', 'canceled') "            \
     "   THEN coalesce(" P(26, cost_micros, bigint) ", cost_micros) "                               \
+    "  WHEN " FINISH_HINTED(P) " THEN cost_micros "                                                \
     "  WHEN " P(4, state, text) " IN ('completed', 'canceled') "                                   \
     "   THEN coalesce(" P(26, cost_micros, bigint) ", cost_micros, reserved_micros) "              \
     "  WHEN " P(4, state, text) " = 'failed' OR (" P(4, state, text) " = 'prepared' AND "          \
     "cancel_requested_at IS NOT NULL "                                                             \
     "   AND NOT (" P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL)) THEN 0 "       \
     "  ELSE coalesce(" P(26, cost_micros, bigint) ", cost_micros) END, "                           \
-    " finished_at = CASE WHEN " P(4, state, text) " IN ('completed', 'failed', 'canceled') "       \
+    " finished_at = CASE WHEN " FINISH_HINTED(P) " THEN NULL "                                     \
+    "  WHEN " P(4, state, text) " IN ('completed', 'failed', 'canceled') "                         \
     "   OR (" P(4, state, text) " = 'prepared' AND cancel_requested_at IS NOT NULL "               \
     "    AND NOT (" P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL)) THEN "        \
     "now() END, "                                                                                  \
@@ -312,8 +326,7 @@ static const struct db_stmt reconcile_send = {
              {ST_SENDING, ST_COMPLETED}, {ST_SENDING, ST_FAILED}, {ST_UNKNOWN, ST_UNKNOWN},        \
              {ST_UNKNOWN, ST_PREPARED}, {ST_UNKNOWN, ST_ACCEPTED}, {ST_UNKNOWN, ST_COMPLETED},     \
              {ST_UNKNOWN, ST_REVIEW}, {ST_UNKNOWN, ST_FAILED}, {ST_ACCEPTED, ST_ACCEPTED},         \
-             {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED},   \
-             {ST_ACCEPTED, ST_REVIEW})
+             {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED})
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = FINISH_PLAIN_SQL,
@@ -380,7 +393,7 @@ static const struct db_stmt finish_check = {
     .name = "finish_check",
     .sql = "SELECT state FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
     " AND lease_owner IS NULL "
-    " AND (state = $4 OR ($4 = 'prepared' AND state IN ('failed', 'unknown')))",
+    " AND (state = $4 OR ($4 IN ('prepared', 'failed') AND state IN ('failed', 'unknown')))",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "state"),
 };
 
@@ -454,7 +467,6 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->webhook_hint = db_val(r, 0, CC_WEBHOOK_HINT);
     out->operator_found = flag(r, CC_OPERATOR_FOUND);
     out->cancel_due = flag(r, CC_CANCEL_DUE);
-    out->poll_overdue = flag(r, CC_POLL_OVERDUE);
     if (db_bytea_decode(db_val(r, 0, CC_BODY), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;

@@ -141,22 +141,12 @@ static void write_poll_usage(struct db *db, const struct store_claim *c, enum op
                              const char *outputs_json, const char *usage, double t0,
                              const struct cfg_provider *p)
 {
-    /* The read past the job's poll deadline was its last: a task not seen to end goes to an
-     * operator (resume polls it again, resolve ends it), never left accepted and unpolled. */
-    const char *outcome = status;
-    if (next == ST_ACCEPTED && c->poll_overdue) {
-        next = ST_REVIEW;
-        outcome = "poll_deadline";
-        error = "polled until the profile's poll deadline (poll.deadline_seconds) without seeing "
-                "the task end: it may still run at the provider; an operator resumes the polling "
-                "(POST /v1/admin/jobs/{id}/resume) or resolves the job";
-    }
     int final = next != ST_ACCEPTED;
     struct store_finish f;
     store_finish_init(&f, c, "poll", ST_ACCEPTED);
-    store_finish_evidence(&f, res, final && next != ST_REVIEW);
+    store_finish_evidence(&f, res, final);
     f.state = next;
-    f.outcome = outcome;
+    f.outcome = status;
     f.error = error;
     f.retry_delay_ms = delay_ms;
     f.outputs_received = outputs;

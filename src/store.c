@@ -965,17 +965,14 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
     return STORE_OK;
 }
 
-/* An accepted job polled again for one more deadline; also one its poll deadline sent to review
- * (a task followed before, with its id: a poll deadline was set). */
 static const struct db_stmt resume_polling = {
     .name = "resume_polling",
-    .sql = "UPDATE operations SET state = 'accepted', "
+    .sql = "UPDATE operations SET "
     " poll_deadline_at = now() + make_interval(secs => $2::float8 / 1000), "
     " next_attempt_at = now(), updated_at = now() "
-    "WHERE id = $1 AND (" KEYED_STATE("state") " = 'accepted' OR (" KEYED_STATE("state")
-    " = 'review' AND remote_id IS NOT NULL AND poll_deadline_at IS NOT NULL)) RETURNING id",
+    "WHERE id = $1 AND " KEYED_STATE("state") " = 'accepted' RETURNING id",
     .params = DB_PARAMS("job_id", "deadline_ms"),
-    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_REVIEW, ST_ACCEPTED}),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
 
 int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)

@@ -203,29 +203,46 @@ def test_cancel_before_sending_fails_it_without_a_create(gateway_factory, token,
     assert mock.creates_for(r.json()["id"]) == []
 
 
-def test_poll_deadline_sends_the_job_to_review_and_resume_follows_it(gateway_factory, token,
-                                                                    mock):
-    """Past the profile's poll deadline, the job's next status read is its last: a task not
-    seen to end goes to review with its id (it stayed accepted, polled no more, for ever: it
-    reached neither an end nor review, and a cancel acknowledged then was never sent). The
-    operator's resume polls it again to its end."""
+def test_poll_deadline_stops_waiting_not_the_job(gateway_factory, token, mock):
     e, route = entry("runway", mock)
     e["poll"]["deadline_seconds"] = 1
     gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
     r = gw.submit(token, "deadline-" + uuid.uuid4().hex, body(polls=20), route=route)
     job_id = r.json()["id"]
-    j = gw.wait_state(token, job_id, {"review", "completed", "failed"}, 20)
-    assert j["state"] == "review" and j["remote_id"], j
-    assert "poll deadline" in j["last_error"], j
+    time.sleep(2.5)
+    j = gw.job(token, job_id).json()
     polls = j["polls"]
     time.sleep(0.5)
-    assert gw.job(token, job_id).json()["polls"] == polls, "polled on in review"
+    j = gw.job(token, job_id).json()
+    assert j["state"] == "accepted" and j["remote_id"] and j["polls"] == polls, j
     res = gw.http.request("POST", f"/v1/admin/jobs/{job_id}/resume", "",
                           {"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    assert res.status == 200, res.body
+    assert res.status == 200
     j = gw.wait_state(token, job_id, {"completed"}, 30)
     assert j["state"] == "completed"
-    assert len(mock.creates_for(job_id)) == 1
+
+
+def test_a_cancel_after_the_poll_deadline_is_sent(gateway_factory, token, mock):
+    """Past its poll deadline a job stays accepted and is polled no more; a cancel acknowledged
+    then must still reach the provider. Before, the poll claim skipped every row past its
+    deadline: the acknowledged cancel was never sent, and the task ran on (and was billed)."""
+    e, route = entry("replicate", mock)
+    e["poll"]["deadline_seconds"] = 1
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "cancel-late-" + uuid.uuid4().hex, body(polls=100000), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"accepted"}, 15)
+    time.sleep(2.5)  # past the deadline: no more polls
+    j = gw.job(token, job_id).json()
+    polls = j["polls"]
+    time.sleep(0.5)
+    assert gw.job(token, job_id).json()["polls"] == polls and j["state"] == "accepted", j
+    h = {"Authorization": f"Bearer {token}"}
+    assert gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
+    j = gw.wait_state(token, job_id, {"failed", "completed", "canceled"}, 15)
+    assert j["state"] == "canceled" and j["remote_id"], j
+    task = mock.http.request("GET", f"/v1/predictions/{j['remote_id']}").json()
+    assert task["status"] == "canceled" and task.get("cancels", 1) == 1, task
 
 
 def sign_standard(body_bytes, msg_id, ts, secret=WHSEC):

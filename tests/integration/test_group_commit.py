@@ -585,9 +585,14 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
           "status": "NULL"}),
         ("ambiguous", "sending", "", {"state": "'unknown'", "status": "NULL", "retry_ms": "5000",
                                       "deadline": "3600000", "error": "'timeout'"}),
-        # A signed webhook named the task while the create was in flight: due at once.
+        # A signed webhook named the task while the create was in flight: due at once; and
+        # never prepared (sent again) nor failed on the create's own answer (a task exists).
         ("hinted", "sending", "webhook_hint='task-9'",
          {"state": "'unknown'", "status": "NULL", "retry_ms": "60000", "error": "'timeout'"}),
+        ("hinted_backoff", "sending", "webhook_hint='task-8'",
+         {"state": "'prepared'", "status": "429", "retry_ms": "60000"}),
+        ("hinted_refused", "sending", "webhook_hint='task-7'",
+         {"state": "'failed'", "status": "400", "error": "'bad request'", "cost": "0"}),
     ]
     run_answer = {}
     for tag, state, setup, a in cases:
@@ -631,6 +636,10 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     assert len(archive("p_done")) == 2 and row("p_done")[0][15] == "12"
     assert row("p_canceled")[0][0] == "failed" and row("p_canceled_maybe")[0][0] == "unknown"
     assert row("p_hinted")[0][14] == "task-9" and row("p_hinted")[0][20] == "0", row("p_hinted")
+    for tag in ("hinted_backoff", "hinted_refused"):
+        r = row("p_" + tag)[0]
+        # unknown, due now, ambiguous, not finished, nothing settled
+        assert (r[0], r[20], r[23], r[25], r[15]) == ("unknown", "0", "f", "t", ""), (tag, r)
     assert row("p_ambiguous")[0][20] != "0", row("p_ambiguous")
     # A result that comes back after its job was deleted (retention) is fenced and leaves no
     # attempt row behind: no foreign key refuses it since migration 0030, so both texts check.

@@ -335,7 +335,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Start polling an async job again after its poll deadline passed (it went to review) */
+        /** Start polling an accepted async job again after its poll deadline passed */
         post: operations["resumePolling"];
         delete?: never;
         options?: never;
@@ -2169,7 +2169,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The job is accepted again and polled for one more hour. */
+            /** @description Polling resumes for one more deadline of the job's provider. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2184,7 +2184,7 @@ export interface operations {
             };
             400: components["responses"]["BadFraming"];
             401: components["responses"]["Unauthorized"];
-            /** @description No accepted job, nor one its poll deadline sent to review, with this id. */
+            /** @description No accepted job with this id. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
