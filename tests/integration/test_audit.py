@@ -698,17 +698,23 @@ def test_d15_unsigned_webhooks_for_unknown_tasks_write_nothing(gateway_factory, 
     assert r.status == 200, r
 
 
+def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None):
+    """A gateway with keyed-async whose signed webhooks carry our reference in metadata, and
+    which cannot reconcile otherwise (strategy none): (gateway, route)."""
+    hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
+    e, route = async_entry("keyed-async", mock, "generations", timeouts=timeouts, webhook=hook,
+                           reconcile=reconcile or {"strategy": "none", "window_seconds": 120})
+    port = free_port()
+    return gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
+                           public_url=f"http://127.0.0.1:{port}"), route
+
+
 def test_d16_late_webhook_rescues_unknown_job_by_client_ref(gateway_factory, token, mock):
     """Item 16. The create's answer is lost (unknown, no remote id); later the provider's signed
     webhook names the task and carries our reference in metadata. Before: webhooks matched by
     remote id only, so the job stayed unknown. After: the task is read by id, carries the
     reference, is adopted and polled to completion."""
-    hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
-    e, route = async_entry("keyed-async", mock, "generations", timeouts=HANG, webhook=hook,
-                           reconcile={"strategy": "none", "window_seconds": 120})
-    port = free_port()
-    gw = gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
-                         public_url=f"http://127.0.0.1:{port}")
+    gw, route = referenced_webhooks(gateway_factory, mock)
     script(mock, [{"fault": "hang"}])
     job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
     assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
@@ -731,13 +737,8 @@ def test_a_webhook_that_comes_while_the_create_is_in_flight_rescues_it(gateway_f
     the row never got; the provider does not deliver that event again, and the job (reconcile
     `none`) waited out its window for review. Now the hint is kept on the row and read once it is
     unknown."""
-    hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
-    e, route = async_entry("keyed-async", mock, "generations",
-                           timeouts={"connect_ms": 1000, "total_ms": 3000}, webhook=hook,
-                           reconcile={"strategy": "none", "window_seconds": 120})
-    port = free_port()
-    gw = gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
-                         public_url=f"http://127.0.0.1:{port}")
+    gw, route = referenced_webhooks(gateway_factory, mock,
+                                    timeouts={"connect_ms": 1000, "total_ms": 3000})
     script(mock, [{"fault": "hang"}])
     job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
     deadline = time.monotonic() + 10
@@ -761,13 +762,9 @@ def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mo
     kept for the next look. Before, the verdict's write cleared it ("not ours"), and the
     provider never delivers that event again: a job whose profile cannot reconcile otherwise
     lost its only proof of a paid task."""
-    hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
-    e, route = async_entry("keyed-async", mock, "generations", timeouts=HANG, webhook=hook,
-                           reconcile={"strategy": "none", "window_seconds": 120,
-                                      "interval_ms": 500})
-    port = free_port()
-    gw = gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
-                         public_url=f"http://127.0.0.1:{port}")
+    gw, route = referenced_webhooks(gateway_factory, mock,
+                                    reconcile={"strategy": "none", "window_seconds": 120,
+                                               "interval_ms": 500})
     script(mock, [{"fault": "hang"}])
     job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"poll_delay_ms": 5000}},
                        route=route).json()["id"]
