@@ -94,10 +94,14 @@ static const struct db_stmt reconcile_claim = {
     .moves = DB_MOVES({ST_UNKNOWN, ST_UNKNOWN}),
 };
 
+/* How long past its poll deadline a job whose cancel was requested is still polled: its cancel
+ * sent (an acknowledged cancel was never sent once the deadline passed: the task ran on, billed)
+ * and followed to its end; bounded, so that a cancel the provider never answers for good is not
+ * sent every poll interval for ever. As long as the admin's resume polls a job again. */
+#define CANCEL_FOLLOWED_S "3600"
 /* The poller's claim: one tenant's accepted operation due for a status read, within its poll
- * deadline — or past it with a cancel to send (an acknowledged cancel was never sent once the
- * deadline passed: the task ran on, billed) — under a new lease and fencing token; with its
- * cancel to send first when one was
+ * deadline — or past it, for CANCEL_FOLLOWED_S after a cancel was requested — under a new lease
+ * and fencing token; with its cancel to send first when one was
  * requested and not yet answered (a client's cancel makes the row due at once: idemgate_cancel).
  * The cancel is marked sent only once the provider answered it for good (poll_cancel_sent): a
  * cancel that failed, or whose replica died, is sent again by the next poll. */
@@ -105,7 +109,7 @@ static const struct db_stmt reconcile_claim = {
 #define POLL_DUE(P)                                                                                \
     "state = 'accepted' AND next_attempt_at <= now() AND provider = ANY (" P "::text[]) "          \
     "AND (poll_deadline_at IS NULL OR poll_deadline_at > now() "                                   \
-    " OR (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL)) "                           \
+    " OR cancel_requested_at > now() - interval '" CANCEL_FOLLOWED_S " seconds') "                \
     "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
 static const struct db_stmt poll_claim = {
     .name = "poll_claim",

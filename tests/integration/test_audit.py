@@ -217,7 +217,9 @@ def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory
     job_id = gw.submit(token, key(), {"prompt": "x"}, route="seen/images/generations").json()["id"]
     assert wait_job(gw, token, job_id, {"review"}, 15)["state"] == "review"
     # What the reconciler's found_unreadable write leaves: review, the task's id kept.
-    psql(f"UPDATE operations SET remote_id = 'task_seen' WHERE id = '{job_id}'")
+    # (and a webhook's hint the reconciler kept when it could not read the task)
+    psql(f"UPDATE operations SET remote_id = 'task_seen', webhook_hint = 'task_seen' "
+         f"WHERE id = '{job_id}'")
     r = resolve(gw, token, job_id, {"outcome": "absent"})
     assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
     forced = resolve(gw, token, job_id, {"outcome": "absent", "force": True})
@@ -234,6 +236,9 @@ def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory
     assert r.status == 200 and r.json()["state"] in ("prepared", "sending", "completed"), r
     assert wait_job(gw, token, job_id, {"completed"}, 15)["state"] == "completed"
     assert len(ledger_all(mock, job_id)) == 2
+    # The operator's `absent` overrode the hint: left on the row, a back-off of the resend was
+    # read as a hinted create's (unknown), the hint read again and the job back in review.
+    assert psql(f"SELECT webhook_hint IS NULL FROM operations WHERE id = '{job_id}'") == [["t"]]
 
 
 def refd_provider(mock, name="refd"):
