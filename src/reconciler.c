@@ -132,7 +132,7 @@ struct verdict_write {
     long long cost_micros; /* -1: none computed */
     int unpriced;
     /* For the spend metric (with a cost), and an accepted task's poll deadline: a task adopted
-     * without one was polled for ever (and never sent to review at a deadline). */
+     * without one was polled for ever. */
     const struct cfg_provider *p;
     int keep_record; /* res is kept as the operation's record whatever the state (a resumed
                         stream cut again: the longer record, resumed from its end next time) */

@@ -1068,7 +1068,8 @@ int store_janitor(struct db *db, int limit, long long deleted[3])
 
 /* The hook for the archive: of the sha256s given (the archive's objects), those that no
  * remaining operation names — neither its archived outputs (archive_outputs, counted while
- * their operation exists: a replica older than migration 0030 deletes jobs without them) nor its stored upload (the
+ * their operation exists: a replica older than migration 0030 deletes jobs without them) nor
+ * its stored upload (the
  * table of a body whose large parts are in the store, upload.h: "idemgate-upload/1\n" then
  * "<offset> <size> <sha256>\n" lines, at most MP_MAX_PARTS of them, so within its first 16 KiB).
  * A job that may still be sent or resent keeps its row, hence its objects. */
