@@ -28,14 +28,22 @@ static int b64_decode(const char *in, size_t len, unsigned char *out, size_t cap
     return n;
 }
 
-int wh_timestamp_fresh(const char *ts, long long now)
+/* A signed timestamp's value: one decimal number of a long long and nothing else. 0 and *t,
+ * or -1. */
+static int ts_parse(const char *ts, long long *t)
 {
     char *end;
     if (!ts || !*ts)
-        return 0;
+        return -1;
     errno = 0;
-    long long t = strtoll(ts, &end, 10);
-    if (*end != '\0' || errno == ERANGE)
+    *t = strtoll(ts, &end, 10);
+    return *end != '\0' || errno == ERANGE ? -1 : 0;
+}
+
+int wh_timestamp_fresh(const char *ts, long long now)
+{
+    long long t;
+    if (ts_parse(ts, &t) < 0)
         return 0;
     /* Compared with t on its own side: now - t overflows for a t near LLONG_MIN. now is a real
      * clock (the database's), far from the limits of a long long. */
@@ -58,13 +66,11 @@ static int signed_at(const char *ts, wh_clock_fn clock, void *clock_ctx)
 }
 
 /* A timestamp that cannot be fresh at any time: what wh_timestamp_fresh refuses whatever the
- * clock (not one decimal number of a long long). */
+ * clock. */
 static int ts_malformed(const char *ts)
 {
-    char *end;
-    errno = 0;
-    (void)strtoll(ts, &end, 10);
-    return !*ts || *end != '\0' || errno == ERANGE;
+    long long t;
+    return ts_parse(ts, &t) < 0;
 }
 
 int wh_verify_standard(wh_header_fn hdr, void *arg, const char *body, size_t len,
