@@ -321,7 +321,7 @@ static enum step_result step_canonicalise(struct intake *in)
                                   .client_ref_field = ref_needed ? p->client_ref_body_field : NULL,
                                   .outputs_path = p->outputs_requested,
                                   .outputs_default = p->outputs_default,
-                                  .outputs_counted = p->outputs_received != NULL,
+                                  .outputs_counted = prof_counts_outputs(p),
                                   .fp_skip = p->stream_format ? sse_delivery_members : NULL};
     const char *ctype = hs_req_header(in->r, "Content-Type");
     if (ctype && strncasecmp(ctype, "multipart/", 10) == 0) {

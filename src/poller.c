@@ -237,6 +237,30 @@ static enum op_state ended_state(int st, int cancel_requested)
     return st == TS_CANCELED && cancel_requested ? ST_CANCELED : ST_FAILED;
 }
 
+/* Whether a finished task's answer holds none of the outputs asked for where the profile reads
+ * them (outputs.requested counted, result.outputs read): its result is not where it was looked
+ * for, and it is never completed as empty on that guess (as the reconciler's found_sync). */
+static int outputs_missing(const struct store_claim *c, int received)
+{
+    return c->outputs_requested > 0 && received == 0;
+}
+
+/* A task the provider says succeeded whose outputs are not where the profile reads them: the job
+ * stays accepted and is read again (they may show a moment later), until its poll deadline,
+ * where an operator resolves it. */
+static void succeeded_without_outputs(struct db *db, const struct cfg_provider *p,
+                                      const struct store_claim *c, const struct up_response *final,
+                                      double t0)
+{
+    LOG(LOG_WARN, "succeeded_without_outputs", LS("job_id", c->id), LS("provider", p->name),
+        LI("requested", c->outputs_requested));
+    write_poll_usage(db, c, ST_ACCEPTED, next_delay(p, c, final), "succeeded_without_outputs",
+                     "the task succeeded but none of its outputs is where the profile reads "
+                     "them (result.outputs): it is read again until its poll deadline, then an "
+                     "operator must resolve it",
+                     final, -1, NULL, NULL, t0, p);
+}
+
 /* Writes what status st shows: the outputs of a finished task (from final / fdoc, the answer
  * that carries the result), its failure or cancel, or another read later (res, the status
  * answer). A task that finished although the client cancelled says that the cancel came too
@@ -250,6 +274,11 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
          * create's whole answer would have been — outputs, usage and cost read from it. */
         struct attempt_results rs;
         attempt_count_results(p, final, &rs);
+        if (outputs_missing(c, rs.received)) {
+            free(rs.usage);
+            succeeded_without_outputs(db, p, c, final, t0);
+            return;
+        }
         write_poll_usage(db, c, ST_COMPLETED, 0, "succeeded",
                          c->cancel_requested ? "the cancel came too late: the task finished at "
                                                "the provider (paid); its result is kept"
@@ -259,6 +288,11 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
     } else if (st == TS_SUCCEEDED) {
         cJSON *outs = cJSON_CreateArray();
         int n = poller_outputs(p, fdoc, c->remote_id, outs);
+        if (outputs_missing(c, n)) {
+            cJSON_Delete(outs);
+            succeeded_without_outputs(db, p, c, final, t0);
+            return;
+        }
         char *oj = cJSON_PrintUnformatted(outs);
         write_poll(db, c, ST_COMPLETED, 0, "succeeded",
                    c->cancel_requested ? "the cancel came too late: the task finished at the "

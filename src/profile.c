@@ -755,6 +755,11 @@ int prof_map_status(const struct cfg_provider *p, const char *word)
     return -1;
 }
 
+int prof_counts_outputs(const struct cfg_provider *p)
+{
+    return p->outputs_received != NULL || (p->mode == CFG_MODE_ASYNC_POLL && p->result_outputs);
+}
+
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc)
 {
     if (p->status_by_http) {

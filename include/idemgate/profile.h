@@ -221,5 +221,10 @@ int prof_map_status(const struct cfg_provider *p, const char *word);
  * status path and map, its done flag and error, or its HTTP status. -1 when it cannot tell.
  * Pure. */
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc);
+/* 1 when the profile reads where a result's outputs are: outputs.received (the answer that
+ * carries them) or, for an async profile, result.outputs (the finished task's). The outputs a
+ * request asks for (outputs.requested, else outputs.default) are then counted at intake, and a
+ * result holding none of them is never completed as empty. Pure. */
+int prof_counts_outputs(const struct cfg_provider *p);
 
 #endif

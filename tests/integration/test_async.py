@@ -222,6 +222,28 @@ def test_poll_deadline_stops_waiting_not_the_job(gateway_factory, token, mock):
     assert j["state"] == "completed"
 
 
+def test_a_task_that_succeeded_without_its_outputs_is_never_completed_empty(
+        gateway_factory, token, mock):
+    # Replicate's profile counts the outputs asked for (one by default) and reads them at
+    # $.output[*]; the mock's task succeeds with none there. The job is not completed with
+    # nothing (the paid outputs may show a moment later, or an operator finds them): it stays
+    # accepted, read again until its poll deadline.
+    e, route = entry("replicate", mock)
+    e["poll"]["deadline_seconds"] = 2
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "noout-" + uuid.uuid4().hex, body(polls=1, outputs=0), route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    time.sleep(3.5)
+    j = gw.job(token, job_id).json()
+    assert j["state"] == "accepted" and j["remote_id"], j
+    assert "none of its outputs" in (j["last_error"] or ""), j
+    assert j["polls"] >= 3, j  # read again after the first "succeeded"
+    assert "succeeded_without_outputs" in gw.log()
+    assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
+
+
 def test_a_cancel_after_the_poll_deadline_is_sent(gateway_factory, token, mock):
     """Past its poll deadline a job stays accepted and is polled no more; a cancel acknowledged
     then must still reach the provider. Before, the poll claim skipped every row past its

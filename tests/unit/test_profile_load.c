@@ -62,6 +62,30 @@ static void test_status_by_http(void **state)
                      rows[i].want);
 }
 
+/* Whose requests have their outputs counted: a profile that reads them where a result holds
+ * them, synchronously (outputs.received) or at a finished task (result.outputs, async only). An
+ * async profile's outputs.received alone counts too; nothing else does. */
+static void test_counts_outputs(void **state)
+{
+    (void)state;
+    struct jpath *some = (struct jpath *)&some; /* any non-NULL path: only its presence is read */
+    static const struct {
+        enum cfg_mode mode;
+        int received, result_outputs, want;
+    } rows[] = {{CFG_MODE_SYNC, 1, 0, 1},       {CFG_MODE_SYNC, 0, 0, 0},
+                {CFG_MODE_SYNC, 0, 1, 0},       {CFG_MODE_ASYNC_POLL, 0, 1, 1},
+                {CFG_MODE_ASYNC_POLL, 0, 0, 0}, {CFG_MODE_ASYNC_POLL, 1, 0, 1}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct cfg_provider p;
+        memset(&p, 0, sizeof(p));
+        p.mode = rows[i].mode;
+        p.outputs_received = rows[i].received ? some : NULL;
+        p.result_outputs = rows[i].result_outputs ? some : NULL;
+        if (prof_counts_outputs(&p) != rows[i].want)
+            fail_msg("row %zu: %d, want %d", i, prof_counts_outputs(&p), rows[i].want);
+    }
+}
+
 static void test_retry_numbers(void **state)
 {
     (void)state;
@@ -323,6 +347,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_by_http),
+        cmocka_unit_test(test_counts_outputs),
         cmocka_unit_test(test_retry_numbers),
         cmocka_unit_test(test_base_url),
         cmocka_unit_test(test_trip_markers),
