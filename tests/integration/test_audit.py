@@ -703,12 +703,14 @@ def test_d15_unsigned_webhooks_for_unknown_tasks_write_nothing(gateway_factory, 
     assert r.status == 200, r
 
 
-def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None):
+def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None, **over):
     """A gateway with keyed-async whose signed webhooks carry our reference in metadata, and
-    which cannot reconcile otherwise (strategy none): (gateway, route)."""
+    which cannot reconcile otherwise (strategy none): (gateway, route). over: more members of
+    the provider's entry."""
     hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
     e, route = async_entry("keyed-async", mock, "generations", timeouts=timeouts, webhook=hook,
-                           reconcile=reconcile or {"strategy": "none", "window_seconds": 120})
+                           reconcile=reconcile or {"strategy": "none", "window_seconds": 120},
+                           **over)
     port = free_port()
     return gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
                            public_url=f"http://127.0.0.1:{port}"), route
@@ -759,6 +761,36 @@ def test_a_webhook_that_comes_while_the_create_is_in_flight_rescues_it(gateway_f
     assert j["state"] == "completed" and j["remote_id"] == create["task_id"], \
         f"a verified webhook that came during the create did not rescue the job: {j}"
     assert len(real_creates(mock, job_id)) == 1
+
+
+@pytest.mark.parametrize("status", [429, 400])
+def test_a_create_refused_after_its_task_was_made_in_flight_is_never_sent_again(
+        gateway_factory, token, mock, status):
+    """The provider makes the task, its signed webhook names it while the create is in flight,
+    then the create is answered 429 (a back-off: would be sent again) or 400 (a refusal: would
+    be failed at cost 0) — a gateway or CDN in front of the provider answering after the origin
+    took the work. The provider here has no idempotency key, so a second send is a second paid
+    task. The webhook is the proof a task exists: the job ends unknown (FINISH_HINTED), is
+    reconciled by the hint, polled to its result, and the provider sees one create."""
+    gw, route = referenced_webhooks(gateway_factory, mock,
+                                    timeouts={"connect_ms": 1000, "total_ms": 5000},
+                                    idempotency={}, retry=FAST_RETRY)
+    script(mock, [{"status": status, "task_made": True, "delay_ms": 1500, "retry_after": "0"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    deadline = time.monotonic() + 10
+    while not real_creates(mock, job_id):
+        assert time.monotonic() < deadline, "the create never reached the provider"
+        time.sleep(0.02)
+    [create] = real_creates(mock, job_id)
+    assert create.get("idempotency_key") is None, create
+    assert gw.job(token, job_id).json()["state"] == "sending"
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    j = wait_job(gw, token, job_id, SETTLED, 20)
+    assert j["state"] == "completed" and j["remote_id"] == create["task_id"], j
+    time.sleep(1)  # a resend, had the back-off made the job prepared, comes within its retry
+    assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
 
 
 def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mock, psql):
