@@ -43,8 +43,8 @@ static int admin_ok(struct hs_req *r)
     return 0;
 }
 
-/* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
- * again, for one more hour. */
+/* POST /v1/admin/jobs/{id}/resume: polling of a job its poll deadline sent to review (or of an
+ * accepted one) starts again, for one more hour. */
 void admin_resume(struct hs_req *r, const struct api_args *a)
 {
     char job_id[64];
@@ -56,7 +56,7 @@ void admin_resume(struct hs_req *r, const struct api_args *a)
         return;
     int e = store_resume_polling(api_db(r), job_id, 3600L * 1000);
     if (e == STORE_ENOTFOUND)
-        reply_problem(r, 404, "job-not-found", "Job not found", "no accepted job with this id", 0);
+        reply_problem(r, 404, "job-not-found", "Job not found", "no accepted job, nor one its poll deadline sent to review, with this id", 0);
     else if (e < 0)
         reply_store_error(r, e);
     else

@@ -20,7 +20,8 @@
 #define FINISH_RETRY_S 120.0
 
 /* What a worker needs to act on an operation it claimed; read by the CC_ names below. Every claim
- * statement returns these, then one flag of its own (CC_CANCEL_DUE). */
+ * statement returns these, then one flag of its own (CC_CANCEL_DUE), and the poll's claim one
+ * more (CC_POLL_OVERDUE). */
 #define CLAIM_COLS                                                                                 \
     "o.tenant_id, o.id, o.lease_version, o.provider, o.route, o.req_method, o.req_url, "          \
     "o.req_credential, o.req_body, extract(epoch FROM o.lease_expires_at - c.at)::float8, "       \
@@ -35,7 +36,8 @@ enum {
     CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
     CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
     CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
-    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE
+    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE,
+    CC_POLL_OVERDUE
 };
 
 /* Every claim: a new owner ($1), fencing token and lease of $2 seconds of database time, on the
@@ -97,27 +99,29 @@ static const struct db_stmt reconcile_claim = {
 /* How long past its poll deadline a job whose cancel was requested is still polled: its cancel
  * sent (an acknowledged cancel was never sent once the deadline passed: the task ran on, billed)
  * and followed to its end; bounded, so that a cancel the provider never answers for good is not
- * sent every poll interval for ever. As long as the admin's resume polls a job again. */
+ * sent every poll interval for ever. */
 #define CANCEL_FOLLOWED_S "3600"
-/* The poller's claim: one tenant's accepted operation due for a status read, within its poll
- * deadline — or past it, for CANCEL_FOLLOWED_S after a cancel was requested — under a new lease
- * and fencing token; with its cancel to send first when one was
- * requested and not yet answered (a client's cancel makes the row due at once: idemgate_cancel).
- * The cancel is marked sent only once the provider answered it for good (poll_cancel_sent): a
- * cancel that failed, or whose replica died, is sent again by the next poll. */
+/* The poller's claim: one tenant's accepted operation due for a status read, under a new lease
+ * and fencing token; with its cancel to send first when one was requested and not yet answered
+ * (a client's cancel makes the row due at once: idemgate_cancel). The cancel is marked sent only
+ * once the provider answered it for good (poll_cancel_sent): a cancel that failed, or whose
+ * replica died, is sent again by the next poll. A job past its poll deadline is read once more
+ * and flagged `overdue`: a read that does not show the task's end sends it to `review`
+ * (invariant 2: every accepted job ends or reaches an operator) — unless a cancel was requested
+ * within CANCEL_FOLLOWED_S, which is followed to the task's end first. */
 /* Only the providers this replica polls ($P, a text[]): another replica's are left to it. */
 #define POLL_DUE(P)                                                                                \
     "state = 'accepted' AND next_attempt_at <= now() AND provider = ANY (" P "::text[]) "          \
-    "AND (poll_deadline_at IS NULL OR poll_deadline_at > now() "                                   \
-    " OR cancel_requested_at > now() - interval '" CANCEL_FOLLOWED_S " seconds') "                \
     "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
 static const struct db_stmt poll_claim = {
     .name = "poll_claim",
     .sql = CLAIM_PICK "tenant_id, id, "
-    "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due "
+    "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due, "
+    "      (poll_deadline_at <= now() AND NOT coalesce(cancel_requested_at > now() - "
+    "       interval '" CANCEL_FOLLOWED_S " seconds', false)) IS TRUE AS overdue "
     "      FROM operations WHERE tenant_id = $4 AND " POLL_DUE("$3")
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1 "
-    CLAIM_ON_PICKED("$4") ", c.cancel_due",
+    CLAIM_ON_PICKED("$4") ", c.cancel_due, c.overdue",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
@@ -330,7 +334,8 @@ static const struct db_stmt reconcile_send = {
              {ST_SENDING, ST_COMPLETED}, {ST_SENDING, ST_FAILED}, {ST_UNKNOWN, ST_UNKNOWN},        \
              {ST_UNKNOWN, ST_PREPARED}, {ST_UNKNOWN, ST_ACCEPTED}, {ST_UNKNOWN, ST_COMPLETED},     \
              {ST_UNKNOWN, ST_REVIEW}, {ST_UNKNOWN, ST_FAILED}, {ST_ACCEPTED, ST_ACCEPTED},         \
-             {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED})
+             {ST_ACCEPTED, ST_COMPLETED}, {ST_ACCEPTED, ST_FAILED}, {ST_ACCEPTED, ST_CANCELED},     \
+             {ST_ACCEPTED, ST_REVIEW})
 static const struct db_stmt finish = {
     .name = "finish",
     .sql = FINISH_PLAIN_SQL,
@@ -471,6 +476,7 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->webhook_hint = db_val(r, 0, CC_WEBHOOK_HINT);
     out->operator_found = flag(r, CC_OPERATOR_FOUND);
     out->cancel_due = flag(r, CC_CANCEL_DUE);
+    out->poll_overdue = PQnfields(r) > CC_POLL_OVERDUE && flag(r, CC_POLL_OVERDUE);
     if (db_bytea_decode(db_val(r, 0, CC_BODY), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;

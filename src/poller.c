@@ -173,6 +173,8 @@ static void write_poll_usage(struct db *db, const struct store_claim *c, enum op
         metrics_job_seconds(c->provider, (double)c->since_first_ms / 1000 + (clock_wall() - t0));
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
+    if (e == STORE_OK && applied && next == ST_REVIEW)
+        metrics_safety(MS_REVIEW_ENTERED);
     if (e < 0 || !applied)
         LOG(LOG_WARN, "poll_write_dropped", LS("job_id", c->id), LS("status", status));
     else if (final)
@@ -245,20 +247,38 @@ static int outputs_missing(const struct store_claim *c, int received)
     return c->outputs_requested > 0 && received == 0;
 }
 
+/* A read that does not end the task: read again later (accepted, after delay_ms), or, past the
+ * job's poll deadline (c->poll_overdue), handed to an operator (review) with why. */
+static void not_ended(struct db *db, const struct cfg_provider *p, const struct store_claim *c,
+                      const char *status, const char *error, const struct up_response *res,
+                      long delay_ms, double t0)
+{
+    if (!c->poll_overdue) {
+        write_poll(db, c, ST_ACCEPTED, delay_ms, status, error, res, -1, NULL, t0, p);
+        return;
+    }
+    char why[640];
+    snprintf(why, sizeof(why),
+             "the poll deadline (poll.deadline_seconds) passed before the task was seen to end "
+             "(last read: %s%s%s); it may still run, and be billed: an operator resumes its "
+             "polling (POST /v1/admin/jobs/{id}/resume) or resolves it",
+             status, error ? ", " : "", error ? error : "");
+    write_poll(db, c, ST_REVIEW, 0, "poll_deadline", why, res, -1, NULL, t0, p);
+}
+
 /* A task the provider says succeeded whose outputs are not where the profile reads them: the job
  * stays accepted and is read again (they may show a moment later), until its poll deadline,
- * where an operator resolves it. */
+ * where it goes to an operator (review). */
 static void succeeded_without_outputs(struct db *db, const struct cfg_provider *p,
                                       const struct store_claim *c, const struct up_response *final,
                                       double t0)
 {
     LOG(LOG_WARN, "succeeded_without_outputs", LS("job_id", c->id), LS("provider", p->name),
         LI("requested", c->outputs_requested));
-    write_poll_usage(db, c, ST_ACCEPTED, next_delay(p, c, final), "succeeded_without_outputs",
-                     "the task succeeded but none of its outputs is where the profile reads "
-                     "them (result.outputs): it is read again until its poll deadline, then an "
-                     "operator must resolve it",
-                     final, -1, NULL, NULL, t0, p);
+    not_ended(db, p, c, "succeeded_without_outputs",
+              "the task succeeded but none of its outputs is where the profile reads them "
+              "(result.outputs)",
+              final, next_delay(p, c, final), t0);
 }
 
 /* Writes what status st shows: the outputs of a finished task (from final / fdoc, the answer
@@ -313,10 +333,9 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
         write_poll(db, c, next, 0, prof_status_name((enum task_status)st), err, final, -1, NULL,
                    t0, p);
     } else {
-        /* Queued, running, or no readable answer: read again later. */
-        write_poll(db, c, ST_ACCEPTED, next_delay(p, c, res),
-                   st >= 0 ? prof_status_name((enum task_status)st) : "unreadable", NULL, res,
-                   -1, NULL, t0, p);
+        /* Queued, running, or no readable answer: read again later (review past the deadline). */
+        not_ended(db, p, c, st >= 0 ? prof_status_name((enum task_status)st) : "unreadable",
+                  NULL, res, next_delay(p, c, res), t0);
     }
 }
 

@@ -15,8 +15,9 @@ static const unsigned allowed[ST__COUNT] = {
     /* A call's outcome; prepared only when libcurl proves no byte left (or a definite answer
      * says try again later); unknown when nobody can know. */
     [ST_SENDING] = B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_UNKNOWN) | B(ST_COMPLETED) | B(ST_FAILED),
-    /* A task's end: its result, its failure, or its cancel at our request (canceled). */
-    [ST_ACCEPTED] = B(ST_COMPLETED) | B(ST_FAILED) | B(ST_CANCELED),
+    /* A task's end: its result, its failure, or its cancel at our request (canceled); review
+     * when its poll deadline passed before it ended. */
+    [ST_ACCEPTED] = B(ST_COMPLETED) | B(ST_FAILED) | B(ST_CANCELED) | B(ST_REVIEW),
     /* Reconciliation: found, proven absent, resent under the same provider key, or escalated. */
     [ST_UNKNOWN] = B(ST_SENDING) | B(ST_PREPARED) | B(ST_ACCEPTED) | B(ST_COMPLETED) |
                    B(ST_REVIEW) | B(ST_FAILED), /* failed: cancelled, then proven absent */

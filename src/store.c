@@ -567,7 +567,8 @@ static const struct db_stmt cancel = {
     .sql = "SELECT idemgate_cancel($1::bigint, $2::text)",
     .params = DB_PARAMS("tenant_id", "job_id"),
     .moves = DB_MOVES({ST_PREPARED, ST_FAILED}, {ST_PREPARED, ST_UNKNOWN}, {ST_SENDING, ST_SENDING},
-                      {ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW}),
+                      {ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN}, {ST_REVIEW, ST_REVIEW},
+                      {ST_REVIEW, ST_ACCEPTED}),
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
 
@@ -965,14 +966,18 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
     return STORE_OK;
 }
 
+/* The admin's resume: an accepted job, or one its poll deadline sent to review (the only review
+ * with a poll deadline: the poller's; it has its task's id), is polled again under a new
+ * deadline. */
 static const struct db_stmt resume_polling = {
     .name = "resume_polling",
-    .sql = "UPDATE operations SET "
+    .sql = "UPDATE operations SET state = 'accepted', "
     " poll_deadline_at = now() + make_interval(secs => $2::float8 / 1000), "
     " next_attempt_at = now(), updated_at = now() "
-    "WHERE id = $1 AND " KEYED_STATE("state") " = 'accepted' RETURNING id",
+    "WHERE id = $1 AND (" KEYED_STATE("state") " = 'accepted' OR (" KEYED_STATE("state")
+    " = 'review' AND poll_deadline_at IS NOT NULL AND remote_id IS NOT NULL)) RETURNING id",
     .params = DB_PARAMS("job_id", "deadline_ms"),
-    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
+    .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_REVIEW, ST_ACCEPTED}),
 };
 
 int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)

@@ -43,6 +43,8 @@ struct store_claim {
     const char *poll_url;       /* as the provider gave it, or NULL */
     int polls;                  /* status reads so far, this one included (poll claims) */
     int cancel_due;             /* a cancel was requested and this claim must send it */
+    int poll_overdue;           /* a poll claim past the job's poll deadline (and past following
+                                 * a cancel): a read that does not end the task sends it to review */
     double first_sent_db, now_db; /* Unix seconds by the database's clock, not this host's */
     int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
     int ambiguous_before;       /* some attempt was ambiguous: never `failed` by budget */

@@ -203,31 +203,44 @@ def test_cancel_before_sending_fails_it_without_a_create(gateway_factory, token,
     assert mock.creates_for(r.json()["id"]) == []
 
 
-def test_poll_deadline_stops_waiting_not_the_job(gateway_factory, token, mock):
+def metric(gw, name):
+    text = gw.http.request("GET", "/metrics").body.decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def test_a_job_past_its_poll_deadline_goes_to_review_and_resumes(gateway_factory, token, mock):
+    """A task still running at the job's poll deadline: the job is handed to an operator
+    (review: invariant 2, every accepted job ends or reaches one), polled no more, and counted;
+    the admin's resume polls it again to its end. Before, it stayed accepted and unpolled for
+    ever, where no metric saw it."""
     e, route = entry("runway", mock)
     e["poll"]["deadline_seconds"] = 1
     gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
-    r = gw.submit(token, "deadline-" + uuid.uuid4().hex, body(polls=20), route=route)
+    before = metric(gw, "idemgate_review_entered_total")
+    r = gw.submit(token, "deadline-" + uuid.uuid4().hex, body(polls=60), route=route)
     job_id = r.json()["id"]
-    time.sleep(2.5)
-    j = gw.job(token, job_id).json()
+    j = gw.wait_state(token, job_id, {"review", "completed", "failed"}, 15)
+    assert j["state"] == "review" and j["remote_id"], j
+    assert "poll deadline" in j["last_error"], j
     polls = j["polls"]
-    time.sleep(0.5)
-    j = gw.job(token, job_id).json()
-    assert j["state"] == "accepted" and j["remote_id"] and j["polls"] == polls, j
+    time.sleep(0.6)
+    assert gw.job(token, job_id).json()["polls"] == polls
+    assert metric(gw, "idemgate_review_entered_total") == before + 1
     res = gw.http.request("POST", f"/v1/admin/jobs/{job_id}/resume", "",
                           {"Authorization": f"Bearer {ADMIN_TOKEN}"})
     assert res.status == 200
     j = gw.wait_state(token, job_id, {"completed"}, 30)
-    assert j["state"] == "completed"
+    assert j["state"] == "completed", j
+    assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
 
 
 def test_a_task_that_succeeded_without_its_outputs_is_never_completed_empty(
         gateway_factory, token, mock):
     # Replicate's profile counts the outputs asked for (one by default) and reads them at
     # $.output[*]; the mock's task succeeds with none there. The job is not completed with
-    # nothing (the paid outputs may show a moment later, or an operator finds them): it stays
-    # accepted, read again until its poll deadline.
+    # nothing (the paid outputs may show a moment later, or an operator finds them): it is read
+    # again until its poll deadline, then handed to an operator.
     e, route = entry("replicate", mock)
     e["poll"]["deadline_seconds"] = 2
     gw = start(gateway_factory, [e])
@@ -235,9 +248,8 @@ def test_a_task_that_succeeded_without_its_outputs_is_never_completed_empty(
                   headers={"Prefer": "respond-async"})
     assert r.status == 202, r
     job_id = r.json()["id"]
-    time.sleep(3.5)
-    j = gw.job(token, job_id).json()
-    assert j["state"] == "accepted" and j["remote_id"], j
+    j = gw.wait_state(token, job_id, {"review", "completed", "failed"}, 15)
+    assert j["state"] == "review" and j["remote_id"], j
     assert "none of its outputs" in (j["last_error"] or ""), j
     assert j["polls"] >= 3, j  # read again after the first "succeeded"
     assert "succeeded_without_outputs" in gw.log()
@@ -245,20 +257,21 @@ def test_a_task_that_succeeded_without_its_outputs_is_never_completed_empty(
 
 
 def test_a_cancel_after_the_poll_deadline_is_sent(gateway_factory, token, mock):
-    """Past its poll deadline a job stays accepted and is polled no more; a cancel acknowledged
-    then must still reach the provider. Before, the poll claim skipped every row past its
-    deadline: the acknowledged cancel was never sent, and the task ran on (and was billed)."""
+    """Past its poll deadline a job goes to review and is polled no more; a cancel acknowledged
+    then must still reach the provider (the task runs on, billed). The cancel brings the job
+    back to accepted: the poller sends the cancel and follows the task to its end. Before (with
+    the job left accepted past its deadline), the poll claim skipped it: the acknowledged cancel
+    was never sent."""
     e, route = entry("replicate", mock)
     e["poll"]["deadline_seconds"] = 1
     gw = start(gateway_factory, [e])
     r = gw.submit(token, "cancel-late-" + uuid.uuid4().hex, body(polls=100000), route=route)
     job_id = r.json()["id"]
-    gw.wait_state(token, job_id, {"accepted"}, 15)
-    time.sleep(2.5)  # past the deadline: no more polls
-    j = gw.job(token, job_id).json()
+    j = gw.wait_state(token, job_id, {"review", "completed", "failed"}, 15)
+    assert j["state"] == "review", j
     polls = j["polls"]
     time.sleep(0.5)
-    assert gw.job(token, job_id).json()["polls"] == polls and j["state"] == "accepted", j
+    assert gw.job(token, job_id).json()["polls"] == polls
     h = {"Authorization": f"Bearer {token}"}
     assert gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
     j = gw.wait_state(token, job_id, {"failed", "completed", "canceled"}, 15)

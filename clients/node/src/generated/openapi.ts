@@ -335,7 +335,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Start polling an accepted async job again after its poll deadline passed */
+        /** Poll again a job its poll deadline sent to review (or an accepted job) */
         post: operations["resumePolling"];
         delete?: never;
         options?: never;
@@ -2169,7 +2169,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Polling resumes for one more deadline of the job's provider. */
+            /** @description The job is accepted again and polled for one more hour. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2184,7 +2184,7 @@ export interface operations {
             };
             400: components["responses"]["BadFraming"];
             401: components["responses"]["Unauthorized"];
-            /** @description No accepted job with this id. */
+            /** @description No accepted job, nor one its poll deadline sent to review, with this id. */
             404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
