@@ -511,10 +511,12 @@ long long price_actual(const struct price_table *top, const cJSON *body, int out
     long long c = t->per_request;
     if (!(t->usage_settles && reported))
         c = sat_add(c, outputs_price(t, body, n));
+    /* No usage reported (a stream without include_usage): the estimate's tokens, as the
+     * reservation counted them — a settle at 0 would let a tenant's spend pass its budget. */
     if (!reported) {
         double asked = number_at(t->tokens_out_asked, body);
-        in = t->usage_settles ? 0 : (double)t->estimate_tokens_in;
-        out = t->usage_settles ? 0 : asked >= 0 ? asked : (double)t->estimate_tokens_out;
+        in = (double)t->estimate_tokens_in;
+        out = asked >= 0 ? asked : (double)t->estimate_tokens_out;
     }
     return sat_add(c, tokens_price(t, in < 0 ? 0 : in, out < 0 ? 0 : out));
 }

@@ -331,8 +331,10 @@ def test_reservation_released_on_failure_and_settled_at_completion(gateway_facto
 def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, database_url):
     """The budget row is settled by the statement that ends an operation (migration 0018, no
     trigger writes it): a job in review resolved `found` is charged its reservation (the provider
-    made a task nobody priced), one resolved `abandon` is released; the same decision again, and
-    a cancel after it, change nothing."""
+    made a task nobody priced), and so is one resolved `abandon` (giving up proves nothing about
+    the task, which the provider made here: before migration 0031 its reservation was released,
+    and the tenant could spend it again); the same decision again, and a cancel after it, change
+    nothing."""
     rev = provider("rev-priced", mock.url, pricing=IMAGES_PRICING,
                    timeouts={"connect_ms": 1000, "total_ms": 1000},
                    reconcile={"strategy": "none", "window_seconds": 2})
@@ -364,9 +366,10 @@ def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, 
                                    {"Authorization": f"Bearer {token}"}).status in (200, 409)
     b = usage(gw, token).json()["budgets"][0]
     assert b["in_flight"] == 0, b
-    assert b["day_used_micros"] == reserved and b["month_used_micros"] == reserved, b
+    assert b["day_used_micros"] == 2 * reserved and b["month_used_micros"] == 2 * reserved, b
     assert gw.job(token, found).json()["cost"]["micros"] == reserved
-    assert gw.job(token, abandon).json()["cost"]["micros"] == 0
+    assert gw.job(token, abandon).json()["cost"]["micros"] == reserved
+    assert gw.job(token, abandon).json()["state"] == "failed"
 
 
 def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, database_url, psql):

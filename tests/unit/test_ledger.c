@@ -53,6 +53,12 @@ static const char *const IMAGE_TOKENS =
     "\"output_tokens\":\"$.output_tokens\",\"per_output\":42000,"
     "\"per_output_by\":{\"keys\":[\"$.quality\"],\"defaults\":[\"medium\"],"
     "\"prices\":{\"high\":167000}}}";
+/* An LLM billed by tokens alone, settled by the usage (openai-chat's tables). */
+static const char *const CHAT_SETTLES =
+    "{\"currency\":\"USD\",\"usage_settles\":true,\"per_million_input_tokens\":150000,"
+    "\"per_million_output_tokens\":600000,\"input_tokens\":\"$.prompt_tokens\","
+    "\"output_tokens\":\"$.completion_tokens\",\"estimate_input_tokens\":1000,"
+    "\"estimate_output_tokens\":1000,\"output_tokens_requested\":\"$.max_tokens\"}";
 /* A whole table per model; a model no variant names is priced by the top-level members. */
 static const char *const MODELS =
     "{\"currency\":\"USD\",\"per_output\":20000,\"variants\":{\"keys\":[\"$.model\"],"
@@ -144,6 +150,12 @@ static const struct price_case price_cases[] = {
     {LLM, "{}", -1, -1, NULL, 41500, 41500},
     {LLM, "{\"max_tokens\":\"64\"}", -1, -1, NULL, 4060, 4060},
     {LLM, "{\"max_tokens\":-1}", -1, -1, NULL, 41500, 41500},
+    /* Settled by the usage; an answer that reports none (a stream without include_usage)
+     * settles at the estimate, never at 0: 1000 in at $0.15/M + 1000 out at $0.60/M = 750;
+     * with max_tokens 100, 150 + 60 = 210. */
+    {CHAT_SETTLES, "{}", -1, -1, NULL, 750, 750},
+    {CHAT_SETTLES, "{\"max_tokens\":100}", -1, -1, NULL, 210, 210},
+    {CHAT_SETTLES, "{}", -1, -1, "{\"prompt_tokens\":10,\"completion_tokens\":20}", 750, 14},
     /* Per request only, whatever the outputs. */
     {FLAT, "{\"n\":5}", 5, 2, NULL, 250000, 250000},
     /* Saturation instead of overflow. */
