@@ -833,8 +833,10 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
 }
 
 /* A webhook. Signed: dedupe by event id; a hint that makes the operation due for a status read
- * now; parked when the task is not linked yet; and when it names the client reference of an
- * unknown operation, the task id is kept for the reconciler to read and adopt — of one still
+ * now — also one its poll deadline sent to review, accepted again for that one read (the poll
+ * claim flags it overdue: a read that does not show the task's end sends it back to review);
+ * parked when the task is not linked yet; and when it names the client reference of an unknown
+ * operation, the task id is kept for the reconciler to read and adopt — of one still
  * `sending` too (a create whose answer is then lost: the hint was parked under the task's id,
  * which the row never got, and the provider never delivers that event again). Unsigned (anyone
  * can send it): no row is written, nothing is parked, and a hint can bring a status read forward
@@ -862,9 +864,10 @@ static const struct db_stmt webhook_signed = {
     "ev AS (INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
     " SELECT $1, $2, $3, c.at + make_interval(hours => $4) FROM c "
     " ON CONFLICT DO NOTHING RETURNING 1), "
-    "hint AS (UPDATE operations SET next_attempt_at = c.at FROM c "
+    "hint AS (UPDATE operations SET next_attempt_at = c.at, state = 'accepted' FROM c "
     " WHERE tenant_id = ANY ($6::bigint[]) AND provider = $1 AND remote_id = $3 "
-    "  AND " KEYED_STATE("state") " = 'accepted' AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+    "  AND (" KEYED_STATE("state") " = 'accepted' OR (" KEYED_STATE("state") " = 'review' "
+    "   AND poll_deadline_at IS NOT NULL)) AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "rescue AS (UPDATE operations SET webhook_hint = $3, "
     " next_attempt_at = CASE WHEN state = 'sending' "
     "  OR (lease_owner IS NULL AND lease_expires_at IS NOT NULL) "
@@ -880,7 +883,7 @@ static const struct db_stmt webhook_signed = {
     .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref",
                         "tenant_ids", "linked"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN},
-                      {ST_SENDING, ST_SENDING}),
+                      {ST_SENDING, ST_SENDING}, {ST_REVIEW, ST_ACCEPTED}),
 };
 
 static const struct db_stmt webhook_unsigned = {

@@ -335,6 +335,37 @@ def hooked_gateway(gateway_factory, mock, poll_interval_ms=60000, **settings):
     return gw, route
 
 
+def test_a_webhook_after_the_poll_deadline_reads_the_task_again(gateway_factory, token, mock):
+    """A job its poll deadline sent to review, whose task then ends: the provider's signed
+    webhook makes it accepted for one read, which finds the result. A stale event first (the
+    task still running) sends it back to review after that read."""
+    e, route = entry("replicate", mock)
+    e["poll"]["deadline_seconds"] = 1
+    port = free_port()
+    gw = start(gateway_factory, [e], listen=f"127.0.0.1:{port}",
+               public_url=f"http://127.0.0.1:{port}")
+    r = gw.submit(token, "late-hook-" + uuid.uuid4().hex, body(polls=100000), route=route)
+    job_id = r.json()["id"]
+    j = gw.wait_state(token, job_id, {"review", "completed", "failed"}, 15)
+    assert j["state"] == "review" and j["remote_id"], j
+    polls = j["polls"]
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": j["remote_id"], "status": "running"})).json()
+    assert sent["statuses"] == [200], sent
+    deadline = time.monotonic() + 15
+    while gw.job(token, job_id).json()["polls"] == polls:
+        assert time.monotonic() < deadline, "the webhook did not bring a read"
+        time.sleep(0.05)
+    j = gw.wait_state(token, job_id, {"review", "completed", "failed"}, 15)
+    assert j["state"] == "review", j
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": j["remote_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    j = gw.wait_state(token, job_id, {"completed", "failed"}, 15)
+    assert j["state"] == "completed" and j["result"]["outputs"], j
+    assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
+
+
 def test_early_webhook_is_parked_then_applied(gateway_factory, token, mock, psql):
     # The webhook arrives before the create's answer, so before the remote id is committed.
     gw, route = hooked_gateway(gateway_factory, mock)
