@@ -525,6 +525,7 @@ struct attempt {
     char *head;
     size_t head_len;
     int id_looked_for;
+    char head_id[128]; /* the id the first bytes named: kept if the record cannot be read back */
     int stream_sent; /* the request asked the provider for a stream */
     /* The record kept on the row in batches while the stream runs (note_partial): the bytes
      * since the last batch, how many were queued before them, and when. */
@@ -671,7 +672,9 @@ static void on_stream(void *arg, const char *p, size_t n)
     if (sse_read((enum sse_format)a->p->stream_format, a->head, a->head_len, &v) < 0)
         return;
     sse_verdict_fini(&v);
-    if (v.id[0]) {
+    if (v.id[0])
+        memcpy(a->head_id, v.id, sizeof(a->head_id));
+    if (v.id[0] && a->notes) {
         struct id_note *note = calloc(1, sizeof(*note));
         if (note && strlen(a->c.id) < sizeof(note->job_id)) {
             note->node.write = write_note;
@@ -774,9 +777,11 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
         a->d.reason = "the provider answered with the task failed or cancelled";
     }
     /* The row keeps the id this attempt's stream named, or none: an earlier attempt's id (its
-     * stream refused before any output, then backed off) must never be read back for this one. */
+     * stream refused before any output, then backed off) must never be read back for this one.
+     * The id its first bytes named stands when the record could not be read back whole (out of
+     * memory or a spool read failed): that generation can still be read back or resumed. */
     if (by_id && a->stream_sent && !a->t.remote_id)
-        a->t.remote_id = strdup(a->rs.stream_id); /* "" clears the row's */
+        a->t.remote_id = strdup(a->rs.stream_id[0] ? a->rs.stream_id : a->head_id); /* "" clears */
     struct store_finish *f = &a->f;
     store_finish_init(f, c, "create", ST_SENDING);
     store_finish_evidence(f, res, 1);
@@ -973,6 +978,7 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
     a->id_looked_for = streamed && a->notes && a->p->task_path &&
                        a->p->mode != CFG_MODE_ASYNC_POLL;
     a->head_len = 0;
+    a->head_id[0] = '\0';
     /* Every stream's record is kept in batches as it arrives (keep_partial). */
     a->partial_on = streamed && a->notes;
     free(a->pend);

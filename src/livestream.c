@@ -134,7 +134,8 @@ static int terminal_data_type(const char *d, size_t n)
 
 /* Whether the whole event ev[0..n) is a terminal event, read as sse.c reads events (WHATWG):
  * lines end in CRLF, LF or CR; a field's value follows its colon and one optional space; the
- * type is the `event` field's, else the data's "type"; OpenAI Chat's end is the data `[DONE]`.
+ * type is the `event` field's, else the data's "type"; OpenAI Chat's end is the data `[DONE]`,
+ * under an `event:` line too.
  * Only whole fields count: a delta's text is inside a JSON string, never a field of its own. */
 static int terminal_event(const char *ev, size_t n)
 {
@@ -177,10 +178,11 @@ static int terminal_event(const char *ev, size_t n)
         if (type_n || data_lines < 2 || !(joined = malloc(n + 1)))
             break; /* out of memory: the first line alone is read */
     }
-    int yes = type_n ? terminal_type(type, type_n)
-              : data_lines == 1 && data_n == 6 && memcmp(data, "[DONE]", 6) == 0
-                  ? 1
-                  : data_lines > 0 && terminal_data_type(data, data_n);
+    /* OpenAI Chat's end is the data [DONE] whatever the event's type, as sse.c reads it. */
+    int done = data_lines == 1 && data_n == 6 && memcmp(data, "[DONE]", 6) == 0;
+    int yes = done                ? 1
+              : type_n            ? terminal_type(type, type_n)
+                                  : data_lines > 0 && terminal_data_type(data, data_n);
     free(joined);
     return yes;
 }

@@ -105,18 +105,26 @@ static void take_error(struct sse_verdict *v, const cJSON *err)
     v->error_status = sse_error_status(t);
 }
 
-/* Whether an OpenAI chat chunk carries output: a choice whose delta holds text, a refusal, a
- * tool or function call (the first chunk's role and empty content are not output). */
+/* Whether an OpenAI chat chunk carries output: a choice whose delta holds anything but its role,
+ * a null, or an empty string — text, a refusal, a tool or function call, and what compatible
+ * providers and audio models stream (reasoning_content, reasoning, audio): each is generated,
+ * and billed — or a finish reason. Only the first chunk's role and empty content are not output:
+ * an error after a chunk read as none would be taken for a refusal of a create that made
+ * nothing, and sent again. */
 static int chat_output(const cJSON *d)
 {
-    const cJSON *c;
+    const cJSON *c, *m;
     cJSON_ArrayForEach(c, member(d, "choices"))
     {
-        const cJSON *delta = member(c, "delta");
-        const char *text = string_of(delta, "content"), *refusal = string_of(delta, "refusal");
-        if ((text && *text) || (refusal && *refusal) || member(delta, "tool_calls") ||
-            member(delta, "function_call") || string_of(c, "finish_reason"))
+        if (string_of(c, "finish_reason"))
             return 1;
+        cJSON_ArrayForEach(m, member(c, "delta"))
+        {
+            if ((m->string && strcmp(m->string, "role") == 0) || cJSON_IsNull(m) ||
+                (cJSON_IsString(m) && !*m->valuestring))
+                continue;
+            return 1;
+        }
     }
     return 0;
 }

@@ -91,6 +91,8 @@ static void test_every_form_of_the_terminal_event_is_held(void **state)
         {"data: {\"type\":\"response.output_text.delta\"}\n\n",
          "data: {\"response\": {},\ndata: \"type\": \"response.incomplete\"}\n\n"},
         {"data:{\"choices\":[]}\r\n\r\n", "data:[DONE]\r\n\r\n"},
+        /* [DONE] under an event line: sse.c ends a Chat stream there all the same */
+        {"data: {\"choices\":[]}\n\n", "event: done\ndata: [DONE]\n\n"},
     };
     for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
         char id[32], out[512], whole[512];

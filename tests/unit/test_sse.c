@@ -143,6 +143,27 @@ static void test_error_events(void **state)
         {SSE_OPENAI_CHAT,
          "data: {\"choices\":[{\"delta\":{\"tool_calls\":[]}}]}\n\ndata: {\"error\":{}}\n\n", 1, 1,
          0, ""},
+        /* reasoning (compatible providers) and audio (audio models) are generated, and billed:
+         * output, whatever error follows — never read as a refusal that made nothing */
+        {SSE_OPENAI_CHAT,
+         "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+         "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n"
+         "data: {\"error\":{\"type\":\"rate_limit_error\",\"code\":\"rate_limit_exceeded\"}}\n\n",
+         1, 1, 429, "rate_limit_exceeded"},
+        {SSE_OPENAI_CHAT,
+         "data: {\"choices\":[{\"delta\":{\"reasoning\":\"hm\"}}]}\n\n"
+         "data: {\"error\":{\"type\":\"invalid_request_error\"}}\n\n",
+         1, 1, 400, "invalid_request_error"},
+        {SSE_OPENAI_CHAT,
+         "data: {\"choices\":[{\"delta\":{\"audio\":{\"id\":\"a\",\"data\":\"UklG\"}}}]}\n\n"
+         "data: {\"error\":{\"code\":\"rate_limit_exceeded\"}}\n\n",
+         1, 1, 429, "rate_limit_exceeded"},
+        /* a role, a null content and an empty refusal are still nothing generated */
+        {SSE_OPENAI_CHAT,
+         "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":null,"
+         "\"refusal\":\"\"}}]}\n\n"
+         "data: {\"error\":{\"code\":\"rate_limit_exceeded\"}}\n\n",
+         1, 0, 429, "rate_limit_exceeded"},
         /* Responses: created / in progress are not output; a failed response's error code */
         {SSE_OPENAI_RESPONSES,
          "event: response.created\ndata: {\"response\":{\"id\":\"r\"}}\n\n"
