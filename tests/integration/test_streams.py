@@ -199,6 +199,10 @@ def test_a_stream_without_its_terminal_event_is_unknown_and_never_resent(gateway
     cases = [
         (chat, "/v1/chat/completions", chat_body(events=6, cut_after=3)),   # connection cut
         (chat, "/v1/chat/completions", chat_body(events=6, error_after=2)),  # error chunk
+        # reasoning generated (and billed), then a 429 chunk: output before the error, not a
+        # refusal that made nothing (it was backed off and sent again)
+        (chat, "/v1/chat/completions", chat_body(events=6, error_after=3, reasoning=True,
+                                                 error_code="rate_limit_exceeded")),
         (claude, "/v1/messages", claude_body(events=6, cut_after=4)),
         (claude, "/v1/messages", claude_body(events=6, error_after=4)),      # overloaded_error
     ]

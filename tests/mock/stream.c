@@ -26,6 +26,8 @@ struct sse_state {
     int cut_after;      /* -1: never */
     int error_after;    /* -1: never */
     bool include_usage; /* OpenAI: stream_options.include_usage */
+    bool reasoning;     /* OpenAI Chat: the deltas are reasoning_content */
+    char error_code[65]; /* OpenAI Chat: the error chunk's code and type ("": server_error) */
     int prompt_tokens;
     int step;           /* events written so far */
     char pending[1024]; /* the event being written */
@@ -132,6 +134,10 @@ static void make_event(struct sse_state *st)
                                  "\"server_error\",\"message\":\"The server had an error\"}\n\n");
             kept_failed(st->seq);
         }
+        else if (st->error_code[0])
+            w = snprintf(o, cap, "data: {\"error\":{\"message\":\"mock error\",\"type\":\"%s\","
+                                 "\"code\":\"%s\"}}\n\n",
+                         st->error_code, st->error_code);
         else
             w = snprintf(o, cap, "data: {\"error\":{\"message\":\"The server had an error while "
                                  "processing your request.\",\"type\":\"server_error\"}}\n\n");
@@ -184,9 +190,9 @@ static void make_event(struct sse_state *st)
                          st->seq, usage_null);
         else if (n <= deltas)
             w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
-                                 "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+                                 "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{\"%s\":"
                                  "\"tok%d \"},\"finish_reason\":null}]%s}\n\n",
-                         st->seq, n - 1, usage_null);
+                         st->seq, st->reasoning ? "reasoning_content" : "content", n - 1, usage_null);
         else if (n == deltas + 1)
             w = snprintf(o, cap, "data: {\"id\":\"chatcmpl-%lu\",\"object\":\"chat.completion.chunk\","
                                  "\"model\":\"mock-llm\",\"choices\":[{\"index\":0,\"delta\":{},"
@@ -442,6 +448,11 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     st->delay_ms = int_control(ctl, "event_delay_ms", 0);
     st->cut_after = int_control(ctl, "cut_after", -1);
     st->error_after = int_control(ctl, "error_after", -1);
+    st->reasoning = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctl, "reasoning"));
+    const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ctl, "error_code"));
+    if (code && *code && strlen(code) < sizeof(st->error_code) &&
+        strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code))
+        snprintf(st->error_code, sizeof(st->error_code), "%s", code);
     /* The first N creates of this body: an error event right after the stream's preamble
      * (message_start; the role chunk; response.created and response.in_progress), before any
      * output. */

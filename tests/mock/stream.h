@@ -21,7 +21,10 @@
  * Controls in the body's "_mock" object: "events" (text deltas, default 3), "event_delay_ms"
  * (before each event), "cut_after" (the connection is closed after that many events, with no
  * terminal event), "error_after" (an error event after that many events, then the end:
- * Anthropic's overloaded_error, OpenAI's error chunk), "error_first" (the first N creates of
+ * Anthropic's overloaded_error, OpenAI's error chunk), "error_code" (OpenAI Chat: the error
+ * chunk's code and type, 1..64 bytes of [a-z_]; default server_error), "reasoning" (OpenAI Chat:
+ * the deltas are reasoning_content, as compatible providers stream a model's reasoning, instead
+ * of content), "error_first" (the first N creates of
  * the same body get that error event right after the preamble, before any output; the next are
  * whole streams), "status" (an error answer of that status
  * instead of any stream, with Retry-After: 0 for 429/529).
