@@ -61,11 +61,19 @@ class MakeRun:
             assert self.proc.poll() is None, "make run exited:\n" + self.output()[-4000:]
             assert time.monotonic() < deadline, "make run printed nothing ready:\n" + self.output()
             time.sleep(0.2)
+        self.pids = self.started()
+        return self.output()
+
+    def started(self):
+        """The PIDs of the gateway and mock make run wrote down so far."""
+        pids = []
         for name in ("gateway.pid", "mock.pid"):
             p = os.path.join(self.run_dir, name)
-            if os.path.exists(p):
-                self.pids.append(int(open(p).read()))
-        return self.output()
+            try:
+                pids.append(int(open(p).read()))
+            except (OSError, ValueError):
+                pass
+        return pids
 
     def interrupt(self):
         """Ctrl-C: SIGINT to the process group make run was started in (only this test's)."""
@@ -79,7 +87,9 @@ class MakeRun:
             except ProcessLookupError:
                 pass
             self.proc.wait()
-        for pid in self.pids:  # the gateway and mock it started, by PID, if still there
+        # The gateway and mock it started, by PID, if still there — read again here: a test that
+        # failed before wait_ready returned never read them, and they outlived it.
+        for pid in set(self.pids) | set(self.started()):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
