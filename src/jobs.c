@@ -297,7 +297,9 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     struct gate_pass pass;
     int resend = next == ST_PREPARED && j.state == ST_REVIEW && !j.cancel_requested_at;
     /* Read in review, a job's remote id stays as read until it is resolved (nothing else writes
-     * a job in review); read in another state, it may reach review with one before the write:
+     * it; a cancel, a verified webhook or a resume may take a review its poll deadline made back
+     * to accepted, and the resolve's write then finds it no longer in review); read in another
+     * state, it may reach review with one before the write:
      * an `absent` is written only for a job read in review, and answered from the job as read
      * otherwise (the same decision applied already: a replay; else 409). */
     int known = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&

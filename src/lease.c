@@ -199,8 +199,16 @@ static const struct db_stmt reconcile_send = {
 #define FINISH_HINTED(P)                                                                           \
     "(" P(17, kind, text) " = 'create' AND " P(4, state, text) " IN ('prepared', 'failed') "      \
     " AND webhook_hint IS NOT NULL)"
+/* A poll that would send its job to review at the deadline, when a cancel, a verified webhook
+ * or the admin's resume made the row due again while it read (each moves the next attempt past
+ * the claim's instant): the job stays accepted for the poll that follows (the cancel is sent, the
+ * webhook's change read, the resume's new deadline polled) — never review over them. */
+#define FINISH_DUE_AGAIN(P)                                                                        \
+    "(" P(17, kind, text) " = 'poll' AND " P(4, state, text) " = 'review' "                       \
+    " AND next_attempt_at >= updated_at)"
 #define FINISH_SET(P)                                                                              \
     " state = CASE WHEN " FINISH_HINTED(P) " THEN 'unknown' "                                     \
+    "  WHEN " FINISH_DUE_AGAIN(P) " THEN 'accepted' "                                              \
     "  WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS NOT NULL "              \
     "  THEN CASE WHEN " P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL "           \
     "   THEN 'unknown' ELSE 'failed' END "                                                         \
@@ -210,6 +218,7 @@ static const struct db_stmt reconcile_send = {
     " resp_body = coalesce(" P(7, resp_body, bytea) ", resp_body), "                               \
     " last_error = CASE WHEN " FINISH_HINTED(P) " THEN 'a signed webhook named a task of this "   \
     "job while it was sent: reconciled by it, never sent again' "                                  \
+    "  WHEN " FINISH_DUE_AGAIN(P) " THEN last_error "                                              \
     "  WHEN " P(4, state, text) " = 'prepared' AND cancel_requested_at IS "                        \
     "NOT NULL "                                                                                    \
     "  THEN CASE WHEN " P(25, may_have_created, boolean) " OR ambiguous_at IS NOT NULL "           \
@@ -402,7 +411,8 @@ static const struct db_stmt finish_check = {
     .name = "finish_check",
     .sql = "SELECT state FROM operations WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 "
     " AND lease_owner IS NULL "
-    " AND (state = $4 OR ($4 IN ('prepared', 'failed') AND state IN ('failed', 'unknown')))",
+    " AND (state = $4 OR ($4 IN ('prepared', 'failed') AND state IN ('failed', 'unknown')) "
+    "  OR ($4 = 'review' AND state = 'accepted'))",
     .params = DB_PARAMS("tenant_id", "id", "lease_version", "state"),
 };
 

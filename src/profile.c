@@ -757,7 +757,8 @@ int prof_map_status(const struct cfg_provider *p, const char *word)
 
 int prof_counts_outputs(const struct cfg_provider *p)
 {
-    return p->outputs_received != NULL || (p->mode == CFG_MODE_ASYNC_POLL && p->result_outputs);
+    return p->outputs_received != NULL ||
+           (p->mode == CFG_MODE_ASYNC_POLL && p->result_outputs && p->outputs_requested);
 }
 
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc)

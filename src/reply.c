@@ -339,7 +339,9 @@ void reply_cache_terminal(const char *token, const struct store_job *j)
     struct jobcache_entry e;
     if (!st_is_terminal(j->state) || entry_of(j, &e) < 0)
         return;
-    jobcache_put('k', token, j->idempotency_key, &e, 0);
+    /* A replay shows the same archive: never older than a read by id already showed it. */
+    int unsettled = j->state == ST_COMPLETED && j->archive && !j->archive_settled;
+    jobcache_put('k', token, j->idempotency_key, &e, unsettled ? ARCHIVE_VIEW_MS : 0);
     /* GET /v1/jobs/{id} shows a completed job's archive, which changes after the job ended
      * (planned, then each output copied): a view whose archive is not settled yet answers reads
      * by id from memory for ARCHIVE_VIEW_MS only, so that a client watching the copy sees it

@@ -8,8 +8,8 @@
 
 /* POST /v1/admin/providers/{name}/reset: clears a tripped provider credential (admin token). */
 void admin_reset(struct hs_req *r, const struct api_args *a);
-/* POST /v1/admin/jobs/{id}/resume: polling of an accepted job whose poll deadline passed starts
- * again, for one more deadline of its provider (admin token). */
+/* POST /v1/admin/jobs/{id}/resume: polling of a job its poll deadline sent to review (or of an
+ * accepted one) starts again, for one more hour (admin token). */
 void admin_resume(struct hs_req *r, const struct api_args *a);
 /* GET /v1/admin/jobs?state=&provider=&tenant=&idempotency_key=&limit=&starting_after=: every
  * tenant's jobs, newest first, a page at a time, each with its tenant's name (admin token). */

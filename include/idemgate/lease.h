@@ -154,7 +154,7 @@ struct store_finish {
     int outputs_requested; /* -1: unchanged */
     const char *usage;     /* JSON text or NULL */
     const char *poll_url;  /* or NULL: unchanged */
-    long long poll_deadline_ms; /* > 0: polling stops this long from now */
+    long long poll_deadline_ms; /* > 0: the poll deadline, this long from now (then review) */
     const char *provider_status; /* canonical task status, or NULL */
     const char *outputs_json;    /* [{"url":…,"expires_at":…}] or NULL */
     int ambiguous;               /* the attempt may have made the task: set ambiguous_at */

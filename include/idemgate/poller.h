@@ -6,8 +6,9 @@
 #include "idemgate/profile.h"
 
 /* The poller: accepted → (status read through the profile) → completed | failed | canceled |
- * still running. It also sends a requested cancel, once. At the poll deadline it stops reading:
- * the job stays accepted with its remote id (a stopped wait is not a failure). poll_workers
+ * still running. It also sends a requested cancel, once. Past the poll deadline a read that does
+ * not show the task's end hands the job to an operator (review, with its remote id; a cancel, a
+ * verified webhook or the admin's resume takes it back to accepted). poll_workers
  * threads, each with one database connection, claim due reads (while the call engine has room)
  * and write what they showed; the reads themselves run on the call engine (engine.h), holding no
  * thread and no connection. */

@@ -41,7 +41,8 @@
  * height (a custom size); otherwise the per-output price applies. usage_settles: a provider that
  * bills by tokens and publishes per-output figures as their average (OpenAI's image models) is
  * estimated at intake by the per-output table and settled at completion by the tokens the usage
- * reports — by the per-output table only when the usage reports none. variants: a whole price
+ * reports — by the estimate (the per-output table and the estimated tokens) when the usage
+ * reports none, never 0. variants: a whole price
  * table per request value (a model); a value no variant names is priced by the top-level members.
  * A request that no variant names while the top-level members price nothing is *unpriced* (a
  * model the table does not list): it would cost 0, so under a tenant's amount budget it is

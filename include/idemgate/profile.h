@@ -156,7 +156,7 @@ struct cfg_provider {
     char *poll_body;          /* JSON object text whose strings may hold {id}; or NULL */
     long poll_interval_ms, poll_max_interval_ms;
     char *poll_hint_header;   /* e.g. openai-poll-after-ms */
-    long poll_deadline_ms;    /* from acceptance; then polling stops, the job stays accepted */
+    long poll_deadline_ms;    /* from acceptance; then a read that does not end it: review */
 
     /* Status: a path and a map, or a done flag and an error, or the HTTP status. */
     struct jpath *status_path;
@@ -222,9 +222,11 @@ int prof_map_status(const struct cfg_provider *p, const char *word);
  * Pure. */
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc);
 /* 1 when the profile reads where a result's outputs are: outputs.received (the answer that
- * carries them) or, for an async profile, result.outputs (the finished task's). The outputs a
- * request asks for (outputs.requested, else outputs.default) are then counted at intake, and a
- * result holding none of them is never completed as empty. Pure. */
+ * carries them) or, for an async profile that says where a request asks for a number of them
+ * (outputs.requested), result.outputs (the finished task's). The outputs a request asks for
+ * (outputs.requested, else outputs.default) are then counted at intake, and a result holding
+ * none of them is never completed as empty. An async profile without outputs.requested (a task
+ * whose provider may end it with nothing, as Veo's filtered videos) is not counted. Pure. */
 int prof_counts_outputs(const struct cfg_provider *p);
 
 #endif

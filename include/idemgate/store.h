@@ -167,7 +167,8 @@ __attribute__((warn_unused_result)) int store_webhook(struct db *db,
                                                       const struct store_webhook_req *w,
                                                       int *fresh, int *hinted, int *parked);
 
-/* An operator resumes polling of an accepted job whose poll deadline passed. */
+/* An operator resumes polling of a job its poll deadline sent to review (or of an accepted one):
+ * accepted, polled for deadline_ms more. */
 __attribute__((warn_unused_result)) int store_resume_polling(struct db *db, const char *job_id,
                                                              long deadline_ms);
 

@@ -146,6 +146,36 @@ def test_a_read_never_shows_a_stale_archive(gateway_factory, token, mock, tmp_pa
     assert again["archive"] == j["archive"]
 
 
+def test_a_replay_never_shows_an_archive_older_than_a_read(gateway_factory, token, mock,
+                                                           tmp_path, psql):
+    """A read by id while the copies run cached the job's view by key too, for the cache's whole
+    life: a replay of the key then showed "pending" long after a read had shown "archived"."""
+    e, route = arch_entry("replicate", mock)
+    mock.http.request("POST", "/_files", json.dumps({"delay_ms": 1000}))
+    gw = start(gateway_factory, tmp_path, [e], job_cache_ttl_ms=3600000)
+    key = "replay-arch-" + uuid.uuid4().hex
+    b = body(polls=1, outputs=2)
+    job_id = gw.submit(token, key, b, route=route).json()["id"]
+    deadline = time.monotonic() + 30
+    while True:  # one read of the job completed, its copies still running
+        j = gw.job(token, job_id).json()
+        if j["state"] == "completed" and any(o["state"] != "archived" for o in j["archive"]):
+            break
+        assert j["state"] != "completed" and time.monotonic() < deadline, j
+        time.sleep(0.05)
+    while [x[0] for x in psql(f"SELECT state FROM archive_outputs WHERE op_id = '{job_id}'")] \
+            != ["archived", "archived"]:
+        assert time.monotonic() < deadline, "the copies never ended"
+        time.sleep(0.1)
+    time.sleep(0.3)  # past the view's short life
+    r = gw.submit(token, key, b, route=route, headers={"Prefer": "respond-async"})
+    assert r.json()["id"] == job_id and r.headers.get("idempotent-replayed") == "true", r
+    # (A replay read from the database does not show the archive; one from memory shows it as
+    # the read that cached it saw it.)
+    shown = [o["state"] for o in r.json().get("archive") or []]
+    assert all(s == "archived" for s in shown), r.json()
+
+
 @pytest.mark.parametrize("inflight,workers", [(3, 1), (16, 1), (3, 3)])
 def test_a_claim_takes_a_batch_within_the_room(gateway_factory, token, mock, tmp_path, psql,
                                                inflight, workers):

@@ -235,6 +235,27 @@ def test_a_job_past_its_poll_deadline_goes_to_review_and_resumes(gateway_factory
     assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
 
 
+def test_an_operators_found_polls_under_a_new_deadline(gateway_factory, token, mock, psql):
+    """An operator resolves `found` a job its poll deadline sent to review: it is polled again
+    under a deadline of an hour (before: the old one, passed — one read, then review again — or,
+    from a review that was never accepted, none at all: polled for ever)."""
+    e, route = entry("runway", mock)
+    e["poll"]["deadline_seconds"] = 1
+    gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
+    job_id = gw.submit(token, "found-" + uuid.uuid4().hex, body(polls=40), route=route).json()["id"]
+    j = gw.wait_state(token, job_id, {"review", "completed", "failed"}, 15)
+    assert j["state"] == "review", j
+    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
+                          json.dumps({"outcome": "found", "remote_id": j["remote_id"]}),
+                          {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert res.status == 200, res
+    [[left]] = psql("SELECT extract(epoch FROM poll_deadline_at - now())::int FROM operations "
+                    f"WHERE id = '{job_id}'")
+    assert 3000 < int(left) <= 3600, left
+    j = gw.wait_state(token, job_id, {"completed", "failed", "review"}, 30)
+    assert j["state"] == "completed", j
+
+
 def test_a_task_that_succeeded_without_its_outputs_is_never_completed_empty(
         gateway_factory, token, mock):
     # Replicate's profile counts the outputs asked for (one by default) and reads them at

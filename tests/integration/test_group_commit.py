@@ -576,6 +576,17 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         ("canceled_maybe", "sending", "cancel_requested_at=now()",
          {"state": "'prepared'", "status": "NULL", "ambiguous": "true", "retry_ms": "2000"}),
         ("fenced", "sending", "", {"lease": "2"}),
+        # A poll past its deadline that did not see the task end: review; unless a cancel, a
+        # webhook or a resume made the row due again while it read — then accepted, its error
+        # unchanged, due at once, for the poll that follows.
+        ("poll_review", "accepted", "next_attempt_at=now() - interval '1 hour';"
+                                    "updated_at=now() - interval '1 minute'",
+         {"state": "'review'", "frm": "'accepted'", "kind": "'poll'", "pstatus": "'running'",
+          "remote": "'task-2'", "error": "'the poll deadline passed'"}),
+        ("poll_review_due", "accepted", "next_attempt_at=now() + interval '100 seconds';"
+                                        "updated_at=now() - interval '1 hour'",
+         {"state": "'review'", "frm": "'accepted'", "kind": "'poll'", "pstatus": "'running'",
+          "remote": "'task-3'", "error": "'the poll deadline passed'"}),
         ("poll_hint", "accepted", "next_attempt_at=now() + interval '100 seconds';"
                                   "updated_at=now() - interval '1 hour';webhook_hint='done'",
          {"state": "'accepted'", "frm": "'accepted'", "kind": "'poll'", "retry_ms": "600000",
@@ -641,6 +652,10 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         # unknown, due now, ambiguous, not finished, nothing settled
         assert (r[0], r[20], r[23], r[25], r[15]) == ("unknown", "0", "f", "t", ""), (tag, r)
     assert row("p_ambiguous")[0][20] != "0", row("p_ambiguous")
+    r = row("p_poll_review")[0]
+    assert (r[0], r[4]) == ("review", "the poll deadline passed"), r
+    r = row("p_poll_review_due")[0]
+    assert (r[0], r[4], r[20]) == ("accepted", "", "0"), r
     # A result that comes back after its job was deleted (retention) is fenced and leaves no
     # attempt row behind: no foreign key refuses it since migration 0030, so both texts check.
     for sql, op_id in ((plain, "p_gone"), (function, "f_gone")):

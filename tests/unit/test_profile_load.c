@@ -63,24 +63,26 @@ static void test_status_by_http(void **state)
 }
 
 /* Whose requests have their outputs counted: a profile that reads them where a result holds
- * them, synchronously (outputs.received) or at a finished task (result.outputs, async only). An
- * async profile's outputs.received alone counts too; nothing else does. */
+ * them, synchronously (outputs.received) or at a finished task (result.outputs, async only, with
+ * outputs.requested). An async profile's outputs.received alone counts too; nothing else does. */
 static void test_counts_outputs(void **state)
 {
     (void)state;
     struct jpath *some = (struct jpath *)&some; /* any non-NULL path: only its presence is read */
     static const struct {
         enum cfg_mode mode;
-        int received, result_outputs, want;
-    } rows[] = {{CFG_MODE_SYNC, 1, 0, 1},       {CFG_MODE_SYNC, 0, 0, 0},
-                {CFG_MODE_SYNC, 0, 1, 0},       {CFG_MODE_ASYNC_POLL, 0, 1, 1},
-                {CFG_MODE_ASYNC_POLL, 0, 0, 0}, {CFG_MODE_ASYNC_POLL, 1, 0, 1}};
+        int received, result_outputs, requested, want;
+    } rows[] = {{CFG_MODE_SYNC, 1, 0, 0, 1},       {CFG_MODE_SYNC, 0, 0, 1, 0},
+                {CFG_MODE_SYNC, 0, 1, 1, 0},       {CFG_MODE_ASYNC_POLL, 0, 1, 1, 1},
+                {CFG_MODE_ASYNC_POLL, 0, 1, 0, 0}, {CFG_MODE_ASYNC_POLL, 0, 0, 1, 0},
+                {CFG_MODE_ASYNC_POLL, 1, 0, 0, 1}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct cfg_provider p;
         memset(&p, 0, sizeof(p));
         p.mode = rows[i].mode;
         p.outputs_received = rows[i].received ? some : NULL;
         p.result_outputs = rows[i].result_outputs ? some : NULL;
+        p.outputs_requested = rows[i].requested ? some : NULL;
         if (prof_counts_outputs(&p) != rows[i].want)
             fail_msg("row %zu: %d, want %d", i, prof_counts_outputs(&p), rows[i].want);
     }

@@ -385,7 +385,8 @@ export interface paths {
          *     completes from its provider's price table and what the provider delivered (a partial
          *     result costs its delivered outputs only); a `canceled` job (a task the provider ended on
          *     our cancel) costs what was computed for it, else its estimate, since providers do not say
-         *     what a cancelled task was billed; a `failed` job costs 0; providers
+         *     what a cancelled task was billed; a `failed` job costs 0, except one an operator
+         *     abandoned (its estimate stays counted: its task may have been made); providers
          *     without a price table are not listed. `budgets` holds the tenant's limits (`idemgate
          *     tenant budget`) and what counts against them now (reservations of jobs in flight and
          *     settled costs of this UTC day and month). With the admin token: every tenant.
@@ -595,7 +596,8 @@ export interface components {
             /**
              * @description `null` when the provider has no price table. `estimate_micros`: reserved against the
              *     tenant's budget at intake; `micros`: settled when the job ended (`null` until then;
-             *     0 for a failed job; a canceled job's computed cost, else its estimate), in
+             *     0 for a failed job, except one an operator abandoned: its estimate; a canceled job's
+             *     computed cost, else its estimate), in
              *     micro-units of `currency`.
              */
             cost: null | {
