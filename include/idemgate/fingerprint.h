@@ -8,7 +8,8 @@
 /* The request fingerprint: what makes two requests "the same intended operation". Version 1 is
  * SHA-256 over a domain tag, the provider, the route and the RFC 8785 canonical body, each
  * separated by a NUL (neither a provider nor a route can hold one). Stored with its version so a
- * later definition can coexist with rows written under this one. */
+ * later definition can coexist with rows written under this one. Any change of what goes in
+ * (the canonical form included) is a new version: tests/unit/test_fingerprint.c pins this one. */
 #define FP_VERSION 1
 
 void fp_compute(const char *provider, size_t plen, const char *route, size_t rlen,
