@@ -574,6 +574,28 @@ static enum step_result step_record(struct intake *in)
     return STEP_SUSPENDED;
 }
 
+/* A key whose job ended and was deleted by retention (its tombstone, j): another request under it
+ * is the key reused (422); the same one is told its job is gone (410) — never a new job, which
+ * would be a second paid create for a request already made. */
+static enum step_result key_gone(struct intake *in, struct store_job *j)
+{
+    enum step_result res;
+    if (strcmp(j->fingerprint_hex, in->fp) != 0) {
+        res = raise_key_reused(in, j->id, j->provider, j->route);
+    } else {
+        char detail[400];
+        snprintf(detail, sizeof(detail),
+                 "this key's request was job %s, which ended %s and was deleted by retention at "
+                 "%s; nothing was sent again. A new generation needs a new Idempotency-Key",
+                 j->id, st_name(j->state), j->finished_at ? j->finished_at : "?");
+        res = raise_problem(in, 410, "idempotency-key-expired", "Idempotency key expired",
+                            detail);
+    }
+    log_answer(in, j, "intake_key_gone");
+    store_job_fini(j);
+    return res;
+}
+
 /* recorded: the recorder's answer. */
 static enum step_result step_recorded(struct intake *in)
 {
@@ -587,6 +609,8 @@ static enum step_result step_recorded(struct intake *in)
         gate_reply_refused(in->r, si->err, si->q.reserve_micros, si->q.currency);
         return STEP_ANSWERED;
     }
+    if (si->err == STORE_EGONE)
+        return key_gone(in, &si->job);
     if (si->err < 0) {
         reply_store_error(in->r, si->err);
         return STEP_ANSWERED;

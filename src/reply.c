@@ -95,6 +95,11 @@ void reply_store_error(struct hs_req *r, int e)
         reply_problem(r, 503, "store-unavailable", "Storage unavailable",
                       "the database cannot be reached; retry with the same Idempotency-Key",
                       UNAVAILABLE_RETRY_AFTER);
+    else if (e == STORE_EGONE)
+        reply_problem(r, 410, "idempotency-key-expired", "Idempotency key expired",
+                      "this key's job ended and was deleted by retention; a new request needs a "
+                      "new Idempotency-Key",
+                      0);
     else if (e == STORE_ERETRY)
         reply_problem(r, 503, "store-busy", "Storage busy",
                       "the request kept conflicting with concurrent ones; retry with the same "

@@ -243,7 +243,8 @@ static const struct db_stmt intake = {
     "currency, budgeted, unpriced) "
 
 /* The group commit's intake: the function's common case as one plain INSERT — a tenant with no
- * budget row, a provider whose breaker is closed, a key not taken — answering as the function
+ * budget row, a provider whose breaker is closed, a key not taken nor under a tombstone (its job
+ * deleted by retention, migration 0032) — answering as the function
  * does ('2' reserved for the claim owner, '1' not). Any other case inserts nothing and answers
  * no row, and the function decides that request alone (batch_row). A PL/pgSQL call costs ~30 µs
  * of executor time more than the statement it runs (measured: 75 -> 46 µs a job's intake), and
@@ -263,6 +264,8 @@ static const struct db_stmt intake_plain = {
     "FROM (SELECT now() AS at) c "
     "WHERE NOT EXISTS (SELECT 1 FROM tenant_budgets b WHERE b.tenant_id = $1::bigint) "
     "AND NOT EXISTS (SELECT 1 FROM provider_breakers k WHERE k.provider = $6::text) "
+    "AND NOT EXISTS (SELECT 1 FROM key_tombstones t WHERE t.tenant_id = $1::bigint "
+    " AND t.idempotency_key = $2::text) "
     "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING "
     "RETURNING CASE WHEN lease_version = 1 THEN '2' ELSE '1' END",
     .sql_distributed = INTAKE_FUNCTION_SQL,
@@ -298,6 +301,8 @@ static const struct db_stmt intake_rows = {
     "WHERE " DB_ROWS_FEW("j.n") " "
     "AND NOT EXISTS (SELECT 1 FROM tenant_budgets b WHERE b.tenant_id = j.tenant_id::bigint) "
     "AND NOT EXISTS (SELECT 1 FROM provider_breakers k WHERE k.provider = j.provider) "
+    "AND NOT EXISTS (SELECT 1 FROM key_tombstones t WHERE t.tenant_id = j.tenant_id::bigint "
+    " AND t.idempotency_key = j.key) "
     "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id, lease_version) "
     /* Its place in the batch: the first position of the id it proposed (a join, not a search
      * of the array per row: batches may hold thousands). */
@@ -310,8 +315,8 @@ static const struct db_stmt intake_rows = {
 
 #define INTAKE_NPARAMS 22
 
-/* The function's answer (migrations/0014). */
-enum { INTAKE_TAKEN, INTAKE_NEW, INTAKE_NEW_CLAIMED, INTAKE_REFUSED };
+/* The function's answer (migrations/0014, 0032). */
+enum { INTAKE_TAKEN, INTAKE_NEW, INTAKE_NEW_CLAIMED, INTAKE_REFUSED, INTAKE_TOMBSTONED };
 
 /* Parses an answer of idemgate_intake: the outcome, the budget's verdict of a refusal, and the
  * breaker's reason of a new intent whose provider is tripped (a pointer into a, or NULL). -1 when
@@ -330,6 +335,8 @@ int store_intake_answer(const char *a, int *verdict, const char **blocked)
     }
     if (a[0] == '0' && !a[1])
         return INTAKE_TAKEN;
+    if (a[0] == 't' && !a[1])
+        return INTAKE_TOMBSTONED;
     if ((a[0] != '1' && a[0] != '2') || (a[1] && a[1] != ':'))
         return -1;
     if (a[1] == ':')
@@ -437,6 +444,46 @@ static int intake_refused(struct db *db, const struct store_intake_req *q, int v
 
 /* Decides a request from the function's answer a (NULL: no answer). STORE_ERETRY when the key
  * was taken by an insert this transaction cannot see yet: the caller runs the function again. */
+/* The tombstone a key's deleted job left (migration 0032): out holds what it kept — the job's
+ * id, fingerprint, provider, route and end state, deleted_at in its finished_at — and the answer
+ * is STORE_EGONE; STORE_ERETRY when it was deleted meanwhile (the key is free: decided again). */
+static const struct db_stmt tombstone = {
+    .rerun_safe = 1,
+    .name = "tombstone",
+    .sql = "SELECT job_id, encode(fingerprint, 'hex'), provider, route, state, "
+    " to_char(deleted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+    "FROM key_tombstones WHERE tenant_id = $1 AND idempotency_key = $2",
+    .params = DB_PARAMS("tenant_id", "key"),
+};
+
+static int tombstone_get(struct db *db, const struct store_intake_req *q, struct store_job *out)
+{
+    PGresult *r;
+    int e = db_run(db, &tombstone,
+                   DB_ARGS(p_int("tenant_id", q->tenant_id), p_text("key", q->idempotency_key)),
+                   &r);
+    if (e < 0)
+        return e;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return STORE_ERETRY;
+    }
+    memset(out, 0, sizeof(*out));
+    out->res = r;
+    out->tenant_id = q->tenant_id;
+    out->id = PQgetvalue(r, 0, 0);
+    out->idempotency_key = q->idempotency_key;
+    out->fingerprint_hex = PQgetvalue(r, 0, 1);
+    out->provider = PQgetvalue(r, 0, 2);
+    out->route = PQgetvalue(r, 0, 3);
+    int st = st_parse(PQgetvalue(r, 0, 4));
+    out->state = st < 0 ? ST_COMPLETED : (enum op_state)st;
+    out->finished_at = PQgetvalue(r, 0, 5);
+    out->outputs_requested = out->outputs_received = -1;
+    out->cost_micros = -1;
+    return STORE_EGONE;
+}
+
 static int intake_decide(struct db *db, const struct store_intake_req *q, const char *a,
                          struct store_job *out, int *created)
 {
@@ -449,6 +496,8 @@ static int intake_decide(struct db *db, const struct store_intake_req *q, const 
     }
     if (o == INTAKE_REFUSED)
         return intake_refused(db, q, verdict, out, created);
+    if (o == INTAKE_TOMBSTONED)
+        return tombstone_get(db, q, out);
     if (o != INTAKE_TAKEN)
         return STORE_EINTERNAL;
     int e = read_by(db, &by_key, q->tenant_id, p_text("key", q->idempotency_key), out);
@@ -1004,11 +1053,13 @@ int store_resume_polling(struct db *db, const char *job_id, long deadline_ms)
 static const struct db_stmt janitor_due = {
     .rerun_safe = 1,
     .name = "janitor_due",
-    .sql = "SELECT tenant_id FROM operations WHERE " EXPIRED " GROUP BY tenant_id",
+    .sql = "SELECT tenant_id FROM operations WHERE " EXPIRED " GROUP BY tenant_id "
+    "UNION SELECT tenant_id FROM key_tombstones WHERE expires_at < now()",
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
-/* The function (migration 0030) locks the operations, then deletes their attempt and archive
- * rows and them, each in a statement of its own: one statement's snapshot missed the children
+/* The function (migrations 0030, 0032) deletes the tenant's key tombstones past their time, locks
+ * the operations, leaves a tombstone for each (its key is never free: a retry under it is
+ * answered 410), then deletes their attempt and archive rows and them, each in a statement of its own: one statement's snapshot missed the children
  * a writer committed between its start and its lock (no foreign key cascades since 0030). Its
  * test of expiry is EXPIRED's, restated in SQL. */
 static const struct db_stmt janitor = {

@@ -41,6 +41,10 @@ enum store_err {
     /* Intake or regeneration of an unpriced request (pricing.h) under an amount budget: refused,
      * nothing recorded — its estimate of 0 would pass any amount. */
     STORE_EUNPRICED = -10,
+    /* Intake of a key whose job ended and was deleted by retention (its tombstone answers, the
+     * job's id, fingerprint and end state in the store_job): 410, or 422 for another request.
+     * Nothing recorded. */
+    STORE_EGONE = -11,
 };
 
 struct db;

@@ -128,8 +128,9 @@ struct store_intake_item {
  * outcome (STORE_OK when it committed as one), for metrics; the items carry the answers. */
 int store_intake_batch(struct db *db, struct store_intake_item *const *items, size_t n);
 
-/* Pure: an answer of the intake function (migrations/0014) — 0 the key was taken, 1 inserted, 2
- * inserted reserved for the claim owner, 3 refused by the budget (*verdict 2..5) — and the
+/* Pure: an answer of the intake function (migrations/0014, 0032) — 0 the key was taken, 1
+ * inserted, 2 inserted reserved for the claim owner, 3 refused by the budget (*verdict 2..5), 4
+ * the key is under a tombstone (its job deleted by retention) — and the
  * breaker's reason of a new intent whose provider is tripped (*blocked, into a); -1 for anything
  * else. */
 int store_intake_answer(const char *a, int *verdict, const char **blocked);

@@ -372,7 +372,8 @@ def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, 
     assert gw.job(token, abandon).json()["state"] == "failed"
 
 
-def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, database_url, psql):
+def test_retention_deletes_each_kind_and_keeps_a_tombstone(gateway_factory, mock, database_url,
+                                                          psql):
     name, token = new_tenant(database_url)
     # A job that is not terminal is kept whatever its age (its key guards against a second
     # create): recorded by a gateway without dispatchers and made due only tomorrow, before any
@@ -434,9 +435,28 @@ def test_retention_deletes_each_kind_and_frees_the_key(gateway_factory, mock, da
     assert shown > psql(f"SELECT to_char(to_timestamp({expires}) AT TIME ZONE 'UTC', "
                         "'YYYY-MM-DD\"T\"HH24:MI:SS')")[0][0], shown
     assert psql(f"SELECT count(*) FROM webhook_events WHERE event_id = '{tag}-fresh'") == [["1"]]
-    # The key is free: the same request under it is a new job, sent again.
+    # The key is not free (migration 0032): the same request under it is told its job is gone
+    # (410), another one that the key was used (422); nothing is recorded, nothing sent. Before,
+    # the same request was a new job, and a second paid create.
+    creates = len(mock.ledger())
+    for i in range(2):
+        r = gw.submit(token, keys[i], {"prompt": "p"}, headers={"Prefer": "wait=20"})
+        assert r.status == 410, r
+        assert r.json()["type"] == "urn:idemgate:problem:idempotency-key-expired", r.json()
+        assert done[i] in r.json()["detail"] and "completed" in r.json()["detail"], r.json()
+    r = gw.submit(token, keys[0], {"prompt": "another"}, headers={"Prefer": "wait=20"})
+    assert r.status == 422 and done[0] in r.json()["detail"], r
+    assert len(mock.ledger()) == creates
+    [[n, kept]] = psql(f"SELECT count(*), bool_and(expires_at > now() + interval '29 days') "
+                       f"FROM key_tombstones WHERE job_id IN ({ids})")
+    assert (n, kept) == ("3", "t"), (n, kept)
+    # A tombstone past its time is deleted by the janitor; the key is then free.
+    psql(f"UPDATE key_tombstones SET expires_at = now() - interval '1 second' "
+         f"WHERE job_id = '{done[0]}'")
+    assert wait_until(lambda: psql(f"SELECT count(*) FROM key_tombstones "
+                                   f"WHERE job_id = '{done[0]}'") == [["0"]], 30)
     r = gw.submit(token, keys[0], {"prompt": "p"}, headers={"Prefer": "wait=20"})
-    assert r.status == 200 and r.headers.get("idempotent-replayed") is None
+    assert r.status == 200 and r.headers.get("idempotent-replayed") is None, r
     assert r.headers["x-idemgate-job-id"] != done[0]
     assert len(mock.creates_for(r.headers["x-idemgate-job-id"])) == 1
     gw.http.request("POST", f"/v1/jobs/{live}/cancel", headers={"Authorization": f"Bearer {token}"})

@@ -752,6 +752,24 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                  400, "invalid-multipart")
         t.expect("key reused", "POST", INTAKE, submit(gw, k, {"prompt": "other"}), 422,
                  "idempotency-key-reused")
+        # A key whose job retention deleted: its tombstone answers (moved there as the janitor
+        # does, migration 0032).
+        gk, gbody = "oa-gone-" + uuid.uuid4().hex, {"prompt": "gone"}
+        # (Never read through the gateway, whose cache would answer the key from memory.)
+        gone = submit(gw, gk, gbody).json()["id"]
+        deadline = time.monotonic() + 20
+        while psql(f"SELECT state FROM operations WHERE id = '{gone}'") != [["completed"]]:
+            assert time.monotonic() < deadline, "the job to delete never completed"
+            time.sleep(0.05)
+        psql("INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint, "
+             "fingerprint_version, provider, route, job_id, state, deleted_at, expires_at) "
+             "SELECT tenant_id, idempotency_key, fingerprint, fingerprint_version, provider, "
+             "route, id, state, now(), now() + interval '30 days' FROM operations "
+             f"WHERE id = '{gone}'; DELETE FROM attempts WHERE operation_id = '{gone}'; "
+             f"DELETE FROM archive_outputs WHERE op_id = '{gone}'; "
+             f"DELETE FROM operations WHERE id = '{gone}'")
+        t.expect("key expired", "POST", INTAKE, submit(gw, gk, gbody), 410,
+                 "idempotency-key-expired")
         reffed = "/v1/providers/reffed/images/generations"
         t.expect("client reference unplaceable", "POST", reffed,
                  submit(gw, "oa-" + uuid.uuid4().hex, {"prompt": "p", "metadata": None},

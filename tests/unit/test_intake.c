@@ -45,6 +45,9 @@ static const struct answer_case answer_cases[] = {
     {"r6", -1, 0, NULL},
     {"r22", -1, 0, NULL},
     {"0:x", -1, 0, NULL}, /* a taken key carries nothing */
+    {"t", 4, 0, NULL},    /* under a tombstone: its job deleted by retention (migration 0032) */
+    {"t:x", -1, 0, NULL},
+    {"t2", -1, 0, NULL},
     {"3", -1, 0, NULL},
     {"12", -1, 0, NULL},
     {"", -1, 0, NULL},

@@ -1414,6 +1414,24 @@ export interface operations {
                     };
                 };
             };
+            /**
+             * @description `idempotency-key-expired`: the same request under a key whose job ended and was
+             *     deleted by retention; the key's tombstone (kept 30 days) names the job and how it
+             *     ended. Nothing was recorded and the provider was not called: a new generation needs
+             *     a new key (a request with other parameters under that key is a 422).
+             */
+            410: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @constant */
+                        type?: "urn:idemgate:problem:idempotency-key-expired";
+                    };
+                };
+            };
             /** @description The body exceeds `max_body_bytes` (a `multipart/form-data` body: `max_upload_bytes`). */
             413: {
                 headers: {
