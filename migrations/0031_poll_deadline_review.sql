@@ -75,6 +75,8 @@ CREATE OR REPLACE FUNCTION idemgate_resolve(p_tenant bigint, p_id text, p_outcom
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := now();
+    -- (computed here: a distributed database refuses timestamptz arithmetic inside CASE)
+    v_poll_deadline timestamptz := v_now + interval '1 hour';
     o record;
 BEGIN
     UPDATE operations x SET
@@ -87,7 +89,7 @@ BEGIN
         -- An async task found is polled for an hour (then review, as at any poll deadline); any
         -- other resolution clears the deadline, which marks a review the poller made (a cancel,
         -- a webhook or a resume takes such a review back to accepted).
-        poll_deadline_at = CASE WHEN p_state = 'accepted' THEN v_now + interval '1 hour' END,
+        poll_deadline_at = CASE WHEN p_state = 'accepted' THEN v_poll_deadline END,
         cost_micros = CASE WHEN p_state = 'prepared' AND x.cancel_requested_at IS NOT NULL THEN 0
                            WHEN p_state IN ('completed', 'canceled') OR p_outcome = 'abandon'
                            THEN coalesce(x.cost_micros, x.reserved_micros)

@@ -76,8 +76,9 @@ static const struct cfg_setting settings[] = {
      "deletes"},
     {"janitor_interval_ms", "IDEMGATE_JANITOR_INTERVAL_MS", T_INT, OFF(janitor_interval_ms),
      "60000", 0, 86400000,
-     "how often expired jobs (after job_ttl_hours; their keys become free), their attempts, "
-     "webhook records and parked hints are deleted (0: never, in this replica)"},
+     "how often expired jobs (after job_ttl_hours; each key's tombstone answers a retry under "
+     "it for 30 days), their attempts, webhook records and parked hints are deleted (0: never, "
+     "in this replica)"},
     {"job_cache_bytes", "IDEMGATE_JOB_CACHE_BYTES", T_LONG, OFF(job_cache_bytes), "67108864", 0,
      64L * 1024 * 1024 * 1024,
      "most bytes the job cache holds (its jobs' documents and answers; 0: no byte bound): an "

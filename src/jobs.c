@@ -382,6 +382,13 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
     if (e == STORE_ECONFLICT) {
         reply_problem(r, 409, "parent-not-terminal", "Parent job not finished",
                       "only a completed, failed or canceled job can be regenerated", 0);
+    } else if (e == STORE_EGONE) {
+        /* The key's job was deleted by retention (its tombstone, j): never a second one. */
+        if (strcmp(j.fingerprint_hex, fp) != 0)
+            reply_key_reused(r, 1, j.id, NULL);
+        else
+            reply_store_error(r, STORE_EGONE);
+        store_job_fini(&j);
     } else if (gate_refused(e)) {
         gate_reply_refused(r, e, -1, NULL); /* the parent's estimate, as the job shows it */
     } else if (e < 0) {

@@ -353,7 +353,7 @@ int store_action_answer(const char *a, int *verdict)
         *verdict = a[1] - '0';
         return 'r';
     }
-    return (a[0] == '0' || a[0] == '1' || a[0] == 'n') && !a[1] ? a[0] : 0;
+    return (a[0] == '0' || a[0] == '1' || a[0] == 'n' || a[0] == 't') && !a[1] ? a[0] : 0;
 }
 
 static void intake_params(const struct store_intake_req *q, struct param ps[INTAKE_NPARAMS])
@@ -445,22 +445,23 @@ static int intake_refused(struct db *db, const struct store_intake_req *q, int v
 /* Decides a request from the function's answer a (NULL: no answer). STORE_ERETRY when the key
  * was taken by an insert this transaction cannot see yet: the caller runs the function again. */
 /* The tombstone a key's deleted job left (migration 0032): out holds what it kept — the job's
- * id, fingerprint, provider, route and end state, deleted_at in its finished_at — and the answer
- * is STORE_EGONE; STORE_ERETRY when it was deleted meanwhile (the key is free: decided again). */
+ * id, fingerprint, provider, route and end state, when the tombstone was written in its
+ * finished_at — and the answer is STORE_EGONE; STORE_ERETRY when it was deleted meanwhile (the
+ * key is free: decided again). */
 static const struct db_stmt tombstone = {
     .rerun_safe = 1,
     .name = "tombstone",
     .sql = "SELECT job_id, encode(fingerprint, 'hex'), provider, route, state, "
-    " to_char(deleted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+    " to_char(written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
     "FROM key_tombstones WHERE tenant_id = $1 AND idempotency_key = $2",
     .params = DB_PARAMS("tenant_id", "key"),
 };
 
-static int tombstone_get(struct db *db, const struct store_intake_req *q, struct store_job *out)
+static int tombstone_get(struct db *db, long long tenant_id, const char *key,
+                         struct store_job *out)
 {
     PGresult *r;
-    int e = db_run(db, &tombstone,
-                   DB_ARGS(p_int("tenant_id", q->tenant_id), p_text("key", q->idempotency_key)),
+    int e = db_run(db, &tombstone, DB_ARGS(p_int("tenant_id", tenant_id), p_text("key", key)),
                    &r);
     if (e < 0)
         return e;
@@ -470,9 +471,9 @@ static int tombstone_get(struct db *db, const struct store_intake_req *q, struct
     }
     memset(out, 0, sizeof(*out));
     out->res = r;
-    out->tenant_id = q->tenant_id;
+    out->tenant_id = tenant_id;
     out->id = PQgetvalue(r, 0, 0);
-    out->idempotency_key = q->idempotency_key;
+    out->idempotency_key = key;
     out->fingerprint_hex = PQgetvalue(r, 0, 1);
     out->provider = PQgetvalue(r, 0, 2);
     out->route = PQgetvalue(r, 0, 3);
@@ -497,7 +498,7 @@ static int intake_decide(struct db *db, const struct store_intake_req *q, const 
     if (o == INTAKE_REFUSED)
         return intake_refused(db, q, verdict, out, created);
     if (o == INTAKE_TOMBSTONED)
-        return tombstone_get(db, q, out);
+        return tombstone_get(db, q->tenant_id, q->idempotency_key, out);
     if (o != INTAKE_TAKEN)
         return STORE_EINTERNAL;
     int e = read_by(db, &by_key, q->tenant_id, p_text("key", q->idempotency_key), out);
@@ -754,6 +755,9 @@ int store_regenerate(struct db *db, long long tenant_id, const char *parent_id, 
         if (e == STORE_OK && c == '1') {
             e = read_by(db, &job_get, tenant_id, p_text("job_id", new_id), out);
             *created = e == STORE_OK;
+        } else if (e == STORE_OK && c == 't') {
+            /* The key's job was deleted by retention: its tombstone answers (410 or 422). */
+            e = tombstone_get(db, tenant_id, key, out);
         } else if (e == STORE_OK && (c == '0' || c == 'r')) {
             /* The key is taken (ours when it carries our id), or the budget refused a key
              * nobody held: unless it was recorded meanwhile, the refusal. */
@@ -1054,12 +1058,13 @@ static const struct db_stmt janitor_due = {
     .rerun_safe = 1,
     .name = "janitor_due",
     .sql = "SELECT tenant_id FROM operations WHERE " EXPIRED " GROUP BY tenant_id "
-    "UNION SELECT tenant_id FROM key_tombstones WHERE expires_at < now()",
+    "UNION SELECT tenant_id FROM key_tombstones WHERE expires_at < now() GROUP BY tenant_id",
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
-/* The function (migrations 0030, 0032) deletes the tenant's key tombstones past their time, locks
- * the operations, leaves a tombstone for each (its key is never free: a retry under it is
- * answered 410), then deletes their attempt and archive rows and them, each in a statement of its own: one statement's snapshot missed the children
+/* The function (migrations 0030, 0032) deletes the tenant's key tombstones past their time,
+ * writes one for each expired operation (its key is never free: a retry under it is answered
+ * 410), and deletes, in a later sweep (10 minutes after its tombstone), each operation with its
+ * attempt and archive rows, each in a statement of its own: one statement's snapshot missed the children
  * a writer committed between its start and its lock (no foreign key cascades since 0030). Its
  * test of expiry is EXPIRED's, restated in SQL. */
 static const struct db_stmt janitor = {

@@ -6,9 +6,11 @@
  * reaper's.
  *
  * A sweep deletes, one bounded batch of each kind per statement: terminal operations past their
- * expires_at (their attempts go with them; their keys may then be used again and give a new
- * job — an operation that is not terminal is never deleted, whatever its age, as its key is
- * what keeps a second paid create away), webhook records past their redelivery window, and
+ * expires_at (their attempts go with them; each leaves its key's tombstone, written a sweep
+ * before, which answers a retry under the key for 30 days — an operation that is not terminal
+ * is never deleted, whatever its age, as its key is what keeps a second paid create away; the
+ * operations' count includes the tombstones written and deleted), webhook records past their
+ * redelivery window, and
  * parked hints older than a day. Archived files are the archive's to delete: it lists its
  * objects and asks store_unreferenced_sha256 which of them no remaining job references. */
 

@@ -137,7 +137,8 @@ int store_intake_answer(const char *a, int *verdict, const char **blocked);
 
 /* Pure: an answer of the action functions (migrations/0023: cancel, resolve, regenerate) — '1'
  * it wrote, '0' the row exists and was left as it was, 'n' no such row, 'r' refused by the budget
- * (*verdict 2..5); 0 for anything else. */
+ * (*verdict 2..5), 't' the key is under a tombstone (regenerate, migration 0032); 0 for
+ * anything else. */
 int store_action_answer(const char *a, int *verdict);
 
 /* A tenant's job by id: STORE_ENOTFOUND (also another tenant's job) or STORE_OK. */

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, pg_proxy
+from conftest import ROOT, pg_proxy, settle_tombstones
 from test_async import SECRETS, SHIPPED_ASYNC, body, entry
 from test_group_commit import execute, rows_args, statement_sql
 
@@ -404,6 +404,7 @@ def test_archived_objects_are_referenced_until_their_job_is_removed(gateway_fact
     deadline = time.monotonic() + 30
     while psql(f"SELECT count(*) FROM operations WHERE id = '{job_id}'") != [["0"]]:
         assert time.monotonic() < deadline, "the janitor did not remove the job"
+        settle_tombstones(psql)
         time.sleep(0.1)
     assert sorted(cli(database_url, "unreferenced", kept, other).stdout.split()) == \
         sorted([kept, other])

@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from conftest import CITUS_URL, GATEWAY_BIN, ROOT, provider, tenant_token
+from conftest import (CITUS_URL, GATEWAY_BIN, ROOT, provider, settle_tombstones,
+                      tenant_token)
 
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
 ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
@@ -413,6 +414,7 @@ def test_retention_deletes_each_kind_and_keeps_a_tombstone(gateway_factory, mock
          f"FROM generate_series(1, 5) g")
 
     def gone():
+        settle_tombstones(psql)
         rows = psql(
             f"SELECT (SELECT count(*) FROM operations WHERE id IN ({ids}) AND id <> '{live}'), "
             f"(SELECT count(*) FROM attempts WHERE operation_id IN ({ids})), "
@@ -450,6 +452,8 @@ def test_retention_deletes_each_kind_and_keeps_a_tombstone(gateway_factory, mock
     [[n, kept]] = psql(f"SELECT count(*), bool_and(expires_at > now() + interval '29 days') "
                        f"FROM key_tombstones WHERE job_id IN ({ids})")
     assert (n, kept) == ("3", "t"), (n, kept)
+    # (The late job, expired a ttl after its end only, has no tombstone yet.)
+    assert psql(f"SELECT count(*) FROM key_tombstones WHERE job_id = '{late}'") == [["0"]]
     # A tombstone past its time is deleted by the janitor; the key is then free.
     psql(f"UPDATE key_tombstones SET expires_at = now() - interval '1 second' "
          f"WHERE job_id = '{done[0]}'")
@@ -460,6 +464,54 @@ def test_retention_deletes_each_kind_and_keeps_a_tombstone(gateway_factory, mock
     assert r.headers["x-idemgate-job-id"] != done[0]
     assert len(mock.creates_for(r.headers["x-idemgate-job-id"])) == 1
     gw.http.request("POST", f"/v1/jobs/{live}/cancel", headers={"Authorization": f"Bearer {token}"})
+
+
+def test_a_key_under_a_tombstone_is_never_a_new_job(database_url, psql):
+    """Migration 0032, in SQL: the janitor writes a job's tombstone a sweep before it deletes
+    the job (10 minutes after, so that no intake statement older than the tombstone still runs);
+    the intake function checks tombstones after its insert, in a snapshot of its own (an insert
+    that waited on the janitor's delete proceeds once it commits): a key whose job is gone is
+    answered 't' and nothing stays written; a key whose job still exists is replayed ('0'),
+    tombstone or not; a regeneration's key likewise."""
+    name = "tomb-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
+
+    def intake(key, job_id):
+        return psql(f"SELECT idemgate_intake({tid}, '{key}', '{job_id}', '00', 1::smallint, "
+                    "'tomb-prov', 'r', 'POST', 'http://x', '', '\\x00'::bytea, 24, NULL, "
+                    "'none', NULL, NULL, NULL, 60, 0, NULL, false, now())")[0][0]
+
+    def count(sql):
+        return int(psql(sql)[0][0])
+
+    assert intake("k1", "job_t1") == "1"
+    psql(f"UPDATE operations SET state = 'completed', finished_at = now() - interval '9 days', "
+         f"created_at = now() - interval '9 days', expires_at = now() - interval '1 day' "
+         f"WHERE tenant_id = {tid} AND id = 'job_t1'")
+    # First sweep: the tombstone, the job kept; the same key is the job's, replayed.
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    assert count(f"SELECT count(*) FROM key_tombstones WHERE tenant_id = {tid} "
+                 "AND idempotency_key = 'k1' AND job_id = 'job_t1'") == 1
+    assert count(f"SELECT count(*) FROM operations WHERE id = 'job_t1'") == 1
+    assert intake("k1", "job_t2") == "0"
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    assert count(f"SELECT count(*) FROM operations WHERE id = 'job_t1'") == 1, "deleted at once"
+    # Ten minutes on, the job is deleted; its key is answered by its tombstone, nothing kept.
+    psql(f"UPDATE key_tombstones SET written_at = now() - interval '11 minutes' "
+         f"WHERE tenant_id = {tid}")
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    assert count(f"SELECT count(*) FROM operations WHERE id = 'job_t1'") == 0
+    assert intake("k1", "job_t3") == "t"
+    assert count(f"SELECT count(*) FROM operations WHERE tenant_id = {tid} "
+                 "AND idempotency_key = 'k1'") == 0
+    # A regeneration under that key: the same.
+    assert intake("k2", "job_p") == "1"
+    psql(f"UPDATE operations SET state = 'completed', finished_at = now() "
+         f"WHERE tenant_id = {tid} AND id = 'job_p'")
+    assert psql(f"SELECT idemgate_regenerate({tid}, 'job_p', 'job_r', 'k1', '00', "
+                "1::smallint, 24)")[0][0] == "t"
+    assert count(f"SELECT count(*) FROM operations WHERE id = 'job_r'") == 0
 
 
 def test_regeneration_is_a_paid_creation_within_the_budget(gateway_factory, mock, database_url):

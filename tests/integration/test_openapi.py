@@ -762,7 +762,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
             assert time.monotonic() < deadline, "the job to delete never completed"
             time.sleep(0.05)
         psql("INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint, "
-             "fingerprint_version, provider, route, job_id, state, deleted_at, expires_at) "
+             "fingerprint_version, provider, route, job_id, state, written_at, expires_at) "
              "SELECT tenant_id, idempotency_key, fingerprint, fingerprint_version, provider, "
              "route, id, state, now(), now() + interval '30 days' FROM operations "
              f"WHERE id = '{gone}'; DELETE FROM attempts WHERE operation_id = '{gone}'; "

@@ -84,6 +84,7 @@ static void test_action_answer(void **state)
         {"1", '1', 0},   {"0", '0', 0},   {"n", 'n', 0},   {"r2", 'r', 2}, {"r5", 'r', 5},
         {"r1", 0, 0},    {"r6", 0, 0},    {"r", 0, 0},     {"r22", 0, 0},  {"10", 0, 0},
         {"n1", 0, 0},    {"2", 0, 0},     {"1:x", 0, 0},   {"", 0, 0},     {NULL, 0, 0},
+        {"t", 't', 0},   {"t1", 0, 0}, /* regenerate's key under a tombstone (0032) */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int verdict = -7;

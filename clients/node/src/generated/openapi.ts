@@ -24,6 +24,8 @@ export interface paths {
          *       with `Idempotent-Replayed: true`; the provider is not called again.
          *     - Same key, different provider, route or body: `422 idempotency-key-reused`; the
          *       provider is never called.
+         *     - Same key, same request, its job deleted by retention: `410 idempotency-key-expired`
+         *       (the key's tombstone is kept 30 days); the provider is never called.
          *     - `Prefer: wait=N` (RFC 7240, capped by `max_wait_seconds`): the connection is held
          *       until the job is terminal or N seconds pass. A terminal job is answered with the
          *       **provider's own status, content type and body** (see `x-passthrough`), otherwise
