@@ -2,12 +2,13 @@
 -- for the key"). Before, the janitor deleted a job past its expiry and the key was free: the same
 -- request retried after that (an offline client's queue, a batch run again) was a new job, and a
 -- second paid create. Now the janitor first leaves a tombstone — the key, the request's
--- fingerprint, the job's id and how it ended — and deletes the job only in a later sweep, at
--- least TOMBSTONE_SETTLE (10 minutes) after the tombstone committed: no intake statement that
--- could have missed the tombstone (its snapshot older than it) is still running then, so no
--- intake inserts a job under a key whose job was deleted (an INSERT that waited on the delete
--- proceeds once it commits, and a plain statement's NOT EXISTS reads its own snapshot). The
--- intake function also checks after its insert, in a snapshot of its own. Intake answers a key
+-- fingerprint, the job's id and how it ended — and deletes the job only in a later sweep, once
+-- the tombstone is 10 minutes old. An INSERT that waited on the job's delete proceeds once it
+-- commits: the intake function checks tombstones after its insert, in a snapshot of its own,
+-- which sees the tombstone (committed before the delete) whatever the timing; the plain and
+-- batched statements (src/store.c) check in their own snapshot, so only one that had started
+-- before the tombstone was written and still runs 10 minutes later could miss it (a server
+-- stalled that long mid-statement). Intake answers a key
 -- under a tombstone 410 (the same request: its job is gone, a new generation needs a new key)
 -- or 422 (another request), and records nothing. A tombstone is kept 30 days after it was
 -- written, then deleted by the janitor; the key is free after that.
@@ -56,6 +57,8 @@ DECLARE
     -- (every instant computed here: a distributed database refuses timestamptz arithmetic in a
     -- statement it runs on a shard)
     v_now timestamptz := now();
+    v_written timestamptz := clock_timestamp(); -- (not the transaction's start: the gap counts
+                                                -- from the write)
     v_kept timestamptz := v_now + interval '30 days';
     v_settled timestamptz := v_now - interval '10 minutes';
     v_ids text[];
@@ -70,7 +73,7 @@ BEGIN
     INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint, fingerprint_version,
         provider, route, job_id, state, written_at, expires_at)
     SELECT o.tenant_id, o.idempotency_key, o.fingerprint, o.fingerprint_version, o.provider,
-        o.route, o.id, o.state, v_now, v_kept
+        o.route, o.id, o.state, v_written, v_kept
     FROM operations o
     WHERE o.tenant_id = p_tenant AND o.state IN ('completed', 'failed', 'canceled')
       AND o.expires_at < v_now
@@ -203,7 +206,12 @@ BEGIN
         AND state IN ('completed', 'failed', 'canceled');
     IF NOT FOUND THEN
         PERFORM 1 FROM operations WHERE tenant_id = p_tenant AND idempotency_key = p_key;
-        RETURN CASE WHEN FOUND THEN '0' ELSE 'n' END;
+        IF FOUND THEN
+            RETURN '0';
+        END IF;
+        -- (a parent gone before its child: the child's key answered by its tombstone)
+        PERFORM 1 FROM key_tombstones WHERE tenant_id = p_tenant AND idempotency_key = p_key;
+        RETURN CASE WHEN FOUND THEN 't' ELSE 'n' END;
     END IF;
     SELECT * INTO b FROM tenant_budgets WHERE tenant_id = p_tenant FOR UPDATE;
     IF FOUND THEN

@@ -585,8 +585,9 @@ static enum step_result key_gone(struct intake *in, struct store_job *j)
     } else {
         char detail[400];
         snprintf(detail, sizeof(detail),
-                 "this key's request was job %s, which ended %s and was deleted by retention at "
-                 "%s; nothing was sent again. A new generation needs a new Idempotency-Key",
+                 "this key's request was job %s, which ended %s and was retired by retention at "
+                 "%s (deleted since); nothing was sent again. A new generation needs a new "
+                 "Idempotency-Key",
                  j->id, st_name(j->state), j->finished_at ? j->finished_at : "?");
         res = raise_problem(in, 410, "idempotency-key-expired", "Idempotency key expired",
                             detail);

@@ -384,10 +384,17 @@ void jobs_regenerate(struct hs_req *r, const struct api_args *a)
                       "only a completed, failed or canceled job can be regenerated", 0);
     } else if (e == STORE_EGONE) {
         /* The key's job was deleted by retention (its tombstone, j): never a second one. */
-        if (strcmp(j.fingerprint_hex, fp) != 0)
+        if (strcmp(j.fingerprint_hex, fp) != 0) {
             reply_key_reused(r, 1, j.id, NULL);
-        else
-            reply_store_error(r, STORE_EGONE);
+        } else {
+            char detail[300];
+            snprintf(detail, sizeof(detail),
+                     "this key's regeneration was job %s, which ended %s and was retired by "
+                     "retention (deleted since); nothing was sent again",
+                     j.id, st_name(j.state));
+            reply_problem(r, 410, "idempotency-key-expired", "Idempotency key expired", detail,
+                          0);
+        }
         store_job_fini(&j);
     } else if (gate_refused(e)) {
         gate_reply_refused(r, e, -1, NULL); /* the parent's estimate, as the job shows it */

@@ -678,6 +678,16 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
 
     nowhere_keys = {}
 
+    def retire(job_id):
+        """Moves a job to its key's tombstone, as the janitor does (migration 0032)."""
+        psql("INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint, "
+             "fingerprint_version, provider, route, job_id, state, written_at, expires_at) "
+             "SELECT tenant_id, idempotency_key, fingerprint, fingerprint_version, provider, "
+             "route, id, state, now(), now() + interval '30 days' FROM operations "
+             f"WHERE id = '{job_id}'; DELETE FROM attempts WHERE operation_id = '{job_id}'; "
+             f"DELETE FROM archive_outputs WHERE op_id = '{job_id}'; "
+             f"DELETE FROM operations WHERE id = '{job_id}'")
+
     def nowhere_job():
         k = "nw-" + uuid.uuid4().hex
         r = call(gw, "POST", "/v1/providers/nowhere/images/generations", '{"prompt":"x"}',
@@ -761,13 +771,7 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         while psql(f"SELECT state FROM operations WHERE id = '{gone}'") != [["completed"]]:
             assert time.monotonic() < deadline, "the job to delete never completed"
             time.sleep(0.05)
-        psql("INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint, "
-             "fingerprint_version, provider, route, job_id, state, written_at, expires_at) "
-             "SELECT tenant_id, idempotency_key, fingerprint, fingerprint_version, provider, "
-             "route, id, state, now(), now() + interval '30 days' FROM operations "
-             f"WHERE id = '{gone}'; DELETE FROM attempts WHERE operation_id = '{gone}'; "
-             f"DELETE FROM archive_outputs WHERE op_id = '{gone}'; "
-             f"DELETE FROM operations WHERE id = '{gone}'")
+        retire(gone)
         t.expect("key expired", "POST", INTAKE, submit(gw, gk, gbody), 410,
                  "idempotency-key-expired")
         reffed = "/v1/providers/reffed/images/generations"
@@ -1015,6 +1019,12 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("regenerate, key of another parent", "POST", f"/v1/jobs/{review}/regenerate",
                  call(gw, "POST", f"/v1/jobs/{review}/regenerate", "",
                       auth(token, **{"Idempotency-Key": rk})), 422, "idempotency-key-reused")
+        rk2 = "oa-regen-" + uuid.uuid4().hex
+        child = call(gw, "POST", path, "", auth(token, **{"Idempotency-Key": rk2})).json()["id"]
+        retire(child)
+        t.expect("regenerate, key expired", "POST", path,
+                 call(gw, "POST", path, "", auth(token, **{"Idempotency-Key": rk2})), 410,
+                 "idempotency-key-expired")
 
         cancel_me = nowhere_job()
         set_state(cancel_me, "unknown")

@@ -1856,6 +1856,23 @@ export interface operations {
                     };
                 };
             };
+            /**
+             * @description `idempotency-key-expired`: this regeneration's key belonged to a regeneration of
+             *     this parent that ended and was deleted by retention (its tombstone, kept 30 days).
+             *     Nothing was recorded; a new regeneration needs a new key.
+             */
+            410: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"] & {
+                        /** @constant */
+                        type?: "urn:idemgate:problem:idempotency-key-expired";
+                    };
+                };
+            };
             422: components["responses"]["KeyReused"];
             /**
              * @description `rate-limited`: the tenant is over its requests per second on this replica (a
