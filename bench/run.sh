@@ -27,6 +27,7 @@
 #   BENCH_SOAK_REQUESTS=1000000 requests the main gateway serves in all (replays and reads added
 #                               until it has), its RSS sampled after each run
 #   BENCH_HISTORY_ROWS=10000000 operations stored in bulk before intake is measured again
+#   BENCH_TOMBSTONE_ROWS=(as many) key tombstones then stored, and intake measured once more
 #   BENCH_SLOW_DELAY_MS=2000    the slow provider's delay (the slow step: nginx and the gateway
 #   BENCH_SLOW_CONNECTIONS=1000 with its default settings, Prefer: wait, new keys)
 #   BENCH_SLOW_SECONDS=20       duration of each slow run
@@ -53,6 +54,7 @@ IDLE_N=${BENCH_IDLE_CONNECTIONS:-1000}
 CG_N=${BENCH_CALLGRIND_REQUESTS:-2000}
 SOAK_N=${BENCH_SOAK_REQUESTS:-1000000}
 HIST_N=${BENCH_HISTORY_ROWS:-10000000}
+TOMB_N=${BENCH_TOMBSTONE_ROWS:-$HIST_N}
 SLOW_DELAY=${BENCH_SLOW_DELAY_MS:-2000}
 SLOW_CONNS=${BENCH_SLOW_CONNECTIONS:-1000}
 SLOW_SECS=${BENCH_SLOW_SECONDS:-20}
@@ -688,12 +690,38 @@ if want history && [ "$HIST_N" -gt 0 ]; then
     start_gateway history 0
     wrk_run intake_hist unique.lua "$GW$INTAKE_PATH" "wait=0"
     stop_pid "$GW_PID"
+    # Then TOMB_N tombstones of the same tenant (keys whose jobs retention deleted, migration
+    # 0032; kept 30 days) and the same intake run again: every new key is probed in them.
+    if [ "$TOMB_N" -gt 0 ]; then
+        log "history: storing $TOMB_N key tombstones"
+        t0=$(date +%s)
+        for ((from = 1; from <= TOMB_N; from += chunk)); do
+            to=$((from + chunk - 1))
+            [ "$to" -le "$TOMB_N" ] || to=$TOMB_N
+            "${PSQL[@]}" -c "INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint,
+                  fingerprint_version, provider, route, job_id, state, written_at, expires_at)
+                SELECT t.id, 'gone-' || md5(g::text), sha256(int8send(g)), 1, 'mock-images',
+                       'images/generations', 'job_' || substr(translate(md5('t' || g),
+                       '0123456789abcdef', '246acegikmoqsuwy'), 1, 26), 'completed',
+                       now() - interval '1 day', now() + interval '29 days'
+                FROM generate_series($from, $to) g, tenants t WHERE t.id = $TENANT_ID" \
+                >/dev/null || { log "history: the tombstones' bulk insert failed"; break; }
+        done
+        "${PSQL[@]}" -c "VACUUM ANALYZE key_tombstones" -c "CHECKPOINT" >/dev/null
+        stored=$("${PSQL[@]}" -c "SELECT count(*) FROM key_tombstones")
+        size=$("${PSQL[@]}" -c "SELECT pg_total_relation_size('key_tombstones')")
+        note tombstones "{\"rows_seeded\":$TOMB_N,\"tombstones\":$stored,\"bytes\":$size,\"seconds\":$(( $(date +%s) - t0 ))}"
+        log "history: $stored tombstones ($((size / 1048576)) MiB with indexes) in $(( $(date +%s) - t0 )) s"
+        start_gateway tombstones 0
+        wrk_run intake_tomb unique.lua "$GW$INTAKE_PATH" "wait=0"
+        stop_pid "$GW_PID"
+    fi
 fi
 
 # --- report ----------------------------------------------------------------------------------
 mkdir -p "$(dirname "$OUT")"
 "$PY" bench/tools/report.py "$T" "$OUT" \
-    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N,\"slow_delay_ms\":$SLOW_DELAY,\"slow_connections\":$SLOW_CONNS,\"slow_seconds\":$SLOW_SECS,\"stream_events\":$STREAM_EVENTS}"
+    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N,\"tombstone_rows\":$TOMB_N,\"slow_delay_ms\":$SLOW_DELAY,\"slow_connections\":$SLOW_CONNS,\"slow_seconds\":$SLOW_SECS,\"stream_events\":$STREAM_EVENTS}"
 for part in intake replay get; do
     [ -s "$T/callgrind/profile-$part.txt" ] && cp "$T/callgrind/profile-$part.txt" "$(dirname "$OUT")/"
 done

@@ -891,7 +891,9 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * parked when the task is not linked yet; and when it names the client reference of an unknown
  * operation, the task id is kept for the reconciler to read and adopt — of one still
  * `sending` too (a create whose answer is then lost: the hint was parked under the task's id,
- * which the row never got, and the provider never delivers that event again). Unsigned (anyone
+ * which the row never got, and the provider never delivers that event again), and of one sent
+ * and waiting to be sent again (`prepared` after a back-off or an `absent` verdict: the task
+ * exists, so it is `unknown` now, never sent again — webhooks usually follow the answer). Unsigned (anyone
  * can send it): no row is written, nothing is parked, and a hint can bring a status read forward
  * to no sooner than 5 s after the row last changed. No state changes.
  * The provider names its task, not our tenant: a read finds the tenants of the operations with
@@ -911,6 +913,13 @@ static const struct db_stmt webhook_find = {
     "GROUP BY tenant_id",
     .params = DB_PARAMS("provider", "remote_id", "client_ref"),
 };
+/* A rescue takes an `unknown` row from the reconciler holding it: a new fencing token, no lease,
+ * due now. That reconciler's verdict was decided without the hint — an `absent` from a search
+ * behind the provider's own events would send the create again — and its write, fenced, is
+ * dropped; the next claim reads the hint. A `sending` row is left to its create (FINISH_HINTED),
+ * and a row the reaper made unknown and nobody claimed since keeps its token for the late result
+ * (its lease_owner is NULL). */
+#define RESCUE_TAKES "(state = 'unknown' AND lease_owner IS NOT NULL)"
 static const struct db_stmt webhook_signed = {
     .name = "webhook_signed",
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "
@@ -922,11 +931,20 @@ static const struct db_stmt webhook_signed = {
     "  AND (" KEYED_STATE("state") " = 'accepted' OR (" KEYED_STATE("state") " = 'review' "
     "   AND poll_deadline_at IS NOT NULL)) AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "rescue AS (UPDATE operations SET webhook_hint = $3, "
+    " state = CASE WHEN state = 'prepared' THEN 'unknown' ELSE state END, "
+    " ambiguous_at = CASE WHEN state = 'prepared' THEN c.at ELSE ambiguous_at END, "
+    " lease_version = CASE WHEN " RESCUE_TAKES " THEN lease_version + 1 ELSE lease_version END, "
+    " lease_owner = CASE WHEN " RESCUE_TAKES " THEN NULL ELSE lease_owner END, "
+    " lease_expires_at = CASE WHEN " RESCUE_TAKES " THEN NULL ELSE lease_expires_at END, "
+    " updated_at = CASE WHEN state = 'prepared' OR " RESCUE_TAKES " THEN c.at "
+    "  ELSE updated_at END, "
     " next_attempt_at = CASE WHEN state = 'sending' "
     "  OR (lease_owner IS NULL AND lease_expires_at IS NOT NULL) "
     "  THEN next_attempt_at ELSE c.at END FROM c "
     " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
-    "  AND provider = $1 AND " KEYED_STATE("state") " IN ('unknown', 'sending') "
+    "  AND provider = $1 AND (" KEYED_STATE("state") " IN ('unknown', 'sending') "
+    "   OR (" KEYED_STATE("state") " = 'prepared' AND first_sent_at IS NOT NULL "
+    "    AND lease_owner IS NULL)) "
     "  AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) AND NOT $7::boolean "
@@ -936,7 +954,8 @@ static const struct db_stmt webhook_signed = {
     .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref",
                         "tenant_ids", "linked"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN},
-                      {ST_SENDING, ST_SENDING}, {ST_REVIEW, ST_ACCEPTED}),
+                      {ST_SENDING, ST_SENDING}, {ST_REVIEW, ST_ACCEPTED},
+                      {ST_PREPARED, ST_UNKNOWN}),
 };
 
 static const struct db_stmt webhook_unsigned = {

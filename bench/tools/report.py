@@ -28,6 +28,7 @@ ROWS = [  # key, label, what it is compared with
     ("intake_disp", "gateway intake 202 (new keys, dispatchers on)", "pgbench"),
     ("intake_seq", "gateway intake 202, one sequential client", ""),
     ("intake_hist", "gateway intake 202, %(history_rows)d operations stored", "intake"),
+    ("intake_tomb", "... and %(tombstone_rows)d key tombstones", "intake"),
     ("pgbench", "pgbench: intake statement, %(connections)d clients (ceiling)", "ceiling"),
     ("pgbench_gw", "pgbench: intake statement, %(http_threads)d clients (= gateway's)", ""),
     ("pgbench_batch", "pgbench: 32 intake rows per commit, 4 clients (rows/s)", ""),
@@ -45,6 +46,8 @@ TARGETS = {  # ratio key: (numerator, denominator, target, text)
                                "replayed stream / nginx (events/s)"),
     "intake_hist_vs_intake": ("intake_hist", "intake", 0.0,
                               "intake with history / intake on an empty table"),
+    "intake_tomb_vs_intake": ("intake_tomb", "intake", 0.0,
+                              "intake with history and tombstones / intake on an empty table"),
 }
 
 

@@ -793,6 +793,87 @@ def test_a_create_refused_after_its_task_was_made_in_flight_is_never_sent_again(
     assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
 
 
+def test_a_create_refused_after_its_task_was_made_then_named_is_never_sent_again(
+        gateway_factory, token, mock, psql):
+    """As above, but the signed webhook comes after the answer, as webhooks usually do: the 429
+    made the job `prepared`, to be sent again after its Retry-After. Before: the webhook found no
+    row to rescue (only `unknown` and `sending` rows were) and was parked under a task id no job
+    holds; the back-off then sent the create again — a second paid task. Now a verified webhook
+    naming a job that was sent and waits to be sent again makes it `unknown`, reconciled by the
+    hint: one create, the task's result."""
+    gw, route = referenced_webhooks(gateway_factory, mock,
+                                    timeouts={"connect_ms": 1000, "total_ms": 5000},
+                                    idempotency={}, retry=FAST_RETRY)
+    script(mock, [{"status": 429, "task_made": True, "retry_after": "3"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    deadline = time.monotonic() + 10
+    while psql(f"SELECT state FROM operations WHERE id = '{job_id}'") != [["prepared"]] \
+            or not real_creates(mock, job_id):
+        assert time.monotonic() < deadline, "the 429 never made the job prepared"
+        time.sleep(0.02)
+    [create] = real_creates(mock, job_id)
+    assert create.get("idempotency_key") is None, create
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    j = wait_job(gw, token, job_id, SETTLED, 20)
+    assert j["state"] == "completed" and j["remote_id"] == create["task_id"], j
+    time.sleep(3.5)  # past the Retry-After: a resend would have come
+    assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
+
+
+def test_a_webhook_during_a_lookup_is_never_erased_by_its_verdict(gateway_factory, token, mock,
+                                                                  psql):
+    """A create times out (unknown); the reconciler's lookup by our reference is out — slow, and
+    behind the provider's own events, so it will answer 404 — when the provider's signed webhook
+    names the task. Before: the lookup's `absent` verdict was written over the hint the webhook
+    had just stored (every reconcile write cleared it), the job went `prepared`, and the create
+    was sent a second time (the provider has no idempotency key here). Now the webhook takes the
+    row from the reconciler (its lease ends, its token moves on): the verdict's write is fenced,
+    the hint is read, the task adopted; one create."""
+    # The provider's search is behind its events: here it never finds the task (the lookup asks
+    # for a reference no create carried), while a read by the task's id does.
+    rec = {"strategy": "get_by_client_id", "window_seconds": 120, "interval_ms": 200,
+           "absent_grace_ms": 500, "lookup": {"path": "/v1/keyed/by-ref/behind-{client_ref}",
+                                              "id": "$.id"}}
+    gw, route = referenced_webhooks(gateway_factory, mock, idempotency={}, reconcile=rec,
+                                    client_ref={"header": "X-Client-Ref"},
+                                    timeouts={"connect_ms": 1000, "total_ms": 2000})
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
+    [create] = real_creates(mock, job_id)
+    assert create.get("idempotency_key") is None, create
+    assert mock.http.request("POST", "/_config",
+                             json.dumps({"lookup_delay_ms": 1500})).status == 200
+    try:
+        leased = (f"SELECT count(*) FROM operations WHERE id = '{job_id}' AND state = 'unknown' "
+                  "AND lease_owner IS NOT NULL AND lease_expires_at > now()")
+        deadline = time.monotonic() + 15
+        while psql(leased) != [["1"]]:
+            assert time.monotonic() < deadline, "no reconciler took the job"
+            time.sleep(0.02)
+        sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+            {"task_id": create["task_id"], "status": "succeeded"})).json()
+        assert sent["statuses"] == [200], sent
+        j = wait_job(gw, token, job_id, SETTLED, 30)
+    finally:
+        mock.http.request("POST", "/_config", json.dumps({"lookup_delay_ms": 0}))
+    assert j["state"] == "completed" and j["remote_id"] == create["task_id"], (j, psql(
+        f"SELECT kind, outcome, decision, error FROM attempts WHERE operation_id = '{job_id}'"))
+    assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
+    # The lookup that was out when the webhook came answers later: its verdict is fenced.
+    fenced = (f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
+              "AND kind = 'reconcile' AND decision = 'fenced'")
+    deadline = time.monotonic() + 15
+    while psql(fenced) == [["0"]]:
+        assert time.monotonic() < deadline, ("the lookup's verdict was never written", psql(
+            f"SELECT kind, outcome, decision FROM attempts WHERE operation_id = '{job_id}'"))
+        time.sleep(0.1)
+    assert gw.job(token, job_id).json()["state"] == "completed"
+    assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
+
+
 def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mock, psql):
     """The reconciler reads the task a signed webhook named, and the read fails (here it times
     out: the provider holds its status answers). That says nothing of the task: the hint is

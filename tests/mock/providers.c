@@ -165,6 +165,7 @@ static const struct mock_personality personality_table[] = {
     {
         .name = "keyed-async",
         .routes = {{ROUTE_CREATE, "POST", "/v1/keyed/generations"},
+                   {ROUTE_LOOKUP, "GET", "/v1/keyed/by-ref/{ref*}"},
                    {ROUTE_POLL, "GET", "/v1/keyed/generations/{id}"}},
         .create_status = MHD_HTTP_ACCEPTED,
         .native_idempotency = true,
