@@ -718,7 +718,8 @@ static void write_job(struct rq_item *it, struct db *db)
         if (write_resumed(db, j)) {
             /* resumed: written */
         } else if (resume_again_later(j->res.curl_code, j->res.http_status,
-                                      resumed_without_error(j->p, &j->res))) {
+                                      resumed_without_error(j->p, &j->res),
+                                      j->res.body_truncated)) {
             /* No new event, for now: in doubt still, its record kept (the finish leaves it),
              * resumed from its last event at the next turn — never read back whole while it can
              * be resumed, which would replace the events its clients were given. */

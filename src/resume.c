@@ -79,8 +79,10 @@ int resume_note_due(size_t noted, size_t pending, double seconds)
     return seconds >= 1.0 && pending >= 512 && pending >= noted / 2;
 }
 
-int resume_again_later(int curl_code, int http_status, int stream_2xx)
+int resume_again_later(int curl_code, int http_status, int stream_2xx, int truncated)
 {
+    if (truncated)
+        return 0;
     if (curl_code)
         return 1;
     if (http_status >= 200 && http_status < 300)

@@ -303,12 +303,13 @@ static const struct db_stmt intake_rows = {
     "AND NOT EXISTS (SELECT 1 FROM provider_breakers k WHERE k.provider = j.provider) "
     "AND NOT EXISTS (SELECT 1 FROM key_tombstones t WHERE t.tenant_id = j.tenant_id::bigint "
     " AND t.idempotency_key = j.key) "
-    "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id, lease_version) "
-    /* Its place in the batch: the first position of the id it proposed (a join, not a search
-     * of the array per row: batches may hold thousands). */
-    "SELECT DISTINCT ON (i.id) k.n, CASE WHEN i.lease_version = 1 THEN '2' ELSE '1' END "
-    "FROM i JOIN unnest($3::text[]) WITH ORDINALITY AS k(id, n) ON k.id = i.id "
-    "ORDER BY i.id, k.n",
+    "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING tenant_id, id, lease_version) "
+    /* Its place in the batch: the first position of the tenant and id it proposed (a join, not
+     * a search of the array per row: batches may hold thousands). */
+    "SELECT DISTINCT ON (i.tenant_id, i.id) k.n, CASE WHEN i.lease_version = 1 THEN '2' ELSE '1' END "
+    "FROM i JOIN unnest($1::text[], $3::text[]) WITH ORDINALITY AS k(tenant_id, id, n) "
+    " ON k.id = i.id AND k.tenant_id::bigint = i.tenant_id "
+    "ORDER BY i.tenant_id, i.id, k.n",
     .params = INTAKE_PARAMS,
     .moves = DB_MOVES({DB_NEW_ROW, ST_PREPARED}),
 };

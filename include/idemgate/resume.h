@@ -42,12 +42,14 @@ char *resume_join(const char *rec, const struct resume_point *pt, const char *mo
 int resume_note_due(size_t noted, size_t pending, double seconds);
 
 /* A resume that gave no new event (curl_code and http_status of its call; stream_2xx: a 2xx
- * event stream without an error event, cut before its first new event): 1 when it is tried
- * again later — the job stays
+ * event stream without an error event, cut before its first new event; truncated: its answer
+ * passed the profile's max_response_bytes): 1 when it is tried again later — the job stays
  * in doubt with its record — because the call failed, was cut, or was told "later" (408, 425,
- * 429, 5xx); 0 when the provider refused it (another status, or a 2xx that is no stream): the
- * generation is then read back whole. Its clients were given the record's events: the record
- * must go on from them, never be replaced while the stream can still be resumed. */
-int resume_again_later(int curl_code, int http_status, int stream_2xx);
+ * 429, 5xx); 0 when the provider refused it (another status, or a 2xx that is no stream), or
+ * when the stream is longer than the record may be (resumed again, it would be cut at the same
+ * length, every interval until the window closed): the generation is then read back whole. Its
+ * clients were given the record's events: the record must go on from them, never be replaced
+ * while the stream can still be resumed. */
+int resume_again_later(int curl_code, int http_status, int stream_2xx, int truncated);
 
 #endif

@@ -850,6 +850,35 @@ def test_a_resume_with_no_new_event_keeps_the_record_and_resumes_later(gateway_f
     assert len(creates(mock, "/v1/responses")) == before + 1
 
 
+def test_a_background_stream_longer_than_the_record_may_be_is_read_back_whole(gateway_factory,
+                                                                             mock, token, psql):
+    """A background Responses stream longer than the profile's max_response_bytes: the record
+    is cut at the bound, the job is in doubt, and the reconciler resumes the response — whose
+    stream is as long, cut at the same bound. Before: each resume was taken for "no new event,
+    later" (`resume_failed`), the whole stream downloaded again every interval until the window
+    closed, and the job went to `review` without its result (a paid generation lost to an
+    operator). Now a resume cut by the bound reads the response back whole (its JSON, shorter
+    than its events): `completed`, one create."""
+    sfx = uuid.uuid4().hex[:6]
+    rec = dict(json.load(open(os.path.join(PROFILES, "openai-responses.json")))["reconcile"],
+               window_seconds=60, interval_ms=300)
+    e = responses_entry(mock, "bound" + sfx, max_response_bytes=8192, reconcile=rec)
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    before = len(creates(mock, "/v1/responses"))
+    body = {"model": "gpt-4o-mini", "input": "bound " + sfx, "stream": True, "background": True,
+            "_mock": {"events": 200}}
+    r = gw.submit(token, "bound-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    j = wait_state(gw, token, job_id, ("completed", "failed", "review"), timeout=40)
+    outcomes = [x[0] for x in psql(f"SELECT outcome FROM attempts WHERE operation_id = "
+                                   f"'{job_id}' ORDER BY seq")]
+    assert j["state"] == "completed", (j, outcomes)
+    assert outcomes.count("resume_failed") <= 1, outcomes
+    assert len(creates(mock, "/v1/responses")) == before + 1
+
+
 def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory, mock, token,
                                                                   psql):
     """Issue 25 §1, §3: a Responses stream created with "background": true goes on generating

@@ -234,19 +234,23 @@ static void test_a_resume_without_new_events(void **state)
 {
     (void)state;
     static const struct {
-        int curl, status, stream, later;
+        int curl, status, stream, truncated, later;
     } rows[] = {
-        {28, 0, 0, 1},   /* timed out */
-        {56, 200, 1, 1}, /* cut while receiving */
-        {0, 200, 1, 1},  /* a stream cut before its first new event */
-        {0, 200, 0, 0},  /* a 2xx that is no stream (or one with an error event) */
-        {0, 408, 0, 1},  {0, 425, 0, 1}, {0, 429, 0, 1}, {0, 500, 0, 1}, {0, 503, 0, 1},
-        {0, 400, 0, 0},  /* refused: read back whole */
-        {0, 404, 0, 0},  {0, 410, 0, 0}, {0, 401, 0, 0},
+        {28, 0, 0, 0, 1},   /* timed out */
+        {56, 200, 1, 0, 1}, /* cut while receiving */
+        {0, 200, 1, 0, 1},  /* a stream cut before its first new event */
+        {0, 200, 0, 0, 0},  /* a 2xx that is no stream (or one with an error event) */
+        {0, 408, 0, 0, 1},  {0, 425, 0, 0, 1}, {0, 429, 0, 0, 1}, {0, 500, 0, 0, 1},
+        {0, 503, 0, 0, 1},
+        {0, 400, 0, 0, 0},  /* refused: read back whole */
+        {0, 404, 0, 0, 0},  {0, 410, 0, 0, 0}, {0, 401, 0, 0, 0},
+        /* longer than max_response_bytes: it would be cut there again — read back whole */
+        {0, 200, 1, 1, 0},  {23, 200, 1, 1, 0}, {56, 200, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         print_message("row %zu\n", i);
-        assert_int_equal(resume_again_later(rows[i].curl, rows[i].status, rows[i].stream),
+        assert_int_equal(resume_again_later(rows[i].curl, rows[i].status, rows[i].stream,
+                                            rows[i].truncated),
                          rows[i].later);
     }
 }
