@@ -691,7 +691,9 @@ if want history && [ "$HIST_N" -gt 0 ]; then
     wrk_run intake_hist unique.lua "$GW$INTAKE_PATH" "wait=0"
     stop_pid "$GW_PID"
     # Then TOMB_N tombstones of the same tenant (keys whose jobs retention deleted, migration
-    # 0032; kept 30 days) and the same intake run again: every new key is probed in them.
+    # 0032; kept 30 days) and the same intake run again: every new key is probed in them. Their
+    # keys are shaped as the run's own (bench-…), so each probe lands on a leaf of its own, as a
+    # new key among 30 days of old ones does.
     if [ "$TOMB_N" -gt 0 ]; then
         log "history: storing $TOMB_N key tombstones"
         t0=$(date +%s)
@@ -700,7 +702,7 @@ if want history && [ "$HIST_N" -gt 0 ]; then
             [ "$to" -le "$TOMB_N" ] || to=$TOMB_N
             "${PSQL[@]}" -c "INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint,
                   fingerprint_version, provider, route, job_id, state, written_at, expires_at)
-                SELECT t.id, 'gone-' || md5(g::text), sha256(int8send(g)), 1, 'mock-images',
+                SELECT t.id, 'bench-' || md5(g::text), sha256(int8send(g)), 1, 'mock-images',
                        'images/generations', 'job_' || substr(translate(md5('t' || g),
                        '0123456789abcdef', '246acegikmoqsuwy'), 1, 26), 'completed',
                        now() - interval '1 day', now() + interval '29 days'

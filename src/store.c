@@ -914,13 +914,19 @@ static const struct db_stmt webhook_find = {
     "GROUP BY tenant_id",
     .params = DB_PARAMS("provider", "remote_id", "client_ref"),
 };
-/* A rescue takes an `unknown` row from the reconciler holding it: a new fencing token, no lease,
- * due now. That reconciler's verdict was decided without the hint — an `absent` from a search
- * behind the provider's own events would send the create again — and its write, fenced, is
- * dropped; the next claim reads the hint. A `sending` row is left to its create (FINISH_HINTED),
- * and a row the reaper made unknown and nobody claimed since keeps its token for the late result
- * (its lease_owner is NULL). */
-#define RESCUE_TAKES "(state = 'unknown' AND lease_owner IS NOT NULL)"
+/* A rescue takes an `unknown` or `prepared` row from whoever wrote it last or holds it: a new
+ * fencing token, no lease, due now. A reconciler's verdict in flight was decided without the
+ * hint — an `absent` from a search behind the provider's own events would send the create again
+ * — and so was one that committed but whose answer was lost, which finish_run writes again on a
+ * new connection: either is fenced now, dropped, and the next claim reads the hint. Not taken: a
+ * `sending` row (its create's write keeps the hint: FINISH_HINTED), a row the reaper made unknown
+ * and nobody claimed since (its token waits for the late result: lease_owner NULL, its lease's
+ * end kept), and a row that holds this hint already (its reader is not started again by every
+ * event the provider sends of one task). */
+#define RESCUE_TAKES                                                                               \
+    "(state IN ('unknown', 'prepared') "                                                           \
+    " AND NOT (lease_owner IS NULL AND lease_expires_at IS NOT NULL) "                             \
+    " AND webhook_hint IS DISTINCT FROM $3)"
 static const struct db_stmt webhook_signed = {
     .name = "webhook_signed",
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "

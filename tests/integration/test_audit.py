@@ -826,9 +826,10 @@ def test_a_webhook_during_a_lookup_is_never_erased_by_its_verdict(gateway_factor
                                                                   psql):
     """A create times out (unknown); the reconciler's lookup by our reference is out — slow, and
     behind the provider's own events, so it will answer 404 — when the provider's signed webhook
-    names the task. Before: the lookup's `absent` verdict was written over the hint the webhook
-    had just stored (every reconcile write cleared it), the job went `prepared`, and the create
-    was sent a second time (the provider has no idempotency key here). Now the webhook takes the
+    names the task. Before: the lookup's verdict was written over the hint the webhook had just
+    stored (every reconcile write cleared it): `absent` made the job `prepared`, `not_yet` left it
+    to a later lookup that proved it absent, and the create was sent a second time (the provider
+    has no idempotency key here). Now the webhook takes the
     row from the reconciler (its lease ends, its token moves on): the verdict's write is fenced,
     the hint is read, the task adopted; one create."""
     # The provider's search is behind its events: here it never finds the task (the lookup asks
@@ -838,15 +839,16 @@ def test_a_webhook_during_a_lookup_is_never_erased_by_its_verdict(gateway_factor
                                               "id": "$.id"}}
     gw, route = referenced_webhooks(gateway_factory, mock, idempotency={}, reconcile=rec,
                                     client_ref={"header": "X-Client-Ref"},
-                                    timeouts={"connect_ms": 1000, "total_ms": 2000})
-    script(mock, [{"fault": "hang"}])
-    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
-    assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
-    [create] = real_creates(mock, job_id)
-    assert create.get("idempotency_key") is None, create
+                                    timeouts={"connect_ms": 1000, "total_ms": 6000})
+    # Every lookup takes 3 s (inside the 6 s timeout): the webhook comes while one is out.
     assert mock.http.request("POST", "/_config",
-                             json.dumps({"lookup_delay_ms": 1500})).status == 200
+                             json.dumps({"lookup_delay_ms": 3000})).status == 200
     try:
+        script(mock, [{"fault": "hang"}])
+        job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+        assert wait_job(gw, token, job_id, {"unknown"}, 20)["state"] == "unknown"
+        [create] = real_creates(mock, job_id)
+        assert create.get("idempotency_key") is None, create
         leased = (f"SELECT count(*) FROM operations WHERE id = '{job_id}' AND state = 'unknown' "
                   "AND lease_owner IS NOT NULL AND lease_expires_at > now()")
         deadline = time.monotonic() + 15

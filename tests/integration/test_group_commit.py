@@ -469,6 +469,44 @@ def test_the_rows_begin_send_writes_what_begin_send_writes(database_url, psql):
     psql(f"DELETE FROM provider_breakers WHERE provider = '{tripped}'")
 
 
+@pytest.mark.parametrize("verdict", ["prepared", "unknown"], ids=["absent", "not_yet"])
+def test_a_verdict_written_again_after_a_lost_answer_never_erases_a_webhooks_rescue(
+        database_url, psql, verdict):
+    """A reconciler's verdict commits (`absent`: prepared, to be sent again; `not_yet`: unknown),
+    its answer is lost with the connection; a signed webhook naming the job's task is rescued
+    onto the row; finish_run then writes the verdict again on a new connection. Before, the
+    second write matched again (same token, the state it came from) and wrote `prepared` over the
+    rescue, clearing the hint: the dispatcher sent the create a second time (or a later lookup,
+    behind the provider's events, proved it absent). Now the rescue moves the token on: the
+    second write is fenced, the row keeps the hint, `unknown`."""
+    tenant_name = "rerun-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, tenant_name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
+    op_id = "job_rerun" + uuid.uuid4().hex[:12]
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         "state, expires_at, lease_owner, lease_version, lease_expires_at, next_attempt_at, "
+         "first_sent_at, ambiguous_at) VALUES "
+         f"({tid}, '{op_id}', '{op_id}', '\\x00', 1, 'rerun-prov', 'r', 'POST', 'http://x', '', "
+         "'\\x00', 'unknown', now() + interval '1 day', 'replica-a', 3, "
+         "now() + interval '1 minute', now(), now() - interval '1 minute', "
+         "now() - interval '1 minute')")
+    finish = statement_sql("finish")
+    # The verdict: kind reconcile, from unknown, under token 3 (FINISH_PARAMS' order).
+    fargs = (f"({tid}, '{op_id}', 3, '{verdict}', NULL, NULL, NULL, NULL, NULL, 1700000000.5, "
+             "1700000001.25, 'absent', 0, 0, 0, 'unknown', 'reconcile', NULL, NULL, NULL, NULL, "
+             "NULL, NULL, NULL, false, NULL, NULL)")
+    assert execute(psql, finish, fargs)[0][0] == f"{verdict} {verdict}"
+    hook = statement_sql("webhook_signed")
+    hargs = (f"('rerun-prov', 'ev-{op_id}', 'task-{op_id}', 24, '{op_id}', '{{{tid}}}', false)")
+    assert execute(psql, hook, hargs)[0][:2] == ["t", "1"]
+    # The same verdict, written again on a new connection (finish_run after a lost answer).
+    assert execute(psql, finish, fargs)[0][0] == "fenced "
+    assert psql(f"SELECT state, webhook_hint, lease_owner IS NULL FROM operations "
+                f"WHERE tenant_id = {tid} AND id = '{op_id}'") == \
+        [["unknown", f"task-{op_id}", "t"]]
+
+
 def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     """On PostgreSQL a result is written by one statement (finish's CTEs); on Citus by
     idemgate_finish. Two rows alike, one written by each with the same values: the same row
