@@ -421,6 +421,45 @@ static size_t put_json_string(char *buf, const char *s, size_t n)
     return o;
 }
 
+/* s[0..*n) without the ASCII white space around it (a form field's value as a provider's number
+ * parser may read it): its start, *n its new length. */
+static const char *trimmed(const char *s, size_t *n)
+{
+    while (*n && (s[0] == ' ' || s[0] == '\t' || s[0] == '\r' || s[0] == '\n')) {
+        s++;
+        (*n)--;
+    }
+    while (*n && (s[*n - 1] == ' ' || s[*n - 1] == '\t' || s[*n - 1] == '\r' || s[*n - 1] == '\n'))
+        (*n)--;
+    return s;
+}
+
+/* Part p's value as a JSON number (*v, *vn: a view into its data), when it is one once trimmed. */
+static int number_of(const struct mp_part *p, const char **v, size_t *vn)
+{
+    *vn = p->data_len;
+    *v = trimmed(p->data, vn);
+    return *vn && json_number(*v, *vn);
+}
+
+/* Whether JSON number a[0..an) is larger than b[0..bn) (each at most 64 characters). */
+static int number_larger(const char *a, size_t an, const char *b, size_t bn)
+{
+    char x[65], y[65];
+    memcpy(x, a, an);
+    x[an] = '\0';
+    memcpy(y, b, bn);
+    y[bn] = '\0';
+    return strtod(x, NULL) > strtod(y, NULL);
+}
+
+/* Whether parts a and b are text fields of one name. */
+static int same_field(const struct mp_part *a, const struct mp_part *b)
+{
+    return !a->filename && !b->filename && a->name_len == b->name_len &&
+           memcmp(a->name, b->name, a->name_len) == 0;
+}
+
 char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len)
 {
     size_t cap = 3;
@@ -433,27 +472,47 @@ char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len)
     buf[o++] = '{';
     for (size_t i = 0; i < n; i++) {
         const struct mp_part *pt = &parts[i];
+        const char *num = NULL;
+        size_t num_len = 0;
+        int first_num = !pt->filename && number_of(pt, &num, &num_len);
         if (pt->filename || !plain_utf8(pt->name, pt->name_len) ||
-            !plain_utf8(pt->data, pt->data_len))
+            !(first_num || plain_utf8(pt->data, pt->data_len)))
             continue;
         /* Quoted names may hold escapes; a name with a backslash is left out rather than
          * guessed at. */
         if (memchr(pt->name, '\\', pt->name_len))
             continue;
         size_t j = 0;
-        while (j < i && !(parts[j].name_len == pt->name_len && !parts[j].filename &&
-                          plain_utf8(parts[j].data, parts[j].data_len) &&
-                          memcmp(parts[j].name, pt->name, pt->name_len) == 0))
+        while (j < i && !(same_field(&parts[j], pt) && plain_utf8(parts[j].name, parts[j].name_len)))
             j++;
         if (j < i)
-            continue; /* a repeated field keeps its first value */
+            continue; /* written with the first of its name */
+        /* A repeated name: the largest of its values when every one is a number; else the
+         * first. */
+        const char *best = num;
+        size_t best_len = num_len;
+        for (size_t k = i + 1; first_num && k < n; k++) {
+            const char *v;
+            size_t vn;
+            if (!same_field(&parts[k], pt))
+                continue;
+            if (!number_of(&parts[k], &v, &vn)) {
+                best = num;
+                best_len = num_len;
+                break;
+            }
+            if (number_larger(v, vn, best, best_len)) {
+                best = v;
+                best_len = vn;
+            }
+        }
         if (o > 1)
             buf[o++] = ',';
         o += put_json_string(buf + o, pt->name, pt->name_len);
         buf[o++] = ':';
-        if (json_number(pt->data, pt->data_len)) {
-            memcpy(buf + o, pt->data, pt->data_len);
-            o += pt->data_len;
+        if (first_num) {
+            memcpy(buf + o, best, best_len);
+            o += best_len;
         } else {
             o += put_json_string(buf + o, pt->data, pt->data_len);
         }

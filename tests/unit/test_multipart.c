@@ -259,10 +259,53 @@ static void test_fields_json(void **state)
     assert_int_equal(n, 9);
     char *j = mp_fields_json(parts, n, &len);
     assert_non_null(j);
-    assert_string_equal(j, "{\"n\":2,\"model\":\"gpt-image-1\","
+    /* n twice, both numbers: the larger (a provider may read the last) */
+    assert_string_equal(j, "{\"n\":9,\"model\":\"gpt-image-1\","
                            "\"prompt\":\"a \\\"quoted\\\" \\\\ cat\",\"size\":\"01\"}");
     assert_int_equal(len, strlen(j));
     free(j);
+}
+
+/* What pricing and the outputs asked for read of a field as a provider may: a number with white
+ * space around it, a repeated field's largest number (the budget reserves for the most). */
+static void test_fields_json_numbers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields[4]; /* name=value; NULL ends */
+        const char *json;
+    } cases[] = {
+        {{"n= 10", NULL}, "{\"n\":10}"},
+        {{"n=10\t", NULL}, "{\"n\":10}"},
+        {{"n=\r\n4 \r\n", NULL}, "{\"n\":4}"},
+        {{"n=1", "n=10", NULL}, "{\"n\":10}"},
+        {{"n=10", "n=1", NULL}, "{\"n\":10}"},
+        {{"n=2", "n=3", "n=2.5", NULL}, "{\"n\":3}"},
+        {{"n=1", "n=ten", NULL}, "{\"n\":1}"},       /* not all numbers: the first */
+        {{"n=ten", "n=10", NULL}, "{\"n\":\"ten\"}"},
+        {{"s=a b ", NULL}, "{\"s\":\"a b \"}"},        /* a string is kept as written */
+        {{"n=-1", "n=1e1", NULL}, "{\"n\":1e1}"},
+        {{"n= ", NULL}, "{\"n\":\" \"}"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char body[512];
+        size_t o = 0;
+        for (size_t f = 0; cases[c].fields[f]; f++) {
+            const char *eq = strchr(cases[c].fields[f], '=');
+            o += (size_t)snprintf(body + o, sizeof(body) - o,
+                                  "--b\r\nContent-Disposition: form-data; name=\"%.*s\"\r\n\r\n%s\r\n",
+                                  (int)(eq - cases[c].fields[f]), cases[c].fields[f], eq + 1);
+        }
+        o += (size_t)snprintf(body + o, sizeof(body) - o, "--b--\r\n");
+        struct mp_part parts[8];
+        size_t n = 0, len = 0;
+        print_message("case %zu\n", c);
+        assert_int_equal(mp_parse(body, o, "b", parts, 8, &n, NULL, 0), 0);
+        char *j = mp_fields_json(parts, n, &len);
+        assert_non_null(j);
+        assert_string_equal(j, cases[c].json);
+        free(j);
+    }
 }
 
 static void test_content_type_of(void **state)
@@ -303,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_boundary),         cmocka_unit_test(test_parse_and_canonical),
         cmocka_unit_test(test_same_name_keeps_order), cmocka_unit_test(test_metadata_counts),
         cmocka_unit_test(test_refused),          cmocka_unit_test(test_fields_json),
+        cmocka_unit_test(test_fields_json_numbers),
         cmocka_unit_test(test_content_type_of),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
