@@ -441,6 +441,12 @@ static void born_lost(struct db *db, const struct store_claim *c)
 {
     ls_close(c->id); /* nothing will stream here: its clients wait for the job */
     release_unsent(db, c, ST_PREPARED, "the statement starting the send lost its connection");
+    /* The move never committed: the reservation is given back, due now for any replica, rather
+     * than left to end with its lease (lease_seconds after the intake). */
+    int released = 0, tripped = 0;
+    if (lease_release_reservation(db, c, 0, &released, &tripped) < 0)
+        LOG(LOG_WARN, "reservation_kept", LS("job_id", c->id),
+            LS("note", "still prepared: due again when its reservation ends"));
 }
 
 /* A born reservation its start statement refused (error e, not STORE_ENOTFOUND) or found not

@@ -1076,9 +1076,13 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
         errf(err, errlen, "%s: providers.%s.timeouts.keepalive_seconds: 0..3600", file, p->name);
         return -1;
     }
+    /* At most 768 MiB: PostgreSQL holds at most 1 GB in one field (the result's bytes, with a
+     * stream's record), and a longer answer read whole could never be written — a paid result
+     * left to the reaper, unknown. */
     double cap = get_long(o, "max_response_bytes", 256L * 1024 * 1024);
-    if (cap < 1024 || cap > 4.0 * 1024 * 1024 * 1024) {
-        errf(err, errlen, "%s: providers.%s.max_response_bytes: 1024..4294967296", file, p->name);
+    if (cap < 1024 || cap > 768.0 * 1024 * 1024) {
+        errf(err, errlen, "%s: providers.%s.max_response_bytes: 1024..805306368 (768 MiB)", file,
+             p->name);
         return -1;
     }
     p->max_response_bytes = (size_t)cap;

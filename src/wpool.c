@@ -67,7 +67,10 @@ static int keep_listening(struct wpool *p, struct db *db, unsigned *gen, int *ba
  * a thread woken for results does not query for due work it was not told of. */
 static int idle_wait(struct wpool *p, struct db *db)
 {
-    int work_fd = p->spec.wake_on_work ? wake_work_fd() : -1;
+    /* Once quiesced no claim consumes the work signal (take_work_signal): waiting on it would
+     * return at once, every thread spinning until the stop, after the first job given back or
+     * backed off during the drain. */
+    int work_fd = p->spec.wake_on_work && !atomic_load(&p->quiesce) ? wake_work_fd() : -1;
     /* One idle thread at a time waits for chores. Every thread waiting on one eventfd would wake
      * at each ended call, race for the queue and mostly find it taken: a context switch each,
      * and smaller batches (a round trip and a commit each). The others do the chores they find

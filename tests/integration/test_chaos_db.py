@@ -250,6 +250,39 @@ def test_d2_lost_commit_answers_with_the_committed_row(gateway_factory, mock, ow
     assert s["completed"] == 2 and s["creates"] == 2, s
 
 
+def test_a_born_send_whose_start_is_lost_is_given_back_at_once(gateway_factory, mock, own,
+                                                                 proxy):
+    """A new job is reserved for this replica's dispatcher at intake (a born claim); the
+    statement starting its send loses its connection before it runs. Nothing was sent, and the
+    row is still the reservation. Before: it waited for the reservation to end (lease_seconds
+    after the intake: 120 s here) before any dispatcher could send it. Now it is given back, due
+    at once: sent once, completed well inside that time."""
+    q, tokens = own.q, own.tokens
+    px, via_proxy = proxy
+    entry = providers.lookup(mock.url, "lookup" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=120)
+    pfx = harness.prefix("bornlost")
+    [it] = harness.intents(pfx, tokens, [entry], 1)
+    px.fail_next("begin_send", "before")
+    a = post(g.port, it, 10, extra_headers={"Prefer": "respond-async"})
+    assert a.status == 202 and a.job_id, a
+    deadline = time.monotonic() + 40
+    while q(f"SELECT state FROM operations WHERE id = '{a.job_id}'") != [["completed"]]:
+        assert time.monotonic() < deadline, (
+            "still waiting for its reservation to end",
+            q(f"SELECT state, lease_owner, next_attempt_at - created_at FROM operations "
+              f"WHERE id = '{a.job_id}'"), px.count("begin_send", "before"))
+        time.sleep(0.1)
+    assert px.count("begin_send", "before") == 1, "the start was never lost"
+    from chaos.client import Outcome
+    s = harness.conclude("born-start-lost", [Outcome(it, [a], "ok")], q, mock.url, pfx,
+                         drain_timeout=30, emit=False)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    assert s["completed"] == 1 and s["creates"] == 1, s
+
+
 def test_l1_stall_between_the_claim_commit_and_its_answer(gateway_factory, mock, own, proxy):
     """L1 at another place: the dispatcher's claim commits (`sending`, lease 3 s) but its answer
     reaches the worker 4.5 s later — a stall between the COMMIT and the worker reading it (a

@@ -333,6 +333,11 @@ static void test_keepalive_and_tls(void **state)
         {"\"tls\":{\"ca_file\":\"/nonexistent/ca.pem\"}", 0, 0, "", "tls.ca_file"},
         {"\"tls\":{\"ca_file\":7}", 0, 0, "", "tls.ca_file"},
         {"\"tls\":{\"ca\":\"/dev/null\"}", 0, 0, "", "tls.ca"},
+        /* a result PostgreSQL can hold in one field (1 GB) */
+        {"\"max_response_bytes\":805306368", 1, 2, "", NULL},
+        {"\"max_response_bytes\":805306369", 0, 0, "", "max_response_bytes"},
+        {"\"max_response_bytes\":4294967296", 0, 0, "", "max_response_bytes"},
+        {"\"max_response_bytes\":1023", 0, 0, "", "max_response_bytes"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         long keepalive = -1;
