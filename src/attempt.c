@@ -21,6 +21,7 @@
 #include "idemgate/store.h"
 #include "idemgate/upload.h"
 #include "idemgate/uplstore.h"
+#include "idemgate/wake.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -447,6 +448,8 @@ static void born_lost(struct db *db, const struct store_claim *c)
     if (lease_release_reservation(db, c, 0, &released, &tripped) < 0)
         LOG(LOG_WARN, "reservation_kept", LS("job_id", c->id),
             LS("note", "still prepared: due again when its reservation ends"));
+    else if (released)
+        wake_work(); /* due for any replica: they are told, not left to their polls */
 }
 
 /* A born reservation its start statement refused (error e, not STORE_ENOTFOUND) or found not
@@ -602,12 +605,53 @@ static void write_partial(struct rq_item *it, struct db *db)
  * generated. The bytes of each batch go to a writer thread: read there from the live stream
  * when it keeps them (a->kept: nothing is copied here), else copied here; the transfer or the
  * live stream keeps the whole. */
+/* Queues the bytes pending since the last batch for a writer (note_partial). 0, or -1 when
+ * nothing more is kept in batches. */
+static int push_partial(struct attempt *a, double now)
+{
+    struct partial_note *note = calloc(1, sizeof(*note));
+    if (!note || strlen(a->c.id) >= sizeof(note->job_id)) {
+        free(note);
+        a->partial_on = 0;
+        return -1;
+    }
+    note->node.write = write_partial;
+    note->tenant_id = a->c.tenant_id;
+    note->lease_version = a->c.lease_version;
+    note->offset = (long long)a->noted;
+    memcpy(note->job_id, a->c.id, strlen(a->c.id) + 1);
+    note->bytes = a->pend;
+    if (a->kept) {
+        ls_hold(a->ls);
+        note->ls = a->ls;
+    }
+    note->len = a->pend_len;
+    a->noted += a->pend_len;
+    a->pend = NULL;
+    a->pend_len = a->pend_cap = 0;
+    a->noted_at = now;
+    rq_push(a->notes, &note->node);
+    return 0;
+}
+
 static void keep_partial(struct attempt *a, const char *p, size_t n)
 {
     if (a->pend_len + n > PARTIAL_PENDING_MAX) {
         a->partial_on = 0;
         free(a->pend);
         a->pend = NULL;
+        return;
+    }
+    /* Never more of it on the row than the profile's max_response_bytes: what arrived before
+     * the bound is kept as a last batch (the transfer's own copy stops at the same bound), and
+     * the record ends there. */
+    if (a->noted + a->pend_len + n > a->p->max_response_bytes) {
+        if (a->pend_len)
+            (void)push_partial(a, clock_mono());
+        free(a->pend);
+        a->pend = NULL;
+        a->pend_len = a->pend_cap = 0;
+        a->partial_on = 0;
         return;
     }
     if (a->kept) {
@@ -629,30 +673,8 @@ static void keep_partial(struct attempt *a, const char *p, size_t n)
         a->pend_len += n;
     }
     double now = clock_mono();
-    if (!resume_note_due(a->noted, a->pend_len, now - a->noted_at))
-        return;
-    struct partial_note *note = calloc(1, sizeof(*note));
-    if (!note || strlen(a->c.id) >= sizeof(note->job_id)) {
-        free(note);
-        a->partial_on = 0;
-        return;
-    }
-    note->node.write = write_partial;
-    note->tenant_id = a->c.tenant_id;
-    note->lease_version = a->c.lease_version;
-    note->offset = (long long)a->noted;
-    memcpy(note->job_id, a->c.id, strlen(a->c.id) + 1);
-    note->bytes = a->pend;
-    if (a->kept) {
-        ls_hold(a->ls);
-        note->ls = a->ls;
-    }
-    note->len = a->pend_len;
-    a->noted += a->pend_len;
-    a->pend = NULL;
-    a->pend_len = a->pend_cap = 0;
-    a->noted_at = now;
-    rq_push(a->notes, &note->node);
+    if (resume_note_due(a->noted, a->pend_len, now - a->noted_at))
+        (void)push_partial(a, now);
 }
 
 /* The stream's bytes as they arrive, on an engine thread: to its live clients, kept on the row

@@ -442,22 +442,22 @@ static int number_of(const struct mp_part *p, const char **v, size_t *vn)
     return *vn && json_number(*v, *vn);
 }
 
-/* Whether JSON number a[0..an) is larger than b[0..bn) (each at most 64 characters). */
-static int number_larger(const char *a, size_t an, const char *b, size_t bn)
-{
-    char x[65], y[65];
-    memcpy(x, a, an);
-    x[an] = '\0';
-    memcpy(y, b, bn);
-    y[bn] = '\0';
-    return strtod(x, NULL) > strtod(y, NULL);
-}
-
 /* Whether parts a and b are text fields of one name. */
 static int same_field(const struct mp_part *a, const struct mp_part *b)
 {
     return !a->filename && !b->filename && a->name_len == b->name_len &&
            memcmp(a->name, b->name, a->name_len) == 0;
+}
+
+/* Whether part p is one of the fields: a text field whose name is UTF-8 without control
+ * characters or a backslash (quoted names may hold escapes: left out rather than guessed at),
+ * and whose value is a number once trimmed or UTF-8 without control characters. */
+static int field_kept(const struct mp_part *p)
+{
+    const char *v;
+    size_t vn;
+    return !p->filename && plain_utf8(p->name, p->name_len) && !memchr(p->name, '\\', p->name_len) &&
+           (number_of(p, &v, &vn) || plain_utf8(p->data, p->data_len));
 }
 
 char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len)
@@ -472,47 +472,22 @@ char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len)
     buf[o++] = '{';
     for (size_t i = 0; i < n; i++) {
         const struct mp_part *pt = &parts[i];
-        const char *num = NULL;
-        size_t num_len = 0;
-        int first_num = !pt->filename && number_of(pt, &num, &num_len);
-        if (pt->filename || !plain_utf8(pt->name, pt->name_len) ||
-            !(first_num || plain_utf8(pt->data, pt->data_len)))
-            continue;
-        /* Quoted names may hold escapes; a name with a backslash is left out rather than
-         * guessed at. */
-        if (memchr(pt->name, '\\', pt->name_len))
+        if (!field_kept(pt))
             continue;
         size_t j = 0;
-        while (j < i && !(same_field(&parts[j], pt) && plain_utf8(parts[j].name, parts[j].name_len)))
+        while (j < i && !(same_field(&parts[j], pt) && field_kept(&parts[j])))
             j++;
         if (j < i)
-            continue; /* written with the first of its name */
-        /* A repeated name: the largest of its values when every one is a number; else the
-         * first. */
-        const char *best = num;
-        size_t best_len = num_len;
-        for (size_t k = i + 1; first_num && k < n; k++) {
-            const char *v;
-            size_t vn;
-            if (!same_field(&parts[k], pt))
-                continue;
-            if (!number_of(&parts[k], &v, &vn)) {
-                best = num;
-                best_len = num_len;
-                break;
-            }
-            if (number_larger(v, vn, best, best_len)) {
-                best = v;
-                best_len = vn;
-            }
-        }
+            continue; /* a repeated field keeps its first value */
         if (o > 1)
             buf[o++] = ',';
         o += put_json_string(buf + o, pt->name, pt->name_len);
         buf[o++] = ':';
-        if (first_num) {
-            memcpy(buf + o, best, best_len);
-            o += best_len;
+        const char *num;
+        size_t num_len;
+        if (number_of(pt, &num, &num_len)) {
+            memcpy(buf + o, num, num_len);
+            o += num_len;
         } else {
             o += put_json_string(buf + o, pt->data, pt->data_len);
         }

@@ -1076,12 +1076,12 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
         errf(err, errlen, "%s: providers.%s.timeouts.keepalive_seconds: 0..3600", file, p->name);
         return -1;
     }
-    /* At most 768 MiB: PostgreSQL holds at most 1 GB in one field (the result's bytes, with a
-     * stream's record), and a longer answer read whole could never be written — a paid result
-     * left to the reaper, unknown. */
+    /* At most 384 MiB: PostgreSQL holds at most 1 GB in one field, and a result is read back in
+     * text form (hex: twice its length), so one over ~511 MiB, though written, could never be
+     * served; one over 1 GB could never be written — a paid result left to the reaper. */
     double cap = get_long(o, "max_response_bytes", 256L * 1024 * 1024);
-    if (cap < 1024 || cap > 768.0 * 1024 * 1024) {
-        errf(err, errlen, "%s: providers.%s.max_response_bytes: 1024..805306368 (768 MiB)", file,
+    if (cap < 1024 || cap > 384.0 * 1024 * 1024) {
+        errf(err, errlen, "%s: providers.%s.max_response_bytes: 1024..402653184 (384 MiB)", file,
              p->name);
         return -1;
     }

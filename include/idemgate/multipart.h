@@ -49,11 +49,10 @@ char *mp_canonical(const struct mp_part *parts, size_t n, size_t *len);
 
 /* A JSON object of the text fields (the parts without a filename) whose name and value are
  * UTF-8 without control characters: name → the value as a JSON number when it is one (`n`,
- * `seconds`; white space around it, which a provider's parser may trim, is left out), else as a
- * string; a repeated name keeps its first value — or the largest, when every value of it is a
- * number (a provider may read the last: the budget reserves for the most). What the profile's
- * paths (outputs asked for, pricing keys) read for a multipart body. malloc'ed, NUL-terminated;
- * NULL when out of memory. */
+ * `seconds`; white space around it, which a provider's parser may trim, is left out: a value
+ * of "10\t" was left out whole), else as a string; a repeated name keeps its first value. What
+ * the profile's paths (outputs asked for, pricing keys) read for a multipart body. malloc'ed,
+ * NUL-terminated; NULL when out of memory. */
 char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len);
 
 /* The Content-Type a stored body is sent with: a multipart body (it begins with "--" and a valid

@@ -879,6 +879,30 @@ def test_a_background_stream_longer_than_the_record_may_be_is_read_back_whole(ga
     assert len(creates(mock, "/v1/responses")) == before + 1
 
 
+def test_a_stream_kept_on_its_row_as_it_arrives_stops_at_the_bound(gateway_factory, mock, token,
+                                                                    psql):
+    """A streamed create no client reads live here (`respond-async`) is kept on its row in
+    batches as it arrives. Before: the batches went on past the profile's max_response_bytes —
+    the whole 3 s stream written to the row, 8 times the bound. Now the row holds at most the
+    bound; the stream over it is in doubt, as before, and sent once."""
+    [chat, _], route, _ = entries(mock)
+    chat["max_response_bytes"] = 4096
+    chat["reconcile"] = {"strategy": "none", "window_seconds": 30}
+    gw = gateway_factory(providers=[chat], env=ENV)
+    sfx = uuid.uuid4().hex[:6]
+    before = len(creates(mock, "/v1/chat/completions"))
+    body = chat_body(events=200, event_delay_ms=15)
+    body["messages"][0]["content"] = "bound " + sfx
+    r = gw.submit(token, "bound-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    j = wait_state(gw, token, job_id, ("unknown", "review", "completed", "failed"), timeout=30)
+    assert j["state"] in ("unknown", "review"), j
+    kept = psql(f"SELECT coalesce(length(resp_body), 0) FROM operations WHERE id = '{job_id}'")
+    assert 0 < int(kept[0][0]) <= 4096, kept
+    assert len(creates(mock, "/v1/chat/completions")) == before + 1
+
+
 def test_a_cut_background_stream_is_resumed_after_its_last_event(gateway_factory, mock, token,
                                                                   psql):
     """Issue 25 §1, §3: a Responses stream created with "background": true goes on generating
