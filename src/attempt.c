@@ -442,8 +442,9 @@ static void born_lost(struct db *db, const struct store_claim *c)
 {
     ls_close(c->id); /* nothing will stream here: its clients wait for the job */
     release_unsent(db, c, ST_PREPARED, "the statement starting the send lost its connection");
-    /* The move never committed: the reservation is given back, due now for any replica, rather
-     * than left to end with its lease (lease_seconds after the intake). */
+    /* Whether or not the move committed (then written back above), nothing was sent: the
+     * reservation is given back, due now for any replica, rather than left to end with its lease
+     * (lease_seconds after the intake). */
     int released = 0, tripped = 0;
     if (lease_release_reservation(db, c, 0, &released, &tripped) < 0)
         LOG(LOG_WARN, "reservation_kept", LS("job_id", c->id),
@@ -599,12 +600,6 @@ static void write_partial(struct rq_item *it, struct db *db)
 /* A stream longer than this since its last batch is no longer kept in batches (memory). */
 #define PARTIAL_PENDING_MAX (8u << 20)
 
-/* The record so far, kept on the row in batches as it arrives (resume_note_due): if this
- * replica dies mid-stream, what arrived is not lost with it — the reconciler resumes a
- * background Responses stream after its last whole event, and an operator sees what was
- * generated. The bytes of each batch go to a writer thread: read there from the live stream
- * when it keeps them (a->kept: nothing is copied here), else copied here; the transfer or the
- * live stream keeps the whole. */
 /* Queues the bytes pending since the last batch for a writer (note_partial). 0, or -1 when
  * nothing more is kept in batches. */
 static int push_partial(struct attempt *a, double now)
@@ -634,6 +629,12 @@ static int push_partial(struct attempt *a, double now)
     return 0;
 }
 
+/* The record so far, kept on the row in batches as it arrives (resume_note_due): if this
+ * replica dies mid-stream, what arrived is not lost with it — the reconciler resumes a
+ * background Responses stream after its last whole event, and an operator sees what was
+ * generated. The bytes of each batch go to a writer thread: read there from the live stream
+ * when it keeps them (a->kept: nothing is copied here), else copied here; the transfer or the
+ * live stream keeps the whole. */
 static void keep_partial(struct attempt *a, const char *p, size_t n)
 {
     if (a->pend_len + n > PARTIAL_PENDING_MAX) {

@@ -456,7 +456,8 @@ static int field_kept(const struct mp_part *p)
 {
     const char *v;
     size_t vn;
-    return !p->filename && plain_utf8(p->name, p->name_len) && !memchr(p->name, '\\', p->name_len) &&
+    return !p->filename && plain_utf8(p->name, p->name_len) &&
+           !memchr(p->name, '\\', p->name_len) &&
            (number_of(p, &v, &vn) || plain_utf8(p->data, p->data_len));
 }
 

@@ -306,7 +306,8 @@ static const struct db_stmt intake_rows = {
     "ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING tenant_id, id, lease_version) "
     /* Its place in the batch: the first position of the tenant and id it proposed (a join, not
      * a search of the array per row: batches may hold thousands). */
-    "SELECT DISTINCT ON (i.tenant_id, i.id) k.n, CASE WHEN i.lease_version = 1 THEN '2' ELSE '1' END "
+    "SELECT DISTINCT ON (i.tenant_id, i.id) k.n, "
+    " CASE WHEN i.lease_version = 1 THEN '2' ELSE '1' END "
     "FROM i JOIN unnest($1::text[], $3::text[]) WITH ORDINALITY AS k(tenant_id, id, n) "
     " ON k.id = i.id AND k.tenant_id::bigint = i.tenant_id "
     "ORDER BY i.tenant_id, i.id, k.n",
@@ -894,9 +895,9 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * `sending` too (a create whose answer is then lost: the hint was parked under the task's id,
  * which the row never got, and the provider never delivers that event again), and of one sent
  * and waiting to be sent again (`prepared` after a back-off or an `absent` verdict: the task
- * exists, so it is `unknown` now, never sent again — webhooks usually follow the answer). Unsigned (anyone
- * can send it): no row is written, nothing is parked, and a hint can bring a status read forward
- * to no sooner than 5 s after the row last changed. No state changes.
+ * exists, so it is `unknown` now, never sent again — webhooks usually follow the answer).
+ * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
+ * status read forward to no sooner than 5 s after the row last changed. No state changes.
  * The provider names its task, not our tenant: a read finds the tenants of the operations with
  * that remote id (or that job id) first — on Citus one read of every shard, rare beside the
  * request path — and the writes then name them (`tenant_id = ANY`: their shards only; an UPDATE
@@ -921,12 +922,11 @@ static const struct db_stmt webhook_find = {
  * new connection: either is fenced now, dropped, and the next claim reads the hint. Not taken: a
  * `sending` row (its create's write keeps the hint: FINISH_HINTED), a row the reaper made unknown
  * and nobody claimed since (its token waits for the late result: lease_owner NULL, its lease's
- * end kept), and a row that holds this hint already (its reader is not started again by every
- * event the provider sends of one task). */
+ * end kept), and an `unknown` row that holds this hint already (its reader is not started again
+ * by every event the provider sends of one task). */
 #define RESCUE_TAKES                                                                               \
-    "(state IN ('unknown', 'prepared') "                                                           \
-    " AND NOT (lease_owner IS NULL AND lease_expires_at IS NOT NULL) "                             \
-    " AND webhook_hint IS DISTINCT FROM $3)"
+    "((state = 'prepared' OR (state = 'unknown' AND webhook_hint IS DISTINCT FROM $3)) "          \
+    " AND NOT (lease_owner IS NULL AND lease_expires_at IS NOT NULL))"
 static const struct db_stmt webhook_signed = {
     .name = "webhook_signed",
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "

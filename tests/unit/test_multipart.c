@@ -291,7 +291,8 @@ static void test_fields_json_numbers(void **state)
         for (size_t f = 0; cases[c].fields[f]; f++) {
             const char *eq = strchr(cases[c].fields[f], '=');
             o += (size_t)snprintf(body + o, sizeof(body) - o,
-                                  "--b\r\nContent-Disposition: form-data; name=\"%.*s\"\r\n\r\n%s\r\n",
+                                  "--b\r\nContent-Disposition: form-data; name=\"%.*s\""
+                                  "\r\n\r\n%s\r\n",
                                   (int)(eq - cases[c].fields[f]), cases[c].fields[f], eq + 1);
         }
         o += (size_t)snprintf(body + o, sizeof(body) - o, "--b--\r\n");
