@@ -596,6 +596,13 @@ static int write_resumed(struct db *db, struct recon_job *j)
     if (!whole.body)
         return 0;
     whole.body_len = n;
+    if (n > p->max_response_bytes) {
+        /* The record and the resume together pass the bound: never a result (a longer answer
+         * never is); the response is read back whole, as when the resume itself was cut. */
+        free(whole.body);
+        j->res.body_truncated = 1;
+        return 0;
+    }
     struct attempt_results rs = {.received = -1};
     attempt_count_results(p, &whole, &rs);
     struct resume_point more;

@@ -850,15 +850,19 @@ def test_a_resume_with_no_new_event_keeps_the_record_and_resumes_later(gateway_f
     assert len(creates(mock, "/v1/responses")) == before + 1
 
 
+@pytest.mark.parametrize("events", [200, 60], ids=["twice-the-bound", "under-twice"])
 def test_a_background_stream_longer_than_the_record_may_be_is_read_back_whole(gateway_factory,
-                                                                             mock, token, psql):
+                                                                             mock, token, psql,
+                                                                             events):
     """A background Responses stream longer than the profile's max_response_bytes: the record
     is cut at the bound, the job is in doubt, and the reconciler resumes the response — whose
     stream is as long, cut at the same bound. Before: each resume was taken for "no new event,
     later" (`resume_failed`), the whole stream downloaded again every interval until the window
     closed, and the job went to `review` without its result (a paid generation lost to an
     operator). Now a resume cut by the bound reads the response back whole (its JSON, shorter
-    than its events): `completed`, one create."""
+    than its events): `completed`, one create. A stream under twice the bound: the record kept
+    (up to the bound) joined with its resume passes the bound too — read back whole as well,
+    never a result longer than the bound (a first version completed it with 11 458 bytes)."""
     sfx = uuid.uuid4().hex[:6]
     rec = dict(json.load(open(os.path.join(PROFILES, "openai-responses.json")))["reconcile"],
                window_seconds=60, interval_ms=300)
@@ -867,7 +871,7 @@ def test_a_background_stream_longer_than_the_record_may_be_is_read_back_whole(ga
     route = e["name"] + "/responses"
     before = len(creates(mock, "/v1/responses"))
     body = {"model": "gpt-4o-mini", "input": "bound " + sfx, "stream": True, "background": True,
-            "_mock": {"events": 200}}
+            "_mock": {"events": events}}
     r = gw.submit(token, "bound-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
     assert r.status == 202, r
     job_id = r.json()["id"]
@@ -876,6 +880,8 @@ def test_a_background_stream_longer_than_the_record_may_be_is_read_back_whole(ga
                                    f"'{job_id}' ORDER BY seq")]
     assert j["state"] == "completed", (j, outcomes)
     assert outcomes.count("resume_failed") <= 1, outcomes
+    kept = psql(f"SELECT length(resp_body) FROM operations WHERE id = '{job_id}'")
+    assert int(kept[0][0]) <= 8192, (kept, outcomes)
     assert len(creates(mock, "/v1/responses")) == before + 1
 
 
