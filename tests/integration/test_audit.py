@@ -804,7 +804,7 @@ def test_a_create_refused_after_its_task_was_made_then_named_is_never_sent_again
     gw, route = referenced_webhooks(gateway_factory, mock,
                                     timeouts={"connect_ms": 1000, "total_ms": 5000},
                                     idempotency={}, retry=FAST_RETRY)
-    script(mock, [{"status": 429, "task_made": True, "retry_after": "3"}])
+    script(mock, [{"status": 429, "task_made": True, "retry_after": "5"}])
     job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
     deadline = time.monotonic() + 10
     while psql(f"SELECT state FROM operations WHERE id = '{job_id}'") != [["prepared"]] \
@@ -818,7 +818,7 @@ def test_a_create_refused_after_its_task_was_made_then_named_is_never_sent_again
     assert sent["statuses"] == [200], sent
     j = wait_job(gw, token, job_id, SETTLED, 20)
     assert j["state"] == "completed" and j["remote_id"] == create["task_id"], j
-    time.sleep(3.5)  # past the Retry-After: a resend would have come
+    time.sleep(5)  # past the Retry-After (counted from before the job was seen prepared)
     assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
 
 
@@ -829,9 +829,9 @@ def test_a_webhook_during_a_lookup_is_never_erased_by_its_verdict(gateway_factor
     names the task. Before: the lookup's verdict was written over the hint the webhook had just
     stored (every reconcile write cleared it): `absent` made the job `prepared`, `not_yet` left it
     to a later lookup that proved it absent, and the create was sent a second time (the provider
-    has no idempotency key here). Now the webhook takes the
-    row from the reconciler (its lease ends, its token moves on): the verdict's write is fenced,
-    the hint is read, the task adopted; one create."""
+    has no idempotency key here). Now the webhook takes the row from the reconciler (its lease
+    ends, its token moves on): the verdict's write is fenced, the hint is read, the task adopted;
+    one create."""
     # The provider's search is behind its events: here it never finds the task (the lookup asks
     # for a reference no create carried), while a read by the task's id does.
     rec = {"strategy": "get_by_client_id", "window_seconds": 120, "interval_ms": 200,
