@@ -8,12 +8,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define S3_TIMEOUT_MS 600000L
@@ -32,6 +34,46 @@ struct blob_store {
  * archive's, a readiness probe's, each upload's), and two copies of one process must never be
  * given the same temporary name (O_EXCL would refuse the second). */
 static atomic_ulong g_seq;
+
+/* This process's run: its start instant in nanoseconds, in hex. Two processes with one pid (a
+ * container's pid 1, restarted) never share it, so a sweep tells an earlier run's files from
+ * its own. */
+static char g_run[24];
+static pthread_once_t g_run_once = PTHREAD_ONCE_INIT;
+
+static void run_init(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(g_run, sizeof(g_run), "%llx",
+             (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec);
+}
+
+static const char *run_token(void)
+{
+    pthread_once(&g_run_once, run_init);
+    return g_run;
+}
+
+enum blob_tmp_owner blob_tmp_owner(const char *name, const char *host, long mypid,
+                                   const char *myrun, long *pid)
+{
+    size_t hl = strlen(host);
+    *pid = 0;
+    if (strncmp(name, host, hl) != 0 || name[hl] != '.')
+        return BLOB_TMP_OTHER_HOST;
+    char *end = NULL;
+    errno = 0;
+    long p = strtol(name + hl + 1, &end, 10);
+    if (errno || p <= 0 || end == name + hl + 1 || *end != '.')
+        return BLOB_TMP_OTHER_HOST; /* not a name of ours: left alone */
+    *pid = p;
+    if (p != mypid)
+        return BLOB_TMP_OTHER_PID;
+    size_t rl = strlen(myrun);
+    return strncmp(end + 1, myrun, rl) == 0 && end[1 + rl] == '.' ? BLOB_TMP_OURS
+                                                                   : BLOB_TMP_EARLIER_RUN;
+}
 
 static char *dup0(const char *s)
 {
@@ -121,9 +163,9 @@ int blob_tmp_open(struct blob_store *b, struct blob_tmp *t, char *why, size_t wh
         snprintf(why, whylen, "archive folder %s: %s", dir, strerror(errno));
         return -1;
     }
-    /* host.pid.seq names the copy's owner, so a sweep knows which ones are dead. */
-    snprintf(t->path, sizeof(t->path), "%s/%s.%ld.%lu", dir, b->host, (long)getpid(),
-             atomic_fetch_add(&g_seq, 1));
+    /* host.pid.run.seq names the copy's owner, so a sweep knows which ones are dead. */
+    snprintf(t->path, sizeof(t->path), "%s/%s.%ld.%s.%lu", dir, b->host, (long)getpid(),
+             run_token(), atomic_fetch_add(&g_seq, 1));
     t->fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
     t->md = EVP_MD_CTX_new();
     if (t->fd < 0 || !t->md || EVP_DigestInit_ex(t->md, EVP_sha256(), NULL) != 1) {
@@ -367,20 +409,20 @@ int blob_tmp_commit(struct blob_store *b, struct blob_tmp *t, const char *conten
 
 void blob_sweep(struct blob_store *b)
 {
-    char dir[1024], prefix[160];
+    char dir[1024];
     snprintf(dir, sizeof(dir), "%s/tmp", b->dir);
-    snprintf(prefix, sizeof(prefix), "%s.", b->host);
     DIR *d = opendir(dir);
     if (!d)
         return;
     struct dirent *e;
     int swept = 0;
     while ((e = readdir(d))) {
-        size_t pl = strlen(prefix);
-        if (strncmp(e->d_name, prefix, pl) != 0)
+        long pid = 0;
+        enum blob_tmp_owner o = blob_tmp_owner(e->d_name, b->host, (long)getpid(), run_token(),
+                                               &pid);
+        if (o == BLOB_TMP_OTHER_HOST || o == BLOB_TMP_OURS)
             continue;
-        long pid = strtol(e->d_name + pl, NULL, 10);
-        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (o == BLOB_TMP_OTHER_PID && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
             continue;
         char path[1400];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);

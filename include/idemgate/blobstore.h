@@ -45,6 +45,19 @@ void blob_tmp_abort(struct blob_tmp *t);
  * copy killed midway). */
 void blob_sweep(struct blob_store *b);
 
+/* Whose temporary file `name` (host.pid.run.seq, or an older host.pid.seq) is, seen by the
+ * process mypid of run myrun on host: another host's (or no name of ours: left alone), this
+ * run's own, an earlier run's with the same pid (a container's pid 1 restarted: dead), or
+ * another pid's (*pid: dead when no such process lives). Pure. */
+enum blob_tmp_owner {
+    BLOB_TMP_OTHER_HOST,
+    BLOB_TMP_OURS,
+    BLOB_TMP_EARLIER_RUN,
+    BLOB_TMP_OTHER_PID,
+};
+enum blob_tmp_owner blob_tmp_owner(const char *name, const char *host, long mypid,
+                                   const char *myrun, long *pid);
+
 /* blob_open_read's failures, beside -1 (not a SHA-256): the store answered that it has no such
  * object, or the store could not be read (folder unreadable, bucket unreachable or refusing). */
 #define BLOB_ENOENT (-2)

@@ -187,6 +187,18 @@ def test_a_reconcilers_resend_after_a_kill_is_byte_exact(gateway_factory, mock, 
     assert {c["idempotency_key"] for c in mine} == {j["id"]}
 
 
+def prepared_between_tries(gw, token, job_id, timeout=20):
+    """The job as it is between two tries to send it: `prepared` (a try holds it `sending`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        j = gw.job(token, job_id).json()
+        if j["state"] == "prepared" or time.monotonic() > deadline:
+            assert j["state"] == "prepared", j
+            return j
+        assert j["state"] == "sending", j
+        time.sleep(0.02)
+
+
 def test_an_unreadable_store_sends_nothing_and_fails_nothing(gateway_factory, mock, token, psql,
                                                             tmp_path, database_url):
     e, name = edits_entry(mock)
@@ -212,8 +224,8 @@ def test_an_unreadable_store_sends_nothing_and_fails_nothing(gateway_factory, mo
     while "store_unavailable" not in sender.log() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "upload_unreadable" in sender.log()
-    j = gw.job(token, job_id).json()
-    assert j["state"] == "prepared", j
+    # Each try claims it (`sending`) and writes it back: read it between two tries.
+    j = prepared_between_tries(gw, token, job_id)
     assert "store_unavailable" in j["last_error"], j
     assert edits_creates(mock) == []
     # A live job's object is never listed for deletion.
@@ -225,7 +237,7 @@ def test_an_unreadable_store_sends_nothing_and_fails_nothing(gateway_factory, mo
     deadline = time.monotonic() + 20
     while "object_missing" not in sender.log() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert gw.job(token, job_id).json()["state"] == "prepared"
+    prepared_between_tries(gw, token, job_id)
     assert edits_creates(mock) == []
 
     # Back: sent, byte for byte, once.

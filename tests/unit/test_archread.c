@@ -37,6 +37,41 @@ static const struct row rows[] = {
     {BLOB_EUNAVAIL, "local", "gw-b", "local", "gw-b", ARCHREAD_UNAVAILABLE},
 };
 
+/* Whose temporary archive file a sweep finds (blob_tmp_owner): a container's pid 1 restarted
+ * left files under its own pid, which the sweep skipped for ever as its own. */
+static void test_tmp_owner(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        enum blob_tmp_owner want;
+        long pid;
+    } owners[] = {
+        {"gw-a.1.18c0ffee.7", BLOB_TMP_OURS, 1},
+        {"gw-a.1.18c0ffe.7", BLOB_TMP_EARLIER_RUN, 1},  /* a prefix of our run is not it */
+        {"gw-a.1.18c0ffee0.7", BLOB_TMP_EARLIER_RUN, 1}, /* nor a longer one */
+        {"gw-a.1.7", BLOB_TMP_EARLIER_RUN, 1},          /* an older name under our pid */
+        {"gw-a.1.", BLOB_TMP_EARLIER_RUN, 1},
+        {"gw-a.42.18c0ffee.7", BLOB_TMP_OTHER_PID, 42},
+        {"gw-a.42.7", BLOB_TMP_OTHER_PID, 42},
+        {"gw-ab.1.18c0ffee.7", BLOB_TMP_OTHER_HOST, 0}, /* another host, a longer name */
+        {"gw-b.1.18c0ffee.7", BLOB_TMP_OTHER_HOST, 0},
+        {"gw-a", BLOB_TMP_OTHER_HOST, 0},
+        {"gw-a.x.7", BLOB_TMP_OTHER_HOST, 0},
+        {"gw-a.0.7", BLOB_TMP_OTHER_HOST, 0},
+        {"gw-a.-3.7", BLOB_TMP_OTHER_HOST, 0},
+        {"gw-a.1", BLOB_TMP_OTHER_HOST, 0},
+        {".", BLOB_TMP_OTHER_HOST, 0},
+    };
+    for (size_t i = 0; i < sizeof(owners) / sizeof(owners[0]); i++) {
+        long pid = -1;
+        print_message("%s\n", owners[i].name);
+        assert_int_equal(blob_tmp_owner(owners[i].name, "gw-a", 1, "18c0ffee", &pid), owners[i].want);
+        if (owners[i].want == BLOB_TMP_OTHER_PID)
+            assert_int_equal(pid, owners[i].pid);
+    }
+}
+
 static void test_archread_classify(void **state)
 {
     (void)state;
@@ -62,6 +97,7 @@ static void test_archready_stale(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tmp_owner),
         cmocka_unit_test(test_archread_classify),
         cmocka_unit_test(test_archready_stale),
     };
