@@ -603,7 +603,7 @@ static long get_finish(struct arch_job *j, char **redirect)
     char *ct = NULL, *loc = NULL;
     curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
     curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc);
-    if (ct)
+    if (ct && status >= 200 && status < 300) /* a redirect's own type is not the object's */
         snprintf(x->content_type, sizeof(x->content_type), "%s", ct);
     if (loc && status >= 300 && status < 400)
         *redirect = strdup(loc);
