@@ -659,14 +659,32 @@ fi
 # ids are spread over the whole range of the gateway's ids (26 characters of its alphabet, every
 # other one), as a history of random ids is: sequential ones left every new id's index entry
 # beside the others, and hid what a random id costs there.
-if want history && [ "$HIST_N" -gt 0 ]; then
-    log "history: storing $HIST_N operations"
+# Stores N rows in TABLE in chunks of a million: SQL is an INSERT … SELECT over
+# generate_series({FROM}, {TO}) g. Then vacuums and analyses the table, notes its size as KEY
+# (WHAT: the rows' name), and measures intake once more as RUN on a fresh gateway.
+seed_and_measure() { # KEY TABLE WHAT N RUN SQL
+    local key=$1 table=$2 what=$3 n=$4 run=$5 sql=$6 from to t0 q stored size
+    log "history: storing $n $what"
     t0=$(date +%s)
-    chunk=1000000
-    for ((from = 1; from <= HIST_N; from += chunk)); do
-        to=$((from + chunk - 1))
-        [ "$to" -le "$HIST_N" ] || to=$HIST_N
-        "${PSQL[@]}" -c "INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint,
+    for ((from = 1; from <= n; from += 1000000)); do
+        to=$((from + 999999))
+        [ "$to" -le "$n" ] || to=$n
+        q=${sql//\{FROM\}/$from}
+        "${PSQL[@]}" -c "${q//\{TO\}/$to}" >/dev/null || { log "history: the bulk insert of $what failed"; break; }
+    done
+    "${PSQL[@]}" -c "VACUUM ANALYZE $table" -c "CHECKPOINT" >/dev/null
+    stored=$("${PSQL[@]}" -c "SELECT count(*) FROM $table")
+    size=$("${PSQL[@]}" -c "SELECT pg_total_relation_size('$table')")
+    note "$key" "{\"rows_seeded\":$n,\"$what\":$stored,\"bytes\":$size,\"seconds\":$(( $(date +%s) - t0 ))}"
+    log "history: $stored $what ($((size / 1048576)) MiB with indexes) in $(( $(date +%s) - t0 )) s"
+    start_gateway "$key" 0
+    wrk_run "$run" unique.lua "$GW$INTAKE_PATH" "wait=0"
+    stop_pid "$GW_PID"
+}
+
+if want history && [ "$HIST_N" -gt 0 ]; then
+    seed_and_measure history operations operations "$HIST_N" intake_hist \
+        "INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint,
               fingerprint_version, provider, route, req_method, req_url, req_credential, req_body,
               state, resp_status, resp_body, created_at, updated_at, first_sent_at, finished_at,
               expires_at)
@@ -680,44 +698,20 @@ if want history && [ "$HIST_N" -gt 0 ]; then
                        json_build_array(json_build_object('url', 'http://x/' || g || '.png')))::text,
                        'UTF8'),
                    now() - interval '1 day', now(), now(), now(), now() + interval '6 days'
-            FROM generate_series($from, $to) g, tenants t WHERE t.id = $TENANT_ID"             >/dev/null || { log "history: the bulk insert failed"; break; }
-    done
-    "${PSQL[@]}" -c "VACUUM ANALYZE operations" -c "CHECKPOINT" >/dev/null
-    stored=$("${PSQL[@]}" -c "SELECT count(*) FROM operations")
-    size=$("${PSQL[@]}" -c "SELECT pg_total_relation_size('operations')")
-    note history "{\"rows_seeded\":$HIST_N,\"operations\":$stored,\"bytes\":$size,\"seconds\":$(( $(date +%s) - t0 ))}"
-    log "history: $stored operations ($((size / 1048576)) MiB with indexes) in $(( $(date +%s) - t0 )) s"
-    start_gateway history 0
-    wrk_run intake_hist unique.lua "$GW$INTAKE_PATH" "wait=0"
-    stop_pid "$GW_PID"
+            FROM generate_series({FROM}, {TO}) g, tenants t WHERE t.id = $TENANT_ID"
     # Then TOMB_N tombstones of the same tenant (keys whose jobs retention deleted, migration
     # 0032; kept 30 days) and the same intake run again: every new key is probed in them. Their
     # keys are shaped as the run's own (bench-…), so each probe lands on a leaf of its own, as a
     # new key among 30 days of old ones does.
-    if [ "$TOMB_N" -gt 0 ]; then
-        log "history: storing $TOMB_N key tombstones"
-        t0=$(date +%s)
-        for ((from = 1; from <= TOMB_N; from += chunk)); do
-            to=$((from + chunk - 1))
-            [ "$to" -le "$TOMB_N" ] || to=$TOMB_N
-            "${PSQL[@]}" -c "INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint,
-                  fingerprint_version, provider, route, job_id, state, written_at, expires_at)
-                SELECT t.id, 'bench-' || md5(g::text), sha256(int8send(g)), 1, 'mock-images',
-                       'images/generations', 'job_' || substr(translate(md5('t' || g),
-                       '0123456789abcdef', '246acegikmoqsuwy'), 1, 26), 'completed',
-                       now() - interval '1 day', now() + interval '29 days'
-                FROM generate_series($from, $to) g, tenants t WHERE t.id = $TENANT_ID" \
-                >/dev/null || { log "history: the tombstones' bulk insert failed"; break; }
-        done
-        "${PSQL[@]}" -c "VACUUM ANALYZE key_tombstones" -c "CHECKPOINT" >/dev/null
-        stored=$("${PSQL[@]}" -c "SELECT count(*) FROM key_tombstones")
-        size=$("${PSQL[@]}" -c "SELECT pg_total_relation_size('key_tombstones')")
-        note tombstones "{\"rows_seeded\":$TOMB_N,\"tombstones\":$stored,\"bytes\":$size,\"seconds\":$(( $(date +%s) - t0 ))}"
-        log "history: $stored tombstones ($((size / 1048576)) MiB with indexes) in $(( $(date +%s) - t0 )) s"
-        start_gateway tombstones 0
-        wrk_run intake_tomb unique.lua "$GW$INTAKE_PATH" "wait=0"
-        stop_pid "$GW_PID"
-    fi
+    [ "$TOMB_N" -le 0 ] || seed_and_measure tombstones key_tombstones tombstones "$TOMB_N" \
+        intake_tomb \
+        "INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint,
+              fingerprint_version, provider, route, job_id, state, written_at, expires_at)
+            SELECT t.id, 'bench-' || md5(g::text), sha256(int8send(g)), 1, 'mock-images',
+                   'images/generations', 'job_' || substr(translate(md5('t' || g),
+                   '0123456789abcdef', '246acegikmoqsuwy'), 1, 26), 'completed',
+                   now() - interval '1 day', now() + interval '29 days'
+            FROM generate_series({FROM}, {TO}) g, tenants t WHERE t.id = $TENANT_ID"
 fi
 
 # --- report ----------------------------------------------------------------------------------
