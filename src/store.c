@@ -1087,12 +1087,13 @@ static const struct db_stmt janitor_due = {
     "UNION SELECT tenant_id FROM key_tombstones WHERE expires_at < now() GROUP BY tenant_id",
     .filters = DB_FILTERS(ST_COMPLETED, ST_FAILED, ST_CANCELED),
 };
-/* The function (migrations 0030, 0032) deletes the tenant's key tombstones past their time,
- * writes one for each expired operation (its key is never free: a retry under it is answered
- * 410), and deletes, in a later sweep (10 minutes after its tombstone), each operation with its
- * attempt and archive rows, each in a statement of its own: one statement's snapshot missed the children
- * a writer committed between its start and its lock (no foreign key cascades since 0030). Its
- * test of expiry is EXPIRED's, restated in SQL. */
+/* The function (migrations 0030, 0032, 0033) deletes the tenant's key tombstones past their
+ * time, writes one for each expired operation (its key is never free: a retry under it is
+ * answered 410), and deletes, in a later sweep (10 minutes after its tombstone), each operation
+ * with its attempt and archive rows, each in a statement of its own: one statement's snapshot
+ * missed the children a writer committed between its start and its lock (no foreign key
+ * cascades since 0030). An operation with an output still to be archived is kept until its copy
+ * ends (0033). Its test of expiry is EXPIRED's, restated in SQL. */
 static const struct db_stmt janitor = {
     .name = "janitor",
     .sql = "SELECT idemgate_janitor($2, $1)",

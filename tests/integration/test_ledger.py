@@ -514,6 +514,47 @@ def test_a_key_under_a_tombstone_is_never_a_new_job(database_url, psql):
     assert count(f"SELECT count(*) FROM operations WHERE id = 'job_r'") == 0
 
 
+def test_an_expired_job_is_kept_while_an_output_is_still_to_be_archived(database_url, psql):
+    """Migration 0033, in SQL: an expired job whose output is still `pending` (a backlog older
+    than the ttl, a copy under a worker's lease) is kept, its archive row with it, until the copy
+    ends; the next sweep then deletes both. Before, the janitor deleted the pending row with its
+    job: the paid output was never archived and nothing counted it."""
+    name = "tomb-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
+    jobs = {"held": "job_h" + uuid.uuid4().hex[:8], "free": "job_f" + uuid.uuid4().hex[:8]}
+    for i, (what, job_id) in enumerate(jobs.items()):
+        assert psql(f"SELECT idemgate_intake({tid}, 'k{i}', '{job_id}', '00', 1::smallint, "
+                    "'tomb-prov', 'r', 'POST', 'http://x', '', '\\x00'::bytea, 24, NULL, "
+                    "'none', NULL, NULL, NULL, 60, 0, NULL, false, now())")[0][0] == "1"
+        psql(f"UPDATE operations SET state = 'completed', archive_planned_at = now(), "
+             f"finished_at = now() - interval '9 days', created_at = now() - interval '9 days', "
+             f"expires_at = now() - interval '1 day' WHERE tenant_id = {tid} AND id = '{job_id}'")
+        # One output each: the held job's still to be copied (under a worker's lease), the
+        # other's archived.
+        state, owner = ("pending", "'w1'") if what == "held" else ("archived", "NULL")
+        psql(f"INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
+             f"state, lease_owner, lease_version, lease_expires_at) VALUES ({tid}, '{job_id}', 0, "
+             f"'tomb-prov', 'url', 'http://x/o.png', '{state}', {owner}, 1, "
+             f"now() + interval '1 minute')")
+
+    def kept(job_id):
+        return psql(f"SELECT (SELECT count(*) FROM operations WHERE tenant_id = {tid} "
+                    f"AND id = '{job_id}'), (SELECT count(*) FROM archive_outputs "
+                    f"WHERE tenant_id = {tid} AND op_id = '{job_id}')")[0]
+
+    psql(f"SELECT idemgate_janitor({tid}, 10)")  # the tombstones
+    settle_tombstones(psql)
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    assert kept(jobs["free"]) == ["0", "0"]
+    assert kept(jobs["held"]) == ["1", "1"], "a pending output was deleted with its job"
+    # The copy ends (its output expired at the provider): the next sweep deletes both.
+    psql(f"UPDATE archive_outputs SET state = 'expired', lease_owner = NULL, "
+         f"lease_expires_at = NULL WHERE tenant_id = {tid} AND op_id = '{jobs['held']}'")
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    assert kept(jobs["held"]) == ["0", "0"]
+
+
 def test_regeneration_is_a_paid_creation_within_the_budget(gateway_factory, mock, database_url):
     gw = priced_gateway(gateway_factory, mock)
     name, token = new_tenant(database_url)

@@ -1,0 +1,70 @@
+-- An expired job whose outputs are still to be archived is kept until their copies end. Before,
+-- the janitor deleted a job past its expiry with its archive rows whatever their state: an
+-- output still `pending` (a backlog older than job_ttl_hours, a URL that outlives it, a copy under
+-- a worker's lease) was deleted uncounted — the copy's end fenced, only logged, the paid output
+-- never archived. The job is now deleted by the first sweep after its last copy ended (archived,
+-- failed or expired); until then it answers its key as before, and the archive_pending and
+-- archive_oldest gauges show what holds it. The rest of idemgate_janitor is as in 0032.
+CREATE OR REPLACE FUNCTION idemgate_janitor(p_tenant bigint, p_limit integer)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    -- (every instant computed here: a distributed database refuses timestamptz arithmetic in a
+    -- statement it runs on a shard)
+    v_now timestamptz := now();
+    v_written timestamptz := clock_timestamp(); -- (not the transaction's start: the gap counts
+                                                -- from the write)
+    v_kept timestamptz := v_now + interval '30 days';
+    v_settled timestamptz := v_now - interval '10 minutes';
+    v_ids text[];
+    v_done bigint := 0;
+    v_n bigint;
+BEGIN
+    DELETE FROM key_tombstones WHERE tenant_id = p_tenant AND idempotency_key IN (
+        SELECT idempotency_key FROM key_tombstones
+        WHERE tenant_id = p_tenant AND expires_at < v_now LIMIT p_limit);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
+    INSERT INTO key_tombstones (tenant_id, idempotency_key, fingerprint, fingerprint_version,
+        provider, route, job_id, state, written_at, expires_at)
+    SELECT o.tenant_id, o.idempotency_key, o.fingerprint, o.fingerprint_version, o.provider,
+        o.route, o.id, o.state, v_written, v_kept
+    FROM operations o
+    WHERE o.tenant_id = p_tenant AND o.state IN ('completed', 'failed', 'canceled')
+      AND o.expires_at < v_now
+      AND greatest(o.expires_at, o.finished_at + (o.expires_at - o.created_at)) < v_now
+      AND NOT EXISTS (SELECT 1 FROM key_tombstones t WHERE t.tenant_id = p_tenant
+                      AND t.idempotency_key = o.idempotency_key)
+    ORDER BY o.expires_at LIMIT p_limit
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
+    SELECT array_agg(x.id) INTO v_ids FROM (
+        SELECT o.id FROM operations o
+        WHERE o.tenant_id = p_tenant AND o.state IN ('completed', 'failed', 'canceled')
+          AND o.expires_at < now()
+          AND greatest(o.expires_at, o.finished_at + (o.expires_at - o.created_at)) < now()
+          AND EXISTS (SELECT 1 FROM key_tombstones t WHERE t.tenant_id = p_tenant
+                      AND t.idempotency_key = o.idempotency_key AND t.job_id = o.id
+                      AND t.written_at < v_settled)
+          AND NOT EXISTS (SELECT 1 FROM archive_outputs a WHERE a.tenant_id = p_tenant
+                          AND a.op_id = o.id AND a.state = 'pending')
+        ORDER BY o.expires_at LIMIT p_limit
+        FOR UPDATE OF o SKIP LOCKED) x;
+    IF v_ids IS NULL THEN
+        RETURN v_done;
+    END IF;
+    -- Read again once the jobs are locked, in a snapshot of its own: an output planned between
+    -- the statement's snapshot and its lock (an archive planner's write, committed meanwhile)
+    -- keeps its job too. No output can be planned for a job once it is locked here.
+    SELECT array_agg(x) INTO v_ids FROM unnest(v_ids) x
+    WHERE NOT EXISTS (SELECT 1 FROM archive_outputs a WHERE a.tenant_id = p_tenant
+                      AND a.op_id = x AND a.state = 'pending');
+    IF v_ids IS NULL THEN
+        RETURN v_done;
+    END IF;
+    DELETE FROM attempts WHERE tenant_id = p_tenant AND operation_id = ANY (v_ids);
+    DELETE FROM archive_outputs WHERE tenant_id = p_tenant AND op_id = ANY (v_ids);
+    DELETE FROM operations WHERE tenant_id = p_tenant AND id = ANY (v_ids);
+    RETURN v_done + cardinality(v_ids);
+END
+$$;
