@@ -481,7 +481,7 @@ struct arch_job {
     struct copy x;
     int n, attempts, kind;
     double expires, now;
-    double lease_end; /* CLOCK_MONOTONIC seconds at which the claim's lease runs out */
+    double lease_end; /* clock_mono() seconds at which the claim's lease runs out */
     long timeout_ms;
     char *cur; /* the URL being read */
     int hop;
@@ -694,7 +694,7 @@ done:
 #define FIN_MAX 64
 struct fin_row {
     long long tenant_id, lease_version, delay_ms, bytes;
-    double lease_end; /* when the row's claim runs out (CLOCK_MONOTONIC seconds) */
+    double lease_end; /* when the row's claim runs out (clock_mono() seconds) */
     int n;
     char state[16];
     char *op_id, *error, *sha, *ct; /* owned */
@@ -1242,7 +1242,7 @@ struct born_rows {
     long long tenant_id;
     char *job_id, *provider, *remote_id, *plan, *inserted;
     int n;          /* how many outputs inserted names: their slots are held */
-    double lease_end; /* CLOCK_MONOTONIC */
+    double lease_end; /* clock_mono() */
 };
 
 static void born_rows_free(struct born_rows *b)

@@ -37,13 +37,14 @@
 /* How long an operation that could not be sent here waits before any replica tries again. */
 #define NOT_SENT_RETRY_MS 5000
 
-/* Refuses to send once the lease is (nearly) over, by this host's monotonic clock, which keeps
- * counting while the process is stopped: a worker frozen past its lease wakes up, finds its
- * deadline gone, and sends nothing, because another replica may own the operation by now. */
+/* Refuses to send once the lease is (nearly) over, by this host's clocks (clock_deadline): a
+ * worker frozen past its lease — the process stopped, the host suspended, the virtual machine
+ * paused — wakes up, finds its deadline gone, and sends nothing, because another replica may
+ * own the operation by now. */
 static int lease_guard(void *arg)
 {
-    const double *deadline = arg;
-    return clock_mono() > *deadline ? -1 : 0;
+    const struct clock_deadline *send_by = arg;
+    return clock_deadline_passed(send_by, clock_mono(), clock_wall()) ? -1 : 0;
 }
 
 /* Writes a result that needs no call: the operation was claimed but is not sent. `prepared`
@@ -509,7 +510,7 @@ struct attempt {
     const struct cfg_provider *p;
     struct store_claim c; /* owned */
     struct outbound o;
-    double deadline;  /* the last moment the request may start leaving (lease_guard) */
+    struct clock_deadline send_by; /* the last moment the request may start leaving */
     double lease_end; /* when the lease ends, by this host's monotonic clock */
     double t0, t1;    /* wall clock when the call was started and when it ended */
     /* Its outcome (attempt_outcome), until it is written. */
@@ -966,7 +967,9 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
      * to another worker, so the last moment to start sending leaves room for the provider's
      * total timeout. claimed_mono was taken before the claim, which only makes this earlier. */
     a->lease_end = claimed_mono + a->c.lease_remaining_s - LEASE_SEND_MARGIN_S;
-    a->deadline = a->lease_end - (double)p->total_timeout_ms / 1000.0;
+    double mono_now = clock_mono(), wall_now = clock_wall();
+    a->send_by = clock_deadline_in(a->lease_end - (double)p->total_timeout_ms / 1000.0 - mono_now,
+                                   mono_now, wall_now);
     *out = a;
     return 0;
 }
@@ -996,7 +999,7 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
                              .body = a->o.body ? a->o.body : (const char *)a->c.body,
                              .body_len = a->o.body ? a->o.body_len : a->c.body_len,
                              .before_send = lease_guard,
-                             .before_send_arg = &a->deadline};
+                             .before_send_arg = &a->send_by};
     /* Clients of this replica waiting for this stream read it as it arrives; and where the
      * provider keeps the generation (reconcile.task.path), the id its stream names is kept on
      * the row while the call goes on. */

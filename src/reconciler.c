@@ -404,7 +404,7 @@ struct recon_job {
     struct lookup_vars v;
     char *cursor, *remote;
     int page, total;
-    double lease_end; /* CLOCK_MONOTONIC: a page that could end after it is not asked for */
+    double lease_end; /* clock_mono(): a page that could end after it is not asked for */
     /* a resend: its attempt, its engine slot and when its call ended */
     struct attempt *a;
     int slot;

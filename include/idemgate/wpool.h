@@ -15,7 +15,7 @@
  * due, or another store error. */
 typedef int (*wpool_claim_fn)(struct db *db, const char *owner, int lease_seconds,
                               struct store_claim *out);
-/* Works on a claimed operation; claimed_mono is CLOCK_MONOTONIC taken before the claim (the lease
+/* Works on a claimed operation; claimed_mono is clock_mono() taken before the claim (the lease
  * is no older). The pool frees the claim afterwards. */
 typedef void (*wpool_work_fn)(const struct cfg *cfg, struct db *db, struct store_claim *c,
                               double claimed_mono, void *arg);
