@@ -461,17 +461,40 @@ static long long tokens_price(const struct price_table *t, double in, double out
     return sat_add(sat_mul(t->per_mtok_in, in / 1e6), sat_mul(t->per_mtok_out, out / 1e6));
 }
 
-/* 1 when no variant names the request and the top-level members price nothing (a model the
- * table does not list); doc is the parsed request. Whether a fallback prices it is the
- * caller's to ask. */
+/* 1 when a price by request values has entries and the request's values name none of them. */
+static int by_misses(const struct price_by *b, const cJSON *body)
+{
+    char key[256];
+    if (!b->k.n || !b->n_prices)
+        return 0;
+    if (request_key(&b->k, body, key, sizeof(key)) < 0)
+        return 1;
+    for (size_t i = 0; i < b->n_prices; i++)
+        if (strcmp(b->prices[i].key, key) == 0)
+            return 0;
+    return 1;
+}
+
+/* 1 when the table does not list the request (doc, parsed): no variant names it and the
+ * top-level members price nothing (a model the table does not list); or, in the table that
+ * prices it, a price by request values names none of the request's values and no flat price
+ * stands beside it (a model and size pair a per_second_by does not list: its seconds were
+ * priced at 0). Whether a fallback prices it is the caller's to ask. */
 static int unlisted(const struct price_table *t, const cJSON *doc)
 {
-    if (!t || !t->present || !t->n_variants)
+    if (!t || !t->present)
         return 0;
-    if (t->per_request || t->per_output || t->per_megapixel || t->per_second ||
-        t->per_mtok_in || t->per_mtok_out || t->output_by.n_prices || t->second_by.n_prices)
-        return 0;
-    return pick(t, doc) == t;
+    const struct price_table *u = t;
+    if (t->n_variants) {
+        u = pick(t, doc);
+        if (u == t && !(t->per_request || t->per_output || t->per_megapixel || t->per_second ||
+                        t->per_mtok_in || t->per_mtok_out || t->output_by.n_prices ||
+                        t->second_by.n_prices))
+            return 1;
+    }
+    if (by_misses(&u->second_by, doc) && !u->per_second)
+        return 1;
+    return by_misses(&u->output_by, doc) && !u->per_output && !u->per_megapixel;
 }
 
 /* An unlisted request priced by the fallback: n outputs. */
@@ -582,7 +605,7 @@ long long price_actual_raw(const struct price_table *t, const char *body, size_t
 
 int price_unlisted_raw(const struct price_table *t, const char *body, size_t len)
 {
-    if (!t || !t->present || !t->n_variants)
+    if (!t || !t->present)
         return 0;
     cJSON *doc = price_doc(body, len);
     int u = unlisted(t, doc) && !t->has_fallback;

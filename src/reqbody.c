@@ -67,14 +67,43 @@ static int placeable(const struct jcs_doc *doc, const char *field)
     return jcs_node_member(doc, obj, f.name, f.nlen) ? INJECT_EEXISTS : INJECT_OK;
 }
 
+/* A count written as a string ("4"): APIs that coerce their parameters (pydantic's, fal's and
+ * Replicate's) read it as the number, so it is priced as that number. Decimal digits only,
+ * ASCII white space around them allowed; -1 otherwise. */
+static double count_in_string(const char *s, size_t len)
+{
+    while (len && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n'))
+        s++, len--;
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\r' ||
+                   s[len - 1] == '\n'))
+        len--;
+    if (!len)
+        return -1;
+    double v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+        if (v > 1e6)
+            return -1;
+    }
+    return v;
+}
+
 static int requested_count(const struct jcs_doc *doc, const struct reqbody_needs *needs)
 {
     double v;
+    size_t len;
+    const char *s;
 
     if (!needs->outputs_counted)
         return -1;
     const struct jcs_node *n = reqbody_path_first(needs->outputs_path, doc);
-    if (!jcs_node_number(doc, n, &v) && v >= 1 && v <= 1000)
+    if (!n)
+        return needs->outputs_default;
+    if (jcs_node_number(doc, n, &v) < 0)
+        v = (s = jcs_node_string(doc, n, &len)) ? count_in_string(s, len) : -1;
+    if (v >= 1 && v <= 1000)
         return (int)v;
     return needs->outputs_default;
 }

@@ -141,9 +141,12 @@ long long price_actual_raw(const struct price_table *t, const char *body, size_t
                            int outputs_requested, int outputs_received, const char *usage,
                            int *is_unlisted);
 
-/* 1 when the request is unpriced: the table has variants, the request's values name none of
- * them, the top-level members price nothing and there is no fallback_per_output — it would cost
- * 0 (a model the table does not list). Such a request is refused under a tenant's amount budget
+/* 1 when the request is unpriced, with no fallback_per_output: the table has variants, the
+ * request's values name none of them and the top-level members price nothing (a model the
+ * table does not list); or a per_output_by / per_second_by names none of the request's values
+ * and no flat price (per_output, per_megapixel / per_second) stands beside it (a model and size
+ * pair a video table does not list) — it would cost 0, or its seconds 0. Such a request is
+ * refused under a tenant's amount budget
  * and, without one, counted (idemgate_unpriced_operations_total). body: the raw request (len
  * bytes). */
 int price_unlisted_raw(const struct price_table *t, const char *body, size_t len);

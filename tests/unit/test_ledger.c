@@ -325,6 +325,23 @@ static void test_unlisted_requests(void **state)
          "\"tables\":{\"a\":{\"per_output\":5}}}}", "{\"model\":\"b\"}", 0},
         {"{\"currency\":\"USD\",\"per_output\":0}", "{\"model\":\"b\"}", 0},
         {NULL, "{}", 0},
+        /* A price by request values that names none of the request's values, no flat price
+         * beside it: that part of the cost would be 0 (a video model and size pair a
+         * per_second_by does not list). */
+        {"{\"currency\":\"USD\",\"seconds\":\"$.s\",\"per_second_by\":{\"keys\":[\"$.m\"],"
+         "\"prices\":{\"a\":1}}}", "{\"m\":\"b\",\"s\":4}", 1},
+        {"{\"currency\":\"USD\",\"seconds\":\"$.s\",\"per_second_by\":{\"keys\":[\"$.m\"],"
+         "\"prices\":{\"a\":1}}}", "{\"m\":\"a\",\"s\":4}", 0},
+        {"{\"currency\":\"USD\",\"seconds\":\"$.s\",\"per_second\":2,\"per_second_by\":"
+         "{\"keys\":[\"$.m\"],\"prices\":{\"a\":1}}}", "{\"m\":\"b\",\"s\":4}", 0},
+        {"{\"currency\":\"USD\",\"per_output_by\":{\"keys\":[\"$.q\"],\"prices\":{\"hi\":3}}}",
+         "{\"q\":\"lo\"}", 1},
+        {"{\"currency\":\"USD\",\"per_output\":2,\"per_output_by\":{\"keys\":[\"$.q\"],"
+         "\"prices\":{\"hi\":3}}}", "{\"q\":\"lo\"}", 0},
+        /* In a variant: the variant's own by-table. */
+        {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"a\":"
+         "{\"per_output_by\":{\"keys\":[\"$.q\"],\"prices\":{\"hi\":3}}}}}}",
+         "{\"model\":\"a\",\"q\":\"lo\"}", 1},
     };
     for (size_t i = 0; i < N_ROWS(rows); i++) {
         cJSON *j = rows[i].table ? cJSON_Parse(rows[i].table) : NULL;
@@ -344,6 +361,25 @@ static void test_unlisted_requests(void **state)
                                       sizeof(err)), 0);
     assert_int_equal(price_unlisted_raw(&t, "{\"model\":\"gpt-image-2\"}", 23), 1);
     assert_int_equal(price_unlisted_raw(&t, "{\"model\":\"gpt-image-1\"}", 23), 0);
+    price_table_fini(&t);
+    cJSON_Delete(prof);
+    /* The shipped OpenAI videos table: a dated model name it does not list is unpriced (it was
+     * priced at 0, past every amount budget); the listed pairs and the defaults are priced. */
+    static const struct {
+        const char *body;
+        int unlisted;
+    } videos[] = {
+        {"{\"model\":\"sora-2-pro-2025-10-06\",\"size\":\"1792x1024\",\"seconds\":\"12\"}", 1},
+        {"{\"model\":\"sora-2-pro\",\"size\":\"1792x1024\",\"seconds\":\"12\"}", 0},
+        {"{\"prompt\":\"p\"}", 0},
+        {"{\"model\":\"sora-2\",\"size\":\"1024x1792\"}", 1},
+    };
+    prof = read_profile("openai-videos");
+    assert_int_equal(price_table_load(cJSON_GetObjectItemCaseSensitive(prof, "pricing"), &t, err,
+                                      sizeof(err)), 0);
+    for (size_t i = 0; i < N_ROWS(videos); i++)
+        if (price_unlisted_raw(&t, videos[i].body, strlen(videos[i].body)) != videos[i].unlisted)
+            fail_msg("videos row %zu: unlisted should be %d", i, videos[i].unlisted);
     price_table_fini(&t);
     cJSON_Delete(prof);
 }

@@ -42,6 +42,16 @@ static int old_requested(const struct jpath *path, int def, const char *json, si
     const cJSON *v = jpath_first(path, doc);
     if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1000)
         n = (int)v->valuedouble;
+    /* (and since then a string of digits: the number it writes) */
+    if (cJSON_IsString(v)) {
+        const char *s = v->valuestring;
+        size_t a = strspn(s, " \t\r\n"), d = strspn(s + a, "0123456789");
+        if (d && s[a + d + strspn(s + a + d, " \t\r\n")] == '\0') {
+            long x = strtol(s + a, NULL, 10);
+            if (x >= 1 && x <= 1000)
+                n = (int)x;
+        }
+    }
     cJSON_Delete(doc);
     return n;
 }
@@ -79,7 +89,17 @@ static const struct body_case body_cases[] = {
     {"{\"n\":-1}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":1001}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":1000.0000000000001}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
-    {"{\"n\":\"5\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    /* A count written as a string of digits is that count (APIs that coerce parameters read
+     * it so); any other string is none. */
+    {"{\"n\":\"5\"}", NULL, "$.n", 1, INJECT_OK, 5, NULL, NULL},
+    {"{\"n\":\" 04\\t\"}", NULL, "$.n", 1, INJECT_OK, 4, NULL, NULL},
+    {"{\"n\":\"1000\"}", NULL, "$.n", 1, INJECT_OK, 1000, NULL, NULL},
+    {"{\"n\":\"1001\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"0\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"+4\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"4.5\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"99999999999\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":true}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":[5]}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":[5]}", NULL, "$.n[0]", 1, INJECT_OK, 5, NULL, NULL},
