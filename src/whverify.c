@@ -172,23 +172,49 @@ int wh_verify_hmac_hex(wh_header_fn hdr, void *arg, const char *header, const ch
 }
 
 int wh_verify_ed25519(wh_header_fn hdr, void *arg, const char *body, size_t len,
-                      const char *public_key_b64, long long now)
+                      const char *public_keys, long long now)
 {
-    return wh_verify_ed25519_at(hdr, arg, body, len, public_key_b64, fixed_clock, &now);
+    return wh_verify_ed25519_at(hdr, arg, body, len, public_keys, fixed_clock, &now);
+}
+
+/* One Ed25519 public key of a list: standard base64 with its padding, or base64url without it
+ * (a JWK's "x", as fal's JWKS publishes it). 32 bytes into pub, or -1. */
+static int ed25519_key(const char *in, size_t len, unsigned char pub[48])
+{
+    char k[64];
+    if (len == 0 || len + 3 >= sizeof(k))
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        k[i] = in[i] == '-' ? '+' : in[i] == '_' ? '/' : in[i];
+    while (len % 4)
+        k[len++] = '=';
+    k[len] = '\0';
+    return b64_decode(k, len, pub, 48) == 32 ? 0 : -1;
+}
+
+static int ed25519_verifies(const unsigned char pub[32], const unsigned char sig[64],
+                            const char *msg, size_t len)
+{
+    EVP_PKEY *key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pub, 32);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int ok = key && ctx && EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, key) == 1 &&
+             EVP_DigestVerify(ctx, sig, 64, (const unsigned char *)msg, len) == 1;
+    EVP_MD_CTX_free(ctx);
+    EVP_PKEY_free(key);
+    return ok;
 }
 
 int wh_verify_ed25519_at(wh_header_fn hdr, void *arg, const char *body, size_t len,
-                         const char *public_key_b64, wh_clock_fn clock, void *clock_ctx)
+                         const char *public_keys, wh_clock_fn clock, void *clock_ctx)
 {
     const char *rid = hdr("X-Fal-Webhook-Request-Id", arg);
     const char *uid = hdr("X-Fal-Webhook-User-Id", arg);
     const char *ts = hdr("X-Fal-Webhook-Timestamp", arg);
     const char *sig = hdr("X-Fal-Webhook-Signature", arg);
     unsigned char pub[48], sigb[64];
-    if (!rid || !uid || !ts || !sig || !public_key_b64 || ts_malformed(ts))
+    if (!rid || !uid || !ts || !sig || !public_keys || ts_malformed(ts))
         return -1;
-    if (b64_decode(public_key_b64, strlen(public_key_b64), pub, sizeof(pub)) != 32 ||
-        hex_decode(sig, strlen(sig), sigb, sizeof(sigb)) != 64)
+    if (hex_decode(sig, strlen(sig), sigb, sizeof(sigb)) != 64)
         return -1;
     char digest[CRYPTO_SHA256_HEX];
     crypto_sha256_hex(body, len, digest);
@@ -197,12 +223,16 @@ int wh_verify_ed25519_at(wh_header_fn hdr, void *arg, const char *body, size_t l
     if (!msg)
         return -1;
     int n = snprintf(msg, mlen, "%s\n%s\n%s\n%s", rid, uid, ts, digest);
-    EVP_PKEY *key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pub, 32);
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    int ok = key && ctx && EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, key) == 1 &&
-             EVP_DigestVerify(ctx, sigb, 64, (const unsigned char *)msg, (size_t)n) == 1;
-    EVP_MD_CTX_free(ctx);
-    EVP_PKEY_free(key);
+    /* Each key of the list (separated by commas or white space: the keys of a JWKS while
+     * the provider rotates them) is tried; one that verifies is enough. */
+    int ok = 0;
+    for (const char *p = public_keys; *p && !ok;) {
+        p += strspn(p, ", \t\r\n");
+        size_t k = strcspn(p, ", \t\r\n");
+        if (k && ed25519_key(p, k, pub) == 0)
+            ok = ed25519_verifies(pub, sigb, msg, (size_t)n);
+        p += k;
+    }
     free(msg);
     return ok ? signed_at(ts, clock, clock_ctx) : -1;
 }

@@ -39,11 +39,13 @@ int wh_verify_hmac_hex(wh_header_fn hdr, void *arg, const char *header, const ch
                        size_t len, const char *secret);
 
 /* fal-style Ed25519: the signature (hex) in X-Fal-Webhook-Signature over
- * "{request-id}\n{user-id}\n{timestamp}\n{hex sha256(body)}"; public_key_b64 is the raw 32-byte
- * key in base64. */
+ * "{request-id}\n{user-id}\n{timestamp}\n{hex sha256(body)}"; public_keys is one raw 32-byte key
+ * or several (separated by commas or white space: a JWKS's keys while they rotate), each in
+ * standard base64 with its padding or in base64url without it (a JWK's "x"); one that verifies
+ * is enough. */
 int wh_verify_ed25519(wh_header_fn hdr, void *arg, const char *body, size_t len,
-                      const char *public_key_b64, long long now);
+                      const char *public_keys, long long now);
 int wh_verify_ed25519_at(wh_header_fn hdr, void *arg, const char *body, size_t len,
-                         const char *public_key_b64, wh_clock_fn clock, void *clock_ctx);
+                         const char *public_keys, wh_clock_fn clock, void *clock_ctx);
 
 #endif

@@ -135,6 +135,25 @@ static void test_ed25519(void **state)
     c.fails = 0;
     assert_int_equal(wh_verify_ed25519_at(lookup, &h, BODY, strlen(BODY), pk, counting_clock, &c),
                      0);
+    /* The key as a JWK's "x" (base64url, no padding), and in a list beside another key (a
+     * JWKS while it rotates): verified; a list of others only, or a key cut short: refused. */
+    char url[64], list[200], others[200];
+    snprintf(url, sizeof(url), "%s", pk);
+    for (char *q = url; *q; q++)
+        *q = *q == '+' ? '-' : *q == '/' ? '_' : *q;
+    url[strcspn(url, "=")] = '\0';
+    assert_int_equal(strlen(url), 43);
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), url, 1700000000), 0);
+    const char *other = "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
+    snprintf(list, sizeof(list), "%s, %s", other, url);
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), list, 1700000000), 0);
+    snprintf(list, sizeof(list), "%s\n%s", pk, other);
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), list, 1700000000), 0);
+    snprintf(others, sizeof(others), "%s,%s", other, other);
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), others, 1700000000), -1);
+    url[42] = '\0';
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), url, 1700000000), -1);
+    assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), " , ", 1700000000), -1);
     h.values[0] = "req_2";
     assert_int_equal(wh_verify_ed25519(lookup, &h, BODY, strlen(BODY), pk, 1700000000), -1);
     EVP_MD_CTX_free(mc);
