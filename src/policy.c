@@ -1,6 +1,7 @@
 #include "idemgate/policy.h"
 
 #include "idemgate/backoff.h"
+#include "idemgate/profile.h"
 
 static struct pol_decision by_outcome(const struct pol_input *in)
 {
@@ -134,4 +135,9 @@ int pol_cancel_answered(int curl_code, int http_status)
     default:
         return http_status >= 400 && http_status < 500;
     }
+}
+
+int pol_cancel_after_read(int task_status)
+{
+    return task_status == TS_QUEUED || task_status == TS_RUNNING;
 }

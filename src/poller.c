@@ -339,10 +339,11 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
     }
 }
 
-/* One poll on the call engine: its cancel (when due), its status read and its result fetch (when
- * the outputs live elsewhere) are made one after the other by the engine's threads; the
- * conclusion is written by a poller thread, with its connection. */
-enum poll_step { STEP_CANCEL, STEP_STATUS, STEP_FETCH };
+/* One poll on the call engine: its cancel (when due: after a status read that shows the task
+ * still running, pol_cancel_after_read), its status read and its result fetch (when the outputs
+ * live elsewhere) are made one after the other by the engine's threads; the conclusion is
+ * written by a poller thread, with its connection. */
+enum poll_step { STEP_PRECHECK, STEP_CANCEL, STEP_STATUS, STEP_FETCH };
 
 struct poll_job {
     struct rq_item node;
@@ -442,7 +443,7 @@ static void on_end(void *arg, struct up_response *res)
         start(j, STEP_STATUS, poll_method(j->p), j->url, j->body, 0);
         return;
     }
-    if (j->step == STEP_STATUS)
+    if (j->step == STEP_STATUS || j->step == STEP_PRECHECK)
         j->res = *res;
     else
         j->fetched = *res;
@@ -476,8 +477,18 @@ static void write_job(struct rq_item *it, struct db *db)
     cJSON *doc = answered(&j->res) && j->res.body
                      ? cJSON_ParseWithLength(j->res.body, j->res.body_len)
                      : NULL;
-    if (j->step == STEP_STATUS) {
+    if (j->step == STEP_STATUS || j->step == STEP_PRECHECK) {
         j->st = read_status(j, doc);
+        if (j->step == STEP_PRECHECK && pol_cancel_after_read(j->st)) {
+            /* Still running: now the cancel, then the status read again. */
+            cJSON_Delete(doc);
+            up_response_fini(&j->res);
+            memset(&j->res, 0, sizeof(j->res));
+            free(j->furl);
+            j->furl = NULL;
+            start(j, STEP_CANCEL, j->p->cancel_method, j->cancel_url, NULL, 0);
+            return;
+        }
         if (j->st == TS_SUCCEEDED && j->furl) {
             cJSON_Delete(doc);
             start(j, STEP_FETCH, "GET", j->furl, NULL, 0);
@@ -544,7 +555,7 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     }
     if (j->c.cancel_due && p->cancel_path) {
         j->cancel_url = provider_url(p, p->cancel_path, &j->v);
-        start(j, STEP_CANCEL, p->cancel_method, j->cancel_url, NULL, 1);
+        start(j, STEP_PRECHECK, poll_method(p), j->url, j->body, 1);
     } else {
         start(j, STEP_STATUS, poll_method(p), j->url, j->body, 1);
     }

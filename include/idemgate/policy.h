@@ -64,6 +64,14 @@ int pol_needs_wait_inputs(enum cls_outcome outcome);
  * 408, 409, 425 and 429: 0, sent again by the next poll. */
 int pol_cancel_answered(int curl_code, int http_status);
 
+/* Whether a due cancel is sent, by what the status read just before it showed (task_status, -1:
+ * nothing readable): only to a task that still runs (queued or running). A task that ended is
+ * concluded as it ended — a cancel that came too late changes nothing, and some providers'
+ * cancel deletes the task (Luma's DELETE, Runway's "cancel or delete"): sent to a finished one
+ * it destroyed the paid result. An unreadable status sends nothing either: read again next, the
+ * cancel still due. */
+int pol_cancel_after_read(int task_status);
+
 /* The state of a claimed create that can never be sent as recorded (e.g. its client reference
  * cannot be placed): failed, unless an earlier attempt was ambiguous (its task may exist), then
  * unknown. */

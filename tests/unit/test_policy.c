@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "idemgate/policy.h"
+#include "idemgate/profile.h"
 
 struct row {
     struct pol_input in;
@@ -167,11 +168,29 @@ static void test_cancel_answered(void **state)
             fail_msg("case %zu: curl %d, HTTP %d", i, cases[i].curl, cases[i].status);
 }
 
+/* A due cancel goes only to a task the read just before it shows still running. */
+static void test_cancel_after_read(void **state)
+{
+    (void)state;
+    static const struct {
+        int st, want;
+    } cases[] = {
+        {TS_QUEUED, 1}, {TS_RUNNING, 1},                      /* still running: cancelled */
+        {TS_SUCCEEDED, 0}, {TS_FAILED, 0}, {TS_CANCELED, 0}, /* ended: concluded as it ended */
+        {-1, 0},                                              /* unreadable: read again next */
+        {TS__COUNT, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (pol_cancel_after_read(cases[i].st) != cases[i].want)
+            fail_msg("case %zu: status %d", i, cases[i].st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows),
                                        cmocka_unit_test(test_wait_inputs_read_only_where_needed),
                                        cmocka_unit_test(test_unsendable),
-                                       cmocka_unit_test(test_cancel_answered)};
+                                       cmocka_unit_test(test_cancel_answered),
+                                       cmocka_unit_test(test_cancel_after_read)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
