@@ -448,3 +448,16 @@ int bo_budget_allows(int attempts_made, int max_attempts, long long elapsed_ms,
         return 0;
     return delay_ms <= deadline_ms - elapsed_ms;
 }
+
+double bo_result_write_window_s(double lease_remaining_s, double reap_grace_s)
+{
+    /* (a lease is at most an hour: config.c bounds lease_seconds) */
+    if (!(lease_remaining_s > 0))
+        lease_remaining_s = 0;
+    else if (lease_remaining_s > 3600)
+        lease_remaining_s = 3600;
+    if (!(reap_grace_s > 0) || reap_grace_s > 3600)
+        reap_grace_s = 0;
+    double w = lease_remaining_s + reap_grace_s + BO_RESULT_WRITE_MARGIN_S;
+    return w > BO_RESULT_WRITE_MIN_S ? w : BO_RESULT_WRITE_MIN_S;
+}

@@ -1,6 +1,7 @@
 #include "idemgate/lease.h"
 
 #include "idemgate/answers.h"
+#include "idemgate/backoff.h"
 #include "idemgate/clock.h"
 #include "idemgate/log.h"
 #include "idemgate/store.h"
@@ -14,10 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-/* How long a result write keeps trying while the database is unreachable. Past the lease the
- * reaper (once the database is back) may have moved the operation on; the write is then fenced,
- * which is safe. */
-#define FINISH_RETRY_S 120.0
 
 /* What a worker needs to act on an operation it claimed; read by the CC_ names below. Every claim
  * statement returns these, then one flag of its own (CC_CANCEL_DUE), and the poll's claim one
@@ -423,7 +420,10 @@ static const struct db_stmt finish_check = {
  * review. Absence is concluded later still (absent_grace_ms, 30 s by default). The expired
  * lease's end is kept: it marks the row as reaped (every finish clears it), so a finish run
  * again after its own commit is not applied a second time there. */
-#define REAP_GRACE_S "10"
+#define REAP_GRACE_N 10
+#define REAP_GRACE_STR_(x) #x
+#define REAP_GRACE_STR(x) REAP_GRACE_STR_(x)
+#define REAP_GRACE_S REAP_GRACE_STR(REAP_GRACE_N)
 static const struct db_stmt reap = {
     .name = "reap",
     .sql = "WITH c AS MATERIALIZED (SELECT tenant_id, id FROM operations WHERE tenant_id = $2 "
@@ -817,6 +817,7 @@ void store_finish_init(struct store_finish *f, const struct store_claim *c, cons
                                .id = c->id,
                                .provider = c->provider,
                                .lease_version = c->lease_version,
+                               .lease_remaining_s = c->lease_remaining_s,
                                .from = from,
                                .kind = kind,
                                .state = from,
@@ -843,14 +844,17 @@ void store_finish_evidence(struct store_finish *f, const struct up_response *res
 }
 
 /* Runs finish until it is written or fenced: a result is never dropped for a lost connection (a
- * PostgreSQL restart), the fenced write being safe to run again on a new connection. *lost says
- * a connection was lost on the way. */
+ * PostgreSQL restart), the fenced write being safe to run again on a new connection. It keeps
+ * trying while the database cannot be reached for as long as the write may still be accepted
+ * (bo_result_write_window_s: the lease, then a reaped row's grace); past that the reaper (once
+ * the database is back) may have moved the operation on and the write is fenced, which is safe.
+ * *lost says a connection was lost on the way. */
 static int finish_run(struct db *db, const struct store_finish *f, const struct param *ps,
                       size_t n, PGresult **r, int *lost)
 {
     int e;
     long wait_ms = 50;
-    double give_up = clock_mono() + FINISH_RETRY_S;
+    double give_up = clock_mono() + bo_result_write_window_s(f->lease_remaining_s, REAP_GRACE_N);
     while ((e = db_run(db, &finish, ps, n, r)) == STORE_EUNAVAIL || e == STORE_ERETRY) {
         *lost |= e == STORE_EUNAVAIL;
         if (clock_mono() > give_up)

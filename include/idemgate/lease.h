@@ -137,6 +137,7 @@ struct store_finish {
     const char *id;
     const char *provider;
     long long lease_version;
+    double lease_remaining_s; /* the claim's lease left when it was granted (the write's window) */
     enum op_state from;   /* the state the claim holds: sending, or unknown for a reconcile */
     const char *kind;     /* 'create', 'reconcile' or 'poll' */
     enum op_state state;  /* the state to write */

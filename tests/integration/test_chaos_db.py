@@ -18,6 +18,7 @@ Lifecycle: SIGTERM (stop accepting, answer waiting clients, drain, release lease
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import threading
@@ -277,6 +278,51 @@ def test_a_born_send_whose_start_is_lost_is_given_back_at_once(gateway_factory, 
     assert px.count("begin_send", "before") == 1, "the start was never lost"
     from chaos.client import Outcome
     s = harness.conclude("born-start-lost", [Outcome(it, [a], "ok")], q, mock.url, pfx,
+                         drain_timeout=30, emit=False)
+    stop_clean(reps)
+    harness.assert_clean(s)
+    assert s["completed"] == 1 and s["creates"] == 1, s
+
+
+@pytest.mark.skipif(not harness.FULL, reason="make chaos only (CHAOS_FULL=1): about 3 minutes")
+def test_a_result_whose_write_waits_past_two_minutes_inside_its_lease_is_kept(
+        gateway_factory, mock, own, proxy):
+    """A paid answer arrived; every write of it fails for 135 s (the database unreachable from
+    this replica) while its lease (170 s) still holds. Before, the write gave up after 120 s:
+    the answer was dropped, the job reaped to `unknown` and, with no way to look the task up
+    (reconcile `none`), it went to review — a paid result lost. Now the write keeps trying for
+    as long as it may still be accepted: the job ends `completed` with its result, sent once.
+    (The tenant has a budget: its results are written one by one, by the statement whose window
+    this is; a batch's failed write is then retried row by row, each with a window of its own.)"""
+    q = own.q
+    px, via_proxy = proxy
+    name = "longwrite-" + uuid.uuid4().hex[:8]
+    tokens = [own.cluster.tenant(GATEWAY_BIN, name, own.url)]
+    subprocess.check_call([GATEWAY_BIN, "tenant", "budget", name, "--in-flight", "100"],
+                          env=dict(os.environ, DATABASE_URL=own.url), timeout=60,
+                          stdout=subprocess.DEVNULL)
+    entry = providers.plain(mock.url, "plain" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=170)
+    pfx = harness.prefix("longwrite")
+    [it] = harness.intents(pfx, tokens, [entry], 1)
+    px.fail_next("finish", *(["before"] * 2000))
+    a = post(g.port, it, 10, extra_headers={"Prefer": "respond-async"})
+    assert a.status == 202 and a.job_id, a
+    assert wait_until(lambda: px.count("finish", "before") >= 1, 30), "no write was refused"
+    first = time.monotonic()
+    while time.monotonic() - first < 135:
+        assert q(f"SELECT state FROM operations WHERE id = '{a.job_id}'") == [["sending"]]
+        time.sleep(1)
+    px.quiet()
+    refused = px.count("finish", "before")
+    assert wait_until(lambda: q(f"SELECT state FROM operations WHERE id = '{a.job_id}'")
+                      != [["sending"]], 30), "the result was never written"
+    [[state, body]] = q(f"SELECT state, resp_body IS NOT NULL FROM operations "
+                        f"WHERE id = '{a.job_id}'")
+    assert (state, body) == ("completed", "t"), (state, body, refused)
+    from chaos.client import Outcome
+    s = harness.conclude("long-result-write", [Outcome(it, [a], "ok")], q, mock.url, pfx,
                          drain_timeout=30, emit=False)
     stop_clean(reps)
     harness.assert_clean(s)

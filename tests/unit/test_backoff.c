@@ -555,6 +555,29 @@ static void test_budget(void **state)
     }
 }
 
+/* The result write's window (lease.c, finish_run): the lease left, the reaped row's grace and a
+ * margin, never less than the floor. */
+static void test_result_write_window(void **state)
+{
+    (void)state;
+    static const struct {
+        double lease, grace, want;
+    } rows[] = {
+        {180, 10, 220},   /* the default lease: past the 120 s floor */
+        {60, 10, 120},    /* a short lease: the floor */
+        {0, 10, 120},     /* no lease known (a result built without a claim) */
+        {-5, 10, 120},    /* a lease already over by the database's clock */
+        {3600, 10, 3640}, /* the longest lease */
+        {99999, 10, 3640}, /* past it: an hour */
+        {180, -1, 210},   /* no grace */
+    };
+    for (size_t i = 0; i < N_ROWS(rows); i++) {
+        double got = bo_result_write_window_s(rows[i].lease, rows[i].grace);
+        if (got != rows[i].want)
+            fail_msg("row %zu: got %g, want %g", i, got, rows[i].want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -570,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_full_jitter),
         cmocka_unit_test(test_full_jitter_range),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_result_write_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
