@@ -29,6 +29,7 @@ static const struct memb by_m[] = {
 };
 static const struct memb_table by_t = MEMB_TABLE(by_m, NULL);
 static const struct memb table_m[] = {
+    {"choices_requested", MEMB_VALUE, NULL},
     {"default_seconds", MEMB_VALUE, NULL},
     {"estimate_input_tokens", MEMB_VALUE, NULL},
     {"estimate_output_tokens", MEMB_VALUE, NULL},
@@ -109,6 +110,29 @@ static int get_path(const cJSON *o, const char *key, struct jpath **out, char *e
     if (!cJSON_IsString(v) || jpath_compile(v->valuestring, out, &why) < 0) {
         errf(err, errlen, "pricing.%s: %s", key, why ? why : "must be a JSONPath string");
         return -1;
+    }
+    return 0;
+}
+
+/* One path or a list of them (1 to cap). */
+static int get_paths(const cJSON *o, const char *key, struct jpath **out, size_t cap, char *err,
+                     size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsString(v))
+        return get_path(o, key, &out[0], err, errlen);
+    int n = cJSON_GetArraySize(v);
+    if (!cJSON_IsArray(v) || n < 1 || (size_t)n > cap) {
+        errf(err, errlen, "pricing.%s must be a JSONPath string or a list of 1 to %zu", key, cap);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        const char *why = NULL;
+        if (!cJSON_IsString(e) || jpath_compile(e->valuestring, &out[i], &why) < 0) {
+            errf(err, errlen, "pricing.%s[%d]: %s", key, i, why ? why : "must be a JSONPath string");
+            return -1;
+        }
     }
     return 0;
 }
@@ -270,7 +294,9 @@ static int load_table(const cJSON *j, struct price_table *t, int nested, char *e
         get_path(j, "height", &t->height, err, errlen) < 0 ||
         get_path(j, "input_tokens", &t->tokens_in, err, errlen) < 0 ||
         get_path(j, "output_tokens", &t->tokens_out, err, errlen) < 0 ||
-        get_path(j, "output_tokens_requested", &t->tokens_out_asked, err, errlen) < 0 ||
+        get_paths(j, "output_tokens_requested", t->tokens_out_asked, PRICE_MAX_ASKED, err,
+                  errlen) < 0 ||
+        get_path(j, "choices_requested", &t->choices, err, errlen) < 0 ||
         (by && load_by(by, "per_output_by", &t->output_by, err, errlen) < 0) ||
         (sby && load_by(sby, "per_second_by", &t->second_by, err, errlen) < 0) ||
         (var && load_variants(var, t, err, errlen) < 0)) {
@@ -356,7 +382,9 @@ void price_table_fini(struct price_table *t)
     jpath_free(t->seconds);
     jpath_free(t->tokens_in);
     jpath_free(t->tokens_out);
-    jpath_free(t->tokens_out_asked);
+    for (size_t i = 0; i < PRICE_MAX_ASKED; i++)
+        jpath_free(t->tokens_out_asked[i]);
+    jpath_free(t->choices);
     keys_fini(&t->variant_keys);
     for (size_t i = 0; i < t->n_variants; i++) {
         free(t->variants[i].key);
@@ -456,6 +484,20 @@ static long long outputs_price(const struct price_table *t, const cJSON *body, i
     return sat_mul(each, outputs);
 }
 
+/* The output tokens a request may make, for an estimate: its own bound (the first of the
+ * table's paths that holds a number), else the table's estimate; times the completions it asks
+ * for (1 to 128: an API's own limit; anything else counts as 1). */
+static double asked_out(const struct price_table *t, const cJSON *body)
+{
+    double out = -1;
+    for (size_t i = 0; i < PRICE_MAX_ASKED && out < 0 && t->tokens_out_asked[i]; i++)
+        out = number_at(t->tokens_out_asked[i], body);
+    if (out < 0)
+        out = (double)t->estimate_tokens_out;
+    double n = t->choices ? number_at(t->choices, body) : -1;
+    return n >= 1 && n <= 128 ? out * floor(n) : out;
+}
+
 static long long tokens_price(const struct price_table *t, double in, double out)
 {
     return sat_add(sat_mul(t->per_mtok_in, in / 1e6), sat_mul(t->per_mtok_out, out / 1e6));
@@ -512,10 +554,8 @@ long long price_estimate(const struct price_table *top, const cJSON *body, int o
     const struct price_table *t = pick(top, body);
     long long c = sat_add(t->per_request,
                           outputs_price(t, body, outputs_requested < 1 ? 1 : outputs_requested));
-    /* The most output the request allows (an LLM's max_tokens), when the table reads it. */
-    double out = number_at(t->tokens_out_asked, body);
-    return sat_add(c, tokens_price(t, (double)t->estimate_tokens_in,
-                                   out >= 0 ? out : (double)t->estimate_tokens_out));
+    /* The most output the request allows (an LLM's max_tokens, times its completions). */
+    return sat_add(c, tokens_price(t, (double)t->estimate_tokens_in, asked_out(t, body)));
 }
 
 long long price_actual(const struct price_table *top, const cJSON *body, int outputs_requested,
@@ -537,9 +577,8 @@ long long price_actual(const struct price_table *top, const cJSON *body, int out
     /* No usage reported (a stream without include_usage): the estimate's tokens, as the
      * reservation counted them — a settle at 0 would let a tenant's spend pass its budget. */
     if (!reported) {
-        double asked = number_at(t->tokens_out_asked, body);
         in = (double)t->estimate_tokens_in;
-        out = asked >= 0 ? asked : (double)t->estimate_tokens_out;
+        out = asked_out(t, body);
     }
     return sat_add(c, tokens_price(t, in < 0 ? 0 : in, out < 0 ? 0 : out));
 }

@@ -51,6 +51,7 @@
  * at PRICE_MAX rather than overflow. */
 
 #define PRICE_MAX_BY 4
+#define PRICE_MAX_ASKED 4 /* paths of output_tokens_requested */
 #define PRICE_MAX ((long long)1 << 60)
 
 struct jpath;
@@ -94,9 +95,13 @@ struct price_table {
     long long per_mtok_in, per_mtok_out;
     struct jpath *tokens_in, *tokens_out;
     long long estimate_tokens_in, estimate_tokens_out;
-    /* Where the request says the most output tokens it allows ("$.max_tokens"): the estimate's
-     * output tokens when it holds a number >= 0 (else estimate_tokens_out); or NULL. */
-    struct jpath *tokens_out_asked;
+    /* Where the request says the most output tokens it allows ("$.max_tokens"; several paths
+     * for an API that takes the bound under two names, the first that holds a number counting):
+     * the estimate's output tokens when one holds a number >= 0 (else estimate_tokens_out). */
+    struct jpath *tokens_out_asked[PRICE_MAX_ASKED];
+    /* Where the request says how many completions it asks for ("$.n", 1 to 128; else 1): the
+     * estimate's output tokens are that many times the above; or NULL. */
+    struct jpath *choices;
     int usage_settles; /* the cost at completion is the usage's tokens alone when it has them */
     struct price_keys variant_keys;  /* a whole table per request value (the model) */
     struct price_variant *variants;

@@ -59,6 +59,13 @@ static const char *const CHAT_SETTLES =
     "\"per_million_output_tokens\":600000,\"input_tokens\":\"$.prompt_tokens\","
     "\"output_tokens\":\"$.completion_tokens\",\"estimate_input_tokens\":1000,"
     "\"estimate_output_tokens\":1000,\"output_tokens_requested\":\"$.max_tokens\"}";
+/* The bound under either of its names, times the completions asked for (OpenAI Chat). */
+static const char *const CHAT_CHOICES =
+    "{\"currency\":\"USD\",\"usage_settles\":true,\"per_million_input_tokens\":150000,"
+    "\"per_million_output_tokens\":600000,\"input_tokens\":\"$.prompt_tokens\","
+    "\"output_tokens\":\"$.completion_tokens\",\"estimate_input_tokens\":1000,"
+    "\"estimate_output_tokens\":1000,\"output_tokens_requested\":[\"$.max_completion_tokens\","
+    "\"$.max_tokens\"],\"choices_requested\":\"$.n\"}";
 /* A whole table per model; a model no variant names is priced by the top-level members. */
 static const char *const MODELS =
     "{\"currency\":\"USD\",\"per_output\":20000,\"variants\":{\"keys\":[\"$.model\"],"
@@ -156,6 +163,18 @@ static const struct price_case price_cases[] = {
     {CHAT_SETTLES, "{}", -1, -1, NULL, 750, 750},
     {CHAT_SETTLES, "{\"max_tokens\":100}", -1, -1, NULL, 210, 210},
     {CHAT_SETTLES, "{}", -1, -1, "{\"prompt_tokens\":10,\"completion_tokens\":20}", 750, 14},
+    /* The bound under either name (the first that holds a number), times the completions:
+     * 1000 in at $0.15/M = 150, plus 100 out (200, 300, ...) at $0.60/M per completion. */
+    {CHAT_CHOICES, "{\"max_tokens\":100}", -1, -1, NULL, 210, 210},
+    {CHAT_CHOICES, "{\"max_completion_tokens\":100,\"max_tokens\":900}", -1, -1, NULL, 210,
+     210},
+    {CHAT_CHOICES, "{\"max_tokens\":100,\"n\":4}", -1, -1, NULL, 390, 390},
+    {CHAT_CHOICES, "{\"n\":3}", -1, -1, NULL, 1950, 1950}, /* the estimate's 1000, three times */
+    {CHAT_CHOICES, "{\"max_tokens\":100,\"n\":0}", -1, -1, NULL, 210, 210},
+    {CHAT_CHOICES, "{\"max_tokens\":100,\"n\":129}", -1, -1, NULL, 210, 210},
+    /* settled by the usage the answer reports, all completions in it */
+    {CHAT_CHOICES, "{\"max_tokens\":100,\"n\":4}", -1, -1,
+     "{\"prompt_tokens\":10,\"completion_tokens\":20}", 390, 14},
     /* Per request only, whatever the outputs. */
     {FLAT, "{\"n\":5}", 5, 2, NULL, 250000, 250000},
     /* Saturation instead of overflow. */
@@ -196,6 +215,10 @@ struct shipped_case {
 };
 
 static const struct shipped_case shipped_cases[] = {
+    /* OpenAI Chat, gpt-4o: the bound under its older name, two completions: 1000 in at $2.50/M
+     * + 2 x 100 out at $10/M = 0.0045 (before: the estimate's 1000 out once, 0.0125). */
+    {"openai-chat", "{\"model\":\"gpt-4o\",\"max_tokens\":100,\"n\":2}", -1, -1, NULL,
+     4500, 4500},
     /* gpt-image-1: $0.167 estimated, settled by tokens: 20 in at $5/M + 4160 out at $40/M. */
     {"openai-images", "{\"model\":\"gpt-image-1\",\"quality\":\"high\",\"size\":\"1024x1024\"}",
      1, 1, "{\"input_tokens\":20,\"output_tokens\":4160}", 167000, 166500},
