@@ -10,6 +10,7 @@
 #include "idemgate/wake.h"
 
 #include <libpq-fe.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -843,12 +844,23 @@ void store_finish_evidence(struct store_finish *f, const struct up_response *res
     }
 }
 
+/* Set once the process stops (store_finish_stopping): a result write that cannot reach the
+ * database gives up once past its window. */
+static atomic_int finish_stopping;
+
+void store_finish_stopping(void)
+{
+    atomic_store(&finish_stopping, 1);
+}
+
 /* Runs finish until it is written or fenced: a result is never dropped for a lost connection (a
- * PostgreSQL restart), the fenced write being safe to run again on a new connection. It keeps
- * trying while the database cannot be reached for as long as the write may still be accepted
- * (bo_result_write_window_s: the lease, then a reaped row's grace); past that the reaper (once
- * the database is back) may have moved the operation on and the write is fenced, which is safe.
- * *lost says a connection was lost on the way. */
+ * PostgreSQL restart), the fenced write being safe to run again on a new connection. While the
+ * database cannot be reached it keeps trying: once it answers, the write is applied, or fenced
+ * if a replica that could reach it moved the operation on — safe either way; if every replica
+ * lost it, nobody could. Only a stopping process gives up, and not before the write's window
+ * (bo_result_write_window_s: the lease, then a reaped row's grace) has passed: a write dropped
+ * then leaves the row to the reaper (unknown, never resent blindly). *lost says a connection was
+ * lost on the way. */
 static int finish_run(struct db *db, const struct store_finish *f, const struct param *ps,
                       size_t n, PGresult **r, int *lost)
 {
@@ -857,7 +869,7 @@ static int finish_run(struct db *db, const struct store_finish *f, const struct 
     double give_up = clock_mono() + bo_result_write_window_s(f->lease_remaining_s, REAP_GRACE_N);
     while ((e = db_run(db, &finish, ps, n, r)) == STORE_EUNAVAIL || e == STORE_ERETRY) {
         *lost |= e == STORE_EUNAVAIL;
-        if (clock_mono() > give_up)
+        if (clock_mono() > give_up && atomic_load(&finish_stopping))
             return e;
         LOG(LOG_WARN, "result_write_retry", LS("job_id", f->id), LI("store_error", e),
             LI("wait_ms", wait_ms));
@@ -1051,9 +1063,16 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs, size_
         }
     } else {
         /* One by one: a statement failed (the batch rolled back), or the connection was lost
-         * (the batch may have committed: a write fenced by itself is then recognised). */
-        for (size_t i = 0; i < n; i++)
-            errors[i] = finish_one(db, fs[i], e == STORE_EUNAVAIL, &applied[i]);
+         * (the batch may have committed: a write fenced by itself is then recognised). A
+         * stopping process whose database is still out of reach after one row's window gives
+         * up the rest at once: each row's window in turn would hold the stop that many times. */
+        int out_of_reach = 0;
+        for (size_t i = 0; i < n; i++) {
+            applied[i] = 0;
+            errors[i] = out_of_reach ? STORE_EUNAVAIL
+                                     : finish_one(db, fs[i], e == STORE_EUNAVAIL, &applied[i]);
+            out_of_reach = errors[i] == STORE_EUNAVAIL && atomic_load(&finish_stopping);
+        }
     }
     free(ps);
     free(rows);

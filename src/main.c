@@ -197,6 +197,7 @@ static void stop_all(struct subsystems *s)
     /* No new call starts; the calls in flight end (each within its provider's total timeout)
      * while the dispatcher's and the poller's threads write their results; then those threads
      * write what is left and stop. No call in flight is dropped. */
+    store_finish_stopping();
     disp_quiesce(s->disp);
     poller_quiesce(s->poller);
     recon_quiesce(s->recon);
