@@ -247,8 +247,8 @@ static const struct db_stmt reconcile_send = {
     "(" P(17, kind, text) " = 'create' AND " P(4, state, text) " = 'unknown') OR "                 \
     FINISH_HINTED(P)                                                                               \
     "  THEN now() ELSE ambiguous_at END, "                                                         \
-    " webhook_hint = CASE WHEN " P(17, kind, text) " = 'reconcile' THEN NULL ELSE "                \
-    "webhook_hint END, "                                                                           \
+    " webhook_hint = CASE WHEN " P(17, kind, text) " = 'reconcile' AND "                            \
+    P(12, outcome, text) " IS DISTINCT FROM 'hint_unread' THEN NULL ELSE webhook_hint END, "      \
     " cost_micros = CASE WHEN operations.state IN ('completed', 'failed', 'canceled') "            \
     "   THEN coalesce(" P(26, cost_micros, bigint) ", cost_micros) "                               \
     "  WHEN " FINISH_HINTED(P) " THEN cost_micros "                                                \
@@ -1143,9 +1143,12 @@ int store_note_remote(struct db *db, long long tenant_id, const char *id, long l
 }
 
 /* A verified webhook's hint put back after the reconciler's read of its task failed for a
- * reason that says nothing of the task (no answer, a 5xx, a 404 before it is visible): the
+ * reason that says nothing of the task (no answer, a 5xx, a 404 before it is visible): a
  * verdict's write (kind reconcile) clears the hint, and the provider never delivers that event
- * again (deduped). Fenced by the reconciler's token; only on a row still unknown and unhinted. */
+ * again (deduped). The verdict `hint_unread` keeps it in its own write (FINISH_SET: no crash
+ * between the two can lose it); the distributed function (idemgate_finish, migration 0031)
+ * clears it, and this puts it back there. Fenced by the reconciler's token; only on a row still
+ * unknown and unhinted (on plain PostgreSQL, a no-op). */
 static const struct db_stmt keep_hint = {
     .name = "keep_hint",
     .sql = "UPDATE operations SET webhook_hint = $4 "

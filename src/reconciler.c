@@ -570,6 +570,7 @@ static void write_adopt(struct db *db, struct recon_job *j)
         write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
                      "hint_unread", "a webhook named a task whose read failed: read again later",
                      j->t0);
+        CRASH_POINT("before_keep_hint");
         if (store_keep_hint(db, c, c->webhook_hint) < 0)
             LOG(LOG_WARN, "webhook_hint_dropped", LS("job_id", c->id));
     }

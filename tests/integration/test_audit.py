@@ -703,17 +703,17 @@ def test_d15_unsigned_webhooks_for_unknown_tasks_write_nothing(gateway_factory, 
     assert r.status == 200, r
 
 
-def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None, **over):
+def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None, env=None, **over):
     """A gateway with keyed-async whose signed webhooks carry our reference in metadata, and
     which cannot reconcile otherwise (strategy none): (gateway, route). over: more members of
-    the provider's entry."""
+    the provider's entry; env: more environment."""
     hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
     e, route = async_entry("keyed-async", mock, "generations", timeouts=timeouts, webhook=hook,
                            reconcile=reconcile or {"strategy": "none", "window_seconds": 120},
                            **over)
     port = free_port()
-    return gateway_factory(providers=[e], env=SECRETS, listen=f"127.0.0.1:{port}",
-                           public_url=f"http://127.0.0.1:{port}"), route
+    return gateway_factory(providers=[e], env=dict(SECRETS, **(env or {})),
+                           listen=f"127.0.0.1:{port}", public_url=f"http://127.0.0.1:{port}"), route
 
 
 def test_d16_late_webhook_rescues_unknown_job_by_client_ref(gateway_factory, token, mock):
@@ -876,15 +876,19 @@ def test_a_webhook_during_a_lookup_is_never_erased_by_its_verdict(gateway_factor
     assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
 
 
-def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mock, psql):
+@pytest.mark.parametrize("crash", [False, True], ids=["kept", "killed-after-the-verdict"])
+def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mock, psql, crash):
     """The reconciler reads the task a signed webhook named, and the read fails (here it times
     out: the provider holds its status answers). That says nothing of the task: the hint is
     kept for the next look. Before, the verdict's write cleared it ("not ours"), and the
     provider never delivers that event again: a job whose profile cannot reconcile otherwise
-    lost its only proof of a paid task."""
+    lost its only proof of a paid task. `killed-after-the-verdict`: the replica dies just after
+    the verdict's write — the hint was put back by a second statement, and a death between the
+    two lost it; the verdict's own write keeps it now."""
     gw, route = referenced_webhooks(gateway_factory, mock,
                                     reconcile={"strategy": "none", "window_seconds": 120,
-                                               "interval_ms": 500})
+                                               "interval_ms": 500},
+                                    env={"IDEMGATE_CRASH": "before_keep_hint"} if crash else None)
     script(mock, [{"fault": "hang"}])
     job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"poll_delay_ms": 5000}},
                        route=route).json()["id"]
