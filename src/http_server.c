@@ -788,6 +788,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return add_body(s, r, upload_data, n);
     }
+    /* Resumed while another thread still holds it (a shutdown's drain resumes every request):
+     * that thread may have queued its answer and not yet let go of the request, which the
+     * answer's completion would free under it. Suspended again: that thread resumes it. */
+    if (s->o.held && s->o.held(r, s->o.app)) {
+        hs_suspend(r);
+        return MHD_YES;
+    }
     pthread_mutex_lock(&s->mu);
     struct MHD_Response *resp = r->pending;
     int status = r->pending_status;

@@ -64,6 +64,10 @@ struct hs_options {
     /* Called on a server thread once the body is complete, and once more after each
      * resumption of a suspended request. It must answer (hs_respond) or suspend (hs_suspend). */
     void (*handle)(struct hs_req *r, void *app);
+    /* Whether another thread still works on this suspended request (NULL: never). A request
+     * resumed while it is (hs_drain resumes every one) is suspended again before anything else —
+     * its answer, already queued, included: that thread resumes it once it is done with it. */
+    int (*held)(const struct hs_req *r, void *app);
     /* Called instead of handle (framing) or after it (no answer); it must answer. */
     void (*reject)(struct hs_req *r, enum hs_reject why, void *app);
     /* Called once per request when it is over, before its state is freed: status is that of
