@@ -703,14 +703,17 @@ def test_d15_unsigned_webhooks_for_unknown_tasks_write_nothing(gateway_factory, 
     assert r.status == 200, r
 
 
-def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None, env=None, **over):
+def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None, env=None,
+                        provider_name=None, **over):
     """A gateway with keyed-async whose signed webhooks carry our reference in metadata, and
     which cannot reconcile otherwise (strategy none): (gateway, route). over: more members of
-    the provider's entry; env: more environment."""
+    the provider's entry; env: more environment; provider_name: the provider's own name."""
     hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
     e, route = async_entry("keyed-async", mock, "generations", timeouts=timeouts, webhook=hook,
                            reconcile=reconcile or {"strategy": "none", "window_seconds": 120},
                            **over)
+    if provider_name:
+        e["name"], route = provider_name, f"{provider_name}/generations"
     port = free_port()
     return gateway_factory(providers=[e], env=dict(SECRETS, **(env or {})),
                            listen=f"127.0.0.1:{port}", public_url=f"http://127.0.0.1:{port}"), route
@@ -885,10 +888,14 @@ def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mo
     lost its only proof of a paid task. `killed-after-the-verdict`: the replica dies just after
     the verdict's write — the hint was put back by a second statement, and a death between the
     two lost it; the verdict's own write keeps it now."""
+    # (The replica that dies has a provider of its own: its reconciler takes no other test's
+    # hinted job, which would kill it before this test's webhook.)
     gw, route = referenced_webhooks(gateway_factory, mock,
                                     reconcile={"strategy": "none", "window_seconds": 120,
                                                "interval_ms": 500},
-                                    env={"IDEMGATE_CRASH": "before_keep_hint"} if crash else None)
+                                    env={"IDEMGATE_CRASH": "before_keep_hint"} if crash else None,
+                                    provider_name="keyedkill" + uuid.uuid4().hex[:6] if crash
+                                    else None)
     script(mock, [{"fault": "hang"}])
     job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"poll_delay_ms": 5000}},
                        route=route).json()["id"]

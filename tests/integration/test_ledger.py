@@ -518,41 +518,50 @@ def test_an_expired_job_is_kept_while_an_output_is_still_to_be_archived(database
     """Migration 0033, in SQL: an expired job whose output is still `pending` (a backlog older
     than the ttl, a copy under a worker's lease) is kept, its archive row with it, until the copy
     ends; the next sweep then deletes both. Before, the janitor deleted the pending row with its
-    job: the paid output was never archived and nothing counted it."""
+    job: the paid output was never archived and nothing counted it. A copy that can no longer be
+    made keeps nothing: its URL expired, or a second ttl has passed since the job's expiry (no
+    replica archives it: kept for ever, the tables would only grow)."""
     name = "tomb-" + uuid.uuid4().hex[:8]
     tenant_token(database_url, name)
     tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
-    jobs = {"held": "job_h" + uuid.uuid4().hex[:8], "free": "job_f" + uuid.uuid4().hex[:8]}
+    # what: (output state, its URL's expiry, the job's age in days, days since its expiry)
+    kinds = {"held": ("pending", "NULL", 9, 1), "free": ("archived", "NULL", 9, 1),
+             "url-gone": ("pending", "now() - interval '1 hour'", 9, 1),
+             "twice-expired": ("pending", "NULL", 25, 15)}
+    jobs = {what: f"job_{what[:4]}{uuid.uuid4().hex[:8]}" for what in kinds}
     for i, (what, job_id) in enumerate(jobs.items()):
+        state, url_expiry, age, expired = kinds[what]
         assert psql(f"SELECT idemgate_intake({tid}, 'k{i}', '{job_id}', '00', 1::smallint, "
                     "'tomb-prov', 'r', 'POST', 'http://x', '', '\\x00'::bytea, 24, NULL, "
                     "'none', NULL, NULL, NULL, 60, 0, NULL, false, now())")[0][0] == "1"
         psql(f"UPDATE operations SET state = 'completed', archive_planned_at = now(), "
-             f"finished_at = now() - interval '9 days', created_at = now() - interval '9 days', "
-             f"expires_at = now() - interval '1 day' WHERE tenant_id = {tid} AND id = '{job_id}'")
-        # One output each: the held job's still to be copied (under a worker's lease), the
-        # other's archived.
-        state, owner = ("pending", "'w1'") if what == "held" else ("archived", "NULL")
+             f"finished_at = now() - interval '{age} days', "
+             f"created_at = now() - interval '{age} days', "
+             f"expires_at = now() - interval '{expired} days' "
+             f"WHERE tenant_id = {tid} AND id = '{job_id}'")
+        # One output each, the pending ones under a worker's lease.
+        owner = "'w1'" if state == "pending" else "NULL"
         psql(f"INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
-             f"state, lease_owner, lease_version, lease_expires_at) VALUES ({tid}, '{job_id}', 0, "
-             f"'tomb-prov', 'url', 'http://x/o.png', '{state}', {owner}, 1, "
-             f"now() + interval '1 minute')")
+             f"state, lease_owner, lease_version, lease_expires_at, expires_at) VALUES ({tid}, "
+             f"'{job_id}', 0, 'tomb-prov', 'url', 'http://x/o.png', '{state}', {owner}, 1, "
+             f"now() + interval '1 minute', {url_expiry})")
 
-    def kept(job_id):
+    def kept(what):
         return psql(f"SELECT (SELECT count(*) FROM operations WHERE tenant_id = {tid} "
-                    f"AND id = '{job_id}'), (SELECT count(*) FROM archive_outputs "
-                    f"WHERE tenant_id = {tid} AND op_id = '{job_id}')")[0]
+                    f"AND id = '{jobs[what]}'), (SELECT count(*) FROM archive_outputs "
+                    f"WHERE tenant_id = {tid} AND op_id = '{jobs[what]}')")[0]
 
     psql(f"SELECT idemgate_janitor({tid}, 10)")  # the tombstones
     settle_tombstones(psql)
     psql(f"SELECT idemgate_janitor({tid}, 10)")
-    assert kept(jobs["free"]) == ["0", "0"]
-    assert kept(jobs["held"]) == ["1", "1"], "a pending output was deleted with its job"
+    assert kept("held") == ["1", "1"], "a pending output was deleted with its job"
+    for what in ("free", "url-gone", "twice-expired"):
+        assert kept(what) == ["0", "0"], what
     # The copy ends (its output expired at the provider): the next sweep deletes both.
     psql(f"UPDATE archive_outputs SET state = 'expired', lease_owner = NULL, "
          f"lease_expires_at = NULL WHERE tenant_id = {tid} AND op_id = '{jobs['held']}'")
     psql(f"SELECT idemgate_janitor({tid}, 10)")
-    assert kept(jobs["held"]) == ["0", "0"]
+    assert kept("held") == ["0", "0"]
 
 
 def test_regeneration_is_a_paid_creation_within_the_budget(gateway_factory, mock, database_url):
