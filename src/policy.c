@@ -141,3 +141,10 @@ int pol_cancel_after_read(int task_status)
 {
     return task_status == TS_QUEUED || task_status == TS_RUNNING;
 }
+
+int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int read_curl_code,
+                          int read_http_status)
+{
+    return cancel_deletes && cancel_http_status >= 200 && cancel_http_status < 300 &&
+           read_curl_code == 0 && (read_http_status == 404 || read_http_status == 410);
+}

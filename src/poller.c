@@ -356,6 +356,7 @@ struct poll_job {
     struct up_response res, fetched; /* the status answer; the fetched result */
     int st;                          /* the status concluded */
     int cancel_done; /* its cancel was answered for good, or cannot be sent: marked sent */
+    int cancel_status; /* the HTTP status its cancel was answered with (0: none sent) */
     double t0;
     double call_t0; /* wall clock when the current call was handed to the engine (0: none) */
 };
@@ -435,6 +436,7 @@ static void on_end(void *arg, struct up_response *res)
         metrics_upstream_seconds(p->name, clock_wall() - j->call_t0);
     if (j->step == STEP_CANCEL) {
         j->cancel_done = pol_cancel_answered(res->curl_code, res->http_status);
+        j->cancel_status = res->curl_code ? 0 : res->http_status;
         LOG(j->cancel_done ? LOG_INFO : LOG_WARN, "cancel_sent", LS("job_id", j->c.id),
             LS("provider", p->name), LI("http_status", res->http_status),
             LI("curl_code", res->curl_code),
@@ -489,6 +491,10 @@ static void write_job(struct rq_item *it, struct db *db)
             start(j, STEP_CANCEL, j->p->cancel_method, j->cancel_url, NULL, 0);
             return;
         }
+        if (j->step == STEP_STATUS && j->st < 0 &&
+            pol_deleted_by_cancel(j->p->cancel_deletes, j->cancel_status, j->res.curl_code,
+                                  j->res.http_status))
+            j->st = TS_CANCELED;
         if (j->st == TS_SUCCEEDED && j->furl) {
             cJSON_Delete(doc);
             start(j, STEP_FETCH, "GET", j->furl, NULL, 0);

@@ -119,7 +119,8 @@ static const struct memb result_m[] = {
     {"outputs", MEMB_VALUE, NULL},      {"url_ttl_seconds", MEMB_VALUE, NULL},
 };
 static const struct memb_table result_t = MEMB_TABLE(result_m, NULL);
-static const struct memb cancel_m[] = {{"method", MEMB_VALUE, NULL}, {"path", MEMB_VALUE, NULL}};
+static const struct memb cancel_m[] = {
+    {"deletes", MEMB_VALUE, NULL}, {"method", MEMB_VALUE, NULL}, {"path", MEMB_VALUE, NULL}};
 static const struct memb_table cancel_t = MEMB_TABLE(cancel_m, NULL);
 static const struct memb webhook_m[] = {
     {"body_field", MEMB_VALUE, NULL},       {"client_ref", MEMB_VALUE, NULL},
@@ -804,6 +805,12 @@ static int load_cancel(struct cfg_provider *p, const cJSON *o, const char *file,
     if (!cancel)
         return 0;
     snprintf(field, sizeof(field), "providers.%s.cancel", p->name);
+    const cJSON *deletes = cJSON_GetObjectItemCaseSensitive(cancel, "deletes");
+    if (deletes && !cJSON_IsBool(deletes)) {
+        errf(err, errlen, "%s: %s.deletes must be true or false", file, field);
+        return -1;
+    }
+    p->cancel_deletes = cJSON_IsTrue(deletes);
     p->cancel_method = dup_str(cancel, "method", "POST");
     return load_template(cancel, "path", &p->cancel_path, vars, file, field, err, errlen);
 }

@@ -72,6 +72,13 @@ int pol_cancel_answered(int curl_code, int http_status);
  * cancel still due. */
 int pol_cancel_after_read(int task_status);
 
+/* Whether a status read just after our cancel shows the task cancelled by it, at a provider
+ * whose cancel deletes the task (cancel_deletes): the cancel accepted (2xx) and the task then
+ * gone (404 or 410). The read before the cancel showed it running (pol_cancel_after_read), so
+ * what it deleted was a task still running: `canceled`, not unreadable until review. */
+int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int read_curl_code,
+                          int read_http_status);
+
 /* The state of a claimed create that can never be sent as recorded (e.g. its client reference
  * cannot be placed): failed, unless an earlier attempt was ambiguous (its task may exist), then
  * unknown. */

@@ -178,8 +178,10 @@ struct cfg_provider {
     long result_url_ttl_s;
     struct jpath *result_error;
 
-    /* Cancel. */
+    /* Cancel. cancel_deletes: the provider's cancel deletes the task (Luma's DELETE): a read of
+     * it answered 404 just after our cancel was accepted means it was cancelled. */
     char *cancel_method, *cancel_path;
+    int cancel_deletes;
 
     /* Webhooks. */
     char *webhook_body_field;   /* where the callback URL goes in the create body */

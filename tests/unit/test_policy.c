@@ -185,12 +185,32 @@ static void test_cancel_after_read(void **state)
             fail_msg("case %zu: status %d", i, cases[i].st);
 }
 
+/* A 404 just after an accepted cancel, at a provider whose cancel deletes the task: cancelled. */
+static void test_deleted_by_cancel(void **state)
+{
+    (void)state;
+    static const struct {
+        int deletes, cancel, curl, read, want;
+    } cases[] = {
+        {1, 200, 0, 404, 1}, {1, 204, 0, 410, 1},         /* deleted by our cancel */
+        {0, 200, 0, 404, 0},                                /* a cancel that does not delete */
+        {1, 0, 0, 404, 0},   {1, 503, 0, 404, 0},          /* no cancel accepted: not ours */
+        {1, 404, 0, 404, 0},                                /* the cancel itself found nothing */
+        {1, 200, 0, 200, 0}, {1, 200, 0, 500, 0}, {1, 200, 28, 0, 0}, /* read, or not read */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (pol_deleted_by_cancel(cases[i].deletes, cases[i].cancel, cases[i].curl,
+                                  cases[i].read) != cases[i].want)
+            fail_msg("case %zu", i);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows),
                                        cmocka_unit_test(test_wait_inputs_read_only_where_needed),
                                        cmocka_unit_test(test_unsendable),
                                        cmocka_unit_test(test_cancel_answered),
-                                       cmocka_unit_test(test_cancel_after_read)};
+                                       cmocka_unit_test(test_cancel_after_read),
+                                       cmocka_unit_test(test_deleted_by_cancel)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
