@@ -184,7 +184,7 @@ static void run_offloaded(void *arg)
     if (!st->cont && !hs_req_answered(r))
         st->cont = answer_nothing;
     atomic_store(&st->offloaded, 0);
-    hs_resume(r);
+    hs_release(r); /* (r is not touched after this: its answer may complete and free it) */
 }
 
 int api_req_offloaded(const struct hs_req *r)
@@ -205,10 +205,10 @@ int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_
     st->item.fn = run_offloaded;
     st->item.arg = r;
     atomic_store(&st->offloaded, 1);
-    hs_suspend(r);
+    hs_suspend_held(r);
     if (offload_submit(st->api->pool, &st->item) < 0) {
         atomic_store(&st->offloaded, 0);
-        hs_resume(r); /* the caller answers, and the answer is queued on resumption */
+        hs_release(r); /* the caller answers, and the answer is queued on resumption */
         return -1;
     }
     return 0;

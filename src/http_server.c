@@ -68,6 +68,7 @@ struct hs_req {
     int suspended_once;                   /* the handler suspended it at least once */
     struct hs_req *susp_prev, *susp_next; /* in srv->suspended (under srv->mu) */
     int in_suspended;                     /* suspended and not yet resumed (under srv->mu) */
+    int held;                             /* another thread holds it (hs_suspend_held; mu) */
     struct MHD_Response *pending; /* answered from another thread: queued when resumed (mu) */
     int pending_status;
     char request_id[72];
@@ -239,23 +240,41 @@ static long resume_all(struct hs_server *s)
     return n;
 }
 
-void hs_suspend(struct hs_req *r)
+/* Lists r as suspended (under s->mu); 0 when it was already. */
+static int suspended_add_locked(struct hs_server *s, struct hs_req *r)
 {
-    struct hs_server *s = r->srv;
-    r->suspended_once = 1;
-    pthread_mutex_lock(&s->mu);
-    if (r->in_suspended) { /* suspended already: once is enough */
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
+    if (r->in_suspended) /* suspended already: once is enough */
+        return 0;
     r->susp_prev = NULL;
     r->susp_next = s->suspended;
     if (s->suspended)
         s->suspended->susp_prev = r;
     s->suspended = r;
     r->in_suspended = 1;
+    return 1;
+}
+
+static void suspend(struct hs_req *r, int held)
+{
+    struct hs_server *s = r->srv;
+    r->suspended_once = 1;
+    pthread_mutex_lock(&s->mu);
+    if (held)
+        r->held = 1;
+    int added = suspended_add_locked(s, r);
     pthread_mutex_unlock(&s->mu);
-    MHD_suspend_connection(r->conn);
+    if (added)
+        MHD_suspend_connection(r->conn);
+}
+
+void hs_suspend(struct hs_req *r)
+{
+    suspend(r, 0);
+}
+
+void hs_suspend_held(struct hs_req *r)
+{
+    suspend(r, 1);
 }
 
 /* Exactly one resumption per suspension: whoever takes r off the list resumes it (a waiter,
@@ -265,6 +284,18 @@ void hs_resume(void *arg)
     struct hs_req *r = arg;
     struct hs_server *s = r->srv;
     pthread_mutex_lock(&s->mu);
+    int mine = r->in_suspended;
+    suspended_remove_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+    if (mine)
+        MHD_resume_connection(r->conn);
+}
+
+void hs_release(struct hs_req *r)
+{
+    struct hs_server *s = r->srv;
+    pthread_mutex_lock(&s->mu);
+    r->held = 0;
     int mine = r->in_suspended;
     suspended_remove_locked(s, r);
     pthread_mutex_unlock(&s->mu);
@@ -788,14 +819,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return add_body(s, r, upload_data, n);
     }
+    pthread_mutex_lock(&s->mu);
     /* Resumed while another thread still holds it (a shutdown's drain resumes every request):
-     * that thread may have queued its answer and not yet let go of the request, which the
-     * answer's completion would free under it. Suspended again: that thread resumes it. */
-    if (s->o.held && s->o.held(r, s->o.app)) {
-        hs_suspend(r);
+     * suspended again, under the lock its hs_release takes, which resumes it once that thread
+     * has let go — its answer, perhaps queued already, is sent then. */
+    if (r->held) {
+        int added = suspended_add_locked(s, r);
+        pthread_mutex_unlock(&s->mu);
+        if (added)
+            MHD_suspend_connection(r->conn);
         return MHD_YES;
     }
-    pthread_mutex_lock(&s->mu);
     struct MHD_Response *resp = r->pending;
     int status = r->pending_status;
     r->pending = NULL;

@@ -234,13 +234,6 @@ static int upload_allowed(const char *path, void *app)
     return rt && rt->multipart;
 }
 
-/* hs_options.held: a request a database worker still works on (api_req_offloaded). */
-static int held(const struct hs_req *r, void *app)
-{
-    (void)app;
-    return api_req_begun(r) && api_req_offloaded(r);
-}
-
 struct hs_server *routes_listen(struct api *a)
 {
     const struct cfg *cfg = api_config(a);
@@ -259,7 +252,6 @@ struct hs_server *routes_listen(struct api *a)
                            .upload_allowed = upload_allowed,
                            .app = a,
                            .handle = on_handle,
-                           .held = held,
                            .reject = on_reject,
                            .done = on_done};
     return hs_start(&o);

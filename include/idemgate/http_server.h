@@ -64,10 +64,6 @@ struct hs_options {
     /* Called on a server thread once the body is complete, and once more after each
      * resumption of a suspended request. It must answer (hs_respond) or suspend (hs_suspend). */
     void (*handle)(struct hs_req *r, void *app);
-    /* Whether another thread still works on this suspended request (NULL: never). A request
-     * resumed while it is (hs_drain resumes every one) is suspended again before anything else —
-     * its answer, already queued, included: that thread resumes it once it is done with it. */
-    int (*held)(const struct hs_req *r, void *app);
     /* Called instead of handle (framing) or after it (no answer); it must answer. */
     void (*reject)(struct hs_req *r, enum hs_reject why, void *app);
     /* Called once per request when it is over, before its state is freed: status is that of
@@ -128,6 +124,13 @@ void hs_req_set_state(struct hs_req *r, void *state, void (*free_fn)(void *state
  * resumed (by hs_drain or hs_stop at shutdown) does nothing. */
 void hs_suspend(struct hs_req *r);
 void hs_resume(void *r);
+/* hs_suspend for a request another thread now holds (works on, and answers): until that thread
+ * calls hs_release, a resumption of it (hs_drain resumes every request) suspends it again before
+ * anything else — its answer, queued meanwhile, included: the answer's completion would free the
+ * request under that thread. hs_release lets go of it and resumes it; that thread must not
+ * touch it afterwards. */
+void hs_suspend_held(struct hs_req *r);
+void hs_release(struct hs_req *r);
 
 /* Queues the response. headers: NULL-terminated list of name, value pairs (a NULL name ends it);
  * may be NULL. Adds X-Request-Id and Cache-Control: no-store, and Connection: close once the
