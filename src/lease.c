@@ -844,8 +844,8 @@ void store_finish_evidence(struct store_finish *f, const struct up_response *res
     }
 }
 
-/* Set once the process stops (store_finish_stopping): a result write that cannot reach the
- * database gives up once past its window. */
+/* Set once the process stops (store_finish_stopping): a batch whose database is out of reach
+ * gives up its other rows once one gave up. */
 static atomic_int finish_stopping;
 
 void store_finish_stopping(void)
@@ -855,12 +855,13 @@ void store_finish_stopping(void)
 
 /* Runs finish until it is written or fenced: a result is never dropped for a lost connection (a
  * PostgreSQL restart), the fenced write being safe to run again on a new connection. While the
- * database cannot be reached it keeps trying: once it answers, the write is applied, or fenced
- * if a replica that could reach it moved the operation on — safe either way; if every replica
- * lost it, nobody could. Only a stopping process gives up, and not before the write's window
- * (bo_result_write_window_s: the lease, then a reaped row's grace) has passed: a write dropped
- * then leaves the row to the reaper (unknown, never resent blindly). *lost says a connection was
- * lost on the way. */
+ * database cannot be reached it keeps trying for as long as the write may still be accepted
+ * (bo_result_write_window_s: the lease, then a reaped row's grace); past that, a replica that
+ * could reach it may have moved the operation on (the write would be fenced), and a write
+ * dropped leaves the row to the reaper: unknown, never resent blindly. (Not until the database
+ * answers: an error that only looks like a lost connection — a Citus worker out of reach, 08006
+ * from a healthy coordinator — would hold this thread, and its batch, for the whole outage.)
+ * *lost says a connection was lost on the way. */
 static int finish_run(struct db *db, const struct store_finish *f, const struct param *ps,
                       size_t n, PGresult **r, int *lost)
 {
@@ -869,7 +870,7 @@ static int finish_run(struct db *db, const struct store_finish *f, const struct 
     double give_up = clock_mono() + bo_result_write_window_s(f->lease_remaining_s, REAP_GRACE_N);
     while ((e = db_run(db, &finish, ps, n, r)) == STORE_EUNAVAIL || e == STORE_ERETRY) {
         *lost |= e == STORE_EUNAVAIL;
-        if (clock_mono() > give_up && atomic_load(&finish_stopping))
+        if (clock_mono() > give_up)
             return e;
         LOG(LOG_WARN, "result_write_retry", LS("job_id", f->id), LI("store_error", e),
             LI("wait_ms", wait_ms));

@@ -92,15 +92,14 @@ long long bo_full_jitter_ms(int attempt, long long base_ms, long long cap_ms, do
 int bo_budget_allows(int attempts_made, int max_attempts, long long elapsed_ms,
                      long long deadline_ms, long long delay_ms);
 
-/* How long a stopping process's result write keeps trying while the database cannot be reached
- * (lease.c; a running one tries until it answers), in seconds from when it first tries: at
- * least BO_RESULT_WRITE_MIN_S, and as long as the write may still be accepted — the lease left
- * when it was claimed (lease_remaining_s, an upper bound of what is left now), then the grace a
- * reaped row keeps for its worker's late result (reap_grace_s) and a margin for the reaper's
- * own interval. Before, every write gave up after 120 s: a paid result was dropped while its
- * lease (180 s by default) still held, the job reconciled without it. Giving up after the write
- * is fenced changes nothing; giving up before loses a paid answer. A negative lease counts as
- * none, one over an hour as an hour. */
+/* How long a result write keeps trying while the database cannot be reached (lease.c), in
+ * seconds from when it first tries: at least BO_RESULT_WRITE_MIN_S, and as long as the write may
+ * still be accepted — the lease left when it was claimed (lease_remaining_s, an upper bound of
+ * what is left now), then the grace a reaped row keeps for its worker's late result
+ * (reap_grace_s) and a margin for the reaper's own interval. Before, every write gave up after
+ * 120 s: a paid result was dropped while its lease (180 s by default) still held, the job
+ * reconciled without it. Giving up after the write is fenced changes nothing; giving up before
+ * loses a paid answer. A negative lease counts as none, one over an hour as an hour. */
 #define BO_RESULT_WRITE_MIN_S 120.0
 #define BO_RESULT_WRITE_MARGIN_S 30.0
 double bo_result_write_window_s(double lease_remaining_s, double reap_grace_s);

@@ -185,8 +185,9 @@ void store_finish_evidence(struct store_finish *f, const struct up_response *res
  * claim was lost (fenced): the attempt is then recorded with decision 'fenced' and the operation
  * is unchanged. Once applied, the state written is passed to wake_state (wake.h): prepared wakes
  * the dispatchers, completed and failed the job's waiting clients, in every replica. */
-/* The process stops: from now a result write that cannot reach the database gives up once past
- * its window (store_finish), instead of trying until the database answers. */
+/* The process stops: from now a batch of results whose database is out of reach gives up its
+ * other rows at once once one row gave up (store_finish_many), instead of each row's window in
+ * turn holding the stop. */
 void store_finish_stopping(void);
 
 /* store_finish for n results in one transaction (one round trip, one WAL flush), each fenced
