@@ -3,11 +3,12 @@
 -- output still `pending` (a backlog older than job_ttl_hours, a URL that outlives it, a copy under
 -- a worker's lease) was deleted uncounted — the copy's end fenced, only logged, the paid output
 -- never archived. The job is now deleted by the first sweep after its last copy ended (archived,
--- failed or expired), or once no copy can still be made: the output's URL has expired, or a
--- second ttl has passed since the job's expiry (a provider no replica archives any more, every
--- replica's archive_workers at 0: kept for ever, the tables would only grow). Until then it
--- answers its key as before, and the archive_pending and archive_oldest gauges show what holds
--- it. The rest of idemgate_janitor is as in 0032.
+-- failed or expired), or once no copy can still be made and none is being made: the output's
+-- URL has expired, or a second ttl has passed since the job could first be deleted (a provider
+-- no replica archives any more, every replica's archive_workers at 0: kept for ever, the tables
+-- would only grow) — and no worker holds a lease on it. Until then it answers its key as before,
+-- and the archive_pending and archive_oldest gauges show what holds it. The rest of
+-- idemgate_janitor is as in 0032.
 CREATE OR REPLACE FUNCTION idemgate_janitor(p_tenant bigint, p_limit integer)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -51,8 +52,11 @@ BEGIN
                       AND t.written_at < v_settled)
           AND NOT EXISTS (SELECT 1 FROM archive_outputs a WHERE a.tenant_id = p_tenant
                           AND a.op_id = o.id AND a.state = 'pending'
-                          AND (a.expires_at IS NULL OR a.expires_at > v_now)
-                          AND o.expires_at + (o.expires_at - o.created_at) > v_now)
+                          AND (a.lease_expires_at > v_now
+                               OR ((a.expires_at IS NULL OR a.expires_at > v_now)
+                                   AND greatest(o.expires_at, o.finished_at
+                                                + (o.expires_at - o.created_at))
+                                       + (o.expires_at - o.created_at) > v_now)))
         ORDER BY o.expires_at LIMIT p_limit
         FOR UPDATE OF o SKIP LOCKED) x;
     IF v_ids IS NULL THEN
@@ -66,8 +70,11 @@ BEGIN
         WHERE o.tenant_id = p_tenant AND o.id = ANY (v_ids)
           AND NOT EXISTS (SELECT 1 FROM archive_outputs a WHERE a.tenant_id = p_tenant
                           AND a.op_id = o.id AND a.state = 'pending'
-                          AND (a.expires_at IS NULL OR a.expires_at > v_now)
-                          AND o.expires_at + (o.expires_at - o.created_at) > v_now)) x;
+                          AND (a.lease_expires_at > v_now
+                               OR ((a.expires_at IS NULL OR a.expires_at > v_now)
+                                   AND greatest(o.expires_at, o.finished_at
+                                                + (o.expires_at - o.created_at))
+                                       + (o.expires_at - o.created_at) > v_now)))) x;
     IF v_ids IS NULL THEN
         RETURN v_done;
     END IF;

@@ -519,18 +519,22 @@ def test_an_expired_job_is_kept_while_an_output_is_still_to_be_archived(database
     than the ttl, a copy under a worker's lease) is kept, its archive row with it, until the copy
     ends; the next sweep then deletes both. Before, the janitor deleted the pending row with its
     job: the paid output was never archived and nothing counted it. A copy that can no longer be
-    made keeps nothing: its URL expired, or a second ttl has passed since the job's expiry (no
-    replica archives it: kept for ever, the tables would only grow)."""
+    made, and that no worker is making, keeps nothing: its URL expired, or a second ttl has
+    passed since the job could first be deleted (no replica archives it: kept for ever, the
+    tables would only grow)."""
     name = "tomb-" + uuid.uuid4().hex[:8]
     tenant_token(database_url, name)
     tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
-    # what: (output state, its URL's expiry, the job's age in days, days since its expiry)
-    kinds = {"held": ("pending", "NULL", 9, 1), "free": ("archived", "NULL", 9, 1),
-             "url-gone": ("pending", "now() - interval '1 hour'", 9, 1),
-             "twice-expired": ("pending", "NULL", 25, 15)}
+    # what: (output state, its URL's expiry, the job's age in days, days since its expiry,
+    # a worker's lease on the copy)
+    gone = "now() - interval '1 hour'"
+    kinds = {"held": ("pending", "NULL", 9, 1, True), "free": ("archived", "NULL", 9, 1, False),
+             "url-gone": ("pending", gone, 9, 1, False),
+             "twice-expired": ("pending", "NULL", 25, 15, False),
+             "copying": ("pending", gone, 25, 15, True)}
     jobs = {what: f"job_{what[:4]}{uuid.uuid4().hex[:8]}" for what in kinds}
     for i, (what, job_id) in enumerate(jobs.items()):
-        state, url_expiry, age, expired = kinds[what]
+        state, url_expiry, age, expired, leased = kinds[what]
         assert psql(f"SELECT idemgate_intake({tid}, 'k{i}', '{job_id}', '00', 1::smallint, "
                     "'tomb-prov', 'r', 'POST', 'http://x', '', '\\x00'::bytea, 24, NULL, "
                     "'none', NULL, NULL, NULL, 60, 0, NULL, false, now())")[0][0] == "1"
@@ -539,12 +543,12 @@ def test_an_expired_job_is_kept_while_an_output_is_still_to_be_archived(database
              f"created_at = now() - interval '{age} days', "
              f"expires_at = now() - interval '{expired} days' "
              f"WHERE tenant_id = {tid} AND id = '{job_id}'")
-        # One output each, the pending ones under a worker's lease.
-        owner = "'w1'" if state == "pending" else "NULL"
+        # One output each, some under a worker's lease (a copy in progress).
+        owner, until = ("'w1'", "now() + interval '1 minute'") if leased else ("NULL", "NULL")
         psql(f"INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
              f"state, lease_owner, lease_version, lease_expires_at, expires_at) VALUES ({tid}, "
              f"'{job_id}', 0, 'tomb-prov', 'url', 'http://x/o.png', '{state}', {owner}, 1, "
-             f"now() + interval '1 minute', {url_expiry})")
+             f"{until}, {url_expiry})")
 
     def kept(what):
         return psql(f"SELECT (SELECT count(*) FROM operations WHERE tenant_id = {tid} "
@@ -555,6 +559,7 @@ def test_an_expired_job_is_kept_while_an_output_is_still_to_be_archived(database
     settle_tombstones(psql)
     psql(f"SELECT idemgate_janitor({tid}, 10)")
     assert kept("held") == ["1", "1"], "a pending output was deleted with its job"
+    assert kept("copying") == ["1", "1"], "an output was deleted while a worker copied it"
     for what in ("free", "url-gone", "twice-expired"):
         assert kept(what) == ["0", "0"], what
     # The copy ends (its output expired at the provider): the next sweep deletes both.
