@@ -12,7 +12,7 @@
  * outcome, decide the next state, and record both under the lease (a fenced write is dropped and
  * logged). Shared by the dispatcher (prepared → sending) and the reconciler (unknown → sending, a
  * resend under the same provider idempotency key). claimed_mono is when the lease was granted,
- * by CLOCK_MONOTONIC. The call itself runs on the call engine (engine.h), so the attempt is made
+ * by clock_mono(). The call itself runs on the call engine (engine.h), so the attempt is made
  * in steps: attempt_begin does what comes before the call (on a born reservation,
  * lease_begin_send) and takes the claim (c is left empty) into *out; -1 when nothing is to be
  * sent (the outcome, if any, is written; c is the caller's to free). attempt_xfer builds the

@@ -127,7 +127,7 @@ __attribute__((warn_unused_result)) int lease_release_reservation(struct db *db,
  * the write inserts claimed, and what the write answered. */
 struct archive_born {
     int taken;      /* outputs the archive holds room for */
-    double mono;    /* CLOCK_MONOTONIC before the write: the born leases are no older */
+    double mono;    /* clock_mono() before the write: the born leases are no older */
     char *inserted; /* the write's answer: the outputs it inserted born ("0,2"), or NULL */
 };
 
