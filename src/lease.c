@@ -1146,10 +1146,10 @@ int store_note_remote(struct db *db, long long tenant_id, const char *id, long l
 /* A verified webhook's hint put back after the reconciler's read of its task failed for a
  * reason that says nothing of the task (no answer, a 5xx, a 404 before it is visible): a
  * verdict's write (kind reconcile) clears the hint, and the provider never delivers that event
- * again (deduped). The verdict `hint_unread` keeps it in its own write (FINISH_SET: no crash
- * between the two can lose it); the distributed function (idemgate_finish, migration 0031)
- * clears it, and this puts it back there. Fenced by the reconciler's token; only on a row still
- * unknown and unhinted (on plain PostgreSQL, a no-op). */
+ * again (deduped). The verdict `hint_unread` keeps it in its own write (FINISH_SET, and the
+ * distributed function since migration 0034: no crash between two statements can lose it);
+ * this is for a database still on the older function during a rolling upgrade. Fenced by the
+ * reconciler's token; only on a row still unknown and unhinted (otherwise a no-op). */
 static const struct db_stmt keep_hint = {
     .name = "keep_hint",
     .sql = "UPDATE operations SET webhook_hint = $4 "

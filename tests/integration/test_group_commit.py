@@ -559,10 +559,12 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
                  headers="'{\"content-type\": \"application/json\"}'", body="'\\x7b7d'::bytea",
                  error="NULL", remote="NULL", retry_ms="0", frm="'sending'", kind="'create'",
                  received="1", requested="1", usage="NULL", poll_url="NULL", deadline="NULL",
-                 pstatus="NULL", outputs="NULL", ambiguous="false", cost="NULL", plan="NULL")
+                 pstatus="NULL", outputs="NULL", ambiguous="false", cost="NULL", plan="NULL",
+                 outcome="'ok'")
         v.update(a)
         return [str(tid), f"'{op_id}'", v["lease"], v["state"], v["status"], v["headers"],
-                v["body"], v["error"], v["remote"], "1700000000.5", "1700000001.25", "'ok'", "0",
+                v["body"], v["error"], v["remote"], "1700000000.5", "1700000001.25", v["outcome"],
+                "0",
                 "42", v["retry_ms"], v["frm"], v["kind"], v["received"], v["requested"],
                 v["usage"], v["poll_url"], v["deadline"], v["pstatus"], v["outputs"],
                 v["ambiguous"], v["cost"], v["plan"]]
@@ -632,6 +634,11 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         ("reconcile", "unknown", "webhook_hint='done';ambiguous_at=now()",
          {"state": "'unknown'", "frm": "'unknown'", "kind": "'reconcile'", "retry_ms": "30000",
           "status": "NULL"}),
+        # A verdict whose read of the hinted task failed: the hint is kept by the write itself
+        # (migration 0034), not put back by a statement of its own.
+        ("reconcile_unread", "unknown", "webhook_hint='done';ambiguous_at=now()",
+         {"state": "'unknown'", "frm": "'unknown'", "kind": "'reconcile'", "retry_ms": "30000",
+          "status": "NULL", "outcome": "'hint_unread'"}),
         ("ambiguous", "sending", "", {"state": "'unknown'", "status": "NULL", "retry_ms": "5000",
                                       "deadline": "3600000", "error": "'timeout'"}),
         # A signed webhook named the task while the create was in flight: due at once; and
@@ -682,6 +689,8 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     # The cases wrote what each is for (a comparison of two writes that did nothing proves
     # nothing).
     assert row("p_fenced")[0][0] == "sending" and attempts("p_fenced")[0][8] == "fenced"
+    # A reconcile verdict clears the hint, but one whose read of the hinted task failed keeps it.
+    assert row("p_reconcile")[0][14] == "" and row("p_reconcile_unread")[0][14] == "done"
     assert len(archive("p_done")) == 2 and row("p_done")[0][15] == "12"
     assert row("p_canceled")[0][0] == "failed" and row("p_canceled_maybe")[0][0] == "unknown"
     assert row("p_hinted")[0][14] == "task-9" and row("p_hinted")[0][20] == "0", row("p_hinted")
