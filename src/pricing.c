@@ -57,6 +57,7 @@ static const struct memb variant_table_m[] = {
 };
 static const struct memb_table variant_table_t = MEMB_TABLE(variant_table_m, &table_t);
 static const struct memb variants_m[] = {
+    {"default_when", MEMB_VALUE, NULL},
     {"defaults", MEMB_VALUE, NULL},
     {"keys", MEMB_VALUE, NULL},
     {"tables", MEMB_MAP, &variant_table_t}, /* keyed by request values */
@@ -222,6 +223,64 @@ static int load_table(const cJSON *j, struct price_table *t, int nested, char *e
                       size_t errlen);
 
 /* "variants": {"keys", "defaults", "tables": {value: table}}; each table inherits the currency. */
+/* variants.default_when: [{"variant": name, "if": ["$.path", "$.path=value", …]}, …]. */
+static int load_when(const cJSON *v, struct price_table *t, char *err, size_t errlen)
+{
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(v, "default_when");
+    if (!w)
+        return 0;
+    int n = cJSON_GetArraySize(w);
+    if (!cJSON_IsArray(w) || n < 1 || n > PRICE_MAX_WHEN || t->variant_keys.n != 1) {
+        errf(err, errlen, "pricing.variants.default_when must be a list of 1 to %d rules, with "
+                          "one variant key", PRICE_MAX_WHEN);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *r = cJSON_GetArrayItem(w, i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(r, "variant");
+        const cJSON *conds = cJSON_GetObjectItemCaseSensitive(r, "if");
+        int m = cJSON_GetArraySize(conds);
+        int named = 0;
+        for (size_t k = 0; cJSON_IsString(name) && k < t->n_variants; k++)
+            named |= strcmp(t->variants[k].key, name->valuestring) == 0;
+        if (!cJSON_IsObject(r) || !named || !cJSON_IsArray(conds) || m < 1 ||
+            m > PRICE_MAX_WHEN_IF) {
+            errf(err, errlen, "pricing.variants.default_when[%d] needs \"variant\" (a table "
+                              "of tables) and \"if\" (1 to %d conditions)", i, PRICE_MAX_WHEN_IF);
+            return -1;
+        }
+        struct price_when *pw = &t->when[t->n_when++]; /* freed with t from here */
+        if (!(pw->variant = strdup(name->valuestring)))
+            return -1;
+        for (int k = 0; k < m; k++) {
+            const cJSON *c = cJSON_GetArrayItem(conds, k);
+            const char *eq = cJSON_IsString(c) ? strchr(c->valuestring, '=') : NULL;
+            char path[256];
+            const char *why = NULL;
+            size_t plen = eq ? (size_t)(eq - c->valuestring)
+                         : cJSON_IsString(c) ? strlen(c->valuestring) : sizeof(path);
+            if (plen >= sizeof(path)) {
+                errf(err, errlen, "pricing.variants.default_when[%d].if[%d] must be \"$.path\" "
+                                  "or \"$.path=value\"", i, k);
+                return -1;
+            }
+            memcpy(path, c->valuestring, plen);
+            path[plen] = '\0';
+            if (jpath_compile(path, &pw->paths[pw->n], &why) < 0) {
+                errf(err, errlen, "pricing.variants.default_when[%d].if[%d]: %s", i, k,
+                     why ? why : "not a path");
+                return -1;
+            }
+            if (eq && !(pw->values[pw->n] = strdup(eq + 1))) {
+                jpath_free(pw->paths[pw->n]);
+                return -1;
+            }
+            pw->n++;
+        }
+    }
+    return 0;
+}
+
 static int load_variants(const cJSON *v, struct price_table *t, char *err, size_t errlen)
 {
     const cJSON *tables = cJSON_GetObjectItemCaseSensitive(v, "tables");
@@ -251,7 +310,7 @@ static int load_variants(const cJSON *v, struct price_table *t, char *err, size_
         if (!pv->key || !pv->table.currency)
             return -1;
     }
-    return 0;
+    return load_when(v, t, err, errlen);
 }
 
 /* Every member but currency and source; nested: a variant's table (no variants of its own). */
@@ -386,6 +445,13 @@ void price_table_fini(struct price_table *t)
         jpath_free(t->tokens_out_asked[i]);
     jpath_free(t->choices);
     keys_fini(&t->variant_keys);
+    for (size_t i = 0; i < t->n_when; i++) {
+        free(t->when[i].variant);
+        for (size_t k = 0; k < t->when[i].n; k++) {
+            jpath_free(t->when[i].paths[k]);
+            free(t->when[i].values[k]);
+        }
+    }
     for (size_t i = 0; i < t->n_variants; i++) {
         free(t->variants[i].key);
         price_table_fini(&t->variants[i].table);
@@ -436,11 +502,34 @@ static long long by_price(const struct price_by *t, const cJSON *body, long long
     return fallback;
 }
 
-/* The table that prices this request: the variant its values name, else t itself. */
+/* The variant default_when names for a request that names none, or NULL. */
+static const char *when_default(const struct price_table *t, const cJSON *body)
+{
+    char num[32];
+    if (!t->n_when || value_text(jpath_first(t->variant_keys.paths[0], body), num, sizeof(num)))
+        return NULL;
+    for (size_t i = 0; i < t->n_when; i++)
+        for (size_t k = 0; k < t->when[i].n; k++) {
+            const cJSON *v = jpath_first(t->when[i].paths[k], body);
+            const char *text = value_text(v, num, sizeof(num));
+            if (t->when[i].values[k] ? text && strcmp(text, t->when[i].values[k]) == 0
+                                     : v && !cJSON_IsNull(v))
+                return t->when[i].variant;
+        }
+    return NULL;
+}
+
+/* The table that prices this request: the variant its values name (or default_when's), else t
+ * itself. */
 static const struct price_table *pick(const struct price_table *t, const cJSON *body)
 {
     char key[256];
-    if (!t->n_variants || request_key(&t->variant_keys, body, key, sizeof(key)) < 0)
+    if (!t->n_variants)
+        return t;
+    const char *when = when_default(t, body);
+    if (when)
+        snprintf(key, sizeof(key), "%s", when);
+    else if (request_key(&t->variant_keys, body, key, sizeof(key)) < 0)
         return t;
     for (size_t i = 0; i < t->n_variants; i++)
         if (strcmp(t->variants[i].key, key) == 0)

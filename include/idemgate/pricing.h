@@ -78,6 +78,19 @@ struct price_by {
 
 struct price_variant;
 
+/* variants.default_when: the variant a request that names none is priced by when one of its
+ * conditions holds ("$.background": present and not null; "$.quality=high": that value), before
+ * variants.defaults — an API whose default model depends on the parameters used (OpenAI's images:
+ * dall-e-2 unless a GPT image parameter is given). */
+#define PRICE_MAX_WHEN 4
+#define PRICE_MAX_WHEN_IF 16
+struct price_when {
+    char *variant;
+    size_t n;
+    struct jpath *paths[PRICE_MAX_WHEN_IF];
+    char *values[PRICE_MAX_WHEN_IF]; /* NULL: the member is present */
+};
+
 struct price_table {
     int present; /* 0: the provider has no price table; every cost is 0 and no currency */
     char *currency;
@@ -106,6 +119,8 @@ struct price_table {
     struct price_keys variant_keys;  /* a whole table per request value (the model) */
     struct price_variant *variants;
     size_t n_variants;
+    struct price_when when[PRICE_MAX_WHEN]; /* variants.default_when (one variant key only) */
+    size_t n_when;
     long long fallback_per_output; /* the price per output of an unlisted request, when */
     int has_fallback;              /* fallback_per_output is set (top level only) */
 };

@@ -230,6 +230,17 @@ static const struct shipped_case shipped_cases[] = {
     {"openai-images", "{\"model\":\"dall-e-3\",\"quality\":\"hd\",\"size\":\"1792x1024\"}", 1, 1,
      NULL, 120000, 120000},
     {"openai-images", "{\"size\":\"512x512\"}", 1, 1, NULL, 18000, 18000},
+    /* No model: dall-e-2, unless a GPT image parameter is given (OpenAI's own default) — then
+     * gpt-image-1 (variants.default_when). Ten high 1536x1024 images were priced as dall-e-2's
+     * ten at its 1024x1024 default, $0.20 for up to $2.50. */
+    {"openai-images", "{\"quality\":\"high\",\"size\":\"1536x1024\",\"n\":10}", 10, 10, NULL,
+     2500000, 2500000},
+    {"openai-images", "{\"background\":\"transparent\"}", 1, 1, NULL, 250000, 250000},
+    {"openai-images", "{\"output_format\":null,\"size\":\"256x256\"}", 1, 1, NULL, 16000, 16000},
+    {"openai-images", "{\"quality\":\"standard\",\"size\":\"1024x1024\"}", 1, 1, NULL, 20000,
+     20000},
+    {"openai-images", "{\"model\":\"dall-e-3\",\"quality\":\"high\"}", 1, 1, NULL, 120000,
+     120000}, /* a model named: default_when does not apply */
     {"openai-images", "{\"model\":\"gpt-image-2\"}", 1, 1, NULL, 0, 0},
     {"openai-videos", "{\"model\":\"sora-2-pro\",\"size\":\"1792x1024\",\"seconds\":\"8\"}", 1, 1,
      NULL, 4000000, 4000000},
@@ -517,6 +528,16 @@ static const struct bad_table bad_tables[] = {
     {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"]}}", "variants"},
     {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"m\":5}}}",
      "variants.tables.m"},
+    /* default_when: a variant the tables name, conditions that are paths, one variant key. */
+    {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"m\":{}},"
+     "\"default_when\":[{\"variant\":\"x\",\"if\":[\"$.q\"]}]}}",
+     "variants.default_when[0]"},
+    {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"m\":{}},"
+     "\"default_when\":[{\"variant\":\"m\",\"if\":[\"q=1\"]}]}}",
+     "variants.default_when[0].if[0]"},
+    {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\",\"$.v\"],\"tables\":"
+     "{\"m|1\":{}},\"default_when\":[{\"variant\":\"m|1\",\"if\":[\"$.q\"]}]}}",
+     "variants.default_when"},
     {"{\"currency\":\"USD\",\"variants\":{\"keys\":[\"$.model\"],\"tables\":{\"m\":"
      "{\"per_output\":-1}}}}",
      "variants.tables.m.per_output"},
