@@ -490,16 +490,23 @@ static int request_key(const struct price_keys *k, const cJSON *body, char *key,
     return 0;
 }
 
-/* The price by request values (fallback: the request's values name no entry). */
-static long long by_price(const struct price_by *t, const cJSON *body, long long fallback)
+/* The entry the request's values name, or NULL. */
+static const struct price_entry *by_entry(const struct price_by *t, const cJSON *body)
 {
     char key[256];
     if (!t->k.n || request_key(&t->k, body, key, sizeof(key)) < 0)
-        return fallback;
+        return NULL;
     for (size_t i = 0; i < t->n_prices; i++)
         if (strcmp(t->prices[i].key, key) == 0)
-            return t->prices[i].micros;
-    return fallback;
+            return &t->prices[i];
+    return NULL;
+}
+
+/* The price by request values (fallback: the request's values name no entry). */
+static long long by_price(const struct price_by *t, const cJSON *body, long long fallback)
+{
+    const struct price_entry *e = by_entry(t, body);
+    return e ? e->micros : fallback;
 }
 
 /* The variant default_when names for a request that names none, or NULL. */
@@ -595,15 +602,7 @@ static long long tokens_price(const struct price_table *t, double in, double out
 /* 1 when a price by request values has entries and the request's values name none of them. */
 static int by_misses(const struct price_by *b, const cJSON *body)
 {
-    char key[256];
-    if (!b->k.n || !b->n_prices)
-        return 0;
-    if (request_key(&b->k, body, key, sizeof(key)) < 0)
-        return 1;
-    for (size_t i = 0; i < b->n_prices; i++)
-        if (strcmp(b->prices[i].key, key) == 0)
-            return 0;
-    return 1;
+    return b->k.n && b->n_prices && !by_entry(b, body);
 }
 
 /* 1 when the table does not list the request (doc, parsed): no variant names it and the
