@@ -445,9 +445,16 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         enum op_state next = st_resolve_target((enum st_resolution)what,
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
-        /* As POST /v1/jobs/ID/resolve: `absent` written only on a job read in review, whose
-         * remote id cannot change before the write. */
-        if (what == RES_ABSENT && j.state != ST_REVIEW) {
+        /* As POST /v1/jobs/ID/resolve: written only on a job read in review, whose remote id
+         * and webhook hint cannot change before the write. */
+        char hint[256] = "";
+        if (j.state == ST_REVIEW &&
+            store_job_hint(db, tenant_id, argv[1], hint, sizeof(hint)) != STORE_OK) {
+            fprintf(stderr, "idemgate: the job %s could not be read\n", argv[1]);
+            store_job_fini(&j);
+            goto resolved;
+        }
+        if (j.state != ST_REVIEW) {
             int same = j.resolution && !strcmp(j.resolution, outcome);
             printf("%s %s (%s)\n", j.id, st_name(j.state),
                    same ? "already resolved so" : "not in review");
@@ -455,17 +462,21 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
             store_job_fini(&j);
             goto resolved;
         }
-        int refused = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
+        int refused = ((j.remote_id && *j.remote_id) || *hint) &&
                       st_resend_refused((enum st_resolution)what, next, 1,
                                         has_flag(argc, argv, 3, resolve_opts, "--force"));
-        store_job_fini(&j);
         if (refused) {
-            fprintf(stderr, "idemgate: the provider's task for %s was seen (remote id): absent "
-                            "would send it again and pay a second task; resolve it found with "
-                            "that id, abandon it, or add --force when that id is not this job's\n",
-                    argv[1]);
+            fprintf(stderr, "idemgate: the provider's task for %s was seen (%s %s): absent "
+                            "would %s; resolve it found with that id, abandon it, or add --force "
+                            "when that id is not this job's\n",
+                    argv[1], j.remote_id && *j.remote_id ? "remote id" : "webhook hint",
+                    j.remote_id && *j.remote_id ? j.remote_id : hint,
+                    next == ST_PREPARED ? "send it again and pay a second task"
+                                        : "end it failed at no cost while its task exists");
+            store_job_fini(&j);
             goto resolved;
         }
+        store_job_fini(&j);
         if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next,
                           what == RES_FOUND ? remote : NULL, op ? op : "cli", &j,
                           &applied) == STORE_OK) {

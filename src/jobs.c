@@ -285,38 +285,51 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
         respond_resolved(r, e, 0, NULL, &res);
         goto done;
     }
-    const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider, strlen(j.provider));
-    int async = p && p->mode == CFG_MODE_ASYNC_POLL;
-    enum op_state next =
-        st_resolve_target(res.what, async, p && p->task_path, j.cancel_requested_at != NULL);
-    int unproven = res.what == RES_FOUND && !admin && j.state == ST_REVIEW &&
-                   (!p || !adoption_proven(p, j.id, res.remote));
-    /* An `absent` that sends the operation again is a creation at the provider: it passes the
-     * tenant gate (gate.h) — the rate of the job's tenant, whoever resolves it; its budget is
-     * the reservation and in-flight slot the operation has held since its intake. */
-    struct gate_pass pass;
-    int resend = next == ST_PREPARED && j.state == ST_REVIEW && !j.cancel_requested_at;
-    /* Read in review, a job's remote id stays as read until it is resolved (nothing else writes
-     * it; a cancel, a verified webhook or a resume may take a review its poll deadline made back
-     * to accepted, and the resolve's write then finds it no longer in review); read in another
-     * state, it may reach review with one before the write:
-     * an `absent` is written only for a job read in review, and answered from the job as read
-     * otherwise (the same decision applied already: a replay; else 409). */
-    int known = j.state == ST_REVIEW && j.remote_id && *j.remote_id &&
-                st_resend_refused(res.what, next, 1, admin && res.force);
-    if (res.what == RES_ABSENT && j.state != ST_REVIEW) {
+    /* A resolution is written only for a job read in review, and answered from the job as read
+     * otherwise (the same decision applied already: a replay; else 409). Read in another state,
+     * a job may reach review before the write (a poll deadline, a reconciler's verdict) with
+     * nothing of this decision checked against it: a tenant's `found` unproven (another
+     * tenant's task adopted), an `absent` against a task id it got meanwhile. Read in review, its
+     * remote id and webhook hint stay as read until it is resolved (nothing else writes them; a
+     * cancel, a verified webhook or a resume takes it out of review, and the write then finds
+     * it no longer there). */
+    if (j.state != ST_REVIEW) {
         respond_resolved(r, STORE_OK, 0, &j, &res);
         store_job_fini(&j);
         goto done;
     }
-    if (known) {
+    char hint[256];
+    if ((e = store_job_hint(api_db(r), t.id, id, hint, sizeof(hint))) < 0) {
         store_job_fini(&j);
-        reply_problem(r, 409, "task-known", "The job's task is known",
-                      "the provider's task for this job was seen (remote_id): `absent` would "
-                      "send it again and pay a second task. Resolve it `found` with that id, "
-                      "`abandon` it, or — with the admin token, when that id is not this job's — "
-                      "send \"force\": true",
-                      0);
+        respond_resolved(r, e, 0, NULL, &res);
+        goto done;
+    }
+    const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider, strlen(j.provider));
+    int async = p && p->mode == CFG_MODE_ASYNC_POLL;
+    enum op_state next =
+        st_resolve_target(res.what, async, p && p->task_path, j.cancel_requested_at != NULL);
+    int unproven = res.what == RES_FOUND && !admin && (!p || !adoption_proven(p, j.id, res.remote));
+    /* An `absent` that sends the operation again is a creation at the provider: it passes the
+     * tenant gate (gate.h) — the rate of the job's tenant, whoever resolves it; its budget is
+     * the reservation and in-flight slot the operation has held since its intake. */
+    struct gate_pass pass;
+    int resend = next == ST_PREPARED && !j.cancel_requested_at;
+    /* The task is known by the remote id on the row, or by the id a verified webhook named for
+     * this job and the reconciler could not read (kept on the row as its only proof). */
+    int known = ((j.remote_id && *j.remote_id) || *hint) &&
+                st_resend_refused(res.what, next, 1, admin && res.force);
+    if (known) {
+        char detail[640];
+        snprintf(detail, sizeof(detail),
+                 "the provider's task for this job was seen (%s %s): `absent` would %s. "
+                 "Resolve it `found` with that id, `abandon` it, or — with the admin token, when "
+                 "that id is not this job's — send \"force\": true",
+                 j.remote_id && *j.remote_id ? "remote_id" : "a verified webhook named",
+                 j.remote_id && *j.remote_id ? j.remote_id : hint,
+                 next == ST_PREPARED ? "send it again and pay a second task"
+                                     : "end it failed at no cost while its task exists");
+        store_job_fini(&j);
+        reply_problem(r, 409, "task-known", "The job's task is known", detail, 0);
         goto done;
     }
     int retry_after = resend ? gate_admit(r, &(struct gate_req){.token_hash = token}, &pass) : 0;

@@ -86,5 +86,6 @@ enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
 
 int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, int forced)
 {
-    return r == RES_ABSENT && next == ST_PREPARED && task_known && !forced;
+    (void)next;
+    return r == RES_ABSENT && task_known && !forced;
 }

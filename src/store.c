@@ -895,7 +895,10 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * `sending` too (a create whose answer is then lost: the hint was parked under the task's id,
  * which the row never got, and the provider never delivers that event again), and of one sent
  * and waiting to be sent again (`prepared` after a back-off or an `absent` verdict: the task
- * exists, so it is `unknown` now, never sent again — webhooks usually follow the answer).
+ * exists, so it is `unknown` now, never sent again — webhooks usually follow the answer), and
+ * of one in `review` without a remote id (a create whose answer was lost, past its recovery
+ * window: `unknown` again, its task read and adopted — before, the event was parked under a
+ * task id the row never got, and an operator's later `absent` paid a second task).
  * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
  * status read forward to no sooner than 5 s after the row last changed. No state changes.
  * The provider names its task, not our tenant: a read finds the tenants of the operations with
@@ -915,18 +918,20 @@ static const struct db_stmt webhook_find = {
     "GROUP BY tenant_id",
     .params = DB_PARAMS("provider", "remote_id", "client_ref"),
 };
-/* A rescue takes an `unknown` or `prepared` row from whoever wrote it last or holds it: a new
- * fencing token, no lease, due now. A reconciler's verdict in flight was decided without the
- * hint — an `absent` from a search behind the provider's own events would send the create again
- * — and so was one that committed but whose answer was lost, which finish_run writes again on a
- * new connection: either is fenced now, dropped, and the next claim reads the hint. Not taken: a
+/* A rescue takes a `review`, `unknown` or `prepared` row from whoever wrote it last or holds
+ * it: a new fencing token, no lease, due now. A reconciler's verdict in flight was decided
+ * without the hint — an `absent` from a search behind the provider's own events would send the
+ * create again — and so was one that committed but whose answer was lost, which finish_run
+ * writes again on a new connection: either is fenced now, dropped, and the next claim reads the
+ * hint. Not taken: a
  * `sending` row (its create's write keeps the hint: FINISH_HINTED), a row the reaper made unknown
  * and nobody claimed since (its token waits for the late result: lease_owner NULL, its lease's
  * end kept), and an `unknown` row that holds this hint already (its reader is not started again
  * by every event the provider sends of one task). */
 #define RESCUE_TAKES                                                                               \
-    "((state = 'prepared' OR (state = 'unknown' AND webhook_hint IS DISTINCT FROM $3)) "          \
-    " AND NOT (lease_owner IS NULL AND lease_expires_at IS NOT NULL))"
+    "(state = 'review' OR ((state = 'prepared' "                                                  \
+    " OR (state = 'unknown' AND webhook_hint IS DISTINCT FROM $3)) "                              \
+    " AND NOT (lease_owner IS NULL AND lease_expires_at IS NOT NULL)))"
 static const struct db_stmt webhook_signed = {
     .name = "webhook_signed",
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "
@@ -938,7 +943,7 @@ static const struct db_stmt webhook_signed = {
     "  AND (" KEYED_STATE("state") " = 'accepted' OR (" KEYED_STATE("state") " = 'review' "
     "   AND poll_deadline_at IS NOT NULL)) AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "rescue AS (UPDATE operations SET webhook_hint = $3, "
-    " state = CASE WHEN state = 'prepared' THEN 'unknown' ELSE state END, "
+    " state = CASE WHEN state IN ('prepared', 'review') THEN 'unknown' ELSE state END, "
     " ambiguous_at = CASE WHEN state = 'prepared' THEN c.at ELSE ambiguous_at END, "
     " lease_version = CASE WHEN " RESCUE_TAKES " THEN lease_version + 1 ELSE lease_version END, "
     " lease_owner = CASE WHEN " RESCUE_TAKES " THEN NULL ELSE lease_owner END, "
@@ -949,7 +954,7 @@ static const struct db_stmt webhook_signed = {
     "  OR (lease_owner IS NULL AND lease_expires_at IS NOT NULL) "
     "  THEN next_attempt_at ELSE c.at END FROM c "
     " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
-    "  AND provider = $1 AND (" KEYED_STATE("state") " IN ('unknown', 'sending') "
+    "  AND provider = $1 AND (" KEYED_STATE("state") " IN ('unknown', 'sending', 'review') "
     "   OR (" KEYED_STATE("state") " = 'prepared' AND first_sent_at IS NOT NULL "
     "    AND lease_owner IS NULL)) "
     "  AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
@@ -962,7 +967,7 @@ static const struct db_stmt webhook_signed = {
                         "tenant_ids", "linked"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN},
                       {ST_SENDING, ST_SENDING}, {ST_REVIEW, ST_ACCEPTED},
-                      {ST_PREPARED, ST_UNKNOWN}),
+                      {ST_PREPARED, ST_UNKNOWN}, {ST_REVIEW, ST_UNKNOWN}),
 };
 
 static const struct db_stmt webhook_unsigned = {
@@ -1922,6 +1927,32 @@ static const struct db_stmt job_attempts = {
     " FROM attempts a WHERE a.tenant_id = $1 AND a.operation_id = $2 ORDER BY a.seq",
     .params = DB_PARAMS("tenant_id", "job_id"),
 };
+/* The task id a verified webhook named for a job and left on its row, not yet read (the
+ * reconciler keeps it when the task could not be read: reconciler.c, keep_hint), or none. Read
+ * by a resolve with the job in review, where nothing else writes it (a webhook takes a review
+ * back to unknown instead: webhook_signed). */
+static const struct db_stmt job_hint = {
+    .rerun_safe = 1,
+    .name = "job_hint",
+    .sql = "SELECT webhook_hint FROM operations WHERE tenant_id = $1 AND id = $2",
+    .params = DB_PARAMS("tenant_id", "job_id"),
+};
+
+int store_job_hint(struct db *db, long long tenant_id, const char *job_id, char *out, size_t cap)
+{
+    PGresult *r;
+    *out = '\0';
+    int e = db_run(db, &job_hint, DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id)),
+                   &r);
+    if (e < 0)
+        return e;
+    e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
+    if (e == STORE_OK && !PQgetisnull(r, 0, 0))
+        snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return e;
+}
+
 static const struct db_stmt admin_tenant_of = {
     .rerun_safe = 1,
     .name = "admin_tenant_of",
@@ -2141,6 +2172,7 @@ static const struct db_stmt *const statements[] = {
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &gauges_terminal,
     &admin_jobs_list, &admin_jobs_in_state, &admin_jobs_by_key, &admin_overview,
     &admin_job_get,  &admin_tenant_of, &job_attempts, &tenant_of_token, &tenants_all,
+    &job_hint,
 };
 
 const struct db_stmt *const *store_statements(size_t *n)

@@ -42,11 +42,13 @@ int st_resolution_parse(const char *s);
  * operator's word; a cancelled operation is never sent again (absent → failed). */
 enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
                                 int cancel_requested);
-/* Whether a resolution to next is refused because it would send again a job whose task the
- * gateway has seen (task_known: the row holds a remote id — a task found whose status or result
- * could not be read, the id a cut stream named): `absent` then pays a second task, and the one
- * known is overwritten by the new create's. Only forced — the admin's word that the id is not
- * this job's, e.g. one an operator named by mistake — does it go through. */
+/* Whether an `absent` is refused because the gateway has seen the job's task (task_known: the
+ * row holds a remote id — a task found whose status or result could not be read, the id a cut
+ * stream named — or a verified webhook's hint it could not read). To `prepared` it would pay a
+ * second task, the one known overwritten by the new create's; to `failed` (a cancelled job) it
+ * would end failed at cost 0 a job whose task exists and may be billed. Only forced — the
+ * admin's word that the id is not this job's, e.g. one an operator named by mistake — does it
+ * go through. (next: the state the resolution leads to; refused whatever it is.) */
 int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, int forced);
 
 #endif

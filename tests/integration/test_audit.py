@@ -915,6 +915,58 @@ def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mo
     assert len(real_creates(mock, job_id)) == 1
 
 
+def test_a_late_webhook_rescues_a_job_in_review(gateway_factory, token, mock):
+    """As d16, but the webhook comes after the job's recovery window sent it to review (no
+    remote id: the create's answer was lost). Before, the event was parked under a task id the
+    row never got and answered 200 (the provider does not deliver it again): the job stayed in
+    review, and an operator's `absent` paid a second task. Now the job is unknown again with the
+    hint, its task read, proven ours and adopted."""
+    gw, route = referenced_webhooks(gateway_factory, mock,
+                                    reconcile={"strategy": "none", "window_seconds": 2,
+                                               "interval_ms": 300})
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    j = wait_job(gw, token, job_id, {"review"}, 20)
+    assert j["state"] == "review" and not j.get("remote_id"), j
+    [create] = real_creates(mock, job_id)
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    j = wait_job(gw, token, job_id, {"completed", "failed"}, 20)
+    assert j["state"] == "completed" and j["remote_id"] == create["task_id"], \
+        f"a verified webhook naming our reference did not rescue the job in review: {j}"
+    assert len(real_creates(mock, job_id)) == 1
+
+
+def test_absent_is_refused_while_a_webhooks_task_is_unread(gateway_factory, token, mock, psql):
+    """A verified webhook named the job's task and the reconciler could not read it (the
+    provider holds its status answers): the hint is kept on the row, the job's only proof of a
+    paid task, and the job reaches review at the end of its window with it. Before, an `absent`
+    cleared the hint and sent the create again — a second paid task. Now it is refused (409
+    task-known, naming the task) unless the admin forces it; `found` with that id is the way."""
+    gw, route = referenced_webhooks(gateway_factory, mock,
+                                    reconcile={"strategy": "none", "window_seconds": 4,
+                                               "interval_ms": 300})
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"poll_delay_ms": 60000}},
+                       route=route).json()["id"]
+    assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
+    [create] = real_creates(mock, job_id)
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    j = wait_job(gw, token, job_id, {"review", "completed", "failed"}, 30)
+    assert j["state"] == "review", j
+    row = psql(f"SELECT webhook_hint, remote_id FROM operations WHERE id = '{job_id}'")
+    assert row == [[create["task_id"], ""]], row
+    r = resolve(gw, token, job_id, {"outcome": "absent"})
+    assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
+    assert create["task_id"] in r.json()["detail"], r.json()
+    time.sleep(1)
+    assert gw.job(token, job_id).json()["state"] == "review"
+    assert len(real_creates(mock, job_id)) == 1, "absent sent the create again"
+
+
 def test_d17_long_bearer_credentials_are_sent_whole(gateway_factory, token, mock):
     """Item 17. Before: the Authorization header was built in 1 KB buffers, so a 2 KB provider
     token was cut (401 at a real provider, tripping it for everyone). After: sent whole."""

@@ -108,7 +108,8 @@ static void test_resolutions(void **state)
     assert_int_equal(st_resolution_parse(NULL), -1);
 }
 
-/* An `absent` that would send again a job whose task was seen is refused unless forced. */
+/* An `absent` on a job whose task was seen is refused unless forced: sent again (prepared) or
+ * failed at cost 0 (a cancelled job). */
 static void test_a_known_task_is_not_sent_again(void **state)
 {
     (void)state;
@@ -118,8 +119,9 @@ static void test_a_known_task_is_not_sent_again(void **state)
         int known, forced, want;
     } rows[] = {
         {RES_ABSENT, ST_PREPARED, 1, 0, 1}, {RES_ABSENT, ST_PREPARED, 1, 1, 0},
-        {RES_ABSENT, ST_PREPARED, 0, 0, 0}, {RES_ABSENT, ST_FAILED, 1, 0, 0},
+        {RES_ABSENT, ST_PREPARED, 0, 0, 0}, {RES_ABSENT, ST_FAILED, 1, 0, 1},
         {RES_FOUND, ST_ACCEPTED, 1, 0, 0},  {RES_ABANDON, ST_FAILED, 1, 0, 0},
+        {RES_ABSENT, ST_FAILED, 1, 1, 0},   {RES_ABSENT, ST_FAILED, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         if (st_resend_refused(rows[i].r, rows[i].next, rows[i].known, rows[i].forced) !=
