@@ -943,6 +943,12 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
         release_unsent(db, c, ST_PREPARED, "provider is not configured on this replica");
         return -1;
     }
+    if (!pol_send_in_window(c->ambiguous_before, c->since_first_ms, p->recovery_window_ms)) {
+        release_unsent(db, c, ST_UNKNOWN,
+                       "an earlier attempt may have made the task and its recovery window has "
+                       "passed: not sent again (the reconciler decides)");
+        return -1;
+    }
     if (*c->credential && !getenv(c->credential)) {
         release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
         return -1;

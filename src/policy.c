@@ -112,6 +112,11 @@ int pol_needs_wait_inputs(enum cls_outcome outcome)
     return outcome == CLS_NOT_SENT || outcome == CLS_BACKOFF;
 }
 
+int pol_send_in_window(int ambiguous_before, long long since_first_ms, long recovery_window_ms)
+{
+    return !ambiguous_before || since_first_ms < recovery_window_ms;
+}
+
 enum op_state pol_unsendable(int ambiguous_before)
 {
     return ambiguous_before ? ST_UNKNOWN : ST_FAILED;

@@ -370,6 +370,30 @@ def test_b4_5xx_after_create_is_unknown_not_resent(gateway_factory, token, mock,
     assert len(ledger_all(mock, k["id"])) >= 2, "under a native key the resend is safe"
 
 
+def test_a_keyed_resend_due_past_its_recovery_window_is_not_sent(gateway_factory, token, mock):
+    """Under a native key a 5xx is backed off (`prepared` again, the attempt ambiguous: the task
+    may exist) and resent with the same key — safe while the provider still knows that key.
+    Here the resend falls due after the recovery window (the server's Retry-After is longer; in
+    production: a row held in `prepared` by a provider tripped by another job's refusal, or a
+    credential missing on the replicas that claim it). Before, the dispatcher sent it whenever
+    it was claimed, however late (the reconciler's resends check the window, the dispatcher's
+    did not): once the provider forgot the key, a second paid task. Now it is not sent: the
+    reconciler takes it, and with its window closed, review."""
+    gw = gateway_factory(providers=[
+        provider("kwin", mock.url, path="/v2/generations", route="generations",
+                 idempotency={"header": "Idempotency-Key"}, timeouts=HANG, retry=FAST_RETRY,
+                 reconcile={"strategy": "idempotent_resubmit", "window_seconds": 2,
+                            "interval_ms": 200})])
+    script(mock, [{"status": 502, "task_made": True, "retry_after": "4"}])
+    job_id = gw.submit(token, key(), {"prompt": "y"}, route="kwin/generations").json()["id"]
+    wait_ledger(mock, job_id)
+    j = wait_job(gw, token, job_id, {"review", "completed", "failed"}, 20)
+    assert j["state"] == "review", j
+    time.sleep(1)
+    sends = ledger_all(mock, job_id)
+    assert len(sends) == 1, f"sent again past its recovery window: {sends}"
+
+
 def test_b4_declared_not_created_status_is_resent_but_others_are_not(gateway_factory, token,
                                                                       mock):
     """Item 4, retry.not_created_statuses. A 503 the profile declares "not created" is resent;

@@ -142,6 +142,27 @@ static void test_wait_inputs_read_only_where_needed(void **state)
 }
 
 /* A create that can never be sent as recorded ends failed, unless its task may already exist. */
+/* A create that may have made its task is sent again only inside its recovery window. */
+static void test_send_in_window(void **state)
+{
+    (void)state;
+    static const struct {
+        int ambiguous;
+        long long since_first_ms;
+        long window_ms;
+        int want;
+    } win[] = {
+        {0, 0, 3600000, 1},       {0, 99999999, 3600000, 1}, /* nothing ambiguous: any time */
+        {1, 0, 3600000, 1},       {1, 3599999, 3600000, 1},  /* inside the window */
+        {1, 3600000, 3600000, 0}, {1, 86400000, 3600000, 0}, /* at its end, and long after */
+        {1, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(win) / sizeof(win[0]); i++)
+        if (pol_send_in_window(win[i].ambiguous, win[i].since_first_ms, win[i].window_ms) !=
+            win[i].want)
+            fail_msg("row %zu", i);
+}
+
 static void test_unsendable(void **state)
 {
     (void)state;
@@ -209,6 +230,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows),
                                        cmocka_unit_test(test_wait_inputs_read_only_where_needed),
                                        cmocka_unit_test(test_unsendable),
+                                       cmocka_unit_test(test_send_in_window),
                                        cmocka_unit_test(test_cancel_answered),
                                        cmocka_unit_test(test_cancel_after_read),
                                        cmocka_unit_test(test_deleted_by_cancel)};
