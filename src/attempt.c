@@ -154,6 +154,7 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
     out->stream_error_status = 0;
     out->stream_error_type[0] = '\0';
     out->stream_id[0] = '\0';
+    out->unreadable = 0;
     if (attempt_is_stream(p, res)) {
         struct sse_verdict v;
         if (sse_read((enum sse_format)p->stream_format, res->body, res->body_len, &v) < 0) {
@@ -167,12 +168,14 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
         out->usage = v.usage;
         return;
     }
-    if (!res->body || res->body_truncated || (!p->outputs_received && !p->usage))
+    if (res->body_truncated || (!p->outputs_received && !p->usage))
         return;
     const char *end = NULL;
-    cJSON *doc = cJSON_ParseWithLengthOpts(res->body, res->body_len, &end, 0);
-    if (!doc)
+    cJSON *doc = res->body ? cJSON_ParseWithLengthOpts(res->body, res->body_len, &end, 0) : NULL;
+    if (!doc) {
+        out->unreadable = p->mode != CFG_MODE_ASYNC_POLL;
         return;
+    }
     if (p->outputs_received)
         out->received = (int)jpath_each(p->outputs_received, doc, NULL, NULL);
     const cJSON *u = p->usage ? jpath_first(p->usage, doc) : NULL;
@@ -380,7 +383,7 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
 static struct pol_decision decide(const struct cfg_provider *p, const struct store_claim *c,
                                   const struct up_response *res, enum cls_outcome outcome,
                                   int may_have_created, const struct attempt_task *t,
-                                  int read_back, int deferred, double seconds)
+                                  int read_back, int deferred, int unreadable, double seconds)
 {
     int waits = pol_needs_wait_inputs(outcome);
     struct pol_input in = {.outcome = outcome,
@@ -396,6 +399,7 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
                            .from_unknown = c->from_unknown,
                            .may_have_created = may_have_created,
                            .truncated = res->body_truncated,
+                           .unreadable = unreadable,
                            .cannot_look = p->reconcile == RECON_NONE && !read_back,
                            .reconcile_interval_ms = p->reconcile_interval_ms,
                            .recovery_window_ms = p->recovery_window_ms,
@@ -801,7 +805,7 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     int deferred = whole ? attempt_read_deferred(p, res, &a->t) : -1;
     int in_progress = deferred == TS_QUEUED || deferred == TS_RUNNING;
     a->d = decide(p, c, res, a->outcome, may_have_created, &a->t, read_back, in_progress,
-                  a->t1 - a->t0);
+                  a->rs.unreadable, a->t1 - a->t0);
     if ((deferred == TS_FAILED || deferred == TS_CANCELED) && a->d.next == ST_COMPLETED) {
         a->d.next = ST_FAILED;
         a->d.reason = "the provider answered with the task failed or cancelled";

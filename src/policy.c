@@ -15,6 +15,13 @@ static struct pol_decision by_outcome(const struct pol_input *in)
             d.reason = "response larger than the profile's max_response_bytes";
             return d;
         }
+        if (in->unreadable) {
+            /* An egress proxy's page or a corrupted reply: the provider may have made the task,
+             * and this is not its result (completed would keep it as the job's answer). */
+            d.next = ST_UNKNOWN;
+            d.reason = "a success status whose answer is not the provider's JSON";
+            return d;
+        }
         d.next = ST_COMPLETED;
         if (in->outcome == CLS_PARTIAL)
             d.reason = "partial result: fewer outputs than requested";

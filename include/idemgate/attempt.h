@@ -93,6 +93,9 @@ struct attempt_results {
     int stream_error_status;
     char stream_error_type[48];
     char stream_id[128]; /* the generation's id the stream gave (sse_verdict.id), or "" */
+    /* A synchronous profile reads its answer (outputs or usage) and this whole answer is not
+     * JSON, or empty: an egress proxy's page, a corrupted reply — not the provider's result. */
+    int unreadable;
 };
 
 /* 1 when res is an event stream of p's stream format: p has one and the answer's Content-Type

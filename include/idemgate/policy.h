@@ -39,6 +39,9 @@ struct pol_input {
      * never `prepared`, which any dispatcher sends later as new, perhaps once the provider has
      * forgotten the key and would make a second task. */
     int from_unknown;
+    /* A synchronous 2xx whose whole body the profile cannot read (not JSON, or empty): not the
+     * provider's result, and its task may exist (attempt_results.unreadable). */
+    int unreadable;
 };
 
 struct pol_decision {

@@ -394,6 +394,28 @@ def test_a_keyed_resend_due_past_its_recovery_window_is_not_sent(gateway_factory
     assert len(sends) == 1, f"sent again past its recovery window: {sends}"
 
 
+def test_a_success_status_whose_answer_is_not_json_is_not_the_result(gateway_factory, token,
+                                                                     mock):
+    """A synchronous create answered 200 with an HTML page (an egress proxy's or a CDN's, in
+    front of a provider that made the task). Before, the job was `completed` with the page as
+    its result and no outputs: the paid images unreadable, nobody told. Now it is `unknown`
+    (its task may exist) and reconciled: here the lookup by client reference finds the task and
+    the job completes with its real result; the create is sent once."""
+    gw = gateway_factory(providers=[
+        provider("html", mock.url, timeouts=HANG, client_ref={"header": "X-Client-Ref"},
+                 reconcile={"strategy": "get_by_client_id", "window_seconds": 30,
+                            "interval_ms": 200, "lookup": LOOKUP, **FOUND})])
+    script(mock, [{"fault": "html"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route="html/images/generations").json()["id"]
+    j = wait_job(gw, token, job_id, SETTLED, 20)
+    [create] = real_creates(mock, job_id)
+    assert create["status"] == 200, create
+    assert j["state"] == "completed" and j["remote_id"] == create["task_id"], \
+        f"a 200 whose answer is an HTML page was taken for the result: {j}"
+    assert j["result"]["body"].get("data"), j["result"]
+    assert len(ledger_all(mock, job_id)) == 1
+
+
 def test_b4_declared_not_created_status_is_resent_but_others_are_not(gateway_factory, token,
                                                                       mock):
     """Item 4, retry.not_created_statuses. A 503 the profile declares "not created" is resent;

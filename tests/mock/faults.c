@@ -156,6 +156,24 @@ static enum MHD_Result deliver_truncate(struct mock_request *req, const struct m
     return reply_queue(req, r->status, resp);
 }
 
+/* What "html" answers in place of the provider's JSON: an egress proxy's or a CDN's page. */
+static const char html_page[] = "<html><head><title>Notice</title></head>"
+                                "<body><p>This request was inspected and forwarded.</p></body></html>";
+
+/*
+ * Answers the reply's status (the task was made: a 2xx) with an HTML page instead of its JSON
+ * body, as an egress proxy or a CDN in front of the provider may.
+ */
+static enum MHD_Result deliver_html(struct mock_request *req, const struct mock_reply *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        sizeof(html_page) - 1, (void *)html_page, MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    return reply_queue(req, r->status, resp);
+}
+
 /* How long after its answer "stray" writes its extra bytes, in milliseconds. */
 #define STRAY_AFTER_MS 100u
 
@@ -201,6 +219,7 @@ static const struct mock_fault fault_table[] = {
     {"slow_headers", 2000, true, deliver_normal}, /* nothing at all until the delay ends */
     {"truncate", 0, true, deliver_truncate},      /* a body shorter than its length */
     {"stray", 0, true, deliver_stray},            /* an answer, then a second one unasked */
+    {"html", 0, true, deliver_html},              /* its status, an HTML page for a body */
 };
 
 /* Returns the fault called name, or NULL when there is none. */

@@ -17,16 +17,16 @@ struct row {
 };
 
 /* attempts, max, elapsed, deadline, hint, base, cap, rand01 */
-#define IN(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 0, 0, 0, 500, 60000, 0, 0, 0, 0, 0}
+#define IN(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 0, 0, 0, 500, 60000, 0, 0, 0, 0, 0, 0}
 /* The same after an earlier ambiguous attempt. */
-#define AMB(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 1, 0, 0, 0, 500, 60000, 0, 0, 0, 0, 0}
+#define AMB(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 1, 0, 0, 0, 500, 60000, 0, 0, 0, 0, 0, 0}
 /* This attempt may have made the task (a 5xx or a 409 under a native key): still a safe resend,
  * but never failed afterwards. */
-#define MAY(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 1, 0, 0, 500, 60000, 0, 0, 0, 0, 0}
+#define MAY(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 0, 1, 0, 0, 500, 60000, 0, 0, 0, 0, 0, 0}
 /* The reconciler's resend of an unknown create under the provider's key (idempotent_resubmit). */
-#define RESEND(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 1, 0, 0, 0, 500, 60000, 0, 0, 0, 0, 1}
+#define RESEND(o, att, max, el, dl, hint, r) {(o), (att), (max), (el), (dl), (hint), 100, 1000, (r), 1, 0, 0, 0, 500, 60000, 0, 0, 0, 0, 1, 0}
 /* An async provider's answer: outcome, truncated, task id read, status listed (poll every 2 s). */
-#define ASYNC(o, trunc, id, listed) {(o), 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 0, (trunc), 0, 500, 60000, 1, (id), (listed), 2000, 0}
+#define ASYNC(o, trunc, id, listed) {(o), 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 0, (trunc), 0, 500, 60000, 1, (id), (listed), 2000, 0, 0}
 
 static const struct row rows[] = {
     {IN(CLS_SUCCESS, 1, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
@@ -61,9 +61,9 @@ static const struct row rows[] = {
     {AMB(CLS_BACKOFF, 2, 5, 0, 60000, -1, 0.5), ST_PREPARED, 0, 199, 0},
     {AMB(CLS_SUCCESS, 2, 5, 0, 60000, -1, 0.5), ST_COMPLETED, 0, 0, 0},
     /* A whole answer only: a truncated 2xx is not a result. */
-    {{CLS_SUCCESS, 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 0, 1, 0, 500, 60000, 0, 0, 0, 0, 0}, ST_UNKNOWN, 500, 500, 0},
+    {{CLS_SUCCESS, 1, 5, 0, 60000, -1, 100, 1000, 0.5, 0, 0, 1, 0, 500, 60000, 0, 0, 0, 0, 0, 0}, ST_UNKNOWN, 500, 500, 0},
     /* No way to look: the first (and only) look is at the end of the recovery window. */
-    {{CLS_AMBIGUOUS, 1, 5, 15000, 60000, -1, 100, 1000, 0.5, 0, 0, 0, 1, 500, 60000, 0, 0, 0, 0, 0}, ST_UNKNOWN, 45000, 45000, 0},
+    {{CLS_AMBIGUOUS, 1, 5, 15000, 60000, -1, 100, 1000, 0.5, 0, 0, 0, 1, 500, 60000, 0, 0, 0, 0, 0, 0}, ST_UNKNOWN, 45000, 45000, 0},
     /* A resend of an unknown create that the provider asks to make later stays unknown: the
      * reconciler resends it inside its window (as `prepared` a dispatcher sent it at any time,
      * perhaps after the provider forgot the key). No earlier than the server asked. */
@@ -83,6 +83,16 @@ static const struct row rows[] = {
     {ASYNC(CLS_SUCCESS, 0, 0, 0), ST_UNKNOWN, 0, 0, 0},
     {ASYNC(CLS_SUCCESS, 1, 1, 1), ST_UNKNOWN, 500, 500, 0},
     {ASYNC(CLS_REJECTED_REQUEST, 0, 0, 1), ST_FAILED, 0, 0, 0},
+    /* A synchronous 2xx that is not the provider's JSON (an egress proxy's page): its task may
+     * exist, and this is not its result. */
+    {{.outcome = CLS_SUCCESS, .attempts_made = 1, .max_attempts = 5, .deadline_ms = 60000,
+      .hint_ms = -1, .base_ms = 100, .cap_ms = 1000, .rand01 = 0.5,
+      .reconcile_interval_ms = 500, .recovery_window_ms = 60000, .unreadable = 1},
+     ST_UNKNOWN, 500, 500, 0},
+    {{.outcome = CLS_PARTIAL, .attempts_made = 1, .max_attempts = 5, .deadline_ms = 60000,
+      .hint_ms = -1, .base_ms = 100, .cap_ms = 1000, .rand01 = 0.5,
+      .reconcile_interval_ms = 500, .recovery_window_ms = 60000, .unreadable = 1},
+     ST_UNKNOWN, 500, 500, 0},
 };
 
 static void test_rows(void **state)
