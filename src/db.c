@@ -564,6 +564,12 @@ int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_
         outs[i] = NULL;
     if (connect_db(db) < 0)
         return STORE_EUNAVAIL;
+    /* One row on a distributed database: the statement alone, in its own transaction — a
+     * function call inside an explicit one is not delegated to the tenant's worker (Citus's
+     * force_delegation, which a batch spanning tenants cannot have), and runs its statements
+     * from the coordinator, a round trip each. */
+    if (rows == 1 && db->distributed)
+        return db_run(db, one, ps[0], n, &outs[0]);
     /* One row: the single statement (in a batch of one) is the lighter of the two. */
     if (!rows_stmt || db->distributed || rows < 2)
         return db_run_batch(db, one, rows, ps, n, outs);
