@@ -24,6 +24,7 @@
 #include "idemgate/wake.h"
 
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -509,6 +510,25 @@ int attempt_begin_born_many(const struct cfg *cfg, struct db *db, struct store_c
     return e;
 }
 
+/* The lease of a create in flight, kept while the call runs (attempt_tick): shared by the
+ * attempt and the renewals queued for a writer, so that one outliving the attempt is harmless. */
+struct keeper {
+    atomic_int refs;
+    atomic_llong end_ms; /* clock_mono() ms at which the lease as last written ends, less the
+                          * margin: the call is cut there */
+    atomic_int pending;  /* a renewal is queued or running */
+    atomic_int lost;     /* a renewal found the row no longer this call's: none is tried again */
+    long long tenant_id, lease_version;
+    int lease_seconds;
+    char id[64];
+};
+
+static void keeper_release(struct keeper *k)
+{
+    if (k && atomic_fetch_sub(&k->refs, 1) == 1)
+        free(k);
+}
+
 /* A create between its start (the row is `sending` under our lease) and its record. */
 struct attempt {
     const struct cfg_provider *p;
@@ -516,6 +536,8 @@ struct attempt {
     struct outbound o;
     struct clock_deadline send_by; /* the last moment the request may start leaving */
     double lease_end; /* when the lease ends, by this host's monotonic clock */
+    struct keeper *keeper; /* its lease kept while the call runs (a dispatcher's create), or NULL */
+    int lease_seconds;     /* the replica's lease (cfg), as each renewal writes it */
     double t0, t1;    /* wall clock when the call was started and when it ended */
     /* Its outcome (attempt_outcome), until it is written. */
     struct up_response res;
@@ -730,6 +752,61 @@ void attempt_note_ids(struct attempt *a, struct rq *notes)
     a->notes = notes;
 }
 
+/* A renewal of a create's lease, queued for a writer (attempt_tick). */
+struct renew_note {
+    struct rq_item node;
+    struct keeper *k; /* (referenced) */
+};
+
+static void write_renew(struct rq_item *it, struct db *db)
+{
+    struct renew_note *n = (struct renew_note *)it;
+    struct keeper *k = n->k;
+    double before = clock_mono(); /* the lease written counts from before the statement */
+    int kept = 0;
+    if (!atomic_load(&k->lost) &&
+        lease_renew_send(db, k->tenant_id, k->id, k->lease_version, k->lease_seconds, &kept) ==
+            STORE_OK) {
+        if (kept) {
+            atomic_store(&k->end_ms,
+                         (long long)((before + k->lease_seconds - LEASE_SEND_MARGIN_S) * 1000.0));
+        } else {
+            atomic_store(&k->lost, 1);
+            LOG(LOG_WARN, "lease_not_kept", LS("job_id", k->id),
+                LS("note", "the row is no longer this call's (its lease ended, or it was taken): "
+                           "the call is cut at its lease's end"));
+        }
+    }
+    atomic_store(&k->pending, 0); /* a failed write is tried again at the next tick */
+    keeper_release(k);
+    free(n);
+}
+
+int attempt_tick(void *arg)
+{
+    struct attempt *a = arg;
+    struct keeper *k = a->keeper;
+    if (!k)
+        return 0;
+    long long now = (long long)(clock_mono() * 1000.0), end = atomic_load(&k->end_ms);
+    if (now >= end)
+        return 1; /* the lease as written is over: another replica may take the row */
+    /* Renewed once half the lease is left: a writer and the database have the other half. */
+    if (end - now < (long long)k->lease_seconds * 500 && !atomic_load(&k->lost) &&
+        !atomic_exchange(&k->pending, 1)) {
+        struct renew_note *n = calloc(1, sizeof(*n));
+        if (!n) {
+            atomic_store(&k->pending, 0);
+            return 0;
+        }
+        n->node.write = write_renew;
+        atomic_fetch_add(&k->refs, 1);
+        n->k = k;
+        rq_push(a->notes, &n->node);
+    }
+    return 0;
+}
+
 static void attempt_free(struct attempt *a)
 {
     /* Recorded (or abandoned, perhaps before its transfer was made): the job's clients read
@@ -748,6 +825,7 @@ static void attempt_free(struct attempt *a)
     free(a->plan);
     free(a->head);
     free(a->pend);
+    keeper_release(a->keeper);
     free(a);
 }
 
@@ -818,6 +896,12 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
         a->t.remote_id = strdup(a->rs.stream_id[0] ? a->rs.stream_id : a->head_id); /* "" clears */
     struct store_finish *f = &a->f;
     store_finish_init(f, c, "create", ST_SENDING);
+    if (a->keeper) { /* renewed: the lease left now, as last written, when that is longer */
+        double left = (double)atomic_load(&a->keeper->end_ms) / 1000.0 - clock_mono() +
+                      LEASE_SEND_MARGIN_S;
+        if (left > f->lease_remaining_s)
+            f->lease_remaining_s = left;
+    }
     store_finish_evidence(f, res, 1);
     f->state = a->d.next;
     f->outcome = cls_name(a->outcome);
@@ -947,7 +1031,8 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
         release_unsent(db, c, ST_PREPARED, "provider is not configured on this replica");
         return -1;
     }
-    if (!pol_send_in_window(c->ambiguous_before, c->since_first_ms, p->recovery_window_ms)) {
+    if (!pol_send_in_window(c->ambiguous_before, c->idem_header && *c->idem_header,
+                            c->operator_absent, c->since_first_ms, p->recovery_window_ms)) {
         release_unsent(db, c, ST_UNKNOWN,
                        "an earlier attempt may have made the task and its recovery window has "
                        "passed: not sent again (the reconciler decides)");
@@ -977,6 +1062,7 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
      * to another worker, so the last moment to start sending leaves room for the provider's
      * total timeout. claimed_mono was taken before the claim, which only makes this earlier. */
     a->lease_end = claimed_mono + a->c.lease_remaining_s - LEASE_SEND_MARGIN_S;
+    a->lease_seconds = cfg->lease_seconds;
     double mono_now = clock_mono(), wall_now = clock_wall();
     a->send_by = clock_deadline_in(a->lease_end - (double)p->total_timeout_ms / 1000.0 - mono_now,
                                    mono_now, wall_now);
@@ -1023,6 +1109,21 @@ int attempt_xfer(struct attempt *a, struct up_xfer **x, struct up_response *res)
     a->head_id[0] = '\0';
     /* Every stream's record is kept in batches as it arrives (keep_partial). */
     a->partial_on = streamed && a->notes;
+    /* A dispatcher's create (it has a writer for its notes) keeps its lease while it runs
+     * (attempt_tick), and may then run up to the profile's create_total_ms. */
+    if (a->notes && !a->keeper && strlen(a->c.id) < sizeof(a->keeper->id) &&
+        (a->keeper = calloc(1, sizeof(*a->keeper)))) {
+        struct keeper *k = a->keeper;
+        atomic_init(&k->refs, 1);
+        atomic_init(&k->end_ms, (long long)(a->lease_end * 1000.0));
+        atomic_init(&k->pending, 0);
+        atomic_init(&k->lost, 0);
+        k->tenant_id = a->c.tenant_id;
+        k->lease_version = a->c.lease_version;
+        k->lease_seconds = a->lease_seconds;
+        memcpy(k->id, a->c.id, strlen(a->c.id) + 1);
+    }
+    call.lease_kept = a->keeper != NULL;
     free(a->pend);
     a->pend = NULL;
     a->pend_len = a->pend_cap = a->noted = 0;

@@ -93,7 +93,7 @@ static const struct cfg_setting settings[] = {
     {"job_ttl_hours", "IDEMGATE_JOB_TTL_HOURS", T_INT, OFF(job_ttl_hours), "168", 1, 87600,
      "how long a job and its key are kept, from its intake and again from its end"},
     {"lease_seconds", "IDEMGATE_LEASE_SECONDS", T_INT, OFF(lease_seconds), "180", 2, 3600,
-     "lease of a dispatch; must exceed every provider's total timeout"},
+     "lease of a dispatch; must exceed every provider's total_ms (a longer create renews it)"},
     {"listen", "IDEMGATE_LISTEN", T_STR, OFF(listen_host), "127.0.0.1:8080", 0, 0,
      "HOST:PORT the HTTP API listens on"},
     {"log_level", "IDEMGATE_LOG_LEVEL", T_STR, OFF(log_level), "info", 0, 0,

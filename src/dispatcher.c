@@ -263,7 +263,7 @@ static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_clai
     f->d = d;
     f->a = a;
     f->slot = slot;
-    eng_submit_held(d->eng, slot, x, on_call_end, f);
+    eng_submit_held_ticked(d->eng, slot, x, on_call_end, f, attempt_tick, a);
 }
 
 /* A born reservation still queued when this replica stops: nothing of it was begun, so it is

@@ -32,7 +32,11 @@ struct call {
     eng_done_fn done;
     eng_easy_done_fn done_easy;
     void *arg;
-    struct call *next; /* in the submission queue */
+    eng_tick_fn tick; /* or NULL */
+    void *tick_arg;
+    struct call *next;             /* in the submission queue */
+    struct call *ticked_prev, *ticked_next; /* in its loop's ticked calls, while owned */
+    int ticked;                             /* linked there */
 };
 
 /* One engine thread: its multi handle, its epoll set, and the calls handed to it. */
@@ -49,6 +53,8 @@ struct loop {
     struct call *head, *tail;
     int stopping;
     int exited; /* the thread left its loop: a late submission is made by its submitter */
+    struct call *ticked;    /* owned calls with a tick (eng_submit_held_ticked) */
+    long long next_tick_ms; /* when they are ticked next */
 };
 
 struct eng {
@@ -212,12 +218,47 @@ static void call_done(struct eng *e, struct call *c, int curl_code)
     }
 }
 
+/* Takes c out of its loop's ticked calls (if it is there). */
+static void unlink_ticked(struct loop *L, struct call *c)
+{
+    if (!c->ticked)
+        return;
+    if (c->ticked_prev)
+        c->ticked_prev->ticked_next = c->ticked_next;
+    else
+        L->ticked = c->ticked_next;
+    if (c->ticked_next)
+        c->ticked_next->ticked_prev = c->ticked_prev;
+    c->ticked = 0;
+}
+
 /* Ends one call: its evidence goes to its done, its slot back to the engine first (so the one
  * told of the result may claim again at once). */
 static void complete(struct loop *L, struct call *c, int curl_code)
 {
+    unlink_ticked(L, c);
     call_done(L->e, c, curl_code);
     free(c);
+}
+
+/* Ticks the loop's ticked calls (at most every ENG_TICK_MS); a call its tick cuts is taken out
+ * of the multi handle and ended as timed out. */
+static void tick_calls(struct loop *L)
+{
+    long long now = now_ms();
+    if (!L->ticked || now < L->next_tick_ms)
+        return;
+    L->next_tick_ms = now + ENG_TICK_MS;
+    struct call *next;
+    for (struct call *c = L->ticked; c; c = next) {
+        next = c->ticked_next;
+        if (!c->tick(c->tick_arg))
+            continue;
+        /* Removed mid-transfer, its connection is closed (never reused half-read). */
+        curl_multi_remove_handle(L->multi, call_easy(c));
+        L->owned--;
+        complete(L, c, CURLE_OPERATION_TIMEDOUT);
+    }
 }
 
 /* Moves the queued submissions into the multi handle. */
@@ -235,6 +276,14 @@ static void take_submissions(struct loop *L)
         CURLMcode mc = curl_multi_add_handle(L->multi, call_easy(c));
         if (mc == CURLM_OK) {
             L->owned++;
+            if (c->tick) {
+                c->ticked_prev = NULL;
+                c->ticked_next = L->ticked;
+                if (L->ticked)
+                    L->ticked->ticked_prev = c;
+                L->ticked = c;
+                c->ticked = 1;
+            }
         } else {
             /* Never added: nothing was sent (the evidence shows no byte). */
             LOG(LOG_ERROR, "engine_add_failed", LS("error", curl_multi_strerror(mc)));
@@ -314,6 +363,7 @@ static void *loop_main(void *arg)
             curl_multi_socket_action(L->multi, CURL_SOCKET_TIMEOUT, 0, &L->running);
         }
         read_done(L);
+        tick_calls(L);
     }
     return NULL;
 }
@@ -351,7 +401,7 @@ static void submit(struct eng *e, struct call *c)
 }
 
 static void submit_xfer(struct eng *e, int prov, int hold, struct up_xfer *x, eng_done_fn done,
-                        void *arg)
+                        void *arg, eng_tick_fn tick, void *tick_arg)
 {
     struct call *c = malloc(sizeof(*c));
     if (!c) {
@@ -362,18 +412,26 @@ static void submit_xfer(struct eng *e, int prov, int hold, struct up_xfer *x, en
         done(arg, &res);
         return;
     }
-    *c = (struct call){.x = x, .prov = prov, .hold = hold, .done = done, .arg = arg};
+    *c = (struct call){
+        .x = x, .prov = prov, .hold = hold, .done = done, .arg = arg, .tick = tick,
+        .tick_arg = tick_arg};
     submit(e, c);
 }
 
 void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
 {
-    submit_xfer(e, prov, 0, x, done, arg);
+    submit_xfer(e, prov, 0, x, done, arg, NULL, NULL);
 }
 
 void eng_submit_held(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg)
 {
-    submit_xfer(e, prov, 1, x, done, arg);
+    submit_xfer(e, prov, 1, x, done, arg, NULL, NULL);
+}
+
+void eng_submit_held_ticked(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done,
+                            void *arg, eng_tick_fn tick, void *tick_arg)
+{
+    submit_xfer(e, prov, 1, x, done, arg, tick, tick_arg);
 }
 
 void eng_submit_easy(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg)

@@ -29,12 +29,12 @@
     DB_EPOCH("coalesce(o.first_sent_at, c.at)") ", " DB_EPOCH("c.at") ", "                      \
     "o.ambiguous_at IS NOT NULL, "                                                                 \
     "(extract(epoch FROM c.at - coalesce(o.ambiguous_at, o.first_sent_at, c.at)) * 1000)::bigint, " \
-    "o.cancel_requested_at IS NOT NULL, o.webhook_hint, coalesce(o.resolution = 'found', false)"
+    "o.cancel_requested_at IS NOT NULL, o.webhook_hint, coalesce(o.resolution, '')"
 enum {
     CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
     CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
     CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
-    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_OPERATOR_FOUND, CC_CANCEL_DUE,
+    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_RESOLUTION, CC_CANCEL_DUE,
     CC_POLL_OVERDUE
 };
 
@@ -485,7 +485,8 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->since_ambiguous_ms = atoll(PQgetvalue(r, 0, CC_SINCE_AMBIGUOUS));
     out->cancel_requested = flag(r, CC_CANCEL_REQ);
     out->webhook_hint = db_val(r, 0, CC_WEBHOOK_HINT);
-    out->operator_found = flag(r, CC_OPERATOR_FOUND);
+    out->operator_found = strcmp(PQgetvalue(r, 0, CC_RESOLUTION), "found") == 0;
+    out->operator_absent = strcmp(PQgetvalue(r, 0, CC_RESOLUTION), "absent") == 0;
     out->cancel_due = flag(r, CC_CANCEL_DUE);
     out->poll_overdue = PQnfields(r) > CC_POLL_OVERDUE && flag(r, CC_POLL_OVERDUE);
     if (db_bytea_decode(db_val(r, 0, CC_BODY), &out->body, &out->body_len) < 0) {
@@ -674,6 +675,34 @@ int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds
     c->transport_attempts++;
     PQclear(r);
     return STORE_OK;
+}
+
+/* A create still in flight keeps its lease (attempt.c, keep_lease): the row's lease is moved on
+ * while it is still this call's — `sending`, the same fencing token, the lease not yet over (a
+ * row the reaper could take is never taken back). Nothing else changes (not updated_at: a hint's
+ * next attempt is read against it). */
+static const struct db_stmt lease_renew = {
+    .name = "lease_renew",
+    .sql = "UPDATE operations SET lease_expires_at = now() + make_interval(secs => $4) "
+    "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
+    " = 'sending' AND lease_expires_at > now() RETURNING 1",
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
+    .moves = DB_MOVES({ST_SENDING, ST_SENDING}),
+};
+
+int lease_renew_send(struct db *db, long long tenant_id, const char *id, long long lease_version,
+                     int lease_seconds, int *kept)
+{
+    long long n = 0;
+    *kept = 0;
+    int e = db_run_number(db, &lease_renew,
+                          DB_ARGS(p_int("tenant_id", tenant_id), p_text("id", id),
+                                  p_int("lease_version", lease_version),
+                                  p_int("lease_seconds", lease_seconds)),
+                          DB_ROWS, &n);
+    if (e == STORE_OK)
+        *kept = n == 1;
+    return e;
 }
 
 /* A born reservation (a row recorded `prepared` for this replica's worker, store.c's intake)
@@ -1233,7 +1262,8 @@ int store_partial_record(struct db *db, const struct store_claim *c, char **body
 }
 
 static const struct db_stmt *const statements[] = {
-    &claim, &reconcile_claim, &poll_claim, &poll_cancel_sent, &reconcile_send, &finish,
+    &claim, &reconcile_claim, &poll_claim, &poll_cancel_sent, &reconcile_send, &lease_renew,
+    &finish,
     &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,
     &begin_send, &begin_send_rows, &finish_rows, &release_reservation, &note_remote,

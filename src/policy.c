@@ -119,9 +119,10 @@ int pol_needs_wait_inputs(enum cls_outcome outcome)
     return outcome == CLS_NOT_SENT || outcome == CLS_BACKOFF;
 }
 
-int pol_send_in_window(int ambiguous_before, long long since_first_ms, long recovery_window_ms)
+int pol_send_in_window(int ambiguous_before, int keyed, int operator_absent,
+                       long long since_first_ms, long recovery_window_ms)
 {
-    return !ambiguous_before || since_first_ms < recovery_window_ms;
+    return !ambiguous_before || !keyed || operator_absent || since_first_ms < recovery_window_ms;
 }
 
 enum op_state pol_unsendable(int ambiguous_before)

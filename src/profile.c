@@ -25,6 +25,7 @@ static const struct memb auth_m[] = {
 };
 static const struct memb_table auth_t = MEMB_TABLE(auth_m, NULL);
 static const struct memb timeouts_m[] = {{"connect_ms", MEMB_VALUE, NULL},
+                                         {"create_total_ms", MEMB_VALUE, NULL},
                                          {"total_ms", MEMB_VALUE, NULL},
                                          {"keepalive_seconds", MEMB_VALUE, NULL}};
 static const struct memb_table timeouts_t = MEMB_TABLE(timeouts_m, NULL);
@@ -1072,6 +1073,14 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
     p->total_timeout_ms = get_long(t, "total_ms", 30000);
     if (p->connect_timeout_ms < 1 || p->total_timeout_ms < p->connect_timeout_ms) {
         errf(err, errlen, "%s: providers.%s.timeouts: need 1 <= connect_ms <= total_ms", file,
+             p->name);
+        return -1;
+    }
+    /* A create's own limit, up to a day: past the lease it is renewed while the call runs. */
+    p->create_timeout_ms = get_long(t, "create_total_ms", p->total_timeout_ms);
+    if (p->create_timeout_ms < p->total_timeout_ms || p->create_timeout_ms > 86400000L) {
+        errf(err, errlen,
+             "%s: providers.%s.timeouts: need total_ms <= create_total_ms <= 86400000", file,
              p->name);
         return -1;
     }

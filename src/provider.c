@@ -50,7 +50,8 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
                              .body = c->body,
                              .body_len = c->body ? c->body_len : 0,
                              .connect_timeout_ms = p->connect_timeout_ms,
-                             .total_timeout_ms = c->total_timeout_ms > 0 &&
+                             .total_timeout_ms = c->lease_kept ? p->create_timeout_ms
+                                                 : c->total_timeout_ms > 0 &&
                                                          c->total_timeout_ms < p->total_timeout_ms
                                                      ? c->total_timeout_ms
                                                      : p->total_timeout_ms,

@@ -124,11 +124,19 @@ void attempt_read_task(const struct cfg_provider *p, const struct up_response *r
                        struct attempt_task *t);
 
 struct rq;
-/* Where the notes of a streamed create go (the owner's queue, written by a thread with a
- * connection): the id the stream names, kept on the row while the call goes on, for a provider
- * that keeps its generations (reconcile.task.path). Call before attempt_xfer; without it, the id
- * is kept only with the result. */
+/* Where the notes of a create in flight go (the owner's queue, written by a thread with a
+ * connection): the id a stream names, kept on the row while the call goes on, for a provider
+ * that keeps its generations (reconcile.task.path); a stream's record in batches; and the
+ * renewals of the create's lease (attempt_tick). Call before attempt_xfer; without it, the id
+ * and the record are kept only with the result, and the lease is never renewed (the call is
+ * limited to the profile's total_ms, inside the lease). */
 void attempt_note_ids(struct attempt *a, struct rq *notes);
+/* The tick of a create submitted with attempt_note_ids (engine.h, eng_submit_held_ticked; arg:
+ * the attempt): once half its lease is left, a renewal is queued for the writer; once the lease
+ * as last written is over (renewals refused or failing), 1: the call is cut — never running on
+ * while another replica may take its row. A create may so run up to the profile's
+ * create_total_ms. */
+int attempt_tick(void *arg);
 
 /* A synchronous provider's whole 2xx answer whose status (reconcile.found_status) says its task
  * is still in progress — OpenAI Responses with "background": true answers `queued` — is followed

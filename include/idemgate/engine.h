@@ -71,6 +71,15 @@ void eng_submit(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, vo
  * and calls eng_release(e, prov). So no create of the provider is claimed on the slot of one
  * whose refusal (a tripped credential) is not written yet. */
 void eng_submit_held(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done, void *arg);
+/* A call's tick: runs on its engine thread about every ENG_TICK_MS while the call is in flight,
+ * never after its done; it must not block. Returns 1 to cut the call there and then: its done
+ * runs with CURLE_OPERATION_TIMEDOUT and the evidence of how far it got (its connection is
+ * closed). */
+typedef int (*eng_tick_fn)(void *arg);
+#define ENG_TICK_MS 500
+/* eng_submit_held with a tick (tick_arg: its argument). */
+void eng_submit_held_ticked(struct eng *e, int prov, struct up_xfer *x, eng_done_fn done,
+                            void *arg, eng_tick_fn tick, void *tick_arg);
 
 /* A transfer that is not a provider call of upstream.h (an archive copy, with its own write and
  * socket callbacks): h is a configured CURL easy handle, still the caller's. done(arg,

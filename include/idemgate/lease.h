@@ -53,6 +53,7 @@ struct store_claim {
     const char *webhook_hint;   /* a task id a verified webhook named by client reference, or
                                  * an operator's `resolve found` of a synchronous task */
     int operator_found;         /* the hint is an operator's word: no client reference needed */
+    int operator_absent;        /* an operator resolved it `absent`: sent again on that word */
     int born;                   /* a born reservation, still `prepared`: lease_begin_send first */
 };
 void store_claim_fini(struct store_claim *c);
@@ -116,6 +117,12 @@ __attribute__((warn_unused_result)) int lease_begin_send_many(struct db *db,
  * provider's credential is tripped (lease_release_reservation gives the row back). */
 __attribute__((warn_unused_result)) int lease_begin_send(struct db *db, struct store_claim *c,
                                                          int lease_seconds);
+/* A create in flight keeps its lease: the row's lease is made to end lease_seconds from now
+ * while it is still this call's (`sending`, lease_version, the lease not over). *kept says
+ * whether it was; STORE_OK or an error (the lease then ends as it was). */
+__attribute__((warn_unused_result)) int lease_renew_send(struct db *db, long long tenant_id,
+                                                         const char *id, long long lease_version,
+                                                         int lease_seconds, int *kept);
 /* Gives a reservation that is not sent back to every replica: prepared, unowned, due in delay_ms.
  * *released says whether it was still ours; *tripped whether the provider's credential is. */
 __attribute__((warn_unused_result)) int lease_release_reservation(struct db *db,

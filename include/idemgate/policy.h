@@ -86,13 +86,17 @@ int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int read_c
  * cannot be placed): failed, unless an earlier attempt was ambiguous (its task may exist), then
  * unknown. */
 enum op_state pol_unsendable(int ambiguous_before);
-/* Whether a claimed create may leave now. One of whose attempts may have made the task (some
- * attempt was ambiguous: a back-off under a native key after a 5xx, a resend after a proven
- * absence) is sent again only inside its recovery window, counted from its first send and never
- * restarted by a retry (DESIGN §2): a row held in `prepared` past it — its provider tripped by
- * another job's refusal, its credential missing on the replicas that claim it — would be sent
- * once the provider may have forgotten the key, a second paid task. It is left to the
- * reconciler, whose own window check decides (review, once closed). */
-int pol_send_in_window(int ambiguous_before, long long since_first_ms, long recovery_window_ms);
+/* Whether a claimed create may leave now. Under a native provider key (keyed), one of whose
+ * attempts may have made the task (some attempt was ambiguous: a back-off after a 5xx) is sent
+ * again only inside its recovery window, counted from its first send and never restarted by a
+ * retry (DESIGN §2): the resend is safe only while the provider remembers the key, and a row
+ * held in `prepared` past the window — its provider tripped by another job's refusal, its
+ * credential missing on the replicas that claim it — would be sent once the provider may have
+ * forgotten it, a second paid task. It is left to the reconciler, whose own window check
+ * decides (review, once closed). Not held: a row an operator resolved `absent` (sent on that
+ * word), and a keyless provider's (its `prepared` after an ambiguous attempt is a proven
+ * absence: a new create, no key to be forgotten). */
+int pol_send_in_window(int ambiguous_before, int keyed, int operator_absent,
+                       long long since_first_ms, long recovery_window_ms);
 
 #endif

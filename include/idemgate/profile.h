@@ -67,6 +67,9 @@ struct cfg_provider {
     char *secret_env;  /* the environment variable holding the secret; the secret is never stored */
     long connect_timeout_ms;
     long total_timeout_ms;
+    /* A dispatcher's create may run this long (>= total_timeout_ms): its lease is renewed while
+     * it runs (a long LLM stream). Every other call keeps total_timeout_ms, within its lease. */
+    long create_timeout_ms;
     long keepalive_seconds; /* timeouts.keepalive_seconds: idle connections kept; 0: none */
     int max_inflight_calls; /* this provider's calls in flight per replica; 0: no own limit */
     size_t max_response_bytes; /* a longer answer is never a completed result */

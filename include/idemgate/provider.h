@@ -29,6 +29,9 @@ struct prov_call {
     void (*on_stream)(void *arg, const char *p, size_t n); /* see up_request */
     void *on_stream_arg;
     long total_timeout_ms; /* > 0: a shorter limit than the profile's for this call */
+    /* A dispatcher's create whose lease is renewed while it runs: the profile's
+     * create_timeout_ms is its limit (total_timeout_ms above then ignored). */
+    int lease_kept;
     int stream_kept;       /* see up_request */
 };
 

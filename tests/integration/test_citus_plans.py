@@ -42,6 +42,8 @@ STEPS = {
                '[{"n": 0, "kind": "url", "url": "https://x/0.png", "expires": 0}]'],
     "reconcile_claim": ["me", 30, "{mock}", T],
     "reconcile_send": [T, "job_x", 1, 30],
+    "lease_renew": [T, "job_x", 1, 30],                     # a long create keeps its lease
+    "job_hint": [T, "job_x"],                               # resolve: a webhook's unread task
     "poll_claim": ["me", 30, "{mock}", T],
     "poll_cancel_sent": [T, "job_x", 1],
     "unparked_poll": [T, "job_x"],

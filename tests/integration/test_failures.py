@@ -758,3 +758,64 @@ def test_big_numbers_reach_the_provider_as_written(gateway, token, mock):
     again = gateway.submit(token, job["idempotency_key"],
                            '{"seed":12345678901234567890,"cfg":7.5,"prompt":"x"}')
     assert again.status == 202 and again.json()["id"] == job["id"]
+
+
+# A create that may run longer than the replica's lease (a long LLM stream): total_ms 2 s (inside
+# the 4 s lease, as every other call), create_total_ms 30 s.
+LONG_CREATE = {"connect_ms": 1000, "total_ms": 2000, "create_total_ms": 30000}
+
+
+def create_attempts(psql, job_id):
+    return psql(f"SELECT outcome, coalesce(http_status, 0), coalesce(curl_code, 0), decision "
+                f"FROM attempts WHERE operation_id = '{job_id}' AND kind = 'create' ORDER BY seq")
+
+
+def test_a_create_longer_than_its_lease_keeps_it_and_completes(gateway_factory, token, mock,
+                                                               psql):
+    """The provider answers after 9 s; the replica's lease is 4 s. The dispatcher renews the
+    row's lease while the call runs (every ~1 s here), so no reaper takes the row and no
+    reconciler acts on a call still running: the job completes with the one answer, one create,
+    one attempt. Before, a create could not outlive the lease (total_ms had to fit in it): a
+    reasoning model's stream longer than 170 s was cut, unknown, then review."""
+    gw = gateway_factory(lease_seconds=4, providers=[
+        provider("longcall", mock.url, timeouts=LONG_CREATE,
+                 reconcile={"strategy": "none", "window_seconds": 60})])
+    job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"delay_ms": 9000}},
+                       route="longcall/images/generations").json()["id"]
+    j = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=40)
+    assert j["state"] == "completed", j
+    assert create_attempts(psql, job_id) == [["success", "200", "0", "completed"]]
+    assert len(mock.creates_for(job_id)) == 1
+    assert j["attempts"]["transport"] == 1, j
+
+
+def test_a_create_whose_lease_cannot_be_kept_is_cut_at_its_end(gateway_factory, token, mock,
+                                                               psql):
+    """As above, but the row's lease is ended under the call (here by hand: what a replica that
+    lost its database for longer than the lease sees — the reaper of another replica takes the
+    row). The renewal finds the row no longer the call's, and the call is cut at the lease's end
+    as last written: it never runs on while another replica may act on its row. The cut call is
+    ambiguous (its bytes left): unknown, never failed, never sent again."""
+    gw = gateway_factory(lease_seconds=4, providers=[
+        provider("cutcall", mock.url, timeouts=LONG_CREATE,
+                 reconcile={"strategy": "none", "window_seconds": 60})])
+    job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"delay_ms": 12000}},
+                       route="cutcall/images/generations").json()["id"]
+    deadline = time.monotonic() + 10
+    while not mock.creates_for(job_id) and gw.job(token, job_id).json()["state"] != "sending":
+        assert time.monotonic() < deadline, "the create never started"
+        time.sleep(0.02)
+    psql(f"UPDATE operations SET lease_expires_at = now() - interval '1 second' "
+         f"WHERE id = '{job_id}' AND state = 'sending'")
+    # The reaper records its own row (lease_expired); the call's end is the other one.
+    deadline = time.monotonic() + 20
+    while not [a for a in create_attempts(psql, job_id) if a[0] != "lease_expired"]:
+        assert time.monotonic() < deadline, "the create's end was never recorded"
+        time.sleep(0.1)
+    [attempt] = [a for a in create_attempts(psql, job_id) if a[0] != "lease_expired"]
+    assert attempt[1] == "0" and attempt[2] == "28", \
+        f"the call ran on past its lease (want a cut: no status, curl 28): {attempt}"
+    j = gw.job(token, job_id).json()
+    assert j["state"] in ("unknown", "review"), j
+    time.sleep(1)
+    assert len(mock.creates_for(job_id)) <= 1

@@ -152,24 +152,27 @@ static void test_wait_inputs_read_only_where_needed(void **state)
 }
 
 /* A create that can never be sent as recorded ends failed, unless its task may already exist. */
-/* A create that may have made its task is sent again only inside its recovery window. */
+/* Under a native key, a create that may have made its task is sent again only inside its
+ * recovery window; an operator's `absent` and a keyless provider's proven absence are not held. */
 static void test_send_in_window(void **state)
 {
     (void)state;
     static const struct {
-        int ambiguous;
+        int ambiguous, keyed, absent;
         long long since_first_ms;
         long window_ms;
         int want;
     } win[] = {
-        {0, 0, 3600000, 1},       {0, 99999999, 3600000, 1}, /* nothing ambiguous: any time */
-        {1, 0, 3600000, 1},       {1, 3599999, 3600000, 1},  /* inside the window */
-        {1, 3600000, 3600000, 0}, {1, 86400000, 3600000, 0}, /* at its end, and long after */
-        {1, 1, 0, 0},
+        {0, 1, 0, 0, 3600000, 1},       {0, 1, 0, 99999999, 3600000, 1}, /* nothing ambiguous */
+        {1, 1, 0, 0, 3600000, 1},       {1, 1, 0, 3599999, 3600000, 1},  /* inside the window */
+        {1, 1, 0, 3600000, 3600000, 0}, {1, 1, 0, 86400000, 3600000, 0}, /* at its end, after */
+        {1, 1, 0, 1, 0, 0},
+        {1, 1, 1, 86400000, 3600000, 1}, /* an operator's absent: sent on that word */
+        {1, 0, 0, 86400000, 3600000, 1}, /* keyless: a proven absence, no key to forget */
     };
     for (size_t i = 0; i < sizeof(win) / sizeof(win[0]); i++)
-        if (pol_send_in_window(win[i].ambiguous, win[i].since_first_ms, win[i].window_ms) !=
-            win[i].want)
+        if (pol_send_in_window(win[i].ambiguous, win[i].keyed, win[i].absent,
+                               win[i].since_first_ms, win[i].window_ms) != win[i].want)
             fail_msg("row %zu", i);
 }
 
