@@ -518,9 +518,12 @@ static void arch_room(void *arg);
 /* The rows this thread's claim took (claim_with_room), given back once they are started. */
 static _Thread_local int claimed_rows;
 
-/* Frees the credential line (zeroed) and the header lines of j's transfer. */
+/* Frees the credential line and the header lines of j's transfer, each zeroed first: libcurl's
+ * list holds its own copy of the credential line. */
 static void headers_free(struct arch_job *j)
 {
+    for (struct curl_slist *e = j->hdrs; e; e = e->next)
+        explicit_bzero(e->data, strlen(e->data));
     curl_slist_free_all(j->hdrs);
     j->hdrs = NULL;
     if (j->auth) {

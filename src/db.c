@@ -76,6 +76,22 @@ static int conn_distributed(PGconn *c)
     PQclear(r);
     return yes;
 }
+
+/* Why a connection failed, for the log. libpq quotes the whole URL when it cannot parse it (a
+ * misplaced character, a bad escape), password included: such a URL is named, never quoted. */
+static const char *connect_error(const struct db *db)
+{
+    char *why = NULL;
+    PQconninfoOption *o = PQconninfoParse(db->url, &why);
+    if (!o) {
+        PQfreemem(why);
+        return "the database URL is not a valid libpq connection string (its text is not "
+               "logged: it may hold a password)";
+    }
+    PQconninfoFree(o);
+    return PQerrorMessage(db->conn);
+}
+
 /* A connection to url. Unless the URL says otherwise, a connection attempt gives up after
  * DB_CONNECT_TIMEOUT_S and an established connection is probed by TCP keepalives: without them
  * libpq waits as long as the kernel for an unanswered SYN or a silent peer (minutes), and a
@@ -113,7 +129,7 @@ static int connect_db(struct db *db)
         PQfinish(db->conn);
     db->n_prepared = 0;
     db->conn = db_connect(db->url);
-    const char *error = PQstatus(db->conn) != CONNECTION_OK ? PQerrorMessage(db->conn)
+    const char *error = PQstatus(db->conn) != CONNECTION_OK ? connect_error(db)
                         : conn_read_only(db->conn)
                             ? "server accepts no writes (a standby or a fenced primary)"
                             : NULL;
@@ -219,8 +235,11 @@ static int result_error(struct db *db, PGresult *r, const char *stmt)
         return STORE_ERETRY;
     if (strcmp(state, "23505") == 0)
         return STORE_ECONFLICT;
+    /* The primary message only: PostgreSQL's DETAIL can quote the failing row (a request's
+     * body, its prompt, in hex) and its CONTEXT the JSON given. */
+    const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
     LOG(LOG_ERROR, "db_error", LS("statement", stmt), LS("sqlstate", state),
-        LS("error", PQresultErrorMessage(r)));
+        LS("error", primary ? primary : "(no message)"));
     sh_failed(stmt, state);
     return STORE_EINTERNAL;
 }

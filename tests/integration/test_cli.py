@@ -104,3 +104,15 @@ def test_docs_settings_table_is_the_config_reference():
         table.append(line)
     assert len(reference) > 20
     assert table == reference
+
+
+def test_a_database_url_that_cannot_be_read_is_never_logged(database_url):
+    """libpq quotes a URL it cannot parse whole in its error, password included: the failed
+    connection's log line carried it (`db_unavailable`). It names the problem now, never the
+    text. A URL that parses still gets libpq's own reason (no URL in it)."""
+    for url, fragment in (("postgresql://idemgate:S3cr3tPw@[::1]x/idemgate", "S3cr3tPw"),
+                          ("postgresql://idemgate:S3%zzcret@localhost/idemgate", "zzcret")):
+        out = cli(url, "tenant", "list")
+        assert out.returncode != 0, out
+        assert fragment not in out.stdout + out.stderr, out.stderr
+        assert "not a valid libpq connection string" in out.stderr, out.stderr
