@@ -2,6 +2,7 @@
 
 #include "idemgate/answers.h"
 #include "idemgate/api.h"
+#include "idemgate/archive.h"
 #include "idemgate/attempt.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
@@ -670,6 +671,19 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
     wait_suspended(r, j, replayed, wait_s, token, local);
 }
 
+/* A replay of a completed job, on a database worker: with its archive (the gateway's copies of
+ * its outputs), as a read by id shows it; answered without it when it cannot be read. */
+static void answer_completed_replay(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    struct intake *in = api_ctx(r);
+    struct store_job *j = &in->job;
+    if (archive_job_outputs(api_db(r), j->tenant_id, j->id, &j->archive, &j->archive_settled) < 0)
+        j->archive = NULL;
+    reply_cache_terminal(in->token, j);
+    answer_or_wait(r, j, 1, in->wait_s, in->token, 0, NULL);
+}
+
 /* answer: 422 when the key holds another operation; else the job, new or replayed. */
 static enum step_result step_answer(struct intake *in)
 {
@@ -679,7 +693,12 @@ static enum step_result step_answer(struct intake *in)
         return raise_key_reused(in, j->id, j->provider, j->route);
     }
     log_answer(in, j, in->created ? "intake_new" : "intake_replay");
-    reply_cache_terminal(in->token, j);
+    /* A completed job read from the database holds no archive: a client retrying its POST for
+     * its result gets the gateway's copies as a read by id would (and the cache never keeps the
+     * view without them). */
+    int read_archive = !in->created && j->state == ST_COMPLETED && !j->archive;
+    if (!read_archive)
+        reply_cache_terminal(in->token, j);
     /* A row born reserved was handed to this replica's own dispatcher. */
     int local = in->created && j->state == ST_PREPARED && j->lease_version == 1;
     if (in->ls && !local) {
@@ -694,6 +713,11 @@ static enum step_result step_answer(struct intake *in)
     if (!in->created && in->dv.stream && in->wait_s > 0 && !st_is_terminal(j->state) &&
         !hs_req_http10(in->r))
         in->ls = ls_find(j->id);
+    if (read_archive) {
+        if (api_offload(in->r, answer_completed_replay, NULL) == 0)
+            return STEP_SUSPENDED;
+        reply_cache_terminal(in->token, j); /* stopping: answered without it */
+    }
     in->wait_deadline = waiters_now() + in->wait_s;
     answer_or_wait(in->r, j, !in->created, in->wait_s, in->token, local, in->ls);
     return STEP_ANSWERED;

@@ -170,10 +170,33 @@ def test_a_replay_never_shows_an_archive_older_than_a_read(gateway_factory, toke
     time.sleep(0.3)  # past the view's short life
     r = gw.submit(token, key, b, route=route, headers={"Prefer": "respond-async"})
     assert r.json()["id"] == job_id and r.headers.get("idempotent-replayed") == "true", r
-    # (A replay read from the database does not show the archive; one from memory shows it as
-    # the read that cached it saw it.)
+    # (A replay from memory shows the archive as the read that cached it saw it; one read from
+    # the database reads it: test_a_replay_read_from_the_database_shows_the_archive.)
     shown = [o["state"] for o in r.json().get("archive") or []]
     assert all(s == "archived" for s in shown), r.json()
+
+
+def test_a_replay_read_from_the_database_shows_the_archive(gateway_factory, token, mock,
+                                                           tmp_path, psql):
+    """A client that retries its POST to get its result (the documented pattern) was answered,
+    once the job left the cache, with the job as the database holds it but without its archive:
+    the provider's URLs only (Replicate's expire in an hour), none of the gateway's copies a
+    read by id shows. The replay of a completed job now reads its archive as a read does."""
+    e, route = arch_entry("replicate", mock)
+    gw = start(gateway_factory, tmp_path, [e], job_cache_entries=0)
+    key = "replay-db-arch-" + uuid.uuid4().hex
+    b = body(polls=1, outputs=2)
+    job_id = gw.submit(token, key, b, route=route).json()["id"]
+    deadline = time.monotonic() + 30
+    while [x[0] for x in psql(f"SELECT state FROM archive_outputs WHERE op_id = '{job_id}'")] \
+            != ["archived", "archived"]:
+        assert time.monotonic() < deadline, "the copies never ended"
+        time.sleep(0.1)
+    read = gw.job(token, job_id).json()
+    assert [o["state"] for o in read["archive"]] == ["archived", "archived"], read
+    r = gw.submit(token, key, b, route=route, headers={"Prefer": "respond-async"})
+    assert r.json()["id"] == job_id and r.headers.get("idempotent-replayed") == "true", r
+    assert r.json().get("archive") == read["archive"], r.json()
 
 
 @pytest.mark.parametrize("inflight,workers", [(3, 1), (16, 1), (3, 3)])
