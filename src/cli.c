@@ -445,8 +445,8 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         enum op_state next = st_resolve_target((enum st_resolution)what,
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
-        /* As POST /v1/jobs/ID/resolve: written only on a job read in review, whose remote id
-         * and webhook hint cannot change before the write. */
+        /* As POST /v1/jobs/ID/resolve: written only on a job read in review, under the fencing
+         * token read (its remote id and webhook hint as read). */
         char hint[256] = "";
         if (j.state == ST_REVIEW &&
             store_job_hint(db, tenant_id, argv[1], hint, sizeof(hint)) != STORE_OK) {
@@ -476,9 +476,10 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
             store_job_fini(&j);
             goto resolved;
         }
+        long long version = j.lease_version; /* written only on the job as read */
         store_job_fini(&j);
         if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next,
-                          what == RES_FOUND ? remote : NULL, op ? op : "cli", &j,
+                          what == RES_FOUND ? remote : NULL, op ? op : "cli", version, &j,
                           &applied) == STORE_OK) {
             int same = j.resolution && !strcmp(j.resolution, outcome);
             printf("%s %s (%s)\n", j.id, st_name(j.state),

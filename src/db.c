@@ -81,6 +81,9 @@ static int conn_distributed(PGconn *c)
  * misplaced character, a bad escape), password included: such a URL is named, never quoted. */
 static const char *connect_error(const struct db *db)
 {
+    /* (as libpq's expand_dbname: a URL, or key=value pairs; anything else is a database name) */
+    if (!strstr(db->url, "://") && !strchr(db->url, '='))
+        return PQerrorMessage(db->conn);
     char *why = NULL;
     PQconninfoOption *o = PQconninfoParse(db->url, &why);
     if (!o) {

@@ -33,6 +33,7 @@ static const struct dist_step steps[] = {
     {DIST_FUNCTION, "idemgate_cancel(bigint, text)"},
     {DIST_FUNCTION, "idemgate_archive_claim(bigint, text, integer, text[], integer)"},
     {DIST_FUNCTION, "idemgate_resolve(bigint, text, text, text, text, text, text)"},
+    {DIST_FUNCTION, "idemgate_resolve(bigint, text, text, text, text, text, text, bigint)"},
     {DIST_FUNCTION, "idemgate_regenerate(bigint, text, text, text, text, smallint, integer)"},
     {DIST_FUNCTION, "idemgate_janitor(bigint, integer)"},
 };

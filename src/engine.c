@@ -346,6 +346,8 @@ static void *loop_main(void *arg)
             wait = L->timer_at_ms <= now ? 0 : (int)(L->timer_at_ms - now);
         if (wait > IDLE_WAIT_MS)
             wait = IDLE_WAIT_MS;
+        if (L->ticked && wait > ENG_TICK_MS) /* a tick is never more than ENG_TICK_MS late */
+            wait = ENG_TICK_MS;
         int n = epoll_wait(L->ep, evs, EVENTS_MAX, wait);
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
@@ -379,8 +381,12 @@ static void submit(struct eng *e, struct call *c)
     pthread_mutex_lock(&L->mu);
     if (L->exited) {
         pthread_mutex_unlock(&L->mu);
-        /* Stopped (a claim made just before the drain): made here, not dropped. */
-        call_done(e, c, (int)curl_easy_perform(call_easy(c)));
+        /* Stopped (a claim made just before the drain): made here, not dropped — but not one
+         * that must be ticked (a create that keeps its lease while it runs: made here it would
+         * run its whole create_total_ms unrenewed, past its lease): it ends before its first
+         * byte, not sent, for any replica to send. */
+        call_done(e, c,
+                  c->tick ? CURLE_ABORTED_BY_CALLBACK : (int)curl_easy_perform(call_easy(c)));
         free(c);
         return;
     }

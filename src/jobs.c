@@ -290,14 +290,15 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
      * a job may reach review before the write (a poll deadline, a reconciler's verdict) with
      * nothing of this decision checked against it: a tenant's `found` unproven (another
      * tenant's task adopted), an `absent` against a task id it got meanwhile. Read in review, its
-     * remote id and webhook hint stay as read until it is resolved (nothing else writes them; a
-     * cancel, a verified webhook or a resume takes it out of review, and the write then finds
-     * it no longer there). */
+     * remote id and webhook hint stay as read while its fencing token does (a cancel, a
+     * verified webhook or a resume takes it out of review, and it may come back — a webhook's
+     * rescue moves the token on): the write names the token read, and finds nothing else. */
     if (j.state != ST_REVIEW) {
         respond_resolved(r, STORE_OK, 0, &j, &res);
         store_job_fini(&j);
         goto done;
     }
+    long long version = j.lease_version; /* the decision is written only on the job as read */
     char hint[256];
     if ((e = store_job_hint(api_db(r), t.id, id, hint, sizeof(hint))) < 0) {
         store_job_fini(&j);
@@ -348,7 +349,7 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     char by[80];
     snprintf(by, sizeof(by), "admin%s%s", res.op ? ": " : "", res.op ? res.op : "");
     e = store_resolve(api_db(r), t.id, t.name, id, res.outcome, next, res.remote,
-                      admin ? by : res.op, &j, &applied);
+                      admin ? by : res.op, version, &j, &applied);
     respond_resolved(r, e, applied, &j, &res);
     if (e == STORE_OK)
         store_job_fini(&j);

@@ -29,7 +29,9 @@
     DB_EPOCH("coalesce(o.first_sent_at, c.at)") ", " DB_EPOCH("c.at") ", "                      \
     "o.ambiguous_at IS NOT NULL, "                                                                 \
     "(extract(epoch FROM c.at - coalesce(o.ambiguous_at, o.first_sent_at, c.at)) * 1000)::bigint, " \
-    "o.cancel_requested_at IS NOT NULL, o.webhook_hint, coalesce(o.resolution, '')"
+    "o.cancel_requested_at IS NOT NULL, o.webhook_hint, "                                         \
+    "CASE WHEN o.resolution = 'absent' AND o.ambiguous_at > o.resolved_at THEN '' "              \
+    " ELSE coalesce(o.resolution, '') END"
 enum {
     CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
     CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,

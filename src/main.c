@@ -194,9 +194,10 @@ static void stop_all(struct subsystems *s)
     wake_on_done(NULL, NULL);
     waiters_free(s->waiters);
     recorder_free(s->recorder);
-    /* No new call starts; the calls in flight end (each within its provider's total timeout)
-     * while the dispatcher's and the poller's threads write their results; then those threads
-     * write what is left and stop. No call in flight is dropped. */
+    /* No new call starts; the calls in flight end (each within its provider's total timeout,
+     * a create within its create_total_ms, its lease kept meanwhile) while the dispatcher's and
+     * the poller's threads write their results; then those threads write what is left and
+     * stop. No call in flight is dropped. */
     store_finish_stopping();
     disp_quiesce(s->disp);
     poller_quiesce(s->poller);

@@ -93,7 +93,9 @@ void reply_store_error(struct hs_req *r, int e)
 {
     if (e == STORE_EUNAVAIL)
         reply_problem(r, 503, "store-unavailable", "Storage unavailable",
-                      "the database cannot be reached; retry with the same Idempotency-Key",
+                      "the database cannot be reached; the request may have been recorded "
+                      "before it was lost (then it is sent): retry with the same "
+                      "Idempotency-Key, never a new one",
                       UNAVAILABLE_RETRY_AFTER);
     else if (e == STORE_EGONE)
         reply_problem(r, 410, "idempotency-key-expired", "Idempotency key expired",

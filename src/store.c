@@ -671,8 +671,9 @@ int store_cancel(struct db *db, long long tenant_id, const char *job_id, struct 
 static const struct db_stmt resolve = {
     .name = "resolve",
     .sql = "SELECT idemgate_resolve($1::bigint, $2::text, $3::text, $4::text, $5::text, $6::text, "
-    "$7::text)",
-    .params = DB_PARAMS("tenant_id", "job_id", "outcome", "state", "by", "remote_id", "tenant"),
+    "$7::text, $8::bigint)",
+    .params = DB_PARAMS("tenant_id", "job_id", "outcome", "state", "by", "remote_id", "tenant",
+                        "lease_version"),
     .moves = DB_MOVES({ST_REVIEW, ST_PREPARED}, {ST_REVIEW, ST_ACCEPTED}, {ST_REVIEW, ST_COMPLETED},
                       {ST_REVIEW, ST_FAILED}, {ST_REVIEW, ST_UNKNOWN}),
     .filters = DB_FILTERS(ST_CANCELED), /* the settle's terminal states */
@@ -681,7 +682,7 @@ static const struct db_stmt resolve = {
 int store_resolve(struct db *db, long long tenant_id, const char *tenant, const char *job_id,
                   const char *outcome,
                   enum op_state new_state, const char *remote_id, const char *by,
-                  struct store_job *out, int *applied)
+                  long long lease_version, struct store_job *out, int *applied)
 {
     /* The statement is run only with a target it declares (see test_sql_states). */
     if (!db_stmt_moves(&resolve, ST_REVIEW, new_state)) {
@@ -695,7 +696,7 @@ int store_resolve(struct db *db, long long tenant_id, const char *tenant, const 
                        DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id),
                                p_text("outcome", outcome), p_text("state", st_name(new_state)),
                                p_text("by", by), p_text("remote_id", remote_id),
-                               p_text("tenant", tenant)),
+                               p_text("tenant", tenant), p_int("lease_version", lease_version)),
                        &verdict, &e);
     if (e == STORE_OK)
         e = action_job(db, c, tenant_id, job_id, out, applied);

@@ -53,7 +53,8 @@ struct store_claim {
     const char *webhook_hint;   /* a task id a verified webhook named by client reference, or
                                  * an operator's `resolve found` of a synchronous task */
     int operator_found;         /* the hint is an operator's word: no client reference needed */
-    int operator_absent;        /* an operator resolved it `absent`: sent again on that word */
+    int operator_absent;        /* an operator resolved it `absent` and no attempt since was
+                                 * ambiguous: sent again on that word */
     int born;                   /* a born reservation, still `prepared`: lease_begin_send first */
 };
 void store_claim_fini(struct store_claim *c);

@@ -203,14 +203,17 @@ __attribute__((warn_unused_result)) int store_jobs_list(struct db *db, long long
                                                         void *arg);
 
 /* An operator's decision on a job in review: outcome found (→ new_state accepted or completed,
- * with remote_id), absent (→ prepared) or abandon (→ failed). *applied is 1 when this call moved
- * the job; otherwise out holds the job as it is (the caller compares). STORE_ENOTFOUND: no such
- * job for this tenant. The resolution records `tenant` (its name) and `by`. */
+ * with remote_id), absent (→ prepared) or abandon (→ failed), written only while the job is in
+ * review under the fencing token the decision was made on (lease_version, as read). *applied is
+ * 1 when this call moved the job; otherwise out holds the job as it is (the caller compares).
+ * STORE_ENOTFOUND: no such job for this tenant. The resolution records `tenant` (its name) and
+ * `by`. */
 __attribute__((warn_unused_result)) int store_resolve(struct db *db, long long tenant_id,
                                                       const char *tenant,
                                                       const char *job_id, const char *outcome,
                                                       enum op_state new_state,
                                                       const char *remote_id, const char *by,
+                                                      long long lease_version,
                                                       struct store_job *out, int *applied);
 
 /* A new operation regenerating a terminal parent under a new key (see migrations). *created is

@@ -1013,6 +1013,29 @@ def test_absent_is_refused_while_a_webhooks_task_is_unread(gateway_factory, toke
     assert len(real_creates(mock, job_id)) == 1, "absent sent the create again"
 
 
+def test_a_resolve_is_written_only_under_the_token_it_read(gateway_factory, token, mock, psql):
+    """A resolve reads the job in review, decides, then writes. Meanwhile the job may leave
+    review and come back (a verified webhook's rescue takes it to unknown with the task it
+    named, the reconciler cannot read it and writes review again, the hint kept): a decision
+    made on the first read — an `absent` without the hint — would clear the hint and send the
+    create again. The write names the fencing token read (migration 0035): under another one it
+    is not applied."""
+    gw = gateway_factory(providers=[provider(
+        "rtok", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 2,
+                                                    "interval_ms": 300})])
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route="rtok/images/generations").json()["id"]
+    assert wait_job(gw, token, job_id, {"review"}, 20)["state"] == "review"
+    [[tenant, version]] = psql(f"SELECT tenant_id, lease_version FROM operations "
+                               f"WHERE id = '{job_id}'")
+    call = ("SELECT idemgate_resolve({t}, '{j}', 'abandon', 'failed', 'op', NULL, 't', {v})")
+    assert psql(call.format(t=tenant, j=job_id, v=int(version) - 1)) == [["0"]]
+    assert psql(f"SELECT state FROM operations WHERE id = '{job_id}'") == [["review"]]
+    assert psql(call.format(t=tenant, j=job_id, v=version)) == [["1"]]
+    assert psql(f"SELECT state FROM operations WHERE id = '{job_id}'") == [["failed"]]
+    assert len(real_creates(mock, job_id)) == 1
+
+
 def test_d17_long_bearer_credentials_are_sent_whole(gateway_factory, token, mock):
     """Item 17. Before: the Authorization header was built in 1 KB buffers, so a 2 KB provider
     token was cut (401 at a real provider, tripping it for everyone). After: sent whole."""

@@ -33,7 +33,7 @@ STEPS = {
     "jobs_by_key": [T, None, "infinity", "", "k", None],
     "job_attempts": [T, "job_x"],
     "cancel": [T, "job_x"],
-    "resolve": [T, "job_x", "abandon", "failed", "op", None, "t"],
+    "resolve": [T, "job_x", "abandon", "failed", "op", None, "t", 1],
     "regenerate": [T, "job_x", "job_new", "k2", "00", 1, 24],
     "claim": ["me", 30, "{mock}", T],
     "begin_send": [T, "job_x", 1, 30],

@@ -218,7 +218,7 @@ static void test_parametric_writes_are_guarded(void **state)
     f.state = ST_REVIEW; /* only reconciliation escalates */
     assert_int_equal(store_finish(NULL, &f, &applied), STORE_EINTERNAL);
     struct store_job j;
-    assert_int_equal(store_resolve(NULL, 1, "t", "op_x", "found", ST_SENDING, NULL, NULL, &j,
+    assert_int_equal(store_resolve(NULL, 1, "t", "op_x", "found", ST_SENDING, NULL, NULL, 1, &j,
                                    &applied),
                      STORE_EINTERNAL);
 }
