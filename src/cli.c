@@ -481,9 +481,13 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next,
                           what == RES_FOUND ? remote : NULL, op ? op : "cli", version, &j,
                           &applied) == STORE_OK) {
-            int same = j.resolution && !strcmp(j.resolution, outcome);
+            /* (still in review and not applied: it changed under the decision, no replay) */
+            int same = j.resolution && !strcmp(j.resolution, outcome) && j.state != ST_REVIEW;
             printf("%s %s (%s)\n", j.id, st_name(j.state),
-                   applied ? "resolved" : same ? "already resolved so" : "not in review");
+                   applied                   ? "resolved"
+                   : same                    ? "already resolved so"
+                   : j.state == ST_REVIEW    ? "changed while deciding: read it again"
+                                             : "not in review");
             rc = applied || same ? 0 : 1;
             store_job_fini(&j);
             /* This process has no signaller: the gateways are told now (or by their polls). */

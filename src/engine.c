@@ -346,8 +346,11 @@ static void *loop_main(void *arg)
             wait = L->timer_at_ms <= now ? 0 : (int)(L->timer_at_ms - now);
         if (wait > IDLE_WAIT_MS)
             wait = IDLE_WAIT_MS;
-        if (L->ticked && wait > ENG_TICK_MS) /* a tick is never more than ENG_TICK_MS late */
-            wait = ENG_TICK_MS;
+        if (L->ticked) { /* woken for the next tick, never later */
+            long long until_tick = L->next_tick_ms > now ? L->next_tick_ms - now : 0;
+            if (wait > until_tick)
+                wait = (int)until_tick;
+        }
         int n = epoll_wait(L->ep, evs, EVENTS_MAX, wait);
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;

@@ -235,7 +235,15 @@ static void respond_resolved(struct hs_req *r, int e, int applied, const struct 
 {
     if (e < 0)
         reply_job_error(r, e);
-    else if (applied) {
+    else if (!applied && j->state == ST_REVIEW) {
+        /* Still in review, but not under the token this decision was made on: it left review
+         * and came back meanwhile (a verified webhook's task, read again). An earlier resolution
+         * on the row is no replay of this one. */
+        reply_problem(r, 409, "not-in-review", "Job changed",
+                      "the job left review and came back while this decision was made: read it "
+                      "again (its remote id or a webhook's task may be known now) and decide",
+                      0);
+    } else if (applied) {
         LOG(LOG_INFO, "resolved", LS("job_id", j->id), LS("outcome", res->outcome),
             LS("state", st_name(j->state)), LS("request_id", hs_req_id(r)));
         reply_job(r, 200, j, 0, 0);
