@@ -500,7 +500,7 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
     int e = store_schema_version(api_db(r), &version);
     /* A newer schema is fine: migrations are additive, so a replica of the previous release
      * stays ready while a rollout migrates ahead of it. */
-    int ready = e == STORE_OK && version >= migrate_latest();
+    int ready = e == STORE_OK && version >= migrate_latest() && !migrate_changed();
     char why[256] = "";
     enum archready_state arch = archready_check(api_cfg(r), why, sizeof(why));
     cJSON *o = cJSON_CreateObject();
@@ -508,6 +508,8 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
     cJSON_AddBoolToObject(o, "database", e == STORE_OK);
     cJSON_AddNumberToObject(o, "schema_version", version);
     cJSON_AddNumberToObject(o, "schema_expected", migrate_latest());
+    if (migrate_changed()) /* an applied migration's text differs from this binary's */
+        cJSON_AddNumberToObject(o, "migration_changed", migrate_changed());
     cJSON_AddStringToObject(o, "archive",
                             arch == ARCHREADY_NOT_USED   ? "not_used"
                             : arch == ARCHREADY_WRITABLE ? "writable"

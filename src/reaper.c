@@ -78,8 +78,10 @@ static void *reaper_main(void *arg)
     while (!atomic_load(&r->stop)) {
         int n = 0;
         /* A replica started while PostgreSQL was down applies the migrations once it is up. */
-        if (!migrated)
-            migrated = migrate_run(db) == STORE_OK;
+        if (!migrated) { /* (a changed migration is not tried again: logged once, unready) */
+            int m = migrate_run(db);
+            migrated = m == STORE_OK || m == STORE_ECONFLICT;
+        }
         /* A full batch means more may be waiting: go again at once. */
         while (!atomic_load(&r->stop) && store_reap(db, REAP_BATCH, &n) == STORE_OK &&
                n == REAP_BATCH)

@@ -706,6 +706,36 @@ def test_a_migration_numbered_below_the_newest_applied_is_still_applied(database
         psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def test_a_migration_changed_after_it_was_applied_stops_the_migration(database_url, psql):
+    """A migration applied is never run again, so one edited in place after it was applied
+    left the databases that ran the older text without the change, silently (a column renamed,
+    a function's guard added: every such database behaved as before). Each migration's SHA-256
+    is recorded as it is applied (or, applied by an older binary, on the first run that can) and
+    compared at every run: a difference stops `migrate`, naming the migration."""
+    name = "mig_" + uuid.uuid4().hex[:8]
+    assert database_url.startswith("postgresql:///idemgate?"), database_url
+    url = database_url.replace("postgresql:///idemgate?", f"postgresql:///{name}?", 1)
+    psql(f"CREATE DATABASE {name}")
+
+    def sql(text):
+        return subprocess.check_output(["psql", url, "-qtAX", "-c", text], text=True).strip()
+    try:
+        assert cli(url, "migrate").returncode == 0
+        assert sql("SELECT count(*) FROM schema_migrations WHERE sha256 ~ '^[0-9a-f]{64}$'") == \
+            sql("SELECT count(*) FROM schema_migrations")
+        # Applied by a binary older than the record: recorded as it is now, no complaint.
+        sql("UPDATE schema_migrations SET sha256 = NULL WHERE version = 5")
+        assert cli(url, "migrate").returncode == 0
+        assert sql("SELECT sha256 IS NOT NULL FROM schema_migrations WHERE version = 5") == "t"
+        # Its text differs from the one applied (here: the record says so).
+        sql("UPDATE schema_migrations SET sha256 = repeat('0', 64) WHERE version = 5")
+        out = cli(url, "migrate")
+        assert out.returncode != 0, out
+        assert "migration_changed" in out.stderr and '"version":5' in out.stderr, out.stderr
+    finally:
+        psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 def test_no_trigger_nor_value_check_is_rebuilt_on_each_write(psql):
     # A trigger's WHEN clause and a CHECK constraint are parsed and compiled again by every
     # statement that writes the table (migration 0025). The statements that end an operation
