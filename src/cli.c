@@ -455,7 +455,9 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
             goto resolved;
         }
         if (j.state != ST_REVIEW) {
-            int same = j.resolution && !strcmp(j.resolution, outcome);
+            int same = j.resolution && !strcmp(j.resolution, outcome) &&
+                       (what != RES_FOUND ||
+                        (j.remote_id && remote && !strcmp(j.remote_id, remote)));
             printf("%s %s (%s)\n", j.id, st_name(j.state),
                    same ? "already resolved so" : "not in review");
             rc = same ? 0 : 1;
@@ -477,17 +479,24 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
             goto resolved;
         }
         long long version = j.lease_version; /* written only on the job as read */
+        char resolved_at[48]; /* as read: a refused write after which it is the same was ours */
+        snprintf(resolved_at, sizeof(resolved_at), "%s", j.resolved_at ? j.resolved_at : "");
         store_job_fini(&j);
         if (store_resolve(db, tenant_id, tenant, argv[1], outcome, next,
                           what == RES_FOUND ? remote : NULL, op ? op : "cli", version, &j,
                           &applied) == STORE_OK) {
-            /* (still in review and not applied: it changed under the decision, no replay) */
-            int same = j.resolution && !strcmp(j.resolution, outcome) && j.state != ST_REVIEW;
+            /* Refused with nobody resolving it since the read: it changed under the decision
+             * (an earlier resolution on the row is no replay); else the same decision (the
+             * same remote id for found) applied by another: a replay. */
+            int untouched = !applied && !strcmp(resolved_at, j.resolved_at ? j.resolved_at : "");
+            int same = !untouched && j.resolution && !strcmp(j.resolution, outcome) &&
+                       (what != RES_FOUND ||
+                        (j.remote_id && remote && !strcmp(j.remote_id, remote)));
             printf("%s %s (%s)\n", j.id, st_name(j.state),
-                   applied                   ? "resolved"
-                   : same                    ? "already resolved so"
-                   : j.state == ST_REVIEW    ? "changed while deciding: read it again"
-                                             : "not in review");
+                   applied     ? "resolved"
+                   : same      ? "already resolved so"
+                   : untouched ? "changed while deciding: read it again"
+                               : "not in review");
             rc = applied || same ? 0 : 1;
             store_job_fini(&j);
             /* This process has no signaller: the gateways are told now (or by their polls). */

@@ -229,19 +229,19 @@ static int parse_resolution(const cJSON *doc, struct resolution *res)
     return 0;
 }
 
-/* Answers the outcome of store_resolve. */
+/* Answers the outcome of store_resolve. untouched: the write was refused and nobody resolved the
+ * job since it was read in review (its resolved_at as read) — it changed under this decision
+ * (left review, perhaps came back under another token): an earlier resolution on the row (never
+ * cleared) is no replay of this one. */
 static void respond_resolved(struct hs_req *r, int e, int applied, const struct store_job *j,
-                             const struct resolution *res)
+                             const struct resolution *res, int untouched)
 {
     if (e < 0)
         reply_job_error(r, e);
-    else if (!applied && j->state == ST_REVIEW) {
-        /* Still in review, but not under the token this decision was made on: it left review
-         * and came back meanwhile (a verified webhook's task, read again). An earlier resolution
-         * on the row is no replay of this one. */
+    else if (!applied && untouched) {
         reply_problem(r, 409, "not-in-review", "Job changed",
-                      "the job left review and came back while this decision was made: read it "
-                      "again (its remote id or a webhook's task may be known now) and decide",
+                      "the job changed while this decision was made (it left review, perhaps to "
+                      "come back, a task known now): read it again and decide",
                       0);
     } else if (applied) {
         LOG(LOG_INFO, "resolved", LS("job_id", j->id), LS("outcome", res->outcome),
@@ -286,11 +286,11 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     /* The admin acts on any tenant's job: the job's tenant's rate applies (its token hash). */
     if (admin &&
         (e = store_admin_tenant_of(api_db(r), id, &t.id, t.name, sizeof(t.name), token)) < 0) {
-        respond_resolved(r, e, 0, NULL, &res);
+        respond_resolved(r, e, 0, NULL, &res, 0);
         goto done;
     }
     if ((e = store_job_get(api_db(r), t.id, id, &j)) < 0) {
-        respond_resolved(r, e, 0, NULL, &res);
+        respond_resolved(r, e, 0, NULL, &res, 0);
         goto done;
     }
     /* A resolution is written only for a job read in review, and answered from the job as read
@@ -302,15 +302,17 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
      * verified webhook or a resume takes it out of review, and it may come back — a webhook's
      * rescue moves the token on): the write names the token read, and finds nothing else. */
     if (j.state != ST_REVIEW) {
-        respond_resolved(r, STORE_OK, 0, &j, &res);
+        respond_resolved(r, STORE_OK, 0, &j, &res, 0);
         store_job_fini(&j);
         goto done;
     }
     long long version = j.lease_version; /* the decision is written only on the job as read */
+    char resolved_at[48]; /* as read: a refused write after which it is the same was ours */
+    snprintf(resolved_at, sizeof(resolved_at), "%s", j.resolved_at ? j.resolved_at : "");
     char hint[256];
     if ((e = store_job_hint(api_db(r), t.id, id, hint, sizeof(hint))) < 0) {
         store_job_fini(&j);
-        respond_resolved(r, e, 0, NULL, &res);
+        respond_resolved(r, e, 0, NULL, &res, 0);
         goto done;
     }
     const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider, strlen(j.provider));
@@ -358,7 +360,9 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     snprintf(by, sizeof(by), "admin%s%s", res.op ? ": " : "", res.op ? res.op : "");
     e = store_resolve(api_db(r), t.id, t.name, id, res.outcome, next, res.remote,
                       admin ? by : res.op, version, &j, &applied);
-    respond_resolved(r, e, applied, &j, &res);
+    respond_resolved(r, e, applied, &j, &res,
+                     e == STORE_OK && !applied &&
+                         strcmp(resolved_at, j.resolved_at ? j.resolved_at : "") == 0);
     if (e == STORE_OK)
         store_job_fini(&j);
 done:

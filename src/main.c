@@ -126,7 +126,8 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     if (!db)
         return "migrations";
     /* An unreachable database is not fatal: /readyz says so and the reaper retries. */
-    if (migrate_run(db) < 0)
+    int migrated = migrate_run(db);
+    if (migrated < 0 && migrated != STORE_ECONFLICT) /* (a changed migration is logged itself) */
         LOG(LOG_WARN, "migrations_pending", LS("note", "database unreachable or migration failed"));
     /* The tenants' limits apply from the first request; then every LIMITS_REFRESH_S. */
     if (limits_init(cfg) < 0)

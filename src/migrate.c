@@ -55,14 +55,15 @@ static int applied(PGconn *c, int version, char sha[CRYPTO_SHA256_HEX])
 /* A migration applied is never run again: one whose text changed since (edited in place) would
  * leave this database without the change, silently — its statements then failing, or worse,
  * behaving as the older text did. Its SHA-256 is recorded when it is applied, and compared at
- * every run: a difference stops the migration (the operator decides: a migration of its own
- * for the change). One applied before the record (no SHA-256) is recorded as it is now. 0, or
- * -1 (logged). */
+ * every run (the operator decides what a difference needs: a migration of its own for the
+ * change). One applied before the record (no SHA-256) is recorded as it is now — what it was
+ * then cannot be known. 0, 1 when the text differs from the one recorded, or -1 when the
+ * record could not be written (logged; tried again at the next run). */
 static int check_applied(PGconn *c, const struct migration *m, const char *recorded,
                          const char *now)
 {
     if (*recorded)
-        return strcmp(recorded, now) == 0 ? 0 : -1;
+        return strcmp(recorded, now) == 0 ? 0 : 1;
     char sql[160];
     snprintf(sql, sizeof(sql),
              "UPDATE schema_migrations SET sha256 = '%s' WHERE version = %d AND sha256 IS NULL",
@@ -98,16 +99,18 @@ int migrate_run(struct db *db)
         if (done < 0)
             goto failed;
         if (done) {
-            if (check_applied(c, m, recorded, now) < 0) {
-                atomic_store(&changed, m->version);
+            int diff = check_applied(c, m, recorded, now);
+            if (diff < 0)
+                goto failed;
+            /* The later migrations are still applied: this binary's statements need them
+             * (its workers run whatever migrate says); the difference is reported, the
+             * replica unready, the run's answer STORE_ECONFLICT. */
+            if (diff && !atomic_exchange(&changed, m->version))
                 LOG(LOG_ERROR, "migration_changed", LI("version", m->version),
                     LS("name", m->name), LS("recorded_sha256", recorded), LS("sha256", now),
                     LS("note", "this migration's text differs from the one applied to this "
                                "database; a change to an applied migration is never applied: "
                                "it needs a migration of its own"));
-                (void)exec_ok(c, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")", "unlock");
-                return STORE_ECONFLICT;
-            }
             continue;
         }
         if (exec_ok(c, "BEGIN", step) < 0)
@@ -127,7 +130,7 @@ int migrate_run(struct db *db)
         LOG(LOG_INFO, "migration_applied", LI("version", m->version), LS("name", m->name));
     }
     (void)exec_ok(c, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")", "unlock");
-    return STORE_OK;
+    return atomic_load(&changed) ? STORE_ECONFLICT : STORE_OK;
 failed:
     if (locked)
         (void)exec_ok(c, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")", "unlock");

@@ -20,8 +20,8 @@ int migrate_latest(void);
  * recorded in schema_migrations with the SHA-256 of its text, all under a session advisory lock
  * so that replicas starting together apply each migration exactly once. Returns 0, or a
  * negative store_err: STORE_ECONFLICT when an applied migration's text differs from the one
- * recorded (edited after it was applied: nothing more is applied; migrate_changed says which,
- * and /readyz is not ready). */
+ * recorded (edited after it was applied: the others are still applied; migrate_changed says
+ * which, logged once, and /readyz is not ready). */
 __attribute__((warn_unused_result)) int migrate_run(struct db *db);
 /* The version of an applied migration found changed by migrate_run, or 0. */
 int migrate_changed(void);
