@@ -44,7 +44,9 @@ def main():
                         conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
                     conn.request("POST", u.path, BODY, {
                         "Authorization": f"Bearer {token}", "Content-Type": "application/json",
-                        "Idempotency-Key": f"{prefix}-{i}"})
+                        "Idempotency-Key": f"{prefix}-{i}",
+                        # a synchronous route waits for the provider by default: not here
+                        "Prefer": "respond-async"})
                     r = conn.getresponse()
                     r.read()
                     status = str(r.status)
