@@ -906,6 +906,12 @@ export interface components {
             archive_error?: string;
             schema_version: number;
             schema_expected: number;
+            /**
+             * @description An applied migration whose text differs from this binary's (edited after it was
+             *     applied; its SHA-256 is recorded in schema_migrations): the replica is not ready,
+             *     and nothing more is migrated until an operator settles it.
+             */
+            migration_changed?: number;
             tripped_providers: {
                 provider: string;
                 tripped: boolean;
