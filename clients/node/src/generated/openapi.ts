@@ -908,8 +908,8 @@ export interface components {
             schema_expected: number;
             /**
              * @description An applied migration whose text differs from this binary's (edited after it was
-             *     applied; its SHA-256 is recorded in schema_migrations): the replica is not ready,
-             *     and nothing more is migrated until an operator settles it.
+             *     applied; its SHA-256 is recorded in schema_migrations): the replica is not ready
+             *     until an operator settles it (the other migrations are applied).
              */
             migration_changed?: number;
             tripped_providers: {
