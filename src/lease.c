@@ -679,7 +679,7 @@ int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds
     return STORE_OK;
 }
 
-/* A create still in flight keeps its lease (attempt.c, keep_lease): the row's lease is moved on
+/* A create still in flight keeps its lease (attempt.c, attempt_tick): the row's lease is moved on
  * while it is still this call's — `sending`, the same fencing token, the lease not yet over (a
  * row the reaper could take is never taken back). Nothing else changes (not updated_at: a hint's
  * next attempt is read against it). */

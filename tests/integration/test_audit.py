@@ -765,6 +765,16 @@ def referenced_webhooks(gateway_factory, mock, timeouts=HANG, reconcile=None, en
                            listen=f"127.0.0.1:{port}", public_url=f"http://127.0.0.1:{port}"), route
 
 
+def send_task_webhook(mock, job_id):
+    """The provider's signed webhook, succeeded, for the one task the job's create made (it
+    carries our reference in metadata): that create's ledger entry."""
+    [create] = real_creates(mock, job_id)
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    return create
+
+
 def test_d16_late_webhook_rescues_unknown_job_by_client_ref(gateway_factory, token, mock):
     """Item 16. The create's answer is lost (unknown, no remote id); later the provider's signed
     webhook names the task and carries our reference in metadata. Before: webhooks matched by
@@ -946,10 +956,7 @@ def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mo
     job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"poll_delay_ms": 5000}},
                        route=route).json()["id"]
     assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
-    [create] = real_creates(mock, job_id)
-    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
-        {"task_id": create["task_id"], "status": "succeeded"})).json()
-    assert sent["statuses"] == [200], sent
+    create = send_task_webhook(mock, job_id)
     unread = (f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
               "AND outcome IN ('hint_unread', 'hint_unproven')")
     deadline = time.monotonic() + 20
@@ -974,10 +981,7 @@ def test_a_late_webhook_rescues_a_job_in_review(gateway_factory, token, mock):
     job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
     j = wait_job(gw, token, job_id, {"review"}, 20)
     assert j["state"] == "review" and not j.get("remote_id"), j
-    [create] = real_creates(mock, job_id)
-    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
-        {"task_id": create["task_id"], "status": "succeeded"})).json()
-    assert sent["statuses"] == [200], sent
+    create = send_task_webhook(mock, job_id)
     j = wait_job(gw, token, job_id, {"completed", "failed"}, 20)
     assert j["state"] == "completed" and j["remote_id"] == create["task_id"], \
         f"a verified webhook naming our reference did not rescue the job in review: {j}"
@@ -997,10 +1001,7 @@ def test_absent_is_refused_while_a_webhooks_task_is_unread(gateway_factory, toke
     job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"poll_delay_ms": 60000}},
                        route=route).json()["id"]
     assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
-    [create] = real_creates(mock, job_id)
-    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
-        {"task_id": create["task_id"], "status": "succeeded"})).json()
-    assert sent["statuses"] == [200], sent
+    create = send_task_webhook(mock, job_id)
     j = wait_job(gw, token, job_id, {"review", "completed", "failed"}, 30)
     assert j["state"] == "review", j
     row = psql(f"SELECT webhook_hint, remote_id FROM operations WHERE id = '{job_id}'")
