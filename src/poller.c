@@ -4,6 +4,7 @@
 #include "idemgate/archive.h"
 #include "idemgate/archplan.h"
 #include "idemgate/clock.h"
+#include "idemgate/crash.h"
 #include "idemgate/engine.h"
 
 #include "idemgate/log.h"
@@ -25,6 +26,9 @@
 #define IDLE_SLEEP_MS 100
 /* Results one thread writes before it looks at anything else. */
 #define RESULTS_PER_TURN 64
+/* Margin kept between the last moment a cancel may start leaving and the poll's lease's end (as
+ * attempt.c's LEASE_SEND_MARGIN_S for a create): clock rates, the request's way out. */
+#define CANCEL_LEASE_MARGIN_S 1.0
 
 struct vars {
     const char *id, *client_ref;
@@ -357,6 +361,7 @@ struct poll_job {
     int st;                          /* the status concluded */
     int cancel_done; /* its cancel was answered for good, or cannot be sent: marked sent */
     int cancel_status; /* the HTTP status its cancel was answered with (0: none sent) */
+    struct clock_deadline cancel_by; /* the last moment its cancel may start leaving */
     double t0;
     double call_t0; /* wall clock when the current call was handed to the engine (0: none) */
 };
@@ -389,6 +394,16 @@ static void job_free(struct poll_job *j)
 
 static void on_end(void *arg, struct up_response *res);
 
+/* Refuses a cancel once the poll's lease is (nearly) over, by this host's clocks: a poller frozen
+ * between the read that showed the task running and its cancel (the process stopped, its thread
+ * blocked) may wake when another replica owns the job and has read the task finished — a cancel
+ * that deletes (Luma's, Runway's DELETE) would destroy the outputs of a completed job. */
+static int cancel_guard(void *arg)
+{
+    const struct clock_deadline *by = arg;
+    return clock_deadline_passed(by, clock_mono(), clock_wall()) ? -1 : 0;
+}
+
 /* Starts the job's next call on the engine. first: on the slot its claim took; otherwise a call
  * that follows one that ended keeps the job's place. A call that cannot even be made (no URL, a
  * missing credential) ends at once, with that evidence. */
@@ -400,6 +415,10 @@ static void start(struct poll_job *j, enum poll_step step, const char *method, c
                              .credential = j->c.credential,
                              .body = body,
                              .body_len = body ? strlen(body) : 0};
+    if (step == STEP_CANCEL) {
+        call.before_send = cancel_guard;
+        call.before_send_arg = &j->cancel_by;
+    }
     struct up_xfer *x;
     struct up_response res;
     j->step = step;
@@ -434,13 +453,22 @@ static void on_end(void *arg, struct up_response *res)
     const struct cfg_provider *p = j->p;
     if (j->call_t0 > 0)
         metrics_upstream_seconds(p->name, clock_wall() - j->call_t0);
-    if (j->step == STEP_CANCEL) {
+    if (j->step == STEP_CANCEL && res->aborted_before_send) {
+        /* Past the lease: nothing was sent, nothing here is written (fenced); the job's owner,
+         * whoever it is now, reads the task before any cancel of its own. */
+        LOG(LOG_WARN, "cancel_not_sent", LS("job_id", j->c.id), LS("provider", p->name),
+            LS("note", "the poll's lease was over before the cancel could leave"));
+        j->cancel_done = 0;
+        j->cancel_status = 0;
+    } else if (j->step == STEP_CANCEL) {
         j->cancel_done = pol_cancel_answered(res->curl_code, res->http_status);
         j->cancel_status = res->curl_code ? 0 : res->http_status;
         LOG(j->cancel_done ? LOG_INFO : LOG_WARN, "cancel_sent", LS("job_id", j->c.id),
             LS("provider", p->name), LI("http_status", res->http_status),
             LI("curl_code", res->curl_code),
             LS("note", j->cancel_done ? "answered" : "not answered for good: sent again next"));
+    }
+    if (j->step == STEP_CANCEL) {
         up_response_fini(res);
         start(j, STEP_STATUS, poll_method(j->p), j->url, j->body, 0);
         return;
@@ -488,6 +516,7 @@ static void write_job(struct rq_item *it, struct db *db)
             memset(&j->res, 0, sizeof(j->res));
             free(j->furl);
             j->furl = NULL;
+            CRASH_POINT("poll_before_cancel");
             start(j, STEP_CANCEL, j->p->cancel_method, j->cancel_url, NULL, 0);
             return;
         }
@@ -524,7 +553,6 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
                      double claimed_mono, void *arg)
 {
     struct poller *pl = arg;
-    (void)claimed_mono;
     double t0 = clock_wall();
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     struct poll_job *j = NULL;
@@ -550,6 +578,11 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
     memset(c, 0, sizeof(*c)); /* the job owns the claim now */
     j->v = (struct vars){j->c.remote_id, j->c.id};
     j->t0 = t0;
+    /* claimed_mono was taken before the claim, which only makes this earlier. */
+    double mono_now = clock_mono();
+    j->cancel_by = clock_deadline_in(claimed_mono + j->c.lease_remaining_s -
+                                         CANCEL_LEASE_MARGIN_S - mono_now,
+                                     mono_now, clock_wall());
     j->node.write = write_job;
     /* The poll URL the provider gave is used as stored; otherwise the profile's template. */
     j->url = j->c.poll_url ? strdup(j->c.poll_url)

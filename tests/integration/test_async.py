@@ -231,6 +231,44 @@ def test_a_cancel_after_the_task_ended_keeps_its_result(gateway_factory, token, 
     assert gone.status == 404, gone
 
 
+def test_a_cancel_is_never_sent_once_the_polls_lease_is_over(gateway_factory, token, mock):
+    """A poller frozen between the read that shows a task running and the cancel it then sends
+    (a process stopped, a thread blocked on the database: a pause point here) wakes up after its
+    lease. Another replica owns the job by then, read the task finished and completed the job;
+    Luma's cancel is a DELETE, which would destroy the outputs of that completed job. The cancel
+    is sent only while the poll's lease holds: nothing is sent, the result is kept."""
+    e, route = entry("luma", mock, poll_interval_ms=60000,
+                     timeouts={"connect_ms": 1000, "total_ms": 2000})
+    stale = start(gateway_factory, [e], lease_seconds=4,
+                  env={"IDEMGATE_PAUSE": "poll_before_cancel:7000"})
+    # The first status read (the stale poller's, before its cancel) shows the task running;
+    # the next one (the other replica's) shows it completed.
+    r = stale.submit(token, "stale-cancel-" + uuid.uuid4().hex, body(polls=2), route=route)
+    job_id = r.json()["id"]
+    j = stale.wait_state(token, job_id, {"accepted"}, 15)
+    assert j["state"] == "accepted" and j["remote_id"], j
+    h = {"Authorization": f"Bearer {token}"}
+    assert stale.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
+    deadline = time.time() + 15
+    while '"event":"pause_point"' not in stale.log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert '"event":"pause_point"' in stale.log(), stale.log()[-2000:]
+    # Past the stale poller's lease, another replica claims the poll: the task has finished.
+    other = start(gateway_factory, [e], lease_seconds=4)
+    j = other.wait_state(token, job_id, {"completed", "failed", "canceled", "review"}, 30)
+    assert j["state"] == "completed" and j["result"], j
+    # The stale poller wakes (its pause is 7 s, its lease 4 s) and must not send its cancel.
+    deadline = time.time() + 15
+    while '"cancel_not_sent"' not in stale.log() and '"cancel_sent"' not in stale.log() and \
+            time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    task = mock.http.request("GET", f"/dream-machine/v1/generations/{j['remote_id']}")
+    assert task.status == 200 and task.json().get("cancels", 0) == 0, task
+    assert task.json()["state"] == "completed", task.json()
+    assert '"cancel_not_sent"' in stale.log(), stale.log()[-3000:]
+
+
 def test_cancel_before_sending_fails_it_without_a_create(gateway_factory, token, mock):
     e, route = entry("replicate", mock)
     gw = start(gateway_factory, [e], dispatch_workers=0)
