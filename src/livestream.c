@@ -355,7 +355,10 @@ struct ls *ls_open(const char *job_id, size_t max_bytes)
     return s;
 }
 
-/* The registered stream of job_id, referenced, and marked fed when attach. */
+/* The registered stream of job_id, referenced, and marked fed when attach. A stream one attempt
+ * attached to is never attached again: a resend claimed before that attempt closed it (the result
+ * committed, the row due at once) would feed an ended stream — dropped — and read the earlier
+ * attempt's bytes back as its own record. The resend keeps its own body. */
 static struct ls *find(const char *job_id, int attach)
 {
     unsigned b = bucket(job_id);
@@ -363,6 +366,8 @@ static struct ls *find(const char *job_id, int attach)
     struct ls *s = reg[b];
     while (s && strcmp(s->job_id, job_id) != 0)
         s = s->next;
+    if (s && attach && s->attached)
+        s = NULL;
     if (s) {
         atomic_fetch_add(&s->refs, 1);
         s->attached |= attach;

@@ -38,7 +38,8 @@ struct ls *ls_open(const char *job_id, size_t max_bytes);
 /* The live stream of job_id, referenced, or NULL. */
 struct ls *ls_find(const char *job_id);
 /* The live stream of job_id, referenced and marked fed by the caller (the attempt that sends the
- * job here), or NULL. */
+ * job here), or NULL — also when an attempt attached to it before: only a job's first attempt
+ * feeds its live stream (a resend keeps its own body; the clients wait for the job). */
 struct ls *ls_attach(const char *job_id);
 /* Unregisters job_id's stream (if any): nothing more will be fed; its readers are woken and
  * read to its end. */

@@ -294,6 +294,43 @@ def test_an_error_event_before_any_output_is_judged_as_its_status(gateway_factor
     assert again.status == 502 and again.headers["x-idemgate-state"] == "failed", again
 
 
+def test_a_resend_claimed_before_the_first_attempt_closed_its_stream_keeps_its_own(
+        gateway_factory, mock, token):
+    """A streamed create refused after its first event (Anthropic's overloaded_error: a 529, not
+    created) backs off, due at once; its result committed, another dispatcher claims the resend
+    before the first attempt has closed its live stream (a pause point holds it there). The
+    resend attached to that ended stream: its bytes were dropped and the first attempt's refusal
+    read back as its record — a third create, for a whole answer already paid for. It keeps its
+    own body now: two creates, completed with the second's stream."""
+    providers, _, claude = entries(mock)
+    for e in providers:
+        e["retry"].update(base_ms=1, cap_ms=5)
+    gw = gateway_factory(providers=providers,
+                         env=dict(ENV, IDEMGATE_PAUSE="after_result_commit:700"),
+                         dispatch_workers=3)
+    nonce = uuid.uuid4().hex
+    body = claude_body(events=3, error_first=1)
+    body["messages"][0]["content"] = "overloaded once, resent at once " + nonce
+    # Its client reads the first attempt's stream live: that stream ends at the refusal (the
+    # client is cut there, and retries with its key: the replay below).
+    live = Live(gw, token, claude, "resend-live-" + nonce, body, wait=10)
+    live.rest_or_cut()
+    deadline = time.time() + 10
+    while '"event":"pause_point"' not in gw.log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert '"event":"pause_point"' in gw.log(), gw.log()[-2000:]
+    time.sleep(1.5)
+    sha = creates(mock, "/v1/messages")[-1]["body_sha256"]
+    made = [c for c in creates(mock, "/v1/messages") if c["body_sha256"] == sha]
+    assert len(made) == 2, made  # the refused create and the whole one, never a third
+    replay = gw.submit(token, "resend-live-" + nonce, body, route=claude,
+                       headers={"Prefer": "wait=10"})
+    text = replay.body.decode()
+    assert replay.status == 200 and text.endswith(
+        'event: message_stop\ndata: {"type":"message_stop"}\n\n'), text[-300:]
+    assert "overloaded_error" not in text
+
+
 class Live:
     """A streamed request read as it arrives (http.client decodes the chunks)."""
 

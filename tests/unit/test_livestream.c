@@ -204,6 +204,25 @@ static void test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake(void **
     ls_release(a);
 }
 
+/* Only a job's first attempt feeds its live stream: a resend claimed before the first attempt
+ * closed it gets none (it keeps its own body), whether the first attempt's stream ended or not. */
+static void test_a_stream_is_fed_by_one_attempt_only(void **state)
+{
+    (void)state;
+    struct ls *s = ls_open("job_resent", 4096);
+    struct ls *first = ls_attach("job_resent");
+    assert_ptr_equal(first, s);
+    assert_null(ls_attach("job_resent")); /* while the first still runs */
+    ls_feed(first, formats[1].first, strlen(formats[1].first));
+    ls_attempt_end(first, 1);
+    assert_null(ls_attach("job_resent")); /* ended, not yet closed: the resend's window */
+    ls_settle(first, 1);
+    ls_close("job_resent");
+    assert_null(ls_attach("job_resent"));
+    ls_release(first);
+    ls_release(s);
+}
+
 /* A stream longer than its memory share is spooled to an unlinked file: its readers, its record
  * and its batches read the same bytes as from memory, the terminal event is still held until
  * the record, and the file goes with the stream. Each format, fed in pieces of every size from
@@ -289,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_an_end_not_recognised_here_still_waits_for_the_record),
         cmocka_unit_test(test_cut_and_closed_streams),
         cmocka_unit_test(test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake),
+        cmocka_unit_test(test_a_stream_is_fed_by_one_attempt_only),
         cmocka_unit_test(test_a_spooled_stream_reads_as_one_in_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
