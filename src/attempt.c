@@ -152,6 +152,7 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
     out->received = -1;
     out->usage = NULL;
     out->stream_cut = 0;
+    out->stream_whole = 0;
     out->stream_error_status = 0;
     out->stream_error_type[0] = '\0';
     out->stream_id[0] = '\0';
@@ -163,6 +164,7 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
             return;
         }
         out->stream_cut = !v.terminal || v.error || res->body_truncated;
+        out->stream_whole = !out->stream_cut;
         out->stream_error_status = v.error && !v.output ? v.error_status : 0;
         memcpy(out->stream_error_type, v.error_type, sizeof(out->stream_error_type));
         memcpy(out->stream_id, v.id, sizeof(out->stream_id));
@@ -374,7 +376,8 @@ static enum cls_outcome classify(const struct cfg_provider *p, const struct stor
                               .body = res->body,
                               .body_len = res->body_len,
                               .markers = (const char *const *)p->trip_markers,
-                              .n_markers = p->n_trip_markers};
+                              .n_markers = p->n_trip_markers,
+                              .stream_whole = rs->stream_whole};
     enum cls_outcome o = res->aborted_before_send ? CLS_NOT_SENT : cls_classify(&ev);
     *may_have_created = cls_may_have_created(&ev, o);
     return o;
@@ -862,7 +865,7 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
         record_from_live(a, res);
     attempt_count_results(p, res, &a->rs);
     if (a->ls)
-        ls_attempt_end(a->ls, a->rs.stream_cut || res->curl_code != 0);
+        ls_attempt_end(a->ls, a->rs.stream_cut || (res->curl_code != 0 && !a->rs.stream_whole));
     /* A stream that named its generation, where the provider keeps it and the profile says how
      * to read it (reconcile.task.path): if the stream is left in doubt, the reconciler reads it
      * back by that id at once — a found task is the truth — rather than wait for the window.

@@ -111,6 +111,9 @@ enum cls_outcome cls_classify(const struct cls_evidence *e)
      * what a resend would cost, nor whether the first is still being billed. */
     if (e->stream_cut && e->http_status >= 200 && e->http_status < 300)
         return CLS_AMBIGUOUS;
+    if (e->stream_whole && !e->stream_cut && e->http_status >= 200 && e->http_status < 300 &&
+        !e->resend_refused)
+        return by_status(e, e->http_status, e->outputs_short);
     if (e->resend_refused)
         return e->bytes_sent <= 0 ? CLS_NOT_SENT : CLS_AMBIGUOUS;
     if (e->curl_code == 0)

@@ -428,7 +428,9 @@ static int each_event(const char *body, size_t len,
     return 0;
 }
 
-#define MAX_CHOICES 16
+/* OpenAI Chat's `n` goes up to 128: a choice past it is not assembled, and the answer is then
+ * served as recorded (never shown with choices missing). */
+#define MAX_CHOICES 128
 
 /* Text appended to a member of an object of the answer being built, kept in a growing buffer
  * and set once at the end: a stream of many small deltas is assembled in linear time. */
@@ -626,8 +628,10 @@ static void assemble_chat(struct assembly *a, const cJSON *d)
     {
         const cJSON *ix = member(c, "index");
         int i = cJSON_IsNumber(ix) ? ix->valueint : 0;
-        if (i < 0 || i >= MAX_CHOICES)
+        if (i < 0 || i >= MAX_CHOICES) {
+            a->unknown = 1;
             continue;
+        }
         if (!a->choice[i]) {
             cJSON *choice = cJSON_CreateObject();
             cJSON *msg = cJSON_CreateObject();

@@ -88,6 +88,7 @@ struct attempt_results {
     /* An event stream (the profile's stream format, a text/event-stream answer) that lacks its
      * terminal event or carried an error event: generated and paid for, not complete. */
     int stream_cut;
+    int stream_whole; /* an event stream read to its terminal event (cls_evidence) */
     /* The status the stream's first error event stands for when no output came before it
      * (cls_evidence.stream_error_status), and its type ("" when none). */
     int stream_error_status;

@@ -58,6 +58,10 @@ struct cls_evidence {
      * connection's bytes: none left (not sent), or some did and the provider may have read
      * them (ambiguous) — never a status's class, never a resend of our own. */
     int resend_refused;
+    /* A 2xx event stream read whole: its terminal event, no error event, nothing left out. It is
+     * the answer whatever broke after it (a connection closed without the chunked body's last
+     * chunk, or kept open past the end and cut): never ambiguous for the transfer's own end. */
+    int stream_whole;
 };
 
 enum cls_outcome cls_classify(const struct cls_evidence *e);

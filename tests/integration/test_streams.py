@@ -221,6 +221,31 @@ def test_a_stream_without_its_terminal_event_is_unknown_and_never_resent(gateway
         assert len(creates(mock, path)) == before + 1, (body["_mock"], creates(mock, path))
 
 
+def test_a_whole_stream_whose_connection_then_broke_is_completed(gateway_factory, mock, token):
+    """The provider sent the whole stream, its terminal event included, then closed the
+    connection without the chunked body's last chunk (curl: a partial file). The answer is
+    whole: completed with it, its live client ends cleanly — never unknown, then review, for a
+    paid answer the gateway holds entire."""
+    providers, chat, claude = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    for route, path, body, end in [
+            (chat, "/v1/chat/completions", chat_body(events=3, unterminated=True),
+             "data: [DONE]\n\n"),
+            (claude, "/v1/messages", claude_body(events=3, unterminated=True),
+             'event: message_stop\ndata: {"type":"message_stop"}\n\n')]:
+        key = "unterminated-" + uuid.uuid4().hex
+        before = len(creates(mock, path))
+        live = Live(gw, token, route, key, body, wait=10)
+        cut = live.rest_or_cut()
+        assert not cut and live.data.decode().endswith(end), live.data[-200:]
+        r = gw.submit(token, key, body, route=route, headers={"Prefer": "respond-async"})
+        j = wait_state(gw, token, r.json()["id"], ("completed", "unknown", "review", "failed"))
+        assert j["state"] == "completed", j
+        replay = gw.submit(token, key, body, route=route, headers={"Prefer": "wait=10"})
+        assert replay.status == 200 and replay.body.decode().endswith(end), replay.body[-200:]
+        assert len(creates(mock, path)) == before + 1
+
+
 def test_a_refusal_before_the_first_event_backs_off_and_streams_after(gateway_factory, mock,
                                                                       token):
     providers, _, claude = entries(mock)

@@ -27,6 +27,7 @@ struct sse_state {
     int error_after;    /* -1: never */
     bool include_usage; /* OpenAI: stream_options.include_usage */
     bool reasoning;     /* OpenAI Chat: the deltas are reasoning_content */
+    bool unterminated;  /* after the terminal event, closed without the chunked body's end */
     char error_code[65]; /* OpenAI Chat: the error chunk's code and type ("": server_error) */
     int prompt_tokens;
     int step;           /* events written so far */
@@ -250,7 +251,8 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     if (st->pending_off == st->pending_len) {
         if (st->done)
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return st->unterminated ? MHD_CONTENT_READER_END_WITH_ERROR
+                                    : MHD_CONTENT_READER_END_OF_STREAM;
         if (st->cut_after >= 0 && st->step >= st->cut_after)
             return MHD_CONTENT_READER_END_WITH_ERROR; /* closed with no terminal event */
         sleep_ms(st->delay_ms);
@@ -449,6 +451,7 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     st->cut_after = int_control(ctl, "cut_after", -1);
     st->error_after = int_control(ctl, "error_after", -1);
     st->reasoning = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctl, "reasoning"));
+    st->unterminated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctl, "unterminated"));
     const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ctl, "error_code"));
     if (code && *code && strlen(code) < sizeof(st->error_code) &&
         strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code))

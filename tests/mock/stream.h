@@ -24,7 +24,8 @@
  * Anthropic's overloaded_error, OpenAI's error chunk), "error_code" (OpenAI Chat: the error
  * chunk's code and type, 1..64 bytes of [a-z_]; default server_error), "reasoning" (OpenAI Chat:
  * the deltas are reasoning_content, as compatible providers stream a model's reasoning, instead
- * of content), "error_first" (the first N creates of
+ * of content), "unterminated" (true: the whole stream, then the connection is closed without the
+ * chunked body's last chunk), "error_first" (the first N creates of
  * the same body get that error event right after the preamble, before any output; the next are
  * whole streams), "status" (an error answer of that status
  * instead of any stream, with Retry-After: 0 for 429/529).

@@ -34,62 +34,62 @@ struct row {
 
 static const struct row rows[] = {
     /* Nothing left this host. */
-    {{COULDNT_RESOLVE_HOST, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_NOT_SENT},
-    {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_NOT_SENT},
-    {{OPERATION_TIMEDOUT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_NOT_SENT}, /* connect timeout */
-    {{SSL_CONNECT_ERROR, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_NOT_SENT},
-    {{ABORTED_BY_CALLBACK, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_NOT_SENT}, /* PREREQFUNCTION refused */
+    {{COULDNT_RESOLVE_HOST, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_NOT_SENT},
+    {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_NOT_SENT},
+    {{OPERATION_TIMEDOUT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_NOT_SENT}, /* connect timeout */
+    {{SSL_CONNECT_ERROR, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_NOT_SENT},
+    {{ABORTED_BY_CALLBACK, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_NOT_SENT}, /* PREREQFUNCTION refused */
     /* Sent, no answer: hang past the timeout, close, reset. */
-    {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{GOT_NOTHING, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{RECV_ERROR, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{SEND_ERROR, 120, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{GOT_NOTHING, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{RECV_ERROR, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{SEND_ERROR, 120, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
     /* A response started, then broke: the status line decides when it refuses. */
-    {{PARTIAL_FILE, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OPERATION_TIMEDOUT, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{PARTIAL_FILE, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
-    {{RECV_ERROR, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
-    {{PARTIAL_FILE, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{PARTIAL_FILE, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{PARTIAL_FILE, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OPERATION_TIMEDOUT, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{PARTIAL_FILE, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{RECV_ERROR, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{PARTIAL_FILE, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{PARTIAL_FILE, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
     /* Complete answers. */
-    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_SUCCESS},
-    {{OK, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_SUCCESS},
-    {{OK, 300, 150, 200, 1, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_PARTIAL},
-    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 404, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 409, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 422, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 201, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 200, 1, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_PARTIAL},
+    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 404, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 409, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 422, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
     /* 402/403 without a declared marker are about the request as far as anyone knows. */
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 408, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 425, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_UNMARKED},
+    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_UNMARKED},
+    {{OK, 300, 150, 408, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 425, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 429, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
     /* A 5xx may come from a CDN after the origin accepted the work: without a native key
      * nobody knows (unless the profile declares the status "not created", below). */
-    {{OK, 300, 150, 500, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 502, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 504, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 520, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 524, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 150, 503, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 502, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 500, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 502, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 503, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 504, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 520, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 524, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 503, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 502, 0, 0, NOT_CREATED_503, 4, TRIP_DEFAULT, 3, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
     /* Under a native key every status is a safe resend under the same key. */
-    {{OK, 300, 150, 500, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 503, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 500, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 503, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
     /* Which statuses trip the credential is the profile's to say. */
-    {{OK, 300, 150, 403, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 401, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 403, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 401, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
     /* Under a provider idempotency key, 409 says the first request is still in flight. */
-    {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_BACKOFF},
-    {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
-    {{OK, 300, 150, 200, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_SUCCESS},
+    {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_BACKOFF},
+    {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_REJECTED_REQUEST},
+    {{OK, 300, 150, 200, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_SUCCESS},
     /* A redirect to a create is not followed; nobody can say a task exists or not. */
-    {{OK, 300, 150, 302, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
-    {{OK, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 150, 302, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
+    {{OK, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, CLS_AMBIGUOUS},
     /* libcurl's own re-send after a kept-alive connection died before any answer, refused
      * (upstream.h): the dead connection's bytes decide. None left: a clean resend later. Some
      * left: the provider may have read them — even under a native key, whose 409 or replay
@@ -105,39 +105,39 @@ static const struct row rows[] = {
 static const char *const MARKERS[] = {"insufficient_quota", "account_deactivated"};
 #define BODY(s) (s), sizeof(s) - 1
 static const struct row marker_rows[] = {
-    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
-    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, BODY("{\"error\":\"bad key\"}"), MARKERS, 2, 0, 0, 0},
+    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0, 0, 0, 0}, CLS_REJECTED_ACCOUNT},
+    {{OK, 300, 150, 401, 0, 0, NULL, 0, NULL, 0, BODY("{\"error\":\"bad key\"}"), MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_ACCOUNT},
     {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"model_not_allowed\"}"),
-      MARKERS, 2, 0, 0, 0},
+      MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"content_policy\"}"), NULL, 0, 0, 0, 0},
+    {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"content_policy\"}"), NULL, 0, 0, 0, 0, 0},
      CLS_REJECTED_UNMARKED},
     {{OK, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"code\":\"account_deactivated\"}"),
-      MARKERS, 2, 0, 0, 0},
+      MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_ACCOUNT},
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0, 0},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_ACCOUNT},
     /* Byte-exact: another case, or a marker cut by the body's end, is no marker. */
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("INSUFFICIENT_QUOTA"), MARKERS, 2, 0, 0, 0},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("INSUFFICIENT_QUOTA"), MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quot"), MARKERS, 2, 0, 0, 0},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quot"), MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_UNMARKED},
-    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0, 0, 0}, CLS_REJECTED_UNMARKED},
+    {{OK, 300, 150, 402, 0, 0, NULL, 0, NULL, 0, NULL, 0, MARKERS, 2, 0, 0, 0, 0}, CLS_REJECTED_UNMARKED},
     /* A broken answer: its status line and the bytes that came decide. */
     {{PARTIAL_FILE, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"e\":\"insufficient_quota"),
-      MARKERS, 2, 0, 0, 0},
+      MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_ACCOUNT},
-    {{PARTIAL_FILE, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"e\":"), MARKERS, 2, 0, 0, 0},
+    {{PARTIAL_FILE, 300, 150, 403, 0, 0, NULL, 0, NULL, 0, BODY("{\"e\":"), MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_UNMARKED},
     /* A status the profile does not list never trips, marker or not. */
     {{OK, 300, 150, 403, 0, 0, NOT_CREATED_DEFAULT, 3, TRIP_401, 1, BODY("insufficient_quota"),
-      MARKERS, 2, 0, 0, 0},
+      MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_REQUEST},
     /* A marker in a 2xx or a 400 means nothing. */
-    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0, 0},
+    {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0, 0, 0},
      CLS_SUCCESS},
-    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0, 0},
+    {{OK, 300, 150, 400, 0, 0, NULL, 0, NULL, 0, BODY("insufficient_quota"), MARKERS, 2, 0, 0, 0, 0},
      CLS_REJECTED_REQUEST},
 };
 
@@ -207,12 +207,22 @@ static void test_a_cut_stream_is_ambiguous(void **state)
 {
     (void)state;
     static const struct {
-        int curl_code, status, cut;
+        int curl_code, status, cut, whole;
         enum cls_outcome want;
     } cases[] = {
-        {OK, 200, 1, CLS_AMBIGUOUS},          {OK, 200, 0, CLS_SUCCESS},
-        {PARTIAL_FILE, 200, 1, CLS_AMBIGUOUS}, {RECV_ERROR, 200, 1, CLS_AMBIGUOUS},
-        {OK, 429, 1, CLS_BACKOFF},            {OK, 400, 1, CLS_REJECTED_REQUEST},
+        {OK, 200, 1, 0, CLS_AMBIGUOUS},
+        {OK, 200, 0, 1, CLS_SUCCESS},
+        {PARTIAL_FILE, 200, 1, 0, CLS_AMBIGUOUS},
+        {RECV_ERROR, 200, 1, 0, CLS_AMBIGUOUS},
+        {OK, 429, 1, 0, CLS_BACKOFF},
+        {OK, 400, 1, 0, CLS_REJECTED_REQUEST},
+        /* read whole to its terminal event, then the transfer broke: the answer is whole */
+        {PARTIAL_FILE, 200, 0, 1, CLS_SUCCESS},
+        {RECV_ERROR, 200, 0, 1, CLS_SUCCESS},
+        {OPERATION_TIMEDOUT, 200, 0, 1, CLS_SUCCESS},
+        /* not read whole (no stream, or its end unknown): the transfer's end decides */
+        {PARTIAL_FILE, 200, 0, 0, CLS_AMBIGUOUS},
+        {OPERATION_TIMEDOUT, 200, 0, 0, CLS_AMBIGUOUS},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct cls_evidence ev = {.curl_code = cases[i].curl_code,
@@ -221,7 +231,8 @@ static void test_a_cut_stream_is_ambiguous(void **state)
                                   .http_status = cases[i].status,
                                   .not_created = NOT_CREATED_DEFAULT,
                                   .n_not_created = 3,
-                                  .stream_cut = cases[i].cut};
+                                  .stream_cut = cases[i].cut,
+                                  .stream_whole = cases[i].whole};
         enum cls_outcome o = cls_classify(&ev);
         if (o != cases[i].want)
             fail_msg("case %zu: %s", i, cls_name(o));
@@ -279,14 +290,14 @@ static void test_may_have_created(void **state)
         struct cls_evidence ev;
         int want;
     } cases[] = {
-        {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 1}, /* ambiguous */
-        {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 0},      /* not sent */
-        {{OK, 300, 150, 429, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 0},             /* declared not created */
-        {{OK, 300, 150, 503, 0, 1, NOT_CREATED_503, 4, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 0},
-        {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 1},             /* 5xx under a key */
-        {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 1},             /* in flight: it exists */
-        {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 0},
-        {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0}, 0},
+        {{OPERATION_TIMEDOUT, 300, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 1}, /* ambiguous */
+        {{COULDNT_CONNECT, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 0},      /* not sent */
+        {{OK, 300, 150, 429, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 0},             /* declared not created */
+        {{OK, 300, 150, 503, 0, 1, NOT_CREATED_503, 4, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 0},
+        {{OK, 300, 150, 502, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 1},             /* 5xx under a key */
+        {{OK, 300, 150, 409, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 1},             /* in flight: it exists */
+        {{OK, 300, 150, 400, 0, 1, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 0},
+        {{OK, 300, 150, 200, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct cls_evidence ev = cases[i].ev;

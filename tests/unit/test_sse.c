@@ -563,6 +563,46 @@ static void test_tool_calls_are_assembled_and_synthesized(void **state)
     assert_null(sse_assemble(SSE_ANTHROPIC, citations, sizeof(citations) - 1, &n));
 }
 
+/* A Chat stream of n choices (OpenAI allows up to 128) is assembled with all of them; a choice
+ * whose index is beyond that is not assembled, and then neither is the answer (it is served as
+ * recorded): never an answer with choices left out. */
+static void test_every_choice_is_assembled_or_none(void **state)
+{
+    (void)state;
+    static const int counts[] = {20, 128, 129};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        int n = counts[c];
+        size_t cap = 256 * (size_t)n + 64, len = 0, k = 0;
+        char *body = malloc(cap);
+        assert_non_null(body);
+        for (int i = 0; i < n; i++)
+            len += (size_t)snprintf(body + len, cap - len,
+                                    "data: {\"id\":\"c1\",\"choices\":[{\"index\":%d,"
+                                    "\"delta\":{\"role\":\"assistant\",\"content\":\"t%d\"}}]}"
+                                    "\n\n",
+                                    i, i);
+        len += (size_t)snprintf(body + len, cap - len, "data: [DONE]\n\n");
+        char *whole = sse_assemble(SSE_OPENAI_CHAT, body, len, &k);
+        if (n > 128) {
+            assert_null(whole);
+        } else {
+            assert_non_null(whole);
+            cJSON *doc = cJSON_Parse(whole);
+            const cJSON *choices = cJSON_GetObjectItemCaseSensitive(doc, "choices");
+            assert_int_equal(cJSON_GetArraySize(choices), n);
+            const cJSON *last = cJSON_GetArrayItem(choices, n - 1);
+            const cJSON *msg = cJSON_GetObjectItemCaseSensitive(last, "message");
+            char want[16];
+            snprintf(want, sizeof(want), "t%d", n - 1);
+            assert_string_equal(
+                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "content")), want);
+            cJSON_Delete(doc);
+        }
+        free(whole);
+        free(body);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_requested_and_names),
         cmocka_unit_test(test_assemble_and_synthesize),
         cmocka_unit_test(test_tool_calls_are_assembled_and_synthesized),
+        cmocka_unit_test(test_every_choice_is_assembled_or_none),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
