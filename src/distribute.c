@@ -14,6 +14,7 @@ static const struct dist_step steps[] = {
     {DIST_TENANT, "tenant_budgets"},
     {DIST_TENANT, "tenant_limits"},
     {DIST_TENANT, "key_tombstones"},
+    {DIST_TENANT, "tenant_spend_retired"},
     {DIST_REFERENCE, "provider_breakers"},
     {DIST_REFERENCE, "webhook_events"},
     {DIST_REFERENCE, "webhook_parked"},

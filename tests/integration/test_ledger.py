@@ -200,6 +200,39 @@ def test_budget_exceeded_at_intake_records_and_sends_nothing(gateway_factory, mo
     assert gw.submit(token, key(), {"prompt": "p", "n": 1}).status == 202
 
 
+def test_a_budget_set_after_retention_counts_the_jobs_it_deleted(gateway_factory, mock,
+                                                                  database_url, psql):
+    """A budget set, or its currency changed, starts from what the tenant's jobs of this day and
+    month count. Retention (the janitor) deletes ended jobs after job_ttl_hours; their spend was
+    forgotten with them, and the tenant could spend it again past its limit. What a deleted job
+    counted outlives it (migration 0036)."""
+    gw = priced_gateway(gateway_factory, mock)
+    name, token = new_tenant(database_url)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
+    done = [gw.submit(token, key(), {"prompt": "p", "n": 1}, headers={"Prefer": "wait=20"})
+            for _ in range(2)]
+    assert [r.status for r in done] == [200, 200]
+    assert psql(f"SELECT count(*), sum(cost_micros) FROM operations WHERE tenant_id = {tid} "
+                "AND state = 'completed'") == [["2", str(2 * IMAGE_PRICES["medium"])]]
+    # Past their expiry (created today, this month): the janitor writes their tombstones, then
+    # deletes them.
+    psql("UPDATE operations SET expires_at = timestamptz '2000-01-01 00:00:00+00' "
+         f"WHERE tenant_id = {tid}")
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    settle_tombstones(psql)
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    assert psql(f"SELECT count(*) FROM operations WHERE tenant_id = {tid}") == [["0"]]
+    # 0.10 USD a day, set now: the two deleted jobs count (0.084); a third does not fit.
+    out = cli(database_url, "tenant", "budget", name, "--currency", "USD", "--day", "0.10")
+    assert out.returncode == 0, out.stderr
+    assert usage(gw, token).json()["budgets"][0]["day_used_micros"] == \
+        2 * IMAGE_PRICES["medium"]
+    before = len(mock.ledger())
+    r = gw.submit(token, key(), {"prompt": "p", "n": 1})
+    assert r.status == 402 and "daily" in r.json()["detail"], (r.status, r.body[:300])
+    assert len(mock.ledger()) == before
+
+
 def test_a_budget_update_keeps_what_it_leaves_out(database_url, psql):
     """`tenant budget NAME --day 50` on a EUR budget switched it to USD — every EUR job then
     passed unchecked (a budget counts only its own currency) — and removed the month's and the
