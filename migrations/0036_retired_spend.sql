@@ -5,7 +5,7 @@
 -- per-currency, per-day sum that outlives the job, kept back to the first day of last month;
 -- budget_set's seed adds it to what the remaining jobs count. The rest of idemgate_janitor is as
 -- in 0033. Never edit this file once applied (migrate.c records its SHA-256).
-CREATE TABLE tenant_spend_retired (
+CREATE TABLE IF NOT EXISTS tenant_spend_retired (
     tenant_id bigint NOT NULL,
     currency  text NOT NULL,
     day       date NOT NULL, -- the UTC day the deleted jobs were created

@@ -900,6 +900,11 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * of one in `review` without a remote id (a create whose answer was lost, past its recovery
  * window: `unknown` again, its task read and adopted — before, the event was parked under a
  * task id the row never got, and an operator's later `absent` paid a second task).
+ * One that names the client reference of a job ended `failed` without a task (a refusal the
+ * provider answered although it made the task, a cancel before a resend whose task then
+ * appeared) cannot change it — a terminal state never changes — but the proof of a paid task is
+ * not dropped either (before, parked under an id no row would ever get, answered 200): the task
+ * id is kept on the row (webhook_hint) and said (*late: logged, counted, alerted).
  * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
  * status read forward to no sooner than 5 s after the row last changed. No state changes.
  * The provider names its task, not our tenant: a read finds the tenants of the operations with
@@ -959,16 +964,22 @@ static const struct db_stmt webhook_signed = {
     "   OR (" KEYED_STATE("state") " = 'prepared' AND first_sent_at IS NOT NULL "
     "    AND lease_owner IS NULL)) "
     "  AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+    "late AS (UPDATE operations SET webhook_hint = $3 "
+    " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
+    "  AND provider = $1 AND " KEYED_STATE("state") " = 'failed' AND remote_id IS NULL "
+    "  AND webhook_hint IS DISTINCT FROM $3 AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
-    " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) AND NOT $7::boolean "
+    " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
+    "  AND NOT EXISTS (SELECT 1 FROM late) AND NOT $7::boolean "
     " ON CONFLICT DO NOTHING RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM ev), (SELECT count(*) FROM hint) + (SELECT count(*) FROM rescue), "
-    " EXISTS (SELECT 1 FROM park)",
+    " EXISTS (SELECT 1 FROM park), EXISTS (SELECT 1 FROM late)",
     .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref",
                         "tenant_ids", "linked"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN},
                       {ST_SENDING, ST_SENDING}, {ST_REVIEW, ST_ACCEPTED},
-                      {ST_PREPARED, ST_UNKNOWN}, {ST_REVIEW, ST_UNKNOWN}),
+                      {ST_PREPARED, ST_UNKNOWN}, {ST_REVIEW, ST_UNKNOWN},
+                      {ST_FAILED, ST_FAILED}),
 };
 
 static const struct db_stmt webhook_unsigned = {
@@ -1016,8 +1027,9 @@ static int webhook_tenants(struct db *db, const struct store_webhook_req *w, cha
 }
 
 int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, int *hinted,
-                  int *parked)
+                  int *parked, int *late)
 {
+    *late = 0;
     char *ids = NULL;
     int linked = 0;
     int e = webhook_tenants(db, w, &ids, &linked);
@@ -1050,6 +1062,7 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
     *fresh = PQgetvalue(r, 0, 0)[0] == 't';
     *hinted = atoi(PQgetvalue(r, 0, 1));
     *parked = PQgetvalue(r, 0, 2)[0] == 't';
+    *late = PQgetvalue(r, 0, 3)[0] == 't';
     PQclear(r);
     return STORE_OK;
 }

@@ -23,6 +23,7 @@ enum metric_safety {
     MS_WEBHOOK_REFUSED,       /* a webhook whose signature did not verify */
     MS_TRIP_REFUTED,          /* a credential refusal the provider's probe then refuted */
     MS_STALE_CONNECTION,      /* a kept-alive connection with bytes waiting: not sent on */
+    MS_TASK_AFTER_FAILURE,    /* a signed webhook named a task of a job ended failed */
     MS__COUNT
 };
 

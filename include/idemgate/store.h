@@ -164,10 +164,13 @@ struct store_webhook_req {
 /* A webhook that passed verification (or whose profile has none). Signed: *fresh is 0 for an
  * event id seen before (nothing else happens); otherwise *hinted counts operations made due for
  * a status read (or, by client reference, for adoption of the named task) and *parked says the
- * task is not linked to an operation yet. Unsigned: nothing is written but a rate-limited hint. */
+ * task is not linked to an operation yet; *late says it named (by client reference) a job that
+ * ended `failed` without a task: the task's id is kept on the job, whose state does not change.
+ * Unsigned: nothing is written but a rate-limited hint. */
 __attribute__((warn_unused_result)) int store_webhook(struct db *db,
                                                       const struct store_webhook_req *w,
-                                                      int *fresh, int *hinted, int *parked);
+                                                      int *fresh, int *hinted, int *parked,
+                                                      int *late);
 
 /* An operator resumes polling of a job its poll deadline sent to review (or of an accepted one):
  * accepted, polled for deadline_ms more. */

@@ -13,6 +13,7 @@ predates them ignores unknown provider members, so the same scenario shows the o
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -879,6 +880,39 @@ def test_a_create_refused_after_its_task_was_made_then_named_is_never_sent_again
     assert j["state"] == "completed" and j["remote_id"] == create["task_id"], j
     time.sleep(5)  # past the Retry-After (counted from before the job was seen prepared)
     assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
+
+
+def test_a_task_named_after_its_job_failed_is_kept_and_said(gateway_factory, token, mock, psql):
+    """A create answered 400 although the provider made its task (a proxy's refusal after the
+    origin accepted): the job is `failed` — a refusal proves no task, and a terminal state never
+    changes. The provider's signed webhook then names the task by our reference. Before: parked
+    under a task id no job would ever hold, answered 200 — the only proof of a paid task dropped.
+    Now the task's id is kept on the job (its state unchanged), logged and counted."""
+    gw, route = referenced_webhooks(gateway_factory, mock,
+                                    timeouts={"connect_ms": 1000, "total_ms": 5000},
+                                    idempotency={}, retry=FAST_RETRY)
+    script(mock, [{"status": 400, "task_made": True}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    j = wait_job(gw, token, job_id, SETTLED, 20)
+    assert j["state"] == "failed", j
+    [create] = real_creates(mock, job_id)
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": create["task_id"], "status": "succeeded"})).json()
+    assert sent["statuses"] == [200], sent
+    deadline = time.monotonic() + 10
+    while '"task_after_failure"' not in gw.log():
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.05)
+    assert psql(f"SELECT state, coalesce(webhook_hint, '') FROM operations "
+                f"WHERE id = '{job_id}'") == [["failed", create["task_id"]]]
+    assert psql(f"SELECT count(*) FROM webhook_parked WHERE remote_id = '{create['task_id']}'") \
+        == [["0"]]
+    m = re.search(rb"^idemgate_tasks_after_failure_total (\d+)$",
+                  gw.http.request("GET", "/metrics").body, re.M)
+    assert m and int(m.group(1)) == 1, m
+    time.sleep(0.5)
+    assert wait_job(gw, token, job_id, SETTLED, 5)["state"] == "failed"
+    assert len(real_creates(mock, job_id)) == 1
 
 
 def test_a_webhook_during_a_lookup_is_never_erased_by_its_verdict(gateway_factory, token, mock,
