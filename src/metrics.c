@@ -47,7 +47,7 @@ static const char *const safety_names[MS__COUNT][2] = {
      "was about to leave on them: nothing sent on them, the request went on a new connection"},
     {"idemgate_tasks_after_failure_total",
      "signed webhooks naming a task of a job that had ended failed (no task, it said): the job "
-     "stays failed, the task's id is kept on it (it may be paid: read it at the provider)"},
+     "stays failed; the task (logged as task_after_failure) may be paid: read it at the provider"},
 };
 
 /* Status classes keep the label set small and fixed. */

@@ -902,9 +902,10 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * task id the row never got, and an operator's later `absent` paid a second task).
  * One that names the client reference of a job ended `failed` without a task (a refusal the
  * provider answered although it made the task, a cancel before a resend whose task then
- * appeared) cannot change it — a terminal state never changes — but the proof of a paid task is
- * not dropped either (before, parked under an id no row would ever get, answered 200): the task
- * id is kept on the row (webhook_hint) and said (*late: logged, counted, alerted).
+ * appeared) cannot change it — a terminal state never changes, its row is not written — but the
+ * proof of a paid task is not dropped silently either (before, parked under an id no row would
+ * ever get, answered 200): *late says so, and the caller logs the job and the task, counts and
+ * alerts; nothing is parked.
  * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
  * status read forward to no sooner than 5 s after the row last changed. No state changes.
  * The provider names its task, not our tenant: a read finds the tenants of the operations with
@@ -964,10 +965,10 @@ static const struct db_stmt webhook_signed = {
     "   OR (" KEYED_STATE("state") " = 'prepared' AND first_sent_at IS NOT NULL "
     "    AND lease_owner IS NULL)) "
     "  AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
-    "late AS (UPDATE operations SET webhook_hint = $3 "
+    "late AS (SELECT id FROM operations "
     " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
     "  AND provider = $1 AND " KEYED_STATE("state") " = 'failed' AND remote_id IS NULL "
-    "  AND webhook_hint IS DISTINCT FROM $3 AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
+    "  AND EXISTS (SELECT 1 FROM ev)), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
     "  AND NOT EXISTS (SELECT 1 FROM late) AND NOT $7::boolean "
@@ -978,8 +979,8 @@ static const struct db_stmt webhook_signed = {
                         "tenant_ids", "linked"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN},
                       {ST_SENDING, ST_SENDING}, {ST_REVIEW, ST_ACCEPTED},
-                      {ST_PREPARED, ST_UNKNOWN}, {ST_REVIEW, ST_UNKNOWN},
-                      {ST_FAILED, ST_FAILED}),
+                      {ST_PREPARED, ST_UNKNOWN}, {ST_REVIEW, ST_UNKNOWN}),
+    .filters = DB_FILTERS(ST_FAILED),
 };
 
 static const struct db_stmt webhook_unsigned = {

@@ -116,13 +116,13 @@ static void record_delivery(struct hs_req *r, const struct cfg_provider *p,
     LOG(LOG_INFO, "webhook", LS("provider", p->name), LS("remote_id", d->task),
         LI("duplicate", !fresh), LI("hinted", hinted), LI("parked", parked));
     if (late) {
-        /* A task exists for a job that ended failed (no task, it said): the state stays, the
-         * task's id is kept on the job — an operator reads the task at the provider. */
+        /* A task exists for a job that ended failed (no task, it said): the state stays, and
+         * this line is the record of the task — an operator reads it at the provider. */
         metrics_safety(MS_TASK_AFTER_FAILURE);
         LOG(LOG_ERROR, "task_after_failure", LS("job_id", d->client_ref),
             LS("provider", p->name), LS("remote_id", d->task),
             LS("note", "a signed webhook names a task of a job that ended failed: it may be "
-                       "paid; its id is kept on the job (webhook_hint), the job stays failed"));
+                       "paid; the job stays failed, read the task at the provider"));
     }
     char out[128];
     int n = snprintf(out, sizeof(out), "{\"received\":true,\"duplicate\":%s,\"parked\":%s}",

@@ -165,7 +165,7 @@ struct store_webhook_req {
  * event id seen before (nothing else happens); otherwise *hinted counts operations made due for
  * a status read (or, by client reference, for adoption of the named task) and *parked says the
  * task is not linked to an operation yet; *late says it named (by client reference) a job that
- * ended `failed` without a task: the task's id is kept on the job, whose state does not change.
+ * ended `failed` without a task (nothing is written: a terminal row never changes).
  * Unsigned: nothing is written but a rate-limited hint. */
 __attribute__((warn_unused_result)) int store_webhook(struct db *db,
                                                       const struct store_webhook_req *w,

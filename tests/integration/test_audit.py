@@ -882,12 +882,13 @@ def test_a_create_refused_after_its_task_was_made_then_named_is_never_sent_again
     assert len(real_creates(mock, job_id)) == 1, real_creates(mock, job_id)
 
 
-def test_a_task_named_after_its_job_failed_is_kept_and_said(gateway_factory, token, mock, psql):
+def test_a_task_named_after_its_job_failed_is_said(gateway_factory, token, mock, psql):
     """A create answered 400 although the provider made its task (a proxy's refusal after the
     origin accepted): the job is `failed` — a refusal proves no task, and a terminal state never
     changes. The provider's signed webhook then names the task by our reference. Before: parked
     under a task id no job would ever hold, answered 200 — the only proof of a paid task dropped.
-    Now the task's id is kept on the job (its state unchanged), logged and counted."""
+    Now it is said — logged with the job and the task, counted (an alert) — and the job's row is
+    not written: it stays failed."""
     gw, route = referenced_webhooks(gateway_factory, mock,
                                     timeouts={"connect_ms": 1000, "total_ms": 5000},
                                     idempotency={}, retry=FAST_RETRY)
@@ -903,8 +904,10 @@ def test_a_task_named_after_its_job_failed_is_kept_and_said(gateway_factory, tok
     while '"task_after_failure"' not in gw.log():
         assert time.monotonic() < deadline, gw.log()[-2000:]
         time.sleep(0.05)
+    line = [x for x in gw.log().splitlines() if '"task_after_failure"' in x][0]
+    assert job_id in line and create["task_id"] in line, line
     assert psql(f"SELECT state, coalesce(webhook_hint, '') FROM operations "
-                f"WHERE id = '{job_id}'") == [["failed", create["task_id"]]]
+                f"WHERE id = '{job_id}'") == [["failed", ""]]
     assert psql(f"SELECT count(*) FROM webhook_parked WHERE remote_id = '{create['task_id']}'") \
         == [["0"]]
     m = re.search(rb"^idemgate_tasks_after_failure_total (\d+)$",
