@@ -12,6 +12,22 @@ CREATE TABLE IF NOT EXISTS tenant_spend_retired (
     micros    bigint NOT NULL,
     PRIMARY KEY (tenant_id, currency, day)
 );
+-- On a distributed database already distributed (`migrate --citus` ran before), a replica's own
+-- start applies this migration without distributing anything: the table is distributed here,
+-- before the janitor that writes it runs on the tenant's worker.
+DO $$
+BEGIN
+    -- (Citus's catalog named only once Citus is known to be there: plain PostgreSQL has none)
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+        EXECUTE 'SELECT create_distributed_table(''tenant_spend_retired'', ''tenant_id'', '
+                'colocate_with => ''operations'') '
+                'WHERE EXISTS (SELECT 1 FROM pg_dist_partition '
+                '              WHERE logicalrelid = ''operations''::regclass) '
+                '  AND NOT EXISTS (SELECT 1 FROM pg_dist_partition '
+                '                  WHERE logicalrelid = ''tenant_spend_retired''::regclass)';
+    END IF;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION idemgate_janitor(p_tenant bigint, p_limit integer)
 RETURNS bigint LANGUAGE plpgsql AS $$

@@ -10,6 +10,7 @@
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
+#include "idemgate/provider.h"
 #include "idemgate/resultq.h"
 #include "idemgate/turns.h"
 #include "idemgate/upstream.h"
@@ -573,7 +574,7 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
     if (credential) {
         /* The provider's own content endpoint: its credential, read now, never stored. */
         const char *secret = getenv(credential);
-        if (secret && x->p->auth_header) {
+        if (secret && x->p->auth_header && prov_secret_ok(secret)) {
             size_t n = strlen(x->p->auth_header) +
                        strlen(x->p->auth_prefix ? x->p->auth_prefix : "") + strlen(secret) + 4;
             j->auth = malloc(n);

@@ -1045,6 +1045,12 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
         release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
         return -1;
     }
+    if (*c->credential && !prov_secret_ok(getenv(c->credential))) {
+        release_unsent(db, c, ST_PREPARED,
+                       "the provider's credential holds a control character (a line end at its "
+                       "end?): nothing was sent; fix the secret");
+        return -1;
+    }
     if (load_upload(cfg, p, db, c) < 0)
         return -1;
     struct attempt *a = calloc(1, sizeof(*a));

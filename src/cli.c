@@ -8,6 +8,7 @@
 #include "idemgate/distribute.h"
 #include "idemgate/migrate.h"
 #include "idemgate/pricing.h"
+#include "idemgate/provider.h"
 #include "idemgate/store.h"
 #include "idemgate/usage.h"
 #include "idemgate/wake.h"
@@ -311,6 +312,12 @@ int cli_check_config(const struct cfg *cfg)
         if (p->secret_env && !getenv(p->secret_env)) {
             fprintf(stderr, "warning: providers.%s.auth.secret_env: %s is not set\n", p->name,
                     p->secret_env);
+            missing++;
+        } else if (p->secret_env && !prov_secret_ok(getenv(p->secret_env))) {
+            fprintf(stderr,
+                    "warning: providers.%s.auth.secret_env: %s holds a control character (a "
+                    "line end at its end?): nothing is sent with it until it is fixed\n",
+                    p->name, p->secret_env);
             missing++;
         }
     }

@@ -8,6 +8,14 @@
 
 #define MAX_HEADERS 32
 
+int prov_secret_ok(const char *secret)
+{
+    for (const unsigned char *s = (const unsigned char *)secret; s && *s; s++)
+        if (*s < 0x20 || *s == 0x7f)
+            return 0;
+    return 1;
+}
+
 int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struct up_xfer **out,
                   struct up_response *res)
 {
@@ -20,6 +28,12 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
     if (c->credential && *c->credential && (!secret || !*secret)) {
         memset(res, 0, sizeof(*res));
         snprintf(res->error, sizeof(res->error), "the provider's credential variable is not set");
+        return -1;
+    }
+    if (secret && !prov_secret_ok(secret)) { /* never sent: nothing of it is said */
+        memset(res, 0, sizeof(*res));
+        snprintf(res->error, sizeof(res->error),
+                 "the provider's credential holds a control character (a line end?)");
         return -1;
     }
     if (secret) {

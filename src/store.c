@@ -983,6 +983,18 @@ static const struct db_stmt webhook_signed = {
     .filters = DB_FILTERS(ST_FAILED),
 };
 
+/* webhook_signed's `late`, read again in a snapshot of its own once the event was parked: a job
+ * whose refusal was being committed as the webhook came — the rescue waited for its lock, then
+ * found it `failed` — is not in the statement's snapshot (it showed the job `sending`). */
+static const struct db_stmt webhook_late = {
+    .rerun_safe = 1,
+    .name = "webhook_late",
+    .sql = "SELECT count(*) FROM operations WHERE tenant_id = ANY ($3::bigint[]) AND id = $2 "
+    " AND provider = $1 AND " KEYED_STATE("state") " = 'failed' AND remote_id IS NULL",
+    .params = DB_PARAMS("provider", "client_ref", "tenant_ids"),
+    .filters = DB_FILTERS(ST_FAILED),
+};
+
 static const struct db_stmt webhook_unsigned = {
     .name = "webhook_unsigned",
     .sql = "WITH c AS MATERIALIZED (SELECT now() AS at), "
@@ -1051,20 +1063,30 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
         return STORE_OK;
     }
     PGresult *r;
+    long long late_n = 0;
     e = db_run(db, &webhook_signed,
                DB_ARGS(p_text("provider", w->provider), p_text("event_id", w->event_id),
                        p_text("remote_id", w->remote_id), p_int("window_hours", w->window_hours),
                        p_text("client_ref", w->client_ref), p_text("tenant_ids", ids),
                        p_bool("linked", linked)),
                &r);
-    free(ids);
-    if (e < 0)
+    if (e < 0) {
+        free(ids);
         return e;
+    }
     *fresh = PQgetvalue(r, 0, 0)[0] == 't';
     *hinted = atoi(PQgetvalue(r, 0, 1));
     *parked = PQgetvalue(r, 0, 2)[0] == 't';
     *late = PQgetvalue(r, 0, 3)[0] == 't';
     PQclear(r);
+    /* (A failure here leaves the event parked, as before: it is said only when it can be.) */
+    if (*parked && w->client_ref &&
+        db_run_number(db, &webhook_late,
+                      DB_ARGS(p_text("provider", w->provider), p_text("client_ref", w->client_ref),
+                              p_text("tenant_ids", ids)),
+                      DB_VALUE, &late_n) == STORE_OK && late_n > 0)
+        *late = 1;
+    free(ids);
     return STORE_OK;
 }
 
@@ -2184,7 +2206,7 @@ void store_stamp(long long sec, long usec, char out[STORE_STAMP_LEN])
 static const struct db_stmt *const statements[] = {
     &intake,         &intake_plain, &intake_rows,    &by_key,       &job_get,        &cancel,
     &resolve,        &regenerate,   &jobs_list,      &jobs_in_state, &jobs_by_key,    &webhook_find,
-    &webhook_signed, &webhook_unsigned,
+    &webhook_signed, &webhook_late, &webhook_unsigned,
     &resume_polling, &janitor,      &janitor_due,    &janitor_webhooks, &unreferenced_sha256,
     &usage,          &budget_set,   &budget_clear,   &tenant_id_named,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,

@@ -42,6 +42,10 @@ __attribute__((warn_unused_result)) int prov_call(const struct cfg_provider *p,
                                                   const struct prov_call *c,
                                                   struct up_response *res);
 
+/* 1 when a secret can be a header's value as it is: no control byte (a line end at its end — a
+ * secret made from a file — would end the header block early and smuggle the rest as another
+ * request); 0 otherwise. Pure. */
+int prov_secret_ok(const char *secret);
 /* The same call as a transfer for the call engine (engine.h): built, not sent. Returns 0 with the
  * transfer in *out, or -1 with *res filled as prov_call fills it when nothing can be sent (a
  * missing credential, out of memory). c's body and before_send_arg must outlive the transfer. */

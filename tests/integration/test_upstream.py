@@ -11,6 +11,7 @@ import hashlib
 import json
 import socket
 import threading
+import time
 import uuid
 
 import pytest
@@ -153,6 +154,25 @@ def test_long_provider_credential_is_sent_whole(gateway_factory, mock, token):
     (create,) = mock.creates_for(job["id"])
     assert create["auth_sha256"] == hashlib.sha256(b"Bearer " + secret.encode()).hexdigest()
     assert secret not in gw.log()
+
+
+def test_a_credential_ending_in_a_line_end_is_never_sent(gateway_factory, mock, token):
+    """A secret made from a file ends with a line end. Written into the header block as it is,
+    it ended the headers early: the create reached the provider without its body, its own
+    idempotency key or our reference, the rest read as a second request smuggled on the
+    connection. Such a secret is never sent: the job waits, `prepared`, for it to be fixed."""
+    secret = "sk-mock-secret\n"
+    gw = gateway_factory(env={"MOCK_IMAGES_API_KEY": secret})
+    r = gw.submit(token, "nl-secret-" + uuid.uuid4().hex, {"prompt": "auth", "n": 1})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 10
+    while "holds a control character" not in gw.log():
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.05)
+    assert mock.creates_for(job_id) == []
+    assert gw.wait_state(token, job_id, ("prepared",), 5)["state"] == "prepared"
+    assert "sk-mock-secret" not in gw.log()
 
 
 @pytest.mark.parametrize("size", [513, 4096, 16384])

@@ -141,12 +141,31 @@ static void test_fetched_status(void **state)
     jpath_free(p.result_error);
 }
 
+/* A secret is a header's value as it is only without control bytes: a line end (a secret made
+ * from a file) would end the header block and smuggle the rest of the request. */
+static void test_secret_ok(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *secret;
+        int ok;
+    } rows[] = {
+        {"sk-abc123", 1},     {"", 1},          {"tok en", 1},   {"a=b/c+d", 1},
+        {"sk-abc\n", 0},      {"sk-abc\r\n", 0}, {"\nsk", 0},     {"sk\tx", 0},
+        {"sk\x7f", 0},        {"sk\x01", 0},     {"\xc3\xa9", 1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (prov_secret_ok(rows[i].secret) != rows[i].ok)
+            fail_msg("row %zu", i);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_id_doc),
         cmocka_unit_test(test_server_hint),
         cmocka_unit_test(test_fetched_status),
+        cmocka_unit_test(test_secret_ok),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
