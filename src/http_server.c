@@ -556,22 +556,28 @@ static int queue(struct hs_req *r, int status, struct MHD_Response *resp, int ha
 }
 
 /* Request smuggling defences libmicrohttpd 0.9.75 lacks: two Content-Lengths, Content-Length
- * with Transfer-Encoding, a header name holding whitespace ("Name : v"). */
+ * with Transfer-Encoding, a header name holding whitespace ("Name : v"); a Transfer-Encoding
+ * other than one `chunked` (libmicrohttpd then reads the body to the connection's end, a request
+ * pipelined behind it swallowed into it: RFC 9112 §6.3 asks 400), or any on HTTP/1.0 (§6.1).
+ * (A folded header line is refused by header_has_nul: libmicrohttpd moves its records.) */
 struct framing {
-    int content_length, transfer_encoding, bad_name;
+    int content_length, transfer_encoding, te_not_chunked, bad_name;
 };
 
 static enum MHD_Result framing_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-                                  const char *value)
+                                  size_t key_size, const char *value, size_t value_size)
 {
     (void)kind;
-    (void)value;
+    (void)value_size;
     struct framing *f = cls;
     if (strcasecmp(key, "Content-Length") == 0)
         f->content_length++;
-    else if (strcasecmp(key, "Transfer-Encoding") == 0)
+    else if (strcasecmp(key, "Transfer-Encoding") == 0) {
         f->transfer_encoding++;
-    if (strpbrk(key, " \t") || !*key)
+        if (!value || strcasecmp(value, "chunked") != 0)
+            f->te_not_chunked = 1;
+    }
+    if (strpbrk(key, " \t") || !*key || key_size != strlen(key))
         f->bad_name = 1;
     return MHD_YES;
 }
@@ -726,9 +732,10 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
         reject(s, r, HS_REJECT_BAD_TARGET);
         return r->responded ? MHD_YES : MHD_NO;
     }
-    struct framing f = {0, 0, 0};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
-    if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name) {
+    struct framing f = {0, 0, 0, 0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, framing_cb, &f);
+    if (f.content_length > 1 || (f.content_length && f.transfer_encoding) || f.bad_name ||
+        f.transfer_encoding > 1 || f.te_not_chunked || (f.transfer_encoding && r->http10)) {
         reject(s, r, HS_REJECT_FRAMING);
         return r->responded ? MHD_YES : MHD_NO;
     }

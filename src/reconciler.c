@@ -54,6 +54,13 @@ enum recon_page_step recon_next_page(int total, int has_cursor, int pages_read, 
     return RPS_NEXT;
 }
 
+int recon_search_proof(int total, int items, int readable)
+{
+    if (total == 0 && items > 0 && readable == 0)
+        return -1;
+    return total;
+}
+
 long recon_later_ms(long interval_ms, long grace_ms, long long since_ambiguous_ms)
 {
     long long left = (long long)grace_ms - since_ambiguous_ms;
@@ -354,7 +361,7 @@ static void not_found(const struct cfg_provider *p, struct db *db, const struct 
 struct match_ctx {
     const struct cfg_provider *p;
     const char *ref;
-    int n;
+    int n, items, readable;
     const cJSON *found;
 };
 
@@ -362,6 +369,8 @@ static void match_item(const cJSON *item, void *arg)
 {
     struct match_ctx *m = arg;
     const char *v = jpath_string(m->p->list_match, item);
+    m->items++;
+    m->readable += v != NULL;
     if (v && strcmp(v, m->ref) == 0) {
         m->n++;
         m->found = item;
@@ -404,6 +413,7 @@ struct recon_job {
     struct lookup_vars v;
     char *cursor, *remote;
     int page, total;
+    int items, readable; /* list items seen, and those whose match path read as a string */
     double lease_end; /* clock_mono(): a page that could end after it is not asked for */
     /* a resend: its attempt, its engine slot and when its call ended */
     struct attempt *a;
@@ -467,10 +477,12 @@ static int list_page(struct recon_job *j, struct up_response *res)
         j->total = -1;
         return 0;
     }
-    struct match_ctx m = {p, j->c.id, 0, NULL};
+    struct match_ctx m = {p, j->c.id, 0, 0, 0, NULL};
     if (doc)
         jpath_each(p->list_items, doc, match_item, &m);
     j->total = doc ? j->total + m.n : -1;
+    j->items += m.items;
+    j->readable += m.readable;
     if (m.n == 1 && !j->match.body) { /* the matching task, not the whole list, is the result */
         j->match.body = cJSON_PrintUnformatted(m.found);
         j->match.body_len = j->match.body ? strlen(j->match.body) : 0;
@@ -479,6 +491,15 @@ static int list_page(struct recon_job *j, struct up_response *res)
         j->remote = id ? strdup(id) : NULL;
     }
     const char *next = doc && p->list_next_cursor ? jpath_string(p->list_next_cursor, doc) : NULL;
+    /* A cursor that is there but not a string (a page number, an object) is no "last page": read
+     * as none, the first page alone would have proven absence. */
+    const cJSON *cur = doc && p->list_next_cursor ? jpath_first(p->list_next_cursor, doc) : NULL;
+    if (cur && !cJSON_IsNull(cur) && !cJSON_IsString(cur)) {
+        LOG(LOG_WARN, "list_page_unreadable", LS("job_id", j->c.id), LS("provider", p->name),
+            LI("page", j->page + 1),
+            LS("note", "the next page's cursor is not a string: nothing is proven"));
+        j->total = -1;
+    }
     free(j->cursor);
     j->cursor = next && *next ? strdup(next) : NULL;
     cJSON_Delete(doc);
@@ -494,6 +515,12 @@ static int list_page(struct recon_job *j, struct up_response *res)
             LS("note", "the next page could end after the lease: nothing is proven"));
     if (step == RPS_UNPROVEN)
         j->total = -1;
+    if (step == RPS_DONE && recon_search_proof(j->total, j->items, j->readable) < 0) {
+        LOG(LOG_WARN, "list_match_unreadable", LS("job_id", j->c.id), LS("provider", p->name),
+            LI("items", j->items),
+            LS("note", "no listed item shows the match path: absence is not proven"));
+        j->total = -1;
+    }
     return step == RPS_NEXT;
 }
 

@@ -44,6 +44,11 @@ enum recon_page_step {
 };
 enum recon_page_step recon_next_page(int total, int has_cursor, int pages_read, int max_pages,
                                      int past_lease);
+/* What a whole search proves, once every page was read: total, the matches counted (-1: nothing
+ * proven); items, the list items seen on every page; readable, those whose match path read as a
+ * string. No match among items none of which shows the match path (a list view without the
+ * member, a reference sent in a header only) proves nothing: -1, never absence. Pure. */
+int recon_search_proof(int total, int items, int readable);
 
 /* When to look again after a search proved nothing yet: not before the provider's absent grace
  * has passed since the last ambiguous send (no search can prove absence before it), and never

@@ -679,6 +679,27 @@ def test_list_match_a_page_without_its_list_proves_nothing(gateway_factory, toke
     assert '"event":"list_page_unreadable"' in gw.log()
 
 
+def test_list_match_items_without_the_match_path_prove_nothing(gateway_factory, token, mock):
+    """The profile matches `$.metadata.client_ref`, which the provider's list view does not show
+    (here the mock lists the reference at the top level): every item read as "not ours", and the
+    empty count proved absence — the create was sent again. No item showing the match path proves
+    nothing: review when the window closes, one create."""
+    rec = dict(LIST, window_seconds=4, absent_grace_ms=1000,
+               list=dict(LIST["list"], match="$.metadata.client_ref"))
+    gw = gateway_factory(providers=[provider("listed5", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref=REF, reconcile=rec)])
+    # A task in the list's window, as any other client's would be.
+    mock.http.request("POST", "/v1/images/generations",
+                      json.dumps({"prompt": "other", "metadata": {"client_ref": "someone"}}))
+    mock.script([{"fault": "hang", "status": 503}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="listed5/images/generations")
+    job_id = r.json()["id"]
+    job = gw.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=30)
+    assert len(mock.creates_for(job_id)) == 1, "sent again on items that could not be matched"
+    assert job["state"] == "review", job
+    assert '"event":"list_match_unreadable"' in gw.log()
+
+
 def test_list_match_several_tasks_go_to_review(gateway_factory, token, mock, psql):
     gw = gateway_factory(providers=[provider("listed3", mock.url, timeouts=HANG_TIMEOUTS,
                                              client_ref=REF, reconcile=LIST)])

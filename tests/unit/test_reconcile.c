@@ -51,6 +51,28 @@ static void test_next_page(void **state)
             fail_msg("row %zu", i);
 }
 
+/* What a whole search proves: no match among items none of which shows the match path proves
+ * nothing (a list view without the member: every ambiguous create would have been sent again). */
+static void test_search_proof(void **state)
+{
+    (void)state;
+    static const struct {
+        int total, items, readable, want;
+    } rows[] = {
+        {0, 0, 0, 0},   /* an empty list in the window: absence (after the grace) */
+        {0, 5, 5, 0},   /* five tasks, all readable, none ours: absence */
+        {0, 5, 1, 0},   /* others' tasks without the member beside one that has it */
+        {0, 5, 0, -1},  /* nobody's reference readable: nothing proven */
+        {1, 5, 1, 1},   /* found */
+        {2, 5, 2, 2},   /* several: review, as ever */
+        {-1, 5, 5, -1}, /* a page failed */
+        {-1, 0, 0, -1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (recon_search_proof(rows[i].total, rows[i].items, rows[i].readable) != rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 static void test_later(void **state)
 {
     (void)state;
@@ -150,6 +172,7 @@ int main(void)
         cmocka_unit_test(test_lookup_verdicts),
         cmocka_unit_test(test_next_page),
         cmocka_unit_test(test_later),
+        cmocka_unit_test(test_search_proof),
         cmocka_unit_test(test_plans),
         cmocka_unit_test(test_found_states),
     };
