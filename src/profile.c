@@ -60,7 +60,12 @@ static const struct memb task_m[] = {{"client_ref", MEMB_VALUE, NULL},
                                      {"path", MEMB_VALUE, NULL},
                                      {"resume", MEMB_OBJECT, &resume_t}};
 static const struct memb_table task_t = MEMB_TABLE(task_m, NULL);
-static const struct memb lookup_m[] = {{"id", MEMB_VALUE, NULL}, {"path", MEMB_VALUE, NULL}};
+static const struct memb absent_m[] = {{"equals", MEMB_VALUE, NULL}, {"path", MEMB_VALUE, NULL}};
+static const struct memb_table absent_t = MEMB_TABLE(absent_m, NULL);
+static const struct memb lookup_m[] = {{"absent", MEMB_OBJECT, &absent_t},
+                                       {"client_ref", MEMB_VALUE, NULL},
+                                       {"id", MEMB_VALUE, NULL},
+                                       {"path", MEMB_VALUE, NULL}};
 static const struct memb_table lookup_t = MEMB_TABLE(lookup_m, NULL);
 static const struct memb list_m[] = {
     {"cursor_param", MEMB_VALUE, NULL}, {"id", MEMB_VALUE, NULL},
@@ -594,6 +599,29 @@ static int load_reconcile_reads(struct cfg_provider *p, const cJSON *o, const ch
                 0 ||
             load_path(lk, "id", &p->lookup_id, 0, file, field, err, errlen) < 0)
             return -1;
+        /* What the lookup proves is read in its body, never from its status alone: a 2xx is our
+         * task only when it carries our reference (a filter the provider ignores answers its
+         * newest task), a 404 is absence only when the provider itself says "no such task" (an
+         * egress proxy's page, a renamed route, a gateway in front answer 404 too). */
+        if (load_path(lk, "client_ref", &p->lookup_client_ref, 1, file, field, err, errlen) < 0)
+            return -1;
+        const cJSON *ab = cJSON_GetObjectItemCaseSensitive(lk, "absent");
+        const char *eq = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ab, "equals"));
+        snprintf(field, sizeof(field), "providers.%s.reconcile.lookup.absent", p->name);
+        if (!cJSON_IsObject(ab) || !eq || !*eq) {
+            errf(err, errlen,
+                 "%s: %s: required, {\"path\": \"$.error.code\", \"equals\": \"not_found\"}: "
+                 "what the provider's own 404 for no such task says",
+                 file, field);
+            return -1;
+        }
+        if (load_path(ab, "path", &p->lookup_absent, 1, file, field, err, errlen) < 0)
+            return -1;
+        p->lookup_absent_equals = strdup(eq);
+        if (!p->lookup_absent_equals) {
+            errf(err, errlen, "%s: %s: out of memory", file, field);
+            return -1;
+        }
     }
     if (p->reconcile == RECON_LIST_MATCH) {
         const cJSON *ls = cJSON_GetObjectItemCaseSensitive(rec, "list");
@@ -1229,12 +1257,14 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                         p->webhook_secret_env, p->webhook_signature_header,
                         p->webhook_event_id_header, p->webhook_url_query,
                         p->result_fetch_strip, p->proxy, p->ca_file, p->list_cursor_param,
-                        p->task_path, p->resume_query, p->resume_start_query};
+                        p->task_path, p->resume_query, p->resume_start_query,
+                        p->lookup_absent_equals};
         for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
             free(strs[k]);
         for (int k = 0; k < p->n_trip_markers; k++)
             free(p->trip_markers[k]);
-        struct jpath *paths[] = {p->lookup_id, p->list_items, p->list_array, p->list_match,
+        struct jpath *paths[] = {p->lookup_id, p->lookup_client_ref, p->lookup_absent,
+                                 p->list_items, p->list_array, p->list_match,
                                  p->list_id,
                                  p->outputs_requested, p->outputs_received, p->usage, p->task_id,
                                  p->poll_url, p->status_path, p->done_path,

@@ -67,10 +67,27 @@ long recon_later_ms(long interval_ms, long grace_ms, long long since_ambiguous_m
     return left > interval_ms ? (long)left : interval_ms;
 }
 
-enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed)
+int recon_lookup_proves(const struct cfg_provider *p, int http_status, const char *body,
+                        size_t body_len, const char *client_ref)
 {
-    int matches = http_status >= 200 && http_status < 300 ? 1 : http_status == 404 ? 0 : -1;
-    return recon_list_verdict(matches, window_closed, grace_passed);
+    int ok2xx = http_status >= 200 && http_status < 300;
+    if ((!ok2xx && http_status != 404) || !body || !body_len)
+        return -1;
+    cJSON *doc = cJSON_ParseWithLength(body, body_len);
+    const char *v = !doc ? NULL
+                    : ok2xx ? jpath_string(p->lookup_client_ref, doc)
+                            : jpath_string(p->lookup_absent, doc);
+    int proves = !v                                       ? -1
+                 : ok2xx                                  ? (strcmp(v, client_ref) == 0 ? 1 : -1)
+                 : strcmp(v, p->lookup_absent_equals) == 0 ? 0
+                                                           : -1;
+    cJSON_Delete(doc);
+    return proves;
+}
+
+enum recon_verdict recon_lookup_verdict(int proves, int window_closed, int grace_passed)
+{
+    return recon_list_verdict(proves < 0 ? -1 : proves, window_closed, grace_passed);
 }
 
 enum recon_plan recon_plan(const struct recon_facts *f)
@@ -550,8 +567,18 @@ static void write_look(struct db *db, struct recon_job *j)
         how = "ambiguous_match";
     } else {
         const struct up_response *r = &j->res;
-        verdict = recon_lookup_verdict(!r->curl_code && !r->body_truncated ? r->http_status : 0,
-                                       j->window_closed, grace_passed);
+        int status = !r->curl_code && !r->body_truncated ? r->http_status : 0;
+        int proves = recon_lookup_proves(p, status, r->body, r->body_len, c->id);
+        if (proves < 0 && status >= 200 && status < 300)
+            LOG(LOG_WARN, "lookup_not_ours", LS("job_id", c->id), LS("provider", p->name),
+                LI("status", status),
+                LS("note", "the lookup's answer does not carry our reference at "
+                           "lookup.client_ref: nothing is proven"));
+        else if (proves < 0 && status == 404)
+            LOG(LOG_WARN, "lookup_absence_unproven", LS("job_id", c->id), LS("provider", p->name),
+                LS("note", "a 404 whose body is not the provider's lookup.absent: nothing is "
+                           "proven"));
+        verdict = recon_lookup_verdict(proves, j->window_closed, grace_passed);
         cJSON *doc = verdict == RV_FOUND ? prov_id_doc(r->body, r->body_len) : NULL;
         const char *id = doc && p->lookup_id ? prov_read_id(p->lookup_id, doc) : NULL;
         j->remote = id ? strdup(id) : NULL;

@@ -109,8 +109,11 @@ struct cfg_provider {
     long reconcile_interval_ms;
     long absent_grace_ms;      /* absence is concluded only this long after the last
                                 * ambiguous send */
-    char *lookup_path;         /* GET template with {client_ref}; 404 = proven absent */
+    char *lookup_path;         /* GET template with {client_ref} */
     struct jpath *lookup_id;   /* remote id in the lookup's answer */
+    struct jpath *lookup_client_ref; /* our reference in a 2xx answer: the task is ours */
+    struct jpath *lookup_absent;     /* in a 404's body: the provider's own "no such task" */
+    char *lookup_absent_equals;      /* ...when the string there is this */
     char *list_path;           /* GET template with {since} and {until} (Unix seconds) */
     struct jpath *list_items;  /* each task in the list's answer: "<array>[*]" */
     struct jpath *list_array;  /* that array itself: a page without it proves nothing */

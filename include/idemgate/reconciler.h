@@ -55,9 +55,14 @@ int recon_search_proof(int total, int items, int readable);
  * sooner than the profile's interval. Pure. */
 long recon_later_ms(long interval_ms, long grace_ms, long long since_ambiguous_ms);
 
-/* get_by_client_id: the status of the lookup (0 when it failed without an answer): 2xx found,
- * 404 none, anything else proves nothing. */
-enum recon_verdict recon_lookup_verdict(int http_status, int window_closed, int grace_passed);
+/* get_by_client_id: what the lookup's body proves (recon_lookup_proves): 1 found, 0 none, -1
+ * nothing (no answer, any other status, a 2xx that is not our task, a 404 that is not the
+ * provider's own "no such task"). Pure. */
+int recon_lookup_proves(const struct cfg_provider *p, int http_status, const char *body,
+                        size_t body_len, const char *client_ref);
+
+/* get_by_client_id: the verdict of what the lookup proved (1, 0 or -1 as above). Pure. */
+enum recon_verdict recon_lookup_verdict(int proves, int window_closed, int grace_passed);
 
 /* What the reconciler does with an unknown operation it claimed. Pure. */
 enum recon_plan {

@@ -228,7 +228,10 @@ def entries(mock_url, tag, sizes):
             "lookup" + tag, mock_url, client_ref={"body_field": "metadata.client_ref"},
             retry=dict(RETRY),
             reconcile=_recon(sizes, strategy="get_by_client_id", task=task_v1, found_result=FOUND,
-                             lookup={"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"})),
+                             lookup={"path": "/v1/images/by-ref/{client_ref}", "id": "$.id",
+                                     "client_ref": "$.client_ref",
+                                     "absent": {"path": "$.error.code",
+                                                "equals": "not_found"}})),
         "listed": providers.entry(
             "listed" + tag, mock_url, client_ref={"header": "X-Client-Ref"}, retry=dict(RETRY),
             reconcile=_recon(sizes, strategy="list_match", task=task_v1, found_result=FOUND, list={

@@ -33,7 +33,9 @@ def lookup(base_url, name="lookup", **extra):
                  reconcile={"strategy": "get_by_client_id", "window_seconds": 60,
                             "found_result": "$.result",
                             "interval_ms": 200, "absent_grace_ms": 1000,
-                            "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}},
+                            "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id",
+                                       "client_ref": "$.client_ref",
+                                       "absent": {"path": "$.error.code", "equals": "not_found"}}},
                  **extra)
 
 

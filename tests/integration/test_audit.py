@@ -35,7 +35,8 @@ ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
 SECRETS = {"OPENAI_API_KEY": "sk-o", "KEYED_API_KEY": "k-x", "LUMAAI_API_KEY": "luma-x",
            "KEYED_WEBHOOK_SECRET": "mock-hmac-secret",
            "OPENAI_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
-LOOKUP = {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}
+LOOKUP = {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id", "client_ref": "$.client_ref",
+          "absent": {"path": "$.error.code", "equals": "not_found"}}
 TASK_READ = {"path": "/v1/images/tasks/{id}", "client_ref": "$.client_ref"}
 # A found task (lookup, list item, task read) is the mock's task object; the create's answer,
 # with its outputs, is its `result` member (reconcile.found_result).
@@ -932,7 +933,9 @@ def test_a_webhook_during_a_lookup_is_never_erased_by_its_verdict(gateway_factor
     # for a reference no create carried), while a read by the task's id does.
     rec = {"strategy": "get_by_client_id", "window_seconds": 120, "interval_ms": 200,
            "absent_grace_ms": 500, "lookup": {"path": "/v1/keyed/by-ref/behind-{client_ref}",
-                                              "id": "$.id"}}
+                                              "id": "$.id", "client_ref": "$.client_ref",
+                                              "absent": {"path": "$.error.code",
+                                                         "equals": "not_found"}}}
     gw, route = referenced_webhooks(gateway_factory, mock, idempotency={}, reconcile=rec,
                                     client_ref={"header": "X-Client-Ref"},
                                     timeouts={"connect_ms": 1000, "total_ms": 6000})

@@ -197,7 +197,9 @@ def test_reconcile_lookups_run_side_by_side_on_the_engine(gateway_factory, mock,
     a time, outside the in-flight gauge), and each job is found and completed with one create."""
     rec = {"strategy": "get_by_client_id", "window_seconds": 60, "interval_ms": 200,
            "absent_grace_ms": 1000, "found_result": "$.result",
-           "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
+           "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id",
+                      "client_ref": "$.client_ref",
+                      "absent": {"path": "$.error.code", "equals": "not_found"}}}
     p = provider("mock-images", mock.url, timeouts={"connect_ms": 1000, "total_ms": 3000},
                  client_ref={"header": "X-Client-Ref"}, reconcile=rec)
     gw = gateway_factory(dispatch_workers=1, reconcile_workers=1, providers=[p])
@@ -228,7 +230,9 @@ def test_one_providers_slow_searches_do_not_hold_up_another(gateway_factory, moc
     order by one queue under one cap, they would wait for all eight lookups.) One create each."""
     lookup = {"strategy": "get_by_client_id", "window_seconds": 120, "interval_ms": 200,
               "absent_grace_ms": 1000, "found_result": "$.result",
-              "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
+              "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id",
+                         "client_ref": "$.client_ref",
+                         "absent": {"path": "$.error.code", "equals": "not_found"}}}
     slow = provider("slowsearch", mock.url, timeouts={"connect_ms": 1000, "total_ms": 3000},
                     client_ref={"header": "X-Client-Ref"}, reconcile=lookup)
     keyed = provider("keyedresend", mock.url, path="/v2/generations", route="generations",

@@ -622,7 +622,9 @@ LIST = {"strategy": "list_match", "found_result": "$.result", "window_seconds": 
                  "match": "$.client_ref", "id": "$.id", "next_cursor": "$.next_cursor"}}
 LOOKUP = {"strategy": "get_by_client_id", "found_result": "$.result", "window_seconds": 30,
           "interval_ms": 300, "absent_grace_ms": 1000,
-          "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}}
+          "lookup": {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id",
+                     "client_ref": "$.client_ref",
+                     "absent": {"path": "$.error.code", "equals": "not_found"}}}
 REF = {"body_field": "metadata.client_ref"}
 HANG_TIMEOUTS = {"connect_ms": 1000, "total_ms": 1000}
 
@@ -753,6 +755,44 @@ def test_lookup_failing_keeps_unknown_then_review(gateway_factory, token, mock):
     job = gw.wait_state(token, r.json()["id"], {"completed", "review"}, timeout=20)
     assert job["state"] == "review", job
     assert len(real_creates(mock.creates_for(job["id"]))) == 1
+
+
+def test_a_lookup_404_that_is_not_the_providers_own_proves_nothing(gateway_factory, token, mock):
+    """A 404 is absence only when its body is the provider's own "no such task" (lookup.absent):
+    a renamed route, an egress proxy's page, a gateway in front answer 404 too. Before: any 404
+    was absence and the create was sent again — here over a task the provider had made."""
+    lookup = dict(LOOKUP, window_seconds=4,
+                  lookup=dict(LOOKUP["lookup"], path="/v1/images/by-reference/{client_ref}"))
+    gw = gateway_factory(providers=[provider("looked4", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref={"header": "X-Client-Ref"},
+                                             reconcile=lookup)])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="looked4/images/generations")
+    job = gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, timeout=20)
+    assert job["state"] == "review", job
+    assert len(real_creates(mock.creates_for(job["id"]))) == 1
+    assert '"event":"lookup_absence_unproven"' in gw.log()
+
+
+def test_a_lookup_answering_another_task_is_not_adopted(gateway_factory, token, mock):
+    """A 2xx is our task only when it carries our reference (lookup.client_ref): a lookup whose
+    filter the provider ignores answers another task. Before: that task was adopted — the job
+    completed with another request's result."""
+    seeded = mock.http.request("POST", "/_tasks/seed",
+                               json.dumps({"provider": "openai-images", "count": 1}))
+    assert seeded.status == 200, seeded
+    [other] = seeded.json()["tasks"]
+    lookup = dict(LOOKUP, window_seconds=4, lookup=dict(
+        LOOKUP["lookup"], path="/v1/images/by-ref/" + other["client_ref"] + "?ref={client_ref}"))
+    gw = gateway_factory(providers=[provider("looked5", mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref={"header": "X-Client-Ref"},
+                                             reconcile=lookup)])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route="looked5/images/generations")
+    job = gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, timeout=20)
+    assert job["state"] == "review" and job["remote_id"] != other["id"], job
+    assert len(real_creates(mock.creates_for(job["id"]))) == 1
+    assert '"event":"lookup_not_ours"' in gw.log()
 
 
 def test_a_cancelled_job_is_never_sent_again(gateway_factory, token, mock):

@@ -15,7 +15,8 @@ HANG = {"connect_ms": 1000, "total_ms": 1000}
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
 ADMIN_SHA = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
 SECRETS = {"OPENAI_API_KEY": "sk-o", "RUNWAYML_API_SECRET": "rw-x"}
-LOOKUP = {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id"}
+LOOKUP = {"path": "/v1/images/by-ref/{client_ref}", "id": "$.id", "client_ref": "$.client_ref",
+          "absent": {"path": "$.error.code", "equals": "not_found"}}
 SETTLED = {"completed", "failed", "review", "canceled"}
 
 

@@ -7,7 +7,11 @@
 
 #include <cmocka.h>
 
+#include "idemgate/jpath.h"
+#include "idemgate/profile.h"
 #include "idemgate/reconciler.h"
+
+#include <string.h>
 
 static void test_list_verdicts(void **state)
 {
@@ -94,17 +98,60 @@ static void test_lookup_verdicts(void **state)
 {
     (void)state;
     static const struct {
-        int status, closed, grace;
+        int proves, closed, grace;
         enum recon_verdict want;
     } rows[] = {
-        {200, 0, 0, RV_FOUND},  {200, 1, 1, RV_FOUND},  {404, 0, 0, RV_LATER},
-        {404, 0, 1, RV_ABSENT}, {404, 1, 1, RV_REVIEW}, {503, 0, 1, RV_LATER},
-        {503, 1, 1, RV_REVIEW}, {0, 0, 1, RV_LATER},    {0, 1, 1, RV_REVIEW},
-        {401, 0, 1, RV_LATER},  {410, 1, 1, RV_REVIEW},
+        {1, 0, 0, RV_FOUND},    {1, 1, 1, RV_FOUND},   {0, 0, 0, RV_LATER},
+        {0, 0, 1, RV_ABSENT},   {0, 1, 1, RV_REVIEW},  {-1, 0, 1, RV_LATER},
+        {-1, 1, 1, RV_REVIEW},  {-1, 0, 0, RV_LATER},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-        if (recon_lookup_verdict(rows[i].status, rows[i].closed, rows[i].grace) != rows[i].want)
+        if (recon_lookup_verdict(rows[i].proves, rows[i].closed, rows[i].grace) != rows[i].want)
             fail_msg("row %zu", i);
+}
+
+/* What a lookup's answer proves is read in its body: our reference in a 2xx, the provider's own
+ * "no such task" in a 404 — a status alone proves nothing. */
+static void test_lookup_proves(void **state)
+{
+    (void)state;
+    struct cfg_provider p = {0};
+    const char *why = NULL;
+    assert_int_equal(jpath_compile("$.client_ref", &p.lookup_client_ref, &why), 0);
+    assert_int_equal(jpath_compile("$.error.code", &p.lookup_absent, &why), 0);
+    p.lookup_absent_equals = "not_found";
+    static const struct {
+        int status;
+        const char *body;
+        int want;
+    } rows[] = {
+        {200, "{\"id\": \"t1\", \"client_ref\": \"job_1\"}", 1},
+        {201, "{\"client_ref\": \"job_1\"}", 1},
+        /* another task (a filter the provider ignored), or ours unreadable */
+        {200, "{\"id\": \"t2\", \"client_ref\": \"job_2\"}", -1},
+        {200, "{\"id\": \"t1\"}", -1},
+        {200, "{\"client_ref\": 7}", -1},
+        {200, "[]", -1},
+        {200, "not json", -1},
+        {200, "", -1},
+        {404, "{\"error\": {\"code\": \"not_found\"}}", 0},
+        /* a renamed route, a proxy's page, another error */
+        {404, "{\"error\": {\"code\": \"no_such_endpoint\"}}", -1},
+        {404, "<html><body>404 Not Found</body></html>", -1},
+        {404, "", -1},
+        {404, "{\"client_ref\": \"job_1\"}", -1},
+        {410, "{\"error\": {\"code\": \"not_found\"}}", -1},
+        {500, "{\"error\": {\"code\": \"not_found\"}}", -1},
+        {0, NULL, -1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const char *b = rows[i].body;
+        int got = recon_lookup_proves(&p, rows[i].status, b, b ? strlen(b) : 0, "job_1");
+        if (got != rows[i].want)
+            fail_msg("row %zu: %d, want %d", i, got, rows[i].want);
+    }
+    jpath_free(p.lookup_client_ref);
+    jpath_free(p.lookup_absent);
 }
 
 static void test_plans(void **state)
@@ -170,6 +217,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_list_verdicts),
         cmocka_unit_test(test_lookup_verdicts),
+        cmocka_unit_test(test_lookup_proves),
         cmocka_unit_test(test_next_page),
         cmocka_unit_test(test_later),
         cmocka_unit_test(test_search_proof),
