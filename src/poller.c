@@ -226,14 +226,16 @@ static char *strip_suffix(const char *url, const char *suffix)
 }
 
 /* Where the outputs live when elsewhere than the status answer (fal's response_url): a new
- * string, or NULL when the profile does not say or the URL cannot be made. */
-static char *fetch_url(const struct cfg_provider *p, const struct store_claim *c,
-                       const struct vars *v, const cJSON *doc)
+ * string, or NULL when the profile does not say or the URL cannot be made. The suffix is cut
+ * from the URL the status was read at: the create's status URL, or — for a task found without
+ * its create's answer (by an operator, a webhook) — the one the poll template made. */
+static char *fetch_url(const struct cfg_provider *p, const char *polled, const struct vars *v,
+                       const cJSON *doc)
 {
     const char *fu = p->result_fetch_url && doc ? jpath_string(p->result_fetch_url, doc) : NULL;
     return fu && prov_same_origin(fu, p->base_url) ? strdup(fu)
            : p->result_fetch_path ? provider_url(p, p->result_fetch_path, v)
-                                  : strip_suffix(c->poll_url, p->result_fetch_strip);
+                                  : strip_suffix(polled, p->result_fetch_strip);
 }
 
 /* The state a task's end leads to: a task the provider cancelled after our cancel is canceled
@@ -492,7 +494,7 @@ static int read_status(struct poll_job *j, const cJSON *doc)
         st = -1;
     if (st == TS_SUCCEEDED &&
         (p->result_fetch_path || p->result_fetch_url || p->result_fetch_strip)) {
-        j->furl = fetch_url(p, &j->c, &j->v, doc);
+        j->furl = fetch_url(p, j->url, &j->v, doc);
         if (!j->furl)
             st = -1; /* nowhere to read the result: the status is read again later */
     }

@@ -663,6 +663,30 @@ def test_found_at_an_async_provider_is_polled_to_its_result(gateway_factory, tok
     assert j["state"] == "completed" and j["result"]["outputs"], j
 
 
+def test_a_found_fal_task_reads_its_result_where_its_status_url_says(gateway_factory, token,
+                                                                    mock):
+    """fal's result is read from its status URL with "/status" cut off
+    (`fetch_from_poll_url_strip`). A task an operator found (or a webhook named) has no stored
+    status URL — its create's answer never came: the URL its polls are made from is cut instead.
+    Before: no result URL, the job polled COMPLETED to its deadline, then review."""
+    e, route = entry("fal-queue", mock, reconcile={"strategy": "none", "window_seconds": 2},
+                     timeouts={"connect_ms": 1000, "total_ms": 1000})
+    gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, "found-" + uuid.uuid4().hex, body(polls=2), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"review"}, 20)
+    [create] = [c for c in mock.creates_for(job_id) if not c.get("replay")]
+    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
+                          json.dumps({"outcome": "found", "remote_id": create["task_id"],
+                                      "operator": "ops"}),
+                          {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert res.status == 200 and res.json()["state"] == "accepted", res
+    j = gw.wait_state(token, job_id, {"completed", "failed", "review"}, 20)
+    assert j["state"] == "completed" and j["result"]["outputs"], j
+    assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
+
+
 def test_cancel_at_a_provider_that_cannot_stop_a_task_says_so(gateway_factory, token, mock,
                                                              psql):
     """fal-queue's profile has no cancel endpoint: a cancel of its accepted job is answered
