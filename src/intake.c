@@ -315,11 +315,14 @@ static enum step_result step_canonicalise(struct intake *in)
     size_t len = 0;
     const char *raw = hs_req_body(in->r, &len);
     /* A create whose reconciliation finds the task by our client reference never leaves
-     * without it: when the body leaves no place for it, the client learns it now. */
+     * without it: when the body leaves no place for it, the client learns it now. Whatever the
+     * strategy, the member is the gateway's: a webhook or a task read proves a task ours by the
+     * reference the provider echoes from there, and one the client wrote (another job's id)
+     * would hand it a task that is not its job's. */
     int ref_needed =
         p->client_ref_body_field && attempt_needs_client_ref(prof_reconcile_name(p->reconcile));
     struct reqbody_needs needs = {.max_depth = in->cfg->max_json_depth,
-                                  .client_ref_field = ref_needed ? p->client_ref_body_field : NULL,
+                                  .client_ref_field = p->client_ref_body_field,
                                   .outputs_path = p->outputs_requested,
                                   .outputs_default = p->outputs_default,
                                   .outputs_counted = prof_counts_outputs(p),

@@ -267,12 +267,19 @@ UNPLACEABLE = {
 }
 
 
+@pytest.mark.parametrize("strategy", ["list_match", "none"])
 @pytest.mark.parametrize("case", sorted(UNPLACEABLE))
-def test_a2_unplaceable_client_ref_is_refused_at_intake(gateway_factory, token, mock, case):
+def test_a2_unplaceable_client_ref_is_refused_at_intake(gateway_factory, token, mock, case,
+                                                        strategy):
     """Item 2. Before: the create went out without the reference (202; list_match later
     'proved' absence and resent). After: 422 client-ref-unplaceable, nothing recorded, the
-    provider untouched; an unauthenticated caller still gets 401 first."""
-    gw = gateway_factory(providers=[refd_provider(mock)])
+    provider untouched; an unauthenticated caller still gets 401 first. Under every strategy:
+    with `none`, a reference the client wrote there (another job's id) was sent as it was, and
+    a webhook or a task read echoing it proved the client's task to be that job's."""
+    entry = refd_provider(mock)
+    if strategy == "none":
+        entry["reconcile"] = {"strategy": "none", "window_seconds": 4}
+    gw = gateway_factory(providers=[entry])
     body = UNPLACEABLE[case]
     k = key()
     assert gw.submit("igt_not_a_tenant", k, body, route="refd/generations").status == 401
