@@ -3,6 +3,7 @@
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/stmthealth.h"
+#include "idemgate/utf8.h"
 
 #include <errno.h>
 #include <libpq-fe.h>
@@ -276,8 +277,35 @@ static void forget(struct db *db, const struct db_stmt *s)
 
 /* Puts each parameter at the position s->params gives its name. -1 when a name is unknown, bound
  * twice, or missing. */
+/* A text parameter that is not UTF-8 (a provider's message cut at a byte count, a header in
+ * Latin-1, an id in raw bytes) would be refused by a UTF8 database with 22021 — a result's write
+ * refused for ever over one diagnostic field, its job never ending. Such a value is bound with
+ * every byte that starts no sequence as U+FFFD (a copy in owned[pos], freed by unbind); binary
+ * parameters (bytea: bodies as received) are bound as they are. */
+static int repair_text(const struct db_stmt *s, const char *name, const char **val, char **owned)
+{
+    if (utf8_valid(*val, strlen(*val)))
+        return 0;
+    char *fixed = utf8_repair(*val);
+    if (!fixed)
+        return -1;
+    LOG(LOG_WARN, "db_text_repaired", LS("statement", s->name), LS("param", name),
+        LS("note", "not UTF-8: its stray bytes are bound as U+FFFD"));
+    *owned = fixed;
+    *val = fixed;
+    return 0;
+}
+
+static void unbind(char **owned, int k)
+{
+    for (int i = 0; i < k; i++) {
+        free(owned[i]);
+        owned[i] = NULL;
+    }
+}
+
 static int bind(const struct db_stmt *s, const struct param *ps, size_t n, const char **vals,
-                int *lens, int *fmts, int *count)
+                int *lens, int *fmts, int *count, char **owned)
 {
     int k = 0;
     while (s->params && s->params[k])
@@ -294,6 +322,9 @@ static int bind(const struct db_stmt *s, const struct param *ps, size_t n, const
         vals[pos] = ps[i].is_num ? ps[i].num : ps[i].value;
         lens[pos] = ps[i].len;
         fmts[pos] = ps[i].binary;
+        if (!ps[i].is_num && !ps[i].binary && vals[pos] &&
+            repair_text(s, ps[i].name, &vals[pos], &owned[pos]) < 0)
+            return -1;
     }
     *count = k;
     return 0;
@@ -361,7 +392,9 @@ int db_run(struct db *db, const struct db_stmt *s, const struct param *ps, size_
     int lens[DB_MAX_PARAMS], fmts[DB_MAX_PARAMS], k = 0;
     enum run_stage stage;
     *out = NULL;
-    if (bind(s, ps, n, vals, lens, fmts, &k) < 0) {
+    char *owned[DB_MAX_PARAMS] = {0};
+    if (bind(s, ps, n, vals, lens, fmts, &k, owned) < 0) {
+        unbind(owned, DB_MAX_PARAMS);
         LOG(LOG_ERROR, "db_error", LS("statement", s->name),
             LS("error", "parameters do not match"));
         return STORE_EINTERNAL;
@@ -378,6 +411,7 @@ int db_run(struct db *db, const struct db_stmt *s, const struct param *ps, size_
                                            : "connection lost before the statement was sent"));
         e = run_once(db, s, k, vals, lens, fmts, out, &stage);
     }
+    unbind(owned, DB_MAX_PARAMS);
     return e;
 }
 
@@ -408,8 +442,11 @@ static int batch_send(struct db *db, const struct db_stmt *s, size_t rows,
     if (!PQsendQueryParams(db->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0))
         return -1;
     for (size_t i = 0; i < rows; i++) {
-        if (bind(s, ps[i], n, vals, lens, fmts, &k) < 0 ||
-            !PQsendQueryPrepared(db->conn, s->name, k, vals, lens, fmts, 0))
+        char *owned[DB_MAX_PARAMS] = {0};
+        int ok = bind(s, ps[i], n, vals, lens, fmts, &k, owned) == 0 &&
+                 PQsendQueryPrepared(db->conn, s->name, k, vals, lens, fmts, 0);
+        unbind(owned, DB_MAX_PARAMS); /* libpq has copied the values into its buffer */
+        if (!ok)
             return -1;
     }
     if (!PQsendQueryParams(db->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||

@@ -1,4 +1,5 @@
 #include "idemgate/jcs.h"
+#include "idemgate/utf8.h"
 
 #include <float.h>
 #include <locale.h>
@@ -386,38 +387,6 @@ static int push_child(struct parser *p, uint32_t idx)
         return fail(p, JCS_ENOMEM, p->pos, "out of memory");
     p->cs[p->n_cs++] = idx;
     return 0;
-}
-
-/* Length of the well-formed UTF-8 sequence (2 to 4 bytes) at s, or 0 if it is not one:
- * Unicode Table 3-7, which excludes overlong forms, surrogates and code points above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t avail)
-{
-    unsigned lo = 0x80, hi = 0xBF;
-    size_t k;
-
-    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
-        k = 2;
-    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
-        k = 3;
-        if (s[0] == 0xE0)
-            lo = 0xA0;
-        else if (s[0] == 0xED)
-            hi = 0x9F;
-    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-        k = 4;
-        if (s[0] == 0xF0)
-            lo = 0x90;
-        else if (s[0] == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (avail < k || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t j = 2; j < k; j++)
-        if ((s[j] & 0xC0) != 0x80)
-            return 0;
-    return k;
 }
 
 static int hex4(const unsigned char *s)

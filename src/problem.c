@@ -1,4 +1,5 @@
 #include "idemgate/problem.h"
+#include "idemgate/utf8.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,36 +20,6 @@ const char *problem_error_type(int status)
     }
 }
 
-/* Length of the well-formed UTF-8 sequence at s (1..4), or 0 when s does not start one. */
-static size_t utf8_len(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f; /* no surrogates */
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else
-        return 0;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf)
-            return 0;
-    return n;
-}
-
 /* s as the inside of a JSON string, into out (at most max - 1 bytes, NUL-terminated): whole
  * characters only, so a cut never splits an escape or a UTF-8 sequence. Returns the length. */
 static size_t escape(char *out, size_t max, const char *s)
@@ -67,7 +38,7 @@ static size_t escape(char *out, size_t max, const char *s)
         } else if (*p < 0x80) {
             unit[0] = (char)*p;
             ulen = 1;
-        } else if ((adv = utf8_len(p)) > 0) {
+        } else if ((adv = utf8_seq(p, 4)) > 0) {
             memcpy(unit, p, adv);
             ulen = adv;
         } else {

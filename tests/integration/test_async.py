@@ -687,6 +687,23 @@ def test_a_found_fal_task_reads_its_result_where_its_status_url_says(gateway_fac
     assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
 
 
+def test_a_task_failing_with_a_long_non_ascii_message_ends_failed(gateway_factory, token, mock):
+    """A failed task's message is kept cut to a bound, at a byte count: inside a two-byte
+    character here. Before: PostgreSQL refused the cut text (22021, not UTF-8), the write was
+    dropped on every poll, the job stayed `accepted` for ever and its in-flight slot held."""
+    e, route = entry("keyed-async", mock)
+    gw = start(gateway_factory, [e])
+    msg = "x" + "\u00e9" * 400  # 801 bytes: the stored message is cut inside an "\u00e9"
+    r = gw.submit(token, "utf8-" + uuid.uuid4().hex,
+                  body(polls=1, outcome="failed", error=msg), route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    j = gw.wait_state(token, r.json()["id"], {"failed", "completed", "review"}, 20)
+    assert j["state"] == "failed", j
+    assert j["last_error"].startswith("task failed: x\u00e9\u00e9"), j["last_error"][:40]
+    assert '"event":"db_text_repaired"' in gw.log()
+
+
 def test_cancel_at_a_provider_that_cannot_stop_a_task_says_so(gateway_factory, token, mock,
                                                              psql):
     """fal-queue's profile has no cancel endpoint: a cancel of its accepted job is answered

@@ -61,7 +61,7 @@ enum {
      CTRL_ID_MISSING | CTRL_POLL_DELAY | CTRL_CANCEL_FAILS)
 
 /* Longest failure message a task can carry, including the terminating NUL. */
-#define MOCK_ERROR_MAX 256
+#define MOCK_ERROR_MAX 1024
 
 /* Largest pad_bytes: 64 MiB. */
 #define MOCK_PAD_MAX (64u * 1024u * 1024u)
