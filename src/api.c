@@ -204,9 +204,12 @@ int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_
         memset(&st->off_args, 0, sizeof(st->off_args));
     st->item.fn = run_offloaded;
     st->item.arg = r;
+    /* Its lane is its caller's: the bearer token as sent (no token: one lane for all such) */
+    size_t alen = 0;
+    const char *auth = hs_req_header_n(r, "Authorization", &alen);
     atomic_store(&st->offloaded, 1);
     hs_suspend_held(r);
-    if (offload_submit(st->api->pool, &st->item) < 0) {
+    if (offload_submit_as(st->api->pool, &st->item, auth, auth ? alen : 0) < 0) {
         atomic_store(&st->offloaded, 0);
         hs_release(r); /* the caller answers, and the answer is queued on resumption */
         return -1;

@@ -3,16 +3,73 @@
 #include "idemgate/log.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
+
+struct fifo {
+    struct offload_item *head, *tail;
+};
 
 struct offload {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct offload_item *head, *tail;
+    struct fifo upkeep;
+    struct fifo lanes[OFFLOAD_LANES];
+    int last;   /* the lane an item was last taken from: the turn goes on after it */
+    int queued; /* items in the lanes */
     int closed;
     int n;
     pthread_t *threads;
 };
+
+int offload_lane(const char *key, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)key[i];
+        h *= 1099511628211ULL;
+    }
+    return (int)((h ^ (h >> 32)) % OFFLOAD_LANES);
+}
+
+static void fifo_push(struct fifo *f, struct offload_item *it)
+{
+    it->next = NULL;
+    if (f->tail)
+        f->tail->next = it;
+    else
+        f->head = it;
+    f->tail = it;
+}
+
+static struct offload_item *fifo_pop(struct fifo *f)
+{
+    struct offload_item *it = f->head;
+    if (it) {
+        f->head = it->next;
+        if (!f->head)
+            f->tail = NULL;
+    }
+    return it;
+}
+
+/* The next item: upkeep first, then the next lane after the last one served that holds any.
+ * Called with the lock held; NULL when nothing is queued. */
+static struct offload_item *take(struct offload *o)
+{
+    struct offload_item *it = fifo_pop(&o->upkeep);
+    if (it || !o->queued)
+        return it;
+    for (int k = 1; k <= OFFLOAD_LANES; k++) {
+        int lane = (o->last + k) % OFFLOAD_LANES;
+        if ((it = fifo_pop(&o->lanes[lane])) != NULL) {
+            o->last = lane;
+            o->queued--;
+            return it;
+        }
+    }
+    return NULL;
+}
 
 static void *offload_main(void *arg)
 {
@@ -20,14 +77,9 @@ static void *offload_main(void *arg)
     (void)pthread_setname_np(pthread_self(), "ig-dbworker"); /* ps -L, top -H, perf */
     for (;;) {
         pthread_mutex_lock(&o->mu);
-        while (!o->head && !o->closed)
+        struct offload_item *it;
+        while (!(it = take(o)) && !o->closed)
             pthread_cond_wait(&o->cv, &o->mu);
-        struct offload_item *it = o->head;
-        if (it) {
-            o->head = it->next;
-            if (!o->head)
-                o->tail = NULL;
-        }
         pthread_mutex_unlock(&o->mu);
         if (!it)
             return NULL; /* closed and nothing left */
@@ -42,6 +94,7 @@ struct offload *offload_start(int n)
         return NULL;
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
+    o->last = OFFLOAD_LANES - 1;
     o->threads = calloc((size_t)(n > 0 ? n : 1), sizeof(*o->threads));
     if (!o->threads) {
         offload_free(o);
@@ -58,24 +111,35 @@ struct offload *offload_start(int n)
     return o;
 }
 
-int offload_submit(struct offload *o, struct offload_item *it)
+static int submit(struct offload *o, struct offload_item *it, int lane)
 {
     if (!o)
         return -1;
-    it->next = NULL;
     pthread_mutex_lock(&o->mu);
     if (o->closed || !o->n) {
         pthread_mutex_unlock(&o->mu);
         return -1;
     }
-    if (o->tail)
-        o->tail->next = it;
-    else
-        o->head = it;
-    o->tail = it;
+    it->lane = lane;
+    if (lane < 0) {
+        fifo_push(&o->upkeep, it);
+    } else {
+        fifo_push(&o->lanes[lane], it);
+        o->queued++;
+    }
     pthread_cond_signal(&o->cv);
     pthread_mutex_unlock(&o->mu);
     return 0;
+}
+
+int offload_submit(struct offload *o, struct offload_item *it)
+{
+    return submit(o, it, -1);
+}
+
+int offload_submit_as(struct offload *o, struct offload_item *it, const char *key, size_t len)
+{
+    return submit(o, it, offload_lane(key ? key : "", key ? len : 0));
 }
 
 void offload_close(struct offload *o)

@@ -1,24 +1,41 @@
 #ifndef IDEMGATE_OFFLOAD_H
 #define IDEMGATE_OFFLOAD_H
 
+#include <stddef.h>
+
 /* A small pool of threads fed by a queue: the API's database workers. A server thread never
  * waits on the database or on a provider: it suspends the request and queues the work here
  * (api_offload), so a slow database stalls these threads, never /healthz, replays answered from
- * memory or the accepting of connections. Items are intrusive: queueing allocates nothing. */
+ * memory or the accepting of connections. Items are intrusive: queueing allocates nothing.
+ *
+ * The queue is fair between callers (stochastic fairness queueing): a request's item waits in
+ * one of OFFLOAD_LANES lanes chosen by its caller's key (its bearer token), and the threads take
+ * one item from each lane that holds any in turn — a tenant's thousand queued reads delay
+ * another tenant's request by one item of theirs, not by the thousand. The pool's own upkeep (the
+ * tenant directory's and the limits' refreshes, which every request's authentication needs) goes
+ * before any request. */
+
+#define OFFLOAD_LANES 64
 
 struct offload_item {
     void (*fn)(void *arg);
     void *arg;
     struct offload_item *next; /* the pool's */
+    int lane;                  /* the pool's: -1 upkeep, else the caller's lane */
 };
 
 struct offload;
 
 /* Starts n threads. NULL when it cannot. */
 __attribute__((warn_unused_result)) struct offload *offload_start(int n);
-/* Queues it: it->fn(it->arg) runs once on a pool thread. 0, or -1 when the pool is closed (the
- * item is not taken). */
+/* Queues upkeep: it->fn(it->arg) runs once on a pool thread, before any queued request. 0, or -1
+ * when the pool is closed (the item is not taken). */
 __attribute__((warn_unused_result)) int offload_submit(struct offload *o, struct offload_item *it);
+/* Queues a caller's item in the lane of key[0..len) (offload_lane), as offload_submit. */
+__attribute__((warn_unused_result)) int offload_submit_as(struct offload *o, struct offload_item *it,
+                                                          const char *key, size_t len);
+/* The lane of a caller's key: 0..OFFLOAD_LANES-1. Pure. */
+int offload_lane(const char *key, size_t len);
 /* Refuses new items, runs every queued one, joins the threads. The structure stays valid:
  * offload_submit then answers -1. Accepts NULL; a second call does nothing. */
 void offload_close(struct offload *o);

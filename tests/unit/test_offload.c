@@ -1,0 +1,97 @@
+/* The database workers' queue: upkeep first, then one item of each caller in turn. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+
+#include "idemgate/offload.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int released, started;
+static char order[64];
+static size_t n_order;
+
+static void block(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    started = 1;
+    pthread_cond_broadcast(&cv);
+    while (!released)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+static void note(void *arg)
+{
+    pthread_mutex_lock(&mu);
+    order[n_order++] = *(const char *)arg;
+    pthread_mutex_unlock(&mu);
+}
+
+static void test_lanes_are_served_in_turn(void **state)
+{
+    (void)state;
+    const char *a = "Bearer igt_tenant_a", *b = "Bearer igt_tenant_b";
+    assert_int_not_equal(offload_lane(a, strlen(a)), offload_lane(b, strlen(b)));
+    struct offload *o = offload_start(1);
+    assert_non_null(o);
+    struct offload_item blocker = {.fn = block};
+    assert_int_equal(offload_submit_as(o, &blocker, a, strlen(a)), 0);
+    pthread_mutex_lock(&mu);
+    while (!started)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    /* While the one thread is held: tenant a queues six, then b one, then an upkeep item. */
+    static const char tags[] = "aaaaaabU";
+    struct offload_item items[8];
+    for (int i = 0; i < 8; i++) {
+        items[i] = (struct offload_item){.fn = note, .arg = (void *)&tags[i]};
+        const char *key = tags[i] == 'a' ? a : b;
+        if (tags[i] == 'U')
+            assert_int_equal(offload_submit(o, &items[i]), 0);
+        else
+            assert_int_equal(offload_submit_as(o, &items[i], key, strlen(key)), 0);
+    }
+    pthread_mutex_lock(&mu);
+    released = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    offload_close(o); /* runs every queued item */
+    order[n_order] = '\0';
+    /* Upkeep first; b's one item after at most one of a's (the turn after a's blocker). */
+    assert_string_equal(order, "Ubaaaaaa");
+    offload_free(o);
+}
+
+static void test_lanes_are_spread(void **state)
+{
+    (void)state;
+    int hit[OFFLOAD_LANES] = {0};
+    char key[32];
+    for (int i = 0; i < 4096; i++) {
+        int n = snprintf(key, sizeof(key), "Bearer igt_%d", i);
+        int lane = offload_lane(key, (size_t)n);
+        assert_true(lane >= 0 && lane < OFFLOAD_LANES);
+        hit[lane]++;
+    }
+    for (int l = 0; l < OFFLOAD_LANES; l++)
+        assert_true(hit[l] > 0);
+    assert_int_equal(offload_lane(NULL, 0), offload_lane("", 0));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lanes_are_served_in_turn),
+        cmocka_unit_test(test_lanes_are_spread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
