@@ -905,7 +905,9 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * appeared) cannot change it — a terminal state never changes, its row is not written — but the
  * proof of a paid task is not dropped silently either (before, parked under an id no row would
  * ever get, answered 200): *late says so, and the caller logs the job and the task, counts and
- * alerts; nothing is parked.
+ * alerts; nothing is parked. Said by every delivery, a duplicate's too: the first one's answer
+ * may have been lost after its commit (then the provider delivers again), and with it the only
+ * saying.
  * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
  * status read forward to no sooner than 5 s after the row last changed. No state changes.
  * The provider names its task, not our tenant: a read finds the tenants of the operations with
@@ -967,8 +969,7 @@ static const struct db_stmt webhook_signed = {
     "  AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "late AS (SELECT id FROM operations "
     " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
-    "  AND provider = $1 AND " KEYED_STATE("state") " = 'failed' AND remote_id IS NULL "
-    "  AND EXISTS (SELECT 1 FROM ev)), "
+    "  AND provider = $1 AND " KEYED_STATE("state") " = 'failed' AND remote_id IS NULL), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
     "  AND NOT EXISTS (SELECT 1 FROM late) AND NOT $7::boolean "
