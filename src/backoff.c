@@ -461,3 +461,8 @@ double bo_result_write_window_s(double lease_remaining_s, double reap_grace_s)
     double w = lease_remaining_s + reap_grace_s + BO_RESULT_WRITE_MARGIN_S;
     return w > BO_RESULT_WRITE_MIN_S ? w : BO_RESULT_WRITE_MIN_S;
 }
+
+int bo_result_write_gives_up(int past_window, int unreachable, int stopping)
+{
+    return past_window && (!unreachable || stopping);
+}

@@ -26,6 +26,7 @@ struct db {
     const struct db_stmt *prepared[DB_MAX_PREPARED];
     int n_prepared;
     int distributed; /* the database is a Citus coordinator (db_stmt.sql_distributed) */
+    int unreachable; /* the last run could not even connect (db_unreachable) */
 };
 
 /* Server notices ("relation already exists, skipping") are not events: drop them. */
@@ -342,7 +343,8 @@ static int run_once(struct db *db, const struct db_stmt *s, int k, const char *c
                     const int *lens, const int *fmts, struct pg_result **out, enum run_stage *stage)
 {
     *stage = RUN_UNCONNECTED;
-    if (connect_db(db) < 0)
+    db->unreachable = connect_db(db) < 0;
+    if (db->unreachable)
         return STORE_EUNAVAIL;
     *stage = RUN_CONNECTED;
     int e = prepare(db, s);
@@ -742,6 +744,11 @@ struct param p_bool(const char *name, int value)
 struct param p_null(const char *name)
 {
     return p_text(name, NULL);
+}
+
+int db_unreachable(const struct db *db)
+{
+    return db->unreachable;
 }
 
 int db_connected(const struct db *db)

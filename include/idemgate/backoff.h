@@ -104,4 +104,12 @@ int bo_budget_allows(int attempts_made, int max_attempts, long long elapsed_ms,
 #define BO_RESULT_WRITE_MARGIN_S 30.0
 double bo_result_write_window_s(double lease_remaining_s, double reap_grace_s);
 
+/* Whether a result write that failed for the database (lost, or asked to retry) stops trying:
+ * past its window (bo_result_write_window_s), unless the database could not even be reached —
+ * then no replica can have moved the operation on (a late write is accepted, or fenced: safe to
+ * try until it answers), and giving up would drop a paid answer a whole-database outage (a
+ * failover, a crash recovery longer than the window) merely delayed. A stopping process gives
+ * up past the window anyway: its stop is not held for the whole outage. Pure. */
+int bo_result_write_gives_up(int past_window, int unreachable, int stopping);
+
 #endif

@@ -156,6 +156,10 @@ struct pg_result;
 /* Whether db holds a connection that is up (after a statement failed: the database could not be
  * reached, rather than a server that answered with an error). */
 int db_connected(const struct db *db);
+/* 1 when the last statement run could not even connect (the server down, restarting, out of
+ * reach): nothing anywhere was answered — unlike an error the server answered, which only looks
+ * like a lost connection (a Citus worker out of reach, 08006 from a healthy coordinator). */
+int db_unreachable(const struct db *db);
 
 /* Runs s with the parameters given (each of s->params bound exactly once, in any order). On
  * success *out holds the result (the caller PQclears it). */

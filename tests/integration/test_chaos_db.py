@@ -329,6 +329,42 @@ def test_a_result_whose_write_waits_past_two_minutes_inside_its_lease_is_kept(
     assert s["completed"] == 1 and s["creates"] == 1, s
 
 
+@pytest.mark.skipif(not harness.FULL, reason="make chaos only (CHAOS_FULL=1): about 2.5 minutes")
+def test_a_result_whose_write_waits_out_a_whole_database_outage_is_kept(gateway_factory, mock,
+                                                                        own):
+    """A paid answer arrives while PostgreSQL itself is down (stopped at once), and stays down
+    past the write's window (120 s here: a 20 s lease). Before, the write gave up at the window
+    as if another replica could have moved the job on — nobody could — the answer was dropped,
+    the job reaped to `unknown` once the database was back and, with no way to look the task up
+    (reconcile `none`), sent to review: a paid result lost. Now a write that cannot reach the
+    database at all keeps trying until it can: `completed` with its result, sent once."""
+    cluster, q, tokens = own.cluster, own.q, own.tokens
+    entry = providers.plain(mock.url, "plain" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", env={"DATABASE_URL": own.url}, providers=[entry], lease_seconds=20)
+    pfx = harness.prefix("outage")
+    [it] = harness.intents(pfx, tokens, [entry], 1, mock={"delay_ms": 3000})
+    a = post(g.port, it, 10, extra_headers={"Prefer": "respond-async"})
+    assert a.status == 202 and a.job_id, a
+    # The create has reached the provider (its answer comes 3 s later): the database goes.
+    assert wait_until(lambda: len(mock.creates_for(a.job_id)) == 1, 20), "never sent"
+    cluster.stop_immediate()
+    try:
+        time.sleep(135)
+    finally:
+        cluster.start()
+    assert wait_until(lambda: q(f"SELECT state FROM operations WHERE id = '{a.job_id}'")
+                      not in ([["sending"]], [["unknown"]]), 60), "the result was never written"
+    [[state, body]] = q(f"SELECT state, resp_body IS NOT NULL FROM operations "
+                        f"WHERE id = '{a.job_id}'")
+    assert (state, body) == ("completed", "t"), (state, body, g.log()[-3000:])
+    from chaos.client import Outcome
+    s = harness.conclude("outage-result-write", [Outcome(it, [a], "ok")], q, mock.url, pfx,
+                         drain_timeout=30, emit=False)
+    stop_clean(reps)
+    harness.assert_clean(s)
+
+
 def test_l1_stall_between_the_claim_commit_and_its_answer(gateway_factory, mock, own, proxy):
     """L1 at another place: the dispatcher's claim commits (`sending`, lease 3 s) but its answer
     reaches the worker 4.5 s later — a stall between the COMMIT and the worker reading it (a

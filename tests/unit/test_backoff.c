@@ -578,6 +578,23 @@ static void test_result_write_window(void **state)
     }
 }
 
+static void test_result_write_gives_up(void **state)
+{
+    (void)state;
+    static const struct {
+        int past, unreachable, stopping, want;
+    } rows[] = {
+        {0, 0, 0, 0}, {0, 1, 0, 0}, {0, 1, 1, 0}, {0, 0, 1, 0},
+        /* past the window: an error the server answered gives up; a database nobody reaches
+         * is waited for (nothing can have moved the row), unless the process stops */
+        {1, 0, 0, 1}, {1, 1, 0, 0}, {1, 1, 1, 1}, {1, 0, 1, 1},
+    };
+    for (size_t i = 0; i < N_ROWS(rows); i++)
+        if (bo_result_write_gives_up(rows[i].past, rows[i].unreachable, rows[i].stopping) !=
+            rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -594,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_full_jitter_range),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_result_write_window),
+        cmocka_unit_test(test_result_write_gives_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
