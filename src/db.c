@@ -276,13 +276,12 @@ static void forget(struct db *db, const struct db_stmt *s)
             db->prepared[i] = db->prepared[--db->n_prepared];
 }
 
-/* Puts each parameter at the position s->params gives its name. -1 when a name is unknown, bound
- * twice, or missing. */
-/* A text parameter that is not UTF-8 (a provider's message cut at a byte count, a header in
- * Latin-1, an id in raw bytes) would be refused by a UTF8 database with 22021 — a result's write
- * refused for ever over one diagnostic field, its job never ending. Such a value is bound with
- * every byte that starts no sequence as U+FFFD (a copy in owned[pos], freed by unbind); binary
- * parameters (bytea: bodies as received) are bound as they are. */
+/* A diagnostic text parameter (p_text_lossy) that is not UTF-8 (a header in Latin-1, a provider's
+ * message in raw bytes) would be refused by a UTF8 database with 22021 — a result's write refused
+ * for ever over one diagnostic field, its job never ending. Such a value is bound with every byte
+ * that starts no sequence as U+FFFD (a copy in owned[pos], freed by unbind). Any other text (an
+ * id, a key, a URL) is bound as it is: changed, it would name something else silently; refused,
+ * the write fails where it can be seen. Binary parameters (bytea: bodies) are bytes. */
 static int repair_text(const struct db_stmt *s, const char *name, const char **val, char **owned)
 {
     if (utf8_valid(*val, strlen(*val)))
@@ -305,6 +304,8 @@ static void unbind(char **owned, int k)
     }
 }
 
+/* Puts each parameter at the position s->params gives its name. -1 when a name is unknown, bound
+ * twice, or missing. */
 static int bind(const struct db_stmt *s, const struct param *ps, size_t n, const char **vals,
                 int *lens, int *fmts, int *count, char **owned)
 {
@@ -323,8 +324,7 @@ static int bind(const struct db_stmt *s, const struct param *ps, size_t n, const
         vals[pos] = ps[i].is_num ? ps[i].num : ps[i].value;
         lens[pos] = ps[i].len;
         fmts[pos] = ps[i].binary;
-        if (!ps[i].is_num && !ps[i].binary && vals[pos] &&
-            repair_text(s, ps[i].name, &vals[pos], &owned[pos]) < 0)
+        if (ps[i].lossy && vals[pos] && repair_text(s, ps[i].name, &vals[pos], &owned[pos]) < 0)
             return -1;
     }
     *count = k;
@@ -715,6 +715,11 @@ int db_stmt_moves(const struct db_stmt *s, int from, enum op_state to)
 struct param p_text(const char *name, const char *value)
 {
     return (struct param){.name = name, .value = value};
+}
+
+struct param p_text_lossy(const char *name, const char *value)
+{
+    return (struct param){.name = name, .value = value, .lossy = 1};
 }
 
 struct param p_bytes(const char *name, const void *value, size_t len)

@@ -14,6 +14,7 @@
 #include "idemgate/lease.h"
 #include "idemgate/policy.h"
 #include "idemgate/tmpl.h"
+#include "idemgate/utf8.h"
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
@@ -336,6 +337,7 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
                  : st == TS_CANCELED ? "canceled by the provider"
                                      : "task failed",
                  msg ? msg : "the provider gave no message");
+        utf8_trim_cut(err); /* a long message is cut at a byte count: never inside a character */
         write_poll(db, c, next, 0, prof_status_name((enum task_status)st), err, final, -1, NULL,
                    t0, p);
     } else {

@@ -82,3 +82,16 @@ char *utf8_repair(const char *s)
     out[o] = '\0';
     return out;
 }
+
+void utf8_trim_cut(char *s)
+{
+    size_t n = strlen(s), i = n;
+    /* the start of the last sequence: at most three continuation bytes back */
+    while (i > 0 && n - i < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+        i--;
+    if (i == 0 || (unsigned char)s[i - 1] < 0xC0)
+        return; /* ends on ASCII, or only continuation bytes: nothing to cut */
+    i--;
+    if (utf8_seq((const unsigned char *)s + i, n - i) != n - i)
+        s[i] = '\0';
+}

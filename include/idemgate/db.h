@@ -142,9 +142,14 @@ struct param {
     int len;    /* bytes of a binary value */
     int binary; /* sent as raw bytes (bytea) */
     int is_num; /* the value is the text in num */
+    int lossy;  /* a diagnostic text: bound with bytes that are not UTF-8 as U+FFFD */
     char num[32];
 };
 struct param p_text(const char *name, const char *value);
+/* A text whose exact bytes do not matter (a provider's message, its headers, its status word):
+ * bytes that are not UTF-8 — which a UTF8 database refuses, and the write with them — are bound
+ * as U+FFFD. Never an id, a key or a URL: those are refused as they are. */
+struct param p_text_lossy(const char *name, const char *value);
 struct param p_bytes(const char *name, const void *value, size_t len);
 struct param p_int(const char *name, long long value);
 struct param p_float(const char *name, double value); /* six decimals */

@@ -339,7 +339,8 @@ def test_a_result_whose_write_waits_out_a_whole_database_outage_is_kept(gateway_
     (reconcile `none`), sent to review: a paid result lost. Now a write that cannot reach the
     database at all keeps trying until it can: `completed` with its result, sent once."""
     cluster, q, tokens = own.cluster, own.q, own.tokens
-    entry = providers.plain(mock.url, "plain" + providers.tag())
+    entry = providers.plain(mock.url, "plain" + providers.tag(),
+                            timeouts={"connect_ms": 1000, "total_ms": 10000})
     reps = Replicas(gateway_factory, free_port)
     g = reps.start("g", env={"DATABASE_URL": own.url}, providers=[entry], lease_seconds=20)
     pfx = harness.prefix("outage")

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,11 +59,36 @@ static void test_seq_never_reads_past_avail(void **state)
     assert_int_equal(utf8_seq((const unsigned char *)"a", 1), 0);
 }
 
+static void test_trim_cut(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } cuts[] = {
+        {"", ""},
+        {"abc", "abc"},
+        {"caf\xC3\xA9", "caf\xC3\xA9"},
+        {"caf\xC3", "caf"},
+        {"x\xE6\x97", "x"},
+        {"x\xF0\x9F\x98", "x"},
+        {"x\xF0\x9F\x98\x80", "x\xF0\x9F\x98\x80"},
+        {"\x80\x80", "\x80\x80"}, /* no start byte: left for the repair */
+    };
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%s", cuts[i].in);
+        utf8_trim_cut(buf);
+        if (strcmp(buf, cuts[i].want) != 0)
+            fail_msg("row %zu", i);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_and_repair),
         cmocka_unit_test(test_seq_never_reads_past_avail),
+        cmocka_unit_test(test_trim_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
