@@ -113,7 +113,12 @@ enum {
     AC_REMOTE
 };
 
-/* A copy's conclusion, written only under the claim that made it (fencing). */
+/* A copy's conclusion, written only under the claim that made it (fencing) — but a stored copy
+ * (archived, with its object's hash) is final whatever became of that claim: the row still
+ * pending under another claim, or ended expired or failed by a later claim without an object,
+ * takes it. Its publish (an fsync, an upload) may end after the lease; another claim's copy of
+ * the same URL fails once it has expired, and the copy stored was then dropped — a paid output
+ * lost with its bytes in the store (review, 2026-12-06). */
 static const struct db_stmt finish = {
     .name = "archive_finish",
     .sql =
@@ -132,8 +137,10 @@ static const struct db_stmt finish = {
         " stored_by = coalesce($12, stored_by), "
         " archived_at = CASE WHEN $5 = 'archived' THEN c.at END, "
         " lease_owner = NULL, lease_expires_at = NULL "
-        "FROM c WHERE tenant_id = $1 AND op_id = $2 AND n = $3 AND lease_version = $4 "
-        " AND " KEYED_STATE("state") " = 'pending' "
+        "FROM c WHERE tenant_id = $1 AND op_id = $2 AND n = $3 "
+        " AND ((lease_version = $4 AND " KEYED_STATE("state") " = 'pending') "
+        "  OR ($5 = 'archived' AND $8::text IS NOT NULL AND (" KEYED_STATE("state") " = 'pending' "
+        "   OR (" KEYED_STATE("state") " IN ('expired', 'failed') AND sha256 IS NULL)))) "
         "RETURNING state",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
                         "sha256", "bytes", "content_type", "backend", "stored_by"),
@@ -161,8 +168,11 @@ static const struct db_stmt finish_rows = {
         " WITH ORDINALITY AS j(tenant_id, op_id, n, lease_version, state, error, delay_ms, sha256, "
         "  bytes, content_type, backend, stored_by, ord) "
         "WHERE " DB_ROWS_FEW("j.ord") " AND a.tenant_id = j.tenant_id::bigint AND a.op_id = j.op_id "
-        " AND a.n = j.n::integer AND a.lease_version = j.lease_version::bigint "
-        " AND " KEYED_STATE("a.state") " = 'pending' "
+        " AND a.n = j.n::integer "
+        " AND ((a.lease_version = j.lease_version::bigint AND " KEYED_STATE("a.state") " = 'pending') "
+        "  OR (j.state = 'archived' AND j.sha256 IS NOT NULL AND (" KEYED_STATE("a.state")
+        " = 'pending' OR (" KEYED_STATE("a.state") " IN ('expired', 'failed') "
+        "   AND a.sha256 IS NULL)))) "
         "RETURNING j.ord, a.state",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
                         "sha256", "bytes", "content_type", "backend", "stored_by"),
@@ -171,11 +181,12 @@ static const struct db_stmt finish_rows = {
 /* Whether a copy's end is in the database as this claim wrote it: asked only when a write that
  * lost its connection may have committed (fin_flush), and its fenced rewrite found the row no
  * longer pending. A terminal end is exact: only this claim's write can have ended the row under
- * its version, and no claim takes a row that is not pending. */
+ * its version, and no claim takes a row that is not pending — but a stored copy, final whatever
+ * claim held the row, is the row's archived end whatever its version. */
 static const struct db_stmt end_written = {
     .name = "archive_end_written",
     .sql = "SELECT 1 FROM archive_outputs WHERE tenant_id = $1 AND op_id = $2 AND n = $3 "
-           " AND lease_version = $4 AND state = $5 AND lease_owner IS NULL",
+           " AND (lease_version = $4 OR $5 = 'archived') AND state = $5 AND lease_owner IS NULL",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state"),
 };
 

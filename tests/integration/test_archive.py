@@ -330,6 +330,59 @@ def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     assert raw(4) == before[4] and raw(5) == before[5]
 
 
+def test_a_stored_copy_is_written_whatever_claim_holds_its_row(token, psql):
+    """A copy stored (archived, with its object's hash) is final whatever became of the claim
+    that made it: its publish (an fsync, an upload) can end after its lease, and another claim
+    of the row — whose copy of the same URL fails once it has expired — ends it `expired` or
+    `failed`. Before: the stored copy's write was fenced and dropped, the paid output lost with
+    its bytes in the store. Anything else stays fenced: another end under a stale claim, and an
+    output archived already. Both statements (one row, a batch of rows) alike."""
+    if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
+        pytest.skip("on Citus a batch is archive_finish's rows, one by one")
+    tenant = psql("SELECT id FROM tenants ORDER BY id LIMIT 1")[0][0]
+    prov = "stored" + uuid.uuid4().hex[:8]
+    job = "job_" + prov
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         f"state, expires_at) VALUES ({tenant}, '{job}', 'k{prov}', '\\x00', 1, '{prov}', 'r', "
+         "'POST', 'http://x', '', '\\x00', 'completed', now() + interval '1 day')")
+    old_sha = "ee" + "0" * 62
+    # (state, lease_owner, sha256) of each row, all under claim 2; the ends come from claim 1.
+    rows = {0: ("pending", "'other'", "NULL"), 1: ("expired", "NULL", "NULL"),
+            2: ("failed", "NULL", "NULL"), 3: ("pending", "'other'", "NULL"),
+            4: ("archived", "NULL", f"'{old_sha}'")}
+    for base in (0, 10):
+        psql("INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
+             "lease_owner, lease_version, lease_expires_at, attempts, state, sha256) VALUES "
+             + ", ".join(f"({tenant}, '{job}', {base + n}, '{prov}', 'url', 'https://x/{n}', "
+                         f"{owner}, 2, now() + interval '1 minute', 2, '{st}', {sha})"
+                         for n, (st, owner, sha) in rows.items()))
+    sha = "'ab" + "0" * 62 + "'"
+    archived_end = ("'archived'", "NULL", "0", sha, "'42'", "'image/png'", "'fs'", "'replica-a'")
+    ends = {0: archived_end, 1: archived_end, 2: archived_end,
+            3: ("'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL"),
+            4: archived_end}
+
+    def args(n, v):
+        return (f"'{tenant}'", f"'{job}'", f"'{n}'", "'1'") + v
+
+    def row(n):
+        return psql(f"SELECT state, sha256, lease_owner FROM archive_outputs "
+                    f"WHERE tenant_id = {tenant} AND op_id = '{job}' AND n = {n}")[0]
+
+    answers = execute(psql, statement_sql("archive_finish_rows"),
+                      rows_args([args(n, ends[n]) for n in sorted(ends)]))
+    assert sorted(answers) == [["1", "archived"], ["2", "archived"], ["3", "archived"]], answers
+    one = statement_sql("archive_finish")
+    for n in sorted(ends):
+        written = execute(psql, one, "(" + ", ".join(args(n + 10, ends[n])) + ")")
+        assert written == ([["archived"]] if n < 3 else []), (n, written)
+        assert row(n) == row(n + 10), n
+    for n in (0, 1, 2):
+        assert row(n) == ["archived", sha.strip("'"), ""], row(n)
+    assert row(3) == ["pending", "", "other"] and row(4) == ["archived", old_sha, ""]
+
+
 @pytest.mark.parametrize("fmt", ["url", "b64_json"])
 def test_openai_images_archives_urls_and_base64(gateway_factory, token, mock, tmp_path, fmt):
     e, route = images_entry(mock)
