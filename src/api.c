@@ -1,5 +1,7 @@
 #include "idemgate/api.h"
 
+#include "idemgate/crypto.h"
+#include "idemgate/headers.h"
 #include "idemgate/limits.h"
 #include "idemgate/metrics.h"
 #include "idemgate/offload.h"
@@ -8,6 +10,7 @@
 #include "idemgate/tenants.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +196,31 @@ int api_req_offloaded(const struct hs_req *r)
     return st && atomic_load(&st->offloaded);
 }
 
+/* The caller an offloaded request is queued as (its lane, offload.h): a live tenant by its
+ * token's hash (however "Bearer" and spaces are written: one lane per tenant), the operator, each
+ * provider's webhooks, the probes and the scrapes by themselves — and every token no live tenant
+ * holds in one lane, so a flood of made-up tokens is one caller, not sixty-four. */
+static size_t offload_key(struct hs_req *r, const struct api_state *st, char *key, size_t cap)
+{
+    if (st->route == MR_WEBHOOK)
+        return (size_t)snprintf(key, cap, "webhook %.80s", hs_req_path(r));
+    if (st->route == MR_READY || st->route == MR_METRICS || st->route == MR_HEALTH)
+        return (size_t)snprintf(key, cap, "probe %d", st->route);
+    size_t len = 0;
+    const char *t = hdr_bearer(hs_req_header(r, "Authorization"), &len);
+    if (!t)
+        return (size_t)snprintf(key, cap, "anonymous");
+    char hash[CRYPTO_SHA256_HEX];
+    crypto_sha256_hex(t, len, hash);
+    struct tenant tn;
+    const char *admin = st->api->cfg->admin_token_sha256;
+    if (admin && *admin && strcmp(hash, admin) == 0)
+        return (size_t)snprintf(key, cap, "admin");
+    if (tenants_lookup(hash, &tn) == 1)
+        return (size_t)snprintf(key, cap, "tenant %lld", tn.id);
+    return (size_t)snprintf(key, cap, "unknown");
+}
+
 int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_args *a),
                 const struct api_args *args)
 {
@@ -204,12 +232,11 @@ int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_
         memset(&st->off_args, 0, sizeof(st->off_args));
     st->item.fn = run_offloaded;
     st->item.arg = r;
-    /* Its lane is its caller's: the bearer token as sent (no token: one lane for all such) */
-    size_t alen = 0;
-    const char *auth = hs_req_header_n(r, "Authorization", &alen);
+    char key[96];
+    size_t klen = offload_key(r, st, key, sizeof(key));
     atomic_store(&st->offloaded, 1);
     hs_suspend_held(r);
-    if (offload_submit_as(st->api->pool, &st->item, auth, auth ? alen : 0) < 0) {
+    if (offload_submit_as(st->api->pool, &st->item, key, klen) < 0) {
         atomic_store(&st->offloaded, 0);
         hs_release(r); /* the caller answers, and the answer is queued on resumption */
         return -1;

@@ -9,7 +9,7 @@
  * memory or the accepting of connections. Items are intrusive: queueing allocates nothing.
  *
  * The queue is fair between callers (stochastic fairness queueing): a request's item waits in
- * one of OFFLOAD_LANES lanes chosen by its caller's key (its bearer token), and the threads take
+ * one of OFFLOAD_LANES lanes chosen by its caller's key (api.c: its tenant), and the threads take
  * one item from each lane that holds any in turn — a tenant's thousand queued reads delay
  * another tenant's request by one item of theirs, not by the thousand. The pool's own upkeep (the
  * tenant directory's and the limits' refreshes, which every request's authentication needs) goes
