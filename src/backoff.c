@@ -462,7 +462,7 @@ double bo_result_write_window_s(double lease_remaining_s, double reap_grace_s)
     return w > BO_RESULT_WRITE_MIN_S ? w : BO_RESULT_WRITE_MIN_S;
 }
 
-int bo_result_write_gives_up(int past_window, int unreachable, int stopping)
+int bo_result_write_gives_up(int past_window, int past_outage, int unreachable, int stopping)
 {
-    return past_window && (!unreachable || stopping);
+    return past_window && (!unreachable || stopping || past_outage);
 }

@@ -890,8 +890,9 @@ void store_finish_stopping(void)
  * (bo_result_write_window_s: the lease, then a reaped row's grace); past that, a replica that
  * could reach it may have moved the operation on (the write would be fenced), and a write
  * dropped leaves the row to the reaper: unknown, never resent blindly — unless the database
- * could not be reached at all, by anyone (bo_result_write_gives_up): then it tries until the
- * database answers. (An error the server answered that only looks like a lost connection — a
+ * could not be connected to at all (bo_result_write_gives_up): then it tries on, up to half an
+ * hour more, for most likely nobody reaches it either. (An error the server answered that only
+ * looks like a lost connection — a
  * Citus worker out of reach, 08006 from a healthy coordinator — keeps the window: it would hold
  * this thread, and its batch, for the whole outage.) *lost says a connection was lost on the
  * way. */
@@ -903,8 +904,9 @@ static int finish_run(struct db *db, const struct store_finish *f, const struct 
     double give_up = clock_mono() + bo_result_write_window_s(f->lease_remaining_s, REAP_GRACE_N);
     while ((e = db_run(db, &finish, ps, n, r)) == STORE_EUNAVAIL || e == STORE_ERETRY) {
         *lost |= e == STORE_EUNAVAIL;
-        if (bo_result_write_gives_up(clock_mono() > give_up, db_unreachable(db),
-                                     atomic_load(&finish_stopping)))
+        double now = clock_mono();
+        if (bo_result_write_gives_up(now > give_up, now > give_up + BO_RESULT_WRITE_OUTAGE_S,
+                                     db_unreachable(db), atomic_load(&finish_stopping)))
             return e;
         LOG(LOG_WARN, "result_write_retry", LS("job_id", f->id), LI("store_error", e),
             LI("wait_ms", wait_ms));

@@ -105,11 +105,13 @@ int bo_budget_allows(int attempts_made, int max_attempts, long long elapsed_ms,
 double bo_result_write_window_s(double lease_remaining_s, double reap_grace_s);
 
 /* Whether a result write that failed for the database (lost, or asked to retry) stops trying:
- * past its window (bo_result_write_window_s), unless the database could not even be reached —
- * then no replica can have moved the operation on (a late write is accepted, or fenced: safe to
- * try until it answers), and giving up would drop a paid answer a whole-database outage (a
- * failover, a crash recovery longer than the window) merely delayed. A stopping process gives
- * up past the window anyway: its stop is not held for the whole outage. Pure. */
-int bo_result_write_gives_up(int past_window, int unreachable, int stopping);
+ * past its window (bo_result_write_window_s), unless the database could not even be connected to
+ * — most likely nobody reaches it either (a failover, a crash recovery longer than the window),
+ * and giving up would drop a paid answer the outage merely delayed; a late write is accepted or
+ * fenced, never wrong — and then until BO_RESULT_WRITE_OUTAGE_S past the window: a refusal only
+ * this replica meets (its pooler full, a credential it missed) must not hold its thread for
+ * ever. A stopping process gives up past the window anyway. Pure. */
+#define BO_RESULT_WRITE_OUTAGE_S 1800.0
+int bo_result_write_gives_up(int past_window, int past_outage, int unreachable, int stopping);
 
 #endif

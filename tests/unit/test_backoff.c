@@ -582,16 +582,17 @@ static void test_result_write_gives_up(void **state)
 {
     (void)state;
     static const struct {
-        int past, unreachable, stopping, want;
+        int past, outage, unreachable, stopping, want;
     } rows[] = {
-        {0, 0, 0, 0}, {0, 1, 0, 0}, {0, 1, 1, 0}, {0, 0, 1, 0},
-        /* past the window: an error the server answered gives up; a database nobody reaches
-         * is waited for (nothing can have moved the row), unless the process stops */
-        {1, 0, 0, 1}, {1, 1, 0, 0}, {1, 1, 1, 1}, {1, 0, 1, 1},
+        {0, 0, 0, 0, 0}, {0, 0, 1, 0, 0}, {0, 0, 1, 1, 0}, {0, 0, 0, 1, 0},
+        /* past the window: an error the server answered gives up; a database that cannot be
+         * connected to is waited for, unless the process stops or the outage's bound passed */
+        {1, 0, 0, 0, 1}, {1, 0, 1, 0, 0}, {1, 0, 1, 1, 1}, {1, 0, 0, 1, 1},
+        {1, 1, 1, 0, 1}, {1, 1, 0, 0, 1},
     };
     for (size_t i = 0; i < N_ROWS(rows); i++)
-        if (bo_result_write_gives_up(rows[i].past, rows[i].unreachable, rows[i].stopping) !=
-            rows[i].want)
+        if (bo_result_write_gives_up(rows[i].past, rows[i].outage, rows[i].unreachable,
+                                     rows[i].stopping) != rows[i].want)
             fail_msg("row %zu", i);
 }
 
