@@ -315,10 +315,12 @@ void reply_result(struct hs_req *r, const struct jobcache_entry *e, int replayed
                           "true",
                           NULL};
     /* Failed or canceled with a 2xx kept (a task read whose status said so): never served as a
-     * success either. */
+     * success either. Completed with no success kept (an operator's `found` over an attempt's
+     * 502, the result not read): the job, never that refusal as the job's answer. */
     int ended_badly = strcmp(e->state, "failed") == 0 || strcmp(e->state, "canceled") == 0;
-    if (!e->resp_status || !e->resp_body ||
-        (ended_badly && e->resp_status >= 200 && e->resp_status < 300)) {
+    int ok2xx = e->resp_status >= 200 && e->resp_status < 300;
+    if (!e->resp_status || !e->resp_body || (ended_badly && ok2xx) ||
+        (!ended_badly && !ok2xx && strcmp(e->state, "completed") == 0)) {
         reply_unanswered(r, e, replayed, hdrs);
         return;
     }

@@ -353,6 +353,31 @@ def resolve(gw, token, job_id, body):
                            {"Authorization": f"Bearer {token}"})
 
 
+def test_a_job_resolved_found_never_replays_its_attempts_refusal(gateway_factory, token, mock):
+    """A create answered 502 (ambiguous: the provider may have made the task) goes to review;
+    an operator resolves it `found`: `completed`, its result not read (the profile cannot read a
+    task). Before: the row kept the attempt's 502 and a replay of the key was answered that 502
+    with `X-Idemgate-State: completed` — an SDK retried it for ever, for a job billed as made.
+    Now a completed job whose stored answer is no success is answered with the job document."""
+    route = "rev502/images/generations"
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
+        "rev502", mock.url, timeouts={"connect_ms": 1000, "total_ms": 1000},
+        reconcile={"strategy": "none", "window_seconds": 2})])
+    mock.script([{"status": 502}])
+    k = key()
+    r = gw.submit(token, k, {"prompt": "x"}, route=route)
+    job = gw.wait_state(token, r.json()["id"], {"review", "completed", "failed"}, timeout=20)
+    assert job["state"] == "review", job
+    res = resolve(gw, ADMIN_TOKEN, job["id"], {"outcome": "found", "remote_id": "task_seen",
+                                               "operator": "ops"})
+    assert res.status == 200 and res.json()["state"] == "completed", res
+    again = gw.submit(token, k, {"prompt": "x"}, route=route, headers={"Prefer": "wait=5"})
+    assert again.status == 200, again
+    doc = again.json()
+    assert doc["object"] == "job" and doc["state"] == "completed", doc
+    assert len(real_creates(mock.creates_for(job["id"]))) == 1
+
+
 def test_review_resolutions_do_what_they_say_once(gateway_factory, token, mock):
     route = "rev/images/generations"
     gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
