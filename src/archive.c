@@ -169,7 +169,8 @@ static const struct db_stmt finish_rows = {
         "  bytes, content_type, backend, stored_by, ord) "
         "WHERE " DB_ROWS_FEW("j.ord") " AND a.tenant_id = j.tenant_id::bigint AND a.op_id = j.op_id "
         " AND a.n = j.n::integer "
-        " AND ((a.lease_version = j.lease_version::bigint AND " KEYED_STATE("a.state") " = 'pending') "
+        " AND ((a.lease_version = j.lease_version::bigint "
+        "   AND " KEYED_STATE("a.state") " = 'pending') "
         "  OR (j.state = 'archived' AND j.sha256 IS NOT NULL AND (" KEYED_STATE("a.state")
         " = 'pending' OR (" KEYED_STATE("a.state") " IN ('expired', 'failed') "
         "   AND a.sha256 IS NULL)))) "
@@ -492,7 +493,8 @@ struct arch_job {
     const struct cfg_provider *p;
     struct copy x;
     int n, attempts, kind;
-    double expires, now;
+    double expires, now; /* now: the database's clock at the claim (Unix seconds) */
+    double claimed;      /* clock_mono() then: now + (clock_mono() - claimed) is the time later */
     double lease_end; /* clock_mono() seconds at which the claim's lease runs out */
     long timeout_ms;
     char *cur; /* the URL being read */
@@ -910,13 +912,14 @@ static void conclude(struct db *db, struct arch_job *j, int rc)
     struct copy *x = &j->x;
     const struct store_claim *c = &j->c;
     char sha[65] = "";
-    int existed = 0;
+    int existed = 0, store = 0;
     fin_flush_due(db); /* before an fsync or an upload: the ends buffered do not wait for it */
     if (rc == 0) {
         if (!*x->content_type)
             snprintf(x->content_type, sizeof(x->content_type), "%s", sniff(x->head, x->head_len));
         rc = blob_tmp_commit(g_blob, &x->tmp, x->content_type, sha, &existed, x->why,
                              sizeof(x->why));
+        store = rc != 0; /* the bytes were read: the store refused them */
     } else {
         blob_tmp_abort(&x->tmp);
     }
@@ -930,8 +933,12 @@ static void conclude(struct db *db, struct arch_job *j, int rc)
         return;
     }
     long long d;
+    /* Judged at the failure's time, not the claim's: a copy that ran most of its lease must not
+     * have its last try before the URL's expiry planned from a clock a minute old. */
+    double failed_at = j->now + (clock_mono() - j->claimed);
     enum ap_verdict v =
-        ap_after_failure(j->attempts, j->now, j->expires, x->permanent, clock_rand01(), &d);
+        ap_after_failure(j->attempts, failed_at, j->expires, x->permanent && !store, store,
+                         clock_rand01(), &d);
     const char *st = v == AP_RETRY ? "pending" : v == AP_EXPIRED ? "expired" : "failed";
     LOG(v == AP_RETRY ? LOG_INFO : LOG_WARN, "archive_copy_failed", LS("job_id", c->id),
         LS("provider", c->provider), LI("output", j->n), LI("attempts", j->attempts),
@@ -1065,7 +1072,8 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
         return;
     }
     *j = (struct arch_job){.A = A, .c = *c, .p = p, .n = n, .attempts = attempts, .kind = kind,
-                           .expires = expires, .now = now, .lease_end = lease_end};
+                           .expires = expires, .now = now, .claimed = clock_mono(),
+                           .lease_end = lease_end};
     atomic_fetch_add(&A->copying, 1);
     memset(c, 0, sizeof(*c)); /* the job owns the claim now */
     j->node.write = write_job;
@@ -1073,7 +1081,7 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
     j->x.cap = p->archive->max_bytes;
     if (blob_tmp_open(g_blob, &j->x.tmp, j->x.why, sizeof(j->x.why)) < 0) {
         long long d;
-        enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, clock_rand01(), &d);
+        enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, 1, clock_rand01(), &d);
         not_copied(A, db, &j->c, lease_end, n,
                    v == AP_RETRY     ? "pending"
                    : v == AP_EXPIRED ? "expired"

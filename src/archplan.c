@@ -165,14 +165,14 @@ int ap_ends_due(double now, double since, double first_end, double max_wait_s, d
 }
 
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
-                                 double rand01, long long *delay_ms)
+                                 int store, double rand01, long long *delay_ms)
 {
     *delay_ms = 0;
     if (permanent)
         return AP_FAILED;
     if (expires_at > 0 && now >= expires_at)
         return AP_EXPIRED;
-    if (expires_at <= 0 && attempts >= AP_MAX_ATTEMPTS_NO_EXPIRY)
+    if (expires_at <= 0 && attempts >= AP_MAX_ATTEMPTS_NO_EXPIRY && !store)
         return AP_FAILED;
     long long d = bo_full_jitter_ms(attempts - 1, RETRY_BASE_MS, RETRY_CAP_MS, rand01, -1);
     if (d < 100)

@@ -43,13 +43,16 @@ int ap_plan_outputs(const struct cfg_provider *p, const char *body, size_t len,
 /* What follows a failed copy. */
 enum ap_verdict { AP_RETRY = 0, AP_FAILED, AP_EXPIRED };
 #define AP_MAX_ATTEMPTS_NO_EXPIRY 10
-/* attempts: copies tried so far, this one included; now and expires_at in Unix seconds
- * (expires_at 0: unknown); permanent: the failure cannot change by trying again (a refused
- * address or host, an oversized output, a redirect off the origin). rand01 in [0, 1) for the
- * jitter. On AP_RETRY, *delay_ms is the wait before the next copy: full-jitter exponential (1 s
- * base, 60 s cap) — with an expiry, the last try is made before it. */
+/* attempts: copies tried so far, this one included; now (when the copy failed) and expires_at
+ * in Unix seconds (expires_at 0: unknown); permanent: the failure cannot change by trying again
+ * (a refused address or host, an oversized output, a redirect off the origin); store: the
+ * archive store failed, not the copy (a bucket's 5xx, a full disk) — then bytes that never
+ * expire (base64 kept in the result) are tried again however often: a store's outage of a few
+ * minutes failed them for good after AP_MAX_ATTEMPTS_NO_EXPIRY. rand01 in [0, 1) for the jitter.
+ * On AP_RETRY, *delay_ms is the wait before the next copy: full-jitter exponential (1 s base,
+ * 60 s cap) — with an expiry, the last try is made before it. */
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
-                                 double rand01, long long *delay_ms);
+                                 int store, double rand01, long long *delay_ms);
 
 /* How many outputs one claim may take: the least of the copies archive_max_inflight still
  * allows, the engine's free slots and the batch; 0 when any is spent (nothing is claimed). */

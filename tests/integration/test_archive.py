@@ -1125,6 +1125,44 @@ def test_archive_across_replicas(gateway_factory, token, mock, tmp_path, s3):
                                               if not f.startswith(".")], "probe objects removed"
 
 
+def test_base64_outputs_outlive_a_store_outage(gateway_factory, token, mock, tmp_path, psql):
+    """Bytes kept in the result (base64: no URL to expire) are copied however long the archive
+    store fails — a folder that cannot be written here, a bucket's 5xx or a full disk alike.
+    Before: after ten tries (two to four minutes of outage) the output was `failed` for good,
+    its job then deleted by retention with the only copy of its bytes."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the archive's parent folder should be")
+    bad_dir = str(blocker / "archive")
+    e, route = images_entry(mock)
+    gw = start(gateway_factory, tmp_path, [e], archive_dir=bad_dir,
+               env={"OPENAI_API_KEY": "sk-x"})
+    r = gw.submit(token, "b64-" + uuid.uuid4().hex,
+                  {"prompt": "a cat", "n": 1, "response_format": "b64_json"}, route=route,
+                  headers={"Prefer": "respond-async"})
+    job_id = r.json()["id"]
+
+    def attempts():
+        rows = psql(f"SELECT state, attempts FROM archive_outputs WHERE op_id = '{job_id}'")
+        return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
+
+    deadline = time.monotonic() + 30
+    while attempts()[1] < 1:
+        assert time.monotonic() < deadline, attempts()
+        time.sleep(0.1)
+    # Ten tries and more already spent on the outage: the next fails as they did.
+    psql(f"UPDATE archive_outputs SET attempts = 12, next_attempt_at = now() "
+         f"WHERE op_id = '{job_id}'")
+    while attempts()[1] < 13:
+        assert time.monotonic() < deadline + 30, attempts()
+        time.sleep(0.1)
+    assert attempts()[0] == "pending", attempts()
+    blocker.unlink()
+    psql(f"UPDATE archive_outputs SET next_attempt_at = now() WHERE op_id = '{job_id}'")
+    j = archived(gw, token, job_id, timeout=30, states=("archived", "failed", "expired"))
+    assert [o["state"] for o in j["archive"]] == ["archived"], j["archive"]
+    assert get_output(gw, token, job_id, 0).body.startswith(b"PNG:")
+
+
 def test_readyz_fails_when_archive_not_writable(gateway_factory, token, mock, tmp_path):
     """A replica that archives but cannot write its archive (a folder that cannot be created, an
     unreachable bucket) is alive but not ready; once the folder can be written, a later probe

@@ -180,25 +180,32 @@ static void test_after_failure(void **state)
         double rand01;
         enum ap_verdict v;
         long long min_ms, max_ms;
+        int store; /* the archive store failed, not the copy */
     } rows[] = {
-        {1, 1000, 0, 1, 0.5, AP_FAILED, 0, 0},        /* a refused host: never again */
-        {1, 1000, 5000, 1, 0.5, AP_FAILED, 0, 0},     /* even with time left */
-        {1, 1000, 999, 0, 0.5, AP_EXPIRED, 0, 0},     /* past the URL's expiry */
-        {3, 1000, 1000, 0, 0.5, AP_EXPIRED, 0, 0},    /* exactly at it */
-        {1, 1000, 0, 0, 0.0, AP_RETRY, 100, 100},     /* never a busy loop */
-        {1, 1000, 0, 0, 0.999, AP_RETRY, 100, 999},   /* first retry under the 1 s base */
-        {4, 1000, 0, 0, 0.999, AP_RETRY, 7000, 7999}, /* 1 s * 2^3 */
-        {30, 1000, 0, 0, 0.999, AP_FAILED, 0, 0},     /* no expiry: a bounded number */
-        {10, 1000, 0, 0, 0.5, AP_FAILED, 0, 0},
-        {9, 1000, 0, 0, 0.999, AP_RETRY, 59000, 60000},       /* capped at 60 s */
-        {30, 1000, 100000, 0, 0.999, AP_RETRY, 59000, 60000}, /* with an expiry: until it */
-        {5, 1000, 1002, 0, 0.999, AP_RETRY, 1900, 1900},      /* the last try before the expiry */
-        {5, 1000, 1000.15, 0, 0.999, AP_RETRY, 149, 150},
+        {1, 1000, 0, 1, 0.5, AP_FAILED, 0, 0, 0},        /* a refused host: never again */
+        {1, 1000, 5000, 1, 0.5, AP_FAILED, 0, 0, 0},     /* even with time left */
+        {1, 1000, 999, 0, 0.5, AP_EXPIRED, 0, 0, 0},     /* past the URL's expiry */
+        {3, 1000, 1000, 0, 0.5, AP_EXPIRED, 0, 0, 0},    /* exactly at it */
+        {1, 1000, 0, 0, 0.0, AP_RETRY, 100, 100, 0},     /* never a busy loop */
+        {1, 1000, 0, 0, 0.999, AP_RETRY, 100, 999, 0},   /* first retry under the 1 s base */
+        {4, 1000, 0, 0, 0.999, AP_RETRY, 7000, 7999, 0}, /* 1 s * 2^3 */
+        {30, 1000, 0, 0, 0.999, AP_FAILED, 0, 0, 0},     /* no expiry: a bounded number */
+        {10, 1000, 0, 0, 0.5, AP_FAILED, 0, 0, 0},
+        {9, 1000, 0, 0, 0.999, AP_RETRY, 59000, 60000, 0},       /* capped at 60 s */
+        {30, 1000, 100000, 0, 0.999, AP_RETRY, 59000, 60000, 0}, /* with an expiry: until it */
+        {5, 1000, 1002, 0, 0.999, AP_RETRY, 1900, 1900, 0}, /* the last try before the expiry */
+        {5, 1000, 1000.15, 0, 0.999, AP_RETRY, 149, 150, 0},
+        /* The store failed (a bucket's 5xx, a full disk): bytes kept in the result (base64, no
+         * expiry) are tried again however often — never failed for the store's outage. */
+        {30, 1000, 0, 0, 0.999, AP_RETRY, 59000, 60000, 1},
+        {10, 1000, 0, 0, 0.5, AP_RETRY, 100, 60000, 1},
+        {30, 1000, 999, 0, 0.5, AP_EXPIRED, 0, 0, 1}, /* a URL's expiry still ends it */
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         long long d = -1;
         enum ap_verdict v = ap_after_failure(rows[i].attempts, rows[i].now, rows[i].expires,
-                                             rows[i].permanent, rows[i].rand01, &d);
+                                             rows[i].permanent, rows[i].store, rows[i].rand01,
+                                             &d);
         if (v != rows[i].v || d < rows[i].min_ms || d > rows[i].max_ms)
             fail_msg("row %zu: verdict %d delay %lld", i, v, d);
     }
