@@ -1470,10 +1470,12 @@ export interface operations {
              * @description `idempotency-key-reused`: the key already belongs to a request with another
              *     provider, route or body (do not retry; use a new key for a new intended output).
              *     The detail names the job that holds the key and which of the three differed.
-             *     `client-ref-unplaceable`: this provider finds tasks by the gateway's client
-             *     reference in the body, and this body leaves no place for it (the member exists, its
-             *     parent is not an object, or the body is not an object). Nothing was recorded and
-             *     the provider was not called.
+             *     `client-ref-unplaceable`: this provider's profile places the gateway's client
+             *     reference in a JSON body (`client_ref.body_field`: the member is always the
+             *     gateway's), and this body leaves no place for it (the member exists, its parent is
+             *     not an object, or the body is not an object); or a multipart body for a provider
+             *     that finds tasks by that reference. Nothing was recorded and the provider was not
+             *     called.
              */
             422: {
                 headers: {
