@@ -14,7 +14,12 @@
 void answers_put(const char *job_id, enum op_state st, int http_status, const char *resp_headers,
                  const void *body, size_t body_len)
 {
-    if (!job_id || !st_is_terminal(st) || !http_status || !resp_headers || !body || !body_len)
+    /* Only a success is answered from memory: an entry holds no job document, and a failed or
+     * canceled job's answer says why (its last_error) — its waiters read it from the database
+     * (before, they were told "job ended failed" without the provider's reason); a completed job
+     * with no success kept is answered with its document, which is not here either. */
+    if (!job_id || st != ST_COMPLETED || http_status < 200 || http_status >= 300 ||
+        !resp_headers || !body || !body_len)
         return;
     struct jobcache_entry e;
     memset(&e, 0, sizeof(e));

@@ -16,7 +16,8 @@
 
 /* Keeps the answer of job_id, just committed in state st with the provider's http_status,
  * resp_headers (a JSON object of the stored headers; its "content-type" is the answer's) and
- * body. Does nothing for a state that is not terminal or an empty body (a read decides those). */
+ * body. Does nothing but for a success (completed, a 2xx, a body): a failure's answer says why,
+ * from the job's document, which a read gives. */
 void answers_put(const char *job_id, enum op_state st, int http_status, const char *resp_headers,
                  const void *body, size_t body_len);
 

@@ -706,6 +706,19 @@ def test_a_task_failing_with_a_long_non_ascii_message_ends_failed(gateway_factor
     assert j["last_error"].endswith("\u00e9"), j["last_error"][-10:]  # cut between characters
 
 
+def test_a_waiter_on_a_failed_task_is_told_why(gateway_factory, token, mock):
+    """`Prefer: wait` on an async job whose task fails: `502 job-failed` whose detail carries
+    the provider's reason, as api.md says. Before: a waiter answered from memory (the replica
+    that polled it) was told only "job ... ended failed"."""
+    e, route = entry("keyed-async", mock)
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "why-" + uuid.uuid4().hex,
+                  body(polls=1, outcome="failed", error="mock says no"), route=route,
+                  headers={"Prefer": "wait=20"})
+    assert r.status == 502, r
+    assert "mock says no" in r.json()["detail"], r.json()
+
+
 def test_cancel_at_a_provider_that_cannot_stop_a_task_says_so(gateway_factory, token, mock,
                                                              psql):
     """fal-queue's profile has no cancel endpoint: a cancel of its accepted job is answered
