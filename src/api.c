@@ -202,8 +202,14 @@ int api_req_offloaded(const struct hs_req *r)
  * holds in one lane, so a flood of made-up tokens is one caller, not sixty-four. */
 static size_t offload_key(struct hs_req *r, const struct api_state *st, char *key, size_t cap)
 {
-    if (st->route == MR_WEBHOOK)
-        return (size_t)snprintf(key, cap, "webhook %.80s", hs_req_path(r));
+    if (st->route == MR_WEBHOOK) {
+        /* a configured provider's webhooks by that provider; any other path is one caller */
+        const char *path = hs_req_path(r), *name = strrchr(path, '/');
+        name = name ? name + 1 : "";
+        return cfg_find_provider(st->api->cfg, name, strlen(name))
+                   ? (size_t)snprintf(key, cap, "webhook %.80s", name)
+                   : (size_t)snprintf(key, cap, "webhook ?");
+    }
     if (st->route == MR_READY || st->route == MR_METRICS || st->route == MR_HEALTH)
         return (size_t)snprintf(key, cap, "probe %d", st->route);
     size_t len = 0;

@@ -736,7 +736,7 @@ static void fin_params(const struct fin_row *f, char nbuf[16], struct param ps[1
         p_text("n", nbuf),
         p_int("lease_version", f->lease_version),
         p_text("state", f->state),
-        p_text("error", f->error),
+        p_text_lossy("error", f->error),
         p_int("delay_ms", f->delay_ms),
         p_text("sha256", f->sha),
         f->bytes >= 0 ? p_int("bytes", f->bytes) : p_null("bytes"),

@@ -20,6 +20,7 @@
 #include "idemgate/resume.h"
 #include "idemgate/store.h"
 #include "idemgate/upload.h"
+#include "idemgate/utf8.h"
 #include "idemgate/uplstore.h"
 #include "idemgate/wake.h"
 
@@ -301,11 +302,12 @@ void attempt_read_task(const struct cfg_provider *p, const struct up_response *r
     if (id)
         t->remote_id = strdup(id);
     const char *pu = doc && p->poll_url ? jpath_string(p->poll_url, doc) : NULL;
-    if (pu && prov_same_origin(pu, p->base_url))
+    int utf8 = pu && utf8_valid(pu, strlen(pu));
+    if (pu && utf8 && prov_same_origin(pu, p->base_url))
         t->poll_url = strdup(pu);
     else if (pu)
         LOG(LOG_WARN, "poll_url_refused", LS("provider", p->name),
-            LS("reason", "not on the provider's base URL"));
+            LS("reason", utf8 ? "not on the provider's base URL" : "not UTF-8"));
     cJSON_Delete(doc);
 }
 

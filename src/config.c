@@ -58,7 +58,9 @@ static const struct cfg_setting settings[] = {
      "libpq connection string of the PostgreSQL database"},
     {"db_workers", "IDEMGATE_DB_WORKERS", T_INT, OFF(db_workers), "4", 1, 256,
      "threads (each with one database connection) that answer the API's reads and actions; "
-     "server threads never wait on the database"},
+     "server threads never wait on the database. Their queue is served one caller (a tenant, "
+     "the operator, a provider's webhooks, the probes; unknown tokens together) at a time in "
+     "turn"},
     {"dispatch_workers", "IDEMGATE_DISPATCH_WORKERS", T_INT, OFF(dispatch_workers), "2", 0, 256,
      "dispatcher threads in this replica, each with one database connection: they claim due "
      "creates and write their results, and never wait for a provider (0: this replica only "

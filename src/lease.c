@@ -965,10 +965,10 @@ static void finish_params(const struct store_finish *f, struct param *ps)
         f->poll_deadline_ms > 0 ? p_int("poll_deadline_ms", f->poll_deadline_ms)
                                 : p_null("poll_deadline_ms"),
         p_text_lossy("provider_status", f->provider_status),
-        p_text("outputs", f->outputs_json),
+        p_text_lossy("outputs", f->outputs_json),
         p_bool("may_have_created", f->ambiguous),
         f->cost_micros >= 0 ? p_int("cost_micros", f->cost_micros) : p_null("cost_micros"),
-        p_text("archive_plan", f->archive_plan),
+        p_text_lossy("archive_plan", f->archive_plan),
     };
     memcpy(ps, v, sizeof(v));
 }

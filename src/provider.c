@@ -1,6 +1,7 @@
 #include "idemgate/provider.h"
 
 #include "idemgate/log.h"
+#include "idemgate/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,7 +336,10 @@ cJSON *prov_id_doc(const char *body, size_t len)
 const char *prov_read_id(const struct jpath *path, const cJSON *doc)
 {
     const char *id = path ? jpath_string(path, doc) : NULL;
-    if (!id || !*id || strlen(id) > 255)
+    /* Not UTF-8 (raw bytes in the provider's JSON): no id — stored, it would be refused by the
+     * database with the whole write (the paid answer with it); changed, it would name another
+     * task. The paths for a task whose id cannot be read follow. */
+    if (!id || !*id || strlen(id) > 255 || !utf8_valid(id, strlen(id)))
         return NULL;
     return id;
 }

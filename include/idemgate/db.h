@@ -146,9 +146,11 @@ struct param {
     char num[32];
 };
 struct param p_text(const char *name, const char *value);
-/* A text whose exact bytes do not matter (a provider's message, its headers, its status word):
- * bytes that are not UTF-8 — which a UTF8 database refuses, and the write with them — are bound
- * as U+FFFD. Never an id, a key or a URL: those are refused as they are. */
+/* A text whose exact bytes do not matter (a provider's message, its headers, its status word;
+ * the lists of outputs read from its answer, whose bytes the stored body keeps): bytes that are
+ * not UTF-8 — which a UTF8 database refuses, and the write with them, the paid answer with it —
+ * are bound as U+FFFD. Never an id, a key or a URL of its own: those are refused as they are
+ * (and a provider's task id or poll URL that is not UTF-8 is not read: provider.c, attempt.c). */
 struct param p_text_lossy(const char *name, const char *value);
 struct param p_bytes(const char *name, const void *value, size_t len);
 struct param p_int(const char *name, long long value);

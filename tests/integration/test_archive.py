@@ -1152,10 +1152,14 @@ def test_base64_outputs_outlive_a_store_outage(gateway_factory, token, mock, tmp
     # Ten tries and more already spent on the outage: the next fails as they did.
     psql(f"UPDATE archive_outputs SET attempts = 12, next_attempt_at = now() "
          f"WHERE op_id = '{job_id}'")
-    while attempts()[1] < 13:
-        assert time.monotonic() < deadline + 30, attempts()
+    def ended():  # the try's end is written: the row unclaimed, its error kept
+        return psql(f"SELECT state, attempts, lease_owner IS NULL AND last_error IS NOT NULL "
+                    f"FROM archive_outputs WHERE op_id = '{job_id}'")[0]
+
+    while not (int(ended()[1]) >= 13 and ended()[2] == "t"):
+        assert time.monotonic() < deadline + 30, ended()
         time.sleep(0.1)
-    assert attempts()[0] == "pending", attempts()
+    assert ended()[0] == "pending", ended()
     blocker.unlink()
     psql(f"UPDATE archive_outputs SET next_attempt_at = now() WHERE op_id = '{job_id}'")
     j = archived(gw, token, job_id, timeout=30, states=("archived", "failed", "expired"))

@@ -40,6 +40,10 @@ static void test_id_doc(void **state)
          * JSON parsed. */
         {"{\"error\":{23456:10}}", 0, NULL},
         {"{1:2}", 0, NULL},
+        /* raw bytes that are not UTF-8: no id (stored, the database refuses the whole write;
+         * changed, it names another task) */
+        {"{\"id\":\"task_\xE9\"}", 1, NULL},
+        {"{\"id\":\"task_\xC3\xA9\"}", 1, "task_\xC3\xA9"},
     };
     struct jpath *path = NULL;
     assert_int_equal(jpath_compile("$.id", &path, NULL), 0);
