@@ -10,8 +10,8 @@
 #include "idemgate/tenants.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -892,10 +892,9 @@ void store_finish_stopping(void)
  * dropped leaves the row to the reaper: unknown, never resent blindly — unless the database
  * could not be connected to at all (bo_result_write_gives_up): then it tries on, up to half an
  * hour more, for most likely nobody reaches it either. (An error the server answered that only
- * looks like a lost connection — a
- * Citus worker out of reach, 08006 from a healthy coordinator — keeps the window: it would hold
- * this thread, and its batch, for the whole outage.) *lost says a connection was lost on the
- * way. */
+ * looks like a lost connection — a Citus worker out of reach, 08006 from a healthy coordinator —
+ * keeps the window: it would hold this thread, and its batch, for the whole outage.) *lost says
+ * a connection was lost on the way. */
 static int finish_run(struct db *db, const struct store_finish *f, const struct param *ps,
                       size_t n, PGresult **r, int *lost)
 {
