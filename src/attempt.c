@@ -20,8 +20,8 @@
 #include "idemgate/resume.h"
 #include "idemgate/store.h"
 #include "idemgate/upload.h"
-#include "idemgate/utf8.h"
 #include "idemgate/uplstore.h"
+#include "idemgate/utf8.h"
 #include "idemgate/wake.h"
 
 #include <cjson/cJSON.h>
