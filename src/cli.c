@@ -320,6 +320,18 @@ int cli_check_config(const struct cfg *cfg)
                     p->name, p->secret_env);
             missing++;
         }
+        /* Outputs answered as URLs that no declared host allows are never copied (fetchpol.c):
+         * the provider's URLs expire, and with them the paid results. The shipped profiles
+         * declare none (their CDNs are the entry's to name). */
+        int urls =
+            p->result_kind ? strcmp(p->result_kind, "url") == 0 : p->outputs_received != NULL;
+        if (urls && (!p->archive || !p->archive->n_hosts))
+            fprintf(stderr,
+                    "warning: providers.%s.archive.hosts: none declared: outputs this provider "
+                    "answers as URLs are never copied (each copy is refused, counted "
+                    "outcome=\"failed\") and its URLs expire: add the hosts its outputs come "
+                    "from\n",
+                    p->name);
     }
     printf("%s: ok (%zu providers%s)\n", cfg->config_path ? cfg->config_path : "(defaults)",
            cfg->n_providers, missing ? ", secrets missing: see warnings" : "");

@@ -89,6 +89,29 @@ def test_help_and_check_config(tmp_path):
     assert r.returncode == 1 and "lease_seconds" in r.stderr and str(bad) in r.stderr
 
 
+def test_check_config_names_a_provider_whose_output_urls_are_never_copied(tmp_path):
+    """A provider whose outputs are URLs, with no archive host declared (the shipped profiles
+    declare none): every copy is refused and the provider's URLs expire — check-config says
+    so, naming the provider; declared hosts silence it, and a text provider is never named."""
+    profiles = os.path.join(ROOT, "deploy", "providers")
+
+    def check(entries):
+        cfg = tmp_path / "c.json"
+        cfg.write_text(json.dumps({"providers": entries}))
+        r = subprocess.run([GATEWAY_BIN, "--config", str(cfg), "check-config"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+
+    rep = {"name": "rep", "profile": os.path.join(profiles, "replicate.json")}
+    chat = {"name": "chat", "profile": os.path.join(profiles, "openai-chat.json")}
+    err = check([rep, chat])
+    assert "providers.rep.archive.hosts" in err, err
+    assert "providers.chat.archive" not in err, err
+    rep["archive"] = {"hosts": [".replicate.delivery"]}
+    assert "archive.hosts" not in check([rep])
+
+
 def test_docs_settings_table_is_the_config_reference():
     """docs/configuration.md's table is `idemgate config-reference`, row for row: a setting
     added to src/config.c (or changed there) without the docs, or the other way round, fails."""
