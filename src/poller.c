@@ -248,10 +248,15 @@ static enum op_state ended_state(int st, int cancel_requested)
 
 /* Whether a finished task's answer holds none of the outputs asked for where the profile reads
  * them (outputs.requested counted, result.outputs read): its result is not where it was looked
- * for, and it is never completed as empty on that guess (as the reconciler's found_sync). */
-static int outputs_missing(const struct store_claim *c, int received)
+ * for, and it is never completed as empty on that guess (as the reconciler's found_sync). Nor
+ * when nothing was counted (a profile without outputs.requested: Runway, Luma) but the profile
+ * reads its outputs (reads_outputs): a success with none there — a result not yet filled in, a
+ * shape the profile does not know — is read again, then an operator's, never `completed` with
+ * nothing to keep. */
+static int outputs_missing(const struct store_claim *c, int received, int reads_outputs)
 {
-    return c->outputs_requested > 0 && received == 0;
+    return received == 0 && (c->outputs_requested > 0 ||
+                             (c->outputs_requested < 0 && reads_outputs));
 }
 
 /* A read that does not end the task: read again later (accepted, after delay_ms), or, past the
@@ -301,7 +306,7 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
          * create's whole answer would have been — outputs, usage and cost read from it. */
         struct attempt_results rs;
         attempt_count_results(p, final, &rs);
-        if (outputs_missing(c, rs.received)) {
+        if (outputs_missing(c, rs.received, 0)) {
             free(rs.usage);
             succeeded_without_outputs(db, p, c, final, t0);
             return;
@@ -315,7 +320,7 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
     } else if (st == TS_SUCCEEDED) {
         cJSON *outs = cJSON_CreateArray();
         int n = poller_outputs(p, fdoc, c->remote_id, outs);
-        if (outputs_missing(c, n)) {
+        if (outputs_missing(c, n, p->result_outputs != NULL)) {
             cJSON_Delete(outs);
             succeeded_without_outputs(db, p, c, final, t0);
             return;

@@ -719,6 +719,24 @@ def test_a_waiter_on_a_failed_task_is_told_why(gateway_factory, token, mock):
     assert "mock says no" in r.json()["detail"], r.json()
 
 
+@pytest.mark.parametrize("name", ["runway", "keyed-async"])
+def test_a_success_without_outputs_is_never_completed_empty(gateway_factory, token, mock, name):
+    """These profiles (and Luma's) count no outputs asked for (no outputs.requested; the mock's
+    Luma always shows its one video, so it is not among them). A task that succeeds
+    with none where the profile reads them — a result not yet filled in, a shape it does not
+    know — is read again, then an operator's (review at the poll deadline). Before: `completed`
+    with nothing to archive, the paid result left at the provider."""
+    e, route = entry(name, mock)
+    e["poll"]["deadline_seconds"] = 2
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "empty-" + uuid.uuid4().hex, body(polls=1, outputs=0), route=route,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    j = gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, 20)
+    assert j["state"] == "review", j
+    assert '"event":"succeeded_without_outputs"' in gw.log()
+
+
 def test_cancel_at_a_provider_that_cannot_stop_a_task_says_so(gateway_factory, token, mock,
                                                              psql):
     """fal-queue's profile has no cancel endpoint: a cancel of its accepted job is answered
