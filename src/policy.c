@@ -161,3 +161,20 @@ int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int read_c
     return cancel_deletes && cancel_http_status >= 200 && cancel_http_status < 300 &&
            read_curl_code == 0 && (read_http_status == 404 || read_http_status == 410);
 }
+
+long pol_poll_delay_ms(long interval_ms, long max_ms, int polls, long hint_ms,
+                       long long server_ms)
+{
+    long d = interval_ms;
+    for (int i = 1; i < polls && d < max_ms; i++)
+        d += d / 2;
+    if (d > max_ms)
+        d = max_ms;
+    if (hint_ms > d)
+        d = hint_ms;
+    if (server_ms > POL_POLL_HINT_MAX_MS)
+        server_ms = POL_POLL_HINT_MAX_MS;
+    if (server_ms > d)
+        d = (long)server_ms;
+    return d;
+}

@@ -196,25 +196,21 @@ static void write_poll(struct db *db, const struct store_claim *c, enum op_state
                      p);
 }
 
-/* The delay before the next status read: the profile's interval growing with the polls made,
- * capped, never under the provider's hint header. */
+/* The delay before the next status read (pol_poll_delay_ms): the profile's interval growing with
+ * the polls made, capped, never under the provider's hint header nor what the answer asked
+ * (Retry-After and the other forms attempt_server_hint_ms reads). */
 static long next_delay(const struct cfg_provider *p, const struct store_claim *c,
                        const struct up_response *res)
 {
-    long d = p->poll_interval_ms;
-    for (int i = 1; i < c->polls && d < p->poll_max_interval_ms; i++)
-        d += d / 2;
-    if (d > p->poll_max_interval_ms)
-        d = p->poll_max_interval_ms;
+    long hint = -1;
     if (p->poll_hint_header && res && res->headers_json) {
         cJSON *h = cJSON_Parse(res->headers_json);
         const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, p->poll_hint_header));
-        long hint = v ? strtol(v, NULL, 10) : 0;
-        if (hint > d)
-            d = hint;
+        hint = v ? strtol(v, NULL, 10) : -1;
         cJSON_Delete(h);
     }
-    return d;
+    long long server = res ? attempt_server_hint_ms(p, res) : -1;
+    return pol_poll_delay_ms(p->poll_interval_ms, p->poll_max_interval_ms, c->polls, hint, server);
 }
 
 /* The stored poll URL without suffix (a new string), or NULL when it does not end so. */

@@ -75,6 +75,16 @@ int pol_cancel_answered(int curl_code, int http_status);
  * cancel still due. */
 int pol_cancel_after_read(int task_status);
 
+/* The delay before an async task's next status read: the profile's interval_ms growing by half
+ * with each read made (polls), capped at max_ms — never under the provider's own poll hint
+ * (hint_ms, its hint header: OpenAI's openai-poll-after-ms) nor under what the read's answer asked
+ * (server_ms: Retry-After in seconds or as a date, retry-after-ms, a body hint — a 429 on a status
+ * read was read again in seconds), which counts up to POL_POLL_HINT_MAX_MS. A hint < 0 is none.
+ * Pure. */
+#define POL_POLL_HINT_MAX_MS 3600000LL
+long pol_poll_delay_ms(long interval_ms, long max_ms, int polls, long hint_ms,
+                       long long server_ms);
+
 /* Whether a status read just after our cancel shows the task cancelled by it, at a provider
  * whose cancel deletes the task (cancel_deletes): the cancel accepted (2xx) and the task then
  * gone (404 or 410). The read before the cancel showed it running (pol_cancel_after_read), so

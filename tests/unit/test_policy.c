@@ -238,6 +238,31 @@ static void test_deleted_by_cancel(void **state)
             fail_msg("case %zu", i);
 }
 
+/* The next status read: the interval grown, capped, never under a hint or what the answer asked. */
+static void test_poll_delay(void **state)
+{
+    (void)state;
+    static const struct {
+        long interval, max;
+        int polls;
+        long hint;
+        long long server;
+        long want;
+    } cases[] = {
+        {1000, 10000, 1, -1, -1, 1000},   {1000, 10000, 2, -1, -1, 1500},
+        {1000, 10000, 3, -1, -1, 2250},   {1000, 10000, 50, -1, -1, 10000}, /* capped */
+        {1000, 10000, 1, 5000, -1, 5000}, /* the provider's poll hint */
+        {1000, 10000, 1, -1, 30000, 30000}, /* a 429's Retry-After: 30 s, past the cap */
+        {1000, 10000, 50, -1, 2000, 10000}, /* a hint under the delay changes nothing */
+        {1000, 10000, 1, -1, 86400000LL, 3600000}, /* a day asked: an hour at most */
+        {1000, 10000, 1, 500, 0, 1000},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (pol_poll_delay_ms(cases[i].interval, cases[i].max, cases[i].polls, cases[i].hint,
+                              cases[i].server) != cases[i].want)
+            fail_msg("case %zu", i);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows),
@@ -246,6 +271,7 @@ int main(void)
                                        cmocka_unit_test(test_send_in_window),
                                        cmocka_unit_test(test_cancel_answered),
                                        cmocka_unit_test(test_cancel_after_read),
-                                       cmocka_unit_test(test_deleted_by_cancel)};
+                                       cmocka_unit_test(test_deleted_by_cancel),
+                                       cmocka_unit_test(test_poll_delay)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
