@@ -334,7 +334,11 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
         enum op_state next = ended_state(st, c->cancel_requested);
         char err[512];
         snprintf(err, sizeof(err), "%s: %s",
-                 next == ST_CANCELED ? "canceled at the provider on our request"
+                 next == ST_CANCELED
+                     ? (p->cancel_deletes
+                            ? "canceled at the provider on our request (its cancel deletes the "
+                              "task: had it finished just before, it may be billed)"
+                            : "canceled at the provider on our request")
                  : st == TS_CANCELED ? "canceled by the provider"
                                      : "task failed",
                  msg ? msg : "the provider gave no message");

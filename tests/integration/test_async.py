@@ -227,6 +227,9 @@ def test_a_cancel_after_the_task_ended_keeps_its_result(gateway_factory, token, 
     assert gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
     j = gw.wait_state(token, job_id, {"completed", "failed", "canceled", "review"}, 20)
     assert j["state"] == "canceled" and j["remote_id"], j
+    # ...saying that a task which finished between that read and the DELETE went with it, and
+    # may be billed (the read cannot tell)
+    assert "may be billed" in j["last_error"], j["last_error"]
     gone = mock.http.request("GET", f"/dream-machine/v1/generations/{j['remote_id']}")
     assert gone.status == 404, gone
 
