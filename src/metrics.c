@@ -94,6 +94,10 @@ static atomic_ulong intake_born_claimed;
 static atomic_long calls_in_flight, calls_in_flight_peak;
 static atomic_ulong wait_answers[2]; /* [0] by a read of the job, [1] from memory */
 static atomic_ulong archive_outcomes[3]; /* archived, failed, expired */
+static const char *const poll_read_names[] = {"ok",      "refused", "not_found",
+                                              "limited", "error",   "unanswered"};
+#define N_POLL_READ (sizeof(poll_read_names) / sizeof(poll_read_names[0]))
+static atomic_ulong poll_reads[METRICS_PROVIDERS_MAX + 1][N_POLL_READ];
 static atomic_ulong archive_claimed[2]; /* by a claim, by the write of the result */
 static atomic_ulong archive_reads_unserved[MAR__COUNT];
 static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
@@ -234,6 +238,17 @@ void metrics_attempt(const char *provider, const char *outcome)
         }
     }
     atomic_fetch_add(&attempts[p][CLS__COUNT], 1); /* lease_expired and other non-classes */
+}
+
+void metrics_poll_read(const char *provider, int http_status, int curl_code)
+{
+    int k = curl_code || !http_status                     ? 5
+            : http_status >= 200 && http_status < 300     ? 0
+            : http_status == 401 || http_status == 403    ? 1
+            : http_status == 404 || http_status == 410    ? 2
+            : http_status == 429                          ? 3
+                                                          : 4;
+    atomic_fetch_add(&poll_reads[prov_index(provider)][k], 1);
 }
 
 void metrics_archive(int outcome)
@@ -412,6 +427,18 @@ static void render_attempts_and_safety(struct buf *b)
             put(b, "idemgate_attempts_total{provider=\"%s\",outcome=\"%s\"} %lu\n",
                 prov_name(p), i < CLS__COUNT ? cls_name((enum cls_outcome)i) : "other",
                 atomic_load(&attempts[p][i]));
+    }
+    put(b, "# HELP idemgate_poll_reads_total Status reads of async tasks by provider and what "
+           "came back.\n# TYPE idemgate_poll_reads_total counter\n");
+    for (size_t p = 0; p <= PROV_OTHER; p++) {
+        unsigned long total = 0;
+        for (size_t i = 0; i < N_POLL_READ; i++)
+            total += atomic_load(&poll_reads[p][i]);
+        if (!prov_shown(p, total))
+            continue;
+        for (size_t i = 0; i < N_POLL_READ; i++)
+            put(b, "idemgate_poll_reads_total{provider=\"%s\",outcome=\"%s\"} %lu\n",
+                prov_name(p), poll_read_names[i], atomic_load(&poll_reads[p][i]));
     }
     render_provider_histogram(
         b, "idemgate_upstream_duration_seconds",

@@ -517,6 +517,7 @@ static void write_job(struct rq_item *it, struct db *db)
                      ? cJSON_ParseWithLength(j->res.body, j->res.body_len)
                      : NULL;
     if (j->step == STEP_STATUS || j->step == STEP_PRECHECK) {
+        metrics_poll_read(j->p->name, j->res.http_status, j->res.curl_code);
         j->st = read_status(j, doc);
         if (j->step == STEP_PRECHECK && pol_cancel_after_read(j->st)) {
             /* Still running: now the cancel, then the status read again. */

@@ -40,6 +40,11 @@ void metrics_http(enum metric_route route, int status, double seconds);
 /* An attempt's outcome class name (classify.h) — counted by name from a fixed list — for a
  * configured provider (anything else counts as "other"). */
 void metrics_attempt(const char *provider, const char *outcome);
+/* One status read of an async task (or a deferred sync one): counted by provider and by what
+ * came back — ok (2xx), refused (401, 403), not_found (404, 410), limited (429), error (any
+ * other status), unanswered (no answer: curl_code set). A read refused or not found leaves the
+ * job `accepted` until its poll deadline (review): the alert on these is the early word. */
+void metrics_poll_read(const char *provider, int http_status, int curl_code);
 /* How long one call to a provider took (a create, a status read), from send to its end. */
 void metrics_upstream_seconds(const char *provider, double seconds);
 /* A job of the provider completed, seconds after its first send. */

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import time
 import uuid
 
@@ -738,6 +739,37 @@ def test_a_success_without_outputs_is_never_completed_empty(gateway_factory, tok
     j = gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, 20)
     assert j["state"] == "review", j
     assert '"event":"succeeded_without_outputs"' in gw.log()
+
+
+def test_status_reads_the_provider_refuses_are_counted(gateway_factory, token, mock):
+    """A job polled for a task the provider does not know (here: an operator adopted a wrong
+    id; a credential rotated answers 401 alike) stays `accepted` until its poll deadline: the
+    reads are counted by what came back (idemgate_poll_reads_total), which an alert watches —
+    before, nothing said so for the deadline's hour."""
+    e, route = entry("keyed-async", mock,
+                     reconcile={"strategy": "none", "window_seconds": 2},
+                     timeouts={"connect_ms": 1000, "total_ms": 1000})
+    gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, "refused-" + uuid.uuid4().hex, body(polls=2), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"review"}, 20)
+    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
+                          json.dumps({"outcome": "found", "remote_id": "no_such_task",
+                                      "operator": "ops"}),
+                          {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert res.status == 200 and res.json()["state"] == "accepted", res
+    name = e["name"]
+    pattern = rb'^idemgate_poll_reads_total\{provider="' + name.encode() + \
+        rb'",outcome="not_found"\} (\d+)$'
+    deadline = time.monotonic() + 20
+    while True:
+        m = re.search(pattern, gw.http.request("GET", "/metrics").body, re.M)
+        if m and int(m.group(1)) >= 2:
+            break
+        assert time.monotonic() < deadline, m
+        time.sleep(0.1)
+    assert gw.job(token, job_id).json()["state"] == "accepted"
 
 
 def test_cancel_at_a_provider_that_cannot_stop_a_task_says_so(gateway_factory, token, mock,
