@@ -393,6 +393,16 @@ static int finish_settings(struct cfg *c, const char *file, char *err, size_t er
         return -1;
     }
     for (size_t i = 0; i < c->n_providers; i++) {
+        /* An S3 object is stored by one PUT (blobstore.c), which S3 takes up to 5 GiB: an output
+         * allowed past that would be refused on every copy until its URL expired. */
+        const struct arch_profile *ap = c->providers[i].archive;
+        if (!strcmp(c->archive_backend, "s3") && ap && ap->max_bytes > 5LL * 1024 * 1024 * 1024) {
+            errf(err, errlen,
+                 "%s: providers.%s.archive.max_bytes (%lld) is over 5 GiB, the most "
+                 "archive_backend s3 stores in one object",
+                 file, c->providers[i].name, ap->max_bytes);
+            return -1;
+        }
         /* A lease shorter than a call would let the reaper declare a live call unknown. */
         if (c->providers[i].total_timeout_ms + 2000 > (long)c->lease_seconds * 1000) {
             errf(err, errlen,

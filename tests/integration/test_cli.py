@@ -112,6 +112,28 @@ def test_check_config_names_a_provider_whose_output_urls_are_never_copied(tmp_pa
     assert "archive.hosts" not in check([rep])
 
 
+def test_an_s3_archive_refuses_outputs_it_could_never_store(tmp_path):
+    """The S3 store writes an object with one PUT, which S3 takes up to 5 GiB: an archive that
+    allows bigger outputs would have each such copy refused until its URL expired. The
+    configuration is refused at start, naming the provider; 5 GiB, or a local store, is fine."""
+    rep = {"name": "rep", "profile": os.path.join(ROOT, "deploy", "providers", "replicate.json"),
+           "archive": {"hosts": [".replicate.delivery"], "max_bytes": 6 * 1024 ** 3}}
+    s3 = {"archive_backend": "s3", "archive_s3_endpoint": "http://127.0.0.1:9",
+          "archive_s3_bucket": "b"}
+
+    def check(settings):
+        cfg = tmp_path / "c.json"
+        cfg.write_text(json.dumps(dict(settings, providers=[rep])))
+        return subprocess.run([GATEWAY_BIN, "--config", str(cfg), "check-config"],
+                              capture_output=True, text=True)
+
+    r = check(s3)
+    assert r.returncode == 1 and "providers.rep.archive.max_bytes" in r.stderr, r.stderr
+    assert check({}).returncode == 0
+    rep["archive"]["max_bytes"] = 5 * 1024 ** 3
+    assert check(s3).returncode == 0, check(s3).stderr
+
+
 def test_docs_settings_table_is_the_config_reference():
     """docs/configuration.md's table is `idemgate config-reference`, row for row: a setting
     added to src/config.c (or changed there) without the docs, or the other way round, fails."""
