@@ -264,6 +264,19 @@ def test_a_claim_takes_one_stored_result(token, psql):
     assert claim() == []
 
 
+def completed_job_row(psql, prefix):
+    """A completed job's row written by hand, under a provider name of its own: (tenant, provider,
+    job id)."""
+    tenant = psql("SELECT id FROM tenants ORDER BY id LIMIT 1")[0][0]
+    prov = prefix + uuid.uuid4().hex[:8]
+    job = "job_" + prov
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         f"state, expires_at) VALUES ({tenant}, '{job}', 'k{prov}', '\\x00', 1, '{prov}', 'r', "
+         "'POST', 'http://x', '', '\\x00', 'completed', now() + interval '1 day')")
+    return tenant, prov, job
+
+
 def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     """A thread's batch of copy ends is one statement (archive_finish_rows): each row it writes
     is archive_finish's row, column for column — archived with its object, expired keeping the
@@ -272,13 +285,7 @@ def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     they are."""
     if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
         pytest.skip("on Citus a batch is archive_finish's rows, one by one")
-    tenant = psql("SELECT id FROM tenants ORDER BY id LIMIT 1")[0][0]
-    prov = "finrows" + uuid.uuid4().hex[:8]
-    job = "job_" + prov
-    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
-         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
-         f"state, expires_at) VALUES ({tenant}, '{job}', 'k{prov}', '\\x00', 1, '{prov}', 'r', "
-         "'POST', 'http://x', '', '\\x00', 'completed', now() + interval '1 day')")
+    tenant, prov, job = completed_job_row(psql, "finrows")
     # Outputs 0-5 ended by the batch, 10-13 by archive_finish with the same values.
     psql("INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
          "lease_owner, lease_version, lease_expires_at, attempts, last_error, state) VALUES "
@@ -339,13 +346,7 @@ def test_a_stored_copy_is_written_whatever_claim_holds_its_row(token, psql):
     output archived already. Both statements (one row, a batch of rows) alike."""
     if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
         pytest.skip("on Citus a batch is archive_finish's rows, one by one")
-    tenant = psql("SELECT id FROM tenants ORDER BY id LIMIT 1")[0][0]
-    prov = "stored" + uuid.uuid4().hex[:8]
-    job = "job_" + prov
-    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
-         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
-         f"state, expires_at) VALUES ({tenant}, '{job}', 'k{prov}', '\\x00', 1, '{prov}', 'r', "
-         "'POST', 'http://x', '', '\\x00', 'completed', now() + interval '1 day')")
+    tenant, prov, job = completed_job_row(psql, "stored")
     old_sha = "ee" + "0" * 62
     # (state, lease_owner, sha256) of each row, all under claim 2; the ends come from claim 1.
     rows = {0: ("pending", "'other'", "NULL"), 1: ("expired", "NULL", "NULL"),

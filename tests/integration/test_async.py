@@ -667,25 +667,35 @@ def test_found_at_an_async_provider_is_polled_to_its_result(gateway_factory, tok
     assert j["state"] == "completed" and j["result"]["outputs"], j
 
 
+def adopted_by_the_operator(gateway_factory, token, mock, name, remote_id):
+    """A job of the shipped profile `name` whose create hung (reconcile none: review), then
+    resolved `found` by the operator with remote_id (None: the task its create made): accepted,
+    polled from there. Returns (gateway, job id)."""
+    e, route = entry(name, mock, reconcile={"strategy": "none", "window_seconds": 2},
+                     timeouts={"connect_ms": 1000, "total_ms": 1000})
+    gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, "adopted-" + uuid.uuid4().hex, body(polls=2), route=route)
+    job_id = r.json()["id"]
+    gw.wait_state(token, job_id, {"review"}, 20)
+    if remote_id is None:
+        [create] = [c for c in mock.creates_for(job_id) if not c.get("replay")]
+        remote_id = create["task_id"]
+    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
+                          json.dumps({"outcome": "found", "remote_id": remote_id,
+                                      "operator": "ops"}),
+                          {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert res.status == 200 and res.json()["state"] == "accepted", res
+    return gw, job_id
+
+
 def test_a_found_fal_task_reads_its_result_where_its_status_url_says(gateway_factory, token,
                                                                     mock):
     """fal's result is read from its status URL with "/status" cut off
     (`fetch_from_poll_url_strip`). A task an operator found (or a webhook named) has no stored
     status URL — its create's answer never came: the URL its polls are made from is cut instead.
     Before: no result URL, the job polled COMPLETED to its deadline, then review."""
-    e, route = entry("fal-queue", mock, reconcile={"strategy": "none", "window_seconds": 2},
-                     timeouts={"connect_ms": 1000, "total_ms": 1000})
-    gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
-    mock.script([{"fault": "hang"}])
-    r = gw.submit(token, "found-" + uuid.uuid4().hex, body(polls=2), route=route)
-    job_id = r.json()["id"]
-    gw.wait_state(token, job_id, {"review"}, 20)
-    [create] = [c for c in mock.creates_for(job_id) if not c.get("replay")]
-    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
-                          json.dumps({"outcome": "found", "remote_id": create["task_id"],
-                                      "operator": "ops"}),
-                          {"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    assert res.status == 200 and res.json()["state"] == "accepted", res
+    gw, job_id = adopted_by_the_operator(gateway_factory, token, mock, "fal-queue", None)
     j = gw.wait_state(token, job_id, {"completed", "failed", "review"}, 20)
     assert j["state"] == "completed" and j["result"]["outputs"], j
     assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
@@ -746,20 +756,9 @@ def test_status_reads_the_provider_refuses_are_counted(gateway_factory, token, m
     id; a credential rotated answers 401 alike) stays `accepted` until its poll deadline: the
     reads are counted by what came back (idemgate_poll_reads_total), which an alert watches —
     before, nothing said so for the deadline's hour."""
-    e, route = entry("keyed-async", mock,
-                     reconcile={"strategy": "none", "window_seconds": 2},
-                     timeouts={"connect_ms": 1000, "total_ms": 1000})
-    gw = start(gateway_factory, [e], admin_token_sha256=ADMIN_SHA)
-    mock.script([{"fault": "hang"}])
-    r = gw.submit(token, "refused-" + uuid.uuid4().hex, body(polls=2), route=route)
-    job_id = r.json()["id"]
-    gw.wait_state(token, job_id, {"review"}, 20)
-    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
-                          json.dumps({"outcome": "found", "remote_id": "no_such_task",
-                                      "operator": "ops"}),
-                          {"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    assert res.status == 200 and res.json()["state"] == "accepted", res
-    name = e["name"]
+    gw, job_id = adopted_by_the_operator(gateway_factory, token, mock, "keyed-async",
+                                         "no_such_task")
+    name = "keyedasync"
     pattern = rb'^idemgate_poll_reads_total\{provider="' + name.encode() + \
         rb'",outcome="not_found"\} (\d+)$'
     deadline = time.monotonic() + 20
