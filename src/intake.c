@@ -907,5 +907,17 @@ static void intake_stream_resume(struct hs_req *r)
     ls_unpark(ls, r);
     ls_release(ls);
     double left = in->wait_deadline - waiters_now();
-    answer_or_wait(r, &in->job, !in->created, left >= 1 ? (int)left : 1, in->token, 0, NULL);
+    if (left >= 1) {
+        answer_or_wait(r, &in->job, !in->created, (int)left, in->token, 0, NULL);
+        return;
+    }
+    /* The wait is over (the stream never began): answered now, as any wait at its end — not a
+     * second later, and saying the wait the client asked for. */
+    struct api_wait *w = api_wait(r);
+    snprintf(w->job_id, sizeof(w->job_id), "%s", in->job.id);
+    snprintf(w->token_hash, sizeof(w->token_hash), "%s", in->token);
+    w->tenant_id = in->job.tenant_id;
+    w->replayed = !in->created;
+    w->wait_seconds = in->wait_s;
+    intake_resume(r);
 }

@@ -402,6 +402,18 @@ def live_streams(gw):
     return int(m.group(1))
 
 
+def test_a_streamed_wait_whose_stream_never_began_ends_with_the_job(gateway_factory, mock,
+                                                                    token):
+    """`"stream": true` with `Prefer: wait=2` while the provider sends no event for 4 s: the wait
+    ends with the job, 202, still sending — answered at its deadline (before, a second after it:
+    a difference no assertion here measures)."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    r = gw.submit(token, "late-" + uuid.uuid4().hex, chat_body(events=1, event_delay_ms=4000),
+                  route=chat, headers={"Prefer": "wait=2"})
+    assert r.status == 202 and r.json()["state"] == "sending", r
+
+
 def test_the_first_client_gets_each_event_as_it_arrives(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)
