@@ -320,11 +320,11 @@ int cli_check_config(const struct cfg *cfg)
                     p->name, p->secret_env);
             missing++;
         }
-        /* Outputs answered as URLs that no declared host allows are never copied (fetchpol.c):
-         * the provider's URLs expire, and with them the paid results. The shipped profiles
-         * declare none (their CDNs are the entry's to name). */
-        int urls =
-            p->result_kind ? strcmp(p->result_kind, "url") == 0 : p->outputs_received != NULL;
+        /* An async provider's outputs are URLs (result.kind url): none is copied when no host is
+         * declared (fetchpol.c), and the provider's URLs expire with the paid results. The
+         * shipped profiles declare none (their CDNs are the entry's to name). A synchronous
+         * provider may answer base64 (copied without a fetch): not said of it. */
+        int urls = p->result_kind && strcmp(p->result_kind, "url") == 0;
         if (urls && (!p->archive || !p->archive->n_hosts))
             fprintf(stderr,
                     "warning: providers.%s.archive.hosts: none declared: outputs this provider "

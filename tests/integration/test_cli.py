@@ -90,9 +90,10 @@ def test_help_and_check_config(tmp_path):
 
 
 def test_check_config_names_a_provider_whose_output_urls_are_never_copied(tmp_path):
-    """A provider whose outputs are URLs, with no archive host declared (the shipped profiles
-    declare none): every copy is refused and the provider's URLs expire — check-config says
-    so, naming the provider; declared hosts silence it, and a text provider is never named."""
+    """An async provider whose outputs are URLs, with no archive host declared (the shipped
+    profiles declare none): every copy is refused and the provider's URLs expire — check-config
+    says so, naming the provider; declared hosts silence it, and a text provider (or a
+    synchronous one, whose outputs may be base64) is never named."""
     profiles = os.path.join(ROOT, "deploy", "providers")
 
     def check(entries):
@@ -105,9 +106,10 @@ def test_check_config_names_a_provider_whose_output_urls_are_never_copied(tmp_pa
 
     rep = {"name": "rep", "profile": os.path.join(profiles, "replicate.json")}
     chat = {"name": "chat", "profile": os.path.join(profiles, "openai-chat.json")}
-    err = check([rep, chat])
+    images = {"name": "images", "profile": os.path.join(profiles, "openai-images.json")}
+    err = check([rep, chat, images])
     assert "providers.rep.archive.hosts" in err, err
-    assert "providers.chat.archive" not in err, err
+    assert "providers.chat.archive" not in err and "providers.images.archive" not in err, err
     rep["archive"] = {"hosts": [".replicate.delivery"]}
     assert "archive.hosts" not in check([rep])
 
