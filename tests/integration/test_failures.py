@@ -782,18 +782,24 @@ def test_lookup_failing_keeps_unknown_then_review(gateway_factory, token, mock):
     assert len(real_creates(mock.creates_for(job["id"]))) == 1
 
 
+def hung_lookup_job(gateway_factory, token, mock, name, reconcile):
+    """A create that hangs at a provider reconciled by lookup (reconcile): the gateway and the
+    job once it settled."""
+    gw = gateway_factory(providers=[provider(name, mock.url, timeouts=HANG_TIMEOUTS,
+                                             client_ref={"header": "X-Client-Ref"},
+                                             reconcile=reconcile)])
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "x"}, route=name + "/images/generations")
+    return gw, gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, timeout=20)
+
+
 def test_a_lookup_404_that_is_not_the_providers_own_proves_nothing(gateway_factory, token, mock):
     """A 404 is absence only when its body is the provider's own "no such task" (lookup.absent):
     a renamed route, an egress proxy's page, a gateway in front answer 404 too. Before: any 404
     was absence and the create was sent again — here over a task the provider had made."""
     lookup = dict(LOOKUP, window_seconds=4,
                   lookup=dict(LOOKUP["lookup"], path="/v1/images/by-reference/{client_ref}"))
-    gw = gateway_factory(providers=[provider("looked4", mock.url, timeouts=HANG_TIMEOUTS,
-                                             client_ref={"header": "X-Client-Ref"},
-                                             reconcile=lookup)])
-    mock.script([{"fault": "hang"}])
-    r = gw.submit(token, key(), {"prompt": "x"}, route="looked4/images/generations")
-    job = gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, timeout=20)
+    gw, job = hung_lookup_job(gateway_factory, token, mock, "looked4", lookup)
     assert job["state"] == "review", job
     assert len(real_creates(mock.creates_for(job["id"]))) == 1
     assert '"event":"lookup_absence_unproven"' in gw.log()
@@ -809,12 +815,7 @@ def test_a_lookup_answering_another_task_is_not_adopted(gateway_factory, token, 
     [other] = seeded.json()["tasks"]
     lookup = dict(LOOKUP, window_seconds=4, lookup=dict(
         LOOKUP["lookup"], path="/v1/images/by-ref/" + other["client_ref"] + "?ref={client_ref}"))
-    gw = gateway_factory(providers=[provider("looked5", mock.url, timeouts=HANG_TIMEOUTS,
-                                             client_ref={"header": "X-Client-Ref"},
-                                             reconcile=lookup)])
-    mock.script([{"fault": "hang"}])
-    r = gw.submit(token, key(), {"prompt": "x"}, route="looked5/images/generations")
-    job = gw.wait_state(token, r.json()["id"], {"completed", "failed", "review"}, timeout=20)
+    gw, job = hung_lookup_job(gateway_factory, token, mock, "looked5", lookup)
     assert job["state"] == "review" and job["remote_id"] != other["id"], job
     assert len(real_creates(mock.creates_for(job["id"]))) == 1
     assert '"event":"lookup_not_ours"' in gw.log()

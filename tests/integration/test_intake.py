@@ -418,13 +418,32 @@ def test_request_framing_is_checked(gateway, token):
         assert resp.startswith(b"HTTP/1.1 400"), (extra, resp[:200])
 
 
+def raw_exchange(port, req, whole=False):
+    """Sends req's bytes as they are on a new connection; answers its first read, or (whole)
+    everything until the server closes or 5 s pass."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(5)
+        s.sendall(req)
+        if not whole:
+            return s.recv(65536)
+        resp = b""
+        try:
+            while True:
+                piece = s.recv(65536)
+                if not piece:
+                    return resp
+                resp += piece
+        except socket.timeout:
+            return resp
+
+
 def test_folded_and_unknown_transfer_codings_are_refused(gateway, token):
     """A folded header line (obs-fold) reached libmicrohttpd's parser as a renamed header
     ("Transfer-Encodingchunked"), out of the framing checks: the request was read without a
     body and the rest as the next request — a proxy that unfolds the line frames it otherwise.
     A Transfer-Encoding other than one `chunked` was read to the connection's end, a request
     pipelined behind it swallowed. Each is 400 bad-request-framing now, the connection closed."""
-    import socket
     nxt = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     cases = [
         b"Transfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n" + nxt,
@@ -436,37 +455,20 @@ def test_folded_and_unknown_transfer_codings_are_refused(gateway, token):
     for extra in cases:
         req = (b"POST /v1/jobs/job_x/cancel HTTP/1.1\r\nHost: x\r\n"
                b"Authorization: Bearer " + token.encode() + b"\r\n" + extra)
-        with socket.create_connection(("127.0.0.1", gateway.port)) as s:
-            s.settimeout(5)
-            s.sendall(req)
-            resp = b""
-            try:
-                while True:
-                    piece = s.recv(65536)
-                    if not piece:
-                        break
-                    resp += piece
-            except socket.timeout:
-                pass
+        resp = raw_exchange(gateway.port, req, whole=True)
         assert resp.startswith(b"HTTP/1.1 400"), (extra, resp[:300])
         assert resp.count(b"HTTP/1.1 ") == 1 and b"Connection: close" in resp, (extra, resp)
     # HTTP/1.0 has no chunked coding: a Transfer-Encoding there is faulty framing too.
     req = (b"POST /v1/jobs/job_x/cancel HTTP/1.0\r\nHost: x\r\n"
            b"Authorization: Bearer " + token.encode() + b"\r\nTransfer-Encoding: chunked\r\n"
            b"\r\n0\r\n\r\n")
-    with socket.create_connection(("127.0.0.1", gateway.port)) as s:
-        s.settimeout(5)
-        s.sendall(req)
-        resp = s.recv(65536)
+    resp = raw_exchange(gateway.port, req)
     assert resp.startswith(b"HTTP/1.") and b" 400 " in resp[:16], resp[:300]
     # One `chunked` (any case) is read as ever.
     req = (b"POST /v1/jobs/job_x/cancel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
            b"Authorization: Bearer " + token.encode() + b"\r\nTransfer-Encoding: Chunked\r\n"
            b"\r\n0\r\n\r\n")
-    with socket.create_connection(("127.0.0.1", gateway.port)) as s:
-        s.settimeout(5)
-        s.sendall(req)
-        resp = s.recv(65536)
+    resp = raw_exchange(gateway.port, req)
     assert resp.startswith(b"HTTP/1.1 404"), resp[:300]
 
 
