@@ -6,6 +6,7 @@
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
+#include "idemgate/gcommit.h"
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/resultq.h"
@@ -48,6 +49,7 @@ struct dispatcher {
     struct rq *born;     /* born reservations handed over */
     atomic_int starved;  /* the last claim found the engine full */
     atomic_int stopping; /* disp_quiesce: born reservations are given back, not begun */
+    atomic_int writing;  /* threads doing chores now (gcommit.h) */
 };
 
 /* The engine slot of a provider: its index in the configuration, -1 when not configured here. */
@@ -173,13 +175,23 @@ static int begin_born(struct dispatcher *d, struct db *db)
     return 1;
 }
 
-/* A dispatcher thread's chores: born reservations first (their leases run), then results. */
+/* A dispatcher thread's chores: born reservations first (their leases run), then results.
+ * Group commit (gcommit.h): while another thread does them, what arrives is its next batch
+ * unless a whole batch waits or the oldest has waited GC_STALL_MS (this thread looks again when
+ * it next comes round: the next item pushed, or its idle wait's end). */
 static int chores(struct db *db, void *arg)
 {
     struct dispatcher *d = arg;
     rq_drain_fd(d->results);
+    double born_age, results_age;
+    size_t queued = rq_waiting(d->born, &born_age) + rq_waiting(d->results, &results_age);
+    if (!gc_take(atomic_load(&d->writing), queued, BATCH,
+                 born_age > results_age ? born_age : results_age))
+        return 0;
+    atomic_fetch_add(&d->writing, 1);
     int a = begin_born(d, db);
     int b = write_results(d, db);
+    atomic_fetch_sub(&d->writing, 1);
     return a || b;
 }
 

@@ -5,6 +5,7 @@
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
 #include "idemgate/dispatcher.h"
+#include "idemgate/gcommit.h"
 #include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
@@ -13,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Bodies one batch carries at most (a single larger intent still goes, alone). */
 #define BATCH_MAX_BYTES (8u << 20)
@@ -25,6 +27,9 @@ struct recorder {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct rec_item *head, *tail; /* the queue, oldest first */
+    size_t queued;                /* items in it */
+    int writing;                  /* writers recording a batch now (gcommit.h) */
+    int sleepers;                 /* writers waiting without a deadline (nobody was writing) */
     int closed;                   /* under mu */
     struct writer *writers;
     int n_writers; /* started, and not yet joined */
@@ -52,6 +57,7 @@ static size_t take_batch(struct recorder *rec, struct rec_item **v, size_t max)
         bytes += it->in.q.body_len;
         v[n++] = it;
     }
+    rec->queued -= n;
     if (!rec->head)
         rec->tail = NULL;
     return n;
@@ -137,16 +143,40 @@ static void *writer_main(void *arg)
     struct writer *w = arg;
     (void)pthread_setname_np(pthread_self(), "ig-recorder"); /* ps -L, top -H, perf */
     struct recorder *rec = w->rec;
+    size_t max = (size_t)rec->cfg->intake_batch_max;
+    pthread_mutex_lock(&rec->mu);
     for (;;) {
-        pthread_mutex_lock(&rec->mu);
-        while (!rec->head && !rec->closed)
-            pthread_cond_wait(&rec->cv, &rec->mu);
-        size_t n = take_batch(rec, w->v, (size_t)rec->cfg->intake_batch_max);
-        pthread_mutex_unlock(&rec->mu);
+        /* Group commit (gcommit.h): while another writer records, what arrives waits for its
+         * next commit unless a whole batch waits or the oldest has waited GC_STALL_MS: a writer
+         * waiting beside a busy one looks again that often. Closing, everything goes. */
+        while (!rec->closed) {
+            double age_ms = rec->head ? (clock_mono() - rec->head->queued_mono) * 1000.0 : 0;
+            if (gc_take(rec->writing, rec->queued, max, age_ms))
+                break;
+            if (!rec->writing) {
+                rec->sleepers++;
+                pthread_cond_wait(&rec->cv, &rec->mu);
+                rec->sleepers--;
+                continue;
+            }
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            long long ns = until.tv_nsec + (long long)(GC_STALL_MS * 1e6);
+            until.tv_sec += (time_t)(ns / 1000000000LL);
+            until.tv_nsec = (long)(ns % 1000000000LL);
+            pthread_cond_timedwait(&rec->cv, &rec->mu, &until);
+        }
+        size_t n = take_batch(rec, w->v, max);
         if (!n)
-            return NULL; /* closed, and nothing left to record */
+            break; /* closed, and nothing left to record */
+        rec->writing++;
+        pthread_mutex_unlock(&rec->mu);
         record_batch(rec, w->db, w->v, n, w->items);
+        pthread_mutex_lock(&rec->mu);
+        rec->writing--; /* what waited meanwhile is this writer's next batch */
     }
+    pthread_mutex_unlock(&rec->mu);
+    return NULL;
 }
 
 static void writer_fini(struct writer *w)
@@ -177,7 +207,11 @@ struct recorder *recorder_start(const struct cfg *cfg, struct dispatcher *disp)
     rec->cfg = cfg;
     rec->disp = disp;
     pthread_mutex_init(&rec->mu, NULL);
-    pthread_cond_init(&rec->cv, NULL);
+    pthread_condattr_t ca; /* the writers' timed waits count on the monotonic clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rec->cv, &ca);
+    pthread_condattr_destroy(&ca);
     rec->writers = calloc((size_t)cfg->intake_writers, sizeof(*rec->writers));
     if (!rec->writers) {
         recorder_free(rec);
@@ -210,12 +244,19 @@ int recorder_submit(struct recorder *rec, struct rec_item *it)
         pthread_mutex_unlock(&rec->mu);
         return -1;
     }
+    it->queued_mono = clock_mono();
     if (rec->tail)
         rec->tail->next = it;
     else
         rec->head = it;
     rec->tail = it;
-    pthread_cond_signal(&rec->cv);
+    rec->queued++;
+    /* Behind a busy writer nobody is woken for it (no wake-up per intent): the busy writer
+     * takes it next, or a waiting one when it looks again — a writer asleep since nobody wrote
+     * is woken once, to look every GC_STALL_MS while one writes. */
+    if (gc_take(rec->writing, rec->queued, (size_t)rec->cfg->intake_batch_max, 0) ||
+        (rec->writing && rec->sleepers))
+        pthread_cond_signal(&rec->cv);
     pthread_mutex_unlock(&rec->mu);
     return 0;
 }

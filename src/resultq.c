@@ -1,5 +1,7 @@
 #include "idemgate/resultq.h"
 
+#include "idemgate/clock.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -10,6 +12,7 @@
 struct rq {
     pthread_mutex_t mu;
     struct rq_item *head, *tail;
+    size_t n; /* items waiting */
     int fd;
     /* 1 from the write that made fd readable until rq_drain_fd: a signal while it is 1 would add
      * nothing the consumer does not already see, and costs a system call (a dispatcher's queue is
@@ -57,12 +60,14 @@ static void signal_fd(struct rq *q)
 void rq_push(struct rq *q, struct rq_item *it)
 {
     it->next = NULL;
+    it->pushed = clock_mono();
     pthread_mutex_lock(&q->mu);
     if (q->tail)
         q->tail->next = it;
     else
         q->head = it;
     q->tail = it;
+    q->n++;
     pthread_mutex_unlock(&q->mu);
     signal_fd(q);
 }
@@ -85,12 +90,23 @@ struct rq_item *rq_take(struct rq *q, int max, int *n_out)
             q->tail = NULL;
         last->next = NULL;
     }
+    q->n -= (size_t)n;
     int more = q->head != NULL;
     pthread_mutex_unlock(&q->mu);
     if (more)
         signal_fd(q);
     *n_out = n;
     return n ? batch : NULL;
+}
+
+size_t rq_waiting(struct rq *q, double *oldest_age_ms)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->n;
+    double pushed = q->head ? q->head->pushed : 0;
+    pthread_mutex_unlock(&q->mu);
+    *oldest_age_ms = n ? (clock_mono() - pushed) * 1000.0 : 0;
+    return n;
 }
 
 void rq_drain_fd(struct rq *q)

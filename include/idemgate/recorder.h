@@ -9,7 +9,9 @@
  * writer threads, each with its own connection, take whatever has queued up (at most
  * intake_batch_max intents), record them with store_intake_batch — one transaction, one round
  * trip, one WAL flush — and call each item's done callback once the commit that holds its row
- * returned. Nothing waits to fill a batch: while one commits, the next gathers. */
+ * returned. Nothing waits to fill a batch: while one commits, the next gathers — for that writer's
+ * next commit: another writer takes it only when a whole batch waits or the oldest intent has
+ * waited GC_STALL_MS (gcommit.h). */
 
 struct recorder;
 
@@ -21,6 +23,7 @@ struct rec_item {
      * its call, and the live stream the call feeds, are the attempt's from then on. */
     int handed_over;
     struct rec_item *next; /* the recorder's */
+    double queued_mono;    /* the recorder's: clock_mono() when submitted */
 };
 
 struct dispatcher;

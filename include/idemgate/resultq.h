@@ -3,6 +3,8 @@
 
 #include "idemgate/db.h"
 
+#include <stddef.h>
+
 /* Results of provider calls waiting for a thread with a database connection to write them. The
  * call engine's threads (engine.h) never touch the database: a call's end is pushed here, and a
  * pool thread (wpool.h: its chores) runs the item's write with its own connection. Items are
@@ -13,6 +15,7 @@ struct rq_item {
     /* Writes the result with db and frees what the item belongs to. */
     void (*write)(struct rq_item *it, struct db *db);
     struct rq_item *next;
+    double pushed; /* the queue's: clock_mono() when pushed */
 };
 
 struct rq;
@@ -33,6 +36,8 @@ void rq_drain_fd(struct rq *q);
 /* Takes up to max waiting items, oldest first, as a chain (NULL: none); *n gets how many. When
  * more wait after them, rq_fd stays readable. */
 struct rq_item *rq_take(struct rq *q, int max, int *n);
+/* How many items wait, and how long the oldest has waited (ms; 0 when none). */
+size_t rq_waiting(struct rq *q, double *oldest_age_ms);
 /* Runs the writes of up to max waiting items with db; 1 when it ran any, 0 when none waited. When
  * more wait after them, rq_fd stays readable so that other threads help. */
 int rq_run(struct rq *q, struct db *db, int max);

@@ -129,6 +129,58 @@ def test_a_kill_between_a_batch_commit_and_its_answers_loses_nothing(gateway_fac
     harness.assert_clean(s)
 
 
+def test_a_writer_held_up_by_a_lock_holds_up_no_other_intent(gateway_factory, database_url,
+                                                              psql):
+    """Group commit (gcommit.h): while one writer records, what arrives waits for its next commit
+    — unless it is held up. Here a session of the test has inserted, and not committed, a row
+    with key K: the writer whose batch holds K's intent waits on it. An intent for another key,
+    sent meanwhile, is recorded by the second writer (the oldest intent behind a busy writer is
+    taken after GC_STALL_MS) and answered while the lock is still held; K's is recorded once the
+    session rolls back."""
+    import hashlib
+    import subprocess
+    import threading
+    gw = gateway_factory(intake_writers=2, dispatch_workers=0)
+    tok = tenant_token(database_url)
+    digest = hashlib.sha256(tok.encode()).hexdigest()
+    tenant = psql(f"SELECT id FROM tenants WHERE token_sha256 = '{digest}'")
+    assert len(tenant) == 1, tenant
+    pfx = "gcheld-" + uuid.uuid4().hex[:8]
+    held_key = f"{pfx}-held"
+    holder = subprocess.Popen(["psql", database_url, "-X", "-q", "-v", "ON_ERROR_STOP=1"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    answers = {}
+    try:
+        holder.stdin.write(
+            "BEGIN;\nINSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+            "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+            f"state, expires_at) VALUES ({tenant[0][0]}, 'job_{pfx}', '{held_key}', '\\x00', 1, "
+            "'mock-images', 'images/generations', 'POST', '/', '', '', 'prepared', "
+            "now() + interval '1 day');\n\\echo inserted\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "inserted"
+        t = threading.Thread(target=lambda: answers.__setitem__(
+            "held", gw.submit(tok, held_key, {"prompt": "behind the lock"}, timeout=60)))
+        t.start()
+        assert wait_until(lambda: psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%INSERT INTO operations%'") != [["0"]], 20), "no writer waited"
+        other = gw.submit(tok, f"{pfx}-free", {"prompt": "beside the lock"}, timeout=20)
+        still_held = holder.poll() is None and "held" not in answers
+    finally:
+        if holder.poll() is None:
+            holder.stdin.write("ROLLBACK;\n\\q\n")
+            holder.stdin.close()
+            holder.wait(15)
+    assert other.status == 202, other
+    assert still_held, "the held intent was answered before the lock ended"
+    t.join(60)
+    assert answers["held"].status == 202, answers["held"]
+    rows = psql(f"SELECT idempotency_key FROM operations WHERE idempotency_key LIKE '{pfx}-%' "
+                "ORDER BY 1")
+    assert rows == [[f"{pfx}-free"], [held_key]], rows
+
+
 def test_a_new_intent_with_an_idle_dispatcher_is_sent_without_a_claim_query(
         gateway_factory, mock, database_url, psql):
     """With a dispatch worker idle, the intent is recorded born reserved for this replica

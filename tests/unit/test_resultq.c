@@ -161,6 +161,30 @@ static void test_no_wakeup_is_lost_between_threads(void **state)
     free(st.items);
 }
 
+static void test_waiting_counts_the_items_and_ages_the_oldest(void **state)
+{
+    (void)state;
+    struct rq *q = rq_new();
+    assert_non_null(q);
+    double age = -1;
+    assert_int_equal(rq_waiting(q, &age), 0);
+    assert_true(age == 0);
+    struct rq_item it[3] = {{0}};
+    for (int i = 0; i < 3; i++)
+        rq_push(q, &it[i]);
+    usleep(2000);
+    assert_int_equal(rq_waiting(q, &age), 3);
+    assert_true(age >= 1.0);
+    int n = 0;
+    assert_ptr_equal(rq_take(q, 2, &n), &it[0]);
+    assert_int_equal(rq_waiting(q, &age), 1);
+    assert_ptr_equal(rq_take(q, 2, &n), &it[2]);
+    assert_int_equal(rq_waiting(q, &age), 0);
+    assert_true(age == 0);
+    rq_drain_fd(q);
+    rq_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +192,7 @@ int main(void)
         cmocka_unit_test(test_a_push_after_the_drain_always_wakes),
         cmocka_unit_test(test_items_left_by_a_take_keep_the_fd_readable),
         cmocka_unit_test(test_no_wakeup_is_lost_between_threads),
+        cmocka_unit_test(test_waiting_counts_the_items_and_ages_the_oldest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
