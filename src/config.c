@@ -63,8 +63,9 @@ static const struct cfg_setting settings[] = {
      "turn"},
     {"dispatch_workers", "IDEMGATE_DISPATCH_WORKERS", T_INT, OFF(dispatch_workers), "2", 0, 256,
      "dispatcher threads in this replica, each with one database connection: they claim due "
-     "creates and write their results, and never wait for a provider (0: this replica only "
-     "takes requests)"},
+     "creates and write their results (one at a time, the others helping when a whole batch "
+     "waits or it is held up), and never wait for a provider (0: this replica only takes "
+     "requests)"},
     {"http_threads", "IDEMGATE_HTTP_THREADS", T_INT, OFF(http_threads), "4", 1, 256,
      "HTTP server threads (they never wait on the database)"},
     {"instance_id", "IDEMGATE_INSTANCE_ID", T_STR, OFF(instance_id), "", 0, 0,
@@ -72,7 +73,8 @@ static const struct cfg_setting settings[] = {
     {"intake_batch_max", "IDEMGATE_INTAKE_BATCH_MAX", T_INT, OFF(intake_batch_max), "64", 1, 4096,
      "most intents recorded by one group commit"},
     {"intake_writers", "IDEMGATE_INTAKE_WRITERS", T_INT, OFF(intake_writers), "2", 1, 64,
-     "threads (each with one database connection) that record intents in group commits"},
+     "threads (each with one database connection) that record intents in group commits: one "
+     "takes what waits, the others help when a whole batch waits or it is held up 20 ms"},
     {"janitor_batch", "IDEMGATE_JANITOR_BATCH", T_INT, OFF(janitor_batch), "500", 1, 100000,
      "most rows of each kind (expired jobs, webhook records, parked hints) one janitor statement "
      "deletes"},
