@@ -3,6 +3,7 @@
 #include "idemgate/answers.h"
 #include "idemgate/backoff.h"
 #include "idemgate/clock.h"
+#include "idemgate/crypto.h"
 #include "idemgate/log.h"
 #include "idemgate/store.h"
 #include "idemgate/turns.h"
@@ -10,6 +11,7 @@
 #include "idemgate/wake.h"
 
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -595,7 +597,96 @@ struct claim_kind {
     int lease_seconds;
     const char *providers; /* NULL: the statements name no providers */
     struct store_claim *out;
+    int lost_is_unsent; /* a claim whose answer was lost is given back (claim_lost) */
 };
+
+/* A dispatcher's claim whose answer was lost (its connection died during the statement's
+ * COMMIT) may have committed: its row `sending` under a lease and a fencing token nobody holds,
+ * with nothing sent. Left so, the lease ends, the reaper makes it `unknown` — an ambiguous send
+ * that never happened, sent to review by a profile that cannot look a task up. Every claim names
+ * itself (the owner gets a random suffix of its own), so the row such a claim moved, and only
+ * it, is written back to `prepared`: never sent, due at once. A row the reaper or another
+ * replica has taken since is no longer `sending` under that name and is left alone. */
+static const struct db_stmt claim_lost = {
+    .name = "claim_lost",
+    .sql = "UPDATE operations SET state = 'prepared', lease_owner = NULL, "
+    " lease_expires_at = NULL, next_attempt_at = now(), updated_at = now(), "
+    " transport_attempts = greatest(transport_attempts - 1, 0), "
+    " first_sent_at = CASE WHEN first_sent_at = updated_at THEN NULL ELSE first_sent_at END "
+    "WHERE tenant_id = $1 AND state = 'sending' AND lease_owner = $2 "
+    "RETURNING id",
+    .params = DB_PARAMS("tenant_id", "owner"),
+    .moves = DB_MOVES({ST_SENDING, ST_PREPARED}),
+};
+
+/* Claims whose answer was lost and whose give-back could not run yet (the database still out of
+ * reach): tried again before the next claim. Bounded: past it the oldest is left to its lease. */
+#define LOST_CLAIMS_MAX 32
+static struct {
+    pthread_mutex_t mu;
+    size_t n;
+    struct {
+        long long tenant;
+        char owner[160];
+    } v[LOST_CLAIMS_MAX];
+} g_lost = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Gives back what the claim named owner moved for tenant; 0 when it ran (whatever it found). */
+static int give_back_lost(struct db *db, long long tenant, const char *owner)
+{
+    PGresult *r;
+    int e = db_run(db, &claim_lost, DB_ARGS(p_int("tenant_id", tenant), p_text("owner", owner)),
+                   &r);
+    if (e < 0)
+        return -1;
+    for (int i = 0; i < PQntuples(r); i++)
+        LOG(LOG_WARN, "claim_given_back", LS("job_id", PQgetvalue(r, i, 0)),
+            LS("note", "the claim's answer was lost: never sent, prepared again and due now"));
+    if (PQntuples(r) > 0)
+        wake_work();
+    PQclear(r);
+    return 0;
+}
+
+static void lost_claim(struct db *db, long long tenant, const char *owner)
+{
+    if (give_back_lost(db, tenant, owner) == 0)
+        return;
+    pthread_mutex_lock(&g_lost.mu);
+    if (g_lost.n == LOST_CLAIMS_MAX) {
+        LOG(LOG_WARN, "claim_lost_kept", LS("owner", g_lost.v[0].owner),
+            LS("note", "too many claims to give back: this one ends with its lease"));
+        memmove(&g_lost.v[0], &g_lost.v[1], sizeof(g_lost.v[0]) * (LOST_CLAIMS_MAX - 1));
+        g_lost.n--;
+    }
+    g_lost.v[g_lost.n].tenant = tenant;
+    snprintf(g_lost.v[g_lost.n].owner, sizeof(g_lost.v[0].owner), "%s", owner);
+    g_lost.n++;
+    pthread_mutex_unlock(&g_lost.mu);
+}
+
+/* The give-backs still owed, tried once each (one at a time, outside the lock). */
+static void retry_lost(struct db *db)
+{
+    for (;;) {
+        long long tenant;
+        char owner[160];
+        pthread_mutex_lock(&g_lost.mu);
+        if (!g_lost.n) {
+            pthread_mutex_unlock(&g_lost.mu);
+            return;
+        }
+        tenant = g_lost.v[0].tenant;
+        snprintf(owner, sizeof(owner), "%s", g_lost.v[0].owner);
+        memmove(&g_lost.v[0], &g_lost.v[1], sizeof(g_lost.v[0]) * (g_lost.n - 1));
+        g_lost.n--;
+        pthread_mutex_unlock(&g_lost.mu);
+        if (give_back_lost(db, tenant, owner) < 0) {
+            lost_claim(db, tenant, owner); /* kept (its try failed again): the next claim's */
+            return;
+        }
+    }
+}
 
 static int kind_due(struct db *db, void *arg, long long **ids, size_t *n)
 {
@@ -619,14 +710,24 @@ static int kind_claim(struct db *db, long long tenant, void *arg)
                    DB_ARGS(p_text("owner", k->owner), p_int("lease_seconds", k->lease_seconds),
                            p_int("tenant_id", tenant)),
                    &r);
+    if (e == STORE_EUNAVAIL && k->lost_is_unsent)
+        lost_claim(db, tenant, k->owner);
     return claim_from_run(e, r, k->out);
 }
 
 int store_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
                 struct store_claim *out)
 {
-    struct claim_kind k = {&claim_due, &claim, owner, lease_seconds, providers, out};
+    /* This claim's own name: the replica's, and a random suffix (claim_lost). Without
+     * randomness two claims could share one: nothing is then given back. */
+    unsigned long long nonce = 0;
+    char named[160];
+    int own = crypto_random(&nonce, sizeof(nonce)) == 0;
+    snprintf(named, sizeof(named), "%s~%016llx", owner, nonce);
+    struct claim_kind k = {&claim_due, &claim, own ? named : owner, lease_seconds, providers,
+                           out, own};
     memset(out, 0, sizeof(*out));
+    retry_lost(db);
     return turns_claim(&claim_turns, db, kind_due, kind_claim, &k);
 }
 
@@ -634,7 +735,7 @@ int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
                           const char *providers, struct store_claim *out)
 {
     struct claim_kind k = {&reconcile_due, &reconcile_claim, owner, lease_seconds, providers,
-                           out};
+                           out, 0};
     memset(out, 0, sizeof(*out));
     return turns_claim(&reconcile_turns, db, kind_due, kind_claim, &k);
 }
@@ -642,7 +743,7 @@ int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
 int store_poll_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
                      struct store_claim *out)
 {
-    struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, providers, out};
+    struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, providers, out, 0};
     memset(out, 0, sizeof(*out));
     return turns_claim(&poll_turns, db, kind_due, kind_claim, &k);
 }

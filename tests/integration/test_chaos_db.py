@@ -284,6 +284,45 @@ def test_a_born_send_whose_start_is_lost_is_given_back_at_once(gateway_factory, 
     assert s["completed"] == 1 and s["creates"] == 1, s
 
 
+def test_a_claim_whose_answer_was_lost_is_given_back_and_sent_once(gateway_factory, mock, own,
+                                                                      proxy):
+    """A dispatcher's claim commits — the row `sending` under a new lease — and its answer is
+    lost with its connection: the gateway never learns which row it took, and nothing was sent.
+    Before: the row waited out its lease, the reaper made it `unknown` and, with reconcile
+    `none`, it went to review though the provider never saw it. Now every claim names itself (a
+    random suffix to its owner); the row that claim moved is written back to `prepared` on a new
+    connection and sent once: completed, never ambiguous."""
+    q, tokens = own.q, own.tokens
+    px, via_proxy = proxy
+    entry = providers.plain(mock.url, "plain" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    # A replica without dispatchers records the job: `prepared`, for any replica's claim.
+    a = reps.start("a", env={"DATABASE_URL": own.url}, providers=[entry], dispatch_workers=0,
+                   lease_seconds=LEASE)
+    pfx = harness.prefix("claimlost")
+    [it] = harness.intents(pfx, tokens, [entry], 1)
+    r = post(a.port, it, 10, extra_headers={"Prefer": "respond-async"})
+    assert r.status == 202 and r.job_id, r
+    row = f"SELECT state, lease_owner IS NULL FROM operations WHERE id = '{r.job_id}'"
+    assert q(row) == [["prepared", "t"]]
+    px.fail_next("claim", "after")
+    reps.start("b", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=LEASE)
+    deadline = time.monotonic() + 30
+    while q(f"SELECT state FROM operations WHERE id = '{r.job_id}'") not in (
+            [["completed"]], [["review"]]):
+        assert time.monotonic() < deadline, q(row)
+        time.sleep(0.1)
+    assert px.count("claim", "after") == 1, "no claim's answer was lost"
+    from chaos.client import Outcome
+    s = harness.conclude("claim-answer-lost", [Outcome(it, [r], "ok")], q, mock.url, pfx,
+                         drain_timeout=30, emit=False)
+    stop_clean(reps)
+    decisions = q(f"SELECT decision FROM attempts WHERE operation_id = '{r.job_id}'")
+    assert ["unknown"] not in decisions, decisions  # never ambiguous: it never left
+    harness.assert_clean(s)
+    assert s["completed"] == 1 and s["creates"] == 1, s
+
+
 @pytest.mark.skipif(not harness.FULL, reason="make chaos only (CHAOS_FULL=1): about 3 minutes")
 def test_a_result_whose_write_waits_past_two_minutes_inside_its_lease_is_kept(
         gateway_factory, mock, own, proxy):

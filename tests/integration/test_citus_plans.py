@@ -37,6 +37,7 @@ STEPS = {
     "regenerate": [T, "job_x", "job_new", "k2", "00", 1, 24],
     "claim": ["me", 30, "{mock}", T],
     "begin_send": [T, "job_x", 1, 30],
+    "claim_lost": [T, "me~00000000000000ff"],             # a claim whose answer was lost
     "finish": [T, "job_x", 1, "completed", 200, "{}", "\\x00", None, None, 1, 2, "ok", 0, 0, 0,
                "sending", "create", None, None, None, None, None, None, None, "false", None,
                '[{"n": 0, "kind": "url", "url": "https://x/0.png", "expires": 0}]'],
