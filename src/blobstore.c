@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,10 @@ static int local_publish(struct blob_store *b, struct blob_tmp *t, const char *s
      * fsynced the first time this store publishes into the folder, not at every copy. */
     char parent[800];
     snprintf(parent, sizeof(parent), "%s/objects", b->dir);
+    /* Read again after the rename: another copy may have found the folder gone and made it
+     * anew meanwhile (the bit cleared), its objects/ entry not yet durable. */
+    if (known && !(atomic_load(word) & bit))
+        known = 0;
     if (fsync_dir(dir) < 0 || (!known && fsync_dir(parent) < 0)) {
         snprintf(why, whylen, "fsync of %s: %s", dir, strerror(errno));
         return -1;

@@ -195,6 +195,21 @@ static int chores(struct db *db, void *arg)
     return a || b;
 }
 
+/* Chores waiting behind another thread's (chores declined them): due when their oldest has
+ * waited GC_STALL_MS. */
+static int disp_chores_due_ms(void *arg)
+{
+    struct dispatcher *d = arg;
+    if (!atomic_load(&d->writing))
+        return -1;
+    double born_age, results_age;
+    size_t queued = rq_waiting(d->born, &born_age) + rq_waiting(d->results, &results_age);
+    if (!queued)
+        return -1;
+    double age = born_age > results_age ? born_age : results_age;
+    return age >= GC_STALL_MS ? 0 : (int)(GC_STALL_MS - age) + 1;
+}
+
 /* Whether provider slot i is at its own limit in the engine (its creates are not claimed now). */
 static int provider_full(int i, void *arg)
 {
@@ -331,7 +346,8 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
                               .arg = d,
                               .chores = chores,
                               .chores_fd = rq_fd(d->results),
-                              .starved = disp_starved};
+                              .starved = disp_starved,
+                              .chores_due_ms = disp_chores_due_ms};
     eng_on_room(eng, disp_room, d);
     d->pool = wpool_start(cfg, cfg->dispatch_workers, &spec);
     if (!d->pool) {

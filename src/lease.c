@@ -614,24 +614,34 @@ static const struct db_stmt claim_lost = {
     " transport_attempts = greatest(transport_attempts - 1, 0), "
     " first_sent_at = CASE WHEN first_sent_at = updated_at THEN NULL ELSE first_sent_at END "
     "WHERE tenant_id = $1 AND state = 'sending' AND lease_owner = $2 "
+    /* A webhook's hint (a task of this job exists: the reaper's `unknown` and its reader
+     * decide) or a cancel acknowledged meanwhile (a `prepared` row with a cancel is claimed by
+     * nobody) leave the row to its lease. */
+    " AND webhook_hint IS NULL AND cancel_requested_at IS NULL "
     "RETURNING id",
     .params = DB_PARAMS("tenant_id", "owner"),
     .moves = DB_MOVES({ST_SENDING, ST_PREPARED}),
 };
 
-/* Claims whose answer was lost and whose give-back could not run yet (the database still out of
- * reach): tried again before the next claim. Bounded: past it the oldest is left to its lease. */
+/* The names of claims whose answer was lost, each given back at once and again before every
+ * later claim until its lease has surely ended (the database may have committed the claim after
+ * the first give-back ran: a connection cut by a partition, not by the server) or its row was
+ * found. Bounded: past it the oldest is left to its lease. */
 #define LOST_CLAIMS_MAX 32
+#define CLAIM_NAME_MAX 320
+struct lost_claim {
+    long long tenant;
+    double until; /* clock_mono() after which its lease has ended: nothing left to give back */
+    char owner[CLAIM_NAME_MAX];
+};
 static struct {
     pthread_mutex_t mu;
     size_t n;
-    struct {
-        long long tenant;
-        char owner[160];
-    } v[LOST_CLAIMS_MAX];
+    struct lost_claim v[LOST_CLAIMS_MAX];
 } g_lost = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* Gives back what the claim named owner moved for tenant; 0 when it ran (whatever it found). */
+/* Gives back what the claim named owner moved for tenant: 1 when it found the row, 0 when it
+ * found none, -1 when it could not run. */
 static int give_back_lost(struct db *db, long long tenant, const char *owner)
 {
     PGresult *r;
@@ -639,19 +649,18 @@ static int give_back_lost(struct db *db, long long tenant, const char *owner)
                    &r);
     if (e < 0)
         return -1;
-    for (int i = 0; i < PQntuples(r); i++)
+    int found = PQntuples(r) > 0;
+    for (int i = 0; i < PQntuples(r); i++) {
         LOG(LOG_WARN, "claim_given_back", LS("job_id", PQgetvalue(r, i, 0)),
             LS("note", "the claim's answer was lost: never sent, prepared again and due now"));
-    if (PQntuples(r) > 0)
-        wake_work();
+        wake_state(PQgetvalue(r, i, 0), ST_PREPARED);
+    }
     PQclear(r);
-    return 0;
+    return found;
 }
 
-static void lost_claim(struct db *db, long long tenant, const char *owner)
+static void keep_lost(const struct lost_claim *c)
 {
-    if (give_back_lost(db, tenant, owner) == 0)
-        return;
     pthread_mutex_lock(&g_lost.mu);
     if (g_lost.n == LOST_CLAIMS_MAX) {
         LOG(LOG_WARN, "claim_lost_kept", LS("owner", g_lost.v[0].owner),
@@ -659,32 +668,42 @@ static void lost_claim(struct db *db, long long tenant, const char *owner)
         memmove(&g_lost.v[0], &g_lost.v[1], sizeof(g_lost.v[0]) * (LOST_CLAIMS_MAX - 1));
         g_lost.n--;
     }
-    g_lost.v[g_lost.n].tenant = tenant;
-    snprintf(g_lost.v[g_lost.n].owner, sizeof(g_lost.v[0].owner), "%s", owner);
-    g_lost.n++;
+    g_lost.v[g_lost.n++] = *c;
     pthread_mutex_unlock(&g_lost.mu);
 }
 
-/* The give-backs still owed, tried once each (one at a time, outside the lock). */
+static void lost_claim(struct db *db, long long tenant, const char *owner, int lease_seconds)
+{
+    struct lost_claim c = {.tenant = tenant, .until = clock_mono() + lease_seconds + 5.0};
+    snprintf(c.owner, sizeof(c.owner), "%s", owner);
+    if (give_back_lost(db, tenant, owner) <= 0)
+        keep_lost(&c);
+}
+
+/* The give-backs still owed, each tried once (outside the lock); kept until found or over. */
 static void retry_lost(struct db *db)
 {
-    for (;;) {
-        long long tenant;
-        char owner[160];
+    pthread_mutex_lock(&g_lost.mu);
+    size_t n = g_lost.n;
+    pthread_mutex_unlock(&g_lost.mu);
+    for (size_t i = 0; i < n; i++) {
+        struct lost_claim c;
         pthread_mutex_lock(&g_lost.mu);
         if (!g_lost.n) {
             pthread_mutex_unlock(&g_lost.mu);
             return;
         }
-        tenant = g_lost.v[0].tenant;
-        snprintf(owner, sizeof(owner), "%s", g_lost.v[0].owner);
+        c = g_lost.v[0];
         memmove(&g_lost.v[0], &g_lost.v[1], sizeof(g_lost.v[0]) * (g_lost.n - 1));
         g_lost.n--;
         pthread_mutex_unlock(&g_lost.mu);
-        if (give_back_lost(db, tenant, owner) < 0) {
-            lost_claim(db, tenant, owner); /* kept (its try failed again): the next claim's */
-            return;
-        }
+        if (clock_mono() > c.until)
+            continue; /* its lease is over: the reaper has it */
+        int r = give_back_lost(db, c.tenant, c.owner);
+        if (r == 0 || r < 0)
+            keep_lost(&c);
+        if (r < 0)
+            return; /* the database is still out of reach: the next claim tries again */
     }
 }
 
@@ -711,7 +730,7 @@ static int kind_claim(struct db *db, long long tenant, void *arg)
                            p_int("tenant_id", tenant)),
                    &r);
     if (e == STORE_EUNAVAIL && k->lost_is_unsent)
-        lost_claim(db, tenant, k->owner);
+        lost_claim(db, tenant, k->owner, k->lease_seconds);
     return claim_from_run(e, r, k->out);
 }
 
@@ -721,9 +740,9 @@ int store_claim(struct db *db, const char *owner, int lease_seconds, const char 
     /* This claim's own name: the replica's, and a random suffix (claim_lost). Without
      * randomness two claims could share one: nothing is then given back. */
     unsigned long long nonce = 0;
-    char named[160];
-    int own = crypto_random(&nonce, sizeof(nonce)) == 0;
-    snprintf(named, sizeof(named), "%s~%016llx", owner, nonce);
+    char named[CLAIM_NAME_MAX];
+    int own = crypto_random(&nonce, sizeof(nonce)) == 0 &&
+              (size_t)snprintf(named, sizeof(named), "%s~%016llx", owner, nonce) < sizeof(named);
     struct claim_kind k = {&claim_due, &claim, own ? named : owner, lease_seconds, providers,
                            out, own};
     memset(out, 0, sizeof(*out));
@@ -1369,7 +1388,8 @@ int store_partial_record(struct db *db, const struct store_claim *c, char **body
 }
 
 static const struct db_stmt *const statements[] = {
-    &claim, &reconcile_claim, &poll_claim, &poll_cancel_sent, &reconcile_send, &lease_renew,
+    &claim, &claim_lost, &reconcile_claim, &poll_claim, &poll_cancel_sent, &reconcile_send,
+    &lease_renew,
     &finish,
     &finish_check, &reap,
     &claim_due, &reconcile_due, &poll_due, &reap_due, &unpark, &unparked_poll,

@@ -159,9 +159,11 @@ static void *writer_main(void *arg)
                 rec->sleepers--;
                 continue;
             }
+            /* Until the oldest is due, or a whole stall's time when none waits yet. */
+            double wait_ms = rec->head ? GC_STALL_MS - age_ms + 1.0 : GC_STALL_MS;
             struct timespec until;
             clock_gettime(CLOCK_MONOTONIC, &until);
-            long long ns = until.tv_nsec + (long long)(GC_STALL_MS * 1e6);
+            long long ns = until.tv_nsec + (long long)(wait_ms * 1e6);
             until.tv_sec += (time_t)(ns / 1000000000LL);
             until.tv_nsec = (long)(ns % 1000000000LL);
             pthread_cond_timedwait(&rec->cv, &rec->mu, &until);

@@ -82,7 +82,15 @@ static int idle_wait(struct wpool *p, struct db *db)
     for (int i = 0; i < 3; i++)
         if (fds[i] >= 0)
             fds[nfds++] = fds[i];
-    double end = clock_mono() + p->spec.idle_ms / 1000.0;
+    /* Chores declined while another thread does them are looked at again when they are due
+     * (gcommit.h), though nothing new arrives: a shorter wait, which is no idle turn (no claim). */
+    int wait_ms = p->spec.idle_ms, shortened = 0;
+    int due = p->spec.chores_due_ms ? p->spec.chores_due_ms(p->spec.arg) : -1;
+    if (due >= 0 && due < wait_ms) {
+        wait_ms = due > 0 ? due : 1;
+        shortened = 1;
+    }
+    double end = clock_mono() + wait_ms / 1000.0;
     for (;;) {
         int left = (int)((end - clock_mono()) * 1000.0), foreign = 0;
         if (left <= 0)
@@ -102,7 +110,7 @@ static int idle_wait(struct wpool *p, struct db *db)
         if (got == 0)
             break;
     }
-    if (clock_mono() >= end || atomic_load(&p->stop))
+    if ((clock_mono() >= end && !shortened) || atomic_load(&p->stop))
         claim = 1;
     if (work_fd >= 0) { /* signalled: every thread woken claims (it is consumed just before) */
         struct pollfd pfd = {.fd = work_fd, .events = POLLIN};

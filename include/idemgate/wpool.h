@@ -43,6 +43,9 @@ struct wpool_spec {
     int chores_fd;
     /* Whether the last claim found no room (a chores wake-up then claims again); NULL: always. */
     int (*starved)(void *arg);
+    /* In how many ms chores left waiting (declined while another thread does them) must be
+     * looked at again though nothing new arrived; -1: none wait so. An idle wait ends then. */
+    int (*chores_due_ms)(void *arg);
 };
 
 struct wpool;

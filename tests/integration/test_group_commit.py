@@ -471,6 +471,52 @@ def test_the_rows_intake_writes_what_the_plain_intake_writes(database_url, psql)
     psql(f"DELETE FROM provider_breakers WHERE provider = '{tripped}'")
 
 
+def test_a_lost_claims_give_back_moves_only_its_own_unsent_row(database_url, psql):
+    """claim_lost (lease.c) writes back to `prepared` the row a claim whose answer was lost moved,
+    as it was: unowned, due now, its transport attempt and first send uncounted (a first send of
+    an earlier attempt kept). It leaves alone a row claimed under another name, a row a signed
+    webhook hinted meanwhile (a task of the job exists: the reaper and the reconciler decide),
+    and a row whose cancel was acknowledged meanwhile (a `prepared` row with a cancel is claimed
+    by nobody: it would stay so for good)."""
+    tenant_name = "lost-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, tenant_name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
+    claim, lost = statement_sql("claim"), statement_sql("claim_lost")
+    tag = uuid.uuid4().hex[:6]
+    kinds = ("plain", "earlier", "other", "hinted", "cancelled")
+    ids = {k: f"lost_{k}_{tag}" for k in kinds}
+    cols = ("tenant_id, id, idempotency_key, fingerprint, fingerprint_version, provider, route, "
+            "req_method, req_url, req_credential, req_body, state, expires_at, first_sent_at, "
+            "transport_attempts")
+    psql(f"INSERT INTO operations ({cols}) VALUES " + ", ".join(
+        f"({tid}, '{i}', '{i}', '\\x00', 1, 'lost-{k}-{tag}', 'r', 'POST', 'http://x', '', "
+        f"'\\x00', 'prepared', now() + interval '1 day', "
+        f"{'now() - interval ' + repr('1 hour') if k == 'earlier' else 'NULL'}, "
+        f"{1 if k == 'earlier' else 0})" for k, i in ids.items()))
+    compared = ("state, lease_owner IS NULL, transport_attempts, first_sent_at IS NULL, "
+                "next_attempt_at <= now(), lease_expires_at IS NULL")
+
+    def row(k):
+        return psql(f"SELECT {compared} FROM operations WHERE tenant_id = {tid} "
+                    f"AND id = '{ids[k]}'")[0]
+
+    before = {k: row(k) for k in kinds}
+    for k in kinds:  # each claimed by a claim of its own name
+        got = execute(psql, claim, f"('r~{k}', 60, '{{lost-{k}-{tag}}}', {tid})")
+        assert len(got) == 1 and got[0][1] == ids[k], got
+    psql(f"UPDATE operations SET webhook_hint = 'task_1' WHERE id = '{ids['hinted']}'")
+    psql(f"UPDATE operations SET cancel_requested_at = now() WHERE id = '{ids['cancelled']}'")
+    claimed = {k: row(k) for k in kinds}
+    assert all(claimed[k][0] == "sending" for k in kinds), claimed
+    for k in ("plain", "earlier", "hinted", "cancelled"):
+        execute(psql, lost, f"({tid}, 'r~{k}')")
+    execute(psql, lost, f"({tid}, 'r~nobody')")  # "other" was claimed as r~other
+    assert row("plain") == before["plain"] == ["prepared", "t", "0", "t", "t", "t"]
+    assert row("earlier") == before["earlier"] == ["prepared", "t", "1", "f", "t", "t"]
+    for k in ("other", "hinted", "cancelled"):
+        assert row(k) == claimed[k], (k, row(k))
+
+
 def test_the_rows_begin_send_writes_what_begin_send_writes(database_url, psql):
     """The sends of a batch of born reservations are begun by one statement (begin_send_rows):
     each row it moves is begin_send's row, column for column, and answers its place in the batch

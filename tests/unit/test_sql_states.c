@@ -135,14 +135,15 @@ static void test_every_edge_is_performed(void **state)
 /* Wake-ups are told by the functions that run these statements, after their commit (wake.h):
  * intake's caller (intake.c; the group commit's intake_plain and intake_rows as well),
  * store_regenerate, store_cancel, store_resolve, store_finish and store_finish_many (finish and
- * finish_rows). A new statement that can leave an operation
- * prepared, completed or failed must join them, or dispatchers and waiting clients learn of it
- * only by their polls. */
+ * finish_rows), and a lost claim's give-back (claim_lost). A new statement that can leave an
+ * operation prepared, completed or failed must join them, or dispatchers and waiting clients
+ * learn of it only by their polls. */
 static void test_waited_states_are_signalled(void **state)
 {
     (void)state;
     static const char *const signalled[] = {"intake", "intake_plain", "intake_rows", "regenerate",
-                                            "cancel", "resolve",      "finish",      "finish_rows"};
+                                            "cancel", "resolve",      "finish",      "finish_rows",
+                                            "claim_lost"};
     const struct db_stmt *all[128];
     size_t n = all_statements(all, 128);
     for (size_t i = 0; i < n; i++) {
