@@ -623,15 +623,19 @@ static const struct db_stmt claim_lost = {
     .moves = DB_MOVES({ST_SENDING, ST_PREPARED}),
 };
 
-/* The names of claims whose answer was lost, each given back at once and again before every
- * later claim until its lease has surely ended (the database may have committed the claim after
- * the first give-back ran: a connection cut by a partition, not by the server) or its row was
- * found. Bounded: past it the oldest is left to its lease. */
+/* The names of claims whose answer was lost after the statement may have reached the server,
+ * each given back at once and again — by a later claim, 1 s after, then up to 30 s apart — until
+ * its row was found or its lease has ended as far as this replica can tell (the database may
+ * commit the claim after the first give-back ran: a connection cut by a partition, not by the
+ * server; one that commits later still is reaped to `unknown`, as before). Bounded: past it, the
+ * one whose lease ends first is left to it. */
 #define LOST_CLAIMS_MAX 32
 #define CLAIM_NAME_MAX 320
 struct lost_claim {
     long long tenant;
-    double until; /* clock_mono() after which its lease has ended: nothing left to give back */
+    double until;    /* clock_mono() after which its lease has ended: nothing left to give back */
+    double next_try; /* clock_mono() of its next try (1 s, then doubling up to 30 s apart) */
+    double gap;      /* seconds between its last try and the next */
     char owner[CLAIM_NAME_MAX];
 };
 static struct {
@@ -662,11 +666,14 @@ static int give_back_lost(struct db *db, long long tenant, const char *owner)
 static void keep_lost(const struct lost_claim *c)
 {
     pthread_mutex_lock(&g_lost.mu);
-    if (g_lost.n == LOST_CLAIMS_MAX) {
-        LOG(LOG_WARN, "claim_lost_kept", LS("owner", g_lost.v[0].owner),
+    if (g_lost.n == LOST_CLAIMS_MAX) { /* the one whose lease ends first is left to it */
+        size_t old = 0;
+        for (size_t i = 1; i < g_lost.n; i++)
+            if (g_lost.v[i].until < g_lost.v[old].until)
+                old = i;
+        LOG(LOG_WARN, "claim_lost_kept", LS("owner", g_lost.v[old].owner),
             LS("note", "too many claims to give back: this one ends with its lease"));
-        memmove(&g_lost.v[0], &g_lost.v[1], sizeof(g_lost.v[0]) * (LOST_CLAIMS_MAX - 1));
-        g_lost.n--;
+        g_lost.v[old] = g_lost.v[--g_lost.n];
     }
     g_lost.v[g_lost.n++] = *c;
     pthread_mutex_unlock(&g_lost.mu);
@@ -674,7 +681,9 @@ static void keep_lost(const struct lost_claim *c)
 
 static void lost_claim(struct db *db, long long tenant, const char *owner, int lease_seconds)
 {
-    struct lost_claim c = {.tenant = tenant, .until = clock_mono() + lease_seconds + 5.0};
+    double now = clock_mono();
+    struct lost_claim c = {
+        .tenant = tenant, .until = now + lease_seconds + 5.0, .next_try = now + 1.0, .gap = 1.0};
     snprintf(c.owner, sizeof(c.owner), "%s", owner);
     if (give_back_lost(db, tenant, owner) <= 0)
         keep_lost(&c);
@@ -697,11 +706,19 @@ static void retry_lost(struct db *db)
         memmove(&g_lost.v[0], &g_lost.v[1], sizeof(g_lost.v[0]) * (g_lost.n - 1));
         g_lost.n--;
         pthread_mutex_unlock(&g_lost.mu);
-        if (clock_mono() > c.until)
+        double now = clock_mono();
+        if (now > c.until)
             continue; /* its lease is over: the reaper has it */
+        if (now < c.next_try) {
+            keep_lost(&c); /* not yet: a claim does not pay for every name it still owes */
+            continue;
+        }
         int r = give_back_lost(db, c.tenant, c.owner);
-        if (r == 0 || r < 0)
-            keep_lost(&c);
+        if (r == 1)
+            continue;
+        c.gap = c.gap < 15.0 ? c.gap * 2 : 30.0;
+        c.next_try = clock_mono() + c.gap;
+        keep_lost(&c);
         if (r < 0)
             return; /* the database is still out of reach: the next claim tries again */
     }
@@ -729,7 +746,8 @@ static int kind_claim(struct db *db, long long tenant, void *arg)
                    DB_ARGS(p_text("owner", k->owner), p_int("lease_seconds", k->lease_seconds),
                            p_int("tenant_id", tenant)),
                    &r);
-    if (e == STORE_EUNAVAIL && k->lost_is_unsent)
+    /* Lost after it may have reached the server (not a connection that could not be made). */
+    if (e == STORE_EUNAVAIL && k->lost_is_unsent && !db_unreachable(db))
         lost_claim(db, tenant, k->owner, k->lease_seconds);
     return claim_from_run(e, r, k->out);
 }

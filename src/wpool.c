@@ -83,16 +83,18 @@ static int idle_wait(struct wpool *p, struct db *db)
         if (fds[i] >= 0)
             fds[nfds++] = fds[i];
     /* Chores declined while another thread does them are looked at again when they are due
-     * (gcommit.h), though nothing new arrives: a shorter wait, which is no idle turn (no claim). */
+     * (gcommit.h), though nothing new arrives: a shorter wait for the chores' waiter (the others
+     * take chores when they come round), which is no idle turn (no claim). */
     int wait_ms = p->spec.idle_ms, shortened = 0;
-    int due = p->spec.chores_due_ms ? p->spec.chores_due_ms(p->spec.arg) : -1;
+    int due = waiter && p->spec.chores_due_ms ? p->spec.chores_due_ms(p->spec.arg) : -1;
     if (due >= 0 && due < wait_ms) {
         wait_ms = due > 0 ? due : 1;
         shortened = 1;
     }
     double end = clock_mono() + wait_ms / 1000.0;
     for (;;) {
-        int left = (int)((end - clock_mono()) * 1000.0), foreign = 0;
+        /* Rounded up: a wait of a fraction of a millisecond is one, not none (no spin). */
+        int left = (int)((end - clock_mono()) * 1000.0 + 0.999), foreign = 0;
         if (left <= 0)
             break;
         if (!p->spec.channel) {
