@@ -223,18 +223,14 @@ static void hex(const unsigned char *d, size_t n, char *out)
 
 /* ---- local ---------------------------------------------------------------------------- */
 
-static int hex_nibble(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 0;
-}
-
 static int local_publish(struct blob_store *b, struct blob_tmp *t, const char *sha, int *existed,
                          char *why, size_t whylen)
 {
     char dir[800], path[1000];
     snprintf(dir, sizeof(dir), "%s/objects/%.2s", b->dir, sha);
     snprintf(path, sizeof(path), "%s/%s", dir, sha);
-    unsigned slot = (unsigned)(hex_nibble(sha[0]) << 4 | hex_nibble(sha[1]));
+    char two[3] = {sha[0], sha[1], '\0'};
+    unsigned slot = (unsigned)strtoul(two, NULL, 16) & 255; /* the folder's number */
     uint64_t bit = 1ULL << (slot & 63);
     _Atomic uint64_t *word = &b->durable_dirs[slot >> 6];
     int known = (atomic_load(word) & bit) != 0;

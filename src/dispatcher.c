@@ -175,6 +175,15 @@ static int begin_born(struct dispatcher *d, struct db *db)
     return 1;
 }
 
+/* How many chores wait (born reservations and results), and how long the oldest has (ms). */
+static size_t chores_waiting(struct dispatcher *d, double *oldest_ms)
+{
+    double born_age, results_age;
+    size_t queued = rq_waiting(d->born, &born_age) + rq_waiting(d->results, &results_age);
+    *oldest_ms = born_age > results_age ? born_age : results_age;
+    return queued;
+}
+
 /* A dispatcher thread's chores: born reservations first (their leases run), then results.
  * Group commit (gcommit.h): while another thread does them, what arrives is its next batch
  * unless a whole batch waits or the oldest has waited GC_STALL_MS (this thread looks again when
@@ -183,10 +192,9 @@ static int chores(struct db *db, void *arg)
 {
     struct dispatcher *d = arg;
     rq_drain_fd(d->results);
-    double born_age, results_age;
-    size_t queued = rq_waiting(d->born, &born_age) + rq_waiting(d->results, &results_age);
-    if (!gc_take(atomic_load(&d->writing), queued, BATCH,
-                 born_age > results_age ? born_age : results_age))
+    double age;
+    size_t queued = chores_waiting(d, &age);
+    if (!gc_take(atomic_load(&d->writing), queued, BATCH, age))
         return 0;
     atomic_fetch_add(&d->writing, 1);
     int a = begin_born(d, db);
@@ -200,13 +208,9 @@ static int chores(struct db *db, void *arg)
 static int disp_chores_due_ms(void *arg)
 {
     struct dispatcher *d = arg;
-    if (!atomic_load(&d->writing))
+    double age;
+    if (!atomic_load(&d->writing) || !chores_waiting(d, &age))
         return -1;
-    double born_age, results_age;
-    size_t queued = rq_waiting(d->born, &born_age) + rq_waiting(d->results, &results_age);
-    if (!queued)
-        return -1;
-    double age = born_age > results_age ? born_age : results_age;
     return age >= GC_STALL_MS ? 0 : (int)(GC_STALL_MS - age) + 1;
 }
 
