@@ -18,6 +18,8 @@
 #   BENCH_SECONDS=10            duration of each measured run
 #   BENCH_WARMUP_SECONDS=2      unmeasured run before each measured one
 #   BENCH_CONNECTIONS=32        wrk connections and pgbench clients
+#   BENCH_WIDE_CONNECTIONS=128  the nginx_wide and e2e_wide steps: nginx and the end-to-end run
+#                               again with this many clients waiting at once
 #   BENCH_PGSS_TRACK=top        pg_stat_statements.track: all also lists the statements inside
 #                               functions (their time is then counted twice in the sum)
 #   BENCH_HTTP_THREADS=4        the gateway's http_threads (each holds one database connection)
@@ -48,6 +50,7 @@ REPO=$PWD
 SECS=${BENCH_SECONDS:-10}
 WARM=${BENCH_WARMUP_SECONDS:-2}
 CONNS=${BENCH_CONNECTIONS:-32}
+WIDE_CONNS=${BENCH_WIDE_CONNECTIONS:-128}
 HTTP_THREADS=${BENCH_HTTP_THREADS:-4}
 DISPATCH=${BENCH_DISPATCH_WORKERS:-4}
 IDLE_N=${BENCH_IDLE_CONNECTIONS:-1000}
@@ -60,7 +63,7 @@ SLOW_CONNS=${BENCH_SLOW_CONNECTIONS:-1000}
 SLOW_SECS=${BENCH_SLOW_SECONDS:-20}
 INFL_N=${BENCH_INFLIGHT_CALLS:-10000}
 INFL_DELAY=${BENCH_INFLIGHT_DELAY_MS:-20000}
-ONLY=${BENCH_ONLY:-mock nginx e2e replay get soak idle intake_disp slow inflight stream intake pgbench callgrind history}
+ONLY=${BENCH_ONLY:-mock nginx nginx_wide e2e e2e_wide replay get soak idle intake_disp slow inflight stream intake pgbench callgrind history}
 STREAM_EVENTS=${BENCH_STREAM_EVENTS:-200}
 STREAM_FB=${BENCH_STREAM_FIRST_BYTE:-25}
 STREAM_MANY=${BENCH_STREAM_MANY:-1000}
@@ -238,19 +241,19 @@ wrk_run() { # NAME SCRIPT URL PREFER [KEY [CONNECTIONS]]: a warm-up, then the me
     local name=$1 script=$2 url=$3 prefer=$4 key=${5:-} conns=${6:-$CONNS} threads=2
     [ "$conns" -lt 2 ] && threads=1
     local -a envs=(BENCH_WRK_DIR="$REPO/bench/wrk" BENCH_TOKEN="$TOKEN" BENCH_PREFER="$prefer" BENCH_KEY="$key")
-    case $name in e2e|stream_live) drain "${name}_start" ;; esac # earlier steps' work done
+    case $name in e2e|e2e_wide|stream_live) drain "${name}_start" ;; esac # earlier steps' work done
     if [ "$WARM" -gt 0 ]; then
         env "${envs[@]}" BENCH_NONCE="$NONCE-$name-warm" timeout $((WARM + 60)) \
             wrk -t"$threads" -c"$conns" -d"${WARM}s" --timeout 35s -s "bench/wrk/$script" "$url" \
             >"$T/logs/wrk-$name-warm.out" 2>&1 || true
     fi
-    case $name in e2e|stream_live|intake) cost_begin ;; esac
+    case $name in e2e|e2e_wide|stream_live|intake) cost_begin ;; esac
     log "$name: wrk -t$threads -c$conns -d${SECS}s $url"
     env "${envs[@]}" BENCH_NONCE="$NONCE-$name" timeout $((SECS + 60)) \
         wrk -t"$threads" -c"$conns" -d"${SECS}s" --timeout 35s -s "bench/wrk/$script" "$url" \
         >"$T/logs/wrk-$name.out" 2>&1 || log "$name: wrk failed (see $T/logs/wrk-$name.out)"
     grep '^@@BENCH ' "$T/logs/wrk-$name.out" | sed 's/^@@BENCH //' >"$T/results/$name.json" || true
-    case $name in e2e|stream_live|intake) cost_end "$name" ;; esac
+    case $name in e2e|e2e_wide|stream_live|intake) cost_end "$name" ;; esac
     for f in "$T/logs/wrk-$name-warm.out" "$T/logs/wrk-$name.out"; do
         [ -f "$f" ] || continue
         n=$(sed -n 's/^@@BENCH {"requests":\([0-9]*\).*/\1/p' "$f")
@@ -332,10 +335,11 @@ reset_mock() {
 }
 want mock && { wrk_run mock unique.lua "http://127.0.0.1:$MOCK_PORT/v1/images/generations" ""; reset_mock; }
 want nginx && { wrk_run nginx unique.lua "http://127.0.0.1:$NGINX_PORT/v1/images/generations" ""; reset_mock; }
+want nginx_wide && { wrk_run nginx_wide unique.lua "http://127.0.0.1:$NGINX_PORT/v1/images/generations" "" "" "$WIDE_CONNS"; reset_mock; }
 
 # --- 2. the gateway with dispatchers: end to end, replay, GET, idle connections ------------
 REPLAY_KEY="bench-$NONCE-replay"
-if want e2e || want replay || want get || want idle || want intake_disp; then
+if want e2e || want e2e_wide || want replay || want get || want idle || want intake_disp; then
     start_gateway main "$DISPATCH"
     requests_served=0
     note gateway_main "{\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH}"
@@ -391,6 +395,12 @@ if want e2e || want replay || want get || want idle || want intake_disp; then
         note idle "{\"connections\":${2:-0},\"answered_200\":${3:-0},\"rss_before_kib\":$before,\"rss_with_kib\":$with,\"rss_after_close_kib\":$after}"
         requests_served=$((requests_served + ${2:-0}))
     fi
+
+    # End to end again with more clients waiting at once: a job is three commits in a row
+    # (intake, the start of its send, its result), so at CONNS clients the run is bounded by
+    # that latency and the cores are partly idle. After the memory figures (more connections
+    # hold more buffers), before the peak.
+    want e2e_wide && wrk_run e2e_wide unique.lua "$GW$INTAKE_PATH" "wait=30" "" "$WIDE_CONNS"
 
     note gateway_main_peak "{\"peak_rss_kib\":$(proc_kib "$GW_PID" VmHWM)}"
     stop_pid "$GW_PID"
@@ -717,7 +727,7 @@ fi
 # --- report ----------------------------------------------------------------------------------
 mkdir -p "$(dirname "$OUT")"
 "$PY" bench/tools/report.py "$T" "$OUT" \
-    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N,\"tombstone_rows\":$TOMB_N,\"slow_delay_ms\":$SLOW_DELAY,\"slow_connections\":$SLOW_CONNS,\"slow_seconds\":$SLOW_SECS,\"stream_events\":$STREAM_EVENTS}"
+    "{\"seconds\":$SECS,\"warmup_seconds\":$WARM,\"connections\":$CONNS,\"wide_connections\":$WIDE_CONNS,\"http_threads\":$HTTP_THREADS,\"dispatch_workers\":$DISPATCH,\"idle_connections\":$IDLE_N,\"callgrind_requests\":$CG_N,\"history_rows\":$HIST_N,\"tombstone_rows\":$TOMB_N,\"slow_delay_ms\":$SLOW_DELAY,\"slow_connections\":$SLOW_CONNS,\"slow_seconds\":$SLOW_SECS,\"stream_events\":$STREAM_EVENTS}"
 for part in intake replay get; do
     [ -s "$T/callgrind/profile-$part.txt" ] && cp "$T/callgrind/profile-$part.txt" "$(dirname "$OUT")/"
 done

@@ -17,6 +17,8 @@ ROWS = [  # key, label, what it is compared with
     ("mock", "mock provider, direct", "end-to-end baseline"),
     ("nginx", "nginx -> mock", "baseline"),
     ("e2e", "gateway end to end (Prefer: wait=30, new keys)", "nginx"),
+    ("nginx_wide", "nginx -> mock, %(wide_connections)d conns", "baseline"),
+    ("e2e_wide", "gateway end to end, %(wide_connections)d conns", "nginx_wide"),
     ("replay", "gateway replay (one completed key, Prefer: wait=30)", "nginx"),
     ("get", "gateway GET /v1/jobs/{id} (completed)", ""),
     ("slow_nginx", "nginx -> slow mock (%(slow_delay_ms)d ms), %(slow_connections)d conns", "baseline"),
@@ -39,6 +41,8 @@ TARGETS = {  # ratio key: (numerator, denominator, target, text)
     "intake_vs_pgbench_batch": ("intake", "pgbench_batch", 0.0,
                                 "intake / pgbench batched rows (how close to it)"),
     "e2e_vs_nginx": ("e2e", "nginx", 0.5, "end to end / nginx"),
+    "e2e_wide_vs_nginx_wide": ("e2e_wide", "nginx_wide", 0.0,
+                               "end to end / nginx, both with more clients at once"),
     "replay_vs_nginx": ("replay", "nginx", 1.0, "replay / nginx"),
     "slow_vs_nginx": ("slow_e2e", "slow_nginx", 0.9, "slow provider: end to end / nginx"),
     "stream_live_vs_nginx": ("stream_live", "stream_nginx", 0.5, "live streams / nginx (events/s)"),
@@ -194,8 +198,8 @@ def main():
            "notes": {k: v for k, v in facts.items() if k in ("replay_job", "pgbench_script",
                                                                 "gateway_main", "gateway_intake_memory",
                                                                 "pgbench_batch", "pg_test_fsync",
-                                                                "slow", "inflight", "e2e_cost",
-                                                                "stream_live_cost", "intake_cost", "e2e_drain",
+                                                                "slow", "inflight", "e2e_cost", "e2e_wide_cost",
+                                                                "stream_live_cost", "intake_cost", "e2e_drain", "e2e_wide_drain",
                                                                 "stream_live_drain",
                                                                 "stream", "stream_many")}}
     with open(out, "w") as f:
@@ -282,7 +286,9 @@ def main():
             print("  round %d: %.1f MiB with them live (%s threads), %.1f MiB after"
                   % (i + 1, (mid.get("rss_kib") or 0) / 1024, mid.get("threads"),
                      (rd.get("rss_after_kib") or 0) / 1024))
-    for key, what in (("e2e_cost", "end-to-end job"), ("stream_live_cost", "live stream job"),
+    for key, what in (("e2e_cost", "end-to-end job"),
+                      ("e2e_wide_cost", "end-to-end job, %s conns" % settings.get("wide_connections")),
+                      ("stream_live_cost", "live stream job"),
                       ("intake_cost", "intent (202, no dispatcher)")):
         cost = facts.get(key)
         if not (isinstance(cost, dict) and cost.get("jobs")):
