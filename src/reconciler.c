@@ -613,11 +613,24 @@ static void write_adopt(struct db *db, struct recon_job *j)
                      "stream_id_unread",
                      "the generation the cut stream named could not be read at the provider",
                      j->t0);
-    else if (answered || !j->url) /* read, not ours; or no way to read it by its id */
+    else if (answered) /* read, and not ours */
         write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
                      "hint_unproven", "a webhook named a task that could not be read as ours",
                      j->t0);
-    else {
+    else if (!j->url) {
+        /* The profile cannot read a task by its id: no later look can prove or disprove it.
+         * The hint is the only proof of a task the provider will not deliver again: kept
+         * (`hint_unread`), and the job goes to review at once — an `absent` is refused while
+         * it is there (jobs.c), `found` with it is the operator's way. Before, it was cleared
+         * as "unproven" and an `absent` then sent the create again. */
+        write_simple(db, c, ST_REVIEW, 0, "hint_unread",
+                     "a signed webhook named a task of this job that this profile cannot read by "
+                     "its id: resolve it found with that id (kept on the job)",
+                     j->t0);
+        CRASH_POINT("before_keep_hint");
+        if (store_keep_hint(db, c, c->webhook_hint) < 0)
+            LOG(LOG_WARN, "webhook_hint_dropped", LS("job_id", c->id));
+    } else {
         /* The read failed (no answer, a 5xx, a 404 before the task is visible): the hint is
          * the only proof of a task the provider will not deliver again (its event is deduped).
          * It is kept for the next look — or for the operator, once in review. */

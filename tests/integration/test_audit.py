@@ -1063,6 +1063,32 @@ def test_absent_is_refused_while_a_webhooks_task_is_unread(gateway_factory, toke
     assert len(real_creates(mock, job_id)) == 1, "absent sent the create again"
 
 
+def test_a_hint_a_profile_cannot_read_by_id_is_kept_and_absent_refused(gateway_factory, token,
+                                                                      mock, psql):
+    """A synchronous profile whose signed webhooks carry our reference, with no way to read a
+    task by its id: the create's answer is lost (unknown), the provider's webhook names the
+    job's task (kept as the hint; its event is deduped, never delivered again). Before, the
+    reconciler, unable to read it, wrote it "unproven" and cleared the hint; the job reached
+    review with nothing on it, and an `absent` sent the create again — a second paid task. Now
+    the hint is kept and the job goes to review at once; `absent` is refused (409 task-known)."""
+    gw, route = referenced_webhooks(gateway_factory, mock, mode="sync",
+                                    reconcile={"strategy": "none", "window_seconds": 3,
+                                               "interval_ms": 300})
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
+    assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
+    create = send_task_webhook(mock, job_id)
+    j = wait_job(gw, token, job_id, {"review", "completed", "failed"}, 20)
+    assert j["state"] == "review", j
+    row = psql(f"SELECT webhook_hint, coalesce(remote_id, '') FROM operations "
+               f"WHERE id = '{job_id}'")
+    assert row == [[create["task_id"], ""]], f"the only proof of the task was dropped: {row}"
+    r = resolve(gw, token, job_id, {"outcome": "absent"})
+    assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
+    time.sleep(1)
+    assert len(real_creates(mock, job_id)) == 1, "absent sent the create again"
+
+
 def test_a_resolve_is_written_only_under_the_token_it_read(gateway_factory, token, mock, psql):
     """A resolve reads the job in review, decides, then writes. Meanwhile the job may leave
     review and come back (a verified webhook's rescue takes it to unknown with the task it
