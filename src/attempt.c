@@ -1007,8 +1007,10 @@ void attempt_recorded(struct attempt *a, int e, int applied)
     archive_born_settle(&a->born, e == STORE_OK && applied && a->f.state == ST_COMPLETED,
                         a->c.tenant_id, a->c.id, a->p->name,
                         a->f.remote_id ? a->f.remote_id : a->c.remote_id, a->plan);
-    if (a->ls) /* its live readers get the held terminal event only once it is the record */
-        ls_settle(a->ls, e == STORE_OK && applied);
+    /* Its live readers get the held terminal event only once it is the record: the job's end,
+     * never a refusal written to be sent again (a stream's 429 event before any output). */
+    if (a->ls)
+        ls_settle(a->ls, e == STORE_OK && applied && st_is_terminal(a->f.state));
     if (e == STORE_OK && applied && a->f.cost_micros >= 0)
         metrics_spend(a->p->name, a->p->pricing.currency, a->f.cost_micros, a->unpriced);
     if (a->t0 > 0 && a->t1 >= a->t0)

@@ -566,7 +566,8 @@ static enum step_result step_record(struct intake *in)
      * (which may start as soon as the commit returns) finds it and feeds it from its first
      * event. */
     if (in->dv.stream && in->wait_s > 0 && !hs_req_http10(in->r)) /* streamed, and chunked */
-        in->ls_new = (in->ls = ls_open(in->job_id, p->max_response_bytes)) != NULL;
+        in->ls_new =
+            (in->ls = ls_open(in->job_id, p->max_response_bytes, p->stream_format)) != NULL;
     /* Suspend before queueing, so that the resumption can never precede the suspension. */
     api_set_continuation(in->r, intake_continue);
     hs_suspend(in->r);
@@ -886,7 +887,7 @@ static void release_live(void *arg)
 static void intake_stream_resume(struct hs_req *r)
 {
     struct intake *in = api_ctx(r);
-    if (ls_began(in->ls)) {
+    if (ls_shown(in->ls)) {
         char loc[64];
         snprintf(loc, sizeof(loc), "/v1/jobs/%s", in->job.id);
         const char *hdrs[] = {"Location",

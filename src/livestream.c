@@ -4,6 +4,7 @@
 
 #include "idemgate/http_server.h"
 #include "idemgate/log.h"
+#include "idemgate/sse.h"
 
 #include <cjson/cJSON.h>
 
@@ -48,6 +49,13 @@ struct ls {
     size_t ev_at;
     int ev_mid_line;
     int settled, recorded;
+    /* Until an event carrying output arrives (sse.h: a delta, a content block, an output item),
+     * nothing is shown (fmt: the stream's format, SSE_NONE: shown from its first event): a
+     * refusal the provider streams first (an error event: a 429, an overload) is what the job
+     * backs off from and sends again — shown only when it is the job's record (settled and
+     * recorded), otherwise its readers find the stream never began and wait for the job.
+     * refused: an error event came before any output (what follows it is never output). */
+    int fmt, output, refused;
     struct parked *parked;
     struct ls *next; /* in its registry bucket */
     int registered;
@@ -83,11 +91,19 @@ static unsigned bucket(const char *id)
 
 #define HELD_NONE ((size_t)-1)
 
+/* Whether the stream is hidden from its readers: no output yet, and not the job's record. */
+static int hidden_locked(const struct ls *s)
+{
+    return s->fmt != SSE_NONE && !s->output && !(s->settled && s->recorded);
+}
+
 /* How far readers may read: whole events only (never the first bytes of an event that may be
  * the terminal one), up to the held terminal event until the record is written; all of it once
  * recorded, or once the transfer ended without a terminal event (a cut: its tail too). */
 static size_t visible_locked(const struct ls *s)
 {
+    if (hidden_locked(s))
+        return 0;
     if (s->held != HELD_NONE)
         return s->recorded ? s->len : s->held;
     return s->ended || s->closed ? s->len : s->scan;
@@ -97,6 +113,8 @@ static size_t visible_locked(const struct ls *s)
  * known, or the stream was closed. */
 static int end_known_locked(const struct ls *s)
 {
+    if (hidden_locked(s)) /* its fate is known once the record is written (or not), or closed */
+        return s->settled || s->closed;
     return (s->ended && (s->held == HELD_NONE || s->settled)) || s->closed;
 }
 
@@ -224,6 +242,16 @@ static void scan_locked(struct ls *s)
         size_t end = event_end(b, s->len - s->scan, &s->ev_at, &s->ev_mid_line);
         if (!end)
             return; /* the event is not whole yet */
+        if (s->fmt != SSE_NONE && !s->output && !s->refused) {
+            struct sse_verdict v;
+            if (sse_read((enum sse_format)s->fmt, b, end, &v) < 0)
+                s->output = 1; /* out of memory: shown as it comes, as before */
+            else if (v.error && !v.output)
+                s->refused = 1;
+            else if (v.output)
+                s->output = 1;
+            sse_verdict_fini(&v); /* (holds no usage after a failed read) */
+        }
         if (terminal_event(b, end))
             s->held = s->scan;
         else
@@ -325,7 +353,7 @@ static void start_sweeper(void)
     pthread_attr_destroy(&a);
 }
 
-struct ls *ls_open(const char *job_id, size_t max_bytes)
+struct ls *ls_open(const char *job_id, size_t max_bytes, int format)
 {
     pthread_once(&sweeper_once, start_sweeper);
     unsigned b = bucket(job_id);
@@ -345,6 +373,7 @@ struct ls *ls_open(const char *job_id, size_t max_bytes)
     atomic_init(&s->refs, 2); /* the registry's and the caller's */
     pthread_mutex_init(&s->mu, NULL);
     s->max = max_bytes;
+    s->fmt = format;
     s->fd = -1;
     s->held = HELD_NONE;
     s->next = reg[b];
@@ -688,6 +717,10 @@ enum ls_at ls_read(struct ls *s, size_t pos, char *buf, size_t max, size_t *n)
         }
     } else if (!s->began) {
         at = s->attempt_over || s->closed ? LS_NONE : LS_WAIT;
+    } else if (hidden_locked(s)) {
+        /* Nothing shown yet: a refusal whose write was not the job's end (backed off, sent
+         * again) is a stream that never began, for its readers — they wait for the job. */
+        at = s->settled || s->closed ? LS_NONE : LS_WAIT;
     } else if (end_known_locked(s)) {
         /* Closed with the terminal event held and never recorded: the readers end cut. */
         at = s->cut || (s->held != HELD_NONE && !s->recorded) ? LS_CUT : LS_END;
@@ -702,6 +735,14 @@ int ls_began(struct ls *s)
 {
     pthread_mutex_lock(&s->mu);
     int b = s->began;
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+int ls_shown(struct ls *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int b = s->began && !hidden_locked(s);
     pthread_mutex_unlock(&s->mu);
     return b;
 }

@@ -32,9 +32,13 @@ struct ls;
 void ls_configure(size_t memory_bytes, const char *dir);
 
 /* Registers a live stream for job_id (replacing none: a second open of a live id returns the
- * same stream), at most max_bytes long. Returns a reference (ls_release), or NULL when out of
- * memory. */
-struct ls *ls_open(const char *job_id, size_t max_bytes);
+ * same stream), at most max_bytes long, of format (an enum sse_format; SSE_NONE: events are
+ * shown as they come). Of a known format, nothing is shown until an event carrying output
+ * arrives: an error event before any output (a refusal the job backs off from) is shown only
+ * when it is the job's record (ls_settle); otherwise the readers find a stream that never
+ * began (ls_began 0, ls_read LS_NONE) and wait for the job. Returns a reference (ls_release),
+ * or NULL when out of memory. */
+struct ls *ls_open(const char *job_id, size_t max_bytes, int format);
 /* The live stream of job_id, referenced, or NULL. */
 struct ls *ls_find(const char *job_id);
 /* The live stream of job_id, referenced and marked fed by the caller (the attempt that sends the
@@ -59,7 +63,9 @@ void ls_feed(void *s, const char *p, size_t n);
  * cut 1); one that never began lets its parked readers know the attempt is over. */
 void ls_attempt_end(struct ls *s, int cut);
 
-/* The result of the attempt that fed s was written (recorded 1) or not (0). Until then the
+/* The result of the attempt that fed s was written as the job's end (recorded 1: completed,
+ * failed or canceled with it) or not (0: not written, or written to be sent again or
+ * reconciled). Until then the
  * stream's terminal event (`data: [DONE]`, `message_stop`, `response.completed`…) is held back
  * from its readers: a client is never given a whole answer that is not the job's record (a
  * result the database could not take — its lease then ran out — ends the readers cut, and
@@ -86,6 +92,9 @@ int ls_copy(struct ls *s, size_t off, size_t n, char *out);
 long ls_spooled(void);
 /* 1 when the stream began (its first 2xx event-stream bytes arrived). */
 int ls_began(struct ls *s);
+/* 1 when it began for its readers: it began and, of a known format, output arrived or it is
+ * the job's recorded end (ls_open). */
+int ls_shown(struct ls *s);
 /* Parks request r until something is there at pos (ls_read would not answer LS_WAIT), or until
  * deadline (CLOCK_MONOTONIC seconds; 0: none) while the stream is registered: under the
  * stream's lock, r is suspended (hs_suspend) and registered, and returns 1; or, when something

@@ -319,6 +319,33 @@ def test_an_error_event_before_any_output_is_judged_as_its_status(gateway_factor
     assert again.status == 502 and again.headers["x-idemgate-state"] == "failed", again
 
 
+def test_a_live_client_never_sees_the_refusal_its_job_backs_off_from(gateway_factory, mock,
+                                                                    token):
+    """A streamed create refused in its stream before any output (Anthropic's overloaded_error
+    after message_start: a 529, listed as not created): the job backs off and is sent again.
+    Before, the client reading it live was shown the refusal (200, message_start, the error
+    event, then a cut) while the gateway sent the request again and paid for the answer — a
+    client that believed it and retried under a new key paid twice. Now nothing is shown
+    before output: for its client the refused stream never began, and it waits for the job —
+    the resend's whole answer, one paid create and the refused one."""
+    providers, _, claude = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    nonce = uuid.uuid4().hex
+    body = claude_body(events=3, error_first=1)
+    body["messages"][0]["content"] = "overloaded once, read live " + nonce
+    live = Live(gw, token, claude, "refused-live-" + nonce, body, wait=20)
+    status = live.resp.status
+    cut = live.rest_or_cut()
+    text = live.data.decode()
+    assert status == 200, (status, text[-300:])
+    assert "overloaded_error" not in text, text[-400:]
+    assert not cut and text.endswith(
+        'event: message_stop\ndata: {"type":"message_stop"}\n\n'), (cut, text[-300:])
+    sha = creates(mock, "/v1/messages")[-1]["body_sha256"]
+    made = [c for c in creates(mock, "/v1/messages") if c["body_sha256"] == sha]
+    assert len(made) == 2, made  # the refused create and the whole one
+
+
 def test_a_resend_claimed_before_the_first_attempt_closed_its_stream_keeps_its_own(
         gateway_factory, mock, token):
     """A streamed create refused after its first event (Anthropic's overloaded_error: a 529, not
@@ -336,8 +363,8 @@ def test_a_resend_claimed_before_the_first_attempt_closed_its_stream_keeps_its_o
     nonce = uuid.uuid4().hex
     body = claude_body(events=3, error_first=1)
     body["messages"][0]["content"] = "overloaded once, resent at once " + nonce
-    # Its client reads the first attempt's stream live: that stream ends at the refusal (the
-    # client is cut there, and retries with its key: the replay below).
+    # Its client reads the first attempt's stream live: the refusal is never shown (nothing
+    # before output is), and the client waits for the job (the replay below checks the record).
     live = Live(gw, token, claude, "resend-live-" + nonce, body, wait=10)
     live.rest_or_cut()
     deadline = time.time() + 10

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "idemgate/livestream.h"
+#include "idemgate/sse.h"
 
 /* Reads everything visible from pos; returns what the last read said. */
 static enum ls_at read_all(struct ls *s, size_t *pos, char *out, size_t cap)
@@ -44,7 +45,7 @@ static void test_the_terminal_event_waits_for_the_record(void **state)
         for (int recorded = 0; recorded <= 1; recorded++) {
             char id[32], out[512];
             snprintf(id, sizeof(id), "job_t%zu_%d", f, recorded);
-            struct ls *s = ls_open(id, 4096);
+            struct ls *s = ls_open(id, 4096, SSE_NONE);
             assert_non_null(s);
             size_t pos = 0, first = strlen(formats[f].first);
             /* fed in two pieces, the terminal event split across them */
@@ -98,7 +99,7 @@ static void test_every_form_of_the_terminal_event_is_held(void **state)
         char id[32], out[512], whole[512];
         snprintf(id, sizeof(id), "job_form%zu", f);
         snprintf(whole, sizeof(whole), "%s%s", forms[f].first, forms[f].terminal);
-        struct ls *s = ls_open(id, 4096);
+        struct ls *s = ls_open(id, 4096, SSE_NONE);
         assert_non_null(s);
         size_t pos = 0, first = strlen(forms[f].first);
         for (size_t i = 0; i < strlen(whole); i++) /* a byte at a time: every split */
@@ -124,7 +125,7 @@ static void test_an_end_not_recognised_here_still_waits_for_the_record(void **st
     for (int recorded = 0; recorded <= 1; recorded++) {
         char id[32], out[256];
         snprintf(id, sizeof(id), "job_unrec%d", recorded);
-        struct ls *s = ls_open(id, 4096);
+        struct ls *s = ls_open(id, 4096, SSE_NONE);
         size_t pos = 0;
         ls_feed(s, body, strlen(body));
         assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
@@ -145,7 +146,7 @@ static void test_cut_and_closed_streams(void **state)
     (void)state;
     char out[256];
     size_t pos = 0;
-    struct ls *s = ls_open("job_cut", 4096);
+    struct ls *s = ls_open("job_cut", 4096, SSE_NONE);
     ls_feed(s, formats[0].first, strlen(formats[0].first));
     ls_attempt_end(s, 1);
     assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_CUT);
@@ -154,7 +155,7 @@ static void test_cut_and_closed_streams(void **state)
     ls_release(s);
 
     pos = 0;
-    s = ls_open("job_closed", 4096);
+    s = ls_open("job_closed", 4096, SSE_NONE);
     ls_feed(s, formats[0].terminal, strlen(formats[0].terminal));
     ls_attempt_end(s, 0);
     assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
@@ -175,12 +176,12 @@ static void test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake(void **
     size_t pos = 0;
     snprintf(whole, sizeof(whole), "%s%s", formats[0].first, formats[0].terminal);
 
-    struct ls *s = ls_open("job_unfed", 4096);
+    struct ls *s = ls_open("job_unfed", 4096, SSE_NONE);
     ls_close_unfed("job_unfed");
     assert_null(ls_attach("job_unfed")); /* the attempt keeps the answer itself */
     ls_release(s);
 
-    s = ls_open("job_fed", 4096);
+    s = ls_open("job_fed", 4096, SSE_NONE);
     struct ls *a = ls_attach("job_fed");
     assert_ptr_equal(a, s);
     ls_close_unfed("job_fed");
@@ -209,7 +210,7 @@ static void test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake(void **
 static void test_a_stream_is_fed_by_one_attempt_only(void **state)
 {
     (void)state;
-    struct ls *s = ls_open("job_resent", 4096);
+    struct ls *s = ls_open("job_resent", 4096, SSE_NONE);
     struct ls *first = ls_attach("job_resent");
     assert_ptr_equal(first, s);
     assert_null(ls_attach("job_resent")); /* while the first still runs */
@@ -242,7 +243,7 @@ static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
             size_t body = w; /* where the terminal event begins */
             w += (size_t)snprintf(whole + w, sizeof(whole) - w, "%s", formats[f].terminal);
             snprintf(id, sizeof(id), "job_s%zu_%zu", f, piece);
-            struct ls *s = ls_open(id, sizeof(whole));
+            struct ls *s = ls_open(id, sizeof(whole), SSE_NONE);
             size_t pos = 0;
             for (size_t at = 0; at < w; at += piece)
                 ls_feed(s, whole + at, w - at < piece ? w - at : piece);
@@ -272,7 +273,7 @@ static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
             assert_int_equal(ls_spooled(), 0);
         }
     /* Past max_bytes: what fits is kept, and the record says it is not whole. */
-    struct ls *s = ls_open("job_max", 100);
+    struct ls *s = ls_open("job_max", 100, SSE_NONE);
     char many[300];
     memset(many, 'x', sizeof(many));
     ls_feed(s, many, sizeof(many));
@@ -287,7 +288,7 @@ static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
     ls_release(s);
     /* A folder that cannot take the file: the stream stays in memory, whole. */
     ls_configure(64, "/dev/null/spool"); /* under a file: no folder can be made there */
-    s = ls_open("job_nospool", 4096);
+    s = ls_open("job_nospool", 4096, SSE_NONE);
     ls_feed(s, many, sizeof(many));
     assert_int_equal(ls_spooled(), 0);
     assert_int_equal(ls_record(s, &rec, &len, &ok), 0);
@@ -300,6 +301,62 @@ static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
     assert_int_equal(rmdir(dir), 0); /* nothing was left in it */
 }
 
+/* Of a known format, nothing is shown before an event carrying output: a refusal streamed
+ * first (an error event after message_start) that the job backs off from is, for its readers,
+ * a stream that never began (they wait for the job: its resend's answer); one recorded as the
+ * job's end is shown whole. A stream with output shows its events from the first. */
+static void test_a_refusal_before_any_output_is_shown_only_as_the_record(void **state)
+{
+    (void)state;
+    static const char start[] = "event: message_start\ndata: {\"type\":\"message_start\","
+                                "\"message\":{\"id\":\"msg_1\"}}\n\n";
+    static const char refusal[] = "event: error\ndata: {\"type\":\"error\",\"error\":"
+                                  "{\"type\":\"overloaded_error\"}}\n\n";
+    static const char delta[] = "event: content_block_delta\ndata: {\"type\":"
+                                "\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}\n\n";
+    for (int recorded = 0; recorded <= 1; recorded++) {
+        char id[32], out[1024];
+        size_t pos = 0;
+        snprintf(id, sizeof(id), "job_refused_%d", recorded);
+        struct ls *s = ls_open(id, 4096, SSE_ANTHROPIC);
+        assert_non_null(s);
+        ls_feed(s, start, strlen(start));
+        ls_feed(s, refusal, strlen(refusal));
+        ls_attempt_end(s, 1); /* no message_stop: cut, as sse.c reads it */
+        assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+        assert_int_equal(pos, 0);
+        assert_int_equal(ls_shown(s), 0);
+        ls_settle(s, recorded);
+        enum ls_at at = read_all(s, &pos, out, sizeof(out));
+        if (recorded) {
+            assert_int_equal(ls_shown(s), 1);
+            assert_int_equal(at, LS_CUT);
+            assert_int_equal(pos, strlen(start) + strlen(refusal));
+        } else {
+            assert_int_equal(ls_shown(s), 0); /* its readers wait for the job */
+            assert_int_equal(ls_began(s), 1); /* its bytes are the attempt's record */
+            assert_int_equal(at, LS_NONE);
+            assert_int_equal(pos, 0);
+        }
+        ls_close(id);
+        ls_release(s);
+    }
+    /* output after message_start: everything shown from the first event as it comes */
+    char out[1024];
+    size_t pos = 0;
+    struct ls *s = ls_open("job_output", 4096, SSE_ANTHROPIC);
+    assert_non_null(s);
+    ls_feed(s, start, strlen(start));
+    assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+    assert_int_equal(pos, 0);
+    ls_feed(s, delta, strlen(delta));
+    assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
+    assert_int_equal(pos, strlen(start) + strlen(delta));
+    assert_int_equal(ls_shown(s), 1);
+    ls_close("job_output");
+    ls_release(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_every_form_of_the_terminal_event_is_held),
         cmocka_unit_test(test_an_end_not_recognised_here_still_waits_for_the_record),
         cmocka_unit_test(test_cut_and_closed_streams),
+        cmocka_unit_test(test_a_refusal_before_any_output_is_shown_only_as_the_record),
         cmocka_unit_test(test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake),
         cmocka_unit_test(test_a_stream_is_fed_by_one_attempt_only),
         cmocka_unit_test(test_a_spooled_stream_reads_as_one_in_memory),
