@@ -180,9 +180,10 @@ static const struct cfg_setting settings[] = {
      "default `Prefer: wait` connections a tenant may hold per replica (0: no limit)"},
     {"upload_part_inline_bytes", "IDEMGATE_UPLOAD_PART_INLINE_BYTES", T_LONG,
      OFF(upload_part_inline_bytes), "65536", 0, 512L * 1024 * 1024,
-     "an uploaded part (multipart/form-data) whose content is longer is kept in the archive "
-     "store (archive_backend), by its SHA-256, and only referred to from its job's row; shorter "
-     "parts stay in the row (0: every upload whole in the row)"},
+     "an uploaded file (a multipart/form-data part with a filename) whose content is longer is "
+     "kept in the archive store (archive_backend), by its SHA-256, and only referred to from its "
+     "job's row; shorter files and every text field stay in the row (0: every upload whole in "
+     "the row)"},
     {"wait_poll_ms", "IDEMGATE_WAIT_POLL_MS", T_INT, OFF(wait_poll_ms), "1000", 10, 600000,
      "how often the jobs of Prefer: wait clients are read again (bounds the delay a lost wake-up "
      "signal from another replica can cause)"},

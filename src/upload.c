@@ -11,7 +11,9 @@ size_t upl_select(const struct mp_part *parts, size_t n, long threshold, unsigne
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        sel[i] = threshold > 0 && parts[i].data_len > (size_t)threshold;
+        /* Files only: a text field (a prompt) stays in the row, whatever its length — never
+         * published to a store shared by every tenant that outlives the job. */
+        sel[i] = threshold > 0 && parts[i].filename && parts[i].data_len > (size_t)threshold;
         k += sel[i];
     }
     return k;

@@ -31,8 +31,9 @@ struct upl_ref {
     char sha256[65];
 };
 
-/* Which parts go to the store: sel[i] = 1 when parts[i]'s content is longer than threshold
- * (threshold <= 0: none goes). Returns how many were selected. */
+/* Which parts go to the store: sel[i] = 1 when parts[i] is a file (it has a filename) whose
+ * content is longer than threshold (threshold <= 0: none goes); a text field, however long,
+ * stays in the row. Returns how many were selected. */
 size_t upl_select(const struct mp_part *parts, size_t n, long threshold, unsigned char *sel);
 
 /* The references of the selected parts of body (parts point into it; sha256s[i] is the hex

@@ -66,6 +66,23 @@ def crash_then_send(gateway_factory, mock, token, psql, e, point, key, boundary,
     return body, j, [c for c in edits_creates(mock) if c["client_ref"] == job_id]
 
 
+def test_a_long_text_field_stays_in_the_row(gateway_factory, mock, token, psql, tmp_path):
+    """Only files go to the store: a prompt longer than upload_part_inline_bytes beside a small
+    image stays in the job's row. Before, any part over the threshold was published to the
+    archive store — shared by every tenant, outliving the job — a prompt among them."""
+    e, name = edits_entry(mock)
+    gw = gateway_factory(providers=[e], env=ENV)
+    prompt = "a long prompt, word after word " * 3000  # ~90 KB, over the 64 KiB default
+    body = form("up-text", "pmi", prompt=prompt)
+    r = post(gw, token, name + "/images/edits", "up-text-" + uuid.uuid4().hex, body,
+             ctype("up-text"))
+    assert r.status == 200, r
+    n, head = row(psql, r.headers["x-idemgate-job-id"])
+    assert head != MAGIC and n == len(body), (n, len(body), head)
+    sha = hashlib.sha256(prompt.encode()).hexdigest()
+    assert not os.path.exists(obj_path(str(tmp_path / "archive"), sha))
+
+
 def test_a_large_part_is_kept_in_the_store_and_sent_byte_exact(gateway_factory, mock, token,
                                                                 psql, tmp_path, database_url):
     e, name = edits_entry(mock)

@@ -21,23 +21,27 @@
 static void test_select(void **state)
 {
     (void)state;
-    struct mp_part parts[3] = {{.data_len = 0}, {.data_len = 10}, {.data_len = 11}};
+    /* three files, then a text field (no filename) as long as the longest file */
+    struct mp_part parts[4] = {{.filename = "a", .data_len = 0},
+                               {.filename = "b", .data_len = 10},
+                               {.filename = "c", .data_len = 11},
+                               {.data_len = 11}};
     static const struct {
         long threshold;
-        unsigned char want[3];
+        unsigned char want[4];
         size_t n;
     } cases[] = {
-        {0, {0, 0, 0}, 0},   /* off: every upload whole in the row */
-        {-1, {0, 0, 0}, 0},  /* never negative in a configuration, still off */
-        {10, {0, 0, 1}, 1},  /* longer than the threshold, not equal */
-        {9, {0, 1, 1}, 2},
-        {1, {0, 1, 1}, 2},   /* an empty part never goes */
-        {65536, {0, 0, 0}, 0},
+        {0, {0, 0, 0, 0}, 0},   /* off: every upload whole in the row */
+        {-1, {0, 0, 0, 0}, 0},  /* never negative in a configuration, still off */
+        {10, {0, 0, 1, 0}, 1},  /* longer than the threshold, not equal; a text field stays */
+        {9, {0, 1, 1, 0}, 2},
+        {1, {0, 1, 1, 0}, 2},   /* an empty part never goes */
+        {65536, {0, 0, 0, 0}, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        unsigned char sel[3];
-        assert_int_equal(upl_select(parts, 3, cases[i].threshold, sel), cases[i].n);
-        assert_memory_equal(sel, cases[i].want, 3);
+        unsigned char sel[4];
+        assert_int_equal(upl_select(parts, 4, cases[i].threshold, sel), cases[i].n);
+        assert_memory_equal(sel, cases[i].want, 4);
     }
 }
 
