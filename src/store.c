@@ -904,8 +904,11 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * provider answered although it made the task, a cancel before a resend whose task then
  * appeared) cannot change it — a terminal state never changes, its row is not written — but the
  * proof of a paid task is not dropped silently either (before, parked under an id no row would
- * ever get, answered 200): *late says so, and the caller logs the job and the task, counts and
- * alerts; nothing is parked. Said by every delivery, a duplicate's too: the first one's answer
+ * ever get, answered 200): `late` names it, and the caller logs the job and the task, counts
+ * and alerts; nothing is parked. So does one that names the task of a job ended `failed` with it
+ * (an operator's `abandon` of a job whose task was known: before, answered 200 and nothing
+ * said — the task linked, nothing parked, no state to hint). Said by every delivery, a
+ * duplicate's too: the first one's answer
  * may have been lost after its commit (then the provider delivers again), and with it the only
  * saying.
  * Unsigned (anyone can send it): no row is written, nothing is parked, and a hint can bring a
@@ -968,14 +971,15 @@ static const struct db_stmt webhook_signed = {
     "    AND lease_owner IS NULL)) "
     "  AND remote_id IS NULL AND EXISTS (SELECT 1 FROM ev) RETURNING id), "
     "late AS (SELECT id FROM operations "
-    " WHERE tenant_id = ANY ($6::bigint[]) AND $5::text IS NOT NULL AND id = $5 "
-    "  AND provider = $1 AND " KEYED_STATE("state") " = 'failed' AND remote_id IS NULL), "
+    " WHERE tenant_id = ANY ($6::bigint[]) AND provider = $1 "
+    "  AND " KEYED_STATE("state") " = 'failed' "
+    "  AND (($5::text IS NOT NULL AND id = $5 AND remote_id IS NULL) OR remote_id = $3)), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
     "  AND NOT EXISTS (SELECT 1 FROM late) AND NOT $7::boolean "
     " ON CONFLICT DO NOTHING RETURNING 1) "
     "SELECT EXISTS (SELECT 1 FROM ev), (SELECT count(*) FROM hint) + (SELECT count(*) FROM rescue), "
-    " EXISTS (SELECT 1 FROM park), EXISTS (SELECT 1 FROM late)",
+    " EXISTS (SELECT 1 FROM park), (SELECT min(id) FROM late)",
     .params = DB_PARAMS("provider", "event_id", "remote_id", "window_hours", "client_ref",
                         "tenant_ids", "linked"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}, {ST_UNKNOWN, ST_UNKNOWN},
@@ -1041,9 +1045,9 @@ static int webhook_tenants(struct db *db, const struct store_webhook_req *w, cha
 }
 
 int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, int *hinted,
-                  int *parked, int *late)
+                  int *parked, char *late, size_t late_len)
 {
-    *late = 0;
+    *late = '\0';
     char *ids = NULL;
     int linked = 0;
     int e = webhook_tenants(db, w, &ids, &linked);
@@ -1078,7 +1082,8 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
     *fresh = PQgetvalue(r, 0, 0)[0] == 't';
     *hinted = atoi(PQgetvalue(r, 0, 1));
     *parked = PQgetvalue(r, 0, 2)[0] == 't';
-    *late = PQgetvalue(r, 0, 3)[0] == 't';
+    if (!PQgetisnull(r, 0, 3))
+        snprintf(late, late_len, "%s", PQgetvalue(r, 0, 3));
     PQclear(r);
     /* (A failure here leaves the event parked, as before: it is said only when it can be.) */
     if (*parked && w->client_ref &&
@@ -1086,7 +1091,7 @@ int store_webhook(struct db *db, const struct store_webhook_req *w, int *fresh, 
                       DB_ARGS(p_text("provider", w->provider), p_text("client_ref", w->client_ref),
                               p_text("tenant_ids", ids)),
                       DB_VALUE, &late_n) == STORE_OK && late_n > 0)
-        *late = 1;
+        snprintf(late, late_len, "%s", w->client_ref);
     free(ids);
     return STORE_OK;
 }

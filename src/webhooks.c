@@ -97,7 +97,8 @@ static void read_delivery(struct hs_req *r, const struct cfg_provider *p, const 
 static void record_delivery(struct hs_req *r, const struct cfg_provider *p,
                             const struct delivery *d)
 {
-    int fresh = 0, hinted = 0, parked = 0, late = 0;
+    int fresh = 0, hinted = 0, parked = 0;
+    char late[64];
     CRASH_POINT("webhook_before_dedupe");
     struct store_webhook_req wr = {.provider = p->name,
                                    .event_id = d->event,
@@ -105,7 +106,7 @@ static void record_delivery(struct hs_req *r, const struct cfg_provider *p,
                                    .window_hours = p->webhook_window_hours,
                                    .is_signed = p->webhook_verify != WHV_NONE,
                                    .client_ref = *d->client_ref ? d->client_ref : NULL};
-    int e = store_webhook(api_db(r), &wr, &fresh, &hinted, &parked, &late);
+    int e = store_webhook(api_db(r), &wr, &fresh, &hinted, &parked, late, sizeof(late));
     CRASH_POINT("webhook_after_dedupe");
     if (e < 0) {
         reply_store_error(r, e);
@@ -115,11 +116,12 @@ static void record_delivery(struct hs_req *r, const struct cfg_provider *p,
         metrics_safety(MS_WEBHOOK_DUPLICATE);
     LOG(LOG_INFO, "webhook", LS("provider", p->name), LS("remote_id", d->task),
         LI("duplicate", !fresh), LI("hinted", hinted), LI("parked", parked));
-    if (late) {
-        /* A task exists for a job that ended failed (no task, it said): the state stays, and
-         * this line is the record of the task — an operator reads it at the provider. */
+    if (*late) {
+        /* A task exists for a job that ended failed (no task, it said; or an operator abandoned
+         * it): the state stays, and this line is the record of the task — an operator reads it
+         * at the provider. */
         metrics_safety(MS_TASK_AFTER_FAILURE);
-        LOG(LOG_ERROR, "task_after_failure", LS("job_id", d->client_ref),
+        LOG(LOG_ERROR, "task_after_failure", LS("job_id", late),
             LS("provider", p->name), LS("remote_id", d->task),
             LS("note", "a signed webhook names a task of a job that ended failed: it may be "
                        "paid; the job stays failed, read the task at the provider"));

@@ -164,13 +164,15 @@ struct store_webhook_req {
 /* A webhook that passed verification (or whose profile has none). Signed: *fresh is 0 for an
  * event id seen before (nothing else happens); otherwise *hinted counts operations made due for
  * a status read (or, by client reference, for adoption of the named task) and *parked says the
- * task is not linked to an operation yet; *late says it named (by client reference) a job that
- * ended `failed` without a task (nothing is written: a terminal row never changes).
+ * task is not linked to an operation yet; late (late_len bytes, "" when none) is the id of a
+ * job that ended `failed` the delivery names — by client reference, one ended without a task;
+ * by the task's id, one ended failed with it (an operator's `abandon`): nothing is written, a
+ * terminal row never changes, and the caller says it (a task that may be paid).
  * Unsigned: nothing is written but a rate-limited hint. */
 __attribute__((warn_unused_result)) int store_webhook(struct db *db,
                                                       const struct store_webhook_req *w,
                                                       int *fresh, int *hinted, int *parked,
-                                                      int *late);
+                                                      char *late, size_t late_len);
 
 /* An operator resumes polling of a job its poll deadline sent to review (or of an accepted one):
  * accepted, polled for deadline_ms more. */

@@ -1017,6 +1017,33 @@ def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mo
     assert len(real_creates(mock, job_id)) == 1
 
 
+def test_a_task_of_an_abandoned_job_is_said_when_its_webhook_comes(gateway_factory, token, mock):
+    """A job in review after its poll deadline (its task known, still running) is resolved
+    `abandon`: failed, its task linked. The provider's signed webhook then says the task
+    succeeded (paid). Before, it was answered 200 and nothing said (the task linked: nothing
+    parked, no state a hint moves). Now it is said, like a task named after its job failed:
+    logged with the job and the task, counted."""
+    poll = dict(profile("keyed-async")["poll"], interval_ms=50, max_interval_ms=200,
+                deadline_seconds=1)
+    gw, route = referenced_webhooks(gateway_factory, mock, poll=poll)
+    job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"polls": 100000}},
+                       route=route).json()["id"]
+    j = wait_job(gw, token, job_id, {"review", "completed", "failed"}, 20)
+    assert j["state"] == "review" and j["remote_id"], j
+    r = resolve(gw, token, job_id, {"outcome": "abandon"})
+    assert r.status == 200 and r.json()["state"] == "failed", r
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": j["remote_id"], "status": "succeeded", "duplicates": 0})).json()
+    assert sent["statuses"] == [200], sent
+    deadline = time.monotonic() + 10
+    while '"task_after_failure"' not in gw.log():
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.05)
+    line = [x for x in gw.log().splitlines() if '"task_after_failure"' in x][0]
+    assert job_id in line and j["remote_id"] in line, line
+    assert wait_job(gw, token, job_id, SETTLED, 5)["state"] == "failed"
+
+
 def test_a_late_webhook_rescues_a_job_in_review(gateway_factory, token, mock):
     """As d16, but the webhook comes after the job's recovery window sent it to review (no
     remote id: the create's answer was lost). Before, the event was parked under a task id the
