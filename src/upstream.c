@@ -80,9 +80,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         /* Grown by doubling: a long answer arrives in UP_RECV_BUFFER pieces, and growing by
          * each piece would copy it over and over (quadratic in its length). */
         if (r->body_len + take + 1 > c->cap) {
-            size_t cap = c->cap ? c->cap : UP_RECV_BUFFER;
-            while (cap < r->body_len + take + 1)
-                cap *= 2;
+            size_t cap = up_grow_cap(c->cap, r->body_len + take + 1, c->max + 1);
             char *nb = realloc(r->body, cap);
             if (!nb)
                 return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
@@ -94,6 +92,18 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         r->body[r->body_len] = '\0';
     }
     return len;
+}
+
+size_t up_grow_cap(size_t cap, size_t need, size_t limit)
+{
+    if (need > limit)
+        return need; /* (never: the caller cuts what it keeps at the cap) */
+    size_t c = cap ? cap : UP_RECV_BUFFER;
+    if (c > limit)
+        c = limit;
+    while (c < need)
+        c = c > limit / 2 ? limit : c * 2;
+    return c;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *arg)

@@ -83,6 +83,11 @@ void up_response_fini(struct up_response *res);
 struct up_xfer;
 /* The receive buffer of each transfer (libcurl's default is 16 KiB). */
 #define UP_RECV_BUFFER 8192
+/* The capacity an answer's buffer grows to so that need bytes fit (cap: what it has, 0 at
+ * first): doubled from UP_RECV_BUFFER (an answer arriving in pieces is not copied over and
+ * over), but never past limit (the answer's cap and its NUL: a 17 MiB answer under a 16 MiB cap
+ * holds 16 MiB + 1, not 32). need <= limit. Pure. */
+size_t up_grow_cap(size_t cap, size_t need, size_t limit);
 /* Builds the transfer into *out. Returns 0, or -1 when out of memory, with *res filled as
  * up_call fills it for a request that could not be built (nothing sent; *out is NULL). */
 __attribute__((warn_unused_result)) int up_xfer_new(const struct up_request *req,
