@@ -5,6 +5,7 @@
 #include "idemgate/http_server.h"
 #include "idemgate/log.h"
 #include "idemgate/sse.h"
+#include "idemgate/upstream.h"
 
 #include <cjson/cJSON.h>
 
@@ -616,9 +617,7 @@ void ls_feed(void *arg, const char *p, size_t n)
         goto lost;
     size_t kept = s->len - s->base; /* in buf */
     if (take && kept + take > s->cap) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap < kept + take)
-            cap *= 2;
+        size_t cap = up_grow_cap(s->cap, kept + take, s->max); /* never past the stream's cap */
         char *nb = realloc(s->buf, cap);
         if (!nb)
             goto lost;
