@@ -905,9 +905,10 @@ int store_jobs_list(struct db *db, long long tenant_id, const struct store_jobs_
  * appeared) cannot change it — a terminal state never changes, its row is not written — but the
  * proof of a paid task is not dropped silently either (before, parked under an id no row would
  * ever get, answered 200): `late` names it, and the caller logs the job and the task, counts
- * and alerts; nothing is parked. So does one that names the task of a job ended `failed` with it
- * (an operator's `abandon` of a job whose task was known: before, answered 200 and nothing
- * said — the task linked, nothing parked, no state to hint). Said by every delivery, a
+ * and alerts; nothing is parked. So does one that names the task of a job an operator ended
+ * `failed` with it (`abandon` of a job whose task was known: before, answered 200 and nothing
+ * said — the task linked, nothing parked, no state to hint); not one the provider itself
+ * failed (its own `failed` webhook after the poller's read is no news). Said by every delivery, a
  * duplicate's too: the first one's answer
  * may have been lost after its commit (then the provider delivers again), and with it the only
  * saying.
@@ -973,7 +974,8 @@ static const struct db_stmt webhook_signed = {
     "late AS (SELECT id FROM operations "
     " WHERE tenant_id = ANY ($6::bigint[]) AND provider = $1 "
     "  AND " KEYED_STATE("state") " = 'failed' "
-    "  AND (($5::text IS NOT NULL AND id = $5 AND remote_id IS NULL) OR remote_id = $3)), "
+    "  AND (($5::text IS NOT NULL AND id = $5 AND remote_id IS NULL) "
+    "   OR (remote_id = $3 AND resolution = 'abandon'))), "
     "park AS (INSERT INTO webhook_parked (provider, remote_id) SELECT $1, $3 "
     " WHERE EXISTS (SELECT 1 FROM ev) AND NOT EXISTS (SELECT 1 FROM rescue) "
     "  AND NOT EXISTS (SELECT 1 FROM late) AND NOT $7::boolean "

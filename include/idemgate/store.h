@@ -166,7 +166,7 @@ struct store_webhook_req {
  * a status read (or, by client reference, for adoption of the named task) and *parked says the
  * task is not linked to an operation yet; late (late_len bytes, "" when none) is the id of a
  * job that ended `failed` the delivery names — by client reference, one ended without a task;
- * by the task's id, one ended failed with it (an operator's `abandon`): nothing is written, a
+ * by the task's id, one an operator ended failed with it (`abandon`): nothing is written, a
  * terminal row never changes, and the caller says it (a task that may be paid).
  * Unsigned: nothing is written but a rate-limited hint. */
 __attribute__((warn_unused_result)) int store_webhook(struct db *db,

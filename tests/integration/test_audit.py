@@ -1026,6 +1026,16 @@ def test_a_task_of_an_abandoned_job_is_said_when_its_webhook_comes(gateway_facto
     poll = dict(profile("keyed-async")["poll"], interval_ms=50, max_interval_ms=200,
                 deadline_seconds=1)
     gw, route = referenced_webhooks(gateway_factory, mock, poll=poll)
+    # A task the provider failed, read by the poller first: its own `failed` webhook after it
+    # is no news (no alert for every ordinary failure).
+    failing = gw.submit(token, key(), {"prompt": "f", "_mock": {"polls": 1, "outcome": "failed"}},
+                        route=route).json()["id"]
+    f = wait_job(gw, token, failing, {"review", "completed", "failed"}, 20)
+    assert f["state"] == "failed" and f["remote_id"], f
+    sent = mock.http.request("POST", "/_webhooks/send", json.dumps(
+        {"task_id": f["remote_id"], "status": "failed", "duplicates": 0})).json()
+    assert sent["statuses"] == [200], sent
+    assert '"task_after_failure"' not in gw.log()
     job_id = gw.submit(token, key(), {"prompt": "x", "_mock": {"polls": 100000}},
                        route=route).json()["id"]
     j = wait_job(gw, token, job_id, {"review", "completed", "failed"}, 20)
