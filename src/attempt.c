@@ -551,6 +551,7 @@ struct attempt {
     struct pol_decision d;
     enum cls_outcome outcome;
     struct store_finish f;
+    int written; /* the state f's write wrote, -1: none (f.written points here) */
     char *plan; /* f's archive plan */
     struct archive_born born; /* its outputs the write claims for this replica's archive */
     int unpriced;
@@ -901,6 +902,8 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
         a->t.remote_id = strdup(a->rs.stream_id[0] ? a->rs.stream_id : a->head_id); /* "" clears */
     struct store_finish *f = &a->f;
     store_finish_init(f, c, "create", ST_SENDING);
+    a->written = -1;
+    f->written = &a->written;
     if (a->keeper) { /* renewed: the lease left now, as last written, when that is longer */
         double left = (double)atomic_load(&a->keeper->end_ms) / 1000.0 - clock_mono() +
                       LEASE_SEND_MARGIN_S;
@@ -1007,10 +1010,12 @@ void attempt_recorded(struct attempt *a, int e, int applied)
     archive_born_settle(&a->born, e == STORE_OK && applied && a->f.state == ST_COMPLETED,
                         a->c.tenant_id, a->c.id, a->p->name,
                         a->f.remote_id ? a->f.remote_id : a->c.remote_id, a->plan);
-    /* Its live readers get the held terminal event only once it is the record: the job's end,
-     * never a refusal written to be sent again (a stream's 429 event before any output). */
+    /* Its live readers get the held terminal event only once it is the record: the job's end
+     * as written (never a refusal written to be sent again — a stream's 429 event before any
+     * output — nor one a webhook's hint made unknown). */
     if (a->ls)
-        ls_settle(a->ls, e == STORE_OK && applied && st_is_terminal(a->f.state));
+        ls_settle(a->ls, e == STORE_OK && applied && a->written >= 0 &&
+                             st_is_terminal((enum op_state)a->written));
     if (e == STORE_OK && applied && a->f.cost_micros >= 0)
         metrics_spend(a->p->name, a->p->pricing.currency, a->f.cost_micros, a->unpriced);
     if (a->t0 > 0 && a->t1 >= a->t0)

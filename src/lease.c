@@ -1181,6 +1181,8 @@ static void finish_applied(struct db *db, const struct store_finish *f, struct p
         f->resp_body)
         answers_put(f->id, f->state, f->http_status, f->resp_headers, f->resp_body,
                     f->resp_body_len);
+    if (f->written)
+        *f->written = written;
     if (written >= 0)
         wake_state(f->id, (enum op_state)written);
     if (written == ST_ACCEPTED && f->from != ST_ACCEPTED && f->remote_id && f->provider)

@@ -326,7 +326,11 @@ static void *sweep(void *arg)
                 int gone = check_gone && hs_req_peer_closed(p->r);
                 if (gone)
                     hs_req_set_gone(p->r);
-                if (gone || (p->deadline > 0 && now >= p->deadline)) {
+                /* A stream that began is the answer the client waits for, shown from its first
+                 * output (a reasoning model may think for minutes): its wait deadline no longer
+                 * applies, as when its first bytes were shown at once. */
+                int begun = s->began && hidden_locked(s);
+                if (gone || (!begun && p->deadline > 0 && now >= p->deadline)) {
                     *pp = p->next;
                     hs_resume(p->r);
                     free(p);

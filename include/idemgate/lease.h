@@ -175,6 +175,10 @@ struct store_finish {
     /* The plan's born claims (archive.h), or NULL: the write sets born->inserted to the outputs
      * it inserted under this replica's lease, when it says (one statement on PostgreSQL). */
     struct archive_born *born;
+    /* Or NULL: the write sets *written to the state it wrote (an enum op_state: not always
+     * `state` — a create's refusal on a row a signed webhook hinted is written unknown), -1
+     * when it wrote nothing. */
+    int *written;
 };
 
 /* Fills f for a result of claim c: its identity and fencing token, `kind` and the state the

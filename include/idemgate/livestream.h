@@ -96,7 +96,8 @@ int ls_began(struct ls *s);
  * the job's recorded end (ls_open). */
 int ls_shown(struct ls *s);
 /* Parks request r until something is there at pos (ls_read would not answer LS_WAIT), or until
- * deadline (CLOCK_MONOTONIC seconds; 0: none) while the stream is registered: under the
+ * deadline (CLOCK_MONOTONIC seconds; 0: none; not once the stream began, though nothing is
+ * shown yet: it is the answer waited for) while the stream is registered: under the
  * stream's lock, r is suspended (hs_suspend) and registered, and returns 1; or, when something
  * is there already, returns 0 and r is not suspended; -1 when out of memory (not suspended). */
 int ls_park(struct ls *s, struct hs_req *r, size_t pos, double deadline);

@@ -441,6 +441,22 @@ def test_a_streamed_wait_whose_stream_never_began_ends_with_the_job(gateway_fact
     assert r.status == 202 and r.json()["state"] == "sending", r
 
 
+def test_a_stream_that_began_is_the_answer_past_the_wait(gateway_factory, mock, token):
+    """`Prefer: wait=1`, the provider's first event (the role chunk) at once, its first output
+    3 s later (a model that thinks): the stream began within the wait, so it is the answer —
+    nothing is shown before output, and the wait's deadline no longer applies (a 202 there
+    would turn a client that asked for a stream into one polling a job)."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    body = chat_body(events=2, output_delay_ms=3000)
+    body["messages"][0]["content"] = "think first " + uuid.uuid4().hex
+    live = Live(gw, token, chat, "think-" + uuid.uuid4().hex, body, wait=1)
+    status = live.resp.status
+    cut = live.rest_or_cut()
+    assert status == 200 and not cut, (status, live.data[-300:])
+    assert live.data.decode().endswith("data: [DONE]\n\n"), live.data[-300:]
+
+
 def test_the_first_client_gets_each_event_as_it_arrives(gateway_factory, mock, token):
     providers, chat, _ = entries(mock)
     gw = gateway_factory(providers=providers, env=ENV)

@@ -23,6 +23,7 @@ struct sse_state {
     unsigned long seq;
     int events;         /* text deltas */
     int delay_ms;
+    int output_delay_ms; /* before the event after the preamble's first (a model that thinks) */
     int cut_after;      /* -1: never */
     int error_after;    /* -1: never */
     bool include_usage; /* OpenAI: stream_options.include_usage */
@@ -255,7 +256,7 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max)
                                     : MHD_CONTENT_READER_END_OF_STREAM;
         if (st->cut_after >= 0 && st->step >= st->cut_after)
             return MHD_CONTENT_READER_END_WITH_ERROR; /* closed with no terminal event */
-        sleep_ms(st->delay_ms);
+        sleep_ms(st->step == 1 && st->output_delay_ms ? st->output_delay_ms : st->delay_ms);
         if (mock_shutting_down())
             return MHD_CONTENT_READER_END_WITH_ERROR;
         make_event(st);
@@ -448,6 +449,7 @@ static enum MHD_Result handle(struct mock_request *req, enum api api)
     st->seq = slot.seq;
     st->events = deltas;
     st->delay_ms = int_control(ctl, "event_delay_ms", 0);
+    st->output_delay_ms = int_control(ctl, "output_delay_ms", 0);
     st->cut_after = int_control(ctl, "cut_after", -1);
     st->error_after = int_control(ctl, "error_after", -1);
     st->reasoning = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctl, "reasoning"));
