@@ -613,19 +613,23 @@ static void write_adopt(struct db *db, struct recon_job *j)
                      "stream_id_unread",
                      "the generation the cut stream named could not be read at the provider",
                      j->t0);
-    else if (answered) /* read, and not ours */
+    else if (answered || (!j->url && p->reconcile != RECON_NONE))
+        /* Read, and not ours; or not readable by its id where the profile's own strategy can
+         * still settle it (a lookup proves the task or its absence by the provider's word; a
+         * resend under the provider's key cannot pay twice): the hint is dropped for it. */
         write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
                      "hint_unproven", "a webhook named a task that could not be read as ours",
                      j->t0);
     else if (!j->url) {
-        /* The profile cannot read a task by its id: no later look can prove or disprove it.
-         * The hint is the only proof of a task the provider will not deliver again: kept
-         * (`hint_unread`), and the job goes to review at once — an `absent` is refused while
-         * it is there (jobs.c), `found` with it is the operator's way. Before, it was cleared
-         * as "unproven" and an `absent` then sent the create again. */
+        /* Strategy none, and the profile cannot read a task by its id: nothing can prove or
+         * disprove it later. The hint is the only proof of a task the provider will not
+         * deliver again: kept (`hint_unread`), and the job goes to review at once — an `absent`
+         * is refused while it is there (jobs.c). Before, it was cleared as "unproven", and an
+         * `absent` then sent the create again. */
         write_simple(db, c, ST_REVIEW, 0, "hint_unread",
                      "a signed webhook named a task of this job that this profile cannot read by "
-                     "its id: resolve it found with that id (kept on the job)",
+                     "its id (kept on the job): an operator with the admin token resolves it found "
+                     "with that id, or abandons it",
                      j->t0);
         CRASH_POINT("before_keep_hint");
         if (store_keep_hint(db, c, c->webhook_hint) < 0)
