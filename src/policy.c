@@ -155,12 +155,11 @@ int pol_cancel_after_read(int task_status)
     return task_status == TS_QUEUED || task_status == TS_RUNNING;
 }
 
-int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int earlier,
-                          int read_curl_code, int read_http_status)
+int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int read_curl_code,
+                          int read_http_status)
 {
-    int ours = (cancel_http_status >= 200 && cancel_http_status < 300) || earlier;
-    return cancel_deletes && ours && read_curl_code == 0 &&
-           (read_http_status == 404 || read_http_status == 410);
+    return cancel_deletes && cancel_http_status >= 200 && cancel_http_status < 300 &&
+           read_curl_code == 0 && (read_http_status == 404 || read_http_status == 410);
 }
 
 long pol_poll_delay_ms(long interval_ms, long max_ms, int polls, long hint_ms,

@@ -530,11 +530,8 @@ static void write_job(struct rq_item *it, struct db *db)
             start(j, STEP_CANCEL, j->p->cancel_method, j->cancel_url, NULL, 0);
             return;
         }
-        /* (earlier: the cancel was requested and is no longer due — an earlier poll's was
-         * answered for good, and the read after it never showed the task's end.) */
         if (j->step == STEP_STATUS && j->st < 0 &&
-            pol_deleted_by_cancel(j->p->cancel_deletes, j->cancel_status,
-                                  j->c.cancel_requested && !j->c.cancel_due, j->res.curl_code,
+            pol_deleted_by_cancel(j->p->cancel_deletes, j->cancel_status, j->res.curl_code,
                                   j->res.http_status))
             j->st = TS_CANCELED;
         if (j->st == TS_SUCCEEDED && j->furl) {

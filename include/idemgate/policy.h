@@ -85,15 +85,12 @@ int pol_cancel_after_read(int task_status);
 long pol_poll_delay_ms(long interval_ms, long max_ms, int polls, long hint_ms,
                        long long server_ms);
 
-/* Whether a status read shows the task cancelled by our cancel, at a provider whose cancel
- * deletes the task (cancel_deletes): the task gone (404 or 410) after a cancel of ours was
- * accepted — in this poll (cancel_http_status 2xx, the read before it showed the task running:
- * pol_cancel_after_read) or in an earlier one (earlier: the row's cancel was answered for good,
- * pol_cancel_answered, and the status read after it was lost — a timeout, a replica that
- * stopped). `canceled`, not unreadable until review. A cancel never answered proves nothing.
- * Pure. */
-int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int earlier,
-                          int read_curl_code, int read_http_status);
+/* Whether a status read just after our cancel shows the task cancelled by it, at a provider
+ * whose cancel deletes the task (cancel_deletes): the cancel accepted (2xx) and the task then
+ * gone (404 or 410). The read before the cancel showed it running (pol_cancel_after_read), so
+ * what it deleted was a task still running: `canceled`, not unreadable until review. */
+int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int read_curl_code,
+                          int read_http_status);
 
 /* The state of a claimed create that can never be sent as recorded (e.g. its client reference
  * cannot be placed): failed, unless an earlier attempt was ambiguous (its task may exist), then
