@@ -171,8 +171,7 @@ int upl_expand(const char *stored, size_t len, const struct upl_ref *refs, size_
 enum op_state upl_unread_next(enum upl_unread why, int ambiguous_before, long long since_first_ms,
                               long long deadline_ms)
 {
-    (void)why; /* unavailable or missing alike: waited for while the deadline lasts */
-    if (since_first_ms < deadline_ms)
+    if (why == UPL_UNAVAILABLE || since_first_ms < deadline_ms)
         return ST_PREPARED;
     return pol_unsendable(ambiguous_before);
 }

@@ -73,13 +73,12 @@ enum upl_unread {
 };
 
 /* What follows a send that could not be made because a part could not be read back (nothing
- * was sent): `prepared` again (tried later by any replica) while the provider's retry deadline
- * (deadline_ms, counted like its retries from the first claim, since_first_ms) lasts — the
- * store may come back, an operator may restore an object it lacks, another replica share it —
- * and after that the create is not sent as recorded, as a create refused until its deadline is
- * not: `failed` when no attempt was ever ambiguous (no task exists, nothing was paid), else
- * `unknown` (reconciliation looks for the task; it is never `failed`). Before, a store no
- * replica could read kept the job `prepared` for ever, in no operator's queue. */
+ * was sent): `prepared` again (tried later by any replica) while the store is unavailable,
+ * however long; an object the store says it lacks is waited for while the provider's retry
+ * deadline (deadline_ms, counted like its retries from the first claim, since_first_ms) lasts —
+ * an operator may restore it, or another replica share it — and after that the create can never
+ * be sent as recorded: `failed` when no attempt was ever ambiguous (no task exists, nothing was
+ * paid), else `unknown` (reconciliation looks for the task; it is never `failed`). */
 enum op_state upl_unread_next(enum upl_unread why, int ambiguous_before, long long since_first_ms,
                               long long deadline_ms);
 
