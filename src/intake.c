@@ -287,6 +287,18 @@ static enum step_result read_multipart(struct intake *in, const char *ctype, con
                  text, (size_t)in->cfg->max_body_bytes);
         return raise_problem(in, 413, "payload-too-large", "Payload too large", detail);
     }
+    long amb = mp_ambiguous_field(parts, n);
+    if (amb >= 0) {
+        int nl = parts[amb].name_len > 64 ? 64 : (int)parts[amb].name_len;
+        snprintf(detail, sizeof(detail),
+                 "the text field \"%.*s\" is repeated or its name holds an escape: providers "
+                 "read such fields differently (the first value, the last), so the request "
+                 "cannot be priced or fingerprinted as it will be read; send each field once "
+                 "(a list as name[])",
+                 nl, parts[amb].name);
+        free(parts);
+        return raise_problem(in, 400, "invalid-multipart", "Invalid multipart body", detail);
+    }
     size_t flen = 0;
     in->mp_canon = mp_canonical(parts, n, &in->mp_canon_len);
     char *fields = mp_fields_json(parts, n, &flen);

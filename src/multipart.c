@@ -461,6 +461,23 @@ static int field_kept(const struct mp_part *p)
            (number_of(p, &v, &vn) || plain_utf8(p->data, p->data_len));
 }
 
+long mp_ambiguous_field(const struct mp_part *parts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct mp_part *p = &parts[i];
+        if (p->filename)
+            continue;
+        if (memchr(p->name, '\\', p->name_len))
+            return (long)i;
+        if (p->name_len >= 2 && memcmp(p->name + p->name_len - 2, "[]", 2) == 0)
+            continue; /* a list by its name's convention: repeated on purpose */
+        for (size_t j = 0; j < i; j++)
+            if (same_field(&parts[j], p))
+                return (long)i;
+    }
+    return -1;
+}
+
 char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len)
 {
     size_t cap = 3;

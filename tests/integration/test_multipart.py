@@ -7,6 +7,7 @@ resend. The mock's ledger keeps the SHA-256 and the Content-Type of every create
 import hashlib
 import json
 import os
+import time
 import uuid
 
 from conftest import ROOT
@@ -192,3 +193,37 @@ def test_a_video_from_an_uploaded_reference(gateway_factory, mock, token):
     [create] = [c for c in mock.ledger() if c["route"] == "/v1/videos"]
     assert create["body_sha256"] == hashlib.sha256(body).hexdigest()
     assert create["content_type"] == "multipart/form-data; boundary=----vid"
+
+
+def test_a_field_a_provider_may_read_otherwise_is_refused(gateway_factory, mock, token):
+    """`model=gpt-image-1` then `model=dall-e-2` in one body: the gateway priced (and
+    fingerprinted) the first value, a provider whose parser keeps the last generates the other —
+    a request paid at a fraction of its price, past any budget. Refused now (400), nothing
+    recorded or sent; so is a name holding an escape. A list named name[] goes through."""
+    e, name = edits_entry(mock)
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = name + "/images/edits"
+    before = len(edits_creates(mock))
+    b = "amb-" + uuid.uuid4().hex[:8]
+    repeated = (form(b, "pmi", closing=False) + b"--" + b.encode() + b"\r\n"
+                b'Content-Disposition: form-data; name="model"\r\n\r\ndall-e-2\r\n'
+                + b"--" + b.encode() + b"--\r\n")
+    r = post(gw, token, route, "amb-" + uuid.uuid4().hex, repeated,
+             "multipart/form-data; boundary=" + b)
+    assert r.status == 400 and "model" in r.json()["detail"], r
+    escaped = (form(b, "pi", closing=False) + b"--" + b.encode() + b"\r\n"
+               b'Content-Disposition: form-data; name="mo\\del"\r\n\r\ngpt-image-1\r\n'
+               + b"--" + b.encode() + b"--\r\n")
+    r = post(gw, token, route, "amb-" + uuid.uuid4().hex, escaped,
+             "multipart/form-data; boundary=" + b)
+    assert r.status == 400, r
+    time.sleep(0.3)
+    assert len(edits_creates(mock)) == before
+    listed = (form(b, "pmi", closing=False) + b"--" + b.encode() + b"\r\n"
+              b'Content-Disposition: form-data; name="tags[]"\r\n\r\na\r\n'
+              + b"--" + b.encode() + b"\r\n"
+              b'Content-Disposition: form-data; name="tags[]"\r\n\r\nb\r\n'
+              + b"--" + b.encode() + b"--\r\n")
+    r = post(gw, token, route, "amb-" + uuid.uuid4().hex, listed,
+             "multipart/form-data; boundary=" + b)
+    assert r.status == 200, r

@@ -265,6 +265,44 @@ static void test_fields_json(void **state)
     free(j);
 }
 
+/* A text field read two ways (repeated, or its name escaped) is refused; a list by its name's
+ * convention, repeated files, and distinct fields are not. */
+static void test_ambiguous_fields(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        long want;
+    } cases[] = {
+        {"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nsora-2\r\n"
+         "--b\r\nContent-Disposition: form-data; name=\"seconds\"\r\n\r\n4\r\n"
+         "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nsora-2-pro\r\n--b--\r\n",
+         2},
+        {"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\na\r\n"
+         "--b\r\nContent-Disposition: form-data; name=\"mo\\del\"\r\n\r\nb\r\n--b--\r\n",
+         1},
+        {"--b\r\nContent-Disposition: form-data; name=\"t[]\"\r\n\r\nword\r\n"
+         "--b\r\nContent-Disposition: form-data; name=\"t[]\"\r\n\r\nsegment\r\n--b--\r\n",
+         -1},
+        {"--b\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n\r\n1\r\n"
+         "--b\r\nContent-Disposition: form-data; name=\"image\"; filename=\"b.png\"\r\n\r\n2\r\n"
+         "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b--\r\n",
+         -1},
+        {"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n"
+         "--b\r\nContent-Disposition: form-data; name=\"Model\"\r\n\r\nn\r\n--b--\r\n",
+         -1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mp_part parts[8];
+        size_t n = 0;
+        assert_int_equal(mp_parse(cases[i].body, strlen(cases[i].body), "b", parts, 8, &n, NULL,
+                                  0),
+                         0);
+        if (mp_ambiguous_field(parts, n) != cases[i].want)
+            fail_msg("case %zu", i);
+    }
+}
+
 /* What pricing and the outputs asked for read of a field as a provider may: a number with white
  * space around it is that number; a repeated field its first value that is a field at all. */
 static void test_fields_json_numbers(void **state)
@@ -346,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_same_name_keeps_order), cmocka_unit_test(test_metadata_counts),
         cmocka_unit_test(test_refused),          cmocka_unit_test(test_fields_json),
         cmocka_unit_test(test_fields_json_numbers),
+        cmocka_unit_test(test_ambiguous_fields),
         cmocka_unit_test(test_content_type_of),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
