@@ -1408,7 +1408,9 @@ int store_usage(struct db *db, long long tenant_id, const char *tenant, const ch
 /* A tenant's budget (`idemgate tenant budget`). A new budget starts from what the tenant's
  * operations of this UTC day and month already count in its currency (settled costs, and the
  * reservations of those still running) — those retention deleted too (tenant_spend_retired,
- * migration 0036); it counts in flight only the jobs recorded from then on.
+ * migration 0036); it counts in flight the jobs an earlier budget of the tenant left running
+ * (each still settles against the budget row when it ends: counted from 0, a tenant with k of
+ * them could pass its in-flight limit by k) and the jobs recorded from then on.
  * Changing the limits keeps the counters; changing the currency starts them again. What is not
  * given is kept: the currency (USD on a new budget) and each limit ($6–$8) — `--day 50` on a EUR
  * budget switched it to USD (every EUR job then passed unchecked) and removed the month's and
@@ -1430,11 +1432,14 @@ static const struct db_stmt budget_set = {
     "r AS MATERIALIZED (SELECT coalesce(sum(x.micros) FILTER (WHERE x.day >= c.day), 0) "
     "   AS day_micros, coalesce(sum(x.micros), 0) AS month_micros "
     " FROM c, tenant_spend_retired x WHERE x.tenant_id = $1 AND x.currency = c.cur "
-    "  AND x.day >= c.month) "
+    "  AND x.day >= c.month), "
+    "f AS MATERIALIZED (SELECT count(*)::integer AS n FROM operations o "
+    " WHERE o.tenant_id = $1 AND o.budgeted "
+    "  AND o.state IN ('prepared', 'sending', 'accepted', 'unknown', 'review')) "
     "INSERT INTO tenant_budgets (tenant_id, currency, day_limit_micros, month_limit_micros, "
-    " max_inflight, day, day_micros, month, month_micros, updated_at) "
+    " max_inflight, day, day_micros, month, month_micros, inflight, updated_at) "
     "SELECT $1, c.cur, c.dl, c.ml, c.mi, c.day, s.day_micros + r.day_micros, c.month, "
-    " s.month_micros + r.month_micros, c.at FROM c, s, r "
+    " s.month_micros + r.month_micros, f.n, c.at FROM c, s, r, f "
     "ON CONFLICT (tenant_id) DO UPDATE SET day_limit_micros = EXCLUDED.day_limit_micros, "
     " month_limit_micros = EXCLUDED.month_limit_micros, max_inflight = EXCLUDED.max_inflight, "
     " day_micros = CASE WHEN tenant_budgets.currency = EXCLUDED.currency "

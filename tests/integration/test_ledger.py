@@ -362,6 +362,31 @@ def test_reservation_released_on_failure_and_settled_at_completion(gateway_facto
     assert b["month_used_micros"] == IMAGE_PRICES["high"]
 
 
+def test_a_new_budget_counts_the_jobs_an_earlier_one_left_in_flight(gateway_factory, mock,
+                                                                     database_url):
+    """Two jobs under a budget are still running (in review) when the budget is cleared and a new
+    one set. Each still settles against the tenant's budget row when it ends. Before, the new
+    row started with none in flight: each end took one off a count that had not counted it, and
+    the tenant could pass its in-flight limit by as many. Now the new budget counts them."""
+    rev = provider("rev-inflight", mock.url, pricing=IMAGES_PRICING,
+                   timeouts={"connect_ms": 1000, "total_ms": 1000},
+                   reconcile={"strategy": "none", "window_seconds": 2})
+    gw = gateway_factory(providers=[rev])
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--day", "10").returncode == 0
+    for _ in range(2):
+        mock.script([{"fault": "hang"}])
+        r = gw.submit(token, key(), {"prompt": "p"}, route="rev-inflight/images/generations")
+        assert r.status == 202, r
+        assert gw.wait_state(token, r.json()["id"], {"review"}, timeout=20)["state"] == "review"
+    assert usage(gw, token).json()["budgets"][0]["in_flight"] == 2
+    assert cli(database_url, "tenant", "budget", name, "--clear").returncode == 0
+    assert cli(database_url, "tenant", "budget", name, "--day", "10", "--in-flight", "2"
+               ).returncode == 0
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["in_flight"] == 2, b
+
+
 def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, database_url):
     """The budget row is settled by the statement that ends an operation (migration 0018, no
     trigger writes it): a job in review resolved `found` is charged its reservation (the provider
