@@ -108,8 +108,11 @@ static const struct cfg_setting settings[] = {
      OFF(max_buffered_body_bytes), "536870912", 1024L * 1024, 64L * 1024 * 1024 * 1024,
      "request bodies held in memory at once, all connections together (while they arrive and "
      "until their request ends); a body that would pass it is dropped as it comes and answered "
-     "503 with Retry-After, whatever its token: clients cannot exhaust memory with bodies. At "
-     "least twice max_upload_bytes and max_body_bytes (an allocation doubles as a body grows)"},
+     "503 with Retry-After, whatever its token: clients cannot exhaust memory with bodies; "
+     "the bodies of requests without a live tenant's or the operator's token (none, an unknown "
+     "one, webhooks) hold at most half of it together, so they cannot take it from the tenants. "
+     "At least twice max_upload_bytes and max_body_bytes (an allocation doubles as a body "
+     "grows)"},
     {"max_connections", "IDEMGATE_MAX_CONNECTIONS", T_INT, OFF(max_connections), "4096", 16,
      100000, "concurrent client connections, suspended ones included; 8 more are kept for "
              "`/healthz` alone (each closed after its answer), so health is answered when full"},

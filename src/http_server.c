@@ -61,6 +61,7 @@ struct hs_req {
     size_t body_len, body_cap;
     long body_max; /* max_body_bytes, or max_upload_bytes for a multipart/form-data body */
     long counted;  /* of body_bytes: this body's allocation */
+    int untrusted; /* body_trusted did not know its token: counted in untrusted_bytes too */
     int too_large;
     int over_memory; /* its body would have passed max_buffered_bytes: dropped */
     int responded;
@@ -748,6 +749,9 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
                           (!s->o.upload_allowed || s->o.upload_allowed(r->path, s->o.app))
                       ? s->o.max_upload_bytes
                       : s->o.max_body_bytes;
+    r->untrusted = s->o.body_trusted &&
+                   !s->o.body_trusted(
+                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), s->o.app);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)r->body_max)
         r->too_large = 1;
@@ -757,10 +761,30 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
 /* Bytes of request bodies held, every server of the process together (hs_body_bytes; checked
  * against hs_options.max_buffered_bytes). */
 static atomic_long body_bytes;
+/* Of them, those of requests whose token hs_options.body_trusted did not know (at most half of
+ * max_buffered_bytes together). */
+static atomic_long untrusted_bytes;
 
 long hs_body_bytes(void)
 {
     return atomic_load(&body_bytes);
+}
+
+long hs_body_bytes_untrusted(void)
+{
+    return atomic_load(&untrusted_bytes);
+}
+
+/* Takes more bytes of counter c, bounded by max (0 or less: no bound); 0 when they would pass it. */
+static int take_bytes(atomic_long *c, long more, long max)
+{
+    if (max > 0 && atomic_fetch_add(c, more) + more > max) {
+        atomic_fetch_sub(c, more);
+        return 0;
+    }
+    if (max <= 0)
+        atomic_fetch_add(c, more);
+    return 1;
 }
 
 /* Drops what the request keeps of its body, and its share of the count. */
@@ -770,6 +794,8 @@ static void drop_body(struct hs_req *r)
     r->body = NULL;
     r->body_len = r->body_cap = 0;
     atomic_fetch_sub(&body_bytes, r->counted);
+    if (r->untrusted)
+        atomic_fetch_sub(&untrusted_bytes, r->counted);
     r->counted = 0;
 }
 
@@ -790,17 +816,23 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
         while (cap < r->body_len + n + 1)
             cap *= 2;
         long more = (long)(cap - r->body_cap), max = s->o.max_buffered_bytes;
-        if (max > 0 && atomic_fetch_add(&body_bytes, more) + more > max) {
-            atomic_fetch_sub(&body_bytes, more);
+        if (r->untrusted && !take_bytes(&untrusted_bytes, more, max > 0 ? max / 2 : 0)) {
             r->over_memory = 1;
             drop_body(r);
             return MHD_YES;
         }
-        if (max <= 0)
-            atomic_fetch_add(&body_bytes, more);
+        if (!take_bytes(&body_bytes, more, max)) {
+            if (r->untrusted)
+                atomic_fetch_sub(&untrusted_bytes, more);
+            r->over_memory = 1;
+            drop_body(r);
+            return MHD_YES;
+        }
         char *nb = realloc(r->body, cap);
         if (!nb) {
             atomic_fetch_sub(&body_bytes, more);
+            if (r->untrusted)
+                atomic_fetch_sub(&untrusted_bytes, more);
             return MHD_NO;
         }
         r->counted += more;

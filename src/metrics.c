@@ -518,12 +518,17 @@ static void render_intake(struct buf *b)
         "# HELP idemgate_http_body_bytes Bytes of request bodies held in memory now (while "
         "they arrive and until their request ends; bounded by max_buffered_body_bytes).\n"
         "# TYPE idemgate_http_body_bytes gauge\n"
-        "idemgate_http_body_bytes %ld\n",
+        "idemgate_http_body_bytes %ld\n"
+        "# HELP idemgate_http_body_bytes_untrusted Of them, the bodies of requests without a live "
+        "tenant's or the operator's token (no token, an unknown one, webhooks; bounded by half "
+        "of max_buffered_body_bytes).\n"
+        "# TYPE idemgate_http_body_bytes_untrusted gauge\n"
+        "idemgate_http_body_bytes_untrusted %ld\n",
         atomic_load(&intake_batches[1]), atomic_load(&intake_batches[0]),
         atomic_load(&intake_batched), atomic_load(&intake_born_claimed),
         atomic_load(&calls_in_flight), atomic_load(&calls_in_flight_peak),
         atomic_load(&wait_answers[1]), atomic_load(&wait_answers[0]), ls_count(), ls_spooled(),
-        jobcache_bytes(), hs_body_bytes());
+        jobcache_bytes(), hs_body_bytes(), hs_body_bytes_untrusted());
     put(b, "# HELP idemgate_db_batch_rows_total Rows of batches written as one statement: "
            "result=answered written by it, unanswered left to the single-row statement (a key "
            "taken, a budget, a fenced write), failed carried by a statement that failed (then "

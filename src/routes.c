@@ -2,6 +2,8 @@
 
 #include "idemgate/admin.h"
 #include "idemgate/console.h"
+#include "idemgate/crypto.h"
+#include "idemgate/headers.h"
 #include "idemgate/intake.h"
 #include "idemgate/jobs.h"
 #include "idemgate/log.h"
@@ -9,6 +11,7 @@
 #include "idemgate/outputs.h"
 #include "idemgate/rawpath.h"
 #include "idemgate/reply.h"
+#include "idemgate/tenants.h"
 #include "idemgate/usage.h"
 #include "idemgate/webhooks.h"
 
@@ -234,6 +237,24 @@ static int upload_allowed(const char *path, void *app)
     return rt && rt->multipart;
 }
 
+/* hs_options.body_trusted: the bearer token is a live tenant's in the directory (refreshed every
+ * TENANTS_REFRESH_S) or the operator's. Any other request's body — no token, a random one, a
+ * provider's webhook — shares half of max_buffered_body_bytes with the others like it. */
+static int body_trusted(const char *authorization, void *app)
+{
+    size_t len = 0;
+    const char *t = hdr_bearer(authorization, &len);
+    if (!t)
+        return 0;
+    char hash[CRYPTO_SHA256_HEX];
+    crypto_sha256_hex(t, len, hash);
+    const char *admin = api_config(app)->admin_token_sha256;
+    if (strlen(admin) == 64 && crypto_ct_equal(hash, admin, 64))
+        return 1;
+    struct tenant tn;
+    return tenants_lookup(hash, &tn) == 1;
+}
+
 struct hs_server *routes_listen(struct api *a)
 {
     const struct cfg *cfg = api_config(a);
@@ -250,6 +271,7 @@ struct hs_server *routes_listen(struct api *a)
                            .max_upload_bytes = cfg->max_upload_bytes,
                            .max_buffered_bytes = cfg->max_buffered_body_bytes,
                            .upload_allowed = upload_allowed,
+                           .body_trusted = body_trusted,
                            .app = a,
                            .handle = on_handle,
                            .reject = on_reject,

@@ -33,8 +33,10 @@ enum hs_reject {
                                came; answer 503 with Retry-After */
 };
 
-/* Bytes of request bodies held in memory now, by every server of the process. */
+/* Bytes of request bodies held in memory now, by every server of the process; of them, those of
+ * requests whose token body_trusted did not recognise. */
 long hs_body_bytes(void);
+long hs_body_bytes_untrusted(void);
 
 /* Connections accepted above max_connections, for /healthz alone (each closed after one answer
  * and held HS_RESERVE_DEADLINE_S at most), so that health is answered when the server is full. */
@@ -55,8 +57,13 @@ struct hs_options {
     /* The bodies kept in memory while they arrive and until their request ends, all requests
      * together, at most (0: no limit): a body that would pass it is dropped as it comes and its
      * request rejected (HS_REJECT_BODY_MEMORY), before anything of it is read by the handler —
-     * clients that send bodies without a valid token cannot exhaust memory. */
+     * clients that send bodies without a valid token cannot exhaust memory. The bodies of
+     * requests body_trusted does not recognise hold at most half of it together, so that clients
+     * without a valid token cannot take it all from those with one either. */
     long max_buffered_bytes;
+    /* Whether the request's Authorization header (NULL: none) is a token the application knows
+     * (a live tenant's, the operator's), read before any byte of its body. NULL: every one is. */
+    int (*body_trusted)(const char *authorization, void *app);
     /* Whether the request path (as sent) may carry an upload: only then does a multipart body
      * get max_upload_bytes, before anything else of the request is read. NULL: every path. */
     int (*upload_allowed)(const char *path, void *app);

@@ -1252,7 +1252,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
             for sock in held:
                 sock.close()
 
-        # Bodies held in memory, all connections together, at max_buffered_body_bytes.
+        # Bodies held in memory, all connections together, at max_buffered_body_bytes (by a
+        # tenant's clients: those without a live token fill half of it at most).
         bodies = gateway_factory(providers=providers, env=dict(
             env, IDEMGATE_MAX_BODY_BYTES="65536", IDEMGATE_MAX_UPLOAD_BYTES="131072",
             IDEMGATE_MAX_BUFFERED_BODY_BYTES="1048576"))
@@ -1263,7 +1264,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
                 sock.settimeout(10)
                 sock.connect(("127.0.0.1", bodies.port))
                 held.append(sock)
-                sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n"
+                sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                             + token.encode() + b"\r\nContent-Length: 60000\r\n\r\n"
                              + b" " * 50000)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and "idemgate_http_body_bytes 1048576" not in \

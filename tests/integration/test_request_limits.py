@@ -269,50 +269,71 @@ def test_slow_client_health_when_full(gateway_factory):
             s.close()
 
 
-def body_bytes(gw):
+def body_bytes(gw, name="idemgate_http_body_bytes"):
     text = gw.http.request("GET", "/metrics").body.decode()
     return int(next(line.split()[1] for line in text.splitlines()
-                    if line.startswith("idemgate_http_body_bytes ")))
+                    if line.startswith(name + " ")))
 
 
 def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, token):
-    """Sixteen clients without a token each send most of a 60 000-byte body and hold it: the
-    gateway holds 16 × 64 KiB (idemgate_http_body_bytes), its max_buffered_body_bytes (1 MiB). A
-    whole request with a valid token is then answered 503 bodies-full with Retry-After, nothing
-    recorded; once the holders leave, the same request is accepted. Without the bound, bodies
-    sent before any token is checked grow memory without limit (25 MiB each on an upload
-    route)."""
+    """Bodies held in memory while they arrive are bounded, all clients together
+    (max_buffered_body_bytes, 1 MiB here), and those of requests without a live tenant's token
+    to half of it. Sixteen clients — eight without a token, eight with a random one — each send
+    most of a 60 000-byte body and hold it: eight of them are held (8 × 64 KiB,
+    idemgate_http_body_bytes_untrusted), the others' bytes dropped as they come. A whole request
+    with a valid token is still accepted. Eight clients of that tenant then hold the other half:
+    the next whole request is answered 503 bodies-full with Retry-After, nothing recorded; once
+    the holders leave, it is accepted. Without the half for unknown tokens, clients that never
+    held a token took the whole bound and every tenant was answered 503."""
     gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
                               "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
                               "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576"})
     path = b"/v1/providers/mock-images/images/generations"
     body = json.dumps({"prompt": "bounded"}).encode()
-    request = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Authorization: Bearer " + token.encode() + b"\r\nIdempotency-Key: bodies-" +
-               uuid.uuid4().hex.encode() + b"\r\nPrefer: respond-async\r\nContent-Length: " +
-               str(len(body)).encode() + b"\r\n\r\n" + body)
-    held = []
-    try:
-        for _ in range(16):
-            s = connect_from("127.0.0.3", gw.port)
-            s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                      b"\r\nContent-Length: 60000\r\n\r\n" + b"{" + b" " * 49999)
-            held.append(s)
-        assert wait_until(lambda: body_bytes(gw) == 16 * 65536, 10), body_bytes(gw)
+    bearer = b"Authorization: Bearer " + token.encode() + b"\r\n"
+
+    def request():
+        return (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + bearer + b"Idempotency-Key: bodies-" + uuid.uuid4().hex.encode() +
+                b"\r\nPrefer: respond-async\r\nContent-Length: " + str(len(body)).encode() +
+                b"\r\n\r\n" + body)
+
+    def send(req):
         s = connect_from("127.0.0.1", gw.port)
-        s.sendall(request)
+        s.sendall(req)
         status, headers, answer = read_answer(s)
         s.close()
+        return status, headers, answer
+
+    def hold(address, auth):
+        s = connect_from(address, gw.port)
+        s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\n" + auth + b"Content-Length: 60000\r\n\r\n" + b"{" + b" " * 49999)
+        held.append(s)
+
+    held = []
+    try:
+        for i in range(16):
+            hold("127.0.0.3", b"" if i % 2 else
+                 b"Authorization: Bearer " + uuid.uuid4().hex.encode() + b"\r\n")
+        assert wait_until(lambda: body_bytes(gw) == 8 * 65536, 10), body_bytes(gw)
+        assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 8 * 65536
+        status, _, answer = send(request())
+        assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
+        for _ in range(8):
+            hold("127.0.0.4", bearer)
+        assert wait_until(lambda: body_bytes(gw) == 16 * 65536, 10), body_bytes(gw)
+        assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 8 * 65536
+        logged = gw.log().count('"intake_new"')
+        status, headers, answer = send(request())
         assert status.startswith("HTTP/1.1 503"), (status, answer[:300])
         assert json.loads(answer)["type"].endswith("bodies-full") and headers.get("retry-after")
         assert '"http_body_memory_full"' in gw.log()
-        assert '"intake_new"' not in gw.log()
+        assert gw.log().count('"intake_new"') == logged
     finally:
         for h in held:
             h.close()
     assert wait_until(lambda: body_bytes(gw) == 0, 10), body_bytes(gw)
-    s = connect_from("127.0.0.1", gw.port)
-    s.sendall(request)
-    status, _, answer = read_answer(s)
-    s.close()
+    assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 0
+    status, _, answer = send(request())
     assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
