@@ -1,4 +1,5 @@
 #include "idemgate/archive.h"
+#include "idemgate/secrets.h"
 
 #include "idemgate/archplan.h"
 #include "idemgate/blobstore.h"
@@ -586,7 +587,7 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     if (credential) {
         /* The provider's own content endpoint: its credential, read now, never stored. */
-        const char *secret = getenv(credential);
+        char *secret = secret_get(credential);
         if (secret && x->p->auth_header && prov_secret_ok(secret)) {
             size_t n = strlen(x->p->auth_header) +
                        strlen(x->p->auth_prefix ? x->p->auth_prefix : "") + strlen(secret) + 4;
@@ -597,6 +598,7 @@ static int get_prepare(struct arch_job *j, const char *url, int endpoint, const 
                 j->hdrs = curl_slist_append(j->hdrs, j->auth);
             }
         }
+        secret_free(secret);
         for (size_t i = 0; x->p->headers && x->p->headers[i] && x->p->headers[i + 1]; i += 2) {
             char line[1024];
             snprintf(line, sizeof(line), "%s: %s", x->p->headers[i], x->p->headers[i + 1]);

@@ -1,4 +1,5 @@
 #include "idemgate/attempt.h"
+#include "idemgate/secrets.h"
 
 #include "idemgate/archive.h"
 #include "idemgate/backoff.h"
@@ -1050,16 +1051,18 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
                        "passed: not sent again (the reconciler decides)");
         return -1;
     }
-    if (*c->credential && !getenv(c->credential)) {
-        release_unsent(db, c, ST_PREPARED, "the provider's credential variable is not set");
-        return -1;
-    }
-    if (*c->credential && !prov_secret_ok(getenv(c->credential))) {
+    char *secret = *c->credential ? secret_get(c->credential) : NULL;
+    int usable = secret && prov_secret_ok(secret);
+    if (*c->credential && !usable) {
         release_unsent(db, c, ST_PREPARED,
-                       "the provider's credential holds a control character (a line end at its "
-                       "end?): nothing was sent; fix the secret");
+                       !secret ? "the provider's credential is not set (its variable unset, its "
+                                 "file unreadable or empty)"
+                               : "the provider's credential holds a control character (a line "
+                                 "end at its end?): nothing was sent; fix the secret");
+        secret_free(secret);
         return -1;
     }
+    secret_free(secret);
     if (load_upload(cfg, p, db, c) < 0)
         return -1;
     struct attempt *a = calloc(1, sizeof(*a));

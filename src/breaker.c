@@ -30,7 +30,7 @@ struct up_xfer *breaker_probe_xfer(const struct cfg_provider *p, long budget_ms,
     if (!url)
         return NULL;
     struct up_response res;
-    struct prov_call call = {.method = "GET", .url = url, .credential = p->secret_env};
+    struct prov_call call = {.method = "GET", .url = url, .credential = p->credential};
     if (prov_xfer_new(&q, &call, &x, &res) < 0)
         up_response_fini(&res);
     free(url);

@@ -1,4 +1,5 @@
 #include "idemgate/cli.h"
+#include "idemgate/secrets.h"
 
 #include "idemgate/archive.h"
 #include "idemgate/cliargs.h"
@@ -309,17 +310,26 @@ int cli_check_config(const struct cfg *cfg)
     int missing = 0;
     for (size_t i = 0; i < cfg->n_providers; i++) {
         const struct cfg_provider *p = &cfg->providers[i];
-        if (p->secret_env && !getenv(p->secret_env)) {
-            fprintf(stderr, "warning: providers.%s.auth.secret_env: %s is not set\n", p->name,
-                    p->secret_env);
+        char *secret = p->credential ? secret_get(p->credential) : NULL;
+        if (p->credential && !secret) {
+            if (secret_is_file(p->credential))
+                fprintf(stderr,
+                        "warning: providers.%s.auth.secret_file: %s cannot be read (missing, "
+                        "unreadable, empty or over 64 KiB): nothing is sent until it can\n",
+                        p->name, secret_name(p->credential));
+            else
+                fprintf(stderr, "warning: providers.%s.auth.secret_env: %s is not set\n", p->name,
+                        p->credential);
             missing++;
-        } else if (p->secret_env && !prov_secret_ok(getenv(p->secret_env))) {
+        } else if (secret && !prov_secret_ok(secret)) {
             fprintf(stderr,
-                    "warning: providers.%s.auth.secret_env: %s holds a control character (a "
-                    "line end at its end?): nothing is sent with it until it is fixed\n",
-                    p->name, p->secret_env);
+                    "warning: providers.%s.auth: %s holds a control character (a line end inside "
+                    "it, or at the end of a variable?): nothing is sent with it until it is "
+                    "fixed\n",
+                    p->name, secret_name(p->credential));
             missing++;
         }
+        secret_free(secret);
         /* An async provider's outputs are URLs (result.kind url): none is copied when no host is
          * declared (fetchpol.c), and the provider's URLs expire with the paid results. The
          * shipped profiles declare none (their CDNs are the entry's to name). A synchronous

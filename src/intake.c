@@ -552,7 +552,7 @@ static enum step_result step_record(struct intake *in)
                                              .route = in->rt->route,
                                              .method = in->rt->method,
                                              .url = in->url,
-                                             .credential = p->secret_env ? p->secret_env : "",
+                                             .credential = p->credential ? p->credential : "",
                                              .body = in->mp_stored ? in->mp_stored
                                                      : in->mp_raw  ? in->mp_raw
                                                                    : in->body.sent,

@@ -196,7 +196,7 @@ static int adoption_proven(const struct cfg_provider *p, const char *job_id, con
     struct up_response res;
     if (!p->task_client_ref)
         return 0;
-    int ok = prov_read_task(p, p->secret_env, remote, job_id, &res) == 0 &&
+    int ok = prov_read_task(p, p->credential, remote, job_id, &res) == 0 &&
              prov_task_is(p, &res, job_id);
     up_response_fini(&res);
     return ok;

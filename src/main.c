@@ -22,6 +22,7 @@
 #include "idemgate/recorder.h"
 #include "idemgate/routes.h"
 #include "idemgate/store.h"
+#include "idemgate/secrets.h"
 #include "idemgate/tenants.h"
 #include "idemgate/upstream.h"
 #include "idemgate/waiters.h"
@@ -217,6 +218,7 @@ static void stop_all(struct subsystems *s)
         jobcache_fini();
     limits_fini();
     tenants_fini();
+    secrets_fini();
     if (s->curl)
         up_global_fini();
 }

@@ -1,4 +1,5 @@
 #include "idemgate/profile.h"
+#include "idemgate/secrets.h"
 #include "idemgate/sse.h"
 
 #include "idemgate/members.h"
@@ -20,8 +21,8 @@ static const char *const status_names[TS__COUNT] = {"queued", "running", "succee
  * here too, or a configuration that sets it is refused. */
 static const struct memb auth_m[] = {
     {"header", MEMB_VALUE, NULL},       {"prefix", MEMB_VALUE, NULL},
-    {"secret_env", MEMB_VALUE, NULL},   {"trip_markers", MEMB_VALUE, NULL},
-    {"trip_statuses", MEMB_VALUE, NULL},
+    {"secret_env", MEMB_VALUE, NULL},   {"secret_file", MEMB_VALUE, NULL},
+    {"trip_markers", MEMB_VALUE, NULL}, {"trip_statuses", MEMB_VALUE, NULL},
 };
 static const struct memb_table auth_t = MEMB_TABLE(auth_m, NULL);
 static const struct memb timeouts_m[] = {{"connect_ms", MEMB_VALUE, NULL},
@@ -299,6 +300,39 @@ static int load_statuses(const cJSON *o, const char *key, int *out, int cap, int
              cap, lo, hi);
         return -1;
     }
+    return 0;
+}
+
+/* auth.secret_env or auth.secret_file, exactly one: where the secret is (secrets.h). A file is
+ * named by its absolute path (the working directory of a service is no place to look for it). */
+static int load_credential(struct cfg_provider *p, const cJSON *auth, const char *file, char *err,
+                           size_t errlen)
+{
+    const cJSON *env = cJSON_GetObjectItemCaseSensitive(auth, "secret_env");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(auth, "secret_file");
+    const size_t k = strlen(SECRET_FILE_PREFIX);
+    if (!env == !path) {
+        errf(err, errlen, "%s: providers.%s.auth: exactly one of secret_env and secret_file is "
+             "required", file, p->name);
+        return -1;
+    }
+    if (env && (!cJSON_IsString(env) || !*env->valuestring ||
+                strncmp(env->valuestring, SECRET_FILE_PREFIX, k) == 0)) {
+        errf(err, errlen, "%s: providers.%s.auth.secret_env: an environment variable's name",
+             file, p->name);
+        return -1;
+    }
+    if (path && (!cJSON_IsString(path) || path->valuestring[0] != '/')) {
+        errf(err, errlen, "%s: providers.%s.auth.secret_file: an absolute path", file, p->name);
+        return -1;
+    }
+    const char *v = env ? env->valuestring : path->valuestring;
+    size_t n = (path ? k : 0) + strlen(v) + 1;
+    if (!(p->credential = malloc(n))) {
+        errf(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(p->credential, n, "%s%s", path ? SECRET_FILE_PREFIX : "", v);
     return 0;
 }
 
@@ -1090,11 +1124,8 @@ static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, ch
     if (auth) {
         p->auth_header = dup_str(auth, "header", "Authorization");
         p->auth_prefix = dup_str(auth, "prefix", "");
-        p->secret_env = dup_str(auth, "secret_env", NULL);
-        if (!p->secret_env || !*p->secret_env) {
-            errf(err, errlen, "%s: providers.%s.auth.secret_env is required", file, p->name);
+        if (load_credential(p, auth, file, err, errlen) < 0)
             return -1;
-        }
     }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "timeouts");
     p->connect_timeout_ms = get_long(t, "connect_ms", 5000);
@@ -1248,7 +1279,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
             free(p->routes[j].path);
         }
         free(p->routes);
-        char *strs[] = {p->name, p->base_url, p->auth_header, p->auth_prefix, p->secret_env,
+        char *strs[] = {p->name, p->base_url, p->auth_header, p->auth_prefix, p->credential,
                         p->idem_header, p->client_ref_header, p->client_ref_body_field,
                         p->lookup_path, p->list_path, p->probe_path, p->profile_id,
                         p->poll_method, p->poll_path, p->poll_body, p->poll_hint_header,

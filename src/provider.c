@@ -1,4 +1,5 @@
 #include "idemgate/provider.h"
+#include "idemgate/secrets.h"
 
 #include "idemgate/log.h"
 #include "idemgate/utf8.h"
@@ -25,13 +26,15 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
     size_t auth_len = 0;
     int h = 0, rc;
     *out = NULL;
-    const char *secret = c->credential && *c->credential ? getenv(c->credential) : NULL;
-    if (c->credential && *c->credential && (!secret || !*secret)) {
+    char *secret = c->credential && *c->credential ? secret_get(c->credential) : NULL;
+    if (c->credential && *c->credential && !secret) {
         memset(res, 0, sizeof(*res));
-        snprintf(res->error, sizeof(res->error), "the provider's credential variable is not set");
+        snprintf(res->error, sizeof(res->error),
+                 "the provider's credential is not set (its variable unset, its file unreadable)");
         return -1;
     }
     if (secret && !prov_secret_ok(secret)) { /* never sent: nothing of it is said */
+        secret_free(secret);
         memset(res, 0, sizeof(*res));
         snprintf(res->error, sizeof(res->error),
                  "the provider's credential holds a control character (a line end?)");
@@ -43,11 +46,13 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
         auth_len = strlen(prefix) + strlen(secret) + 1;
         auth = malloc(auth_len);
         if (!auth) {
+            secret_free(secret);
             memset(res, 0, sizeof(*res));
             snprintf(res->error, sizeof(res->error), "out of memory");
             return -1;
         }
         snprintf(auth, auth_len, "%s%s", prefix, secret);
+        secret_free(secret);
     }
     for (const char *const *x = c->headers; x && x[0] && x[1] && h < 2 * MAX_HEADERS - 2; x += 2) {
         hdrs[h++] = x[0];

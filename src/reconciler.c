@@ -1,4 +1,5 @@
 #include "idemgate/reconciler.h"
+#include "idemgate/secrets.h"
 
 #include "idemgate/attempt.h"
 #include "idemgate/clock.h"
@@ -839,10 +840,14 @@ static void resend(struct db *db, struct recon_job *j)
     /* What would stop the send on this replica, known before the move that counts a transport
      * attempt: a resend this replica cannot make must not use up the job's attempts (they
      * decide when it goes to review). Another replica, or this one once fixed, resends it. */
-    if (*j->c.credential && !getenv(j->c.credential)) {
+    char *secret = *j->c.credential ? secret_get(j->c.credential) : NULL;
+    int unset = *j->c.credential && !secret;
+    secret_free(secret);
+    if (unset) {
         eng_release(r->eng, -1);
         write_simple(db, &j->c, ST_UNKNOWN, 60000, "not_configured",
-                     "the provider's credential variable is not set on this replica",
+                     "the provider's credential is not set on this replica (its variable unset, "
+                     "its file unreadable or empty)",
                      clock_wall());
         job_free(j);
         return;

@@ -64,7 +64,9 @@ struct cfg_provider {
     enum cfg_mode mode;
     char *auth_header; /* e.g. "Authorization"; NULL sends no credential */
     char *auth_prefix; /* e.g. "Bearer " */
-    char *secret_env;  /* the environment variable holding the secret; the secret is never stored */
+    /* Where the secret is (secrets.h): an environment variable's name (auth.secret_env) or
+     * "file:" and a path (auth.secret_file). Each job keeps it; the secret is never stored. */
+    char *credential;
     long connect_timeout_ms;
     long total_timeout_ms;
     /* A dispatcher's create may run this long (>= total_timeout_ms): its lease is renewed while

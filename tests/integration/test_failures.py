@@ -587,7 +587,7 @@ def test_a_resubmit_stopped_before_it_was_sent_stays_unknown(gateway_factory, to
     a.proc.wait(timeout=10)
     b = gateway_factory(providers=[entry], lease_seconds=8)
     q = ("SELECT count(*) FROM attempts WHERE operation_id = '%s' AND error LIKE "
-         "'%%credential variable is not set%%'" % job_id)
+         "'%%credential is not set%%'" % job_id)
     deadline = time.monotonic() + 30
     while psql(q) == [["0"]]:
         assert time.monotonic() < deadline, b.log()[-3000:]

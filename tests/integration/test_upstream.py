@@ -9,6 +9,7 @@ tenant tokens exist, and a cut token reads as 401 (which trips the provider for 
 
 import hashlib
 import json
+import os
 import socket
 import threading
 import time
@@ -173,6 +174,47 @@ def test_a_credential_ending_in_a_line_end_is_never_sent(gateway_factory, mock, 
     assert mock.creates_for(job_id) == []
     assert gw.wait_state(token, job_id, ("prepared",), 5)["state"] == "prepared"
     assert "sk-mock-secret" not in gw.log()
+
+
+def test_a_credential_file_replaced_is_used_by_the_next_call(gateway_factory, mock, token,
+                                                             tmp_path):
+    """auth.secret_file: a token an agent replaces (a Vertex AI access token lasts an hour) is
+    read again once replaced, so the next create carries the new one without a restart; its line
+    end is not part of it. Gone, nothing is sent: the job waits, `prepared`. Neither token is
+    ever logged. With secret_env alone, a rotated key needed a restart of every replica."""
+    path = tmp_path / "provider-token"
+
+    def replace(text):
+        tmp = tmp_path / ".provider-token.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+    def create_auth(key):
+        r = gw.submit(token, key + uuid.uuid4().hex, {"prompt": "auth", "n": 1})
+        assert r.status == 202, r
+        job = gw.wait_state(token, r.json()["id"], ("completed", "failed", "unknown", "review"))
+        assert job["state"] == "completed", job
+        (create,) = mock.creates_for(job["id"])
+        return create["auth_sha256"]
+
+    replace("tok-first-1a2b\n")
+    gw = gateway_factory(providers=[provider(
+        "mock-images", mock.url,
+        auth={"header": "Authorization", "prefix": "Bearer ", "secret_file": str(path)})])
+    assert create_auth("file-one-") == hashlib.sha256(b"Bearer tok-first-1a2b").hexdigest()
+    replace("tok-second-3c4d\n")
+    assert create_auth("file-two-") == hashlib.sha256(b"Bearer tok-second-3c4d").hexdigest()
+    path.unlink()
+    r = gw.submit(token, "file-gone-" + uuid.uuid4().hex, {"prompt": "auth", "n": 1})
+    assert r.status == 202, r
+    deadline = time.monotonic() + 10
+    while "credential is not set" not in gw.log():
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.05)
+    assert mock.creates_for(r.json()["id"]) == []
+    assert gw.wait_state(token, r.json()["id"], ("prepared",), 5)["state"] == "prepared"
+    for secret in ("tok-first-1a2b", "tok-second-3c4d"):
+        assert secret not in gw.log()
 
 
 @pytest.mark.parametrize("size", [513, 4096, 16384])

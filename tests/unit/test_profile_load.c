@@ -242,6 +242,45 @@ static void test_found_status(void **state)
     }
 }
 
+/* auth: the secret's variable (secret_env) or its file (secret_file, an absolute path), exactly
+ * one; the credential every job keeps names which (secrets.h). */
+static void test_auth_credential(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *extra;
+        const char *want; /* the credential, or NULL: refused */
+        const char *want_err;
+    } rows[] = {
+        {"\"auth\":{\"secret_env\":\"P_KEY\"}", "P_KEY", NULL},
+        {"\"auth\":{\"secret_file\":\"/run/idemgate/p-token\"}", "file:/run/idemgate/p-token",
+         NULL},
+        {"\"auth\":{\"secret_env\":\"P_KEY\",\"secret_file\":\"/run/t\"}", NULL,
+         "exactly one of secret_env and secret_file"},
+        {"\"auth\":{}", NULL, "exactly one of secret_env and secret_file"},
+        {"\"auth\":{\"secret_file\":\"run/t\"}", NULL, "auth.secret_file: an absolute path"},
+        {"\"auth\":{\"secret_file\":7}", NULL, "auth.secret_file: an absolute path"},
+        {"\"auth\":{\"secret_env\":\"\"}", NULL, "auth.secret_env: an environment variable"},
+        {"\"auth\":{\"secret_env\":\"file:/run/t\"}", NULL,
+         "auth.secret_env: an environment variable"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        cJSON *arr = NULL;
+        struct cfg_provider *ps = NULL;
+        size_t n = 0;
+        char err[512] = "";
+        int rc = load_with(rows[i].extra, &arr, &ps, &n, err, sizeof(err));
+        if ((rc == 0) != (rows[i].want != NULL) ||
+            (rc == 0 && strcmp(ps[0].credential, rows[i].want) != 0) ||
+            (rc != 0 && !strstr(err, rows[i].want_err)))
+            fail_msg("row %zu: rc %d, credential %s, err %s", i, rc,
+                     rc == 0 ? ps[0].credential : "-", err);
+        if (ps)
+            prof_free_all(ps, n);
+        cJSON_Delete(arr);
+    }
+}
+
 /* reconcile.list: the items are an array's elements (a page without the array proves nothing),
  * and the list says how it is paged — next_cursor, or single_page — since a paginated list read
  * as one page would prove absence from its first page. */
@@ -359,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_base_url),
         cmocka_unit_test(test_trip_markers),
         cmocka_unit_test(test_found_status),
+        cmocka_unit_test(test_auth_credential),
         cmocka_unit_test(test_list_match),
         cmocka_unit_test(test_keepalive_and_tls),
     };
