@@ -155,7 +155,11 @@ static void refresh_tenants(void *arg)
 
 void api_tenants_refresh(struct hs_req *r)
 {
-    struct api *a = state_of(r)->api;
+    api_tenants_refresh_of(state_of(r)->api);
+}
+
+void api_tenants_refresh_of(struct api *a)
+{
     if (!tenants_refresh_due())
         return;
     a->tenants_item.fn = refresh_tenants;

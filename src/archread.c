@@ -2,10 +2,12 @@
 
 #include "idemgate/api.h"
 #include "idemgate/blobstore.h"
+#include "idemgate/crash.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/reply.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +16,16 @@
  * shared. */
 #define UNAVAILABLE_RETRY_AFTER_S 5
 #define ELSEWHERE_RETRY_AFTER_S 30
+#define BUSY_RETRY_AFTER_S 1
+
+/* Bucket reads in progress in this process (archive_s3_reads_max). */
+static atomic_int s3_reads;
+
+int archread_s3_room(int reads_max, int db_workers)
+{
+    int cap = db_workers > 1 && reads_max > db_workers - 1 ? db_workers - 1 : reads_max;
+    return cap < 1 ? 1 : cap;
+}
 
 enum archread_verdict archread_classify(int rc, const char *backend, const char *stored_by,
                                         const char *my_backend, const char *my_instance)
@@ -74,9 +86,31 @@ int archread_open(struct hs_req *r, const char *job_id, int n, const struct arch
 {
     char why[256] = "out of memory";
     const struct cfg *cfg = api_cfg(r);
+    /* A bucket's object comes whole to a temporary file on this database worker: a few large
+     * videos read at once would hold every worker, and every tenant's reads and cancels wait
+     * behind them. At most archive_s3_reads_max at once (never every worker); the others are
+     * told to come back. */
+    int s3 = strcmp(cfg->archive_backend, "s3") == 0 && o->backend &&
+             strcmp(o->backend, "s3") == 0;
+    if (s3 && atomic_fetch_add(&s3_reads, 1) >=
+                  archread_s3_room(cfg->archive_s3_reads_max, cfg->db_workers)) {
+        atomic_fetch_sub(&s3_reads, 1);
+        metrics_archive_read_unserved(MAR_BUSY);
+        char detail[160];
+        snprintf(detail, sizeof(detail),
+                 "%d outputs are being read from the archive's bucket by this replica: try "
+                 "again in a moment",
+                 archread_s3_room(cfg->archive_s3_reads_max, cfg->db_workers));
+        reply_problem(r, 503, "archive-busy", "Archive busy", detail, BUSY_RETRY_AFTER_S);
+        return -1;
+    }
+    if (s3)
+        CRASH_POINT("archive_s3_read");
     struct blob_store *b = blob_open(cfg);
     int rc = b ? blob_open_read(b, o->sha256, fd, size, why, sizeof(why)) : BLOB_EUNAVAIL;
     blob_close(b);
+    if (s3)
+        atomic_fetch_sub(&s3_reads, 1);
     if (rc == 0)
         return 0;
     answer(r, job_id, n, o,

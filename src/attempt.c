@@ -422,8 +422,8 @@ static struct pol_decision decide(const struct cfg_provider *p, const struct sto
 static const char *last_error(const struct pol_decision *d, const struct up_response *res,
                               const struct attempt_results *rs, int whole, char *buf, size_t len)
 {
-    if (res->aborted_before_send)
-        return "lease expired before sending";
+    if (res->aborted_before_send) /* refused by the send's check, or never built */
+        return res->curl_code || !res->error[0] ? "lease expired before sending" : res->error;
     if (whole)
         return d->reason;
     if (rs->stream_cut && !res->curl_code && rs->stream_error_status)

@@ -44,6 +44,12 @@ static const struct cfg_setting settings[] = {
     {"archive_s3_secret_key_env", "IDEMGATE_ARCHIVE_S3_SECRET_KEY_ENV", T_STR,
      OFF(archive_s3_secret_key_env), "AWS_SECRET_ACCESS_KEY", 0, 0,
      "environment variable holding the bucket's secret key"},
+    {"archive_s3_reads_max", "IDEMGATE_ARCHIVE_S3_READS_MAX", T_INT, OFF(archive_s3_reads_max),
+     "2", 1, 256,
+     "outputs read from the bucket at once in this replica to answer GET …/outputs/{n} (each read "
+     "holds one of the db_workers threads while the whole object comes and is checked against "
+     "its SHA-256); at most db_workers - 1 of them, so that one is always left for every other "
+     "read and action; another read is answered 503 archive-busy with Retry-After"},
     {"archive_max_inflight", "IDEMGATE_ARCHIVE_MAX_INFLIGHT", T_INT, OFF(archive_max_inflight),
      "16", 1, 10000,
      "output copies in flight at once in this replica (on the call engine); each holds a "

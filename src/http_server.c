@@ -815,8 +815,12 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
         size_t cap = r->body_cap ? r->body_cap : 4096;
         while (cap < r->body_len + n + 1)
             cap *= 2;
+        /* Never past the body's own cap (and its NUL): at most body_max + 1 counted, which the
+         * untrusted half holds (max_buffered_bytes is at least twice every body cap). */
+        if (cap > (size_t)r->body_max + 1)
+            cap = (size_t)r->body_max + 1;
         long more = (long)(cap - r->body_cap), max = s->o.max_buffered_bytes;
-        if (r->untrusted && !take_bytes(&untrusted_bytes, more, max > 0 ? max / 2 : 0)) {
+        if (r->untrusted && !take_bytes(&untrusted_bytes, more, max > 0 ? max / 2 + 1 : 0)) {
             r->over_memory = 1;
             drop_body(r);
             return MHD_YES;

@@ -101,7 +101,7 @@ static atomic_ulong poll_reads[METRICS_PROVIDERS_MAX + 1][N_POLL_READ];
 static atomic_ulong archive_claimed[2]; /* by a claim, by the write of the result */
 static atomic_ulong archive_reads_unserved[MAR__COUNT];
 static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
-                                                           "unavailable"};
+                                                           "unavailable", "busy"};
 
 /* Spend by (provider, currency): labels are configured names, registered on first use. */
 #define N_SPEND 64

@@ -18,6 +18,15 @@ int prov_secret_ok(const char *secret)
     return 1;
 }
 
+/* The answer of a call that never left: nothing was sent, so nothing can have been made (a
+ * secret read at the send may be gone since the check before it: a file an agent replaces). */
+static void not_sent(struct up_response *res, const char *why)
+{
+    memset(res, 0, sizeof(*res));
+    res->aborted_before_send = 1;
+    snprintf(res->error, sizeof(res->error), "%s", why);
+}
+
 int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struct up_xfer **out,
                   struct up_response *res)
 {
@@ -28,16 +37,13 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
     *out = NULL;
     char *secret = c->credential && *c->credential ? secret_get(c->credential) : NULL;
     if (c->credential && *c->credential && !secret) {
-        memset(res, 0, sizeof(*res));
-        snprintf(res->error, sizeof(res->error),
-                 "the provider's credential is not set (its variable unset, its file unreadable)");
+        not_sent(res, "the provider's credential is not set (its variable unset, its file "
+                      "unreadable)");
         return -1;
     }
     if (secret && !prov_secret_ok(secret)) { /* never sent: nothing of it is said */
         secret_free(secret);
-        memset(res, 0, sizeof(*res));
-        snprintf(res->error, sizeof(res->error),
-                 "the provider's credential holds a control character (a line end?)");
+        not_sent(res, "the provider's credential holds a control character (a line end?)");
         return -1;
     }
     if (secret) {
@@ -47,8 +53,7 @@ int prov_xfer_new(const struct cfg_provider *p, const struct prov_call *c, struc
         auth = malloc(auth_len);
         if (!auth) {
             secret_free(secret);
-            memset(res, 0, sizeof(*res));
-            snprintf(res->error, sizeof(res->error), "out of memory");
+            not_sent(res, "out of memory");
             return -1;
         }
         snprintf(auth, auth_len, "%s%s", prefix, secret);

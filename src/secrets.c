@@ -57,7 +57,9 @@ static int same_version(const struct sfile *f, const struct stat *st)
 /* Reads the file at path whole (at most SECRET_FILE_MAX bytes); its version into *st. */
 static char *read_file(const char *path, struct stat *st)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* Never waits at the open: a FIFO or a device named by mistake is refused below (not a
+     * regular file), not waited on by every thread that sends. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         return NULL;
     char *buf = NULL;
@@ -87,41 +89,55 @@ static char *read_file(const char *path, struct stat *st)
     return buf;
 }
 
-/* The file's content now: its last copy when it was not replaced since, else read again. */
+/* The slot of path in S (under S.mu): its entry, or a new empty one; NULL when out of memory. */
+static struct sfile *slot_locked(const char *path)
+{
+    for (size_t i = 0; i < S.n; i++)
+        if (strcmp(S.v[i].path, path) == 0)
+            return &S.v[i];
+    struct sfile *nv = realloc(S.v, (S.n + 1) * sizeof(*nv));
+    if (!nv)
+        return NULL;
+    S.v = nv;
+    char *p = strdup(path);
+    if (!p)
+        return NULL;
+    S.v[S.n] = (struct sfile){.path = p};
+    return &S.v[S.n++];
+}
+
+/* The file's content now: its last copy when it was not replaced since, else read again — the
+ * read outside the lock, so that one slow file never holds the threads reading another. */
 static char *file_secret(const char *path)
 {
     struct stat st;
     if (stat(path, &st) != 0)
         return NULL;
     pthread_mutex_lock(&S.mu);
-    struct sfile *f = NULL;
-    for (size_t i = 0; i < S.n && !f; i++)
-        if (strcmp(S.v[i].path, path) == 0)
-            f = &S.v[i];
-    if (!f || !f->value || !same_version(f, &st)) {
-        char *value = read_file(path, &st);
-        if (!f) {
-            struct sfile *nv = realloc(S.v, (S.n + 1) * sizeof(*nv));
-            char *p = strdup(path);
-            if (nv)
-                S.v = nv;
-            if (!nv || !p) {
-                free(p);
-                pthread_mutex_unlock(&S.mu);
-                return value; /* out of memory: read, not kept */
-            }
-            f = &S.v[S.n++];
-            *f = (struct sfile){.path = p};
-        }
+    struct sfile *f = slot_locked(path);
+    if (f && f->value && same_version(f, &st)) {
+        char *out = *f->value ? strdup(f->value) : NULL;
+        pthread_mutex_unlock(&S.mu);
+        return out;
+    }
+    pthread_mutex_unlock(&S.mu);
+    char *value = read_file(path, &st); /* st: the version read (fstat of what was opened) */
+    if (!value)
+        return NULL;
+    char *out = *value ? strdup(value) : NULL;
+    pthread_mutex_lock(&S.mu);
+    f = slot_locked(path);
+    if (f) {
         secret_free(f->value);
         f->value = value;
         f->dev = st.st_dev;
         f->ino = st.st_ino;
         f->size = st.st_size;
         f->mtime = st.st_mtim;
+        value = NULL;
     }
-    char *out = f->value && *f->value ? strdup(f->value) : NULL;
     pthread_mutex_unlock(&S.mu);
+    secret_free(value); /* out of memory: read, not kept */
     return out;
 }
 

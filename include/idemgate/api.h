@@ -67,6 +67,8 @@ void api_limits_refresh(struct hs_req *r);
 /* Reads the tenant directory again on a database worker when it is due (tenants.h); never
  * waits. */
 void api_tenants_refresh(struct hs_req *r);
+/* The same, from a's server callbacks (no request yet: a body's first bytes). */
+void api_tenants_refresh_of(struct api *a);
 /* Suspends r and runs fn(r, args) on a database worker (args is copied; its strings point into
  * the request). fn answers (hs_respond from that thread: the answer is queued when r resumes) or
  * leaves r to the continuation set before (api_set_continuation); then r is resumed. -1 when the

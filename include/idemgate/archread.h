@@ -16,6 +16,8 @@
  *   503 output-in-other-store    it was published to a store of another kind (local vs s3) than
  *                                this replica's.
  *   503 archive-unavailable      this replica's store could not be read (Retry-After).
+ *   503 archive-busy             archive_s3_reads_max outputs were being read from the bucket
+ *                                by this replica (Retry-After).
  *   500 internal                 this replica published it and its own store lost it. */
 
 enum archread_verdict {
@@ -30,6 +32,10 @@ enum archread_verdict {
  * replica's backend and instance id. Pure. */
 enum archread_verdict archread_classify(int rc, const char *backend, const char *stored_by,
                                         const char *my_backend, const char *my_instance);
+
+/* How many bucket reads may run at once: reads_max (archive_s3_reads_max), at most db_workers - 1
+ * (one worker is always left for the rest), at least 1. Pure. */
+int archread_s3_room(int reads_max, int db_workers);
 
 /* Opens output n of job_id (o: its archived row) from this replica's store: 0 with *fd (the
  * caller owns it) and *size, or -1 once it has answered the problem. On a database worker (an s3

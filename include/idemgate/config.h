@@ -42,6 +42,7 @@ struct cfg {
     int reconcile_workers;
     int reconcile_max_inflight;
     int archive_max_inflight;
+    int archive_s3_reads_max; /* bucket reads at once (archread.c) */
     int poll_workers;
     int job_cache_entries;
     int job_cache_ttl_ms;

@@ -59,6 +59,7 @@ enum metric_archive_read {
     MAR_OTHER_REPLICA = 0, /* in another replica's local archive folder */
     MAR_OTHER_STORE,     /* in a store of another kind than this replica's */
     MAR_UNAVAILABLE,       /* this replica's store did not answer */
+    MAR_BUSY,              /* archive_s3_reads_max bucket reads were in progress */
     MAR__COUNT
 };
 void metrics_archive_read_unserved(enum metric_archive_read why);

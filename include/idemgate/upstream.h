@@ -55,7 +55,7 @@ struct up_response {
                         * upload counted if more (up_xfer_finish) */
     long header_bytes; /* CURLINFO_HEADER_SIZE */
     int http_status;
-    int aborted_before_send; /* before_send refused */
+    int aborted_before_send; /* nothing left: before_send refused, or the request was never built */
     int resend_refused;      /* libcurl was about to send the request a second time: refused */
     char *headers_json;      /* allow-listed response headers as a JSON object (owned) */
     char *body;              /* owned, NUL-terminated, body_len bytes */

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import uuid
 
@@ -964,6 +965,42 @@ def test_an_s3_object_that_does_not_match_its_hash_is_never_served(gateway_facto
         with open(path, "wb") as f:
             f.write(original)
     assert get_output(gw, token, j["id"], 0).body == original
+
+
+def test_bucket_reads_at_once_are_bounded(gateway_factory, token, mock, tmp_path, s3):
+    """An output in the bucket comes whole to a database worker before it is served: a few large
+    videos read at once held every worker, and every tenant's reads and cancels waited behind
+    them. With archive_s3_reads_max 1, a second read while one is in progress (held 3 s by a
+    pause point) is answered 503 archive-busy with Retry-After at once, counted; the first is
+    served whole, and a read after it is served again."""
+    e, route = arch_entry("replicate", mock)
+    settings = s3_settings(s3)
+    settings["env"]["IDEMGATE_PAUSE"] = "archive_s3_read:3000"
+    gw = start(gateway_factory, tmp_path, [e], archive_s3_reads_max=1, **settings)
+    r = gw.submit(token, "s3busy-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route,
+                  headers={"Prefer": "respond-async"})
+    j = archived(gw, token, r.json()["id"])
+    [o] = j["archive"]
+    assert o["state"] == "archived", o
+    first = {}
+    t = threading.Thread(target=lambda: first.update(r=get_output(gw, token, j["id"], 0)))
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "archive_s3_read" not in gw.log():
+            assert time.monotonic() < deadline, gw.log()[-2000:]
+            time.sleep(0.02)
+        busy = get_output(gw, token, j["id"], 0)
+        assert busy.status == 503, (busy.status, busy.body[:200])
+        assert busy.json()["type"].endswith("archive-busy") and busy.headers.get("retry-after")
+        assert t.is_alive(), "the first read ended before the second came: nothing was proved"
+    finally:
+        t.join(20)
+    assert first["r"].status == 200 and hashlib.sha256(first["r"].body).hexdigest() == o["sha256"]
+    again = get_output(gw, token, j["id"], 0)
+    assert again.status == 200 and again.body == first["r"].body
+    metrics = gw.http.request("GET", "/metrics").body.decode()
+    assert 'idemgate_archive_reads_unserved_total{reason="busy"} 1' in metrics
 
 
 def test_s3_credentials_are_sent(gateway_factory, token, mock, tmp_path, s3):

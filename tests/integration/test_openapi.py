@@ -33,6 +33,7 @@ import re
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import types
 import uuid
@@ -967,6 +968,24 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("output, store unreadable", "GET", out0, call(gw, "GET", out0, None, H), 503,
                  "archive-unavailable")
         loop.unlink()
+        # A replica archiving to a bucket, one of whose reads is in progress (held by a pause
+        # point before the bucket is asked; nothing listens there): another is told to come back.
+        psql(f"UPDATE archive_outputs SET backend = 's3' WHERE {row}")
+        bucket = gateway_factory(providers=providers, archive_workers=0,
+                                 archive_backend="s3", archive_s3_endpoint=nowhere,
+                                 archive_s3_bucket="archive", archive_s3_reads_max=1,
+                                 archive_dir=str(tmp_path / "bucket-spool"),
+                                 env=dict(env, AWS_ACCESS_KEY_ID="K", AWS_SECRET_ACCESS_KEY="S",
+                                          IDEMGATE_PAUSE="archive_s3_read:3000"))
+        held = threading.Thread(target=lambda: call(bucket, "GET", out0, None, H))
+        held.start()
+        deadline = time.monotonic() + 10
+        while '"archive_s3_read"' not in bucket.log():
+            assert time.monotonic() < deadline, bucket.log()[-2000:]
+            time.sleep(0.02)
+        t.expect("output, bucket reads at their bound", "GET", out0,
+                 call(bucket, "GET", out0, None, H), 503, "archive-busy")
+        held.join(20)
         psql(f"UPDATE archive_outputs SET sha256 = '{saved[0]}', backend = '{saved[1]}', "
              f"stored_by = nullif('{saved[2]}', '') WHERE {row}")
         assert call(gw, "GET", out0, None, H).status == 200

@@ -94,9 +94,27 @@ static void test_archready_stale(void **state)
     assert_true(archready_stale(3600 * 1000LL));
 }
 
+/* Bucket reads at once: the setting, never every database worker, never none. */
+static void test_archread_s3_room(void **state)
+{
+    (void)state;
+    static const struct {
+        int reads_max, db_workers, want;
+    } room[] = {
+        {2, 4, 2}, {8, 4, 3}, {3, 4, 3}, {2, 2, 1}, {1, 1, 1}, {5, 1, 5}, /* one worker: all */
+        {1, 256, 1}, {256, 256, 255},
+    };
+    for (size_t i = 0; i < sizeof(room) / sizeof(room[0]); i++) {
+        int got = archread_s3_room(room[i].reads_max, room[i].db_workers);
+        if (got != room[i].want)
+            fail_msg("row %zu: %d, want %d", i, got, room[i].want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_archread_s3_room),
         cmocka_unit_test(test_tmp_owner),
         cmocka_unit_test(test_archread_classify),
         cmocka_unit_test(test_archready_stale),

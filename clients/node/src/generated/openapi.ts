@@ -1702,7 +1702,9 @@ export interface operations {
              *     this one does not share (`output-in-other-replica`, the detail names that replica:
              *     several replicas need a shared archive, a bucket or one volume), into the other kind
              *     of store (`output-in-other-store`), or this replica's store did not answer
-             *     (`archive-unavailable`). Never a 500 for an object another replica stored.
+             *     (`archive-unavailable`), or `archive_s3_reads_max` outputs were being read from the
+             *     bucket by this replica (`archive-busy`). Never a 500 for an object another replica
+             *     stored.
              */
             503: {
                 headers: {
@@ -1713,7 +1715,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
-                        type?: "urn:idemgate:problem:store-unavailable" | "urn:idemgate:problem:store-busy" | "urn:idemgate:problem:output-in-other-replica" | "urn:idemgate:problem:output-in-other-store" | "urn:idemgate:problem:archive-unavailable";
+                        type?: "urn:idemgate:problem:store-unavailable" | "urn:idemgate:problem:store-busy" | "urn:idemgate:problem:output-in-other-replica" | "urn:idemgate:problem:output-in-other-store" | "urn:idemgate:problem:archive-unavailable" | "urn:idemgate:problem:archive-busy";
                     };
                 };
             };
