@@ -32,6 +32,7 @@ static const struct dist_step steps[] = {
     {DIST_FUNCTION, "idemgate_settle_ended(bigint, text, boolean, text, bigint, bigint, "
                     "timestamptz, timestamptz)"},
     {DIST_FUNCTION, "idemgate_cancel(bigint, text)"},
+    {DIST_FUNCTION, "idemgate_claim_lost(bigint, text)"},
     {DIST_FUNCTION, "idemgate_archive_claim(bigint, text, integer, text[], integer)"},
     {DIST_FUNCTION, "idemgate_resolve(bigint, text, text, text, text, text, text)"},
     {DIST_FUNCTION, "idemgate_resolve(bigint, text, text, text, text, text, text, bigint)"},

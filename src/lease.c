@@ -605,22 +605,18 @@ struct claim_kind {
  * with nothing sent. Left so, the lease ends, the reaper makes it `unknown` — an ambiguous send
  * that never happened, sent to review by a profile that cannot look a task up. Every claim names
  * itself (the owner gets a random suffix of its own), so the row such a claim moved, and only
- * it, is written back to `prepared`: never sent, due at once. A row the reaper or another
- * replica has taken since is no longer `sending` under that name and is left alone. */
+ * it, is written back to `prepared`: never sent, due at once — or, when its cancel was
+ * acknowledged meanwhile, cancelled as a job never sent (`failed` at cost 0, or `unknown` after
+ * an earlier attempt that may have made its task; migration 0037). A row the reaper or another
+ * replica has taken since is no longer `sending` under that name, and one a signed webhook
+ * hinted meanwhile (a task of this job exists: the reaper's `unknown` and its reader decide), are
+ * left alone. Each row answers its id and the state written. */
 static const struct db_stmt claim_lost = {
     .name = "claim_lost",
-    .sql = "UPDATE operations SET state = 'prepared', lease_owner = NULL, "
-    " lease_expires_at = NULL, next_attempt_at = now(), updated_at = now(), "
-    " transport_attempts = greatest(transport_attempts - 1, 0), "
-    " first_sent_at = CASE WHEN first_sent_at = updated_at THEN NULL ELSE first_sent_at END "
-    "WHERE tenant_id = $1 AND state = 'sending' AND lease_owner = $2 "
-    /* A webhook's hint (a task of this job exists: the reaper's `unknown` and its reader
-     * decide) or a cancel acknowledged meanwhile (a `prepared` row with a cancel is claimed by
-     * nobody) leave the row to its lease. */
-    " AND webhook_hint IS NULL AND cancel_requested_at IS NULL "
-    "RETURNING id",
+    .sql = "SELECT job_id, job_state FROM idemgate_claim_lost($1::bigint, $2::text)",
     .params = DB_PARAMS("tenant_id", "owner"),
-    .moves = DB_MOVES({ST_SENDING, ST_PREPARED}),
+    .moves = DB_MOVES({ST_SENDING, ST_PREPARED}, {ST_SENDING, ST_FAILED},
+                      {ST_SENDING, ST_UNKNOWN}),
 };
 
 /* The names of claims whose answer was lost after the statement may have reached the server,
@@ -655,9 +651,15 @@ static int give_back_lost(struct db *db, long long tenant, const char *owner)
         return -1;
     int found = PQntuples(r) > 0;
     for (int i = 0; i < PQntuples(r); i++) {
+        int st = st_parse(PQgetvalue(r, i, 1));
         LOG(LOG_WARN, "claim_given_back", LS("job_id", PQgetvalue(r, i, 0)),
-            LS("note", "the claim's answer was lost: never sent, prepared again and due now"));
-        wake_state(PQgetvalue(r, i, 0), ST_PREPARED);
+            LS("state", PQgetvalue(r, i, 1)),
+            LS("note", st == ST_PREPARED
+                           ? "the claim's answer was lost: never sent, prepared again and due now"
+                           : "the claim's answer was lost: never sent, and its cancel was "
+                             "acknowledged meanwhile: cancelled as a job never sent"));
+        if (st >= 0)
+            wake_state(PQgetvalue(r, i, 0), (enum op_state)st);
     }
     PQclear(r);
     return found;

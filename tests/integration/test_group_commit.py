@@ -474,16 +474,18 @@ def test_the_rows_intake_writes_what_the_plain_intake_writes(database_url, psql)
 def test_a_lost_claims_give_back_moves_only_its_own_unsent_row(database_url, psql):
     """claim_lost (lease.c) writes back to `prepared` the row a claim whose answer was lost moved,
     as it was: unowned, due now, its transport attempt and first send uncounted (a first send of
-    an earlier attempt kept). It leaves alone a row claimed under another name, a row a signed
-    webhook hinted meanwhile (a task of the job exists: the reaper and the reconciler decide),
-    and a row whose cancel was acknowledged meanwhile (a `prepared` row with a cancel is claimed
-    by nobody: it would stay so for good)."""
+    an earlier attempt kept). A row whose cancel was acknowledged meanwhile is cancelled as a job
+    never sent: `failed` at cost 0 — or `unknown` when an earlier attempt may have made its task
+    (before, both were left to their lease, then the reaper's `unknown` and, with no lookup, an
+    operator's review of a job never sent). It leaves alone a row claimed under another name and
+    a row a signed webhook hinted meanwhile (a task of the job exists: the reaper and the
+    reconciler decide)."""
     tenant_name = "lost-" + uuid.uuid4().hex[:8]
     tenant_token(database_url, tenant_name)
     tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
     claim, lost = statement_sql("claim"), statement_sql("claim_lost")
     tag = uuid.uuid4().hex[:6]
-    kinds = ("plain", "earlier", "other", "hinted", "cancelled")
+    kinds = ("plain", "earlier", "other", "hinted", "cancelled", "cancelled_ambiguous")
     ids = {k: f"lost_{k}_{tag}" for k in kinds}
     cols = ("tenant_id, id, idempotency_key, fingerprint, fingerprint_version, provider, route, "
             "req_method, req_url, req_credential, req_body, state, expires_at, first_sent_at, "
@@ -505,16 +507,29 @@ def test_a_lost_claims_give_back_moves_only_its_own_unsent_row(database_url, psq
         got = execute(psql, claim, f"('r~{k}', 60, '{{lost-{k}-{tag}}}', {tid})")
         assert len(got) == 1 and got[0][1] == ids[k], got
     psql(f"UPDATE operations SET webhook_hint = 'task_1' WHERE id = '{ids['hinted']}'")
-    psql(f"UPDATE operations SET cancel_requested_at = now() WHERE id = '{ids['cancelled']}'")
+    psql(f"UPDATE operations SET cancel_requested_at = now() WHERE id IN "
+         f"('{ids['cancelled']}', '{ids['cancelled_ambiguous']}')")
+    psql(f"UPDATE operations SET ambiguous_at = now() WHERE id = '{ids['cancelled_ambiguous']}'")
     claimed = {k: row(k) for k in kinds}
     assert all(claimed[k][0] == "sending" for k in kinds), claimed
-    for k in ("plain", "earlier", "hinted", "cancelled"):
-        execute(psql, lost, f"({tid}, 'r~{k}')")
-    execute(psql, lost, f"({tid}, 'r~nobody')")  # "other" was claimed as r~other
+    answers = {}
+    for k in ("plain", "earlier", "hinted", "cancelled", "cancelled_ambiguous"):
+        answers[k] = execute(psql, lost, f"({tid}, 'r~{k}')")
+    assert execute(psql, lost, f"({tid}, 'r~nobody')") == []  # "other" was claimed as r~other
+    assert answers["plain"] == [[ids["plain"], "prepared"]], answers
+    assert answers["cancelled"] == [[ids["cancelled"], "failed"]], answers
+    assert answers["cancelled_ambiguous"] == [[ids["cancelled_ambiguous"], "unknown"]], answers
+    assert answers["hinted"] == [], answers
     assert row("plain") == before["plain"] == ["prepared", "t", "0", "t", "t", "t"]
     assert row("earlier") == before["earlier"] == ["prepared", "t", "1", "f", "t", "t"]
-    for k in ("other", "hinted", "cancelled"):
+    for k in ("other", "hinted"):
         assert row(k) == claimed[k], (k, row(k))
+    ended = psql(f"SELECT state, lease_owner IS NULL, cost_micros, finished_at IS NOT NULL, "
+                 f"last_error FROM operations WHERE tenant_id = {tid} AND id = '{ids['cancelled']}'")
+    assert ended == [["failed", "t", "0", "t", "canceled before it was sent"]], ended
+    ambiguous = psql(f"SELECT state, lease_owner IS NULL, finished_at IS NULL FROM operations "
+                     f"WHERE tenant_id = {tid} AND id = '{ids['cancelled_ambiguous']}'")
+    assert ambiguous == [["unknown", "t", "t"]], ambiguous
 
 
 def test_the_rows_begin_send_writes_what_begin_send_writes(database_url, psql):
