@@ -90,8 +90,7 @@ int archread_open(struct hs_req *r, const char *job_id, int n, const struct arch
      * videos read at once would hold every worker, and every tenant's reads and cancels wait
      * behind them. At most archive_s3_reads_max at once (never every worker); the others are
      * told to come back. */
-    int s3 = strcmp(cfg->archive_backend, "s3") == 0 && o->backend &&
-             strcmp(o->backend, "s3") == 0;
+    int s3 = strcmp(cfg->archive_backend, "s3") == 0; /* whatever the row says: the bucket */
     if (s3 && atomic_fetch_add(&s3_reads, 1) >=
                   archread_s3_room(cfg->archive_s3_reads_max, cfg->db_workers)) {
         atomic_fetch_sub(&s3_reads, 1);

@@ -48,8 +48,9 @@ static const struct cfg_setting settings[] = {
      "2", 1, 256,
      "outputs read from the bucket at once in this replica to answer GET …/outputs/{n} (each read "
      "holds one of the db_workers threads while the whole object comes and is checked against "
-     "its SHA-256); at most db_workers - 1 of them, so that one is always left for every other "
-     "read and action; another read is answered 503 archive-busy with Retry-After"},
+     "its SHA-256); with more than one of db_workers, at most db_workers - 1 of them, so that "
+     "one is always left for every other read and action; another read is answered 503 "
+     "archive-busy with Retry-After"},
     {"archive_max_inflight", "IDEMGATE_ARCHIVE_MAX_INFLIGHT", T_INT, OFF(archive_max_inflight),
      "16", 1, 10000,
      "output copies in flight at once in this replica (on the call engine); each holds a "

@@ -466,7 +466,9 @@ static void on_end(void *arg, struct up_response *res)
         /* Past the lease: nothing was sent, nothing here is written (fenced); the job's owner,
          * whoever it is now, reads the task before any cancel of its own. */
         LOG(LOG_WARN, "cancel_not_sent", LS("job_id", j->c.id), LS("provider", p->name),
-            LS("note", "the poll's lease was over before the cancel could leave"));
+            LS("note", res->curl_code || !res->error[0]
+                           ? "the poll's lease was over before the cancel could leave"
+                           : res->error));
         j->cancel_done = 0;
         j->cancel_status = 0;
     } else if (j->step == STEP_CANCEL) {

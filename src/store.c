@@ -1347,7 +1347,9 @@ int store_tenant_list(struct db *db,
 }
 
 /* Usage and budgets (GET /v1/usage, `idemgate usage`): the settled cost of the completed (and
- * canceled: a cancelled task is paid for too) operations that finished in [$2, $3) (default: this UTC month until now), summed by tenant,
+ * canceled: a cancelled task is paid for too; and abandoned by an operator: failed, but charged
+ * what its task may have cost, as the budget counts it) operations that finished in [$2, $3)
+ * (default: this UTC month until now), summed by tenant,
  * group ($4: provider, route or day) and currency; then one row per tenant with its budget
  * (NULLs without one) and what counts against it now. $1: a tenant's token hash (NULL: every
  * tenant, the admin's view), $5: one tenant by name (NULL: any). */
@@ -1366,7 +1368,8 @@ static const struct db_stmt usage = {
     "  count(*), sum(o.cost_micros)::bigint, NULL::bigint, NULL::bigint, NULL::bigint, "
     "  NULL::bigint "
     "FROM t JOIN operations o ON o.tenant_id = t.id, w "
-    " WHERE o.state IN ('completed', 'canceled') "
+    " WHERE (o.state IN ('completed', 'canceled') "
+    "   OR (o.state = 'failed' AND o.resolution = 'abandon')) "
     " AND o.currency IS NOT NULL AND o.finished_at >= w.f AND o.finished_at < w.u "
     "GROUP BY 2, 3, 4 "
     "UNION ALL SELECT 'tenant', t.name, NULL, b.currency, b.day_limit_micros, "
@@ -1375,7 +1378,7 @@ static const struct db_stmt usage = {
     " b.inflight FROM t LEFT JOIN tenant_budgets b ON b.tenant_id = t.id "
     "ORDER BY 1 DESC, 2, 3, 4",
     .params = DB_PARAMS("tenant_id", "from", "to", "group_by", "tenant"),
-    .filters = DB_FILTERS(ST_COMPLETED, ST_CANCELED),
+    .filters = DB_FILTERS(ST_COMPLETED, ST_CANCELED, ST_FAILED),
 };
 
 int store_usage(struct db *db, long long tenant_id, const char *tenant, const char *from,

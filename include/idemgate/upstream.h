@@ -55,7 +55,8 @@ struct up_response {
                         * upload counted if more (up_xfer_finish) */
     long header_bytes; /* CURLINFO_HEADER_SIZE */
     int http_status;
-    int aborted_before_send; /* nothing left: before_send refused, or the request was never built */
+    int aborted_before_send; /* nothing left: before_send refused, or prov_xfer_new could not
+                              * build the request (its secret gone, out of memory) */
     int resend_refused;      /* libcurl was about to send the request a second time: refused */
     char *headers_json;      /* allow-listed response headers as a JSON object (owned) */
     char *body;              /* owned, NUL-terminated, body_len bytes */

@@ -970,12 +970,12 @@ def test_an_s3_object_that_does_not_match_its_hash_is_never_served(gateway_facto
 def test_bucket_reads_at_once_are_bounded(gateway_factory, token, mock, tmp_path, s3):
     """An output in the bucket comes whole to a database worker before it is served: a few large
     videos read at once held every worker, and every tenant's reads and cancels waited behind
-    them. With archive_s3_reads_max 1, a second read while one is in progress (held 3 s by a
+    them. With archive_s3_reads_max 1, a second read while one is in progress (held 5 s by a
     pause point) is answered 503 archive-busy with Retry-After at once, counted; the first is
     served whole, and a read after it is served again."""
     e, route = arch_entry("replicate", mock)
     settings = s3_settings(s3)
-    settings["env"]["IDEMGATE_PAUSE"] = "archive_s3_read:3000"
+    settings["env"]["IDEMGATE_PAUSE"] = "archive_s3_read:5000"
     gw = start(gateway_factory, tmp_path, [e], archive_s3_reads_max=1, **settings)
     r = gw.submit(token, "s3busy-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route,
                   headers={"Prefer": "respond-async"})
@@ -987,7 +987,7 @@ def test_bucket_reads_at_once_are_bounded(gateway_factory, token, mock, tmp_path
     t.start()
     try:
         deadline = time.monotonic() + 10
-        while "archive_s3_read" not in gw.log():
+        while '"archive_s3_read"' not in gw.log():
             assert time.monotonic() < deadline, gw.log()[-2000:]
             time.sleep(0.02)
         busy = get_output(gw, token, j["id"], 0)

@@ -429,6 +429,10 @@ def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, 
     assert gw.job(token, found).json()["cost"]["micros"] == reserved
     assert gw.job(token, abandon).json()["cost"]["micros"] == reserved
     assert gw.job(token, abandon).json()["state"] == "failed"
+    # The usage report sums what the budget counts: the abandoned job's charge too (it summed
+    # completed and canceled jobs only, one reservation less than the budget).
+    rows = usage(gw, token).json()["data"]
+    assert [(r["jobs"], r["cost_micros"]) for r in rows] == [(2, 2 * reserved)], rows
 
 
 def test_retention_deletes_each_kind_and_keeps_a_tombstone(gateway_factory, mock, database_url,

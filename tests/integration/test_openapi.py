@@ -971,12 +971,12 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         # A replica archiving to a bucket, one of whose reads is in progress (held by a pause
         # point before the bucket is asked; nothing listens there): another is told to come back.
         psql(f"UPDATE archive_outputs SET backend = 's3' WHERE {row}")
-        bucket = gateway_factory(providers=providers, archive_workers=0,
+        bucket = gateway_factory(providers=providers, **dict(quiet, db_workers=2),
                                  archive_backend="s3", archive_s3_endpoint=nowhere,
                                  archive_s3_bucket="archive", archive_s3_reads_max=1,
                                  archive_dir=str(tmp_path / "bucket-spool"),
                                  env=dict(env, AWS_ACCESS_KEY_ID="K", AWS_SECRET_ACCESS_KEY="S",
-                                          IDEMGATE_PAUSE="archive_s3_read:3000"))
+                                          IDEMGATE_PAUSE="archive_s3_read:5000"))
         held = threading.Thread(target=lambda: call(bucket, "GET", out0, None, H))
         held.start()
         deadline = time.monotonic() + 10
@@ -986,6 +986,8 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         t.expect("output, bucket reads at their bound", "GET", out0,
                  call(bucket, "GET", out0, None, H), 503, "archive-busy")
         held.join(20)
+        # Its slot given back: the next read asks the bucket (nothing listens there).
+        assert call(bucket, "GET", out0, None, H).json()["type"].endswith("archive-unavailable")
         psql(f"UPDATE archive_outputs SET sha256 = '{saved[0]}', backend = '{saved[1]}', "
              f"stored_by = nullif('{saved[2]}', '') WHERE {row}")
         assert call(gw, "GET", out0, None, H).status == 200

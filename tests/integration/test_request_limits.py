@@ -323,7 +323,7 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
         assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 8 * 65536
         # Quiet for longer than a tenant entry answers requests from memory
         # (TENANTS_MAX_AGE_S): its token is still known for sharing memory.
-        time.sleep(2.5)
+        time.sleep(3.5)
         status, _, answer = send(request())
         assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
         for i in range(8):
