@@ -93,18 +93,19 @@ int tenants_lookup(const char *token_hash, struct tenant *out)
     return found;
 }
 
-int tenants_known(const char *token_hash)
+long long tenants_known(const char *token_hash)
 {
     if (!well_formed(token_hash))
         return 0;
-    int known = 0;
+    long long id = 0;
     pthread_mutex_lock(&T.mu);
     if (T.cap) {
         const struct entry *e = slot(T.v, T.cap, token_hash);
-        known = e->token[0] && e->id > 0;
+        if (e->token[0] && e->id > 0)
+            id = e->id;
     }
     pthread_mutex_unlock(&T.mu);
-    return known;
+    return id;
 }
 
 int tenants_get(struct db *db, const char *token_hash, struct tenant *out)

@@ -26,9 +26,10 @@ struct tenant {
  * when it was confirmed no tenant's within it; 0 when memory cannot tell (tenants_get can). */
 int tenants_lookup(const char *token_hash, struct tenant *out);
 
-/* 1 when token_hash was a live tenant's at the directory's last read of it, however long ago
- * (not a proof it still is: for sharing memory between callers, never for answering one). */
-int tenants_known(const char *token_hash);
+/* The tenant id token_hash was a live tenant's at the directory's last read of it, however long
+ * ago, else 0 (not a proof it still is: for sharing memory and queues between callers, never
+ * for answering one). */
+long long tenants_known(const char *token_hash);
 
 /* The tenant of token_hash, from memory or else from the database with db: STORE_OK, STORE_EAUTH
  * (no live tenant has it) or a store error (the database could not tell). */

@@ -3,6 +3,8 @@ another tenant's first job by more than a few claims. The claim serves the tenan
 turn comes next (turns.h: one claim per tenant with due work in turn), not the most overdue row of
 the whole table."""
 
+import threading
+import time
 import uuid
 
 from conftest import tenant_token
@@ -280,3 +282,46 @@ def test_the_ring_read_finds_the_same_tenants_as_the_grouped_read(database_url, 
     finally:
         psql(f"DELETE FROM operations WHERE provider IN ('{prov}', 'other') "
              f"AND id LIKE 'job_ring{prov}%'")
+
+
+def test_a_quiet_gateways_tenant_is_not_queued_behind_unknown_tokens(gateway_factory,
+                                                                      database_url):
+    """The database workers serve their queue one caller at a time in turn (offload.h), every
+    token no tenant holds sharing one lane. A tenant's token is its own lane from the directory
+    as last read, however long ago: after more than TENANTS_MAX_AGE_S without a read (a quiet
+    gateway), its request was queued in the unknown tokens' lane, behind all of them. With one
+    worker held (a pause point), twenty requests with made-up tokens, then the tenant's, are
+    queued; once the worker is free, the tenant's is answered among the first few."""
+    token = tenant_token(database_url)
+    gw = gateway_factory(db_workers=1, max_connections=256,
+                         env={"IDEMGATE_PAUSE": "offloaded_run:8000"})
+    done = []
+    lock = threading.Lock()
+
+    def get(name, tok):
+        r = gw.http.request("GET", "/v1/jobs", headers={"Authorization": f"Bearer {tok}"},
+                            timeout=60)
+        with lock:
+            done.append((name, r.status))
+
+    holder = threading.Thread(target=get, args=("holder", uuid.uuid4().hex))
+    holder.start()
+    deadline = time.monotonic() + 10
+    while '"offloaded_run"' not in gw.log():
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.02)
+    time.sleep(2.2)  # the directory's last read is now older than TENANTS_MAX_AGE_S
+    threads = [threading.Thread(target=get, args=(f"unknown{i}", uuid.uuid4().hex))
+               for i in range(20)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # queued behind the held worker (held 8 s in all)
+    mine = threading.Thread(target=get, args=("tenant", token))
+    mine.start()
+    for t in [holder, mine] + threads:
+        t.join(60)
+    assert '"offloaded_run"' in gw.log() and len(done) == 22, done
+    order = [name for name, _ in done]
+    assert dict(done)["tenant"] == 200 and dict(done)["unknown0"] == 401, done
+    ahead = sum(1 for name in order[:order.index("tenant")] if name.startswith("unknown"))
+    assert ahead <= 3, order
