@@ -817,3 +817,26 @@ def test_no_trigger_nor_value_check_is_rebuilt_on_each_write(psql):
                   "AND conrelid IN ('operations'::regclass, 'archive_outputs'::regclass, "
                   "'attempts'::regclass) ORDER BY 1, 2")
     assert checks == [["operations", "operations_state_check"]]
+
+
+def test_jobs_priced_at_the_most_in_flight_never_overflow_the_budget(gateway_factory,
+                                                                    database_url):
+    """An estimate saturates at PRICE_MAX rather than overflow; the budget row sums the
+    reservations of the jobs in flight (bigint). At 2^60 a job, the eighth such job in flight
+    overflowed the row and every intake of the tenant answered 500 until they ended; at 2^53,
+    twelve are recorded (none is sent: nothing listens at the provider's address)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{s.getsockname()[1]}"
+    huge = provider("huge-price", nowhere,
+                    pricing={"currency": "USD", "per_output": 9000000000000000})
+    gw = gateway_factory(providers=[huge])
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--in-flight", "50").returncode == 0
+    for i in range(12):
+        r = gw.submit(token, key(), {"prompt": f"p{i}", "n": 1000},
+                      route="huge-price/images/generations")
+        assert r.status == 202, (i, r.status, r.body[:300])
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["in_flight"] == 12, b

@@ -178,7 +178,7 @@ static const struct price_case price_cases[] = {
     /* Per request only, whatever the outputs. */
     {FLAT, "{\"n\":5}", 5, 2, NULL, 250000, 250000},
     /* Saturation instead of overflow. */
-    {"{\"currency\":\"USD\",\"per_output\":1000000000000000000}", "{}", 1000, 1000, NULL,
+    {"{\"currency\":\"USD\",\"per_output\":1000000000000000}", "{}", 1000, 1000, NULL,
      PRICE_MAX, PRICE_MAX},
 };
 
