@@ -621,11 +621,13 @@ static void render_gauges(FILE *f, const struct cfg *cfg, const struct gauge_rea
     if (db_ok && g->archive_pending >= 0 && g->archive_oldest_s >= 0)
         fprintf(f,
                 "# HELP idemgate_archive_pending_copies Outputs whose archive copy is still to be "
-                "made, by every replica (read at most once a minute).\n"
+                "made, by every replica, a completed job whose outputs are not planned yet "
+                "counting as one (read at most once a minute).\n"
                 "# TYPE idemgate_archive_pending_copies gauge\n"
                 "idemgate_archive_pending_copies %.0f\n"
                 "# HELP idemgate_archive_oldest_pending_seconds Age of the oldest output whose "
-                "archive copy is still to be made, 0 with none (read at most once a minute).\n"
+                "archive copy is still to be made (of a job not planned yet: since its end), 0 "
+                "with none (read at most once a minute).\n"
                 "# TYPE idemgate_archive_oldest_pending_seconds gauge\n"
                 "idemgate_archive_oldest_pending_seconds %.3f\n",
                 g->archive_pending, g->archive_oldest_s);

@@ -1686,7 +1686,9 @@ int store_breaker_list(struct db *db,
  * are counted at most every GAUGES_TERMINAL_EVERY_S and kept in between, in the same statement
  * as the other figures that may wait a minute: the most used share of any tenant's day and month
  * amount limits (tenant_budgets: a row per tenant with a budget), and the archive copies still
- * pending with the age of the oldest (along the pending copies' partial index). */
+ * pending with the age of the oldest (along the pending copies' partial index) — a completed job
+ * whose outputs are not planned yet counts as one, as old as its end (along
+ * operations_archive_unplanned): no replica plans them when none archives that provider. */
 #define GAUGES_TERMINAL_EVERY_S 60
 #define BACKLOG_COUNT(st)                                                                          \
     "SELECT 'state', '" st "', (SELECT count(*) FROM operations WHERE state = '" st "') "
@@ -1713,10 +1715,13 @@ static const struct db_stmt gauges_terminal = {
                              "day = (now() AT TIME ZONE 'UTC')::date")
     "UNION ALL " BUDGET_USED("budget_month", "month_limit_micros", "month_micros",
                              "month = date_trunc('month', now() AT TIME ZONE 'UTC')::date")
-    "UNION ALL SELECT 'archive_pending', count(*)::float8 FROM archive_outputs "
-    "WHERE state = 'pending' "
-    "UNION ALL SELECT 'archive_oldest', coalesce(extract(epoch FROM now() - min(created_at)), "
-    "0)::float8 FROM archive_outputs WHERE state = 'pending'",
+    "UNION ALL SELECT 'archive_pending', (SELECT count(*) FROM archive_outputs "
+    " WHERE state = 'pending')::float8 + (SELECT count(*) FROM operations "
+    " WHERE state = 'completed' AND archive_planned_at IS NULL)::float8 "
+    "UNION ALL SELECT 'archive_oldest', greatest(coalesce(extract(epoch FROM now() - "
+    " (SELECT min(created_at) FROM archive_outputs WHERE state = 'pending')), 0), "
+    " coalesce(extract(epoch FROM now() - (SELECT min(finished_at) FROM operations "
+    " WHERE state = 'completed' AND archive_planned_at IS NULL)), 0))::float8",
 };
 /* The rows of gauges_terminal, by name: the first three are states, the others (kind, name). */
 #define SLOW_GAUGES 7

@@ -593,18 +593,24 @@ def test_an_expired_job_is_kept_while_an_output_is_still_to_be_archived(database
     kinds = {"held": ("pending", "NULL", 9, 1, True), "free": ("archived", "NULL", 9, 1, False),
              "url-gone": ("pending", gone, 9, 1, False),
              "twice-expired": ("pending", "NULL", 25, 15, False),
-             "copying": ("pending", gone, 25, 15, True)}
+             "copying": ("pending", gone, 25, 15, True),
+             # not planned yet (migration 0038): no output row, kept like a pending one
+             "unplanned": (None, "NULL", 9, 1, False),
+             "unplanned-twice-expired": (None, "NULL", 25, 15, False)}
     jobs = {what: f"job_{what[:4]}{uuid.uuid4().hex[:8]}" for what in kinds}
     for i, (what, job_id) in enumerate(jobs.items()):
         state, url_expiry, age, expired, leased = kinds[what]
         assert psql(f"SELECT idemgate_intake({tid}, 'k{i}', '{job_id}', '00', 1::smallint, "
                     "'tomb-prov', 'r', 'POST', 'http://x', '', '\\x00'::bytea, 24, NULL, "
                     "'none', NULL, NULL, NULL, 60, 0, NULL, false, now())")[0][0] == "1"
-        psql(f"UPDATE operations SET state = 'completed', archive_planned_at = now(), "
+        planned = "NULL" if state is None else "now()"
+        psql(f"UPDATE operations SET state = 'completed', archive_planned_at = {planned}, "
              f"finished_at = now() - interval '{age} days', "
              f"created_at = now() - interval '{age} days', "
              f"expires_at = now() - interval '{expired} days' "
              f"WHERE tenant_id = {tid} AND id = '{job_id}'")
+        if state is None:
+            continue
         # One output each, some under a worker's lease (a copy in progress).
         owner, until = ("'w1'", "now() + interval '1 minute'") if leased else ("NULL", "NULL")
         psql(f"INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
@@ -622,8 +628,14 @@ def test_an_expired_job_is_kept_while_an_output_is_still_to_be_archived(database
     psql(f"SELECT idemgate_janitor({tid}, 10)")
     assert kept("held") == ["1", "1"], "a pending output was deleted with its job"
     assert kept("copying") == ["1", "1"], "an output was deleted while a worker copied it"
-    for what in ("free", "url-gone", "twice-expired"):
+    assert kept("unplanned") == ["1", "0"], "a job was deleted before its outputs were planned"
+    for what in ("free", "url-gone", "twice-expired", "unplanned-twice-expired"):
         assert kept(what) == ["0", "0"], what
+    # Planned at last, its copy made: the next sweep deletes it.
+    psql(f"UPDATE operations SET archive_planned_at = now() "
+         f"WHERE tenant_id = {tid} AND id = '{jobs['unplanned']}'")
+    psql(f"SELECT idemgate_janitor({tid}, 10)")
+    assert kept("unplanned") == ["0", "0"]
     # The copy ends (its output expired at the provider): the next sweep deletes both.
     psql(f"UPDATE archive_outputs SET state = 'expired', lease_owner = NULL, "
          f"lease_expires_at = NULL WHERE tenant_id = {tid} AND op_id = '{jobs['held']}'")
