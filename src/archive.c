@@ -1,5 +1,4 @@
 #include "idemgate/archive.h"
-#include "idemgate/secrets.h"
 
 #include "idemgate/archplan.h"
 #include "idemgate/blobstore.h"
@@ -13,6 +12,7 @@
 #include "idemgate/metrics.h"
 #include "idemgate/provider.h"
 #include "idemgate/resultq.h"
+#include "idemgate/secrets.h"
 #include "idemgate/turns.h"
 #include "idemgate/upstream.h"
 #include "idemgate/wpool.h"

@@ -749,9 +749,8 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
                           (!s->o.upload_allowed || s->o.upload_allowed(r->path, s->o.app))
                       ? s->o.max_upload_bytes
                       : s->o.max_body_bytes;
-    r->untrusted = s->o.body_trusted &&
-                   !s->o.body_trusted(
-                       MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), s->o.app);
+    const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    r->untrusted = s->o.body_trusted && !s->o.body_trusted(authz, s->o.app);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)r->body_max)
         r->too_large = 1;
@@ -775,7 +774,8 @@ long hs_body_bytes_untrusted(void)
     return atomic_load(&untrusted_bytes);
 }
 
-/* Takes more bytes of counter c, bounded by max (0 or less: no bound); 0 when they would pass it. */
+/* Takes more bytes of counter c, bounded by max (0 or less: no bound); 0 when they would pass
+ * it. */
 static int take_bytes(atomic_long *c, long more, long max)
 {
     if (max > 0 && atomic_fetch_add(c, more) + more > max) {

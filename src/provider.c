@@ -1,7 +1,7 @@
 #include "idemgate/provider.h"
-#include "idemgate/secrets.h"
 
 #include "idemgate/log.h"
+#include "idemgate/secrets.h"
 #include "idemgate/utf8.h"
 
 #include <stdio.h>

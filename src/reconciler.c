@@ -1,16 +1,16 @@
 #include "idemgate/reconciler.h"
-#include "idemgate/secrets.h"
 
 #include "idemgate/attempt.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
+#include "idemgate/lease.h"
 #include "idemgate/log.h"
 #include "idemgate/metrics.h"
 #include "idemgate/provider.h"
-#include "idemgate/lease.h"
 #include "idemgate/resultq.h"
 #include "idemgate/resume.h"
+#include "idemgate/secrets.h"
 #include "idemgate/sse.h"
 #include "idemgate/wpool.h"
 
