@@ -4,7 +4,8 @@
 -- that cannot look a task up, an operator's review — though nothing was ever sent. Now it is
 -- given back too and then cancelled as a job never sent is: `failed` at cost 0 (its reservation
 -- settled), or `unknown` when an earlier attempt may have made its task (reconciliation decides,
--- as idemgate_cancel does for any `prepared` row). A row a signed webhook hinted meanwhile is
+-- as idemgate_cancel does for any `prepared` row); its first send, when this claim was its first
+-- attempt, is cleared (none happened). A row a signed webhook hinted meanwhile is
 -- still left to its lease. One per-tenant function (lease.c's claim_lost). Never edit this file
 -- once applied (migrate.c records its SHA-256).
 CREATE OR REPLACE FUNCTION idemgate_claim_lost(p_tenant bigint, p_owner text)
@@ -16,7 +17,9 @@ BEGIN
         UPDATE operations x SET state = 'prepared', lease_owner = NULL,
             lease_expires_at = NULL, next_attempt_at = now(), updated_at = now(),
             transport_attempts = greatest(x.transport_attempts - 1, 0),
-            first_sent_at = CASE WHEN x.first_sent_at = x.updated_at THEN NULL
+            -- (the claim set it when this was the first attempt; a cancel acknowledged since
+            -- moved updated_at, so the two instants are not compared)
+            first_sent_at = CASE WHEN x.transport_attempts <= 1 THEN NULL
                                  ELSE x.first_sent_at END
         WHERE x.tenant_id = p_tenant AND x.state = 'sending' AND x.lease_owner = p_owner
           AND x.webhook_hint IS NULL

@@ -221,7 +221,7 @@ static size_t offload_key(struct hs_req *r, const struct api_state *st, char *ke
     size_t len = 0;
     const char *t = hdr_bearer(hs_req_header(r, "Authorization"), &len);
     if (!t)
-        return (size_t)snprintf(key, cap, "anonymous");
+        return (size_t)snprintf(key, cap, "%s", OFFLOAD_UNTRUSTED_KEY);
     char hash[CRYPTO_SHA256_HEX];
     crypto_sha256_hex(t, len, hash);
     const char *admin = st->api->cfg->admin_token_sha256;
@@ -233,7 +233,7 @@ static size_t offload_key(struct hs_req *r, const struct api_state *st, char *ke
     long long id = tenants_known(hash);
     if (id > 0)
         return (size_t)snprintf(key, cap, "tenant %lld", id);
-    return (size_t)snprintf(key, cap, "unknown");
+    return (size_t)snprintf(key, cap, "%s", OFFLOAD_UNTRUSTED_KEY);
 }
 
 int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_args *a),

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct fifo {
     struct offload_item *head, *tail;
@@ -24,12 +25,15 @@ struct offload {
 
 int offload_lane(const char *key, size_t len)
 {
+    static const size_t ulen = sizeof(OFFLOAD_UNTRUSTED_KEY) - 1;
+    if (key && len == ulen && memcmp(key, OFFLOAD_UNTRUSTED_KEY, ulen) == 0)
+        return 0;
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
     for (size_t i = 0; i < len; i++) {
         h ^= (unsigned char)key[i];
         h *= 1099511628211ULL;
     }
-    return (int)((h ^ (h >> 32)) % OFFLOAD_LANES);
+    return 1 + (int)((h ^ (h >> 32)) % (OFFLOAD_LANES - 1));
 }
 
 static void fifo_push(struct fifo *f, struct offload_item *it)

@@ -633,17 +633,24 @@ static long long fallback_price(const struct price_table *t, int n)
     return sat_mul(t->fallback_per_output, n < 0 ? 0 : n);
 }
 
+/* A job's price, at most PRICE_JOB_MAX. */
+static long long job_price(long long v)
+{
+    return v > PRICE_JOB_MAX ? PRICE_JOB_MAX : v;
+}
+
 long long price_estimate(const struct price_table *top, const cJSON *body, int outputs_requested)
 {
     if (!top || !top->present)
         return 0;
     if (top->has_fallback && unlisted(top, body))
-        return fallback_price(top, outputs_requested < 1 ? 1 : outputs_requested);
+        return job_price(fallback_price(top, outputs_requested < 1 ? 1 : outputs_requested));
     const struct price_table *t = pick(top, body);
     long long c = sat_add(t->per_request,
                           outputs_price(t, body, outputs_requested < 1 ? 1 : outputs_requested));
     /* The most output the request allows (an LLM's max_tokens, times its completions). */
-    return sat_add(c, tokens_price(t, (double)t->estimate_tokens_in, asked_out(t, body)));
+    return job_price(
+        sat_add(c, tokens_price(t, (double)t->estimate_tokens_in, asked_out(t, body))));
 }
 
 long long price_actual(const struct price_table *top, const cJSON *body, int outputs_requested,
@@ -655,7 +662,7 @@ long long price_actual(const struct price_table *top, const cJSON *body, int out
     int n = outputs_received >= 0 ? outputs_received
                                   : outputs_requested >= 1 ? outputs_requested : 1;
     if (top->has_fallback && unlisted(top, body))
-        return fallback_price(top, n);
+        return job_price(fallback_price(top, n));
     double in = number_at(t->tokens_in, usage), out = number_at(t->tokens_out, usage);
     int reported = in >= 0 || out >= 0;
     /* Billed by tokens: what the usage reports is the cost, the outputs were the estimate. */
@@ -668,7 +675,7 @@ long long price_actual(const struct price_table *top, const cJSON *body, int out
         in = (double)t->estimate_tokens_in;
         out = asked_out(t, body);
     }
-    return sat_add(c, tokens_price(t, in < 0 ? 0 : in, out < 0 ? 0 : out));
+    return job_price(sat_add(c, tokens_price(t, in < 0 ? 0 : in, out < 0 ? 0 : out)));
 }
 
 long long price_estimate_raw(const struct price_table *t, const char *body, size_t len,

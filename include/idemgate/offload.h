@@ -13,9 +13,12 @@
  * one item from each lane that holds any in turn — a tenant's thousand queued reads delay
  * another tenant's request by one item of theirs, not by the thousand. The pool's own upkeep (the
  * tenant directory's and the limits' refreshes, which every request's authentication needs) goes
- * before any request. */
+ * before any request. The callers no live tenant is known as (no token, a made-up one) share
+ * one lane of their own, OFFLOAD_UNTRUSTED_KEY's, which no other key's hash lands in: a flood of
+ * made-up tokens never shares a tenant's lane. */
 
 #define OFFLOAD_LANES 64
+#define OFFLOAD_UNTRUSTED_KEY "unknown"
 
 struct offload_item {
     void (*fn)(void *arg);
@@ -34,7 +37,7 @@ __attribute__((warn_unused_result)) int offload_submit(struct offload *o, struct
 /* Queues a caller's item in the lane of key[0..len) (offload_lane), as offload_submit. */
 __attribute__((warn_unused_result)) int offload_submit_as(struct offload *o, struct offload_item *it,
                                                           const char *key, size_t len);
-/* The lane of a caller's key: 0..OFFLOAD_LANES-1. Pure. */
+/* The lane of a caller's key: 0 for OFFLOAD_UNTRUSTED_KEY, else 1..OFFLOAD_LANES-1. Pure. */
 int offload_lane(const char *key, size_t len);
 /* Refuses new items, runs every queued one, joins the threads. The structure stays valid:
  * offload_submit then answers -1. Accepts NULL; a second call does nothing. */

@@ -48,13 +48,16 @@
  * model the table does not list): it would cost 0, so under a tenant's amount budget it is
  * refused (issue 21 §7) — unless the table sets fallback_per_output (top level only), the price
  * per output of such a request, which then is priced by it like any other. Every sum saturates
- * at PRICE_MAX rather than overflow: 2^53 micro-units (9 billion a job), so that the database's
- * sums of reservations and costs (bigint) hold a thousand saturated jobs at once — at 2^60, eight
- * in flight overflowed a tenant's budget row and its intakes answered 5xx until they ended. */
+ * at PRICE_MAX rather than overflow (an amount read from a table or a limit is at most that),
+ * and a job's price — its estimate, its cost — at PRICE_JOB_MAX: 2^53 micro-units, so that the
+ * database's sums of reservations and costs (bigint) hold a thousand saturated jobs — at 2^60,
+ * eight in flight overflowed a tenant's budget row and its intakes answered 5xx until they
+ * ended. */
 
 #define PRICE_MAX_BY 4
 #define PRICE_MAX_ASKED 4 /* paths of output_tokens_requested */
-#define PRICE_MAX ((long long)1 << 53)
+#define PRICE_MAX ((long long)1 << 60)
+#define PRICE_JOB_MAX ((long long)1 << 53)
 
 struct jpath;
 

@@ -507,9 +507,9 @@ def test_a_lost_claims_give_back_moves_only_its_own_unsent_row(database_url, psq
         got = execute(psql, claim, f"('r~{k}', 60, '{{lost-{k}-{tag}}}', {tid})")
         assert len(got) == 1 and got[0][1] == ids[k], got
     psql(f"UPDATE operations SET webhook_hint = 'task_1' WHERE id = '{ids['hinted']}'")
-    psql(f"UPDATE operations SET cancel_requested_at = now() WHERE id IN "
-         f"('{ids['cancelled']}', '{ids['cancelled_ambiguous']}')")
     psql(f"UPDATE operations SET ambiguous_at = now() WHERE id = '{ids['cancelled_ambiguous']}'")
+    for k in ("cancelled", "cancelled_ambiguous"):  # acknowledged while `sending`
+        assert psql(f"SELECT idemgate_cancel({tid}, '{ids[k]}')") == [["1"]]
     claimed = {k: row(k) for k in kinds}
     assert all(claimed[k][0] == "sending" for k in kinds), claimed
     answers = {}
@@ -525,8 +525,9 @@ def test_a_lost_claims_give_back_moves_only_its_own_unsent_row(database_url, psq
     for k in ("other", "hinted"):
         assert row(k) == claimed[k], (k, row(k))
     ended = psql(f"SELECT state, lease_owner IS NULL, cost_micros, finished_at IS NOT NULL, "
-                 f"last_error FROM operations WHERE tenant_id = {tid} AND id = '{ids['cancelled']}'")
-    assert ended == [["failed", "t", "0", "t", "canceled before it was sent"]], ended
+                 f"last_error, first_sent_at IS NULL, transport_attempts FROM operations "
+                 f"WHERE tenant_id = {tid} AND id = '{ids['cancelled']}'")
+    assert ended == [["failed", "t", "0", "t", "canceled before it was sent", "t", "0"]], ended
     ambiguous = psql(f"SELECT state, lease_owner IS NULL, finished_at IS NULL FROM operations "
                      f"WHERE tenant_id = {tid} AND id = '{ids['cancelled_ambiguous']}'")
     assert ambiguous == [["unknown", "t", "t"]], ambiguous

@@ -549,7 +549,8 @@ def test_a_key_under_a_tombstone_is_never_a_new_job(database_url, psql):
 
     assert intake("k1", "job_t1") == "1"
     psql(f"UPDATE operations SET state = 'completed', finished_at = now() - interval '9 days', "
-         f"created_at = now() - interval '9 days', expires_at = now() - interval '1 day' "
+         f"created_at = now() - interval '9 days', expires_at = now() - interval '1 day', "
+         f"archive_planned_at = now() - interval '9 days' "
          f"WHERE tenant_id = {tid} AND id = 'job_t1'")
     # First sweep: the tombstone, the job kept; the same key is the job's, replayed.
     psql(f"SELECT idemgate_janitor({tid}, 10)")

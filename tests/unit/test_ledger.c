@@ -178,8 +178,10 @@ static const struct price_case price_cases[] = {
     /* Per request only, whatever the outputs. */
     {FLAT, "{\"n\":5}", 5, 2, NULL, 250000, 250000},
     /* Saturation instead of overflow. */
+    {"{\"currency\":\"USD\",\"per_output\":1000000000000000000}", "{}", 1000, 1000, NULL,
+     PRICE_JOB_MAX, PRICE_JOB_MAX},
     {"{\"currency\":\"USD\",\"per_output\":1000000000000000}", "{}", 1000, 1000, NULL,
-     PRICE_MAX, PRICE_MAX},
+     PRICE_JOB_MAX, PRICE_JOB_MAX},
 };
 
 static void test_prices(void **state)

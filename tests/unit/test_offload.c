@@ -82,8 +82,16 @@ static void test_lanes_are_spread(void **state)
         assert_true(lane >= 0 && lane < OFFLOAD_LANES);
         hit[lane]++;
     }
-    for (int l = 0; l < OFFLOAD_LANES; l++)
+    /* Every lane but the untrusted callers' own is reached; no key but theirs lands in it. */
+    assert_int_equal(hit[0], 0);
+    for (int l = 1; l < OFFLOAD_LANES; l++)
         assert_true(hit[l] > 0);
+    assert_int_equal(offload_lane(OFFLOAD_UNTRUSTED_KEY, strlen(OFFLOAD_UNTRUSTED_KEY)), 0);
+    for (int id = 1; id <= 100000; id++) {
+        int n = snprintf(key, sizeof(key), "tenant %d", id);
+        assert_int_not_equal(offload_lane(key, (size_t)n), 0);
+    }
+    assert_int_not_equal(offload_lane("unknown ", 8), 0);
     assert_int_equal(offload_lane(NULL, 0), offload_lane("", 0));
 }
 
