@@ -318,8 +318,9 @@ static int plan_some(struct db *db)
     return n;
 }
 
-/* Most results are written with their plan (archive_plan_json): the planner is the fallback for
- * the rest (a reconcile's found result, an older replica's writes). It reads what is left
+/* Results are written with their plan (archive_plan_json: a dispatched create's, a poll's, a
+ * reconcile's found result): the planner is the fallback for the rest (an older replica's
+ * writes, a plan that could not be made). It reads what is left
  * unplanned at most every PLAN_EVERY_MS, and again at the next claim while it finds some — not
  * before every claim, one round trip per copy that found nothing. */
 #define PLAN_EVERY_MS 1000

@@ -1,5 +1,6 @@
 #include "idemgate/reconciler.h"
 
+#include "idemgate/archive.h"
 #include "idemgate/attempt.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
@@ -185,8 +186,16 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
     if (w->next == ST_ACCEPTED && w->p)
         f.poll_deadline_ms = w->p->poll_deadline_ms;
     f.started_at = t0;
+    /* A found result is written with its outputs' archive plan, as a dispatched one is: left
+     * unplanned, only a replica archiving this provider would plan it (the janitor keeps such a
+     * job past its expiry, and the archive's gauges count it, until one does). */
+    char *plan = w->next == ST_COMPLETED && w->p
+                     ? archive_plan_json(w->p, &f, c->remote_id, c->credential, NULL)
+                     : NULL;
+    f.archive_plan = plan;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
+    free(plan);
     if (e == STORE_OK && applied && w->p && f.cost_micros >= 0)
         metrics_spend(w->p->name, w->p->pricing.currency, f.cost_micros, w->unpriced);
     if (e == STORE_OK && applied && w->next == ST_COMPLETED)
@@ -308,12 +317,11 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
         w.res = &fres;
         w.outputs_received = rs.received;
         w.usage = rs.usage;
-        if (p->pricing.present) {
+        w.p = p; /* its outputs' archive plan */
+        if (p->pricing.present)
             w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                              c->outputs_requested, rs.received, rs.usage,
                                              &w.unpriced);
-            w.p = p;
-        }
         if (c->cancel_requested) {
             w.outcome = "found_after_cancel";
             w.error = "the cancel came too late: the task was found finished at the provider "
@@ -686,13 +694,11 @@ static int write_resumed(struct db *db, struct recon_job *j)
     int written = 1;
     if (!rs.stream_cut) {
         struct verdict_write w = {ST_COMPLETED, 0, "resumed", NULL, &whole, c->remote_id, -1,
-                                  rs.usage, -1, 0, NULL, 0};
-        if (p->pricing.present) {
+                                  rs.usage, -1, 0, p, 0};
+        if (p->pricing.present)
             w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                              c->outputs_requested, rs.received, rs.usage,
                                              &w.unpriced);
-            w.p = p;
-        }
         write_verdict(db, c, &w, j->t0);
     } else if (progressed) {
         struct verdict_write w = {j->window_closed ? ST_REVIEW : ST_UNKNOWN,

@@ -189,6 +189,30 @@ def test_a1_cancel_on_unknown_is_never_resent(gateway_factory, token, mock, stra
     assert len(ledger_all(mock, job_id)) == 1
 
 
+def test_a_found_result_is_planned_for_the_archive_where_it_is_written(gateway_factory, token,
+                                                                       mock, psql):
+    """A synchronous task the reconciler finds is written with its outputs' archive plan, as a
+    dispatched create's result is. Before, it was left unplanned for a replica archiving that
+    provider to plan: on replicas without archive threads, never — the job then outlives its
+    expiry (migration 0038) and the archive's gauges count it late."""
+    entry = provider("planfound", mock.url, timeouts=HANG, client_ref={"header": "X-Client-Ref"},
+                     reconcile={"strategy": "get_by_client_id", "window_seconds": 30,
+                                "interval_ms": 200, "lookup": LOOKUP, **FOUND})
+    gw1 = gateway_factory(providers=[entry], reconcile_workers=0, archive_workers=0)
+    script(mock, [{"fault": "hang"}])
+    job_id = gw1.submit(token, key(), {"prompt": "x", "n": 2},
+                        route="planfound/images/generations").json()["id"]
+    assert wait_job(gw1, token, job_id, {"unknown"}, 15)["state"] == "unknown"
+    stop(gw1)
+    gw2 = gateway_factory(providers=[entry], archive_workers=0)
+    j = wait_job(gw2, token, job_id, SETTLED, 20)
+    assert j["state"] == "completed", j
+    assert len(ledger_all(mock, job_id)) == 1
+    planned = psql(f"SELECT archive_planned_at IS NOT NULL, (SELECT count(*) FROM archive_outputs "
+                   f"a WHERE a.op_id = o.id) FROM operations o WHERE o.id = '{job_id}'")
+    assert planned == [["t", "2"]], planned
+
+
 def test_a1_resolve_absent_on_a_cancelled_job_never_sends(gateway_factory, token, mock):
     """Item 1, the operator's path: a job in review whose cancel was acknowledged is resolved
     `absent`. It is failed, never sent again (the provider's creates stay at 1)."""
