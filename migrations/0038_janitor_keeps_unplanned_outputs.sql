@@ -1,11 +1,12 @@
--- A completed job whose outputs were never planned for the archive (a result a reconciler found
--- is planned by an archive worker afterwards; none runs for that provider, or none had planned it
--- yet) was deleted at its expiry with its outputs never copied, nothing counted or alerted: the
--- janitor kept only jobs with a `pending` output. Such a job is now kept as those are — until it
--- is planned, or a second ttl has passed since it could first be deleted — and the archive's
--- gauges count it (store.c's gauges_terminal: idemgate_archive_pending_copies and
--- _oldest_pending_seconds, whose alert then fires). The rest of idemgate_janitor is as in 0036.
--- Never edit this file once applied (migrate.c records its SHA-256).
+-- A completed job whose outputs were never planned for the archive (a result written without
+-- its plan, by an older replica, is planned by an archive worker afterwards: none runs for that
+-- provider, or none had planned it yet) was deleted at its expiry with its outputs never copied,
+-- nothing counted or alerted: the janitor kept only jobs with a `pending` output. Such a job is
+-- now kept as those are — until it is planned, or a second ttl has passed since it could first
+-- be deleted — and the archive's gauges count it (store.c's gauges_terminal:
+-- idemgate_archive_pending_copies and _oldest_pending_seconds, whose alert then fires). The rest
+-- of idemgate_janitor is as in 0036. Never edit this file once applied (migrate.c records its
+-- SHA-256).
 CREATE OR REPLACE FUNCTION idemgate_janitor(p_tenant bigint, p_limit integer)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
