@@ -218,22 +218,30 @@ static size_t offload_key(struct hs_req *r, const struct api_state *st, char *ke
     }
     if (st->route == MR_READY || st->route == MR_METRICS || st->route == MR_HEALTH)
         return (size_t)snprintf(key, cap, "probe %d", st->route);
-    size_t len = 0;
-    const char *t = hdr_bearer(hs_req_header(r, "Authorization"), &len);
-    if (!t)
-        return (size_t)snprintf(key, cap, "%s", OFFLOAD_UNTRUSTED_KEY);
-    char hash[CRYPTO_SHA256_HEX];
-    crypto_sha256_hex(t, len, hash);
-    const char *admin = st->api->cfg->admin_token_sha256;
-    if (admin && *admin && strcmp(hash, admin) == 0)
-        return (size_t)snprintf(key, cap, "admin");
     /* The tenant as the directory last read it, however long ago: a lane is no answer (the
      * handler checks the token), and a quiet gateway's tenants would otherwise queue in the
      * lane every unknown token shares until the directory is read again. */
-    long long id = tenants_known(hash);
+    long long id = api_token_caller(st->api, hs_req_header(r, "Authorization"));
+    if (id == API_CALLER_ADMIN)
+        return (size_t)snprintf(key, cap, "admin");
     if (id > 0)
         return (size_t)snprintf(key, cap, "tenant %lld", id);
     return (size_t)snprintf(key, cap, "%s", OFFLOAD_UNTRUSTED_KEY);
+}
+
+long long api_token_caller(const struct api *a, const char *authorization)
+{
+    size_t len = 0;
+    const char *t = hdr_bearer(authorization, &len);
+    if (!t)
+        return API_CALLER_UNKNOWN;
+    char hash[CRYPTO_SHA256_HEX];
+    crypto_sha256_hex(t, len, hash);
+    const char *admin = a->cfg->admin_token_sha256;
+    if (strlen(admin) == 64 && crypto_ct_equal(hash, admin, 64))
+        return API_CALLER_ADMIN;
+    long long id = tenants_known(hash);
+    return id > 0 ? id : API_CALLER_UNKNOWN;
 }
 
 int api_offload(struct hs_req *r, void (*fn)(struct hs_req *r, const struct api_args *a),

@@ -91,15 +91,15 @@ int archread_open(struct hs_req *r, const char *job_id, int n, const struct arch
      * behind them. At most archive_s3_reads_max at once (never every worker); the others are
      * told to come back. */
     int s3 = strcmp(cfg->archive_backend, "s3") == 0; /* whatever the row says: the bucket */
-    if (s3 && atomic_fetch_add(&s3_reads, 1) >=
-                  archread_s3_room(cfg->archive_s3_reads_max, cfg->db_workers)) {
+    int room = archread_s3_room(cfg->archive_s3_reads_max, cfg->db_workers);
+    if (s3 && atomic_fetch_add(&s3_reads, 1) >= room) {
         atomic_fetch_sub(&s3_reads, 1);
         metrics_archive_read_unserved(MAR_BUSY);
         char detail[160];
         snprintf(detail, sizeof(detail),
                  "%d outputs are being read from the archive's bucket by this replica: try "
                  "again in a moment",
-                 archread_s3_room(cfg->archive_s3_reads_max, cfg->db_workers));
+                 room);
         reply_problem(r, 503, "archive-busy", "Archive busy", detail, BUSY_RETRY_AFTER_S);
         return -1;
     }

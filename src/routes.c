@@ -2,7 +2,6 @@
 
 #include "idemgate/admin.h"
 #include "idemgate/console.h"
-#include "idemgate/crypto.h"
 #include "idemgate/headers.h"
 #include "idemgate/intake.h"
 #include "idemgate/jobs.h"
@@ -11,7 +10,6 @@
 #include "idemgate/outputs.h"
 #include "idemgate/rawpath.h"
 #include "idemgate/reply.h"
-#include "idemgate/tenants.h"
 #include "idemgate/usage.h"
 #include "idemgate/webhooks.h"
 
@@ -245,18 +243,11 @@ static int upload_allowed(const char *path, void *app)
  * (at most every TENANTS_REFRESH_S), so that a new tenant is known a moment later. */
 static int body_trusted(const char *authorization, void *app)
 {
+    if (api_token_caller(app, authorization) != API_CALLER_UNKNOWN)
+        return 1;
     size_t len = 0;
-    const char *t = hdr_bearer(authorization, &len);
-    if (!t)
-        return 0;
-    char hash[CRYPTO_SHA256_HEX];
-    crypto_sha256_hex(t, len, hash);
-    const char *admin = api_config(app)->admin_token_sha256;
-    if (strlen(admin) == 64 && crypto_ct_equal(hash, admin, 64))
-        return 1;
-    if (tenants_known(hash) > 0)
-        return 1;
-    api_tenants_refresh_of(app);
+    if (hdr_bearer(authorization, &len))
+        api_tenants_refresh_of(app);
     return 0;
 }
 

@@ -69,6 +69,12 @@ void api_limits_refresh(struct hs_req *r);
 void api_tenants_refresh(struct hs_req *r);
 /* The same, from a's server callbacks (no request yet: a body's first bytes). */
 void api_tenants_refresh_of(struct api *a);
+/* Who a bearer token is (authorization: the header's value, NULL: none), for sharing memory and
+ * queues between callers, never for answering one: a tenant's id as the directory last read
+ * it, however long ago (> 0), API_CALLER_ADMIN, or API_CALLER_UNKNOWN (no token, another). */
+#define API_CALLER_UNKNOWN 0
+#define API_CALLER_ADMIN (-1)
+long long api_token_caller(const struct api *a, const char *authorization);
 /* Suspends r and runs fn(r, args) on a database worker (args is copied; its strings point into
  * the request). fn answers (hs_respond from that thread: the answer is queued when r resumes) or
  * leaves r to the continuation set before (api_set_continuation); then r is resumed. -1 when the

@@ -20,7 +20,7 @@
 struct prov_call {
     const char *method;
     const char *url;
-    const char *credential;       /* name of the variable holding the secret, or NULL / "" */
+    const char *credential;       /* where the secret is (secrets.h), or NULL / "" */
     const char *const *headers;   /* name, value, …, NULL (the profile's own are added) */
     const char *body;             /* or NULL */
     size_t body_len;
@@ -36,8 +36,9 @@ struct prov_call {
 };
 
 /* Performs the call. Fills *res as up_call does (free with up_response_fini). Returns 0 when a
- * response with a status line arrived, -1 otherwise; -1 with res->error "the provider's
- * credential variable is not set" and nothing sent when the secret is missing. */
+ * response with a status line arrived, -1 otherwise; -1 with res->aborted_before_send and
+ * res->error "the provider's credential is not set …" when the secret is missing (nothing
+ * sent). */
 __attribute__((warn_unused_result)) int prov_call(const struct cfg_provider *p,
                                                   const struct prov_call *c,
                                                   struct up_response *res);

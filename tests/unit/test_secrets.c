@@ -11,7 +11,10 @@
 
 #include <cmocka.h>
 
+#include "idemgate/profile.h"
+#include "idemgate/provider.h"
 #include "idemgate/secrets.h"
+#include "idemgate/upstream.h"
 
 static void test_trim_takes_one_line_end(void **state)
 {
@@ -110,12 +113,38 @@ static void test_a_variable_is_read_as_it_is(void **state)
     assert_string_equal(secret_name("IDEMGATE_TEST_SECRET"), "IDEMGATE_TEST_SECRET");
 }
 
+/* A secret gone between the attempt's check and the send (a file an agent replaced badly, or
+ * removed): the call is never built, and says so — nothing left, so nothing can have been made
+ * (read as a call that may have made its task, it used up an attempt or sent the job to an
+ * operator). */
+static void test_a_secret_gone_at_the_send_is_a_call_never_sent(void **state)
+{
+    (void)state;
+    static const char *const refs[] = {"file:/nonexistent/idemgate-test/token",
+                                       "IDEMGATE_TEST_SECRET_NEVER_SET"};
+    struct cfg_provider p = {.auth_header = "Authorization", .auth_prefix = "Bearer "};
+    for (size_t i = 0; i < sizeof(refs) / sizeof(refs[0]); i++) {
+        struct prov_call c = {.method = "POST", .url = "http://127.0.0.1:9/x",
+                              .credential = refs[i]};
+        struct up_xfer *x = (struct up_xfer *)&p; /* must be cleared */
+        struct up_response res;
+        memset(&res, 0x5a, sizeof(res));
+        assert_int_equal(prov_xfer_new(&p, &c, &x, &res), -1);
+        assert_null(x);
+        assert_int_equal(res.aborted_before_send, 1);
+        assert_int_equal(res.curl_code, 0);
+        assert_int_equal(res.http_status, 0);
+        assert_non_null(strstr(res.error, "credential is not set"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trim_takes_one_line_end),
         cmocka_unit_test(test_a_file_replaced_is_read_again),
         cmocka_unit_test(test_a_variable_is_read_as_it_is),
+        cmocka_unit_test(test_a_secret_gone_at_the_send_is_a_call_never_sent),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     secrets_fini();
