@@ -373,7 +373,8 @@ static int load_file(struct cfg *c, const cJSON *root, const char *path, char *e
 static int finish_settings(struct cfg *c, const char *file, char *err, size_t errlen)
 {
     if (split_listen(c, err, errlen) < 0 ||
-        check_sha256("metrics_token_sha256", c->metrics_token_sha256, err, errlen) < 0)
+        check_sha256("metrics_token_sha256", c->metrics_token_sha256, err, errlen) < 0 ||
+        check_sha256("admin_token_sha256", c->admin_token_sha256, err, errlen) < 0)
         return -1;
     if (!*c->instance_id) {
         char host[128] = "host", id[200];

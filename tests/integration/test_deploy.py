@@ -608,6 +608,16 @@ def test_compose_config_mount_is_the_checked_configuration(compose):
     assert "listen" not in cfg, "the listen address comes from IDEMGATE_LISTEN"
     assert {p["base_url"] for p in cfg["providers"]} == {"http://mock:9090"}
     assert "mock" in compose["services"]
+    # The outputs the replicas archive and serve (the compose file's promise) are copied from
+    # the URLs the mock hands out: they name it as the replicas reach it, and the images entry
+    # allows that host. Before, the mock named itself by its listen address (0.0.0.0) and the
+    # entry allowed no host: every output ended `failed` in the archive, 404 to the client.
+    command = compose["services"]["mock"]["command"]
+    public = command[command.index("--public-url") + 1]
+    assert public == "http://mock:9090"
+    images = next(p for p in cfg["providers"] if p["name"] == "mock-images")
+    host = public[len("http://"):].rsplit(":", 1)[0]
+    assert host in images["archive"]["hosts"] and images["archive"]["allow_http"], images
 
 
 # ---------------------------------------------------------------------------------------------

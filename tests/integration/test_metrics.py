@@ -213,6 +213,12 @@ def test_metrics_token(gateway_factory, token):
                          env=dict(os.environ, IDEMGATE_METRICS_TOKEN_SHA256=secret))
     assert bad.returncode == 1 and "metrics_token_sha256" in bad.stderr
     assert secret not in bad.stderr + bad.stdout
+    # So is the admin's, written as `sha256sum` prints it (the digest, two spaces and "-"): it
+    # was accepted and the admin API answered 401 to the right token ever after.
+    bad = subprocess.run([GATEWAY_BIN, "check-config"], capture_output=True, text=True,
+                         env=dict(os.environ,
+                                  IDEMGATE_ADMIN_TOKEN_SHA256=sha256_hex(admin) + "  -"))
+    assert bad.returncode == 1 and "admin_token_sha256" in bad.stderr
 
 
 def scrape_at(http):

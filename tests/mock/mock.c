@@ -7,7 +7,7 @@
  * task lookup and list by tasks.c, asynchronous tasks by async.c (shapes in shapes.c),
  * webhooks by webhooks.c (signatures in sign.c) and the listening socket by listener.c.
  *
- *   idemgate-mock --listen HOST:PORT [--delay-ms N] [--threads N]
+ *   idemgate-mock --listen HOST:PORT [--delay-ms N] [--threads N] [--public-url URL]
  *   idemgate-mock --self-test
  */
 #include "mock.h"
@@ -606,6 +606,7 @@ struct options {
     char port[8];
     unsigned int delay_ms;
     unsigned int connections;
+    char public_url[256]; /* the base of the URLs the mock hands out; empty: its listen address */
     bool self_test;
 };
 
@@ -613,11 +614,14 @@ struct options {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: idemgate-mock [--listen HOST:PORT] [--delay-ms N] [--threads N]\n"
+               "                     [--public-url http://HOST:PORT]\n"
                "       idemgate-mock --self-test\n"
                "  --listen HOST:PORT  address to listen on (default 127.0.0.1:9090)\n"
                "  --delay-ms N        delay before answering every create (default 0)\n"
                "  --threads N         connections served at once, one thread each "
                "(default 1000)\n"
+               "  --public-url URL    the base of the URLs it hands out (outputs, tasks), as its\n"
+               "                      clients reach it (default: the listen address)\n"
                "  --self-test         check the webhook signatures and route patterns, print "
                "ok or the failures\n");
 }
@@ -673,6 +677,7 @@ static int parse_args(int argc, char **argv, struct options *opt)
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, 'l'},  {"delay-ms", required_argument, NULL, 'd'},
         {"threads", required_argument, NULL, 't'}, {"self-test", no_argument, NULL, 's'},
+        {"public-url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int c;
@@ -682,6 +687,7 @@ static int parse_args(int argc, char **argv, struct options *opt)
     opt->delay_ms = 0;
     opt->connections = DEFAULT_CONNECTIONS;
     opt->self_test = false;
+    opt->public_url[0] = '\0';
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *name = NULL;
         bool ok;
@@ -695,6 +701,15 @@ static int parse_args(int argc, char **argv, struct options *opt)
         } else if (c == 't') {
             name = "threads";
             ok = parse_number(optarg, 1, 100000, &opt->connections);
+        } else if (c == 'u') {
+            /* http://HOST:PORT with no path: the port is read back from it (a redirect). */
+            const char *colon = strrchr(optarg, ':');
+            name = "public-url";
+            ok = strncmp(optarg, "http://", 7) == 0 && colon && colon > optarg + 7 &&
+                 strlen(optarg) < sizeof(opt->public_url) && !strchr(optarg + 7, '/') &&
+                 parse_number(colon + 1, 1, 65535, &(unsigned int){0});
+            if (ok)
+                snprintf(opt->public_url, sizeof(opt->public_url), "%s", optarg);
         } else if (c == 'h') {
             usage(stdout);
             return EXIT_SUCCESS;
@@ -794,6 +809,10 @@ int main(int argc, char **argv)
         snprintf(base_url, sizeof(base_url), "http://[%s]:%u", opt.host, port);
     else
         snprintf(base_url, sizeof(base_url), "http://%s:%u", opt.host, port);
+    char listening[320];
+    snprintf(listening, sizeof(listening), "%s", base_url + strlen("http://"));
+    if (opt.public_url[0])
+        snprintf(base_url, sizeof(base_url), "%s", opt.public_url);
 
     /*
      * A client that disconnects while the mock sleeps would otherwise kill the process
@@ -840,7 +859,7 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     /* IPv6 literals are bracketed so that the line always splits at its last colon. */
-    printf("idemgate-mock listening on %s\n", base_url + strlen("http://"));
+    printf("idemgate-mock listening on %s\n", listening);
     fflush(stdout);
 
     sig = listener_run(daemon, &stop_signals);
