@@ -546,26 +546,30 @@ static const struct param *row_param(const struct param *row, size_t n, const ch
     return NULL;
 }
 
-/* Parameter `name` of every row as a one-dimensional array in PostgreSQL's binary form
- * (array_recv: dimensions, flags, element type, then each element's length and bytes): text[]
- * or, when the rows' values are bytes, bytea[]. NULL when a row lacks it, the rows disagree on
- * its kind, or memory runs out. */
-static unsigned char *array_param(const char *name, size_t rows, const struct param *const *ps,
-                                  size_t n, size_t *len)
+unsigned char *db_rows_array(const struct db_stmt *s, const char *name, size_t rows,
+                             const struct param *const *ps, size_t n, size_t *len)
 {
+    /* A diagnostic text (p_text_lossy) that is not UTF-8 is bound with U+FFFD, as bind does for
+     * one row: one such value would otherwise fail the whole batch (22021), every row then
+     * written again one by one. */
+    char **fixed = calloc(rows ? rows : 1, sizeof(*fixed));
+    unsigned char *b = NULL;
     size_t need = 20;
     int binary = -1;
+    if (!fixed)
+        return NULL;
     for (size_t i = 0; i < rows; i++) {
         const struct param *p = row_param(ps[i], n, name);
         if (!p || (binary >= 0 && binary != p->binary))
-            return NULL;
+            goto out;
         binary = p->binary;
         const char *v = p->is_num ? p->num : p->value;
+        if (v && p->lossy && !p->binary && repair_text(s, name, &v, &fixed[i]) < 0)
+            goto out;
         need += 4 + (v ? (p->binary ? (size_t)p->len : strlen(v)) : 0);
     }
-    unsigned char *b = malloc(need);
-    if (!b)
-        return NULL;
+    if (!(b = malloc(need)))
+        goto out;
     size_t at = 0;
     put32(b, &at, 1);                     /* dimensions */
     put32(b, &at, 1);                     /* may hold NULLs */
@@ -574,7 +578,7 @@ static unsigned char *array_param(const char *name, size_t rows, const struct pa
     put32(b, &at, 1); /* lower bound */
     for (size_t i = 0; i < rows; i++) {
         const struct param *p = row_param(ps[i], n, name);
-        const char *v = p->is_num ? p->num : p->value;
+        const char *v = fixed[i] ? fixed[i] : p->is_num ? p->num : p->value;
         if (!v) {
             put32(b, &at, 0xffffffffu);
             continue;
@@ -585,6 +589,10 @@ static unsigned char *array_param(const char *name, size_t rows, const struct pa
         at += l;
     }
     *len = at;
+out:
+    for (size_t i = 0; i < rows; i++)
+        free(fixed[i]);
+    free(fixed);
     return b;
 }
 
@@ -641,7 +649,7 @@ int db_run_rows(struct db *db, const struct db_stmt *rows_stmt, const struct db_
     int e = STORE_OK;
     for (size_t k = 0; k < n && e == STORE_OK; k++) {
         size_t len = 0;
-        bufs[k] = array_param(ps[0][k].name, rows, ps, n, &len);
+        bufs[k] = db_rows_array(rows_stmt, ps[0][k].name, rows, ps, n, &len);
         if (!bufs[k])
             e = STORE_EINTERNAL;
         else

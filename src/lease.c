@@ -1215,13 +1215,41 @@ int store_finish(struct db *db, const struct store_finish *f, int *applied)
     return finish_one(db, f, 0, applied);
 }
 
-int store_finish_many(struct db *db, const struct store_finish *const *fs, size_t n, int *applied,
-                      int *errors)
+void store_finish_order(const struct store_finish *const *fs, size_t n, size_t *ord)
+{
+    for (size_t i = 0; i < n; i++)
+        ord[i] = i;
+    /* Insertion sort: a batch is at most BATCH (64) results; qsort would need fs in a global
+     * while several dispatcher threads sort at once. */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0; j--) {
+            const struct store_finish *x = fs[ord[j - 1]], *y = fs[ord[j]];
+            if (x->tenant_id < y->tenant_id ||
+                (x->tenant_id == y->tenant_id && strcmp(x->id, y->id) <= 0))
+                break;
+            size_t t = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = t;
+        }
+}
+
+int store_finish_many(struct db *db, const struct store_finish *const *fs0, size_t n,
+                      int *applied0, int *errors0)
 {
     struct param(*ps)[FINISH_NPARAMS] = n > 1 ? calloc(n, sizeof(*ps)) : NULL;
     const struct param **rows = n > 1 ? calloc(n, sizeof(*rows)) : NULL;
     PGresult **outs = n > 1 ? calloc(n, sizeof(*outs)) : NULL;
-    int e = STORE_ERETRY, ok = ps && rows && outs;
+    /* The rows in store_finish_order's order: fs[i] is fs0[ord[i]], its answers go back there. */
+    const struct store_finish **fs = n > 1 ? calloc(n, sizeof(*fs)) : NULL;
+    size_t *ord = n > 1 ? calloc(n, sizeof(*ord)) : NULL;
+    int *applied = n > 1 ? calloc(n, sizeof(*applied)) : NULL;
+    int *errors = n > 1 ? calloc(n, sizeof(*errors)) : NULL;
+    int e = STORE_ERETRY, ok = ps && rows && outs && fs && ord && applied && errors;
+    if (ok) {
+        store_finish_order(fs0, n, ord);
+        for (size_t i = 0; i < n; i++)
+            fs[i] = fs0[ord[i]];
+    }
     for (size_t i = 0; ok && i < n; i++) {
         ok = finish_move_ok(fs[i]);
         finish_params(fs[i], ps[i]);
@@ -1229,6 +1257,16 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs, size_
     }
     if (ok)
         e = db_run_rows(db, &finish_rows, &finish, n, rows, FINISH_NPARAMS, outs);
+    if (!fs || !ord || !applied || !errors) { /* out of memory: one by one, as given */
+        free(fs);
+        free(ord);
+        free(applied);
+        free(errors);
+        fs = (const struct store_finish **)fs0;
+        ord = NULL;
+        applied = applied0;
+        errors = errors0;
+    }
     if (e == STORE_OK) {
         for (size_t i = 0; i < n; i++) {
             errors[i] = STORE_OK;
@@ -1251,6 +1289,16 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs, size_
                                      : finish_one(db, fs[i], e == STORE_EUNAVAIL, &applied[i]);
             out_of_reach = errors[i] == STORE_EUNAVAIL && atomic_load(&finish_stopping);
         }
+    }
+    if (ord) {
+        for (size_t i = 0; i < n; i++) {
+            applied0[ord[i]] = applied[i];
+            errors0[ord[i]] = errors[i];
+        }
+        free(fs);
+        free(ord);
+        free(applied);
+        free(errors);
     }
     free(ps);
     free(rows);

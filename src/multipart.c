@@ -12,7 +12,7 @@
 static int is_bchar(unsigned char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           strchr("'()+_,-./:=? ", c) != NULL;
+           (c && strchr("'()+_,-./:=? ", c) != NULL); /* strchr finds the terminator too */
 }
 
 static int is_tchar(unsigned char c)

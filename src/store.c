@@ -951,7 +951,11 @@ static const struct db_stmt webhook_signed = {
     "ev AS (INSERT INTO webhook_events (provider, event_id, remote_id, expires_at) "
     " SELECT $1, $2, $3, c.at + make_interval(hours => $4) FROM c "
     " ON CONFLICT DO NOTHING RETURNING 1), "
-    "hint AS (UPDATE operations SET next_attempt_at = c.at, state = 'accepted' FROM c "
+    /* Due again at the statement's instant — or at the row's last write, when a poll claimed it
+     * after this transaction began (its now() is older): the poll's result compares the two
+     * (FINISH_DUE_AGAIN), and an instant before the claim's read as no hint at all. */
+    "hint AS (UPDATE operations SET next_attempt_at = greatest(c.at, operations.updated_at), "
+    " state = 'accepted' FROM c "
     " WHERE tenant_id = ANY ($6::bigint[]) AND provider = $1 AND remote_id = $3 "
     "  AND (" KEYED_STATE("state") " = 'accepted' OR (" KEYED_STATE("state") " = 'review' "
     "   AND poll_deadline_at IS NOT NULL)) AND EXISTS (SELECT 1 FROM ev) RETURNING id), "

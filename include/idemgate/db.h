@@ -200,6 +200,14 @@ __attribute__((warn_unused_result)) int db_run_rows(struct db *db, const struct 
                                                     const struct db_stmt *one, size_t rows,
                                                     const struct param *const *ps, size_t n,
                                                     struct pg_result **outs);
+/* Parameter `name` of every row as a one-dimensional array in PostgreSQL's binary form
+ * (array_recv: dimensions, flags, element type, then each element's length and bytes): text[]
+ * or, when the rows' values are bytes, bytea[] — db_run_rows's parameters. A p_text_lossy value
+ * that is not UTF-8 is put with U+FFFD for its stray bytes (as db_run binds one), logged with
+ * s's name. NULL when a row lacks it, the rows disagree on its kind, or memory runs out; the
+ * caller frees the array. */
+unsigned char *db_rows_array(const struct db_stmt *s, const char *name, size_t rows,
+                             const struct param *const *ps, size_t n, size_t *len);
 /* db_run for a statement whose answer is one number: DB_ROWS, how many rows it returned or
  * changed; DB_VALUE, the integer in the first column of its first row (STORE_ENOTFOUND when it
  * returned no row). */

@@ -208,6 +208,12 @@ void store_finish_stopping(void);
  * errors[i] (STORE_OK or a store error) say what became of fs[i]. Returns STORE_OK. */
 int store_finish_many(struct db *db, const struct store_finish *const *fs, size_t n, int *applied,
                       int *errors);
+/* The order store_finish_many writes fs in: ord[] (n indexes into fs) by tenant, then job id —
+ * the order an intake batch locks its tenants' budget rows in (recorder.c). On a distributed
+ * database a batch is one transaction of single writes, each budgeted result locking its
+ * tenant's budget row: two batches holding two tenants' rows in other orders would deadlock.
+ * Pure. */
+void store_finish_order(const struct store_finish *const *fs, size_t n, size_t *ord);
 __attribute__((warn_unused_result)) int store_finish(struct db *db, const struct store_finish *f,
                                                      int *applied);
 

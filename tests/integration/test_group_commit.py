@@ -471,6 +471,49 @@ def test_the_rows_intake_writes_what_the_plain_intake_writes(database_url, psql)
     psql(f"DELETE FROM provider_breakers WHERE provider = '{tripped}'")
 
 
+def test_a_webhook_begun_before_a_poll_claim_still_makes_the_poll_due_again(database_url, psql):
+    """A signed webhook's hint makes a poll in flight due again: the poll's result sees
+    next_attempt_at at or after the claim's instant (FINISH_DUE_AGAIN) and keeps the job
+    `accepted` for a read at once — never `review` at its deadline over a task the webhook says
+    ended. The webhook's statement may begin before the claim and write after it (its insert of
+    the event waited on the same event's other delivery): before, it wrote its own older instant,
+    read as no hint, and a poll past its deadline sent the job to review."""
+    import subprocess
+    tenant_name = "hint-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, tenant_name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{tenant_name}'")[0][0]
+    tag = uuid.uuid4().hex[:8]
+    prov, job, task = f"hint-{tag}", f"hint_{tag}", f"task_{tag}"
+    psql("INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, "
+         "fingerprint_version, provider, route, req_method, req_url, req_credential, req_body, "
+         "state, expires_at, remote_id, next_attempt_at, poll_deadline_at) VALUES "
+         f"({tid}, '{job}', '{job}', '\\x00', 1, '{prov}', 'r', 'POST', 'http://x', '', "
+         "'\\x00', 'accepted', now() + interval '1 day', "
+         f"'{task}', now() - interval '1 second', now() + interval '1 hour')")
+    hook = statement_sql("webhook_signed")
+    w = subprocess.Popen(["psql", database_url, "-qtAX", "-v", "ON_ERROR_STOP=1"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        w.stdin.write("BEGIN; SELECT 'begun';\n")  # the webhook's transaction: its now() fixed
+        w.stdin.flush()
+        assert w.stdout.readline().strip() == "begun"
+        time.sleep(0.05)
+        got = execute(psql, statement_sql("poll_claim"), f"('poller', 60, '{{{prov}}}', {tid})")
+        assert len(got) == 1 and got[0][1] == job, got
+        out, _ = w.communicate(
+            f"PREPARE w AS {hook};\n"
+            f"EXECUTE w('{prov}', 'evt-{tag}', '{task}', 24, NULL, '{{{tid}}}', true);\n"
+            "COMMIT;\n", timeout=30)
+        assert w.returncode == 0, out
+        assert out.split()[0].startswith("t|1|"), out  # recorded, one row hinted
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    assert psql(f"SELECT next_attempt_at >= updated_at, lease_owner FROM operations "
+                f"WHERE tenant_id = {tid} AND id = '{job}'") == [["t", "poller"]]
+
+
 def test_a_lost_claims_give_back_moves_only_its_own_unsent_row(database_url, psql):
     """claim_lost (lease.c) writes back to `prepared` the row a claim whose answer was lost moved,
     as it was: unowned, due now, its transport attempt and first send uncounted (a first send of

@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -41,10 +43,56 @@ static void test_read_only_server(void **state)
     }
 }
 
+/* Element i of a text[] in array_recv's form (5 words of header, then length and bytes each). */
+static const unsigned char *element(const unsigned char *b, size_t i, unsigned *len)
+{
+    const unsigned char *at = b + 20;
+    for (;;) {
+        unsigned l = (unsigned)at[0] << 24 | (unsigned)at[1] << 16 | (unsigned)at[2] << 8 | at[3];
+        if (i-- == 0) {
+            *len = l;
+            return at + 4;
+        }
+        at += 4 + (l == 0xffffffffu ? 0 : l);
+    }
+}
+
+/* A batch's diagnostic text that is not UTF-8 is bound with U+FFFD, as one row's is; any other
+ * text is bound as it is. Before, the batch's array took the bytes as they were and PostgreSQL
+ * refused the whole batch (22021): every row was then written again one by one. */
+static void test_rows_array_repairs_lossy_text(void **state)
+{
+    (void)state;
+    const struct db_stmt s = {.name = "t", .sql = "", .params = DB_PARAMS("e")};
+    const struct param r0[] = {p_text_lossy("e", "ok")};
+    const struct param r1[] = {p_text_lossy("e", "caf\xe9 \xff")};
+    const struct param r2[] = {p_text("e", NULL)};
+    const struct param r3[] = {p_text("e", "\xe9")}; /* not lossy: left for the server to refuse */
+    const struct param *rows[] = {r0, r1, r2, r3};
+    size_t len = 0;
+    unsigned l;
+    unsigned char *b = db_rows_array(&s, "e", 4, rows, 1, &len);
+    assert_non_null(b);
+    const unsigned char *v = element(b, 0, &l);
+    assert_int_equal(l, 2);
+    assert_memory_equal(v, "ok", 2);
+    v = element(b, 1, &l);
+    assert_int_equal(l, strlen("caf\xef\xbf\xbd \xef\xbf\xbd"));
+    assert_memory_equal(v, "caf\xef\xbf\xbd \xef\xbf\xbd", l);
+    element(b, 2, &l);
+    assert_int_equal(l, 0xffffffffu);
+    v = element(b, 3, &l);
+    assert_int_equal(l, 1);
+    assert_memory_equal(v, "\xe9", 1);
+    assert_int_equal(len, (size_t)(v + 1 - b));
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_only_server),
+        cmocka_unit_test(test_rows_array_repairs_lossy_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
