@@ -477,8 +477,13 @@ async function showOutputs(j) {
         media.addEventListener("load", () => { fig.dataset.rendered = "yes"; });
       fig.appendChild(media);
     }
+    /* The download as plain bytes: a blob keeps the provider's type but not the server's
+       attachment and sandbox headers, and opened in a tab an HTML or SVG output would be a
+       document of the console's origin. */
+    const raw = URL.createObjectURL(new Blob([blob], { type: "application/octet-stream" }));
+    previewUrls.push(raw);
     const a = el("a", "Download");
-    a.href = url;
+    a.href = raw;
     a.download = `${j.id}-${o.index}`;
     fig.appendChild(caption);
     fig.appendChild(a);

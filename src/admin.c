@@ -493,9 +493,10 @@ static void add_failing(const char *stmt, const char *sqlstate, double age_s, vo
  * refused by the database (stmthealth.h), and the archive can take copies when this replica makes
  * them (archready.h: probed at most every 5 s). A tripped provider credential is reported but
  * does not make the replica unready: the other providers work. */
-void admin_ready(struct hs_req *r, const struct api_args *a)
+static int token_is(struct hs_req *r, const char *sha256_hex);
+
+static void ready_answer(struct hs_req *r, int detailed)
 {
-    (void)a;
     int version = 0;
     int e = store_schema_version(api_db(r), &version);
     /* A newer schema is fine: migrations are additive, so a replica of the previous release
@@ -518,14 +519,38 @@ void admin_ready(struct hs_req *r, const struct api_args *a)
         cJSON_AddStringToObject(o, "archive_error", why);
         ready = 0;
     }
-    cJSON *failing = cJSON_AddArrayToObject(o, "failing_statements");
+    /* Undetailed, the lists are read all the same (a failing statement is unready) and left out
+     * of the answer. */
+    cJSON *failing = cJSON_CreateArray(), *tripped = cJSON_CreateArray();
     if (sh_failing(add_failing, failing) > 0)
         ready = 0;
-    cJSON *tripped = cJSON_AddArrayToObject(o, "tripped_providers");
     if (ready)
         ready = store_breaker_list(api_db(r), add_breaker, tripped) == STORE_OK;
+    if (detailed) {
+        cJSON_AddItemToObject(o, "failing_statements", failing);
+        cJSON_AddItemToObject(o, "tripped_providers", tripped);
+    } else {
+        cJSON_Delete(failing);
+        cJSON_Delete(tripped);
+    }
     ready_item->type = ready ? cJSON_True : cJSON_False;
     reply_json(r, ready ? 200 : 503, o);
+}
+
+void admin_ready_serve(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    ready_answer(r, 1);
+}
+
+/* On the API's listener once metrics have their own (metrics_listen): the answer without which
+ * providers are tripped and which statements fail — what that listener keeps from whoever can
+ * reach the API, as it keeps /metrics — but to the admin token. */
+void admin_ready(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    const struct cfg *cfg = api_cfg(r);
+    ready_answer(r, !*cfg->metrics_listen_host || token_is(r, cfg->admin_token_sha256));
 }
 
 /* What store_gauges read, kept until every family can be printed whole: the database answers

@@ -10,7 +10,7 @@
 static const struct route table[] = {
     {"GET", "/metrics", MR_METRICS, admin_metrics_serve, 1},
     {"GET", "/healthz", MR_HEALTH, admin_health, 0},
-    {"GET", "/readyz", MR_READY, admin_ready, 1},
+    {"GET", "/readyz", MR_READY, admin_ready_serve, 1},
 };
 
 /* A new request is looked up in the table; a resumed one goes on where it stopped (its

@@ -25,7 +25,12 @@ void admin_job_get(struct hs_req *r, const struct api_args *a);
 void admin_providers(struct hs_req *r, const struct api_args *a);
 /* GET /healthz: the process answers. */
 void admin_health(struct hs_req *r, const struct api_args *a);
-/* GET /readyz: the database answers and the schema is the one this binary expects. */
+/* GET /readyz: the database answers, the schema is the one this binary expects, no statement
+ * class fails, the archive takes copies; with the failing statements and the tripped providers
+ * (admin_ready_serve: the metrics listener's handler). admin_ready, on the API's listener, leaves
+ * those two lists out when metrics have a listener of their own (metrics_listen), but for the
+ * admin token. */
+void admin_ready_serve(struct hs_req *r, const struct api_args *a);
 void admin_ready(struct hs_req *r, const struct api_args *a);
 /* GET /metrics: process counters (metrics.c) and gauges read from the database; with
  * metrics_token_sha256 set, only to that token or the admin token (401 otherwise). The metrics

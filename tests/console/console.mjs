@@ -45,6 +45,17 @@ let step = 0;
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const page = await context.newPage();
+  // The type of every blob the page makes a URL of (the console's CSP lets nothing read one
+  // back): the download links' are checked below.
+  await page.addInitScript(() => {
+    const made = URL.createObjectURL.bind(URL);
+    window.__blobTypes = {};
+    URL.createObjectURL = (b) => {
+      const u = made(b);
+      window.__blobTypes[u] = `${b.type} ${b.size}`;
+      return u;
+    };
+  });
   page.setDefaultTimeout(15_000);
   const origin = new URL(gateway).origin;
   page.on("request", (req) => {
@@ -354,6 +365,11 @@ try {
     const src = await fig.locator("img").getAttribute("src");
     if (!src || !src.startsWith("blob:")) throw new Error(`output ${n} preview src: ${src}`);
     await expectText(fig.locator("figcaption"), `${bytes} bytes`);
+    // The download is the same bytes typed as plain bytes, never the provider's type: opened in
+    // a tab, an HTML or SVG output would otherwise be a document of the console's origin.
+    const href = await fig.locator("a").getAttribute("href");
+    same(`output ${n} download`, await page.evaluate((u) => window.__blobTypes[u], href),
+         `application/octet-stream ${bytes}`);
   }
   if (await page.locator("#outputs-none").isVisible()) throw new Error("'no output' shown");
   await shot("job-outputs");

@@ -174,6 +174,17 @@ def test_metrics_on_own_listener(gateway_factory, token):
     assert r.status == 200 and "idemgate_database_up" in r.body.decode()
     assert gw.http.request("GET", "/healthz").status == 200
     assert gw.http.request("GET", "/readyz").status == 200
+    # Nor does the API's /readyz tell which providers are tripped or which statements fail
+    # (before, it listed them to anyone); the metrics listener's does, and the admin token.
+    ready = {"": gw.http.request("GET", "/readyz").json(),
+             "tenant": gw.http.request("GET", "/readyz", headers=auth).json(),
+             "admin": gw.http.request("GET", "/readyz",
+                                      headers={"Authorization": f"Bearer {admin}"}).json(),
+             "metrics": m.request("GET", "/readyz").json()}
+    for who, body in ready.items():
+        assert body["ready"] is True, (who, body)
+        shown = "tripped_providers" in body and "failing_statements" in body
+        assert shown == (who in ("admin", "metrics")), (who, body)
     # The metrics listener's requests are counted and logged like the API's.
     values, _ = scrape_at(m)
     assert values['idemgate_http_requests_total{route="metrics",status="2xx"}'] >= 3

@@ -461,7 +461,10 @@ export interface paths {
          *     writing and removing a small file (and object) at most every 5 s. It is unready too
          *     while the database refuses to run one of the gateway's statements at all
          *     (`failing_statements`: SQLSTATE classes 0A, 42 but 42P05, XX, 2F, 38, 39; cleared by the
-         *     statement's next successful run, forgotten after 300 s).
+         *     statement's next successful run, forgotten after 300 s). Once metrics have a listener
+         *     of their own (`metrics_listen`), the API's listener leaves `failing_statements` and
+         *     `tripped_providers` out of its answer, but for the admin token (the metrics listener's
+         *     `/readyz` has them): whoever reaches the API does not learn which providers are tripped.
          */
         get: operations["ready"];
         put?: never;
@@ -890,7 +893,7 @@ export interface components {
         Readiness: {
             ready: boolean;
             /** @description Statements whose last run the database refused (the replica is unready). */
-            failing_statements: {
+            failing_statements?: {
                 statement: string;
                 sqlstate: string;
                 seconds_ago: number;
@@ -912,7 +915,7 @@ export interface components {
              *     until an operator settles it (the other migrations are applied).
              */
             migration_changed?: number;
-            tripped_providers: {
+            tripped_providers?: {
                 provider: string;
                 tripped: boolean;
                 http_status: number;
