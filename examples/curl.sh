@@ -95,7 +95,7 @@ retry_after() {
     v=$(header Retry-After)
     if [[ $v =~ ^[0-9]+$ ]]; then
         ((v < 1)) && v=1
-        ((v > 30)) && v=30
+        ((v > 300)) && v=300  # at least what the gateway asked (the deadline bounds it)
         echo "$v"
     else echo 2; fi
 }

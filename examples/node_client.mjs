@@ -50,7 +50,8 @@ async function call(method, url, token, { body, headers = {}, timeoutMs = 30000 
 
 const retryAfter = (r, dflt = 2) => {
   const v = r.headers.get('retry-after') ?? '';
-  return /^\d+$/.test(v) ? Math.max(1, Math.min(Number(v), 30)) : dflt;
+  // At least what the gateway asked (the deadline bounds the wait).
+  return /^\d+$/.test(v) ? Math.max(1, Math.min(Number(v), 300)) : dflt;
 };
 const problem = (r) =>
   `${r.status} ${(r.json.type ?? '').split(':').pop()}: ${r.json.detail ?? ''}`;

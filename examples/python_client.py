@@ -83,7 +83,7 @@ def call(method, url, token, body=None, headers=None, timeout=30):
 
 def retry_after(answer, default=2):
     v = answer.headers.get("retry-after", "")
-    return max(1, min(int(v), 30)) if v.isdigit() else default
+    return max(1, min(int(v), 300)) if v.isdigit() else default  # at least what was asked
 
 
 def problem(answer):

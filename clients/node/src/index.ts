@@ -19,7 +19,7 @@ export {
 } from "./errors.js";
 export type { ErrorDetails } from "./errors.js";
 export { canonicalJson, deriveKey } from "./keys.js";
-export { EventParser, StreamCut, StreamDiverged, streamEvents } from "./stream.js";
+export { EventParser, JobEnded, StreamCut, StreamDiverged, streamEvents } from "./stream.js";
 export type { OpenedStream, StreamEvent } from "./stream.js";
 export type { DeriveKeyOptions, Identity, IdentityValue } from "./keys.js";
 export {

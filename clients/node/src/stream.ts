@@ -27,6 +27,24 @@ export class StreamCut extends IdemgateError {
   }
 }
 
+/** The key's job has ended without a stream to give: the answer is its stored end — the
+ *  provider's own refusal (any status, 4xx and 5xx too) or the gateway's `502 job-failed` /
+ *  `409 job-canceled`. Final: not an outage to retry, nothing to resend. `jobId` names the job,
+ *  `state` is its X-Idemgate-State, `body` the answer's text. */
+export class JobEnded extends IdemgateError {
+  readonly jobId: string | undefined;
+  readonly state: string | undefined;
+  readonly body: string;
+  constructor(message: string, jobId: string | undefined, state: string | undefined, status: number,
+              body: string, key: string) {
+    super(message, { status, key });
+    this.name = "JobEnded";
+    this.jobId = jobId;
+    this.state = state;
+    this.body = body;
+  }
+}
+
 /** The record replayed after a cut is not the stream already given: its first events differ
  *  from those yielded (the provider refused the first attempt with an error event before any
  *  output and a later attempt generated, or the cut stream was read back whole from the
@@ -118,6 +136,13 @@ export async function* streamEvents(open: () => Promise<OpenedStream>, key: stri
         const text = new TextDecoder().decode(Buffer.concat(chunks));
         if (o.status === 202 || (o.status >= 200 && o.status < 300 && jobId !== undefined)) {
           throw new StreamCut(`job ${jobId}: no whole stream to give (HTTP ${o.status})`, jobId, o.status, key);
+        }
+        if (o.headers.get("x-idemgate-job-id") !== null) {
+          // The job's stored end, whatever the status: not the gateway's refusal, never an
+          // outage to retry.
+          const state = o.headers.get("x-idemgate-state") ?? undefined;
+          throw new JobEnded(`job ${jobId} ended ${state ?? ""} (HTTP ${o.status})`, jobId, state,
+                             o.status, text, key);
         }
         let problem: unknown = {};
         try { problem = JSON.parse(text || "{}"); } catch { problem = {}; }

@@ -504,7 +504,7 @@ test("outputs(): a body cut short is downloaded again, never returned half", asy
 
 // --- streams --------------------------------------------------------------------------------
 
-import { EventParser, StreamCut, StreamDiverged, streamEvents } from "../dist/index.js";
+import { EventParser, JobEnded, StreamCut, StreamDiverged, streamEvents } from "../dist/index.js";
 
 const WHOLE = 'data: {"n":1}\n\n: keep-alive\nevent: x\ndata: a\ndata: b\n\ndata: [DONE]\r\n\r\n';
 const EVENTS = [{ event: undefined, data: '{"n":1}' }, { event: "x", data: "a\nb" }, { event: undefined, data: "[DONE]" }];
@@ -561,6 +561,24 @@ test("a record that is not the stream given raises StreamDiverged, never skipped
   for await (const ev of streamEvents(async () => opened(200, SSE, [other]), "k1", 6, async () => {})) again.push(ev);
   assert.deepEqual(again[0], { event: "message_start", data: '{"id":"msg_2"}' });
   assert.equal(again.length, 1 + EVENTS.length);
+});
+
+test("a job's stored end is final and names the job (never an outage to retry)", async () => {
+  // Before, a 502 job-failed or a provider's stored 503 read as Unavailable ("send it again
+  // later") and a 429 as RateLimited, the job's id lost.
+  for (const [status, state] of [[502, "failed"], [429, "failed"], [503, "failed"], [409, "canceled"]]) {
+    let opens = 0;
+    await assert.rejects(async () => {
+      const open = async () => {
+        opens++;
+        return opened(status, { "content-type": "application/json", "x-idemgate-job-id": "job_1",
+                                "x-idemgate-state": state }, ['{"error":"no"}']);
+      };
+      for await (const ev of streamEvents(open, "k1", 6, async () => {})) void ev;
+    }, (e) => e instanceof JobEnded && e.jobId === "job_1" && e.state === state &&
+              e.status === status && e.body === '{"error":"no"}');
+    assert.equal(opens, 1, `${status}: opened once`);
+  }
 });
 
 test("no whole stream anywhere is a StreamCut naming the job", async () => {

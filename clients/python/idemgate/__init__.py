@@ -13,10 +13,11 @@ from .errors import (BudgetExceeded, IdemgateError, IntegrityError, InvalidReque
                      Unavailable, Unknown)
 from .keys import canonical_json, derive_key
 from .policy import RetryPolicy
-from .stream import Event, StreamCut, StreamDiverged
+from .stream import Event, JobEnded, StreamCut, StreamDiverged
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Job", "Output", "RetryPolicy", "derive_key", "canonical_json",
            "IdemgateError", "Rejected", "InvalidRequest", "Unauthorized", "BudgetExceeded",
            "NotFound", "KeyReused", "RateLimited", "Unavailable", "Unknown",
-           "OutputsUnavailable", "IntegrityError", "Event", "StreamCut", "StreamDiverged"]
+           "OutputsUnavailable", "IntegrityError", "Event", "StreamCut", "StreamDiverged",
+           "JobEnded"]

@@ -257,6 +257,11 @@ class State:
                                      f"({','.join('?' * len(part))})", part).fetchone()[0]
         return n
 
+    def count(self):
+        """How many rows the file holds, of any manifest."""
+        with self.lock:
+            return self.db.execute("SELECT count(*) FROM rows").fetchone()[0]
+
     def load(self, rows):
         """Adds rows not seen before as pending; returns {key: dict of the stored row}."""
         with self.lock:
@@ -617,7 +622,8 @@ def parser():
                         "identity of rows without an \"identity\" (default: none: every row "
                         "has an identity)")
     r.add_argument("--key-prefix", metavar="PREFIX", default="",
-                   help="readable prefix of every key (default: none)")
+                   help="readable prefix of every key, part of the key: a resumed run must "
+                        "give the same (default: none)")
     r.add_argument("--state", metavar="FILE",
                    help="SQLite state file (default: MANIFEST.state.sqlite)")
     r.add_argument("--results", metavar="FILE",
@@ -657,6 +663,15 @@ def main(argv=None):
         print(f"idemgate-batch: {e}", file=sys.stderr)
         return EXIT_USAGE
     state = State(a.state or a.manifest + ".state.sqlite")
+    held = state.count()
+    if held and not state.known(rows):
+        # Every key differs from the earlier run's: a changed --key-prefix or --key-fields, or
+        # edited identities. Run on, every row — the finished ones too — would be a new paid job.
+        print(f"idemgate-batch: {state.path} holds {held} rows of an earlier run and none of "
+              "this manifest's keys: --key-prefix, --key-fields or the rows' identities differ "
+              "from that run's (each row would be a new paid job). Give the earlier run's "
+              "settings, or a new --state for a new batch.", file=sys.stderr)
+        return EXIT_USAGE
     client = Client(a.url, token, retry=policy.RetryPolicy(max_attempts=max(1, a.retries)),
                     log=lambda m: print(f"idemgate-batch: {m}", file=sys.stderr, flush=True))
     runner = Runner(client, state, rows, a.out or a.manifest + ".outputs",

@@ -222,6 +222,11 @@ class Client:
             n = max(1, min(int(wait), self.max_wait))
             h["Prefer"] = f"wait={n}"
             timeout += n
+        else:
+            # Never the route's default wait (a profile's default_wait_seconds, up to the
+            # gateway's max_wait_seconds): held past this attempt's timeout, every attempt would
+            # end unanswered and the job be reported unreachable while it runs, paid.
+            h["Prefer"] = "respond-async"
         a = self._call("POST", f"/v1/providers/{route}", body, h, key=key, timeout=timeout)
         replayed = a.headers.get("idempotent-replayed") == "true"
         if policy.classify(a.status, a.headers) == policy.JOB_ANSWER:

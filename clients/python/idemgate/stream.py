@@ -39,6 +39,17 @@ class StreamCut(IdemgateError):
         self.job_id = job_id
 
 
+class JobEnded(IdemgateError):
+    """The key's job has ended without a stream to give: the answer is its stored end — the
+    provider's own refusal (any status, 4xx and 5xx too) or the gateway's `502 job-failed` /
+    `409 job-canceled`. Final: not an outage to retry, nothing to resend. `job_id` names the
+    job, `state` is its X-Idemgate-State, `status` the answer's, `body` its bytes."""
+
+    def __init__(self, message, job_id=None, state=None, body=b"", **kw):
+        super().__init__(message, **kw)
+        self.job_id, self.state, self.body = job_id, state, body
+
+
 class StreamDiverged(IdemgateError):
     """The record replayed after a cut is not the stream already given: its first events differ
     from those yielded (the provider refused the first attempt with an error event before any
@@ -133,6 +144,13 @@ def stream_events(client, route, body, key, wait, open_stream=None):
                     # `unknown`), or answered whole.
                     raise StreamCut(f"job {job_id}: no whole stream to give (HTTP {status})",
                                     job_id=job_id, status=status, key=key)
+                if "x-idemgate-job-id" in headers:
+                    # The job's stored end, whatever the status (policy.classify): not the
+                    # gateway's refusal, never an outage to retry.
+                    state = headers.get("x-idemgate-state")
+                    raise JobEnded(f"job {job_id} ended {state or ''} (HTTP {status})",
+                                   job_id=job_id, state=state, body=data, status=status,
+                                   key=key)
                 try:
                     problem = json.loads(data or b"{}")
                 except ValueError:

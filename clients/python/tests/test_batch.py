@@ -249,6 +249,23 @@ def test_csv_errors_name_the_line_and_column(tmp_path, text, err):
 
 # --- the command line ---------------------------------------------------------------------------
 
+def test_a_resume_whose_keys_all_changed_is_refused(tmp_path, monkeypatch, capsys):
+    """A run resumed with another --key-prefix (or --key-fields) makes every key anew: each row,
+    the finished ones too, would be a second paid job. It is refused before anything is sent
+    (before, it ran every row again without a word of resuming)."""
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({"route": "p/r", "identity": {"p": p}, "body": {"prompt": p}})
+                         + "\n" for p in ("a", "b")))
+    state = str(tmp_path / "s.sqlite")
+    batch.State(state).load(batch.read_manifest(str(m), key_prefix="poster-"))
+    monkeypatch.setenv("IDEMGATE_TOKEN", "tok")
+    argv = ["run", str(m), "--state", state, "--url", "http://127.0.0.1:9", "--retries", "1",
+            "--no-download", "--results", str(tmp_path / "r.jsonl")]
+    assert batch.main(argv + ["--key-prefix", "post-"]) == batch.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "holds 2 rows of an earlier run and none of this manifest's keys" in err, err
+    assert batch.State(state).count() == 2, "nothing was added to the state"
+
 def test_help_shows_every_default_and_both_formats(capsys):
     for argv in (["--help"], ["run", "--help"]):
         with pytest.raises(SystemExit) as e:

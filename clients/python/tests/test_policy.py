@@ -338,6 +338,19 @@ def test_a_canceled_job_ends_the_wait_and_is_neither_ok_nor_raised():
     assert [m for m, _, _ in calls] == ["GET"] and sleeps == []
 
 
+def test_a_submit_without_a_wait_asks_for_the_job_at_once():
+    """Without `wait`, the gateway is asked for the job at once (`Prefer: respond-async`):
+    without a Prefer header it holds the request for the route's default wait (120–300 s in the
+    shipped profiles, up to max_wait_seconds), past the attempt's 30 s timeout — each attempt
+    ended unanswered and the client raised Unavailable for a job that runs."""
+    c, calls, _ = scripted([job_answer()])
+    c.submit("p/r", {"prompt": "x"}, "k1")
+    assert calls[0][2]["Prefer"] == "respond-async"
+    c, calls, _ = scripted([job_answer()])
+    c.submit("p/r", {"prompt": "x"}, "k1", wait=0)
+    assert calls[0][2]["Prefer"] == "respond-async"
+
+
 def test_submit_refuses_a_missing_key():
     c, calls, _ = scripted([])
     with pytest.raises(ValueError):

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from idemgate import Client, KeyReused, StreamCut, StreamDiverged  # noqa: E402
+from idemgate import Client, JobEnded, KeyReused, StreamCut, StreamDiverged  # noqa: E402
 from idemgate.stream import Event, _Cut, parse_events, stream_events  # noqa: E402
 
 WHOLE = [b"data: {\"n\":1}\n", b"\n", b": keep-alive\n", b"event: x\n", b"data: a\n",
@@ -72,6 +72,21 @@ def test_a_stream_whole_nowhere_is_a_stream_cut_naming_the_job():
         for ev in _run(script):
             got.append(ev)
     assert got == EVENTS[:1] and e.value.job_id == "job_1"
+
+
+@pytest.mark.parametrize("status,state", [(502, "failed"), (429, "failed"), (503, "failed"),
+                                          (409, "canceled")])
+def test_a_jobs_stored_end_is_final_and_names_the_job(status, state):
+    """A key whose job ended without a stream is answered with its stored end: the gateway's
+    502 job-failed or 409 job-canceled, or the provider's own status. It is the job's answer,
+    never retried and never an outage. Before, a 502 or 503 read as Unavailable ("send it again
+    later") and a 429 as RateLimited, the job's id lost."""
+    script = Script((status, {"content-type": "application/json", "x-idemgate-job-id": "job_1",
+                              "x-idemgate-state": state}, iter([b'{"error":"no"}'])))
+    with pytest.raises(JobEnded) as e:
+        list(_run(script))
+    assert (e.value.job_id, e.value.state, e.value.status) == ("job_1", state, status)
+    assert e.value.body == b'{"error":"no"}' and len(script.calls) == 1
 
 
 def test_a_refusal_is_the_usual_error():
