@@ -577,10 +577,12 @@ def exit_code(rows, stopped):
     if stopped:
         return EXIT_STOPPED
     states = {r["state"] for r in rows}
+    # Unfinished first: a job still running is paid and its result is collected only by running
+    # again — a wrapper that reruns while the code is 4 must not stop at a failed row beside it.
+    if states - {COMPLETED, FAILED, CANCELED, ERROR}:
+        return EXIT_UNFINISHED
     if states & {FAILED, CANCELED, ERROR}:
         return EXIT_FAILED
-    if states - {COMPLETED}:
-        return EXIT_UNFINISHED
     return EXIT_OK
 
 

@@ -399,7 +399,10 @@ def test_manifest_key_fields_and_refusals(tmp_path):
     (["completed", "completed"], False, batch.EXIT_OK),
     (["completed", "failed"], False, batch.EXIT_FAILED),
     (["completed", "canceled"], False, batch.EXIT_FAILED),
-    (["canceled", "submitted"], False, batch.EXIT_FAILED),
+    # A row still running wins over a failed one: run again to collect it (was EXIT_FAILED, and a
+    # wrapper rerunning on 4 left the paid job uncollected).
+    (["canceled", "submitted"], False, batch.EXIT_UNFINISHED),
+    (["error", "pending"], False, batch.EXIT_UNFINISHED),
     (["completed", "error"], False, batch.EXIT_FAILED),
     (["completed", "submitted"], False, batch.EXIT_UNFINISHED),
     (["completed", "pending"], False, batch.EXIT_UNFINISHED),
