@@ -21,9 +21,13 @@ def test_a_flooding_tenant_does_not_delay_a_quiet_tenants_first_job(gateway_fact
     # at a time by the fair claim (with room for all of them, none would wait).
     gw = gateway_factory(dispatch_workers=1, max_inflight_calls=1)
     n = 120
-    for i in range(n):  # every create takes 30 ms at the provider: a backlog of seconds
+    # Every create takes 100 ms at the provider: a backlog of 12 s, so that most of it still
+    # waits when the quiet job comes however slowly the 120 intakes are recorded (at 30 ms a
+    # create, a slower machine's Citus had sent ~90 of them by then). The test does not wait
+    # for the backlog: its cost is the quiet job's few claims.
+    for i in range(n):
         r = gw.submit(flood, f"flood-{uuid.uuid4().hex}", {"prompt": f"flood {i}",
-                                                           "_mock": {"delay_ms": 30}})
+                                                           "_mock": {"delay_ms": 100}})
         assert r.status == 202, r
     r = gw.submit(quiet, f"quiet-{uuid.uuid4().hex}", {"prompt": "the quiet tenant's first"})
     assert r.status == 202, r
