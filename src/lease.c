@@ -1239,25 +1239,17 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs0, size
     struct param(*ps)[FINISH_NPARAMS] = n > 1 ? calloc(n, sizeof(*ps)) : NULL;
     const struct param **rows = n > 1 ? calloc(n, sizeof(*rows)) : NULL;
     PGresult **outs = n > 1 ? calloc(n, sizeof(*outs)) : NULL;
-    /* The rows in store_finish_order's order: fs[i] is fs0[ord[i]], its answers go back there. */
+    /* The rows in store_finish_order's order: fs[i] is fs0[ord[i]], its answers go back there
+     * (out of memory: as given, one by one). */
     const struct store_finish **fs = n > 1 ? calloc(n, sizeof(*fs)) : NULL;
     size_t *ord = n > 1 ? calloc(n, sizeof(*ord)) : NULL;
     int *applied = n > 1 ? calloc(n, sizeof(*applied)) : NULL;
     int *errors = n > 1 ? calloc(n, sizeof(*errors)) : NULL;
-    int e = STORE_ERETRY, ok = ps && rows && outs && fs && ord && applied && errors;
-    if (ok) {
+    if (fs && ord && applied && errors) {
         store_finish_order(fs0, n, ord);
         for (size_t i = 0; i < n; i++)
             fs[i] = fs0[ord[i]];
-    }
-    for (size_t i = 0; ok && i < n; i++) {
-        ok = finish_move_ok(fs[i]);
-        finish_params(fs[i], ps[i]);
-        rows[i] = ps[i];
-    }
-    if (ok)
-        e = db_run_rows(db, &finish_rows, &finish, n, rows, FINISH_NPARAMS, outs);
-    if (!fs || !ord || !applied || !errors) { /* out of memory: one by one, as given */
+    } else {
         free(fs);
         free(ord);
         free(applied);
@@ -1267,6 +1259,14 @@ int store_finish_many(struct db *db, const struct store_finish *const *fs0, size
         applied = applied0;
         errors = errors0;
     }
+    int e = STORE_ERETRY, ok = ps && rows && outs && ord;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = finish_move_ok(fs[i]);
+        finish_params(fs[i], ps[i]);
+        rows[i] = ps[i];
+    }
+    if (ok)
+        e = db_run_rows(db, &finish_rows, &finish, n, rows, FINISH_NPARAMS, outs);
     if (e == STORE_OK) {
         for (size_t i = 0; i < n; i++) {
             errors[i] = STORE_OK;
