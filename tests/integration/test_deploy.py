@@ -620,6 +620,31 @@ def test_compose_config_mount_is_the_checked_configuration(compose):
     assert host in images["archive"]["hosts"] and images["archive"]["allow_http"], images
 
 
+def test_the_mock_hands_out_its_public_url():
+    """--public-url: the outputs' URLs name the mock as its clients reach it (Compose's
+    http://mock:9090), not its listen address; a URL with a path or without a port is refused."""
+    port = free_port()
+    proc = subprocess.Popen([MOCK_BIN_RELEASE, "--listen", f"127.0.0.1:{port}",
+                             "--public-url", "http://mock:9090"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert f"listening on 127.0.0.1:{port}" in proc.stdout.readline()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/images/generations",
+                                     data=b'{"prompt":"a","n":2}', method="POST",
+                                     headers={"Authorization": "Bearer x",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            urls = [d["url"] for d in json.loads(r.read())["data"]]
+        assert len(urls) == 2 and all(u.startswith("http://mock:9090/files/") for u in urls), urls
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    for bad in ("http://mock/x", "http://mock", "https://mock:9090", "http://mock:9090/x"):
+        r = subprocess.run([MOCK_BIN_RELEASE, "--public-url", bad], capture_output=True,
+                           text=True, timeout=10)
+        assert r.returncode != 0 and "--public-url" in r.stderr, (bad, r.stderr)
+
+
 # ---------------------------------------------------------------------------------------------
 # Kubernetes.
 # ---------------------------------------------------------------------------------------------
