@@ -421,10 +421,15 @@ async function openJob(id) {
     body.appendChild(row([i + 1, a.kind, a.outcome, a.http_status, a.bytes_sent, a.decision,
                           a.started_at, a.finished_at, a.error])));
   if (!d.attempts.length) body.appendChild(row(["", "no attempt recorded"]));
-  // A provider may echo the prompt (OpenAI's revised_prompt): never shown.
-  $("job-result").textContent = j.result
-    ? JSON.stringify(j.result, (k, v) => (/prompt/i.test(k) ? "(not shown)" : v), 2)
-    : "(no answer stored)";
+  // A provider may echo the prompt (OpenAI's revised_prompt): never shown — nor a body that is
+  // not JSON (a stream's events, text), whose members cannot be told apart: its size only.
+  const shown = (k, v) => {
+    if (/prompt/i.test(k)) return "(not shown)";
+    if (k === "body_base64" && typeof v === "string")
+      return `(not shown: a body that is not JSON, ${v.length / 4 * 3 - (v.match(/=*$/)[0].length)} bytes)`;
+    return v;
+  };
+  $("job-result").textContent = j.result ? JSON.stringify(j.result, shown, 2) : "(no answer stored)";
   $("resolve").hidden = j.state !== "review";
   await showOutputs(j);
 }

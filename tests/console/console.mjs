@@ -374,6 +374,17 @@ try {
   if (await page.locator("#outputs-none").isVisible()) throw new Error("'no output' shown");
   await shot("job-outputs");
 
+  // A stored answer that is not JSON (an HTML page here; a stream's events, text) is not shown,
+  // its size only: a prompt it echoes could not be told apart. Before, its base64 was.
+  await page.click("#nav-jobs");
+  await page.fill("#search-id", watch.html);
+  await page.click("#job-id-form button[type=submit]");
+  await expectText(page.locator("#job-id"), watch.html);
+  await expectText(page.locator("#job-result"), "(not shown: a body that is not JSON, ");
+  const result = await page.locator("#job-result").textContent();
+  if (result.includes("PGh0bWw") || result.includes("body_base64\": \"P"))
+    throw new Error(`a body that is not JSON shown: ${result.slice(0, 300)}`);
+
   // Sign out: the token is gone from the tab.
   await page.click("#sign-out");
   await page.locator("#signin-form").waitFor({ state: "visible" });

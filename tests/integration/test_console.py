@@ -278,6 +278,20 @@ def paged_tenant(c, database_url, n=12):
             "route": f"{c.rev} / images/generations"}
 
 
+def html_job(c, token, mock):
+    """A job the provider refused with an HTML page (a proxy's, say): its stored answer is not
+    JSON, so the admin view carries it as body_base64. Its id."""
+    mock.script([{"fault": "html", "status": 400}])
+    r = c.gw.submit(token, "console-" + uuid.uuid4().hex, {"prompt": "x"},
+                    route=f"{c.rev}/images/generations")
+    job = c.gw.wait_state(token, r.headers.get("x-idemgate-job-id") or r.json()["id"],
+                          {"failed"}, timeout=30)
+    assert job["state"] == "failed", job
+    d = c.gw.http.request("GET", f"/v1/admin/jobs/{job['id']}", headers=admin()).json()
+    assert "body_base64" in d["job"]["result"], d["job"]["result"]
+    return job["id"]
+
+
 def archived_job(c, token):
     """A job of OpenAI's images profile whose two outputs are archived: its id and their sizes."""
     r = c.gw.submit(token, "console-" + uuid.uuid4().hex,
@@ -423,8 +437,9 @@ def test_console_in_a_headless_browser(gateway_factory, mock, token, database_ur
     arch = archived_job(c, token)
     unknown = unknown_job(c, token, mock)
     job_id = review_job(c, token, mock)
+    html = html_job(c, token, mock)
     trip(c, token, mock)
-    watch = {"unknown": unknown, "pages": pages, "archived": arch}
+    watch = {"unknown": unknown, "pages": pages, "archived": arch, "html": html}
     try:
         drive_browser(c, job_id, chromium, spent, canceled, watch)
     finally:

@@ -842,12 +842,14 @@ def test_connection_budget_of_a_replica_is_what_scaling_md_says(gateway_factory,
 
 HA_DIR = os.path.join(ROOT, "deploy", "ha")
 BUDGET_SETTINGS = ("db_workers", "intake_writers", "dispatch_workers", "reconcile_workers",
-                   "poll_workers")
+                   "poll_workers", "archive_workers")
 
 
 def per_replica_budget():
-    """db_workers + intake_writers + dispatch_workers + reconcile_workers + poll_workers + 3,
-    from the defaults the binary itself prints (`idemgate config-reference`)."""
+    """db_workers + intake_writers + dispatch_workers + reconcile_workers + poll_workers +
+    archive_workers + 3, from the defaults the binary itself prints (`idemgate
+    config-reference`). Before, archive_workers was left out: the budget said 13 where a
+    replica holds 14."""
     out = subprocess.check_output([RELEASE_BIN, "config-reference"], text=True, timeout=30)
     defaults = {}
     for line in out.splitlines():
@@ -883,7 +885,7 @@ def test_ha_readme_states_the_budget_the_binary_has():
     text = read(os.path.join(HA_DIR, "README.md"))
     per = per_replica_budget()
     assert ("db_workers + intake_writers + dispatch_workers + reconcile_workers + "
-            "poll_workers + 3") in text
+            "poll_workers + archive_workers + 3") in " ".join(text.split())
     assert f"({per} with the defaults" in text
     assert f"(20 + 5) × {per} + 10 = {ha_example_budget()}" in text
 

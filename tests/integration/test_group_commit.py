@@ -685,8 +685,13 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
          f"inflight) VALUES ({tid}, 'USD', (now() AT TIME ZONE 'UTC')::date, "
          f"date_trunc('month', now() AT TIME ZONE 'UTC')::date, 1000, 1000, 50)")
 
-    def make(tag, state, extra=""):
-        """Two operations alike (p_tag and f_tag), leased under version 3."""
+    def make(tag, state, extra="", sides=("p", "f"), insert=True):
+        """Operations alike (p_tag and f_tag; r_tag for the batch), leased under version 3.
+        Each side is made right before its write: a value kept from the insert (a hint's
+        next_attempt_at) is compared relative to the write's instant, and a batch made with the
+        first rows was written tens of seconds after them on a slow machine (its bucket of
+        10 s then differed from theirs). insert=False: the rows' VALUES, inserted by the
+        caller (the batch's, all in one statement right before it)."""
         cols = ("tenant_id, id, idempotency_key, fingerprint, fingerprint_version, provider, "
                 "route, req_method, req_url, req_credential, req_body, state, expires_at, "
                 "lease_owner, lease_version, lease_expires_at, next_attempt_at, updated_at, "
@@ -699,13 +704,15 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
             k, v = kv.split("=", 1)
             base[k.strip()] = v.strip()
         rows = []
-        for side in ("p", "f", "r"):
+        for side in sides:
             rows.append(f"({tid}, '{side}_{tag}', '{side}_{tag}', '\\x00', 1, 'fin-prov', 'r', "
                         f"'POST', 'http://x', '', '\\x00', '{state}', now() + interval '1 day', "
                         f"'replica-a', 3, now() + interval '1 minute', {base['next_attempt_at']}, "
                         f"{base['updated_at']}, {base['currency']}, {base['reserved_micros']}, "
                         f"{base['budgeted']}, {base['cancel_requested_at']}, "
                         f"{base['ambiguous_at']}, {base['webhook_hint']})")
+        if not insert:
+            return cols, rows
         psql(f"INSERT INTO operations ({cols}) VALUES " + ", ".join(rows))
 
     def args(op_id, a):
@@ -825,6 +832,9 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         assert archive(f"p_{tag}") == archive(f"f_{tag}"), tag
         assert [x - y for x, y in zip(b1, b0)] == [x - y for x, y in zip(b2, b1)], tag
     # One batch over the same cases (finish_rows): each row it writes is the plain statement's.
+    made = [make(tag, state, setup, sides=("r",), insert=False) for tag, state, setup, _ in cases]
+    psql(f"INSERT INTO operations ({made[0][0]}) VALUES "
+         + ", ".join(r for _, rs in made for r in rs))
     before = {tag: row(f"r_{tag}") for tag, _, _, _ in cases}
     b0 = budget()
     answers = {a[0]: a[1:] for a in psql(

@@ -668,7 +668,7 @@ def main(argv=None):
     held = state.count()
     if held and not state.known(rows):
         # Every key differs from the earlier run's: a changed --key-prefix or --key-fields, or
-        # edited identities. Run on, every row — the finished ones too — would be a new paid job.
+        # edited identities. Run on, every row (the finished ones too) would be a new paid job.
         print(f"idemgate-batch: {state.path} holds {held} rows of an earlier run and none of "
               "this manifest's keys: --key-prefix, --key-fields or the rows' identities differ "
               "from that run's (each row would be a new paid job). Give the earlier run's "
