@@ -504,6 +504,19 @@ def spooled(gw):
     return int(m.group(1))
 
 
+def open_files(pid):
+    """What each of the process's descriptors names, skipping those closed while they are read
+    (the gateway's threads open and close sockets meanwhile: a listed descriptor gone before its
+    readlink failed the test on a slow machine)."""
+    names = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            names.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            pass
+    return names
+
+
 def test_a_long_live_stream_is_spooled_not_held_in_memory(gateway_factory, mock, token, tmp_path):
     """A live stream longer than stream_memory_bytes moves to an unlinked file in
     stream_spool_dir (memory keeps only the event being received): its first client and a client
@@ -516,7 +529,7 @@ def test_a_long_live_stream_is_spooled_not_held_in_memory(gateway_factory, mock,
     first = Live(gw, token, chat, "spool-1", body)
     first.until(b'"tok25 "')  # ~4 KB in: past the memory share
     assert spooled(gw) == 1
-    fds = [os.readlink(f"/proc/{gw.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{gw.proc.pid}/fd")]
+    fds = open_files(gw.proc.pid)
     assert any(t.startswith(str(spool)) and t.endswith("(deleted)") for t in fds), fds
     assert os.listdir(spool) == []  # nobody else sees it
     second = Live(gw, token, chat, "spool-1", body)  # joins: every event so far read back
@@ -528,7 +541,7 @@ def test_a_long_live_stream_is_spooled_not_held_in_memory(gateway_factory, mock,
     assert a == b, (len(a), len(b))
     assert a.endswith(b"data: [DONE]\n\n") and a.count(b'"content":"tok') == 40
     assert spooled(gw) == 0
-    fds = [os.readlink(f"/proc/{gw.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{gw.proc.pid}/fd")]
+    fds = open_files(gw.proc.pid)
     assert not any(t.startswith(str(spool)) for t in fds), fds
     # The record is the stream: another replica replays it from the database, byte for byte.
     other = gateway_factory(providers=providers, env=ENV)
