@@ -17,6 +17,8 @@ import uuid
 
 import pytest
 
+import pqtext
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GATEWAY_BIN = os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "build-test", "idemgate"))
 MOCK_BIN = os.environ.get("IDEMGATE_MOCK_BIN", os.path.join(ROOT, "build", "idemgate-mock"))
@@ -358,11 +360,10 @@ def gateway(gateway_factory):
 
 @pytest.fixture
 def psql(database_url):
-    """Runs one SQL statement against the test database; returns rows as lists of strings."""
+    """Runs one SQL string against the test database as `psql -qtAX -c` would (pqtext.py);
+    returns rows as lists of strings."""
     def run(sql):
-        out = subprocess.check_output(["psql", database_url, "-qtAX", "-F", "\t", "-c", sql],
-                                      text=True)
-        return [line.split("\t") for line in out.splitlines() if line]
+        return [line.split("\t") for line in pqtext.run(database_url, sql).splitlines() if line]
     return run
 
 
