@@ -577,8 +577,14 @@ static struct async_task *task_new(const struct async_create_args *a)
     if (c->set & CTRL_VISIBLE_AFTER)
         t->visible_at += c->visible_after_ms / 1000.0;
     t->client_ref = dup_or_null(a->client_ref, &ok);
-    if (k->scope_template && expand(k->scope_template, a->m, scope, sizeof(scope)))
+    if (k->scope_template && expand(k->scope_template, a->m, scope, sizeof(scope))) {
+        char *cut = scope;
+        for (unsigned int n = 0; k->scope_segments && cut && n < k->scope_segments; n++)
+            cut = strchr(cut + (n > 0), '/');
+        if (cut && k->scope_segments)
+            *cut = '\0';
         t->scope = dup_or_null(scope, &ok);
+    }
     t->echo = make_echo(k, a->doc);
     if (k->output_ext)
         snprintf(t->ext, sizeof(t->ext), "%s", k->output_ext);

@@ -107,6 +107,9 @@ struct async_kind {
     const char *succeeded, *failed, *canceled; /* the final labels */
     /* The scope a task belongs to, built from route captures ("{owner}/{name}"); NULL: none. */
     const char *scope_template;
+    /* The scope keeps its first scope_segments "/"-separated segments (fal's app id: a model's
+     * subpath, "fal-ai/flux/dev", is not part of its request URLs); 0: all of it. */
+    unsigned int scope_segments;
     /* Status reads take the task id from this body member (Vertex); NULL: the {id} capture. */
     const char *id_body_member;
     /* Extension of output files; NULL: ".mp4" when the create path ends in "video". */

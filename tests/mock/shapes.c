@@ -483,6 +483,7 @@ const struct async_kind shape_fal = {
     .failed = "COMPLETED",
     .canceled = "COMPLETED",
     .scope_template = "{model}",
+    .scope_segments = 2, /* the request URLs name the app: fal-ai/flux, not fal-ai/flux/dev */
     .output_ext = ".png",
     .webhooks = true,
     .scheme = WH_FAL_ED25519,
