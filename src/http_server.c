@@ -223,16 +223,21 @@ static void suspended_remove_locked(struct hs_server *s, struct hs_req *r)
 }
 
 /* Resumes every request suspended and not yet resumed (libmicrohttpd must not be stopped with a
- * suspended connection) and returns how many there were. A request on the list has a live
+ * suspended connection) and returns how many there were — but for one another thread holds
+ * (hs_suspend_held) when held is 0: resumed, a connection whose client has gone is closed and
+ * its request freed by libmicrohttpd at once, before any handler runs again, under the thread
+ * still writing into it; that thread's hs_release resumes it. A request on the list has a live
  * connection: libmicrohttpd neither times out nor closes a suspended one. libmicrohttpd never
  * calls us back while holding its own locks, so holding ours across MHD_resume_connection
  * cannot deadlock. */
-static long resume_all(struct hs_server *s)
+static long resume_all(struct hs_server *s, int held)
 {
     long n = 0;
     pthread_mutex_lock(&s->mu);
-    while (s->suspended) {
-        struct hs_req *r = s->suspended;
+    for (struct hs_req *r = s->suspended, *next; r; r = next) {
+        next = r->susp_next;
+        if (r->held && !held)
+            continue;
         suspended_remove_locked(s, r);
         MHD_resume_connection(r->conn);
         n++;
@@ -799,6 +804,11 @@ static void drop_body(struct hs_req *r)
     r->counted = 0;
 }
 
+void hs_req_drop_body(struct hs_req *r)
+{
+    drop_body(r);
+}
+
 /* A piece of the body: kept while the total stays under the cap, and while the bodies of all
  * requests together stay under max_buffered_bytes. */
 static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const char *data, size_t n)
@@ -863,9 +873,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return add_body(s, r, upload_data, n);
     }
     pthread_mutex_lock(&s->mu);
-    /* Resumed while another thread still holds it (a shutdown's drain resumes every request):
-     * suspended again, under the lock its hs_release takes, which resumes it once that thread
-     * has let go — its answer, perhaps queued already, is sent then. */
+    /* Resumed while another thread still holds it (nothing does so today: the drain leaves
+     * held requests to their threads, hs_stop comes after offload_close): suspended again,
+     * under the lock its hs_release takes, which resumes it once that thread has let go — its
+     * answer, perhaps queued already, is sent then. */
     if (r->held) {
         int added = suspended_add_locked(s, r);
         pthread_mutex_unlock(&s->mu);
@@ -1047,8 +1058,9 @@ void hs_drain(struct hs_server *s, int timeout_ms)
         return;
     /* A slow client can hold the drain this long. A request still suspended now would be a
      * bug (every suspension has a waiter, and waiters_close woke them all), but its client
-     * must still get an answer: resume it and give it a moment. */
-    long n = resume_all(s);
+     * must still get an answer: resume it and give it a moment. Not one a database worker
+     * holds: its worker resumes it (offload_close waits for them before hs_stop). */
+    long n = resume_all(s, 0);
     LOG(LOG_WARN, "http_drain_timeout", LI("in_progress", atomic_load(&s->in_progress)),
         LI("resumed", n));
     if (n)
@@ -1067,8 +1079,11 @@ void hs_stop(struct hs_server *s)
         pthread_join(s->sweeper, NULL);
     }
     if (s->daemon) {
+        /* The answers of requests the database workers let go of at the drain's end (hs_drain
+         * left them to their workers) are given a moment to leave. */
+        (void)wait_idle(s, 1000);
         /* Nothing may stay suspended when the daemon stops (libmicrohttpd aborts). */
-        long n = resume_all(s);
+        long n = resume_all(s, 1);
         if (n)
             LOG(LOG_WARN, "http_resumed_at_stop", LI("requests", n));
         MHD_stop_daemon(s->daemon);

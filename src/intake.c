@@ -642,11 +642,32 @@ static enum step_result step_recorded(struct intake *in)
 
 static void intake_stream_resume(struct hs_req *r);
 
+/* A request whose intent is recorded (or whose key's job was found) reads its body no more:
+ * the client's bytes — counted against the bound every tenant's requests share
+ * (max_buffered_body_bytes): one tenant's waits of a minute held theirs to the end, and every
+ * other tenant's POST was answered 503 meanwhile — and the intake's copies of them. */
+static void drop_bodies(struct intake *in)
+{
+    reqbody_fini(&in->body);
+    free(in->mp_canon);
+    free(in->mp_parts);
+    free(in->mp_stored);
+    in->mp_canon = in->mp_stored = NULL;
+    in->mp_parts = NULL;
+    in->mp_raw = NULL; /* it pointed into the client's bytes */
+    in->mp_canon_len = in->mp_stored_len = in->mp_raw_len = 0;
+    in->mp_n = 0;
+    hs_req_drop_body(in->r);
+}
+
 /* The suspended request r waits for job j: resumed by its end, or when the wait is over, and
- * then answered by intake_resume. */
+ * then answered by intake_resume. Its body is let go of while it waits. */
 static void wait_suspended(struct hs_req *r, const struct store_job *j, int replayed, int wait_s,
                            const char *token, int local)
 {
+    struct intake *in = api_ctx(r);
+    if (in)
+        drop_bodies(in);
     struct api_wait *w = api_wait(r);
     snprintf(w->job_id, sizeof(w->job_id), "%s", j->id);
     snprintf(w->token_hash, sizeof(w->token_hash), "%s", token);

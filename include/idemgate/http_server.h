@@ -119,6 +119,9 @@ const char *hs_req_query_check(const struct hs_req *r, const char *const *known,
 /* The body (not NUL-terminated as far as the contract goes; "" when empty). */
 const char *hs_req_body(const struct hs_req *r, size_t *len);
 int hs_req_body_too_large(const struct hs_req *r);
+/* Frees r's body, uncounted from the bound all requests' bodies share (max_buffered_bytes): for
+ * a request that no longer reads it (hs_req_body is "" from then on). */
+void hs_req_drop_body(struct hs_req *r);
 
 /* The application's state of this request: NULL until set. free_fn(state) is called when the
  * request is over, after options.done; setting another state frees the previous one. */

@@ -614,6 +614,48 @@ def test_sigterm_drains_answers_waiters_releases_leases(gateway_factory, mock, p
     assert s["completed"] == 4 and s["creates"] == 4, s
 
 
+def test_a_shutdown_leaves_a_request_its_database_worker_holds_to_that_worker(
+        gateway_factory, mock, own, proxy):
+    """A request on a database worker when the drain's 5 s run out, whose client has gone (a
+    reset): the drain resumed every suspended request, this one too, and libmicrohttpd closed
+    its connection at once and freed the request under the worker still reading the database
+    for it — which then wrote its answer into freed memory, before any result still in flight
+    was written. Now the drain leaves it to its worker, which lets go of it once the read
+    returns: the gateway exits 0 after the stalled read, and still answers a client that
+    stayed."""
+    import socket
+    import struct
+    px, via_proxy = proxy
+    entry = providers.lookup(mock.url, "lookup" + providers.tag())
+    reps = Replicas(gateway_factory, free_port)
+    g = reps.start("g", env={"DATABASE_URL": via_proxy}, providers=[entry], lease_seconds=LEASE,
+                   db_workers=2)
+    token = own.tokens[0]
+    seen = px.statements.get("job_get", 0)
+    px.delay_next("job_get", 10)  # the gone client's read
+    px.delay_next("job_get", 10)  # the staying client's read
+    missing = "job_" + "".join(random.choice("abcdefghijklmnopqrstuvwxyz234567")
+                               for _ in range(26))
+    gone = socket.create_connection(("127.0.0.1", g.port), timeout=5)
+    gone.sendall(f"GET /v1/jobs/{missing} HTTP/1.1\r\nHost: x\r\n"
+                 f"Authorization: Bearer {token}\r\n\r\n".encode())
+    staying = []
+    t = threading.Thread(target=lambda: staying.append(
+        get(g.port, f"/v1/jobs/{missing}", token, timeout=60)), daemon=True)
+    t.start()
+    assert wait_until(lambda: px.statements.get("job_get", 0) >= seen + 2, 20), \
+        "both reads are held on the database workers"
+    # The gone client resets its connection while its read is held.
+    gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    gone.close()
+    g.gw.proc.send_signal(15)
+    code = g.gw.proc.wait(timeout=60)
+    t.join(timeout=10)
+    assert code == 0, g.log()[-3000:]
+    assert "http_drain_timeout" in g.log(), "the drain ran out while the reads were held"
+    assert staying and staying[0][0] == 404, staying
+
+
 def test_started_with_the_database_down(gateway_factory, mock):
     c = Cluster()
     try:

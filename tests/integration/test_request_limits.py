@@ -344,3 +344,40 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
     assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 0
     status, _, answer = send(request())
     assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
+
+
+def test_a_held_wait_lets_go_of_its_body(gateway_factory, token):
+    """A request whose intent is recorded and that waits (`Prefer: wait`) reads its body no
+    more: the bytes are let go of when the wait begins, not when it ends. Before, eight waits of
+    one tenant, held by a slow provider, kept 8 × 64 KiB of the 1 MiB every tenant's bodies
+    share (idemgate_http_body_bytes) until their jobs ended — a tenant's minute-long waits
+    refused every other tenant's POSTs 503 bodies-full meanwhile."""
+    gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
+                              "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
+                              "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576"})
+    path = b"/v1/providers/mock-images/images/generations"
+    answers = []
+
+    def wait_for(i):
+        body = json.dumps({"prompt": "held " + "x" * 59000, "n": 1,
+                           "_mock": {"delay_ms": 4500}}).encode()  # the mock's timeout: 5 s
+        s = connect_from("127.0.0.1", gw.port)
+        s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + token.encode() + b"\r\nIdempotency-Key: held-"
+                  + uuid.uuid4().hex.encode() + b"\r\nPrefer: wait=30\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.settimeout(60)
+        answers.append(read_answer(s)[0])
+        s.close()
+
+    import threading
+    threads = [threading.Thread(target=wait_for, args=(i,), daemon=True) for i in range(8)]
+    for t in threads:
+        t.start()
+    assert wait_until(lambda: gw.log().count('"intake_new"') == 8, 20), "eight intents recorded"
+    # Every one still waits for its slow job: none answered, and their bodies already let go of.
+    assert wait_until(lambda: body_bytes(gw) == 0, 3), body_bytes(gw)
+    assert answers == []
+    for t in threads:
+        t.join(60)
+    assert answers == ["HTTP/1.1 200 OK"] * 8, answers
