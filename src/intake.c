@@ -648,6 +648,8 @@ static void intake_stream_resume(struct hs_req *r);
  * other tenant's POST was answered 503 meanwhile — and the intake's copies of them. */
 static void drop_bodies(struct intake *in)
 {
+    if (!in)
+        return;
     reqbody_fini(&in->body);
     free(in->mp_canon);
     free(in->mp_parts);
@@ -665,9 +667,7 @@ static void drop_bodies(struct intake *in)
 static void wait_suspended(struct hs_req *r, const struct store_job *j, int replayed, int wait_s,
                            const char *token, int local)
 {
-    struct intake *in = api_ctx(r);
-    if (in)
-        drop_bodies(in);
+    drop_bodies(api_ctx(r));
     struct api_wait *w = api_wait(r);
     snprintf(w->job_id, sizeof(w->job_id), "%s", j->id);
     snprintf(w->token_hash, sizeof(w->token_hash), "%s", token);
@@ -695,7 +695,9 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
         return;
     }
     if (ls && !hs_req_draining(r)) {
-        /* Until the stream begins (or the attempt ends without it): parked on the stream. */
+        /* Until the stream begins (or the attempt ends without it): parked on the stream, its
+         * body let go of as a wait's. */
+        drop_bodies(api_ctx(r));
         api_set_continuation(r, intake_stream_resume);
         int parked = ls_park(ls, r, 0, waiters_now() + wait_s);
         if (parked == 0)

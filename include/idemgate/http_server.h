@@ -134,11 +134,11 @@ void hs_req_set_state(struct hs_req *r, void *state, void (*free_fn)(void *state
  * resumed (by hs_drain or hs_stop at shutdown) does nothing. */
 void hs_suspend(struct hs_req *r);
 void hs_resume(void *r);
-/* hs_suspend for a request another thread now holds (works on, and answers): until that thread
- * calls hs_release, a resumption of it (hs_drain resumes every request) suspends it again before
- * anything else — its answer, queued meanwhile, included: the answer's completion would free the
- * request under that thread. hs_release lets go of it and resumes it; that thread must not
- * touch it afterwards. */
+/* hs_suspend for a request another thread now holds (works on, and answers): nothing resumes it
+ * until that thread calls hs_release (hs_drain leaves it; resumed, a connection whose client has
+ * gone is closed and the request freed at once, under that thread), and a resumption that came
+ * anyway suspends it again before anything else — its answer, queued meanwhile, included.
+ * hs_release lets go of it and resumes it; that thread must not touch it afterwards. */
 void hs_suspend_held(struct hs_req *r);
 void hs_release(struct hs_req *r);
 

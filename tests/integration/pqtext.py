@@ -18,6 +18,7 @@ PGRES_TUPLES_OK = 2
 PGRES_SINGLE_TUPLE = 9
 CONNECTION_OK = 0
 _ERRORS = {5, 6, 7}  # PGRES_BAD_RESPONSE, PGRES_NONFATAL_ERROR, PGRES_FATAL_ERROR
+_COPY = {3, 4, 8}  # PGRES_COPY_OUT, PGRES_COPY_IN, PGRES_COPY_BOTH
 
 _lib = None
 
@@ -44,6 +45,8 @@ def run(url, sql):
     """The text `psql URL -qtAX -F '\\t' -c SQL` prints on stdout."""
     lib = _libpq()
     cmd = ["psql", "-qtAX", "-F", "\t", "-c", sql]
+    if "\0" in sql:
+        raise ValueError("embedded null byte")  # as subprocess refuses it in an argument
     keys = (ctypes.c_char_p * 3)(b"dbname", b"fallback_application_name", None)
     vals = (ctypes.c_char_p * 3)(url.encode(), b"psql", None)
     conn = lib.PQconnectdbParams(keys, vals, 1)
@@ -60,18 +63,26 @@ def run(url, sql):
             res = lib.PQgetResult(conn)
             if not res:
                 break
-            st = lib.PQresultStatus(res)
-            if st in (PGRES_TUPLES_OK, PGRES_SINGLE_TUPLE) and error is None:
-                nf = lib.PQnfields(res)
-                for r in range(lib.PQntuples(res)):
-                    out.append("\t".join((lib.PQgetvalue(res, r, c) or b"").decode()
-                                         for c in range(nf)) + "\n")
-            elif st in _ERRORS and error is None:
-                error = (lib.PQresultErrorMessage(res) or b"").decode(errors="replace")
-            lib.PQclear(res)
+            try:
+                st = lib.PQresultStatus(res)
+                if st in (PGRES_TUPLES_OK, PGRES_SINGLE_TUPLE) and error is None:
+                    nf = lib.PQnfields(res)
+                    for r in range(lib.PQntuples(res)):
+                        out.append("\t".join((lib.PQgetvalue(res, r, c) or b"").decode()
+                                             for c in range(nf)) + "\n")
+                elif st in _COPY:
+                    # Not spoken here (a COPY result repeats until the copy ends): a test that
+                    # needs one runs psql itself.
+                    raise ValueError("pqtext: COPY is not supported; run psql")
+                elif st in _ERRORS and error is None:
+                    error = (lib.PQresultErrorMessage(res) or b"").decode(errors="replace")
+            finally:
+                lib.PQclear(res)
         if error is not None:
             sys.stderr.write(error)
-            raise subprocess.CalledProcessError(1, cmd, output="".join(out))
+            # psql's exit status: 2 when the connection was lost, 1 for an error of the SQL.
+            code = 2 if lib.PQstatus(conn) != CONNECTION_OK else 1
+            raise subprocess.CalledProcessError(code, cmd, output="".join(out))
         return "".join(out)
     finally:
         if conn:
