@@ -136,10 +136,12 @@ int ap_plan_outputs(const struct cfg_provider *p, const char *body, size_t len,
             pl->n--; /* a template that cannot be expanded: no output to fetch */
         return 0;
     }
-    const struct jpath *items =
-        p->mode == CFG_MODE_ASYNC_POLL ? p->result_outputs : p->outputs_received;
-    if (pl->doc && items)
-        jpath_each(items, pl->doc, add_item, &w);
+    if (pl->doc && p->mode == CFG_MODE_ASYNC_POLL) {
+        if (p->result_outputs) /* a finished task's outputs: a list, or its one value */
+            jpath_each_list(p->result_outputs, pl->doc, add_item, &w);
+    } else if (pl->doc && p->outputs_received) {
+        jpath_each(p->outputs_received, pl->doc, add_item, &w);
+    }
     return w.oom ? -1 : 0;
 }
 

@@ -176,6 +176,9 @@ struct walk {
     const void *tree;
     int (*visit)(const void *node, void *arg);
     void *arg;
+    /* A last wildcard step that meets a scalar: visited through this, or selects nothing when
+     * NULL (jpath_each_list). */
+    int (*visit_scalar)(const void *node, void *arg);
 };
 
 /* Applies a member or index step to node: the one child it names, or NULL. */
@@ -203,7 +206,9 @@ static int walk_from(const struct walk *w, size_t i, const void *node)
         const struct step *s = &w->p->steps[i];
         if (s->kind == STEP_WILDCARD) {
             if (w->ops->kind(w->tree, node) == JPATH_SCALAR)
-                return 0;
+                return w->visit_scalar && i + 1 == w->p->n_steps
+                           ? w->visit_scalar(node, w->arg)
+                           : 0;
             const void *c = NULL;
             for (size_t k = 0; (c = w->ops->child(w->tree, node, k, c)); k++)
                 if (walk_from(w, i + 1, c))
@@ -227,7 +232,7 @@ const void *jpath_first_in(const struct jpath *p, const struct jpath_tree *ops, 
                            const void *root)
 {
     const void *found = NULL;
-    struct walk w = {p, ops, tree, visit_first, &found};
+    struct walk w = {p, ops, tree, visit_first, &found, NULL};
 
     if (p && root)
         walk_from(&w, 0, root);
@@ -294,7 +299,24 @@ size_t jpath_each(const struct jpath *p, const cJSON *root,
                   void (*cb)(const cJSON *node, void *arg), void *arg)
 {
     struct each e = {cb, arg, 0};
-    struct walk w = {p, &cjson_tree, NULL, visit_each, &e};
+    struct walk w = {p, &cjson_tree, NULL, visit_each, &e, NULL};
+
+    if (p && root)
+        walk_from(&w, 0, root);
+    return e.n;
+}
+
+/* jpath_each_list's visitor of a scalar met by the last wildcard: a string only. */
+static int visit_each_string(const void *node, void *arg)
+{
+    return cJSON_IsString((const cJSON *)node) ? visit_each(node, arg) : 0;
+}
+
+size_t jpath_each_list(const struct jpath *p, const cJSON *root,
+                       void (*cb)(const cJSON *node, void *arg), void *arg)
+{
+    struct each e = {cb, arg, 0};
+    struct walk w = {p, &cjson_tree, NULL, visit_each, &e, visit_each_string};
 
     if (p && root)
         walk_from(&w, 0, root);

@@ -135,7 +135,7 @@ int poller_outputs(const struct cfg_provider *p, const cJSON *doc, const char *r
     if (!doc || !p->result_outputs)
         return 0;
     struct out_ctx x = {p, out, expires, 0};
-    jpath_each(p->result_outputs, doc, add_output, &x);
+    jpath_each_list(p->result_outputs, doc, add_output, &x);
     return x.n;
 }
 

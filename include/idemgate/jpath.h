@@ -50,6 +50,13 @@ const cJSON *jpath_first(const struct jpath *p, const cJSON *root);
 size_t jpath_each(const struct jpath *p, const cJSON *root,
                   void (*cb)(const cJSON *node, void *arg), void *arg);
 
+/* jpath_each for a list a provider writes as one value when it holds one: a last wildcard step
+ * that meets a string selects that string (Replicate's `output` is an array of URLs for most
+ * models and one URL for others: `$.output[*]` selected nothing there, and a paid task's result
+ * read as no outputs). Any other scalar there still selects nothing. */
+size_t jpath_each_list(const struct jpath *p, const cJSON *root,
+                       void (*cb)(const cJSON *node, void *arg), void *arg);
+
 /* ---- Other trees ----
  *
  * The same evaluation over a tree jpath does not know (the request body's parsed document, say),

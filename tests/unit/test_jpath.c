@@ -461,9 +461,59 @@ static void test_path_owns_names(void **state)
     jpath_free(p);
 }
 
+/* jpath_each_list: a last wildcard that meets a string selects it (a list written as its one
+ * value); everything else as jpath_each. */
+static void test_each_list(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *path, *doc, *want;
+    } cases[] = {
+        {"$.output[*]", "{\"output\": [\"a\", \"b\"]}", "[\"a\",\"b\"]"},
+        {"$.output[*]", "{\"output\": \"a\"}", "[\"a\"]"},
+        {"$.output.*", "{\"output\": \"a\"}", "[\"a\"]"},
+        {"$.output[*]", "{\"output\": null}", "[]"},
+        {"$.output[*]", "{\"output\": 7}", "[]"},
+        {"$.output[*]", "{\"output\": []}", "[]"},
+        {"$.output[*]", "{}", "[]"},
+        /* Only the last step: a wildcard further up that meets a string selects nothing. */
+        {"$.output[*].url", "{\"output\": \"a\"}", "[]"},
+        {"$.output[*].url", "{\"output\": [{\"url\": \"a\"}, \"b\"]}", "[\"a\"]"},
+        {"$.o[*][*]", "{\"o\": [\"a\", [\"b\"]]}", "[\"a\",\"b\"]"},
+        {"$.output", "{\"output\": \"a\"}", "[\"a\"]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        print_message("each_list %s %s\n", cases[i].path, cases[i].doc);
+        cJSON *doc = cJSON_Parse(cases[i].doc);
+        assert_non_null(doc);
+        struct jpath *p = NULL;
+        assert_int_equal(jpath_compile(cases[i].path, &p, NULL), 0);
+        struct collect c = {.len = 1};
+        c.buf[0] = '[';
+        size_t n = jpath_each_list(p, doc, collect_cb, &c);
+        c.buf[c.len++] = ']';
+        c.buf[c.len] = '\0';
+        assert_string_equal(c.buf, cases[i].want);
+        assert_int_equal(n, c.calls);
+        assert_int_equal(jpath_each_list(p, doc, NULL, NULL), n);
+        jpath_free(p);
+        cJSON_Delete(doc);
+    }
+    /* jpath_each keeps the JSONPath meaning: a wildcard on a string selects nothing. */
+    cJSON *doc = cJSON_Parse("{\"output\": \"a\"}");
+    struct jpath *p = NULL;
+    assert_int_equal(jpath_compile("$.output[*]", &p, NULL), 0);
+    assert_int_equal(jpath_each(p, doc, NULL, NULL), 0);
+    assert_int_equal(jpath_each_list(NULL, doc, NULL, NULL), 0);
+    assert_int_equal(jpath_each_list(p, NULL, NULL, NULL), 0);
+    jpath_free(p);
+    cJSON_Delete(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_each_list),
         cmocka_unit_test(test_select),          cmocka_unit_test(test_other_tree),
         cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_max_steps),
         cmocka_unit_test(test_string),          cmocka_unit_test(test_null_root_and_free),
