@@ -114,7 +114,8 @@ static const struct cfg_setting settings[] = {
     {"max_buffered_body_bytes", "IDEMGATE_MAX_BUFFERED_BODY_BYTES", T_LONG,
      OFF(max_buffered_body_bytes), "536870912", 1024L * 1024, 64L * 1024 * 1024 * 1024,
      "request bodies held in memory at once, all connections together (while they arrive and "
-     "until their request ends); a body that would pass it is dropped as it comes and answered "
+     "until their request ends, or its `Prefer: wait` begins: a waiting request holds no "
+     "body); a body that would pass it is dropped as it comes and answered "
      "503 with Retry-After, whatever its token: clients cannot exhaust memory with bodies; "
      "the bodies of requests without a live tenant's or the operator's token (none, an unknown "
      "one, webhooks) hold at most half of it together, so they cannot take it from the tenants. "
