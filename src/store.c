@@ -1927,7 +1927,7 @@ static const struct db_stmt admin_jobs_by_key = {
     "  extract(epoch FROM date_trunc('day', o.finished_at AT TIME ZONE 'UTC'))::numeric AS d, "    \
     "  count(*) AS n, sum(o.cost_micros)::numeric AS c FROM operations o "                         \
     "  WHERE o.state IN ('completed', 'canceled') AND o.finished_at >= " DAYS_AGO_29               \
-    "  AND o.currency IS NOT NULL GROUP BY 1, 2, 3, 4, 5), "                                       \
+    "  AND o.currency IS NOT NULL AND o.cost_micros IS NOT NULL GROUP BY 1, 2, 3, 4, 5), "         \
     "tm AS (SELECT o.provider, greatest(extract(epoch FROM o.finished_at - o.created_at), 0) AS s "             \
     "  FROM operations o WHERE o.state = 'completed' "                                             \
     "  AND o.finished_at >= now() - interval '24 hours') "                                         \
@@ -1962,7 +1962,8 @@ static const struct db_stmt admin_overview = {
     "FROM tenants t CROSS JOIN LATERAL (SELECT o.provider, o.currency, o.cost_micros, "
     "  o.finished_at, " OVERVIEW_MODEL " AS model FROM operations o WHERE o.tenant_id = t.id "
     "  AND o.state IN ('completed', 'canceled') AND o.finished_at >= " DAYS_AGO_29
-    "  AND o.currency IS NOT NULL OFFSET 0) k GROUP BY 2, 3, 4, 5, 8 "
+    "  AND o.currency IS NOT NULL AND o.cost_micros IS NOT NULL OFFSET 0) k "
+    "GROUP BY 2, 3, 4, 5, 8 "
     "UNION ALL SELECT 'time', NULL, k.provider, NULL, NULL, count(*), "
     "  percentile_cont(0.5) WITHIN GROUP (ORDER BY k.s)::numeric, "
     "  percentile_cont(0.95) WITHIN GROUP (ORDER BY k.s)::numeric, NULL, NULL "

@@ -314,9 +314,13 @@ def test_a2_unplaceable_client_ref_is_refused_at_intake(gateway_factory, token, 
     assert listed.status == 200 and listed.json()["data"] == [], listed
     time.sleep(0.3)
     assert mock.ledger() == [], "the provider was called"
-    # The key was not consumed: a placeable body under it is a new job.
-    ok = gw.submit(token, k, {"prompt": "x"}, route="refd/generations")
-    assert ok.status == 202, ok
+    # The key was not consumed: a placeable body under it is a new job — waited for, so that
+    # it is not left `prepared` for the next case's gateway (same provider name) to send into
+    # that case's ledger.
+    ok = gw.submit(token, k, {"prompt": "x"}, route="refd/generations",
+                   headers={"Prefer": "wait=20"})
+    assert ok.status == 201 and ok.headers["x-idemgate-job-id"], ok
+    assert len(real_creates(mock, ok.headers["x-idemgate-job-id"])) == 1
 
 
 def test_a2_escaped_member_name_takes_the_reference_inside(gateway_factory, token, mock):
