@@ -276,6 +276,10 @@ static pthread_mutex_t files_mu = PTHREAD_MUTEX_INITIALIZER;
 static long files_bytes;
 static unsigned int files_delay_ms;
 static char files_fault[16];
+/* Files being answered now (a request counts from its arrival until its delay is over: the
+ * answer follows at once) and the most at once since the last POST /_files or /_reset: GET
+ * /_files says them. */
+static unsigned int files_now, files_most;
 
 static enum MHD_Result handle_files_post(struct mock_request *req)
 {
@@ -300,6 +304,7 @@ static enum MHD_Result handle_files_post(struct mock_request *req)
     files_bytes = b ? (long)b->valuedouble : 0;
     files_delay_ms = dl ? (unsigned int)dl->valuedouble : 0;
     snprintf(files_fault, sizeof(files_fault), "%s", cJSON_IsString(f) ? f->valuestring : "");
+    files_most = files_now;
     pthread_mutex_unlock(&files_mu);
     cJSON_Delete(doc);
     cJSON *ok = cJSON_CreateObject();
@@ -313,7 +318,19 @@ static void mock_files_reset(void)
     files_bytes = 0;
     files_delay_ms = 0;
     files_fault[0] = '\0';
+    files_most = files_now;
     pthread_mutex_unlock(&files_mu);
+}
+
+/* GET /_files: {"now": files being answered, "most": the most at once since they were set}. */
+static enum MHD_Result handle_files_get(struct mock_request *req)
+{
+    cJSON *doc = cJSON_CreateObject();
+    pthread_mutex_lock(&files_mu);
+    cJSON_AddNumberToObject(doc, "now", files_now);
+    cJSON_AddNumberToObject(doc, "most", files_most);
+    pthread_mutex_unlock(&files_mu);
+    return reply_json(req, MHD_HTTP_OK, doc);
 }
 
 struct half_body {
@@ -363,8 +380,14 @@ static enum MHD_Result handle_file(struct mock_request *req)
     pad = files_bytes;
     delay_ms = files_delay_ms;
     snprintf(fault, sizeof(fault), "%s", files_fault);
+    if (++files_now > files_most)
+        files_most = files_now;
     pthread_mutex_unlock(&files_mu);
-    if (delay_ms && !mock_sleep_ms(req, delay_ms, true))
+    bool slept = !delay_ms || mock_sleep_ms(req, delay_ms, true);
+    pthread_mutex_lock(&files_mu);
+    files_now--;
+    pthread_mutex_unlock(&files_mu);
+    if (!slept)
         return MHD_NO; /* the client left, or the mock stops */
     if (!strcmp(fault, "status_404"))
         return reply_error(req, MHD_HTTP_NOT_FOUND, "no such file", "invalid_request_error",
@@ -435,6 +458,7 @@ static const struct admin_route admin_routes[] = {
     {"POST", "/_chaos", false, chaos_handle_post},      /* random mode on or off */
     {"GET", "/files/", true, handle_file},              /* outputs the create answers link to */
     {"POST", "/_files", false, handle_files_post},      /* size and faults of /files/ */
+    {"GET", "/_files", false, handle_files_get},        /* files answered at once */
     {"GET", "/_tasks", true, async_handle_tasks},       /* asynchronous tasks with their counters */
     {"POST", "/_tasks/seed", false, tasks_handle_seed}, /* unrelated tasks on the account */
     {"GET", "/_webhooks", false, webhooks_handle_log},  /* webhook deliveries made */
