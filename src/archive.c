@@ -66,11 +66,13 @@ static const struct db_stmt plan_write = {
         "  AND archive_planned_at IS NULL "
         "  RETURNING tenant_id, id, provider) "
         "INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, credential, "
-        " expires_at) "
+        " expires_at, state, last_error) "
         "SELECT m.tenant_id, m.id, x.n, m.provider, x.kind, x.url, x.credential, "
-        " CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END "
+        " CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END, coalesce(x.state, 'pending'), "
+        " x.error "
         "FROM m CROSS JOIN jsonb_to_recordset($3::jsonb) "
-        " AS x(n integer, kind text, url text, credential text, expires float8) "
+        " AS x(n integer, kind text, url text, credential text, expires float8, state text, "
+        "  error text) "
         "ON CONFLICT DO NOTHING",
     .params = DB_PARAMS("tenant_id", "id", "plan"),
 };
@@ -227,19 +229,31 @@ static const struct db_stmt output_get = {
 
 static int born_take(int want);
 
+/* Whether the profile's archive policy refuses output o for what its URL says (scheme, host,
+ * credentials, a literal private address): a fact of the URL and the configuration, known before
+ * anything is fetched. Such an output is planned already ended, failed with the reason in why:
+ * never claimed, never handed to a thread — where each cost a claim, a wake-up and a write of its
+ * end for a verdict the plan could give (every output of a profile without `archive.hosts`, and
+ * of `make bench`'s end-to-end run). The address a host name resolves to is judged at the copy. */
+static int plan_refused(const struct cfg_provider *p, const struct ap_output *o, char *why,
+                        size_t cap)
+{
+    if (!p->archive || (o->kind != AP_URL && o->kind != AP_ENDPOINT))
+        return 0;
+    struct fp_policy pol = archprof_policy(p->archive);
+    return fp_url_allowed(&pol, o->url, o->kind == AP_ENDPOINT ? p->base_url : NULL, why, cap) <
+           0;
+}
+
 /* The plan as the finish statement reads it (jsonb_to_recordset): with born, the first fetched
  * outputs the archive has room for carry this replica as their lease owner and the lease's
- * length (lease.c's FINISH_PLAIN_SQL inserts them claimed); born->taken says how many. */
+ * length (lease.c's FINISH_PLAIN_SQL inserts them claimed); born->taken says how many. An output
+ * the policy refuses carries its end instead ("state": "failed", "error"). */
 static char *plan_json(const struct cfg_provider *p, const char *credential,
                        const struct ap_plan *pl, struct archive_born *born)
 {
-    int fetched = 0, marked = 0;
-    for (size_t i = 0; born && i < pl->n; i++)
-        fetched += pl->out[i].kind == AP_URL || pl->out[i].kind == AP_ENDPOINT;
-    if (born && fetched) {
-        born->mono = clock_mono(); /* before the write: the leases it begins are no older */
-        born->taken = born_take(fetched);
-    }
+    int fetched = 0;
+    char why[512];
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = 0; arr && i < pl->n; i++) {
         const struct ap_output *o = &pl->out[i];
@@ -252,16 +266,57 @@ static char *plan_json(const struct cfg_provider *p, const char *credential,
         if (o->kind == AP_ENDPOINT && credential && *credential && p->auth_header)
             cJSON_AddStringToObject(x, "credential", credential);
         cJSON_AddNumberToObject(x, "expires", o->kind == AP_B64 ? 0 : o->expires_at);
-        if (born && marked < born->taken && (o->kind == AP_URL || o->kind == AP_ENDPOINT)) {
-            cJSON_AddStringToObject(x, "owner", g_cfg->instance_id);
-            cJSON_AddNumberToObject(x, "lease", (double)g_cfg->lease_seconds);
-            marked++;
+        if (plan_refused(p, o, why, sizeof(why))) {
+            cJSON_AddStringToObject(x, "state", "failed");
+            cJSON_AddStringToObject(x, "error", why);
+        } else {
+            fetched += o->kind == AP_URL || o->kind == AP_ENDPOINT;
         }
         cJSON_AddItemToArray(arr, x);
+    }
+    if (arr && cJSON_GetArraySize(arr) != (int)pl->n) { /* out of memory */
+        cJSON_Delete(arr);
+        return NULL;
+    }
+    if (arr && born && fetched) {
+        born->mono = clock_mono(); /* before the write: the leases it begins are no older */
+        born->taken = born_take(fetched);
+        size_t i = 0;
+        int marked = 0;
+        cJSON *x = NULL;
+        cJSON_ArrayForEach(x, arr)
+        {
+            enum ap_kind k = pl->out[i++].kind;
+            if (marked < born->taken && (k == AP_URL || k == AP_ENDPOINT) &&
+                !cJSON_GetObjectItemCaseSensitive(x, "state")) {
+                cJSON_AddStringToObject(x, "owner", g_cfg->instance_id);
+                cJSON_AddNumberToObject(x, "lease", (double)g_cfg->lease_seconds);
+                marked++;
+            }
+        }
     }
     char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
     return s;
+}
+
+void archive_plan_written(const char *plan, const char *job_id, const char *provider)
+{
+    cJSON *arr = plan ? cJSON_Parse(plan) : NULL;
+    const cJSON *x = NULL;
+    cJSON_ArrayForEach(x, arr)
+    {
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(x, "state");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(x, "n");
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(x, "error");
+        if (!cJSON_IsString(st) || !cJSON_IsNumber(n))
+            continue;
+        /* Counted and said as a claim's refusal was, never dropped in silence. */
+        LOG(LOG_WARN, "archive_refused", LS("job_id", job_id), LS("provider", provider),
+            LI("output", n->valueint), LS("error", cJSON_IsString(err) ? err->valuestring : ""));
+        metrics_archive(1);
+    }
+    cJSON_Delete(arr);
 }
 
 char *archive_plan_json(const struct cfg_provider *p, const struct store_finish *f,
@@ -307,6 +362,8 @@ static int plan_some(struct db *db)
                 if (atoi(PQcmdTuples(w)) > 0 || pl.n == 0)
                     LOG(LOG_INFO, "archive_planned", LS("job_id", db_val(r, i, 1)),
                         LS("provider", prov), LI("outputs", (long long)pl.n));
+                if (atoi(PQcmdTuples(w)) > 0)
+                    archive_plan_written(js, db_val(r, i, 1), prov);
                 PQclear(w);
             }
             free(js);

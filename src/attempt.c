@@ -1007,7 +1007,10 @@ const struct store_finish *attempt_outcome(struct attempt *a, struct db *db,
 void attempt_recorded(struct attempt *a, int e, int applied)
 {
     CRASH_POINT("after_result_commit");
-    /* Its outputs claimed by the write go to the archive threads (the rest of the room back). */
+    /* Its outputs claimed by the write go to the archive threads (the rest of the room back);
+     * those its plan ended are said. */
+    if (e == STORE_OK && applied && a->f.state == ST_COMPLETED)
+        archive_plan_written(a->plan, a->c.id, a->p->name);
     archive_born_settle(&a->born, e == STORE_OK && applied && a->f.state == ST_COMPLETED,
                         a->c.tenant_id, a->c.id, a->p->name,
                         a->f.remote_id ? a->f.remote_id : a->c.remote_id, a->plan);

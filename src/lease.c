@@ -312,14 +312,15 @@ static const struct db_stmt reconcile_send = {
     " FROM u WHERE b.tenant_id = $1::bigint AND u.budgeted "                                    \
     "  AND u.state IN ('completed', 'failed', 'canceled')), "                                   \
     "p AS (INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "     \
-    "  credential, expires_at, lease_owner, lease_version, lease_expires_at, attempts) "        \
+    "  credential, expires_at, lease_owner, lease_version, lease_expires_at, attempts, state, " \
+    "  last_error) "                                                                            \
     " SELECT $1::bigint, $2::text, x.n, u.provider, x.kind, x.url, x.credential, "              \
     "  CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END, x.owner, "                     \
     "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END, now() + make_interval(secs => x.lease), "   \
-    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END "                                            \
+    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END, coalesce(x.state, 'pending'), x.error "     \
     " FROM u, jsonb_to_recordset($27::jsonb) "                                                  \
     "  AS x(n integer, kind text, url text, credential text, expires float8, owner text, "      \
-    "   lease float8) "                                                                         \
+    "   lease float8, state text, error text) "                                                 \
     " WHERE u.state = 'completed' ON CONFLICT DO NOTHING "                                      \
     " RETURNING n, lease_owner IS NOT NULL AS born), "                                          \
     "a AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "   \
@@ -383,14 +384,15 @@ static const struct db_stmt finish_rows = {
     "  j.p_lease_version, j.p_state, j.p_kind, j.p_started_at, j.p_finished_at, j.p_outcome, "
     "  j.p_http_status, j.p_curl_code, j.p_bytes_sent, j.p_error, j.p_archive_plan), "
     "p AS (INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
-    "  credential, expires_at, lease_owner, lease_version, lease_expires_at, attempts) "
+    "  credential, expires_at, lease_owner, lease_version, lease_expires_at, attempts, state, "
+    "  last_error) "
     " SELECT u.tenant_id, u.id, x.n, u.provider, x.kind, x.url, x.credential, "
     "  CASE WHEN x.expires > 0 THEN to_timestamp(x.expires) END, x.owner, "
     "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END, now() + make_interval(secs => x.lease), "
-    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END "
+    "  CASE WHEN x.owner IS NULL THEN 0 ELSE 1 END, coalesce(x.state, 'pending'), x.error "
     " FROM u, jsonb_to_recordset(u.p_archive_plan::jsonb) "
     "  AS x(n integer, kind text, url text, credential text, expires float8, owner text, "
-    "   lease float8) "
+    "   lease float8, state text, error text) "
     " WHERE u.state = 'completed' ON CONFLICT DO NOTHING "
     " RETURNING op_id, n, lease_owner IS NOT NULL AS born), "
     "a AS (INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, started_at, "

@@ -170,6 +170,8 @@ static void write_poll_usage(struct db *db, const struct store_claim *c, enum op
     f.archive_plan = plan;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
+    if (e == STORE_OK && applied && next == ST_COMPLETED)
+        archive_plan_written(plan, c->id, p->name);
     free(plan);
     if (e == STORE_OK && applied && f.cost_micros >= 0)
         metrics_spend(p->name, p->pricing.currency, f.cost_micros, unpriced);

@@ -195,6 +195,8 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
     f.archive_plan = plan;
     int applied = 0;
     int e = store_finish(db, &f, &applied);
+    if (e == STORE_OK && applied && w->next == ST_COMPLETED && w->p)
+        archive_plan_written(plan, c->id, w->p->name);
     free(plan);
     if (e == STORE_OK && applied && w->p && f.cost_micros >= 0)
         metrics_spend(w->p->name, w->p->pricing.currency, f.cost_micros, w->unpriced);

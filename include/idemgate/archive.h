@@ -56,6 +56,11 @@ struct store_finish;
 char *archive_plan_json(const struct cfg_provider *p, const struct store_finish *f,
                         const char *remote_id, const char *credential, struct archive_born *born);
 
+/* Once a plan was written with its result (the write committed and applied it): says and counts
+ * the outputs the plan itself ended (refused by the profile's archive policy), as a claim's
+ * refusal is said and counted. */
+void archive_plan_written(const char *plan, const char *job_id, const char *provider);
+
 /* The archive of one job's outputs as a JSON array (new string in *json; "[]" until they are
  * planned); *settled: planned, and no output is still pending (the view no longer changes).
  * STORE_ codes. */

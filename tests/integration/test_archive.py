@@ -774,18 +774,51 @@ def test_private_address_is_refused_unless_allowed(gateway_factory, token, mock,
     assert objects(str(tmp_path / "archive")) == {}
 
 
+@pytest.mark.parametrize("source", ["create", "poll"])
+def test_an_output_the_policy_refuses_is_planned_ended(gateway_factory, token, mock, tmp_path,
+                                                      psql, source):
+    """An output whose URL the profile's archive policy refuses (here its scheme: http, with
+    allow_http off) is written failed, with the reason, by the write of its result — a
+    synchronous create's (the dispatcher, which would otherwise claim it born) or a poll's: never
+    claimed, never handed to an archive thread, said and counted once as a claim's refusal was.
+    The job's archive is settled as soon as its result is."""
+    if source == "create":
+        e, route = images_entry(mock, archive={"allow_http": False})
+        payload = {"prompt": "a cat", "n": 3, "response_format": "url"}
+    else:
+        e, route = arch_entry("replicate", mock, archive={"allow_http": False})
+        payload = body(polls=1, outputs=3)
+    gw = start(gateway_factory, tmp_path, [e], env={"OPENAI_API_KEY": "sk-x"})
+    r = gw.submit(token, "plan-refused-" + uuid.uuid4().hex, payload, route=route,
+                  headers={"Prefer": "wait=20"})
+    assert r.status == 200, r  # the provider's answer, as a waited job's
+    job_id = r.headers.get("x-idemgate-job-id")
+    j = gw.job(token, job_id).json()
+    assert [(o["state"], o["attempts"]) for o in j["archive"]] == [("failed", 0)] * 3, j
+    assert all("scheme http is not allowed" in o["last_error"] for o in j["archive"]), j
+    rows = psql("SELECT lease_version, lease_owner FROM archive_outputs "
+                f"WHERE op_id = '{job_id}' ORDER BY n")
+    assert rows == [["0", ""]] * 3, rows
+    assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == 3
+    assert metric(gw, 'idemgate_archive_claims_total{source="write"}') == 0
+    assert metric(gw, 'idemgate_archive_claims_total{source="claim"}') == 0
+    assert gw.log().count('"event":"archive_refused"') == 3
+    assert objects(str(tmp_path / "archive")) == {}
+
+
 def test_a_batch_of_ends_is_written_and_counted_row_by_row(gateway_factory, token, mock,
                                                             tmp_path):
     """The ends of one claim's outputs are written together (one transaction): each row under
-    its own claim, each counted once. Ten http URLs refused by policy end at their claim; ten
-    more of another job, allowed, are copied."""
-    refused, route = arch_entry("replicate", mock, archive={"allow_http": False})
+    its own claim, each counted once. Ten URLs whose address is refused (loopback, with
+    allow_private off: judged at the copy) end at their claim; ten more of another job, allowed,
+    are copied."""
+    refused, route = arch_entry("replicate", mock, archive={"allow_private": False})
     allowed, route2 = arch_entry("replicate", mock)
     gw = start(gateway_factory, tmp_path, [refused, allowed])
     r = gw.submit(token, "refused-" + uuid.uuid4().hex, body(polls=0, outputs=10), route=route)
     j = archived(gw, token, r.json()["id"], timeout=30, states=("expired", "failed", "archived"))
     assert [(o["state"], o["attempts"]) for o in j["archive"]] == [("failed", 1)] * 10, j
-    assert all("http" in o["last_error"] for o in j["archive"]), j["archive"]
+    assert all("is loopback" in o["last_error"] for o in j["archive"]), j["archive"]
     assert metric(gw, 'idemgate_archive_outputs_total{outcome="failed"}') == 10
     r2 = gw.submit(token, "allowed-" + uuid.uuid4().hex, body(polls=0, outputs=10), route=route2)
     check_archive(gw, token, r2.json()["id"], str(tmp_path / "archive"), 10)
@@ -803,7 +836,7 @@ def test_ends_whose_commit_lost_its_answer_are_counted_once(
     statement, which finds its row ended; the end is then found written as this claim wrote it:
     each output counted once, none reported dropped, none copied again."""
     with pg_proxy(database_url) as (px, url):
-        e, route = arch_entry("replicate", mock, archive={"allow_http": False})
+        e, route = arch_entry("replicate", mock, archive={"allow_private": False})
         gw = start(gateway_factory, tmp_path, [e], env={"DATABASE_URL": url})
         px.fail_next("archive_finish", "after")
         r = gw.submit(token, "ends-lost-" + uuid.uuid4().hex, body(polls=0, outputs=outputs),
@@ -830,7 +863,7 @@ def test_a_refused_end_never_fails_its_neighbours(gateway_factory, token, mock, 
     """A batch of ends the database refuses (here: a trigger made to fail one row's end) is
     written again one row at a time: the nine others end and are counted once; the refused one
     stays under its claim, and once the database takes it, a later claim ends it."""
-    e, route = arch_entry("replicate", mock, archive={"allow_http": False})
+    e, route = arch_entry("replicate", mock, archive={"allow_private": False})
     fn = "arch_poison_" + uuid.uuid4().hex[:8]
     psql(f"CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
          f"IF NEW.n = 3 AND NEW.state = 'failed' AND EXISTS (SELECT 1 FROM operations o "

@@ -756,7 +756,8 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
                     f"WHERE tenant_id = {tid} AND operation_id = '{op_id}' ORDER BY seq")
 
     def archive(op_id):
-        return psql("SELECT n, provider, kind, source_url, credential, expires_at, state "
+        return psql("SELECT n, provider, kind, source_url, credential, expires_at, state, "
+                    "last_error, attempts, lease_owner, lease_version "
                     f"FROM archive_outputs WHERE tenant_id = {tid} AND op_id = '{op_id}' "
                     "ORDER BY n")
 
@@ -766,7 +767,9 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
 
     plan = ("'[{\"n\": 0, \"kind\": \"url\", \"url\": \"https://cdn.example/a.png\", "
             "\"credential\": null, \"expires\": 1900000000}, {\"n\": 1, \"kind\": \"b64\", "
-            "\"url\": null, \"credential\": null, \"expires\": 0}]'")
+            "\"url\": null, \"credential\": null, \"expires\": 0}, {\"n\": 2, \"kind\": \"url\", "
+            "\"url\": \"http://cdn.example/c.png\", \"expires\": 0, \"state\": \"failed\", "
+            "\"error\": \"scheme http is not allowed for outputs\"}]'")
     cases = [
         # tag, state, row setup, finish's values
         ("done", "sending", "", {"outputs": "'[{\"url\": \"https://cdn.example/a.png\"}]'",
@@ -831,6 +834,11 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
         assert attempts(f"p_{tag}") == attempts(f"f_{tag}") and attempts(f"p_{tag}"), tag
         assert archive(f"p_{tag}") == archive(f"f_{tag}"), tag
         assert [x - y for x, y in zip(b1, b0)] == [x - y for x, y in zip(b2, b1)], tag
+    # An output the plan ended (refused by the archive policy: archive.c's plan_refused) is
+    # inserted failed with its reason, unclaimed; the others pending.
+    assert [r[6:8] + r[9:] for r in archive("p_done")] == [
+        ["pending", "", "", "0"], ["pending", "", "", "0"],
+        ["failed", "scheme http is not allowed for outputs", "", "0"]], archive("p_done")
     # One batch over the same cases (finish_rows): each row it writes is the plain statement's.
     made = [make(tag, state, setup, sides=("r",), insert=False) for tag, state, setup, _ in cases]
     psql(f"INSERT INTO operations ({made[0][0]}) VALUES "
@@ -858,7 +866,7 @@ def test_the_plain_finish_writes_what_the_function_writes(database_url, psql):
     assert row("p_fenced")[0][0] == "sending" and attempts("p_fenced")[0][8] == "fenced"
     # A reconcile verdict clears the hint, but one whose read of the hinted task failed keeps it.
     assert row("p_reconcile")[0][14] == "" and row("p_reconcile_unread")[0][14] == "done"
-    assert len(archive("p_done")) == 2 and row("p_done")[0][15] == "12"
+    assert len(archive("p_done")) == 3 and row("p_done")[0][15] == "12"
     assert row("p_canceled")[0][0] == "failed" and row("p_canceled_maybe")[0][0] == "unknown"
     assert row("p_hinted")[0][14] == "task-9" and row("p_hinted")[0][20] == "0", row("p_hinted")
     for tag in ("hinted_backoff", "hinted_refused"):
