@@ -302,7 +302,8 @@ static char *plan_json(const struct cfg_provider *p, const char *credential,
 
 void archive_plan_written(const char *plan, const char *job_id, const char *provider)
 {
-    cJSON *arr = plan ? cJSON_Parse(plan) : NULL;
+    /* (A plan ended nothing unless a member says so: no parse of every result's plan.) */
+    cJSON *arr = plan && strstr(plan, "\"state\"") ? cJSON_Parse(plan) : NULL;
     const cJSON *x = NULL;
     cJSON_ArrayForEach(x, arr)
     {
