@@ -106,7 +106,8 @@ static const struct cfg_setting settings[] = {
     {"lease_seconds", "IDEMGATE_LEASE_SECONDS", T_INT, OFF(lease_seconds), "180", 2, 3600,
      "lease of a dispatch; must exceed every provider's total_ms (a longer create renews it)"},
     {"listen", "IDEMGATE_LISTEN", T_STR, OFF(listen_host), "127.0.0.1:8080", 0, 0,
-     "HOST:PORT the HTTP API listens on"},
+     "HOST:PORT the HTTP API listens on (alone: a second process given an address in use "
+     "exits with `http_start_failed`)"},
     {"log_level", "IDEMGATE_LOG_LEVEL", T_STR, OFF(log_level), "info", 0, 0,
      "debug, info, warn or error"},
     {"max_body_bytes", "IDEMGATE_MAX_BODY_BYTES", T_LONG, OFF(max_body_bytes), "1048576", 2,

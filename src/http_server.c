@@ -991,7 +991,13 @@ struct hs_server *hs_start(const struct hs_options *o)
      * without a lock, the loser gets ENOENT and MHD_PANIC aborts the process in the middle of
      * a graceful shutdown ("Failed to remove listen FD from epoll set"). With poll() quiescing
      * only sets a flag and wakes each worker; each worker then leaves the socket out of its
-     * own poll set. */
+     * own poll set.
+     *
+     * The listening socket takes SO_REUSEADDR only (libmicrohttpd's default: a restart binds at
+     * once past connections in TIME_WAIT), never SO_REUSEPORT (MHD_OPTION_LISTENING_ADDRESS_REUSE
+     * 1): with it a second process on the same address — a stale replica, another gateway given
+     * the same port — bound silently and the kernel split new connections between the two. Now
+     * it is refused (http_start_failed) and exits. */
     s->daemon = MHD_start_daemon(
         MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO,
         (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
@@ -1001,7 +1007,7 @@ struct hs_server *hs_start(const struct hs_options *o)
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)30, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)RL_POOL_BYTES,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_END);
     if (!s->daemon) {
         LOG(LOG_ERROR, "http_start_failed", LS("error", "cannot listen"), LS("host", o->host),
             LI("port", o->port));

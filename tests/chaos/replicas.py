@@ -3,6 +3,7 @@ same port, on top of the integration tests' gateway_factory (which stops whateve
 running at the end of the test and asserts a clean exit). Every signal goes to a PID this
 harness started."""
 
+import json
 import os
 import signal
 import threading
@@ -56,9 +57,21 @@ class Replicas:
                 extra = dict(first_env or {})
             s = dict(r.settings)
             s.setdefault("instance_id", f"{name}")
-            s["listen"] = f"127.0.0.1:{r.port}"
             s["env"] = dict(r.env, **extra)
-            r.gw = self.factory(**s)
+            for left in range(2, -1, -1):
+                s["listen"] = f"127.0.0.1:{r.port}"
+                try:
+                    r.gw = self.factory(**s)
+                    break
+                except RuntimeError as e:
+                    # A first start whose port another process took meanwhile (the gateway
+                    # refuses an address in use): another port. A restart keeps its own.
+                    # (Not when its settings name the port, as a public_url does.)
+                    if r.starts or not left or "http_start_failed" not in str(e) or \
+                            str(r.port) in json.dumps({k: v for k, v in s.items()
+                                                       if k != "listen"}):
+                        raise
+                    r.port = self.free_port()
             r.starts += 1
             r.logs.append(r.gw.log_path)
             return r

@@ -25,6 +25,23 @@ MOCK_BIN = os.environ.get("IDEMGATE_MOCK_BIN", os.path.join(ROOT, "build", "idem
 PG_SH = os.path.join(ROOT, "scripts", "pg.sh")
 
 
+# The files are handed to the test workers (`--dist loadfile`) longest first: the last ones a
+# worker takes are then short, and neither waits long for the other at the end. durations.json
+# holds each file's seconds from a JUnit report (scripts/test-durations.py); a file it does not
+# know counts as DEFAULT_FILE_S.
+DEFAULT_FILE_S = 30
+
+
+def pytest_collection_modifyitems(session, config, items):
+    try:
+        with open(os.path.join(os.path.dirname(__file__), "durations.json")) as f:
+            took = json.load(f)
+    except (OSError, ValueError):
+        return
+    # A stable sort on the file's seconds keeps each file's tests together and in their order.
+    items.sort(key=lambda item: -took.get(os.path.basename(str(item.fspath)), DEFAULT_FILE_S))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -253,12 +270,26 @@ def provider(name, base_url, path="/v1/images/generations", route="images/genera
     return p
 
 
+class PortTaken(RuntimeError):
+    """The gateway could not listen on its address: another process holds it."""
+
+
 @pytest.fixture
 def gateway_factory(database_url, mock, tmp_path):
     """Starts gateway processes on free ports; settings override the defaults below."""
     started = []
 
     def start(**settings):
+        # A port of our choosing another process took between free_port() and the gateway's
+        # bind (it refuses a shared address): another port, a few times.
+        for left in range(2, -1, -1):
+            try:
+                return start_once(dict(settings, env=dict(settings.get("env", {}))))
+            except PortTaken:
+                if "listen" in settings or not left:
+                    raise
+
+    def start_once(settings):
         port = int(settings["listen"].rsplit(":", 1)[1]) if "listen" in settings else free_port()
         cfg = {
             "listen": f"127.0.0.1:{port}",
@@ -298,7 +329,10 @@ def gateway_factory(database_url, mock, tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            raise RuntimeError(f"{e}: {log_path.read_text()[-2000:]}") from None
+            log = log_path.read_text()
+            if '"event":"http_start_failed"' in log:
+                raise PortTaken(f"{e}: {log[-2000:]}") from None
+            raise RuntimeError(f"{e}: {log[-2000:]}") from None
         gw = Gateway(proc, port, str(log_path))
         started.append(gw)
         return gw

@@ -21,6 +21,10 @@ import threading
 import time
 import uuid
 
+import pytest
+
+from conftest import PortTaken
+
 # Rounds of the SIGTERM race (make test: 6; SHUTDOWN_ROUNDS=50 for a long run).
 ROUNDS = int(os.environ.get("SHUTDOWN_ROUNDS", "6"))
 # Every socket operation of a client is bounded by this: a request that gets neither an answer
@@ -147,6 +151,23 @@ def forget(psql, prefix):
     """Deletes the jobs a test left queued (the database is shared by the session): the next
     tests' dispatchers would otherwise spend seconds on each of them first."""
     psql(f"DELETE FROM operations WHERE idempotency_key LIKE '{prefix}-%'")
+
+
+def test_a_second_gateway_on_a_taken_address_refuses_to_start(gateway_factory, token):
+    """A gateway started on the address another one listens on exits, saying so
+    (`http_start_failed`), and the first serves every connection still. Before, both bound it
+    (SO_REUSEPORT) and the kernel split new connections between them: a stale replica, or two
+    tests given the same free port, answered the other's clients (a webhook answered 404 by a
+    gateway that did not know its provider)."""
+    first = gateway_factory()
+    with pytest.raises(PortTaken):
+        gateway_factory(listen=f"127.0.0.1:{first.port}")
+    for _ in range(20):  # each a new connection
+        c = http.client.HTTPConnection("127.0.0.1", first.port, timeout=CLIENT_TIMEOUT_S)
+        c.request("GET", "/readyz")
+        assert c.getresponse().status == 200
+        c.close()
+    assert first.proc.poll() is None
 
 
 def test_sigterm_with_keepalive_waiters_and_new_connections(gateway_factory, token, psql):
