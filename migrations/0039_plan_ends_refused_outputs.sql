@@ -1,11 +1,11 @@
--- An output the profile's archive policy refuses for what its URL says (its scheme, its host, a
--- literal private address) is planned already ended: the plan carries `"state": "failed"` and the
--- reason, and the row is inserted failed with it — never claimed, copied or written again (each
--- such output cost a claim, a wake-up of an archive thread and the write of its end; every output
--- of a shipped profile without `archive.hosts`). The plain statements (src/lease.c, FINISH_PLAIN_SQL
--- and finish_rows; src/archive.c, archive_plan_write) read the same members; this is the function
--- a distributed database runs. The rest of idemgate_finish is as in 0034. Never edit this file
--- once applied (migrate.c records its SHA-256).
+-- An output the profile's archive policy refuses for what its URL says (its scheme, credentials
+-- in it, a host not declared) is planned already ended: the plan carries `"state": "failed"` and
+-- the reason, and the row is inserted failed with it — never claimed, copied or written again
+-- (each such output cost a claim, a wake-up of an archive thread and the write of its end; every
+-- output of a shipped profile without `archive.hosts`). The plain statements (src/lease.c,
+-- FINISH_PLAIN_SQL and finish_rows; src/archive.c, archive_plan_write) read the same members;
+-- this is the function a distributed database runs. The rest of idemgate_finish is as in 0034.
+-- Never edit this file once applied (migrate.c records its SHA-256).
 CREATE OR REPLACE FUNCTION idemgate_finish(
     p_tenant bigint, p_id text, p_lease bigint, p_state text, p_status integer,
     p_headers jsonb, p_body bytea, p_error text, p_remote text, p_started float8,

@@ -229,12 +229,14 @@ static const struct db_stmt output_get = {
 
 static int born_take(int want);
 
-/* Whether the profile's archive policy refuses output o for what its URL says (scheme, host,
- * credentials, a literal private address): a fact of the URL and the configuration, known before
- * anything is fetched. Such an output is planned already ended, failed with the reason in why:
- * never claimed, never handed to a thread — where each cost a claim, a wake-up and a write of its
- * end for a verdict the plan could give (every output of a profile without `archive.hosts`, and
- * of `make bench`'s end-to-end run). The address a host name resolves to is judged at the copy. */
+/* Whether the profile's archive policy refuses output o for what its URL says (its scheme,
+ * credentials in it, its host not declared, a content endpoint off the provider's origin): a fact
+ * of the URL and the configuration, known before anything is fetched. Such an output is planned
+ * already ended, failed with the reason in why: never claimed, never handed to a thread — where
+ * each cost a claim, a wake-up and a write of its end for a verdict the plan could give (every
+ * output of a profile without `archive.hosts`, and of `make bench`'s end-to-end run). The address
+ * the host resolves to (private, loopback…) is judged at the copy. The replica that writes the
+ * result decides with its own `archive` member: every replica is given the same. */
 static int plan_refused(const struct cfg_provider *p, const struct ap_output *o, char *why,
                         size_t cap)
 {
