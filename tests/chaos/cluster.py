@@ -6,19 +6,16 @@ immediate stop is `pg_ctl stop -m immediate` run as that same user."""
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
+
+from .ports import free_port
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PG_SH = os.path.join(ROOT, "scripts", "pg.sh")
 PGBIN = os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def as_owner(cmd):

@@ -8,8 +8,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -18,6 +18,9 @@ import uuid
 import pytest
 
 import pqtext
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from chaos.ports import free_port  # noqa: E402,F401 (the tests import it from here)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GATEWAY_BIN = os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "build-test", "idemgate"))
@@ -42,10 +45,6 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: -took.get(os.path.basename(str(item.fspath)), DEFAULT_FILE_S))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_line(proc, needle, timeout=15.0):
