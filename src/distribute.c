@@ -38,6 +38,7 @@ static const struct dist_step steps[] = {
     {DIST_FUNCTION, "idemgate_resolve(bigint, text, text, text, text, text, text, bigint)"},
     {DIST_FUNCTION, "idemgate_regenerate(bigint, text, text, text, text, smallint, integer)"},
     {DIST_FUNCTION, "idemgate_janitor(bigint, integer)"},
+    {DIST_FUNCTION, "idemgate_budget_recount(bigint, boolean)"},
 };
 
 const struct dist_step *dist_steps(size_t *n)

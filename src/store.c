@@ -1417,7 +1417,8 @@ int store_usage(struct db *db, long long tenant_id, const char *tenant, const ch
  * reservations of those still running) — those retention deleted too (tenant_spend_retired,
  * migration 0036); it counts in flight the jobs an earlier budget of the tenant left running
  * (each still settles against the budget row when it ends: counted from 0, a tenant with k of
- * them could pass its in-flight limit by k) and the jobs recorded from then on.
+ * them could pass its in-flight limit by k) and the jobs recorded from then on — counted again
+ * under the row's lock once it is written (budget_recount: a job that ended while this ran).
  * Changing the limits keeps the counters; changing the currency starts them again. What is not
  * given is kept: the currency (USD on a new budget) and each limit ($6–$8) — `--day 50` on a EUR
  * budget switched it to USD (every EUR job then passed unchecked) and removed the month's and
@@ -1469,6 +1470,15 @@ static const struct db_stmt budget_currency = {
     .sql = "SELECT currency FROM tenant_budgets WHERE tenant_id = $1",
     .params = DB_PARAMS("tenant_id"),
 };
+/* The counters of the budget just written, counted again under its row's lock (migration 0040):
+ * a job that ended while budget_set ran took itself off no row, and stayed counted in flight.
+ * $2: the spend too (a new budget, or a changed currency: budget_set counted it). */
+static const struct db_stmt budget_recount = {
+    .rerun_safe = 1,
+    .name = "budget_recount",
+    .sql = "SELECT idemgate_budget_recount($1::bigint, $2::boolean)",
+    .params = DB_PARAMS("tenant_id", "spend"),
+};
 static const struct db_stmt budget_clear = {
     .name = "budget_clear",
     .sql = "DELETE FROM tenant_budgets WHERE tenant_id = $1",
@@ -1497,16 +1507,14 @@ int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
     if (e < 0)
         return e;
     PGresult *r;
+    if ((e = db_run(db, &budget_currency, DB_ARGS(p_int("tenant_id", id)), &r)) < 0)
+        return e;
+    int existed = PQntuples(r) == 1;
+    int changes = existed && b->currency[0] && strcmp(PQgetvalue(r, 0, 0), b->currency) != 0;
+    PQclear(r);
     /* A limit kept across a change of currency would be the old amount in the new unit. */
-    if (b->currency[0] &&
-        (b->day_limit == STORE_BUDGET_KEEP || b->month_limit == STORE_BUDGET_KEEP)) {
-        if ((e = db_run(db, &budget_currency, DB_ARGS(p_int("tenant_id", id)), &r)) < 0)
-            return e;
-        int changes = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), b->currency) != 0;
-        PQclear(r);
-        if (changes)
-            return STORE_ECONFLICT;
-    }
+    if (changes && (b->day_limit == STORE_BUDGET_KEEP || b->month_limit == STORE_BUDGET_KEEP))
+        return STORE_ECONFLICT;
     e = db_run(db, &budget_set,
                DB_ARGS(p_int("tenant_id", id),
                        b->currency[0] ? p_text("currency", b->currency) : p_null("currency"),
@@ -1529,6 +1537,14 @@ int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
     b->day_limit = atoll(PQgetvalue(r, 0, 1));
     b->month_limit = atoll(PQgetvalue(r, 0, 2));
     b->max_inflight = atoll(PQgetvalue(r, 0, 3));
+    PQclear(r);
+    /* Its own transaction, once the row is there to lock: the jobs in flight always (an
+     * existing budget's count is kept by the writes that move its jobs; counted again it is the
+     * same, or healed), the spend where budget_set counted it. */
+    if ((e = db_run(db, &budget_recount,
+                    DB_ARGS(p_int("tenant_id", id), p_bool("spend", !existed || changes)),
+                    &r)) < 0)
+        return e;
     PQclear(r);
     return STORE_OK;
 }
@@ -2234,7 +2250,7 @@ static const struct db_stmt *const statements[] = {
     &resolve,        &regenerate,   &jobs_list,      &jobs_in_state, &jobs_by_key,    &webhook_find,
     &webhook_signed, &webhook_late, &webhook_unsigned,
     &resume_polling, &janitor,      &janitor_due,    &janitor_webhooks, &unreferenced_sha256,
-    &usage,          &budget_set,   &budget_clear,   &tenant_id_named,
+    &usage,          &budget_set,   &budget_recount, &budget_clear,   &tenant_id_named,
     &terminal_ids,   &tenant_add,   &tenant_revoke,  &tenant_list,   &schema_version,
     &live_tenant_id, &tenant_limits_set, &tenant_limits_all,
     &breaker_trip,   &breaker_reset, &breaker_list,  &gauges,        &gauges_terminal,

@@ -387,6 +387,73 @@ def test_a_new_budget_counts_the_jobs_an_earlier_one_left_in_flight(gateway_fact
     assert b["in_flight"] == 2, b
 
 
+def test_a_job_ending_while_its_budget_is_set_again_is_not_left_in_flight(gateway_factory,
+                                                                            mock, database_url,
+                                                                            psql):
+    """A budgeted job ends while a new budget of its tenant is being written: the budget's write
+    counted it in flight from its snapshot, and the job's settle found no row to take itself off
+    (the new row not yet committed). Before, the job stayed counted for good: with an in-flight
+    limit of 1 every later job of the tenant was refused (429) until the budget was set again.
+    Now the new budget's counters are counted again under its row's lock once it is written
+    (migration 0040). The interleaving is held in place with two transactions of the test's own:
+    one locks the job's row (its result's write waits), one holds the budget's key (the budget's
+    write waits, its snapshot taken)."""
+    prov = provider("mid-budget", mock.url, pricing=IMAGES_PRICING)
+    gw = gateway_factory(providers=[prov])
+    name, token = new_tenant(database_url)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
+    assert cli(database_url, "tenant", "budget", name, "--in-flight", "1").returncode == 0
+    mock.script([{"delay_ms": 4000}])
+    r = gw.submit(token, key(), {"prompt": "p"}, route="mid-budget/images/generations")
+    assert r.status == 202, r
+    job = r.json()["id"]
+    assert gw.wait_state(token, job, {"sending"}, timeout=20)["state"] == "sending"
+    assert cli(database_url, "tenant", "budget", name, "--clear").returncode == 0
+
+    def session():
+        return subprocess.Popen(["psql", database_url, "-qtAX", "-v", "ON_ERROR_STOP=1"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def say(s, sql, answer):
+        s.stdin.write(sql + f"\nSELECT '{answer}';\n")
+        s.stdin.flush()
+        assert s.stdout.readline().strip() == answer
+
+    row, held, setter = session(), session(), None
+    try:
+        say(row, f"BEGIN; SELECT FROM operations WHERE tenant_id = {tid} AND id = '{job}' "
+            "FOR UPDATE;", "locked")
+        # the create's answer is still to come: its result is written after the row is let go
+        assert psql(f"SELECT state, budgeted FROM operations WHERE tenant_id = {tid} "
+                    f"AND id = '{job}'") == [["sending", "t"]]
+        say(held, f"BEGIN; INSERT INTO tenant_budgets (tenant_id, currency, day, month) "
+            f"VALUES ({tid}, 'USD', current_date, current_date);", "held")
+        setter = subprocess.Popen([GATEWAY_BIN, "tenant", "budget", name, "--in-flight", "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, DATABASE_URL=database_url))
+        # the budget's write waits (its text as pg_stat_activity keeps it: the first 1 kB)
+        assert wait_until(lambda: psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE 'WITH c AS MATERIALIZED (SELECT now() AS at, %'") == [["1"]], 20), \
+            setter.poll()
+        say(row, "COMMIT;", "released")
+        assert wait_until(lambda: psql(
+            f"SELECT state FROM operations WHERE tenant_id = {tid} AND id = '{job}'"
+        ) == [["completed"]], 30)
+        say(held, "ROLLBACK;", "let go")
+        out, err = setter.communicate(timeout=30)
+        assert setter.returncode == 0, (out, err)
+    finally:
+        for s in (row, held, setter):
+            if s is not None and s.poll() is None:
+                s.kill()
+                s.wait()
+    assert psql(f"SELECT inflight FROM tenant_budgets WHERE tenant_id = {tid}") == [["0"]]
+    assert usage(gw, token).json()["budgets"][0]["in_flight"] == 0
+    r = gw.submit(token, key(), {"prompt": "p"}, route="mid-budget/images/generations")
+    assert r.status == 202, r  # one job in flight is allowed again
+
+
 def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, database_url):
     """The budget row is settled by the statement that ends an operation (migration 0018, no
     trigger writes it): a job in review resolved `found` is charged its reservation (the provider
