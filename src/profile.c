@@ -123,7 +123,8 @@ static const struct memb result_m[] = {
     {"expires_at", MEMB_VALUE, NULL},   {"fetch_from_poll_url_strip", MEMB_VALUE, NULL},
     {"fetch_path", MEMB_VALUE, NULL},   {"fetch_url", MEMB_VALUE, NULL},
     {"kind", MEMB_VALUE, NULL},         {"output_url", MEMB_VALUE, NULL},
-    {"outputs", MEMB_VALUE, NULL},      {"url_ttl_seconds", MEMB_VALUE, NULL},
+    {"filtered", MEMB_VALUE, NULL},     {"outputs", MEMB_VALUE, NULL},
+    {"url_ttl_seconds", MEMB_VALUE, NULL},
 };
 static const struct memb_table result_t = MEMB_TABLE(result_m, NULL);
 static const struct memb cancel_m[] = {
@@ -825,6 +826,15 @@ int prof_counts_outputs(const struct cfg_provider *p)
            (p->mode == CFG_MODE_ASYNC_POLL && p->result_outputs && p->outputs_requested);
 }
 
+long prof_outputs_withheld(const struct cfg_provider *p, const cJSON *doc)
+{
+    const cJSON *n = p->result_filtered && doc ? jpath_first(p->result_filtered, doc) : NULL;
+    if (!cJSON_IsNumber(n) || !(n->valuedouble >= 1 && n->valuedouble <= 1000000) ||
+        n->valuedouble != (double)(long)n->valuedouble)
+        return 0;
+    return (long)n->valuedouble;
+}
+
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc)
 {
     if (p->status_by_http) {
@@ -970,7 +980,8 @@ static int load_async(struct cfg_provider *p, const cJSON *o, const char *file, 
         load_path(result, "outputs", &p->result_outputs, 0, file, field, err, errlen) < 0 ||
         load_path(result, "output_url", &p->result_output_url, 0, file, field, err, errlen) < 0 ||
         load_path(result, "expires_at", &p->result_expires_at, 0, file, field, err, errlen) < 0 ||
-        load_path(result, "error", &p->result_error, 0, file, field, err, errlen) < 0)
+        load_path(result, "error", &p->result_error, 0, file, field, err, errlen) < 0 ||
+        load_path(result, "filtered", &p->result_filtered, 0, file, field, err, errlen) < 0)
         return -1;
     p->result_url_ttl_s = get_long(result, "url_ttl_seconds", 3600);
     p->result_fetch_strip = dup_str(result, "fetch_from_poll_url_strip", NULL);
@@ -1301,6 +1312,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
                                  p->poll_url, p->status_path, p->done_path,
                                  p->error_present_path, p->result_fetch_url, p->result_outputs,
                                  p->result_output_url, p->result_expires_at, p->result_error,
+                                 p->result_filtered,
                                  p->webhook_event_id, p->webhook_task_id,
                                  p->list_next_cursor, p->task_client_ref,
                                  p->webhook_client_ref, p->found_result, p->resume_when,

@@ -185,6 +185,7 @@ struct cfg_provider {
     struct jpath *result_expires_at;
     long result_url_ttl_s;
     struct jpath *result_error;
+    struct jpath *result_filtered; /* how many outputs the provider withheld (Veo's filter) */
 
     /* Cancel. cancel_deletes: the provider's cancel deletes the task (Luma's DELETE): a read of
      * it answered 404 just after our cancel was accepted means it was cancelled. */
@@ -231,6 +232,12 @@ int prof_map_status(const struct cfg_provider *p, const char *word);
  * status path and map, its done flag and error, or its HTTP status. -1 when it cannot tell.
  * Pure. */
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc);
+/* How many outputs a finished task's answer says the provider withheld (result.filtered, e.g.
+ * Veo's raiMediaFilteredCount: videos its safety filter kept back): a whole number 1..1000000,
+ * else 0 (no such member, or not such a number). A task that returned none of its outputs and
+ * withheld some has ended with nothing to deliver: completed empty, not polled into review.
+ * Pure. */
+long prof_outputs_withheld(const struct cfg_provider *p, const cJSON *doc);
 /* 1 when the profile reads where a result's outputs are: outputs.received (the answer that
  * carries them) or, for an async profile that says where a request asks for a number of them
  * (outputs.requested), result.outputs (the finished task's). The outputs a request asks for

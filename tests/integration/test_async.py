@@ -106,6 +106,38 @@ def test_shipped_profile_end_to_end(gateway_factory, token, mock, name):
     assert len([c for c in mock.creates_for(f["id"]) if not c.get("replay")]) == 1
 
 
+def test_a_veo_task_whose_videos_were_all_filtered_completes_empty(gateway_factory, token,
+                                                                     mock):
+    """Veo ends a task whose every video its safety filter withheld with `done: true`, no videos
+    and `raiMediaFilteredCount`. Before, that answer was read as a success whose outputs were
+    not where the profile reads them: polled again until the poll deadline (an hour), then
+    handed to an operator's review — for a task that had ended with nothing to deliver. Now the
+    profile's `result.filtered` says so: `completed` at once, no output, the reason kept. A task
+    that returns some videos and withholds others completes with those it returned, as before;
+    one that returns none and says nothing of a filter is still read again (never completed
+    empty on a profile's mistake)."""
+    e, route = entry("vertex-veo", mock)
+    gw = start(gateway_factory, [e])
+    jobs = {}
+    for case, ctl in (("all", dict(outputs=0, filtered=2)), ("some", dict(outputs=1, filtered=1)),
+                      ("silent", dict(outputs=0))):
+        r = gw.submit(token, f"veo-{case}-" + uuid.uuid4().hex, body(polls=1, **ctl), route=route)
+        assert r.status == 202, r
+        jobs[case] = r.json()["id"]
+    ended = {"completed", "failed", "unknown", "review"}
+    j = gw.wait_state(token, jobs["all"], ended, 30)
+    assert j["state"] == "completed", j
+    assert j["result"]["outputs"] == [], j["result"]
+    assert "withheld all 2" in j["last_error"], j
+    assert len([c for c in mock.creates_for(j["id"]) if not c.get("replay")]) == 1
+    j = gw.wait_state(token, jobs["some"], ended, 30)
+    assert j["state"] == "completed" and len(j["result"]["outputs"]) == 1, j
+    assert not j.get("last_error"), j
+    silent = gw.wait_state(token, jobs["silent"], ended, 2)  # a bound, not a measure
+    assert silent["state"] == "accepted", silent
+    assert silent["polls"] >= 2, silent  # read again after it said done
+
+
 def test_poll_url_and_profile_are_used_as_stored(gateway_factory, token, mock, psql):
     e, route = entry("replicate", mock, poll_interval_ms=50)
     gw = start(gateway_factory, [e])

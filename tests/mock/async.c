@@ -597,6 +597,7 @@ static struct async_task *task_new(const struct async_create_args *a)
     t->fail = (c->set & CTRL_OUTCOME) && c->fail;
     t->error = dup_or_null((c->set & CTRL_ERROR) ? c->error : DEFAULT_ERROR, &ok);
     t->outputs = (c->set & CTRL_OUTPUTS) ? c->outputs : (c->set & CTRL_N_OUT) ? c->n_out : 1;
+    t->filtered = (c->set & CTRL_FILTERED) ? c->filtered : 0;
     t->state = AS_PENDING;
     t->webhook_url = dup_or_null(webhook_url(a), &ok);
     t->events = webhook_events(k, a->doc);

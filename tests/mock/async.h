@@ -78,6 +78,7 @@ struct async_task {
     char *echo;        /* JSON text echoed back (Replicate's input, Luma's request), or NULL */
     char ext[8];       /* the extension of output files: ".png" or ".mp4" */
     unsigned int polls_needed, polls, cancels, outputs;
+    unsigned int filtered;      /* outputs withheld by a safety filter (Vertex renders them) */
     unsigned int poll_delay_ms; /* a status read's answer waits this long (after the read) */
     unsigned int cancel_fails;  /* cancels still to answer 503 without cancelling */
     bool fail;

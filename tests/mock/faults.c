@@ -375,6 +375,15 @@ static bool parse_outputs(const char *text, struct mock_controls *c, char *err)
     return false;
 }
 
+/* Parses filtered: how many outputs a successful task withheld, 0..MAX_OUTPUTS. */
+static bool parse_filtered(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, MAX_OUTPUTS, &c->filtered))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "filtered must be an integer 0..%u", MAX_OUTPUTS);
+    return false;
+}
+
 /*
  * Parses a boolean control: "true" or "1" turn it on, "false" or "0" off.  A JSON true or
  * false reaches the parsers as the words.
@@ -529,6 +538,7 @@ static const struct control_field field_table[] = {
     {"outcome", "X-Mock-Outcome", CTRL_OUTCOME, parse_outcome, NULL},
     {"error", "X-Mock-Error", CTRL_ERROR, parse_error_text, NULL},
     {"outputs", "X-Mock-Outputs", CTRL_OUTPUTS, parse_outputs, NULL},
+    {"filtered", "X-Mock-Filtered", CTRL_FILTERED, parse_filtered, NULL},
     {"webhook", "X-Mock-Webhook", CTRL_WEBHOOK, parse_webhook_text, parse_webhook_json},
     {"id_numeric", "X-Mock-Id-Numeric", CTRL_ID_NUMERIC, parse_id_numeric, NULL},
     {"id_missing", "X-Mock-Id-Missing", CTRL_ID_MISSING, parse_id_missing, NULL},
@@ -655,6 +665,8 @@ void faults_merge(struct mock_controls *dst, const struct mock_controls *src)
         memcpy(dst->error, src->error, sizeof(dst->error));
     if (take & CTRL_OUTPUTS)
         dst->outputs = src->outputs;
+    if (take & CTRL_FILTERED)
+        dst->filtered = src->filtered;
     if (take & CTRL_WEBHOOK)
         dst->webhook = src->webhook;
     if (take & CTRL_TASK_MADE)

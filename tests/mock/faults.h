@@ -53,12 +53,13 @@ enum {
     CTRL_ID_MISSING = 1u << 14,
     CTRL_POLL_DELAY = 1u << 15,
     CTRL_CANCEL_FAILS = 1u << 16,
+    CTRL_FILTERED = 1u << 17,
 };
 
 /* The controls that only asynchronous personalities understand. */
 #define CTRL_ASYNC                                                                                 \
     (CTRL_POLLS | CTRL_OUTCOME | CTRL_ERROR | CTRL_OUTPUTS | CTRL_WEBHOOK | CTRL_ID_NUMERIC |      \
-     CTRL_ID_MISSING | CTRL_POLL_DELAY | CTRL_CANCEL_FAILS)
+     CTRL_ID_MISSING | CTRL_POLL_DELAY | CTRL_CANCEL_FAILS | CTRL_FILTERED)
 
 /* Longest failure message a task can carry, including the terminating NUL. */
 #define MOCK_ERROR_MAX 1024
@@ -98,6 +99,8 @@ struct mock_controls {
     bool fail;
     char error[MOCK_ERROR_MAX];
     unsigned int outputs;
+    /* Outputs the provider withheld (Veo's raiMediaFilteredCount), besides those it returns. */
+    unsigned int filtered;
     struct mock_webhook_controls webhook;
     /* With a status of 300 or more, the task is made anyway (a CDN error after the origin). */
     bool task_made;

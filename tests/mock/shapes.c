@@ -678,7 +678,13 @@ static cJSON *vertex_object(const struct async_task *t, struct async_view v)
         cJSON_AddStringToObject(resp, "@type",
                                 "type.googleapis.com/cloud.ai.large_models.vision."
                                 "GenerateVideoResponse");
-        cJSON_AddNumberToObject(resp, "raiMediaFilteredCount", 0);
+        /* Videos its safety filter withheld are counted, with a reason each, not returned. */
+        cJSON_AddNumberToObject(resp, "raiMediaFilteredCount", t->filtered);
+        if (t->filtered) {
+            cJSON *why = cJSON_AddArrayToObject(resp, "raiMediaFilteredReasons");
+            for (unsigned int i = 0; why && i < t->filtered; i++)
+                cJSON_AddItemToArray(why, cJSON_CreateString("the mock's filter"));
+        }
         videos = cJSON_AddArrayToObject(resp, "videos");
         for (unsigned int i = 0; videos && i < t->outputs; i++) {
             cJSON *video = cJSON_CreateObject();

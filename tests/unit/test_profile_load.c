@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "idemgate/jpath.h"
 #include "idemgate/profile.h"
 
 /* Loads one inline provider with base_url and the "retry" member retry_json; returns
@@ -389,6 +390,47 @@ static void test_keepalive_and_tls(void **state)
     }
 }
 
+/* The outputs a finished task's answer says the provider withheld (result.filtered): a whole
+ * number from 1, else 0 — a profile without the member, an answer without it, or a value that is
+ * not such a number (a string, a fraction, a negative, a boolean, an absurd size). */
+static void test_outputs_withheld(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *doc;
+        long want;
+    } rows[] = {
+        {"{\"response\":{\"raiMediaFilteredCount\":2,\"videos\":[]}}", 2},
+        {"{\"response\":{\"raiMediaFilteredCount\":1}}", 1},
+        {"{\"response\":{\"raiMediaFilteredCount\":0}}", 0},
+        {"{\"response\":{\"videos\":[]}}", 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":\"2\"}}", 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":1.5}}", 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":-1}}", 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":true}}", 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":1e300}}", 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":1000000}}", 1000000},
+        {"[1]", 0},
+    };
+    struct cfg_provider p;
+    memset(&p, 0, sizeof(p));
+    assert_int_equal(prof_outputs_withheld(&p, NULL), 0);
+    cJSON *doc = cJSON_Parse(rows[0].doc);
+    assert_int_equal(prof_outputs_withheld(&p, doc), 0); /* no result.filtered */
+    cJSON_Delete(doc);
+    assert_int_equal(jpath_compile("$.response.raiMediaFilteredCount", &p.result_filtered, NULL),
+                     0);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        doc = cJSON_Parse(rows[i].doc);
+        assert_non_null(doc);
+        long got = prof_outputs_withheld(&p, doc);
+        if (got != rows[i].want)
+            fail_msg("%s: %ld, want %ld", rows[i].doc, got, rows[i].want);
+        cJSON_Delete(doc);
+    }
+    jpath_free(p.result_filtered);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_auth_credential),
         cmocka_unit_test(test_list_match),
         cmocka_unit_test(test_keepalive_and_tls),
+        cmocka_unit_test(test_outputs_withheld),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
