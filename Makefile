@@ -62,7 +62,7 @@ PYTHON    ?= /usr/bin/python3
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 # Processes the integration tests run on (pytest-xdist, a test file per process at a time: each
 # has its own PostgreSQL cluster and mock; 0: one process, as before).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: all asan deps deps-run run test unit pyunit integration chaos test-citus bench bench-citus clean format fuzz fuzz-build \
 	fuzz-bins fuzz-regress fuzz-diff
