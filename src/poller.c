@@ -318,7 +318,7 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
     } else if (st == TS_SUCCEEDED) {
         cJSON *outs = cJSON_CreateArray();
         int n = poller_outputs(p, fdoc, c->remote_id, outs);
-        long withheld = n == 0 ? prof_outputs_withheld(p, fdoc) : 0;
+        long withheld = n == 0 ? prof_outputs_withheld(p, fdoc, c->outputs_requested) : 0;
         if (!withheld && outputs_missing(c, n, p->result_outputs != NULL)) {
             cJSON_Delete(outs);
             succeeded_without_outputs(db, p, c, final, t0);
@@ -332,10 +332,10 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
                  withheld);
         char *oj = cJSON_PrintUnformatted(outs);
         write_poll(db, c, ST_COMPLETED, 0, "succeeded",
-                   c->cancel_requested ? "the cancel came too late: the task finished at the "
-                                         "provider (paid); its result is kept"
-                   : withheld          ? why
-                                       : NULL,
+                   withheld              ? why
+                   : c->cancel_requested ? "the cancel came too late: the task finished at the "
+                                           "provider (paid); its result is kept"
+                                         : NULL,
                    final, n, oj, t0, p);
         free(oj);
         cJSON_Delete(outs);

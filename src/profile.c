@@ -826,13 +826,16 @@ int prof_counts_outputs(const struct cfg_provider *p)
            (p->mode == CFG_MODE_ASYNC_POLL && p->result_outputs && p->outputs_requested);
 }
 
-long prof_outputs_withheld(const struct cfg_provider *p, const cJSON *doc)
+long prof_outputs_withheld(const struct cfg_provider *p, const cJSON *doc, int requested)
 {
     const cJSON *n = p->result_filtered && doc ? jpath_first(p->result_filtered, doc) : NULL;
     if (!cJSON_IsNumber(n) || !(n->valuedouble >= 1 && n->valuedouble <= 1000000) ||
         n->valuedouble != (double)(long)n->valuedouble)
         return 0;
-    return (long)n->valuedouble;
+    if (p->result_outputs && jpath_each_list(p->result_outputs, doc, NULL, NULL) > 0)
+        return 0;
+    long withheld = (long)n->valuedouble;
+    return requested > 0 && withheld < requested ? 0 : withheld;
 }
 
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc)

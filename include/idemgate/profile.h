@@ -233,11 +233,13 @@ int prof_map_status(const struct cfg_provider *p, const char *word);
  * Pure. */
 int prof_task_status(const struct cfg_provider *p, int http_status, const cJSON *doc);
 /* How many outputs a finished task's answer says the provider withheld (result.filtered, e.g.
- * Veo's raiMediaFilteredCount: videos its safety filter kept back): a whole number 1..1000000,
- * else 0 (no such member, or not such a number). A task that returned none of its outputs and
- * withheld some has ended with nothing to deliver: completed empty, not polled into review.
- * Pure. */
-long prof_outputs_withheld(const struct cfg_provider *p, const cJSON *doc);
+ * Veo's raiMediaFilteredCount: videos its safety filter kept back) when it returned none: a
+ * whole number 1..1000000; else 0 — no such member or not such a number, an answer that holds
+ * anything at result.outputs (an output there the profile cannot read is never taken for a
+ * withheld one), or fewer withheld than the outputs the request asked for (`requested`, when
+ * known: > 0). A task that withheld all it made has ended with nothing to deliver: completed
+ * empty, not polled into review. Pure. */
+long prof_outputs_withheld(const struct cfg_provider *p, const cJSON *doc, int requested);
 /* 1 when the profile reads where a result's outputs are: outputs.received (the answer that
  * carries them) or, for an async profile that says where a request asks for a number of them
  * (outputs.requested), result.outputs (the finished task's). The outputs a request asks for

@@ -390,45 +390,58 @@ static void test_keepalive_and_tls(void **state)
     }
 }
 
-/* The outputs a finished task's answer says the provider withheld (result.filtered): a whole
- * number from 1, else 0 — a profile without the member, an answer without it, or a value that is
- * not such a number (a string, a fraction, a negative, a boolean, an absurd size). */
+/* The outputs a finished task's answer says the provider withheld (result.filtered) when it
+ * returned none: a whole number from 1, else 0 — a profile without the member, an answer without
+ * it, a value that is not such a number (a string, a fraction, a negative, a boolean, an absurd
+ * size), an answer holding anything at result.outputs (a video the profile cannot read is not a
+ * withheld one), or fewer withheld than the request asked for. */
 static void test_outputs_withheld(void **state)
 {
     (void)state;
     static const struct {
         const char *doc;
+        int requested;
         long want;
     } rows[] = {
-        {"{\"response\":{\"raiMediaFilteredCount\":2,\"videos\":[]}}", 2},
-        {"{\"response\":{\"raiMediaFilteredCount\":1}}", 1},
-        {"{\"response\":{\"raiMediaFilteredCount\":0}}", 0},
-        {"{\"response\":{\"videos\":[]}}", 0},
-        {"{\"response\":{\"raiMediaFilteredCount\":\"2\"}}", 0},
-        {"{\"response\":{\"raiMediaFilteredCount\":1.5}}", 0},
-        {"{\"response\":{\"raiMediaFilteredCount\":-1}}", 0},
-        {"{\"response\":{\"raiMediaFilteredCount\":true}}", 0},
-        {"{\"response\":{\"raiMediaFilteredCount\":1e300}}", 0},
-        {"{\"response\":{\"raiMediaFilteredCount\":1000000}}", 1000000},
-        {"[1]", 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":2,\"videos\":[]}}", -1, 2},
+        {"{\"response\":{\"raiMediaFilteredCount\":1}}", -1, 1},
+        {"{\"response\":{\"raiMediaFilteredCount\":0}}", -1, 0},
+        {"{\"response\":{\"videos\":[]}}", -1, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":\"2\"}}", -1, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":1.5}}", -1, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":-1}}", -1, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":true}}", -1, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":1e300}}", -1, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":1000000}}", -1, 1000000},
+        {"[1]", -1, 0},
+        /* one video in a shape the profile cannot read, one withheld: not "all withheld" */
+        {"{\"response\":{\"raiMediaFilteredCount\":1,\"videos\":[{\"uri\":\"x\"}]}}", -1, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":1,\"videos\":[null]}}", -1, 0},
+        /* four asked for, one withheld, none returned: three unaccounted for */
+        {"{\"response\":{\"raiMediaFilteredCount\":1,\"videos\":[]}}", 4, 0},
+        {"{\"response\":{\"raiMediaFilteredCount\":4,\"videos\":[]}}", 4, 4},
+        {"{\"response\":{\"raiMediaFilteredCount\":2,\"videos\":[]}}", 0, 2},
     };
     struct cfg_provider p;
     memset(&p, 0, sizeof(p));
-    assert_int_equal(prof_outputs_withheld(&p, NULL), 0);
+    assert_int_equal(prof_outputs_withheld(&p, NULL, -1), 0);
     cJSON *doc = cJSON_Parse(rows[0].doc);
-    assert_int_equal(prof_outputs_withheld(&p, doc), 0); /* no result.filtered */
+    assert_int_equal(prof_outputs_withheld(&p, doc, -1), 0); /* no result.filtered */
     cJSON_Delete(doc);
     assert_int_equal(jpath_compile("$.response.raiMediaFilteredCount", &p.result_filtered, NULL),
                      0);
+    assert_int_equal(jpath_compile("$.response.videos[*]", &p.result_outputs, NULL), 0);
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         doc = cJSON_Parse(rows[i].doc);
         assert_non_null(doc);
-        long got = prof_outputs_withheld(&p, doc);
+        long got = prof_outputs_withheld(&p, doc, rows[i].requested);
         if (got != rows[i].want)
-            fail_msg("%s: %ld, want %ld", rows[i].doc, got, rows[i].want);
+            fail_msg("%s (%d asked): %ld, want %ld", rows[i].doc, rows[i].requested, got,
+                     rows[i].want);
         cJSON_Delete(doc);
     }
     jpath_free(p.result_filtered);
+    jpath_free(p.result_outputs);
 }
 
 int main(void)
