@@ -119,9 +119,10 @@ static const struct cfg_setting settings[] = {
      "body); a body that would pass it is dropped as it comes and answered "
      "503 with Retry-After, whatever its token: clients cannot exhaust memory with bodies; "
      "the bodies of requests without a live tenant's or the operator's token (none, an unknown "
-     "one, webhooks) hold at most half of it together, so they cannot take it from the tenants. "
-     "At least twice max_upload_bytes and max_body_bytes (an allocation doubles as a body "
-     "grows)"},
+     "one, webhooks) hold at most half of it together, so they cannot take it from the tenants; "
+     "one tenant's at most a quarter of it (or one body of the largest cap, when that is more), "
+     "so one tenant cannot take it from the others. At least twice max_upload_bytes and "
+     "max_body_bytes (an allocation doubles as a body grows)"},
     {"max_connections", "IDEMGATE_MAX_CONNECTIONS", T_INT, OFF(max_connections), "4096", 16,
      100000, "concurrent client connections, suspended ones included; 8 more are kept for "
              "`/healthz` alone (each closed after its answer), so health is answered when full"},

@@ -27,6 +27,7 @@ struct hs_server {
     atomic_int draining;      /* quiesced: every answer closes its connection */
     int listen_fd;            /* handed back by MHD_quiesce_daemon; closed by hs_stop */
     char id_prefix[9];
+    long share; /* a tenant's bodies at most (max_buffered_bytes / HS_OWNER_SHARE, or a body) */
     /* The connections, for the whole-request deadline and the health reserve (hs_conn). */
     pthread_mutex_t conn_mu;
     pthread_cond_t conn_cv;    /* wakes the deadline thread at hs_stop */
@@ -61,9 +62,11 @@ struct hs_req {
     size_t body_len, body_cap;
     long body_max; /* max_body_bytes, or max_upload_bytes for a multipart/form-data body */
     long counted;  /* of body_bytes: this body's allocation */
-    int untrusted; /* body_trusted did not know its token: counted in untrusted_bytes too */
+    int untrusted; /* body_owner did not know its token: counted in untrusted_bytes too */
+    struct owner *owner; /* the tenant whose body it is (counted in its bytes too), or NULL */
     int too_large;
     int over_memory; /* its body would have passed max_buffered_bytes: dropped */
+    int over_share;  /* that is, its tenant's share of it */
     int responded;
     int close_after;                      /* the answer closes the connection (health reserve) */
     int suspended_once;                   /* the handler suspended it at least once */
@@ -692,6 +695,50 @@ static void reject(struct hs_server *s, struct hs_req *r, enum hs_reject why)
 }
 
 /* The first call of a request: its id, the target and framing checks and the body cap. */
+/* Each tenant's bytes of the bodies held (at most hs_server.share each). A slot, once given to a
+ * tenant, stays its own for the process's life: OWNER_SLOTS tenants at most have a share, those
+ * met after (a table full of tenants) are bounded by max_buffered_bytes alone, said once. */
+#define OWNER_SLOTS 4096
+struct owner {
+    _Atomic long long id; /* 0: free */
+    atomic_long bytes;
+};
+static struct owner owners[OWNER_SLOTS];
+static pthread_mutex_t owners_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The slot of tenant id (> 0), taken if it has none yet; NULL when the table is full. */
+static struct owner *owner_of(long long id)
+{
+    size_t h = (size_t)((unsigned long long)id * 0x9E3779B97F4A7C15ull >> 52) % OWNER_SLOTS;
+    for (size_t k = 0; k < OWNER_SLOTS; k++) { /* found without a lock: an id never moves */
+        struct owner *o = &owners[(h + k) % OWNER_SLOTS];
+        long long at = atomic_load(&o->id);
+        if (at == id)
+            return o;
+        if (at == 0)
+            break;
+    }
+    struct owner *got = NULL;
+    pthread_mutex_lock(&owners_mu);
+    for (size_t k = 0; k < OWNER_SLOTS && !got; k++) {
+        struct owner *o = &owners[(h + k) % OWNER_SLOTS];
+        long long at = atomic_load(&o->id);
+        if (at == id)
+            got = o;
+        else if (at == 0) {
+            atomic_store(&o->id, id);
+            got = o;
+        }
+    }
+    static int said;
+    if (!got && !said) {
+        said = 1;
+        LOG(LOG_WARN, "http_body_owners_full", LI("tenants", OWNER_SLOTS));
+    }
+    pthread_mutex_unlock(&owners_mu);
+    return got;
+}
+
 static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection *conn,
                                      const char *url, const char *method, const char *version,
                                      void **con_cls)
@@ -755,7 +802,9 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
                       ? s->o.max_upload_bytes
                       : s->o.max_body_bytes;
     const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    r->untrusted = s->o.body_trusted && !s->o.body_trusted(authz, s->o.app);
+    long long who = s->o.body_owner ? s->o.body_owner(authz, s->o.app) : HS_OWNER_OPERATOR;
+    r->untrusted = who == HS_OWNER_UNKNOWN;
+    r->owner = who > 0 ? owner_of(who) : NULL;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)r->body_max)
         r->too_large = 1;
@@ -765,7 +814,7 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
 /* Bytes of request bodies held, every server of the process together (hs_body_bytes; checked
  * against hs_options.max_buffered_bytes). */
 static atomic_long body_bytes;
-/* Of them, those of requests whose token hs_options.body_trusted did not know (at most half of
+/* Of them, those of requests whose token hs_options.body_owner did not know (at most half of
  * max_buffered_bytes together). */
 static atomic_long untrusted_bytes;
 
@@ -801,6 +850,8 @@ static void drop_body(struct hs_req *r)
     atomic_fetch_sub(&body_bytes, r->counted);
     if (r->untrusted)
         atomic_fetch_sub(&untrusted_bytes, r->counted);
+    if (r->owner)
+        atomic_fetch_sub(&r->owner->bytes, r->counted);
     r->counted = 0;
 }
 
@@ -835,9 +886,16 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
             drop_body(r);
             return MHD_YES;
         }
+        if (r->owner && !take_bytes(&r->owner->bytes, more, max > 0 ? s->share : 0)) {
+            r->over_memory = r->over_share = 1;
+            drop_body(r);
+            return MHD_YES;
+        }
         if (!take_bytes(&body_bytes, more, max)) {
             if (r->untrusted)
                 atomic_fetch_sub(&untrusted_bytes, more);
+            if (r->owner)
+                atomic_fetch_sub(&r->owner->bytes, more);
             r->over_memory = 1;
             drop_body(r);
             return MHD_YES;
@@ -847,6 +905,8 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
             atomic_fetch_sub(&body_bytes, more);
             if (r->untrusted)
                 atomic_fetch_sub(&untrusted_bytes, more);
+            if (r->owner)
+                atomic_fetch_sub(&r->owner->bytes, more);
             return MHD_NO;
         }
         r->counted += more;
@@ -896,7 +956,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     if (r->over_memory) {
         LOG(LOG_WARN, "http_body_memory_full", LS("request_id", r->request_id),
-            LI("max_buffered_bytes", s->o.max_buffered_bytes));
+            LI("max_buffered_bytes", s->o.max_buffered_bytes),
+            LS("bound", r->over_share ? "tenant" : r->untrusted ? "unknown_tokens" : "all"));
         reject(s, r, HS_REJECT_BODY_MEMORY);
         return MHD_YES;
     }
@@ -972,6 +1033,13 @@ struct hs_server *hs_start(const struct hs_options *o)
         return NULL;
     s->o = *o;
     s->listen_fd = -1;
+    /* A tenant's share holds one body of the largest cap at least (its allocation: the cap and
+     * its NUL), so that no tenant is refused every upload. */
+    long largest =
+        o->max_upload_bytes > o->max_body_bytes ? o->max_upload_bytes : o->max_body_bytes;
+    s->share = o->max_buffered_bytes / HS_OWNER_SHARE;
+    if (s->share < largest + 1)
+        s->share = largest + 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->conn_cv, NULL);

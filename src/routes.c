@@ -235,20 +235,24 @@ static int upload_allowed(const char *path, void *app)
     return rt && rt->multipart;
 }
 
-/* hs_options.body_trusted: the bearer token is a tenant's in the directory — as last read, however
- * long ago: traffic refreshes it, and a quiet gateway whose tenants' requests were all refused
- * here would never read it again — or the operator's. Any other request's body — no token, a
- * random one, a provider's webhook, a tenant added since the last read — shares half of
+/* hs_options.body_owner: the tenant whose bearer token it is in the directory — as last read,
+ * however long ago: traffic refreshes it, and a quiet gateway whose tenants' requests were all
+ * refused here would never read it again — whose bodies hold at most a quarter of
+ * max_buffered_body_bytes; or the operator. Any other request's body — no token, a random one, a
+ * provider's webhook, a tenant added since the last read — shares half of
  * max_buffered_body_bytes with the others like it, and asks for the directory to be read again
  * (at most every TENANTS_REFRESH_S), so that a new tenant is known a moment later. */
-static int body_trusted(const char *authorization, void *app)
+static long long body_owner(const char *authorization, void *app)
 {
-    if (api_token_caller(app, authorization) != API_CALLER_UNKNOWN)
-        return 1;
+    long long id = api_token_caller(app, authorization);
+    if (id == API_CALLER_ADMIN)
+        return HS_OWNER_OPERATOR;
+    if (id > 0)
+        return id;
     size_t len = 0;
     if (hdr_bearer(authorization, &len))
         api_tenants_refresh_of(app);
-    return 0;
+    return HS_OWNER_UNKNOWN;
 }
 
 struct hs_server *routes_listen(struct api *a)
@@ -267,7 +271,7 @@ struct hs_server *routes_listen(struct api *a)
                            .max_upload_bytes = cfg->max_upload_bytes,
                            .max_buffered_bytes = cfg->max_buffered_body_bytes,
                            .upload_allowed = upload_allowed,
-                           .body_trusted = body_trusted,
+                           .body_owner = body_owner,
                            .app = a,
                            .handle = on_handle,
                            .reject = on_reject,

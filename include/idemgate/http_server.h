@@ -33,8 +33,15 @@ enum hs_reject {
                                came; answer 503 with Retry-After */
 };
 
+/* Whose a request's body is (hs_options.body_owner). */
+#define HS_OWNER_UNKNOWN 0
+#define HS_OWNER_OPERATOR (-1)
+/* One tenant's bodies, every server of the process together, hold at most
+ * max_buffered_bytes / HS_OWNER_SHARE — or one body of the largest cap, when that is more. */
+#define HS_OWNER_SHARE 4
+
 /* Bytes of request bodies held in memory now, by every server of the process; of them, those of
- * requests whose token body_trusted did not recognise. */
+ * requests whose token body_owner did not recognise. */
 long hs_body_bytes(void);
 long hs_body_bytes_untrusted(void);
 
@@ -58,12 +65,15 @@ struct hs_options {
      * together, at most (0: no limit): a body that would pass it is dropped as it comes and its
      * request rejected (HS_REJECT_BODY_MEMORY), before anything of it is read by the handler —
      * clients that send bodies without a valid token cannot exhaust memory. The bodies of
-     * requests body_trusted does not recognise hold at most half of it together, so that clients
-     * without a valid token cannot take it all from those with one either. */
+     * requests body_owner does not recognise hold at most half of it together, so that clients
+     * without a valid token cannot take it all from those with one either; and one owner's
+     * (a tenant's) at most a quarter of it (HS_OWNER_SHARE), so that one tenant cannot take it
+     * from the others. */
     long max_buffered_bytes;
-    /* Whether the request's Authorization header (NULL: none) is a token the application knows
-     * (a live tenant's, the operator's), read before any byte of its body. NULL: every one is. */
-    int (*body_trusted)(const char *authorization, void *app);
+    /* Whose the request's Authorization header (NULL: none) is, read before any byte of its body:
+     * HS_OWNER_UNKNOWN (no token the application knows), HS_OWNER_OPERATOR, or a tenant's id
+     * (> 0). NULL: every request is the operator's. */
+    long long (*body_owner)(const char *authorization, void *app);
     /* Whether the request path (as sent) may carry an upload: only then does a multipart body
      * get max_upload_bytes, before anything else of the request is read. NULL: every path. */
     int (*upload_allowed)(const char *path, void *app);

@@ -16,6 +16,7 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from chaos.harness import wait_until  # noqa: E402
+from conftest import tenant_token  # noqa: E402
 
 CLIENT_TIMEOUT_S = 5
 
@@ -275,26 +276,36 @@ def body_bytes(gw, name="idemgate_http_body_bytes"):
                     if line.startswith(name + " ")))
 
 
-def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, token):
+def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, token,
+                                                               database_url):
     """Bodies held in memory while they arrive are bounded, all clients together
-    (max_buffered_body_bytes, 1 MiB here), and those of requests without a live tenant's token
-    to half of it. Sixteen clients — eight without a token, eight with a random one — each send
-    most of a 60 000-byte body and hold it: eight of them are held (8 × 64 KiB,
-    idemgate_http_body_bytes_untrusted), the others' bytes dropped as they come. A whole request
-    with a valid token is still accepted. Eight clients of that tenant then hold the other half:
-    the next whole request is answered 503 bodies-full with Retry-After, nothing recorded; once
-    the holders leave, it is accepted. Without the half for unknown tokens, clients that never
-    held a token took the whole bound and every tenant was answered 503."""
+    (max_buffered_body_bytes, 1 MiB here), those of requests without a live tenant's token to
+    half of it, and one tenant's to a quarter. Sixteen clients — eight without a token, eight
+    with a random one — each send most of a 60 000-byte body and hold it: eight of them are held
+    (8 × 64 KiB, idemgate_http_body_bytes_untrusted), the others' bytes dropped as they come. A
+    whole request with a valid token is still accepted. Eight clients of that tenant then try to
+    hold the other half: four are held, its quarter; the next four, and its own next whole
+    request, are dropped (503 bodies-full) — while another tenant's whole request is accepted.
+    Once that other tenant holds its quarter too the bound is full: a third tenant's whole
+    request is answered 503 with Retry-After, nothing recorded; once the holders leave, it is
+    accepted. Without the half for unknown tokens, clients that never held a token took the
+    whole bound and every tenant was answered 503; without the tenant's quarter, one tenant's
+    slow uploads did the same to every other tenant."""
+    def bearer_of(t):
+        return b"Authorization: Bearer " + t.encode() + b"\r\n"
+
+    # the tenants exist before the gateway starts: its first read of the directory knows them
+    bearer = bearer_of(token)
+    other, third = bearer_of(tenant_token(database_url)), bearer_of(tenant_token(database_url))
     gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
                               "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
                               "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576"})
     path = b"/v1/providers/mock-images/images/generations"
     body = json.dumps({"prompt": "bounded"}).encode()
-    bearer = b"Authorization: Bearer " + token.encode() + b"\r\n"
 
-    def request():
+    def request(auth=bearer):
         return (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                + bearer + b"Idempotency-Key: bodies-" + uuid.uuid4().hex.encode() +
+                + auth + b"Idempotency-Key: bodies-" + uuid.uuid4().hex.encode() +
                 b"\r\nPrefer: respond-async\r\nContent-Length: " + str(len(body)).encode() +
                 b"\r\n\r\n" + body)
 
@@ -310,6 +321,10 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
         s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                   b"\r\n" + auth + b"Content-Length: 60000\r\n\r\n" + b"{" + b" " * 49999)
         held.append(s)
+
+    def refused(status, headers, answer):
+        return (status.startswith("HTTP/1.1 503") and headers.get("retry-after") and
+                json.loads(answer)["type"].endswith("bodies-full"))
 
     held = []
     try:
@@ -328,22 +343,31 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
         assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
         for i in range(8):
             hold("127.0.0.4", bearer)
-            want = (9 + i) * 65536
+            want = (8 + min(i + 1, 4)) * 65536
+            assert wait_until(lambda: body_bytes(gw) == want, 10), (i, body_bytes(gw))
+        time.sleep(0.5)  # the dropped bodies' bytes have come (a bound, not a measure)
+        assert body_bytes(gw) == 12 * 65536, body_bytes(gw)
+        assert refused(*send(request())), "the tenant past its quarter"
+        assert '"bound":"tenant"' in gw.log()
+        status, _, answer = send(request(other))
+        assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
+        for i in range(4):
+            hold("127.0.0.5", other)
+            want = (13 + i) * 65536
             assert wait_until(lambda: body_bytes(gw) == want, 10), (i, body_bytes(gw))
         assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 8 * 65536
         logged = gw.log().count('"intake_new"')
-        status, headers, answer = send(request())
-        assert status.startswith("HTTP/1.1 503"), (status, answer[:300])
-        assert json.loads(answer)["type"].endswith("bodies-full") and headers.get("retry-after")
-        assert '"http_body_memory_full"' in gw.log()
+        assert refused(*send(request(third))), "the bound full"
+        assert '"bound":"all"' in gw.log()
         assert gw.log().count('"intake_new"') == logged
     finally:
         for h in held:
             h.close()
     assert wait_until(lambda: body_bytes(gw) == 0, 10), body_bytes(gw)
     assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 0
-    status, _, answer = send(request())
-    assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
+    for auth in (bearer, third):
+        status, _, answer = send(request(auth))
+        assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
 
 
 def test_a_held_wait_lets_go_of_its_body(gateway_factory, token):
@@ -351,7 +375,10 @@ def test_a_held_wait_lets_go_of_its_body(gateway_factory, token):
     more: the bytes are let go of when the wait begins, not when it ends. Before, eight waits of
     one tenant, held by a slow provider, kept 8 × 64 KiB of the 1 MiB every tenant's bodies
     share (idemgate_http_body_bytes) until their jobs ended — a tenant's minute-long waits
-    refused every other tenant's POSTs 503 bodies-full meanwhile."""
+    refused every other tenant's POSTs 503 bodies-full meanwhile. They are sent one after the
+    other, each once the one before is recorded: a tenant's bodies hold a quarter of the bound
+    (four of these) at most, so eight waits are all accepted only when each lets go of its body
+    as it begins."""
     gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
                               "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
                               "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576"})
@@ -372,9 +399,10 @@ def test_a_held_wait_lets_go_of_its_body(gateway_factory, token):
 
     import threading
     threads = [threading.Thread(target=wait_for, args=(i,), daemon=True) for i in range(8)]
-    for t in threads:
+    for i, t in enumerate(threads):
         t.start()
-    assert wait_until(lambda: gw.log().count('"intake_new"') == 8, 20), "eight intents recorded"
+        assert wait_until(lambda: gw.log().count('"intake_new"') == i + 1, 20), \
+            f"intent {i + 1} recorded"
     # Every one still waits for its slow job: none answered, and their bodies already let go of.
     assert wait_until(lambda: body_bytes(gw) == 0, 3), body_bytes(gw)
     assert answers == []
