@@ -1,5 +1,6 @@
 #include "idemgate/http_server.h"
 
+#include "idemgate/bodyshare.h"
 #include "idemgate/crypto.h"
 #include "idemgate/log.h"
 #include "idemgate/reqlimit.h"
@@ -63,7 +64,7 @@ struct hs_req {
     long body_max; /* max_body_bytes, or max_upload_bytes for a multipart/form-data body */
     long counted;  /* of body_bytes: this body's allocation */
     int untrusted; /* body_owner did not know its token: counted in untrusted_bytes too */
-    struct owner *owner; /* the tenant whose body it is (counted in its bytes too), or NULL */
+    long long owner; /* the tenant (> 0) whose body it is (counted in its bytes too), or 0 */
     int too_large;
     int over_memory; /* its body would have passed max_buffered_bytes: dropped */
     int over_share;  /* that is, its tenant's share of it */
@@ -695,50 +696,6 @@ static void reject(struct hs_server *s, struct hs_req *r, enum hs_reject why)
 }
 
 /* The first call of a request: its id, the target and framing checks and the body cap. */
-/* Each tenant's bytes of the bodies held (at most hs_server.share each). A slot, once given to a
- * tenant, stays its own for the process's life: OWNER_SLOTS tenants at most have a share, those
- * met after (a table full of tenants) are bounded by max_buffered_bytes alone, said once. */
-#define OWNER_SLOTS 4096
-struct owner {
-    _Atomic long long id; /* 0: free */
-    atomic_long bytes;
-};
-static struct owner owners[OWNER_SLOTS];
-static pthread_mutex_t owners_mu = PTHREAD_MUTEX_INITIALIZER;
-
-/* The slot of tenant id (> 0), taken if it has none yet; NULL when the table is full. */
-static struct owner *owner_of(long long id)
-{
-    size_t h = (size_t)((unsigned long long)id * 0x9E3779B97F4A7C15ull >> 52) % OWNER_SLOTS;
-    for (size_t k = 0; k < OWNER_SLOTS; k++) { /* found without a lock: an id never moves */
-        struct owner *o = &owners[(h + k) % OWNER_SLOTS];
-        long long at = atomic_load(&o->id);
-        if (at == id)
-            return o;
-        if (at == 0)
-            break;
-    }
-    struct owner *got = NULL;
-    pthread_mutex_lock(&owners_mu);
-    for (size_t k = 0; k < OWNER_SLOTS && !got; k++) {
-        struct owner *o = &owners[(h + k) % OWNER_SLOTS];
-        long long at = atomic_load(&o->id);
-        if (at == id)
-            got = o;
-        else if (at == 0) {
-            atomic_store(&o->id, id);
-            got = o;
-        }
-    }
-    static int said;
-    if (!got && !said) {
-        said = 1;
-        LOG(LOG_WARN, "http_body_owners_full", LI("tenants", OWNER_SLOTS));
-    }
-    pthread_mutex_unlock(&owners_mu);
-    return got;
-}
-
 static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection *conn,
                                      const char *url, const char *method, const char *version,
                                      void **con_cls)
@@ -804,7 +761,7 @@ static enum MHD_Result begin_request(struct hs_server *s, struct MHD_Connection 
     const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     long long who = s->o.body_owner ? s->o.body_owner(authz, s->o.app) : HS_OWNER_OPERATOR;
     r->untrusted = who == HS_OWNER_UNKNOWN;
-    r->owner = who > 0 ? owner_of(who) : NULL;
+    r->owner = who > 0 ? who : 0;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > (unsigned long long)r->body_max)
         r->too_large = 1;
@@ -850,8 +807,8 @@ static void drop_body(struct hs_req *r)
     atomic_fetch_sub(&body_bytes, r->counted);
     if (r->untrusted)
         atomic_fetch_sub(&untrusted_bytes, r->counted);
-    if (r->owner)
-        atomic_fetch_sub(&r->owner->bytes, r->counted);
+    if (r->owner && r->counted)
+        bodyshare_add(r->owner, -r->counted, 0);
     r->counted = 0;
 }
 
@@ -886,7 +843,7 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
             drop_body(r);
             return MHD_YES;
         }
-        if (r->owner && !take_bytes(&r->owner->bytes, more, max > 0 ? s->share : 0)) {
+        if (r->owner && !bodyshare_add(r->owner, more, max > 0 ? s->share : 0)) {
             r->over_memory = r->over_share = 1;
             drop_body(r);
             return MHD_YES;
@@ -895,7 +852,7 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
             if (r->untrusted)
                 atomic_fetch_sub(&untrusted_bytes, more);
             if (r->owner)
-                atomic_fetch_sub(&r->owner->bytes, more);
+                bodyshare_add(r->owner, -more, 0);
             r->over_memory = 1;
             drop_body(r);
             return MHD_YES;
@@ -906,7 +863,7 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
             if (r->untrusted)
                 atomic_fetch_sub(&untrusted_bytes, more);
             if (r->owner)
-                atomic_fetch_sub(&r->owner->bytes, more);
+                bodyshare_add(r->owner, -more, 0);
             return MHD_NO;
         }
         r->counted += more;

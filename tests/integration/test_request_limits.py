@@ -16,7 +16,7 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from chaos.harness import wait_until  # noqa: E402
-from conftest import tenant_token  # noqa: E402
+from conftest import provider, tenant_token  # noqa: E402
 
 CLIENT_TIMEOUT_S = 5
 
@@ -370,7 +370,7 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
         assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
 
 
-def test_a_held_wait_lets_go_of_its_body(gateway_factory, token):
+def test_a_held_wait_lets_go_of_its_body(gateway_factory, mock, token):
     """A request whose intent is recorded and that waits (`Prefer: wait`) reads its body no
     more: the bytes are let go of when the wait begins, not when it ends. Before, eight waits of
     one tenant, held by a slow provider, kept 8 × 64 KiB of the 1 MiB every tenant's bodies
@@ -379,7 +379,12 @@ def test_a_held_wait_lets_go_of_its_body(gateway_factory, token):
     other, each once the one before is recorded: a tenant's bodies hold a quarter of the bound
     (four of these) at most, so eight waits are all accepted only when each lets go of its body
     as it begins."""
-    gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
+    # A provider slow enough that the eight are all recorded before the first is answered,
+    # however slow the machine: 12 s each, within its 30 s timeout (a lease longer still).
+    gw = gateway_factory(providers=[provider("mock-images", mock.url,
+                                             timeouts={"connect_ms": 1000, "total_ms": 30000})],
+                         lease_seconds=40,
+                         env={"IDEMGATE_MAX_BODY_BYTES": "65536",
                               "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
                               "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576"})
     path = b"/v1/providers/mock-images/images/generations"
@@ -387,7 +392,7 @@ def test_a_held_wait_lets_go_of_its_body(gateway_factory, token):
 
     def wait_for(i):
         body = json.dumps({"prompt": "held " + "x" * 59000, "n": 1,
-                           "_mock": {"delay_ms": 4500}}).encode()  # the mock's timeout: 5 s
+                           "_mock": {"delay_ms": 12000}}).encode()
         s = connect_from("127.0.0.1", gw.port)
         s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Authorization: Bearer " + token.encode() + b"\r\nIdempotency-Key: held-"

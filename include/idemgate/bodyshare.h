@@ -1,0 +1,19 @@
+#ifndef IDEMGATE_BODYSHARE_H
+#define IDEMGATE_BODYSHARE_H
+
+/* Each tenant's bytes of the request bodies held in memory, for its share of the bound all
+ * bodies share (http_server.c): the tenants holding bodies now, process-wide. */
+
+/* At most this many tenants hold bodies at once; a new tenant's body beyond is refused. */
+#define BODYSHARE_SLOTS 4096
+
+/* Adds delta bytes to tenant id's (> 0): 1, or 0 when a positive delta would pass share (0 or
+ * less: no share) or no slot is free — nothing added then. A tenant holding none (its bytes back
+ * to 0 or less) has no slot. Thread-safe. */
+int bodyshare_add(long long id, long delta, long share);
+
+/* Tenant id's bytes now (0 when it holds none); the tenants holding some. For tests. */
+long bodyshare_of(long long id);
+int bodyshare_tenants(void);
+
+#endif
