@@ -12,10 +12,11 @@
 -- longer matches once read again; none of those locked can end until this commits), then the
 -- budget's row (an intake under way is waited for); the counts that follow, statements of their
 -- own, see every such write committed or still to come (waiting for these locks, then applying
--- its step to the recounted value). On a distributed database a
--- batch of ends is one transaction holding the budget's row while it waits for a job locked here:
--- a deadlock, which PostgreSQL breaks by failing one of the two (the batch is sent again; the
--- operator's command says it failed, and is run again).
+-- its step to the recounted value). A statement that locks several of the tenant's jobs in
+-- another order (the start of sending of a batch, begin_send_rows; on a distributed database a
+-- batch of ends, one transaction that holds the budget's row while it waits for a job locked
+-- here) can deadlock with this: PostgreSQL breaks it, after deadlock_timeout, by failing one of
+-- the two — the batch is written again one row at a time, or this is run again (store.c).
 -- p_spend: the day's and month's spend counted again too, as budget_set counts a new budget's
 -- (a new budget, or a changed currency) — in one statement, so that a retention run between two
 -- reads cannot count a deleted job in both the jobs and the retired spend; else only the jobs in

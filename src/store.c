@@ -1540,13 +1540,15 @@ int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
     PQclear(r);
     /* Its own transaction, once the row is there to lock: the jobs in flight always (an
      * existing budget's count is kept by the writes that move its jobs; counted again it is the
-     * same, or healed), the spend where budget_set counted it. Run again when PostgreSQL broke a
-     * deadlock with a batch of ends (migration 0040) by failing it. */
+     * same, or healed), the spend where budget_set counted it. Run again, a moment later, when
+     * PostgreSQL broke a deadlock with a batch (migration 0040) by failing it. */
     for (int tries = 0;; tries++) {
         e = db_run(db, &budget_recount,
                    DB_ARGS(p_int("tenant_id", id), p_bool("spend", !existed || changes)), &r);
         if (e != STORE_ERETRY || tries == 2)
             break;
+        struct timespec pause = {0, 200L * 1000 * 1000 * (tries + 1)};
+        nanosleep(&pause, NULL);
     }
     if (e < 0)
         return e;
