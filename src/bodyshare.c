@@ -6,8 +6,9 @@
 /* The tenants holding request bodies now, with their bytes of them (each at most its share):
  * an open-addressing table under owners_mu, a slot taken with a tenant's first byte and given
  * back (backward-shift deletion: no tombstones) when it holds none again, so that
- * BODYSHARE_SLOTS bounds the tenants with a body in memory at once, not those ever met. A new
- * tenant's body when every slot is taken is refused like one past its share. The lock is taken
+ * BODYSHARE_SLOTS bounds the tenants with a body in memory at once, not those ever met (a new
+ * tenant's body with every slot taken, which the connections' bound rules out, would be refused
+ * like one past its share). The lock is taken
  * where a body's allocation grows or is freed — a few times a body — not for each piece. */
 struct owner {
     long long id; /* 0: free */
@@ -18,7 +19,7 @@ static pthread_mutex_t owners_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t owner_home(long long id)
 {
-    return (size_t)(((unsigned long long)id * 0x9E3779B97F4A7C15ull) >> 52) % BODYSHARE_SLOTS;
+    return (size_t)(((unsigned long long)id * 0x9E3779B97F4A7C15ull) >> 32) % BODYSHARE_SLOTS;
 }
 
 int bodyshare_add(long long id, long delta, long share)

@@ -4,8 +4,10 @@
 /* Each tenant's bytes of the request bodies held in memory, for its share of the bound all
  * bodies share (http_server.c): the tenants holding bodies now, process-wide. */
 
-/* At most this many tenants hold bodies at once; a new tenant's body beyond is refused. */
-#define BODYSHARE_SLOTS 4096
+/* At most this many tenants hold bodies at once: more than the connections a process can have
+ * open (max_connections is at most 100 000), so that a tenant's body is never refused for want
+ * of a slot. The table: 16 bytes a slot, touched only where used. */
+#define BODYSHARE_SLOTS 131072
 
 /* Adds delta bytes to tenant id's (> 0): 1, or 0 when a positive delta would pass share (0 or
  * less: no share) or no slot is free — nothing added then. A tenant holding none (its bytes back

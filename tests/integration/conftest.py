@@ -29,7 +29,7 @@ PG_SH = os.path.join(ROOT, "scripts", "pg.sh")
 
 
 # The files are handed to the test workers (`--dist loadfile`) longest first: the last ones a
-# worker takes are then short, and neither waits long for the other at the end. durations.json
+# worker takes are then short, and none waits long for the others at the end. durations.json
 # holds each file's seconds from a JUnit report (scripts/test-durations.py); a file it does not
 # know counts as DEFAULT_FILE_S.
 DEFAULT_FILE_S = 30

@@ -398,12 +398,13 @@ def test_a_job_ending_while_its_budget_is_set_again_is_not_left_in_flight(gatewa
     (migration 0040). The interleaving is held in place with two transactions of the test's own:
     one locks the job's row (its result's write waits), one holds the budget's key (the budget's
     write waits, its snapshot taken)."""
-    prov = provider("mid-budget", mock.url, pricing=IMAGES_PRICING)
-    gw = gateway_factory(providers=[prov])
+    prov = provider("mid-budget", mock.url, pricing=IMAGES_PRICING,
+                    timeouts={"connect_ms": 1000, "total_ms": 20000})
+    gw = gateway_factory(providers=[prov], lease_seconds=30)
     name, token = new_tenant(database_url)
     tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
     assert cli(database_url, "tenant", "budget", name, "--in-flight", "1").returncode == 0
-    mock.script([{"delay_ms": 4000}])
+    mock.script([{"delay_ms": 8000}])  # the row is locked long before (a bound, not a measure)
     r = gw.submit(token, key(), {"prompt": "p"}, route="mid-budget/images/generations")
     assert r.status == 202, r
     job = r.json()["id"]

@@ -284,8 +284,8 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
     with a random one — each send most of a 60 000-byte body and hold it: eight of them are held
     (8 × 64 KiB, idemgate_http_body_bytes_untrusted), the others' bytes dropped as they come. A
     whole request with a valid token is still accepted. Eight clients of that tenant then try to
-    hold the other half: four are held, its quarter; the next four, and its own next whole
-    request, are dropped (503 bodies-full) — while another tenant's whole request is accepted.
+    hold the other half: four are held, its quarter; the next four are dropped as they come and
+    its own next whole request answered 503 bodies-full — while another tenant's is accepted.
     Once that other tenant holds its quarter too the bound is full: a third tenant's whole
     request is answered 503 with Retry-After, nothing recorded; once the holders leave, it is
     accepted. Without the half for unknown tokens, clients that never held a token took the
@@ -297,9 +297,11 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
     # the tenants exist before the gateway starts: its first read of the directory knows them
     bearer = bearer_of(token)
     other, third = bearer_of(tenant_token(database_url)), bearer_of(tenant_token(database_url))
+    # The holds outlast the whole test however slow the machine: no request deadline cuts them.
     gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
                               "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
-                              "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576"})
+                              "IDEMGATE_MAX_BUFFERED_BODY_BYTES": "1048576",
+                              "IDEMGATE_REQUEST_DEADLINE_SECONDS": "600"})
     path = b"/v1/providers/mock-images/images/generations"
     body = json.dumps({"prompt": "bounded"}).encode()
 
@@ -379,8 +381,8 @@ def test_a_held_wait_lets_go_of_its_body(gateway_factory, mock, token):
     other, each once the one before is recorded: a tenant's bodies hold a quarter of the bound
     (four of these) at most, so eight waits are all accepted only when each lets go of its body
     as it begins."""
-    # A provider slow enough that the eight are all recorded before the first is answered,
-    # however slow the machine: 12 s each, within its 30 s timeout (a lease longer still).
+    # A provider slow enough that the eight are recorded before the first is answered (each is
+    # recorded in milliseconds): 12 s each, within its 30 s timeout (a lease longer still).
     gw = gateway_factory(providers=[provider("mock-images", mock.url,
                                              timeouts={"connect_ms": 1000, "total_ms": 30000})],
                          lease_seconds=40,

@@ -357,8 +357,8 @@ static const char *controls_misfit(const struct mock_personality *p,
     struct mock_controls merged = *body_ctrl;
 
     if (p->async == NULL && ((body_ctrl->set | hdr_ctrl->set) & CTRL_ASYNC))
-        return "polls, outcome, error, outputs, webhook, id_numeric and id_missing apply to "
-               "asynchronous providers only";
+        return "polls, poll_delay_ms, cancel_fails, outcome, error, outputs, filtered, webhook, "
+               "id_numeric and id_missing apply to asynchronous providers only";
     if (p->async == NULL)
         return NULL;
     faults_merge(&merged, hdr_ctrl);
