@@ -17,7 +17,7 @@ struct owner {
 static struct owner owners[BODYSHARE_SLOTS];
 static pthread_mutex_t owners_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static size_t owner_home(long long id)
+size_t bodyshare_home(long long id)
 {
     return (size_t)(((unsigned long long)id * 0x9E3779B97F4A7C15ull) >> 32) % BODYSHARE_SLOTS;
 }
@@ -26,7 +26,7 @@ int bodyshare_add(long long id, long delta, long share)
 {
     int ok = 1;
     pthread_mutex_lock(&owners_mu);
-    size_t i = owner_home(id), k = 0;
+    size_t i = bodyshare_home(id), k = 0;
     while (k < BODYSHARE_SLOTS && owners[i].id != 0 && owners[i].id != id) {
         i = (i + 1) % BODYSHARE_SLOTS;
         k++;
@@ -42,7 +42,7 @@ int bodyshare_add(long long id, long delta, long share)
             owners[i].id = 0;
             owners[i].bytes = 0;
             for (size_t j = (i + 1) % BODYSHARE_SLOTS; owners[j].id != 0; j = (j + 1) % BODYSHARE_SLOTS) {
-                size_t h = owner_home(owners[j].id);
+                size_t h = bodyshare_home(owners[j].id);
                 /* j's entry may move into the hole at i unless its home lies in (i, j] */
                 if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
                     owners[i] = owners[j];
@@ -60,7 +60,7 @@ int bodyshare_add(long long id, long delta, long share)
 /* The slot of tenant id, or BODYSHARE_SLOTS (under owners_mu). */
 static size_t owner_find(long long id)
 {
-    size_t i = owner_home(id);
+    size_t i = bodyshare_home(id);
     for (size_t k = 0; k < BODYSHARE_SLOTS && owners[i].id != 0; k++) {
         if (owners[i].id == id)
             return i;

@@ -324,19 +324,19 @@ static void conclude(struct db *db, const struct cfg_provider *p, const struct s
             succeeded_without_outputs(db, p, c, final, t0);
             return;
         }
-        /* Every output withheld (a safety filter): the task ended with nothing to deliver. */
+        const char *note = c->cancel_requested ? "the cancel came too late: the task finished "
+                                                 "at the provider (paid); its result is kept"
+                                               : NULL;
         char why[160];
-        snprintf(why, sizeof(why),
-                 "the provider withheld all %ld of the task's outputs (result.filtered: its "
-                 "safety filter); none was delivered",
-                 withheld);
+        if (withheld) { /* every output withheld (a safety filter): nothing to deliver */
+            snprintf(why, sizeof(why),
+                     "the provider withheld all %ld of the task's outputs (result.filtered: its "
+                     "safety filter); none was delivered",
+                     withheld);
+            note = why;
+        }
         char *oj = cJSON_PrintUnformatted(outs);
-        write_poll(db, c, ST_COMPLETED, 0, "succeeded",
-                   withheld              ? why
-                   : c->cancel_requested ? "the cancel came too late: the task finished at the "
-                                           "provider (paid); its result is kept"
-                                         : NULL,
-                   final, n, oj, t0, p);
+        write_poll(db, c, ST_COMPLETED, 0, "succeeded", note, final, n, oj, t0, p);
         free(oj);
         cJSON_Delete(outs);
     } else if (st == TS_FAILED || st == TS_CANCELED) {

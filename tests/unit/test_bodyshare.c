@@ -12,11 +12,6 @@
 
 #include "idemgate/bodyshare.h"
 
-static size_t home(long long id)
-{
-    return (size_t)(((unsigned long long)id * 0x9E3779B97F4A7C15ull) >> 32) % BODYSHARE_SLOTS;
-}
-
 /* A tenant's bytes up to its share; the next byte refused and nothing added; given back to none,
  * its slot is free again. */
 static void test_share(void **state)
@@ -44,7 +39,7 @@ static void test_collisions(void **state)
     size_t n = 0;
     /* six ids whose home is the last slot (their chain wraps to slot 0), six whose home is 0 */
     for (long long id = 1; n < N && id < 2000000000; id++) {
-        size_t h = home(id);
+        size_t h = bodyshare_home(id);
         if ((h == BODYSHARE_SLOTS - 1 && n < 6) || (h == 0 && n >= 6))
             ids[n++] = id;
     }
