@@ -43,6 +43,7 @@
 #   BENCH_KEEP=1                keep the temporary directory (logs) instead of removing it
 #   BENCH_NO_INSTALL=1          do not install missing packages (scripts/bench-deps.sh)
 #   BENCH_TIMEOUT=1800          the whole run is stopped after this many seconds
+#   BENCH_GATEWAY_ENV="K=V …"   more environment for the gateway only (a setting to compare)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -224,7 +225,7 @@ start_gateway() { # NAME DISPATCH_WORKERS [WRAPPER…]
     # /var/lib, writable by root only).
     env IDEMGATE_LISTEN="127.0.0.1:$GW_PORT" IDEMGATE_HTTP_THREADS="$HTTP_THREADS" \
         IDEMGATE_DISPATCH_WORKERS="$disp" IDEMGATE_INSTANCE_ID="bench-$name" \
-        IDEMGATE_ARCHIVE_DIR="$T/archive" \
+        IDEMGATE_ARCHIVE_DIR="$T/archive" ${BENCH_GATEWAY_ENV:-} \
         "$@" "$GATEWAY" serve >"$T/logs/gateway-$name.log" 2>&1 &
     GW_PID=$!
     PIDS+=("$GW_PID")

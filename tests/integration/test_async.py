@@ -138,6 +138,51 @@ def test_a_veo_task_whose_videos_were_all_filtered_completes_empty(gateway_facto
     assert silent["polls"] >= 2, silent  # read again after it said done
 
 
+def test_a_veo_request_counts_the_videos_it_asks_for(gateway_factory, token, mock):
+    """Veo makes `parameters.sampleCount` videos (1 when absent), priced per second of each:
+    the profile reads that count (`outputs.requested`). Before, every request was estimated as
+    one video — a tenant's budget reserved a quarter of a four-video job — and "all withheld"
+    could not tell a task that withheld every video asked for from one that withheld some and
+    put the others where the profile does not read them. Now the estimate counts the videos
+    asked for, the job says how many it asked for and got, and a task that withheld fewer than
+    were asked for, with none delivered, is read again rather than completed empty."""
+    rate = 100000  # micro-USD a second of video: a test's price, not Google's
+    pricing = {"currency": "USD", "per_second": rate, "seconds": "$.parameters.durationSeconds",
+               "default_seconds": 8}
+    e, route = entry("vertex-veo", mock, pricing=pricing)
+    gw = start(gateway_factory, [e])
+
+    def submit(case, count, **ctl):
+        b = dict(body(polls=1, **ctl), parameters={"durationSeconds": 4})
+        if count is not None:
+            b["parameters"]["sampleCount"] = count
+        r = gw.submit(token, f"veo-{case}-" + uuid.uuid4().hex, b, route=route)
+        assert r.status == 202, r
+        return r.json()["id"]
+
+    jobs = {"two": submit("two", 2, outputs=2), "one": submit("one", None, outputs=1),
+            "all": submit("all", 2, outputs=0, filtered=2),
+            "short": submit("short", 3, outputs=0, filtered=2)}
+    ended = {"completed", "failed", "unknown", "review"}
+    j = gw.wait_state(token, jobs["two"], ended, 30)
+    assert j["state"] == "completed" and len(j["result"]["outputs"]) == 2, j
+    assert j["outputs"] == {"requested": 2, "received": 2, "shortfall": 0}, j["outputs"]
+    assert j["cost"] == {"currency": "USD", "estimate_micros": 2 * 4 * rate,
+                         "micros": 2 * 4 * rate}, j["cost"]
+    j = gw.wait_state(token, jobs["one"], ended, 30)
+    assert j["state"] == "completed", j
+    assert j["outputs"]["requested"] == 1 and j["cost"]["estimate_micros"] == 4 * rate, j
+    j = gw.wait_state(token, jobs["all"], ended, 30)
+    assert j["state"] == "completed" and j["result"]["outputs"] == [], j
+    assert "withheld all 2" in j["last_error"], j
+    assert j["outputs"] == {"requested": 2, "received": 0, "shortfall": 2}, j["outputs"]
+    assert j["cost"]["micros"] == 0, j["cost"]
+    short = gw.wait_state(token, jobs["short"], ended, 2)  # a bound, not a measure
+    assert short["state"] == "accepted" and short["polls"] >= 2, short
+    for job_id in jobs.values():
+        assert len([c for c in mock.creates_for(job_id) if not c.get("replay")]) == 1
+
+
 def test_poll_url_and_profile_are_used_as_stored(gateway_factory, token, mock, psql):
     e, route = entry("replicate", mock, poll_interval_ms=50)
     gw = start(gateway_factory, [e])
