@@ -175,6 +175,16 @@ static int tenant_budget(struct db *db, int argc, char **argv)
            b.day_limit >= 0 ? price_format(b.day_limit, d, sizeof(d)) : "no limit",
            b.month_limit >= 0 ? price_format(b.month_limit, m, sizeof(m)) : "no limit",
            b.max_inflight >= 0 ? n : "any");
+    if (b.recount_err) {
+        fprintf(stderr,
+                "idemgate: the budget of %s is written, but its jobs in flight could not be "
+                "counted again (%s): a job that ended meanwhile may still count; run the same "
+                "command again\n",
+                name,
+                b.recount_err == STORE_ERETRY ? "refused three times: a lock held, or a deadlock"
+                                              : "the database failed");
+        return 1;
+    }
     return 0;
 }
 

@@ -1550,9 +1550,10 @@ int store_budget_set(struct db *db, const char *tenant, struct store_budget *b)
         struct timespec pause = {0, 200L * 1000 * 1000 * (tries + 1)};
         nanosleep(&pause, NULL);
     }
-    if (e < 0)
-        return e;
-    PQclear(r);
+    /* The budget is written whatever this says: a caller must not report it unset. */
+    b->recount_err = e < 0 ? e : 0;
+    if (e == STORE_OK)
+        PQclear(r);
     return STORE_OK;
 }
 

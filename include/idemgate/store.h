@@ -392,11 +392,15 @@ __attribute__((warn_unused_result)) int store_usage(
 struct store_budget {
     char currency[8]; /* "" as set: the stored currency (USD on a new budget) */
     long long day_limit, month_limit, max_inflight;
+    /* On STORE_OK: 0, or the store error of counting the written budget's jobs in flight again
+     * (budget_recount, after its retries): the budget is written, its count maybe off by a job
+     * that ended meanwhile — setting it again counts them. */
+    int recount_err;
 };
 /* Sets a tenant's budget (*b: what is given; on return, the budget as stored);
  * STORE_ENOTFOUND without such a tenant; STORE_ECONFLICT when the currency changes and an amount
- * limit is kept (it would be the old amount in the new unit). store_budget_clear removes it (STORE_ENOTFOUND when
- * there was none). */
+ * limit is kept (it would be the old amount in the new unit). store_budget_clear removes it
+ * (STORE_ENOTFOUND when there was none). */
 __attribute__((warn_unused_result)) int store_budget_set(struct db *db, const char *tenant,
                                                          struct store_budget *b);
 __attribute__((warn_unused_result)) int store_budget_clear(struct db *db, const char *tenant);

@@ -455,6 +455,50 @@ def test_a_job_ending_while_its_budget_is_set_again_is_not_left_in_flight(gatewa
     assert r.status == 202, r  # one job in flight is allowed again
 
 
+def test_a_budget_whose_recount_fails_is_reported_written(gateway_factory, mock, database_url,
+                                                         psql):
+    """The budget's counters are counted again once it is written (migration 0040), and that
+    recount waits for the tenant's jobs in flight. When it cannot (their rows stay locked past
+    the session's lock_timeout, three tries), the budget is written all the same: before,
+    `idemgate tenant budget` said it "cannot set the budget" of a tenant whose new limit was
+    already in force. Now it prints the budget, says that its jobs in flight were not counted
+    again and to run it again (exit 1), and the same command run again counts them."""
+    prov = provider("recount-held", mock.url, pricing=IMAGES_PRICING,
+                    timeouts={"connect_ms": 1000, "total_ms": 20000})
+    gw = gateway_factory(providers=[prov], lease_seconds=30)
+    name, token = new_tenant(database_url)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
+    assert cli(database_url, "tenant", "budget", name, "--in-flight", "5").returncode == 0
+    mock.script([{"delay_ms": 8000}])  # the job stays in flight (a bound, not a measure)
+    r = gw.submit(token, key(), {"prompt": "p"}, route="recount-held/images/generations")
+    assert r.status == 202, r
+    job = r.json()["id"]
+    assert gw.wait_state(token, job, {"sending"}, timeout=20)["state"] == "sending"
+    row = subprocess.Popen(["psql", database_url, "-qtAX", "-v", "ON_ERROR_STOP=1"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        row.stdin.write(f"BEGIN; SELECT FROM operations WHERE tenant_id = {tid} AND id = '{job}' "
+                        "FOR UPDATE;\nSELECT 'locked';\n")
+        row.stdin.flush()
+        assert row.stdout.readline().strip() == "locked"
+        held = subprocess.run([GATEWAY_BIN, "tenant", "budget", name, "--in-flight", "2"],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, DATABASE_URL=database_url,
+                                       PGOPTIONS="-c lock_timeout=200"))
+        assert held.returncode == 1, held
+        assert "budget of " + name + ": USD" in held.stdout, held
+        assert "is written, but its jobs in flight could not be counted again" in held.stderr, held
+        assert psql(f"SELECT max_inflight FROM tenant_budgets WHERE tenant_id = {tid}") == [["2"]]
+    finally:
+        row.stdin.write("ROLLBACK;\n")
+        row.stdin.close()
+        row.wait(timeout=10)
+    again = cli(database_url, "tenant", "budget", name, "--in-flight", "2")
+    assert again.returncode == 0 and "could not" not in again.stderr, again
+    assert psql(f"SELECT max_inflight, inflight FROM tenant_budgets WHERE tenant_id = {tid}") \
+        == [["2", "1"]]
+
+
 def test_an_operators_resolution_settles_the_budget_once(gateway_factory, mock, database_url):
     """The budget row is settled by the statement that ends an operation (migration 0018, no
     trigger writes it): a job in review resolved `found` is charged its reservation (the provider
