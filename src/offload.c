@@ -11,11 +11,18 @@ struct fifo {
     struct offload_item *head, *tail;
 };
 
+/* A caller's lane: its items, and whose they are while it holds any. */
+struct lane {
+    struct fifo q;
+    size_t klen;
+    char key[OFFLOAD_KEY_MAX];
+};
+
 struct offload {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct fifo upkeep;
-    struct fifo lanes[OFFLOAD_LANES];
+    struct lane lanes[OFFLOAD_LANES];
     int last;   /* the lane an item was last taken from: the turn goes on after it */
     int queued; /* items in the lanes */
     int closed;
@@ -57,6 +64,34 @@ static struct offload_item *fifo_pop(struct fifo *f)
     return it;
 }
 
+/* The lane of a caller's item (offload.h), with the lock held: lane 0 for the untrusted key;
+ * else the lane that holds the caller's items, else the first empty lane from its home lane on
+ * (it is the caller's while it holds any), else — every lane held by another caller — its home
+ * lane, shared. */
+static int lane_of(struct offload *o, const char *key, size_t len)
+{
+    int home = offload_lane(key, len);
+    if (home == 0)
+        return 0;
+    size_t k = len < OFFLOAD_KEY_MAX ? len : OFFLOAD_KEY_MAX;
+    for (int l = 1; l < OFFLOAD_LANES; l++) {
+        const struct lane *ln = &o->lanes[l];
+        if (ln->q.head && ln->klen == len && memcmp(ln->key, key, k) == 0)
+            return l;
+    }
+    for (int i = 0; i < OFFLOAD_LANES - 1; i++) {
+        int l = 1 + (home - 1 + i) % (OFFLOAD_LANES - 1);
+        struct lane *ln = &o->lanes[l];
+        if (!ln->q.head) {
+            ln->klen = len;
+            if (k)
+                memcpy(ln->key, key, k);
+            return l;
+        }
+    }
+    return home;
+}
+
 /* The next item: upkeep first, then the next lane after the last one served that holds any.
  * Called with the lock held; NULL when nothing is queued. */
 static struct offload_item *take(struct offload *o)
@@ -66,7 +101,7 @@ static struct offload_item *take(struct offload *o)
         return it;
     for (int k = 1; k <= OFFLOAD_LANES; k++) {
         int lane = (o->last + k) % OFFLOAD_LANES;
-        if ((it = fifo_pop(&o->lanes[lane])) != NULL) {
+        if ((it = fifo_pop(&o->lanes[lane].q)) != NULL) {
             o->last = lane;
             o->queued--;
             return it;
@@ -115,7 +150,8 @@ struct offload *offload_start(int n)
     return o;
 }
 
-static int submit(struct offload *o, struct offload_item *it, int lane)
+/* Queues it: upkeep when key is NULL, else in its caller's lane. */
+static int submit(struct offload *o, struct offload_item *it, const char *key, size_t len)
 {
     if (!o)
         return -1;
@@ -124,11 +160,12 @@ static int submit(struct offload *o, struct offload_item *it, int lane)
         pthread_mutex_unlock(&o->mu);
         return -1;
     }
-    it->lane = lane;
-    if (lane < 0) {
+    if (!key) {
+        it->lane = -1;
         fifo_push(&o->upkeep, it);
     } else {
-        fifo_push(&o->lanes[lane], it);
+        it->lane = lane_of(o, key, len);
+        fifo_push(&o->lanes[it->lane].q, it);
         o->queued++;
     }
     pthread_cond_signal(&o->cv);
@@ -138,12 +175,12 @@ static int submit(struct offload *o, struct offload_item *it, int lane)
 
 int offload_submit(struct offload *o, struct offload_item *it)
 {
-    return submit(o, it, -1);
+    return submit(o, it, NULL, 0);
 }
 
 int offload_submit_as(struct offload *o, struct offload_item *it, const char *key, size_t len)
 {
-    return submit(o, it, offload_lane(key ? key : "", key ? len : 0));
+    return submit(o, it, key ? key : "", key ? len : 0);
 }
 
 void offload_close(struct offload *o)
