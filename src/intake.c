@@ -299,6 +299,17 @@ static enum step_result read_multipart(struct intake *in, const char *ctype, con
         free(parts);
         return raise_problem(in, 400, "invalid-multipart", "Invalid multipart body", detail);
     }
+    long own = mp_part_under_member(parts, n, in->p->client_ref_body_field);
+    if (own >= 0) {
+        int nl = parts[own].name_len > 64 ? 64 : (int)parts[own].name_len;
+        snprintf(detail, sizeof(detail),
+                 "the part \"%.*s\" is where this provider reads the gateway's reference (\"%s\"); "
+                 "that member is the gateway's: send the body without it",
+                 nl, parts[own].name, in->p->client_ref_body_field);
+        free(parts);
+        return raise_problem(in, 422, "client-ref-unplaceable",
+                             "Client reference cannot be placed", detail);
+    }
     size_t flen = 0;
     in->mp_canon = mp_canonical(parts, n, &in->mp_canon_len);
     char *fields = mp_fields_json(parts, n, &flen);

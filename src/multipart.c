@@ -478,6 +478,23 @@ long mp_ambiguous_field(const struct mp_part *parts, size_t n)
     return -1;
 }
 
+long mp_part_under_member(const struct mp_part *parts, size_t n, const char *member)
+{
+    if (!member)
+        return -1;
+    size_t seg = strcspn(member, ".[");
+    if (seg == 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        const struct mp_part *p = &parts[i];
+        if (p->name_len < seg || strncasecmp(p->name, member, seg) != 0)
+            continue;
+        if (p->name_len == seg || p->name[seg] == '[' || p->name[seg] == '.')
+            return (long)i;
+    }
+    return -1;
+}
+
 char *mp_fields_json(const struct mp_part *parts, size_t n, size_t *len)
 {
     size_t cap = 3;

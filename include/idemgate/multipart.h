@@ -54,6 +54,14 @@ char *mp_canonical(const struct mp_part *parts, size_t n, size_t *len);
  * escape one parser reads and another keeps). Such a body is refused. Pure. */
 long mp_ambiguous_field(const struct mp_part *parts, size_t n);
 
+/* The index of the first part a provider may read as (part of) the body member at `member` (a
+ * dotted path, "metadata.client_ref"), or -1: a part named as its first segment, or as that
+ * segment followed by '[' or '.' (form encodings of a nested member: metadata[client_ref]) —
+ * ASCII letters compared without case, as some parsers do. The gateway's client reference
+ * lives there: a multipart body, where the gateway cannot place it, must not carry a value of
+ * the client's own that a provider would echo as the gateway's. Pure. */
+long mp_part_under_member(const struct mp_part *parts, size_t n, const char *member);
+
 /* A JSON object of the text fields (the parts without a filename) whose name and value are
  * UTF-8 without control characters: name → the value as a JSON number when it is one (`n`,
  * `seconds`; white space around it, which a provider's parser may trim, is left out: a value

@@ -227,3 +227,33 @@ def test_a_field_a_provider_may_read_otherwise_is_refused(gateway_factory, mock,
     r = post(gw, token, route, "amb-" + uuid.uuid4().hex, listed,
              "multipart/form-data; boundary=" + b)
     assert r.status == 200, r
+
+
+def test_a_part_where_the_gateways_reference_lives_is_refused(gateway_factory, mock, token):
+    """A provider entry that sends the job's id at `metadata.client_ref`, which webhooks and
+    task reads echo back to find the job (across tenants: the id is the gateway's). The gateway
+    cannot place it in a multipart body, and sent the client's own `metadata[client_ref]` part
+    as it was: a tenant could name another tenant's job there, and a webhook echoing it would
+    have adopted the tenant's task into that job. Such a part is refused now (422
+    client-ref-unplaceable, as a JSON body holding the member is), nothing recorded or sent; a
+    body without it goes through."""
+    e, name = edits_entry(mock)
+    e["client_ref"] = {"body_field": "metadata.client_ref"}
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = name + "/images/edits"
+    before = len(edits_creates(mock))
+    b = "ref-" + uuid.uuid4().hex[:8]
+    for part in (b"metadata[client_ref]", b"metadata"):
+        body = (form(b, "pmi", closing=False) + b"--" + b.encode() + b"\r\n"
+                b'Content-Disposition: form-data; name="' + part + b'"\r\n\r\n'
+                b"job_someone_elses\r\n" + b"--" + b.encode() + b"--\r\n")
+        r = post(gw, token, route, "ref-" + uuid.uuid4().hex, body,
+                 "multipart/form-data; boundary=" + b)
+        assert r.status == 422, r
+        assert r.json()["type"] == "urn:idemgate:problem:client-ref-unplaceable", r.json()
+    time.sleep(0.3)
+    assert len(edits_creates(mock)) == before
+    r = post(gw, token, route, "ref-" + uuid.uuid4().hex, form(b, "pmi"),
+             "multipart/form-data; boundary=" + b)
+    assert r.status == 200, r
+    assert len(edits_creates(mock)) == before + 1

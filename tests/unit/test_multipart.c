@@ -303,6 +303,46 @@ static void test_ambiguous_fields(void **state)
     }
 }
 
+/* The parts a provider may read as the member where the gateway's client reference lives. */
+static void test_part_under_member(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        const char *member;
+        long want;
+    } cases[] = {
+        {"metadata", "metadata.client_ref", 0},
+        {"metadata[client_ref]", "metadata.client_ref", 0},
+        {"metadata[other]", "metadata.client_ref", 0}, /* the member's object, whole */
+        {"metadata.client_ref", "metadata.client_ref", 0},
+        {"Metadata", "metadata.client_ref", 0},
+        {"client_ref", "client_ref", 0},
+        {"client_ref[]", "client_ref", 0},
+        {"metadatas", "metadata.client_ref", -1},
+        {"meta", "metadata.client_ref", -1},
+        {"prompt", "client_ref", -1},
+        {"client_reference", "client_ref", -1},
+        {"metadata", NULL, -1},
+        {"metadata", "", -1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body),
+                 "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n"
+                 "--b\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\nv\r\n--b--\r\n",
+                 cases[i].name);
+        struct mp_part parts[4];
+        size_t n = 0;
+        assert_int_equal(mp_parse(body, strlen(body), "b", parts, 4, &n, NULL, 0), 0);
+        long got = mp_part_under_member(parts, n, cases[i].member);
+        long want = cases[i].want < 0 ? -1 : 1; /* the second part, after "model" */
+        if (got != want)
+            fail_msg("case %zu (%s under %s): %ld", i, cases[i].name,
+                     cases[i].member ? cases[i].member : "NULL", got);
+    }
+}
+
 /* What pricing and the outputs asked for read of a field as a provider may: a number with white
  * space around it is that number; a repeated field its first value that is a field at all. */
 static void test_fields_json_numbers(void **state)
@@ -385,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_refused),          cmocka_unit_test(test_fields_json),
         cmocka_unit_test(test_fields_json_numbers),
         cmocka_unit_test(test_ambiguous_fields),
+        cmocka_unit_test(test_part_under_member),
         cmocka_unit_test(test_content_type_of),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
