@@ -486,9 +486,9 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
                                                p && p->task_path, j.cancel_requested_at != NULL);
         /* As POST /v1/jobs/ID/resolve: written only on a job read in review, under the fencing
          * token read (its remote id and webhook hint as read). */
-        char hint[256] = "";
-        if (j.state == ST_REVIEW &&
-            store_job_hint(db, tenant_id, argv[1], hint, sizeof(hint)) != STORE_OK) {
+        char hint[256] = "", seen[32] = "";
+        if (j.state == ST_REVIEW && store_job_hint(db, tenant_id, argv[1], hint, sizeof(hint),
+                                                   seen, sizeof(seen)) != STORE_OK) {
             fprintf(stderr, "idemgate: the job %s could not be read\n", argv[1]);
             store_job_fini(&j);
             goto resolved;
@@ -503,17 +503,22 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
             store_job_fini(&j);
             goto resolved;
         }
-        int refused = ((j.remote_id && *j.remote_id) || *hint) &&
+        int has_id = (j.remote_id && *j.remote_id) || *hint;
+        int refused = (has_id || *seen) &&
                       st_resend_refused((enum st_resolution)what, next, 1,
                                         has_flag(argc, argv, 3, resolve_opts, "--force"));
         if (refused) {
             fprintf(stderr, "idemgate: the provider's task for %s was seen (%s %s): absent "
-                            "would %s; resolve it found with that id, abandon it, or add --force "
-                            "when that id is not this job's\n",
-                    argv[1], j.remote_id && *j.remote_id ? "remote id" : "webhook hint",
-                    j.remote_id && *j.remote_id ? j.remote_id : hint,
+                            "would %s; resolve it found with %s, abandon it, or add --force "
+                            "when that task is not this job's\n",
+                    argv[1],
+                    j.remote_id && *j.remote_id ? "remote id"
+                    : *hint                     ? "webhook hint"
+                                                : "by the reconciler without its id:",
+                    j.remote_id && *j.remote_id ? j.remote_id : *hint ? hint : seen,
                     next == ST_PREPARED ? "send it again and pay a second task"
-                                        : "end it failed at no cost while its task exists");
+                                        : "end it failed at no cost while its task exists",
+                    has_id ? "that id" : "its id at the provider");
             store_job_fini(&j);
             goto resolved;
         }

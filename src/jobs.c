@@ -309,8 +309,8 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     long long version = j.lease_version; /* the decision is written only on the job as read */
     char resolved_at[48]; /* as read: a refused write after which it is the same was ours */
     snprintf(resolved_at, sizeof(resolved_at), "%s", j.resolved_at ? j.resolved_at : "");
-    char hint[256];
-    if ((e = store_job_hint(api_db(r), t.id, id, hint, sizeof(hint))) < 0) {
+    char hint[256], seen[32];
+    if ((e = store_job_hint(api_db(r), t.id, id, hint, sizeof(hint), seen, sizeof(seen))) < 0) {
         store_job_fini(&j);
         respond_resolved(r, e, 0, NULL, &res, 0);
         goto done;
@@ -325,20 +325,24 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
      * the reservation and in-flight slot the operation has held since its intake. */
     struct gate_pass pass;
     int resend = next == ST_PREPARED && !j.cancel_requested_at;
-    /* The task is known by the remote id on the row, or by the id a verified webhook named for
-     * this job and the reconciler could not read (kept on the row as its only proof). */
-    int known = ((j.remote_id && *j.remote_id) || *hint) &&
-                st_resend_refused(res.what, next, 1, admin && res.force);
+    /* The task is known by the remote id on the row, by the id a verified webhook named for
+     * this job and the reconciler could not read (kept on the row as its only proof), or by a
+     * reconcile verdict that saw it without an id to adopt it by (its attempt row). */
+    int has_id = (j.remote_id && *j.remote_id) || *hint;
+    int known = (has_id || *seen) && st_resend_refused(res.what, next, 1, admin && res.force);
     if (known) {
         char detail[640];
         snprintf(detail, sizeof(detail),
                  "the provider's task for this job was seen (%s %s): `absent` would %s. "
-                 "Resolve it `found` with that id, `abandon` it, or — with the admin token, when "
-                 "that id is not this job's — send \"force\": true",
-                 j.remote_id && *j.remote_id ? "remote_id" : "a verified webhook named",
-                 j.remote_id && *j.remote_id ? j.remote_id : hint,
+                 "Resolve it `found` with %s, `abandon` it, or — with the admin token, when "
+                 "that task is not this job's — send \"force\": true",
+                 j.remote_id && *j.remote_id ? "remote_id"
+                 : *hint                     ? "a verified webhook named"
+                                             : "by the reconciler without its id:",
+                 j.remote_id && *j.remote_id ? j.remote_id : *hint ? hint : seen,
                  next == ST_PREPARED ? "send it again and pay a second task"
-                                     : "end it failed at no cost while its task exists");
+                                     : "end it failed at no cost while its task exists",
+                 has_id ? "that id" : "its id at the provider");
         store_job_fini(&j);
         reply_problem(r, 409, "task-known", "The job's task is known", detail, 0);
         goto done;

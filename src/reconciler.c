@@ -268,7 +268,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
         if ((ts == TS_QUEUED || ts == TS_RUNNING) && !remote_id) {
             /* Still going, but with no id to follow it by (lookup.id / list.id not read): it
              * was accepted without one and "polled" for ever, its result never read. */
-            struct verdict_write w = {ST_REVIEW, 0, "found_without_id",
+            struct verdict_write w = {ST_REVIEW, 0, RECON_FOUND_WITHOUT_ID,
                                       "a task was found still running but its id cannot be read "
                                       "(reconcile lookup.id / list.id): it cannot be followed; "
                                       "an operator must resolve it",
@@ -294,7 +294,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
                                       "found at the provider, which failed or cancelled it",
                                       res, remote_id, -1, NULL, -1, 0, NULL, 0};
             if (ts < 0) {
-                w.outcome = "found_unreadable";
+                w.outcome = RECON_FOUND_UNREADABLE;
                 w.error = "a task was found but its status is not one the profile maps "
                           "(reconcile.found_status): an operator must resolve it";
                 w.res = NULL;
@@ -330,7 +330,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
                       "(paid); its result is kept";
         }
     } else {
-        w.outcome = "found_unreadable";
+        w.outcome = RECON_FOUND_UNREADABLE;
         w.error = "a task was found but its result (with its outputs) is not where the profile "
                   "reads it (reconcile.found_result, outputs.received): an operator must "
                   "resolve it";
@@ -354,7 +354,7 @@ static void found(const struct cfg_provider *p, struct db *db, const struct stor
     enum op_state next = recon_found_state(1, remote_id != NULL, 1);
     struct verdict_write w = {next, 0, "found", NULL, NULL, remote_id, -1, NULL, -1, 0, p, 0};
     if (next == ST_REVIEW) {
-        w.outcome = "found_without_id";
+        w.outcome = RECON_FOUND_WITHOUT_ID;
         w.error = "a task was found but its id cannot be read: an operator must resolve it";
     } else if (c->cancel_requested) {
         w.outcome = "found_after_cancel";
@@ -575,7 +575,9 @@ static void write_look(struct db *db, struct recon_job *j)
         if (j->total > 1)
             metrics_safety(MS_SUSPECTED_DUPLICATE);
         verdict = recon_list_verdict(j->total, j->window_closed, grace_passed);
-        how = "ambiguous_match";
+        /* several tasks carry our reference (a task exists: `absent` is refused), or none was
+         * found or the search failed with the window closed */
+        how = j->total > 1 ? RECON_SEVERAL_MATCHES : "ambiguous_match";
     } else {
         const struct up_response *r = &j->res;
         int status = !r->curl_code && !r->body_truncated ? r->http_status : 0;
@@ -617,7 +619,7 @@ static void write_adopt(struct db *db, struct recon_job *j)
     if (ok)
         found(p, db, c, &j->res, id, j->t0);
     else if (c->operator_found) /* the operator decides again, with what the provider said */
-        write_simple(db, c, ST_REVIEW, 0, "found_unreadable",
+        write_simple(db, c, ST_REVIEW, 0, "named_unreadable", /* no task proven: not RECON_SAW */
                      "the task an operator named could not be read at the provider", j->t0);
     else if (!c->webhook_hint)
         write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,

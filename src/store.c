@@ -2020,27 +2020,37 @@ static const struct db_stmt job_attempts = {
     .params = DB_PARAMS("tenant_id", "job_id"),
 };
 /* The task id a verified webhook named for a job and left on its row, not yet read (the
- * reconciler keeps it when the task could not be read: reconciler.c, keep_hint), or none. Read
- * by a resolve with the job in review, where nothing else writes it (a webhook takes a review
- * back to unknown instead: webhook_signed). */
+ * reconciler keeps it when the task could not be read: reconciler.c, keep_hint), or none; and
+ * the newest of its reconcile verdicts that saw its task without an id (RECON_SAW_TASK), or
+ * none. Read by a resolve with the job in review, where nothing else writes them (a webhook
+ * takes a review back to unknown instead: webhook_signed). */
 static const struct db_stmt job_hint = {
     .rerun_safe = 1,
     .name = "job_hint",
-    .sql = "SELECT webhook_hint FROM operations WHERE tenant_id = $1 AND id = $2",
-    .params = DB_PARAMS("tenant_id", "job_id"),
+    .sql = "SELECT o.webhook_hint, (SELECT a.outcome FROM attempts a WHERE a.tenant_id = $1 "
+    "  AND a.operation_id = $2 AND a.kind = 'reconcile' AND a.outcome = ANY ($3::text[]) "
+    "  ORDER BY a.seq DESC LIMIT 1) "
+    "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
+    .params = DB_PARAMS("tenant_id", "job_id", "saw_task"),
 };
 
-int store_job_hint(struct db *db, long long tenant_id, const char *job_id, char *out, size_t cap)
+int store_job_hint(struct db *db, long long tenant_id, const char *job_id, char *out, size_t cap,
+                   char *seen, size_t seen_cap)
 {
     PGresult *r;
     *out = '\0';
-    int e = db_run(db, &job_hint, DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id)),
+    *seen = '\0';
+    int e = db_run(db, &job_hint,
+                   DB_ARGS(p_int("tenant_id", tenant_id), p_text("job_id", job_id),
+                           p_text("saw_task", RECON_SAW_TASK)),
                    &r);
     if (e < 0)
         return e;
     e = PQntuples(r) == 1 ? STORE_OK : STORE_ENOTFOUND;
     if (e == STORE_OK && !PQgetisnull(r, 0, 0))
         snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
+    if (e == STORE_OK && !PQgetisnull(r, 0, 1))
+        snprintf(seen, seen_cap, "%s", PQgetvalue(r, 0, 1));
     PQclear(r);
     return e;
 }

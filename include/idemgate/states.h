@@ -51,4 +51,15 @@ enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
  * go through. (next: the state the resolution leads to; refused whatever it is.) */
 int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, int forced);
 
+/* The outcomes of a reconcile verdict that saw the provider's task without an id to adopt it by:
+ * found by a lookup or a list, its id or its result unreadable; or several tasks carrying our
+ * reference. The job goes to review; an `absent` would send it again and pay a second task, so
+ * a resolution refuses it as it does for a known remote id (jobs.c, cli.c: the admin's force
+ * passes). RECON_SAW_TASK is the same names as a text[] literal, for the store's read. */
+#define RECON_FOUND_WITHOUT_ID "found_without_id"
+#define RECON_FOUND_UNREADABLE "found_unreadable"
+#define RECON_SEVERAL_MATCHES "several_matches"
+#define RECON_SAW_TASK                                                                             \
+    "{" RECON_FOUND_WITHOUT_ID "," RECON_FOUND_UNREADABLE "," RECON_SEVERAL_MATCHES "}"
+
 #endif

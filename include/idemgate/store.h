@@ -340,13 +340,16 @@ struct store_attempt {
 __attribute__((warn_unused_result)) int store_job_attempts(
     struct db *db, long long tenant_id, const char *job_id,
     void (*cb)(const struct store_attempt *a, void *arg), void *arg);
+/* The task id a verified webhook left on the job's row and nobody has read yet, into out (empty
+ * when none); the newest outcome of its reconcile verdicts that saw its task without an id
+ * (states.h, RECON_SAW_TASK) into seen (empty when none). STORE_OK, STORE_ENOTFOUND or an
+ * error. */
+__attribute__((warn_unused_result)) int store_job_hint(struct db *db, long long tenant_id,
+                                                       const char *job_id, char *out, size_t cap,
+                                                       char *seen, size_t seen_cap);
 /* The tenant owning job_id (its id, its name into name[cap] and, unless NULL, its token hash: the
  * key of its limits), so tenant-scoped statements and the tenant gate apply to an operator's
  * action on the job as to the tenant's own. */
-/* The task id a verified webhook left on the job's row and nobody has read yet, into out (empty
- * when none). STORE_OK, STORE_ENOTFOUND or an error. */
-__attribute__((warn_unused_result)) int store_job_hint(struct db *db, long long tenant_id,
-                                                       const char *job_id, char *out, size_t cap);
 __attribute__((warn_unused_result)) int store_admin_tenant_of(struct db *db, const char *job_id,
                                                               long long *tenant_id, char *name,
                                                               size_t cap, char token_sha256[65]);

@@ -267,6 +267,44 @@ def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory
     assert psql(f"SELECT webhook_hint IS NULL FROM operations WHERE id = '{job_id}'") == [["t"]]
 
 
+def test_resolve_absent_after_the_reconciler_saw_the_task_without_its_id_never_sends(
+        gateway_factory, token, mock, database_url, psql):
+    """The reconciler can see a job's task without an id to adopt it by: a list with several
+    tasks carrying the job's reference (`several_matches`), a task found whose id or result the
+    profile cannot read (`found_without_id`, `found_unreadable`). The job goes to review with no
+    remote id and no webhook hint on its row, so the `task-known` guard did not fire: `absent`
+    from the tenant's token sent it again — a second (or third) paid task. Now the verdict's
+    attempt row is proof enough: 409, the CLI refuses it without --force, and only the admin's
+    `force` sends it again."""
+    gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
+        "seen2", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"},
+                       route="seen2/images/generations").json()["id"]
+    assert wait_job(gw, token, job_id, {"review"}, 15)["state"] == "review"
+    # What write_look leaves when the list holds two tasks with this job's reference: review,
+    # and the verdict's attempt row (the strategy here is none: the row is written by hand).
+    psql("INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, outcome, decision) "
+         f"SELECT tenant_id, id, lease_version, 'reconcile', 'several_matches', 'review' "
+         f"FROM operations WHERE id = '{job_id}'")
+    assert psql(f"SELECT remote_id IS NULL AND webhook_hint IS NULL FROM operations "
+                f"WHERE id = '{job_id}'") == [["t"]]
+    r = resolve(gw, token, job_id, {"outcome": "absent"})
+    assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
+    assert "several_matches" in r.json()["detail"], r.json()
+    env = dict(os.environ, DATABASE_URL=database_url)
+    out = subprocess.run([GATEWAY_BIN, "jobs", "resolve", job_id, "absent"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "--force" in out.stderr, out
+    assert gw.job(token, job_id).json()["state"] == "review"
+    time.sleep(1.5)  # a dispatcher would have claimed a prepared job by now
+    assert len(ledger_all(mock, job_id)) == 1, "sent again with its task seen"
+    r = resolve(gw, ADMIN_TOKEN, job_id, {"outcome": "absent", "force": True, "operator": "ops"})
+    assert r.status == 200 and r.json()["state"] in ("prepared", "sending", "completed"), r
+    assert wait_job(gw, token, job_id, {"completed"}, 15)["state"] == "completed"
+    assert len(ledger_all(mock, job_id)) == 2
+
+
 def refd_provider(mock, name="refd"):
     """A synchronous provider on the mock's luma route, whose 201 body echoes the request it
     received (`request`, duplicates kept), reconciled by list_match on a body reference."""

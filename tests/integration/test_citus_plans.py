@@ -44,7 +44,7 @@ STEPS = {
     "reconcile_claim": ["me", 30, "{mock}", T],
     "reconcile_send": [T, "job_x", 1, 30],
     "lease_renew": [T, "job_x", 1, 30],                     # a long create keeps its lease
-    "job_hint": [T, "job_x"],                               # resolve: a webhook's unread task
+    "job_hint": [T, "job_x", "{found_without_id}"],   # resolve: a webhook's unread task, a verdict
     "poll_claim": ["me", 30, "{mock}", T],
     "poll_cancel_sent": [T, "job_x", 1],
     "unparked_poll": [T, "job_x"],
