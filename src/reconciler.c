@@ -126,6 +126,20 @@ enum op_state recon_found_state(int async, int has_id, int result_read)
     return result_read ? ST_COMPLETED : ST_REVIEW;
 }
 
+enum recon_adopt_miss recon_adopt_miss(int operator_found, int has_hint, int answered,
+                                       int readable_by_id, int strategy_none)
+{
+    if (operator_found)
+        return RAM_NAMED_UNREADABLE;
+    if (!has_hint)
+        return RAM_STREAM_ID_UNREAD;
+    if (answered)
+        return RAM_NOT_OURS;
+    if (!readable_by_id)
+        return strategy_none ? RAM_HINT_REVIEW : RAM_SEARCH_FROM_NOW;
+    return RAM_HINT_KEPT;
+}
+
 struct lookup_vars {
     const char *client_ref, *id;
     char since[24], until[24];
@@ -164,9 +178,10 @@ struct verdict_write {
                         stream cut again: the longer record, resumed from its end next time) */
 };
 
-/* Writes the verdict under the reconciler's lease (state unknown → next). */
-static void write_verdict(struct db *db, const struct store_claim *c, const struct verdict_write *w,
-                          double t0)
+/* Writes the verdict under the reconciler's lease (state unknown → next); ambiguous: a task may
+ * exist as of now (the absent grace counts from this write). */
+static void write_verdict_as(struct db *db, const struct store_claim *c,
+                             const struct verdict_write *w, double t0, int ambiguous)
 {
     const struct up_response *res = w->res;
     /* The found task is the result of a synchronous create. */
@@ -180,6 +195,7 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
     f.remote_id = w->remote_id;
     f.error = w->error;
     f.retry_delay_ms = w->delay_ms;
+    f.ambiguous = ambiguous;
     f.outputs_received = w->outputs_received;
     f.usage = w->usage;
     f.cost_micros = w->cost_micros;
@@ -216,6 +232,12 @@ static void write_verdict(struct db *db, const struct store_claim *c, const stru
         LOG(LOG_INFO, "reconciled", LS("job_id", c->id), LS("provider", c->provider),
             LS("verdict", w->outcome), LS("state", st_name(w->next)),
             LS("remote_id", w->remote_id));
+}
+
+static void write_verdict(struct db *db, const struct store_claim *c, const struct verdict_write *w,
+                          double t0)
+{
+    write_verdict_as(db, c, w, t0, 0);
 }
 
 static void write_simple(struct db *db, const struct store_claim *c, enum op_state next,
@@ -616,24 +638,40 @@ static void write_adopt(struct db *db, struct recon_job *j)
     int ok = answered;
     if (ok && p->task_client_ref && !c->operator_found && c->webhook_hint)
         ok = prov_task_is(p, &j->res, c->id);
-    if (ok)
+    if (ok) {
         found(p, db, c, &j->res, id, j->t0);
-    else if (c->operator_found) /* the operator decides again, with what the provider said */
+        return;
+    }
+    enum op_state later = j->window_closed ? ST_REVIEW : ST_UNKNOWN;
+    switch (recon_adopt_miss(c->operator_found, c->webhook_hint != NULL, answered, j->url != NULL,
+                             p->reconcile == RECON_NONE)) {
+    case RAM_NAMED_UNREADABLE: /* the operator decides again, with what the provider said */
         write_simple(db, c, ST_REVIEW, 0, "named_unreadable", /* no task proven: not RECON_SAW */
                      "the task an operator named could not be read at the provider", j->t0);
-    else if (!c->webhook_hint)
-        write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
-                     "stream_id_unread",
+        return;
+    case RAM_STREAM_ID_UNREAD:
+        write_simple(db, c, later, p->reconcile_interval_ms, "stream_id_unread",
                      "the generation the cut stream named could not be read at the provider",
                      j->t0);
-    else if (answered || (!j->url && p->reconcile != RECON_NONE))
-        /* Read, and not ours; or not readable by its id where the profile's own strategy can
-         * still settle it (a lookup proves the task or its absence by the provider's word; a
-         * resend under the provider's key cannot pay twice): the hint is dropped for it. */
-        write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
-                     "hint_unproven", "a webhook named a task that could not be read as ours",
-                     j->t0);
-    else if (!j->url) {
+        return;
+    case RAM_NOT_OURS:
+        write_simple(db, c, later, p->reconcile_interval_ms, "hint_unproven",
+                     "a webhook named a task that could not be read as ours", j->t0);
+        return;
+    case RAM_SEARCH_FROM_NOW: {
+        /* Not readable by its id where the profile's own strategy can still settle it (a lookup
+         * or a list proves the task or its absence by the provider's word; a resend under the
+         * provider's key cannot pay twice): the hint is dropped for it, the grace counted from
+         * the provider's signed word. */
+        struct verdict_write w = {later, p->reconcile_interval_ms, "hint_unproven",
+                                  "a signed webhook named a task this profile cannot read by its "
+                                  "id: looked for by the reconcile strategy, its absent grace "
+                                  "counted from the webhook",
+                                  NULL, NULL, -1, NULL, -1, 0, NULL, 0};
+        write_verdict_as(db, c, &w, j->t0, 1);
+        return;
+    }
+    case RAM_HINT_REVIEW:
         /* Strategy none, and the profile cannot read a task by its id: nothing can prove or
          * disprove it later. The hint is the only proof of a task the provider will not
          * deliver again: kept (`hint_unread`), and the job goes to review at once — an `absent`
@@ -644,20 +682,18 @@ static void write_adopt(struct db *db, struct recon_job *j)
                      "its id (kept on the job): an operator with the admin token resolves it found "
                      "with that id, or abandons it",
                      j->t0);
-        CRASH_POINT("before_keep_hint");
-        if (store_keep_hint(db, c, c->webhook_hint) < 0)
-            LOG(LOG_WARN, "webhook_hint_dropped", LS("job_id", c->id));
-    } else {
+        break;
+    case RAM_HINT_KEPT:
         /* The read failed (no answer, a 5xx, a 404 before the task is visible): the hint is
          * the only proof of a task the provider will not deliver again (its event is deduped).
          * It is kept for the next look — or for the operator, once in review. */
-        write_simple(db, c, j->window_closed ? ST_REVIEW : ST_UNKNOWN, p->reconcile_interval_ms,
-                     "hint_unread", "a webhook named a task whose read failed: read again later",
-                     j->t0);
-        CRASH_POINT("before_keep_hint");
-        if (store_keep_hint(db, c, c->webhook_hint) < 0)
-            LOG(LOG_WARN, "webhook_hint_dropped", LS("job_id", c->id));
+        write_simple(db, c, later, p->reconcile_interval_ms, "hint_unread",
+                     "a webhook named a task whose read failed: read again later", j->t0);
+        break;
     }
+    CRASH_POINT("before_keep_hint");
+    if (store_keep_hint(db, c, c->webhook_hint) < 0)
+        LOG(LOG_WARN, "webhook_hint_dropped", LS("job_id", c->id));
 }
 
 /* A resumed stream's answer (RS_RESUME): the record joined with the events after its last whole

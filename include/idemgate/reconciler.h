@@ -89,4 +89,22 @@ enum recon_plan recon_plan(const struct recon_facts *f);
  * task exists. */
 enum op_state recon_found_state(int async, int has_id, int result_read);
 
+/* What is written when a task named by its id (a verified webhook's hint, the id a cut stream
+ * named, an operator's `found`) was not adopted. Pure. */
+enum recon_adopt_miss {
+    RAM_NAMED_UNREADABLE, /* the operator's id could not be read: review, the operator again */
+    RAM_STREAM_ID_UNREAD, /* the cut stream's id could not be read: looked again, or review */
+    RAM_NOT_OURS,         /* read, and it does not carry our reference: the hint dropped */
+    /* Not readable by its id, and the profile's strategy can look (lookup, list): the hint is
+     * dropped for the strategy, and the job is marked ambiguous as of now — the provider has
+     * signed that a task exists, and the absent grace counts from here: a search that lags the
+     * provider's own webhook is not taken for proof of absence in the meantime (it was counted
+     * from the first send, usually long past, and the job was sent again). */
+    RAM_SEARCH_FROM_NOW,
+    RAM_HINT_REVIEW, /* not readable by its id, strategy none: the hint kept, review at once */
+    RAM_HINT_KEPT,   /* the read failed: the hint kept for the next look */
+};
+enum recon_adopt_miss recon_adopt_miss(int operator_found, int has_hint, int answered,
+                                       int readable_by_id, int strategy_none);
+
 #endif

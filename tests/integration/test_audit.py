@@ -1083,6 +1083,42 @@ def test_a_webhook_hint_whose_task_read_fails_is_kept(gateway_factory, token, mo
     assert len(real_creates(mock, job_id)) == 1
 
 
+def test_a_signed_webhook_for_a_task_the_profile_cannot_read_restarts_the_absent_grace(
+        gateway_factory, token, mock, psql):
+    """A synchronous profile that cannot read a task by its id (no `reconcile.task`), whose
+    strategy can still settle the job (here a resend under the provider's key; a lookup or a
+    list the same way). The create's answer is lost (unknown); the provider's signed webhook then
+    names the task by our reference. The hint is dropped for the strategy — and the job is now
+    ambiguous as of the webhook: a lookup or list that lags the provider's own webhook counts its
+    absent grace from there. Before, the grace counted from the first send, long past, and a
+    search that did not show the task yet proved it absent: sent again, a second paid task."""
+    hook = dict(profile("keyed-async")["webhook"], client_ref="$.metadata.client_ref")
+    name = "syncref" + uuid.uuid4().hex[:6]
+    e = provider(name, mock.url, path="/v1/keyed/generations", route="generations",
+                 timeouts=HANG, webhook=hook, idempotency={"header": "Idempotency-Key"},
+                 outputs={}, reconcile={"strategy": "idempotent_resubmit", "window_seconds": 120,
+                                        "interval_ms": 60000})
+    port = free_port()
+    gw = gateway_factory(providers=[e], env=dict(SECRETS), listen=f"127.0.0.1:{port}",
+                         public_url=f"http://127.0.0.1:{port}")
+    script(mock, [{"fault": "hang"}])
+    job_id = gw.submit(token, key(), {"prompt": "x"}, route=f"{name}/generations").json()["id"]
+    assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
+    before = psql(f"SELECT ambiguous_at FROM operations WHERE id = '{job_id}'")[0][0]
+    send_task_webhook(mock, job_id)
+    unproven = (f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
+                "AND outcome = 'hint_unproven'")
+    deadline = time.monotonic() + 20
+    while psql(unproven) == [["0"]]:
+        assert time.monotonic() < deadline, psql(
+            f"SELECT kind, outcome, decision, error FROM attempts WHERE operation_id = '{job_id}'")
+        time.sleep(0.1)
+    row = psql(f"SELECT state, webhook_hint IS NULL, ambiguous_at > '{before}'::timestamptz "
+               f"FROM operations WHERE id = '{job_id}'")
+    assert row == [["unknown", "t", "t"]], (row, before)
+    assert len(real_creates(mock, job_id)) == 1
+
+
 def test_a_task_of_an_abandoned_job_is_said_when_its_webhook_comes(gateway_factory, token, mock):
     """A job in review after its poll deadline (its task known, still running) is resolved
     `abandon`: failed, its task linked. The provider's signed webhook then says the task
