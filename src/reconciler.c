@@ -552,6 +552,8 @@ static int list_page(struct recon_job *j, struct up_response *res)
     }
     free(j->cursor);
     j->cursor = next && *next ? strdup(next) : NULL;
+    if (next && *next && !j->cursor)
+        j->total = -1; /* out of memory: a next page not read proves nothing (not "the last") */
     cJSON_Delete(doc);
     /* Every page must end within the lease, or what it proves could not be written: a search
      * that needs longer proves nothing this time (a later claim searches again, until the window
