@@ -121,7 +121,9 @@ static const struct cfg_setting settings[] = {
      "the bodies of requests without a live tenant's or the operator's token (none, an unknown "
      "one, webhooks) hold at most half of it together, so they cannot take it from the tenants; "
      "one tenant's at most a quarter of it (or one body of the largest cap, when that is more), "
-     "so one tenant cannot take it from the others. At least twice max_upload_bytes and "
+     "so one tenant cannot take it from the others; its last body of the largest cap (a "
+     "quarter at most) is kept for the first body of a tenant holding none, so tenants at their "
+     "shares cannot take it from the others together. At least twice max_upload_bytes and "
      "max_body_bytes (an allocation doubles as a body grows)"},
     {"max_connections", "IDEMGATE_MAX_CONNECTIONS", T_INT, OFF(max_connections), "4096", 16,
      100000, "concurrent client connections, suspended ones included; 8 more are kept for "

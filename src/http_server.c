@@ -29,6 +29,7 @@ struct hs_server {
     int listen_fd;            /* handed back by MHD_quiesce_daemon; closed by hs_stop */
     char id_prefix[9];
     long share; /* a tenant's bodies at most (max_buffered_bytes / HS_OWNER_SHARE, or a body) */
+    long reserve; /* of max_buffered_bytes, kept for the first body of a tenant holding none */
     /* The connections, for the whole-request deadline and the health reserve (hs_conn). */
     pthread_mutex_t conn_mu;
     pthread_cond_t conn_cv;    /* wakes the deadline thread at hs_stop */
@@ -68,6 +69,7 @@ struct hs_req {
     int too_large;
     int over_memory; /* its body would have passed max_buffered_bytes: dropped */
     int over_share;  /* that is, its tenant's share of it */
+    int over_reserve; /* that is, the bound less the reserve for tenants holding no body */
     int responded;
     int close_after;                      /* the answer closes the connection (health reserve) */
     int suspended_once;                   /* the handler suspended it at least once */
@@ -843,17 +845,23 @@ static enum MHD_Result add_body(struct hs_server *s, struct hs_req *r, const cha
             drop_body(r);
             return MHD_YES;
         }
+        /* The last s->reserve bytes of the bound are for a tenant's first body: a body of a
+         * tenant that holds another already (or of an unknown token) stops short of them, so
+         * that the tenants holding bodies together — four at their quarters — never answer a
+         * tenant holding none 503. */
+        int reserved = max > 0 && (!r->owner || bodyshare_of(r->owner) - r->counted > 0);
         if (r->owner && !bodyshare_add(r->owner, more, max > 0 ? s->share : 0)) {
             r->over_memory = r->over_share = 1;
             drop_body(r);
             return MHD_YES;
         }
-        if (!take_bytes(&body_bytes, more, max)) {
+        if (!take_bytes(&body_bytes, more, reserved ? max - s->reserve : max)) {
             if (r->untrusted)
                 atomic_fetch_sub(&untrusted_bytes, more);
             if (r->owner)
                 bodyshare_add(r->owner, -more, 0);
             r->over_memory = 1;
+            r->over_reserve = reserved;
             drop_body(r);
             return MHD_YES;
         }
@@ -914,7 +922,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->over_memory) {
         LOG(LOG_WARN, "http_body_memory_full", LS("request_id", r->request_id),
             LI("max_buffered_bytes", s->o.max_buffered_bytes),
-            LS("bound", r->over_share ? "tenant" : r->untrusted ? "unknown_tokens" : "all"));
+            LS("bound", r->over_share     ? "tenant"
+                        : r->untrusted    ? "unknown_tokens"
+                        : r->over_reserve ? "reserve"
+                                          : "all"));
         reject(s, r, HS_REJECT_BODY_MEMORY);
         return MHD_YES;
     }
@@ -997,6 +1008,10 @@ struct hs_server *hs_start(const struct hs_options *o)
     s->share = o->max_buffered_bytes / HS_OWNER_SHARE;
     if (s->share < largest + 1)
         s->share = largest + 1;
+    /* One body of the largest cap, at most a quarter of the bound (which holds two of them). */
+    s->reserve = largest + 1;
+    if (s->reserve > o->max_buffered_bytes / HS_OWNER_SHARE)
+        s->reserve = o->max_buffered_bytes / HS_OWNER_SHARE;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->conn_cv, NULL);

@@ -286,17 +286,22 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
     whole request with a valid token is still accepted. Eight clients of that tenant then try to
     hold the other half: four are held, its quarter; the next four are dropped as they come and
     its own next whole request answered 503 bodies-full — while another tenant's is accepted.
-    Once that other tenant holds its quarter too the bound is full: a third tenant's whole
-    request is answered 503 with Retry-After, nothing recorded; once the holders leave, it is
-    accepted. Without the half for unknown tokens, clients that never held a token took the
-    whole bound and every tenant was answered 503; without the tenant's quarter, one tenant's
-    slow uploads did the same to every other tenant."""
+    The last body's worth of the bound (one of the largest cap: 128 KiB here) is kept for the
+    first body of a tenant that holds none: the other tenant holds one body, its second is
+    dropped short of that reserve, and a third tenant's request is accepted. Once three
+    tenants holding nothing else have each taken a body the bound is full: a sixth tenant's
+    whole request is answered 503 with Retry-After, nothing recorded; once the holders leave,
+    requests are accepted. Without the half for unknown tokens, clients that never held a token
+    took the whole bound and every tenant was answered 503; without the tenant's quarter, one
+    tenant's slow uploads did the same to every other tenant; without the reserve, four tenants
+    at their quarters did."""
     def bearer_of(t):
         return b"Authorization: Bearer " + t.encode() + b"\r\n"
 
     # the tenants exist before the gateway starts: its first read of the directory knows them
     bearer = bearer_of(token)
-    other, third = bearer_of(tenant_token(database_url)), bearer_of(tenant_token(database_url))
+    other, third, fourth, fifth, sixth = (bearer_of(tenant_token(database_url))
+                                          for _ in range(5))
     # The holds outlast the whole test however slow the machine: no request deadline cuts them.
     gw = gateway_factory(env={"IDEMGATE_MAX_BODY_BYTES": "65536",
                               "IDEMGATE_MAX_UPLOAD_BYTES": "131072",
@@ -353,13 +358,27 @@ def test_bodies_in_memory_are_bounded_for_all_clients_together(gateway_factory, 
         assert '"bound":"tenant"' in gw.log()
         status, _, answer = send(request(other))
         assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
-        for i in range(4):
-            hold("127.0.0.5", other)
-            want = (13 + i) * 65536
+        assert wait_until(lambda: body_bytes(gw) == 12 * 65536, 10), body_bytes(gw)
+        hold("127.0.0.5", other)
+        assert wait_until(lambda: body_bytes(gw) == 13 * 65536, 10), body_bytes(gw)
+        # its second body, whole: 14 × 64 KiB would pass 1 MiB less the reserve
+        big = json.dumps({"prompt": "b" * 59000}).encode()
+        assert refused(*send(request(other).replace(
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
+            b"Content-Length: " + str(len(big)).encode() + b"\r\n\r\n" + big)))
+        assert '"bound":"reserve"' in gw.log()
+        assert body_bytes(gw) == 13 * 65536, body_bytes(gw)
+        status, _, answer = send(request(third))  # holds none: the reserve is its
+        assert status.startswith("HTTP/1.1 202"), (status, answer[:300])
+        # that request's body let go of (else third's next body counts as its second)
+        assert wait_until(lambda: body_bytes(gw) == 13 * 65536, 10), body_bytes(gw)
+        for i, auth in enumerate((third, fourth, fifth)):
+            hold("127.0.0.6", auth)
+            want = (14 + i) * 65536
             assert wait_until(lambda: body_bytes(gw) == want, 10), (i, body_bytes(gw))
         assert body_bytes(gw, "idemgate_http_body_bytes_untrusted") == 8 * 65536
         logged = gw.log().count('"intake_new"')
-        assert refused(*send(request(third))), "the bound full"
+        assert refused(*send(request(sixth))), "the bound full"
         assert '"bound":"all"' in gw.log()
         assert gw.log().count('"intake_new"') == logged
     finally:
