@@ -613,6 +613,7 @@ static void headers_free(struct arch_job *j)
 static int get_prepare(struct arch_job *j, const char *url, int endpoint, const char *credential)
 {
     struct copy *x = &j->x;
+    x->refused_addr = 0; /* each hop's own (a redirect's GET is prepared again) */
     CURL *h = curl_easy_init();
     if (!h) {
         snprintf(x->why, sizeof(x->why), "out of memory");
@@ -690,7 +691,10 @@ static long get_finish(struct arch_job *j, char **redirect)
     CURLcode rc = (CURLcode)j->curl_code;
     if (rc != CURLE_OK) {
         status = -1;
-        if (x->refused_addr) {
+        /* A refused address ends the copy only when no connection was made (every address
+         * refused, or a reused one): one refused before libcurl fell back to an allowed one
+         * says nothing of a later timeout or reset on that one, which is tried again. */
+        if (x->refused_addr && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_ABORTED_BY_CALLBACK)) {
             x->permanent = 1;
             snprintf(x->why, sizeof(x->why), "address %s is %s: refused (archive.allow_private)",
                      x->refused_ip, fp_addr_class_name(x->refused_class));
@@ -740,23 +744,37 @@ static int copy_b64(struct copy *x, const PGresult *r, int n, const char *remote
     enum { B64_CHUNK = 49152 };
     unsigned char out[49152];
     _Static_assert((B64_CHUNK + 64) / 4 * 3 <= sizeof(out), "a chunk's decoding fits out");
-    int outl = 0, ok = ctx != NULL;
-    if (ok)
+    /* Only what the output is makes a failure permanent (not base64, too big): a spool that
+     * could not be written (a full disk) or a context not allocated is tried again — these
+     * bytes never expire, and were given up for good as "not valid base64". */
+    int outl = 0, decoded = 1, have_ctx = ctx != NULL, stored = have_ctx;
+    if (stored)
         EVP_DecodeInit(ctx);
-    while (ok && left) {
+    while (decoded && stored && left) {
         int k = left > B64_CHUNK ? B64_CHUNK : (int)left;
-        ok = EVP_DecodeUpdate(ctx, out, &outl, (const unsigned char *)s, k) >= 0 &&
-             (outl == 0 || put(x, out, (size_t)outl) == 0);
+        if (EVP_DecodeUpdate(ctx, out, &outl, (const unsigned char *)s, k) < 0)
+            decoded = 0;
+        else if (outl && put(x, out, (size_t)outl) < 0)
+            stored = 0;
         s += k;
         left -= (size_t)k;
     }
-    if (ok)
-        ok = EVP_DecodeFinal(ctx, out, &outl) == 1 && (outl == 0 || put(x, out, (size_t)outl) == 0);
+    if (decoded && stored) {
+        if (EVP_DecodeFinal(ctx, out, &outl) != 1)
+            decoded = 0;
+        else if (outl && put(x, out, (size_t)outl) < 0)
+            stored = 0;
+    }
     EVP_ENCODE_CTX_free(ctx);
-    if (!ok) {
+    if (!decoded || x->too_big) {
         x->permanent = 1;
         snprintf(x->why, sizeof(x->why),
                  x->too_big ? "larger than archive.max_bytes" : "the output is not valid base64");
+        goto done;
+    }
+    if (!stored) {
+        snprintf(x->why, sizeof(x->why), "the archive could not spool it (%s)",
+                 have_ctx ? "a write failed" : "out of memory");
         goto done;
     }
     rc = 0;

@@ -247,6 +247,14 @@ static int local_publish(struct blob_store *b, struct blob_tmp *t, const char *s
          * it is published again below.) */
         *existed = 1;
         unlink(t->path);
+        /* Its name made durable here too: the copy that published it may not have fsynced its
+         * folder yet (or failed to), and this copy's row is committed `archived` on it. */
+        char up[800];
+        snprintf(up, sizeof(up), "%s/objects", b->dir);
+        if (fsync_dir(dir) < 0 || (!known && fsync_dir(up) < 0)) {
+            snprintf(why, whylen, "fsync of %s: %s", dir, strerror(errno));
+            return -1;
+        }
         return 0;
     }
     /* rename is atomic: the object is either absent or whole, never partial. */
