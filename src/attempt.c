@@ -158,6 +158,7 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
     out->stream_error_status = 0;
     out->stream_error_type[0] = '\0';
     out->stream_id[0] = '\0';
+    out->stream_output = 0;
     out->unreadable = 0;
     if (attempt_is_stream(p, res)) {
         struct sse_verdict v;
@@ -170,6 +171,7 @@ void attempt_count_results(const struct cfg_provider *p, const struct up_respons
         out->stream_error_status = v.error && !v.output ? v.error_status : 0;
         memcpy(out->stream_error_type, v.error_type, sizeof(out->stream_error_type));
         memcpy(out->stream_id, v.id, sizeof(out->stream_id));
+        out->stream_output = v.output;
         out->usage = v.usage;
         return;
     }
@@ -901,6 +903,14 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
      * memory or a spool read failed): that generation can still be read back or resumed. */
     if (by_id && a->stream_sent && !a->t.remote_id)
         a->t.remote_id = strdup(a->rs.stream_id[0] ? a->rs.stream_id : a->head_id); /* "" clears */
+    /* A stream cut after it carried output, where the profile cannot read the generation back
+     * (Chat Completions, Messages): its id is kept all the same — never read by this replica
+     * (reconcile reads by id only with reconcile.task), it is the proof of a paid generation on
+     * which an `absent` resolution is refused (jobs.c, 409 task-known). Without it, a tenant's
+     * `absent` sent the job again: a second generation. */
+    if (!by_id && a->stream_sent && !a->t.remote_id && a->rs.stream_cut && a->rs.stream_output &&
+        a->rs.stream_id[0])
+        a->t.remote_id = strdup(a->rs.stream_id);
     struct store_finish *f = &a->f;
     store_finish_init(f, c, "create", ST_SENDING);
     a->written = -1;

@@ -94,6 +94,7 @@ struct attempt_results {
     int stream_error_status;
     char stream_error_type[48];
     char stream_id[128]; /* the generation's id the stream gave (sse_verdict.id), or "" */
+    int stream_output;   /* the stream carried output (sse_verdict.output): generated, billed */
     /* A synchronous profile reads its answer (outputs or usage) and this whole answer is not
      * JSON, or empty: an egress proxy's page, a corrupted reply — not the provider's result. */
     int unreadable;

@@ -221,6 +221,36 @@ def test_a_stream_without_its_terminal_event_is_unknown_and_never_resent(gateway
         assert len(creates(mock, path)) == before + 1, (body["_mock"], creates(mock, path))
 
 
+def test_a_stream_cut_after_its_output_keeps_its_id_and_refuses_absent(gateway_factory, mock,
+                                                                       token):
+    """A Chat Completions or Messages stream cut after it carried output: generated and billed,
+    and these profiles cannot read the generation back by its id. The job goes to review at the
+    window's end — and a tenant's `absent` sent it again, a second paid generation, since
+    nothing on the row named the one made. Now the id the stream named (chatcmpl-…, msg_…) is
+    kept as the job's remote id: `absent` is refused, 409 task-known. A stream refused before
+    any output names nothing and is backed off and sent again as before."""
+    providers, chat, claude = entries(mock)
+    for e in providers:
+        e["reconcile"] = {"strategy": "none", "window_seconds": 1}
+    gw = gateway_factory(providers=providers, env=ENV)
+    for route, path, body, prefix in [
+            (chat, "/v1/chat/completions", chat_body(events=6, cut_after=3), "chatcmpl-"),
+            (claude, "/v1/messages", claude_body(events=6, error_after=4), "msg_")]:
+        before = len(creates(mock, path))
+        r = gw.submit(token, "cutid-" + uuid.uuid4().hex, body, route=route,
+                      headers={"Prefer": "respond-async"})
+        assert r.status == 202, r
+        job_id = r.json()["id"]
+        j = wait_state(gw, token, job_id, ("review", "completed", "failed"))
+        assert j["state"] == "review" and (j["remote_id"] or "").startswith(prefix), j
+        a = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve",
+                            json.dumps({"outcome": "absent"}),
+                            {"Authorization": f"Bearer {token}"})
+        assert a.status == 409 and a.json()["type"].endswith("task-known"), a
+        time.sleep(0.5)  # a dispatcher would have claimed a prepared job by now
+        assert len(creates(mock, path)) == before + 1, creates(mock, path)
+
+
 def test_a_whole_stream_whose_connection_then_broke_is_completed(gateway_factory, mock, token):
     """The provider sent the whole stream, its terminal event included, then closed the
     connection without the chunked body's last chunk (curl: a partial file). The answer is
