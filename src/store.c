@@ -1358,14 +1358,20 @@ int store_tenant_list(struct db *db,
  * (NULLs without one) and what counts against it now. $1: a tenant's token hash (NULL: every
  * tenant, the admin's view), $5: one tenant by name (NULL: any). */
 #define TODAY "(now() AT TIME ZONE 'UTC')::date"
+/* A usage bound (usage.h: a date, or an RFC 3339 timestamp with its offset): a date is its UTC
+ * midnight, whatever the session's TimeZone (a date cast to timestamptz is the session's own
+ * midnight: on a server not set to UTC, the report disagreed with the budget's days). */
+#define UTC_INSTANT(p)                                                                             \
+    "(CASE WHEN length(" p "::text) = 10 THEN " p "::date::timestamp AT TIME ZONE 'UTC' "          \
+    "ELSE " p "::timestamptz END)"
 #define THIS_MONTH "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
 static const struct db_stmt usage = {
     .rerun_safe = 1,
     .name = "usage",
     .sql = "WITH t AS (SELECT id, name FROM tenants WHERE ($1::bigint IS NULL OR id = $1) "
     "  AND ($5::text IS NULL OR name = $5)), "
-    "w AS (SELECT coalesce($2::timestamptz, " THIS_MONTH "::timestamp AT TIME ZONE 'UTC') AS f, "
-    "  coalesce($3::timestamptz, 'infinity'::timestamptz) AS u) "
+    "w AS (SELECT coalesce(" UTC_INSTANT("$2") ", " THIS_MONTH "::timestamp AT TIME ZONE 'UTC') "
+    "  AS f, coalesce(" UTC_INSTANT("$3") ", 'infinity'::timestamptz) AS u) "
     "SELECT 'usage', t.name, CASE $4::text WHEN 'provider' THEN o.provider "
     "  WHEN 'route' THEN o.provider || '/' || o.route "
     "  ELSE to_char(o.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') END, o.currency, "

@@ -455,6 +455,38 @@ def test_a_job_ending_while_its_budget_is_set_again_is_not_left_in_flight(gatewa
     assert r.status == 202, r  # one job in flight is allowed again
 
 
+def test_usage_dates_are_utc_midnights_whatever_the_sessions_zone(gateway_factory, mock,
+                                                                  database_url):
+    """`from` and `to` given as dates are UTC midnights (docs/api.md). They were cast by the
+    database session's TimeZone: on a server set to another zone the report counted another
+    day than the budgets do. Run here on a session in a zone far from UTC (PGOPTIONS): a job
+    finished now is outside [tomorrow's UTC date, …) and inside [today's, …) whatever the zone."""
+    gw = priced_gateway(gateway_factory, mock)
+    name, token = new_tenant(database_url)
+    r = gw.submit(token, key(), {"prompt": "tz", "n": 1}, route="mock-images/images/generations",
+                  headers={"Prefer": "wait=20"})
+    assert r.status == 200, r
+    now = time.time()
+    today = time.strftime("%Y-%m-%d", time.gmtime(now))
+    tomorrow = time.strftime("%Y-%m-%d", time.gmtime(now + 86400))
+    hour = time.gmtime(now).tm_hour
+    # A zone whose midnight of the date asked falls before now (UTC+14 after 10:00 UTC, for
+    # tomorrow's date), or after it (UTC-11 before 11:00 UTC, for today's date as `to`).
+    zone, args = (("Pacific/Kiritimati", ["--from", tomorrow]) if hour >= 10 else
+                  ("Pacific/Pago_Pago", ["--to", today]))
+
+    def jobs(env_zone, extra):
+        out = subprocess.run([GATEWAY_BIN, "usage", "--tenant", name, *extra],
+                             capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, DATABASE_URL=database_url,
+                                      PGOPTIONS=f"-c TimeZone={env_zone}"))
+        assert out.returncode == 0, out
+        return sum(row["jobs"] for row in json.loads(out.stdout)["data"])
+
+    assert jobs("UTC", ["--from", today]) == 1
+    assert jobs(zone, args) == 0, (zone, args)
+
+
 def test_a_budget_whose_recount_fails_is_reported_written(gateway_factory, mock, database_url,
                                                          psql):
     """The budget's counters are counted again once it is written (migration 0040), and that
