@@ -68,25 +68,36 @@ static int placeable(const struct jcs_doc *doc, const char *field)
 }
 
 /* A count written as a string ("4"): APIs that coerce their parameters (pydantic's, fal's and
- * Replicate's) read it as the number, so it is priced as that number. Decimal digits only,
- * ASCII white space around them allowed; -1 otherwise. */
-static double count_in_string(const char *s, size_t len)
+ * Replicate's) read it as the number, so it is priced as that number — as pydantic reads an
+ * integer: ASCII white space around it, a leading '+', decimal digits with single underscores
+ * between them ("1_0"), and a fraction of zeros ("4.0", "4."). -1 otherwise. */
+double reqbody_count_in_string(const char *s, size_t len)
 {
     while (len && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n'))
         s++, len--;
     while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\r' ||
                    s[len - 1] == '\n'))
         len--;
-    if (!len)
-        return -1;
+    if (len && *s == '+')
+        s++, len--;
     double v = 0;
-    for (size_t i = 0; i < len; i++) {
+    size_t i = 0, digits = 0;
+    for (; i < len && s[i] != '.'; i++) {
+        if (s[i] == '_' && i > 0 && i + 1 < len && s[i - 1] >= '0' && s[i - 1] <= '9' &&
+            s[i + 1] >= '0' && s[i + 1] <= '9')
+            continue;
         if (s[i] < '0' || s[i] > '9')
             return -1;
         v = v * 10 + (s[i] - '0');
+        digits++;
         if (v > 1e6)
             return -1;
     }
+    if (!digits)
+        return -1;
+    for (i = i < len ? i + 1 : i; i < len; i++) /* a fraction of zeros only */
+        if (s[i] != '0')
+            return -1;
     return v;
 }
 
@@ -102,7 +113,7 @@ static int requested_count(const struct jcs_doc *doc, const struct reqbody_needs
     if (!n)
         return needs->outputs_default;
     if (jcs_node_number(doc, n, &v) < 0)
-        v = (s = jcs_node_string(doc, n, &len)) ? count_in_string(s, len) : -1;
+        v = (s = jcs_node_string(doc, n, &len)) ? reqbody_count_in_string(s, len) : -1;
     if (v >= 1 && v <= 1000)
         return (int)v;
     return needs->outputs_default;

@@ -58,4 +58,9 @@ void reqbody_fini(struct reqbody *b);
  * order), or NULL when it selects none or p is NULL. doc must not be NULL. Points into doc. */
 const struct jcs_node *reqbody_path_first(const struct jpath *p, const struct jcs_doc *doc);
 
+/* The count a string writes as an API that coerces its parameters reads it (pydantic): white
+ * space around it, a leading '+', digits with single underscores between them, a fraction of
+ * zeros ("4.0"); -1 when it writes none. Pure. */
+double reqbody_count_in_string(const char *s, size_t len);
+
 #endif

@@ -89,15 +89,27 @@ static const struct body_case body_cases[] = {
     {"{\"n\":-1}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":1001}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":1000.0000000000001}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
-    /* A count written as a string of digits is that count (APIs that coerce parameters read
-     * it so); any other string is none. */
+    /* A count written as a string is that count as APIs that coerce parameters (pydantic)
+     * read it — digits, a '+', underscores between digits, a fraction of zeros ("4.0" made 4
+     * outputs priced as 1); any other string is none. */
     {"{\"n\":\"5\"}", NULL, "$.n", 1, INJECT_OK, 5, NULL, NULL},
     {"{\"n\":\" 04\\t\"}", NULL, "$.n", 1, INJECT_OK, 4, NULL, NULL},
     {"{\"n\":\"1000\"}", NULL, "$.n", 1, INJECT_OK, 1000, NULL, NULL},
     {"{\"n\":\"1001\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":\"0\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
-    {"{\"n\":\"+4\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"+4\"}", NULL, "$.n", 1, INJECT_OK, 4, NULL, NULL},
+    {"{\"n\":\"4.0\"}", NULL, "$.n", 1, INJECT_OK, 4, NULL, NULL},
+    {"{\"n\":\" 4.00 \"}", NULL, "$.n", 1, INJECT_OK, 4, NULL, NULL},
+    {"{\"n\":\"4.\"}", NULL, "$.n", 1, INJECT_OK, 4, NULL, NULL},
+    {"{\"n\":\"1_0\"}", NULL, "$.n", 1, INJECT_OK, 10, NULL, NULL},
+    {"{\"n\":\"1__0\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"_1\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"1_\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\".0\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"+\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"4.01\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":\"4.5\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
+    {"{\"n\":\"-4\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":\"\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":\"99999999999\"}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
     {"{\"n\":true}", NULL, "$.n", 1, INJECT_OK, DEFAULT, NULL, NULL},
