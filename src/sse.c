@@ -149,7 +149,9 @@ static void on_event(void *arg, const char *kind, const cJSON *d, const char *da
     }
     switch (rd->f) {
     case SSE_OPENAI_CHAT:
-        if (member(d, "error"))
+        /* "error": null (some compatible servers put it in every chunk) is no error: taken for
+         * one, a whole answer was in doubt (unknown, then review). */
+        if (member(d, "error") && !cJSON_IsNull(member(d, "error")))
             take_error(v, member(d, "error"));
         else if (!v->error && chat_output(d))
             v->output = 1;

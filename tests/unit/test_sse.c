@@ -78,6 +78,7 @@ static void test_whole_streams(void **state)
         {SSE_ANTHROPIC, chat_whole, 4, 0, 0, NULL},
         {SSE_OPENAI_CHAT, anthropic_whole, 5, 0, 0, "{\"output_tokens\":15}"},
         {SSE_OPENAI_CHAT, "data: {\"error\":{\"message\":\"boom\"}}\n\n", 1, 0, 1, NULL},
+        {SSE_OPENAI_CHAT, "data: {\"error\":null}\n\ndata: [DONE]\n\n", 2, 1, 0, NULL},
         {SSE_OPENAI_CHAT, "", 0, 0, 0, NULL},
         {SSE_OPENAI_CHAT, "data: [DONE]\r\r", 1, 1, 0, NULL}, /* CR alone ends lines too */
         {SSE_OPENAI_CHAT, "data: [DONE]\n", 0, 0, 0, NULL},   /* never dispatched */
