@@ -279,6 +279,36 @@ def completed_job_row(psql, prefix):
     return tenant, prov, job
 
 
+def test_a_claim_takes_the_urls_that_expire_first(token, psql):
+    """Under a backlog an archive claim takes a few of a tenant's due copies. It took them by
+    when they became due: a URL good for ten more minutes waited behind outputs good for a day
+    (and behind retried rows), and ended expired — a paid output lost while the ones that could
+    wait were copied. Now the soonest expiry first (migration 0041), those without one last,
+    the longest due first among equals. The claim is called as the archive workers call it."""
+    tenant, prov, job = completed_job_row(psql, "soonest")
+    rows = {  # n: (due since, expires in)
+        0: ("10 minutes", "1 day"),
+        1: ("1 minute", "10 minutes"),
+        2: ("20 minutes", None),       # base64 in the stored result: no expiry
+        3: ("5 minutes", "10 minutes"),
+        4: ("30 minutes", "2 hours"),
+    }
+    psql("INSERT INTO archive_outputs (tenant_id, op_id, n, provider, kind, source_url, "
+         "next_attempt_at, expires_at) VALUES "
+         + ", ".join(f"({tenant}, '{job}', {n}, '{prov}', "
+                     f"'{'b64' if exp is None else 'url'}', 'https://x/{n}', "
+                     f"now() - interval '{due}', "
+                     f"{'NULL' if exp is None else f'now() + interval {chr(39)}{exp}{chr(39)}'})"
+                     for n, (due, exp) in rows.items()))
+    order = []
+    for _ in rows:
+        got = psql(f"SELECT n FROM idemgate_archive_claim({tenant}, 'me', 60, "
+                   f"ARRAY['{prov}'], 1)")
+        assert len(got) == 1, got
+        order.append(int(got[0][0]))
+    assert order == [3, 1, 4, 0, 2], order
+
+
 def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     """A thread's batch of copy ends is one statement (archive_finish_rows): each row it writes
     is archive_finish's row, column for column — archived with its object, expired keeping the
