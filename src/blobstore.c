@@ -1,5 +1,6 @@
 #include "idemgate/blobstore.h"
 
+#include "idemgate/clock.h"
 #include "idemgate/crypto.h"
 #include "idemgate/log.h"
 
@@ -20,6 +21,10 @@
 #include <unistd.h>
 
 #define S3_TIMEOUT_MS 600000L
+/* A PUT the bucket refused in passing is tried this many times in all, while each try answered
+ * within S3_RETRY_WITHIN_S seconds. */
+#define S3_PUT_TRIES 3
+#define S3_RETRY_WITHIN_S 10.0
 /* A request without a body signs the hash of the empty payload (S3 requires the header). */
 #define EMPTY_SHA256_HEADER                                                                        \
     "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -367,9 +372,12 @@ static long s3_perform(CURL *h, const char *what, char *why, size_t whylen)
     return status;
 }
 
+/* *status: the PUT's HTTP status, or 0 when there was none (a transport failure). */
 static int s3_publish(struct blob_store *b, struct blob_tmp *t, const char *sha,
-                      const char *content_type, int *existed, char *why, size_t whylen)
+                      const char *content_type, int *existed, long *status, char *why,
+                      size_t whylen)
 {
+    *status = 0;
     /* Always written, even when the same bytes are there (no HEAD first): the write makes the
      * object's time now, and whoever cleans the bucket deletes only objects older than a few
      * minutes that no job names (`idemgate unreferenced`) — one named again now is not old. */
@@ -403,6 +411,7 @@ static int s3_publish(struct blob_store *b, struct blob_tmp *t, const char *sha,
     curl_easy_setopt(h, CURLOPT_READDATA, f);
     curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)t->bytes);
     st = s3_perform(h, "PUT", why, whylen);
+    *status = st > 0 ? st : 0;
     curl_easy_cleanup(h);
     curl_slist_free_all(hdrs);
     fclose(f);
@@ -432,8 +441,28 @@ int blob_tmp_commit(struct blob_store *b, struct blob_tmp *t, const char *conten
     t->fd = -1;
     EVP_MD_CTX_free(t->md);
     t->md = NULL;
-    int rc = b->s3 ? s3_publish(b, t, sha, content_type, existed, why, whylen)
-                   : local_publish(b, t, sha, existed, why, whylen);
+    if (!b->s3) {
+        int rc = local_publish(b, t, sha, existed, why, whylen);
+        if (rc < 0)
+            unlink(t->path);
+        return rc;
+    }
+    /* The bytes are in hand: a bucket's passing refusal (a 5xx, a 429 "slow down", a reset) is
+     * tried again at once, a few times, before they are dropped — dropped, they must be fetched
+     * again from a provider URL that may have expired meanwhile (the output lost). A PUT that
+     * took long is not repeated here (the thread copies for others too): the copy is tried
+     * again later, as any failure. */
+    int rc = -1;
+    for (int tries = 1;; tries++) {
+        long status = 0;
+        double t0 = clock_mono();
+        rc = s3_publish(b, t, sha, content_type, existed, &status, why, whylen);
+        int passing = status == 0 || status == 429 || status >= 500;
+        if (rc == 0 || !passing || tries == S3_PUT_TRIES || clock_mono() - t0 > S3_RETRY_WITHIN_S)
+            break;
+        struct timespec pause = {0, 250L * 1000 * 1000 * tries};
+        nanosleep(&pause, NULL);
+    }
     if (rc < 0)
         unlink(t->path);
     return rc;

@@ -29,7 +29,9 @@ static const struct cfg_setting settings[] = {
     {"admin_token_sha256", "IDEMGATE_ADMIN_TOKEN_SHA256", T_STR, OFF(admin_token_sha256), "", 0,
      0, "hex SHA-256 of the admin bearer token (empty: admin API off)"},
     {"archive_backend", "IDEMGATE_ARCHIVE_BACKEND", T_STR, OFF(archive_backend), "local", 0, 0,
-     "where outputs are archived: local (archive_dir) or s3 (an S3-compatible bucket)"},
+     "where outputs are archived: local (archive_dir) or s3 (an S3-compatible bucket; a PUT "
+     "refused in passing — 5xx, 429, no answer — is tried again at once, three tries in all "
+     "while each answers within 10 s, with the copy's bytes in hand)"},
     {"archive_dir", "IDEMGATE_ARCHIVE_DIR", T_STR, OFF(archive_dir), "/var/lib/idemgate/archive",
      0, 0, "local archive folder (objects by SHA-256; with s3, the spool of copies in progress)"},
     {"archive_s3_access_key_env", "IDEMGATE_ARCHIVE_S3_ACCESS_KEY_ENV", T_STR,

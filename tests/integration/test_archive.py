@@ -1006,6 +1006,70 @@ def test_every_shipped_profile_archives_to_s3(gateway_factory, token, mock, tmp_
     assert part.status == 206 and len(part.body) == 3
 
 
+def test_a_bucket_that_refuses_a_put_in_passing_gets_the_bytes_in_hand(gateway_factory, token,
+                                                                        mock, tmp_path, s3,
+                                                                        psql):
+    """A copy fetched whole, then the bucket answers its PUT 503 (S3's "slow down", a blip).
+    The bytes were dropped and the output left for a later claim to fetch again — from a
+    provider URL that may have expired by then: a paid output lost to a passing refusal. The
+    PUT is now tried again at once with the bytes in hand (a few times, while each answers
+    quickly): one fetch, one claim, the object stored. A proxy in front of the bucket refuses
+    its first PUT."""
+    import http.client
+    import http.server
+    host, port = s3["url"].split("//")[1].split(":")
+    puts = []
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def relay(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            data = self.rfile.read(n) if n else b""
+            if self.command == "PUT":
+                puts.append(self.path)
+                if len(puts) == 1:
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+            c = http.client.HTTPConnection(host, int(port), timeout=10)
+            c.request(self.command, self.path, data, dict(self.headers))
+            r = c.getresponse()
+            out = r.read()
+            self.send_response(r.status)
+            for k, v in r.getheaders():
+                if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            c.close()
+
+        do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = relay
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        settings = s3_settings(dict(s3, url=f"http://127.0.0.1:{proxy.server_address[1]}"))
+        settings["env"]["OPENAI_API_KEY"] = "sk-x"
+        e, route = images_entry(mock)
+        gw = start(gateway_factory, tmp_path, [e], **settings)
+        r = gw.submit(token, "s3blip-" + uuid.uuid4().hex, {"prompt": "a cat", "n": 1},
+                      route=route, headers={"Prefer": "respond-async"})
+        assert r.status == 202, r
+        job_id = r.json()["id"]
+        j = archived(gw, token, job_id)
+        assert [o["state"] for o in j["archive"]] == ["archived"], j["archive"]
+        assert len(puts) == 2, puts
+        assert psql(f"SELECT attempts FROM archive_outputs WHERE op_id = '{job_id}'") == [["1"]]
+    finally:
+        proxy.shutdown()
+
+
 def test_an_s3_object_that_does_not_match_its_hash_is_never_served(gateway_factory, token,
                                                                      mock, tmp_path, s3):
     """An object changed in the bucket after it was archived (same length, other bytes) is read

@@ -495,6 +495,9 @@ def test_a_budget_whose_recount_fails_is_reported_written(gateway_factory, mock,
     `idemgate tenant budget` said it "cannot set the budget" of a tenant whose new limit was
     already in force. Now it prints the budget, says that its jobs in flight were not counted
     again and to run it again (exit 1), and the same command run again counts them."""
+    if psql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0] == "1":
+        pytest.skip("the session's lock_timeout (PGOPTIONS) does not reach a Citus worker's "
+                    "locks: the recount waits there instead of failing")
     prov = provider("recount-held", mock.url, pricing=IMAGES_PRICING,
                     timeouts={"connect_ms": 1000, "total_ms": 20000})
     gw = gateway_factory(providers=[prov], lease_seconds=30)
