@@ -22,6 +22,7 @@
 #include <libpq-fe.h>
 #include <openssl/evp.h>
 #include <stdatomic.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -856,8 +857,10 @@ static int fin_found_written(struct db *db, struct param ps[12])
 
 /* Writes one end. lost: an earlier try (the batch, or this row's first write) lost its
  * connection and may have committed: a fenced rewrite that finds the row ended then asks
- * whether that end is this one — written once, counted once, never reported dropped. */
-static void fin_one(struct db *db, const struct fin_row *f, int lost)
+ * whether that end is this one — written once, counted once, never reported dropped. Returns
+ * -1, saying nothing, when an archived end (its object stored) could not reach the database
+ * at all and keep is set: the caller keeps it to write again. */
+static int fin_one(struct db *db, const struct fin_row *f, int lost, int keep)
 {
     char nbuf[16];
     struct param ps[12];
@@ -868,6 +871,8 @@ static void fin_one(struct db *db, const struct fin_row *f, int lost)
         lost = 1;
         e = db_run(db, &finish, ps, 12, &r);
     }
+    if (e == STORE_EUNAVAIL && keep && f->sha && !strcmp(f->state, "archived"))
+        return -1;
     int applied = e == STORE_OK && PQntuples(r) == 1;
     if (e == STORE_OK)
         PQclear(r);
@@ -878,6 +883,7 @@ static void fin_one(struct db *db, const struct fin_row *f, int lost)
         applied = 1;
     }
     fin_said(f, applied);
+    return applied;
 }
 
 static int fin_cmp(const void *a, const void *b)
@@ -928,12 +934,25 @@ static void fin_flush(struct db *db)
         }
         lost = e == STORE_EUNAVAIL;
     }
+    /* An archived end the database could not take at all is kept and written again with the
+     * thread's next ends (half the buffer at most): its object is stored, and an archived end
+     * is written whatever became of its claim (archive_finish). Dropped, the output was
+     * claimed and fetched again — from a URL that may have expired by then, its stored object
+     * then named by no row. */
+    size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!done)
-            fin_one(db, &fin[i], lost);
+        if (!done && fin_one(db, &fin[i], lost, kept < FIN_MAX / 2) < 0) {
+            fin[i].lease_end = DBL_MAX; /* due by its wait alone: its lease is over */
+            fin[kept++] = fin[i];
+            continue;
+        }
         fin_free(&fin[i]);
     }
-    fin_n = 0;
+    if (kept)
+        LOG(LOG_WARN, "archive_ends_kept", LI("ends", (long long)kept),
+            LS("note", "the database could not be reached: written again with the next ends"));
+    fin_n = kept;
+    fin_since = clock_mono();
 }
 
 /* Sends the buffered ends now when one has waited FIN_WAIT_S or its lease is near its end. */

@@ -914,6 +914,27 @@ def test_ends_whose_commit_lost_its_answer_are_counted_once(
         assert '"event":"archive_write_dropped"' not in log, log[-3000:]
 
 
+def test_an_archived_end_the_database_could_not_take_is_written_later(
+        gateway_factory, token, mock, tmp_path, database_url, psql):
+    """A copy stored, then its end's write cannot reach the database (twice: the write and its
+    retry, the protocol proxy cutting the connection before each). The end was dropped: its
+    lease ran out and another claim fetched the output again — from a provider URL that may
+    have expired by then, the stored object named by no row. Now an archived end is kept and
+    written with the thread's next ends: one fetch, one attempt, archived."""
+    with pg_proxy(database_url) as (px, url):
+        e, route = arch_entry("replicate", mock)
+        gw = start(gateway_factory, tmp_path, [e], env={"DATABASE_URL": url}, lease_seconds=8)
+        px.fail_next("archive_finish", "before", "before")
+        r = gw.submit(token, "ends-kept-" + uuid.uuid4().hex, body(polls=0, outputs=1),
+                      route=route)
+        job_id = r.json()["id"]
+        j = archived(gw, token, job_id, timeout=30, states=("expired", "failed", "archived"))
+        assert [(o["state"], o["attempts"]) for o in j["archive"]] == [("archived", 1)], j
+        assert px.count("archive_finish", "before") == 2
+        assert '"event":"archive_ends_kept"' in gw.log()
+        assert '"event":"archive_write_dropped"' not in gw.log()
+
+
 def test_a_refused_end_never_fails_its_neighbours(gateway_factory, token, mock, tmp_path,
                                                   psql):
     """A batch of ends the database refuses (here: a trigger made to fail one row's end) is
