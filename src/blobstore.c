@@ -468,15 +468,6 @@ int blob_tmp_commit(struct blob_store *b, struct blob_tmp *t, const char *conten
     return rc;
 }
 
-int blob_sweep_takes(enum blob_tmp_owner o, int pid_alive, double age_s)
-{
-    if (o == BLOB_TMP_OTHER_HOST || o == BLOB_TMP_OURS)
-        return 0;
-    if (o == BLOB_TMP_OTHER_PID && pid_alive)
-        return 0;
-    return age_s >= BLOB_SWEEP_QUIET_S;
-}
-
 void blob_sweep(struct blob_store *b)
 {
     char dir[1024];
@@ -492,13 +483,11 @@ void blob_sweep(struct blob_store *b)
                                                &pid);
         if (o == BLOB_TMP_OTHER_HOST || o == BLOB_TMP_OURS)
             continue;
-        int alive = o == BLOB_TMP_OTHER_PID && (kill((pid_t)pid, 0) == 0 || errno != ESRCH);
+        if (o == BLOB_TMP_OTHER_PID && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+            continue;
         char path[1400];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st) < 0)
-            continue;
-        if (blob_sweep_takes(o, alive, difftime(time(NULL), st.st_mtime)) && unlink(path) == 0)
+        if (unlink(path) == 0)
             swept++;
     }
     closedir(d);

@@ -42,7 +42,7 @@ int blob_tmp_commit(struct blob_store *b, struct blob_tmp *t, const char *conten
 void blob_tmp_abort(struct blob_tmp *t);
 
 /* Removes the temporary files that processes of this host no longer running left behind (a
- * copy killed midway), once quiet for an hour (blob_sweep_takes). */
+ * copy killed midway). */
 void blob_sweep(struct blob_store *b);
 
 /* Whose temporary file `name` (host.pid.run.seq, or an older host.pid.seq) is, seen by the
@@ -57,13 +57,6 @@ enum blob_tmp_owner {
 };
 enum blob_tmp_owner blob_tmp_owner(const char *name, const char *host, long mypid,
                                    const char *myrun, long *pid);
-/* Whether the startup sweep removes a temporary file: an earlier run's, or a dead process's
- * (pid_alive 0) — and only once quiet for BLOB_SWEEP_QUIET_S (age_s: since it was last written).
- * Replicas sharing an archive folder under one host name, each its own pid 1 (containers on the
- * host's network), read each other's copies as an earlier run's: a starting replica removed the
- * copies the other was writing. A live copy writes as its bytes come. Pure. */
-#define BLOB_SWEEP_QUIET_S 3600.0
-int blob_sweep_takes(enum blob_tmp_owner o, int pid_alive, double age_s);
 
 /* blob_open_read's failures, beside -1 (not a SHA-256): the store answered that it has no such
  * object, or the store could not be read (folder unreadable, bucket unreachable or refusing). */

@@ -309,30 +309,6 @@ def test_a_claim_takes_the_urls_that_expire_first(token, psql):
     assert order == [3, 1, 4, 0, 2], order
 
 
-def test_the_startup_sweep_leaves_a_copy_still_written(gateway_factory, mock, tmp_path):
-    """A replica's start removes the temporary files of this host's copies whose processes are
-    gone. Replicas sharing the folder under one host name, each its own pid 1 (containers on the
-    host's network), take each other's files for such leftovers: a starting replica removed
-    copies another was writing. Now only a file quiet for an hour is removed."""
-    import socket
-    tmp = tmp_path / "archive" / "tmp"
-    tmp.mkdir(parents=True)
-    host = socket.gethostname().replace(".", "_").replace("/", "_")
-    dead = 4194303  # above any pid this kernel hands out: no such process
-    fresh, old = tmp / f"{host}.{dead}.0badc0de.1", tmp / f"{host}.{dead}.0badc0de.2"
-    for f in (fresh, old):
-        f.write_bytes(b"part of a copy")
-    two_hours_ago = time.time() - 7200
-    os.utime(old, (two_hours_ago, two_hours_ago))
-    e, _ = images_entry(mock)
-    gw = start(gateway_factory, tmp_path, [e], env={"OPENAI_API_KEY": "sk-x"})
-    deadline = time.monotonic() + 15
-    while old.exists():
-        assert time.monotonic() < deadline, gw.log()[-2000:]
-        time.sleep(0.1)
-    assert fresh.exists()
-
-
 def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     """A thread's batch of copy ends is one statement (archive_finish_rows): each row it writes
     is archive_finish's row, column for column — archived with its object, expired keeping the

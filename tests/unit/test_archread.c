@@ -72,33 +72,6 @@ static void test_tmp_owner(void **state)
     }
 }
 
-/* What the startup sweep removes: a dead copy's file once quiet for an hour, never one still
- * written (another replica's under the same host name and pid 1) nor a live process's. */
-static void test_sweep_takes(void **state)
-{
-    (void)state;
-    static const struct {
-        enum blob_tmp_owner o;
-        int alive;
-        double age;
-        int want;
-    } sweeps[] = {
-        {BLOB_TMP_EARLIER_RUN, 0, BLOB_SWEEP_QUIET_S, 1},
-        {BLOB_TMP_EARLIER_RUN, 0, 86400, 1},
-        {BLOB_TMP_EARLIER_RUN, 0, BLOB_SWEEP_QUIET_S - 1, 0}, /* written within the hour */
-        {BLOB_TMP_EARLIER_RUN, 0, 0, 0},
-        {BLOB_TMP_OTHER_PID, 0, 86400, 1},
-        {BLOB_TMP_OTHER_PID, 0, 10, 0},
-        {BLOB_TMP_OTHER_PID, 1, 86400, 0}, /* its process lives */
-        {BLOB_TMP_OURS, 0, 86400, 0},
-        {BLOB_TMP_OTHER_HOST, 0, 86400, 0},
-        {BLOB_TMP_EARLIER_RUN, 0, -5, 0}, /* a clock set back: a future time is recent */
-    };
-    for (size_t i = 0; i < sizeof(sweeps) / sizeof(sweeps[0]); i++)
-        if (blob_sweep_takes(sweeps[i].o, sweeps[i].alive, sweeps[i].age) != sweeps[i].want)
-            fail_msg("row %zu", i);
-}
-
 static void test_archread_classify(void **state)
 {
     (void)state;
@@ -143,7 +116,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_archread_s3_room),
         cmocka_unit_test(test_tmp_owner),
-        cmocka_unit_test(test_sweep_takes),
         cmocka_unit_test(test_archread_classify),
         cmocka_unit_test(test_archready_stale),
     };
