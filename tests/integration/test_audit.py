@@ -230,24 +230,39 @@ def test_a1_resolve_absent_on_a_cancelled_job_never_sends(gateway_factory, token
     assert gw.job(token, job_id).json()["state"] == "failed"
 
 
+@pytest.mark.parametrize("seen", ["row", "verdict"])
 def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory, token, mock,
-                                                                 database_url, psql):
-    """A job goes to review with its task's id known: the reconciler found the task but could
-    not read its status or result (`found_unreadable`), or a cut stream named it. `absent` from
-    the tenant's token (or the console's button) sent it again: a second paid task, and the
-    known one overwritten. Now 409 `task-known`, and the CLI refuses it without --force; only
-    the admin's `force` (the id is not this job's) sends it again."""
+                                                                 database_url, psql, seen):
+    """A job goes to review with its task seen. `row`: its id known — the reconciler found the
+    task but could not read its status or result (`found_unreadable`), or a cut stream named
+    it. `verdict`: no id on the row — the reconciler saw the task without one to adopt it by (a
+    list with several tasks carrying the job's reference, `several_matches`; a task whose id or
+    result the profile cannot read, `found_without_id`, `found_unreadable`), the guard's proof
+    being the verdict's attempt row. `absent` from the tenant's token (or the console's button)
+    sent it again: a second paid task, and the known one overwritten. Now 409 `task-known`, and
+    the CLI refuses it without --force; only the admin's `force` (the id is not this job's)
+    sends it again."""
+    name = "seen" + seen
     gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
-        "seen", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
+        name, mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
     script(mock, [{"fault": "hang"}])
-    job_id = gw.submit(token, key(), {"prompt": "x"}, route="seen/images/generations").json()["id"]
+    job_id = gw.submit(token, key(), {"prompt": "x"},
+                       route=f"{name}/images/generations").json()["id"]
     assert wait_job(gw, token, job_id, {"review"}, 15)["state"] == "review"
-    # What the reconciler's found_unreadable write leaves: review, the task's id kept.
-    # (and a webhook's hint the reconciler kept when it could not read the task)
-    psql(f"UPDATE operations SET remote_id = 'task_seen', webhook_hint = 'task_seen' "
-         f"WHERE id = '{job_id}'")
+    if seen == "row":
+        # What the reconciler's found_unreadable write leaves: review, the task's id kept.
+        # (and a webhook's hint the reconciler kept when it could not read the task)
+        psql(f"UPDATE operations SET remote_id = 'task_seen', webhook_hint = 'task_seen' "
+             f"WHERE id = '{job_id}'")
+    else:
+        # What write_look leaves when the list holds two tasks with this job's reference (the
+        # strategy here is none: the verdict's attempt row is written by hand).
+        psql("INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, outcome, "
+             "decision) SELECT tenant_id, id, lease_version, 'reconcile', 'several_matches', "
+             f"'review' FROM operations WHERE id = '{job_id}'")
     r = resolve(gw, token, job_id, {"outcome": "absent"})
     assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
+    assert ("task_seen" if seen == "row" else "several_matches") in r.json()["detail"], r.json()
     forced = resolve(gw, token, job_id, {"outcome": "absent", "force": True})
     assert forced.status == 409, "a tenant's force was honoured"
     env = dict(os.environ, DATABASE_URL=database_url)
@@ -265,44 +280,6 @@ def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory
     # The operator's `absent` overrode the hint: left on the row, a back-off of the resend was
     # read as a hinted create's (unknown), the hint read again and the job back in review.
     assert psql(f"SELECT webhook_hint IS NULL FROM operations WHERE id = '{job_id}'") == [["t"]]
-
-
-def test_resolve_absent_after_the_reconciler_saw_the_task_without_its_id_never_sends(
-        gateway_factory, token, mock, database_url, psql):
-    """The reconciler can see a job's task without an id to adopt it by: a list with several
-    tasks carrying the job's reference (`several_matches`), a task found whose id or result the
-    profile cannot read (`found_without_id`, `found_unreadable`). The job goes to review with no
-    remote id and no webhook hint on its row, so the `task-known` guard did not fire: `absent`
-    from the tenant's token sent it again — a second (or third) paid task. Now the verdict's
-    attempt row is proof enough: 409, the CLI refuses it without --force, and only the admin's
-    `force` sends it again."""
-    gw = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
-        "seen2", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
-    script(mock, [{"fault": "hang"}])
-    job_id = gw.submit(token, key(), {"prompt": "x"},
-                       route="seen2/images/generations").json()["id"]
-    assert wait_job(gw, token, job_id, {"review"}, 15)["state"] == "review"
-    # What write_look leaves when the list holds two tasks with this job's reference: review,
-    # and the verdict's attempt row (the strategy here is none: the row is written by hand).
-    psql("INSERT INTO attempts (tenant_id, operation_id, lease_version, kind, outcome, decision) "
-         f"SELECT tenant_id, id, lease_version, 'reconcile', 'several_matches', 'review' "
-         f"FROM operations WHERE id = '{job_id}'")
-    assert psql(f"SELECT remote_id IS NULL AND webhook_hint IS NULL FROM operations "
-                f"WHERE id = '{job_id}'") == [["t"]]
-    r = resolve(gw, token, job_id, {"outcome": "absent"})
-    assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
-    assert "several_matches" in r.json()["detail"], r.json()
-    env = dict(os.environ, DATABASE_URL=database_url)
-    out = subprocess.run([GATEWAY_BIN, "jobs", "resolve", job_id, "absent"], env=env,
-                         capture_output=True, text=True)
-    assert out.returncode == 1 and "--force" in out.stderr, out
-    assert gw.job(token, job_id).json()["state"] == "review"
-    time.sleep(1.5)  # a dispatcher would have claimed a prepared job by now
-    assert len(ledger_all(mock, job_id)) == 1, "sent again with its task seen"
-    r = resolve(gw, ADMIN_TOKEN, job_id, {"outcome": "absent", "force": True, "operator": "ops"})
-    assert r.status == 200 and r.json()["state"] in ("prepared", "sending", "completed"), r
-    assert wait_job(gw, token, job_id, {"completed"}, 15)["state"] == "completed"
-    assert len(ledger_all(mock, job_id)) == 2
 
 
 def refd_provider(mock, name="refd"):

@@ -44,44 +44,9 @@ static void note_ran(void *arg)
     *(int *)arg = ++ran_count;
 }
 
-static void test_lanes_are_served_in_turn(void **state)
-{
-    (void)state;
-    const char *a = "Bearer igt_tenant_a", *b = "Bearer igt_tenant_b";
-    assert_int_not_equal(offload_lane(a, strlen(a)), offload_lane(b, strlen(b)));
-    struct offload *o = offload_start(1);
-    assert_non_null(o);
-    struct offload_item blocker = {.fn = block};
-    assert_int_equal(offload_submit_as(o, &blocker, a, strlen(a)), 0);
-    pthread_mutex_lock(&mu);
-    while (!started)
-        pthread_cond_wait(&cv, &mu);
-    pthread_mutex_unlock(&mu);
-    /* While the one thread is held: tenant a queues six, then b one, then an upkeep item. */
-    static const char tags[] = "aaaaaabU";
-    struct offload_item items[8];
-    for (int i = 0; i < 8; i++) {
-        items[i] = (struct offload_item){.fn = note, .arg = (void *)&tags[i]};
-        const char *key = tags[i] == 'a' ? a : b;
-        if (tags[i] == 'U')
-            assert_int_equal(offload_submit(o, &items[i]), 0);
-        else
-            assert_int_equal(offload_submit_as(o, &items[i], key, strlen(key)), 0);
-    }
-    pthread_mutex_lock(&mu);
-    released = 1;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-    offload_close(o); /* runs every queued item */
-    order[n_order] = '\0';
-    /* Upkeep first; b's one item after at most one of a's (the turn after a's blocker). */
-    assert_string_equal(order, "Ubaaaaaa");
-    offload_free(o);
-}
-
-/* Holds the pool's one thread, queues six items of caller a and then one of b, lets go; the order
- * they ran in. */
-static void run_two_callers(const char *a, const char *b)
+/* Holds the pool's one thread (its blocker queued as caller a), queues tags' items — 'a' as a,
+ * 'b' as b, 'U' as upkeep — lets go, and leaves the order they ran in. */
+static void run_queued(const char *a, const char *b, const char *tags)
 {
     released = started = 0;
     n_order = 0;
@@ -93,19 +58,34 @@ static void run_two_callers(const char *a, const char *b)
     while (!started)
         pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
-    static const char tags[] = "aaaaaab";
-    struct offload_item items[7];
-    for (int i = 0; i < 7; i++) {
+    struct offload_item items[16];
+    size_t n = strlen(tags);
+    assert_true(n <= 16);
+    for (size_t i = 0; i < n; i++) {
         items[i] = (struct offload_item){.fn = note, .arg = (void *)&tags[i]};
         const char *key = tags[i] == 'a' ? a : b;
-        assert_int_equal(offload_submit_as(o, &items[i], key, strlen(key)), 0);
+        if (tags[i] == 'U')
+            assert_int_equal(offload_submit(o, &items[i]), 0);
+        else
+            assert_int_equal(offload_submit_as(o, &items[i], key, strlen(key)), 0);
     }
     pthread_mutex_lock(&mu);
     released = 1;
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
-    offload_free(o);
+    offload_free(o); /* runs every queued item */
     order[n_order] = '\0';
+}
+
+static void test_lanes_are_served_in_turn(void **state)
+{
+    (void)state;
+    const char *a = "Bearer igt_tenant_a", *b = "Bearer igt_tenant_b";
+    assert_int_not_equal(offload_lane(a, strlen(a)), offload_lane(b, strlen(b)));
+    /* While the one thread is held: tenant a queues six, then b one, then an upkeep item.
+     * Upkeep first; b's one item after at most one of a's (the turn after a's blocker). */
+    run_queued(a, b, "aaaaaabU");
+    assert_string_equal(order, "Ubaaaaaa");
 }
 
 static void test_callers_whose_keys_hash_alike_are_served_in_turn(void **state)
@@ -122,7 +102,7 @@ static void test_callers_whose_keys_hash_alike_are_served_in_turn(void **state)
         if (offload_lane(b, strlen(b)) == home)
             break;
     }
-    run_two_callers(a, b);
+    run_queued(a, b, "aaaaaab");
     assert_string_equal(order, "baaaaaa");
     /* An unauthenticated caller (a webhook path no provider has, the probes) likewise. */
     for (id = 0;; id++) {
@@ -130,7 +110,7 @@ static void test_callers_whose_keys_hash_alike_are_served_in_turn(void **state)
         if (offload_lane(b, strlen(b)) == home)
             break;
     }
-    run_two_callers(a, b);
+    run_queued(a, b, "aaaaaab");
     assert_string_equal(order, "baaaaaa");
 }
 
