@@ -1046,6 +1046,122 @@ static void synth_anthropic(struct sbuf *b, const cJSON *whole)
     cJSON_Delete(stop);
 }
 
+/* A Responses event of type `type` with its sequence number (*seq, counted on). */
+static cJSON *seq_event(const char *type, int *seq)
+{
+    cJSON *e = typed(type);
+    if (e)
+        cJSON_AddNumberToObject(e, "sequence_number", (*seq)++);
+    return e;
+}
+
+/* Puts e (owned: freed here) as an event of its own type. */
+static void put_seq(struct sbuf *b, cJSON *e, const char *type)
+{
+    if (!e) {
+        b->oom = 1;
+        return;
+    }
+    put_event(b, type, e, NULL);
+    cJSON_Delete(e);
+}
+
+/* The events a Responses stream of the whole answer carries, as OpenAI streams them:
+ * response.created and response.in_progress (the response in progress, no output yet); each
+ * output item added, a message's text parts added, their text as one delta and done, the item
+ * done; then the terminal event with the whole response. A stream of the terminal event alone
+ * broke clients that follow a stream (openai-python's `responses.stream()` wants
+ * response.created first; a reader of the text deltas got none). */
+static void synth_responses(struct sbuf *b, const cJSON *whole, const char *terminal)
+{
+    int seq = 0;
+    static const char *const starts[] = {"response.created", "response.in_progress"};
+    for (size_t s = 0; s < 2; s++) {
+        cJSON *e = seq_event(starts[s], &seq), *r = cJSON_Duplicate(whole, 1);
+        if (e && r) {
+            cJSON_ReplaceItemInObject(r, "status", cJSON_CreateString("in_progress"));
+            if (member(r, "output"))
+                cJSON_ReplaceItemInObject(r, "output", cJSON_CreateArray());
+            if (member(r, "usage"))
+                cJSON_ReplaceItemInObject(r, "usage", cJSON_CreateNull());
+            cJSON_AddItemToObject(e, "response", r);
+        } else {
+            cJSON_Delete(r);
+            cJSON_Delete(e);
+            e = NULL;
+        }
+        put_seq(b, e, starts[s]);
+    }
+    int oi = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, member(whole, "output"))
+    {
+        const char *kind = cJSON_GetStringValue(member(item, "type"));
+        int message = kind && !strcmp(kind, "message");
+        cJSON *e = seq_event("response.output_item.added", &seq), *it = cJSON_Duplicate(item, 1);
+        if (e && it) {
+            cJSON_AddNumberToObject(e, "output_index", oi);
+            if (message && member(it, "content"))
+                cJSON_ReplaceItemInObject(it, "content", cJSON_CreateArray());
+            if (member(it, "status"))
+                cJSON_ReplaceItemInObject(it, "status", cJSON_CreateString("in_progress"));
+            cJSON_AddItemToObject(e, "item", it);
+        } else {
+            cJSON_Delete(it);
+            cJSON_Delete(e);
+            e = NULL;
+        }
+        put_seq(b, e, "response.output_item.added");
+        const cJSON *part, *id = member(item, "id");
+        const cJSON *parts = message ? member(item, "content") : NULL;
+        int ci = 0;
+        cJSON_ArrayForEach(part, parts)
+        {
+            const char *pt = cJSON_GetStringValue(member(part, "type"));
+            const cJSON *text = member(part, "text");
+            int is_text = pt && !strcmp(pt, "output_text") && cJSON_IsString(text);
+            static const char *const steps[] = {"response.content_part.added",
+                                                "response.output_text.delta",
+                                                "response.output_text.done",
+                                                "response.content_part.done"};
+            for (size_t s = 0; s < 4; s++) {
+                if ((s == 1 || s == 2) && !is_text)
+                    continue;
+                cJSON *ev = seq_event(steps[s], &seq);
+                if (ev) {
+                    if (id)
+                        cJSON_AddItemToObject(ev, "item_id", cJSON_Duplicate(id, 1));
+                    cJSON_AddNumberToObject(ev, "output_index", oi);
+                    cJSON_AddNumberToObject(ev, "content_index", ci);
+                    if (s == 1)
+                        cJSON_AddItemToObject(ev, "delta", cJSON_Duplicate(text, 1));
+                    else if (s == 2)
+                        cJSON_AddItemToObject(ev, "text", cJSON_Duplicate(text, 1));
+                    else {
+                        cJSON *pp = cJSON_Duplicate(part, 1);
+                        if (pp && s == 0 && is_text)
+                            cJSON_ReplaceItemInObject(pp, "text", cJSON_CreateString(""));
+                        cJSON_AddItemToObject(ev, "part", pp);
+                    }
+                }
+                put_seq(b, ev, steps[s]);
+            }
+            ci++;
+        }
+        cJSON *done = seq_event("response.output_item.done", &seq);
+        if (done) {
+            cJSON_AddNumberToObject(done, "output_index", oi);
+            cJSON_AddItemToObject(done, "item", cJSON_Duplicate(item, 1));
+        }
+        put_seq(b, done, "response.output_item.done");
+        oi++;
+    }
+    cJSON *end = seq_event(terminal, &seq);
+    if (end)
+        cJSON_AddItemToObject(end, "response", cJSON_Duplicate(whole, 1));
+    put_seq(b, end, terminal);
+}
+
 char *sse_synthesize(enum sse_format f, const char *json, size_t len, size_t *out_len)
 {
     *out_len = 0;
@@ -1063,15 +1179,8 @@ char *sse_synthesize(enum sse_format f, const char *json, size_t len, size_t *ou
     } else if (f == SSE_OPENAI_RESPONSES && cJSON_IsString(member(whole, "id"))) {
         /* An answer cut by the provider (max_output_tokens…) ends as it would have streamed. */
         const char *st = cJSON_GetStringValue(member(whole, "status"));
-        const char *ev = st && !strcmp(st, "incomplete") ? "response.incomplete"
-                                                          : "response.completed";
-        cJSON *done = typed(ev);
-        if (done) {
-            cJSON_AddNumberToObject(done, "sequence_number", 0);
-            cJSON_AddItemToObject(done, "response", cJSON_Duplicate(whole, 1));
-        }
-        put_event(&b, ev, done, NULL);
-        cJSON_Delete(done);
+        synth_responses(&b, whole, st && !strcmp(st, "incomplete") ? "response.incomplete"
+                                                                    : "response.completed");
     } else {
         b.oom = 1; /* not an answer of this format */
     }

@@ -480,6 +480,74 @@ static void round_trip(enum sse_format f, const char *stream, const char *want)
  * block's signature in its own delta. They were dropped: `finish_reason: tool_calls` with no
  * call, a tool_use with `input: {}`. A delta this assembler does not know makes no answer at
  * all (the stream is served as recorded), never one missing a part. */
+/* A Responses stream synthesized from a whole answer carries the events a client following it
+ * needs, as OpenAI streams them: response.created first (openai-python's stream helper refuses
+ * a stream without it), the output items, a message's text as a delta, then the terminal event;
+ * sequence numbers 0, 1, 2 … Before, the terminal event alone. */
+static void test_responses_synthesized_as_streamed(void **state)
+{
+    (void)state;
+    static const char whole[] =
+        "{\"id\":\"resp_9\",\"object\":\"response\",\"status\":\"completed\",\"output\":["
+        "{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\","
+        "\"content\":[{\"type\":\"output_text\",\"text\":\"Hello there\",\"annotations\":[]}]},"
+        "{\"id\":\"fc_1\",\"type\":\"function_call\",\"status\":\"completed\",\"name\":\"f\","
+        "\"arguments\":\"{}\",\"call_id\":\"c\"}],"
+        "\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}";
+    static const char *const want[] = {
+        "response.created",           "response.in_progress",
+        "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.output_item.done",
+        "response.completed"};
+    size_t m = 0;
+    char *events = sse_synthesize(SSE_OPENAI_RESPONSES, whole, sizeof(whole) - 1, &m);
+    assert_non_null(events);
+    size_t k = 0;
+    for (char *line = events; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1
+                                                                       : NULL) {
+        if (strncmp(line, "data: ", 6) != 0)
+            continue;
+        char *end = strchr(line, '\n');
+        cJSON *d = cJSON_ParseWithLength(line + 6, (size_t)(end - line - 6));
+        assert_non_null(d);
+        assert_true(k < sizeof(want) / sizeof(want[0]));
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(d, "type")), want[k]);
+        assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "sequence_number")),
+                         (int)k);
+        if (k == 0) { /* in progress, nothing out yet */
+            cJSON *r = cJSON_GetObjectItem(d, "response");
+            assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r, "status")),
+                                "in_progress");
+            assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(r, "output")), 0);
+        }
+        if (k == 4)
+            assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(d, "delta")),
+                                "Hello there");
+        cJSON_Delete(d);
+        k++;
+    }
+    assert_int_equal(k, sizeof(want) / sizeof(want[0]));
+    struct sse_verdict v;
+    assert_int_equal(sse_read(SSE_OPENAI_RESPONSES, events, m, &v), 0);
+    assert_int_equal(v.terminal, 1);
+    assert_int_equal(v.error, 0);
+    assert_int_equal(v.output, 1);
+    assert_string_equal(v.id, "resp_9");
+    sse_verdict_fini(&v);
+    size_t n = 0;
+    char *again = sse_assemble(SSE_OPENAI_RESPONSES, events, m, &n);
+    assert_non_null(again);
+    cJSON *a = cJSON_Parse(again), *b = cJSON_Parse(whole);
+    if (!cJSON_Compare(a, b, 1))
+        fail_msg("%s != %s", again, whole);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    free(again);
+    free(events);
+}
+
 static void test_tool_calls_are_assembled_and_synthesized(void **state)
 {
     (void)state;
@@ -614,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_requested_and_names),
         cmocka_unit_test(test_assemble_and_synthesize),
         cmocka_unit_test(test_tool_calls_are_assembled_and_synthesized),
+        cmocka_unit_test(test_responses_synthesized_as_streamed),
         cmocka_unit_test(test_every_choice_is_assembled_or_none),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
