@@ -9,18 +9,13 @@
 #include <string.h>
 
 /* Whether rec's stream names generation id (its first event naming one: a Responses stream's
- * response.created). A record left by an earlier attempt's generation is not this one's start.
- * *ended: the record holds the generation's end already (its terminal event, or an error
- * event): nothing is left to resume. */
-static int names(const struct cfg_provider *p, const char *rec, size_t rec_len, const char *id,
-                 int *ended)
+ * response.created). A record left by an earlier attempt's generation is not this one's start. */
+static int names(const struct cfg_provider *p, const char *rec, size_t rec_len, const char *id)
 {
     struct sse_verdict v;
-    *ended = 0;
     if (sse_read((enum sse_format)p->stream_format, rec, rec_len, &v) < 0)
         return -1;
     int same = id && strcmp(v.id, id) == 0;
-    *ended = v.terminal || v.error;
     sse_verdict_fini(&v);
     return same;
 }
@@ -41,17 +36,11 @@ int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, 
     /* From the start, where the profile can: nothing kept, nothing whole, or not this
      * generation's (an earlier attempt's answer left on the row). */
     int from_start = p->resume_start_query ? 1 : 0;
-    int ended = 0;
-    int same = rec && rec_len ? names(p, rec, rec_len, id, &ended) : 0;
+    int same = rec && rec_len ? names(p, rec, rec_len, id) : 0;
     if (same < 0)
         return -1;
     if (!same)
         return from_start;
-    /* Its end is in the record (a response.failed, an error event, a terminal event after
-     * one): a resume after it answers no event, was taken for "the stream may go on", and the
-     * job waited out its window for review. Read back whole, its answer decides. */
-    if (ended)
-        return 0;
     size_t at = 0, dlen = 0;
     char *data = NULL;
     int r = sse_last_event(rec, rec_len, &at, &data, &dlen);

@@ -23,10 +23,8 @@ struct resume_point {
  * Then, when the record is this generation's stream (it names id) and its last whole event
  * carries an integer sequence number at resume_sequence, it resumes after that event; else —
  * nothing kept (a replica killed before its first batch), nothing whole, or an earlier attempt's
- * answer — from the start, when the profile has resume.start_query. A record of this generation
- * that holds its end already (its terminal event, or an error event) is not resumed: nothing
- * is left to come. Returns 1 with *out filled, 0 when it cannot be resumed (it is then read
- * back whole), -1 when out of memory. */
+ * answer — from the start, when the profile has resume.start_query. Returns 1 with *out filled,
+ * 0 when it cannot be resumed (it is then read back whole), -1 when out of memory. */
 int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, const char *rec,
                  size_t rec_len, const char *id, struct resume_point *out);
 

@@ -151,11 +151,6 @@ static void test_resume_point(void **state)
         {bg, CREATED("resp_1") "data: {\"sequence_number\":1.5}\n\n", 1, 0, -1, 0},
         {bg, CREATED("resp_1") "data: {\"sequence_number\":-1}\n\n", 1, 0, -1, 0},
         {bg, CREATED("resp_1") "data: [DONE]\n\n", 1, 0, -1, 0},
-        /* its end already recorded (a failed response, a terminal event after an error): read
-         * back whole — a resume after it answers nothing, and was tried until the window */
-        {bg, TWO EV("response.failed", 2), 0, 0, 0, 0},
-        {bg, TWO EV("error", 2) EV("response.completed", 3), 0, 0, 0, 0},
-        {bg, TWO EV("response.completed", 2), 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct resume_point pt;
