@@ -331,6 +331,21 @@ static void test_requested_and_names(void **state)
     assert_int_equal(sse_format_parse(NULL), -1);
 }
 
+/* The answer assembled from events[0..m) is want (members may come in another order). */
+static void assert_assembles_to(enum sse_format f, const char *events, size_t m,
+                                const char *want)
+{
+    size_t k = 0;
+    char *again = sse_assemble(f, events, m, &k);
+    assert_non_null(again);
+    cJSON *a = cJSON_Parse(again), *b = cJSON_Parse(want);
+    if (!cJSON_Compare(a, b, 1))
+        fail_msg("%s != %s", again, want);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    free(again);
+}
+
 /* A whole answer from a whole stream; a stream from a whole answer; and the two agree: the
  * answer assembled from a synthesized stream is the answer it was made from. */
 static void test_assemble_and_synthesize(void **state)
@@ -352,7 +367,7 @@ static void test_assemble_and_synthesize(void **state)
          "\"output_tokens\":7}}"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        size_t n = 0, m = 0, k = 0;
+        size_t n = 0, m = 0;
         print_message("case %zu\n", i);
         char *whole = sse_assemble(cases[i].f, cases[i].body, strlen(cases[i].body), &n);
         assert_non_null(whole);
@@ -365,17 +380,9 @@ static void test_assemble_and_synthesize(void **state)
         assert_int_equal(v.terminal, 1);
         assert_int_equal(v.error, 0);
         sse_verdict_fini(&v);
-        char *again = sse_assemble(cases[i].f, events, m, &k);
-        assert_non_null(again);
-        /* The same answer (members may come in another order). */
-        cJSON *a = cJSON_Parse(again), *b = cJSON_Parse(whole);
-        if (!cJSON_Compare(a, b, 1))
-            fail_msg("%s != %s", again, whole);
-        cJSON_Delete(a);
-        cJSON_Delete(b);
+        assert_assembles_to(cases[i].f, events, m, whole);
         free(whole);
         free(events);
-        free(again);
     }
     /* Anthropic's text blocks are assembled from their deltas. */
     static const char blocks[] =
@@ -536,15 +543,7 @@ static void test_responses_synthesized_as_streamed(void **state)
     assert_int_equal(v.output, 1);
     assert_string_equal(v.id, "resp_9");
     sse_verdict_fini(&v);
-    size_t n = 0;
-    char *again = sse_assemble(SSE_OPENAI_RESPONSES, events, m, &n);
-    assert_non_null(again);
-    cJSON *a = cJSON_Parse(again), *b = cJSON_Parse(whole);
-    if (!cJSON_Compare(a, b, 1))
-        fail_msg("%s != %s", again, whole);
-    cJSON_Delete(a);
-    cJSON_Delete(b);
-    free(again);
+    assert_assembles_to(SSE_OPENAI_RESPONSES, events, m, whole);
     free(events);
 }
 
