@@ -170,6 +170,8 @@ long pol_poll_delay_ms(long interval_ms, long max_ms, int polls, long hint_ms,
         d += d / 2;
     if (d > max_ms)
         d = max_ms;
+    if (hint_ms > POL_POLL_HINT_MAX_MS)
+        hint_ms = POL_POLL_HINT_MAX_MS;
     if (hint_ms > d)
         d = hint_ms;
     if (server_ms > POL_POLL_HINT_MAX_MS)

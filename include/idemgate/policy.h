@@ -79,7 +79,8 @@ int pol_cancel_after_read(int task_status);
  * with each read made (polls), capped at max_ms — never under the provider's own poll hint
  * (hint_ms, its hint header: OpenAI's openai-poll-after-ms) nor under what the read's answer asked
  * (server_ms: Retry-After in seconds or as a date, retry-after-ms, a body hint — a 429 on a status
- * read was read again in seconds), which counts up to POL_POLL_HINT_MAX_MS. A hint < 0 is none.
+ * read was read again in seconds), each counting up to POL_POLL_HINT_MAX_MS (a provider's
+ * header asking a day would hold the task unread past its poll deadline). A hint < 0 is none.
  * Pure. */
 #define POL_POLL_HINT_MAX_MS 3600000LL
 long pol_poll_delay_ms(long interval_ms, long max_ms, int polls, long hint_ms,

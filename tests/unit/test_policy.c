@@ -255,6 +255,8 @@ static void test_poll_delay(void **state)
         {1000, 10000, 1, -1, 30000, 30000}, /* a 429's Retry-After: 30 s, past the cap */
         {1000, 10000, 50, -1, 2000, 10000}, /* a hint under the delay changes nothing */
         {1000, 10000, 1, -1, 86400000LL, 3600000}, /* a day asked: an hour at most */
+        {1000, 10000, 1, 86400000L, -1, 3600000},  /* the hint header too */
+        {1000, 10000, 1, 3599999L, -1, 3599999},
         {1000, 10000, 1, 500, 0, 1000},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
