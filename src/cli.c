@@ -514,7 +514,7 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
                     argv[1],
                     j.remote_id && *j.remote_id ? "remote id"
                     : *hint                     ? "webhook hint"
-                                                : "by the reconciler without its id:",
+                                                : st_seen_by(seen),
                     j.remote_id && *j.remote_id ? j.remote_id : *hint ? hint : seen,
                     next == ST_PREPARED ? "send it again and pay a second task"
                                         : "end it failed at no cost while its task exists",

@@ -309,7 +309,7 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
     long long version = j.lease_version; /* the decision is written only on the job as read */
     char resolved_at[48]; /* as read: a refused write after which it is the same was ours */
     snprintf(resolved_at, sizeof(resolved_at), "%s", j.resolved_at ? j.resolved_at : "");
-    char hint[256], seen[32];
+    char hint[256], seen[48];
     if ((e = store_job_hint(api_db(r), t.id, id, hint, sizeof(hint), seen, sizeof(seen))) < 0) {
         store_job_fini(&j);
         respond_resolved(r, e, 0, NULL, &res, 0);
@@ -338,7 +338,7 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
                  "that task is not this job's — send \"force\": true",
                  j.remote_id && *j.remote_id ? "remote_id"
                  : *hint                     ? "a verified webhook named"
-                                             : "by the reconciler without its id:",
+                                             : st_seen_by(seen),
                  j.remote_id && *j.remote_id ? j.remote_id : *hint ? hint : seen,
                  next == ST_PREPARED ? "send it again and pay a second task"
                                      : "end it failed at no cost while its task exists",

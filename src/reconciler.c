@@ -127,7 +127,7 @@ enum op_state recon_found_state(int async, int has_id, int result_read)
 }
 
 enum recon_adopt_miss recon_adopt_miss(int operator_found, int has_hint, int answered,
-                                       int readable_by_id, int strategy_none)
+                                       int readable_by_id, int strategy_none, int window_closed)
 {
     if (operator_found)
         return RAM_NAMED_UNREADABLE;
@@ -136,7 +136,7 @@ enum recon_adopt_miss recon_adopt_miss(int operator_found, int has_hint, int ans
     if (answered)
         return RAM_NOT_OURS;
     if (!readable_by_id)
-        return strategy_none ? RAM_HINT_REVIEW : RAM_SEARCH_FROM_NOW;
+        return strategy_none || window_closed ? RAM_HINT_REVIEW : RAM_SEARCH_FROM_NOW;
     return RAM_HINT_KEPT;
 }
 
@@ -646,7 +646,7 @@ static void write_adopt(struct db *db, struct recon_job *j)
     }
     enum op_state later = j->window_closed ? ST_REVIEW : ST_UNKNOWN;
     switch (recon_adopt_miss(c->operator_found, c->webhook_hint != NULL, answered, j->url != NULL,
-                             p->reconcile == RECON_NONE)) {
+                             p->reconcile == RECON_NONE, j->window_closed)) {
     case RAM_NAMED_UNREADABLE: /* the operator decides again, with what the provider said */
         write_simple(db, c, ST_REVIEW, 0, "named_unreadable", /* no task proven: not RECON_SAW */
                      "the task an operator named could not be read at the provider", j->t0);
@@ -664,8 +664,9 @@ static void write_adopt(struct db *db, struct recon_job *j)
         /* Not readable by its id where the profile's own strategy can still settle it (a lookup
          * or a list proves the task or its absence by the provider's word; a resend under the
          * provider's key cannot pay twice): the hint is dropped for it, the grace counted from
-         * the provider's signed word. */
-        struct verdict_write w = {later, p->reconcile_interval_ms, "hint_unproven",
+         * the provider's signed word. The verdict's outcome is a sight of the task (states.h):
+         * should the search not settle it before the window closes, an `absent` is refused. */
+        struct verdict_write w = {later, p->reconcile_interval_ms, RECON_SIGNED_UNREAD,
                                   "a signed webhook named a task this profile cannot read by its "
                                   "id: looked for by the reconcile strategy, its absent grace "
                                   "counted from the webhook",
@@ -674,7 +675,8 @@ static void write_adopt(struct db *db, struct recon_job *j)
         return;
     }
     case RAM_HINT_REVIEW:
-        /* Strategy none, and the profile cannot read a task by its id: nothing can prove or
+        /* The profile cannot read a task by its id, and nothing will look for it (strategy
+         * none, or the window closed: no search runs in review): nothing can prove or
          * disprove it later. The hint is the only proof of a task the provider will not
          * deliver again: kept (`hint_unread`), and the job goes to review at once — an `absent`
          * is refused while it is there (jobs.c). Before, it was cleared as "unproven", and an

@@ -89,3 +89,10 @@ int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, 
     (void)next;
     return r == RES_ABSENT && task_known && !forced;
 }
+
+const char *st_seen_by(const char *seen)
+{
+    return strncmp(seen, SEEN_CREATE_ANSWERED, strlen(SEEN_CREATE_ANSWERED)) == 0
+               ? "by its create's answer:"
+               : "by the reconciler without its id:";
+}

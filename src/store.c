@@ -2027,15 +2027,21 @@ static const struct db_stmt job_attempts = {
 };
 /* The task id a verified webhook named for a job and left on its row, not yet read (the
  * reconciler keeps it when the task could not be read: reconciler.c, keep_hint), or none; and
- * the newest of its reconcile verdicts that saw its task without an id (RECON_SAW_TASK), or
- * none. Read by a resolve with the job in review, where nothing else writes them (a webhook
- * takes a review back to unknown instead: webhook_signed). */
+ * the newest of its reconcile verdicts that saw its task without an id (RECON_SAW_TASK), else
+ * its newest create the provider answered 2xx (SEEN_CREATE_ANSWERED and the status: a task was
+ * made whose id or result the gateway could not read — no id where the profile reads it, an
+ * answer over max_response_bytes or not the provider's JSON), or none. Read by a resolve with
+ * the job in review, where nothing else writes them (a webhook takes a review back to unknown
+ * instead: webhook_signed). */
 static const struct db_stmt job_hint = {
     .rerun_safe = 1,
     .name = "job_hint",
-    .sql = "SELECT o.webhook_hint, (SELECT a.outcome FROM attempts a WHERE a.tenant_id = $1 "
-    "  AND a.operation_id = $2 AND a.kind = 'reconcile' AND a.outcome = ANY ($3::text[]) "
-    "  ORDER BY a.seq DESC LIMIT 1) "
+    .sql = "SELECT o.webhook_hint, coalesce((SELECT a.outcome FROM attempts a "
+    "  WHERE a.tenant_id = $1 AND a.operation_id = $2 AND a.kind = 'reconcile' "
+    "  AND a.outcome = ANY ($3::text[]) ORDER BY a.seq DESC LIMIT 1), "
+    " (SELECT '" SEEN_CREATE_ANSWERED "' || a.http_status FROM attempts a "
+    "  WHERE a.tenant_id = $1 AND a.operation_id = $2 AND a.kind = 'create' "
+    "  AND a.http_status BETWEEN 200 AND 299 ORDER BY a.seq DESC LIMIT 1)) "
     "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
     .params = DB_PARAMS("tenant_id", "job_id", "saw_task"),
 };

@@ -99,12 +99,15 @@ enum recon_adopt_miss {
      * dropped for the strategy, and the job is marked ambiguous as of now — the provider has
      * signed that a task exists, and the absent grace counts from here: a search that lags the
      * provider's own webhook is not taken for proof of absence in the meantime (it was counted
-     * from the first send, usually long past, and the job was sent again). */
+     * from the first send, usually long past, and the job was sent again). Its verdict's
+     * outcome (RECON_SIGNED_UNREAD) is a sight of the task: an `absent` is refused after it. */
     RAM_SEARCH_FROM_NOW,
-    RAM_HINT_REVIEW, /* not readable by its id, strategy none: the hint kept, review at once */
+    /* Not readable by its id, and nothing will look for it: strategy none, or the recovery
+     * window closed (no search runs in review). The hint kept, review at once. */
+    RAM_HINT_REVIEW,
     RAM_HINT_KEPT,   /* the read failed: the hint kept for the next look */
 };
 enum recon_adopt_miss recon_adopt_miss(int operator_found, int has_hint, int answered,
-                                       int readable_by_id, int strategy_none);
+                                       int readable_by_id, int strategy_none, int window_closed);
 
 #endif

@@ -51,15 +51,26 @@ enum op_state st_resolve_target(enum st_resolution r, int async, int readable,
  * go through. (next: the state the resolution leads to; refused whatever it is.) */
 int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, int forced);
 
+/* How a task seen without its id was seen, for the refusal's words: seen is the store's
+ * (RECON_SAW_TASK outcome, or SEEN_CREATE_ANSWERED and the status). */
+const char *st_seen_by(const char *seen);
+
 /* The outcomes of a reconcile verdict that saw the provider's task without an id to adopt it by:
- * found by a lookup or a list, its id or its result unreadable; or several tasks carrying our
- * reference. The job goes to review; an `absent` would send it again and pay a second task, so
- * a resolution refuses it as it does for a known remote id (jobs.c, cli.c: the admin's force
- * passes). RECON_SAW_TASK is the same names as a text[] literal, for the store's read. */
+ * found by a lookup or a list, its id or its result unreadable; several tasks carrying our
+ * reference; or a verified webhook naming a task of this job that the profile cannot read by its
+ * id, left to the strategy's search (reconciler.c, RAM_SEARCH_FROM_NOW). The job goes to
+ * review; an `absent` would send it again and pay a second task, so a resolution refuses it as
+ * it does for a known remote id (jobs.c, cli.c: the admin's force passes). RECON_SAW_TASK is
+ * the same names as a text[] literal, for the store's read. */
 #define RECON_FOUND_WITHOUT_ID "found_without_id"
 #define RECON_FOUND_UNREADABLE "found_unreadable"
 #define RECON_SEVERAL_MATCHES "several_matches"
+#define RECON_SIGNED_UNREAD "signed_task_unread"
+/* The same proof from the job's own create: the provider answered it 2xx (a task was made) and
+ * the gateway could not read its id or its result (store.c, job_hint: this and the status). */
+#define SEEN_CREATE_ANSWERED "create answered HTTP "
 #define RECON_SAW_TASK                                                                             \
-    "{" RECON_FOUND_WITHOUT_ID "," RECON_FOUND_UNREADABLE "," RECON_SEVERAL_MATCHES "}"
+    "{" RECON_FOUND_WITHOUT_ID "," RECON_FOUND_UNREADABLE "," RECON_SEVERAL_MATCHES                \
+    "," RECON_SIGNED_UNREAD "}"
 
 #endif

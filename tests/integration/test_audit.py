@@ -252,8 +252,8 @@ def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory
     if seen == "row":
         # What the reconciler's found_unreadable write leaves: review, the task's id kept.
         # (and a webhook's hint the reconciler kept when it could not read the task)
-        psql(f"UPDATE operations SET remote_id = 'task_seen', webhook_hint = 'task_seen' "
-             f"WHERE id = '{job_id}'")
+        psql(f"UPDATE operations SET remote_id = 'task_seen', webhook_hint = 'task_seen', "
+             f"poll_url = '{mock.url}/v1/tasks/task_seen' WHERE id = '{job_id}'")
     else:
         # What write_look leaves when the list holds two tasks with this job's reference (the
         # strategy here is none: the verdict's attempt row is written by hand).
@@ -278,8 +278,12 @@ def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory
     assert wait_job(gw, token, job_id, {"completed"}, 15)["state"] == "completed"
     assert len(ledger_all(mock, job_id)) == 2
     # The operator's `absent` overrode the hint: left on the row, a back-off of the resend was
-    # read as a hinted create's (unknown), the hint read again and the job back in review.
-    assert psql(f"SELECT webhook_hint IS NULL FROM operations WHERE id = '{job_id}'") == [["t"]]
+    # read as a hinted create's (unknown), the hint read again and the job back in review. And
+    # the disowned task's id and poll URL (migration 0042): kept, a resend whose answer was lost
+    # was reconciled by reading that task and adopting its answer as this job's.
+    row = psql(f"SELECT webhook_hint IS NULL, remote_id IS DISTINCT FROM 'task_seen', "
+               f"poll_url IS NULL FROM operations WHERE id = '{job_id}'")
+    assert row == [["t", "t", "t"]], row
 
 
 def refd_provider(mock, name="refd"):
@@ -662,6 +666,13 @@ def test_c10_large_responses_are_stored_whole_or_not_completed(gateway_factory, 
     else:
         assert j["state"] == "review", \
             f"a result over max_response_bytes was taken: {j['state']}: {j['last_error']}"
+        # The provider answered the create 200: its task exists, though its answer was not
+        # read. Before, nothing on the job said so, and a tenant's `absent` sent it again.
+        r = resolve(gw, token, job_id, {"outcome": "absent"})
+        assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
+        assert "create answered HTTP 200" in r.json()["detail"], r.json()
+        time.sleep(0.5)
+        assert len(real_creates(mock, job_id)) == 1, "absent sent the create again"
 
 
 def test_c11_numeric_async_id_is_read_exactly(gateway_factory, token, mock):
@@ -1084,7 +1095,7 @@ def test_a_signed_webhook_for_a_task_the_profile_cannot_read_restarts_the_absent
     before = psql(f"SELECT ambiguous_at FROM operations WHERE id = '{job_id}'")[0][0]
     send_task_webhook(mock, job_id)
     unproven = (f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
-                "AND outcome = 'hint_unproven'")
+                "AND outcome = 'signed_task_unread'")
     deadline = time.monotonic() + 20
     while psql(unproven) == [["0"]]:
         assert time.monotonic() < deadline, psql(
@@ -1093,6 +1104,14 @@ def test_a_signed_webhook_for_a_task_the_profile_cannot_read_restarts_the_absent
     row = psql(f"SELECT state, webhook_hint IS NULL, ambiguous_at > '{before}'::timestamptz "
                f"FROM operations WHERE id = '{job_id}'")
     assert row == [["unknown", "t", "t"]], (row, before)
+    # Should the search not settle it before its window closes (the job in review, written
+    # here as the reconciler would), the verdict is the proof of the task: `absent` is refused.
+    # Before, nothing on the job said a task was signed for, and `absent` sent it again.
+    psql(f"UPDATE operations SET state = 'review', lease_version = lease_version + 1 "
+         f"WHERE id = '{job_id}' AND state = 'unknown'")
+    r = resolve(gw, token, job_id, {"outcome": "absent"})
+    assert r.status == 409 and problem_type(r) == "urn:idemgate:problem:task-known", r
+    time.sleep(0.5)
     assert len(real_creates(mock, job_id)) == 1
 
 
@@ -1179,20 +1198,28 @@ def test_absent_is_refused_while_a_webhooks_task_is_unread(gateway_factory, toke
     assert len(real_creates(mock, job_id)) == 1, "absent sent the create again"
 
 
+@pytest.mark.parametrize("strategy", ["none", "idempotent_resubmit"])
 def test_a_hint_a_profile_cannot_read_by_id_is_kept_and_absent_refused(gateway_factory, token,
-                                                                      mock, psql):
+                                                                      mock, psql, strategy):
     """A synchronous profile whose signed webhooks carry our reference, with no way to read a
     task by its id: the create's answer is lost (unknown), the provider's webhook names the
     job's task (kept as the hint; its event is deduped, never delivered again). Before, the
     reconciler, unable to read it, wrote it "unproven" and cleared the hint; the job reached
     review with nothing on it, and an `absent` sent the create again — a second paid task. Now
-    the hint is kept and the job goes to review at once; `absent` is refused (409 task-known)."""
-    gw, route = referenced_webhooks(gateway_factory, mock, mode="sync",
-                                    reconcile={"strategy": "none", "window_seconds": 3,
-                                               "interval_ms": 300})
+    the hint is kept and the job goes to review at once; `absent` is refused (409 task-known).
+    With a strategy that can search (idempotent_resubmit: a lookup or a list the same way), the
+    webhook comes after the recovery window closed (the job in review, taken back to unknown by
+    it): no search runs any more. Before, the hint was dropped "for the strategy" all the same,
+    and `absent` sent the create again; now it is kept as with strategy none."""
+    reconcile = ({"strategy": "none", "window_seconds": 3, "interval_ms": 300}
+                 if strategy == "none" else
+                 {"strategy": strategy, "window_seconds": 1, "interval_ms": 300})
+    gw, route = referenced_webhooks(gateway_factory, mock, mode="sync", reconcile=reconcile,
+                                    idempotency={"header": "Idempotency-Key"})
     script(mock, [{"fault": "hang"}])
     job_id = gw.submit(token, key(), {"prompt": "x"}, route=route).json()["id"]
-    assert wait_job(gw, token, job_id, {"unknown"}, 15)["state"] == "unknown"
+    waited = {"unknown"} if strategy == "none" else {"review"}
+    assert wait_job(gw, token, job_id, waited, 15)["state"] in waited
     create = send_task_webhook(mock, job_id)
     j = wait_job(gw, token, job_id, {"review", "completed", "failed"}, 20)
     assert j["state"] == "review", j

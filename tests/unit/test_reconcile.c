@@ -217,25 +217,30 @@ static void test_adopt_misses(void **state)
 {
     (void)state;
     static const struct {
-        int operator_found, has_hint, answered, readable_by_id, strategy_none;
+        int operator_found, has_hint, answered, readable_by_id, strategy_none, window_closed;
         enum recon_adopt_miss want;
     } rows[] = {
-        {1, 0, 0, 1, 0, RAM_NAMED_UNREADABLE},
-        {1, 1, 1, 1, 1, RAM_NAMED_UNREADABLE},
-        {0, 0, 0, 1, 0, RAM_STREAM_ID_UNREAD},
-        {0, 0, 1, 1, 1, RAM_STREAM_ID_UNREAD},
-        {0, 1, 1, 1, 0, RAM_NOT_OURS},
-        {0, 1, 1, 1, 1, RAM_NOT_OURS},
-        /* Signed, not readable by id: a strategy that can look searches, its grace from now. */
-        {0, 1, 0, 0, 0, RAM_SEARCH_FROM_NOW},
-        {0, 1, 0, 0, 1, RAM_HINT_REVIEW},
-        {0, 1, 0, 1, 0, RAM_HINT_KEPT},
-        {0, 1, 0, 1, 1, RAM_HINT_KEPT},
+        {1, 0, 0, 1, 0, 0, RAM_NAMED_UNREADABLE},
+        {1, 1, 1, 1, 1, 1, RAM_NAMED_UNREADABLE},
+        {0, 0, 0, 1, 0, 0, RAM_STREAM_ID_UNREAD},
+        {0, 0, 1, 1, 1, 1, RAM_STREAM_ID_UNREAD},
+        {0, 1, 1, 1, 0, 0, RAM_NOT_OURS},
+        {0, 1, 1, 1, 1, 0, RAM_NOT_OURS},
+        {0, 1, 1, 1, 0, 1, RAM_NOT_OURS},
+        /* Signed, not readable by id: a strategy that can look searches, its grace from now —
+         * while the window is open; closed, nothing searches: the hint kept, review. */
+        {0, 1, 0, 0, 0, 0, RAM_SEARCH_FROM_NOW},
+        {0, 1, 0, 0, 0, 1, RAM_HINT_REVIEW},
+        {0, 1, 0, 0, 1, 0, RAM_HINT_REVIEW},
+        {0, 1, 0, 0, 1, 1, RAM_HINT_REVIEW},
+        {0, 1, 0, 1, 0, 0, RAM_HINT_KEPT},
+        {0, 1, 0, 1, 1, 0, RAM_HINT_KEPT},
+        {0, 1, 0, 1, 0, 1, RAM_HINT_KEPT},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         enum recon_adopt_miss got =
             recon_adopt_miss(rows[i].operator_found, rows[i].has_hint, rows[i].answered,
-                             rows[i].readable_by_id, rows[i].strategy_none);
+                             rows[i].readable_by_id, rows[i].strategy_none, rows[i].window_closed);
         if (got != rows[i].want)
             fail_msg("row %zu: %d, want %d", i, (int)got, (int)rows[i].want);
     }
