@@ -537,10 +537,23 @@ static void ready_answer(struct hs_req *r, int detailed)
     reply_json(r, ready ? 200 : 503, o);
 }
 
+/* Whether /readyz names the tripped providers and failing statements: to whoever may read
+ * /metrics where it answers. With a metrics token, to it and the admin token only (before, the
+ * metrics listener's /readyz told them to anyone beside a /metrics that refused them). */
+static int ready_detailed(struct hs_req *r, int metrics_listener)
+{
+    const struct cfg *cfg = api_cfg(r);
+    if (token_is(r, cfg->admin_token_sha256))
+        return 1;
+    if (!metrics_listener && *cfg->metrics_listen_host) /* the API's, metrics elsewhere */
+        return 0;
+    return !*cfg->metrics_token_sha256 || token_is(r, cfg->metrics_token_sha256);
+}
+
 void admin_ready_serve(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
-    ready_answer(r, 1);
+    ready_answer(r, ready_detailed(r, 1));
 }
 
 /* On the API's listener once metrics have their own (metrics_listen): the answer without which
@@ -549,8 +562,7 @@ void admin_ready_serve(struct hs_req *r, const struct api_args *a)
 void admin_ready(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
-    const struct cfg *cfg = api_cfg(r);
-    ready_answer(r, !*cfg->metrics_listen_host || token_is(r, cfg->admin_token_sha256));
+    ready_answer(r, ready_detailed(r, 0));
 }
 
 /* What store_gauges read, kept until every family can be printed whole: the database answers

@@ -216,7 +216,13 @@ def test_metrics_token(gateway_factory, token):
             r = http.request("GET", "/metrics", headers={"Authorization": f"Bearer {t}"})
             assert r.status == 200 and "idemgate_database_up 1" in r.body.decode(), r
         assert http.request("GET", "/healthz").status == 200
-        assert http.request("GET", "/readyz").status == 200
+        # The probe answers anyone; which providers are tripped and which statements fail only
+        # whoever may read /metrics there (before, the metrics listener told them to anyone).
+        for t, shown in ((None, False), (token, False), (secret, True), (admin, True)):
+            h = {"Authorization": f"Bearer {t}"} if t else {}
+            r = http.request("GET", "/readyz", headers=h)
+            assert r.status == 200 and r.json()["ready"] is True, r
+            assert ("tripped_providers" in r.json()) == shown, (t == secret, t == admin, r)
     for gw in (plain, split):
         assert secret not in gw.log() and admin not in gw.log()
     # A malformed hash is a configuration error, not a metrics endpoint open to anyone.
