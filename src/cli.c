@@ -196,8 +196,8 @@ int cli_usage(const struct cfg *cfg, int argc, char **argv)
         printf("usage: idemgate usage [--tenant NAME] [--from DATE] [--to DATE] "
                "[--group-by provider|route|day]\n"
                "  prints GET /v1/usage's document for every tenant (or one): the settled cost of\n"
-               "  completed and canceled jobs that finished in [from, to) (default: this UTC\n"
-               "  month), and the budgets\n");
+               "  completed, canceled and abandoned jobs that finished in [from, to) (default:\n"
+               "  this UTC month), and the budgets\n");
         return 0;
     }
     static const char *const valued[] = {"--tenant", "--from", "--to", "--group-by", NULL};
