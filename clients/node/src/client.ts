@@ -358,7 +358,15 @@ export class Client {
     const path = `/v1/providers/${segments.map(encodeURIComponent).join("/")}`;
     const open = async (): Promise<OpenedStream> => {
       const ac = new AbortController();
-      const timer = setTimeout(() => ac.abort(), (this.timeoutSeconds + wait) * 1000);
+      // An idle timeout, armed again by every piece that arrives (as the Python client's socket
+      // timeout is per read): set once for the whole stream, it cut every stream after 90 s
+      // however fast its events came, and each was read again from its start.
+      const idleMs = (this.timeoutSeconds + wait) * 1000;
+      let timer = setTimeout(() => ac.abort(), idleMs);
+      const arm = () => {
+        clearTimeout(timer);
+        timer = setTimeout(() => ac.abort(), idleMs);
+      };
       try {
         const res = await fetch(this.#base + path, {
           method: "POST",
@@ -372,9 +380,16 @@ export class Client {
           signal: ac.signal,
         });
         const reader = res.body;
+        arm();
         return {
           status: res.status, headers: res.headers,
-          body: reader ?? (async function* () { /* no body */ })(),
+          body: (async function* () {
+            if (!reader) return;
+            for await (const piece of reader) {
+              arm();
+              yield piece;
+            }
+          })(),
           close: () => { clearTimeout(timer); ac.abort(); },
         };
       } catch (e) {
@@ -382,7 +397,7 @@ export class Client {
         throw e;
       }
     };
-    return streamEvents(open, key, this.retry.maxAttempts, this.#sleep);
+    return streamEvents(open, key, this.retry, this.#sleep, () => this.#random());
   }
 
   async #submit(s: Submission, wait: number | undefined): Promise<JobHandle> {

@@ -19,8 +19,8 @@ export {
 } from "./errors.js";
 export type { ErrorDetails } from "./errors.js";
 export { canonicalJson, deriveKey } from "./keys.js";
-export { EventParser, JobEnded, StreamCut, StreamDiverged, streamEvents } from "./stream.js";
-export type { OpenedStream, StreamEvent } from "./stream.js";
+export { EventParser, JobEnded, StreamCut, StreamDiverged, streamAnswerKind, streamEvents } from "./stream.js";
+export type { OpenedStream, StreamAnswerKind, StreamEvent } from "./stream.js";
 export type { DeriveKeyOptions, Identity, IdentityValue } from "./keys.js";
 export {
   RETRY_STATUSES, RetryPolicy, classify, isTransportError, parseRetryAfter, pollDelay,

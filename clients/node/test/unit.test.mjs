@@ -592,3 +592,106 @@ test("no whole stream anywhere is a StreamCut naming the job", async () => {
   }, (e) => e instanceof StreamCut && e.jobId === "job_1");
   assert.deepEqual(got, EVENTS.slice(0, 1));
 });
+
+import { RetryPolicy as StreamRetry, Unknown as StreamUnknown, RateLimited as StreamRateLimited,
+         streamAnswerKind } from "../dist/index.js";
+
+const JOBDOC = { "content-type": "application/json", "x-idemgate-job-id": "job_1" };
+
+test("what a stream's open answered without events means (streamAnswerKind)", () => {
+  const rows = [
+    [202, JOBDOC, '{"id":"job_1","state":"sending"}', false, "pending", "sending"],
+    [202, JOBDOC, '{"id":"job_1","state":"prepared"}', false, "pending", "prepared"],
+    [202, JOBDOC, '{"id":"job_1","state":"accepted"}', false, "pending", "accepted"],
+    [202, JOBDOC, '{"id":"job_1","state":"unknown"}', false, "cut", "unknown"],
+    [202, JOBDOC, '{"id":"job_1","state":"review"}', false, "cut", "review"],
+    [200, { "content-type": "application/json" }, '{"id":"job_1","state":"completed","terminal":true}',
+     false, "ended", "completed"],
+    [202, JOBDOC, "not json", false, "cut", undefined],
+    [200, { "content-type": "application/json" }, "{}", true, "cut", undefined],
+    [503, { ...JOBDOC, "x-idemgate-state": "failed" }, "{}", false, "ended", "failed"],
+    [503, { "content-type": "application/problem+json" }, "{}", false, "retry", undefined],
+    [429, { "content-type": "application/problem+json" }, "{}", true, "retry", undefined],
+    [422, { "content-type": "application/problem+json" }, "{}", false, "fail", undefined],
+  ];
+  for (const [status, headers, text, hadJob, kind, state] of rows) {
+    assert.deepEqual(streamAnswerKind(status, new Headers(headers), text, hadJob), { kind, state },
+                     `${status} ${text}`);
+  }
+});
+
+test("a wait that ran out before the first output opens the stream again with the same key", async () => {
+  // Before, a StreamCut ("paid and in doubt"): a caller asking again under a new key paid twice.
+  const answers = [opened(202, JOBDOC, ['{"id":"job_1","state":"sending"}']), opened(200, SSE, PIECES)];
+  let opens = 0;
+  const got = [];
+  for await (const ev of streamEvents(async () => answers[opens++], "k1", 6, async () => {})) got.push(ev);
+  assert.equal(opens, 2);
+  assert.deepEqual(got, EVENTS);
+});
+
+test("a job still on its way after every wait is Unknown, naming the job", async () => {
+  let opens = 0;
+  const open = async () => { opens++; return opened(202, JOBDOC, ['{"id":"job_1","state":"accepted"}']); };
+  await assert.rejects(async () => {
+    for await (const ev of streamEvents(open, "k1", 3, async () => {})) void ev;
+  }, (e) => e instanceof StreamUnknown && e.jobId === "job_1" && e.state === "accepted");
+  assert.equal(opens, 3);
+});
+
+test("a passing refusal opens the stream again with the same key after its Retry-After", async () => {
+  // 503 store-unavailable may follow a commit whose answer was lost; before, thrown at once.
+  const answers = [
+    opened(503, { "content-type": "application/problem+json", "retry-after": "2" },
+           ['{"type":"urn:idemgate:problem:store-unavailable"}']),
+    opened(429, { "content-type": "application/problem+json", "retry-after": "1" },
+           ['{"type":"urn:idemgate:problem:rate-limited"}']),
+    opened(200, SSE, PIECES)];
+  let opens = 0;
+  const slept = [];
+  const got = [];
+  for await (const ev of streamEvents(async () => answers[opens++], "k1", new StreamRetry(),
+                                      async (s) => { slept.push(s); }, () => 0)) got.push(ev);
+  assert.deepEqual(got, EVENTS);
+  assert.deepEqual(slept, [2, 1]);
+  let n = 0;
+  const limited = async () => {
+    n++;
+    return opened(429, { "content-type": "application/problem+json" },
+                  ['{"type":"urn:idemgate:problem:rate-limited"}']);
+  };
+  await assert.rejects(async () => {
+    for await (const ev of streamEvents(limited, "k1", new StreamRetry({ maxAttempts: 4 }), async () => {},
+                                        () => 0)) void ev;
+  }, (e) => e instanceof StreamRateLimited && /same key/.test(e.message));
+  assert.equal(n, 4);
+});
+
+test("a stream whose events keep coming is not cut by a deadline for the whole of it", async (t) => {
+  // The open's timeout is an idle one, armed again by every piece. Before, it was set once for
+  // the whole stream (timeoutSeconds + wait): a stream longer than that was cut however fast
+  // its events came, and read again from its start (opened twice here).
+  let opens = 0;
+  const server = createServer((req, res) => {
+    opens++;
+    req.resume();
+    req.on("end", async () => {
+      res.writeHead(200, { "content-type": "text/event-stream", "x-idemgate-job-id": "job_1" });
+      for (let i = 0; i < 8; i++) {
+        res.write(`data: ${i}\n\n`);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      res.end("data: [DONE]\n\n");
+    });
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  t.after(() => new Promise((r) => server.close(r)));
+  // An idle allowance of 1.2 s (0.2 + a wait of 1) for a stream of 2 s whose pieces come every 0.25 s.
+  const c = new Client({ baseUrl: `http://127.0.0.1:${server.address().port}`, token: "t",
+                         timeoutSeconds: 0.2, maxWaitSeconds: 1 });
+  const got = [];
+  for await (const ev of c.stream("p/chat/completions", { model: "m" }, "k1", { wait: 1 })) got.push(ev.data);
+  assert.deepEqual(got, ["0", "1", "2", "3", "4", "5", "6", "7", "[DONE]"]);
+  assert.equal(opens, 1);
+});

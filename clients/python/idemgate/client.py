@@ -240,8 +240,11 @@ class Client:
         """A streamed LLM call (`"stream": true` is set in a dict body): yields stream.Event
         objects as the provider sends them. A dropped connection is resumed with the same key:
         the gateway replays its record (or joins the live stream), and the events already
-        yielded are skipped, so each is seen once. Raises stream.StreamCut when no whole stream
-        exists (cut at the provider: the job is in doubt), and the errors of submit()."""
+        yielded are skipped, so each is seen once. A wait that ran out before the first output
+        (the job still on its way) and the gateway's passing refusals (429, 503) are opened
+        again with the same key. Raises stream.StreamCut when no whole stream exists (cut at
+        the provider: the job is in doubt), Unknown (with the job id) when the job is still on
+        its way after every wait, and the errors of submit()."""
         if not key or not isinstance(key, str):
             raise ValueError("an Idempotency-Key is required: derive it with derive_key()")
         if isinstance(body, dict):

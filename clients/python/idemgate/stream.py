@@ -11,8 +11,10 @@ job's id."""
 import http.client
 import json
 
+import time
+
 from . import policy
-from .errors import IdemgateError, Unavailable, error_for
+from .errors import IdemgateError, Unavailable, Unknown, error_for
 
 
 class Event:
@@ -120,11 +122,51 @@ def _lines(resp):
         buf = buf[start:]
 
 
+# What an answer that is not an event stream means (answer_kind).
+ENDED = "ended"      # the job's stored end: final, never retried
+CUT = "cut"          # the job is in doubt (`unknown`, `review`): its stream was cut at the provider
+PENDING = "pending"  # the job is on its way (the wait ran out first): open again, same key
+RETRY = "retry"      # the gateway's passing refusal (429, 5xx): back off, open again, same key
+FAIL = "fail"        # the request is wrong: raise its error
+
+IN_DOUBT = frozenset({"unknown", "review"})
+
+
+def answer_kind(status, headers, data, had_job=False):
+    """What a stream's open answered without an event stream means, and the job's state when
+    it names one (kind, state). Pure. A job document (202: the wait ran out before the first
+    output — a model thinking, a provider's 429 backed off, the record on another replica — or
+    a 2xx job) is read by its state: ended, in doubt, or still on its way. Before, every 202
+    was a StreamCut ("paid and in doubt"), and a caller that took it for a failure and asked
+    again under a new key paid twice; a 503 or a 429 was raised at once, never retried."""
+    job = None
+    if 200 <= status < 300:
+        try:
+            doc = json.loads(data or b"null")
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("state"), str) and "id" in doc:
+            job = doc
+    if job is not None:
+        state = job["state"]
+        if policy.is_terminal(job):
+            return ENDED, state
+        return (CUT if state in IN_DOUBT else PENDING), state
+    if status == 202 or (200 <= status < 300 and (had_job or "x-idemgate-job-id" in headers)):
+        return CUT, None  # a job answered without a document to read: in doubt, as before
+    if "x-idemgate-job-id" in headers:
+        # The job's stored end, whatever the status (policy.classify): not the gateway's
+        # refusal, never an outage to retry.
+        return ENDED, headers.get("x-idemgate-state")
+    return (RETRY if policy.classify(status, headers) == policy.RETRY else FAIL), None
+
+
 def stream_events(client, route, body, key, wait, open_stream=None):
     """The generator behind Client.stream (see there). open_stream(route, body, key, wait) →
     (status, headers, lines, close) may be replaced (tests)."""
     opener = open_stream or client._open_stream
     given, attempt, job_id = [], 0, None  # the events the caller has, to check replays against
+    start = time.monotonic()
     while True:
         attempt += 1
         try:
@@ -134,28 +176,50 @@ def stream_events(client, route, body, key, wait, open_stream=None):
                 raise
             client._sleep(min(1.0, 0.05 * attempt))
             continue
+        retry_in = None
         try:
             job_id = headers.get("x-idemgate-job-id", job_id)
             ctype = headers.get("content-type", "")
             if not ctype.startswith("text/event-stream"):
                 data = b"".join(lines)
-                if status == 202 or (200 <= status < 300 and job_id):
-                    # A job, not its events: not terminal within the wait (a stream in doubt is
-                    # `unknown`), or answered whole.
-                    raise StreamCut(f"job {job_id}: no whole stream to give (HTTP {status})",
-                                    job_id=job_id, status=status, key=key)
-                if "x-idemgate-job-id" in headers:
-                    # The job's stored end, whatever the status (policy.classify): not the
-                    # gateway's refusal, never an outage to retry.
-                    state = headers.get("x-idemgate-state")
+                kind, state = answer_kind(status, headers, data, had_job=job_id is not None)
+                if kind == ENDED:
                     raise JobEnded(f"job {job_id} ended {state or ''} (HTTP {status})",
                                    job_id=job_id, state=state, body=data, status=status,
                                    key=key)
+                if kind == CUT:
+                    raise StreamCut(f"job {job_id}: no whole stream to give (HTTP {status})",
+                                    job_id=job_id, status=status, key=key)
                 try:
                     problem = json.loads(data or b"{}")
                 except ValueError:
                     problem = {}
-                raise error_for(status, problem, key=key)
+                if not isinstance(problem, dict):
+                    problem = {}
+                if kind == PENDING:
+                    job_id = problem.get("id", job_id)
+                    if attempt > client.retry.max_attempts:
+                        raise Unknown(f"job {job_id} is still {state} after {attempt} waits: "
+                                      "its stream has not begun; stream it again with the same "
+                                      "key, or wait for the job by id — never a new key",
+                                      job_id=job_id, state=state, job=problem, key=key)
+                    if client._log:
+                        client._log(f"stream {key}: job {job_id} still {state}; again with the "
+                                    "same key")
+                    continue
+                hint = policy.parse_retry_after(headers.get("retry-after"), time.time())
+                if kind == RETRY:
+                    retry_in = client.retry.next_delay(attempt, time.monotonic() - start, hint,
+                                                       client._rnd())
+                if retry_in is None:
+                    err = error_for(status, problem, key=key, retry_after=hint)
+                    if kind == RETRY:
+                        err.args = (f"{err.args[0]} (after {attempt} attempts with the same "
+                                    "key)",)
+                    raise err
+                if client._log:
+                    client._log(f"stream {key}: {status}; again in {retry_in:.1f}s, same key")
+                continue
             n = 0
             try:
                 for ev in parse_events(lines):
@@ -173,6 +237,8 @@ def stream_events(client, route, body, key, wait, open_stream=None):
                 pass
         finally:
             close()
+            if retry_in:
+                client._sleep(retry_in)
         if attempt > client.retry.max_attempts:
             raise Unavailable(f"stream {key}: cut on each of {attempt} attempts", key=key)
         if client._log:

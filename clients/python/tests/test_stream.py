@@ -159,3 +159,79 @@ def test_a_body_cut_before_its_end_is_a_cut_not_a_whole_stream(raw, cut):
         ended = False
     assert got == [b"data:1\n", b"\n", b"data:2\n", b"\n"], got
     assert ended is not cut
+
+
+JOB = {"content-type": "application/json", "x-idemgate-job-id": "job_1"}
+
+
+@pytest.mark.parametrize("status,headers,data,had_job,want", [
+    # A job document: read by its state.
+    (202, JOB, b'{"id":"job_1","state":"sending"}', False, ("pending", "sending")),
+    (202, JOB, b'{"id":"job_1","state":"prepared"}', False, ("pending", "prepared")),
+    (202, JOB, b'{"id":"job_1","state":"accepted"}', False, ("pending", "accepted")),
+    (202, JOB, b'{"id":"job_1","state":"unknown"}', False, ("cut", "unknown")),
+    (202, JOB, b'{"id":"job_1","state":"review"}', False, ("cut", "review")),
+    (200, {"content-type": "application/json"}, b'{"id":"job_1","state":"completed",'
+     b'"terminal":true}', False, ("ended", "completed")),
+    # A job without a document to read: in doubt, as before.
+    (202, JOB, b"not json", False, ("cut", None)),
+    (200, {"content-type": "application/json"}, b"{}", True, ("cut", None)),
+    # A terminal job's stored answer, whatever its status.
+    (503, dict(JOB, **{"x-idemgate-state": "failed"}), b"{}", False, ("ended", "failed")),
+    # The gateway's own refusals: passing, or the request's.
+    (503, {"content-type": "application/problem+json"}, b"{}", False, ("retry", None)),
+    (429, {"content-type": "application/problem+json"}, b"{}", True, ("retry", None)),
+    (422, {"content-type": "application/problem+json"}, b"{}", False, ("fail", None)),
+])
+def test_answer_kind(status, headers, data, had_job, want):
+    from idemgate.stream import answer_kind
+    assert answer_kind(status, headers, data, had_job) == want
+
+
+def test_a_wait_that_ran_out_before_the_first_output_opens_again_with_the_same_key():
+    """202 with a job still on its way (a model thinking past the wait, a provider's 429 backed
+    off): not a cut. Before, StreamCut ("paid and in doubt") — a caller asking again under a
+    new key paid twice."""
+    script = Script((202, JOB, iter([b'{"id":"job_1","state":"sending"}'])),
+                    (200, SSE, iter(WHOLE)))
+    assert list(_run(script)) == EVENTS
+    assert [c[2] for c in script.calls] == ["k1", "k1"]
+
+
+def test_a_job_still_on_its_way_after_every_wait_is_unknown_naming_the_job():
+    from idemgate import Unknown
+    c = client()
+    waits = [(202, JOB, iter([b'{"id":"job_1","state":"accepted"}']))
+             for _ in range(c.retry.max_attempts + 1)]
+    script = Script(*waits)
+    with pytest.raises(Unknown) as e:
+        list(stream_events(c, "p/chat/completions", b"{}", "k1", 5, open_stream=script))
+    assert (e.value.job_id, e.value.state) == ("job_1", "accepted")
+    assert len(script.calls) == c.retry.max_attempts + 1
+
+
+def test_a_passing_refusal_is_retried_with_the_same_key_after_its_retry_after():
+    """503 store-unavailable (which may follow a commit whose answer was lost) and 429 are
+    answered again with the same key, after Retry-After. Before, raised at once."""
+    slept = []
+    c = Client("http://127.0.0.1:1", "t", sleep=slept.append, rnd=lambda: 0.0)
+    script = Script((503, {"content-type": "application/problem+json", "retry-after": "2"},
+                     iter([b'{"type":"urn:idemgate:problem:store-unavailable"}'])),
+                    (429, {"content-type": "application/problem+json", "retry-after": "1"},
+                     iter([b'{"type":"urn:idemgate:problem:rate-limited"}'])),
+                    (200, SSE, iter(WHOLE)))
+    got = list(stream_events(c, "p/chat/completions", b"{}", "k1", 5, open_stream=script))
+    assert got == EVENTS and [x[2] for x in script.calls] == ["k1"] * 3
+    assert slept == [2.0, 1.0], slept
+
+
+def test_a_refusal_that_lasts_is_raised_after_the_retries():
+    from idemgate import RateLimited
+    c = Client("http://127.0.0.1:1", "t", sleep=lambda s: None, rnd=lambda: 0.0)
+    answers = [(429, {"content-type": "application/problem+json"},
+                iter([b'{"type":"urn:idemgate:problem:rate-limited"}']))
+               for _ in range(c.retry.max_attempts)]
+    script = Script(*answers)
+    with pytest.raises(RateLimited) as e:
+        list(stream_events(c, "p/chat/completions", b"{}", "k1", 5, open_stream=script))
+    assert "same key" in str(e.value) and len(script.calls) == c.retry.max_attempts
