@@ -32,15 +32,24 @@ provider's credential is tripped) stops the whole run — every next row would f
 Outputs of completed jobs are downloaded from the gateway's archive (GET
 /v1/jobs/{id}/outputs/{n}, Client.outputs: waiting up to --archive-timeout for the copies) into
 --out, each checked against its SHA-256 and saved with its type's extension, when the gateway
-archives outputs; otherwise the results name the provider's outputs as the job shows them.
+archives outputs; otherwise the results name the provider's outputs as the job shows them. A
+completed job whose copies are still being made when the wait runs out is not finished: the row
+stays `submitted` (note: run again), and the next run reads its job again and downloads them.
+
+A row's body is compared with the earlier run's by its canonical JSON (members sorted), as the
+gateway compares requests: reordered members or CSV columns are the same row. A row whose body
+really changed but whose identity did not: not sent yet, it is sent with the new body; with a
+job, it keeps that job (its key holds it: the gateway would refuse the new body with a 422),
+which is waited for and collected as before, with a warning on stderr and in the results. A new
+output needs a new identity.
 
 A job cancelled meanwhile (by someone else: the runner never cancels) that the provider ended
 is the row's final state `canceled`, with its spend: it is not failed, and not sent again.
 
 At the end: a summary table on stdout and a results JSONL (--results), one line per row.
-Exit status: 0 every row completed · 1 some row failed, was canceled or was refused · 2 the run was stopped
-(401/402) · 3 the manifest or the options are wrong · 4 some rows are not finished yet (run
-again: they resume).
+Exit status: 0 every row completed · 1 some row failed, was canceled or was refused · 2 the run
+was stopped (401/402) · 3 the manifest or the options are wrong · 4 some rows are not finished
+yet, their outputs not downloaded included (run again: they resume).
 """
 
 import argparse
@@ -91,11 +100,27 @@ class ManifestError(Exception):
     pass
 
 
+# The note of a completed row whose outputs are still being archived. Versions before this one
+# recorded such a row as `completed` with this note: a run finding one goes back to its job.
+OUTPUTS_PENDING = "outputs not archived yet (pending): run again to download them"
+
+
+def _sha256_json(body, sort_keys):
+    text = json.dumps(body, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class Row:
     def __init__(self, line, route, body, key):
         self.line, self.route, self.body, self.key = line, route, body, key
         self.body_bytes = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        self.body_sha256 = hashlib.sha256(self.body_bytes).hexdigest()
+        # The gateway takes the same members in another order (or spacing) for the same
+        # request, so whether a row's body changed is asked of its canonical form: a manifest
+        # regenerated with reordered members, or a CSV with reordered columns, is the same rows.
+        self.body_sha256 = _sha256_json(body, sort_keys=True)
+        # Earlier versions stored the hash of the members in the manifest's order: a stored
+        # hash equal to that is this same body, not a changed one.
+        self.unsorted_sha256 = _sha256_json(body, sort_keys=False)
 
 
 def _field(row, name):
@@ -335,6 +360,11 @@ class Runner:
                 "currency": spend[1] if spend else None}
         if job.ok:
             cols["outputs"], cols["note"] = self._outputs(row, job)
+            if cols["note"] == OUTPUTS_PENDING:
+                # Paid for but not in hand: not final, so that the next run reads the job again
+                # and downloads its outputs (never a new submit: the row keeps its job id), and
+                # the exit status says to run again.
+                cols["state"] = SUBMITTED
         elif job.canceled:  # the provider ended its task on a cancel: no result, maybe a cost
             cols["note"] = f"canceled (task {job.remote_id}): {job.get('last_error')}"
         else:
@@ -369,7 +399,7 @@ class Runner:
                 if not e.pending:
                     return None, f"outputs: {e}"
                 if left <= 5.0 or self.stop.is_set():
-                    return None, "outputs not archived yet (pending): run again to download them"
+                    return None, OUTPUTS_PENDING
                 continue
             except IntegrityError as e:
                 return None, f"outputs: {e}"
@@ -448,21 +478,49 @@ class Runner:
         return (f"[{'#' * filled}{'.' * (width - filled)}] {final}/{total} "
                 f"· {rate:.2f} rows/s · ETA {eta} · {states}{money}")
 
+    def _reconcile(self, row, s):
+        """Brings the stored row s (updated in place) up to this manifest and this version;
+        returns whether its body changed while its key holds a job."""
+        def update(**cols):
+            self.state.update(row.key, **cols)
+            s.update(cols)
+        if s["body_sha256"] == row.unsorted_sha256 != row.body_sha256:
+            update(body_sha256=row.body_sha256)  # an earlier version's hash of this same body
+        if s["state"] == COMPLETED and s["job_id"] and s["outputs"] is None \
+                and s["note"] == OUTPUTS_PENDING:
+            update(state=SUBMITTED)  # an earlier version took it for final: collect it now
+        if s["body_sha256"] == row.body_sha256:
+            return False
+        if s["job_id"]:
+            # The key holds that job, made from the earlier body, and the gateway refuses the
+            # new body under it (422). Calling the row an error would leave a paid job
+            # uncollected and invite a new identity, a second payment: keep collecting the job,
+            # and keep its body's hash so that every run warns.
+            return True
+        if s["state"] in (PENDING, SUBMITTING):
+            # Not sent, or in doubt: sent with the new body under the same key, the gateway
+            # either creates it (the earlier request never arrived) or answers 422, the row's
+            # error, never a second job.
+            update(body_sha256=row.body_sha256)
+        return False
+
     def run(self):
         earlier = self.state.known(self.rows)
         stored = self.state.load(self.rows)
+        changed = [r for r in self.rows if self._reconcile(r, stored[r.key])]
         if earlier:
             print(resume_line(self.state.path, earlier, len(self.rows),
                               [stored[r.key] for r in self.rows]), file=self.err, flush=True)
+        if changed:
+            lines = ", ".join(str(r.line) for r in changed[:10]) + (", …" if changed[10:] else "")
+            print(f"idemgate-batch: warning: the body changed since an earlier run but not the "
+                  f"identity on {len(changed)} row(s) (lines {lines}): each keeps the job its "
+                  "key already holds, made from the earlier body, and collects it (the gateway "
+                  "would refuse the new body: 422). A new output needs a new identity.",
+                  file=self.err, flush=True)
         todo = []
         for r in self.rows:
             s = stored[r.key]
-            if s["body_sha256"] != r.body_sha256 and s["state"] != ERROR:
-                self.state.update(r.key, state=ERROR,
-                                  error="the row's body changed since an earlier run but its "
-                                        "identity did not (the gateway would answer 422): "
-                                        "give the new output a new identity")
-                continue
             if s["state"] not in FINAL:
                 todo.append((r, s))
         started = time.monotonic()
@@ -515,6 +573,9 @@ class Runner:
                     out["error"] = r["error"]
                 if r["note"]:
                     out["note"] = r["note"]
+                if r["job_id"] and r["body_sha256"] != row.body_sha256:
+                    out["warning"] = ("the row's body changed since its job was made, its "
+                                      "identity did not: this is the earlier body's job")
                 if r["outputs"]:
                     out["outputs"] = json.loads(r["outputs"])
                 if r["spend_micros"] is not None:

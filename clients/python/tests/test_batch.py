@@ -3,6 +3,7 @@ run stopped by a held-back job, a row left for the next run and resumed with the
 outputs recorded. The runner against the real gateway (kill -9, one create per row) is in
 tests/integration/test_python_client.py."""
 
+import hashlib
 import io
 import json
 import os
@@ -20,10 +21,11 @@ class FakeClient:
     """Plays the gateway: script(row_prompt) -> what submit does for that row."""
 
     def __init__(self, script):
-        self.script, self.submits, self.jobs = script, [], {}
+        self.script, self.submits, self.jobs, self.bodies = script, [], {}, []
 
     def submit(self, route, body, key, wait=None):
         self.submits.append(key)
+        self.bodies.append(json.loads(body))
         prompt = json.loads(body)["prompt"]
         act = self.script.get(prompt, "complete")
         if isinstance(act, Exception):
@@ -36,6 +38,8 @@ class FakeClient:
                     "blocked": {"reason": "the provider's credential is tripped"}}
         if act == "archived":
             data["archive"] = [{"index": 0, "state": "archived", "sha256": "ab" * 32}]
+        if act == "running":  # the provider has it: paid for, not finished when the run ends
+            data = {"id": jid, "state": "sending", "terminal": False, "idempotency_key": key}
         if act == "canceled":  # someone cancelled it; the provider ended the task (and bills it)
             data.update(state="canceled", remote_id="task_" + key[:6], cancel_requested_at="t",
                         last_error="canceled at the provider on our request: stopped")
@@ -183,6 +187,63 @@ def test_outputs_still_pending_are_waited_for_then_recorded(tmp_path):
     assert len(c.outputs_timeouts) == 4 and all(0 < t <= 5 for t in c.outputs_timeouts)
 
 
+def _pending_until_the_wait_runs_out(c, r):
+    c.pending_outputs = ["pending"]
+    r.archive_timeout = 0
+
+
+def _pending_until_the_run_is_stopped(c, r):
+    c.pending_outputs = ["pending"]
+    r.archive_timeout = 60
+    orig = c.outputs
+
+    def stop_then_pending(*a, **k):
+        r.stop.set()
+        return orig(*a, **k)
+    c.outputs = stop_then_pending
+
+
+@pytest.mark.parametrize("pending", [_pending_until_the_wait_runs_out,
+                                     _pending_until_the_run_is_stopped])
+def test_a_completed_job_whose_outputs_are_not_archived_yet_is_collected_by_the_next_run(
+        tmp_path, pending):
+    """The job is paid for but its outputs are not in hand: the row is not final, the exit
+    status says run again, and the next run reads the same job and downloads them (before, the
+    row was `completed` with a note saying run again, and a run again skipped it: exit 0)."""
+    rows, state, c = make(tmp_path, ["a"], {"a": "archived"})
+    r = runner(c, state, rows, tmp_path)
+    pending(c, r)
+    r.run()
+    [out] = r.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "submitted" and out["job_state"] == "completed", out
+    assert out["note"] == batch.OUTPUTS_PENDING and out["outputs"] is None, out
+    assert out["spend_micros"] == 40000, "the spend is recorded at once"
+    assert batch.exit_code([out], False) == batch.EXIT_UNFINISHED
+    vars(c).pop("outputs", None)  # the archive has caught up (and nothing stops the run)
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    [out] = r2.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "completed" and out["note"] is None, out
+    assert json.loads(out["outputs"])[0]["sha256"] == "ab" * 32
+    assert c.submits == [rows[0].key], "never a new submit: the row's job is read again"
+    assert batch.exit_code([out], False) == batch.EXIT_OK
+
+
+def test_a_row_an_earlier_version_left_completed_without_its_outputs_is_collected(tmp_path):
+    """Earlier versions recorded the same case as `completed` with the pending note: a run
+    finds such a row and goes back to its job."""
+    rows, state, c = make(tmp_path, ["a"], {"a": "archived"})
+    c.pending_outputs = ["pending"]
+    runner(c, state, rows, tmp_path, archive_timeout=0).run()
+    state.update(rows[0].key, state="completed")  # as the earlier version wrote it
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    assert "1 with a job" in r2.err.getvalue(), r2.err.getvalue()
+    [out] = r2.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "completed" and out["outputs"] and out["note"] is None, out
+    assert c.submits == [rows[0].key]
+
+
 def test_without_an_archive_the_provider_urls_are_named_not_downloaded(tmp_path):
     rows, state, c = make(tmp_path, ["a"], {})
     orig = c.submit
@@ -198,6 +259,118 @@ def test_without_an_archive_the_provider_urls_are_named_not_downloaded(tmp_path)
     [line] = [json.loads(x) for x in open(tmp_path / "res.jsonl")]
     assert line["outputs"] == [{"index": 0, "url": "http://x/1.png"}]
     assert "no archive" in line["note"]
+
+
+# --- a row's body compared with an earlier run's ----------------------------------------------
+
+def write_manifest(path, bodies):
+    """bodies: {prompt: body}, one JSONL row each, identified by its prompt."""
+    path.write_text("".join(json.dumps({"route": "p/r", "identity": {"p": p}, "body": b}) + "\n"
+                            for p, b in bodies.items()))
+    return batch.read_manifest(str(path))
+
+
+@pytest.mark.parametrize("a,b,same", [
+    ({"prompt": "x", "n": 1}, {"n": 1, "prompt": "x"}, True),
+    ({"prompt": "x", "opt": {"a": 1, "b": [1, {"c": 2, "d": 3}]}},
+     {"opt": {"b": [1, {"d": 3, "c": 2}], "a": 1}, "prompt": "x"}, True),
+    ({"prompt": "x", "n": 1}, {"prompt": "x", "n": 2}, False),
+    ({"prompt": "x", "b": [1, 2]}, {"prompt": "x", "b": [2, 1]}, False),  # arrays keep order
+])
+def test_a_bodys_hash_ignores_member_order_as_the_gateway_does(a, b, same):
+    ra, rb = batch.Row(1, "p/r", a, "k"), batch.Row(1, "p/r", b, "k")
+    assert (ra.body_sha256 == rb.body_sha256) is same
+
+
+def test_reordered_csv_columns_are_the_same_rows(tmp_path):
+    (tmp_path / "1.csv").write_text("route,identity.p,body.prompt,body.n:int\np/r,x,hi,1\n")
+    (tmp_path / "2.csv").write_text("body.n:int,identity.p,route,body.prompt\n1,x,p/r,hi\n")
+    [r1], [r2] = (batch.read_manifest(str(tmp_path / n)) for n in ("1.csv", "2.csv"))
+    assert (r1.key, r1.body_sha256) == (r2.key, r2.body_sha256)
+
+
+def test_a_manifest_regenerated_with_reordered_members_resumes_every_row(tmp_path):
+    """A finished row, a row whose job is still running and a row in doubt, resumed from a
+    manifest whose bodies list their members in another order: the same requests, so nothing
+    turns into an error (before: all three were `error`, the running job never collected)."""
+    m = tmp_path / "m.jsonl"
+    rows = write_manifest(m, {p: {"prompt": p, "n": 1} for p in "abc"})
+    c = FakeClient({"b": "running", "c": Unavailable("503", key="k")})
+    r = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r.run()
+    assert [x["state"] for x in r.results(str(tmp_path / "res.jsonl"))] == \
+        ["completed", "submitted", "submitting"]
+    c.jobs["job_" + rows[1].key[:12]].update(state="completed", terminal=True)
+    c.script = {}
+    rows = write_manifest(m, {p: {"n": 1, "prompt": p} for p in "abc"})
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    out = r2.results(str(tmp_path / "res.jsonl"))
+    assert [x["state"] for x in out] == ["completed"] * 3, out
+    assert c.submits == [rows[0].key, rows[1].key, rows[2].key, rows[2].key]
+    assert "warning" not in r2.err.getvalue()
+    assert batch.exit_code(out, False) == batch.EXIT_OK
+
+
+def test_a_state_file_of_an_earlier_version_keeps_its_rows(tmp_path):
+    """Earlier versions stored the hash of the body in the manifest's member order: that hash
+    is the same body, and it is rewritten in the canonical form, so that a later reordered
+    manifest is the same rows too."""
+    m = tmp_path / "m.jsonl"
+    rows = write_manifest(m, {"a": {"prompt": "a", "n": 1}})
+    c = FakeClient({})
+    runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path).run()
+    unsorted = hashlib.sha256(b'{"prompt":"a","n":1}').hexdigest()
+    assert unsorted != rows[0].body_sha256
+    batch.State(str(tmp_path / "s.sqlite")).update(rows[0].key, body_sha256=unsorted)
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    [out] = r2.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "completed" and out["body_sha256"] == rows[0].body_sha256, out
+    rows = write_manifest(m, {"a": {"n": 1, "prompt": "a"}})
+    r3 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r3.run()
+    assert [x["state"] for x in r3.results(str(tmp_path / "res.jsonl"))] == ["completed"]
+    assert c.submits == [rows[0].key] and "warning" not in r3.err.getvalue()
+
+
+@pytest.mark.parametrize("before,submits,warned", [
+    # (how the first run left the row, its submits in all, whether the body change is warned)
+    ("pending", 1, False),      # never sent: sent with the new body
+    ("submitting", 2, False),   # in doubt: sent again, with the new body (the gateway decides)
+    ("submitted", 1, True),     # a job running: waited for and collected, never sent again
+    ("completed", 1, True),     # finished: left alone, not turned into an error
+])
+def test_a_body_that_really_changed_never_leaves_a_paid_job_behind(tmp_path, before, submits,
+                                                                  warned):
+    m = tmp_path / "m.jsonl"
+    rows = write_manifest(m, {"a": {"prompt": "a", "n": 1}})
+    state = batch.State(str(tmp_path / "s.sqlite"))
+    c = FakeClient({"a": {"submitting": Unavailable("503", key="k"),
+                          "submitted": "running"}.get(before, "complete")})
+    if before == "pending":
+        state.load(rows)
+    else:
+        runner(c, state, rows, tmp_path).run()
+    assert [x["state"] for x in state.all()] == [before]
+    job_id = state.all()[0]["job_id"]
+    if job_id:
+        c.jobs[job_id].update(state="completed", terminal=True)
+    c.script = {}
+    rows = write_manifest(m, {"a": {"prompt": "a", "n": 2}})
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    [out] = r2.results(str(tmp_path / "res.jsonl"))
+    [line] = [json.loads(x) for x in open(tmp_path / "res.jsonl")]
+    assert out["state"] == "completed" and not out["error"], out
+    assert len(c.submits) == submits and c.bodies[-1]["n"] == (1 if warned else 2), c.bodies
+    if job_id:
+        assert out["job_id"] == job_id, "collected under the job its key holds"
+    assert ("changed since an earlier run" in r2.err.getvalue()) is warned, r2.err.getvalue()
+    assert ("warning" in line) is warned, line
+    assert (out["body_sha256"] == rows[0].body_sha256) is not warned, \
+        "the new body's hash once it is the one sent; the job's body's while it warns"
+    assert batch.exit_code([out], False) == batch.EXIT_OK
 
 
 # --- CSV manifests ------------------------------------------------------------------------------
