@@ -527,8 +527,8 @@ def test_batch_a_401_stops_before_anything_is_sent(batch_bin, gateway, mock, tmp
     assert mock.ledger() == []
 
 
-def test_batch_a_changed_body_under_the_same_identity_is_that_rows_422(batch_bin, gateway, token,
-                                                                        mock, tmp_path):
+def test_batch_a_changed_body_under_the_same_identity_keeps_its_job_or_is_a_422(
+        batch_bin, gateway, token, mock, tmp_path):
     url = f"http://127.0.0.1:{gateway.port}"
     run = uuid.uuid4().hex[:8]
     rows = [{"route": ROUTE, "identity": {"run": run, "row": i}, "body": {"prompt": f"v1 {i}"}}
@@ -547,10 +547,15 @@ def test_batch_a_changed_body_under_the_same_identity_is_that_rows_422(batch_bin
     assert res[0]["state"] == "completed" and res[0]["job_id"] == jobs[0]
     assert res[1]["state"] == "error" and "idempotency-key-reused" in res[1]["error"]
     assert res[1]["submits"] == 1, "a 422 is not retried"
-    # The same machine's state file knows the row's old body: refused without a request.
+    # The same machine's state file knows the row's old body and the job its key holds: that
+    # job is kept and collected, with a warning — never a final error that invites a new
+    # identity (a second payment) — and nothing is sent.
     p = run_batch(batch_bin, url, token, m2, "--state", m1 + ".state.sqlite")
-    assert p.returncode == 1
-    assert "body changed" in results(m2 + ".results.jsonl")[1]["error"]
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    assert "body changed since an earlier run" in p.stderr, p.stderr[-2000:]
+    res = results(m2 + ".results.jsonl")
+    assert res[1]["state"] == "completed" and res[1]["job_id"] == jobs[1], res[1]
+    assert "earlier body's job" in res[1]["warning"], res[1]
     assert len([e for e in mock.ledger() if not e.get("replay")]) == 2
 
 
