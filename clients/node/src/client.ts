@@ -12,7 +12,7 @@ import {
   OUTPUTS_TIMEOUT_SECONDS, archiveSettled, digestMismatch, outputFileName, outputsStep,
 } from "./archive.js";
 import {
-  IdemgateError, IntegrityError, OutputsUnavailable, Unavailable, Unknown, errorFor,
+  IdemgateError, IntegrityError, OutputsUnavailable, RateLimited, Unavailable, Unknown, errorFor,
 } from "./errors.js";
 import {
   RETRY_STATUSES, RetryPolicy, classify, describeTransportError, isTransportError, parseRetryAfter, pollDelay,
@@ -457,8 +457,16 @@ export class Client {
                           h.id, { state: h.state, job: h.job, key: h.key });
       }
       if (submission !== undefined && left >= 1 && !h.job.blocked) {
-        h = await this.#submit(submission, Math.min(left, this.maxWaitSeconds));
+        const held = submission;
         submission = undefined; // one held request; after it, reads
+        try {
+          h = await this.#submit(held, Math.min(left, this.maxWaitSeconds));
+        } catch (e) {
+          // The held request refused in passing each time (too many waits, the store busy): the
+          // job exists all the same, read by its id. Thrown, it read as "nothing recorded" to a
+          // caller holding a paid job's id.
+          if (!(e instanceof RateLimited || e instanceof Unavailable)) throw e;
+        }
         continue;
       }
       await this.#sleep(Math.min(pollDelay(reads, h.state), left));

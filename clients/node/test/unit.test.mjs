@@ -695,3 +695,19 @@ test("a stream whose events keep coming is not cut by a deadline for the whole o
   assert.deepEqual(got, ["0", "1", "2", "3", "4", "5", "6", "7", "[DONE]"]);
   assert.equal(opens, 1);
 });
+
+test("a wait whose held request is refused in passing each time reads the job by id, never throws", async (t) => {
+  // submit() → 202; wait() holds the same request again (Prefer: wait), refused 429 on every
+  // attempt (too many waits on the replica): the job exists, so it is read by id. Before,
+  // RateLimited came out of wait() ("nothing was recorded") for a job that was paid.
+  const retry = new RetryPolicy({ maxAttempts: 2 });
+  const s = await scripted(t, [OK(), PROBLEM(429, "rate-limited"), PROBLEM(429, "rate-limited"),
+                               OK(JOB({ state: "completed", terminal: true }), 200)]);
+  const { c } = client(s.url, { retry });
+  const submitted = await c.submit(ROUTE, { prompt: "x" }, "key-w");
+  const h = await c.wait(submitted, { timeoutSeconds: 30 });
+  assert.equal(h.state, "completed");
+  assert.deepEqual(s.seen.map((r) => `${r.method} ${r.url}`),
+                   [`POST /v1/providers/${ROUTE}`, `POST /v1/providers/${ROUTE}`,
+                    `POST /v1/providers/${ROUTE}`, "GET /v1/jobs/job_abc"]);
+});

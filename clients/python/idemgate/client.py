@@ -301,8 +301,15 @@ class Client:
                               job_id=job.id, state=job.state, job=job, key=job.key)
             if submission is not None and left >= 1 and not job.get("blocked"):
                 n = int(min(left, self.max_wait))
-                job = self._submit(submission, wait=n)
-                submission = None  # one held request; after it, reads
+                submission, held = None, submission  # one held request; after it, reads
+                try:
+                    job = self._submit(held, wait=n)
+                except (RateLimited, Unavailable) as e:
+                    # The held request refused in passing each time (too many waits, the store
+                    # busy): the job exists all the same, read by its id. Raised, it read as
+                    # "nothing recorded" to a caller holding a paid job's id.
+                    if self._log:
+                        self._log(f"wait {job.id}: {e}; reading the job instead")
                 continue
             self._sleep(min(policy.poll_delay(polls, job.state), left))
             polls += 1
