@@ -221,7 +221,7 @@ static void write_verdict_as(struct db *db, const struct store_claim *c,
     if (e == STORE_OK && !applied)
         metrics_safety(MS_FENCED_WRITE);
     if (e == STORE_OK && applied && w->next != ST_UNKNOWN)
-        metrics_unknown_seconds((double)c->since_first_ms / 1000);
+        metrics_unknown_seconds((double)c->since_ambiguous_ms / 1000); /* unknown since then */
     if (e == STORE_OK && applied && (w->next == ST_COMPLETED || w->next == ST_ACCEPTED))
         metrics_safety(MS_RECONCILED_NO_RESEND);
     if (e == STORE_OK && applied && w->next == ST_REVIEW)
