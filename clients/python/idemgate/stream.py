@@ -10,7 +10,6 @@ job's id."""
 
 import http.client
 import json
-
 import time
 
 from . import policy
