@@ -4,6 +4,7 @@
 #include "idemgate/backoff.h"
 #include "idemgate/breaker.h"
 #include "idemgate/classify.h"
+#include "idemgate/credwatch.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
 #include "idemgate/engine.h"
@@ -1065,17 +1066,12 @@ int attempt_begin(const struct cfg *cfg, struct db *db, struct store_claim *c,
         return -1;
     }
     char *secret = *c->credential ? secret_get(c->credential) : NULL;
-    int usable = secret && prov_secret_ok(secret);
-    if (*c->credential && !usable) {
-        release_unsent(db, c, ST_PREPARED,
-                       !secret ? "the provider's credential is not set (its variable unset, its "
-                                 "file unreadable or empty)"
-                               : "the provider's credential holds a control character (a line "
-                                 "end at its end?): nothing was sent; fix the secret");
-        secret_free(secret);
+    enum cw_verdict cred = cw_judge(c->credential, secret);
+    secret_free(secret);
+    if (cred != CW_USABLE) {
+        release_unsent(db, c, ST_PREPARED, cw_reason(cred));
         return -1;
     }
-    secret_free(secret);
     if (load_upload(cfg, p, db, c) < 0)
         return -1;
     struct attempt *a = calloc(1, sizeof(*a));

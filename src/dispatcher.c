@@ -5,6 +5,7 @@
 #include "idemgate/attempt.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
+#include "idemgate/credwatch.h"
 #include "idemgate/engine.h"
 #include "idemgate/gcommit.h"
 #include "idemgate/lease.h"
@@ -45,6 +46,7 @@ struct dispatcher {
     const struct cfg *cfg;
     struct wpool *pool;
     struct eng *eng;
+    struct credwatch *cw; /* whose credentials can be read here (credwatch.h) */
     struct rq *results;  /* calls that ended; its fd also says born reservations wait */
     struct rq *born;     /* born reservations handed over */
     atomic_int starved;  /* the last claim found the engine full */
@@ -214,10 +216,12 @@ static int disp_chores_due_ms(void *arg)
     return age >= GC_STALL_MS ? 0 : (int)(GC_STALL_MS - age) + 1;
 }
 
-/* Whether provider slot i is at its own limit in the engine (its creates are not claimed now). */
-static int provider_full(int i, void *arg)
+/* Whether provider slot i's creates are not claimed now: at its own limit in the engine, or its
+ * credential cannot be read on this replica (left to the replicas that can send them). */
+static int provider_skipped(int i, void *arg)
 {
-    return eng_provider_full(((const struct dispatcher *)arg)->eng, i);
+    struct dispatcher *d = arg;
+    return eng_provider_full(d->eng, i) || !cw_sendable(d->cw, i, clock_mono() * 1000);
 }
 
 /* Claims one due create when the engine has room for its call; the slot is taken before the
@@ -233,7 +237,7 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     atomic_store(&d->starved, 1);
     if (!eng_acquire(d->eng, -1))
         return STORE_ENOTFOUND; /* full: a call's end wakes a thread to claim again */
-    if (!cfg_providers_literal(d->cfg, provider_full, d, providers, sizeof(providers))) {
+    if (!cfg_providers_literal(d->cfg, provider_skipped, d, providers, sizeof(providers))) {
         eng_release(d->eng, -1); /* every provider at its own limit: a call's end wakes us */
         return STORE_ENOTFOUND;
     }
@@ -276,6 +280,7 @@ static void dispatch_one(const struct cfg *cfg, struct db *db, struct store_clai
     struct up_response res;
     if (attempt_begin(cfg, db, c, claimed_mono, &a) < 0) {
         eng_release(d->eng, slot);
+        cw_recheck(d->cw, slot, clock_mono() * 1000); /* a credential gone: claims stop now */
         return;
     }
     struct flight *f = calloc(1, sizeof(*f));
@@ -322,6 +327,7 @@ static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *
 static void disp_free(struct dispatcher *d)
 {
     eng_room_off(d->eng, d);
+    cw_free(d->cw);
     rq_free(d->results);
     rq_free(d->born);
     free(d);
@@ -334,7 +340,7 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
         return NULL;
     d->cfg = cfg;
     d->eng = eng;
-    if (!(d->results = rq_new()) || !(d->born = rq_new())) {
+    if (!(d->results = rq_new()) || !(d->born = rq_new()) || !(d->cw = cw_new(cfg))) {
         disp_free(d);
         return NULL;
     }
@@ -363,7 +369,12 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
 
 int disp_reserve(struct dispatcher *d, const char *provider)
 {
-    return d && d->cfg->dispatch_workers > 0 && eng_acquire(d->eng, slot_of(d->cfg, provider));
+    if (!d || d->cfg->dispatch_workers <= 0)
+        return 0;
+    int slot = slot_of(d->cfg, provider);
+    /* A provider whose credential cannot be read here is left to the other replicas: its row
+     * is recorded unowned, due now, and this replica's claims skip it. */
+    return cw_sendable(d->cw, slot, clock_mono() * 1000) && eng_acquire(d->eng, slot);
 }
 
 void disp_unreserve(struct dispatcher *d, const char *provider)

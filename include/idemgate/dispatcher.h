@@ -24,7 +24,8 @@ void disp_quiesce(struct dispatcher *d);
 void disp_stop(struct dispatcher *d);
 
 /* One commit before send: the recorder asks for a call slot per new row (disp_reserve: 1 when
- * the engine, and the row's provider, have room; d may be NULL), records those rows born
+ * the engine, and the row's provider, have room and its credential can be read on this replica
+ * (credwatch.h); d may be NULL), records those rows born
  * claimed, hands each claim over (disp_handoff: a dispatcher thread begins it at once; c is
  * moved, and freed by the dispatcher) and gives back the slots of rows that were not recorded
  * born (disp_unreserve). disp_handoff returns -1 when out of memory: c, and its slot, are then

@@ -217,6 +217,46 @@ def test_a_credential_file_replaced_is_used_by_the_next_call(gateway_factory, mo
         assert secret not in gw.log()
 
 
+def test_a_replica_without_the_credential_leaves_the_jobs_unsent_and_uncounted(
+        gateway_factory, mock, token, psql, tmp_path):
+    """A replica whose environment lacks a provider's secret (its file not mounted yet) takes
+    none of that provider's jobs: it recorded each born reserved for itself, or claimed it, and
+    gave it back a moment later, counting a transport attempt and a first send that never
+    happened — every few seconds, against the job's retry budget and recovery window. Now the
+    rows wait `prepared`, unowned and uncounted, and go the moment the secret can be read."""
+    path = tmp_path / "provider-token"
+    gw = gateway_factory(providers=[provider(
+        "mock-images", mock.url,
+        auth={"header": "Authorization", "prefix": "Bearer ", "secret_file": str(path)})])
+    ids = []
+    for _ in range(3):
+        r = gw.submit(token, "no-cred-" + uuid.uuid4().hex, {"prompt": "cred", "n": 1})
+        assert r.status == 202, r
+        ids.append(r.json()["id"])
+    deadline = time.monotonic() + 10
+    while "provider_credential_unusable" not in gw.log():
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.05)
+    assert "credential is not set" in gw.log()
+    listed = ",".join(f"'{i}'" for i in ids)
+    rows = f"SELECT count(*) FROM operations WHERE id IN ({listed})"
+    untouched = (rows + " AND state = 'prepared' AND transport_attempts = 0 "
+                 "AND first_sent_at IS NULL")
+    time.sleep(3)  # several of the dispatcher's claim rounds and born reservations
+    assert psql(untouched) == [["3"]], psql(
+        f"SELECT id, state, transport_attempts, first_sent_at, lease_owner FROM operations "
+        f"WHERE id IN ({listed})")
+    assert psql(f"SELECT count(*) FROM attempts WHERE operation_id IN ({listed})") == [["0"]]
+    assert all(mock.creates_for(i) == [] for i in ids)
+    path.write_text("tok-arrived-5e6f\n")
+    for i in ids:
+        job = gw.wait_state(token, i, ("completed", "failed", "unknown", "review"), 30)
+        assert job["state"] == "completed", job
+        assert len(mock.creates_for(i)) == 1
+    assert psql(rows + " AND transport_attempts = 1") == [["3"]]
+    assert "tok-arrived-5e6f" not in gw.log()
+
+
 @pytest.mark.parametrize("size", [513, 4096, 16384])
 def test_long_tenant_token_is_accepted(gateway_factory, psql, size):
     # A tenant's bearer token is only ever hashed: its length is no reason to refuse it.
