@@ -594,7 +594,7 @@ test("no whole stream anywhere is a StreamCut naming the job", async () => {
 });
 
 import { RetryPolicy as StreamRetry, Unknown as StreamUnknown, RateLimited as StreamRateLimited,
-         streamAnswerKind } from "../dist/index.js";
+         Unavailable as StreamUnavailable, streamAnswerKind } from "../dist/index.js";
 
 const JOBDOC = { "content-type": "application/json", "x-idemgate-job-id": "job_1" };
 
@@ -637,6 +637,29 @@ test("a job still on its way after every wait is Unknown, naming the job", async
     for await (const ev of streamEvents(open, "k1", 3, async () => {})) void ev;
   }, (e) => e instanceof StreamUnknown && e.jobId === "job_1" && e.state === "accepted");
   assert.equal(opens, 3);
+});
+
+test("a stream is opened maxAttempts times in all, whatever ends each opening", async () => {
+  // maxAttempts is the attempts in all, the first included (RetryPolicy's meaning), as the
+  // Python client's stream() now does too: it opened a cut or unreachable stream one more time.
+  const ends = [
+    ["cut", () => opened(200, SSE, PIECES, 1), StreamUnavailable],
+    ["waited out", () => opened(202, JOBDOC, ['{"id":"job_1","state":"sending"}']),
+     StreamUnknown],
+    ["refused", () => opened(503, { "content-type": "application/problem+json" },
+                             ['{"type":"urn:idemgate:problem:store-unavailable"}']),
+     StreamUnavailable],
+    ["unreachable", () => { throw new TypeError("fetch failed"); }, StreamUnavailable],
+  ];
+  for (const [what, answer, thrown] of ends) {
+    let opens = 0;
+    const open = async () => { opens++; return answer(); };
+    await assert.rejects(async () => {
+      const retry = new StreamRetry({ maxAttempts: 3 });
+      for await (const ev of streamEvents(open, "k1", retry, async () => {}, () => 0)) void ev;
+    }, (e) => e instanceof thrown, what);
+    assert.equal(opens, 3, what);
+  }
 });
 
 test("a passing refusal opens the stream again with the same key after its Retry-After", async () => {

@@ -25,23 +25,30 @@ where it was — and says so on stderr: a row that was being submitted is submit
 the same key (the gateway answers with the job it already has: nothing is created twice), a row
 with a job id is only waited for, a finished row is left alone.
 
-A row's 400/404/422 is that row's error; a 401 (the token) or a 402 (the budget, or the
-provider's account: a job failed with the provider's 401/402, or held back because the
-provider's credential is tripped) stops the whole run — every next row would fail the same way.
+A row's 400/404/422 is that row's error (but for a 422 to a row in doubt, below); a 401 (the
+token) or a 402 (the budget, or the provider's account: a job failed with the provider's
+401/402, or held back because the provider's credential is tripped) stops the whole run — every
+next row would fail the same way.
 
 Outputs of completed jobs are downloaded from the gateway's archive (GET
 /v1/jobs/{id}/outputs/{n}, Client.outputs: waiting up to --archive-timeout for the copies) into
 --out, each checked against its SHA-256 and saved with its type's extension, when the gateway
 archives outputs; otherwise the results name the provider's outputs as the job shows them. A
 completed job whose copies are still being made when the wait runs out is not finished: the row
-stays `submitted` (note: run again), and the next run reads its job again and downloads them.
+stays `submitted` (note: run again), and the next run reads its job again and downloads them. So
+does one whose downloaded bytes did not match their SHA-256 (IntegrityError: discarded, the
+error in the row's `error`): before, that row was `completed`, final, and never downloaded again.
 
 A row's body is compared with the earlier run's by its canonical JSON (members sorted), as the
 gateway compares requests: reordered members or CSV columns are the same row. A row whose body
 really changed but whose identity did not: not sent yet, it is sent with the new body; with a
 job, it keeps that job (its key holds it: the gateway would refuse the new body with a 422),
-which is waited for and collected as before, with a warning on stderr and in the results. A new
-output needs a new identity.
+which is waited for and collected as before, with a warning on stderr and in the results. In
+doubt (sent, its answer lost), it is sent again with the new body under the same key: the
+gateway creates it (the earlier request never arrived), or its 422 names the job the key holds,
+made from the earlier body, and the row keeps and collects that job, with the same warnings —
+never a final error, never a new key (before, the row was a final `error`). A new output needs
+a new identity.
 
 A job cancelled meanwhile (by someone else: the runner never cancels) that the provider ended
 is the row's final state `canceled`, with its spend: it is not failed, and not sent again.
@@ -58,6 +65,7 @@ import hashlib
 import json
 import os
 import queue
+import re
 import sqlite3
 import sys
 import threading
@@ -65,7 +73,8 @@ import time
 
 from . import policy
 from .client import Client
-from .errors import IdemgateError, IntegrityError, OutputsUnavailable, Rejected, Unknown
+from .errors import (IdemgateError, IntegrityError, KeyReused, OutputsUnavailable, Rejected,
+                     Unknown)
 from .keys import derive_key
 
 EXIT_OK, EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, EXIT_UNFINISHED = 0, 1, 2, 3, 4
@@ -103,6 +112,31 @@ class ManifestError(Exception):
 # The note of a completed row whose outputs are still being archived. Versions before this one
 # recorded such a row as `completed` with this note: a run finding one goes back to its job.
 OUTPUTS_PENDING = "outputs not archived yet (pending): run again to download them"
+
+# The note of a completed row whose downloaded bytes did not match their SHA-256 (discarded; the
+# error column says which output): not final, the next run downloads them again. Versions
+# before this one recorded such a row as `completed`, final, with the error in its note.
+OUTPUTS_MISMATCH = "outputs did not match their SHA-256 (discarded): run again to download them"
+
+# The body hash stored for a row whose key's job the gateway says was made from another body
+# (422) when this state file holds no other hash for it: never a body's hash, so every run and
+# the results warn.
+OTHER_BODY = "another body (422 idempotency-key-reused)"
+
+# The job that holds a key, as the gateway's 422 idempotency-key-reused names it in its detail
+# ("this key already belongs to job job_…, whose request had another body; …").
+_KEY_HOLDER = re.compile(r"\bbelongs to job ([A-Za-z0-9_]{1,64})\b")
+
+
+def key_holder(problem):
+    """The id of the job that holds the key, named by a 422 idempotency-key-reused problem
+    document (its `job_id` member if it has one, else its detail), or None."""
+    if not isinstance(problem, dict):
+        return None
+    if isinstance(problem.get("job_id"), str) and problem["job_id"]:
+        return problem["job_id"]
+    m = _KEY_HOLDER.search(problem.get("detail") or "")
+    return m.group(1) if m else None
 
 
 def _sha256_json(body, sort_keys):
@@ -359,8 +393,8 @@ class Runner:
                 "spend_micros": spend[0] if spend else None,
                 "currency": spend[1] if spend else None}
         if job.ok:
-            cols["outputs"], cols["note"] = self._outputs(row, job)
-            if cols["note"] == OUTPUTS_PENDING:
+            cols["outputs"], cols["note"], cols["error"] = self._outputs(row, job)
+            if cols["note"] in (OUTPUTS_PENDING, OUTPUTS_MISMATCH):
                 # Paid for but not in hand: not final, so that the next run reads the job again
                 # and downloads its outputs (never a new submit: the row keeps its job id), and
                 # the exit status says to run again.
@@ -378,17 +412,18 @@ class Runner:
                               else f"is held back: {(job.get('blocked') or {}).get('reason')}"))
 
     def _outputs(self, row, job):
-        """(outputs JSON, note) of a completed job: its archived outputs, downloaded and
+        """(outputs JSON, note, error) of a completed job: its archived outputs, downloaded and
         checked (Client.outputs, waiting up to archive_timeout for the copies, in slices so that
-        a stopped run lets go)."""
+        a stopped run lets go). Bytes that do not match their SHA-256 are the note
+        OUTPUTS_MISMATCH and the error naming the output: the next run downloads them again."""
         if not self.download:
-            return None, "download off"
+            return None, "download off", None
         if not isinstance(job.get("archive"), list):
             body = (job.get("result") or {}).get("body")
             urls = [d.get("url") for d in (body.get("data") or []) if isinstance(d, dict)
                     and d.get("url")] if isinstance(body, dict) else []
             return json.dumps([{"index": i, "url": u} for i, u in enumerate(urls)]), \
-                "no archive on this gateway: provider URLs only, not downloaded"
+                "no archive on this gateway: provider URLs only, not downloaded", None
         dest = os.path.join(self.out_dir, f"{row.line:06d}-{row.key[:24]}")
         deadline = time.monotonic() + self.archive_timeout
         while True:
@@ -397,13 +432,16 @@ class Runner:
                 got = self.client.outputs(job, dest, timeout=max(0.0, min(5.0, left)))
             except OutputsUnavailable as e:
                 if not e.pending:
-                    return None, f"outputs: {e}"
+                    return None, f"outputs: {e}", None
                 if left <= 5.0 or self.stop.is_set():
-                    return None, OUTPUTS_PENDING
+                    return None, OUTPUTS_PENDING, None
                 continue
             except IntegrityError as e:
-                return None, f"outputs: {e}"
-            return json.dumps([o.as_dict() for o in got]), None
+                # The bytes were discarded, not the job's outputs: a download again can match
+                # (a corrupted transfer, a proxy's). Before, the row was `completed`, final,
+                # and no run downloaded them again.
+                return None, OUTPUTS_MISMATCH, f"outputs: {e}"
+            return json.dumps([o.as_dict() for o in got]), None, None
 
     def _wait(self, row, job):
         """Waits for the job in slices, so that a stopped run lets go at once."""
@@ -422,6 +460,29 @@ class Runner:
                 job = e.job
                 job.submission = None  # waited once with Prefer: wait; now by reads
 
+    def _follow_key_holder(self, row, stored, e):
+        """A row in doubt (an earlier run sent it and lost the answer) sent again with a body
+        that changed since: the gateway's 422 names the job its key already holds, made from
+        the earlier body. That job is the row's — paid for, or on its way —: it is recorded
+        and collected like any row with a job, with a warning, never submitted under another
+        key. Returns the Job, or None when the 422 is the row's error: a row this state file
+        never sent (the key was used elsewhere) or a problem that names no job."""
+        job_id = key_holder(e.problem) if stored["state"] == SUBMITTING else None
+        if job_id is None:
+            return None
+        earlier = stored["body_sha256"]
+        cols = {"state": SUBMITTED, "job_id": job_id,
+                "body_sha256": earlier if earlier != row.body_sha256 else OTHER_BODY,
+                "note": f"the key already holds job {job_id}, made from another body (422 to "
+                        "this one): that job is collected"}
+        self.state.update(row.key, **cols)
+        stored.update(cols)
+        print(f"idemgate-batch: warning: line {row.line}: the body changed since it was sent, "
+              f"the identity did not: the gateway refused the new body (422); its key already "
+              f"holds job {job_id}, made from the earlier body, which is collected instead. A "
+              "new output needs a new identity.", file=self.err, flush=True)
+        return self.client.get(job_id)
+
     def run_row(self, row, stored):
         try:
             if stored["job_id"]:
@@ -430,9 +491,18 @@ class Runner:
                 if self.stop.is_set():
                     return
                 self.state.mark_submitting(row.key)      # committed BEFORE the request leaves
-                job = self.client.submit(row.route, row.body_bytes, row.key, wait=self.wait_s)
-                self.state.update(row.key, state=SUBMITTED, job_id=job.id, job_state=job.state,
-                                  note="replayed" if job.replayed else None)
+                try:
+                    job = self.client.submit(row.route, row.body_bytes, row.key,
+                                             wait=self.wait_s)
+                except KeyReused as e:
+                    job = self._follow_key_holder(row, stored, e)
+                    if job is None:
+                        raise
+                else:
+                    # This body is the one the key's job was made from (created, or replayed).
+                    self.state.update(row.key, state=SUBMITTED, job_id=job.id,
+                                      job_state=job.state, body_sha256=row.body_sha256,
+                                      note="replayed" if job.replayed else None)
             job = self._wait(row, job)
             self._finish(row, job)
         except Unknown as e:
@@ -489,6 +559,10 @@ class Runner:
         if s["state"] == COMPLETED and s["job_id"] and s["outputs"] is None \
                 and s["note"] == OUTPUTS_PENDING:
             update(state=SUBMITTED)  # an earlier version took it for final: collect it now
+        if s["state"] == COMPLETED and s["job_id"] and s["outputs"] is None \
+                and _earlier_mismatch(s["note"]):
+            # An earlier version took discarded bytes for final: download them again now.
+            update(state=SUBMITTED, note=OUTPUTS_MISMATCH, error=s["note"])
         if s["body_sha256"] == row.body_sha256:
             return False
         if s["job_id"]:
@@ -497,11 +571,13 @@ class Runner:
             # uncollected and invite a new identity, a second payment: keep collecting the job,
             # and keep its body's hash so that every run warns.
             return True
-        if s["state"] in (PENDING, SUBMITTING):
-            # Not sent, or in doubt: sent with the new body under the same key, the gateway
-            # either creates it (the earlier request never arrived) or answers 422, the row's
-            # error, never a second job.
+        if s["state"] == PENDING:
+            # Not sent: sent with the new body.
             update(body_sha256=row.body_sha256)
+        # In doubt (SUBMITTING): sent again with the new body under the same key. The gateway
+        # either creates it (the earlier request never arrived: run_row records the new body's
+        # hash) or answers 422 naming the job the key holds, made from the earlier body: run_row
+        # collects that job, and the earlier body's hash kept here makes every run warn.
         return False
 
     def run(self):
@@ -585,6 +661,13 @@ class Runner:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         return [by_key[row.key] for row in self.rows]
+
+
+def _earlier_mismatch(note):
+    """Whether note is what versions before OUTPUTS_MISMATCH wrote, as final, for downloaded
+    bytes that did not match their SHA-256 (an IntegrityError's message)."""
+    return isinstance(note, str) and note.startswith("outputs: output ") and \
+        note.endswith("; the download was discarded")
 
 
 def resume_line(state_path, earlier, total, stored):

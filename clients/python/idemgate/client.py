@@ -242,9 +242,10 @@ class Client:
         the gateway replays its record (or joins the live stream), and the events already
         yielded are skipped, so each is seen once. A wait that ran out before the first output
         (the job still on its way) and the gateway's passing refusals (429, 503) are opened
-        again with the same key. Raises stream.StreamCut when no whole stream exists (cut at
-        the provider: the job is in doubt), Unknown (with the job id) when the job is still on
-        its way after every wait, and the errors of submit()."""
+        again with the same key; the stream is opened at most retry.max_attempts times in all,
+        the first included. Raises stream.StreamCut when no whole stream exists (cut at the
+        provider: the job is in doubt), Unknown (with the job id) when the job is still on its
+        way after every wait, and the errors of submit()."""
         if not key or not isinstance(key, str):
             raise ValueError("an Idempotency-Key is required: derive it with derive_key()")
         if isinstance(body, dict):

@@ -162,7 +162,12 @@ def answer_kind(status, headers, data, had_job=False):
 
 def stream_events(client, route, body, key, wait, open_stream=None):
     """The generator behind Client.stream (see there). open_stream(route, body, key, wait) →
-    (status, headers, lines, close) may be replaced (tests)."""
+    (status, headers, lines, close) may be replaced (tests).
+
+    The stream is opened at most client.retry.max_attempts times in all, the first included,
+    whatever ends each opening (a transport error, a cut, a wait that ran out, a passing
+    refusal), as the Node client's streamEvents does. Before, a stream cut, waited out or
+    unreachable on every opening was opened max_attempts + 1 times."""
     opener = open_stream or client._open_stream
     given, attempt, job_id = [], 0, None  # the events the caller has, to check replays against
     start = time.monotonic()
@@ -171,7 +176,7 @@ def stream_events(client, route, body, key, wait, open_stream=None):
         try:
             status, headers, lines, close = opener(route, body, key, wait)
         except Exception as e:  # noqa: BLE001 — a transport error: the same key again
-            if not policy.is_transport_error(e) or attempt > client.retry.max_attempts:
+            if not policy.is_transport_error(e) or attempt >= client.retry.max_attempts:
                 raise
             client._sleep(min(1.0, 0.05 * attempt))
             continue
@@ -197,7 +202,7 @@ def stream_events(client, route, body, key, wait, open_stream=None):
                     problem = {}
                 if kind == PENDING:
                     job_id = problem.get("id", job_id)
-                    if attempt > client.retry.max_attempts:
+                    if attempt >= client.retry.max_attempts:
                         raise Unknown(f"job {job_id} is still {state} after {attempt} waits: "
                                       "its stream has not begun; stream it again with the same "
                                       "key, or wait for the job by id — never a new key",
@@ -238,7 +243,7 @@ def stream_events(client, route, body, key, wait, open_stream=None):
             close()
             if retry_in:
                 client._sleep(retry_in)
-        if attempt > client.retry.max_attempts:
+        if attempt >= client.retry.max_attempts:
             raise Unavailable(f"stream {key}: cut on each of {attempt} attempts", key=key)
         if client._log:
             client._log(f"stream {key}: cut after {len(given)} events; again with the same key")

@@ -13,8 +13,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from idemgate import (Job, Output, OutputsUnavailable, Unavailable, Unknown,  # noqa: E402
-                      batch)
+from idemgate import (IntegrityError, Job, KeyReused, Output, OutputsUnavailable,  # noqa: E402
+                      Unavailable, Unknown, batch)
 
 
 class FakeClient:
@@ -58,6 +58,9 @@ class FakeClient:
     def outputs(self, job, dest, timeout=None):
         self.outputs_timeouts = getattr(self, "outputs_timeouts", []) + [timeout]
         pending = self.pending_outputs.pop(0) if getattr(self, "pending_outputs", None) else None
+        if pending == "mismatch":
+            raise IntegrityError(f"output 0: SHA-256 {'00' * 32} differs from ETag {'ab' * 32}; "
+                                 "the download was discarded")
         if pending is not None:
             raise OutputsUnavailable(f"job {job.id}: {pending}", job_id=job.id,
                                      pending=pending == "pending")
@@ -244,6 +247,51 @@ def test_a_row_an_earlier_version_left_completed_without_its_outputs_is_collecte
     assert c.submits == [rows[0].key]
 
 
+def test_outputs_that_do_not_match_their_sha256_are_downloaded_again_by_the_next_run(tmp_path):
+    """An IntegrityError (downloaded bytes whose SHA-256 differs: discarded) leaves the row
+    not final, its error recorded, and the exit status says run again; the next run reads the
+    same job and downloads again. Before, the row was `completed`, final: no run downloaded its
+    outputs again, and the exit status said every row completed."""
+    rows, state, c = make(tmp_path, ["a"], {"a": "archived"})
+    c.pending_outputs = ["mismatch"]
+    r = runner(c, state, rows, tmp_path, archive_timeout=60)
+    r.run()
+    [out] = r.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "submitted" and out["job_state"] == "completed", out
+    assert out["note"] == batch.OUTPUTS_MISMATCH and out["outputs"] is None, out
+    assert "SHA-256" in out["error"] and "discarded" in out["error"], out
+    assert len(c.outputs_timeouts) == 1, "a mismatch is not waited on"
+    assert batch.exit_code([out], False) == batch.EXIT_UNFINISHED
+    [line] = [json.loads(x) for x in open(tmp_path / "res.jsonl")]
+    assert line["state"] == "submitted" and "SHA-256" in line["error"], line
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    [out] = r2.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "completed" and out["note"] is None and out["error"] is None, out
+    assert json.loads(out["outputs"])[0]["sha256"] == "ab" * 32
+    assert c.submits == [rows[0].key], "never a new submit: the row's job is read again"
+    assert batch.exit_code([out], False) == batch.EXIT_OK
+
+
+def test_a_row_an_earlier_version_left_completed_with_discarded_outputs_is_collected(tmp_path):
+    """Earlier versions recorded a mismatch as `completed` with `outputs: <the error>` as its
+    note: a run finds such a row and downloads its outputs again."""
+    rows, state, c = make(tmp_path, ["a"], {"a": "archived"})
+    c.pending_outputs = ["mismatch"]
+    runner(c, state, rows, tmp_path).run()
+    old = state.all()[0]
+    assert old["error"].startswith("outputs: output 0: SHA-256"), old
+    # As the earlier version wrote it: f"outputs: {e}" as the note of a final row.
+    state.update(rows[0].key, state="completed", note=old["error"], error=None)
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    assert "1 with a job" in r2.err.getvalue(), r2.err.getvalue()
+    [out] = r2.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "completed" and out["outputs"] and out["note"] is None, out
+    assert out["error"] is None, out
+    assert c.submits == [rows[0].key]
+
+
 def test_without_an_archive_the_provider_urls_are_named_not_downloaded(tmp_path):
     rows, state, c = make(tmp_path, ["a"], {})
     orig = c.submit
@@ -371,6 +419,104 @@ def test_a_body_that_really_changed_never_leaves_a_paid_job_behind(tmp_path, bef
     assert (out["body_sha256"] == rows[0].body_sha256) is not warned, \
         "the new body's hash once it is the one sent; the job's body's while it warns"
     assert batch.exit_code([out], False) == batch.EXIT_OK
+
+
+class KeyHoldingClient(FakeClient):
+    """Also plays the gateway's key check: a key holds the job of the first body sent under it;
+    another body under it is answered 422 idempotency-key-reused, its detail naming that job
+    (src/reply.c's text). lose: prompts whose first answer is lost after the job was made."""
+
+    def __init__(self, script, lose=()):
+        super().__init__(script)
+        self.held, self.lose = {}, set(lose)
+
+    def submit(self, route, body, key, wait=None):
+        canon = json.dumps(json.loads(body), sort_keys=True)
+        if key in self.held and self.held[key] != canon:
+            self.submits.append(key)
+            self.bodies.append(json.loads(body))
+            jid = "job_" + key[:12]
+            problem = {"type": "urn:idemgate:problem:idempotency-key-reused",
+                       "title": "Idempotency-Key reused with different parameters",
+                       "status": 422,
+                       "detail": f"this key already belongs to job {jid}, whose request had "
+                                 "another body; use a new key for a new intended output"}
+            raise KeyReused(f"422 idempotency-key-reused: {problem['detail']}", status=422,
+                            problem=problem, key=key)
+        job = super().submit(route, body, key, wait)
+        self.held.setdefault(key, canon)
+        prompt = json.loads(body)["prompt"]
+        if prompt in self.lose:
+            self.lose.discard(prompt)
+            raise Unavailable("the connection broke before the answer", key=key)
+        return job
+
+
+def test_a_row_in_doubt_sent_again_with_a_changed_body_collects_the_job_its_key_holds(tmp_path):
+    """The first run's request made the job but its answer was lost (the row in doubt); the
+    manifest's body then changed under the same identity. Sent again with the same key, the
+    new body is refused 422, naming the job the key holds: that job is the row's, collected
+    with a warning, and nothing is sent under another key. Before, the row was a final `error`
+    — a paid job left behind, and the advice of a new identity a second payment."""
+    m = tmp_path / "m.jsonl"
+    rows = write_manifest(m, {"a": {"prompt": "a", "n": 1}, "b": {"prompt": "b", "n": 1}})
+    c = KeyHoldingClient({}, lose={"a"})
+    r = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r.run()
+    assert [x["state"] for x in r.results(str(tmp_path / "res.jsonl"))] == \
+        ["submitting", "completed"]
+    job_a = "job_" + rows[0].key[:12]
+    assert job_a in c.jobs, "the gateway made the job; only its answer was lost"
+    rows = write_manifest(m, {"a": {"prompt": "a", "n": 2}, "b": {"prompt": "b", "n": 1}})
+    r2 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r2.run()
+    out = r2.results(str(tmp_path / "res.jsonl"))
+    a = out[0]
+    assert a["state"] == "completed" and a["job_id"] == job_a and not a["error"], a
+    assert c.submits == [rows[0].key, rows[1].key, rows[0].key], "the same key, never another"
+    assert c.bodies[-1]["n"] == 2
+    err = r2.err.getvalue()
+    assert "line 1: the body changed since it was sent" in err and job_a in err, err
+    line = json.loads(open(tmp_path / "res.jsonl").readline())
+    assert "earlier body's job" in line["warning"], line
+    assert batch.exit_code(out, False) == batch.EXIT_OK
+    # Every later run warns, sends nothing and leaves the row alone.
+    r3 = runner(c, batch.State(str(tmp_path / "s.sqlite")), rows, tmp_path)
+    r3.run()
+    assert "changed since an earlier run" in r3.err.getvalue(), r3.err.getvalue()
+    assert len(c.submits) == 3
+    assert [x["state"] for x in r3.results(str(tmp_path / "res.jsonl"))] == ["completed"] * 2
+
+
+@pytest.mark.parametrize("detail", [
+    None,  # a row this state file never sent: the key was used elsewhere (another state file)
+    "this key already belongs to job ?, whose request had another body",  # no job named
+])
+def test_a_422_that_names_no_job_of_this_rows_is_the_rows_error(tmp_path, detail):
+    m = tmp_path / "m.jsonl"
+    rows = write_manifest(m, {"a": {"prompt": "a", "n": 2}})
+    c = KeyHoldingClient({})
+    key = rows[0].key
+    c.held[key] = json.dumps({"prompt": "a", "n": 1}, sort_keys=True)
+    state = batch.State(str(tmp_path / "s.sqlite"))
+    state.load(rows)
+    if detail is not None:
+        state.update(key, state=batch.SUBMITTING, submits=1)
+        orig = c.submit
+
+        def no_job_named(*a, **k):
+            try:
+                return orig(*a, **k)
+            except KeyReused as e:
+                e.problem["detail"] = detail
+                raise
+        c.submit = no_job_named
+    r = runner(c, state, rows, tmp_path)
+    r.run()
+    [out] = r.results(str(tmp_path / "res.jsonl"))
+    assert out["state"] == "error" and "idempotency-key-reused" in out["error"], out
+    assert out["job_id"] is None and c.submits == [key]
+    assert batch.exit_code([out], False) == batch.EXIT_FAILED
 
 
 # --- CSV manifests ------------------------------------------------------------------------------

@@ -207,7 +207,49 @@ def test_a_job_still_on_its_way_after_every_wait_is_unknown_naming_the_job():
     with pytest.raises(Unknown) as e:
         list(stream_events(c, "p/chat/completions", b"{}", "k1", 5, open_stream=script))
     assert (e.value.job_id, e.value.state) == ("job_1", "accepted")
-    assert len(script.calls) == c.retry.max_attempts + 1
+    assert len(script.calls) == c.retry.max_attempts
+
+
+def _cut_each_time():
+    return (200, SSE, cut_after(WHOLE, 2))
+
+
+def _waited_out_each_time():
+    return (202, JOB, iter([b'{"id":"job_1","state":"sending"}']))
+
+
+def _refused_each_time():
+    return (503, {"content-type": "application/problem+json"},
+            iter([b'{"type":"urn:idemgate:problem:store-unavailable"}']))
+
+
+def _unreachable_each_time():
+    raise ConnectionResetError("reset by peer")
+
+
+@pytest.mark.parametrize("answer,raised", [
+    (_cut_each_time, "Unavailable"),
+    (_waited_out_each_time, "Unknown"),
+    (_refused_each_time, "Unavailable"),
+    (_unreachable_each_time, "ConnectionResetError"),
+])
+def test_a_stream_is_opened_max_attempts_times_in_all(answer, raised):
+    """max_attempts is the attempts in all, the first included — RetryPolicy's meaning and
+    the Node client's streamEvents'. Before, a cut, a wait that ran out or a transport error
+    opened the stream max_attempts + 1 times (a passing refusal, max_attempts)."""
+    from idemgate import RetryPolicy
+    c = Client("http://127.0.0.1:1", "t", sleep=lambda s: None, rnd=lambda: 0.0,
+               retry=RetryPolicy(max_attempts=3))
+    calls = []
+
+    def opener(route, body, key, wait):
+        calls.append(key)
+        status, headers, lines = answer()
+        return status, headers, lines, lambda: None
+    with pytest.raises(Exception) as e:
+        list(stream_events(c, "p/chat/completions", b"{}", "k1", 5, open_stream=opener))
+    assert type(e.value).__name__ == raised, repr(e.value)
+    assert calls == ["k1"] * 3, calls
 
 
 def test_a_passing_refusal_is_retried_with_the_same_key_after_its_retry_after():
