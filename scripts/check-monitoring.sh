@@ -2,8 +2,11 @@
 # Checks the monitoring shipped in deploy/kubernetes/monitoring with Prometheus's own tool:
 # the PrometheusRule's spec.groups, extracted to a plain rules file, pass `promtool check rules`,
 # and the alerts fire as tests/monitoring/alerts_test.yaml expects (`promtool test rules`); the
-# Grafana dashboard is valid JSON. The metric names they use are checked against a running
-# gateway's /metrics by tests/integration/test_metrics.py.
+# Grafana dashboard is valid JSON. Then tests/monitoring/label_values.py reads the source: every
+# idemgate_* name the rules, the dashboard and the alert tests' series use is one src/*.c
+# prints, and every label value they select on (result="committed", state="unknown", …) is one
+# it can print. The metric names are also checked against a running gateway's /metrics by
+# tests/integration/test_metrics.py.
 set -eu
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MON="$ROOT/deploy/kubernetes/monitoring"
@@ -27,3 +30,4 @@ PY
 cp "$ROOT/tests/monitoring/alerts_test.yaml" "$tmp/"
 promtool check rules "$tmp/idemgate-rules.yaml"
 (cd "$tmp" && promtool test rules alerts_test.yaml)
+"$PYTHON" "$ROOT/tests/monitoring/label_values.py" "$ROOT"

@@ -697,7 +697,8 @@ def test_application_pod_runs_idemgate_as_a_localhost_sidecar(k8s):
     dep = k8s_objects(k8s, "Deployment")[0]
     pod = dep["spec"]["template"]["spec"]
     assert_hardened(pod, "Deployment")
-    sidecars = [c for c, init in pod_containers(pod) if "idemgate" in c["image"].split("/")[-1]]
+    sidecars = [c for c, init in pod_containers(pod) if "idemgate" in c["image"].split("/")[-1]
+                and c.get("args") != ["migrate"]]
     assert len(sidecars) == 1
     sc = sidecars[0]
     assert sc in pod.get("initContainers", []) and sc["restartPolicy"] == "Always", \
@@ -727,14 +728,17 @@ def test_application_pod_runs_idemgate_as_a_localhost_sidecar(k8s):
     assert dep["spec"]["replicas"] >= 2
 
 
-def test_migration_job_runs_idemgate_migrate(k8s):
-    job = k8s_objects(k8s, "Job")[0]
-    pod = job["spec"]["template"]["spec"]
-    assert_hardened(pod, "Job")
-    (c,) = pod["containers"]
-    assert c["args"] == ["migrate"]
-    assert pod["restartPolicy"] in ("OnFailure", "Never")
-    assert job["spec"]["backoffLimit"] >= 1 and job["spec"]["activeDeadlineSeconds"] > 0
+def test_migrations_run_in_the_pod_before_the_gateway(k8s):
+    """`idemgate migrate` is the pod's first init container, from the gateway's image, and no
+    Job: a Job's pod template is immutable, so a Job of a fixed name, kept for its
+    ttlSecondsAfterFinished, made the next release's `kubectl apply -k` (a new image) fail."""
+    assert not k8s_objects(k8s, "Job"), "a Job of a fixed name refuses the next image"
+    pod = k8s_objects(k8s, "Deployment")[0]["spec"]["template"]["spec"]
+    c, *later = pod["initContainers"]
+    assert c["args"] == ["migrate"] and "restartPolicy" not in c, \
+        "a plain init container: it has ended before the sidecar starts"
+    sidecar = next(s for s in later if s.get("restartPolicy") == "Always")
+    assert c["image"] == sidecar["image"], "the migrations of the gateway's own release"
     db = next(e for e in c["env"] if e["name"] == "DATABASE_URL")["valueFrom"]["secretKeyRef"]
     secret = next(s for s in k8s_objects(k8s, "Secret") if s["metadata"]["name"] == db["name"])
     assert db["key"] in secret["stringData"]
@@ -1176,7 +1180,8 @@ def test_metrics_on_own_listener_in_kubernetes_and_compose(k8s, compose):
     assert mhost == "0.0.0.0" and mport != cfg["listen"].rsplit(":", 1)[1]
     dep = k8s_objects(k8s, "Deployment")[0]
     pod = dep["spec"]["template"]
-    (sc,) = [c for c, _ in pod_containers(pod["spec"]) if "idemgate" in c["image"]]
+    (sc,) = [c for c, _ in pod_containers(pod["spec"]) if "idemgate" in c["image"]
+             and c.get("args") != ["migrate"]]
     env = {e["name"]: e.get("value") for e in sc["env"]}
     assert env["IDEMGATE_LISTEN"].startswith("127.0.0.1:")
     assert "IDEMGATE_METRICS_LISTEN" not in env or env["IDEMGATE_METRICS_LISTEN"] == \
@@ -1245,7 +1250,8 @@ def test_archive_across_replicas_in_compose_and_kubernetes(compose, k8s, dockerf
     dep = k8s_objects(k8s, "Deployment")[0]
     assert dep["spec"]["replicas"] >= 2
     pod = dep["spec"]["template"]["spec"]
-    (sc,) = [c for c, _ in pod_containers(pod) if "idemgate" in c["image"]]
+    (sc,) = [c for c, _ in pod_containers(pod) if "idemgate" in c["image"]
+             and c.get("args") != ["migrate"]]
     spool = next(m for m in sc["volumeMounts"]
                  if m["mountPath"] == kcfg.get("archive_dir", "/var/lib/idemgate/archive"))
     assert not spool.get("readOnly")
