@@ -39,7 +39,7 @@ enum {
     CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
     CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
     CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_RESOLUTION, CC_CANCEL_DUE,
-    CC_POLL_OVERDUE
+    CC_POLL_OVERDUE, CC_CANCEL_ACKED
 };
 
 /* Every claim: a new owner ($1), fencing token and lease of $2 seconds of database time, on the
@@ -120,22 +120,24 @@ static const struct db_stmt poll_claim = {
     .sql = CLAIM_PICK "tenant_id, id, "
     "      (cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL) AS cancel_due, "
     "      (poll_deadline_at <= now() AND NOT coalesce(cancel_requested_at > now() - "
-    "       interval '" CANCEL_FOLLOWED_S " seconds', false)) IS TRUE AS overdue "
+    "       interval '" CANCEL_FOLLOWED_S " seconds', false)) IS TRUE AS overdue, "
+    "      cancel_acknowledged "
     "      FROM operations WHERE tenant_id = $4 AND " POLL_DUE("$3")
     CLAIM_PICKED "UPDATE operations o SET " CLAIM_LEASE ", polls = o.polls + 1 "
-    CLAIM_ON_PICKED("$4") ", c.cancel_due, c.overdue",
+    CLAIM_ON_PICKED("$4") ", c.cancel_due, c.overdue, c.cancel_acknowledged",
     .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
 
 /* The cancel a poll sent was answered for good (policy.h, pol_cancel_answered), or cannot be sent
- * at all (the profile has no cancel): not sent again. Under the poll's own claim. */
+ * at all (the profile has no cancel): not sent again. Under the poll's own claim. $4: whether the
+ * provider acknowledged it (2xx, migration 0043: a later poll reads a deleted task by it). */
 static const struct db_stmt poll_cancel_sent = {
     .name = "poll_cancel_sent",
-    .sql = "UPDATE operations SET cancel_sent_at = now() "
+    .sql = "UPDATE operations SET cancel_sent_at = now(), cancel_acknowledged = $4::boolean "
     "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
     " = 'accepted' AND cancel_requested_at IS NOT NULL AND cancel_sent_at IS NULL",
-    .params = DB_PARAMS("tenant_id", "id", "lease_version"),
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "acknowledged"),
     .moves = DB_MOVES({ST_ACCEPTED, ST_ACCEPTED}),
 };
 
@@ -495,6 +497,7 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->operator_absent = strcmp(PQgetvalue(r, 0, CC_RESOLUTION), "absent") == 0;
     out->cancel_due = flag(r, CC_CANCEL_DUE);
     out->poll_overdue = PQnfields(r) > CC_POLL_OVERDUE && flag(r, CC_POLL_OVERDUE);
+    out->cancel_acknowledged = PQnfields(r) > CC_CANCEL_ACKED && flag(r, CC_CANCEL_ACKED);
     if (db_bytea_decode(db_val(r, 0, CC_BODY), &out->body, &out->body_len) < 0) {
         store_claim_fini(out);
         return STORE_EINTERNAL;
@@ -789,12 +792,13 @@ int store_poll_claim(struct db *db, const char *owner, int lease_seconds, const 
     return turns_claim(&poll_turns, db, kind_due, kind_claim, &k);
 }
 
-int store_poll_cancel_sent(struct db *db, const struct store_claim *c)
+int store_poll_cancel_sent(struct db *db, const struct store_claim *c, int acknowledged)
 {
     PGresult *r;
     int e = db_run(db, &poll_cancel_sent,
                    DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
-                           p_int("lease_version", c->lease_version)),
+                           p_int("lease_version", c->lease_version),
+                           p_text("acknowledged", acknowledged ? "true" : "false")),
                    &r);
     if (e == STORE_OK)
         PQclear(r);

@@ -542,8 +542,13 @@ static void write_job(struct rq_item *it, struct db *db)
             start(j, STEP_CANCEL, j->p->cancel_method, j->cancel_url, NULL, 0);
             return;
         }
+        /* The cancel this poll sent, or an earlier poll's that the provider acknowledged (the
+         * read just after it failed: every later read answers 404). */
+        int cancel_status = j->cancel_status ? j->cancel_status
+                            : j->c.cancel_acknowledged ? 200
+                                                       : 0;
         if (j->step == STEP_STATUS && j->st < 0 &&
-            pol_deleted_by_cancel(j->p->cancel_deletes, j->cancel_status, j->res.curl_code,
+            pol_deleted_by_cancel(j->p->cancel_deletes, cancel_status, j->res.curl_code,
                                   j->res.http_status))
             j->st = TS_CANCELED;
         if (j->st == TS_SUCCEEDED && j->furl) {
@@ -554,7 +559,9 @@ static void write_job(struct rq_item *it, struct db *db)
     } else {
         j->st = prov_fetched_status(j->p, &j->fetched);
     }
-    if (j->cancel_done && store_poll_cancel_sent(db, &j->c) != STORE_OK)
+    if (j->cancel_done &&
+        store_poll_cancel_sent(db, &j->c, j->cancel_status >= 200 && j->cancel_status < 300) !=
+            STORE_OK)
         LOG(LOG_WARN, "cancel_mark_failed", LS("job_id", j->c.id),
             LS("note", "the cancel will be sent again by the next poll"));
     int fetched = j->step == STEP_FETCH && j->st >= 0;

@@ -45,6 +45,7 @@ struct store_claim {
     int cancel_due;             /* a cancel was requested and this claim must send it */
     int poll_overdue;           /* a poll claim past the job's poll deadline (and past following
                                  * a cancel): a read that does not end the task sends it to review */
+    int cancel_acknowledged;    /* a poll claim: an earlier poll's cancel was answered 2xx */
     double first_sent_db, now_db; /* Unix seconds by the database's clock, not this host's */
     int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
     int ambiguous_before;       /* some attempt was ambiguous: never `failed` by budget */
@@ -88,9 +89,11 @@ __attribute__((warn_unused_result)) int store_poll_claim(struct db *db, const ch
                                                          struct store_claim *out);
 
 /* Marks the cancel of a claimed poll sent (its answer was final, or it cannot be sent): the next
- * claims do not send it again. Fenced by the claim. */
+ * claims do not send it again; acknowledged: the provider answered it 2xx (kept, for a later
+ * poll's read of a task the cancel deleted). Fenced by the claim. */
 __attribute__((warn_unused_result)) int store_poll_cancel_sent(struct db *db,
-                                                               const struct store_claim *c);
+                                                               const struct store_claim *c,
+                                                               int acknowledged);
 
 /* Claims the most overdue prepared operation (FOR UPDATE SKIP LOCKED): state sending, a new
  * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on

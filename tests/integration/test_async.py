@@ -312,6 +312,33 @@ def test_a_cancel_after_the_task_ended_keeps_its_result(gateway_factory, token, 
     assert gone.status == 404, gone
 
 
+def test_a_deleting_cancel_acknowledged_before_a_failed_read_ends_canceled(gateway_factory,
+                                                                           token, mock, psql):
+    """Luma's cancel deletes the generation. Acknowledged (2xx), but the status read just after
+    it failed in passing (503): the cancel was marked sent, and every later read answered 404 —
+    the task our cancel deleted — read as an unreadable task for the cancel's hour, then
+    `review`. The acknowledgement is kept (migration 0043): a later read's 404 is the cancel's,
+    and the job ends `canceled`."""
+    e, route = entry("luma", mock)
+    gw = start(gateway_factory, [e])
+    r = gw.submit(token, "ack-cancel-" + uuid.uuid4().hex,
+                  body(polls=100000, reads_fail_after_cancel=1), route=route)
+    job_id = r.json()["id"]
+    j = gw.wait_state(token, job_id, {"accepted"}, 15)
+    assert j["state"] == "accepted" and j["remote_id"], j
+    h = {"Authorization": f"Bearer {token}"}
+    assert gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
+    j = gw.wait_state(token, job_id, {"completed", "failed", "canceled", "review"}, 20)
+    assert j["state"] == "canceled", j
+    task = mock.http.request("GET", f"/_tasks/{j['remote_id']}").json()
+    # One cancel, and the read after it did fail (the mock's failure was spent).
+    assert task["cancels"] == 1 and task["deleted"], task
+    assert psql(f"SELECT cancel_acknowledged FROM operations WHERE id = '{job_id}'") == [["t"]]
+    fails = psql(f"SELECT count(*) FROM attempts WHERE operation_id = '{job_id}' "
+                 "AND kind = 'poll' AND http_status = 503")
+    assert fails == [["1"]], fails
+
+
 def test_a_cancel_is_never_sent_once_the_polls_lease_is_over(gateway_factory, token, mock):
     """A poller frozen between the read that shows a task running and the cancel it then sends
     (a process stopped, a thread blocked on the database: a pause point here) wakes up after its

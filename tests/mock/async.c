@@ -594,6 +594,7 @@ static struct async_task *task_new(const struct async_create_args *a)
     t->polls_needed = (c->set & CTRL_POLLS) ? c->polls : DEFAULT_POLLS;
     t->poll_delay_ms = (c->set & CTRL_POLL_DELAY) ? c->poll_delay_ms : 0;
     t->cancel_fails = (c->set & CTRL_CANCEL_FAILS) ? c->cancel_fails : 0;
+    t->reads_fail = (c->set & CTRL_READS_FAIL) ? c->reads_fail_after_cancel : 0;
     t->fail = (c->set & CTRL_OUTCOME) && c->fail;
     t->error = dup_or_null((c->set & CTRL_ERROR) ? c->error : DEFAULT_ERROR, &ok);
     t->outputs = (c->set & CTRL_OUTPUTS) ? c->outputs : (c->set & CTRL_N_OUT) ? c->n_out : 1;
@@ -799,6 +800,14 @@ static enum MHD_Result task_route(struct mock_request *req, const struct mock_pe
     reply_init(&r);
     pthread_mutex_lock(&store_lock);
     t = find_live(p, m, id);
+    struct async_task *any = find_any(id);
+    if (op == OP_POLL && any && any->p == p && any->cancels > 0 && any->state == AS_CANCELED &&
+        any->reads_fail > 0) {
+        any->reads_fail--; /* a read after the cancel that fails in passing */
+        pthread_mutex_unlock(&store_lock);
+        return send_error(req, k, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+                          "mock: the status read failed");
+    }
     if (t && op == OP_POLL) {
         t->polls++;
         delay_ms = t->poll_delay_ms;

@@ -81,6 +81,7 @@ struct async_task {
     unsigned int filtered;      /* outputs withheld by a safety filter (Vertex renders them) */
     unsigned int poll_delay_ms; /* a status read's answer waits this long (after the read) */
     unsigned int cancel_fails;  /* cancels still to answer 503 without cancelling */
+    unsigned int reads_fail;    /* status reads still to answer 503 once cancelled */
     bool fail;
     char *error;
     enum async_state state;

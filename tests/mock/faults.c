@@ -342,6 +342,16 @@ static bool parse_cancel_fails(const char *text, struct mock_controls *c, char *
     return false;
 }
 
+/* Parses reads_fail_after_cancel: how many status reads after the task's first cancel (that
+ * cancelled, or deleted, it) answer 503 before the task is shown again (or its 404, deleted). */
+static bool parse_reads_fail(const char *text, struct mock_controls *c, char *err)
+{
+    if (parse_uint(text, 0, 100, &c->reads_fail_after_cancel))
+        return true;
+    snprintf(err, FAULTS_ERR_MAX, "reads_fail_after_cancel must be an integer 0..100");
+    return false;
+}
+
 /* Parses outcome: how an asynchronous task ends, "succeeded" or "failed". */
 static bool parse_outcome(const char *text, struct mock_controls *c, char *err)
 {
@@ -535,6 +545,8 @@ static const struct control_field field_table[] = {
     {"polls", "X-Mock-Polls", CTRL_POLLS, parse_polls, NULL},
     {"poll_delay_ms", "X-Mock-Poll-Delay-Ms", CTRL_POLL_DELAY, parse_poll_delay, NULL},
     {"cancel_fails", "X-Mock-Cancel-Fails", CTRL_CANCEL_FAILS, parse_cancel_fails, NULL},
+    {"reads_fail_after_cancel", "X-Mock-Reads-Fail-After-Cancel", CTRL_READS_FAIL,
+     parse_reads_fail, NULL},
     {"outcome", "X-Mock-Outcome", CTRL_OUTCOME, parse_outcome, NULL},
     {"error", "X-Mock-Error", CTRL_ERROR, parse_error_text, NULL},
     {"outputs", "X-Mock-Outputs", CTRL_OUTPUTS, parse_outputs, NULL},
@@ -659,6 +671,8 @@ void faults_merge(struct mock_controls *dst, const struct mock_controls *src)
         dst->poll_delay_ms = src->poll_delay_ms;
     if (take & CTRL_CANCEL_FAILS)
         dst->cancel_fails = src->cancel_fails;
+    if (take & CTRL_READS_FAIL)
+        dst->reads_fail_after_cancel = src->reads_fail_after_cancel;
     if (take & CTRL_OUTCOME)
         dst->fail = src->fail;
     if (take & CTRL_ERROR)

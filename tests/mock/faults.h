@@ -54,12 +54,13 @@ enum {
     CTRL_POLL_DELAY = 1u << 15,
     CTRL_CANCEL_FAILS = 1u << 16,
     CTRL_FILTERED = 1u << 17,
+    CTRL_READS_FAIL = 1u << 18,
 };
 
 /* The controls that only asynchronous personalities understand. */
 #define CTRL_ASYNC                                                                                 \
     (CTRL_POLLS | CTRL_OUTCOME | CTRL_ERROR | CTRL_OUTPUTS | CTRL_WEBHOOK | CTRL_ID_NUMERIC |      \
-     CTRL_ID_MISSING | CTRL_POLL_DELAY | CTRL_CANCEL_FAILS | CTRL_FILTERED)
+     CTRL_ID_MISSING | CTRL_POLL_DELAY | CTRL_CANCEL_FAILS | CTRL_FILTERED | CTRL_READS_FAIL)
 
 /* Longest failure message a task can carry, including the terminating NUL. */
 #define MOCK_ERROR_MAX 1024
@@ -96,6 +97,7 @@ struct mock_controls {
     unsigned int poll_delay_ms;
     /* The first cancels of the task answer 503 and cancel nothing. */
     unsigned int cancel_fails;
+    unsigned int reads_fail_after_cancel;
     bool fail;
     char error[MOCK_ERROR_MAX];
     unsigned int outputs;
