@@ -673,6 +673,14 @@ static void drop_bodies(struct intake *in)
     hs_req_drop_body(in->r);
 }
 
+/* The wait r's answers name (Preference-Applied): the one its client asked for, whatever is
+ * left of it when a streamed request that never began waits on (wait_s, the time left). */
+static int applied_wait(struct hs_req *r, int wait_s)
+{
+    const struct intake *in = api_ctx(r);
+    return in && in->wait_s > 0 ? in->wait_s : wait_s;
+}
+
 /* The suspended request r waits for job j: resumed by its end, or when the wait is over, and
  * then answered by intake_resume. Its body is let go of while it waits. */
 static void wait_suspended(struct hs_req *r, const struct store_job *j, int replayed, int wait_s,
@@ -684,7 +692,7 @@ static void wait_suspended(struct hs_req *r, const struct store_job *j, int repl
     snprintf(w->token_hash, sizeof(w->token_hash), "%s", token);
     w->tenant_id = j->tenant_id;
     w->replayed = replayed;
-    w->wait_seconds = wait_s;
+    w->wait_seconds = applied_wait(r, wait_s);
     api_set_continuation(r, intake_resume);
     double deadline = waiters_now() + wait_s;
     struct waiters *ws = api_waiters(r);
@@ -698,7 +706,7 @@ static void answer_or_wait(struct hs_req *r, struct store_job *j, int replayed, 
                            const char *token, int local, struct ls *ls)
 {
     if (wait_s > 0 && st_is_terminal(j->state)) {
-        reply_provider_result(r, j, replayed, wait_s, delivery_of(r));
+        reply_provider_result(r, j, replayed, applied_wait(r, wait_s), delivery_of(r));
         return;
     }
     if (wait_s <= 0) {
@@ -853,13 +861,27 @@ void intake_handle(struct hs_req *r, const struct api_args *a)
     run_steps(in);
 }
 
-/* The waiting client's answer, on a database worker: the job as it is now. */
+/* The waiting client's answer, on a database worker: the job as it is now — unless its token
+ * was revoked while it waited (401, as any request of that token answers within the tenants'
+ * bound: a hold of up to max_wait_seconds is no way around a revocation). */
 static void answer_waited(struct hs_req *r, const struct api_args *a)
 {
     (void)a;
     struct api_wait *w = api_wait(r);
+    struct tenant t;
+    int e = tenants_get(api_db(r), w->token_hash, &t);
+    if (e == STORE_OK && t.id != w->tenant_id)
+        e = STORE_EAUTH; /* never: a token's tenant does not change */
+    if (e != STORE_OK) {
+        metrics_wait_answer(0);
+        if (e == STORE_EAUTH)
+            reply_unauthorized(r);
+        else
+            reply_job_error(r, e);
+        return;
+    }
     struct store_job j;
-    int e = store_job_get(api_db(r), w->tenant_id, w->job_id, &j);
+    e = store_job_get(api_db(r), w->tenant_id, w->job_id, &j);
     metrics_wait_answer(0);
     if (e == STORE_OK) {
         if (st_is_terminal(j.state))
@@ -881,10 +903,19 @@ void intake_resume(struct hs_req *r)
         limits_wait_end(in->token);
         in->wait_counted = 0;
     }
-    /* Woken by this replica's commit of the job's end: the answer is in memory (answers.h). */
+    /* Woken by this replica's commit of the job's end: the answer is in memory (answers.h),
+     * given from memory only while memory confirms the token (a revoked one is refused; one
+     * memory cannot tell is asked of the database, with the job). */
     struct api_wait *w = api_wait(r);
+    struct tenant t;
+    int known = tenants_lookup(w->token_hash, &t);
+    if (known < 0 || (known > 0 && t.id != w->tenant_id)) {
+        metrics_wait_answer(0);
+        reply_unauthorized(r);
+        return;
+    }
     struct jobcache_entry e;
-    if (answers_get(w->job_id, &e)) {
+    if (known > 0 && answers_get(w->job_id, &e)) {
         metrics_wait_answer(1);
         reply_result(r, &e, w->replayed, w->wait_seconds, delivery_of(r));
         jobcache_entry_fini(&e);

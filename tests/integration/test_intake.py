@@ -282,6 +282,35 @@ def test_revoked_token_is_401(gateway, database_url):
         assert gateway.submit(tok, key(), {"prompt": "x"}).status == 401
 
 
+def test_a_token_revoked_while_its_request_waits_gets_no_answer(gateway, database_url, mock):
+    """A request held by `Prefer: wait` was answered its job's result when the job ended, however
+    long after its token was revoked (up to max_wait_seconds): the held answer read the job by
+    tenant, never the token again. A revoked token stops working within the tenants' bound (2 s),
+    held requests included: the answer is 401, and the job itself goes on."""
+    import subprocess, os, threading
+    from conftest import GATEWAY_BIN
+    name = "rev-wait-" + uuid.uuid4().hex[:8]
+    tok = tenant_token(database_url, name)
+    got = {}
+    before = len(mock.ledger())
+
+    def held():
+        got["r"] = gateway.submit(tok, key(), {"prompt": "x", "_mock": {"delay_ms": 4000}},
+                                  headers={"Prefer": "wait=30"}, timeout=40)
+
+    t = threading.Thread(target=held)
+    t.start()
+    deadline = time.monotonic() + 10
+    while len(mock.ledger()) == before:  # held: its create is at the provider
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    subprocess.check_call([GATEWAY_BIN, "tenant", "revoke", name],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+    t.join(45)
+    assert got["r"].status == 401, (got["r"].status, got["r"].body[:300])
+    assert b"data" not in got["r"].body
+
+
 def test_job_list_tells_no_tenant_from_no_jobs(gateway, database_url):
     """One round trip proves the tenant: a stranger and a revoked tenant get 401 whether or not
     they would have jobs; a tenant without jobs gets an empty list."""
