@@ -1053,7 +1053,10 @@ static void on_get_end(void *arg, int curl_code);
  * for a redirect's next hop. -1 (x.why) when it cannot be made (a first slot is given back). */
 static int get_start(struct arch_job *j, int first)
 {
-    int endpoint = j->kind == AP_ENDPOINT;
+    /* A content endpoint's hop is read as one (its credential, its origin's CA and scheme)
+     * only on the provider's own origin: a redirect off it (a signed storage URL on a declared
+     * host) never carries the provider's credential. */
+    int endpoint = j->kind == AP_ENDPOINT && fp_same_origin(j->cur, j->p->base_url);
     const char *credential = endpoint ? db_val(j->c.res, 0, AC_CREDENTIAL) : NULL;
     if (get_prepare(j, j->cur, endpoint, credential) < 0) {
         if (first)
@@ -1090,9 +1093,10 @@ static void write_job(struct rq_item *it, struct db *db)
     }
     if (st >= 300 && st < 400 && redirect) {
         char why[256];
-        if (!fp_redirect_same_origin(j->cur, redirect, &next)) {
-            x->permanent = 1;
-            snprintf(x->why, sizeof(x->why), "redirect to another host refused");
+        struct fp_policy pol = archprof_policy(j->p->archive);
+        if (!fp_redirect_allowed(&pol, j->cur, redirect, &next, why, sizeof(why))) {
+            x->permanent = 1; /* the configuration's verdict: never worth another try */
+            snprintf(x->why, sizeof(x->why), "%s", why);
         } else if (j->hop + 1 >= MAX_REDIRECTS) {
             snprintf(x->why, sizeof(x->why), "more than %d redirects", MAX_REDIRECTS);
         } else if ((j->timeout_ms = ap_copy_timeout_ms(j->p->archive->timeout_ms, clock_mono(),

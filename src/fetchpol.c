@@ -209,30 +209,56 @@ int fp_same_origin(const char *a, const char *b)
     return same;
 }
 
-int fp_redirect_same_origin(const char *from, const char *location, char **next)
+int fp_redirect_resolve(const char *from, const char *location, char **next)
 {
     *next = NULL;
     CURLU *h = curl_url();
     char *abs = NULL;
-    if (!h || !location)
-        goto done;
     /* The redirect is resolved against the URL that answered it. */
-    if (curl_url_set(h, CURLUPART_URL, from, 0) != CURLUE_OK ||
-        curl_url_set(h, CURLUPART_URL, location, 0) != CURLUE_OK ||
-        curl_url_get(h, CURLUPART_URL, &abs, 0) != CURLUE_OK)
-        goto done;
-    struct url_parts a, b;
-    if (parts_of(from, &a) < 0)
-        goto done;
-    if (parts_of(abs, &b) == 0) {
-        if (!strcasecmp(a.scheme, b.scheme) && !strcasecmp(a.host, b.host) &&
-            !strcmp(a.port, b.port) && !b.user && !b.password)
-            *next = strdup(abs);
-        parts_fini(&b);
-    }
-    parts_fini(&a);
-done:
+    if (h && location && curl_url_set(h, CURLUPART_URL, from, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_URL, location, 0) == CURLUE_OK &&
+        curl_url_get(h, CURLUPART_URL, &abs, 0) == CURLUE_OK)
+        *next = strdup(abs);
     curl_free(abs);
     curl_url_cleanup(h);
     return *next != NULL;
+}
+
+int fp_redirect_same_origin(const char *from, const char *location, char **next)
+{
+    char *abs;
+    if (!fp_redirect_resolve(from, location, &abs))
+        return 0;
+    struct url_parts a, b;
+    if (parts_of(from, &a) == 0) {
+        if (parts_of(abs, &b) == 0) {
+            if (!strcasecmp(a.scheme, b.scheme) && !strcasecmp(a.host, b.host) &&
+                !strcmp(a.port, b.port) && !b.user && !b.password) {
+                *next = abs;
+                abs = NULL;
+            }
+            parts_fini(&b);
+        }
+        parts_fini(&a);
+    }
+    free(abs);
+    return *next != NULL;
+}
+
+int fp_redirect_allowed(const struct fp_policy *pol, const char *from, const char *location,
+                        char **next, char *why, size_t whylen)
+{
+    if (fp_redirect_same_origin(from, location, next))
+        return 1;
+    if (!fp_redirect_resolve(from, location, next)) {
+        snprintf(why, whylen, "a redirect whose Location cannot be read");
+        return 0;
+    }
+    char pwhy[256];
+    if (fp_url_allowed(pol, *next, NULL, pwhy, sizeof(pwhy)) == 0)
+        return 1;
+    free(*next);
+    *next = NULL;
+    snprintf(why, whylen, "redirect to another host refused (%s)", pwhy);
+    return 0;
 }

@@ -51,4 +51,14 @@ int fp_same_origin(const char *a, const char *b);
  * *next is the absolute URL to follow (free it). 0 otherwise. */
 int fp_redirect_same_origin(const char *from, const char *location, char **next);
 
+/* location (absolute, or relative to from) as an absolute URL in *next (free it): 1, or 0 when
+ * it does not parse. */
+int fp_redirect_resolve(const char *from, const char *location, char **next);
+
+/* Whether an output's fetch follows a redirect from `from` to location: on from's origin, or to
+ * a URL the policy allows (https, a declared host: a content endpoint that hands out a signed
+ * storage URL). 1 and *next (free it); 0 and the reason in why. */
+int fp_redirect_allowed(const struct fp_policy *pol, const char *from, const char *location,
+                        char **next, char *why, size_t whylen);
+
 #endif

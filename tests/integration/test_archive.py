@@ -782,15 +782,35 @@ def test_wrong_content_length_is_never_stored(gateway_factory, token, mock, tmp_
 
 
 def test_redirect_to_another_host_is_refused(gateway_factory, token, mock, tmp_path):
+    """A redirect to a host archive.hosts does not declare is never followed (the mock answers
+    302 to "localhost", another name for itself): failed for good, at the first attempt."""
     mock.http.request("POST", "/_files", json.dumps({"fault": "redirect"}))
-    e, route = arch_entry("replicate", mock, archive={"hosts": ["127.0.0.1", "localhost"]})
+    e, route = arch_entry("replicate", mock, archive={"hosts": ["127.0.0.1"]})
     gw = start(gateway_factory, tmp_path, [e])
     r = gw.submit(token, "redir-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
     j = archived(gw, token, r.json()["id"], timeout=30, states=("expired", "failed", "archived"))
     o = j["archive"][0]
     assert o["state"] == "failed" and "redirect to another host" in o["last_error"], o
+    assert "localhost" in o["last_error"], o
     assert o["attempts"] == 1
     assert objects(str(tmp_path / "archive")) == {}
+
+
+def test_redirect_to_a_declared_host_is_followed(gateway_factory, token, mock, tmp_path):
+    """A URL that answers with a redirect to another host archive.hosts declares (a content
+    endpoint handing out a signed storage URL) is followed and copied. Before, every redirect
+    off the first origin failed the output for good: a paid output never copied."""
+    mock.http.request("POST", "/_files", json.dumps({"fault": "redirect"}))
+    e, route = arch_entry("replicate", mock, archive={"hosts": ["127.0.0.1", "localhost"]})
+    gw = start(gateway_factory, tmp_path, [e])
+    r = gw.submit(token, "redir-ok-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    j = archived(gw, token, job_id, timeout=30, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "archived" and o["attempts"] == 1, o
+    got = get_output(gw, token, job_id, 0)
+    assert got.status == 200 and got.body.startswith(b"PNG:"), got
+    assert len(objects(str(tmp_path / "archive"))) == 1
 
 
 def test_private_address_is_refused_unless_allowed(gateway_factory, token, mock, tmp_path):

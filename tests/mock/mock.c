@@ -392,7 +392,8 @@ static enum MHD_Result handle_file(struct mock_request *req)
     if (!strcmp(fault, "status_404"))
         return reply_error(req, MHD_HTTP_NOT_FOUND, "no such file", "invalid_request_error",
                            "not_found");
-    if (!strcmp(fault, "redirect")) {
+    const char *host = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Host");
+    if (!strcmp(fault, "redirect") && !(host && !strncasecmp(host, "localhost:", 10))) {
         char loc[1024];
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         snprintf(loc, sizeof(loc), "http://localhost:%s%s",

@@ -148,6 +148,40 @@ static void test_redirect(void **state)
     }
 }
 
+/* A redirect off the output's origin is followed only to a URL the policy allows (a declared
+ * host, https unless http is allowed, no credentials): a content endpoint handing out a signed
+ * storage URL. Before, every redirect to another host failed the output for good. */
+static void test_redirect_allowed(void **state)
+{
+    (void)state;
+    static const char *const hosts[] = {"cdn.example", ".storage.example"};
+    struct fp_policy pol = {.hosts = hosts, .n_hosts = 2, .allow_http = 0};
+    static const struct {
+        const char *from, *location, *next, *why;
+    } rows[] = {
+        {"https://a.example/x", "/z", "https://a.example/z", NULL}, /* same origin: as before */
+        {"https://a.example/x", "https://cdn.example/f?sig=1", "https://cdn.example/f?sig=1", NULL},
+        {"https://a.example/x", "https://b.storage.example/f", "https://b.storage.example/f", NULL},
+        {"https://a.example/x", "https://b.example/f", NULL, "redirect to another host refused"},
+        {"https://a.example/x", "http://cdn.example/f", NULL, "redirect to another host refused"},
+        {"https://a.example/x", "https://u:p@cdn.example/f", NULL, "redirect to another host"},
+        {"https://a.example/x", "https://storage.example.evil/f", NULL, "another host refused"},
+        {"https://a.example/x", NULL, NULL, "cannot be read"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char *next = NULL, why[256] = "";
+        int ok = fp_redirect_allowed(&pol, rows[i].from, rows[i].location, &next, why,
+                                     sizeof(why));
+        if (ok != (rows[i].next != NULL))
+            fail_msg("row %zu: %d (%s)", i, ok, why);
+        if (rows[i].next)
+            assert_string_equal(next, rows[i].next);
+        else if (!strstr(why, rows[i].why))
+            fail_msg("row %zu: %s", i, why);
+        free(next);
+    }
+}
+
 /* Whether an output URL is on the provider's origin (its tls.ca_file then applies). */
 static void test_same_origin(void **state)
 {
@@ -487,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_addr_class),
         cmocka_unit_test(test_url_allowed),
         cmocka_unit_test(test_redirect),
+        cmocka_unit_test(test_redirect_allowed),
         cmocka_unit_test(test_same_origin),
         cmocka_unit_test(test_after_failure),
         cmocka_unit_test(test_claim_room),
