@@ -42,6 +42,25 @@
 
 /* One archive pool per process: what its claim function needs beyond the wpool's arguments. */
 static const struct cfg *g_cfg;
+
+/* What an archive claim's lease holds beyond its longest fetch: the write of its end. A publish
+ * (an fsync, an S3 PUT) that outlasts it costs a second copy by whoever claims the row next,
+ * never the output (objects are named by their content; a fenced end is not written). */
+#define PUBLISH_MARGIN_S 5
+
+/* Each fetch is cut at what its claim's lease has left, and nothing renews an archive lease:
+ * with the defaults (lease 180 s, a fetch's 300 s) every copy was cut at ~179 s — a large output
+ * tried again from its first byte until its URL expired. */
+int archive_lease_s(const struct cfg *cfg)
+{
+    long longest = 0;
+    for (size_t i = 0; i < cfg->n_providers; i++)
+        if (cfg->providers[i].archive && cfg->providers[i].archive->timeout_ms > longest)
+            longest = cfg->providers[i].archive->timeout_ms;
+    long need = (longest + 999) / 1000 + PUBLISH_MARGIN_S;
+    return need > cfg->lease_seconds ? (int)need : cfg->lease_seconds;
+}
+
 static char *g_providers; /* the configured provider names as a text[] literal */
 static struct blob_store *g_blob;
 
@@ -293,7 +312,7 @@ static char *plan_json(const struct cfg_provider *p, const char *credential,
             if (marked < born->taken && (k == AP_URL || k == AP_ENDPOINT) &&
                 !cJSON_GetObjectItemCaseSensitive(x, "state")) {
                 cJSON_AddStringToObject(x, "owner", g_cfg->instance_id);
-                cJSON_AddNumberToObject(x, "lease", (double)g_cfg->lease_seconds);
+                cJSON_AddNumberToObject(x, "lease", (double)archive_lease_s(g_cfg));
                 marked++;
             }
         }
@@ -1229,7 +1248,7 @@ static void archive_one(const struct cfg *cfg, struct db *db, struct store_claim
 {
     struct archiver *A = arg;
     int rows = PQntuples(c->res);
-    double lease_end = claimed_mono + cfg->lease_seconds; /* every row's: one lease a claim */
+    double lease_end = claimed_mono + archive_lease_s(cfg); /* every row's: one a claim */
     if (rows == 1) /* a row alone is worked on as claimed: no copy */
         archive_row(cfg, db, c, lease_end, A);
     /* The fetches first (each started, not waited for), the base64 output (decoded and stored
@@ -1295,7 +1314,9 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
                            struct store_claim *out, void *arg)
 {
     struct archiver *A = arg;
-    struct claim_args a = {.owner = owner, .lease_seconds = lease_seconds, .out = out, .A = A};
+    (void)lease_seconds; /* the archive's own (archive_lease_s) */
+    struct claim_args a = {
+        .owner = owner, .lease_seconds = archive_lease_s(A->cfg), .out = out, .A = A};
     memset(out, 0, sizeof(*out));
     /* Full already: not even a look for due work (the hold itself is taken by claim_tenant). */
     if (room_left(A, atomic_load(&A->claiming), CLAIM_BATCH) <= 0) {
@@ -1498,7 +1519,7 @@ void archive_born_settle(struct archive_born *b, int written, long long tenant_i
                                    .plan = strdup(plan),
                                    .inserted = b->inserted,
                                    .n = handed,
-                                   .lease_end = b->mono + A->cfg->lease_seconds};
+                                   .lease_end = b->mono + archive_lease_s(A->cfg)};
             b->inserted = NULL;
         }
         if (!r || !r->job_id || !r->provider || !r->plan || (remote_id && !r->remote_id)) {

@@ -26,6 +26,10 @@ void archive_quiesce(struct archiver *A);
 /* Writes what is left, stops the threads and frees A (A may be NULL). */
 void archive_stop(struct archiver *A);
 
+/* The lease of an archive claim, in seconds (pure): lease_seconds, or the longest of the
+ * providers' archive.timeout_ms plus 5 s (the write of the copy's end) when that is longer — a fetch is cut at what its claim's lease has left. */
+int archive_lease_s(const struct cfg *cfg);
+
 /* Born claims (issue 23: a claim statement per output was ~13 % of a job's executor time). The
  * write of a result this replica's archive has room for claims its fetched outputs itself: they
  * are inserted under this replica's lease (fencing token 1, one attempt counted), and once the

@@ -23,7 +23,9 @@ from test_group_commit import execute, rows_args, statement_sql
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from chaos.client import fan_out  # noqa: E402
 
-MOCK_ARCHIVE = {"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True}
+# A fetch's timeout under the tests' short leases (a claim's lease holds its longest fetch).
+MOCK_ARCHIVE = {"hosts": ["127.0.0.1"], "allow_http": True, "allow_private": True,
+                "timeout_ms": 3000}
 PROFILES = os.path.join(ROOT, "deploy", "providers")
 
 
@@ -115,6 +117,24 @@ def test_every_shipped_async_profile_archives(gateway_factory, token, mock, tmp_
     kinds = {o["kind"] for o in j["archive"]}
     assert kinds == {"endpoint" if name == "openai-videos" else
                      "b64" if name == "vertex-veo" else "url"}, j["archive"]
+
+
+def test_a_copy_may_run_its_whole_timeout_past_the_lease(gateway_factory, token, mock, tmp_path):
+    """Each fetch was cut at what its claim's lease had left, and nothing renews an archive
+    lease: with lease_seconds under archive.timeout_ms (the defaults: 180 s and 300 s) every copy
+    longer than the lease failed "Timeout was reached" and was fetched again from its first byte
+    until its URL expired. The archive's claims now hold the longest fetch and 5 s more: a 5 s
+    fetch under a 4 s lease is copied at its first attempt."""
+    e, route = arch_entry("replicate", mock, archive={"timeout_ms": 15000},
+                          timeouts={"connect_ms": 1000, "total_ms": 1500})
+    mock.http.request("POST", "/_files", json.dumps({"delay_ms": 5000}))
+    gw = start(gateway_factory, tmp_path, [e], lease_seconds=4)
+    r = gw.submit(token, "slow-cdn-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    j = archived(gw, token, job_id, timeout=40, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "archived" and o["attempts"] == 1, o
+    assert get_output(gw, token, job_id, 0).status == 200
 
 
 def test_a_read_never_shows_a_stale_archive(gateway_factory, token, mock, tmp_path, psql):

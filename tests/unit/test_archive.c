@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "idemgate/archive.h"
 #include "idemgate/archplan.h"
 #include "idemgate/fetchpol.h"
 #include "idemgate/outputs.h"
@@ -179,6 +180,34 @@ static void test_redirect_allowed(void **state)
         else if (!strstr(why, rows[i].why))
             fail_msg("row %zu: %s", i, why);
         free(next);
+    }
+}
+
+/* An archive claim's lease holds its longest fetch and 5 s to write its end:
+ * with the defaults (lease 180 s, a fetch's 300 s) every copy was cut at ~179 s. */
+static void test_archive_lease(void **state)
+{
+    (void)state;
+    static const struct {
+        int lease_s;
+        long timeouts_ms[2]; /* 0: a provider without an archive member */
+        int want;
+    } rows[] = {
+        {180, {300000, 0}, 305},      /* the defaults */
+        {600, {300000, 0}, 600},      /* lease_seconds already long enough */
+        {180, {0, 0}, 180},           /* nothing archived */
+        {3, {1500, 0}, 7},            /* whole seconds, rounded up */
+        {180, {60000, 900000}, 905},  /* the longest provider's */
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct arch_profile ap[2] = {{.timeout_ms = rows[i].timeouts_ms[0]},
+                                     {.timeout_ms = rows[i].timeouts_ms[1]}};
+        struct cfg_provider p[2] = {{.archive = rows[i].timeouts_ms[0] ? &ap[0] : NULL},
+                                    {.archive = rows[i].timeouts_ms[1] ? &ap[1] : NULL}};
+        struct cfg c = {.providers = p, .n_providers = 2, .lease_seconds = rows[i].lease_s};
+        int got = archive_lease_s(&c);
+        if (got != rows[i].want)
+            fail_msg("row %zu: %d, want %d", i, got, rows[i].want);
     }
 }
 
@@ -522,6 +551,7 @@ int main(void)
         cmocka_unit_test(test_url_allowed),
         cmocka_unit_test(test_redirect),
         cmocka_unit_test(test_redirect_allowed),
+        cmocka_unit_test(test_archive_lease),
         cmocka_unit_test(test_same_origin),
         cmocka_unit_test(test_after_failure),
         cmocka_unit_test(test_claim_room),
