@@ -3,4 +3,4 @@
 -- deletes the task (profile cancel.deletes: Luma's DELETE), the status read just after the
 -- cancel may fail; every later read then answers 404 — the task our cancel deleted — which,
 -- without this column, read as an unreadable task for an hour and then `review`.
-ALTER TABLE operations ADD COLUMN cancel_acknowledged boolean NOT NULL DEFAULT false;
+ALTER TABLE operations ADD COLUMN IF NOT EXISTS cancel_acknowledged boolean NOT NULL DEFAULT false;
