@@ -1171,7 +1171,7 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
                    NOT_HERE_DELAY_MS);
         return;
     }
-    if (expires > 0 && now >= expires) {
+    if (ap_expired_untried(attempts, now, expires)) {
         /* Counted and said, never dropped in silence. */
         LOG(LOG_WARN, "archive_expired", LS("job_id", c->id), LS("provider", c->provider),
             LI("output", n), LI("attempts", attempts));

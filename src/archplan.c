@@ -166,6 +166,11 @@ int ap_ends_due(double now, double since, double first_end, double max_wait_s, d
     return now - since >= max_wait_s || first_end - now <= margin_s;
 }
 
+int ap_expired_untried(int attempts, double now, double expires_at)
+{
+    return expires_at > 0 && now >= expires_at && attempts > 1;
+}
+
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
                                  int store, double rand01, long long *delay_ms)
 {

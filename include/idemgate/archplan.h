@@ -51,6 +51,12 @@ enum ap_verdict { AP_RETRY = 0, AP_FAILED, AP_EXPIRED };
  * minutes failed them for good after AP_MAX_ATTEMPTS_NO_EXPIRY. rand01 in [0, 1) for the jitter.
  * On AP_RETRY, *delay_ms is the wait before the next copy: full-jitter exponential (1 s base,
  * 60 s cap) — with an expiry, the last try is made before it. */
+/* Whether a claimed output whose expiry has passed is written `expired` without a try: not at
+ * its first claim (attempts counts this one). The expiry is often the profile's estimate
+ * (result.url_ttl_seconds after the result), and a backlog or an outage that delayed the first
+ * claim past it proves nothing of the URL: one GET tells (its failure is then `expired`). Pure. */
+int ap_expired_untried(int attempts, double now, double expires_at);
+
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
                                  int store, double rand01, long long *delay_ms);
 

@@ -788,6 +788,27 @@ def test_expired_url_is_counted_and_logged(gateway_factory, token, mock, tmp_pat
     assert get_output(gw, token, job_id, 0).status == 404
 
 
+def test_a_first_claim_past_an_estimated_expiry_still_tries(gateway_factory, token, mock,
+                                                            tmp_path):
+    """An output's expiry is most often the profile's estimate (result.url_ttl_seconds after the
+    result). A claim that came after it — a backlog, an archive stopped for a while — wrote the
+    output `expired` without a single request, though the provider's URL still served it. The
+    first claim now tries once; only a failure then is `expired`."""
+    e, route = arch_entry("replicate", mock)
+    e["result"] = dict(json.load(open(os.path.join(PROFILES, "replicate.json")))["result"],
+                       url_ttl_seconds=2)
+    a = start(gateway_factory, tmp_path, [e], archive_workers=0)  # records, never copies
+    r = a.submit(token, "late-claim-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    assert a.wait_state(token, job_id, {"completed"}, 15)["state"] == "completed"
+    time.sleep(3)  # past the estimate, before any claim
+    b = start(gateway_factory, tmp_path, [e])
+    j = archived(b, token, job_id, timeout=30, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "archived" and o["attempts"] == 1, o
+    assert get_output(b, token, job_id, 0).status == 200
+
+
 def test_wrong_content_length_is_never_stored(gateway_factory, token, mock, tmp_path):
     mock.http.request("POST", "/_files", json.dumps({"bytes": 50000, "fault": "truncate"}))
     e, route = arch_entry("replicate", mock)

@@ -233,6 +233,28 @@ static void test_same_origin(void **state)
             fail_msg("row %zu: %s vs %s", i, rows[i].a ? rows[i].a : "(null)", rows[i].b);
 }
 
+/* A URL past its (often estimated) expiry is tried once, at its first claim, before it is
+ * written `expired` untried: a backlog that delayed the first claim proves nothing of it. */
+static void test_expired_untried(void **state)
+{
+    (void)state;
+    static const struct {
+        int attempts;
+        double now, expires;
+        int want;
+    } cases[] = {
+        {1, 100, 50, 0},  /* first claim, past the expiry: tried once */
+        {2, 100, 50, 1},  /* tried before: expired, untried again */
+        {5, 100, 50, 1},  {2, 40, 50, 0}, /* not expired */
+        {2, 100, 0, 0},   /* no expiry known */
+        {2, 50, 50, 1},   /* at the expiry */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (ap_expired_untried(cases[i].attempts, cases[i].now, cases[i].expires) !=
+            cases[i].want)
+            fail_msg("row %zu: want %d", i, cases[i].want);
+}
+
 static void test_after_failure(void **state)
 {
     (void)state;
@@ -554,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_archive_lease),
         cmocka_unit_test(test_same_origin),
         cmocka_unit_test(test_after_failure),
+        cmocka_unit_test(test_expired_untried),
         cmocka_unit_test(test_claim_room),
         cmocka_unit_test(test_copy_timeout),
         cmocka_unit_test(test_ends_due),
