@@ -6,6 +6,7 @@
 
 #include "idemgate/config.h"
 #include "idemgate/log.h"
+#include "idemgate/metrics.h"
 #include "idemgate/provider.h"
 #include "idemgate/secrets.h"
 
@@ -84,6 +85,7 @@ static void read_slot(struct credwatch *w, size_t i, double now_ms)
     int first = atomic_load(&w->slot[i].read_ms) < 0;
     enum cw_verdict was = (enum cw_verdict)atomic_exchange(&w->slot[i].verdict, (int)v);
     atomic_store(&w->slot[i].read_ms, now_ms);
+    metrics_credential_unusable(p->name, v != CW_USABLE);
     if (v != CW_USABLE && (first || was != v))
         LOG(LOG_ERROR, "provider_credential_unusable", LS("provider", p->name),
             LS("credential", secret_name(p->credential)), LS("error", cw_reason(v)),

@@ -327,20 +327,20 @@ static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *
 static void disp_free(struct dispatcher *d)
 {
     eng_room_off(d->eng, d);
-    cw_free(d->cw);
     rq_free(d->results);
     rq_free(d->born);
     free(d);
 }
 
-struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng)
+struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng, struct credwatch *cw)
 {
     struct dispatcher *d = calloc(1, sizeof(*d));
     if (!d)
         return NULL;
     d->cfg = cfg;
     d->eng = eng;
-    if (!(d->results = rq_new()) || !(d->born = rq_new()) || !(d->cw = cw_new(cfg))) {
+    d->cw = cw;
+    if (!(d->results = rq_new()) || !(d->born = rq_new())) {
         disp_free(d);
         return NULL;
     }

@@ -4,6 +4,7 @@
 #include "idemgate/archive.h"
 #include "idemgate/cli.h"
 #include "idemgate/config.h"
+#include "idemgate/credwatch.h"
 #include "idemgate/dispatcher.h"
 #include "idemgate/engine.h"
 #include "idemgate/api.h"
@@ -66,6 +67,7 @@ struct subsystems {
     struct waiters *waiters;
     struct recorder *recorder;
     struct eng *eng; /* the call engine the dispatcher and the poller make their calls on */
+    struct credwatch *cw; /* whose credentials can be read here: the dispatcher's, the poller's */
     struct dispatcher *disp;
     struct poller *poller;
     struct reconciler *recon;
@@ -160,13 +162,15 @@ static const char *start_all(const struct cfg *cfg, struct subsystems *s)
     waiters_on_gone(s->waiters, client_gone);
     if (!(s->eng = start_engine(cfg)))
         return "call engine";
-    if (!(s->disp = disp_start(cfg, s->eng)))
+    if (!(s->cw = cw_new(cfg)))
+        return "credential watch";
+    if (!(s->disp = disp_start(cfg, s->eng, s->cw)))
         return "dispatcher";
     if (!(s->recorder = recorder_start(cfg, s->disp)))
         return "recorder";
     if (!(s->recon = recon_start(cfg, s->eng)))
         return "reconciler";
-    if (!(s->poller = poller_start(cfg, s->eng)))
+    if (!(s->poller = poller_start(cfg, s->eng, s->cw)))
         return "poller";
     if (!(s->archiver = archive_start(cfg, s->eng)))
         return "archive workers";
@@ -214,6 +218,7 @@ static void stop_all(struct subsystems *s)
     recon_stop(s->recon);
     archive_stop(s->archiver);
     eng_free(s->eng);
+    cw_free(s->cw); /* after the dispatcher's and the poller's threads */
     reaper_stop(s->reaper);
     if (s->wake)
         wake_stop();

@@ -98,6 +98,8 @@ static const char *const poll_read_names[] = {"ok",      "refused", "not_found",
                                               "limited", "error",   "unanswered"};
 #define N_POLL_READ (sizeof(poll_read_names) / sizeof(poll_read_names[0]))
 static atomic_ulong poll_reads[METRICS_PROVIDERS_MAX + 1][N_POLL_READ];
+/* 1 while this replica cannot read the provider's credential (credwatch.h). */
+static atomic_int credential_unusable[METRICS_PROVIDERS_MAX + 1];
 static atomic_ulong archive_claimed[2]; /* by a claim, by the write of the result */
 static atomic_ulong archive_reads_unserved[MAR__COUNT];
 static const char *const archive_read_names[MAR__COUNT] = {"other_replica", "other_store",
@@ -249,6 +251,11 @@ void metrics_poll_read(const char *provider, int http_status, int curl_code)
             : http_status == 429                          ? 3
                                                           : 4;
     atomic_fetch_add(&poll_reads[prov_index(provider)][k], 1);
+}
+
+void metrics_credential_unusable(const char *provider, int unusable)
+{
+    atomic_store(&credential_unusable[prov_index(provider)], unusable ? 1 : 0);
 }
 
 void metrics_archive(int outcome)
@@ -440,6 +447,13 @@ static void render_attempts_and_safety(struct buf *b)
             put(b, "idemgate_poll_reads_total{provider=\"%s\",outcome=\"%s\"} %lu\n",
                 prov_name(p), poll_read_names[i], atomic_load(&poll_reads[p][i]));
     }
+    put(b, "# HELP idemgate_provider_credential_unusable 1 while this replica cannot read the "
+           "provider's credential (its variable unset, its file unreadable or empty, a control "
+           "character): it takes none of that provider's jobs.\n"
+           "# TYPE idemgate_provider_credential_unusable gauge\n");
+    for (size_t p = 0; p < n_prov; p++)
+        put(b, "idemgate_provider_credential_unusable{provider=\"%s\"} %d\n", prov_name(p),
+            atomic_load(&credential_unusable[p]));
     render_provider_histogram(
         b, "idemgate_upstream_duration_seconds",
         "Time of one call to a provider (a create, a status read), from send to its end.",

@@ -155,6 +155,12 @@ int pol_cancel_after_read(int task_status)
     return task_status == TS_QUEUED || task_status == TS_RUNNING;
 }
 
+double pol_cancel_by(int cancel_deletes, double lease_by, double read_at)
+{
+    double fresh = read_at + POL_CANCEL_READ_FRESH_S;
+    return cancel_deletes && fresh < lease_by ? fresh : lease_by;
+}
+
 int pol_deleted_by_cancel(int cancel_deletes, int cancel_http_status, int read_curl_code,
                           int read_http_status)
 {

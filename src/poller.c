@@ -5,6 +5,7 @@
 #include "idemgate/archplan.h"
 #include "idemgate/clock.h"
 #include "idemgate/crash.h"
+#include "idemgate/credwatch.h"
 #include "idemgate/engine.h"
 
 #include "idemgate/log.h"
@@ -381,12 +382,14 @@ struct poll_job {
     int cancel_done; /* its cancel was answered for good, or cannot be sent: marked sent */
     int cancel_status; /* the HTTP status its cancel was answered with (0: none sent) */
     struct clock_deadline cancel_by; /* the last moment its cancel may start leaving */
+    double read_mono; /* when the read before its cancel was answered (monotonic) */
     double t0;
     double call_t0; /* wall clock when the current call was handed to the engine (0: none) */
 };
 
 struct poller {
     const struct cfg *cfg;
+    struct credwatch *cw; /* the caller's */
     struct wpool *pool;
     struct eng *eng;
     struct rq *results;
@@ -477,7 +480,9 @@ static void on_end(void *arg, struct up_response *res)
          * whoever it is now, reads the task before any cancel of its own. */
         LOG(LOG_WARN, "cancel_not_sent", LS("job_id", j->c.id), LS("provider", p->name),
             LS("note", res->curl_code || !res->error[0]
-                           ? "the poll's lease was over before the cancel could leave"
+                           ? "the poll's lease was over (or, for a cancel that deletes, the read "
+                             "showing the task running was over 2 s old) before the cancel could "
+                             "leave: the next poll reads the task first"
                            : res->error));
         j->cancel_done = 0;
         j->cancel_status = 0;
@@ -494,6 +499,8 @@ static void on_end(void *arg, struct up_response *res)
         start(j, STEP_STATUS, poll_method(j->p), j->url, j->body, 0);
         return;
     }
+    if (j->step == STEP_PRECHECK)
+        j->read_mono = clock_mono();
     if (j->step == STEP_STATUS || j->step == STEP_PRECHECK)
         j->res = *res;
     else
@@ -539,6 +546,10 @@ static void write_job(struct rq_item *it, struct db *db)
             free(j->furl);
             j->furl = NULL;
             CRASH_POINT("poll_before_cancel");
+            double mono_now = clock_mono();
+            double by = pol_cancel_by(j->p->cancel_deletes, j->cancel_by.mono, j->read_mono);
+            if (by < j->cancel_by.mono)
+                j->cancel_by = clock_deadline_in(by - mono_now, mono_now, clock_wall());
             start(j, STEP_CANCEL, j->p->cancel_method, j->cancel_url, NULL, 0);
             return;
         }
@@ -631,11 +642,14 @@ static void poll_one(const struct cfg *cfg, struct db *db, struct store_claim *c
 
 /* Whether provider i is one this replica does not poll (cfg_providers_literal's skip): neither an
  * async profile nor a synchronous one whose answers in progress are read by reconcile.task.path
- * (poll_one's test). */
+ * (poll_one's test), or one whose credential cannot be read here (left to the replicas that can:
+ * each read here was unreadable, and an overdue job's sent it to review). */
 static int not_polled(int i, void *arg)
 {
-    const struct cfg_provider *p = &((const struct cfg *)arg)->providers[i];
-    return !(p->mode == CFG_MODE_ASYNC_POLL || (p->task_path && p->status_path));
+    const struct poller *pl = arg;
+    const struct cfg_provider *p = &pl->cfg->providers[i];
+    return !(p->mode == CFG_MODE_ASYNC_POLL || (p->task_path && p->status_path)) ||
+           !cw_sendable(pl->cw, i, clock_mono() * 1000);
 }
 
 /* Claims one accepted operation due for a read when the engine has room for its call. */
@@ -651,7 +665,7 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
     atomic_store(&pl->starved, 0);
     /* Only the providers this replica polls: another replica's jobs are left to it (claimed
      * here, they were only written back "not configured" for a minute). */
-    if (!cfg_providers_literal(pl->cfg, not_polled, (void *)pl->cfg, providers,
+    if (!cfg_providers_literal(pl->cfg, not_polled, pl, providers,
                                sizeof(providers)))
         return STORE_ENOTFOUND;
     /* The slot is taken once something was claimed (ENG_ROOM_THEN_TAKE in engine.h). */
@@ -680,12 +694,13 @@ static int write_results(struct db *db, void *arg)
     return rq_run(pl->results, db, RESULTS_PER_TURN);
 }
 
-struct poller *poller_start(const struct cfg *cfg, struct eng *eng)
+struct poller *poller_start(const struct cfg *cfg, struct eng *eng, struct credwatch *cw)
 {
     struct poller *pl = calloc(1, sizeof(*pl));
     if (!pl)
         return NULL;
     pl->cfg = cfg;
+    pl->cw = cw;
     pl->eng = eng;
     if (!(pl->results = rq_new())) {
         free(pl);

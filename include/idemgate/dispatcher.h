@@ -15,7 +15,9 @@ struct dispatcher;
 
 /* Starts cfg->dispatch_workers threads (none when 0) making their calls on eng. NULL on
  * failure. */
-struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng);
+struct credwatch;
+/* cw (credwatch.h, the caller's, outliving it): whose credentials can be read here. */
+struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng, struct credwatch *cw);
 /* The stop, in three steps with the engine's: disp_quiesce (no new claim; born reservations not
  * begun are given back), then eng_stop (every call in flight ends, the threads writing results
  * meanwhile), then disp_stop (the results left are written; the threads stop). No call in flight

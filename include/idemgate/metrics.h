@@ -45,6 +45,8 @@ void metrics_attempt(const char *provider, const char *outcome);
  * other status), unanswered (no answer: curl_code set). A read refused or not found leaves the
  * job `accepted` until its poll deadline (review): the alert on these is the early word. */
 void metrics_poll_read(const char *provider, int http_status, int curl_code);
+/* Whether this replica can read the provider's credential now (credwatch.h). */
+void metrics_credential_unusable(const char *provider, int unusable);
 /* How long one call to a provider took (a create, a status read), from send to its end. */
 void metrics_upstream_seconds(const char *provider, double seconds);
 /* A job of the provider completed, seconds after its first send. */

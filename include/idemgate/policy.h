@@ -86,6 +86,17 @@ int pol_cancel_after_read(int task_status);
 long pol_poll_delay_ms(long interval_ms, long max_ms, int polls, long hint_ms,
                        long long server_ms);
 
+/* How long after the read that showed a task running a cancel that deletes it may still leave
+ * (seconds): a poller held up between the two (its result queue behind a slow database) would
+ * otherwise delete a task that finished meanwhile, its paid outputs with it. */
+#define POL_CANCEL_READ_FRESH_S 2.0
+
+/* The last moment (monotonic seconds) a poll's cancel may start leaving: its lease's (lease_by),
+ * and, at a provider whose cancel deletes the task, no later than POL_CANCEL_READ_FRESH_S after
+ * the read that showed the task running (read_at). Refused, the cancel stays due: the next poll
+ * reads the task again first. Pure. */
+double pol_cancel_by(int cancel_deletes, double lease_by, double read_at);
+
 /* Whether a status read just after our cancel shows the task cancelled by it, at a provider
  * whose cancel deletes the task (cancel_deletes): the cancel accepted (2xx) and the task then
  * gone (404 or 410). The read before the cancel showed it running (pol_cancel_after_read), so

@@ -17,7 +17,10 @@ struct poller;
 struct eng;
 
 /* Starts cfg->poll_workers threads (none when 0) making their reads on eng. NULL on failure. */
-struct poller *poller_start(const struct cfg *cfg, struct eng *eng);
+struct credwatch;
+/* cw (credwatch.h, the caller's, outliving it): a provider whose credential cannot be read here
+ * is not polled here (its reads would all be unreadable, and an overdue one sent to review). */
+struct poller *poller_start(const struct cfg *cfg, struct eng *eng, struct credwatch *cw);
 /* The stop, like the dispatcher's: poller_quiesce (no new claim), eng_stop (the reads in flight
  * end), poller_stop (their conclusions are written; the threads stop). */
 void poller_quiesce(struct poller *pl);

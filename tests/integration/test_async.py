@@ -339,6 +339,59 @@ def test_a_deleting_cancel_acknowledged_before_a_failed_read_ends_canceled(gatew
     assert fails == [["1"]], fails
 
 
+def test_a_replica_without_the_credential_does_not_poll(gateway_factory, token, mock, psql):
+    """A replica whose environment lacks a provider's secret claimed that provider's polls: each
+    read was refused before it left (unreadable), and a job past its poll deadline whose one
+    read fell to it went to review, while a replica with the secret could have read it. It
+    polls none of them now, and says so (log, /metrics)."""
+    e, route = entry("luma", mock, poll_interval_ms=200,
+                     timeouts={"connect_ms": 1000, "total_ms": 1500})
+    a = start(gateway_factory, [e], lease_seconds=4)
+    r = a.submit(token, "no-cred-poll-" + uuid.uuid4().hex, body(polls=100000), route=route)
+    job_id = r.json()["id"]
+    assert a.wait_state(token, job_id, {"accepted"}, 15)["state"] == "accepted"
+    a.proc.kill()
+    a.proc.wait(timeout=10)
+    b = start(gateway_factory, [e], lease_seconds=4, env={"LUMAAI_API_KEY": ""})
+    deadline = time.monotonic() + 10
+    while "provider_credential_unusable" not in b.log():
+        assert time.monotonic() < deadline, b.log()[-2000:]
+        time.sleep(0.05)
+    polls = psql(f"SELECT polls FROM operations WHERE id = '{job_id}'")
+    time.sleep(6)  # past the dead replica's poll lease (4 s): due for any replica's claim
+    assert psql(f"SELECT polls FROM operations WHERE id = '{job_id}'") == polls
+    assert re.search(r'^idemgate_provider_credential_unusable\{provider="%s"\} 1$' % e["name"],
+                     b.http.request("GET", "/metrics").body.decode(), re.M)
+    c = start(gateway_factory, [e], lease_seconds=4)  # one that has it reads the task
+    deadline = time.monotonic() + 15
+    while psql(f"SELECT polls FROM operations WHERE id = '{job_id}'") == polls:
+        assert time.monotonic() < deadline, c.log()[-2000:]
+        time.sleep(0.1)
+    assert psql(f"SELECT state FROM operations WHERE id = '{job_id}'") == [["accepted"]]
+
+
+def test_a_deleting_cancel_never_leaves_on_a_stale_read(gateway_factory, token, mock):
+    """Luma's cancel deletes the generation, sent only after a read shows it running. A poller
+    held up between that read and its DELETE (its answers queued behind a slow database: a pause
+    point here, 3 s, well inside its lease) sent the DELETE anyway: a task that finished
+    meanwhile went with its paid outputs. A deleting cancel now leaves only within 2 s of that
+    read; refused, the task is read again — finished here — and its result kept."""
+    e, route = entry("luma", mock, poll_interval_ms=60000)
+    gw = start(gateway_factory, [e], lease_seconds=60,
+               env={"IDEMGATE_PAUSE": "poll_before_cancel:3000"})
+    r = gw.submit(token, "stale-read-" + uuid.uuid4().hex, body(polls=2), route=route)
+    job_id = r.json()["id"]
+    j = gw.wait_state(token, job_id, {"accepted"}, 15)
+    assert j["state"] == "accepted" and j["remote_id"], j
+    h = {"Authorization": f"Bearer {token}"}
+    assert gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
+    j = gw.wait_state(token, job_id, {"completed", "failed", "canceled", "review"}, 30)
+    assert '"event":"pause_point"' in gw.log(), gw.log()[-2000:]
+    assert j["state"] == "completed" and j["result"], j
+    task = mock.http.request("GET", f"/dream-machine/v1/generations/{j['remote_id']}")
+    assert task.status == 200 and task.json().get("cancels", 0) == 0, task
+
+
 def test_a_cancel_is_never_sent_once_the_polls_lease_is_over(gateway_factory, token, mock):
     """A poller frozen between the read that shows a task running and the cancel it then sends
     (a process stopped, a thread blocked on the database: a pause point here) wakes up after its

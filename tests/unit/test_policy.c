@@ -220,6 +220,27 @@ static void test_cancel_after_read(void **state)
 }
 
 /* A 404 just after an accepted cancel, at a provider whose cancel deletes the task: cancelled. */
+/* A cancel that deletes leaves only while the read that showed the task running is fresh: a
+ * poller held up between the two deleted a task that finished meanwhile. */
+static void test_cancel_by(void **state)
+{
+    (void)state;
+    static const struct {
+        int deletes;
+        double lease_by, read_at, want;
+    } cases[] = {
+        {0, 100.0, 10.0, 100.0},                          /* a plain cancel: the lease's */
+        {1, 100.0, 10.0, 10.0 + POL_CANCEL_READ_FRESH_S}, /* deleting: the read's */
+        {1, 11.0, 10.0, 11.0},                            /* the lease ends first */
+        {1, 100.0, 99.0, 100.0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        double got = pol_cancel_by(cases[i].deletes, cases[i].lease_by, cases[i].read_at);
+        if (got != cases[i].want)
+            fail_msg("row %zu: %g, want %g", i, got, cases[i].want);
+    }
+}
+
 static void test_deleted_by_cancel(void **state)
 {
     (void)state;
@@ -274,6 +295,7 @@ int main(void)
                                        cmocka_unit_test(test_cancel_answered),
                                        cmocka_unit_test(test_cancel_after_read),
                                        cmocka_unit_test(test_deleted_by_cancel),
+                                       cmocka_unit_test(test_cancel_by),
                                        cmocka_unit_test(test_poll_delay)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
