@@ -216,12 +216,18 @@ static int disp_chores_due_ms(void *arg)
     return age >= GC_STALL_MS ? 0 : (int)(GC_STALL_MS - age) + 1;
 }
 
+/* Whether provider slot i's credential cannot be read on this replica. */
+static int credential_unreadable(int i, void *arg)
+{
+    return !cw_sendable(((struct dispatcher *)arg)->cw, i, clock_mono() * 1000);
+}
+
 /* Whether provider slot i's creates are not claimed now: at its own limit in the engine, or its
  * credential cannot be read on this replica (left to the replicas that can send them). */
 static int provider_skipped(int i, void *arg)
 {
     struct dispatcher *d = arg;
-    return eng_provider_full(d->eng, i) || !cw_sendable(d->cw, i, clock_mono() * 1000);
+    return eng_provider_full(d->eng, i) || credential_unreadable(i, arg);
 }
 
 /* Claims one due create when the engine has room for its call; the slot is taken before the
@@ -231,6 +237,11 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
 {
     struct dispatcher *d = arg;
     char providers[8192];
+    /* No provider's credential readable here: nothing to claim until the next idle poll reads
+     * them again. Not "starved": a slot taken and given back here would kick this thread again
+     * at once, a spin for as long as the secrets are missing. */
+    if (!cfg_providers_literal(d->cfg, credential_unreadable, d, providers, sizeof(providers)))
+        return STORE_ENOTFOUND;
     /* starved is set before the engine is asked: a slot given back between a refusal and the
      * flag (disp_room, on another thread) would see it clear, kick nobody, and the slot stayed
      * idle until the next poll while work was due. */

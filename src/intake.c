@@ -880,6 +880,14 @@ static void answer_waited(struct hs_req *r, const struct api_args *a)
             reply_job_error(r, e);
         return;
     }
+    /* Confirmed: the answer this replica's commit left in memory, if there is one. */
+    struct jobcache_entry ce;
+    if (answers_get(w->job_id, &ce)) {
+        metrics_wait_answer(1);
+        reply_result(r, &ce, w->replayed, w->wait_seconds, delivery_of(r));
+        jobcache_entry_fini(&ce);
+        return;
+    }
     struct store_job j;
     e = store_job_get(api_db(r), w->tenant_id, w->job_id, &j);
     metrics_wait_answer(0);
@@ -961,7 +969,21 @@ static void release_live(void *arg)
 /* A streamed job's waiting client, resumed by its live stream: the provider's events from the
  * first, as they arrive; or, when no stream began (the attempt was refused and will be tried
  * again, here or elsewhere), the job awaited as any other, for what is left of the wait. */
-static void intake_stream_resume(struct hs_req *r)
+/* A parked streamed request whose token is no live tenant's any more (revoked while it waited
+ * for the stream to begin): 401, as a held answer's (intake_resume). */
+static void refuse_stream(struct hs_req *r)
+{
+    struct intake *in = api_ctx(r);
+    struct ls *ls = in->ls;
+    in->ls = NULL;
+    ls_unpark(ls, r);
+    ls_release(ls);
+    reply_unauthorized(r);
+}
+
+/* The parked streamed request's answer, its token confirmed: the stream once it shows, else the
+ * job when the wait is over or the attempt ended without a stream. */
+static void stream_answer(struct hs_req *r)
 {
     struct intake *in = api_ctx(r);
     if (ls_shown(in->ls)) {
@@ -998,4 +1020,33 @@ static void intake_stream_resume(struct hs_req *r)
     w->replayed = !in->created;
     w->wait_seconds = in->wait_s;
     intake_resume(r);
+}
+
+/* On a database worker: the token of a parked streamed request that memory could not confirm
+ * (the tenants' directory not refreshed within its bound). A database that cannot tell leaves
+ * it as it was proven at intake. */
+static void stream_token_checked(struct hs_req *r, const struct api_args *a)
+{
+    (void)a;
+    struct intake *in = api_ctx(r);
+    struct tenant t;
+    int e = tenants_get(api_db(r), in->token, &t);
+    if (e == STORE_EAUTH || (e == STORE_OK && t.id != in->job.tenant_id))
+        refuse_stream(r);
+    else
+        api_set_continuation(r, stream_answer); /* on the server's thread: a stream's answer */
+}
+
+static void intake_stream_resume(struct hs_req *r)
+{
+    struct intake *in = api_ctx(r);
+    struct tenant t;
+    int known = tenants_lookup(in->token, &t);
+    if (known < 0 || (known > 0 && t.id != in->job.tenant_id)) {
+        refuse_stream(r);
+        return;
+    }
+    if (known == 0 && api_offload(r, stream_token_checked, NULL) == 0)
+        return;
+    stream_answer(r);
 }

@@ -1224,3 +1224,40 @@ def test_kill_9_before_any_batch_resumes_the_background_stream_from_its_start(
     seqs = sequence_numbers(text)
     assert seqs == list(range(len(seqs))) and b"event: response.completed\n" in text, text
     assert len(creates(mock, "/v1/responses")) == before + 1
+
+
+def test_a_token_revoked_before_its_stream_began_gets_no_stream(gateway_factory, mock,
+                                                                 database_url):
+    """A streamed request waits, parked, until its job's stream shows its first output (a model
+    that thinks first). Its token revoked meanwhile, the stream was still handed to it when the
+    output came. A revoked token stops working within the tenants' bound (2 s), held requests
+    included: 401."""
+    import subprocess
+    import threading
+    from conftest import GATEWAY_BIN, tenant_token
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers, env=ENV)
+    name = "rev-stream-" + uuid.uuid4().hex[:8]
+    tok = tenant_token(database_url, name)
+    body = chat_body(events=3, output_delay_ms=4000)
+    body["messages"][0]["content"] = "think first " + uuid.uuid4().hex
+    before = len(mock.ledger())
+    got = {}
+
+    def held():
+        live = Live(gw, tok, chat, "rev-stream-" + uuid.uuid4().hex, body, wait=30)
+        got["status"] = live.resp.status
+        got["body"] = live.rest()
+        live.close()
+
+    t = threading.Thread(target=held)
+    t.start()
+    deadline = time.monotonic() + 10
+    while len(mock.ledger()) == before:  # parked: its create is at the provider
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    subprocess.check_call([GATEWAY_BIN, "tenant", "revoke", name],
+                          env=dict(os.environ, DATABASE_URL=database_url))
+    t.join(40)
+    assert got["status"] == 401, (got["status"], got["body"][:300])
+    assert b"Say hello" not in got["body"] and b"data:" not in got["body"]

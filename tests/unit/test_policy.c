@@ -219,7 +219,6 @@ static void test_cancel_after_read(void **state)
             fail_msg("case %zu: status %d", i, cases[i].st);
 }
 
-/* A 404 just after an accepted cancel, at a provider whose cancel deletes the task: cancelled. */
 /* A cancel that deletes leaves only while the read that showed the task running is fresh: a
  * poller held up between the two deleted a task that finished meanwhile. */
 static void test_cancel_by(void **state)
@@ -241,6 +240,7 @@ static void test_cancel_by(void **state)
     }
 }
 
+/* A 404 just after an accepted cancel, at a provider whose cancel deletes the task: cancelled. */
 static void test_deleted_by_cancel(void **state)
 {
     (void)state;
