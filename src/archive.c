@@ -483,7 +483,23 @@ struct copy {
     int permanent;
     char content_type[128];
     CURL *easy; /* the transfer in flight */
+    const atomic_int *stopping; /* the archiver's quiesced flag: a copy in flight lets go */
+    int stopped;                /* it did: the row is given back, not failed */
 };
+
+/* A copy's tick (eng_submit_easy_ticked, every ENG_TICK_MS): a replica that stops lets go of
+ * its copies in flight (their rows given back, due now for another replica) instead of holding
+ * its shutdown for up to a whole archive.timeout_ms — longer than any grace period a deployment
+ * gives it. */
+static int copy_tick(void *arg)
+{
+    struct copy *x = arg;
+    if (x->stopping && atomic_load(x->stopping)) {
+        x->stopped = 1;
+        return 1;
+    }
+    return 0;
+}
 
 static int put(struct copy *x, const void *ptr, size_t len)
 {
@@ -1052,6 +1068,14 @@ static void conclude(struct db *db, struct arch_job *j, int rc)
         return;
     }
     long long d;
+    if (x->stopped) {
+        snprintf(x->why, sizeof(x->why), "this replica stopped during the copy: given back");
+        LOG(LOG_INFO, "archive_copy_given_back", LS("job_id", c->id), LS("provider", c->provider),
+            LI("output", j->n));
+        write_finish(db, c, j->lease_end, j->n, "pending", x->why, 0, NULL, -1, NULL);
+        job_free(j);
+        return;
+    }
     /* Judged at the failure's time, not the claim's: a copy that ran most of its lease must not
      * have its last try before the URL's expiry planned from a clock a minute old. */
     double failed_at = j->now + (clock_mono() - j->claimed);
@@ -1084,7 +1108,7 @@ static int get_start(struct arch_job *j, int first)
     }
     if (!first)
         eng_acquire_more(j->A->eng);
-    eng_submit_easy(j->A->eng, -1, j->h, on_get_end, j);
+    eng_submit_easy_ticked(j->A->eng, -1, j->h, on_get_end, j, copy_tick, &j->x);
     return 0;
 }
 
@@ -1202,6 +1226,7 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
     j->node.write = write_job;
     j->x.p = p;
     j->x.cap = p->archive->max_bytes;
+    j->x.stopping = &A->quiesced;
     if (blob_tmp_open(g_blob, &j->x.tmp, j->x.why, sizeof(j->x.why)) < 0) {
         long long d;
         enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, 1, clock_rand01(), &d);

@@ -23,7 +23,7 @@
 /* Pools told when a slot is given back (the dispatcher, the poller, the reconciler, the archive). */
 #define ROOM_WAKERS 8
 
-/* A submitted call, from eng_submit (or eng_submit_easy) until its done ran. */
+/* A submitted call, from eng_submit (or eng_submit_easy_ticked) until its done ran. */
 struct call {
     struct up_xfer *x; /* or NULL: a bare easy handle (h, done_easy) */
     CURL *h;
@@ -443,7 +443,8 @@ void eng_submit_held_ticked(struct eng *e, int prov, struct up_xfer *x, eng_done
     submit_xfer(e, prov, 1, x, done, arg, tick, tick_arg);
 }
 
-void eng_submit_easy(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg)
+void eng_submit_easy_ticked(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg,
+                            eng_tick_fn tick, void *tick_arg)
 {
     struct call *c = malloc(sizeof(*c));
     if (!c) {
@@ -451,7 +452,8 @@ void eng_submit_easy(struct eng *e, int prov, void *h, eng_easy_done_fn done, vo
         done(arg, CURLE_OUT_OF_MEMORY);
         return;
     }
-    *c = (struct call){.h = h, .prov = prov, .done_easy = done, .arg = arg};
+    *c = (struct call){
+        .h = h, .prov = prov, .done_easy = done, .arg = arg, .tick = tick, .tick_arg = tick_arg};
     submit(e, c);
 }
 

@@ -86,6 +86,9 @@ void eng_submit_held_ticked(struct eng *e, int prov, struct up_xfer *x, eng_done
  * curl_code) runs once it ended, from an engine thread (the slot given back first); the caller
  * then reads h's info and cleans it up. Its CURLOPT_PRIVATE is the engine's. */
 typedef void (*eng_easy_done_fn)(void *arg, int curl_code);
-void eng_submit_easy(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg);
+/* With a tick (tick_arg: its argument), as eng_submit_held_ticked's: one that returns 1 cuts the
+ * transfer, whose done then runs with CURLE_OPERATION_TIMEDOUT. */
+void eng_submit_easy_ticked(struct eng *e, int prov, void *h, eng_easy_done_fn done, void *arg,
+                            eng_tick_fn tick, void *tick_arg);
 
 #endif

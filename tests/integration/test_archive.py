@@ -137,6 +137,35 @@ def test_a_copy_may_run_its_whole_timeout_past_the_lease(gateway_factory, token,
     assert get_output(gw, token, job_id, 0).status == 200
 
 
+def test_a_stopping_replica_gives_its_copies_in_flight_back(gateway_factory, token, mock,
+                                                             tmp_path, psql):
+    """A replica told to stop (SIGTERM) held its shutdown until every archive copy in flight
+    ended — up to archive.timeout_ms, 5 minutes by default, past the grace period of every
+    shipped deployment (150 s, 120 s, 40 s): killed mid-copy, its claim's lease then ran out
+    before another replica could start again. Its copies in flight are given back at once:
+    pending, unowned, due now for another replica."""
+    e, route = arch_entry("replicate", mock, archive={"timeout_ms": 60000})
+    mock.http.request("POST", "/_files", json.dumps({"delay_ms": 30000}))  # a slow CDN
+    gw = start(gateway_factory, tmp_path, [e], lease_seconds=90)
+    r = gw.submit(token, "stop-copy-" + uuid.uuid4().hex, body(polls=0, outputs=1), route=route)
+    job_id = r.json()["id"]
+    q = f"SELECT count(*) FROM archive_outputs WHERE op_id = '{job_id}' AND lease_owner IS NOT NULL"
+    deadline = time.monotonic() + 15
+    while psql(q) != [["1"]]:  # claimed (born with the result): its copy is on its way
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.05)
+    time.sleep(1)  # the GET has left: the slow CDN holds it
+    gw.proc.terminate()
+    gw.proc.wait(timeout=90)
+    row = psql("SELECT state, lease_owner IS NULL, last_error FROM archive_outputs "
+               f"WHERE op_id = '{job_id}'")
+    assert row == [["pending", "t", "this replica stopped during the copy: given back"]], row
+    mock.http.request("POST", "/_files", json.dumps({"delay_ms": 0}))
+    other = start(gateway_factory, tmp_path, [e])
+    j = archived(other, token, job_id, timeout=30, states=("expired", "failed", "archived"))
+    assert j["archive"][0]["state"] == "archived", j["archive"]
+
+
 def test_a_read_never_shows_a_stale_archive(gateway_factory, token, mock, tmp_path, psql):
     # Cached views live for an hour here: a completed job's view must not be cached by id while
     # its archive can still change, or a client watching the copy would read "[]" or "pending"
