@@ -966,9 +966,6 @@ static void release_live(void *arg)
     ls_release(arg);
 }
 
-/* A streamed job's waiting client, resumed by its live stream: the provider's events from the
- * first, as they arrive; or, when no stream began (the attempt was refused and will be tried
- * again, here or elsewhere), the job awaited as any other, for what is left of the wait. */
 /* A parked streamed request whose token is no live tenant's any more (revoked while it waited
  * for the stream to begin): 401, as a held answer's (intake_resume). */
 static void refuse_stream(struct hs_req *r)
@@ -1037,6 +1034,10 @@ static void stream_token_checked(struct hs_req *r, const struct api_args *a)
         api_set_continuation(r, stream_answer); /* on the server's thread: a stream's answer */
 }
 
+/* A streamed job's waiting client, resumed by its live stream: the provider's events from the
+ * first, as they arrive; or, when no stream began (the attempt was refused and will be tried
+ * again, here or elsewhere), the job awaited as any other, for what is left of the wait — its
+ * token confirmed first. */
 static void intake_stream_resume(struct hs_req *r)
 {
     struct intake *in = api_ctx(r);
