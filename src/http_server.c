@@ -1000,6 +1000,8 @@ struct hs_server *hs_start(const struct hs_options *o)
     if (!s)
         return NULL;
     s->o = *o;
+    if (s->o.request_deadline_s <= 0) /* unset: libmicrohttpd's idle timeout, never 0 s */
+        s->o.request_deadline_s = HS_DEFAULT_DEADLINE_S;
     s->listen_fd = -1;
     /* A tenant's share holds one body of the largest cap at least (its allocation: the cap and
      * its NUL), so that no tenant is refused every upload. */

@@ -65,11 +65,12 @@ struct hs_server *ml_listen(struct api *a)
 {
     const struct cfg *cfg = api_config(a);
     /* A scraper and a few probes: two threads and a small connection cap are plenty, and no
-     * request here has a body. */
+     * request here has a body. The API's whole-request deadline holds here too. */
     struct hs_options o = {.host = cfg->metrics_listen_host,
                            .port = cfg->metrics_listen_port,
                            .threads = 2,
                            .max_connections = 64,
+                           .request_deadline_s = cfg->request_deadline_seconds,
                            .max_body_bytes = 1024,
                            .app = a,
                            .handle = on_handle,

@@ -49,6 +49,8 @@ long hs_body_bytes_untrusted(void);
  * and held HS_RESERVE_DEADLINE_S at most), so that health is answered when the server is full. */
 #define HS_HEALTH_RESERVE 8
 #define HS_RESERVE_DEADLINE_S 2
+/* request_deadline_s when a listener leaves it unset (0 was taken as "cut at the next sweep"). */
+#define HS_DEFAULT_DEADLINE_S 30
 
 struct hs_options {
     const char *host; /* an IPv4 address */
@@ -57,7 +59,7 @@ struct hs_options {
     unsigned max_connections;
     unsigned max_connections_per_address; /* more from one IP address are closed at once */
     /* A request's headers and body must have arrived this many seconds after the connection was
-     * accepted or its previous request ended; otherwise the connection is closed. */
+     * accepted or its previous request ended; otherwise the connection is closed (0: 30 s). */
     int request_deadline_s;
     long max_body_bytes; /* a longer body is dropped and hs_req_body_too_large() says so */
     long max_upload_bytes; /* the same for a multipart/form-data body (0: max_body_bytes) */

@@ -16,7 +16,7 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from chaos.harness import wait_until  # noqa: E402
-from conftest import provider, tenant_token  # noqa: E402
+from conftest import free_port, provider, tenant_token  # noqa: E402
 
 CLIENT_TIMEOUT_S = 5
 
@@ -222,6 +222,42 @@ def test_slow_client_whole_request_deadline(gateway_factory):
     wait_until(lambda: '"http_request_deadline"' in gw.log(), 10)
     status, _, _ = raw(gw.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status.startswith("HTTP/1.1 200"), status
+
+
+def test_metrics_listener_waits_for_a_request_within_its_deadline(gateway_factory):
+    """The metrics listener was started with no request deadline, which its deadline thread took
+    as 0 s: every connection whose request had not arrived whole at a sweep (twice a second) was
+    shut, a request split over two packets a second apart was never answered, and on a loaded
+    machine a probe's fresh connection was cut before its answer (a CI run's /readyz). It keeps
+    the API's deadline now: a request finished within it is answered, one trickled past it is
+    cut."""
+    mport = free_port()
+    gw = gateway_factory(metrics_listen=f"127.0.0.1:{mport}",
+                         env={"IDEMGATE_REQUEST_DEADLINE_SECONDS": "3"})
+    s = connect_from("127.0.0.1", mport)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        assert not closed_by_server(s, 1.5), "the metrics listener cut a request in its deadline"
+        s.sendall(b"\r\n")
+        status, _, _ = read_answer(s)
+        assert status.startswith("HTTP/1.1 200"), status
+    finally:
+        s.close()
+    s = connect_from("127.0.0.1", mport)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+        began, closed = time.monotonic(), False
+        while not closed and time.monotonic() - began < BOUND_S:
+            try:
+                s.send(b"a")
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            closed = closed_by_server(s, 0.5)
+        assert closed, f"a client trickling its headers held the metrics listener {BOUND_S} s"
+    finally:
+        s.close()
+    wait_until(lambda: '"http_request_deadline"' in gw.log(), 10)
 
 
 def test_slow_client_per_address_cap(gateway_factory):
