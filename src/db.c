@@ -538,8 +538,14 @@ static void put32(unsigned char *b, size_t *at, unsigned v)
 }
 
 /* The parameter of one row named `name`, or NULL when it has none. */
-static const struct param *row_param(const struct param *row, size_t n, const char *name)
+/* Parameter `name` of a row: at `hint` (where the batch's first row has it: rows are built by
+ * the same code, so the same place and most often the same string) before any search. The
+ * search of every parameter of every row by name was ~1 % of the gateway's CPU under load. */
+static const struct param *row_param(const struct param *row, size_t n, const char *name,
+                                     size_t hint)
 {
+    if (hint < n && (row[hint].name == name || strcmp(row[hint].name, name) == 0))
+        return &row[hint];
     for (size_t i = 0; i < n; i++)
         if (strcmp(row[i].name, name) == 0)
             return &row[i];
@@ -558,8 +564,10 @@ unsigned char *db_rows_array(const struct db_stmt *s, const char *name, size_t r
     int binary = -1;
     if (!fixed)
         return NULL;
+    const struct param *first = rows ? row_param(ps[0], n, name, n) : NULL;
+    size_t hint = first ? (size_t)(first - ps[0]) : n;
     for (size_t i = 0; i < rows; i++) {
-        const struct param *p = row_param(ps[i], n, name);
+        const struct param *p = row_param(ps[i], n, name, hint);
         if (!p || (binary >= 0 && binary != p->binary))
             goto out;
         binary = p->binary;
@@ -577,7 +585,7 @@ unsigned char *db_rows_array(const struct db_stmt *s, const char *name, size_t r
     put32(b, &at, (unsigned)rows);
     put32(b, &at, 1); /* lower bound */
     for (size_t i = 0; i < rows; i++) {
-        const struct param *p = row_param(ps[i], n, name);
+        const struct param *p = row_param(ps[i], n, name, hint);
         const char *v = fixed[i] ? fixed[i] : p->is_num ? p->num : p->value;
         if (!v) {
             put32(b, &at, 0xffffffffu);

@@ -88,11 +88,38 @@ static void test_rows_array_repairs_lossy_text(void **state)
     free(b);
 }
 
+/* Each row's value is found by name wherever the row holds it: a row built in another order
+ * than the batch's first is read right (the first row's place is only tried first). */
+static void test_rows_array_finds_each_rows_parameter_by_name(void **state)
+{
+    (void)state;
+    const struct db_stmt s = {.name = "t", .sql = "", .params = DB_PARAMS("a", "b")};
+    const struct param r0[] = {p_text("a", "a0"), p_text("b", "b0")};
+    const struct param r1[] = {p_text("b", "b1"), p_text("a", "a1")};
+    const struct param r2[] = {p_text("a", "a2"), p_text("c", "c2")};
+    const struct param *rows[] = {r0, r1, r2};
+    size_t len = 0;
+    unsigned l;
+    unsigned char *b = db_rows_array(&s, "b", 2, rows, 2, &len);
+    assert_non_null(b);
+    const unsigned char *v = element(b, 0, &l);
+    assert_int_equal(l, 2);
+    assert_memory_equal(v, "b0", 2);
+    v = element(b, 1, &l);
+    assert_int_equal(l, 2);
+    assert_memory_equal(v, "b1", 2);
+    free(b);
+    /* A row without it: no array. */
+    const struct param *short_rows[] = {r0, r2};
+    assert_null(db_rows_array(&s, "b", 2, short_rows, 2, &len));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_only_server),
         cmocka_unit_test(test_rows_array_repairs_lossy_text),
+        cmocka_unit_test(test_rows_array_finds_each_rows_parameter_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
