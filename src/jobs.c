@@ -316,6 +316,17 @@ void jobs_resolve(struct hs_req *r, const struct api_args *a)
         goto done;
     }
     const struct cfg_provider *p = cfg_find_provider(api_cfg(r), j.provider, strlen(j.provider));
+    if (res.what == RES_FOUND && !p) {
+        /* What a found task becomes (polled for its outputs, read by id, or complete as it is)
+         * is the provider's profile's to say: without it an async task was ended `completed`
+         * with no outputs, never polled, its cancel never sent. */
+        store_job_fini(&j);
+        reply_problem(r, 409, "provider-not-configured", "Provider not configured here",
+                      "this replica does not configure the job's provider: resolve it `found` "
+                      "on a replica that does",
+                      0);
+        goto done;
+    }
     int async = p && p->mode == CFG_MODE_ASYNC_POLL;
     enum op_state next =
         st_resolve_target(res.what, async, p && p->task_path, j.cancel_requested_at != NULL);

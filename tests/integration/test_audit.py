@@ -230,6 +230,26 @@ def test_a1_resolve_absent_on_a_cancelled_job_never_sends(gateway_factory, token
     assert gw.job(token, job_id).json()["state"] == "failed"
 
 
+def test_found_on_a_replica_without_the_provider_is_refused(gateway_factory, token, mock):
+    """The admin's `found` reached a replica whose configuration lacks the job's provider (it was
+    removed, or this replica configures a subset): with no profile to say what the task becomes,
+    the job was ended `completed` at once — an async task never polled for its outputs, a
+    cancel never sent, a task readable by id never read. Now 409 `provider-not-configured`, the
+    job left in review for a replica that configures it."""
+    a = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
+        "subset", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
+    script(mock, [{"fault": "hang"}])
+    job_id = a.submit(token, key(), {"prompt": "x"}, route="subset/images/generations").json()["id"]
+    assert wait_job(a, token, job_id, {"review"}, 15)["state"] == "review"
+    b = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider("other", mock.url)])
+    r = resolve(b, ADMIN_TOKEN, job_id, {"outcome": "found", "remote_id": "task_1"})
+    assert r.status == 409, r
+    assert r.json()["type"] == "urn:idemgate:problem:provider-not-configured", r
+    assert b.job(token, job_id).json()["state"] == "review"
+    r = resolve(a, ADMIN_TOKEN, job_id, {"outcome": "found", "remote_id": "task_1"})
+    assert r.status == 200 and r.json()["state"] == "completed", r
+
+
 @pytest.mark.parametrize("seen", ["row", "verdict"])
 def test_resolve_absent_on_a_job_whose_task_was_seen_never_sends(gateway_factory, token, mock,
                                                                  database_url, psql, seen):
