@@ -1000,6 +1000,12 @@ def test_every_operation_status_and_problem_type_conforms(spec, gateway_factory,
         path = f"/v1/jobs/{seen}/resolve"
         t.expect("resolve absent, task known", "POST", path,
                  call(gw, "POST", path, '{"outcome":"absent"}', H), 409, "task-known")
+        gone = nowhere_job()
+        set_state(gone, "review", ", provider = 'removed-since'")
+        path = f"/v1/jobs/{gone}/resolve"
+        t.expect("resolve found, provider not configured", "POST", path,
+                 call(gw, "POST", path, '{"outcome":"found","remote_id":"t"}', A), 409,
+                 "provider-not-configured")
         review = nowhere_job()
         set_state(review, "review")
         path = f"/v1/jobs/{review}/resolve"
