@@ -1788,7 +1788,9 @@ export interface operations {
              * @description The job is not in review, or was resolved differently (`not-in-review`); or
              *     `absent` names a job whose task at the provider was seen (`remote_id`): sent again,
              *     it would pay a second task (`task-known`; the admin token may send `"force": true`
-             *     when that id is not this job's).
+             *     when that id is not this job's); or `found` on a replica that does not configure
+             *     the job's provider, whose profile says what the task becomes
+             *     (`provider-not-configured`: ask a replica that configures it).
              */
             409: {
                 headers: {
@@ -1798,7 +1800,7 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"] & {
                         /** @enum {unknown} */
-                        type?: "urn:idemgate:problem:not-in-review" | "urn:idemgate:problem:task-known";
+                        type?: "urn:idemgate:problem:not-in-review" | "urn:idemgate:problem:task-known" | "urn:idemgate:problem:provider-not-configured";
                     };
                 };
             };
