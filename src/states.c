@@ -92,6 +92,8 @@ int st_resend_refused(enum st_resolution r, enum op_state next, int task_known, 
 
 const char *st_seen_by(const char *seen)
 {
+    if (strcmp(seen, SEEN_STREAM_BEGAN) == 0)
+        return "by its create's 2xx event stream:";
     return strncmp(seen, SEEN_CREATE_ANSWERED, strlen(SEEN_CREATE_ANSWERED)) == 0
                ? "by its create's answer:"
                : "by the reconciler without its id:";

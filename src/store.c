@@ -2030,7 +2030,9 @@ static const struct db_stmt job_attempts = {
  * the newest of its reconcile verdicts that saw its task without an id (RECON_SAW_TASK), else
  * its newest create the provider answered 2xx (SEEN_CREATE_ANSWERED and the status: a task was
  * made whose id or result the gateway could not read — no id where the profile reads it, an
- * answer over max_response_bytes or not the provider's JSON), or none. Read by a resolve with
+ * answer over max_response_bytes or not the provider's JSON), else the record of a 2xx stream
+ * kept on the row with no answer written after it (SEEN_STREAM_BEGAN: only a stream's batches
+ * write a body without a status), or none. Read by a resolve with
  * the job in review, where nothing else writes them (a webhook takes a review back to unknown
  * instead: webhook_signed). */
 static const struct db_stmt job_hint = {
@@ -2041,7 +2043,9 @@ static const struct db_stmt job_hint = {
     "  AND a.outcome = ANY ($3::text[]) ORDER BY a.seq DESC LIMIT 1), "
     " (SELECT '" SEEN_CREATE_ANSWERED "' || a.http_status FROM attempts a "
     "  WHERE a.tenant_id = $1 AND a.operation_id = $2 AND a.kind = 'create' "
-    "  AND a.http_status BETWEEN 200 AND 299 ORDER BY a.seq DESC LIMIT 1)) "
+    "  AND a.http_status BETWEEN 200 AND 299 ORDER BY a.seq DESC LIMIT 1), "
+    " CASE WHEN o.resp_body IS NOT NULL AND o.resp_status IS NULL "
+    "  THEN '" SEEN_STREAM_BEGAN "' END) "
     "FROM operations o WHERE o.tenant_id = $1 AND o.id = $2",
     .params = DB_PARAMS("tenant_id", "job_id", "saw_task"),
 };

@@ -69,6 +69,10 @@ const char *st_seen_by(const char *seen);
 /* The same proof from the job's own create: the provider answered it 2xx (a task was made) and
  * the gateway could not read its id or its result (store.c, job_hint: this and the status). */
 #define SEEN_CREATE_ANSWERED "create answered HTTP "
+/* And from its stream: the record of a 2xx event stream kept on the row as it arrived
+ * (attempt.c, keep_partial) with no answer written after it — the replica died mid-stream (the
+ * reaper took the row), or its result could not be written: the provider was generating. */
+#define SEEN_STREAM_BEGAN "a record of it kept while it ran" /* an SQL literal: no quote */
 #define RECON_SAW_TASK                                                                             \
     "{" RECON_FOUND_WITHOUT_ID "," RECON_FOUND_UNREADABLE "," RECON_SEVERAL_MATCHES                \
     "," RECON_SIGNED_UNREAD "}"

@@ -732,6 +732,45 @@ def test_kill_9_mid_stream_leaves_the_job_in_doubt_never_resent(gateway_factory,
     assert len(creates(mock, "/v1/chat/completions")) == 1
 
 
+def test_kill_9_mid_chat_stream_refuses_absent(gateway_factory, mock, token, psql):
+    """A Chat Completions stream whose replica dies after part of it was kept on the row: the
+    reaper makes the job unknown, the window (strategy none) sends it to review — with no remote
+    id (only a cut the dispatcher writes itself keeps the stream's id) and no 2xx create
+    attempt on record. A tenant's `absent` was applied and the dispatcher sent the create again:
+    a second paid generation. The stream's record kept on the row is the proof now: 409
+    task-known, one create."""
+    providers, chat, _ = entries(mock)
+    for e in providers:
+        e["reconcile"] = {"strategy": "none", "window_seconds": 1}
+    gw = gateway_factory(providers=providers, env=ENV)
+    before = len(creates(mock, "/v1/chat/completions"))
+    body = chat_body(events=30, event_delay_ms=300)
+    r = gw.submit(token, "k9abs-" + uuid.uuid4().hex, body, route=chat,
+                  headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 20
+    while True:  # the first batch is kept a second or so into the stream
+        kept = psql(f"SELECT coalesce(length(resp_body), 0), state FROM operations "
+                    f"WHERE id = '{job_id}'")[0]
+        if int(kept[0]) > 0:
+            break
+        assert time.monotonic() < deadline, kept
+        time.sleep(0.05)
+    assert kept[1] == "sending", kept
+    gw.proc.kill()
+    gw.proc.wait()
+    other = gateway_factory(providers=providers, env=ENV)
+    j = wait_state(other, token, job_id, ("review", "completed", "failed"), timeout=40)
+    assert j["state"] == "review" and not j["remote_id"], j
+    a = other.http.request("POST", f"/v1/jobs/{job_id}/resolve", json.dumps({"outcome": "absent"}),
+                           {"Authorization": f"Bearer {token}"})
+    assert a.status == 409 and a.json()["type"].endswith("task-known"), (a, other.log()[-3000:])
+    assert "event stream" in a.json()["detail"], a
+    time.sleep(1.5)  # a dispatcher would have claimed a prepared job by now
+    assert len(creates(mock, "/v1/chat/completions")) == before + 1
+
+
 def test_a_stream_in_progress_at_sigterm_is_recorded_before_exit(gateway_factory, mock, token):
     import signal
     providers, chat, _ = entries(mock)
