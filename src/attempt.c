@@ -56,7 +56,7 @@ static int lease_guard(void *arg)
 static void release_unsent(struct db *db, const struct store_claim *c, enum op_state next,
                            const char *why)
 {
-    ls_close(c->id); /* not sent here: a client of its live stream waits for the job instead */
+    ls_close_unfed(c->id); /* not sent here: a client of its live stream waits for the job */
     /* The reconciler's resend of an unknown create (reconciler.c, idempotent_resubmit) proved
      * nothing absent: whatever stops it here, it stays unknown, for the reconciler — inside its
      * window, under its checks — never `prepared`, which any dispatcher would send later as new,
@@ -455,7 +455,6 @@ static const char *last_error(const struct pol_decision *d, const struct up_resp
  * (fenced, and harmless, when the move never committed: the row is then still a reservation). */
 static void born_lost(struct db *db, const struct store_claim *c)
 {
-    ls_close(c->id); /* nothing will stream here: its clients wait for the job */
     release_unsent(db, c, ST_PREPARED, "the statement starting the send lost its connection");
     /* Whether or not the move committed (then written back above), nothing was sent: the
      * reservation is given back, due now for any replica, rather than left to end with its lease
@@ -472,7 +471,7 @@ static void born_lost(struct db *db, const struct store_claim *c)
  * sendable (STORE_ENOTFOUND): given back, or left to end with its lease. */
 static void born_refused(struct db *db, const struct store_claim *c, int e)
 {
-    ls_close(c->id);
+    ls_close_unfed(c->id); /* another claim of the job may feed it by now */
     if (e != STORE_ENOTFOUND) {
         /* Refused: still `prepared` — nothing was sent, and no operator is ever needed. The
          * reservation ends with its lease; any replica then sends it. */
@@ -820,10 +819,14 @@ int attempt_tick(void *arg)
 static void attempt_free(struct attempt *a)
 {
     /* Recorded (or abandoned, perhaps before its transfer was made): the job's clients read
-     * the record from now on. */
-    ls_close(a->c.id);
-    if (a->ls)
+     * the record from now on. Its own stream, or one nobody feeds: never the stream a later
+     * claim of the job attached meanwhile. */
+    if (a->ls) {
+        ls_close_own(a->ls);
         ls_release(a->ls);
+    } else {
+        ls_close_unfed(a->c.id);
+    }
     outbound_fini(&a->o);
     store_claim_fini(&a->c);
     up_response_fini(&a->res);

@@ -324,7 +324,7 @@ static void give_back(const struct cfg *cfg, struct db *db, struct store_claim *
         return;
     }
     eng_release(d->eng, slot_of(cfg, c->provider));
-    ls_close(c->id); /* not sent here: its clients wait for the job, wherever it is sent */
+    ls_close_unfed(c->id); /* not sent here: its clients wait for the job, wherever sent */
     int released = 0, tripped = 0;
     if (lease_release_reservation(db, c, 0, &released, &tripped) < 0)
         LOG(LOG_WARN, "reservation_kept", LS("job_id", c->id),

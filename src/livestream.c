@@ -420,7 +420,9 @@ struct ls *ls_attach(const char *job_id)
     return find(job_id, 1);
 }
 
-static void close_stream(const char *job_id, int unless_attached)
+/* Unregisters job_id's stream and ends it; unless_attached: not one an attempt feeds; only: that
+ * stream alone (not another registered under the same job since). */
+static void close_stream(const char *job_id, int unless_attached, const struct ls *only)
 {
     unsigned b = bucket(job_id);
     pthread_mutex_lock(&reg_mu);
@@ -428,8 +430,10 @@ static void close_stream(const char *job_id, int unless_attached)
     while (*pp && strcmp((*pp)->job_id, job_id) != 0)
         pp = &(*pp)->next;
     struct ls *s = *pp;
-    if (s && unless_attached && s->attached)
-        s = NULL; /* its attempt ends it (ls_close) */
+    if (s && only && s != only)
+        s = NULL; /* another attempt's: it ends it */
+    else if (s && unless_attached && s->attached)
+        s = NULL; /* its attempt ends it (ls_close_own) */
     else if (s) {
         *pp = s->next;
         s->registered = 0;
@@ -447,14 +451,15 @@ static void close_stream(const char *job_id, int unless_attached)
     ls_release(s); /* the registry's reference */
 }
 
-void ls_close(const char *job_id)
+void ls_close_own(struct ls *s)
 {
-    close_stream(job_id, 0);
+    if (s)
+        close_stream(s->job_id, 0, s);
 }
 
 void ls_close_unfed(const char *job_id)
 {
-    close_stream(job_id, 1);
+    close_stream(job_id, 1, NULL);
 }
 
 void ls_release(struct ls *s)

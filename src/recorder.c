@@ -100,7 +100,7 @@ static int hand_over(struct recorder *rec, struct rec_item **v, size_t n, double
             disp_handoff(rec->disp, &c, claimed_mono) < 0) {
             LOG(LOG_WARN, "handoff_failed", LS("job_id", it->job.id),
                 LS("note", "still prepared: sent by any replica when its reservation ends"));
-            ls_close(it->job.id); /* nothing will stream here: its clients wait for the job */
+            ls_close_unfed(it->job.id); /* nothing streams here: its clients wait for the job */
             store_claim_fini(&c);
             disp_unreserve(rec->disp, it->q.provider);
             continue;

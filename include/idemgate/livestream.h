@@ -45,12 +45,15 @@ struct ls *ls_find(const char *job_id);
  * job here), or NULL — also when an attempt attached to it before: only a job's first attempt
  * feeds its live stream (a resend keeps its own body; the clients wait for the job). */
 struct ls *ls_attach(const char *job_id);
-/* Unregisters job_id's stream (if any): nothing more will be fed; its readers are woken and
- * read to its end. */
-void ls_close(const char *job_id);
-/* ls_close, unless an attempt attached to the stream: the intake's "nobody here sends it" once
- * its row was recorded for any replica — this replica's dispatcher may have claimed it first,
- * and the stream it feeds is then its record (closed under it, the paid text was dropped). */
+/* Unregisters s, the stream its caller attached (if still registered): nothing more will be
+ * fed; its readers are woken and read to its end. Never another attempt's stream of the job. */
+void ls_close_own(struct ls *s);
+/* Unregisters and ends job_id's stream unless an attempt attached to it: "nobody here sends it"
+ * from whatever did not attach — the intake once its row was recorded for any replica, a born
+ * reservation refused or given back, a claim not sent. This replica's dispatcher may have
+ * claimed the job again meanwhile (a stale reservation's lease ran out), and the stream it
+ * feeds is then its record: closed under it, the paid text was dropped and the job left in
+ * doubt. */
 void ls_close_unfed(const char *job_id);
 void ls_release(struct ls *s);
 /* One more reference to s. */

@@ -771,6 +771,30 @@ def test_kill_9_mid_chat_stream_refuses_absent(gateway_factory, mock, token, psq
     assert len(creates(mock, "/v1/chat/completions")) == before + 1
 
 
+def test_a_stale_born_reservation_does_not_cut_a_later_attempts_stream(gateway_factory, mock,
+                                                                      token):
+    """A streamed request's born reservation waits in a dispatcher thread held past its lease
+    (pause point before its send begins, 13 s; the lease is 10 s): another dispatcher thread
+    claims the job, attaches its live stream and streams the whole answer to the waiting client.
+    The held thread then finds the row no longer its own — and closed the job's live stream by
+    its id, the running attempt's: every later byte was dropped, the whole stream recorded as
+    cut (unknown, then review), the client cut mid-answer. Only the attempt that feeds a stream
+    ends it now: the client reads the whole answer, the job is completed, one create."""
+    providers, chat, _ = entries(mock)
+    gw = gateway_factory(providers=providers,
+                         env=dict(ENV, IDEMGATE_PAUSE="before_begin_send:13000"))
+    before = len(creates(mock, "/v1/chat/completions"))
+    live = Live(gw, token, chat, "stale-born-" + uuid.uuid4().hex,
+                chat_body(events=25, event_delay_ms=250), wait=60)  # ~10-17 s
+    job_id = live.resp.getheader("X-Idemgate-Job-Id")
+    cut = live.rest_or_cut()
+    assert '"event":"pause_point"' in gw.log()
+    j = wait_state(gw, token, job_id, ("completed", "unknown", "review", "failed"), timeout=40)
+    assert not cut and j["state"] == "completed", (cut, j["state"], gw.log()[-2000:])
+    assert b"[DONE]" in live.data, live.data[-300:]
+    assert len(creates(mock, "/v1/chat/completions")) == before + 1
+
+
 def test_a_stream_in_progress_at_sigterm_is_recorded_before_exit(gateway_factory, mock, token):
     import signal
     providers, chat, _ = entries(mock)

@@ -71,7 +71,7 @@ static void test_the_terminal_event_waits_for_the_record(void **state)
                 assert_int_equal(at, LS_CUT); /* never the whole answer: it is not the record */
                 assert_int_equal(pos, first);
             }
-            ls_close(id);
+            ls_close_own(s);
             ls_release(s);
         }
 }
@@ -111,7 +111,7 @@ static void test_every_form_of_the_terminal_event_is_held(void **state)
         ls_settle(s, 0);
         if (read_all(s, &pos, out, sizeof(out)) != LS_CUT || pos != first)
             fail_msg("form %zu: not cut before its terminal event (%zu)", f, pos);
-        ls_close(id);
+        ls_close_own(s);
         ls_release(s);
     }
 }
@@ -134,7 +134,7 @@ static void test_an_end_not_recognised_here_still_waits_for_the_record(void **st
         assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT); /* no clean end yet */
         ls_settle(s, recorded);
         assert_int_equal(read_all(s, &pos, out, sizeof(out)), recorded ? LS_END : LS_CUT);
-        ls_close(id);
+        ls_close_own(s);
         ls_release(s);
     }
 }
@@ -151,7 +151,7 @@ static void test_cut_and_closed_streams(void **state)
     ls_attempt_end(s, 1);
     assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_CUT);
     assert_int_equal(pos, strlen(formats[0].first));
-    ls_close("job_cut");
+    ls_close_own(s);
     ls_release(s);
 
     pos = 0;
@@ -159,7 +159,7 @@ static void test_cut_and_closed_streams(void **state)
     ls_feed(s, formats[0].terminal, strlen(formats[0].terminal));
     ls_attempt_end(s, 0);
     assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
-    ls_close("job_closed"); /* abandoned: never recorded */
+    ls_close_own(s); /* abandoned: never recorded */
     assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_CUT);
     assert_int_equal(pos, 0);
     ls_release(s);
@@ -201,8 +201,52 @@ static void test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake(void **
     free(rec);
     ls_settle(a, 1);
     assert_int_equal(read_all(a, &pos, out, sizeof(out)), LS_END);
-    ls_close("job_fed"); /* the attempt's end */
+    ls_close_own(a); /* the attempt's end */
     ls_release(a);
+}
+
+/* A stream is ended only by the attempt that feeds it, or, unfed, by whatever did not attach:
+ * a born reservation refused after its lease ran out (another claim of the job on this replica
+ * attached and streams meanwhile), or an attempt freed without a stream of its own, closed the
+ * job's stream by its id — every later byte dropped, the whole answer recorded as cut, the job in
+ * doubt. And an attempt's own stream, closed, is never confused with one opened for the job
+ * since. */
+static void test_only_the_feeding_attempt_ends_its_stream(void **state)
+{
+    (void)state;
+    char whole[512], out[512];
+    size_t pos = 0;
+    snprintf(whole, sizeof(whole), "%s%s", formats[0].first, formats[0].terminal);
+    struct ls *s = ls_open("job_later", 4096, SSE_NONE);
+    struct ls *later = ls_attach("job_later"); /* the second claim's attempt */
+    assert_ptr_equal(later, s);
+    ls_close_unfed("job_later"); /* the stale reservation refused, the unattached attempt */
+    ls_feed(later, whole, strlen(whole));
+    ls_attempt_end(later, 0);
+    char *rec = NULL;
+    size_t len = 0;
+    int complete = 0;
+    assert_int_equal(ls_record(later, &rec, &len, &complete), 0);
+    assert_true(complete);
+    assert_int_equal(len, strlen(whole)); /* nothing dropped */
+    free(rec);
+    ls_settle(later, 1);
+    assert_int_equal(read_all(later, &pos, out, sizeof(out)), LS_END);
+    ls_close_own(later);
+    ls_release(later);
+    ls_release(s);
+
+    struct ls *old = ls_open("job_reopened", 4096, SSE_NONE);
+    ls_close_own(old);
+    struct ls *fresh = ls_open("job_reopened", 4096, SSE_NONE);
+    ls_close_own(old); /* again, late: the stream opened since is not its own */
+    struct ls *found = ls_find("job_reopened");
+    assert_ptr_equal(found, fresh);
+    ls_release(found);
+    ls_close_own(fresh);
+    assert_null(ls_find("job_reopened"));
+    ls_release(fresh);
+    ls_release(old);
 }
 
 /* Only a job's first attempt feeds its live stream: a resend claimed before the first attempt
@@ -218,7 +262,7 @@ static void test_a_stream_is_fed_by_one_attempt_only(void **state)
     ls_attempt_end(first, 1);
     assert_null(ls_attach("job_resent")); /* ended, not yet closed: the resend's window */
     ls_settle(first, 1);
-    ls_close("job_resent");
+    ls_close_own(first);
     assert_null(ls_attach("job_resent"));
     ls_release(first);
     ls_release(s);
@@ -268,7 +312,7 @@ static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
             assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_END);
             assert_int_equal(pos, w);
             assert_memory_equal(out, whole, w);
-            ls_close(id);
+            ls_close_own(s);
             ls_release(s);
             assert_int_equal(ls_spooled(), 0);
         }
@@ -284,7 +328,7 @@ static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
     assert_int_equal(len, 100);
     assert_int_equal(ok, 0);
     free(rec);
-    ls_close("job_max");
+    ls_close_own(s);
     ls_release(s);
     /* A folder that cannot take the file: the stream stays in memory, whole. */
     ls_configure(64, "/dev/null/spool"); /* under a file: no folder can be made there */
@@ -295,7 +339,7 @@ static void test_a_spooled_stream_reads_as_one_in_memory(void **state)
     assert_int_equal(len, sizeof(many));
     assert_int_equal(ok, 1);
     free(rec);
-    ls_close("job_nospool");
+    ls_close_own(s);
     ls_release(s);
     ls_configure(0, "");
     assert_int_equal(rmdir(dir), 0); /* nothing was left in it */
@@ -338,7 +382,7 @@ static void test_a_refusal_before_any_output_is_shown_only_as_the_record(void **
             assert_int_equal(at, LS_NONE);
             assert_int_equal(pos, 0);
         }
-        ls_close(id);
+        ls_close_own(s);
         ls_release(s);
     }
     /* output after message_start: everything shown from the first event as it comes */
@@ -353,7 +397,7 @@ static void test_a_refusal_before_any_output_is_shown_only_as_the_record(void **
     assert_int_equal(read_all(s, &pos, out, sizeof(out)), LS_WAIT);
     assert_int_equal(pos, strlen(start) + strlen(delta));
     assert_int_equal(ls_shown(s), 1);
-    ls_close("job_output");
+    ls_close_own(s);
     ls_release(s);
 }
 
@@ -367,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_a_refusal_before_any_output_is_shown_only_as_the_record),
         cmocka_unit_test(test_a_stream_an_attempt_feeds_is_never_closed_by_the_intake),
         cmocka_unit_test(test_a_stream_is_fed_by_one_attempt_only),
+        cmocka_unit_test(test_only_the_feeding_attempt_ends_its_stream),
         cmocka_unit_test(test_a_spooled_stream_reads_as_one_in_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
