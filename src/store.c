@@ -1424,7 +1424,9 @@ int store_usage(struct db *db, long long tenant_id, const char *tenant, const ch
  * migration 0036); it counts in flight the jobs an earlier budget of the tenant left running
  * (each still settles against the budget row when it ends: counted from 0, a tenant with k of
  * them could pass its in-flight limit by k) and the jobs recorded from then on — counted again
- * under the row's lock once it is written (budget_recount: a job that ended while this ran).
+ * under the row's lock once it is written (budget_recount: a job that ended while this ran;
+ * and the jobs still running that were recorded without a budget are adopted by it there, to
+ * settle against it when they end: migration 0044).
  * Changing the limits keeps the counters; changing the currency starts them again. What is not
  * given is kept: the currency (USD on a new budget) and each limit ($6–$8) — `--day 50` on a EUR
  * budget switched it to USD (every EUR job then passed unchecked) and removed the month's and

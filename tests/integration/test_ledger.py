@@ -387,6 +387,39 @@ def test_a_new_budget_counts_the_jobs_an_earlier_one_left_in_flight(gateway_fact
     assert b["in_flight"] == 2, b
 
 
+def test_a_new_budget_adopts_the_jobs_running_without_one(gateway_factory, mock, database_url):
+    """A job recorded while its tenant had no budget is still running (in review) when a budget is
+    set: the budget counted its reservation in the day's spend — and, not budgeted, its end never
+    settled against the budget row: ended at no cost (cancelled, proven absent) it stayed counted
+    for the rest of the day and the month, and it was never counted in flight. A new budget adopts it
+    now: in flight while it runs, its reservation replaced by its cost (0) when it ends."""
+    rev = provider("rev-adopt", mock.url, pricing=IMAGES_PRICING,
+                   timeouts={"connect_ms": 1000, "total_ms": 1000},
+                   reconcile={"strategy": "none", "window_seconds": 2})
+    gw = gateway_factory(providers=[rev])
+    name, token = new_tenant(database_url)
+    mock.script([{"fault": "hang"}])
+    r = gw.submit(token, key(), {"prompt": "p"}, route="rev-adopt/images/generations")
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    assert gw.wait_state(token, job_id, {"review"}, timeout=20)["state"] == "review"
+    assert cli(database_url, "tenant", "budget", name, "--day", "10").returncode == 0
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["day_used_micros"] == IMAGE_PRICES["medium"] and b["in_flight"] == 1, b
+    # Cancelled, then resolved `absent`: failed, nothing charged (an `abandon` would charge
+    # the estimate: a task may exist).
+    auth = {"Authorization": f"Bearer {token}"}
+    c = gw.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", auth)
+    assert c.status == 202, c
+    res = gw.http.request("POST", f"/v1/jobs/{job_id}/resolve", json.dumps({"outcome": "absent"}),
+                          auth)
+    assert res.status == 200 and res.json()["state"] == "failed", res
+    assert res.json()["cost"]["micros"] == 0, res
+    b = usage(gw, token).json()["budgets"][0]
+    assert b["day_used_micros"] == 0 and b["month_used_micros"] == 0, b
+    assert b["in_flight"] == 0, b
+
+
 def test_a_job_ending_while_its_budget_is_set_again_is_not_left_in_flight(gateway_factory,
                                                                             mock, database_url,
                                                                             psql):
