@@ -708,6 +708,45 @@ def test_retention_deletes_each_kind_and_keeps_a_tombstone(gateway_factory, mock
     gw.http.request("POST", f"/v1/jobs/{live}/cancel", headers={"Authorization": f"Bearer {token}"})
 
 
+def test_a_reservation_counts_in_its_jobs_day(database_url, psql):
+    """Migration 0045, in SQL: a request the gateway stamped just before UTC midnight whose intake
+    committed after it. Its reservation was counted in the database's new day (and new month at a
+    month's end) while every settle reads the day and month of the job's created_at: a job that
+    then failed at no cost left its whole estimate counted for the day (and the month). Now it
+    counts in its job's day: with the budget row already on the new day, in neither counter of
+    the new day, and settled in neither — both end at 0. A job stamped on the row's own day is
+    counted and settled there as before."""
+    name = "midnight-" + uuid.uuid4().hex[:8]
+    tenant_token(database_url, name)
+    tid = psql(f"SELECT id FROM tenants WHERE name = '{name}'")[0][0]
+    assert cli(database_url, "tenant", "budget", name, "--day", "10").returncode == 0
+    midnight = "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+
+    def intake(job_id, at):
+        return psql(f"SELECT idemgate_intake({tid}, 'k-{job_id}', '{job_id}', '00', 1::smallint, "
+                    "'mid-prov', 'r', 'POST', 'http://x', '', '\\x00'::bytea, 24, NULL, "
+                    f"'none', NULL, NULL, NULL, 60, 5000000, 'USD', false, {at})")[0][0]
+
+    def counters():
+        return psql(f"SELECT day_micros, month_micros, inflight FROM tenant_budgets "
+                    f"WHERE tenant_id = {tid}")[0]
+
+    assert counters() == ["0", "0", "0"]
+    # Stamped a second before midnight, committed after it (the budget row is on today).
+    assert intake("job_late", f"{midnight} - interval '1 second'") == "1"
+    late = counters()
+    assert late[0] == "0" and late[2] == "1", late  # not in today's count
+    assert psql(f"SELECT idemgate_cancel({tid}, 'job_late')")[0][0]
+    assert psql(f"SELECT state, cost_micros FROM operations WHERE id = 'job_late'") == \
+        [["failed", "0"]]
+    assert counters() == ["0", "0", "0"], counters()
+    # Stamped today: counted today, its end settles it there.
+    assert intake("job_today", "now()") == "1"
+    assert counters() == ["5000000", "5000000", "1"], counters()
+    psql(f"SELECT idemgate_cancel({tid}, 'job_today')")
+    assert counters() == ["0", "0", "0"], counters()
+
+
 def test_a_key_under_a_tombstone_is_never_a_new_job(database_url, psql):
     """Migration 0032, in SQL: the janitor writes a job's tombstone a sweep before it deletes
     the job (10 minutes after, so that no intake statement older than the tombstone still runs);
