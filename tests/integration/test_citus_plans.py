@@ -46,7 +46,7 @@ STEPS = {
     "lease_renew": [T, "job_x", 1, 30],                     # a long create keeps its lease
     "job_hint": [T, "job_x", "{found_without_id}"],   # resolve: a webhook's unread task, a verdict
     "poll_claim": ["me", 30, "{mock}", T],
-    "poll_cancel_sent": [T, "job_x", 1],
+    "poll_cancel_sent": [T, "job_x", 1, "true"],
     "unparked_poll": [T, "job_x"],
     "note_remote": [T, "job_x", 1, "resp_x"],
     "keep_hint": [T, "job_x", 1, "task_x"],
