@@ -575,7 +575,7 @@ static enum step_result step_record(struct intake *in)
                                              .reconcile_strategy =
                                                  prof_reconcile_name(p->reconcile),
                                              .outputs_requested = in->body.requested,
-                                             .profile_id = p->profile_id,
+                                             .profile_id = p->profile_stamp,
                                              .reserve_micros = in->pass.reserve_micros,
                                              .currency = in->pass.currency,
                                              .unpriced = in->pass.unpriced};

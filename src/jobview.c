@@ -154,7 +154,12 @@ static void add_progress(cJSON *o, const struct store_job *j)
         add_str(b, "reason", j->blocked_reason);
     }
     add_str(o, "provider_status", j->provider_status);
-    add_str(o, "profile", j->profile_id);
+    /* The profile's id, without the digest stored with it (profile.h, profile_stamp). */
+    const char *stamp = j->profile_id ? strchr(j->profile_id, '#') : NULL;
+    char id[256];
+    if (stamp)
+        snprintf(id, sizeof(id), "%.*s", (int)(stamp - j->profile_id), j->profile_id);
+    add_str(o, "profile", stamp ? id : j->profile_id);
     cJSON_AddNumberToObject(o, "polls", j->polls);
     if (j->cancel_requested_at)
         add_str(o, "cancel_requested_at", j->cancel_requested_at);

@@ -1,4 +1,5 @@
 #include "idemgate/profile.h"
+#include "idemgate/crypto.h"
 #include "idemgate/secrets.h"
 #include "idemgate/sse.h"
 
@@ -1104,6 +1105,36 @@ static cJSON *merged(const cJSON *entry, size_t index, const char *dir, const ch
     return m;
 }
 
+/* profile_stamp (profile.h) of a merged provider object; NULL when out of memory. */
+static char *stamp_of(const char *profile_id, const cJSON *m)
+{
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(m, "reconcile");
+    const cJSON *parts[] = {cJSON_GetObjectItemCaseSensitive(m, "client_ref"),
+                            cJSON_GetObjectItemCaseSensitive(rec, "strategy"),
+                            cJSON_GetObjectItemCaseSensitive(rec, "list"),
+                            cJSON_GetObjectItemCaseSensitive(rec, "lookup")};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        char *one = parts[i] ? cJSON_PrintUnformatted(parts[i]) : NULL;
+        fprintf(f, "%s\n", one ? one : "-");
+        cJSON_free(one);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    char hex[CRYPTO_SHA256_HEX], *stamp = NULL;
+    crypto_sha256_hex(text, len, hex);
+    free(text);
+    if (asprintf(&stamp, "%s#%.12s", profile_id, hex) < 0)
+        return NULL;
+    return stamp;
+}
+
 static int load_one(struct cfg_provider *p, const cJSON *o, const char *file, char *err,
                     size_t errlen)
 {
@@ -1267,6 +1298,11 @@ int prof_load_all(const cJSON *arr, const char *file, const char *dir,
         cJSON *m = merged(entry, *count - 1, dir, file, &p->profile_id, err, errlen);
         if (!m)
             return -1;
+        if (!p->profile_id || !(p->profile_stamp = stamp_of(p->profile_id, m))) {
+            cJSON_Delete(m);
+            errf(err, errlen, "%s: providers.%s: out of memory", file, p->name);
+            return -1;
+        }
         /* Errors name the profile file too: that is where most fields are written. */
         char where[2048];
         const char *pf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "profile"));
@@ -1296,6 +1332,7 @@ void prof_free_all(struct cfg_provider *ps, size_t n)
         char *strs[] = {p->name, p->base_url, p->auth_header, p->auth_prefix, p->credential,
                         p->idem_header, p->client_ref_header, p->client_ref_body_field,
                         p->lookup_path, p->list_path, p->probe_path, p->profile_id,
+                        p->profile_stamp,
                         p->poll_method, p->poll_path, p->poll_body, p->poll_hint_header,
                         p->result_fetch_path, p->result_kind, p->result_content_path,
                         p->cancel_method, p->cancel_path, p->webhook_body_field,

@@ -44,6 +44,15 @@ enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_
     return window_closed ? RV_REVIEW : RV_LATER; /* the search failed: no proof either way */
 }
 
+int recon_same_reference(const char *recorded, const char *current)
+{
+    const char *r = recorded ? strchr(recorded, '#') : NULL;
+    if (!r)
+        return 1;
+    const char *c = current ? strchr(current, '#') : NULL;
+    return c && strcmp(r, c) == 0;
+}
+
 enum recon_page_step recon_next_page(int total, int has_cursor, int pages_read, int max_pages,
                                      int past_lease)
 {
@@ -392,6 +401,16 @@ static void found(const struct cfg_provider *p, struct db *db, const struct stor
 static void not_found(const struct cfg_provider *p, struct db *db, const struct store_claim *c,
                       enum recon_verdict v, const char *how, double t0)
 {
+    if (v == RV_ABSENT && !recon_same_reference(c->profile_stamp, p->profile_stamp)) {
+        /* Nothing proven: looked for where this profile reads the reference, which is not
+         * where the create recorded under another put it. Looked at again until the window
+         * closes, then an operator decides. */
+        LOG(LOG_WARN, "absence_unproven_profile_changed", LS("job_id", c->id),
+            LS("provider", p->name), LS("recorded", c->profile_stamp),
+            LS("current", p->profile_stamp));
+        v = c->since_first_ms >= p->recovery_window_ms ? RV_REVIEW : RV_LATER;
+        how = "profile_changed";
+    }
     if (v == RV_ABSENT && c->cancel_requested)
         write_simple(db, c, ST_FAILED, 0, "absent_canceled",
                      "canceled; proven never created at the provider", t0);

@@ -34,6 +34,12 @@ enum recon_verdict {
  * Absence needs the grace period (a task may be committed after our timeout), and a resend
  * after it needs the window still open; a task is adopted whenever it is found. */
 enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_passed);
+/* Whether a search under the profile stamped `current` (profile.h, profile_stamp) can prove
+ * absent a job whose intake was stamped `recorded`: only under the same digest of where the
+ * client reference goes and how the search reads it — under another, the search looks where
+ * the create put nothing, and its empty answer sent the create again. A job recorded before
+ * stamps (no '#') is judged as before. Pure. */
+int recon_same_reference(const char *recorded, const char *current);
 /* After a list page was read: whether to read the next. total: the matches counted so far (-1:
  * a page failed); has_cursor: the page named a next one; pages_read: pages read so far;
  * past_lease: the next page could end after the lease. Pure. */

@@ -190,7 +190,9 @@ def test_poll_url_and_profile_are_used_as_stored(gateway_factory, token, mock, p
     job_id = r.json()["id"]
     gw.wait_state(token, job_id, {"accepted"}, 15)
     row = psql(f"SELECT profile_id, poll_url, req_credential FROM operations WHERE id = '{job_id}'")
-    assert row[0][0] == "replicate" and row[0][1].startswith(mock.url + "/v1/predictions/")
+    # The profile's id and the digest of its reference placement and search (profile.h).
+    assert re.fullmatch(r"replicate#[0-9a-f]{12}", row[0][0]), row
+    assert row[0][1].startswith(mock.url + "/v1/predictions/")
     assert row[0][2] == "REPLICATE_API_TOKEN"
     gw.proc.terminate()
     gw.proc.wait(timeout=15)

@@ -688,6 +688,36 @@ def test_list_match_none_found_after_the_window_is_proven_absent_and_resent(
     assert entries[1]["time"] - entries[0]["time"] >= 4.0, "resent only after the grace period"
 
 
+def test_a_search_under_a_changed_reference_placement_proves_nothing(gateway_factory, token,
+                                                                       mock):
+    """A create in doubt was recorded (and sent) with the reference in the body; the gateway
+    is restarted with the provider's profile placing it in a header instead. The new profile's
+    search looks where the create put nothing: its empty answer proved the job absent and the
+    create was sent again — against a real provider that lists the reference where it was put, a
+    second paid task. Absence is proven only under the placement and search the job was
+    recorded under: the job goes to review when its window closes, one create."""
+    rec = dict(LIST, window_seconds=6, absent_grace_ms=1000)
+    first = gateway_factory(providers=[provider("moved", mock.url, timeouts=HANG_TIMEOUTS,
+                                                client_ref=REF, reconcile=rec)])
+    mock.script([{"fault": "hang", "status": 503}])
+    r = first.submit(token, key(), {"prompt": "x"}, route="moved/images/generations",
+                     headers={"Prefer": "respond-async"})
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 10
+    while not mock.creates_for(job_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.proc.wait(timeout=30) == 0
+    second = gateway_factory(providers=[provider("moved", mock.url, timeouts=HANG_TIMEOUTS,
+                                                 client_ref={"header": "X-Client-Ref"},
+                                                 reconcile=rec)])
+    job = second.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=40)
+    assert job["state"] == "review", job
+    assert len(mock.creates_for(job_id)) == 1, "sent again on a search under another placement"
+    assert '"event":"absence_unproven_profile_changed"' in second.log()
+
+
 def test_list_match_a_page_without_its_list_proves_nothing(gateway_factory, token, mock):
     """The list answers 200 with an error envelope and no list (mock `list_envelope`): no page
     was read, so absence is never proven — the job goes to review when its window closes and

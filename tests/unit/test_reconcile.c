@@ -32,6 +32,30 @@ static void test_list_verdicts(void **state)
             fail_msg("row %zu", i);
 }
 
+/* Absence is proven only under the reference placement and search the create was recorded
+ * under (the digest after '#'); the profile's id alone does not matter. */
+static void test_same_reference(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *recorded, *current;
+        int want;
+    } rows[] = {
+        {"openai-images#a1b2c3d4e5f6", "openai-images#a1b2c3d4e5f6", 1},
+        {"openai-images#a1b2c3d4e5f6", "openai-images#0f0f0f0f0f0f", 0},
+        {"images-v1#a1b2c3d4e5f6", "images-v2#a1b2c3d4e5f6", 1}, /* renamed, same placement */
+        {"openai-images#a1b2c3d4e5f6", "openai-images", 0},       /* never a stamp now */
+        {"openai-images#a1b2c3d4e5f6", NULL, 0},
+        {"openai-images", "openai-images#a1b2c3d4e5f6", 1}, /* recorded before stamps */
+        {NULL, "openai-images#a1b2c3d4e5f6", 1},
+        {"x#", "x#", 1},
+        {"x#a", "x#ab", 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (recon_same_reference(rows[i].recorded, rows[i].current) != rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 static void test_next_page(void **state)
 {
     (void)state;
@@ -253,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_lookup_verdicts),
         cmocka_unit_test(test_lookup_proves),
         cmocka_unit_test(test_next_page),
+        cmocka_unit_test(test_same_reference),
         cmocka_unit_test(test_later),
         cmocka_unit_test(test_search_proof),
         cmocka_unit_test(test_plans),
