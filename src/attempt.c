@@ -942,7 +942,8 @@ int attempt_classify(struct attempt *a, struct up_response *res, double t1)
     f->started_at = a->t0;
     f->finished_at = a->t1;
     /* What the provider charges for what it delivered (a partial result: its outputs only). */
-    if (a->d.next == ST_COMPLETED && p->pricing.present)
+    if (a->d.next == ST_COMPLETED && p->pricing.present &&
+        price_currency_fits(&p->pricing, c->currency))
         f->cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                           c->outputs_requested, a->rs.received, a->rs.usage,
                                           &a->unpriced);

@@ -33,12 +33,13 @@
     "(extract(epoch FROM c.at - coalesce(o.ambiguous_at, o.first_sent_at, c.at)) * 1000)::bigint, " \
     "o.cancel_requested_at IS NOT NULL, o.webhook_hint, "                                         \
     "CASE WHEN o.resolution = 'absent' AND o.ambiguous_at > o.resolved_at THEN '' "              \
-    " ELSE coalesce(o.resolution, '') END, o.profile_id"
+    " ELSE coalesce(o.resolution, '') END, o.profile_id, o.currency"
 enum {
     CC_TENANT, CC_ID, CC_LEASE_VERSION, CC_PROVIDER, CC_ROUTE, CC_METHOD, CC_URL, CC_CREDENTIAL,
     CC_BODY, CC_LEASE_LEFT, CC_IDEM_HEADER, CC_STRATEGY, CC_TRANSPORT, CC_SINCE_FIRST,
     CC_OUT_REQ, CC_REMOTE, CC_POLL_URL, CC_POLLS, CC_FIRST_SENT, CC_NOW, CC_AMBIGUOUS,
-    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_RESOLUTION, CC_PROFILE, CC_CANCEL_DUE,
+    CC_SINCE_AMBIGUOUS, CC_CANCEL_REQ, CC_WEBHOOK_HINT, CC_RESOLUTION, CC_PROFILE, CC_CURRENCY,
+    CC_CANCEL_DUE,
     CC_POLL_OVERDUE, CC_CANCEL_ACKED
 };
 
@@ -494,6 +495,7 @@ static int claim_from(PGresult *r, struct store_claim *out)
     out->cancel_requested = flag(r, CC_CANCEL_REQ);
     out->webhook_hint = db_val(r, 0, CC_WEBHOOK_HINT);
     out->profile_stamp = db_val(r, 0, CC_PROFILE);
+    out->currency = db_val(r, 0, CC_CURRENCY);
     out->operator_found = strcmp(PQgetvalue(r, 0, CC_RESOLUTION), "found") == 0;
     out->operator_absent = strcmp(PQgetvalue(r, 0, CC_RESOLUTION), "absent") == 0;
     out->cancel_due = flag(r, CC_CANCEL_DUE);

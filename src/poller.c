@@ -163,7 +163,8 @@ static void write_poll_usage(struct db *db, const struct store_claim *c, enum op
     /* Completed: what the provider charges for the outputs it delivered (and the usage it
      * reported, for a synchronous create followed to its end). */
     int unpriced = 0;
-    if (next == ST_COMPLETED && p && p->pricing.present)
+    if (next == ST_COMPLETED && p && p->pricing.present &&
+        price_currency_fits(&p->pricing, c->currency))
         f.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                          c->outputs_requested, outputs, usage, &unpriced);
     /* A completed result is written with its outputs' archive plan (no second write). */

@@ -719,6 +719,13 @@ static cJSON *price_doc(const char *body, size_t len)
     return doc;
 }
 
+int price_currency_fits(const struct price_table *t, const char *recorded)
+{
+    if (!recorded || !*recorded)
+        return 1;
+    return t->currency && strcmp(t->currency, recorded) == 0;
+}
+
 long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
                            int outputs_requested, int outputs_received, const char *usage,
                            int *is_unlisted)

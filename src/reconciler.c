@@ -351,7 +351,7 @@ static void found_sync(const struct cfg_provider *p, struct db *db, const struct
         w.outputs_received = rs.received;
         w.usage = rs.usage;
         w.p = p; /* its outputs' archive plan */
-        if (p->pricing.present)
+        if (p->pricing.present && price_currency_fits(&p->pricing, c->currency))
             w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                              c->outputs_requested, rs.received, rs.usage,
                                              &w.unpriced);
@@ -758,7 +758,7 @@ static int write_resumed(struct db *db, struct recon_job *j)
     if (!rs.stream_cut) {
         struct verdict_write w = {ST_COMPLETED, 0, "resumed", NULL, &whole, c->remote_id, -1,
                                   rs.usage, -1, 0, p, 0};
-        if (p->pricing.present)
+        if (p->pricing.present && price_currency_fits(&p->pricing, c->currency))
             w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
                                              c->outputs_requested, rs.received, rs.usage,
                                              &w.unpriced);

@@ -54,6 +54,7 @@ struct store_claim {
     const char *webhook_hint;   /* a task id a verified webhook named by client reference, or
                                  * an operator's `resolve found` of a synchronous task */
     const char *profile_stamp;  /* the profile's stamp at the intake (profile.h), or NULL */
+    const char *currency;       /* the job's currency at its intake, or NULL (unpriced) */
     int operator_found;         /* the hint is an operator's word: no client reference needed */
     int operator_absent;        /* an operator resolved it `absent` and no attempt since was
                                  * ambiguous: sent again on that word */

@@ -162,6 +162,12 @@ long long price_actual(const struct price_table *t, const cJSON *body, int outpu
  * not NULL) as price_unlisted_raw says, from the same parse. */
 long long price_estimate_raw(const struct price_table *t, const char *body, size_t len,
                              int outputs_requested);
+/* Whether a job recorded in `recorded` (its currency at its intake; NULL or "": none then)
+ * may be priced by t: only in its own currency. A price table whose currency changed since —
+ * USD then, JPY now — would write an amount in yen on a dollar row, settled against the dollar
+ * budget (thousands of dollars counted, the tenant refused for the month; or the reverse, its
+ * counters clamped at 0). Such a job keeps its estimate as its cost. Pure. */
+int price_currency_fits(const struct price_table *t, const char *recorded);
 long long price_actual_raw(const struct price_table *t, const char *body, size_t len,
                            int outputs_requested, int outputs_received, const char *usage,
                            int *is_unlisted);

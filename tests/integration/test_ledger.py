@@ -420,6 +420,45 @@ def test_a_new_budget_adopts_the_jobs_running_without_one(gateway_factory, mock,
     assert b["in_flight"] == 0, b
 
 
+def test_a_job_is_never_priced_in_another_currency(gateway_factory, mock, database_url):
+    """A job recorded under a USD price table is found by another replica whose table for the
+    provider is in JPY (a rolling deploy, a restart with the new table): its cost was computed in
+    yen and written on the dollar row — 9 000 000 micro-yen counted as nine dollars against the
+    tenant's dollar budget. A job is priced only in its own currency now: it keeps its estimate
+    as its cost, and the budget counts that."""
+    listing = {"strategy": "list_match", "found_result": "$.result", "window_seconds": 60,
+               "interval_ms": 300, "absent_grace_ms": 4000,
+               "list": {"path": "/v1/images/tasks?since={since}&until={until}",
+                        "items": "$.data[*]", "match": "$.client_ref", "id": "$.id",
+                        "next_cursor": "$.next_cursor"}}
+
+    def entry(pricing):
+        return provider("cur-moved", mock.url, pricing=pricing, reconcile=listing,
+                        client_ref={"body_field": "metadata.client_ref"},
+                        timeouts={"connect_ms": 1000, "total_ms": 2000})
+
+    name, token = new_tenant(database_url)
+    assert cli(database_url, "tenant", "budget", name, "--day", "10").returncode == 0
+    first = gateway_factory(providers=[entry(IMAGES_PRICING)], lease_seconds=4)
+    mock.script([{"fault": "hang"}])  # the task is made; its answer never comes
+    r = first.submit(token, key(), {"prompt": "p"}, route="cur-moved/images/generations",
+                     headers={"Prefer": "respond-async"})
+    assert r.status == 202, r
+    job_id = r.json()["id"]
+    assert wait_until(lambda: mock.creates_for(job_id), 10)
+    first.proc.kill()  # mid-create: the row stays sending under the dead replica's lease
+    first.proc.wait()
+    yen = {"currency": "JPY", "per_output": 9000000}
+    second = gateway_factory(providers=[entry(yen)], lease_seconds=4)
+    job = second.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=60)
+    assert job["state"] == "completed", job
+    assert job["cost"]["currency"] == "USD", job["cost"]
+    assert job["cost"]["micros"] == IMAGE_PRICES["medium"], job["cost"]  # its estimate
+    b = usage(second, token).json()["budgets"][0]
+    assert b["day_used_micros"] == IMAGE_PRICES["medium"], b
+    assert len(mock.creates_for(job_id)) == 1
+
+
 def test_a_job_ending_while_its_budget_is_set_again_is_not_left_in_flight(gateway_factory,
                                                                             mock, database_url,
                                                                             psql):

@@ -496,6 +496,27 @@ static void test_no_table_costs_nothing(void **state)
     assert_int_equal(price_actual_raw(&t, "{\"n\":3}", 7, 3, 3, NULL, NULL), 0);
 }
 
+/* A job is priced only in the currency it was recorded in (its estimate stands otherwise): a
+ * table's currency changed since its intake would write yen on a dollar row. A job recorded
+ * without one (unpriced then) is priced as before. */
+static void test_a_job_is_priced_in_its_own_currency(void **state)
+{
+    (void)state;
+    static char usd_name[] = "USD";
+    static const struct price_table usd = {.present = 1, .currency = usd_name}, none = {0};
+    static const struct {
+        const struct price_table *t;
+        const char *recorded;
+        int want;
+    } rows[] = {
+        {&usd, "USD", 1}, {&usd, "JPY", 0}, {&usd, "usd", 0}, {&usd, NULL, 1},
+        {&usd, "", 1},    {&none, "USD", 0}, {&none, NULL, 1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (price_currency_fits(rows[i].t, rows[i].recorded) != rows[i].want)
+            fail_msg("row %zu", i);
+}
+
 struct bad_table {
     const char *json;
     const char *member; /* the message names it */
@@ -682,6 +703,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prices),
         cmocka_unit_test(test_no_table_costs_nothing),
+        cmocka_unit_test(test_a_job_is_priced_in_its_own_currency),
         cmocka_unit_test(test_shipped_price_tables),
         cmocka_unit_test(test_multipart_bodies_are_priced_by_their_fields),
         cmocka_unit_test(test_unlisted_requests),
