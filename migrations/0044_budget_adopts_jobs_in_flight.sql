@@ -1,5 +1,5 @@
--- A new budget (or a budget's new currency) adopts the tenant's jobs still running in its
--- currency. `idemgate tenant budget` counts a new budget's spend from every job of the day and the
+-- A budget adopts the tenant's jobs still running in its currency each time it is written
+-- (`idemgate tenant budget`, which then recounts it here). The command counts a new budget's spend from every job of the day and the
 -- month — a job still running at its reservation — but a job recorded while the tenant had no
 -- budget is not `budgeted`, and only a budgeted job's end settles against the budget row
 -- (idemgate_finish, idemgate_settle_ended, the plain finish of src/lease.c): its reservation
@@ -31,11 +31,19 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL; -- cleared meanwhile
     END IF;
-    IF p_spend THEN
-        UPDATE operations o SET budgeted = true
-         WHERE o.tenant_id = p_tenant AND NOT o.budgeted AND o.currency = v_currency
-           AND o.state IN ('prepared', 'sending', 'accepted', 'unknown', 'review');
-    END IF;
+    -- Every recount adopts them, not only a new budget's: a recount the command could not
+    -- finish (it says so; run again, the budget exists and its spend is not recounted) adopts
+    -- them all the same. Locked in key order, as the batches of ends and of starts of sending
+    -- lock theirs: a deadlock with one of them is still possible (PostgreSQL fails one of the
+    -- two; the batch is written again row by row, or this is run again: store.c).
+    UPDATE operations o SET budgeted = true
+     WHERE o.tenant_id = p_tenant AND o.id IN (
+           SELECT x.id FROM operations x
+            WHERE x.tenant_id = p_tenant AND NOT x.budgeted AND x.currency = v_currency
+              AND x.state IN ('prepared', 'sending', 'accepted', 'unknown', 'review')
+            ORDER BY x.id FOR UPDATE)
+       AND NOT o.budgeted
+       AND o.state IN ('prepared', 'sending', 'accepted', 'unknown', 'review');
     SELECT count(*)::integer INTO v_inflight FROM operations o
      WHERE o.tenant_id = p_tenant AND o.budgeted
        AND o.state IN ('prepared', 'sending', 'accepted', 'unknown', 'review');

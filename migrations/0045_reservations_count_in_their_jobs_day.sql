@@ -9,7 +9,9 @@
 -- counted in its job's day when the budget row is on that day; a row still on an earlier day is
 -- moved on to it; a row already on a later one (another replica's clock ahead, or the midnight
 -- passed between stamp and commit) keeps its counters, and the job, then counted nowhere for the
--- day, is settled nowhere either. The limits are checked against the counters of the job's day.
+-- day, is settled nowhere either. The limits are checked against the counters of the job's day
+-- when the row is on it; against none of that day when the row has moved past it (by the skew
+-- between the replicas' clocks, or the instant between stamp and commit).
 -- Never edit this file once applied (migrate.c records its SHA-256).
 CREATE OR REPLACE FUNCTION idemgate_intake(
     p_tenant bigint, p_key text, p_id text, p_fingerprint text, p_fp_version smallint,
@@ -91,5 +93,94 @@ BEGIN
         WHERE tenant_id = p_tenant;
     END IF;
     RETURN (CASE WHEN v_go THEN '2' ELSE '1' END) || coalesce(':' || v_blocked, '');
+END
+$$;
+
+-- The regeneration of 0032 (its job's created_at is the database's now(), its day and month
+-- those of now()), moving the budget's day and month on as the intake does and never back:
+-- written as before, a regeneration on a day an intake stamped by a replica whose clock ran
+-- ahead had already moved the row past set it back, its counters zeroed, and the next intake
+-- moved it on again, zeroing them once more.
+CREATE OR REPLACE FUNCTION idemgate_regenerate(p_tenant bigint, p_parent text, p_id text, p_key text,
+    p_fingerprint text, p_fp_version smallint, p_ttl_hours integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_today date := (v_now AT TIME ZONE 'UTC')::date;
+    v_month date := date_trunc('month', v_now AT TIME ZONE 'UTC')::date;
+    p operations%ROWTYPE;
+    b tenant_budgets%ROWTYPE;
+    v_verdict integer := 0;
+BEGIN
+    SELECT * INTO p FROM operations WHERE tenant_id = p_tenant AND id = p_parent
+        AND state IN ('completed', 'failed', 'canceled');
+    IF NOT FOUND THEN
+        PERFORM 1 FROM operations WHERE tenant_id = p_tenant AND idempotency_key = p_key;
+        IF FOUND THEN
+            RETURN '0';
+        END IF;
+        -- (a parent gone before its child: the child's key answered by its tombstone)
+        PERFORM 1 FROM key_tombstones WHERE tenant_id = p_tenant AND idempotency_key = p_key;
+        RETURN CASE WHEN FOUND THEN 't' ELSE 'n' END;
+    END IF;
+    SELECT * INTO b FROM tenant_budgets WHERE tenant_id = p_tenant FOR UPDATE;
+    IF FOUND THEN
+        IF b.max_inflight IS NOT NULL AND b.inflight >= b.max_inflight THEN
+            v_verdict := 4;
+        ELSIF b.currency IS DISTINCT FROM p.currency THEN
+            v_verdict := 1;
+        ELSIF coalesce(p.unpriced, false)
+              AND (b.day_limit_micros IS NOT NULL OR b.month_limit_micros IS NOT NULL) THEN
+            v_verdict := 5;
+        ELSIF b.day_limit_micros IS NOT NULL AND p.reserved_micros
+              + (CASE WHEN b.day = v_today THEN b.day_micros ELSE 0 END) > b.day_limit_micros THEN
+            v_verdict := 2;
+        ELSIF b.month_limit_micros IS NOT NULL AND p.reserved_micros
+              + (CASE WHEN b.month = v_month THEN b.month_micros ELSE 0 END)
+              > b.month_limit_micros THEN
+            v_verdict := 3;
+        ELSE
+            v_verdict := 1;
+        END IF;
+        IF v_verdict >= 2 THEN
+            -- A key that exists is answered as it is, never refused nor charged again.
+            PERFORM 1 FROM operations WHERE tenant_id = p_tenant AND idempotency_key = p_key;
+            IF FOUND THEN
+                RETURN '0';
+            END IF;
+            PERFORM 1 FROM key_tombstones WHERE tenant_id = p_tenant AND idempotency_key = p_key;
+            RETURN CASE WHEN FOUND THEN 't' ELSE 'r' || v_verdict END;
+        END IF;
+    END IF;
+    INSERT INTO operations (tenant_id, id, idempotency_key, fingerprint, fingerprint_version,
+        provider, route, req_method, req_url, req_credential, req_body, req_idem_header,
+        reconcile_strategy, outputs_requested, state, expires_at, parent_id,
+        generation_attempts, profile_id, reserved_micros, currency, budgeted, unpriced)
+    VALUES (p_tenant, p_id, p_key, decode(p_fingerprint, 'hex'), p_fp_version, p.provider,
+        p.route, p.req_method, p.req_url, p.req_credential, p.req_body, p.req_idem_header,
+        p.reconcile_strategy, p.outputs_requested, 'prepared',
+        v_now + make_interval(hours => p_ttl_hours), p.id, p.generation_attempts + 1,
+        p.profile_id, p.reserved_micros, p.currency, v_verdict = 1, p.unpriced)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN '0';
+    END IF;
+    PERFORM 1 FROM key_tombstones WHERE tenant_id = p_tenant AND idempotency_key = p_key;
+    IF FOUND THEN
+        DELETE FROM operations WHERE tenant_id = p_tenant AND id = p_id;
+        RETURN 't';
+    END IF;
+    IF v_verdict = 1 THEN
+        UPDATE tenant_budgets SET inflight = inflight + 1,
+            day_micros = CASE WHEN day > v_today THEN day_micros
+                ELSE (CASE WHEN day = v_today THEN day_micros ELSE 0 END)
+                    + (CASE WHEN currency = p.currency THEN p.reserved_micros ELSE 0 END) END,
+            month_micros = CASE WHEN month > v_month THEN month_micros
+                ELSE (CASE WHEN month = v_month THEN month_micros ELSE 0 END)
+                    + (CASE WHEN currency = p.currency THEN p.reserved_micros ELSE 0 END) END,
+            day = greatest(day, v_today), month = greatest(month, v_month), updated_at = v_now
+        WHERE tenant_id = p_tenant;
+    END IF;
+    RETURN '1';
 END
 $$;

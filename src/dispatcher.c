@@ -14,6 +14,7 @@
 #include "idemgate/wake.h"
 #include "idemgate/wpool.h"
 
+#include <cJSON.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -52,6 +53,7 @@ struct dispatcher {
     atomic_int starved;  /* the last claim found the engine full */
     atomic_int stopping; /* disp_quiesce: born reservations are given back, not begun */
     atomic_int writing;  /* threads doing chores now (gcommit.h) */
+    char *stamps; /* each provider's profile stamp, a JSON object: kept by what it claims */
 };
 
 /* The engine slot of a provider: its index in the configuration, -1 when not configured here. */
@@ -253,7 +255,7 @@ static int claim_with_room(struct db *db, const char *owner, int lease_seconds,
         return STORE_ENOTFOUND;
     }
     atomic_store(&d->starved, 0);
-    int e = store_claim(db, owner, lease_seconds, providers, out);
+    int e = store_claim(db, owner, lease_seconds, providers, d->stamps, out);
     if (e != STORE_OK) {
         eng_release(d->eng, -1);
         return e;
@@ -340,7 +342,23 @@ static void disp_free(struct dispatcher *d)
     eng_room_off(d->eng, d);
     rq_free(d->results);
     rq_free(d->born);
+    free(d->stamps);
     free(d);
+}
+
+/* {"<provider>": "<profile stamp>", …} of every configured provider (profile.h), or NULL when
+ * out of memory. */
+static char *stamps_json(const struct cfg *cfg)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; o && i < cfg->n_providers; i++)
+        if (!cJSON_AddStringToObject(o, cfg->providers[i].name, cfg->providers[i].profile_stamp)) {
+            cJSON_Delete(o);
+            o = NULL;
+        }
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return text;
 }
 
 struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng, struct credwatch *cw)
@@ -351,7 +369,7 @@ struct dispatcher *disp_start(const struct cfg *cfg, struct eng *eng, struct cre
     d->cfg = cfg;
     d->eng = eng;
     d->cw = cw;
-    if (!(d->results = rq_new()) || !(d->born = rq_new())) {
+    if (!(d->results = rq_new()) || !(d->born = rq_new()) || !(d->stamps = stamps_json(cfg))) {
         disp_free(d);
         return NULL;
     }

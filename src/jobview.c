@@ -155,7 +155,7 @@ static void add_progress(cJSON *o, const struct store_job *j)
     }
     add_str(o, "provider_status", j->provider_status);
     /* The profile's id, without the digest stored with it (profile.h, profile_stamp). */
-    const char *stamp = j->profile_id ? strchr(j->profile_id, '#') : NULL;
+    const char *stamp = j->profile_id ? strrchr(j->profile_id, '#') : NULL;
     char id[256];
     if (stamp)
         snprintf(id, sizeof(id), "%.*s", (int)(stamp - j->profile_id), j->profile_id);

@@ -82,8 +82,12 @@ static const struct db_stmt claim = {
     "      AND provider NOT IN (SELECT b.provider FROM provider_breakers b) "
     CLAIM_PICKED "UPDATE operations o SET state = 'sending', " CLAIM_LEASE ", "
     " transport_attempts = o.transport_attempts + 1, "
-    " first_sent_at = coalesce(o.first_sent_at, c.at) " CLAIM_ON_PICKED("$4") ", false",
-    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id"),
+    " first_sent_at = coalesce(o.first_sent_at, c.at), "
+    /* The profile it is sent under ($5: provider → stamp, profile.h): what a later search may
+     * prove absent by (reconciler.c, recon_same_reference). */
+    " profile_id = coalesce($5::jsonb ->> o.provider, o.profile_id) " CLAIM_ON_PICKED("$4")
+    ", false",
+    .params = DB_PARAMS("owner", "lease_seconds", "providers", "tenant_id", "stamps"),
     .moves = DB_MOVES({ST_PREPARED, ST_SENDING}),
 };
 
@@ -183,12 +187,13 @@ static const struct db_stmt reap_due = {
 static const struct db_stmt reconcile_send = {
     .name = "reconcile_send",
     .sql = "UPDATE operations SET state = 'sending', transport_attempts = transport_attempts + 1, "
-    " lease_expires_at = now() + make_interval(secs => $4), updated_at = now() "
+    " lease_expires_at = now() + make_interval(secs => $4), updated_at = now(), "
+    " profile_id = coalesce($5::text, profile_id) "
     "WHERE tenant_id = $1 AND id = $2 AND lease_version = $3 AND " KEYED_STATE("state")
     " = 'unknown' "
     " AND cancel_requested_at IS NULL "
     "RETURNING extract(epoch FROM lease_expires_at - updated_at)::float8",
-    .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds"),
+    .params = DB_PARAMS("tenant_id", "id", "lease_version", "lease_seconds", "stamp"),
     .moves = DB_MOVES({ST_UNKNOWN, ST_SENDING}),
 };
 
@@ -604,6 +609,7 @@ struct claim_kind {
     const char *owner;
     int lease_seconds;
     const char *providers; /* NULL: the statements name no providers */
+    const char *stamps;    /* the dispatcher's claim: each provider's profile stamp (JSON) */
     struct store_claim *out;
     int lost_is_unsent; /* a claim whose answer was lost is given back (claim_lost) */
 };
@@ -746,7 +752,13 @@ static int kind_claim(struct db *db, long long tenant, void *arg)
     PGresult *r;
     int e;
     memset(k->out, 0, sizeof(*k->out));
-    if (k->providers)
+    if (k->stamps)
+        e = db_run(db, k->claim,
+                   DB_ARGS(p_text("owner", k->owner), p_int("lease_seconds", k->lease_seconds),
+                           p_text("providers", k->providers), p_int("tenant_id", tenant),
+                           p_text("stamps", k->stamps)),
+                   &r);
+    else if (k->providers)
         e = db_run(db, k->claim,
                    DB_ARGS(p_text("owner", k->owner), p_int("lease_seconds", k->lease_seconds),
                            p_text("providers", k->providers), p_int("tenant_id", tenant)),
@@ -763,7 +775,7 @@ static int kind_claim(struct db *db, long long tenant, void *arg)
 }
 
 int store_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
-                struct store_claim *out)
+                const char *stamps, struct store_claim *out)
 {
     /* This claim's own name: the replica's, and a random suffix (claim_lost). Without
      * randomness two claims could share one: nothing is then given back. */
@@ -772,7 +784,7 @@ int store_claim(struct db *db, const char *owner, int lease_seconds, const char 
     int own = crypto_random(&nonce, sizeof(nonce)) == 0 &&
               (size_t)snprintf(named, sizeof(named), "%s~%016llx", owner, nonce) < sizeof(named);
     struct claim_kind k = {&claim_due, &claim, own ? named : owner, lease_seconds, providers,
-                           out, own};
+                           stamps ? stamps : "{}", out, own};
     memset(out, 0, sizeof(*out));
     retry_lost(db);
     return turns_claim(&claim_turns, db, kind_due, kind_claim, &k);
@@ -782,7 +794,7 @@ int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
                           const char *providers, struct store_claim *out)
 {
     struct claim_kind k = {&reconcile_due, &reconcile_claim, owner, lease_seconds, providers,
-                           out, 0};
+                           NULL, out, 0};
     memset(out, 0, sizeof(*out));
     return turns_claim(&reconcile_turns, db, kind_due, kind_claim, &k);
 }
@@ -790,7 +802,8 @@ int store_reconcile_claim(struct db *db, const char *owner, int lease_seconds,
 int store_poll_claim(struct db *db, const char *owner, int lease_seconds, const char *providers,
                      struct store_claim *out)
 {
-    struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, providers, out, 0};
+    struct claim_kind k = {&poll_due, &poll_claim, owner, lease_seconds, providers, NULL, out,
+                           0};
     memset(out, 0, sizeof(*out));
     return turns_claim(&poll_turns, db, kind_due, kind_claim, &k);
 }
@@ -808,13 +821,14 @@ int store_poll_cancel_sent(struct db *db, const struct store_claim *c, int ackno
     return e;
 }
 
-int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds)
+int store_reconcile_send(struct db *db, struct store_claim *c, int lease_seconds,
+                         const char *stamp)
 {
     PGresult *r;
     int e = db_run(db, &reconcile_send,
                    DB_ARGS(p_int("tenant_id", c->tenant_id), p_text("id", c->id),
                            p_int("lease_version", c->lease_version),
-                           p_int("lease_seconds", lease_seconds)),
+                           p_int("lease_seconds", lease_seconds), p_text("stamp", stamp)),
                    &r);
     if (e < 0)
         return e;

@@ -1,5 +1,6 @@
 #include "idemgate/profile.h"
 #include "idemgate/crypto.h"
+#include "idemgate/jcs.h"
 #include "idemgate/secrets.h"
 #include "idemgate/sse.h"
 
@@ -1109,18 +1110,28 @@ static cJSON *merged(const cJSON *entry, size_t index, const char *dir, const ch
 static char *stamp_of(const char *profile_id, const cJSON *m)
 {
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(m, "reconcile");
+    /* Where the reference goes, how a search reads it, and where the search and the resend
+     * go (the host; a header naming the account or project). */
     const cJSON *parts[] = {cJSON_GetObjectItemCaseSensitive(m, "client_ref"),
                             cJSON_GetObjectItemCaseSensitive(rec, "strategy"),
                             cJSON_GetObjectItemCaseSensitive(rec, "list"),
-                            cJSON_GetObjectItemCaseSensitive(rec, "lookup")};
+                            cJSON_GetObjectItemCaseSensitive(rec, "lookup"),
+                            cJSON_GetObjectItemCaseSensitive(m, "base_url"),
+                            cJSON_GetObjectItemCaseSensitive(m, "headers")};
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f)
         return NULL;
+    /* Each part in its canonical form (RFC 8785, jcs.h): the order of a profile's members
+     * changes nothing; a value cJSON cannot print exactly (a number past 2^53) is not there. */
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-        char *one = parts[i] ? cJSON_PrintUnformatted(parts[i]) : NULL;
-        fprintf(f, "%s\n", one ? one : "-");
+        char *one = parts[i] ? cJSON_PrintUnformatted(parts[i]) : NULL, *canon = NULL;
+        size_t clen = 0;
+        if (one && jcs_canonicalize(one, strlen(one), 64, &canon, &clen, NULL) != 0)
+            canon = NULL;
+        fprintf(f, "%s\n", canon ? canon : one ? one : "-");
+        free(canon);
         cJSON_free(one);
     }
     if (fclose(f) != 0) {

@@ -46,10 +46,10 @@ enum recon_verdict recon_list_verdict(int matches, int window_closed, int grace_
 
 int recon_same_reference(const char *recorded, const char *current)
 {
-    const char *r = recorded ? strchr(recorded, '#') : NULL;
+    const char *r = recorded ? strrchr(recorded, '#') : NULL;
     if (!r)
         return 1;
-    const char *c = current ? strchr(current, '#') : NULL;
+    const char *c = current ? strrchr(current, '#') : NULL;
     return c && strcmp(r, c) == 0;
 }
 
@@ -921,7 +921,8 @@ static void resend(struct db *db, struct recon_job *j)
         job_free(j);
         return;
     }
-    if (store_reconcile_send(db, &j->c, r->cfg->lease_seconds) != STORE_OK) {
+    if (store_reconcile_send(db, &j->c, r->cfg->lease_seconds, j->p->profile_stamp) !=
+        STORE_OK) {
         eng_release(r->eng, -1); /* fenced, cancelled meanwhile, or unreachable: the next claim */
         job_free(j);
         return;

@@ -80,9 +80,11 @@ __attribute__((warn_unused_result)) int store_reconcile_claim(struct db *db, con
                                                               const char *providers,
                                                               struct store_claim *out);
 /* unknown → sending under the reconciler's lease (a transport retry under the same provider
- * key); updates c->lease_remaining_s and c->transport_attempts. STORE_ENOTFOUND when fenced. */
+ * key), sent under the profile stamped `stamp` (profile.h); updates c->lease_remaining_s and
+ * c->transport_attempts. STORE_ENOTFOUND when fenced. */
 __attribute__((warn_unused_result)) int store_reconcile_send(struct db *db, struct store_claim *c,
-                                                             int lease_seconds);
+                                                             int lease_seconds,
+                                                             const char *stamp);
 
 /* Claims an accepted operation of one of the PostgreSQL text[] literal's providers due for a
  * status read (or a cancel). STORE_ENOTFOUND when none. */
@@ -101,10 +103,12 @@ __attribute__((warn_unused_result)) int store_poll_cancel_sent(struct db *db,
  * lease_version (the fencing token) and a lease of lease_seconds of database time. Committed on
  * return, before any byte goes to the provider. Only operations of the providers in the
  * PostgreSQL text[] literal `providers` are claimed: those this replica can send to and whose
- * calls in flight are not at their limit here. STORE_ENOTFOUND when nothing is due. */
+ * calls in flight are not at their limit here. The row keeps the stamp of the profile it is sent
+ * under, from `stamps` (a JSON object: provider name → profile stamp, profile.h; NULL: none).
+ * STORE_ENOTFOUND when nothing is due. */
 __attribute__((warn_unused_result)) int store_claim(struct db *db, const char *owner,
                                                     int lease_seconds, const char *providers,
-                                                    struct store_claim *out);
+                                                    const char *stamps, struct store_claim *out);
 
 /* lease_begin_send for n born reservations in one transaction (one round trip, one commit):
  * begun[i] is 1 when cs[i] is now `sending` (its lease, attempts and times updated, born

@@ -149,11 +149,12 @@ struct cfg_provider {
 
     /* Where the profile came from. */
     char *profile_id;
-    /* profile_id, '#' and a digest of what decides where the client reference goes and how the
-     * reconciler's search reads it (client_ref, reconcile.strategy, .list, .lookup): stored on
-     * every operation at its intake. The reconciler proves a job absent only under the same
-     * digest (recon_same_reference): a search under another placement or match path cannot see
-     * the task the create made, and its empty answer sent the create again. */
+    /* profile_id, '#' and a digest of what decides where the client reference goes, how the
+     * reconciler's search reads it and where it looks (client_ref, reconcile.strategy, .list,
+     * .lookup, base_url, headers): stored on every operation at its intake, and again by each
+     * send (the profile it was sent under). The reconciler proves a job absent only under the
+     * same digest (recon_same_reference): a search under another placement, match path or host
+     * cannot see the task the create made, and its empty answer sent the create again. */
     char *profile_stamp;
     /* Extra request headers (e.g. a version header): name, value pairs, NULL-terminated. */
     char **headers;

@@ -35,14 +35,14 @@ STEPS = {
     "cancel": [T, "job_x"],
     "resolve": [T, "job_x", "abandon", "failed", "op", None, "t", 1],
     "regenerate": [T, "job_x", "job_new", "k2", "00", 1, 24],
-    "claim": ["me", 30, "{mock}", T],
+    "claim": ["me", 30, "{mock}", T, '{"mock": "mock#0123456789ab"}'],
     "begin_send": [T, "job_x", 1, 30],
     "claim_lost": [T, "me~00000000000000ff"],             # a claim whose answer was lost
     "finish": [T, "job_x", 1, "completed", 200, "{}", "\\x00", None, None, 1, 2, "ok", 0, 0, 0,
                "sending", "create", None, None, None, None, None, None, None, "false", None,
                '[{"n": 0, "kind": "url", "url": "https://x/0.png", "expires": 0}]'],
     "reconcile_claim": ["me", 30, "{mock}", T],
-    "reconcile_send": [T, "job_x", 1, 30],
+    "reconcile_send": [T, "job_x", 1, 30, "mock#0123456789ab"],
     "lease_renew": [T, "job_x", 1, 30],                     # a long create keeps its lease
     "job_hint": [T, "job_x", "{found_without_id}"],   # resolve: a webhook's unread task, a verdict
     "poll_claim": ["me", 30, "{mock}", T],

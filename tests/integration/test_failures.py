@@ -718,6 +718,41 @@ def test_a_search_under_a_changed_reference_placement_proves_nothing(gateway_fac
     assert '"event":"absence_unproven_profile_changed"' in second.log()
 
 
+def test_a_job_sent_under_another_profile_is_searched_under_that_one(gateway_factory, token,
+                                                                       mock, psql):
+    """A rolling change of a provider's profile: the job is recorded by a replica still on the
+    old profile (reference in the body) and sent by one on the new (reference in a header),
+    which times out. A replica on the old profile then searched the old placement — the stamp
+    it compared was the intake's, which matched — proved the job absent and sent it again. The
+    row keeps the stamp of the profile each send went under: the old profile's search proves
+    nothing, the job goes to review, one create."""
+    rec = dict(LIST, window_seconds=8, absent_grace_ms=1000)
+    old = provider("rolled", mock.url, timeouts=HANG_TIMEOUTS, client_ref=REF, reconcile=rec)
+    new = dict(old, client_ref={"header": "X-Client-Ref"})
+    recorder = gateway_factory(providers=[old], dispatch_workers=0)  # records, never sends
+    r = recorder.submit(token, key(), {"prompt": "x"}, route="rolled/images/generations",
+                        headers={"Prefer": "respond-async"})
+    job_id = r.json()["id"]
+    stamp = psql(f"SELECT profile_id FROM operations WHERE id = '{job_id}'")[0][0]
+    recorder.proc.send_signal(signal.SIGTERM)
+    assert recorder.proc.wait(timeout=30) == 0
+    mock.script([{"fault": "hang", "status": 503}])
+    sender = gateway_factory(providers=[new], reconcile_workers=0)
+    deadline = time.monotonic() + 15
+    while not mock.creates_for(job_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert sender.wait_state(token, job_id, {"unknown"}, timeout=20)["state"] == "unknown"
+    sent_under = psql(f"SELECT profile_id FROM operations WHERE id = '{job_id}'")[0][0]
+    assert sent_under != stamp and sent_under.startswith("inline#"), (stamp, sent_under)
+    sender.proc.send_signal(signal.SIGTERM)
+    assert sender.proc.wait(timeout=30) == 0
+    searcher = gateway_factory(providers=[old])
+    job = searcher.wait_state(token, job_id, {"completed", "failed", "review"}, timeout=40)
+    assert job["state"] == "review", job
+    assert len(mock.creates_for(job_id)) == 1, "sent again on a search under the old placement"
+
+
 def test_list_match_a_page_without_its_list_proves_nothing(gateway_factory, token, mock):
     """The list answers 200 with an error envelope and no list (mock `list_envelope`): no page
     was read, so absence is never proven — the job goes to review when its window closes and

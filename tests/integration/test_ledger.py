@@ -784,6 +784,16 @@ def test_a_reservation_counts_in_its_jobs_day(database_url, psql):
     assert counters() == ["5000000", "5000000", "1"], counters()
     psql(f"SELECT idemgate_cancel({tid}, 'job_today')")
     assert counters() == ["0", "0", "0"], counters()
+    # A replica whose clock runs ahead moves the row on to its day; a regeneration (stamped by
+    # the database's clock) never moves it back — it did, zeroing the counters each time.
+    assert intake("job_ahead", "now() + interval '1 day'") == "1"
+    tomorrow = psql("SELECT ((now() + interval '1 day') AT TIME ZONE 'UTC')::date")[0][0]
+    day = f"SELECT day FROM tenant_budgets WHERE tenant_id = {tid}"
+    assert psql(day) == [[tomorrow]]
+    assert psql(f"SELECT idemgate_regenerate({tid}, 'job_late', 'job_regen', 'k-regen', '00', "
+                "1::smallint, 24)")[0][0] == "1"
+    assert psql(day) == [[tomorrow]], "moved back by a regeneration"
+    assert counters()[2] == "2", counters()
 
 
 def test_a_key_under_a_tombstone_is_never_a_new_job(database_url, psql):
