@@ -391,8 +391,8 @@ def test_a_new_budget_adopts_the_jobs_running_without_one(gateway_factory, mock,
     """A job recorded while its tenant had no budget is still running (in review) when a budget is
     set: the budget counted its reservation in the day's spend — and, not budgeted, its end never
     settled against the budget row: ended at no cost (cancelled, proven absent) it stayed counted
-    for the rest of the day and the month, and it was never counted in flight. A new budget adopts it
-    now: in flight while it runs, its reservation replaced by its cost (0) when it ends."""
+    for the rest of the day and the month, and it was never counted in flight. A new budget adopts
+    it now: in flight while it runs, its reservation replaced by its cost (0) when it ends."""
     rev = provider("rev-adopt", mock.url, pricing=IMAGES_PRICING,
                    timeouts={"connect_ms": 1000, "total_ms": 1000},
                    reconcile={"strategy": "none", "window_seconds": 2})
