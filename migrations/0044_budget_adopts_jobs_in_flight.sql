@@ -1,7 +1,8 @@
 -- A budget adopts the tenant's jobs still running in its currency each time it is written
 -- (`idemgate tenant budget`, which then recounts it here). The command counts a new budget's
--- spend from every job of the day and the month — a job still running at its reservation — but a job recorded while the tenant had no
--- budget is not `budgeted`, and only a budgeted job's end settles against the budget row
+-- spend from every job of the day and the month — a job still running at its reservation —
+-- but a job recorded while the tenant had no budget is not `budgeted`, and only a budgeted
+-- job's end settles against the budget row
 -- (idemgate_finish, idemgate_settle_ended, the plain finish of src/lease.c): its reservation
 -- stayed counted for the rest of the day and the month however little it cost (a job that failed
 -- at no cost still counted its whole estimate), and it was not counted in flight either. Adopted
