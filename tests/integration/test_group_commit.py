@@ -547,7 +547,7 @@ def test_a_lost_claims_give_back_moves_only_its_own_unsent_row(database_url, psq
 
     before = {k: row(k) for k in kinds}
     for k in kinds:  # each claimed by a claim of its own name
-        got = execute(psql, claim, f"('r~{k}', 60, '{{lost-{k}-{tag}}}', {tid})")
+        got = execute(psql, claim, f"('r~{k}', 60, '{{lost-{k}-{tag}}}', {tid}, '{{}}')")
         assert len(got) == 1 and got[0][1] == ids[k], got
     psql(f"UPDATE operations SET webhook_hint = 'task_1' WHERE id = '{ids['hinted']}'")
     psql(f"UPDATE operations SET ambiguous_at = now() WHERE id = '{ids['cancelled_ambiguous']}'")
