@@ -197,6 +197,21 @@ def closed_by_server(s, timeout):
         return True
 
 
+def trickled_until_closed(s, first, byte):
+    """Sends first, then byte every 0.5 s, until the server closes s or BOUND_S passed; whether
+    it closed s."""
+    s.sendall(first)
+    began = time.monotonic()
+    while time.monotonic() - began < BOUND_S:
+        try:
+            s.send(byte)
+        except (BrokenPipeError, ConnectionResetError):
+            return True
+        if closed_by_server(s, 0.5):
+            return True
+    return False
+
+
 def test_slow_client_whole_request_deadline(gateway_factory):
     """A client trickling its headers, or its body, one byte at a time (here every 0.5 s, well
     inside libmicrohttpd's 30 s idle timeout, which is all there was) is cut off once the
@@ -207,16 +222,8 @@ def test_slow_client_whole_request_deadline(gateway_factory):
                                ("body", start + b"Content-Length: 1000\r\n\r\n", b"{")):
         s = connect_from("127.0.0.1", gw.port)
         try:
-            s.sendall(first)
-            began, closed = time.monotonic(), False
-            while not closed and time.monotonic() - began < BOUND_S:
-                try:
-                    s.send(byte)
-                except (BrokenPipeError, ConnectionResetError):
-                    closed = True
-                    break
-                closed = closed_by_server(s, 0.5)
-            assert closed, f"a client trickling its {phase} held the request for {BOUND_S} s"
+            assert trickled_until_closed(s, first, byte), \
+                f"a client trickling its {phase} held the request for {BOUND_S} s"
         finally:
             s.close()
     wait_until(lambda: '"http_request_deadline"' in gw.log(), 10)
@@ -245,16 +252,8 @@ def test_metrics_listener_waits_for_a_request_within_its_deadline(gateway_factor
         s.close()
     s = connect_from("127.0.0.1", mport)
     try:
-        s.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
-        began, closed = time.monotonic(), False
-        while not closed and time.monotonic() - began < BOUND_S:
-            try:
-                s.send(b"a")
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
-                break
-            closed = closed_by_server(s, 0.5)
-        assert closed, f"a client trickling its headers held the metrics listener {BOUND_S} s"
+        assert trickled_until_closed(s, b"GET /healthz HTTP/1.1\r\nX-Slow: ", b"a"), \
+            f"a client trickling its headers held the metrics listener {BOUND_S} s"
     finally:
         s.close()
     wait_until(lambda: '"http_request_deadline"' in gw.log(), 10)

@@ -58,6 +58,20 @@ def creates(mock, path):
     return [c for c in mock.ledger() if c["route"] == path and not c["replay"]]
 
 
+def first_batch_kept(psql, job_id, bound_s=20):
+    """Waits (at most bound_s) until the first batch of job_id's stream is kept on its row, the
+    row still `sending`: a second or so into the stream."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        kept = psql(f"SELECT coalesce(length(resp_body), 0), state FROM operations "
+                    f"WHERE id = '{job_id}'")[0]
+        if int(kept[0]) > 0:
+            break
+        assert time.monotonic() < deadline, kept
+        time.sleep(0.05)
+    assert kept[1] == "sending", kept
+
+
 def responses_entry(mock, name, **extra):
     """A provider entry of the shipped OpenAI Responses profile, at the mock."""
     return dict({"name": name, "profile": os.path.join(PROFILES, "openai-responses.json"),
@@ -749,15 +763,7 @@ def test_kill_9_mid_chat_stream_refuses_absent(gateway_factory, mock, token, psq
                   headers={"Prefer": "respond-async"})
     assert r.status == 202, r
     job_id = r.json()["id"]
-    deadline = time.monotonic() + 20
-    while True:  # the first batch is kept a second or so into the stream
-        kept = psql(f"SELECT coalesce(length(resp_body), 0), state FROM operations "
-                    f"WHERE id = '{job_id}'")[0]
-        if int(kept[0]) > 0:
-            break
-        assert time.monotonic() < deadline, kept
-        time.sleep(0.05)
-    assert kept[1] == "sending", kept
+    first_batch_kept(psql, job_id)
     gw.proc.kill()
     gw.proc.wait()
     other = gateway_factory(providers=providers, env=ENV)
@@ -1213,15 +1219,7 @@ def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_fact
         r = gw.submit(token, "rbatch-" + sfx, body, route=route,
                       headers={"Prefer": "respond-async"})
         job_id = r.json()["id"]
-    deadline = time.monotonic() + 20
-    while True:  # the first batch is kept a second or so into the stream
-        kept = psql(f"SELECT coalesce(length(resp_body), 0), state FROM operations "
-                    f"WHERE id = '{job_id}'")[0]
-        if int(kept[0]) > 0:
-            break
-        assert time.monotonic() < deadline, kept
-        time.sleep(0.05)
-    assert kept[1] == "sending", kept
+    first_batch_kept(psql, job_id)
     if live:
         assert spooled(gw) == 1
     gw.proc.kill()  # mid-stream: what was kept stays
