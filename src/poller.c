@@ -381,6 +381,7 @@ struct poll_job {
     struct up_response res, fetched; /* the status answer; the fetched result */
     int st;                          /* the status concluded */
     int cancel_done; /* its cancel was answered for good, or cannot be sent: marked sent */
+    int cancel_marked; /* ...and that is written */
     int cancel_status; /* the HTTP status its cancel was answered with (0: none sent) */
     struct clock_deadline cancel_by; /* the last moment its cancel may start leaving */
     double read_mono; /* when the read before its cancel was answered (monotonic) */
@@ -468,7 +469,8 @@ static int answered(const struct up_response *r)
 }
 
 /* A call of the job ended (on an engine thread, or at once when it could not be made). A cancel
- * is followed by the status read; an answer goes to a poller thread, which reads it (nothing
+ * is followed by the status read (one answered for good is marked sent first, on a poller
+ * thread); an answer goes to a poller thread, which reads it (nothing
  * heavy runs here: a large answer must not hold up the other calls of this engine thread). */
 static void on_end(void *arg, struct up_response *res)
 {
@@ -497,6 +499,10 @@ static void on_end(void *arg, struct up_response *res)
     }
     if (j->step == STEP_CANCEL) {
         up_response_fini(res);
+        if (j->cancel_done) { /* marked by a poller thread first: write_job */
+            rq_push(j->pl->results, &j->node);
+            return;
+        }
         start(j, STEP_STATUS, poll_method(j->p), j->url, j->body, 0);
         return;
     }
@@ -528,11 +534,32 @@ static int read_status(struct poll_job *j, const cJSON *doc)
     return st;
 }
 
+/* Marks the job's cancel sent (answered for good, or never sendable) under the poll's claim. */
+static void mark_cancel(struct db *db, struct poll_job *j)
+{
+    if (store_poll_cancel_sent(db, &j->c, j->cancel_status >= 200 && j->cancel_status < 300) ==
+        STORE_OK)
+        j->cancel_marked = 1;
+    else
+        LOG(LOG_WARN, "cancel_mark_failed", LS("job_id", j->c.id),
+            LS("note", "the cancel will be sent again by the next poll"));
+}
+
 /* A poller thread reads what the job's answers show: the result is fetched when it lives
  * elsewhere, or the conclusion is written and the job freed. */
 static void write_job(struct rq_item *it, struct db *db)
 {
     struct poll_job *j = (struct poll_job *)it;
+    if (j->step == STEP_CANCEL) {
+        /* The cancel was answered for good: marked sent (acknowledged or not) before the read
+         * that follows it, so that a replica dying during that read leaves the acknowledgement
+         * on the row — a deleting cancel's task then reads 404 for good, which only the
+         * acknowledgement lets the next poll read as canceled. */
+        mark_cancel(db, j);
+        CRASH_POINT("poll_after_cancel_mark");
+        start(j, STEP_STATUS, poll_method(j->p), j->url, j->body, 0);
+        return;
+    }
     cJSON *doc = answered(&j->res) && j->res.body
                      ? cJSON_ParseWithLength(j->res.body, j->res.body_len)
                      : NULL;
@@ -571,11 +598,8 @@ static void write_job(struct rq_item *it, struct db *db)
     } else {
         j->st = prov_fetched_status(j->p, &j->fetched);
     }
-    if (j->cancel_done &&
-        store_poll_cancel_sent(db, &j->c, j->cancel_status >= 200 && j->cancel_status < 300) !=
-            STORE_OK)
-        LOG(LOG_WARN, "cancel_mark_failed", LS("job_id", j->c.id),
-            LS("note", "the cancel will be sent again by the next poll"));
+    if (j->cancel_done && !j->cancel_marked)
+        mark_cancel(db, j);
     int fetched = j->step == STEP_FETCH && j->st >= 0;
     const struct up_response *final = fetched ? &j->fetched : &j->res;
     cJSON *fdoc = !fetched ? doc

@@ -341,6 +341,32 @@ def test_a_deleting_cancel_acknowledged_before_a_failed_read_ends_canceled(gatew
     assert fails == [["1"]], fails
 
 
+def test_a_deleting_cancel_is_marked_before_the_read_after_it(gateway_factory, token, mock,
+                                                                psql):
+    """Luma's cancel deletes the generation. Its acknowledgement was written only after the
+    status read that follows it: a replica dying during that read left the cancel unmarked, the
+    next replica sent it again (404: the task is gone) and read 404 for the cancel's hour, then
+    `review`. The acknowledgement is written before that read: the next replica reads the
+    deleted task as canceled, and sends no second cancel."""
+    e, route = entry("luma", mock, poll_interval_ms=200,
+                     timeouts={"connect_ms": 1000, "total_ms": 2000})
+    a = start(gateway_factory, [e], lease_seconds=4,
+              env={"IDEMGATE_CRASH": "poll_after_cancel_mark"})
+    r = a.submit(token, "mark-cancel-" + uuid.uuid4().hex, body(polls=100000), route=route)
+    job_id = r.json()["id"]
+    j = a.wait_state(token, job_id, {"accepted"}, 15)
+    assert j["state"] == "accepted" and j["remote_id"], j
+    h = {"Authorization": f"Bearer {token}"}
+    assert a.http.request("POST", f"/v1/jobs/{job_id}/cancel", "", h).status in (200, 202)
+    a.proc.wait(timeout=20)  # killed at the point, the read after the cancel not yet made
+    assert '"point":"poll_after_cancel_mark"' in a.log(), a.log()[-2000:]
+    b = start(gateway_factory, [e], lease_seconds=4)
+    j = b.wait_state(token, job_id, {"completed", "failed", "canceled", "review"}, 30)
+    assert j["state"] == "canceled", j
+    task = mock.http.request("GET", f"/_tasks/{j['remote_id']}").json()
+    assert task["cancels"] == 1 and task["deleted"], task
+
+
 def test_a_replica_without_the_credential_does_not_poll(gateway_factory, token, mock, psql):
     """A replica whose environment lacks a provider's secret claimed that provider's polls: each
     read was refused before it left (unreadable), and a job past its poll deadline whose one
