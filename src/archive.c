@@ -159,14 +159,16 @@ static const struct db_stmt finish = {
         " content_type = coalesce($10, content_type), backend = coalesce($11, backend), "
         " stored_by = coalesce($12, stored_by), "
         " archived_at = CASE WHEN $5 = 'archived' THEN c.at END, "
-        " lease_owner = NULL, lease_expires_at = NULL "
+        " lease_owner = NULL, lease_expires_at = NULL, "
+        /* A claim given back before any GET (untried): its attempt is not counted. */
+        " attempts = CASE WHEN $13::boolean THEN greatest(attempts - 1, 0) ELSE attempts END "
         "FROM c WHERE tenant_id = $1 AND op_id = $2 AND n = $3 "
         " AND ((lease_version = $4 AND " KEYED_STATE("state") " = 'pending') "
         "  OR ($5 = 'archived' AND $8::text IS NOT NULL AND (" KEYED_STATE("state") " = 'pending' "
         "   OR (" KEYED_STATE("state") " IN ('expired', 'failed') AND sha256 IS NULL)))) "
         "RETURNING state",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
-                        "sha256", "bytes", "content_type", "backend", "stored_by"),
+                        "sha256", "bytes", "content_type", "backend", "stored_by", "untried"),
 };
 
 /* finish for a batch of ends, one statement (db_run_rows): the same SET list over the rows'
@@ -185,11 +187,14 @@ static const struct db_stmt finish_rows = {
         " content_type = coalesce(j.content_type, a.content_type), "
         " backend = coalesce(j.backend, a.backend), stored_by = coalesce(j.stored_by, a.stored_by), "
         " archived_at = CASE WHEN j.state = 'archived' THEN c.at END, "
-        " lease_owner = NULL, lease_expires_at = NULL "
+        " lease_owner = NULL, lease_expires_at = NULL, "
+        " attempts = CASE WHEN j.untried::boolean THEN greatest(a.attempts - 1, 0) "
+        "  ELSE a.attempts END "
         "FROM c, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], "
-        "  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) "
+        "  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], "
+        "  $13::text[]) "
         " WITH ORDINALITY AS j(tenant_id, op_id, n, lease_version, state, error, delay_ms, sha256, "
-        "  bytes, content_type, backend, stored_by, ord) "
+        "  bytes, content_type, backend, stored_by, untried, ord) "
         "WHERE " DB_ROWS_FEW("j.ord") " AND a.tenant_id = j.tenant_id::bigint AND a.op_id = j.op_id "
         " AND a.n = j.n::integer "
         " AND ((a.lease_version = j.lease_version::bigint "
@@ -199,7 +204,7 @@ static const struct db_stmt finish_rows = {
         "   AND a.sha256 IS NULL)))) "
         "RETURNING j.ord, a.state",
     .params = DB_PARAMS("tenant_id", "op_id", "n", "lease_version", "state", "error", "delay_ms",
-                        "sha256", "bytes", "content_type", "backend", "stored_by"),
+                        "sha256", "bytes", "content_type", "backend", "stored_by", "untried"),
 };
 
 /* Whether a copy's end is in the database as this claim wrote it: asked only when a write that
@@ -830,6 +835,7 @@ struct fin_row {
     long long tenant_id, lease_version, delay_ms, bytes;
     double lease_end; /* when the row's claim runs out (clock_mono() seconds) */
     int n;
+    int untried; /* given back before any GET: its claim's attempt is not counted */
     char state[16];
     char *op_id, *error, *sha, *ct; /* owned */
 };
@@ -844,10 +850,11 @@ static _Thread_local double fin_since; /* when the oldest buffered end was buffe
 #define FIN_WAIT_S 1.0
 #define FIN_MARGIN_S 2.0
 
-static void fin_params(const struct fin_row *f, char nbuf[16], struct param ps[12])
+#define FIN_PARAMS 13
+static void fin_params(const struct fin_row *f, char nbuf[16], struct param ps[FIN_PARAMS])
 {
     snprintf(nbuf, 16, "%d", f->n);
-    const struct param p[12] = {
+    const struct param p[FIN_PARAMS] = {
         p_int("tenant_id", f->tenant_id),
         p_text("op_id", f->op_id),
         p_text("n", nbuf),
@@ -859,7 +866,8 @@ static void fin_params(const struct fin_row *f, char nbuf[16], struct param ps[1
         f->bytes >= 0 ? p_int("bytes", f->bytes) : p_null("bytes"),
         p_text("content_type", f->ct),
         p_text("backend", f->sha ? blob_backend(g_blob) : NULL),
-        p_text("stored_by", f->sha ? g_cfg->instance_id : NULL)};
+        p_text("stored_by", f->sha ? g_cfg->instance_id : NULL),
+        p_text("untried", f->untried ? "true" : "false")};
     memcpy(ps, p, sizeof(p));
 }
 
@@ -880,7 +888,7 @@ static void fin_said(const struct fin_row *f, int applied)
 }
 
 /* Whether the end of f was written by an earlier try whose commit's fate was lost. */
-static int fin_found_written(struct db *db, struct param ps[12])
+static int fin_found_written(struct db *db, struct param ps[FIN_PARAMS])
 {
     PGresult *r;
     if (db_run(db, &end_written, ps, 5, &r) != STORE_OK)
@@ -898,13 +906,13 @@ static int fin_found_written(struct db *db, struct param ps[12])
 static int fin_one(struct db *db, const struct fin_row *f, int lost, int keep)
 {
     char nbuf[16];
-    struct param ps[12];
+    struct param ps[FIN_PARAMS];
     fin_params(f, nbuf, ps);
     PGresult *r;
-    int e = db_run(db, &finish, ps, 12, &r);
+    int e = db_run(db, &finish, ps, FIN_PARAMS, &r);
     if (e == STORE_EUNAVAIL && !lost) { /* the fate of this write is unknown: once more */
         lost = 1;
-        e = db_run(db, &finish, ps, 12, &r);
+        e = db_run(db, &finish, ps, FIN_PARAMS, &r);
     }
     if (e == STORE_EUNAVAIL && keep && f->sha && !strcmp(f->state, "archived"))
         return -1;
@@ -952,14 +960,14 @@ static void fin_flush(struct db *db)
     if (n > 1) {
         qsort(fin, n, sizeof(fin[0]), fin_cmp);
         char nbufs[FIN_MAX][16];
-        struct param ps[FIN_MAX][12];
+        struct param ps[FIN_MAX][FIN_PARAMS];
         const struct param *rows[FIN_MAX];
         PGresult *outs[FIN_MAX];
         for (size_t i = 0; i < n; i++) {
             fin_params(&fin[i], nbufs[i], ps[i]);
             rows[i] = ps[i];
         }
-        int e = db_run_rows(db, &finish_rows, &finish, n, rows, 12, outs);
+        int e = db_run_rows(db, &finish_rows, &finish, n, rows, FIN_PARAMS, outs);
         if (e == STORE_OK) {
             for (size_t i = 0; i < n; i++) {
                 fin_said(&fin[i], PQntuples(outs[i]) == 1);
@@ -1003,15 +1011,16 @@ static void fin_flush_due(struct db *db)
 }
 
 /* A copy's end, written under the claim that made it (fencing); sent with the thread's batch. */
-static void write_finish(struct db *db, const struct store_claim *c, double lease_end, int n,
-                         const char *state, const char *error, long long delay_ms,
-                         const char *sha, long long bytes, const char *ct)
+static void write_end(struct db *db, const struct store_claim *c, double lease_end, int n,
+                      const char *state, const char *error, long long delay_ms, const char *sha,
+                      long long bytes, const char *ct, int untried)
 {
     if (fin_n == FIN_MAX)
         fin_flush(db);
     struct fin_row *f = &fin[fin_n];
     *f = (struct fin_row){.tenant_id = c->tenant_id, .lease_version = c->lease_version,
-                          .delay_ms = delay_ms, .bytes = bytes, .n = n, .lease_end = lease_end};
+                          .delay_ms = delay_ms, .bytes = bytes, .n = n, .lease_end = lease_end,
+                          .untried = untried};
     snprintf(f->state, sizeof(f->state), "%s", state);
     f->op_id = strdup(c->id);
     f->error = error ? strdup(error) : NULL;
@@ -1026,6 +1035,13 @@ static void write_finish(struct db *db, const struct store_claim *c, double leas
     if (fin_n++ == 0)
         fin_since = clock_mono();
     fin_flush_due(db);
+}
+
+static void write_finish(struct db *db, const struct store_claim *c, double lease_end, int n,
+                         const char *state, const char *error, long long delay_ms,
+                         const char *sha, long long bytes, const char *ct)
+{
+    write_end(db, c, lease_end, n, state, error, delay_ms, sha, bytes, ct, 0);
 }
 
 static void job_free(struct arch_job *j)
@@ -1178,6 +1194,18 @@ static void not_copied(struct archiver *A, struct db *db, const struct store_cla
     write_finish(db, c, lease_end, n, state, why, delay_ms, NULL, -1, NULL);
 }
 
+/* Gives back a claimed output no GET was made for (its engine slot given back): pending, due
+ * after delay_ms, its claim's attempt not counted — only a claim that reached the provider's URL
+ * counts towards its expiry (ap_expired_untried) or its last try. */
+static void give_back(struct archiver *A, struct db *db, const struct store_claim *c,
+                      double lease_end, int n, const char *why, long long delay_ms)
+{
+    eng_release(A->eng, -1);
+    LOG(LOG_INFO, "archive_given_back_untried", LS("job_id", c->id), LS("provider", c->provider),
+        LI("output", n), LS("reason", why));
+    write_end(db, c, lease_end, n, "pending", why, delay_ms, NULL, -1, NULL, 1);
+}
+
 /* Starts the copy of a claimed output (c->res holds its row alone; its engine slot taken):
  * refused and expired outputs are concluded here, base64 ones decoded here; a URL or content
  * endpoint is read by the engine. */
@@ -1191,8 +1219,8 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
     double expires = atof(PQgetvalue(r, 0, AC_EXPIRES)), now = atof(PQgetvalue(r, 0, AC_NOW));
     const struct cfg_provider *p = cfg_find_provider(cfg, c->provider, strlen(c->provider));
     if (!p || !p->archive) {
-        not_copied(A, db, c, lease_end, n, "pending", "the provider is not configured on this replica",
-                   NOT_HERE_DELAY_MS);
+        give_back(A, db, c, lease_end, n, "the provider is not configured on this replica",
+                  NOT_HERE_DELAY_MS);
         return;
     }
     if (ap_expired_untried(attempts, now, expires)) {
@@ -1215,7 +1243,7 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
     }
     struct arch_job *j = calloc(1, sizeof(*j));
     if (!j) {
-        not_copied(A, db, c, lease_end, n, "pending", "out of memory", 1000);
+        give_back(A, db, c, lease_end, n, "out of memory", 1000);
         return;
     }
     *j = (struct arch_job){.A = A, .c = *c, .p = p, .n = n, .attempts = attempts, .kind = kind,
@@ -1228,13 +1256,8 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
     j->x.cap = p->archive->max_bytes;
     j->x.stopping = &A->quiesced;
     if (blob_tmp_open(g_blob, &j->x.tmp, j->x.why, sizeof(j->x.why)) < 0) {
-        long long d;
-        enum ap_verdict v = ap_after_failure(attempts, now, expires, 0, 1, clock_rand01(), &d);
-        not_copied(A, db, &j->c, lease_end, n,
-                   v == AP_RETRY     ? "pending"
-                   : v == AP_EXPIRED ? "expired"
-                                     : "failed",
-                   j->x.why, d);
+        /* The store, not the output: never expired or failed for it (no GET was made). */
+        give_back(A, db, &j->c, lease_end, n, j->x.why, ap_store_retry_ms(clock_rand01()));
         job_free(j);
         return;
     }
@@ -1251,8 +1274,8 @@ static void archive_row(const struct cfg *cfg, struct db *db, struct store_claim
                                        COPY_MARGIN_S);
     if (j->timeout_ms == 0) {
         blob_tmp_abort(&j->x.tmp);
-        not_copied(A, db, &j->c, lease_end, n, "pending",
-                   "the claim's lease ran out before the copy began", 0);
+        give_back(A, db, &j->c, lease_end, n, "the claim's lease ran out before the copy began",
+                  1000);
         job_free(j);
         return;
     }
@@ -1508,8 +1531,8 @@ static void start_born(struct rq_item *it, struct db *db)
         one.lease_version = 1;
         one.provider = db_val(one.res, 0, AC_PROVIDER);
         if (atomic_load(&A->quiesced)) {
-            not_copied(A, db, &one, b->lease_end, (int)n, "pending",
-                       "the replica stopped before the copy began", 0);
+            give_back(A, db, &one, b->lease_end, (int)n,
+                      "the replica stopped before the copy began", 0);
         } else {
             metrics_archive_claimed(1);
             archive_row(A->cfg, db, &one, b->lease_end, A);

@@ -171,6 +171,14 @@ int ap_expired_untried(int attempts, double now, double expires_at)
     return expires_at > 0 && now >= expires_at && attempts > 1;
 }
 
+long long ap_store_retry_ms(double rand01)
+{
+    if (!(rand01 >= 0) || rand01 >= 1) /* NaN too */
+        rand01 = 0;
+    return AP_STORE_RETRY_MIN_MS +
+           (long long)(rand01 * (double)(AP_STORE_RETRY_MAX_MS - AP_STORE_RETRY_MIN_MS));
+}
+
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,
                                  int store, double rand01, long long *delay_ms)
 {

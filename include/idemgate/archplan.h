@@ -51,10 +51,18 @@ enum ap_verdict { AP_RETRY = 0, AP_FAILED, AP_EXPIRED };
  * minutes failed them for good after AP_MAX_ATTEMPTS_NO_EXPIRY. rand01 in [0, 1) for the jitter.
  * On AP_RETRY, *delay_ms is the wait before the next copy: full-jitter exponential (1 s base,
  * 60 s cap) — with an expiry, the last try is made before it. */
+/* The wait before a claim given back because the archive's own store could not take a copy
+ * (its temporary file not opened: no GET made) is claimed again: 5–30 s, spread by rand01 in
+ * [0, 1) — never an expiry or a failure of the output, never a busy loop. Pure. */
+#define AP_STORE_RETRY_MIN_MS 5000LL
+#define AP_STORE_RETRY_MAX_MS 30000LL
+long long ap_store_retry_ms(double rand01);
 /* Whether a claimed output whose expiry has passed is written `expired` without a try: not at
- * its first claim (attempts counts this one). The expiry is often the profile's estimate
- * (result.url_ttl_seconds after the result), and a backlog or an outage that delayed the first
- * claim past it proves nothing of the URL: one GET tells (its failure is then `expired`). Pure. */
+ * its first claim (attempts counts this one, and each earlier claim that reached the provider's
+ * URL or whose holder died; a claim given back before any GET takes its count back). The
+ * expiry is often the profile's estimate (result.url_ttl_seconds after the result), and a
+ * backlog or an outage that delayed the first claim past it proves nothing of the URL: one GET
+ * tells (its failure is then `expired`). Pure. */
 int ap_expired_untried(int attempts, double now, double expires_at);
 
 enum ap_verdict ap_after_failure(int attempts, double now, double expires_at, int permanent,

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -373,20 +374,25 @@ def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
          + ", ".join(f"({tenant}, '{job}', {n}, '{prov}', 'url', 'https://x/{n}', 'me', 1, "
                      f"now() + interval '1 minute', 1, 'an earlier error', "
                      f"'{'archived' if n % 10 == 5 else 'pending'}')"
-                     for n in (0, 1, 2, 3, 4, 5, 10, 11, 12, 13)))
+                     for n in (0, 1, 2, 3, 4, 5, 6, 10, 11, 12, 13, 16)))
+    no = "'false'"
     ends = {0: ("1", "'archived'", "NULL", "0", "'ab" + "0" * 62 + "'", "'42'", "'image/png'",
-                "'fs'", "'replica-a'"),
-            1: ("1", "'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL"),
-            2: ("1", "'pending'", "'status 503'", "5000", "NULL", "NULL", "NULL", "NULL", "NULL"),
+                "'fs'", "'replica-a'", no),
+            1: ("1", "'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL", no),
+            2: ("1", "'pending'", "'status 503'", "5000", "NULL", "NULL", "NULL", "NULL", "NULL",
+                no),
             3: ("1", "'archived'", "NULL", "0", "'cd" + "0" * 62 + "'", "NULL", "'image/png'",
-                "'fs'", "'replica-a'"),
-            4: ("2", "'archived'", "NULL", "0", "NULL", "NULL", "NULL", "NULL", "NULL"),
-            5: ("1", "'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL")}
+                "'fs'", "'replica-a'", no),
+            4: ("2", "'archived'", "NULL", "0", "NULL", "NULL", "NULL", "NULL", "NULL", no),
+            5: ("1", "'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL", no),
+            # given back before any GET: its claim's attempt not counted
+            6: ("1", "'pending'", "'no temporary file'", "5000", "NULL", "NULL", "NULL", "NULL",
+                "NULL", "'true'")}
 
     def args(n, v):
-        lease, state, error, delay, sha, size, ct, backend, by = v
+        lease, state, error, delay, sha, size, ct, backend, by, untried = v
         return (f"'{tenant}'", f"'{job}'", f"'{n}'", f"'{lease}'", state, error, f"'{delay}'",
-                sha, size, ct, backend, by)
+                sha, size, ct, backend, by, untried)
 
     compared = ("state, last_error, sha256, bytes, content_type, backend, stored_by, "
                 "archived_at IS NOT NULL, lease_owner, lease_expires_at, attempts, lease_version, "
@@ -404,9 +410,11 @@ def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     answers = execute(psql, statement_sql("archive_finish_rows"),
                       rows_args([args(n, ends[n]) for n in sorted(ends)]))
     assert sorted(answers) == [["1", "archived"], ["2", "expired"], ["3", "pending"],
-                               ["4", "archived"]]
+                               ["4", "archived"], ["7", "pending"]]
+    answers.sort()
+    answers[4:4] = [None, None]  # rows 4 and 5 answered nothing: the places line up with n
     one = statement_sql("archive_finish")
-    for n in (0, 1, 2, 3):
+    for n in (0, 1, 2, 3, 6):
         assert execute(psql, one, "(" + ", ".join(args(n + 10, ends[n])) + ")") == \
             [[answers[n][1]]]
         assert row(n) == row(n + 10), n
@@ -416,6 +424,7 @@ def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     assert row(2)[0][0] == "pending" and row(2)[0][-1] == "t" and row(0)[0][-1] == "f"
     assert row(3)[0][3] == ""  # no size: NULL
     assert raw(4) == before[4] and raw(5) == before[5]
+    assert [row(n)[0][10] for n in (0, 1, 2, 6)] == ["1", "1", "1", "0"]
 
 
 def test_a_stored_copy_is_written_whatever_claim_holds_its_row(token, psql):
@@ -440,9 +449,10 @@ def test_a_stored_copy_is_written_whatever_claim_holds_its_row(token, psql):
                          f"{owner}, 2, now() + interval '1 minute', 2, '{st}', {sha})"
                          for n, (st, owner, sha) in rows.items()))
     sha = "'ab" + "0" * 62 + "'"
-    archived_end = ("'archived'", "NULL", "0", sha, "'42'", "'image/png'", "'fs'", "'replica-a'")
+    archived_end = ("'archived'", "NULL", "0", sha, "'42'", "'image/png'", "'fs'", "'replica-a'",
+                    "'false'")
     ends = {0: archived_end, 1: archived_end, 2: archived_end,
-            3: ("'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL"),
+            3: ("'expired'", "'too old'", "0", "NULL", "NULL", "NULL", "NULL", "NULL", "'false'"),
             4: archived_end}
 
     def args(n, v):
@@ -739,7 +749,8 @@ def test_outputs_a_write_claimed_as_its_replica_stops_are_given_back_at_once(
     is being stopped: SIGTERM arrives while the dispatcher thread is held between the commit and
     the hand-over to the archive threads (pause point `after_result_commit`). The archive has
     stopped taking work by then: each output is given back pending, unowned and due at once —
-    not left leased for the 60 s lease — and another replica copies both (a second attempt)."""
+    not left leased for the 60 s lease, its claim's attempt not counted (no GET was made) — and
+    another replica copies both (their first attempt)."""
     e, route = images_entry(mock)
     archive_dir = str(tmp_path / "archive")
     gw = start(gateway_factory, tmp_path, [e], lease_seconds=60,
@@ -761,11 +772,12 @@ def test_outputs_a_write_claimed_as_its_replica_stops_are_given_back_at_once(
     rows = psql("SELECT n, state, lease_owner IS NULL, next_attempt_at <= now(), attempts, "
                 f"last_error FROM archive_outputs WHERE op_id = '{job_id}' ORDER BY n")
     stopped = "the replica stopped before the copy began"
-    assert rows == [["0", "pending", "t", "t", "1", stopped],
-                    ["1", "pending", "t", "t", "1", stopped]], rows
+    # No GET was made: the claim's attempt is given back with the row.
+    assert rows == [["0", "pending", "t", "t", "0", stopped],
+                    ["1", "pending", "t", "t", "0", stopped]], rows
     gw2 = start(gateway_factory, tmp_path, [e], lease_seconds=60, env={"OPENAI_API_KEY": "sk-x"})
     j = check_archive(gw2, token, job_id, archive_dir, 2)  # within 30 s: long before the lease
-    assert [o["attempts"] for o in j["archive"]] == [2, 2], j["archive"]
+    assert [o["attempts"] for o in j["archive"]] == [1, 1], j["archive"]
 
 
 def test_a_write_that_claimed_outputs_and_lost_its_answer_keeps_no_room(
@@ -832,6 +844,43 @@ def test_a_first_claim_past_an_estimated_expiry_still_tries(gateway_factory, tok
     assert a.wait_state(token, job_id, {"completed"}, 15)["state"] == "completed"
     time.sleep(3)  # past the estimate, before any claim
     b = start(gateway_factory, tmp_path, [e])
+    j = archived(b, token, job_id, timeout=30, states=("expired", "failed", "archived"))
+    o = j["archive"][0]
+    assert o["state"] == "archived" and o["attempts"] == 1, o
+    assert get_output(b, token, job_id, 0).status == 200
+
+
+def test_a_claim_the_archive_store_refuses_is_no_try_of_the_url(gateway_factory, token, mock,
+                                                                 tmp_path, psql):
+    """A claim whose copy could not even begin — the archive's own temporary file could not be
+    opened (a full or read-only volume; here its folder is a file) — made no GET, yet counted as
+    a try: past the URL's (estimated) expiry the output was written `expired` at once, a paid
+    output dropped without one request. It is given back pending, its attempt not counted, and
+    copied once the store takes files again."""
+    e, route = arch_entry("replicate", mock)
+    e["result"] = dict(json.load(open(os.path.join(PROFILES, "replicate.json")))["result"],
+                       url_ttl_seconds=2)
+    a = start(gateway_factory, tmp_path, [e], archive_workers=0)  # records, never copies
+    r = a.submit(token, "store-refuses-" + uuid.uuid4().hex, body(polls=0, outputs=1),
+                 route=route)
+    job_id = r.json()["id"]
+    assert a.wait_state(token, job_id, {"completed"}, 15)["state"] == "completed"
+    tmp = tmp_path / "archive" / "tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text("not a folder")
+    time.sleep(3)  # past the estimate, before any claim
+    b = start(gateway_factory, tmp_path, [e])
+    row = f"SELECT state, attempts, next_attempt_at > now() FROM archive_outputs " \
+          f"WHERE op_id = '{job_id}' AND lease_owner IS NULL AND last_error IS NOT NULL"
+    deadline = time.monotonic() + 20
+    while not psql(row):  # the claim's end written (batched for up to 1 s)
+        assert time.monotonic() < deadline, b.log()[-2000:]
+        time.sleep(0.05)
+    assert psql(row) == [["pending", "0", "t"]], psql(row)
+    assert '"event":"archive_given_back_untried"' in b.log()
+    tmp.unlink()
+    psql(f"UPDATE archive_outputs SET next_attempt_at = now() WHERE op_id = '{job_id}'")
     j = archived(b, token, job_id, timeout=30, states=("expired", "failed", "archived"))
     o = j["archive"][0]
     assert o["state"] == "archived" and o["attempts"] == 1, o
@@ -1420,25 +1469,28 @@ def test_base64_outputs_outlive_a_store_outage(gateway_factory, token, mock, tmp
                   headers={"Prefer": "respond-async"})
     job_id = r.json()["id"]
 
-    def attempts():
-        rows = psql(f"SELECT state, attempts FROM archive_outputs WHERE op_id = '{job_id}'")
-        return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
+    def ended():  # a try's end is written: the row unclaimed, its error kept
+        rows = psql(f"SELECT state, attempts, lease_owner IS NULL AND last_error IS NOT NULL, "
+                    f"next_attempt_at > now() FROM archive_outputs WHERE op_id = '{job_id}'")
+        return rows[0] if rows else [None, "0", "f", "f"]
 
     deadline = time.monotonic() + 30
-    while attempts()[1] < 1:
-        assert time.monotonic() < deadline, attempts()
+    while ended()[2:] != ["t", "t"]:
+        assert time.monotonic() < deadline, ended()
         time.sleep(0.1)
-    # Ten tries and more already spent on the outage: the next fails as they did.
+    # No temporary file, no GET: the claim's attempt is given back with the row.
+    assert ended()[:2] == ["pending", "0"], ended()
+    # Ten tries and more already spent (on an earlier outage's failed commits, say): the store's
+    # failure still ends nothing.
     psql(f"UPDATE archive_outputs SET attempts = 12, next_attempt_at = now() "
          f"WHERE op_id = '{job_id}'")
-    def ended():  # the try's end is written: the row unclaimed, its error kept
-        return psql(f"SELECT state, attempts, lease_owner IS NULL AND last_error IS NOT NULL "
-                    f"FROM archive_outputs WHERE op_id = '{job_id}'")[0]
-
-    while not (int(ended()[1]) >= 13 and ended()[2] == "t"):
+    while ended()[3] != "t":
         assert time.monotonic() < deadline + 30, ended()
         time.sleep(0.1)
-    assert ended()[0] == "pending", ended()
+    while ended()[2] != "t":
+        assert time.monotonic() < deadline + 30, ended()
+        time.sleep(0.1)
+    assert ended()[:2] == ["pending", "12"], ended()
     blocker.unlink()
     psql(f"UPDATE archive_outputs SET next_attempt_at = now() WHERE op_id = '{job_id}'")
     j = archived(gw, token, job_id, timeout=30, states=("archived", "failed", "expired"))

@@ -54,7 +54,8 @@ STEPS = {
     "note_partial": [T, "job_x", 1, "\\x00", 0],
     "archive_plan_write": [T, "job_x", "[]"],
     "archive_claim": ["me", 30, "{mock}", T, 8],
-    "archive_finish": [T, "job_x", 0, 1, "archived", None, 0, None, None, None, None, None],
+    "archive_finish": [T, "job_x", 0, 1, "archived", None, 0, None, None, None, None, None,
+                       False],
     "archive_job_outputs": [T, "job_x"],
     "archive_output_get": [T, "job_x", 0],
     # retention: a tenant's expired jobs with their attempt and archive rows (migration 0030)

@@ -296,6 +296,24 @@ static void test_after_failure(void **state)
     }
 }
 
+static void test_store_retry(void **state)
+{
+    (void)state;
+    static const struct {
+        double rand01;
+        long long min_ms, max_ms;
+    } rows[] = {
+        {0.0, 5000, 5000},     {0.5, 17000, 18000}, {0.9999, 29990, 30000},
+        {-1.0, 5000, 5000},    /* out of range: the floor, never a busy loop */
+        {1.0, 5000, 5000},     {0.0 / 0.0, 5000, 5000}, /* NaN */
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        long long d = ap_store_retry_ms(rows[i].rand01);
+        if (d < rows[i].min_ms || d > rows[i].max_ms)
+            fail_msg("row %zu: %lld", i, d);
+    }
+}
+
 static void test_claim_room(void **state)
 {
     (void)state;
@@ -576,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_archive_lease),
         cmocka_unit_test(test_same_origin),
         cmocka_unit_test(test_after_failure),
+        cmocka_unit_test(test_store_retry),
         cmocka_unit_test(test_expired_untried),
         cmocka_unit_test(test_claim_room),
         cmocka_unit_test(test_copy_timeout),
