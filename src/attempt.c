@@ -88,6 +88,8 @@ static int load_upload(const struct cfg *cfg, const struct cfg_provider *p, stru
     char why[300] = "", msg[420];
     char *body = NULL;
     size_t len = 0;
+    if (c->body_rebuilt) /* the reconciler's resend rebuilt it before counting its attempt */
+        return 0;
     int rc = ups_expand(cfg, (const char *)c->body, c->body_len, &body, &len, why, sizeof(why));
     if (rc == 1)
         return 0;

@@ -13,6 +13,9 @@
 #include "idemgate/resume.h"
 #include "idemgate/secrets.h"
 #include "idemgate/sse.h"
+#include "idemgate/states.h"
+#include "idemgate/upload.h"
+#include "idemgate/uplstore.h"
 #include "idemgate/wpool.h"
 
 #include <cjson/cJSON.h>
@@ -918,6 +921,36 @@ static void resend(struct db *db, struct recon_job *j)
                      "the provider's credential is not set on this replica (its variable unset, "
                      "its file unreadable or empty)",
                      clock_wall());
+        job_free(j);
+        return;
+    }
+    /* Its upload rebuilt from the archive store first, for the same reason: a store's outage
+     * must not spend the attempts (nothing would leave without the parts). */
+    char why[300] = "", *body = NULL;
+    size_t len = 0;
+    int rc = ups_expand(r->cfg, (const char *)j->c.body, j->c.body_len, &body, &len, why,
+                        sizeof(why));
+    if (rc == 0) {
+        free(j->c.body);
+        j->c.body = (unsigned char *)body;
+        j->c.body_len = len;
+        j->c.body_rebuilt = 1;
+    } else if (rc != 1) {
+        enum op_state next = upl_resend_blocked(rc);
+        const char *reason = rc == UPL_UNAVAILABLE ? "store_unavailable"
+                             : rc == UPL_MISSING   ? "object_missing"
+                                                   : "upload_malformed";
+        char msg[420];
+        snprintf(msg, sizeof(msg),
+                 "the upload could not be rebuilt from the archive store (%s: %s); nothing was "
+                 "sent again",
+                 reason, why);
+        LOG(LOG_ERROR, "upload_unreadable", LS("job_id", j->c.id), LS("provider", j->p->name),
+            LS("reason", reason), LS("error", why), LS("state", st_name(next)));
+        eng_release(r->eng, -1);
+        write_simple(db, &j->c, next,
+                     j->p->reconcile_interval_ms > 5000 ? j->p->reconcile_interval_ms : 5000,
+                     reason, msg, clock_wall());
         job_free(j);
         return;
     }

@@ -168,6 +168,11 @@ int upl_expand(const char *stored, size_t len, const struct upl_ref *refs, size_
     return from == cut_len ? 0 : -1;
 }
 
+enum op_state upl_resend_blocked(int rc)
+{
+    return rc == UPL_UNAVAILABLE || rc == UPL_MISSING ? ST_UNKNOWN : ST_REVIEW;
+}
+
 enum op_state upl_unread_next(enum upl_unread why, int ambiguous_before, long long since_first_ms,
                               long long deadline_ms)
 {

@@ -48,6 +48,7 @@ struct store_claim {
     int cancel_acknowledged;    /* a poll claim: an earlier poll's cancel was answered 2xx */
     double first_sent_db, now_db; /* Unix seconds by the database's clock, not this host's */
     int from_unknown;           /* a resend after an ambiguous attempt (set by the caller) */
+    int body_rebuilt;           /* body is the client's, rebuilt from its upload (the caller) */
     int ambiguous_before;       /* some attempt was ambiguous: never `failed` by budget */
     long long since_ambiguous_ms; /* since the last ambiguous send (or the first send) */
     int cancel_requested;       /* the client cancelled: nobody sends the create again */

@@ -82,4 +82,11 @@ enum upl_unread {
 enum op_state upl_unread_next(enum upl_unread why, int ambiguous_before, long long since_first_ms,
                               long long deadline_ms);
 
+/* What follows a reconciler's resend of an in-doubt create that could not begin because its
+ * upload could not be rebuilt (rc: ups_expand's UPL_UNAVAILABLE, UPL_MISSING or -1), known
+ * before the resend counts a transport attempt: `unknown`, read again later — the store's outage
+ * spends none of the job's attempts — or `review` for a stored body that can never be sent as
+ * recorded (malformed). Never `failed`, never `prepared`: a task may exist. Pure. */
+enum op_state upl_resend_blocked(int rc);
+
 #endif

@@ -204,6 +204,55 @@ def test_a_reconcilers_resend_after_a_kill_is_byte_exact(gateway_factory, mock, 
     assert {c["idempotency_key"] for c in mine} == {j["id"]}
 
 
+def test_a_reconcilers_resend_waits_out_a_store_outage_without_spending_attempts(
+        gateway_factory, mock, token, psql, tmp_path):
+    """The reconciler's resend under the provider's key counted a transport attempt, then found
+    the upload's object unreadable and sent nothing: each reconcile interval of a store's outage
+    spent one, and once they were spent the job went to review with nothing resent. The upload
+    is rebuilt before the attempt is counted: the job waits `unknown`, its attempts untouched,
+    and is resent once the store is back."""
+    e, _ = edits_entry(mock)
+    e["idempotency"] = {"header": "Idempotency-Key"}
+    e["reconcile"] = {"strategy": "idempotent_resubmit", "window_seconds": 600,
+                      "interval_ms": 200}
+    route = e["name"] + "/images/edits"
+    key = "outage-" + uuid.uuid4().hex
+    dying = gateway_factory(providers=[e], env=dict(ENV, IDEMGATE_CRASH="after_response:1"))
+    image = big_image()
+    sha = hashlib.sha256(image).hexdigest()
+    body = form("ou-1", "pmi", image=image)
+    try:
+        post(dying, token, route, key, body, ctype("ou-1"), wait=0)
+    except OSError:
+        pass
+    assert dying.proc.wait(timeout=20) != 0
+    [[job_id]] = psql(f"SELECT id FROM operations WHERE idempotency_key = '{key}'")
+    # The store cannot be read (a loop: the gateway runs as root, a chmod would not stop it).
+    archive = str(tmp_path / "archive")
+    shard = os.path.join(archive, "objects", sha[:2])
+    aside = shard + ".aside"
+    os.rename(shard, aside)
+    os.symlink(sha[:2], shard)
+    gw = gateway_factory(providers=[e], env=ENV)
+    deadline = time.monotonic() + 60
+    while gw.log().count("store_unavailable") < 3:  # three resends blocked by the outage
+        assert time.monotonic() < deadline, gw.log()[-2000:]
+        time.sleep(0.1)
+    [[state, tries]] = psql(f"SELECT state, transport_attempts FROM operations "
+                            f"WHERE id = '{job_id}'")
+    assert (state, tries) == ("unknown", "1"), (state, tries)
+    mine = [c for c in edits_creates(mock) if c["client_ref"] == job_id]
+    assert len(mine) == 1, mine  # the dying gateway's create only
+    os.remove(shard)
+    os.rename(aside, shard)
+    j = gw.wait_state(token, job_id, ("completed", "failed", "review"), timeout=60)
+    assert j["state"] == "completed", j
+    mine = [c for c in edits_creates(mock) if c["client_ref"] == job_id]
+    assert len(mine) == 2, mine
+    assert {c["body_sha256"] for c in mine} == {hashlib.sha256(body).hexdigest()}
+    assert {c["idempotency_key"] for c in mine} == {job_id}
+
+
 def prepared_between_tries(gw, token, job_id, timeout=20):
     """The job as it is between two tries to send it: `prepared` (a try holds it `sending`)."""
     deadline = time.monotonic() + timeout

@@ -260,6 +260,26 @@ static void test_unread_next(void **state)
                          cases[i].want);
 }
 
+static void test_resend_blocked(void **state)
+{
+    (void)state;
+    static const struct {
+        int rc;
+        enum op_state want;
+    } cases[] = {
+        {UPL_UNAVAILABLE, ST_UNKNOWN}, /* waits for the store: no attempt spent */
+        {UPL_MISSING, ST_UNKNOWN},     /* another replica's store may hold it */
+        {-1, ST_REVIEW},               /* never sendable as recorded: an operator */
+        {-7, ST_REVIEW},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        enum op_state got = upl_resend_blocked(cases[i].rc);
+        assert_int_equal(got, cases[i].want);
+        assert_int_not_equal(got, ST_FAILED); /* a task may exist */
+        assert_int_not_equal(got, ST_PREPARED);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_store_form_refuses_bad_refs),
         cmocka_unit_test(test_parse_is_strict),
         cmocka_unit_test(test_unread_next),
+        cmocka_unit_test(test_resend_blocked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
