@@ -493,6 +493,7 @@ struct recon_job {
     double t1;
     /* a resume: the record the cut stream left, and where its whole events end */
     char *rec;
+    size_t rec_len; /* (a whole record's, start_resume) */
     struct resume_point pt;
 };
 
@@ -722,6 +723,44 @@ static void write_adopt(struct db *db, struct recon_job *j)
         LOG(LOG_WARN, "webhook_hint_dropped", LS("job_id", c->id));
 }
 
+/* A stream's whole answer (its terminal event without an error), written completed as if the
+ * stream had never been cut: its usage settles the cost. outcome: how it was read. */
+static void write_whole(struct db *db, struct recon_job *j, const struct up_response *whole,
+                        const struct attempt_results *rs, const char *outcome)
+{
+    const struct cfg_provider *p = j->p;
+    const struct store_claim *c = &j->c;
+    struct verdict_write w = {ST_COMPLETED, 0, outcome, NULL, whole, c->remote_id, -1,
+                              rs->usage, -1, 0, p, 0};
+    if (p->pricing.present && price_currency_fits(&p->pricing, c->currency))
+        w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
+                                         c->outputs_requested, rs->received, rs->usage,
+                                         &w.unpriced);
+    write_verdict(db, c, &w, j->t0);
+}
+
+/* The record a cut stream left already holds its terminal event (RE_WHOLE: a replica died
+ * after keeping the stream's last batch, before its result's write): concluded from it — the
+ * events its clients were given, whole — with no call. Returns 0, writing nothing, when the
+ * record does not read as a whole stream after all (then it is resumed or read back). */
+static int write_record_whole(struct db *db, struct recon_job *j)
+{
+    struct up_response whole = {.http_status = 200,
+                                .body = j->rec,
+                                .body_len = j->rec_len,
+                                .headers_json = "{\"content-type\":\"text/event-stream\"}"};
+    struct attempt_results rs = {.received = -1};
+    attempt_count_results(j->p, &whole, &rs);
+    int ok = !rs.stream_cut;
+    if (ok) {
+        LOG(LOG_INFO, "stream_record_whole", LS("job_id", j->c.id), LS("provider", j->p->name),
+            LS("note", "the kept record ends with its terminal event: concluded from it"));
+        write_whole(db, j, &whole, &rs, "record_whole");
+    }
+    free(rs.usage);
+    return ok;
+}
+
 /* A resumed stream's answer (RS_RESUME): the record joined with the events after its last whole
  * one. Whole: completed with it, its usage settling the cost, as if the stream had never been
  * cut — the record is the one event sequence every live client was given the start of. Cut
@@ -759,13 +798,7 @@ static int write_resumed(struct db *db, struct recon_job *j)
                      more.after > j->pt.after;
     int written = 1;
     if (!rs.stream_cut) {
-        struct verdict_write w = {ST_COMPLETED, 0, "resumed", NULL, &whole, c->remote_id, -1,
-                                  rs.usage, -1, 0, p, 0};
-        if (p->pricing.present && price_currency_fits(&p->pricing, c->currency))
-            w.cost_micros = price_actual_raw(&p->pricing, (const char *)c->body, c->body_len,
-                                             c->outputs_requested, rs.received, rs.usage,
-                                             &w.unpriced);
-        write_verdict(db, c, &w, j->t0);
+        write_whole(db, j, &whole, &rs, "resumed");
     } else if (progressed) {
         struct verdict_write w = {j->window_closed ? ST_REVIEW : ST_UNKNOWN,
                                   p->reconcile_interval_ms, "resumed_partial",
@@ -784,7 +817,9 @@ static int write_resumed(struct db *db, struct recon_job *j)
 /* Whether claim j's cut stream can be resumed (resume.h): its record is read under the lease
  * and, when its last whole event has a number, the resume's URL is set (step RS_RESUME). Not
  * after a cancel (the read back whole follows the response to its cancel) nor for a webhook's
- * or an operator's task. */
+ * or an operator's task. Returns 2 when the record is whole already (RE_WHOLE: j->rec holds it,
+ * nothing to resume); 0 when it ends in a failure (RE_FAILED: read back whole, the provider's
+ * status decides). */
 static int start_resume(struct db *db, struct recon_job *j, const char *id)
 {
     const struct cfg_provider *p = j->p;
@@ -795,6 +830,16 @@ static int start_resume(struct db *db, struct recon_job *j, const char *id)
     int e = store_partial_record(db, &j->c, &rec, &n);
     if (e != STORE_OK && e != STORE_ENOTFOUND) /* (nothing kept: resumed from the start) */
         return 0;
+    int end = resume_record_end(p, rec, n, id);
+    if (end == RE_WHOLE) {
+        j->rec = rec;
+        j->rec_len = n;
+        return 2;
+    }
+    if (end != RE_OPEN) {
+        free(rec);
+        return 0;
+    }
     if (resume_point(p, (const char *)j->c.body, j->c.body_len, rec, n, id, &j->pt) != 1 ||
         !(j->url = prov_resume_url(p, id, j->pt.after))) {
         free(rec);
@@ -1043,7 +1088,16 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     case RP_ADOPT:
         /* A cut stream the provider goes on generating is resumed after its last whole event;
          * any other task is read whole. */
-        if (start_resume(db, j, by_id)) { /* by_id: owned by j->c now */
+        int resumable = start_resume(db, j, by_id); /* by_id: owned by j->c now */
+        if (resumable == 2 && write_record_whole(db, j)) {
+            eng_release(r->eng, -1);
+            job_free(j);
+            return;
+        }
+        if (resumable == 2) { /* not whole after all: read back whole */
+            free(j->rec);
+            j->rec = NULL;
+        } else if (resumable) {
             get_resume(j);
             return;
         }

@@ -20,6 +20,19 @@ static int names(const struct cfg_provider *p, const char *rec, size_t rec_len, 
     return same;
 }
 
+int resume_record_end(const struct cfg_provider *p, const char *rec, size_t rec_len,
+                      const char *id)
+{
+    struct sse_verdict v;
+    if (!rec || !rec_len || !id || !*id)
+        return RE_OPEN;
+    if (sse_read((enum sse_format)p->stream_format, rec, rec_len, &v) < 0)
+        return -1;
+    int end = strcmp(v.id, id) != 0 || !v.terminal ? RE_OPEN : v.error ? RE_FAILED : RE_WHOLE;
+    sse_verdict_fini(&v);
+    return end;
+}
+
 int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, const char *rec,
                  size_t rec_len, const char *id, struct resume_point *out)
 {

@@ -28,6 +28,17 @@ struct resume_point {
 int resume_point(const struct cfg_provider *p, const char *req, size_t req_len, const char *rec,
                  size_t rec_len, const char *id, struct resume_point *out);
 
+/* How a cut stream's record rec[0..rec_len) of generation id ends, read with profile p's stream
+ * format: RE_WHOLE when it is this generation's stream and holds its terminal event without an
+ * error (the whole answer: the job is concluded from it, nothing resumed after its end — a
+ * resume after the terminal event has no event to give, and the job was resumed every interval
+ * until review); RE_FAILED when that terminal event is a failure (`response.failed`: the
+ * provider's own status, read back whole, decides); RE_OPEN otherwise (nothing kept, another
+ * generation's, or no terminal event: resumed). -1 when out of memory. */
+enum resume_end { RE_OPEN = 0, RE_WHOLE = 1, RE_FAILED = 2 };
+int resume_record_end(const struct cfg_provider *p, const char *rec, size_t rec_len,
+                      const char *id);
+
 /* The record after a resume: rec[0..pt->prefix_len) then the resumed answer's events. Returns a
  * malloc'ed buffer of *out_len bytes, or NULL when out of memory. */
 char *resume_join(const char *rec, const struct resume_point *pt, const char *more,

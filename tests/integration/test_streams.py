@@ -1244,6 +1244,45 @@ def test_kill_9_mid_background_stream_resumes_from_the_batches_kept(gateway_fact
     assert len(creates(mock, "/v1/responses")) == before + 1
 
 
+def test_a_kept_record_that_is_whole_is_concluded_not_resumed(gateway_factory, mock, token,
+                                                              psql):
+    """A replica killed after its background stream's last batch — the terminal event with it —
+    was kept on the row, before its result's write: the record is the whole answer. It was
+    resumed after that terminal event every interval (nothing comes after it), in doubt for the
+    whole recovery window, then sent to review. It is concluded from the record now: completed,
+    its usage and events as the live clients were given them, no call, one create."""
+    sfx = uuid.uuid4().hex[:6]
+    rec = dict(json.load(open(os.path.join(PROFILES, "openai-responses.json")))["reconcile"],
+               window_seconds=60, interval_ms=300)
+    e = responses_entry(mock, "rwhole" + sfx, reconcile=rec)
+    gw = gateway_factory(providers=[e], env=ENV)
+    route = e["name"] + "/responses"
+    body = {"model": "gpt-4o-mini", "input": "whole " + sfx, "stream": True,
+            "background": True, "_mock": {"events": 6, "event_delay_ms": 300}}
+    before = len(creates(mock, "/v1/responses"))
+    r = gw.submit(token, "rwhole-" + sfx, body, route=route, headers={"Prefer": "respond-async"})
+    job_id = r.json()["id"]
+    first_batch_kept(psql, job_id)
+    gw.proc.kill()
+    gw.proc.wait()
+    [[remote]] = psql(f"SELECT remote_id FROM operations WHERE id = '{job_id}'")
+    whole = mock.http.request("GET", f"/v1/responses/{remote}?stream=true").body
+    assert whole.rstrip().endswith(b"}") and b"event: response.completed\n" in whole, whole
+    # The last batch kept: the whole stream, as note_partial leaves it when the kill follows it.
+    psql(f"UPDATE operations SET resp_body = decode('{whole.hex()}', 'hex') "
+         f"WHERE id = '{job_id}'")
+    other = gateway_factory(providers=[e], env=ENV)
+    j = wait_state(other, token, job_id, ("completed", "failed", "review"), timeout=20)
+    assert j["state"] == "completed", j
+    assert j["usage"]["output_tokens"] == 6, j
+    outcomes = [row[0] for row in psql(f"SELECT outcome FROM attempts WHERE operation_id = "
+                                       f"'{job_id}' ORDER BY seq")]
+    assert outcomes[-1] == "record_whole" and "resume_failed" not in outcomes, outcomes
+    again = other.submit(token, "rwhole-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
+    assert again.status == 200 and again.body == whole, again.body
+    assert len(creates(mock, "/v1/responses")) == before + 1
+
+
 def test_kill_9_before_any_batch_resumes_the_background_stream_from_its_start(
         gateway_factory, mock, token, psql):
     """A replica killed right after the stream named its response, before any batch of the

@@ -552,6 +552,9 @@ enum MHD_Result stream_handle_response_get(struct mock_request *req)
         st->cut_after = resume_cut;
         st->step = after ? atoi(after) + 1 : 0;
         st->error_after = failed ? st->step : -1; /* a failed response: its error event next */
+        /* After the terminal event (response.completed is number 3 + events) there is nothing
+         * more: an empty event stream, as OpenAI's. */
+        st->done = !failed && st->step > 3 + events;
         return send_events(req, st);
     }
     if (cancelled)

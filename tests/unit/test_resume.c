@@ -195,6 +195,48 @@ static void test_resume_point(void **state)
     prof_free_all(nostart, nn);
 }
 
+/* How a kept record ends: whole (concluded from it), failed (read back whole), or open. */
+static void test_record_end(void **state)
+{
+    (void)state;
+    struct cfg_provider *ps;
+    size_t np;
+    char err[512] = "";
+    assert_int_equal(load("\"stream\":\"openai-responses\",\"reconcile\":{\"task\":{\"path\":"
+                          "\"/t/{id}\"," RESUME "}}",
+                          &ps, &np, err, sizeof(err)),
+                     0);
+#define FAILED(n)                                                                                  \
+    "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":" #n     \
+    ",\"response\":{\"id\":\"resp_1\",\"status\":\"failed\",\"error\":{\"code\":"           \
+    "\"server_error\",\"message\":\"m\"}}}\n\n"
+    static const struct {
+        const char *rec, *id;
+        int want;
+    } rows[] = {
+        {TWO, "resp_1", RE_OPEN},
+        {TWO EV("response.completed", 2), "resp_1", RE_WHOLE},
+        {TWO EV("response.incomplete", 2), "resp_1", RE_WHOLE},
+        {TWO FAILED(2), "resp_1", RE_FAILED},
+        /* another generation's record: never this job's answer */
+        {CREATED("resp_0") EV("response.completed", 1), "resp_1", RE_OPEN},
+        /* the terminal event cut mid-way: not whole */
+        {TWO "event: response.completed\ndata: {\"type\":\"response.completed\"", "resp_1",
+         RE_OPEN},
+        /* an error event is no terminal event: resumed (or read back) as before */
+        {TWO "event: error\ndata: {\"type\":\"error\",\"code\":\"x\"}\n\n", "resp_1", RE_OPEN},
+        {"", "resp_1", RE_OPEN},
+        {TWO EV("response.completed", 2), "", RE_OPEN},
+        {TWO EV("response.completed", 2), NULL, RE_OPEN},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int got = resume_record_end(&ps[0], rows[i].rec, strlen(rows[i].rec), rows[i].id);
+        if (got != rows[i].want)
+            fail_msg("row %zu: %d, want %d", i, got, rows[i].want);
+    }
+    prof_free_all(ps, np);
+}
+
 /* When the bytes of a stream since its last batch are kept on the row. */
 static void test_note_due(void **state)
 {
@@ -260,6 +302,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile_member),
         cmocka_unit_test(test_resume_point),
+        cmocka_unit_test(test_record_end),
         cmocka_unit_test(test_note_due),
         cmocka_unit_test(test_a_resume_without_new_events),
     };
