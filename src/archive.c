@@ -160,8 +160,10 @@ static const struct db_stmt finish = {
         " stored_by = coalesce($12, stored_by), "
         " archived_at = CASE WHEN $5 = 'archived' THEN c.at END, "
         " lease_owner = NULL, lease_expires_at = NULL, "
-        /* A claim given back before any GET (untried): its attempt is not counted. */
-        " attempts = CASE WHEN $13::boolean THEN greatest(attempts - 1, 0) ELSE attempts END "
+        /* A claim given back before any GET (untried): its attempt is not counted — once: a
+         * write sent again after a lost connection finds the row unowned already. */
+        " attempts = CASE WHEN $13::boolean AND lease_owner IS NOT NULL "
+        "  THEN greatest(attempts - 1, 0) ELSE attempts END "
         "FROM c WHERE tenant_id = $1 AND op_id = $2 AND n = $3 "
         " AND ((lease_version = $4 AND " KEYED_STATE("state") " = 'pending') "
         "  OR ($5 = 'archived' AND $8::text IS NOT NULL AND (" KEYED_STATE("state") " = 'pending' "
@@ -188,7 +190,8 @@ static const struct db_stmt finish_rows = {
         " backend = coalesce(j.backend, a.backend), stored_by = coalesce(j.stored_by, a.stored_by), "
         " archived_at = CASE WHEN j.state = 'archived' THEN c.at END, "
         " lease_owner = NULL, lease_expires_at = NULL, "
-        " attempts = CASE WHEN j.untried::boolean THEN greatest(a.attempts - 1, 0) "
+        " attempts = CASE WHEN j.untried::boolean AND a.lease_owner IS NOT NULL "
+        "  THEN greatest(a.attempts - 1, 0) "
         "  ELSE a.attempts END "
         "FROM c, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], "
         "  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], "

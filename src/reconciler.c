@@ -830,13 +830,13 @@ static int start_resume(struct db *db, struct recon_job *j, const char *id)
     int e = store_partial_record(db, &j->c, &rec, &n);
     if (e != STORE_OK && e != STORE_ENOTFOUND) /* (nothing kept: resumed from the start) */
         return 0;
-    int end = resume_record_end(p, rec, n, id);
+    int end = resume_record_end(p, rec, n, id); /* (-1, out of memory: as RE_OPEN) */
     if (end == RE_WHOLE) {
         j->rec = rec;
         j->rec_len = n;
         return 2;
     }
-    if (end != RE_OPEN) {
+    if (end == RE_FAILED) {
         free(rec);
         return 0;
     }
@@ -953,7 +953,6 @@ static void resend(struct db *db, struct recon_job *j)
 {
     struct reconciler *r = j->r;
     struct up_xfer *x;
-    double before = clock_mono();
     /* What would stop the send on this replica, known before the move that counts a transport
      * attempt: a resend this replica cannot make must not use up the job's attempts (they
      * decide when it goes to review). Another replica, or this one once fixed, resends it. */
@@ -999,6 +998,7 @@ static void resend(struct db *db, struct recon_job *j)
         job_free(j);
         return;
     }
+    double before = clock_mono(); /* the lease the move renews runs from here */
     if (store_reconcile_send(db, &j->c, r->cfg->lease_seconds, j->p->profile_stamp) !=
         STORE_OK) {
         eng_release(r->eng, -1); /* fenced, cancelled meanwhile, or unreachable: the next claim */
@@ -1085,19 +1085,20 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
     j->lease_end = claimed_mono + j->c.lease_remaining_s - LEASE_MARGIN_S;
     j->node.write = write_job;
     switch (plan) {
-    case RP_ADOPT:
-        /* A cut stream the provider goes on generating is resumed after its last whole event;
-         * any other task is read whole. */
+    case RP_ADOPT: {
+        /* A cut stream the provider goes on generating is resumed after its last whole event
+         * (concluded from its record when that is whole already); any other task is read
+         * whole. */
         int resumable = start_resume(db, j, by_id); /* by_id: owned by j->c now */
-        if (resumable == 2 && write_record_whole(db, j)) {
+        if (resumable == 2) {
             eng_release(r->eng, -1);
+            if (!write_record_whole(db, j)) /* out of memory: never replaced, read later */
+                write_simple(db, &j->c, ST_UNKNOWN, p->reconcile_interval_ms, "out_of_memory",
+                             "out of memory", t0);
             job_free(j);
             return;
         }
-        if (resumable == 2) { /* not whole after all: read back whole */
-            free(j->rec);
-            j->rec = NULL;
-        } else if (resumable) {
+        if (resumable) {
             get_resume(j);
             return;
         }
@@ -1105,6 +1106,7 @@ static void reconcile_one(const struct cfg *cfg, struct db *db, struct store_cla
         j->url = prov_task_url(p, by_id, j->c.id);
         get(j, 1);
         return;
+    }
     case RP_LOOK:
         j->v.client_ref = j->c.id;
         if (p->reconcile == RECON_LIST_MATCH) {

@@ -1478,10 +1478,14 @@ def test_base64_outputs_outlive_a_store_outage(gateway_factory, token, mock, tmp
     while ended()[2:] != ["t", "t"]:
         assert time.monotonic() < deadline, ended()
         time.sleep(0.1)
-    # No temporary file, no GET: the claim's attempt is given back with the row.
+    # No temporary file, no try: the claim's attempt is given back with the row.
     assert ended()[:2] == ["pending", "0"], ended()
-    # Ten tries and more already spent (on an earlier outage's failed commits, say): the store's
-    # failure still ends nothing.
+    # Now the bytes are read but the store refuses to keep them (no folder for its objects),
+    # after ten tries and more already spent: a try, counted, and still nothing ended.
+    blocker.unlink()
+    os.makedirs(bad_dir)
+    with open(os.path.join(bad_dir, "objects"), "w") as f:
+        f.write("a file where the objects' folder should be")
     psql(f"UPDATE archive_outputs SET attempts = 12, next_attempt_at = now() "
          f"WHERE op_id = '{job_id}'")
     while ended()[3] != "t":
@@ -1490,8 +1494,8 @@ def test_base64_outputs_outlive_a_store_outage(gateway_factory, token, mock, tmp
     while ended()[2] != "t":
         assert time.monotonic() < deadline + 30, ended()
         time.sleep(0.1)
-    assert ended()[:2] == ["pending", "12"], ended()
-    blocker.unlink()
+    assert ended()[:2] == ["pending", "13"], ended()
+    os.remove(os.path.join(bad_dir, "objects"))
     psql(f"UPDATE archive_outputs SET next_attempt_at = now() WHERE op_id = '{job_id}'")
     j = archived(gw, token, job_id, timeout=30, states=("archived", "failed", "expired"))
     assert [o["state"] for o in j["archive"]] == ["archived"], j["archive"]

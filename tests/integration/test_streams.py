@@ -1278,6 +1278,9 @@ def test_a_kept_record_that_is_whole_is_concluded_not_resumed(gateway_factory, m
     outcomes = [row[0] for row in psql(f"SELECT outcome FROM attempts WHERE operation_id = "
                                        f"'{job_id}' ORDER BY seq")]
     assert outcomes[-1] == "record_whole" and "resume_failed" not in outcomes, outcomes
+    # Written by the verdict (the kept record had no answer's status): a 200 event stream.
+    assert psql(f"SELECT resp_status, resp_headers->>'content-type' FROM operations "
+                f"WHERE id = '{job_id}'") == [["200", "text/event-stream"]]
     again = other.submit(token, "rwhole-" + sfx, body, route=route, headers={"Prefer": "wait=5"})
     assert again.status == 200 and again.body == whole, again.body
     assert len(creates(mock, "/v1/responses")) == before + 1

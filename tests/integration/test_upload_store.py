@@ -235,7 +235,7 @@ def test_a_reconcilers_resend_waits_out_a_store_outage_without_spending_attempts
     os.symlink(sha[:2], shard)
     gw = gateway_factory(providers=[e], env=ENV)
     deadline = time.monotonic() + 60
-    while gw.log().count("store_unavailable") < 3:  # three resends blocked by the outage
+    while gw.log().count('"event":"upload_unreadable"') < 3:  # three resends blocked
         assert time.monotonic() < deadline, gw.log()[-2000:]
         time.sleep(0.1)
     [[state, tries]] = psql(f"SELECT state, transport_attempts FROM operations "
