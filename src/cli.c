@@ -481,12 +481,22 @@ int cli_jobs(const struct cfg *cfg, int argc, char **argv)
         /* The same decision as POST /v1/jobs/ID/resolve: a task found at an async provider is
          * polled for its outputs, never completed without them. */
         const struct cfg_provider *p = cfg_find_provider(cfg, j.provider, strlen(j.provider));
+        if (what == RES_FOUND && !p) {
+            /* As the HTTP call's 409 provider-not-configured: what a found task becomes is
+             * the provider's profile's to say (an async task completed with no outputs,
+             * never polled, its cancel never sent). */
+            fprintf(stderr, "idemgate: the configuration does not name the provider of %s "
+                            "(%s): resolve it found with a configuration that does\n",
+                    argv[1], j.provider);
+            store_job_fini(&j);
+            goto resolved;
+        }
         enum op_state next = st_resolve_target((enum st_resolution)what,
                                                p && p->mode == CFG_MODE_ASYNC_POLL,
                                                p && p->task_path, j.cancel_requested_at != NULL);
         /* As POST /v1/jobs/ID/resolve: written only on a job read in review, under the fencing
          * token read (its remote id and webhook hint as read). */
-        char hint[256] = "", seen[32] = "";
+        char hint[256] = "", seen[48] = "";
         if (j.state == ST_REVIEW && store_job_hint(db, tenant_id, argv[1], hint, sizeof(hint),
                                                    seen, sizeof(seen)) != STORE_OK) {
             fprintf(stderr, "idemgate: the job %s could not be read\n", argv[1]);

@@ -230,12 +230,14 @@ def test_a1_resolve_absent_on_a_cancelled_job_never_sends(gateway_factory, token
     assert gw.job(token, job_id).json()["state"] == "failed"
 
 
-def test_found_on_a_replica_without_the_provider_is_refused(gateway_factory, token, mock):
+def test_found_on_a_replica_without_the_provider_is_refused(gateway_factory, token, mock,
+                                                            database_url):
     """The admin's `found` reached a replica whose configuration lacks the job's provider (it was
     removed, or this replica configures a subset): with no profile to say what the task becomes,
     the job was ended `completed` at once — an async task never polled for its outputs, a
     cancel never sent, a task readable by id never read. Now 409 `provider-not-configured`, the
-    job left in review for a replica that configures it."""
+    job left in review for a replica that configures it; the CLI, run with such a configuration,
+    refuses it too (it completed the job)."""
     a = gateway_factory(admin_token_sha256=ADMIN_SHA, providers=[provider(
         "subset", mock.url, timeouts=HANG, reconcile={"strategy": "none", "window_seconds": 1})])
     script(mock, [{"fault": "hang"}])
@@ -245,6 +247,12 @@ def test_found_on_a_replica_without_the_provider_is_refused(gateway_factory, tok
     r = resolve(b, ADMIN_TOKEN, job_id, {"outcome": "found", "remote_id": "task_1"})
     assert r.status == 409, r
     assert r.json()["type"] == "urn:idemgate:problem:provider-not-configured", r
+    assert b.job(token, job_id).json()["state"] == "review"
+    res = subprocess.run([GATEWAY_BIN, "--config", b.log_path[:-len(".log")] + ".json", "jobs",
+                          "resolve", job_id, "found", "--remote-id", "task_1"],
+                         capture_output=True, text=True,
+                         env=dict(os.environ, DATABASE_URL=database_url))
+    assert res.returncode == 1 and "does not name the provider" in res.stderr, res
     assert b.job(token, job_id).json()["state"] == "review"
     r = resolve(a, ADMIN_TOKEN, job_id, {"outcome": "found", "remote_id": "task_1"})
     assert r.status == 200 and r.json()["state"] == "completed", r
