@@ -470,8 +470,8 @@ static int answered(const struct up_response *r)
 
 /* A call of the job ended (on an engine thread, or at once when it could not be made). A cancel
  * is followed by the status read (one answered for good is marked sent first, on a poller
- * thread); an answer goes to a poller thread, which reads it (nothing
- * heavy runs here: a large answer must not hold up the other calls of this engine thread). */
+ * thread); an answer goes to a poller thread, which reads it (nothing heavy runs here: a large
+ * answer must not hold up the other calls of this engine thread). */
 static void on_end(void *arg, struct up_response *res)
 {
     struct poll_job *j = arg;
