@@ -30,6 +30,16 @@ def obj_path(archive, sha):
     return os.path.join(archive, "objects", sha[:2], sha)
 
 
+def unreadable_shard(archive, sha):
+    """Makes the store's folder of object sha unreadable — a loop (the gateway runs as root
+    here, so a chmod would not stop it) — and returns (the folder, where it was put aside)."""
+    shard = os.path.join(archive, "objects", sha[:2])
+    aside = shard + ".aside"
+    os.rename(shard, aside)
+    os.symlink(sha[:2], shard)
+    return shard, aside
+
+
 def row(psql, job_id):
     [[n, head]] = psql("SELECT octet_length(req_body), encode(substring(req_body FROM 1 FOR 18), "
                        f"'hex') FROM operations WHERE id = '{job_id}'")
@@ -227,12 +237,7 @@ def test_a_reconcilers_resend_waits_out_a_store_outage_without_spending_attempts
         pass
     assert dying.proc.wait(timeout=20) != 0
     [[job_id]] = psql(f"SELECT id FROM operations WHERE idempotency_key = '{key}'")
-    # The store cannot be read (a loop: the gateway runs as root, a chmod would not stop it).
-    archive = str(tmp_path / "archive")
-    shard = os.path.join(archive, "objects", sha[:2])
-    aside = shard + ".aside"
-    os.rename(shard, aside)
-    os.symlink(sha[:2], shard)
+    shard, aside = unreadable_shard(str(tmp_path / "archive"), sha)
     gw = gateway_factory(providers=[e], env=ENV)
     deadline = time.monotonic() + 60
     while gw.log().count('"event":"upload_unreadable"') < 3:  # three resends blocked
@@ -279,12 +284,8 @@ def test_an_unreadable_store_sends_nothing_and_fails_nothing(gateway_factory, mo
     job_id = r.json()["id"]
     assert os.path.exists(obj_path(archive, sha))
 
-    # The store cannot be read (its folder is a loop: the gateway runs as root here, so a chmod
-    # would not stop it): nothing is sent, the job waits `prepared` and says why.
-    shard = os.path.join(archive, "objects", sha[:2])
-    aside = shard + ".aside"
-    os.rename(shard, aside)
-    os.symlink(sha[:2], shard)
+    # The store cannot be read: nothing is sent, the job waits `prepared` and says why.
+    shard, aside = unreadable_shard(archive, sha)
     sender = gateway_factory(providers=[e], env=ENV)
     deadline = time.monotonic() + 20
     while "store_unavailable" not in sender.log() and time.monotonic() < deadline:
