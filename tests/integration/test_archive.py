@@ -407,6 +407,8 @@ def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
                     f"AND op_id = '{job}' AND n = {n}")
 
     before = {n: raw(n) for n in (4, 5)}
+    psql(f"UPDATE archive_outputs SET attempts = 2 WHERE tenant_id = {tenant} "
+         f"AND op_id = '{job}' AND n IN (6, 16)")
     answers = execute(psql, statement_sql("archive_finish_rows"),
                       rows_args([args(n, ends[n]) for n in sorted(ends)]))
     assert sorted(answers) == [["1", "archived"], ["2", "expired"], ["3", "pending"],
@@ -424,7 +426,11 @@ def test_the_rows_archive_finish_writes_what_archive_finish_writes(token, psql):
     assert row(2)[0][0] == "pending" and row(2)[0][-1] == "t" and row(0)[0][-1] == "f"
     assert row(3)[0][3] == ""  # no size: NULL
     assert raw(4) == before[4] and raw(5) == before[5]
-    assert [row(n)[0][10] for n in (0, 1, 2, 6)] == ["1", "1", "1", "0"]
+    assert [row(n)[0][10] for n in (0, 1, 2, 6)] == ["1", "1", "1", "1"]
+    # The same end sent again (its first write's fate lost with the connection): the attempt is
+    # taken back once — the row is no longer owned.
+    one_again = execute(psql, one, "(" + ", ".join(args(16, ends[6])) + ")")
+    assert one_again == [["pending"]] and row(16)[0][10] == "1", (one_again, row(16))
 
 
 def test_a_stored_copy_is_written_whatever_claim_holds_its_row(token, psql):
