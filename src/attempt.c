@@ -103,9 +103,7 @@ static int load_upload(const struct cfg *cfg, const struct cfg_provider *p, stru
     enum op_state next = rc < 0 ? pol_unsendable(ambiguous)
                                 : upl_unread_next((enum upl_unread)rc, ambiguous,
                                                   c->since_first_ms, p->deadline_ms);
-    const char *reason = rc == UPL_UNAVAILABLE ? "store_unavailable"
-                         : rc == UPL_MISSING   ? "object_missing"
-                                               : "malformed";
+    const char *reason = upl_unread_reason(rc);
     LOG(LOG_ERROR, "upload_unreadable", LS("job_id", c->id), LS("provider", c->provider),
         LS("reason", reason), LS("error", why), LS("state", st_name(next)));
     snprintf(msg, sizeof(msg),

@@ -981,9 +981,7 @@ static void resend(struct db *db, struct recon_job *j)
         j->c.body_rebuilt = 1;
     } else if (rc != 1) {
         enum op_state next = upl_resend_blocked(rc);
-        const char *reason = rc == UPL_UNAVAILABLE ? "store_unavailable"
-                             : rc == UPL_MISSING   ? "object_missing"
-                                                   : "upload_malformed";
+        const char *reason = upl_unread_reason(rc);
         char msg[420];
         snprintf(msg, sizeof(msg),
                  "the upload could not be rebuilt from the archive store (%s: %s); nothing was "

@@ -168,6 +168,13 @@ int upl_expand(const char *stored, size_t len, const struct upl_ref *refs, size_
     return from == cut_len ? 0 : -1;
 }
 
+const char *upl_unread_reason(int rc)
+{
+    return rc == UPL_UNAVAILABLE ? "store_unavailable"
+           : rc == UPL_MISSING   ? "object_missing"
+                                 : "malformed";
+}
+
 enum op_state upl_resend_blocked(int rc)
 {
     return rc == UPL_UNAVAILABLE || rc == UPL_MISSING ? ST_UNKNOWN : ST_REVIEW;

@@ -89,4 +89,8 @@ enum op_state upl_unread_next(enum upl_unread why, int ambiguous_before, long lo
  * recorded (malformed). Never `failed`, never `prepared`: a task may exist. Pure. */
 enum op_state upl_resend_blocked(int rc);
 
+/* The name of why an upload could not be rebuilt (ups_expand's UPL_UNAVAILABLE, UPL_MISSING, or
+ * -1: malformed), as logs and attempt rows say it. Pure. */
+const char *upl_unread_reason(int rc);
+
 #endif

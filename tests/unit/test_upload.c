@@ -278,6 +278,9 @@ static void test_resend_blocked(void **state)
         assert_int_not_equal(got, ST_FAILED); /* a task may exist */
         assert_int_not_equal(got, ST_PREPARED);
     }
+    assert_string_equal(upl_unread_reason(UPL_UNAVAILABLE), "store_unavailable");
+    assert_string_equal(upl_unread_reason(UPL_MISSING), "object_missing");
+    assert_string_equal(upl_unread_reason(-1), "malformed");
 }
 
 int main(void)
